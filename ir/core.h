@@ -1,0 +1,124 @@
+/* The definitions shared by compiler and runtime: dtypes, tensor kinds and the op set.
+ * The runtime links only this part of ir/ (library gp_core), never the graph builder. */
+#ifndef GP_IR_CORE_H
+#define GP_IR_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define GP_MAX_DIMS 4
+#define GP_MAX_INPUTS 4
+#define GP_MAX_IATTRS 4
+#define GP_MAX_FATTRS 2
+
+/* Always-on invariant check: prints file:line and the expression, then aborts. */
+#define GP_ASSERT(cond)                                                                   \
+    do {                                                                                  \
+        if (!(cond)) {                                                                    \
+            fprintf(stderr, "%s:%d: GP_ASSERT(%s) failed\n", __FILE__, __LINE__, #cond); \
+            abort();                                                                      \
+        }                                                                                 \
+    } while (0)
+
+typedef enum { GP_F32, GP_F16, GP_BF16, GP_I32, GP_DTYPE_COUNT } gp_dtype;
+
+size_t gp_dtype_size(gp_dtype t);
+const char *gp_dtype_name(gp_dtype t);
+int gp_dtype_from_name(const char *name, gp_dtype *out); /* 0 on success, -1 unknown */
+
+typedef enum {
+    GP_TENSOR_INPUT,        /* set by the caller before each eval (token ids, positions) */
+    GP_TENSOR_OUTPUT,       /* read by the caller after each eval (logits) */
+    GP_TENSOR_WEIGHT,       /* loaded once from a checkpoint, read-only */
+    GP_TENSOR_STATE,        /* persists across evals, zeroed at session creation (KV cache) */
+    GP_TENSOR_INTERMEDIATE, /* lives in the scratch arena for part of one eval */
+    GP_TENSOR_VIEW,         /* a window into another tensor's storage (offset + strides) */
+    GP_TENSOR_KIND_COUNT
+} gp_tensor_kind;
+
+const char *gp_tensor_kind_name(gp_tensor_kind k);
+
+/*
+ * The op set. Shapes are written outermost first, as in PyTorch: [T, C] is T rows of C elements.
+ * "..." is any number of leading dims. Unless stated otherwise an op computes in f32, reads inputs of
+ * any float dtype, and its output dtype is that of input 0. Attributes live in gp_attrs: i[] and f[].
+ * INPLACE names the input whose storage the output may take over when that input dies at this op.
+ */
+typedef enum {
+    GP_OP_NONE,
+    /* get_rows(table [V, C], ids i32[T]) -> f32[T, C]: embedding lookup, row ids[t] of table. */
+    GP_OP_GET_ROWS,
+    /* add/sub/mul/div(a, b) -> broadcast(a, b): numpy broadcasting, dims aligned right.
+     * INPLACE a when the output shape equals a's. */
+    GP_OP_ADD,
+    GP_OP_SUB,
+    GP_OP_MUL,
+    GP_OP_DIV,
+    /* scale(x) -> x * f[0]. INPLACE x. */
+    GP_OP_SCALE,
+    /* matmul(a [..., M, K], b [..., K, N]) -> f32[..., M, N]. i[0]: a transposed (a is [..., K, M]),
+     * i[1]: b transposed (b is [..., N, K], as a torch Linear weight). Batch dims broadcast. */
+    GP_OP_MATMUL,
+    /* layer_norm(x [..., C], w [C], b [C]) -> [..., C]; f[0] = eps; b is optional. INPLACE x. */
+    GP_OP_LAYER_NORM,
+    /* rms_norm(x [..., C], w [C]) -> [..., C]; f[0] = eps. INPLACE x. */
+    GP_OP_RMS_NORM,
+    /* softmax(x [..., T, S]) over the last dim of x * f[0] (scale, default 1). i[0] = causal: element
+     * (t, s) is masked when s > t + S - T (the last T of S positions are the new tokens). INPLACE x. */
+    GP_OP_SOFTMAX,
+    /* gelu(x): tanh approximation, as GPT-2's gelu_new. INPLACE x. */
+    GP_OP_GELU,
+    /* gelu_erf(x): 0.5 x (1 + erf(x / sqrt 2)). INPLACE x. */
+    GP_OP_GELU_ERF,
+    /* silu(x) = x * sigmoid(x). INPLACE x. */
+    GP_OP_SILU,
+    /* swiglu(gate, up) = silu(gate) * up, same shapes. INPLACE gate. */
+    GP_OP_SWIGLU,
+    /* rope(x [T, H, D], pos i32[T]) -> [T, H, D]: rotary embedding at positions pos.
+     * i[0] = mode: 0 rotate-half (HF Llama / NeoX: pairs (j, j + n/2)), 1 interleaved (GPT-J:
+     * pairs (2j, 2j + 1)); i[1] = n, the rotated dims (<= D, even; the rest pass through);
+     * f[0] = theta (base, 10000 by default). Frequency of pair j: theta^(-2j/n). INPLACE x. */
+    GP_OP_ROPE,
+    /* Views: the output is a GP_TENSOR_VIEW of input 0 (no data moves).
+     * reshape(x, dims...) requires x contiguous; the output tensor holds the new shape. */
+    GP_OP_RESHAPE,
+    /* permute(x, axes...): output dim k is input dim i[k]. transpose is permute of the last two. */
+    GP_OP_PERMUTE,
+    /* slice(x): i[0] = axis, i[1] = start, i[2] = length; index(x, l) is slice + drop of axis 0. */
+    GP_OP_SLICE,
+    /* view(x): the output tensor's shape and strides at byte offset i[0] within x. */
+    GP_OP_VIEW,
+    /* cont(x) -> contiguous copy of x (of a view, usually). */
+    GP_OP_CONT,
+    /* cast(x) -> x converted to the output tensor's dtype. */
+    GP_OP_CAST,
+    /* concat(a, b) along axis i[0]; all other dims equal; dtype of a. */
+    GP_OP_CONCAT,
+    /* store(dst [S, ...], pos i32[T], src [T, ...]) -> view of dst: dst[pos[t]] = src[t] (converted to
+     * dst's dtype). The output is a new name for the updated dst, so readers come after the write. */
+    GP_OP_STORE,
+    /* attention(q [T, H, D], k [S, G, D], v [S, G, D], pos i32[T]) -> f32[T, H, D]: causal
+     * scaled-dot-product attention over a KV cache: query t attends to cache rows 0..pos[t].
+     * H % G == 0 (grouped-query: head h reads KV head h / (H / G)). f[0] = scale (1/sqrt(D) default). */
+    GP_OP_ATTENTION,
+    GP_OP_COUNT
+} gp_op;
+
+typedef struct {
+    int64_t i[GP_MAX_IATTRS];
+    double f[GP_MAX_FATTRS];
+} gp_attrs;
+
+typedef struct {
+    const char *name;     /* as written in the graph language */
+    int min_inputs, max_inputs;
+    int inplace;          /* index of the input the output may overwrite, or -1 */
+    int is_view;          /* output aliases input 0's storage */
+} gp_op_info;
+
+const gp_op_info *gp_op_get(gp_op op); /* NULL for an op out of range */
+int gp_op_from_name(const char *name, gp_op *out); /* 0 on success, -1 unknown */
+
+#endif

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Shared set-up for scripts/demo.sh and scripts/test.sh: makes sure the Debian packages gplan needs
+# are present (installing them with apt-get when run as root), then configures and builds into
+# $BUILD (default: build). Sourced, not run.
+GP_PACKAGES=(cmake make gcc pkg-config flex bison libcunit1-dev zlib1g-dev libjansson-dev)
+
+gp_missing_packages() {
+  local missing=()
+  for p in "${GP_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  echo "${missing[@]}"
+}
+
+gp_setup() {
+  local missing
+  missing=$(gp_missing_packages)
+  if [ -n "$missing" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "== installing: $missing"
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get install -y --no-install-recommends $missing >/dev/null ||
+        { apt-get update >/dev/null && apt-get install -y --no-install-recommends $missing >/dev/null; } ||
+        { echo "error: could not install: $missing" >&2; exit 1; }
+    else
+      echo "error: missing Debian packages: $missing" >&2
+      echo "install them with: sudo apt-get install $missing" >&2
+      exit 1
+    fi
+  fi
+}
+
+# gp_build DIR [cmake args...]: configure and build into DIR.
+gp_build() {
+  local dir=$1; shift
+  cmake -S "$GP_ROOT" -B "$dir" "$@" >"$dir.configure.log" 2>&1 ||
+    { cat "$dir.configure.log" >&2; echo "error: cmake configure failed" >&2; exit 1; }
+  cmake --build "$dir" -j "$(nproc)" 2>&1 | grep -Ev '^\[ *[0-9]+%\]|^-- ' || true
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "error: build failed" >&2; exit 1; }
+}

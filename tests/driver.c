@@ -1,0 +1,47 @@
+/* The one test driver: registers every suite (or those named on the command line), runs them and
+ * exits non-zero when any assertion failed. CU_basic_run_tests alone reports no failures. */
+#include <stdio.h>
+#include <string.h>
+#include <CUnit/Basic.h>
+#include "tests/driver.h"
+
+static int wanted(const char *name, int argc, char **argv)
+{
+    if (argc < 2)
+        return 1;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS) {
+        fprintf(stderr, "gplan_tests: %s\n", CU_get_error_msg());
+        return 2;
+    }
+    int n = 0;
+    for (const gp_suite_entry *s = gp_suites; s->name; s++)
+        if (wanted(s->name, argc, argv)) {
+            s->add();
+            n++;
+        }
+    if (n == 0) {
+        fprintf(stderr, "gplan_tests: no suite matches\n");
+        CU_cleanup_registry();
+        return 2;
+    }
+    CU_basic_set_mode(CU_BRM_NORMAL);
+    CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_failures();
+    unsigned failed_suites = CU_get_number_of_suites_failed();
+    unsigned failed_tests = CU_get_number_of_tests_failed();
+    CU_cleanup_registry();
+    if (failed || failed_suites || failed_tests) {
+        fprintf(stderr, "gplan_tests: %u failed assertions, %u failed tests, %u suites failed to set up\n",
+                failed, failed_tests, failed_suites);
+        return 1;
+    }
+    return 0;
+}

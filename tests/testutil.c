@@ -1,0 +1,72 @@
+/* Small helpers shared by the test suites. */
+#include "tests/testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+const char *gp_test_path(const char *rel)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s/%s", GP_SOURCE_DIR, rel);
+    return buf;
+}
+
+const char *gp_test_tmpfile(const char *suffix)
+{
+    static char buf[4096];
+    static unsigned counter;
+    snprintf(buf, sizeof buf, "%s/tests/tmp-%ld-%u%s", GP_BINARY_DIR, (long)getpid(), counter++,
+             suffix ? suffix : "");
+    return buf;
+}
+
+char *gp_test_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *nb = realloc(buf, 2 * cap + 1);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        return NULL;
+    buf[n] = '\0';
+    if (len)
+        *len = n;
+    return buf;
+}
+
+int gp_test_write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t put = fwrite(data, 1, len, f);
+    int rc = fclose(f);
+    return (put == len && rc == 0) ? 0 : -1;
+}
+
+uint64_t gp_test_rand(uint64_t *state)
+{
+    uint64_t x = *state ? *state : 0x9E3779B97F4A7C15ull;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}

@@ -1,0 +1,23 @@
+/* Small helpers shared by the test suites. */
+#ifndef GP_TESTS_TESTUTIL_H
+#define GP_TESTS_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Path of a file in the source tree, e.g. gp_test_path("examples/gpt2.gplan"); a static buffer. */
+const char *gp_test_path(const char *rel);
+
+/* A fresh temporary file path under the build tree (unique per call); a static buffer. */
+const char *gp_test_tmpfile(const char *suffix);
+
+/* Reads a whole file; the caller frees; NULL on error. *len may be NULL. */
+char *gp_test_read_file(const char *path, size_t *len);
+
+/* Writes len bytes to path; 0 on success. */
+int gp_test_write_file(const char *path, const void *data, size_t len);
+
+/* A deterministic PRNG for property tests (xorshift64*). */
+uint64_t gp_test_rand(uint64_t *state);
+
+#endif
