@@ -1,0 +1,107 @@
+/* The tables shared by compiler and runtime: dtype sizes and names, tensor kind names and the op
+ * table (language name, arity, in-place input, view-ness). */
+#include "ir/core.h"
+
+#include <string.h>
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtypes[GP_DTYPE_COUNT] = {
+    [GP_F32] = {"f32", 4},
+    [GP_F16] = {"f16", 2},
+    [GP_BF16] = {"bf16", 2},
+    [GP_I32] = {"i32", 4},
+};
+
+size_t gp_dtype_size(gp_dtype t)
+{
+    if ((int)t < 0 || t >= GP_DTYPE_COUNT)
+        return 0;
+    return dtypes[t].size;
+}
+
+const char *gp_dtype_name(gp_dtype t)
+{
+    if ((int)t < 0 || t >= GP_DTYPE_COUNT)
+        return "?";
+    return dtypes[t].name;
+}
+
+int gp_dtype_from_name(const char *name, gp_dtype *out)
+{
+    if (!name)
+        return -1;
+    for (int t = 0; t < GP_DTYPE_COUNT; t++) {
+        if (strcmp(name, dtypes[t].name) == 0) {
+            if (out)
+                *out = (gp_dtype)t;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static const char *const kind_names[GP_TENSOR_KIND_COUNT] = {
+    [GP_TENSOR_INPUT] = "input",   [GP_TENSOR_OUTPUT] = "output",
+    [GP_TENSOR_WEIGHT] = "weight", [GP_TENSOR_STATE] = "state",
+    [GP_TENSOR_INTERMEDIATE] = "intermediate", [GP_TENSOR_VIEW] = "view",
+};
+
+const char *gp_tensor_kind_name(gp_tensor_kind k)
+{
+    if ((int)k < 0 || k >= GP_TENSOR_KIND_COUNT)
+        return "?";
+    return kind_names[k];
+}
+
+/* name, min inputs, max inputs, in-place input (-1: none), is_view */
+static const gp_op_info ops[GP_OP_COUNT] = {
+    [GP_OP_NONE] = {"none", 0, 0, -1, 0},
+    [GP_OP_GET_ROWS] = {"get_rows", 2, 2, -1, 0},
+    [GP_OP_ADD] = {"add", 2, 2, 0, 0},
+    [GP_OP_SUB] = {"sub", 2, 2, 0, 0},
+    [GP_OP_MUL] = {"mul", 2, 2, 0, 0},
+    [GP_OP_DIV] = {"div", 2, 2, 0, 0},
+    [GP_OP_SCALE] = {"scale", 1, 1, 0, 0},
+    [GP_OP_MATMUL] = {"matmul", 2, 2, -1, 0},
+    [GP_OP_LAYER_NORM] = {"layer_norm", 2, 3, 0, 0},
+    [GP_OP_RMS_NORM] = {"rms_norm", 2, 2, 0, 0},
+    [GP_OP_SOFTMAX] = {"softmax", 1, 1, 0, 0},
+    [GP_OP_GELU] = {"gelu", 1, 1, 0, 0},
+    [GP_OP_GELU_ERF] = {"gelu_erf", 1, 1, 0, 0},
+    [GP_OP_SILU] = {"silu", 1, 1, 0, 0},
+    [GP_OP_SWIGLU] = {"swiglu", 2, 2, 0, 0},
+    [GP_OP_ROPE] = {"rope", 2, 2, 0, 0},
+    [GP_OP_RESHAPE] = {"reshape", 1, 1, -1, 1},
+    [GP_OP_PERMUTE] = {"permute", 1, 1, -1, 1},
+    [GP_OP_SLICE] = {"slice", 1, 1, -1, 1},
+    [GP_OP_VIEW] = {"view", 1, 1, -1, 1},
+    [GP_OP_CONT] = {"cont", 1, 1, -1, 0},
+    [GP_OP_CAST] = {"cast", 1, 1, -1, 0},
+    [GP_OP_CONCAT] = {"concat", 2, 2, -1, 0},
+    [GP_OP_STORE] = {"store", 3, 3, -1, 1},
+    [GP_OP_ATTENTION] = {"attention", 4, 4, -1, 0},
+};
+
+const gp_op_info *gp_op_get(gp_op op)
+{
+    if ((int)op < 0 || op >= GP_OP_COUNT)
+        return NULL;
+    return &ops[op];
+}
+
+int gp_op_from_name(const char *name, gp_op *out)
+{
+    if (!name)
+        return -1;
+    /* GP_OP_NONE is not part of the language. */
+    for (int op = GP_OP_NONE + 1; op < GP_OP_COUNT; op++) {
+        if (strcmp(name, ops[op].name) == 0) {
+            if (out)
+                *out = (gp_op)op;
+            return 0;
+        }
+    }
+    return -1;
+}
