@@ -372,23 +372,40 @@ static int infer_reshape(ctx *c)
     if (!gp_tensor_is_contiguous(x))
         return ERR(c, "reshape: x ('%s' %s) is not contiguous (cont it first)", x->name,
                    shp(c, x, s1));
-    /* The symbolic dims split both shapes into runs of constant dims; runs must match one to one
-     * in element count, which keeps the layout right at every size of the symbolic dims. */
-    int i = 0, j = 0;
-    for (;;) {
-        int64_t pi = 1, pj = 1;
+    /* Symbolic dims must appear in the same order and the constant dims hold as many elements. */
+    int syms_x[GP_MAX_DIMS], syms_w[GP_MAX_DIMS], nx = 0, nw = 0;
+    int64_t px = 1, pw = 1;
+    for (int i = 0; i < x->ndim; i++) {
+        if (x->shape[i].sym >= 0)
+            syms_x[nx++] = x->shape[i].sym;
+        else
+            px *= x->shape[i].size;
+    }
+    for (int j = 0; j < c->ndim; j++) {
+        if (want[j].sym >= 0)
+            syms_w[nw++] = want[j].sym;
+        else
+            pw *= want[j].size;
+    }
+    if (nx != nw || memcmp(syms_x, syms_w, (size_t)nx * sizeof syms_x[0]))
+        return ERR(c, "reshape: cannot reshape x %s to %s (symbolic dims must appear in the same "
+                   "order)", shp(c, x, s1), s2);
+    if (px != pw)
+        return ERR(c, "reshape: cannot reshape x %s to %s (element counts differ)", shp(c, x, s1),
+                   s2);
+    /* The constant dims between symbolic dims must also match run by run: only then is the
+     * layout right for every size the symbolic dims take, not just at their bounds. */
+    for (int i = 0, j = 0;;) {
+        int64_t ri = 1, rj = 1;
         while (i < x->ndim && x->shape[i].sym < 0)
-            pi *= x->shape[i++].size;
+            ri *= x->shape[i++].size;
         while (j < c->ndim && want[j].sym < 0)
-            pj *= want[j++].size;
-        if (pi != pj)
-            return ERR(c, "reshape: cannot reshape x %s to %s (element counts differ)",
-                       shp(c, x, s1), s2);
-        if (i == x->ndim && j == c->ndim)
+            rj *= want[j++].size;
+        if (ri != rj)
+            return ERR(c, "reshape: cannot reshape x %s to %s (a symbolic dim moves across "
+                       "constant dims)", shp(c, x, s1), s2);
+        if (i == x->ndim)
             break;
-        if (i == x->ndim || j == c->ndim || x->shape[i].sym != want[j].sym)
-            return ERR(c, "reshape: cannot reshape x %s to %s (symbolic dims must stay, in order,"
-                       " between the same element counts)", shp(c, x, s1), s2);
         i++;
         j++;
     }
