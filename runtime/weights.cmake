@@ -1,0 +1,10 @@
+# Weights I/O (safetensors reader/writer, checkpoint sources and checks, random weights): static
+# library gp_weights, included from runtime/CMakeLists.txt.
+add_library(gp_weights STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/safetensors.c
+  ${CMAKE_CURRENT_LIST_DIR}/weights.c
+  ${CMAKE_CURRENT_LIST_DIR}/weights_random.c)
+gp_target_flags(gp_weights)
+target_link_libraries(gp_weights PUBLIC gp_core PkgConfig::JANSSON m)
+
+gp_add_suite(NAME weights SOURCES ${CMAKE_SOURCE_DIR}/tests/test_weights.c LIBS gp_weights)
