@@ -16,13 +16,13 @@
 
 struct gp_st_file {
     char *path;
-    void *map;                   /* [map_len] the whole file, read-only */
+    void *map; /* [map_len] the whole file, read-only */
     size_t map_len;
-    const unsigned char *data;   /* [data_len] the data area, just after the header */
+    const unsigned char *data; /* [data_len] the data area, just after the header */
     size_t data_len;
-    json_t *header;              /* owns every name and dtype string the tensors point to */
-    json_t *meta;                /* borrowed from header; NULL when absent */
-    gp_st_tensor *tensors;       /* [count] sorted by name */
+    json_t *header;        /* owns every name and dtype string the tensors point to */
+    json_t *meta;          /* borrowed from header; NULL when absent */
+    gp_st_tensor *tensors; /* [count] sorted by name */
     int count;
 };
 
@@ -144,8 +144,8 @@ static int parse_entry(gp_st_file *f, const char *name, json_t *e, gp_st_tensor 
     for (int d = 0; d < t->ndim; d++) {
         uint64_t dim;
         if (json_nonneg(json_array_get(js, (size_t)d), &dim) != 0)
-            return bad(err, errlen, p, "tensor \"%s\": shape entry %d is not a non-negative integer",
-                       name, d);
+            return bad(err, errlen, p,
+                       "tensor \"%s\": shape entry %d is not a non-negative integer", name, d);
         if (d < GP_MAX_DIMS)
             t->shape[d] = (int64_t)dim;
         if (mul_checked(numel, dim, &numel) != 0)
@@ -153,7 +153,8 @@ static int parse_entry(gp_st_file *f, const char *name, json_t *e, gp_st_tensor 
     }
     uint64_t b, en, need;
     if (json_nonneg(json_array_get(jo, 0), &b) != 0 || json_nonneg(json_array_get(jo, 1), &en) != 0)
-        return bad(err, errlen, p, "tensor \"%s\": data_offsets are not non-negative integers", name);
+        return bad(err, errlen, p, "tensor \"%s\": data_offsets are not non-negative integers",
+                   name);
     if (b > en)
         return bad(err, errlen, p, "tensor \"%s\": data_offsets reversed [%llu, %llu]", name,
                    (unsigned long long)b, (unsigned long long)en);
@@ -164,9 +165,10 @@ static int parse_entry(gp_st_file *f, const char *name, json_t *e, gp_st_tensor 
     if (mul_checked(numel, st_dtypes[di].size, &need) != 0)
         return bad(err, errlen, p, "tensor \"%s\": shape overflows 64 bits", name);
     if (need != en - b)
-        return bad(err, errlen, p,
-                   "tensor \"%s\": size mismatch: shape needs %llu bytes of %s, data_offsets give %llu",
-                   name, (unsigned long long)need, t->file_dtype, (unsigned long long)(en - b));
+        return bad(
+            err, errlen, p,
+            "tensor \"%s\": size mismatch: shape needs %llu bytes of %s, data_offsets give %llu",
+            name, (unsigned long long)need, t->file_dtype, (unsigned long long)(en - b));
     t->data = f->data + b;
     t->nbytes = (size_t)(en - b);
     t->supported = st_dtypes[di].gp >= 0 && t->ndim <= GP_MAX_DIMS;
@@ -187,7 +189,8 @@ static int cmp_by_data(const void *a, const void *b)
     return px < py ? -1 : px > py ? 1 : 0;
 }
 
-/* Tensors must not share bytes: sort by start, then each must end before the next non-empty starts. */
+/* Tensors must not share bytes: sort by start, then each must end before the next non-empty starts.
+ */
 static int check_overlap(gp_st_file *f, char *err, size_t errlen)
 {
     if (f->count < 2)
@@ -204,11 +207,13 @@ static int check_overlap(gp_st_file *f, char *err, size_t errlen)
         const gp_st_tensor *t = by[i];
         if (t->nbytes == 0)
             continue;
-        if (prev && (const unsigned char *)prev->data + prev->nbytes > (const unsigned char *)t->data) {
+        if (prev &&
+            (const unsigned char *)prev->data + prev->nbytes > (const unsigned char *)t->data) {
             size_t pb = (size_t)((const unsigned char *)prev->data - f->data);
             size_t tb = (size_t)((const unsigned char *)t->data - f->data);
-            rc = bad(err, errlen, f->path, "tensors \"%s\" [%zu, %zu) and \"%s\" [%zu, %zu) overlap",
-                     prev->name, pb, pb + prev->nbytes, t->name, tb, tb + t->nbytes);
+            rc =
+                bad(err, errlen, f->path, "tensors \"%s\" [%zu, %zu) and \"%s\" [%zu, %zu) overlap",
+                    prev->name, pb, pb + prev->nbytes, t->name, tb, tb + t->nbytes);
         }
         prev = t;
     }
@@ -313,7 +318,8 @@ gp_st_file *gp_st_open(const char *path, char *err, size_t errlen)
     if (f->map_len > 0) {
         void *m = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
-            set_err(err, errlen, "%s: cannot map %zu bytes (%s)", path, f->map_len, strerror(errno));
+            set_err(err, errlen, "%s: cannot map %zu bytes (%s)", path, f->map_len,
+                    strerror(errno));
             close(fd);
             f->map_len = 0;
             gp_st_close(f);
@@ -380,8 +386,8 @@ int64_t gp_st_numel(const gp_st_tensor *t)
 /* ---- writer ---- */
 
 /* Builds the header object; data offsets follow the order of tensors. -1 with err set. */
-static json_t *build_header(const char *path, const gp_st_tensor *ts, int n, const char *const *meta,
-                            char *err, size_t errlen)
+static json_t *build_header(const char *path, const gp_st_tensor *ts, int n,
+                            const char *const *meta, char *err, size_t errlen)
 {
     json_t *root = json_object();
     if (!root)
@@ -428,8 +434,8 @@ static json_t *build_header(const char *path, const gp_st_tensor *ts, int n, con
         if (!shape_ok || mul_checked(numel, st_dtypes[di].size, &need) != 0 || need != t->nbytes ||
             (t->nbytes > 0 && !t->data)) {
             json_decref(shape);
-            set_err(err, errlen, "%s: tensor \"%s\": shape, dtype and %zu data bytes disagree", path,
-                    t->name, t->nbytes);
+            set_err(err, errlen, "%s: tensor \"%s\": shape, dtype and %zu data bytes disagree",
+                    path, t->name, t->nbytes);
             goto fail;
         }
         json_t *e = json_pack("{s:s, s:o, s:[I, I]}", "dtype", st_dtypes[di].name, "shape", shape,

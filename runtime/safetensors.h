@@ -17,11 +17,11 @@
 typedef struct {
     const char *name;
     const char *file_dtype; /* as written in the file: "F32", "F64", "BOOL", ... */
-    int supported;          /* 1 when gplan can use it: dtype f32/f16/bf16/i32 and ndim <= GP_MAX_DIMS */
-    gp_dtype dtype;         /* meaningful only for the dtypes gplan knows (see gp_st_dtype_supported) */
-    int ndim;               /* the file's rank; may exceed GP_MAX_DIMS (then only 4 dims are kept) */
+    int supported;  /* 1 when gplan can use it: dtype f32/f16/bf16/i32 and ndim <= GP_MAX_DIMS */
+    gp_dtype dtype; /* meaningful only for the dtypes gplan knows (see gp_st_dtype_supported) */
+    int ndim;       /* the file's rank; may exceed GP_MAX_DIMS (then only 4 dims are kept) */
     int64_t shape[GP_MAX_DIMS]; /* [ndim], outermost first; zero-filled past ndim */
-    const void *data;       /* [nbytes] little-endian, NOT aligned: read with memcpy */
+    const void *data;           /* [nbytes] little-endian, NOT aligned: read with memcpy */
     size_t nbytes;
 } gp_st_tensor;
 
@@ -50,9 +50,9 @@ int gp_st_dtype_supported(const char *file_dtype, gp_dtype *out);
 const char *gp_st_dtype_name(gp_dtype t);
 
 /* Writes a safetensors file with the tensors in the given order, their data packed back to back.
- * Each tensor's dtype is file_dtype when non-NULL (any dtype safetensors defines, so tests can write
- * F64 or BOOL), else dtype; ndim <= GP_MAX_DIMS; nbytes must equal numel * dtype size; names must be
- * unique. meta is NULL or a NULL-terminated list of key, value strings for "__metadata__".
+ * Each tensor's dtype is file_dtype when non-NULL (any dtype safetensors defines, so tests can
+ * write F64 or BOOL), else dtype; ndim <= GP_MAX_DIMS; nbytes must equal numel * dtype size; names
+ * must be unique. meta is NULL or a NULL-terminated list of key, value strings for "__metadata__".
  * The header is padded with spaces to a multiple of 8 bytes. 0 on success, -1 with err set. */
 int gp_st_write(const char *path, const gp_st_tensor *tensors, int n, const char *const *meta,
                 char *err, size_t errlen);

@@ -13,7 +13,7 @@
 
 struct gp_weights {
     char *path;
-    gp_st_file **shards;          /* [n_shards] */
+    gp_st_file **shards; /* [n_shards] */
     int n_shards;
     const gp_st_tensor **by_name; /* [count] sorted by name; point into the shards */
     int count;
@@ -112,7 +112,7 @@ static int open_single(gp_weights *w, const char *path, char *err, size_t errlen
     return 0;
 }
 
-/* model.safetensors.index.json: {"metadata": {...}, "weight_map": {tensor name: shard file name}}. */
+/* model.safetensors.index.json: {"metadata": {...}, "weight_map": {tensor name: shard file}}. */
 static int open_index(gp_weights *w, const char *path, char *err, size_t errlen)
 {
     struct stat st;
@@ -232,7 +232,8 @@ gp_weights *gp_weights_open(const char *path, char *err, size_t errlen)
             rc = open_index(w, index, err, errlen);
         } else {
             set_err(err, errlen,
-                    "%s: no model.safetensors or model.safetensors.index.json in this folder", path);
+                    "%s: no model.safetensors or model.safetensors.index.json in this folder",
+                    path);
             rc = -1;
         }
         free(single);
@@ -323,8 +324,8 @@ static void add_line(char *err, size_t errlen, size_t *at, const char *fmt, ...)
         *at = *at + (size_t)k < errlen ? *at + (size_t)k : errlen - 1;
 }
 
-int gp_weights_check(const gp_weights *w, const gp_weight_decl *decls, int n, unsigned char *convert,
-                     char *err, size_t errlen)
+int gp_weights_check(const gp_weights *w, const gp_weight_decl *decls, int n,
+                     unsigned char *convert, char *err, size_t errlen)
 {
     size_t at = 0;
     if (err && errlen)
@@ -348,7 +349,8 @@ int gp_weights_check(const gp_weights *w, const gp_weight_decl *decls, int n, un
                 snprintf(line, sizeof line,
                          "weights: \"%s\": expected shape %s %s, file has a rank-%d %s tensor "
                          "(at most %d dims supported)",
-                         d->name, want, gp_dtype_name(d->dtype), t->ndim, t->file_dtype, GP_MAX_DIMS);
+                         d->name, want, gp_dtype_name(d->dtype), t->ndim, t->file_dtype,
+                         GP_MAX_DIMS);
             } else {
                 int same_shape = t->ndim == d->ndim;
                 for (int k = 0; k < d->ndim && same_shape; k++)
@@ -356,8 +358,9 @@ int gp_weights_check(const gp_weights *w, const gp_weight_decl *decls, int n, un
                 fmt_shape(have, sizeof have, t->ndim, t->shape);
                 int dtype_ok = t->supported && convertible(t->dtype, d->dtype);
                 if (!same_shape || !dtype_ok)
-                    snprintf(line, sizeof line, "weights: \"%s\": expected shape %s %s, file has %s %s%s",
-                             d->name, want, gp_dtype_name(d->dtype), have,
+                    snprintf(line, sizeof line,
+                             "weights: \"%s\": expected shape %s %s, file has %s %s%s", d->name,
+                             want, gp_dtype_name(d->dtype), have,
                              t->supported ? gp_dtype_name(t->dtype) : t->file_dtype,
                              t->supported ? "" : " (unsupported dtype)");
                 else if (convert && t->dtype != d->dtype)

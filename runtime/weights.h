@@ -1,5 +1,6 @@
-/* Checkpoints as the runtime sees them: one safetensors file or a sharded folder, checked against the
- * weights a graph declares, read with f32/f16/bf16 conversion; and deterministic random weights. */
+/* Checkpoints as the runtime sees them: one safetensors file or a sharded folder, checked against
+ * the weights a graph declares, read with f32/f16/bf16 conversion; and deterministic random
+ * weights. */
 #ifndef GP_RUNTIME_WEIGHTS_H
 #define GP_RUNTIME_WEIGHTS_H
 
@@ -37,14 +38,14 @@ typedef struct {
 } gp_weight_decl;
 
 /* Checks every declaration: the tensor exists, has the same shape, and its dtype is the same or one
- * gp_weights_read converts (f32, f16, bf16 among themselves). Extra tensors in the checkpoint are fine.
- * convert, when not NULL, is [n]: set to 1 where the file dtype differs and reading converts.
+ * gp_weights_read converts (f32, f16, bf16 among themselves). Extra tensors in the checkpoint are
+ * fine. convert, when not NULL, is [n]: set to 1 where the file dtype differs and reading converts.
  * Returns the number of problems (0: all good). err gets one line per problem, e.g.
  *   weights: missing tensor "transformer.h.3.attn.c_attn.weight"
  *   weights: "transformer.wte.weight": expected shape [50257, 768] f32, file has [50257, 512] f32
  * up to GP_WEIGHTS_MAX_REPORTED, then "weights: ... and K more problems". */
-int gp_weights_check(const gp_weights *w, const gp_weight_decl *decls, int n, unsigned char *convert,
-                     char *err, size_t errlen);
+int gp_weights_check(const gp_weights *w, const gp_weight_decl *decls, int n,
+                     unsigned char *convert, char *err, size_t errlen);
 
 /* Copies a tensor into dst ([numel] of dtype, dst_bytes long), converting between f32, f16 and bf16
  * (round to nearest even); i32 only to i32. 0 on success, -1 with err set. */
@@ -59,8 +60,8 @@ int gp_weights_read(const gp_st_tensor *t, gp_dtype dtype, void *dst, size_t dst
  *     ln_1, ln_f, norm, input_layernorm, post_attention_layernorm, q_norm): 1.0 +- 0.05
  *   biases (".bias", norms' too): 0 +- 0.01
  *   everything else (embeddings, linear weights): 0 +- 0.02 (GPT-2 uses normal(0, 0.02))
- * Values are uniform in [center - scale, center + scale), then rounded to the dtype; i32 tensors get
- * the value rounded to the nearest integer. */
+ * Values are uniform in [center - scale, center + scale), then rounded to the dtype; i32 tensors
+ * get the value rounded to the nearest integer. */
 typedef struct {
     float center;
     float scale;

@@ -15,7 +15,8 @@
 
 static char err[4096];
 
-static gp_st_tensor mk(const char *name, gp_dtype dt, int ndim, const int64_t *shape, const void *data)
+static gp_st_tensor mk(const char *name, gp_dtype dt, int ndim, const int64_t *shape,
+                       const void *data)
 {
     gp_st_tensor t = {.name = name, .dtype = dt, .ndim = ndim, .data = data};
     size_t n = 1;
@@ -28,7 +29,8 @@ static gp_st_tensor mk(const char *name, gp_dtype dt, int ndim, const int64_t *s
 }
 
 /* A file made of a header length, the header text and data_len zero bytes. */
-static const char *write_raw(uint64_t hlen, const char *header, size_t header_bytes, size_t data_len)
+static const char *write_raw(uint64_t hlen, const char *header, size_t header_bytes,
+                             size_t data_len)
 {
     const char *path = gp_test_tmpfile(".safetensors");
     size_t total = 8 + header_bytes + data_len;
@@ -82,9 +84,12 @@ static void test_roundtrip(void)
     const int64_t s_a[2] = {2, 3}, s_h[1] = {5}, s_b[4] = {1, 1, 3, 1}, s_i[3] = {2, 2, 2};
     const int64_t s_e[2] = {0, 4}, s_d[1] = {2};
     gp_st_tensor ts[7] = {
-        mk("model.a.weight", GP_F32, 2, s_a, a), mk("h16", GP_F16, 1, s_h, h),
-        mk("bf", GP_BF16, 4, s_b, b),             mk("ids", GP_I32, 3, s_i, ints),
-        mk("scalar", GP_F32, 0, NULL, &scalar),   mk("empty", GP_F32, 2, s_e, NULL),
+        mk("model.a.weight", GP_F32, 2, s_a, a),
+        mk("h16", GP_F16, 1, s_h, h),
+        mk("bf", GP_BF16, 4, s_b, b),
+        mk("ids", GP_I32, 3, s_i, ints),
+        mk("scalar", GP_F32, 0, NULL, &scalar),
+        mk("empty", GP_F32, 2, s_e, NULL),
         mk("f64", GP_F32, 1, s_d, dbl),
     };
     ts[6].file_dtype = "F64"; /* a dtype gplan does not compute with still round-trips */
@@ -200,7 +205,8 @@ static void test_write_errors(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "bad dtype"));
     gp_st_tensor bad_utf8 = mk("x\xff", GP_F32, 1, s2, a);
     CU_ASSERT_EQUAL(gp_st_write(path, &bad_utf8, 1, NULL, err, sizeof err), -1);
-    CU_ASSERT_EQUAL(gp_st_write("/nonexistent-dir/x.safetensors", &wrong, 0, NULL, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(gp_st_write("/nonexistent-dir/x.safetensors", &wrong, 0, NULL, err, sizeof err),
+                    -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "cannot create"));
     /* An empty file (no tensors) is valid. */
     CU_ASSERT_EQUAL(gp_st_write(path, NULL, 0, NULL, err, sizeof err), 0);
@@ -224,10 +230,12 @@ static void test_bad_lengths(void)
     expect_bad_file(p, "file of 0 bytes");
     expect_bad_file(write_raw(0, "", 0, 16), "header length 0 too short");
     /* The length claims more than the file holds. */
-    expect_bad_file(write_raw(100, "{}", 2, 0), "header length 100 past the end of the file (10 bytes)");
+    expect_bad_file(write_raw(100, "{}", 2, 0),
+                    "header length 100 past the end of the file (10 bytes)");
     /* Huge lengths are refused before anything is read or allocated. */
     expect_bad_file(write_raw(1ull << 40, "{}", 2, 0), "over the cap");
-    expect_bad_file(write_raw(UINT64_MAX, "{}", 2, 0), "header length 18446744073709551615 over the cap");
+    expect_bad_file(write_raw(UINT64_MAX, "{}", 2, 0),
+                    "header length 18446744073709551615 over the cap");
     expect_bad_file(write_raw(GP_ST_MAX_HEADER + 1ull, "{}", 2, 0), "over the cap");
     /* Truncated: the length cuts the JSON short. */
     const char *h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
@@ -260,7 +268,8 @@ static void test_bad_entries(void)
 {
     expect_bad("{\"w\":{\"dtype\":\"F65\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
                "tensor \"w\": bad dtype \"F65\"");
-    expect_bad("{\"w\":{\"dtype\":\"f32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "bad dtype \"f32\"");
+    expect_bad("{\"w\":{\"dtype\":\"f32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+               "bad dtype \"f32\"");
     expect_bad("{\"w\":{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
                "tensor \"w\": dtype missing or not a string");
     expect_bad("{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "dtype missing");
@@ -272,10 +281,11 @@ static void test_bad_entries(void)
                "shape entry 0 is not a non-negative integer");
     expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":3,\"data_offsets\":[0,12]}}", 12,
                "shape missing or not an array");
-    expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],\"data_offsets\":[0,4]}}",
+    expect_bad(
+        "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],\"data_offsets\":[0,4]}}",
+        4, "shape overflows");
+    expect_bad("{\"w\":{\"dtype\":\"F64\",\"shape\":[1152921504606846976],\"data_offsets\":[0,4]}}",
                4, "shape overflows");
-    expect_bad("{\"w\":{\"dtype\":\"F64\",\"shape\":[1152921504606846976],\"data_offsets\":[0,4]}}", 4,
-               "shape overflows");
     expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", 4,
                "tensor \"w\": data_offsets reversed [4, 0]");
     expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", 8,
@@ -307,11 +317,78 @@ static void test_bad_entries(void)
     expect_bad(big, 0, "rank 65 is absurd");
 }
 
+/* Every truncation of a valid file is refused; random byte damage to the header is either refused
+ * with the loader's message or yields tensors that all lie inside the data area. */
+static void test_damage(void)
+{
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    uint16_t h[3] = {1, 2, 3};
+    const int64_t s_a[2] = {3, 2}, s_h[1] = {3};
+    gp_st_tensor ts[2] = {mk("alpha", GP_F32, 2, s_a, a), mk("beta", GP_BF16, 1, s_h, h)};
+    const char *path = gp_test_tmpfile(".safetensors");
+    CU_ASSERT_EQUAL_FATAL(gp_st_write(path, ts, 2, NULL, err, sizeof err), 0);
+    size_t len;
+    unsigned char *good = (unsigned char *)gp_test_read_file(path, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(good);
+    remove(path);
+    for (size_t cut = 0; cut < len; cut++) {
+        path = gp_test_tmpfile(".safetensors");
+        CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, good, cut), 0);
+        gp_st_file *f = gp_st_open(path, err, sizeof err);
+        CU_ASSERT_PTR_NULL(f);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err, "bad safetensors file ("));
+        gp_st_close(f);
+        remove(path);
+    }
+    uint64_t hl = rd64(good);
+    unsigned char *bad = malloc(len);
+    uint64_t rng = 99;
+    int opened = 0;
+    for (int iter = 0; iter < 2000; iter++) {
+        memcpy(bad, good, len);
+        int flips = 1 + (int)(gp_test_rand(&rng) % 3);
+        for (int k = 0; k < flips; k++)
+            bad[8 + gp_test_rand(&rng) % hl] = (unsigned char)gp_test_rand(&rng);
+        path = gp_test_tmpfile(".safetensors");
+        CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, bad, len), 0);
+        gp_st_file *f = gp_st_open(path, err, sizeof err);
+        if (f) {
+            opened++;
+            /* All tensors together span at most the data area (the bytes after the header). */
+            const unsigned char *lo = NULL, *hi = NULL;
+            for (int i = 0; i < gp_st_count(f); i++) {
+                const gp_st_tensor *t = gp_st_get(f, i);
+                const unsigned char *p = t->data;
+                if (t->nbytes == 0)
+                    continue;
+                if (t->supported)
+                    CU_ASSERT_EQUAL((int64_t)t->nbytes,
+                                    gp_st_numel(t) * (int64_t)gp_dtype_size(t->dtype));
+                lo = !lo || p < lo ? p : lo;
+                hi = !hi || p + t->nbytes > hi ? p + t->nbytes : hi;
+                unsigned sum = 0;
+                for (size_t b = 0; b < t->nbytes; b++)
+                    sum += p[b]; /* touches every byte: a bad range would fault */
+                (void)sum;
+            }
+            CU_ASSERT(!lo || (size_t)(hi - lo) <= len - 8 - hl);
+        } else {
+            CU_ASSERT_PTR_NOT_NULL(strstr(err, "bad safetensors file ("));
+        }
+        gp_st_close(f);
+        remove(path);
+    }
+    CU_ASSERT(opened > 0); /* some damage (inside a name, say) leaves a valid file */
+    free(bad);
+    free(good);
+}
+
 static void test_not_files(void)
 {
     gp_st_file *f = gp_st_open("/nonexistent/x.safetensors", err, sizeof err);
     CU_ASSERT_PTR_NULL(f);
-    CU_ASSERT_STRING_EQUAL(err, "/nonexistent/x.safetensors: cannot open (No such file or directory)");
+    CU_ASSERT_STRING_EQUAL(err,
+                           "/nonexistent/x.safetensors: cannot open (No such file or directory)");
     f = gp_st_open(GP_SOURCE_DIR, err, sizeof err);
     CU_ASSERT_PTR_NULL(f);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "not a regular file"));
@@ -353,13 +430,14 @@ static void test_unsupported_listed(void)
     gp_weight_decl ok = {"ok", GP_F16, 1, {2}};
     CU_ASSERT_EQUAL(gp_weights_check(w, &ok, 1, NULL, err, sizeof err), 0);
     CU_ASSERT_STRING_EQUAL(err, "");
-    gp_weight_decl ds[3] = {{"d", GP_F32, 1, {2}}, {"r5", GP_F32, 4, {1, 1, 2, 1}}, {"m", GP_I32, 1, {3}}};
+    gp_weight_decl ds[3] = {
+        {"d", GP_F32, 1, {2}}, {"r5", GP_F32, 4, {1, 1, 2, 1}}, {"m", GP_I32, 1, {3}}};
     CU_ASSERT_EQUAL(gp_weights_check(w, ds, 3, NULL, err, sizeof err), 3);
-    CU_ASSERT_STRING_EQUAL(err,
-                           "weights: \"d\": expected shape [2] f32, file has [2] F64 (unsupported dtype)\n"
-                           "weights: \"r5\": expected shape [1, 1, 2, 1] f32, file has a rank-5 F32 "
-                           "tensor (at most 4 dims supported)\n"
-                           "weights: \"m\": expected shape [3] i32, file has [3] BOOL (unsupported dtype)");
+    CU_ASSERT_STRING_EQUAL(
+        err, "weights: \"d\": expected shape [2] f32, file has [2] F64 (unsupported dtype)\n"
+             "weights: \"r5\": expected shape [1, 1, 2, 1] f32, file has a rank-5 F32 "
+             "tensor (at most 4 dims supported)\n"
+             "weights: \"m\": expected shape [3] i32, file has [3] BOOL (unsupported dtype)");
     gp_weights_close(w);
     remove(path);
 }
@@ -393,9 +471,9 @@ static void write_text(const char *path, const char *text)
     CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, text, strlen(text)), 0);
 }
 
-static const char *const shard_files[] = {"model-00001-of-00002.safetensors",
-                                          "model-00002-of-00002.safetensors",
-                                          "model.safetensors.index.json", "model.safetensors", NULL};
+static const char *const shard_files[] = {
+    "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+    "model.safetensors.index.json", "model.safetensors", NULL};
 
 /* Two shards: "a", "b" in shard 1 (plus "stray", not in the index); "c" in shard 2. */
 static void write_shards(const char *dir)
@@ -405,8 +483,10 @@ static void write_shards(const char *dir)
     gp_st_tensor one[3] = {mk("a", GP_F32, 1, s2, va), mk("b", GP_F32, 1, s3, vb),
                            mk("stray", GP_F32, 1, s1, vc)};
     gp_st_tensor two[1] = {mk("c", GP_F32, 1, s1, vc)};
-    CU_ASSERT_EQUAL_FATAL(gp_st_write(in_dir(dir, shard_files[0]), one, 3, NULL, err, sizeof err), 0);
-    CU_ASSERT_EQUAL_FATAL(gp_st_write(in_dir(dir, shard_files[1]), two, 1, NULL, err, sizeof err), 0);
+    CU_ASSERT_EQUAL_FATAL(gp_st_write(in_dir(dir, shard_files[0]), one, 3, NULL, err, sizeof err),
+                          0);
+    CU_ASSERT_EQUAL_FATAL(gp_st_write(in_dir(dir, shard_files[1]), two, 1, NULL, err, sizeof err),
+                          0);
 }
 
 static void test_sharded(void)
@@ -477,27 +557,31 @@ static void expect_bad_index(const char *index, const char *reason)
 
 static void test_bad_index(void)
 {
-    expect_bad_index("{\"weight_map\": {\"a\": \"../model-00001-of-00002.safetensors\"}}",
-                     "bad safetensors index (\"a\" maps to ../model-00001-of-00002.safetensors, not a "
-                     "plain shard file name)");
+    expect_bad_index(
+        "{\"weight_map\": {\"a\": \"../model-00001-of-00002.safetensors\"}}",
+        "bad safetensors index (\"a\" maps to ../model-00001-of-00002.safetensors, not a "
+        "plain shard file name)");
     expect_bad_index("{\"weight_map\": {\"a\": \"/etc/passwd\"}}", "not a plain shard file name");
     expect_bad_index("{\"weight_map\": {\"a\": \"..\"}}", "not a plain shard file name");
     expect_bad_index("{\"weight_map\": {\"a\": \"\"}}", "not a plain shard file name");
     expect_bad_index("{\"weight_map\": {\"a\": 3}}", "maps to a non-string");
-    expect_bad_index("{\"weight_map\": [\"a\"]}", "bad safetensors index (no \"weight_map\" object)");
+    expect_bad_index("{\"weight_map\": [\"a\"]}",
+                     "bad safetensors index (no \"weight_map\" object)");
     expect_bad_index("[]", "no \"weight_map\" object");
     expect_bad_index("{\"weight_map\": {\"a\": \"x\",}", "bad safetensors index (JSON:");
     expect_bad_index("{\"weight_map\": {\"a\": \"model-00003-of-00003.safetensors\"}}",
                      "model-00003-of-00003.safetensors: cannot open (No such file or directory)");
-    expect_bad_index("{\"weight_map\": {\"c\": \"model-00001-of-00002.safetensors\"}}",
-                     "\"c\" is mapped to model-00001-of-00002.safetensors, which has no such tensor");
+    expect_bad_index(
+        "{\"weight_map\": {\"c\": \"model-00001-of-00002.safetensors\"}}",
+        "\"c\" is mapped to model-00001-of-00002.safetensors, which has no such tensor");
     /* A broken shard reports the shard's own error. */
     char *dir = tmpdir();
     write_text(in_dir(dir, shard_files[0]), "junk");
     write_text(in_dir(dir, "model.safetensors.index.json"),
                "{\"weight_map\": {\"a\": \"model-00001-of-00002.safetensors\"}}");
     CU_ASSERT_PTR_NULL(gp_weights_open(dir, err, sizeof err));
-    CU_ASSERT_PTR_NOT_NULL(strstr(err, "model-00001-of-00002.safetensors: bad safetensors file (file of 4"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(err, "model-00001-of-00002.safetensors: bad safetensors file (file of 4"));
     rm_dir(dir, shard_files);
     /* An empty folder, a missing path. */
     dir = tmpdir();
@@ -532,7 +616,8 @@ static void test_check(void)
     gp_weights *w = gpt_like(&path);
     CU_ASSERT_PTR_NOT_NULL_FATAL(w);
     unsigned char conv[8];
-    /* All good; the f16 file tensor declared f32 (and the f32 one declared bf16) need conversion. */
+    /* All good; the f16 file tensor declared f32 (and the f32 one declared bf16) need conversion.
+     */
     gp_weight_decl good[3] = {{"transformer.wte.weight", GP_F32, 2, {6, 4}},
                               {"transformer.ln_f.weight", GP_F32, 1, {4}},
                               {"transformer.ln_f.bias", GP_BF16, 1, {4}}};
@@ -548,17 +633,18 @@ static void test_check(void)
         {"transformer.h.3.attn.c_attn.weight", GP_F32, 2, {4, 12}},
         {"transformer.wte.weight", GP_F32, 2, {6, 8}},
         {"transformer.ln_f.weight", GP_F16, 1, {4}},
-        {"pos_ids", GP_F32, 1, {3}},          /* i32 in the file: no conversion */
+        {"pos_ids", GP_F32, 1, {3}}, /* i32 in the file: no conversion */
         {"transformer.ln_f.bias", GP_I32, 1, {4}},
         {"transformer.wte.weight", GP_F16, 3, {1, 6, 4}},
     };
     CU_ASSERT_EQUAL(gp_weights_check(w, bad, 6, conv, err, sizeof err), 5);
-    CU_ASSERT_STRING_EQUAL(err,
-                           "weights: missing tensor \"transformer.h.3.attn.c_attn.weight\"\n"
-                           "weights: \"transformer.wte.weight\": expected shape [6, 8] f32, file has [6, 4] f32\n"
-                           "weights: \"pos_ids\": expected shape [3] f32, file has [3] i32\n"
-                           "weights: \"transformer.ln_f.bias\": expected shape [4] i32, file has [4] f32\n"
-                           "weights: \"transformer.wte.weight\": expected shape [1, 6, 4] f16, file has [6, 4] f32");
+    CU_ASSERT_STRING_EQUAL(
+        err,
+        "weights: missing tensor \"transformer.h.3.attn.c_attn.weight\"\n"
+        "weights: \"transformer.wte.weight\": expected shape [6, 8] f32, file has [6, 4] f32\n"
+        "weights: \"pos_ids\": expected shape [3] f32, file has [3] i32\n"
+        "weights: \"transformer.ln_f.bias\": expected shape [4] i32, file has [4] f32\n"
+        "weights: \"transformer.wte.weight\": expected shape [1, 6, 4] f16, file has [6, 4] f32");
     CU_ASSERT_EQUAL(conv[2], 0);
 
     /* Past the cap the rest are counted. */
@@ -574,7 +660,8 @@ static void test_check(void)
     for (const char *p = err; *p; p++)
         lines += *p == '\n';
     CU_ASSERT_EQUAL(lines, GP_WEIGHTS_MAX_REPORTED + 1);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err, "weights: missing tensor \"w15\"\nweights: ... and 4 more problems"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(err, "weights: missing tensor \"w15\"\nweights: ... and 4 more problems"));
     /* A small err buffer truncates without overflowing; the count is still right. */
     char small[20];
     CU_ASSERT_EQUAL(gp_weights_check(w, many, N, NULL, small, sizeof small), N);
@@ -583,7 +670,8 @@ static void test_check(void)
     /* Malformed declarations are problems, not crashes. */
     gp_weight_decl odd[2] = {{NULL, GP_F32, 1, {1}}, {"pos_ids", GP_I32, 9, {3}}};
     CU_ASSERT_EQUAL(gp_weights_check(w, odd, 2, NULL, err, sizeof err), 2);
-    CU_ASSERT_STRING_EQUAL(err, "weights: declaration 0 is malformed\nweights: declaration 1 is malformed");
+    CU_ASSERT_STRING_EQUAL(
+        err, "weights: declaration 0 is malformed\nweights: declaration 1 is malformed");
     gp_weights_close(w);
     remove(path);
 }
@@ -594,7 +682,8 @@ static void test_read_convert(void)
 {
     const float v[5] = {1.0f, -2.5f, 0.15625f, 65504.0f, 0.0f};
     const uint16_t as_f16[5] = {0x3c00, 0xc100, 0x3100, 0x7bff, 0x0000};
-    const uint16_t as_bf16[5] = {0x3f80, 0xc020, 0x3e20, 0x4780, 0x0000}; /* 65504 rounds up to 65536 */
+    const uint16_t as_bf16[5] = {0x3f80, 0xc020, 0x3e20, 0x4780,
+                                 0x0000}; /* 65504 rounds up to 65536 */
     const int64_t s5[1] = {5}, s2[1] = {2};
     const int32_t iv[2] = {3, -4};
     gp_st_tensor ts[3] = {mk("f", GP_F32, 1, s5, v), mk("h", GP_F16, 1, s5, as_f16),
@@ -619,7 +708,8 @@ static void test_read_convert(void)
     for (int i = 0; i < 5; i++)
         CU_ASSERT_EQUAL(b16[i], as_bf16[i]);
     int32_t i32[2];
-    CU_ASSERT_EQUAL(gp_weights_read(gp_weights_find(w, "i"), GP_I32, i32, sizeof i32, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(
+        gp_weights_read(gp_weights_find(w, "i"), GP_I32, i32, sizeof i32, err, sizeof err), 0);
     CU_ASSERT_EQUAL(i32[1], -4);
     CU_ASSERT_EQUAL(gp_weights_read(gp_weights_find(w, "i"), GP_F32, f32, 8, err, sizeof err), -1);
     CU_ASSERT_STRING_EQUAL(err, "weights: \"i\": cannot read I32 data (rank 1) as f32");
@@ -645,8 +735,8 @@ static void test_random_determinism(void)
     gp_weights_random_fill(c, GP_F32, 0, 17, 42, k, 0.0f, 0.02f);
     CU_ASSERT_EQUAL(memcmp(a, c, sizeof a), 0);
     /* Another name or another seed gives other values (elementwise, not shifted copies). */
-    gp_weights_random_fill(c, GP_F32, 0, N, 42, gp_weights_name_key("transformer.h.1.attn.c_attn.weight"),
-                           0.0f, 0.02f);
+    gp_weights_random_fill(c, GP_F32, 0, N, 42,
+                           gp_weights_name_key("transformer.h.1.attn.c_attn.weight"), 0.0f, 0.02f);
     gp_weights_random_fill(d, GP_F32, 0, N, 43, k, 0.0f, 0.02f);
     int same_c = 0, same_d = 0, shifted = 0;
     for (int i = 0; i < N; i++) {
@@ -659,7 +749,8 @@ static void test_random_determinism(void)
     CU_ASSERT(shifted < 8);
     CU_ASSERT_NOT_EQUAL(gp_weights_name_key("a"), gp_weights_name_key("b"));
     CU_ASSERT_EQUAL(gp_weights_name_key(""), 0xcbf29ce484222325ull); /* FNV-1a offset basis */
-    CU_ASSERT_EQUAL(gp_weights_name_key("a"), 0xaf63dc4c8601ec8cull);  /* published FNV-1a 64 of "a" */
+    CU_ASSERT_EQUAL(gp_weights_name_key("a"),
+                    0xaf63dc4c8601ec8cull); /* published FNV-1a 64 of "a" */
     /* The named fill is the keyed fill with the name's defaults. */
     gp_weights_random_named(b, GP_F32, N, 42, "transformer.h.0.attn.c_attn.weight");
     CU_ASSERT_EQUAL(memcmp(a, b, sizeof a), 0);
@@ -743,6 +834,7 @@ void gp_suite_weights(void)
     CU_add_test(s, "bad header lengths", test_bad_lengths);
     CU_add_test(s, "bad header JSON", test_bad_json);
     CU_add_test(s, "bad tensor entries", test_bad_entries);
+    CU_add_test(s, "truncated and damaged files", test_damage);
     CU_add_test(s, "missing files and folders", test_not_files);
     CU_add_test(s, "unsupported tensors fail only when asked for", test_unsupported_listed);
     CU_add_test(s, "sharded folder with an index", test_sharded);
