@@ -1,0 +1,73 @@
+/* CPU attention: causal scaled-dot-product attention of new queries over a KV cache, grouped-query,
+ * with a stable softmax. Threads split the (t, h) query rows; scores go to a per-thread slice of ws. */
+#include <math.h>
+#include <string.h>
+
+#include "runtime/cpu_internal.h"
+
+/* q [T, H, D], k [S, G, D], v [S, G, D], pos i32 [T] -> out f32-or-other [T, H, D].
+ * ws: f32 [nth_used, S] scores. */
+void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in, void *ws,
+                      size_t ws_size, int ith, int nth)
+{
+    const gp_ktensor *q = &in[0], *k = &in[1], *v = &in[2], *pos = &in[3];
+    int64_t T = q->ne[0], H = q->ne[1], D = q->ne[2], S = k->ne[0], G = k->ne[1];
+    GP_ASSERT(G > 0 && H % G == 0 && k->ne[2] == D && v->ne[0] == S && v->ne[1] == G &&
+              v->ne[2] == D);
+    /* Threads beyond the workspace's slices sit this node out (plan.h caps them). */
+    size_t per = (size_t)(S > 0 ? S : 1) * sizeof(float);
+    int nuse = ws_size / per < (size_t)nth ? (int)(ws_size / per) : nth;
+    GP_ASSERT(nuse >= 1 || T == 0);
+    if (ith >= nuse)
+        return;
+    float *sc = (float *)((char *)ws + (size_t)ith * per); /* [S] scores of one query row */
+    float scale = (float)at->f[0];
+    float bq[GP_CHUNK], bk[GP_CHUNK], acc[GP_CHUNK];
+    int64_t r0, r1;
+    gp_share(T * H, ith, nuse, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t t = r / H, h = r % H, g = h / (H / G);
+        int32_t p;
+        memcpy(&p, (const char *)pos->data + t * pos->nb[0], 4);
+        GP_ASSERT(p >= 0 && p < S);
+        const char *pq = (const char *)q->data + t * q->nb[0] + h * q->nb[1];
+        const char *pk = (const char *)k->data + g * k->nb[1];
+        const char *pv = (const char *)v->data + g * v->nb[1];
+        char *po = (char *)out->data + t * out->nb[0] + h * out->nb[1];
+        /* Scores of cache rows 0..p and their maximum. */
+        float mx = -INFINITY;
+        for (int64_t s = 0; s <= p; s++) {
+            gp_acc8 dot;
+            gp_acc8_zero(&dot);
+            for (int64_t c = 0; c < D; c += GP_CHUNK) {
+                int64_t m = D - c < GP_CHUNK ? D - c : GP_CHUNK;
+                gp_cpu_load_row(bq, pq + c * q->nb[2], m, q->nb[2], q->dtype);
+                gp_cpu_load_row(bk, pk + s * k->nb[0] + c * k->nb[2], m, k->nb[2], k->dtype);
+                gp_acc8_dot(&dot, bq, bk, m);
+            }
+            sc[s] = gp_acc8_total(&dot) * scale;
+            mx = fmaxf(mx, sc[s]);
+        }
+        gp_acc8 sum;
+        gp_acc8_zero(&sum);
+        for (int64_t s = 0; s <= p; s++)
+            sc[s] = expf(sc[s] - mx);
+        gp_acc8_add(&sum, sc, p + 1);
+        float inv = 1.0f / gp_acc8_total(&sum);
+        /* out = sum_s sc[s] v[s] / sum, one chunk of D at a time, s ascending. */
+        for (int64_t c = 0; c < D; c += GP_CHUNK) {
+            int64_t m = D - c < GP_CHUNK ? D - c : GP_CHUNK;
+            for (int64_t i = 0; i < m; i++)
+                acc[i] = 0.0f;
+            for (int64_t s = 0; s <= p; s++) {
+                gp_cpu_load_row(bk, pv + s * v->nb[0] + c * v->nb[2], m, v->nb[2], v->dtype);
+                float w = sc[s];
+                for (int64_t i = 0; i < m; i++)
+                    acc[i] += w * bk[i];
+            }
+            for (int64_t i = 0; i < m; i++)
+                acc[i] *= inv;
+            gp_cpu_store_row(po + c * out->nb[2], out->nb[2], out->dtype, acc, m);
+        }
+    }
+}

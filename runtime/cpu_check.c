@@ -1,0 +1,243 @@
+/* gp_cpu_check: the runtime's guard before a node runs, so a kernel never meets shapes it cannot
+ * handle or an index out of range (ids and positions come from the caller, untrusted). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/cpu_kernels.h"
+
+static int fail(char *err, size_t n, gp_op op, const char *fmt, ...)
+{
+    const gp_op_info *info = gp_op_get(op);
+    int k = snprintf(err, n, "%s: ", info ? info->name : "?");
+    if (k >= 0 && (size_t)k < n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err + k, n - (size_t)k, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static int is_float(gp_dtype t)
+{
+    return t == GP_F32 || t == GP_F16 || t == GP_BF16;
+}
+
+static int same_shape(const gp_ktensor *x, const gp_ktensor *y)
+{
+    if (x->ndim != y->ndim)
+        return 0;
+    for (int d = 0; d < x->ndim; d++)
+        if (x->ne[d] != y->ne[d])
+            return 0;
+    return 1;
+}
+
+/* The first index of ids (i32 [n]) outside [0, bound), or -1. */
+static int64_t bad_index(const gp_ktensor *ids, int64_t bound, int32_t *val)
+{
+    for (int64_t i = 0; i < ids->ne[0]; i++) {
+        int32_t v;
+        memcpy(&v, (const char *)ids->data + i * ids->nb[0], 4);
+        if (v < 0 || v >= bound) {
+            *val = v;
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* An i32 [n] index vector with n = want. */
+static int check_index(const gp_ktensor *ids, int64_t want, int64_t bound, const char *what,
+                       gp_op op, char *err, size_t n)
+{
+    int32_t v = 0;
+    if (ids->dtype != GP_I32 || ids->ndim != 1 || ids->ne[0] != want)
+        return fail(err, n, op, "%s must be i32 [%lld]", what, (long long)want);
+    int64_t i = bad_index(ids, bound, &v);
+    if (i >= 0)
+        return fail(err, n, op, "%s[%lld] = %d is out of range [0, %lld)", what, (long long)i, v,
+                    (long long)bound);
+    return 0;
+}
+
+static int check_tensor(const gp_ktensor *t, const char *what, gp_op op, char *err, size_t n)
+{
+    if (!t)
+        return fail(err, n, op, "%s is missing", what);
+    if (t->ndim < 0 || t->ndim > GP_MAX_DIMS || (int)t->dtype < 0 || t->dtype >= GP_DTYPE_COUNT)
+        return fail(err, n, op, "%s has a bad rank %d or dtype %d", what, t->ndim, (int)t->dtype);
+    int64_t count = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->ne[d] < 0)
+            return fail(err, n, op, "%s has a negative dim %lld", what, (long long)t->ne[d]);
+        count *= t->ne[d];
+    }
+    if (count > 0 && !t->data)
+        return fail(err, n, op, "%s has no data", what);
+    return 0;
+}
+
+static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in,
+                        int n_in, char *err, size_t n)
+{
+    const gp_ktensor *x = &in[0];
+    switch (op) {
+    case GP_OP_NONE:
+    case GP_OP_RESHAPE:
+    case GP_OP_PERMUTE:
+    case GP_OP_SLICE:
+    case GP_OP_VIEW:
+        return 0;
+    case GP_OP_GET_ROWS:
+        if (x->ndim != 2 || out->ndim != 2 || out->ne[0] != in[1].ne[0] || out->ne[1] != x->ne[1])
+            return fail(err, n, op, "expected table [V, C], ids [T], out [T, C]");
+        return check_index(&in[1], out->ne[0], x->ne[0], "ids", op, err, n);
+    case GP_OP_ADD:
+    case GP_OP_SUB:
+    case GP_OP_MUL:
+    case GP_OP_DIV: {
+        const gp_ktensor *y = &in[1];
+        int nd = x->ndim > y->ndim ? x->ndim : y->ndim;
+        if (out->ndim != nd)
+            return fail(err, n, op, "out has %d dims, expected %d", out->ndim, nd);
+        for (int d = 0; d < nd; d++) {
+            int dx = d - (nd - x->ndim), dy = d - (nd - y->ndim);
+            int64_t ex = dx >= 0 ? x->ne[dx] : 1, ey = dy >= 0 ? y->ne[dy] : 1;
+            int64_t want = ex == 1 ? ey : ex;
+            if ((ex != 1 && ey != 1 && ex != ey) || out->ne[d] != want)
+                return fail(err, n, op, "dim %d: a %lld, b %lld, out %lld do not broadcast", d,
+                            (long long)ex, (long long)ey, (long long)out->ne[d]);
+        }
+        return 0;
+    }
+    case GP_OP_SWIGLU:
+        if (!same_shape(x, &in[1]) || !same_shape(x, out))
+            return fail(err, n, op, "gate, up and out must have the same shape");
+        return 0;
+    case GP_OP_SCALE:
+    case GP_OP_GELU:
+    case GP_OP_GELU_ERF:
+    case GP_OP_SILU:
+    case GP_OP_SOFTMAX:
+    case GP_OP_CONT:
+    case GP_OP_CAST:
+        if (!same_shape(x, out))
+            return fail(err, n, op, "out must have the shape of x");
+        return 0;
+    case GP_OP_MATMUL: {
+        const gp_ktensor *y = &in[1];
+        if (x->ndim < 2 || y->ndim < 2 || out->ndim < 2)
+            return fail(err, n, op, "a, b and out need at least 2 dims");
+        int ta = a->i[0] != 0, tb = a->i[1] != 0;
+        int64_t M = x->ne[x->ndim - 2 + ta], K = x->ne[x->ndim - 1 - ta];
+        int64_t K2 = y->ne[y->ndim - 2 + tb], N = y->ne[y->ndim - 1 - tb];
+        if (K != K2 || out->ne[out->ndim - 2] != M || out->ne[out->ndim - 1] != N)
+            return fail(err, n, op, "a is [%lld, %lld], b is [%lld, %lld], out is [%lld, %lld]",
+                        (long long)M, (long long)K, (long long)K2, (long long)N,
+                        (long long)out->ne[out->ndim - 2], (long long)out->ne[out->ndim - 1]);
+        int nd = x->ndim > y->ndim ? x->ndim : y->ndim;
+        if (out->ndim != nd)
+            return fail(err, n, op, "out has %d dims, expected %d", out->ndim, nd);
+        for (int d = 0; d < nd - 2; d++) {
+            int dx = d - (nd - x->ndim), dy = d - (nd - y->ndim);
+            int64_t ex = dx >= 0 ? x->ne[dx] : 1, ey = dy >= 0 ? y->ne[dy] : 1;
+            if ((ex != 1 && ey != 1 && ex != ey) || out->ne[d] != (ex == 1 ? ey : ex))
+                return fail(err, n, op, "batch dim %d: a %lld, b %lld, out %lld", d, (long long)ex,
+                            (long long)ey, (long long)out->ne[d]);
+        }
+        if (out->dtype != GP_F32)
+            return fail(err, n, op, "out must be f32");
+        return 0;
+    }
+    case GP_OP_LAYER_NORM:
+    case GP_OP_RMS_NORM:
+        if (x->ndim < 1 || !same_shape(x, out))
+            return fail(err, n, op, "out must have the shape of x, with at least 1 dim");
+        for (int i = 1; i < n_in; i++)
+            if (in[i].ndim != 1 || in[i].ne[0] != x->ne[x->ndim - 1])
+                return fail(err, n, op, "input %d must be [%lld]", i,
+                            (long long)x->ne[x->ndim - 1]);
+        return 0;
+    case GP_OP_ROPE:
+        if (x->ndim != 3 || !same_shape(x, out))
+            return fail(err, n, op, "x and out must be [T, H, D]");
+        if ((a->i[0] != 0 && a->i[0] != 1) || a->i[1] < 0 || a->i[1] > x->ne[2] || a->i[1] % 2)
+            return fail(err, n, op, "bad mode %lld or rotated dims %lld (D = %lld)",
+                        (long long)a->i[0], (long long)a->i[1], (long long)x->ne[2]);
+        if (in[1].dtype != GP_I32 || in[1].ndim != 1 || in[1].ne[0] != x->ne[0])
+            return fail(err, n, op, "pos must be i32 [%lld]", (long long)x->ne[0]);
+        return 0;
+    case GP_OP_CONCAT: {
+        const gp_ktensor *y = &in[1];
+        int64_t ax = a->i[0] < 0 ? a->i[0] + x->ndim : a->i[0];
+        if (ax < 0 || ax >= x->ndim || y->ndim != x->ndim || out->ndim != x->ndim)
+            return fail(err, n, op, "bad axis %lld or ranks", (long long)a->i[0]);
+        for (int d = 0; d < x->ndim; d++) {
+            int64_t want = d == ax ? x->ne[d] + y->ne[d] : x->ne[d];
+            if ((d != ax && y->ne[d] != x->ne[d]) || out->ne[d] != want)
+                return fail(err, n, op, "dim %d: a %lld, b %lld, out %lld", d,
+                            (long long)x->ne[d], (long long)y->ne[d], (long long)out->ne[d]);
+        }
+        return 0;
+    }
+    case GP_OP_STORE: {
+        const gp_ktensor *src = &in[2];
+        if (x->ndim < 1 || src->ndim != x->ndim)
+            return fail(err, n, op, "dst and src need the same rank, at least 1");
+        for (int d = 1; d < x->ndim; d++)
+            if (src->ne[d] != x->ne[d])
+                return fail(err, n, op, "dim %d: dst %lld, src %lld", d, (long long)x->ne[d],
+                            (long long)src->ne[d]);
+        if (!is_float(src->dtype) || !is_float(x->dtype))
+            return fail(err, n, op, "dst and src must be float tensors");
+        return check_index(&in[1], src->ne[0], x->ne[0], "pos", op, err, n);
+    }
+    case GP_OP_ATTENTION: {
+        const gp_ktensor *k = &in[1], *v = &in[2];
+        if (x->ndim != 3 || k->ndim != 3 || !same_shape(k, v) || !same_shape(x, out))
+            return fail(err, n, op, "expected q, out [T, H, D] and k, v [S, G, D]");
+        if (k->ne[2] != x->ne[2] || k->ne[1] < 1 || x->ne[1] % k->ne[1])
+            return fail(err, n, op, "q [%lld, %lld, %lld] does not fit k [%lld, %lld, %lld]",
+                        (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2],
+                        (long long)k->ne[0], (long long)k->ne[1], (long long)k->ne[2]);
+        if (!is_float(k->dtype) || !is_float(v->dtype))
+            return fail(err, n, op, "k and v must be float tensors");
+        return check_index(&in[3], x->ne[0], k->ne[0], "pos", op, err, n);
+    }
+    default:
+        return fail(err, n, op, "unknown op %d", (int)op);
+    }
+}
+
+int gp_cpu_check(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int n_in,
+                 char *err, size_t err_size)
+{
+    const gp_op_info *info = gp_op_get(op);
+    if (err_size)
+        err[0] = '\0';
+    if (!info)
+        return fail(err, err_size, op, "unknown op %d", (int)op);
+    if (!a || n_in < info->min_inputs || n_in > info->max_inputs || (n_in > 0 && !in))
+        return fail(err, err_size, op, "%d inputs, expected %d..%d", n_in, info->min_inputs,
+                    info->max_inputs);
+    if (check_tensor(out, "out", op, err, err_size))
+        return -1;
+    for (int i = 0; i < n_in; i++) {
+        char what[24];
+        snprintf(what, sizeof what, "input %d", i);
+        if (check_tensor(&in[i], what, op, err, err_size))
+            return -1;
+        /* Index inputs are checked per op; every other input and out are floats (cast: any). */
+        int index_in = (op == GP_OP_GET_ROWS && i == 1) || (op == GP_OP_ROPE && i == 1) ||
+                       (op == GP_OP_STORE && i == 1) || (op == GP_OP_ATTENTION && i == 3);
+        if (!index_in && !is_float(in[i].dtype) && op != GP_OP_CAST && !info->is_view)
+            return fail(err, err_size, op, "input %d must be a float tensor, not %s", i,
+                        gp_dtype_name(in[i].dtype));
+    }
+    if (!is_float(out->dtype) && op != GP_OP_CAST && !info->is_view)
+        return fail(err, err_size, op, "out must be a float tensor, not %s",
+                    gp_dtype_name(out->dtype));
+    return check_shapes(op, a, out, in, n_in, err, err_size);
+}

@@ -1,0 +1,107 @@
+/* Helpers shared by the CPU kernel files: strided row loads and stores with dtype conversion,
+ * shapes padded to four dims, and reductions in a fixed order. Not part of the runtime's API. */
+#ifndef GP_RUNTIME_CPU_INTERNAL_H
+#define GP_RUNTIME_CPU_INTERNAL_H
+
+#include <stdint.h>
+
+#include "runtime/cpu_kernels.h"
+#include "runtime/f16.h"
+
+/* Elements per stack chunk in row loops (a multiple of the 8 reduction lanes). */
+#define GP_CHUNK 256
+
+/* A tensor right-aligned to four dims: missing outer dims have ne 1 and nb 0. */
+typedef struct {
+    char *p;
+    gp_dtype t;
+    int64_t ne[4];
+    int64_t nb[4];
+} gp_t4;
+
+static inline gp_t4 gp_t4_of(const gp_ktensor *k)
+{
+    gp_t4 r;
+    r.p = k->data;
+    r.t = k->dtype;
+    int off = 4 - k->ndim;
+    for (int d = 0; d < 4; d++) {
+        r.ne[d] = d < off ? 1 : k->ne[d - off];
+        r.nb[d] = d < off ? 0 : k->nb[d - off];
+    }
+    return r;
+}
+
+/* Rows (all dims but the last) of a four-dim shape. */
+static inline int64_t gp_t4_rows(const gp_t4 *t)
+{
+    return t->ne[0] * t->ne[1] * t->ne[2];
+}
+
+/* Byte offset of row r of `shape` within tensor t (t may broadcast: its dims of 1 repeat). */
+static inline int64_t gp_t4_row_off(const gp_t4 *t, const int64_t shape[4], int64_t r)
+{
+    int64_t i2 = r % shape[2];
+    int64_t i1 = (r / shape[2]) % shape[1];
+    int64_t i0 = r / (shape[2] * shape[1]);
+    return (t->ne[0] == 1 ? 0 : i0 * t->nb[0]) + (t->ne[1] == 1 ? 0 : i1 * t->nb[1]) +
+           (t->ne[2] == 1 ? 0 : i2 * t->nb[2]);
+}
+
+/* The rows [*r0, *r1) that thread ith of nth computes out of n. */
+static inline void gp_share(int64_t n, int ith, int nth, int64_t *r0, int64_t *r1)
+{
+    *r0 = n * ith / nth;
+    *r1 = n * (ith + 1) / nth;
+}
+
+/* dst[0..n) = src elements 0..n of dtype t, `stride` bytes apart, as f32. */
+void gp_cpu_load_row(float *dst, const char *src, int64_t n, int64_t stride, gp_dtype t);
+
+/* Stores src[0..n) f32 as dtype t into dst with `stride` bytes between elements. */
+void gp_cpu_store_row(char *dst, int64_t stride, gp_dtype t, const float *src, int64_t n);
+
+/* Sum of x[0..n) in 8 interleaved lanes combined pairwise: a fixed order for every caller. */
+typedef struct {
+    float l[8];
+} gp_acc8;
+
+static inline void gp_acc8_zero(gp_acc8 *a)
+{
+    for (int j = 0; j < 8; j++)
+        a->l[j] = 0.0f;
+}
+
+static inline float gp_acc8_total(const gp_acc8 *a)
+{
+    return ((a->l[0] + a->l[1]) + (a->l[2] + a->l[3])) + ((a->l[4] + a->l[5]) + (a->l[6] + a->l[7]));
+}
+
+/* Adds x[0..n) to the lanes; element i goes to lane i % 8 when called on chunks of GP_CHUNK. */
+static inline void gp_acc8_add(gp_acc8 *a, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            a->l[j] += x[i + j];
+    for (int j = 0; i < n; i++, j++)
+        a->l[j] += x[i];
+}
+
+/* Adds x[i] * y[i]; same lane rule. */
+static inline void gp_acc8_dot(gp_acc8 *a, const float *x, const float *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            a->l[j] += x[i + j] * y[i + j];
+    for (int j = 0; i < n; i++, j++)
+        a->l[j] += x[i] * y[i];
+}
+
+void gp_cpu_matmul(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int ith,
+                   int nth);
+void gp_cpu_attention(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, void *ws,
+                      size_t ws_size, int ith, int nth);
+
+#endif

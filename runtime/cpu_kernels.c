@@ -1,0 +1,511 @@
+/* CPU kernels for the row-wise ops (elementwise, broadcasting arithmetic, norms, softmax, rope,
+ * copies, lookups, stores) and the dispatcher; matmul and attention live in their own files. */
+#include "runtime/cpu_kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "runtime/cpu_internal.h"
+
+void gp_cpu_load_row(float *dst, const char *src, int64_t n, int64_t stride, gp_dtype t)
+{
+    switch (t) {
+    case GP_F32:
+        if (stride == 4) {
+            memcpy(dst, src, (size_t)n * 4);
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                memcpy(&dst[i], src + i * stride, 4);
+        }
+        break;
+    case GP_F16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, src + i * stride, 2);
+            dst[i] = gp_f16_to_f32(h);
+        }
+        break;
+    case GP_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, src + i * stride, 2);
+            dst[i] = gp_bf16_to_f32(h);
+        }
+        break;
+    case GP_I32:
+        for (int64_t i = 0; i < n; i++) {
+            int32_t v;
+            memcpy(&v, src + i * stride, 4);
+            dst[i] = (float)v;
+        }
+        break;
+    default:
+        GP_ASSERT(!"load_row: bad dtype");
+    }
+}
+
+/* f32 -> i32 for cast: toward zero, saturating, NaN -> 0 (C leaves the overflow undefined). */
+static int32_t f32_to_i32(float f)
+{
+    if (f != f)
+        return 0;
+    if (f >= 2147483648.0f)
+        return INT32_MAX;
+    if (f <= -2147483648.0f)
+        return INT32_MIN;
+    return (int32_t)f;
+}
+
+void gp_cpu_store_row(char *dst, int64_t stride, gp_dtype t, const float *src, int64_t n)
+{
+    switch (t) {
+    case GP_F32:
+        if (stride == 4) {
+            memcpy(dst, src, (size_t)n * 4);
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                memcpy(dst + i * stride, &src[i], 4);
+        }
+        break;
+    case GP_F16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = gp_f32_to_f16(src[i]);
+            memcpy(dst + i * stride, &h, 2);
+        }
+        break;
+    case GP_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = gp_f32_to_bf16(src[i]);
+            memcpy(dst + i * stride, &h, 2);
+        }
+        break;
+    case GP_I32:
+        for (int64_t i = 0; i < n; i++) {
+            int32_t v = f32_to_i32(src[i]);
+            memcpy(dst + i * stride, &v, 4);
+        }
+        break;
+    default:
+        GP_ASSERT(!"store_row: bad dtype");
+    }
+}
+
+/* n elements from src (dtype st, stride ss) to dst (dt, ds): raw bytes when the dtypes match (exact
+ * for i32 and NaN payloads too), else through f32. */
+static void copy_row(char *dst, int64_t ds, gp_dtype dt, const char *src, int64_t ss, gp_dtype st,
+                     int64_t n)
+{
+    if (dt == st) {
+        size_t es = gp_dtype_size(dt);
+        if (ds == (int64_t)es && ss == (int64_t)es) {
+            memmove(dst, src, (size_t)n * es);
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                memmove(dst + i * ds, src + i * ss, es);
+        }
+        return;
+    }
+    float buf[GP_CHUNK];
+    for (int64_t c = 0; c < n; c += GP_CHUNK) {
+        int64_t m = n - c < GP_CHUNK ? n - c : GP_CHUNK;
+        gp_cpu_load_row(buf, src + c * ss, m, ss, st);
+        gp_cpu_store_row(dst + c * ds, ds, dt, buf, m);
+    }
+}
+
+static int32_t load_i32(const char *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* ---- elementwise ---- */
+
+static float silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+static void unary_apply(gp_op op, const gp_attrs *a, float *x, int64_t n)
+{
+    switch (op) {
+    case GP_OP_SCALE: {
+        float s = (float)a->f[0];
+        for (int64_t i = 0; i < n; i++)
+            x[i] *= s;
+        break;
+    }
+    case GP_OP_GELU:
+        /* 0.79788456 = sqrt(2 / pi) */
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            x[i] = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+        }
+        break;
+    case GP_OP_GELU_ERF:
+        for (int64_t i = 0; i < n; i++)
+            x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+        break;
+    case GP_OP_SILU:
+        for (int64_t i = 0; i < n; i++)
+            x[i] = silu(x[i]);
+        break;
+    default:
+        GP_ASSERT(!"unary_apply: not a unary op");
+    }
+}
+
+static void binary_apply(gp_op op, float *x, const float *y, int64_t n)
+{
+    switch (op) {
+    case GP_OP_ADD:
+        for (int64_t i = 0; i < n; i++)
+            x[i] += y[i];
+        break;
+    case GP_OP_SUB:
+        for (int64_t i = 0; i < n; i++)
+            x[i] -= y[i];
+        break;
+    case GP_OP_MUL:
+        for (int64_t i = 0; i < n; i++)
+            x[i] *= y[i];
+        break;
+    case GP_OP_DIV:
+        for (int64_t i = 0; i < n; i++)
+            x[i] /= y[i];
+        break;
+    case GP_OP_SWIGLU:
+        for (int64_t i = 0; i < n; i++)
+            x[i] = silu(x[i]) * y[i];
+        break;
+    default:
+        GP_ASSERT(!"binary_apply: not a binary op");
+    }
+}
+
+/* Unary ops and, with y != NULL, binary ones: out = f(x[, y]) with x and y broadcast to out's shape
+ * (numpy rules: a dim of 1 repeats). Rows of out are split over threads. */
+static void k_elementwise(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *x,
+                          const gp_ktensor *y, int ith, int nth)
+{
+    gp_t4 o = gp_t4_of(out), tx = gp_t4_of(x), ty;
+    if (y)
+        ty = gp_t4_of(y);
+    int64_t r0, r1, n = o.ne[3];
+    /* A last dim of 1 broadcasts with stride 0. */
+    int64_t sx = tx.ne[3] == 1 ? 0 : tx.nb[3];
+    int64_t sy = y ? (ty.ne[3] == 1 ? 0 : ty.nb[3]) : 0;
+    float bx[GP_CHUNK], by[GP_CHUNK];
+    gp_share(gp_t4_rows(&o), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        char *po = o.p + gp_t4_row_off(&o, o.ne, r);
+        const char *px = tx.p + gp_t4_row_off(&tx, o.ne, r);
+        const char *py = y ? ty.p + gp_t4_row_off(&ty, o.ne, r) : NULL;
+        for (int64_t c = 0; c < n; c += GP_CHUNK) {
+            int64_t m = n - c < GP_CHUNK ? n - c : GP_CHUNK;
+            gp_cpu_load_row(bx, px + c * sx, m, sx, tx.t);
+            if (y) {
+                gp_cpu_load_row(by, py + c * sy, m, sy, ty.t);
+                binary_apply(op, bx, by, m);
+            } else {
+                unary_apply(op, a, bx, m);
+            }
+            gp_cpu_store_row(po + c * o.nb[3], o.nb[3], o.t, bx, m);
+        }
+    }
+}
+
+/* ---- norms and softmax: three passes over each row in stack chunks, so no workspace ---- */
+
+static void k_norm(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int n_in,
+                   int ith, int nth)
+{
+    gp_t4 o = gp_t4_of(out), x = gp_t4_of(&in[0]);
+    const gp_ktensor *w = &in[1], *b = op == GP_OP_LAYER_NORM && n_in > 2 ? &in[2] : NULL;
+    int64_t n = o.ne[3], r0, r1;
+    float eps = (float)a->f[0];
+    float bx[GP_CHUNK], bw[GP_CHUNK], bb[GP_CHUNK];
+    gp_share(gp_t4_rows(&o), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        char *po = o.p + gp_t4_row_off(&o, o.ne, r);
+        const char *px = x.p + gp_t4_row_off(&x, o.ne, r);
+        float mean = 0.0f, inv;
+        gp_acc8 acc;
+        gp_acc8_zero(&acc);
+        if (op == GP_OP_LAYER_NORM) {
+            for (int64_t c = 0; c < n; c += GP_CHUNK) {
+                int64_t m = n - c < GP_CHUNK ? n - c : GP_CHUNK;
+                gp_cpu_load_row(bx, px + c * x.nb[3], m, x.nb[3], x.t);
+                gp_acc8_add(&acc, bx, m);
+            }
+            mean = gp_acc8_total(&acc) / (float)n;
+            gp_acc8_zero(&acc);
+        }
+        /* Sum of squared deviations (layer_norm) or of squares (rms_norm, mean = 0). */
+        for (int64_t c = 0; c < n; c += GP_CHUNK) {
+            int64_t m = n - c < GP_CHUNK ? n - c : GP_CHUNK;
+            gp_cpu_load_row(bx, px + c * x.nb[3], m, x.nb[3], x.t);
+            for (int64_t i = 0; i < m; i++)
+                bx[i] -= mean;
+            gp_acc8_dot(&acc, bx, bx, m);
+        }
+        inv = 1.0f / sqrtf(gp_acc8_total(&acc) / (float)n + eps);
+        for (int64_t c = 0; c < n; c += GP_CHUNK) {
+            int64_t m = n - c < GP_CHUNK ? n - c : GP_CHUNK;
+            gp_cpu_load_row(bx, px + c * x.nb[3], m, x.nb[3], x.t);
+            gp_cpu_load_row(bw, (const char *)w->data + c * w->nb[0], m, w->nb[0], w->dtype);
+            if (b)
+                gp_cpu_load_row(bb, (const char *)b->data + c * b->nb[0], m, b->nb[0], b->dtype);
+            for (int64_t i = 0; i < m; i++)
+                bx[i] = (bx[i] - mean) * inv * bw[i] + (b ? bb[i] : 0.0f);
+            gp_cpu_store_row(po + c * o.nb[3], o.nb[3], o.t, bx, m);
+        }
+    }
+}
+
+static void k_softmax(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int ith,
+                      int nth)
+{
+    gp_t4 o = gp_t4_of(out), x = gp_t4_of(in);
+    int64_t S = o.ne[3], T = o.ne[2], r0, r1;
+    float scale = (float)a->f[0];
+    float bx[GP_CHUNK];
+    gp_share(gp_t4_rows(&o), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        char *po = o.p + gp_t4_row_off(&o, o.ne, r);
+        const char *px = x.p + gp_t4_row_off(&x, o.ne, r);
+        /* Causal: (t, s) is kept when s <= t + S - T. */
+        int64_t nv = S;
+        if (a->i[0]) {
+            nv = r % T + S - T + 1;
+            nv = nv < 0 ? 0 : nv > S ? S : nv;
+        }
+        float mx = -INFINITY, sum;
+        for (int64_t c = 0; c < nv; c += GP_CHUNK) {
+            int64_t m = nv - c < GP_CHUNK ? nv - c : GP_CHUNK;
+            gp_cpu_load_row(bx, px + c * x.nb[3], m, x.nb[3], x.t);
+            for (int64_t i = 0; i < m; i++)
+                mx = fmaxf(mx, bx[i] * scale);
+        }
+        gp_acc8 acc;
+        gp_acc8_zero(&acc);
+        for (int64_t c = 0; c < nv; c += GP_CHUNK) {
+            int64_t m = nv - c < GP_CHUNK ? nv - c : GP_CHUNK;
+            gp_cpu_load_row(bx, px + c * x.nb[3], m, x.nb[3], x.t);
+            for (int64_t i = 0; i < m; i++)
+                bx[i] = expf(bx[i] * scale - mx);
+            gp_acc8_add(&acc, bx, m);
+        }
+        sum = gp_acc8_total(&acc);
+        for (int64_t c = 0; c < S; c += GP_CHUNK) {
+            int64_t m = S - c < GP_CHUNK ? S - c : GP_CHUNK;
+            gp_cpu_load_row(bx, px + c * x.nb[3], m, x.nb[3], x.t);
+            for (int64_t i = 0; i < m; i++)
+                bx[i] = c + i < nv ? expf(bx[i] * scale - mx) / sum : 0.0f;
+            gp_cpu_store_row(po + c * o.nb[3], o.nb[3], o.t, bx, m);
+        }
+    }
+}
+
+/* ---- rope ---- */
+
+static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int ith, int nth)
+{
+    const gp_ktensor *x = &in[0], *pos = &in[1];
+    int64_t T = out->ne[0], H = out->ne[1], D = out->ne[2], n = a->i[1], half = n / 2, r0, r1;
+    int interleaved = a->i[0] == 1;
+    double theta = a->f[0];
+    float bu[GP_CHUNK / 2], bv[GP_CHUNK / 2], cs[GP_CHUNK / 2], sn[GP_CHUNK / 2], bt[GP_CHUNK];
+    GP_ASSERT(n >= 0 && n <= D && n % 2 == 0);
+    (void)T;
+    gp_share(T * H, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t t = r / H, h = r % H;
+        const char *px = (const char *)x->data + t * x->nb[0] + h * x->nb[1];
+        char *po = (char *)out->data + t * out->nb[0] + h * out->nb[1];
+        double p = (double)load_i32((const char *)pos->data + t * pos->nb[0]);
+        int64_t xs = x->nb[2], os = out->nb[2];
+        /* Pair j rotates elements (u, v) = (j, j + n/2), or (2j, 2j + 1) when interleaved. */
+        int64_t ustep = interleaved ? 2 : 1, voff = interleaved ? 1 : half;
+        for (int64_t j0 = 0; j0 < half; j0 += GP_CHUNK / 2) {
+            int64_t m = half - j0 < GP_CHUNK / 2 ? half - j0 : GP_CHUNK / 2;
+            for (int64_t j = 0; j < m; j++) {
+                /* The angle in double: pos * freq loses too much in f32 at long positions. */
+                double ang = p * pow(theta, -2.0 * (double)(j0 + j) / (double)n);
+                cs[j] = (float)cos(ang);
+                sn[j] = (float)sin(ang);
+            }
+            const char *pu = px + j0 * ustep * xs, *pv = px + (j0 * ustep + voff) * xs;
+            gp_cpu_load_row(bu, pu, m, ustep * xs, x->dtype);
+            gp_cpu_load_row(bv, pv, m, ustep * xs, x->dtype);
+            for (int64_t j = 0; j < m; j++) {
+                float u = bu[j], v = bv[j];
+                bu[j] = u * cs[j] - v * sn[j];
+                bv[j] = u * sn[j] + v * cs[j];
+            }
+            gp_cpu_store_row(po + j0 * ustep * os, ustep * os, out->dtype, bu, m);
+            gp_cpu_store_row(po + (j0 * ustep + voff) * os, ustep * os, out->dtype, bv, m);
+        }
+        /* Dims n..D pass through. */
+        for (int64_t c = n; c < D; c += GP_CHUNK) {
+            int64_t m = D - c < GP_CHUNK ? D - c : GP_CHUNK;
+            gp_cpu_load_row(bt, px + c * xs, m, xs, x->dtype);
+            gp_cpu_store_row(po + c * os, os, out->dtype, bt, m);
+        }
+    }
+}
+
+/* ---- copies and lookups ---- */
+
+/* cont and cast: out[i] = x[i] over any strides, converting the dtype. */
+static void k_copy(const gp_ktensor *out, const gp_ktensor *in, int ith, int nth)
+{
+    gp_t4 o = gp_t4_of(out), x = gp_t4_of(in);
+    int64_t r0, r1;
+    gp_share(gp_t4_rows(&o), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++)
+        copy_row(o.p + gp_t4_row_off(&o, o.ne, r), o.nb[3], o.t,
+                 x.p + gp_t4_row_off(&x, o.ne, r), x.nb[3], x.t, o.ne[3]);
+}
+
+static void k_get_rows(const gp_ktensor *out, const gp_ktensor *in, int ith, int nth)
+{
+    const gp_ktensor *table = &in[0], *ids = &in[1];
+    int64_t r0, r1;
+    gp_share(out->ne[0], ith, nth, &r0, &r1);
+    for (int64_t t = r0; t < r1; t++) {
+        int32_t id = load_i32((const char *)ids->data + t * ids->nb[0]);
+        GP_ASSERT(id >= 0 && id < table->ne[0]);
+        copy_row((char *)out->data + t * out->nb[0], out->nb[1], out->dtype,
+                 (const char *)table->data + id * table->nb[0], table->nb[1], table->dtype,
+                 out->ne[1]);
+    }
+}
+
+static void k_concat(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in, int ith,
+                     int nth)
+{
+    gp_t4 o = gp_t4_of(out), a = gp_t4_of(&in[0]), b = gp_t4_of(&in[1]);
+    int ax = (int)(at->i[0] < 0 ? at->i[0] + out->ndim : at->i[0]) + 4 - out->ndim;
+    int64_t na = a.ne[ax], r0, r1;
+    GP_ASSERT(ax >= 0 && ax < 4);
+    gp_share(gp_t4_rows(&o), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t idx[3] = {r / (o.ne[1] * o.ne[2]), (r / o.ne[2]) % o.ne[1], r % o.ne[2]};
+        char *po = o.p + idx[0] * o.nb[0] + idx[1] * o.nb[1] + idx[2] * o.nb[2];
+        if (ax == 3) {
+            const char *pa = a.p + idx[0] * a.nb[0] + idx[1] * a.nb[1] + idx[2] * a.nb[2];
+            const char *pb = b.p + idx[0] * b.nb[0] + idx[1] * b.nb[1] + idx[2] * b.nb[2];
+            copy_row(po, o.nb[3], o.t, pa, a.nb[3], a.t, na);
+            copy_row(po + na * o.nb[3], o.nb[3], o.t, pb, b.nb[3], b.t, b.ne[3]);
+            continue;
+        }
+        const gp_t4 *s = idx[ax] < na ? &a : &b;
+        if (idx[ax] >= na)
+            idx[ax] -= na;
+        copy_row(po, o.nb[3], o.t, s->p + idx[0] * s->nb[0] + idx[1] * s->nb[1] + idx[2] * s->nb[2],
+                 s->nb[3], s->t, o.ne[3]);
+    }
+}
+
+/* store: dst[pos[t]] = src[t]. Threads split the elements of one dst row (in units of 64 along the
+ * last dim) and each walks t in order, so a repeated pos ends with the last t for any nth. */
+static void k_store(const gp_ktensor *in, int ith, int nth)
+{
+    const gp_ktensor *dst = &in[0], *pos = &in[1], *src = &in[2];
+    /* One row of dst and src: dims 1.. right-aligned to four. */
+    gp_ktensor drow = *dst, srow = *src;
+    drow.ndim = srow.ndim = dst->ndim - 1;
+    for (int d = 1; d < dst->ndim; d++) {
+        drow.ne[d - 1] = dst->ne[d];
+        drow.nb[d - 1] = dst->nb[d];
+        srow.ne[d - 1] = src->ne[d];
+        srow.nb[d - 1] = src->nb[d];
+    }
+    gp_t4 d4 = gp_t4_of(&drow), s4 = gp_t4_of(&srow);
+    int64_t C = d4.ne[3], nchunk = (C + 63) / 64, T = src->ne[0], S = dst->ne[0], u0, u1;
+    gp_share(gp_t4_rows(&d4) * nchunk, ith, nth, &u0, &u1);
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t row = u / nchunk, c = (u % nchunk) * 64, m = C - c < 64 ? C - c : 64;
+        int64_t od = gp_t4_row_off(&d4, d4.ne, row) + c * d4.nb[3];
+        int64_t os = gp_t4_row_off(&s4, d4.ne, row) + c * s4.nb[3];
+        for (int64_t t = 0; t < T; t++) {
+            int32_t p = load_i32((const char *)pos->data + t * pos->nb[0]);
+            GP_ASSERT(p >= 0 && p < S);
+            copy_row((char *)dst->data + p * dst->nb[0] + od, d4.nb[3], d4.t,
+                     (const char *)src->data + t * src->nb[0] + os, s4.nb[3], s4.t, m);
+        }
+    }
+}
+
+/* ---- entry points ---- */
+
+void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in,
+                    int n_in, void *ws, size_t ws_size, int ith, int nth)
+{
+    const gp_op_info *info = gp_op_get(op);
+    GP_ASSERT(info && n_in >= info->min_inputs && n_in <= info->max_inputs);
+    GP_ASSERT(nth >= 1 && ith >= 0 && ith < nth);
+    switch (op) {
+    case GP_OP_NONE:
+    case GP_OP_RESHAPE:
+    case GP_OP_PERMUTE:
+    case GP_OP_SLICE:
+    case GP_OP_VIEW:
+        break;
+    case GP_OP_GET_ROWS:
+        k_get_rows(out, in, ith, nth);
+        break;
+    case GP_OP_ADD:
+    case GP_OP_SUB:
+    case GP_OP_MUL:
+    case GP_OP_DIV:
+    case GP_OP_SWIGLU:
+        k_elementwise(op, a, out, &in[0], &in[1], ith, nth);
+        break;
+    case GP_OP_SCALE:
+    case GP_OP_GELU:
+    case GP_OP_GELU_ERF:
+    case GP_OP_SILU:
+        k_elementwise(op, a, out, &in[0], NULL, ith, nth);
+        break;
+    case GP_OP_MATMUL:
+        gp_cpu_matmul(a, out, in, ith, nth);
+        break;
+    case GP_OP_LAYER_NORM:
+    case GP_OP_RMS_NORM:
+        k_norm(op, a, out, in, n_in, ith, nth);
+        break;
+    case GP_OP_SOFTMAX:
+        k_softmax(a, out, in, ith, nth);
+        break;
+    case GP_OP_ROPE:
+        k_rope(a, out, in, ith, nth);
+        break;
+    case GP_OP_CONT:
+    case GP_OP_CAST:
+        k_copy(out, in, ith, nth);
+        break;
+    case GP_OP_CONCAT:
+        k_concat(a, out, in, ith, nth);
+        break;
+    case GP_OP_STORE:
+        k_store(in, ith, nth);
+        break;
+    case GP_OP_ATTENTION:
+        gp_cpu_attention(a, out, in, ws, ws_size, ith, nth);
+        break;
+    default:
+        GP_ASSERT(!"gp_cpu_compute: unknown op");
+    }
+}
+
+size_t gp_cpu_workspace_bytes(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in,
+                              int nth)
+{
+    (void)out;
+    if (op == GP_OP_ATTENTION && n_in >= 2 && nth > 0)
+        return (size_t)nth * (size_t)in[1].ne[0] * sizeof(float);
+    return 0;
+}

@@ -1,0 +1,62 @@
+/* The CPU backend's kernels: one entry point computes one node's output, on a share of threads.
+ * Every op of ir/core.h (views are no-ops: the runtime computes their pointers). */
+#ifndef GP_RUNTIME_CPU_KERNELS_H
+#define GP_RUNTIME_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/core.h"
+
+/* A tensor as a kernel sees it: the runtime's sizes for this eval. Unused dims need no values. */
+typedef struct {
+    void *data;              /* element 0 */
+    gp_dtype dtype;
+    int ndim;                /* 0..GP_MAX_DIMS; 0 is a scalar */
+    int64_t ne[GP_MAX_DIMS]; /* [ndim] shape, outermost first */
+    int64_t nb[GP_MAX_DIMS]; /* [ndim] strides in bytes (0 allowed: a broadcast) */
+} gp_ktensor;
+
+/*
+ * Computes node `op`'s output `out` from in[0..n_in). Called by nth threads with ith = 0..nth-1
+ * (by gp_threadpool_run or serially); each call writes only its share of the output, so calls
+ * need no barrier between them, only one after the node. Properties every kernel keeps:
+ *  - Bit-identical results for every nth: work is split over output elements (rows or tiles) and
+ *    each element's arithmetic, reductions included, runs in an order fixed by the shapes alone.
+ *  - In place: where gp_op_get(op)->inplace >= 0, `out` may be that input's memory (same layout).
+ *  - No allocation: scratch comes from ws (ws_size bytes, see gp_cpu_workspace_bytes) or from
+ *    bounded stack buffers (at most ~64 KiB, in matmul).
+ *  - Inputs of any float dtype (f32, f16, bf16) are read as f32; math is f32; results are converted
+ *    to out->dtype.
+ *  - Index inputs (get_rows ids, store and attention pos) must be in range: the runtime checks them
+ *    before the eval (gp_cpu_check); a kernel meeting a bad one stops with GP_ASSERT.
+ * Op notes beyond core.h:
+ *  - softmax: a row whose every element is masked (S < T) gives zeros.
+ *  - store: writes in[0] (dst; `out` is the runtime's view of it). When pos repeats a row, the
+ *    largest t wins, for any nth.
+ *  - attention: uses min(nth, ws_size / (4 S)) threads (others return at once); a query row with
+ *    pos[t] = p attends to cache rows 0..p.
+ *  - cast between i32 and floats: i32 -> float rounds to nearest; float -> i32 truncates toward
+ *    zero and saturates, NaN -> 0.
+ */
+void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in,
+                    int n_in, void *ws, size_t ws_size, int ith, int nth);
+
+/*
+ * Workspace bytes that gp_cpu_compute needs for this node at these shapes with nth threads (the
+ * formulas agree with runtime/plan.h):
+ *   attention: nth * S * 4 (f32 scores [nth, S]; S = in[1]->ne[0], the cache rows);
+ *   every other op: 0.
+ */
+size_t gp_cpu_workspace_bytes(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in,
+                              int nth);
+
+/*
+ * Checks a node before it runs: input count, dtypes, shapes against core.h's rules and `out`, and
+ * that index inputs are in range (get_rows ids in [0, V), store pos in [0, S), attention
+ * pos in [0, S)). 0 when fine; else -1 with a message naming the op and the values in err.
+ */
+int gp_cpu_check(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int n_in,
+                 char *err, size_t err_size);
+
+#endif

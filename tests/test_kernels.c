@@ -1,0 +1,1104 @@
+/* Tests of the CPU kernels (every op against a double-precision reference, on odd, strided,
+ * broadcast, half-precision and in-place cases, bit-identical over thread counts), the half
+ * conversions (exhaustive) and the thread pool. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <CUnit/CUnit.h>
+
+#include "runtime/cpu_kernels.h"
+#include "runtime/f16.h"
+#include "runtime/threadpool.h"
+#include "tests/testutil.h"
+
+/* ---- test tensors ---- */
+
+typedef struct {
+    gp_ktensor k;
+    void *buf;   /* the allocation; k.data points into it */
+    size_t size; /* bytes of buf */
+} tt;
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static double urand(void) /* [0, 1) */
+{
+    return (double)(gp_test_rand(&rng) >> 11) * 0x1p-53;
+}
+
+static int64_t irand(int64_t n) /* [0, n) */
+{
+    return (int64_t)(gp_test_rand(&rng) % (uint64_t)n);
+}
+
+/* A tensor of shape ne. layout 0: contiguous; 1: dims stored in a random order with 1-2 elements
+ * of padding each (every stride is "odd"); 2: as 1 but the last dim kept innermost. */
+static tt *tt_new(gp_dtype t, int ndim, const int64_t *ne, int layout)
+{
+    tt *x = calloc(1, sizeof *x);
+    int order[GP_MAX_DIMS]; /* storage order, outermost first */
+    int64_t ext[GP_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) {
+        order[d] = d;
+        ext[d] = ne[d] + (layout ? 1 + irand(2) : 0);
+    }
+    if (layout) {
+        for (int d = ndim - (layout == 2 ? 2 : 1); d > 0; d--) {
+            int j = (int)irand(d + 1), s = order[d];
+            order[d] = order[j];
+            order[j] = s;
+        }
+    }
+    int64_t es = (int64_t)gp_dtype_size(t), stride = es;
+    for (int i = ndim - 1; i >= 0; i--) {
+        x->k.nb[order[i]] = stride;
+        stride *= ext[order[i]];
+    }
+    x->size = (size_t)stride + 16;
+    x->buf = malloc(x->size);
+    memset(x->buf, 0x5a, x->size);
+    x->k.data = x->buf;
+    x->k.dtype = t;
+    x->k.ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        x->k.ne[d] = ne[d];
+    return x;
+}
+
+static void tt_free(tt *x)
+{
+    if (x) {
+        free(x->buf);
+        free(x);
+    }
+}
+
+static int64_t tt_count(const tt *x)
+{
+    int64_t n = 1;
+    for (int d = 0; d < x->k.ndim; d++)
+        n *= x->k.ne[d];
+    return n;
+}
+
+/* idx[0..ndim) of flat row-major element i. */
+static void unravel(int64_t i, int ndim, const int64_t *ne, int64_t *idx)
+{
+    for (int d = ndim - 1; d >= 0; d--) {
+        idx[d] = i % ne[d];
+        i /= ne[d];
+    }
+}
+
+static char *tt_ptr(const tt *x, const int64_t *idx)
+{
+    char *p = x->k.data;
+    for (int d = 0; d < x->k.ndim; d++)
+        p += idx[d] * x->k.nb[d];
+    return p;
+}
+
+/* binary16 decoded independently of f16.h. */
+static double ref_f16(uint16_t h)
+{
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+static double ref_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static double tt_get(const tt *x, const int64_t *idx)
+{
+    const char *p = tt_ptr(x, idx);
+    float f;
+    uint16_t h;
+    int32_t i;
+    switch (x->k.dtype) {
+    case GP_F32: memcpy(&f, p, 4); return f;
+    case GP_F16: memcpy(&h, p, 2); return ref_f16(h);
+    case GP_BF16: memcpy(&h, p, 2); return ref_bf16(h);
+    default: memcpy(&i, p, 4); return i;
+    }
+}
+
+static void tt_set(tt *x, const int64_t *idx, double v)
+{
+    char *p = tt_ptr(x, idx);
+    float f = (float)v;
+    uint16_t h;
+    int32_t i = (int32_t)v;
+    switch (x->k.dtype) {
+    case GP_F32: memcpy(p, &f, 4); break;
+    case GP_F16: h = gp_f32_to_f16(f); memcpy(p, &h, 2); break;
+    case GP_BF16: h = gp_f32_to_bf16(f); memcpy(p, &h, 2); break;
+    default: memcpy(p, &i, 4); break;
+    }
+}
+
+/* Element i in row-major order of the logical shape. */
+static double tt_geti(const tt *x, int64_t i)
+{
+    int64_t idx[GP_MAX_DIMS];
+    unravel(i, x->k.ndim, x->k.ne, idx);
+    return tt_get(x, idx);
+}
+
+/* Random values in +-[lo, hi]: never zero. */
+static tt *tt_rand(gp_dtype t, int ndim, const int64_t *ne, int layout, double lo, double hi)
+{
+    tt *x = tt_new(t, ndim, ne, layout);
+    int64_t idx[GP_MAX_DIMS];
+    for (int64_t i = 0; i < tt_count(x); i++) {
+        unravel(i, ndim, ne, idx);
+        double v = lo + (hi - lo) * urand();
+        tt_set(x, idx, gp_test_rand(&rng) & 1 ? v : -v);
+    }
+    return x;
+}
+
+static tt *tt_ids(int64_t n, int64_t bound) /* i32 [n] in [0, bound), a strided vector */
+{
+    int64_t ne[1] = {n};
+    tt *x = tt_new(GP_I32, 1, ne, 1);
+    for (int64_t i = 0; i < n; i++)
+        tt_set(x, &i, (double)irand(bound));
+    return x;
+}
+
+static tt *tt_dims(gp_dtype t, int layout, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3)
+{
+    int64_t ne[4] = {d0, d1, d2, d3};
+    return tt_rand(t, ndim, ne, layout, 0.1, 1.0);
+}
+
+/* ---- running a node ---- */
+
+typedef struct {
+    const char *name;
+    gp_op op;
+    gp_attrs at;
+    tt *in[GP_MAX_INPUTS];
+    int n_in;
+    tt *out;      /* may be one of in[] (in place, store) */
+    double tol;   /* on ||out - ref|| / ||ref|| */
+} kcase;
+
+static void run_node(kcase *c, int nth)
+{
+    gp_ktensor in[GP_MAX_INPUTS];
+    for (int i = 0; i < c->n_in; i++)
+        in[i] = c->in[i]->k;
+    size_t ws_size = gp_cpu_workspace_bytes(c->op, &c->out->k, in, c->n_in, nth);
+    void *ws = ws_size ? malloc(ws_size) : NULL;
+    /* Calls in reverse order: a share must not depend on another having run. */
+    for (int ith = nth - 1; ith >= 0; ith--)
+        gp_cpu_compute(c->op, &c->at, &c->out->k, in, c->n_in, ws, ws_size, ith, nth);
+    free(ws);
+}
+
+/* Runs c with 1..4 threads from the same inputs; checks each result against ref (row-major over
+ * out's shape) and that all are the same bytes. Frees the case's tensors. */
+static void check_case(kcase *c, const double *ref)
+{
+    char err[256];
+    gp_ktensor in[GP_MAX_INPUTS];
+    for (int i = 0; i < c->n_in; i++)
+        in[i] = c->in[i]->k;
+    int rc = gp_cpu_check(c->op, &c->at, &c->out->k, in, c->n_in, err, sizeof err);
+    if (rc != 0)
+        fprintf(stderr, "\n%s: gp_cpu_check: %s\n", c->name, err);
+    CU_ASSERT_EQUAL(rc, 0);
+
+    void *saved[GP_MAX_INPUTS], *first = NULL;
+    for (int i = 0; i < c->n_in; i++) {
+        saved[i] = malloc(c->in[i]->size);
+        memcpy(saved[i], c->in[i]->buf, c->in[i]->size);
+    }
+    int64_t n = tt_count(c->out);
+    for (int nth = 1; nth <= 4; nth++) {
+        for (int i = 0; i < c->n_in; i++)
+            memcpy(c->in[i]->buf, saved[i], c->in[i]->size);
+        int aliased = 0;
+        for (int i = 0; i < c->n_in; i++)
+            aliased |= c->out == c->in[i];
+        if (!aliased)
+            memset(c->out->buf, 0xff, c->out->size); /* NaNs where nothing was written */
+        run_node(c, nth);
+        double e2 = 0, r2 = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double o = tt_geti(c->out, i);
+            e2 += (o - ref[i]) * (o - ref[i]);
+            r2 += ref[i] * ref[i];
+        }
+        double rel = sqrt(e2 / (r2 > 0 ? r2 : 1));
+        if (!(rel <= c->tol))
+            fprintf(stderr, "\n%s (nth %d): relative error %g > %g\n", c->name, nth, rel, c->tol);
+        CU_ASSERT(rel <= c->tol);
+        if (nth == 1) {
+            first = malloc(c->out->size);
+            memcpy(first, c->out->buf, c->out->size);
+        } else {
+            int same = memcmp(first, c->out->buf, c->out->size) == 0;
+            if (!same)
+                fprintf(stderr, "\n%s: nth %d differs from nth 1\n", c->name, nth);
+            CU_ASSERT(same);
+        }
+    }
+    free(first);
+    for (int i = 0; i < c->n_in; i++) {
+        free(saved[i]);
+        if (c->in[i] != c->out)
+            tt_free(c->in[i]);
+    }
+    tt_free(c->out);
+}
+
+/* Tolerance for results stored as dtype t (its rounding) plus the f32 math's `base`. */
+static double tol_for(gp_dtype t, double base)
+{
+    return base + (t == GP_F16 ? 1e-3 : t == GP_BF16 ? 8e-3 : 0);
+}
+
+/* Index of out element idx (out rank nd) in a tensor x broadcast to it (right-aligned). */
+static void bcast_idx(const tt *x, int nd, const int64_t *idx, int64_t *xi)
+{
+    for (int d = 0; d < x->k.ndim; d++) {
+        int od = d + nd - x->k.ndim;
+        xi[d] = x->k.ne[d] == 1 ? 0 : idx[od];
+    }
+}
+
+/* ---- elementwise ---- */
+
+static double ref_unary(gp_op op, double x, double s)
+{
+    switch (op) {
+    case GP_OP_SCALE: return x * s;
+    case GP_OP_GELU: return 0.5 * x * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+    case GP_OP_GELU_ERF: return 0.5 * x * (1 + erf(x / sqrt(2)));
+    default: return x / (1 + exp(-x)); /* silu */
+    }
+}
+
+static double ref_binary(gp_op op, double a, double b)
+{
+    switch (op) {
+    case GP_OP_ADD: return a + b;
+    case GP_OP_SUB: return a - b;
+    case GP_OP_MUL: return a * b;
+    case GP_OP_DIV: return a / b;
+    default: return a / (1 + exp(-a)) * b; /* swiglu */
+    }
+}
+
+/* out = op(a, b) with broadcasting; out takes a's place when inplace. */
+static void case_binary(gp_op op, tt *a, tt *b, gp_dtype odt, int inplace, const char *name)
+{
+    int nd = a->k.ndim > b->k.ndim ? a->k.ndim : b->k.ndim;
+    int64_t ne[GP_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+        int da = d - (nd - a->k.ndim), db = d - (nd - b->k.ndim);
+        int64_t ea = da >= 0 ? a->k.ne[da] : 1, eb = db >= 0 ? b->k.ne[db] : 1;
+        ne[d] = ea == 1 ? eb : ea;
+    }
+    kcase c = {.name = name, .op = op, .in = {a, b}, .n_in = 2};
+    c.out = inplace ? a : tt_new(odt, nd, ne, 0);
+    c.tol = tol_for(c.out->k.dtype, 1e-6);
+    int64_t n = tt_count(c.out), idx[4], ia[4], ib[4];
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        unravel(i, nd, ne, idx);
+        bcast_idx(a, nd, idx, ia);
+        bcast_idx(b, nd, idx, ib);
+        ref[i] = ref_binary(op, tt_get(a, ia), tt_get(b, ib));
+    }
+    check_case(&c, ref);
+    free(ref);
+}
+
+static void test_binary(void)
+{
+    const gp_op ops[] = {GP_OP_ADD, GP_OP_SUB, GP_OP_MUL, GP_OP_DIV};
+    for (int o = 0; o < 4; o++) {
+        gp_op op = ops[o];
+        case_binary(op, tt_dims(GP_F32, 0, 3, 3, 17, 67, 0), tt_dims(GP_F32, 0, 1, 67, 0, 0, 0),
+                    GP_F32, 0, "binary [3,17,67] x [67]");
+        case_binary(op, tt_dims(GP_F32, 1, 3, 3, 1, 67, 0), tt_dims(GP_F16, 1, 2, 17, 1, 0, 0),
+                    GP_F32, 0, "binary strided [3,1,67] x f16 [17,1]");
+        case_binary(op, tt_dims(GP_BF16, 0, 1, 130, 0, 0, 0), tt_dims(GP_F32, 0, 1, 1, 0, 0, 0),
+                    GP_BF16, 0, "binary bf16 [130] x [1]");
+        case_binary(op, tt_dims(GP_F32, 1, 4, 2, 3, 17, 5), tt_dims(GP_F32, 1, 3, 3, 1, 5, 0),
+                    GP_F32, 1, "binary in place strided [2,3,17,5] x [3,1,5]");
+        case_binary(op, tt_dims(GP_F16, 0, 2, 1, 3, 0, 0), tt_dims(GP_F32, 0, 2, 67, 1, 0, 0),
+                    GP_F16, 0, "binary f16 [1,3] x [67,1]");
+        case_binary(op, tt_dims(GP_F32, 0, 2, 67, 130, 0, 0), tt_dims(GP_F32, 2, 2, 67, 130, 0, 0),
+                    GP_F32, 1, "binary in place [67,130]");
+    }
+    case_binary(GP_OP_SWIGLU, tt_dims(GP_F32, 1, 2, 17, 67, 0, 0),
+                tt_dims(GP_F16, 1, 2, 17, 67, 0, 0), GP_F32, 0, "swiglu strided, f16 up");
+    case_binary(GP_OP_SWIGLU, tt_dims(GP_F32, 0, 3, 3, 5, 130, 0), tt_dims(GP_F32, 0, 3, 3, 5, 130, 0),
+                GP_F32, 1, "swiglu in place");
+    case_binary(GP_OP_SWIGLU, tt_dims(GP_BF16, 0, 1, 1, 0, 0, 0), tt_dims(GP_BF16, 0, 1, 1, 0, 0, 0),
+                GP_BF16, 0, "swiglu bf16 [1]");
+}
+
+static void case_unary(gp_op op, double s, tt *x, gp_dtype odt, int inplace, const char *name)
+{
+    kcase c = {.name = name, .op = op, .in = {x}, .n_in = 1};
+    c.at.f[0] = s;
+    c.out = inplace ? x : tt_new(odt, x->k.ndim, x->k.ne, 0);
+    c.tol = tol_for(c.out->k.dtype, 1e-6);
+    int64_t n = tt_count(x);
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        ref[i] = ref_unary(op, tt_geti(x, i), s);
+    check_case(&c, ref);
+    free(ref);
+}
+
+static void test_unary(void)
+{
+    const gp_op ops[] = {GP_OP_SCALE, GP_OP_GELU, GP_OP_GELU_ERF, GP_OP_SILU};
+    for (int o = 0; o < 4; o++) {
+        gp_op op = ops[o];
+        case_unary(op, 0.37, tt_rand(GP_F32, 2, (int64_t[]){17, 67}, 0, 0.1, 4), GP_F32, 0,
+                   "unary [17,67]");
+        case_unary(op, -1.5, tt_rand(GP_F32, 3, (int64_t[]){3, 5, 130}, 1, 0.1, 4), GP_F32, 0,
+                   "unary permuted [3,5,130]");
+        case_unary(op, 2.0, tt_rand(GP_F16, 2, (int64_t[]){67, 3}, 1, 0.1, 4), GP_F16, 1,
+                   "unary f16 in place strided");
+        case_unary(op, 0.5, tt_rand(GP_BF16, 1, (int64_t[]){1}, 0, 0.1, 4), GP_F32, 0,
+                   "unary bf16 [1] -> f32");
+        case_unary(op, 3.0, tt_rand(GP_F32, 4, (int64_t[]){2, 3, 1, 17}, 0, 0.1, 4), GP_F32, 1,
+                   "unary in place [2,3,1,17]");
+    }
+}
+
+/* ---- matmul ---- */
+
+static void case_matmul(int64_t M, int64_t K, int64_t N, int ta, int tb, gp_dtype at, gp_dtype bt,
+                        int layout, int nda, const int64_t *ba, int ndb, const int64_t *bb,
+                        const char *name)
+{
+    /* a [ba..., M, K] (or [.., K, M]), b [bb..., K, N] (or [.., N, K]). */
+    int64_t nea[4], neb[4];
+    for (int d = 0; d < nda - 2; d++)
+        nea[d] = ba[d];
+    for (int d = 0; d < ndb - 2; d++)
+        neb[d] = bb[d];
+    nea[nda - 2] = ta ? K : M;
+    nea[nda - 1] = ta ? M : K;
+    neb[ndb - 2] = tb ? N : K;
+    neb[ndb - 1] = tb ? K : N;
+    tt *a = tt_rand(at, nda, nea, layout, 0.1, 1), *b = tt_rand(bt, ndb, neb, layout, 0.1, 1);
+    int nd = nda > ndb ? nda : ndb;
+    int64_t ne[4];
+    for (int d = 0; d < nd - 2; d++) {
+        int da = d - (nd - nda), db = d - (nd - ndb);
+        int64_t ea = da >= 0 ? nea[da] : 1, eb = db >= 0 ? neb[db] : 1;
+        ne[d] = ea == 1 ? eb : ea;
+    }
+    ne[nd - 2] = M;
+    ne[nd - 1] = N;
+    kcase c = {.name = name, .op = GP_OP_MATMUL, .in = {a, b}, .n_in = 2, .tol = 2e-6};
+    c.at.i[0] = ta;
+    c.at.i[1] = tb;
+    c.out = tt_new(GP_F32, nd, ne, 0);
+    int64_t n = tt_count(c.out), idx[4], ia[4], ib[4];
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        unravel(i, nd, ne, idx);
+        int64_t m = idx[nd - 2], j = idx[nd - 1];
+        bcast_idx(a, nd, idx, ia);
+        bcast_idx(b, nd, idx, ib);
+        double s = 0;
+        for (int64_t k = 0; k < K; k++) {
+            ia[nda - 2] = ta ? k : m;
+            ia[nda - 1] = ta ? m : k;
+            ib[ndb - 2] = tb ? j : k;
+            ib[ndb - 1] = tb ? k : j;
+            s += tt_get(a, ia) * tt_get(b, ib);
+        }
+        ref[i] = s;
+    }
+    check_case(&c, ref);
+    free(ref);
+}
+
+static void test_matmul(void)
+{
+    static const int64_t sizes[][3] = {{1, 67, 130}, {17, 130, 67}, {3, 1, 3}, {67, 17, 1},
+                                       {33, 300, 70}};
+    for (int s = 0; s < 5; s++)
+        for (int t = 0; t < 4; t++) {
+            const int64_t *z = sizes[s];
+            char name[96];
+            snprintf(name, sizeof name, "matmul M %lld K %lld N %lld ta %d tb %d", (long long)z[0],
+                     (long long)z[1], (long long)z[2], t & 1, t >> 1);
+            case_matmul(z[0], z[1], z[2], t & 1, t >> 1, GP_F32, GP_F32, 0, 2, NULL, 2, NULL, name);
+            case_matmul(z[0], z[1], z[2], t & 1, t >> 1, GP_F32, t & 1 ? GP_BF16 : GP_F16, 1, 2,
+                        NULL, 2, NULL, name);
+        }
+    /* Batch dims: a shared weight (folded into rows), broadcast both ways, strided. */
+    case_matmul(5, 67, 17, 0, 1, GP_F32, GP_F16, 0, 4, (int64_t[]){2, 3}, 2, NULL,
+                "matmul [2,3,5,67] x f16 [17,67]^T");
+    case_matmul(5, 67, 17, 0, 1, GP_F32, GP_F32, 1, 3, (int64_t[]){3}, 2, NULL,
+                "matmul strided [3,5,67] x [17,67]^T");
+    case_matmul(3, 17, 5, 0, 0, GP_F32, GP_F32, 1, 3, (int64_t[]){3}, 4, (int64_t[]){2, 1},
+                "matmul [3,3,17] x [2,1,17,5]");
+    case_matmul(4, 16, 7, 1, 1, GP_F16, GP_BF16, 1, 4, (int64_t[]){2, 1}, 4, (int64_t[]){1, 3},
+                "matmul f16 [2,1,16,4]^T x bf16 [1,3,7,16]^T");
+}
+
+/* ---- norms, softmax ---- */
+
+static void case_norm(gp_op op, tt *x, tt *w, tt *b, int inplace, const char *name)
+{
+    kcase c = {.name = name, .op = op, .in = {x, w, b}, .n_in = b ? 3 : 2};
+    c.at.f[0] = 1e-5;
+    c.out = inplace ? x : tt_new(x->k.dtype, x->k.ndim, x->k.ne, 0);
+    c.tol = tol_for(c.out->k.dtype, 2e-6);
+    int64_t n = tt_count(x), C = x->k.ne[x->k.ndim - 1];
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int64_t r = 0; r < n / C; r++) {
+        double mean = 0, var = 0;
+        if (op == GP_OP_LAYER_NORM) {
+            for (int64_t j = 0; j < C; j++)
+                mean += tt_geti(x, r * C + j) / (double)C;
+        }
+        for (int64_t j = 0; j < C; j++) {
+            double d = tt_geti(x, r * C + j) - mean;
+            var += d * d / (double)C;
+        }
+        for (int64_t j = 0; j < C; j++)
+            ref[r * C + j] = (tt_geti(x, r * C + j) - mean) / sqrt(var + 1e-5) * tt_geti(w, j) +
+                             (b ? tt_geti(b, j) : 0);
+    }
+    check_case(&c, ref);
+    free(ref);
+}
+
+static void test_norms(void)
+{
+    for (int o = 0; o < 2; o++) {
+        gp_op op = o ? GP_OP_RMS_NORM : GP_OP_LAYER_NORM;
+        int bias = op == GP_OP_LAYER_NORM;
+        case_norm(op, tt_dims(GP_F32, 0, 2, 17, 67, 0, 0), tt_dims(GP_F32, 0, 1, 67, 0, 0, 0),
+                  bias ? tt_dims(GP_F32, 0, 1, 67, 0, 0, 0) : NULL, 0, "norm [17,67]");
+        case_norm(op, tt_dims(GP_F32, 1, 3, 2, 3, 300, 0), tt_dims(GP_F16, 1, 1, 300, 0, 0, 0),
+                  bias ? tt_dims(GP_BF16, 1, 1, 300, 0, 0, 0) : NULL, 0, "norm strided [2,3,300]");
+        case_norm(op, tt_dims(GP_F16, 1, 2, 5, 130, 0, 0), tt_dims(GP_F32, 0, 1, 130, 0, 0, 0), NULL,
+                  1, "norm f16 in place");
+        case_norm(op, tt_dims(GP_F32, 0, 1, 3, 0, 0, 0), tt_dims(GP_F32, 0, 1, 3, 0, 0, 0), NULL, 1,
+                  "norm [3] in place");
+    }
+}
+
+static void case_softmax(tt *x, double scale, int causal, gp_dtype odt, int inplace, const char *name)
+{
+    kcase c = {.name = name, .op = GP_OP_SOFTMAX, .in = {x}, .n_in = 1};
+    c.at.f[0] = scale;
+    c.at.i[0] = causal;
+    c.out = inplace ? x : tt_new(odt, x->k.ndim, x->k.ne, 0);
+    c.tol = tol_for(c.out->k.dtype, 2e-6);
+    int nd = x->k.ndim;
+    int64_t n = tt_count(x), S = x->k.ne[nd - 1], T = nd > 1 ? x->k.ne[nd - 2] : 1;
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int64_t r = 0; r < n / S; r++) {
+        int64_t t = r % T;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t s = 0; s < S; s++)
+            if (!causal || s <= t + S - T)
+                mx = fmax(mx, tt_geti(x, r * S + s) * scale);
+        for (int64_t s = 0; s < S; s++)
+            if (!causal || s <= t + S - T)
+                sum += exp(tt_geti(x, r * S + s) * scale - mx);
+        for (int64_t s = 0; s < S; s++)
+            ref[r * S + s] =
+                !causal || s <= t + S - T ? exp(tt_geti(x, r * S + s) * scale - mx) / sum : 0;
+    }
+    check_case(&c, ref);
+    free(ref);
+}
+
+static void test_softmax(void)
+{
+    case_softmax(tt_rand(GP_F32, 3, (int64_t[]){3, 17, 67}, 0, 0.1, 8), 0.5, 0, GP_F32, 0,
+                 "softmax [3,17,67]");
+    case_softmax(tt_rand(GP_F32, 3, (int64_t[]){3, 17, 67}, 1, 0.1, 8), 0.5, 1, GP_F32, 0,
+                 "softmax causal strided [3,17,67]");
+    case_softmax(tt_rand(GP_F16, 2, (int64_t[]){5, 300}, 1, 0.1, 8), 1.0, 1, GP_F16, 1,
+                 "softmax causal f16 in place [5,300]");
+    case_softmax(tt_rand(GP_F32, 2, (int64_t[]){5, 3}, 0, 0.1, 8), 1.0, 1, GP_F32, 0,
+                 "softmax causal T > S (rows 0, 1 all masked)");
+    case_softmax(tt_rand(GP_BF16, 1, (int64_t[]){130}, 0, 0.1, 8), 2.0, 0, GP_F32, 0,
+                 "softmax bf16 [130]");
+    /* The causal mask, by value: row t of [3, 5] keeps s <= t + 2. */
+    int64_t ne[2] = {3, 5};
+    tt *x = tt_new(GP_F32, 2, ne, 0), *o = tt_new(GP_F32, 2, ne, 0);
+    for (int64_t i = 0; i < 15; i++)
+        ((float *)x->k.data)[i] = 1.0f;
+    gp_attrs at = {.i = {1}, .f = {1.0}};
+    gp_cpu_compute(GP_OP_SOFTMAX, &at, &o->k, &x->k, 1, NULL, 0, 0, 1);
+    const float *y = o->k.data;
+    for (int t = 0; t < 3; t++)
+        for (int s = 0; s < 5; s++)
+            CU_ASSERT_DOUBLE_EQUAL(y[t * 5 + s], s <= t + 2 ? 1.0 / (t + 3) : 0.0, 1e-7);
+    tt_free(x);
+    tt_free(o);
+}
+
+/* ---- rope ---- */
+
+static void case_rope(int mode, int64_t n, double theta, tt *x, int inplace, const char *name)
+{
+    int64_t T = x->k.ne[0], H = x->k.ne[1], D = x->k.ne[2];
+    tt *pos = tt_ids(T, 3000);
+    kcase c = {.name = name, .op = GP_OP_ROPE, .in = {x, pos}, .n_in = 2};
+    c.at.i[0] = mode;
+    c.at.i[1] = n;
+    c.at.f[0] = theta;
+    c.out = inplace ? x : tt_new(x->k.dtype, 3, x->k.ne, 0);
+    c.tol = tol_for(c.out->k.dtype, 1e-6);
+    double *ref = malloc(sizeof(double) * (size_t)(T * H * D));
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++) {
+            int64_t base = (t * H + h) * D;
+            double p = tt_geti(pos, t);
+            for (int64_t d = n; d < D; d++)
+                ref[base + d] = tt_geti(x, base + d);
+            for (int64_t j = 0; j < n / 2; j++) {
+                int64_t u = mode ? 2 * j : j, v = mode ? 2 * j + 1 : j + n / 2;
+                double ang = p * pow(theta, -2.0 * (double)j / (double)n);
+                double xu = tt_geti(x, base + u), xv = tt_geti(x, base + v);
+                ref[base + u] = xu * cos(ang) - xv * sin(ang);
+                ref[base + v] = xu * sin(ang) + xv * cos(ang);
+            }
+        }
+    check_case(&c, ref);
+    free(ref);
+}
+
+static void test_rope(void)
+{
+    for (int mode = 0; mode < 2; mode++) {
+        case_rope(mode, 16, 10000, tt_dims(GP_F32, 0, 3, 5, 3, 16, 0), 0, "rope full");
+        case_rope(mode, 8, 500, tt_dims(GP_F32, 2, 3, 17, 3, 16, 0), 0, "rope partial strided");
+        case_rope(mode, 6, 10000, tt_dims(GP_F16, 0, 3, 3, 2, 10, 0), 1, "rope f16 in place");
+        case_rope(mode, 130, 10000, tt_dims(GP_F32, 0, 3, 1, 1, 132, 0), 1, "rope n 130");
+    }
+    /* By hand: x [1, 1, 4] = (1, 2, 3, 4) at pos 2, theta 100, n 4: pair 0 turns by 2 rad, pair 1
+     * by 2 * 100^(-1/2) = 0.2 rad. Rotate-half pairs (x0, x2), (x1, x3); interleaved (x0, x1),
+     * (x2, x3). */
+    const double c2 = -0.41614683654714241, s2 = 0.90929742682568170;
+    const double c02 = 0.98006657784124163, s02 = 0.19866933079506122;
+    const double want[2][4] = {
+        {1 * c2 - 3 * s2, 2 * c02 - 4 * s02, 1 * s2 + 3 * c2, 2 * s02 + 4 * c02},
+        {1 * c2 - 2 * s2, 1 * s2 + 2 * c2, 3 * c02 - 4 * s02, 3 * s02 + 4 * c02},
+    };
+    for (int mode = 0; mode < 2; mode++) {
+        float xs[4] = {1, 2, 3, 4}, ys[4];
+        int32_t p = 2;
+        gp_ktensor in[2] = {{xs, GP_F32, 3, {1, 1, 4}, {16, 16, 4}}, {&p, GP_I32, 1, {1}, {4}}};
+        gp_ktensor out = {ys, GP_F32, 3, {1, 1, 4}, {16, 16, 4}};
+        gp_attrs at = {.i = {mode, 4}, .f = {100.0}};
+        gp_cpu_compute(GP_OP_ROPE, &at, &out, in, 2, NULL, 0, 0, 1);
+        for (int i = 0; i < 4; i++)
+            CU_ASSERT_DOUBLE_EQUAL(ys[i], want[mode][i], 1e-6);
+    }
+}
+
+/* ---- copies, lookups, stores ---- */
+
+static void case_copy(gp_op op, tt *x, gp_dtype odt, double tol, const char *name)
+{
+    kcase c = {.name = name, .op = op, .in = {x}, .n_in = 1, .tol = tol};
+    c.out = tt_new(odt, x->k.ndim, x->k.ne, 0);
+    int64_t n = tt_count(x);
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        double v = tt_geti(x, i);
+        ref[i] = odt == GP_I32 ? trunc(v) : v;
+    }
+    check_case(&c, ref);
+    free(ref);
+}
+
+static void test_copies(void)
+{
+    case_copy(GP_OP_CONT, tt_dims(GP_F32, 1, 3, 3, 17, 67, 0), GP_F32, 0, "cont permuted");
+    case_copy(GP_OP_CONT, tt_dims(GP_F16, 1, 4, 2, 3, 5, 7), GP_F16, 0, "cont f16 permuted");
+    case_copy(GP_OP_CONT, tt_dims(GP_BF16, 2, 2, 130, 3, 0, 0), GP_BF16, 0, "cont bf16 padded");
+    case_copy(GP_OP_CAST, tt_dims(GP_F32, 1, 2, 17, 67, 0, 0), GP_F16, 1e-3, "cast f32 -> f16");
+    case_copy(GP_OP_CAST, tt_dims(GP_F16, 0, 2, 17, 67, 0, 0), GP_BF16, 8e-3, "cast f16 -> bf16");
+    case_copy(GP_OP_CAST, tt_dims(GP_BF16, 1, 1, 130, 0, 0, 0), GP_F32, 0, "cast bf16 -> f32");
+    case_copy(GP_OP_CAST, tt_dims(GP_F16, 1, 3, 3, 1, 67, 0), GP_F32, 0, "cast f16 -> f32");
+    tt *big = tt_rand(GP_F32, 2, (int64_t[]){5, 17}, 1, 1, 100000);
+    case_copy(GP_OP_CAST, big, GP_I32, 0, "cast f32 -> i32");
+    tt *ids = tt_ids(67, 1 << 30);
+    case_copy(GP_OP_CAST, ids, GP_I32, 0, "cast i32 -> i32");
+    ids = tt_ids(67, 1 << 20);
+    case_copy(GP_OP_CAST, ids, GP_F32, 0, "cast i32 -> f32");
+}
+
+static void case_get_rows(tt *table, int64_t T, const char *name)
+{
+    int64_t V = table->k.ne[0], C = table->k.ne[1];
+    tt *ids = tt_ids(T, V);
+    kcase c = {.name = name, .op = GP_OP_GET_ROWS, .in = {table, ids}, .n_in = 2, .tol = 0};
+    c.out = tt_new(GP_F32, 2, (int64_t[]){T, C}, 0);
+    double *ref = malloc(sizeof(double) * (size_t)(T * C));
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < C; j++)
+            ref[t * C + j] = tt_get(table, (int64_t[]){(int64_t)tt_geti(ids, t), j});
+    check_case(&c, ref);
+    free(ref);
+}
+
+static void test_get_rows(void)
+{
+    case_get_rows(tt_dims(GP_F32, 0, 2, 67, 17, 0, 0), 5, "get_rows f32");
+    case_get_rows(tt_dims(GP_F16, 1, 2, 67, 130, 0, 0), 17, "get_rows f16 transposed table");
+    case_get_rows(tt_dims(GP_BF16, 0, 2, 3, 1, 0, 0), 1, "get_rows bf16");
+}
+
+static void case_concat(tt *a, tt *b, int axis, gp_dtype odt, const char *name)
+{
+    int nd = a->k.ndim, ax = axis < 0 ? axis + nd : axis;
+    int64_t ne[4], idx[4];
+    for (int d = 0; d < nd; d++)
+        ne[d] = d == ax ? a->k.ne[d] + b->k.ne[d] : a->k.ne[d];
+    kcase c = {.name = name, .op = GP_OP_CONCAT, .in = {a, b}, .n_in = 2, .tol = tol_for(odt, 0)};
+    c.at.i[0] = axis;
+    c.out = tt_new(odt, nd, ne, 0);
+    int64_t n = tt_count(c.out);
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        unravel(i, nd, ne, idx);
+        if (idx[ax] < a->k.ne[ax]) {
+            ref[i] = tt_get(a, idx);
+        } else {
+            idx[ax] -= a->k.ne[ax];
+            ref[i] = tt_get(b, idx);
+        }
+    }
+    check_case(&c, ref);
+    free(ref);
+}
+
+static void test_concat(void)
+{
+    case_concat(tt_dims(GP_F32, 0, 3, 3, 5, 7, 0), tt_dims(GP_F32, 1, 3, 2, 5, 7, 0), 0, GP_F32,
+                "concat axis 0");
+    case_concat(tt_dims(GP_F32, 1, 3, 3, 5, 7, 0), tt_dims(GP_F16, 1, 3, 3, 17, 7, 0), 1, GP_F32,
+                "concat axis 1, f16 b");
+    case_concat(tt_dims(GP_F16, 1, 2, 17, 67, 0, 0), tt_dims(GP_F16, 0, 2, 17, 1, 0, 0), -1, GP_F16,
+                "concat last axis (-1)");
+    case_concat(tt_dims(GP_F32, 0, 1, 1, 0, 0, 0), tt_dims(GP_F32, 0, 1, 130, 0, 0, 0), 0, GP_F32,
+                "concat 1-d");
+}
+
+/* store: dst [S, ...] gets src rows at pos; unchanged elsewhere. pos may repeat (last t wins). */
+static void case_store(tt *dst, tt *src, tt *pos, const char *name)
+{
+    kcase c = {.name = name, .op = GP_OP_STORE, .in = {dst, pos, src}, .n_in = 3};
+    c.out = dst;
+    c.tol = tol_for(dst->k.dtype, 0);
+    int64_t n = tt_count(dst), T = src->k.ne[0], row = n / dst->k.ne[0];
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        ref[i] = tt_geti(dst, i);
+    for (int64_t t = 0; t < T; t++) {
+        int64_t p = (int64_t)tt_geti(pos, t);
+        for (int64_t j = 0; j < row; j++)
+            ref[p * row + j] = tt_geti(src, t * row + j);
+    }
+    check_case(&c, ref);
+    free(ref);
+}
+
+static void test_store(void)
+{
+    case_store(tt_dims(GP_F16, 1, 3, 20, 3, 5, 0), tt_dims(GP_F32, 1, 3, 4, 3, 5, 0), tt_ids(4, 20),
+               "store f32 -> f16 [20,3,5]");
+    case_store(tt_dims(GP_F32, 2, 2, 17, 130, 0, 0), tt_dims(GP_BF16, 0, 2, 3, 130, 0, 0),
+               tt_ids(3, 17), "store bf16 -> f32 [17,130]");
+    case_store(tt_dims(GP_F32, 0, 1, 7, 0, 0, 0), tt_dims(GP_F32, 0, 1, 1, 0, 0, 0), tt_ids(1, 7),
+               "store [7] scalar rows");
+    tt *pos = tt_ids(3, 9);
+    int64_t i;
+    for (i = 0; i < 3; i++)
+        tt_set(pos, &i, 4.0); /* the same row three times: src row 2 must win */
+    case_store(tt_dims(GP_F32, 0, 2, 9, 67, 0, 0), tt_dims(GP_F32, 1, 2, 3, 67, 0, 0), pos,
+               "store repeated pos");
+}
+
+/* ---- attention ---- */
+
+static void case_attention(int64_t T, int64_t H, int64_t G, int64_t D, int64_t S, gp_dtype kvt,
+                           int layout, const char *name)
+{
+    tt *q = tt_dims(GP_F32, layout, 3, T, H, D, 0);
+    tt *k = tt_rand(kvt, 3, (int64_t[]){S, G, D}, layout, 0.1, 2);
+    tt *v = tt_dims(kvt, layout, 3, S, G, D, 0);
+    tt *pos = tt_ids(T, 1);
+    /* Decoding positions: the T new tokens are the last T of the first p0 + T rows, as a cache
+     * fills; one query (t = 0) also looks only at row 0. */
+    int64_t p0 = S - T - irand(S - T + 1);
+    for (int64_t t = 0; t < T; t++)
+        tt_set(pos, &t, (double)(t == 0 && T > 2 ? 0 : p0 + t));
+    kcase c = {.name = name, .op = GP_OP_ATTENTION, .in = {q, k, v, pos}, .n_in = 4, .tol = 2e-6};
+    c.at.f[0] = 1.0 / sqrt((double)D);
+    c.out = tt_new(GP_F32, 3, (int64_t[]){T, H, D}, 0);
+    double *ref = malloc(sizeof(double) * (size_t)(T * H * D)), *sc = malloc(sizeof(double) * (size_t)S);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++) {
+            int64_t g = h / (H / G), p = (int64_t)tt_geti(pos, t);
+            double mx = -INFINITY, sum = 0;
+            for (int64_t s = 0; s <= p; s++) {
+                double dot = 0;
+                for (int64_t d = 0; d < D; d++)
+                    dot += tt_get(q, (int64_t[]){t, h, d}) * tt_get(k, (int64_t[]){s, g, d});
+                sc[s] = dot * c.at.f[0];
+                mx = fmax(mx, sc[s]);
+            }
+            for (int64_t s = 0; s <= p; s++)
+                sum += sc[s] = exp(sc[s] - mx);
+            for (int64_t d = 0; d < D; d++) {
+                double o = 0;
+                for (int64_t s = 0; s <= p; s++)
+                    o += sc[s] * tt_get(v, (int64_t[]){s, g, d});
+                ref[(t * H + h) * D + d] = o / sum;
+            }
+        }
+    check_case(&c, ref);
+    free(ref);
+    free(sc);
+}
+
+static void test_attention(void)
+{
+    case_attention(5, 4, 2, 16, 20, GP_F32, 0, "attention GQA 4/2");
+    case_attention(3, 3, 3, 17, 67, GP_F16, 1, "attention MHA f16 cache strided");
+    case_attention(1, 6, 1, 8, 1, GP_BF16, 0, "attention MQA bf16 decode S 1");
+    case_attention(4, 2, 1, 300, 9, GP_F32, 1, "attention D 300");
+
+    /* The head mapping, by value: v of KV head g is constant g + 1, so head h's output is
+     * h / (H / G) + 1 whatever the weights. */
+    int64_t T = 2, H = 6, G = 3, D = 4, S = 5;
+    tt *q = tt_dims(GP_F32, 0, 3, T, H, D, 0), *k = tt_dims(GP_F32, 0, 3, S, G, D, 0);
+    tt *v = tt_new(GP_F32, 3, (int64_t[]){S, G, D}, 0), *o = tt_new(GP_F32, 3, (int64_t[]){T, H, D}, 0);
+    int32_t pos[2] = {3, 4};
+    for (int64_t i = 0; i < S * G * D; i++)
+        ((float *)v->k.data)[i] = (float)((i / D) % G + 1);
+    gp_ktensor in[4] = {q->k, k->k, v->k, {pos, GP_I32, 1, {2}, {4}}};
+    gp_attrs at = {.f = {0.5}};
+    size_t ws = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &o->k, in, 4, 2);
+    CU_ASSERT_EQUAL(ws, 2 * S * sizeof(float));
+    float *w = malloc(ws);
+    /* A workspace for one thread: the second call must not touch anything. */
+    gp_cpu_compute(GP_OP_ATTENTION, &at, &o->k, in, 4, w, ws / 2, 1, 2);
+    CU_ASSERT_EQUAL(((unsigned char *)o->k.data)[0], 0x5a);
+    gp_cpu_compute(GP_OP_ATTENTION, &at, &o->k, in, 4, w, ws / 2, 0, 2);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t d = 0; d < D; d++)
+                CU_ASSERT_DOUBLE_EQUAL(((float *)o->k.data)[(t * H + h) * D + d], h / 2 + 1, 1e-6);
+    free(w);
+    tt_free(q);
+    tt_free(k);
+    tt_free(v);
+    tt_free(o);
+}
+
+/* Views compute nothing: out stays as it was. */
+static void test_views(void)
+{
+    const gp_op views[] = {GP_OP_RESHAPE, GP_OP_PERMUTE, GP_OP_SLICE, GP_OP_VIEW};
+    tt *x = tt_dims(GP_F32, 0, 2, 3, 5, 0, 0), *o = tt_new(GP_F32, 2, (int64_t[]){3, 5}, 0);
+    gp_attrs at = {{0}, {0}};
+    for (int i = 0; i < 4; i++) {
+        gp_cpu_compute(views[i], &at, &o->k, &x->k, 1, NULL, 0, 0, 1);
+        CU_ASSERT_EQUAL(((unsigned char *)o->buf)[0], 0x5a);
+        CU_ASSERT_EQUAL(gp_cpu_workspace_bytes(views[i], &o->k, &x->k, 1, 4), 0);
+    }
+    tt_free(x);
+    tt_free(o);
+}
+
+/* gp_cpu_check refuses what the kernels cannot run. */
+static void test_check(void)
+{
+    char err[256];
+    tt *table = tt_dims(GP_F32, 0, 2, 10, 4, 0, 0), *ids = tt_ids(3, 10);
+    tt *out = tt_new(GP_F32, 2, (int64_t[]){3, 4}, 0);
+    gp_ktensor in[2] = {table->k, ids->k};
+    gp_attrs at = {{0}, {0}};
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_GET_ROWS, &at, &out->k, in, 2, err, sizeof err), 0);
+    int32_t bad[3] = {1, 10, 2};
+    in[1].data = bad;
+    in[1].nb[0] = 4;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_GET_ROWS, &at, &out->k, in, 2, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "get_rows: ids[1] = 10 is out of range [0, 10)");
+    bad[1] = -1;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_GET_ROWS, &at, &out->k, in, 2, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_GET_ROWS, &at, &out->k, in, 1, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "get_rows: 1 inputs, expected 2..2");
+
+    /* Broadcasting: [3, 4] with [4] is fine, with [3] is not. */
+    tt *b4 = tt_dims(GP_F32, 0, 1, 4, 0, 0, 0), *b3 = tt_dims(GP_F32, 0, 1, 3, 0, 0, 0);
+    gp_ktensor ab[2] = {out->k, b4->k};
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ADD, &at, &out->k, ab, 2, err, sizeof err), 0);
+    ab[1] = b3->k;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ADD, &at, &out->k, ab, 2, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "add: dim 1: a 4, b 3, out 4 do not broadcast");
+
+    /* matmul: K must agree. */
+    tt *w = tt_dims(GP_F32, 0, 2, 5, 4, 0, 0), *mo = tt_new(GP_F32, 2, (int64_t[]){3, 5}, 0);
+    gp_ktensor mm[2] = {out->k, w->k};
+    at.i[1] = 1;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_MATMUL, &at, &mo->k, mm, 2, err, sizeof err), 0);
+    at.i[1] = 0;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_MATMUL, &at, &mo->k, mm, 2, err, sizeof err), -1);
+
+    /* store and attention positions beyond the cache. */
+    tt *dst = tt_dims(GP_F16, 0, 2, 8, 4, 0, 0), *src = tt_dims(GP_F32, 0, 2, 3, 4, 0, 0);
+    int32_t pos[3] = {0, 7, 8};
+    gp_ktensor st[3] = {dst->k, {pos, GP_I32, 1, {3}, {4}}, src->k};
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_STORE, &at, &dst->k, st, 3, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "store: pos[2] = 8 is out of range [0, 8)");
+    pos[2] = 6;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_STORE, &at, &dst->k, st, 3, err, sizeof err), 0);
+    tt *q = tt_dims(GP_F32, 0, 3, 3, 4, 2, 0), *kv = tt_dims(GP_F32, 0, 3, 8, 2, 2, 0);
+    tt *ao = tt_new(GP_F32, 3, (int64_t[]){3, 4, 2}, 0);
+    gp_ktensor att[4] = {q->k, kv->k, kv->k, st[1]};
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), 0);
+    pos[0] = -3;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "attention: pos[0] = -3 is out of range [0, 8)");
+    tt *kv3 = tt_dims(GP_F32, 0, 3, 8, 3, 2, 0);
+    att[1] = att[2] = kv3->k;
+    pos[0] = 0;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_COUNT, &at, &ao->k, att, 4, err, sizeof err), -1);
+
+    tt *all[] = {table, ids, out, b4, b3, w, mo, dst, src, q, kv, ao, kv3};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        tt_free(all[i]);
+}
+
+/* ---- half conversions ---- */
+
+static void test_f16_exhaustive(void)
+{
+    int bad_decode = 0, bad_trip = 0, bad_nan = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = gp_f16_to_f32((uint16_t)h);
+        double want = ref_f16((uint16_t)h);
+        if (isnan(want)) {
+            /* NaN stays NaN, sign and payload kept, quiet bit set both ways. */
+            uint16_t back = gp_f32_to_f16(f);
+            bad_nan += !isnan(f) || back != (uint16_t)(h | 0x0200) ||
+                       (gp_f32_bits(f) >> 31) != (h >> 15);
+            continue;
+        }
+        bad_decode += (double)f != want || !signbit(f) != !signbit(want);
+        bad_trip += gp_f32_to_f16(f) != h;
+    }
+    CU_ASSERT_EQUAL(bad_decode, 0);
+    CU_ASSERT_EQUAL(bad_trip, 0);
+    CU_ASSERT_EQUAL(bad_nan, 0);
+}
+
+static void test_f16_rounding(void)
+{
+    /* Ties: the midpoint of two neighbors (exact in f32) goes to the even one; a hair above or
+     * below goes to the nearer one. Covers subnormals, the normal boundary and the top (65504 +
+     * 16 = 65520 ties to Inf). */
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x7c00; h++) {
+        double lo = ref_f16((uint16_t)h), hi = h + 1 == 0x7c00 ? 65536.0 : ref_f16((uint16_t)(h + 1));
+        float mid = (float)((lo + hi) / 2);
+        uint16_t even = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
+        bad += gp_f32_to_f16(mid) != even;
+        bad += gp_f32_to_f16(-mid) != (even | 0x8000);
+        bad += gp_f32_to_f16(nextafterf(mid, 0)) != h;
+        bad += gp_f32_to_f16(nextafterf(mid, INFINITY)) != h + 1;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(gp_f32_to_f16(65519.99f), 0x7bff);
+    CU_ASSERT_EQUAL(gp_f32_to_f16(1e10f), 0x7c00);
+    CU_ASSERT_EQUAL(gp_f32_to_f16(-INFINITY), 0xfc00);
+    CU_ASSERT_EQUAL(gp_f32_to_f16(1e-10f), 0x0000);
+    CU_ASSERT_EQUAL(gp_f32_to_f16(-0.0f), 0x8000);
+    CU_ASSERT_EQUAL(gp_f32_to_f16(0x1p-24f), 0x0001);
+    CU_ASSERT_EQUAL(gp_f32_to_f16(0x1p-25f), 0x0000); /* tie with 0: even */
+    CU_ASSERT_EQUAL(gp_f32_to_f16(0x1.8p-24f), 0x0002); /* tie between 1 and 2: even */
+
+    /* Random f32 bit patterns: the result is a nearest f16, ties to even. */
+    bad = 0;
+    for (int i = 0; i < 200000; i++) {
+        float x = gp_f32_from_bits((uint32_t)gp_test_rand(&rng));
+        if (isnan(x))
+            continue;
+        uint16_t r = gp_f32_to_f16(x), m = r & 0x7fff;
+        double ax = fabs((double)x);
+        if (ax >= 65520.0) {
+            bad += m != 0x7c00;
+            continue;
+        }
+        bad += (r >> 15) != (gp_f32_bits(x) >> 31) || m >= 0x7c00;
+        double d = fabs(ax - ref_f16(m));
+        double dlo = m > 0 ? fabs(ax - ref_f16((uint16_t)(m - 1))) : INFINITY;
+        double dhi = m < 0x7bff ? fabs(ax - ref_f16((uint16_t)(m + 1))) : INFINITY;
+        bad += d > dlo || d > dhi || ((d == dlo || d == dhi) && (m & 1));
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+static void test_bf16(void)
+{
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = gp_bf16_to_f32((uint16_t)h);
+        bad += (gp_f32_bits(f) >> 16) != h;
+        if (isnan(f))
+            bad += gp_f32_to_bf16(f) != (h | 0x40);
+        else
+            bad += gp_f32_to_bf16(f) != h;
+        /* The midpoint to the next pattern (same sign, finite) rounds to the even one. */
+        if ((h & 0x7f80) != 0x7f80 && (h & 0x7fff) != 0x7f7f) {
+            float mid = gp_f32_from_bits((h << 16) | 0x8000u);
+            uint16_t even = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
+            bad += gp_f32_to_bf16(mid) != even;
+            bad += gp_f32_to_bf16(gp_f32_from_bits((h << 16) | 0x7fffu)) != h;
+            bad += gp_f32_to_bf16(gp_f32_from_bits((h << 16) | 0x8001u)) != h + 1;
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(gp_f32_to_bf16(3.4e38f), 0x7f80); /* rounds up past the largest: Inf */
+    CU_ASSERT(isnan(gp_bf16_to_f32(gp_f32_to_bf16(gp_f32_from_bits(0x7f800001u)))));
+}
+
+/* ---- thread pool ---- */
+
+typedef struct {
+    gp_threadpool *pool;
+    atomic_int calls[8];
+    int slots[8];
+    atomic_int bad;
+    int nth_seen[8];
+} pool_ctx;
+
+static void count_fn(void *ctx, int ith, int nth)
+{
+    pool_ctx *c = ctx;
+    atomic_fetch_add(&c->calls[ith], 1);
+    c->nth_seen[ith] = nth;
+}
+
+/* Phases: each thread writes its slot, waits, checks everyone's slot for this phase. */
+static void phase_fn(void *ctx, int ith, int nth)
+{
+    pool_ctx *c = ctx;
+    for (int phase = 1; phase <= 50; phase++) {
+        c->slots[ith] = phase;
+        gp_threadpool_barrier(c->pool);
+        for (int j = 0; j < nth; j++)
+            if (c->slots[j] != phase)
+                atomic_fetch_add(&c->bad, 1);
+        gp_threadpool_barrier(c->pool);
+    }
+}
+
+static void test_threadpool(void)
+{
+    CU_ASSERT_PTR_NULL(gp_threadpool_new(0));
+    gp_threadpool_free(NULL);
+    CU_ASSERT_EQUAL(gp_threadpool_size(NULL), 1);
+    for (int n = 1; n <= 4; n++) {
+        pool_ctx c;
+        memset(&c, 0, sizeof c);
+        c.pool = gp_threadpool_new(n);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(c.pool);
+        CU_ASSERT_EQUAL(gp_threadpool_size(c.pool), n);
+        for (int run = 0; run < 300; run++)
+            gp_threadpool_run(c.pool, count_fn, &c);
+        for (int i = 0; i < 8; i++) {
+            CU_ASSERT_EQUAL(atomic_load(&c.calls[i]), i < n ? 300 : 0);
+            if (i < n)
+                CU_ASSERT_EQUAL(c.nth_seen[i], n);
+        }
+        for (int run = 0; run < 5; run++)
+            gp_threadpool_run(c.pool, phase_fn, &c);
+        CU_ASSERT_EQUAL(atomic_load(&c.bad), 0);
+        gp_threadpool_free(c.pool);
+    }
+    pool_ctx c;
+    memset(&c, 0, sizeof c);
+    gp_threadpool_run(NULL, count_fn, &c);
+    CU_ASSERT_EQUAL(atomic_load(&c.calls[0]), 1);
+    CU_ASSERT_EQUAL(c.nth_seen[0], 1);
+}
+
+/* A matmul through the pool gives the serial result's bytes. */
+typedef struct {
+    const gp_ktensor *out, *in;
+    gp_attrs at;
+} mm_ctx;
+
+static void mm_fn(void *ctx, int ith, int nth)
+{
+    mm_ctx *c = ctx;
+    gp_cpu_compute(GP_OP_MATMUL, &c->at, c->out, c->in, 2, NULL, 0, ith, nth);
+}
+
+static void test_pool_matmul(void)
+{
+    tt *a = tt_dims(GP_F32, 0, 2, 70, 131, 0, 0), *b = tt_dims(GP_F16, 0, 2, 200, 131, 0, 0);
+    tt *o1 = tt_new(GP_F32, 2, (int64_t[]){70, 200}, 0), *o3 = tt_new(GP_F32, 2, (int64_t[]){70, 200}, 0);
+    gp_ktensor in[2] = {a->k, b->k};
+    mm_ctx c = {&o1->k, in, {.i = {0, 1}}};
+    gp_threadpool_run(NULL, mm_fn, &c);
+    gp_threadpool *pool = gp_threadpool_new(3);
+    c.out = &o3->k;
+    gp_threadpool_run(pool, mm_fn, &c);
+    gp_threadpool_free(pool);
+    CU_ASSERT_EQUAL(memcmp(o1->buf, o3->buf, o1->size), 0);
+    tt_free(a);
+    tt_free(b);
+    tt_free(o1);
+    tt_free(o3);
+}
+
+void gp_suite_kernels(void)
+{
+    CU_pSuite s = CU_add_suite("kernels", NULL, NULL);
+    CU_add_test(s, "f16 exhaustive round trip", test_f16_exhaustive);
+    CU_add_test(s, "f16 rounding and ties", test_f16_rounding);
+    CU_add_test(s, "bf16 exhaustive and ties", test_bf16);
+    CU_add_test(s, "thread pool counts and barrier phases", test_threadpool);
+    CU_add_test(s, "get_rows", test_get_rows);
+    CU_add_test(s, "add sub mul div swiglu with broadcasting", test_binary);
+    CU_add_test(s, "scale gelu gelu_erf silu", test_unary);
+    CU_add_test(s, "matmul", test_matmul);
+    CU_add_test(s, "layer_norm rms_norm", test_norms);
+    CU_add_test(s, "softmax and the causal mask", test_softmax);
+    CU_add_test(s, "rope both modes", test_rope);
+    CU_add_test(s, "cont cast", test_copies);
+    CU_add_test(s, "concat", test_concat);
+    CU_add_test(s, "store", test_store);
+    CU_add_test(s, "attention with GQA", test_attention);
+    CU_add_test(s, "views compute nothing", test_views);
+    CU_add_test(s, "gp_cpu_check", test_check);
+    CU_add_test(s, "matmul through the pool", test_pool_matmul);
+}
