@@ -1,0 +1,465 @@
+/* IR -> gp_plan: liveness, in-place reuse, op workspaces, extras slots, the fixed regions and the
+ * arena's offsets (gp_assign, always verified by the independent gp_assign_check). */
+#include "planner/planner.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int64_t round_up(int64_t x, int64_t a)
+{
+    return (x + a - 1) / a * a;
+}
+
+static char *dup_str(const char *s)
+{
+    if (!s)
+        s = "";
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+int64_t gp_op_workspace_bytes(const gp_node *node, const gp_graph *g, gp_backend backend)
+{
+    switch (node->op) {
+    case GP_OP_MATMUL:
+        return backend == GP_BACKEND_CUDA ? GP_WS_CUBLAS_BYTES : 0;
+    case GP_OP_ATTENTION: {
+        const gp_tensor *q = &g->tensors[node->inputs[0]]; /* [T, H, D] */
+        const gp_tensor *k = &g->tensors[node->inputs[1]]; /* [S, G, D] */
+        if (q->ndim != 3 || k->ndim != 3)
+            return 0;
+        if (backend == GP_BACKEND_CUDA) {
+            int64_t t = q->shape[0].size;
+            if (t > GP_WS_ATTN_SPLIT_MAX_T)
+                t = GP_WS_ATTN_SPLIT_MAX_T;
+            return (int64_t)GP_WS_ATTN_SPLITS * t * q->shape[1].size * (q->shape[2].size + 2) * 4;
+        }
+        return (int64_t)GP_WS_CPU_MAX_THREADS * k->shape[0].size * 4;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* The largest workspace over every backend, so one plan serves all of them. */
+static int64_t workspace_max(const gp_node *node, const gp_graph *g)
+{
+    int64_t m = 0;
+    for (int b = 0; b < GP_BACKEND_COUNT; b++) {
+        int64_t w = gp_op_workspace_bytes(node, g, (gp_backend)b);
+        if (w > m)
+            m = w;
+    }
+    return m;
+}
+
+/* Union-find over tensors that share one arena buffer through in-place ops. */
+static int find(int *parent, int x)
+{
+    while (parent[x] != x) {
+        parent[x] = parent[parent[x]];
+        x = parent[x];
+    }
+    return x;
+}
+
+static int same_dims(const gp_tensor *a, const gp_tensor *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d].size != b->shape[d].size || a->shape[d].sym != b->shape[d].sym)
+            return 0;
+    return 1;
+}
+
+typedef struct {
+    const gp_graph *g;
+    gp_plan *p;
+    gp_liveness *lv;
+    int *parent;     /* [n_tensors of the plan] in-place groups */
+    int *group_last; /* [n_tensors of the plan] for a group's root: its last step */
+} builder;
+
+/*
+ * Node s writes into input j's storage when (docs/plan-format.md, "In-place"):
+ * the output is a plain intermediate; input j's root storage is an intermediate whose last use
+ * (any tensor sharing it, through views or earlier in-place ops) is step s; input j is contiguous
+ * at offset 0 of that storage with the output's exact shape (symbolic dims included), dtype size and
+ * byte size; and no other input of the node reads the same storage.
+ */
+static int inplace_ok(const builder *b, int s, int *input_out)
+{
+    const gp_graph *g = b->g;
+    const gp_node *nd = &g->nodes[s];
+    const gp_op_info *info = gp_op_get(nd->op);
+    int j = info ? info->inplace : -1;
+    if (j < 0 || j >= nd->n_inputs)
+        return 0;
+    const gp_tensor *y = &g->tensors[nd->output];
+    int x = nd->inputs[j];
+    const gp_tensor *xt = &g->tensors[x];
+    int r = b->lv->root[x];
+    const gp_tensor *rt = &g->tensors[r];
+    if (y->kind != GP_TENSOR_INTERMEDIATE || y->view_src >= 0 || rt->kind != GP_TENSOR_INTERMEDIATE)
+        return 0;
+    int grp = find(b->parent, r);
+    if (b->group_last[grp] != s)
+        return 0; /* read later, directly or through a view */
+    if (b->lv->root_offset[x] != 0 || !gp_tensor_is_contiguous(xt) || !same_dims(xt, y) ||
+        gp_dtype_size(xt->dtype) != gp_dtype_size(y->dtype) ||
+        b->p->tensors[r].size != b->p->tensors[nd->output].size ||
+        b->p->tensors[x].size != b->p->tensors[nd->output].size)
+        return 0;
+    for (int k = 0; k < nd->n_inputs; k++)
+        if (k != j && find(b->parent, b->lv->root[nd->inputs[k]]) == grp)
+            return 0;
+    *input_out = x;
+    return 1;
+}
+
+/* Copies the graph's tensors into the plan (shapes, kinds, lifetimes, sizes); offsets come later. */
+static int fill_tensors(builder *b)
+{
+    const gp_graph *g = b->g;
+    for (int i = 0; i < g->n_tensors; i++) {
+        const gp_tensor *src = &g->tensors[i];
+        gp_plan_tensor *t = &b->p->tensors[i];
+        t->name = dup_str(src->name);
+        t->weight_name = src->weight_name ? dup_str(src->weight_name) : NULL;
+        if (!t->name || (src->weight_name && !t->weight_name))
+            return -1;
+        t->kind = src->kind;
+        t->dtype = src->dtype;
+        t->ndim = src->ndim;
+        for (int d = 0; d < GP_MAX_DIMS; d++) {
+            int used = d < src->ndim;
+            t->dims[d] = used ? src->shape[d].size : 1;
+            t->sym[d] = used ? src->shape[d].sym : -1;
+            t->stride[d] = used ? src->stride[d] : 0;
+        }
+        t->view_src = src->view_src;
+        t->view_offset = src->view_src >= 0 ? src->view_offset : 0;
+        t->inplace_of = -1;
+        t->producer = src->producer;
+        t->first = b->lv->first[i];
+        /* A root keeps its bytes until the last read of anything on its storage. */
+        t->last = src->view_src >= 0 ? b->lv->last[i] : b->lv->storage_last[i];
+        t->size = gp_plan_tensor_span(t);
+        t->line = src->loc.line;
+        t->col = src->loc.col;
+    }
+    return 0;
+}
+
+/* One arena tensor per node that needs a workspace, named ws.<output>, live at that step only. */
+static int add_workspaces(builder *b)
+{
+    const gp_graph *g = b->g;
+    int id = g->n_tensors;
+    for (int s = 0; s < g->n_nodes; s++) {
+        gp_plan_node *pn = &b->p->nodes[s];
+        pn->workspace = -1;
+        int64_t bytes = workspace_max(&g->nodes[s], g);
+        if (bytes <= 0)
+            continue;
+        gp_plan_tensor *t = &b->p->tensors[id];
+        const char *out_name = g->tensors[g->nodes[s].output].name;
+        size_t n = strlen(out_name) + 4;
+        t->name = malloc(n);
+        if (!t->name)
+            return -1;
+        snprintf(t->name, n, "ws.%s", out_name);
+        t->kind = GP_TENSOR_INTERMEDIATE;
+        t->dtype = GP_F32;
+        t->ndim = 1;
+        t->dims[0] = (bytes + 3) / 4;
+        t->stride[0] = 1;
+        for (int d = 0; d < GP_MAX_DIMS; d++) {
+            t->sym[d] = -1;
+            if (d > 0) {
+                t->dims[d] = 1;
+                t->stride[d] = 0;
+            }
+        }
+        t->view_src = -1;
+        t->inplace_of = -1;
+        t->producer = s;
+        t->first = t->last = s;
+        t->size = gp_plan_tensor_span(t);
+        t->line = g->nodes[s].loc.line;
+        t->col = g->nodes[s].loc.col;
+        pn->workspace = id++;
+    }
+    return 0;
+}
+
+static void fill_nodes(builder *b)
+{
+    const gp_graph *g = b->g;
+    for (int s = 0; s < g->n_nodes; s++) {
+        const gp_node *src = &g->nodes[s];
+        gp_plan_node *pn = &b->p->nodes[s];
+        pn->op = src->op;
+        pn->n_inputs = src->n_inputs;
+        for (int k = 0; k < GP_MAX_INPUTS; k++)
+            pn->inputs[k] = k < src->n_inputs ? src->inputs[k] : -1;
+        pn->output = src->output;
+        pn->attrs = src->attrs;
+        pn->line = src->loc.line;
+        pn->col = src->loc.col;
+    }
+}
+
+static void decide_inplace(builder *b)
+{
+    const gp_graph *g = b->g;
+    for (int s = 0; s < g->n_nodes; s++) {
+        int x;
+        if (!inplace_ok(b, s, &x))
+            continue;
+        int y = g->nodes[s].output;
+        int grp = find(b->parent, b->lv->root[x]);
+        b->parent[y] = grp;
+        if (b->group_last[grp] < b->group_last[y])
+            b->group_last[grp] = b->group_last[y];
+        b->p->tensors[y].inplace_of = x;
+    }
+}
+
+/* Weights, state and io: packed one after another (all live for the whole session or eval). */
+static int place_fixed_regions(builder *b, int64_t align, gp_diag *d)
+{
+    gp_plan *p = b->p;
+    for (int i = 0; i < p->n_tensors; i++) {
+        gp_plan_tensor *t = &p->tensors[i];
+        if (t->view_src >= 0)
+            continue;
+        switch (t->kind) {
+        case GP_TENSOR_INPUT:
+        case GP_TENSOR_OUTPUT: t->region = GP_REGION_IO; break;
+        case GP_TENSOR_WEIGHT: t->region = GP_REGION_WEIGHTS; break;
+        case GP_TENSOR_STATE: t->region = GP_REGION_STATE; break;
+        case GP_TENSOR_INTERMEDIATE: t->region = GP_REGION_ARENA; continue;
+        default: {
+            gp_loc loc = {0};
+            gp_diag_error(d, loc, "plan: tensor %s has kind %s and no view source", t->name,
+                          gp_tensor_kind_name(t->kind));
+            return -1;
+        }
+        }
+        gp_plan_region *r = &p->regions[t->region];
+        t->offset = r->size;
+        r->size += round_up(t->size, align);
+    }
+    return 0;
+}
+
+/* The arena: one gp_buffer per in-place group, in units of the alignment so that every offset the
+ * assigner picks is aligned. */
+static int place_arena(builder *b, const gp_plan_opts *o, int64_t align, gp_diag *d)
+{
+    gp_plan *p = b->p;
+    gp_loc nowhere = {0};
+    int n = p->n_tensors;
+    int *buf_of = malloc((size_t)(n ? n : 1) * sizeof *buf_of);       /* [n] group root -> buffer */
+    gp_buffer *bufs = calloc((size_t)(n ? n : 1), sizeof *bufs);      /* [n_bufs] */
+    if (!buf_of || !bufs) {
+        free(buf_of);
+        free(bufs);
+        gp_diag_error(d, nowhere, "plan: out of memory");
+        return -1;
+    }
+    size_t n_bufs = 0;
+    for (int i = 0; i < n; i++) {
+        gp_plan_tensor *t = &p->tensors[i];
+        buf_of[i] = -1;
+        if (t->region != GP_REGION_ARENA || t->view_src >= 0)
+            continue;
+        p->naive_bytes += round_up(t->size, align);
+        if (find(b->parent, i) != i)
+            continue;
+        gp_buffer *bf = &bufs[n_bufs];
+        bf->lower = t->first;
+        bf->upper = (int64_t)b->group_last[i] + 1;
+        bf->size = round_up(t->size, align) / align;
+        buf_of[i] = (int)n_bufs++;
+    }
+    int rc = 0;
+    gp_assign_result res;
+    memset(&res, 0, sizeof res);
+    if (n_bufs > 0) {
+        gp_assign_opts ao = {o->strategy, o->time_limit, 0};
+        gp_assign_status st = gp_assign(bufs, n_bufs, &ao, &res);
+        char why[256] = "";
+        if (st != GP_ASSIGN_OK) {
+            gp_diag_error(d, nowhere, "plan: offset assignment failed for %zu arena buffers "
+                          "(status %d)", n_bufs, (int)st);
+            rc = -1;
+        } else if (gp_assign_check(bufs, n_bufs, res.peak, why, sizeof why) != 0) {
+            gp_diag_error(d, nowhere, "plan: BUG: the checker found overlapping arena buffers "
+                          "after %s: %s", res.method, why);
+            rc = -1;
+        }
+        p->lower_bound = gp_assign_lower_bound(bufs, n_bufs) * align;
+        p->regions[GP_REGION_ARENA].size = res.peak * align;
+    }
+    p->method = dup_str(n_bufs > 0 ? res.method : "none");
+    if (!p->method && rc == 0) {
+        gp_diag_error(d, nowhere, "plan: out of memory");
+        rc = -1;
+    }
+    for (int i = 0; rc == 0 && i < n; i++) {
+        gp_plan_tensor *t = &p->tensors[i];
+        if (t->region != GP_REGION_ARENA || t->view_src >= 0)
+            continue;
+        t->offset = bufs[buf_of[find(b->parent, i)]].offset * align;
+    }
+    free(buf_of);
+    free(bufs);
+    return rc;
+}
+
+/* Views sit in their root's region at the root's offset plus their window. */
+static void place_views(builder *b)
+{
+    gp_plan *p = b->p;
+    for (int i = 0; i < b->g->n_tensors; i++) {
+        gp_plan_tensor *t = &p->tensors[i];
+        if (t->view_src < 0)
+            continue;
+        const gp_plan_tensor *root = &p->tensors[b->lv->root[i]];
+        t->region = root->region;
+        t->offset = root->offset + b->lv->root_offset[i];
+    }
+}
+
+static const char *graph_source(const gp_graph *g)
+{
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].loc.file)
+            return g->nodes[i].loc.file;
+    for (int i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i].loc.file)
+            return g->tensors[i].loc.file;
+    return "";
+}
+
+static int check_opts(const gp_plan_opts *o, gp_diag *d)
+{
+    gp_loc nowhere = {0};
+    if (o->alignment < 1 || (o->alignment & (o->alignment - 1)) != 0 ||
+        o->alignment > GP_PLAN_MAX_ALIGNMENT) {
+        gp_diag_error(d, nowhere, "plan: alignment %lld is not a power of two in [1, %lld]",
+                      (long long)o->alignment, (long long)GP_PLAN_MAX_ALIGNMENT);
+        return -1;
+    }
+    if (o->n_devices < 1 || o->n_devices > GP_PLAN_MAX_DEVICES) {
+        gp_diag_error(d, nowhere, "plan: %d devices, expected 1..%d", o->n_devices,
+                      GP_PLAN_MAX_DEVICES);
+        return -1;
+    }
+    if ((int)o->strategy < GP_STRATEGY_AUTO || o->strategy > GP_STRATEGY_EXACT) {
+        gp_diag_error(d, nowhere, "plan: unknown strategy %d", (int)o->strategy);
+        return -1;
+    }
+    return 0;
+}
+
+int gp_plan_build(const gp_graph *g, const gp_plan_opts *opts, gp_plan **out, gp_diag *d)
+{
+    double t0 = now_seconds();
+    gp_loc nowhere = {0};
+    *out = NULL;
+    gp_plan_opts o = {0};
+    if (opts)
+        o = *opts;
+    if (o.alignment == 0)
+        o.alignment = GP_PLAN_DEFAULT_ALIGNMENT;
+    if (o.n_devices == 0)
+        o.n_devices = 1;
+    if (check_opts(&o, d))
+        return -1;
+
+    int n_ws = 0;
+    for (int s = 0; s < g->n_nodes; s++)
+        n_ws += workspace_max(&g->nodes[s], g) > 0;
+    if (g->n_tensors > INT32_MAX / 2 - n_ws) {
+        gp_diag_error(d, nowhere, "plan: %d tensors is too many", g->n_tensors);
+        return -1;
+    }
+    int n = g->n_tensors + n_ws;
+    int64_t rec = GP_EXTRAS_RECORD_BYTES(o.n_devices);
+    char why[256];
+    gp_plan *p = NULL;
+    builder b = {.g = g};
+    b.lv = gp_liveness_new(g, d);
+    if (!b.lv)
+        return -1;
+    b.p = gp_plan_alloc(g->n_syms, n, g->n_nodes);
+    b.parent = malloc((size_t)(n ? n : 1) * sizeof *b.parent);
+    b.group_last = malloc((size_t)(n ? n : 1) * sizeof *b.group_last);
+    int rc = -1;
+    if (!b.p || !b.parent || !b.group_last)
+        goto oom;
+    p = b.p;
+    p->graph_name = dup_str(g->name);
+    p->source = dup_str(graph_source(g));
+    if (!p->graph_name || !p->source)
+        goto oom;
+    p->n_devices = o.n_devices;
+    p->strategy = (int)o.strategy;
+    for (int s = 0; s < g->n_syms; s++) {
+        p->syms[s].name = dup_str(g->syms[s].name);
+        p->syms[s].bound = g->syms[s].bound;
+        if (!p->syms[s].name)
+            goto oom;
+    }
+    if (fill_tensors(&b) || add_workspaces(&b))
+        goto oom;
+    fill_nodes(&b);
+    for (int i = 0; i < n; i++) {
+        b.parent[i] = i;
+        b.group_last[i] = p->tensors[i].last;
+    }
+    if (!o.no_inplace)
+        decide_inplace(&b);
+    for (int r = 0; r < GP_REGION_COUNT; r++)
+        p->regions[r].alignment = o.alignment;
+    if (place_fixed_regions(&b, o.alignment, d) || place_arena(&b, &o, o.alignment, d))
+        goto done;
+    place_views(&b);
+    /* Extras: record i belongs to tensor i; the block is fixed by the tensor count. */
+    for (int i = 0; i < n; i++)
+        p->tensors[i].extras_offset = (int64_t)i * rec;
+    p->regions[GP_REGION_EXTRAS].alignment = GP_EXTRAS_ALIGNMENT;
+    p->regions[GP_REGION_EXTRAS].size = round_up((int64_t)n * rec, GP_EXTRAS_ALIGNMENT);
+    p->plan_seconds = now_seconds() - t0;
+    if (gp_plan_validate(p, why, sizeof why)) {
+        gp_diag_error(d, nowhere, "plan: BUG: the built plan is invalid: %s", why);
+        goto done;
+    }
+    *out = p;
+    b.p = NULL;
+    rc = 0;
+    goto done;
+oom:
+    gp_diag_error(d, nowhere, "plan: out of memory for %d tensors", n);
+done:
+    gp_plan_free(b.p);
+    gp_liveness_free(b.lv);
+    free(b.parent);
+    free(b.group_last);
+    return rc;
+}

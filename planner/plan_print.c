@@ -1,0 +1,72 @@
+/* The plan summary the tools print (gplan-compile -o, gplan-inspect): region sizes, the arena
+ * against its lower bound and against no reuse at all, in-place and workspace counts. */
+#include "planner/planner.h"
+
+#include <string.h>
+
+static const char *strategy_name(int s)
+{
+    switch (s) {
+    case GP_STRATEGY_AUTO: return "auto";
+    case GP_STRATEGY_GREEDY: return "greedy";
+    case GP_STRATEGY_EXACT: return "exact";
+    default: return "?";
+    }
+}
+
+/* "12.50 MiB" into buf. */
+static const char *human(int64_t bytes, char *buf, size_t n)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, n, "%lld B", (long long)bytes);
+    else
+        snprintf(buf, n, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+void gp_plan_summary_print(const gp_plan *p, FILE *out)
+{
+    char h1[32], h2[32], h3[32];
+    int n_inplace = 0, n_ws = 0;
+    for (int i = 0; i < p->n_tensors; i++)
+        n_inplace += p->tensors[i].inplace_of >= 0;
+    for (int i = 0; i < p->n_nodes; i++)
+        n_ws += p->nodes[i].workspace >= 0;
+    fprintf(out, "plan %s (%s), format %d.%d: %d tensors, %d nodes, %d device%s\n",
+            p->graph_name ? p->graph_name : "", p->source && p->source[0] ? p->source : "no source",
+            p->version_major, p->version_minor, p->n_tensors, p->n_nodes, p->n_devices,
+            p->n_devices == 1 ? "" : "s");
+    if (p->n_syms > 0) {
+        fprintf(out, "symbolic dims:");
+        for (int s = 0; s < p->n_syms; s++)
+            fprintf(out, "%s %s <= %lld", s ? "," : "", p->syms[s].name,
+                    (long long)p->syms[s].bound);
+        fprintf(out, "\n");
+    }
+    int64_t arena = p->regions[GP_REGION_ARENA].size;
+    fprintf(out, "  arena    %12lld B  %-11s lower bound %s, ratio %.3f; naive %s (%.2fx)\n",
+            (long long)arena, human(arena, h1, sizeof h1), human(p->lower_bound, h2, sizeof h2),
+            p->lower_bound > 0 ? (double)arena / (double)p->lower_bound : 1.0,
+            human(p->naive_bytes, h3, sizeof h3),
+            arena > 0 ? (double)p->naive_bytes / (double)arena : 1.0);
+    for (int r = GP_REGION_STATE; r < GP_REGION_COUNT; r++) {
+        int64_t sz = p->regions[r].size;
+        fprintf(out, "  %-8s %12lld B  %s", gp_region_name((gp_region)r), (long long)sz,
+                human(sz, h1, sizeof h1));
+        if (r == GP_REGION_EXTRAS)
+            fprintf(out, "  (%d records of %lld B)", p->n_tensors,
+                    (long long)GP_EXTRAS_RECORD_BYTES(p->n_devices));
+        fprintf(out, "\n");
+    }
+    fprintf(out, "alignment %lld B, strategy %s (%s), %d in-place, %d workspaces, planned in "
+            "%.3f ms\n", (long long)p->regions[GP_REGION_ARENA].alignment,
+            strategy_name(p->strategy), p->method ? p->method : "?", n_inplace, n_ws,
+            p->plan_seconds * 1e3);
+}

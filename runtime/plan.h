@@ -1,0 +1,172 @@
+/* The in-memory plan: every tensor's region, offset and lifetime, every node, the regions' sizes and
+ * the per-tensor extras layout. The contract between the planner (which builds and writes it), the
+ * tools and the runtime (which loads it). The file format is docs/plan-format.md. */
+#ifndef GP_RUNTIME_PLAN_H
+#define GP_RUNTIME_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/core.h"
+
+/* The plan file's version. A loader reads any minor version of its major version (newer minors only
+ * add fields at the end of records or new sections, which it skips) and refuses another major. */
+#define GP_PLAN_VERSION_MAJOR 1
+#define GP_PLAN_VERSION_MINOR 0
+
+/* Where a tensor's bytes live. Each region is one allocation per device made once per session. */
+typedef enum {
+    GP_REGION_ARENA,   /* intermediates and op workspaces, reused over the eval by liveness */
+    GP_REGION_STATE,   /* persists across evals, zeroed once at session creation (KV cache) */
+    GP_REGION_WEIGHTS, /* loaded once, read-only */
+    GP_REGION_IO,      /* inputs and outputs, pinned for the whole eval */
+    GP_REGION_EXTRAS,  /* the per-tensor runtime records (see GP_EXTRAS_* below); holds no tensor */
+    GP_REGION_COUNT
+} gp_region;
+
+const char *gp_region_name(gp_region r); /* "arena", ... ; "?" out of range */
+
+/*
+ * Tensor extras: each tensor's runtime record has a fixed slot in the extras region, so an eval
+ * allocates none (the records that llama.cpp allocated per eval and leaked, see docs/plan-format.md).
+ * One record, for n = n_devices, all fields little-endian host words, native alignment:
+ *   u64 data[n];             device (or host) address of element 0 on each device; 0 = none
+ *   i64 ne[GP_MAX_DIMS];     shape for the current eval (symbolic dims shrunk), unused dims 1
+ *   i64 nb[GP_MAX_DIMS];     strides in bytes for the current eval
+ *   u64 sync[n];             one synchronization slot per device (event handle or ready counter)
+ * 16 n + 64 bytes; a multiple of 16, so every record starting at a multiple of its size is aligned.
+ */
+#define GP_EXTRAS_DATA_OFF(n) ((int64_t)0)
+#define GP_EXTRAS_NE_OFF(n) ((int64_t)8 * (n))
+#define GP_EXTRAS_NB_OFF(n) ((int64_t)8 * (n) + 8 * GP_MAX_DIMS)
+#define GP_EXTRAS_SYNC_OFF(n) ((int64_t)8 * (n) + 16 * GP_MAX_DIMS)
+#define GP_EXTRAS_RECORD_BYTES(n) ((int64_t)16 * (n) + 16 * GP_MAX_DIMS)
+#define GP_EXTRAS_ALIGNMENT 64 /* the extras region's alignment (a cache line) */
+
+/* Limits every plan obeys (the loader refuses a file beyond them). */
+#define GP_PLAN_MAX_DEVICES 64
+#define GP_PLAN_MAX_ALIGNMENT ((int64_t)1 << 20) /* alignments are powers of two up to 1 MiB */
+#define GP_PLAN_MAX_DIM ((int64_t)1 << 40)
+
+/*
+ * Op workspaces, fixed here because planner and backends must agree on them: the planner reserves
+ * the maximum over backends so one plan serves CPU and CUDA; a backend uses at most its own share.
+ *   matmul:    CUDA: a cuBLAS workspace of GP_WS_CUBLAS_BYTES; CPU: none.
+ *   attention: CUDA: split-KV partial results for decode, used only when T <= GP_WS_ATTN_SPLIT_MAX_T:
+ *              f32 [GP_WS_ATTN_SPLITS, min(T, GP_WS_ATTN_SPLIT_MAX_T), H, D + 2] (output, max, sum);
+ *              CPU: per-thread scores f32 [GP_WS_CPU_MAX_THREADS, S]: a CPU backend uses at most
+ *              GP_WS_CPU_MAX_THREADS threads for attention.
+ *   others:    none.
+ */
+#define GP_WS_CUBLAS_BYTES ((int64_t)32 << 20)
+#define GP_WS_ATTN_SPLITS 16
+#define GP_WS_ATTN_SPLIT_MAX_T 16
+#define GP_WS_CPU_MAX_THREADS 64
+
+typedef struct {
+    int64_t size;      /* bytes; a multiple of alignment */
+    int64_t alignment; /* every tensor placed in it starts at a multiple of this (views excepted) */
+} gp_plan_region;
+
+typedef struct {
+    char *name;
+    int64_t bound; /* every eval uses a size in [1, bound]; tensors are planned at the bound */
+} gp_plan_sym;
+
+typedef struct {
+    char *name;
+    char *weight_name;           /* weights: the checkpoint name; else NULL */
+    gp_tensor_kind kind;
+    gp_dtype dtype;
+    int ndim;                    /* 0..GP_MAX_DIMS */
+    int64_t dims[GP_MAX_DIMS];   /* [ndim], outermost first, at the bounds; unused dims are 1 */
+    int sym[GP_MAX_DIMS];        /* [ndim] symbolic dim index per dim, or -1; unused dims -1 */
+    int64_t stride[GP_MAX_DIMS]; /* [ndim] in elements, at the bounds; unused dims 0 */
+    gp_region region;            /* views: their root's region */
+    int64_t offset;              /* bytes from the start of the region (views: root offset + window) */
+    int64_t size;                /* bytes spanned from offset at the bounds */
+    int view_src;                /* views: the tensor viewed (maybe a view itself); else -1 */
+    int64_t view_offset;         /* views: byte offset into view_src's storage; else 0 */
+    int inplace_of;              /* written into this tensor's storage (in-place op); else -1 */
+    int producer;                /* node computing it, or -1 */
+    int first, last;             /* steps (node indices) during which its bytes must be kept */
+    int64_t extras_offset;       /* its record in the extras region */
+    int line, col;               /* where the graph source defines it; 0 when unknown */
+} gp_plan_tensor;
+
+typedef struct {
+    gp_op op;
+    int n_inputs;
+    int inputs[GP_MAX_INPUTS]; /* [n_inputs] tensor ids; unused -1 */
+    int output;                /* tensor id */
+    int workspace;             /* tensor id of its workspace (arena, live at this step only), or -1 */
+    gp_attrs attrs;
+    int line, col;             /* source location of the statement that made it; 0 when unknown */
+} gp_plan_node;
+
+typedef struct {
+    int version_major, version_minor; /* of the file it was loaded from (the current when built) */
+    char *graph_name;
+    char *source;          /* the graph source file name; "" when unknown */
+    int n_devices;         /* extras records hold this many data pointers and sync slots */
+    int strategy;          /* the gp_strategy used for the arena */
+    char *method;          /* what produced the arena offsets, e.g. "greedy-size" */
+    double plan_seconds;   /* time spent planning */
+    int64_t lower_bound;   /* the arena's lower bound: most aligned bytes alive at one step */
+    int64_t naive_bytes;   /* sum of all intermediate sizes (aligned): the arena with no reuse */
+    gp_plan_region regions[GP_REGION_COUNT];
+    gp_plan_sym *syms;     /* [n_syms] */
+    int n_syms;
+    gp_plan_tensor *tensors; /* [n_tensors]: the graph's tensors by id, then the workspaces */
+    int n_tensors;
+    gp_plan_node *nodes;   /* [n_nodes] in schedule order: node i runs at step i */
+    int n_nodes;
+} gp_plan;
+
+/* Loads and validates a plan file (untrusted input). On failure returns -1, sets *out = NULL and
+ * writes `FILE: bad plan file (REASON)` (or `FILE: cannot read: ...`) to err. */
+int gp_plan_load(const char *path, gp_plan **out, char *err, size_t err_len);
+
+/* The same from bytes in memory; `name` stands for FILE in messages. */
+int gp_plan_load_mem(const void *data, size_t len, const char *name, gp_plan **out, char *err,
+                     size_t err_len);
+
+/* The semantic checks the loader runs after parsing, for a plan built in memory too: references in
+ * range, regions, offsets, alignment, shapes, views. 0 when valid, else -1 and the reason in why. */
+int gp_plan_validate(const gp_plan *p, char *why, size_t why_len);
+
+void gp_plan_free(gp_plan *p);
+
+/* Bytes spanned by a tensor's elements from its first: (1 + sum (dims[d] - 1) * stride[d]) * dtype
+ * size, at the bounds; -1 when a dim or stride is out of range or the result overflows. */
+int64_t gp_plan_tensor_span(const gp_plan_tensor *t);
+
+/* Allocates a zeroed plan with room for the given counts (used by the loader and the planner);
+ * NULL when out of memory. */
+gp_plan *gp_plan_alloc(int n_syms, int n_tensors, int n_nodes);
+
+/* File layout constants shared by the writer (planner/plan_write.c) and the loader; each field is
+ * described in docs/plan-format.md. */
+#define GP_PLAN_MAGIC "GPLAN\0"           /* 6 bytes */
+#define GP_PLAN_TRIPWIRE "\r\n\x1a\n"      /* 4 bytes: CR LF, DOS EOF, LF, as PNG's signature */
+#define GP_PLAN_SENTINEL_U32 0x01020304u
+#define GP_PLAN_SENTINEL_U64 0x0102030405060708ull
+#define GP_PLAN_SENTINEL_F64 1234.5
+#define GP_PLAN_HEADER_BYTES 64
+#define GP_PLAN_SECTION_ENTRY_BYTES 24
+#define GP_PLAN_STR_NONE 0xFFFFFFFFu /* a string reference to nothing (a tensor with no weight name) */
+enum {
+    GP_PLAN_SEC_STRINGS = 1,
+    GP_PLAN_SEC_META = 2,
+    GP_PLAN_SEC_REGIONS = 3,
+    GP_PLAN_SEC_SYMS = 4,
+    GP_PLAN_SEC_TENSORS = 5,
+    GP_PLAN_SEC_NODES = 6,
+};
+#define GP_PLAN_META_BYTES 48    /* the META section's fixed part */
+#define GP_PLAN_REGION_BYTES 16  /* one record of each record section (version 1.0) */
+#define GP_PLAN_SYM_BYTES 16
+#define GP_PLAN_TENSOR_BYTES 152
+#define GP_PLAN_NODE_BYTES 88
+
+#endif
