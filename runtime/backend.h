@@ -25,8 +25,9 @@
  *          plan offset, packed (contiguous) at its runtime shape;
  *        - written every tensor's extras record for this eval: ne (runtime shape), nb (byte strides)
  *          and the data address of every view (from its source's address on this slot);
- *        - checked every node with gp_cpu_check on host data (ids and positions in range, shapes
- *          consistent), so a backend may trust the node list and the index inputs.
+ *        - checked every node with gp_cpu_check (ids and positions in range, shapes consistent),
+ *          reading index inputs from the host io block (they must be io tensors: the session
+ *          refuses other plans), so a backend may trust the node list and the index inputs.
  *      The backend then makes the inputs visible to its kernels (a device copies them from the host
  *      io block: bytes [offset, offset + ne product * dtype size) of each INPUT tensor), runs every
  *      node in schedule order (views: nothing to do; their output's record is already set), and
@@ -56,9 +57,6 @@ typedef struct {
 
 typedef struct gp_backend_ops {
     const char *name; /* "cpu", "reference", "cuda" */
-    /* 1 when the addresses a backend writes into the extras are host addresses the session may read
-     * (the CPU backends); 0 for a device. */
-    int host_memory;
     /* Creates an instance (step 1 above). 0 and *ctx, or -1 with err set ("cuda: no CUDA device",
      * "cpu: cannot allocate the arena (N bytes)", ...) and nothing leaked. */
     int (*create)(const gp_backend_init *init, void **ctx, char *err, size_t err_len);
@@ -108,8 +106,9 @@ void gp_extras_set_data(unsigned char *extras, const gp_plan *p, int tensor, int
  *   ne: the tensor's dims with each symbolic dim at its value; unused dims 1;
  *   nb: tensors that are not views: packed from the runtime shape (INPUT, OUTPUT, INTERMEDIATE),
  *       or the plan's strides (WEIGHT, STATE: their bytes persist, so their layout must not move);
- *       views by their op: reshape: packed (its source is contiguous); permute: the source's strides
- *       permuted; slice: the source's strides; view: the plan's strides; store: the dst's record;
+ *       views by their op: reshape and view: packed from their own runtime shape (a reshape's
+ *       source is contiguous; a view is contiguous by definition); permute: the source's strides
+ *       permuted; slice: the source's strides; store: the dst's record (ne too);
  *   data: views only (not-view tensors keep what their backend wrote at creation): reshape, permute:
  *       the source's; slice: source + start * source nb[axis]; view: source + i[0]; store: dst's.
  * Unused nb are 0. Allocates nothing.

@@ -1,0 +1,779 @@
+/* Models (a plan plus its host weights) and sessions (the extras block, the host io block, the
+ * runtime dims and a backend instance): everything is allocated at creation, so an eval allocates
+ * nothing. Implements runtime/gplan.h. */
+#include "runtime/gplan.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/backend.h"
+#include "runtime/cpu_kernels.h"
+#include "runtime/plan.h"
+#include "runtime/weights.h"
+
+#define GP_SESSION_ERR_BYTES 1024
+#define GP_HOST_ALIGN 64 /* host blocks start on a cache line at least */
+
+struct gp_model {
+    gp_plan *plan;
+    char *name;                /* the plan file name, for messages */
+    gp_weights *ckpt;          /* the open (memory-mapped) checkpoint, or NULL */
+    void *weight_block;        /* converted or generated weights, one allocation, or NULL */
+    const void **weight_data;  /* [n_tensors] host bytes of each weight; NULL for others */
+    int weights_bound;
+    int64_t bytes_mapped, bytes_loaded;
+    int tokens, positions, logits; /* tensor ids, or -1 */
+    int64_t vocab, context;
+};
+
+typedef void (*gp_mark_fn)(int in_eval);
+
+struct gp_session {
+    const gp_model *m;
+    const gp_plan *p;
+    const gp_backend_ops *ops;
+    void *ctx;               /* the backend instance */
+    unsigned char *extras;   /* [regions[EXTRAS].size] records of every tensor */
+    unsigned char *io;       /* [regions[IO].size] host inputs and outputs at plan offsets */
+    int64_t *sym_values;     /* [n_syms] current runtime dims */
+    gp_mark_fn mark;         /* the allocation shim's eval marker, or NULL */
+    int64_t evals;
+    char err[GP_SESSION_ERR_BYTES];
+};
+
+/* ---- helpers ---- */
+
+static void set_err(char *err, size_t n, const char *fmt, ...)
+{
+    if (!err || !n)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+}
+
+static void *alloc_aligned(size_t align, size_t size)
+{
+    void *p = NULL;
+    if (align < GP_HOST_ALIGN)
+        align = GP_HOST_ALIGN;
+    size = (size + align - 1) / align * align;
+    if (size == 0)
+        size = align;
+    if (posix_memalign(&p, align, size))
+        return NULL;
+    memset(p, 0, size);
+    return p;
+}
+
+static int root_of(const gp_plan *p, int id)
+{
+    while (p->tensors[id].view_src >= 0)
+        id = p->tensors[id].view_src;
+    return id;
+}
+
+static int64_t numel_at_bounds(const gp_plan_tensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->dims[d];
+    return n;
+}
+
+/* ---- model ---- */
+
+/* Views must be outputs of view ops on their source with attributes that match the plan, so the
+ * runtime's recomputation (views.c) stays inside the storage the loader checked. */
+static int check_views(const gp_plan *p, char *why, size_t n)
+{
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (t->view_src < 0)
+            continue;
+        const gp_plan_node *nd = t->producer >= 0 ? &p->nodes[t->producer] : NULL;
+        const gp_op_info *info = nd ? gp_op_get(nd->op) : NULL;
+        if (!nd || !info || !info->is_view || nd->output != i || nd->inputs[0] != t->view_src) {
+            set_err(why, n, "view %s is not the output of a view op on its source", t->name);
+            return -1;
+        }
+        const gp_plan_tensor *s = &p->tensors[t->view_src];
+        int64_t es = (int64_t)gp_dtype_size(s->dtype);
+        int ok = t->dtype == s->dtype;
+        switch (nd->op) {
+        case GP_OP_PERMUTE: {
+            int seen[GP_MAX_DIMS] = {0};
+            ok = ok && t->ndim == s->ndim && t->view_offset == 0;
+            for (int d = 0; ok && d < t->ndim; d++) {
+                int64_t a = nd->attrs.i[d];
+                ok = a >= 0 && a < s->ndim && !seen[a] && t->dims[d] == s->dims[a] &&
+                     t->sym[d] == s->sym[a];
+                if (ok)
+                    seen[a] = 1;
+            }
+            break;
+        }
+        case GP_OP_SLICE: {
+            int64_t ax = nd->attrs.i[0];
+            ok = ok && t->ndim == s->ndim && ax >= 0 && ax < s->ndim && s->sym[ax] < 0 &&
+                 nd->attrs.i[1] >= 0 && t->view_offset == nd->attrs.i[1] * s->stride[ax] * es;
+            for (int d = 0; ok && d < t->ndim; d++)
+                ok = t->sym[d] == s->sym[d] && (d == ax || t->dims[d] == s->dims[d]);
+            break;
+        }
+        case GP_OP_VIEW:
+            ok = ok && t->view_offset == nd->attrs.i[0];
+            break;
+        case GP_OP_STORE:
+            ok = ok && t->ndim == s->ndim && t->view_offset == 0;
+            for (int d = 0; ok && d < t->ndim; d++)
+                ok = t->dims[d] == s->dims[d] && t->sym[d] == s->sym[d];
+            break;
+        default: /* reshape: same element count, contiguous source */
+            ok = ok && t->view_offset == 0 && numel_at_bounds(t) == numel_at_bounds(s);
+            break;
+        }
+        /* A view must never reach past its source at any runtime dims: its span at the bounds is
+         * the largest (strides only shrink with the dims). */
+        if (!ok || t->size > s->size - t->view_offset) {
+            set_err(why, n, "view %s does not match its op %s on %s", t->name, info->name, s->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Finds the inputs and sizes a language model uses and checks that every index input (read by the
+ * host-side checks) lives in the io region. */
+static int analyze(gp_model *m, char *why, size_t n)
+{
+    const gp_plan *p = m->plan;
+    m->tokens = m->positions = m->logits = -1;
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i].kind == GP_TENSOR_OUTPUT && m->logits < 0)
+            m->logits = i;
+    for (int k = 0; k < p->n_nodes; k++) {
+        const gp_plan_node *nd = &p->nodes[k];
+        int idx = -1;
+        switch (nd->op) {
+        case GP_OP_GET_ROWS: idx = 1; break;
+        case GP_OP_STORE: idx = 1; break;
+        case GP_OP_ATTENTION: idx = 3; break;
+        case GP_OP_ROPE: idx = 1; break;
+        default: break;
+        }
+        if (idx < 0)
+            continue;
+        int in = nd->inputs[idx], root = root_of(p, in);
+        if (p->tensors[root].region != GP_REGION_IO || p->tensors[root].kind != GP_TENSOR_INPUT) {
+            set_err(why, n, "node %d (%s): index input %s is computed inside the graph; the runtime "
+                    "needs ids and positions to be graph inputs", k, gp_op_get(nd->op)->name,
+                    p->tensors[in].name);
+            return -1;
+        }
+        if (nd->op == GP_OP_GET_ROWS) {
+            if (m->tokens < 0) {
+                m->tokens = root;
+                m->vocab = p->tensors[nd->inputs[0]].dims[0];
+            }
+        } else if (m->positions < 0) {
+            m->positions = root;
+        }
+        if (nd->op == GP_OP_ATTENTION) {
+            int64_t s = p->tensors[nd->inputs[1]].dims[0];
+            if (m->context == 0 || s < m->context)
+                m->context = s;
+        }
+    }
+    return check_views(p, why, n);
+}
+
+static gp_model *model_from_plan(gp_plan *plan, const char *name, char *err, size_t err_len)
+{
+    gp_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        gp_plan_free(plan);
+        set_err(err, err_len, "%s: out of memory", name);
+        return NULL;
+    }
+    m->plan = plan;
+    m->name = malloc(strlen(name) + 1);
+    m->weight_data = calloc((size_t)plan->n_tensors + 1, sizeof *m->weight_data);
+    if (!m->name || !m->weight_data) {
+        gp_model_free(m);
+        set_err(err, err_len, "%s: out of memory", name);
+        return NULL;
+    }
+    strcpy(m->name, name);
+    char why[512];
+    if (analyze(m, why, sizeof why)) {
+        set_err(err, err_len, "%s: cannot run this plan (%s)", name, why);
+        gp_model_free(m);
+        return NULL;
+    }
+    int n_weights = 0;
+    for (int i = 0; i < plan->n_tensors; i++)
+        n_weights += plan->tensors[i].kind == GP_TENSOR_WEIGHT;
+    m->weights_bound = n_weights == 0;
+    return m;
+}
+
+gp_model *gp_model_load(const char *plan_path, char *err, size_t err_len)
+{
+    gp_plan *plan = NULL;
+    if (gp_plan_load(plan_path, &plan, err, err_len))
+        return NULL;
+    return model_from_plan(plan, plan_path, err, err_len);
+}
+
+gp_model *gp_model_load_mem(const void *data, size_t len, const char *name, char *err,
+                            size_t err_len)
+{
+    gp_plan *plan = NULL;
+    if (gp_plan_load_mem(data, len, name, &plan, err, err_len))
+        return NULL;
+    return model_from_plan(plan, name, err, err_len);
+}
+
+static void unbind(gp_model *m)
+{
+    gp_weights_close(m->ckpt);
+    m->ckpt = NULL;
+    free(m->weight_block);
+    m->weight_block = NULL;
+    if (m->weight_data)
+        memset(m->weight_data, 0, (size_t)m->plan->n_tensors * sizeof *m->weight_data);
+    m->bytes_mapped = m->bytes_loaded = 0;
+    m->weights_bound = 0;
+}
+
+void gp_model_free(gp_model *m)
+{
+    if (!m)
+        return;
+    unbind(m);
+    free(m->weight_data);
+    free(m->name);
+    gp_plan_free(m->plan);
+    free(m);
+}
+
+static const char *weight_name(const gp_plan_tensor *t)
+{
+    return t->weight_name ? t->weight_name : t->name;
+}
+
+/* An earlier weight tensor with the same checkpoint name, dtype and dims (tied weights share their
+ * bytes), or -1. */
+static int same_weight(const gp_plan *p, int i)
+{
+    const gp_plan_tensor *t = &p->tensors[i];
+    for (int j = 0; j < i; j++) {
+        const gp_plan_tensor *u = &p->tensors[j];
+        if (u->kind == GP_TENSOR_WEIGHT && !strcmp(weight_name(u), weight_name(t)) &&
+            u->dtype == t->dtype && u->ndim == t->ndim &&
+            !memcmp(u->dims, t->dims, sizeof t->dims))
+            return j;
+    }
+    return -1;
+}
+
+static size_t weight_bytes(const gp_plan_tensor *t)
+{
+    return (size_t)numel_at_bounds(t) * gp_dtype_size(t->dtype);
+}
+
+static size_t round_up(size_t x, size_t a)
+{
+    return (x + a - 1) / a * a;
+}
+
+int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_len)
+{
+    if (!m || !path) {
+        set_err(err, err_len, "gp_model_bind_weights: no model or path");
+        return -1;
+    }
+    unbind(m);
+    const gp_plan *p = m->plan;
+    gp_weights *w = gp_weights_open(path, err, err_len);
+    if (!w)
+        return -1;
+    gp_weight_decl *decls = calloc((size_t)p->n_tensors + 1, sizeof *decls);
+    int *ids = calloc((size_t)p->n_tensors + 1, sizeof *ids);
+    unsigned char *convert = calloc((size_t)p->n_tensors + 1, 1);
+    char *problems = malloc(4096);
+    int n = 0, rc = -1;
+    if (!decls || !ids || !convert || !problems) {
+        set_err(err, err_len, "%s: out of memory", path);
+        goto done;
+    }
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (t->kind != GP_TENSOR_WEIGHT || same_weight(p, i) >= 0)
+            continue;
+        decls[n].name = weight_name(t);
+        decls[n].dtype = t->dtype;
+        decls[n].ndim = t->ndim;
+        memcpy(decls[n].shape, t->dims, sizeof t->dims);
+        ids[n++] = i;
+    }
+    int bad = gp_weights_check(w, decls, n, convert, problems, 4096);
+    if (bad) {
+        set_err(err, err_len, "%s: %d problem%s with the weights the plan declares:\n%s", path, bad,
+                bad == 1 ? "" : "s", problems);
+        goto done;
+    }
+    /* Tensors usable in place, and the size of the block for the rest. */
+    size_t block = 0;
+    for (int k = 0; k < n; k++) {
+        const gp_plan_tensor *t = &p->tensors[ids[k]];
+        const gp_st_tensor *st = gp_weights_find(w, decls[k].name);
+        size_t es = gp_dtype_size(t->dtype);
+        if (!convert[k] && st->dtype == t->dtype && st->nbytes == weight_bytes(t) &&
+            (uintptr_t)st->data % es == 0) {
+            m->weight_data[ids[k]] = st->data;
+            m->bytes_mapped += (int64_t)st->nbytes;
+        } else {
+            block = round_up(block, GP_HOST_ALIGN) + weight_bytes(t);
+        }
+    }
+    if (block) {
+        m->weight_block = alloc_aligned(GP_HOST_ALIGN, block);
+        if (!m->weight_block) {
+            set_err(err, err_len, "%s: cannot allocate %zu bytes for converted weights", path,
+                    block);
+            goto done;
+        }
+    }
+    size_t off = 0;
+    for (int k = 0; k < n; k++) {
+        const gp_plan_tensor *t = &p->tensors[ids[k]];
+        if (m->weight_data[ids[k]])
+            continue;
+        off = round_up(off, GP_HOST_ALIGN);
+        unsigned char *dst = (unsigned char *)m->weight_block + off;
+        if (gp_weights_read(gp_weights_find(w, decls[k].name), t->dtype, dst, weight_bytes(t), err,
+                            err_len))
+            goto done;
+        m->weight_data[ids[k]] = dst;
+        m->bytes_loaded += (int64_t)weight_bytes(t);
+        off += weight_bytes(t);
+    }
+    for (int i = 0; i < p->n_tensors; i++) {
+        int j = p->tensors[i].kind == GP_TENSOR_WEIGHT ? same_weight(p, i) : -1;
+        if (j >= 0)
+            m->weight_data[i] = m->weight_data[j];
+    }
+    m->ckpt = w;
+    w = NULL;
+    m->weights_bound = 1;
+    rc = 0;
+done:
+    if (rc) {
+        gp_weights_close(w);
+        unbind(m);
+    }
+    free(decls);
+    free(ids);
+    free(convert);
+    free(problems);
+    return rc;
+}
+
+int gp_model_random_weights(gp_model *m, uint64_t seed, char *err, size_t err_len)
+{
+    if (!m) {
+        set_err(err, err_len, "gp_model_random_weights: no model");
+        return -1;
+    }
+    unbind(m);
+    const gp_plan *p = m->plan;
+    size_t block = 0;
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i].kind == GP_TENSOR_WEIGHT && same_weight(p, i) < 0)
+            block = round_up(block, GP_HOST_ALIGN) + weight_bytes(&p->tensors[i]);
+    if (block) {
+        m->weight_block = alloc_aligned(GP_HOST_ALIGN, block);
+        if (!m->weight_block) {
+            set_err(err, err_len, "%s: cannot allocate %zu bytes for random weights", m->name,
+                    block);
+            return -1;
+        }
+    }
+    size_t off = 0;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (t->kind != GP_TENSOR_WEIGHT)
+            continue;
+        int j = same_weight(p, i);
+        if (j >= 0) {
+            m->weight_data[i] = m->weight_data[j];
+            continue;
+        }
+        off = round_up(off, GP_HOST_ALIGN);
+        unsigned char *dst = (unsigned char *)m->weight_block + off;
+        gp_weights_random_named(dst, t->dtype, numel_at_bounds(t), seed, weight_name(t));
+        m->weight_data[i] = dst;
+        m->bytes_loaded += (int64_t)weight_bytes(t);
+        off += weight_bytes(t);
+    }
+    m->weights_bound = 1;
+    return 0;
+}
+
+void gp_model_get_info(const gp_model *m, gp_model_info *o)
+{
+    memset(o, 0, sizeof *o);
+    if (!m)
+        return;
+    const gp_plan *p = m->plan;
+    o->graph_name = p->graph_name;
+    for (int i = 0; i < p->n_tensors; i++) {
+        o->n_inputs += p->tensors[i].kind == GP_TENSOR_INPUT;
+        o->n_outputs += p->tensors[i].kind == GP_TENSOR_OUTPUT;
+    }
+    if (m->tokens >= 0) {
+        const gp_plan_tensor *t = &p->tensors[m->tokens];
+        o->tokens = t->name;
+        o->max_tokens = t->ndim ? t->dims[0] : 1;
+        if (t->ndim && t->sym[0] >= 0) {
+            o->tokens_dim = p->syms[t->sym[0]].name;
+            o->max_tokens = p->syms[t->sym[0]].bound;
+        }
+    }
+    o->positions = m->positions >= 0 ? p->tensors[m->positions].name : NULL;
+    o->logits = m->logits >= 0 ? p->tensors[m->logits].name : NULL;
+    o->vocab = m->vocab;
+    o->context = m->context;
+    o->weights_mapped = m->bytes_mapped;
+    o->weights_loaded = m->bytes_loaded;
+    for (int r = 0; r < GP_REGION_COUNT && r < 5; r++)
+        o->region_bytes[r] = p->regions[r].size;
+}
+
+int gp_model_dim_count(const gp_model *m)
+{
+    return m ? m->plan->n_syms : 0;
+}
+
+int gp_model_dim(const gp_model *m, int i, const char **name, int64_t *bound)
+{
+    if (!m || i < 0 || i >= m->plan->n_syms)
+        return -1;
+    if (name)
+        *name = m->plan->syms[i].name;
+    if (bound)
+        *bound = m->plan->syms[i].bound;
+    return 0;
+}
+
+/* ---- backends ---- */
+
+#ifdef GPLAN_HAVE_CUDA
+extern const gp_backend_ops gp_backend_cuda;
+#endif
+
+const gp_backend_ops *gp_backend_find(const char *name)
+{
+    static const gp_backend_ops *const all[] = {
+        &gp_backend_cpu,
+        &gp_backend_reference,
+#ifdef GPLAN_HAVE_CUDA
+        &gp_backend_cuda,
+#endif
+    };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(all[i]->name, name))
+            return all[i];
+    return NULL;
+}
+
+/* ---- sessions ---- */
+
+/* The allocation shim's marker, when one is loaded (tests/alloc/). Looked up once per session. */
+static gp_mark_fn find_marker(void)
+{
+    gp_mark_fn fn = NULL;
+    void *self = dlopen(NULL, RTLD_LAZY);
+    if (!self)
+        return NULL;
+    void *sym = dlsym(self, "gp_alloc_shim_eval");
+    memcpy(&fn, &sym, sizeof fn); /* POSIX: a data pointer from dlsym converts to a function */
+    dlclose(self);
+    return fn;
+}
+
+gp_session *gp_session_new(const gp_model *m, const gp_session_opts *o, char *err, size_t err_len)
+{
+    gp_session_opts def = {"cpu", 1, 0};
+    if (!o)
+        o = &def;
+    const char *bname = o->backend ? o->backend : "cpu";
+    if (!m) {
+        set_err(err, err_len, "gp_session_new: no model");
+        return NULL;
+    }
+    if (!m->weights_bound) {
+        set_err(err, err_len, "%s: no weights bound (bind a checkpoint or random weights first)",
+                m->name);
+        return NULL;
+    }
+    const gp_backend_ops *ops = gp_backend_find(bname);
+    if (!ops) {
+        if (!strcmp(bname, "cuda"))
+            set_err(err, err_len, "backend cuda: this build has no CUDA support (configure with "
+                    "-DGPLAN_CUDA=ON on a machine with nvcc)");
+        else
+            set_err(err, err_len, "unknown backend \"%s\" (cpu, reference%s)", bname,
+                    gp_backend_find("cuda") ? ", cuda" : "");
+        return NULL;
+    }
+    const gp_plan *p = m->plan;
+    gp_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        set_err(err, err_len, "gp_session_new: out of memory");
+        return NULL;
+    }
+    s->m = m;
+    s->p = p;
+    s->ops = ops;
+    s->extras = alloc_aligned(GP_EXTRAS_ALIGNMENT, (size_t)p->regions[GP_REGION_EXTRAS].size);
+    s->io = alloc_aligned((size_t)p->regions[GP_REGION_IO].alignment,
+                          (size_t)p->regions[GP_REGION_IO].size);
+    s->sym_values = calloc((size_t)p->n_syms + 1, sizeof *s->sym_values);
+    if (!s->extras || !s->io || !s->sym_values) {
+        set_err(err, err_len, "gp_session_new: out of memory");
+        gp_session_free(s);
+        return NULL;
+    }
+    for (int i = 0; i < p->n_syms; i++)
+        s->sym_values[i] = p->syms[i].bound;
+    gp_backend_init init = {p, 0, o->device, o->n_threads > 0 ? o->n_threads : 1,
+                            m->weight_data, s->io, s->extras};
+    if (ops->create(&init, &s->ctx, err, err_len)) {
+        s->ctx = NULL;
+        gp_session_free(s);
+        return NULL;
+    }
+    gp_views_update(p, s->sym_values, s->extras, p->n_devices);
+    s->mark = find_marker();
+    return s;
+}
+
+void gp_session_free(gp_session *s)
+{
+    if (!s)
+        return;
+    if (s->ctx)
+        s->ops->destroy(s->ctx);
+    free(s->extras);
+    free(s->io);
+    free(s->sym_values);
+    free(s);
+}
+
+const char *gp_session_error(const gp_session *s)
+{
+    return s ? s->err : "no session";
+}
+
+static int fail(gp_session *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int gp_session_set_dim(gp_session *s, const char *dim, int64_t value)
+{
+    if (!s || !dim)
+        return -1;
+    s->err[0] = '\0';
+    for (int i = 0; i < s->p->n_syms; i++) {
+        if (strcmp(s->p->syms[i].name, dim))
+            continue;
+        if (value < 1 || value > s->p->syms[i].bound)
+            return fail(s, "%s = %lld is outside [1, %lld] (the plan's bound)", dim,
+                        (long long)value, (long long)s->p->syms[i].bound);
+        s->sym_values[i] = value;
+        return 0;
+    }
+    return fail(s, "no runtime dim named \"%s\"", dim);
+}
+
+/* Packed bytes of tensor t at the current dims. */
+static size_t current_bytes(const gp_session *s, const gp_plan_tensor *t)
+{
+    size_t n = gp_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++)
+        n *= (size_t)(t->sym[d] >= 0 ? s->sym_values[t->sym[d]] : t->dims[d]);
+    return n;
+}
+
+static int find_tensor(const gp_plan *p, const char *name, gp_tensor_kind kind)
+{
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i].kind == kind && !strcmp(p->tensors[i].name, name))
+            return i;
+    return -1;
+}
+
+static int copy_input(gp_session *s, int id, const void *data, size_t bytes)
+{
+    const gp_plan_tensor *t = &s->p->tensors[id];
+    size_t want = current_bytes(s, t);
+    if (bytes != want)
+        return fail(s, "input %s: %zu bytes given, %zu expected at the current dims", t->name,
+                    bytes, want);
+    if (bytes)
+        memcpy(s->io + t->offset, data, bytes);
+    return 0;
+}
+
+int gp_session_set_input(gp_session *s, const char *name, const void *data, size_t bytes)
+{
+    if (!s || !name)
+        return -1;
+    s->err[0] = '\0';
+    int id = find_tensor(s->p, name, GP_TENSOR_INPUT);
+    if (id < 0)
+        return fail(s, "no input named \"%s\"", name);
+    if (bytes && !data)
+        return fail(s, "input %s: no data", name);
+    return copy_input(s, id, data, bytes);
+}
+
+int gp_session_set_tokens(gp_session *s, const int32_t *ids, const int32_t *pos, int64_t n)
+{
+    if (!s)
+        return -1;
+    s->err[0] = '\0';
+    const gp_model *m = s->m;
+    if (m->tokens < 0 || m->positions < 0)
+        return fail(s, "this graph has no token-id and positions inputs");
+    if (!ids || !pos || n < 1)
+        return fail(s, "set_tokens: need at least one token id and its position");
+    const gp_plan_tensor *t = &s->p->tensors[m->tokens];
+    if (t->ndim >= 1 && t->sym[0] >= 0) {
+        if (gp_session_set_dim(s, s->p->syms[t->sym[0]].name, n))
+            return -1;
+    }
+    if (copy_input(s, m->tokens, ids, (size_t)n * sizeof *ids))
+        return -1;
+    return copy_input(s, m->positions, pos, (size_t)n * sizeof *pos);
+}
+
+/* The host address of tensor id for the host-side checks: inside the host io block for io tensors
+ * (inputs are there before the backend sees them); a placeholder for the rest, whose bytes the
+ * checks do not read (every index input lives in io, see analyze()). */
+static void *host_addr(gp_session *s, int id, uint64_t dev_addr)
+{
+    static unsigned char placeholder[8];
+    const gp_plan *p = s->p;
+    if (p->tensors[id].region != GP_REGION_IO)
+        return placeholder;
+    int root = root_of(p, id);
+    gp_extras_view rv;
+    gp_extras_read(s->extras, p, root, 0, &rv);
+    return s->io + p->tensors[root].offset + (dev_addr - rv.data);
+}
+
+static void ktensor_of(gp_session *s, int id, gp_ktensor *k)
+{
+    gp_extras_view v;
+    const gp_plan_tensor *t = &s->p->tensors[id];
+    gp_extras_read(s->extras, s->p, id, 0, &v);
+    k->data = host_addr(s, id, v.data);
+    k->dtype = t->dtype;
+    k->ndim = t->ndim;
+    memcpy(k->ne, v.ne, sizeof k->ne);
+    memcpy(k->nb, v.nb, sizeof k->nb);
+}
+
+/* Checks every node at the current dims before anything runs. */
+static int check_nodes(gp_session *s)
+{
+    const gp_plan *p = s->p;
+    char why[400];
+    for (int k = 0; k < p->n_nodes; k++) {
+        const gp_plan_node *nd = &p->nodes[k];
+        gp_ktensor out, in[GP_MAX_INPUTS];
+        ktensor_of(s, nd->output, &out);
+        for (int i = 0; i < nd->n_inputs; i++)
+            ktensor_of(s, nd->inputs[i], &in[i]);
+        if (gp_cpu_check(nd->op, &nd->attrs, &out, in, nd->n_inputs, why, sizeof why))
+            return fail(s, "eval: node %d (%s -> %s, line %d): %s", k, gp_op_get(nd->op)->name,
+                        p->tensors[nd->output].name, nd->line, why);
+    }
+    return 0;
+}
+
+int gp_session_eval(gp_session *s)
+{
+    if (!s)
+        return -1;
+    if (s->mark)
+        s->mark(1);
+    s->err[0] = '\0';
+    gp_views_update(s->p, s->sym_values, s->extras, s->p->n_devices);
+    int rc = check_nodes(s);
+    if (!rc)
+        rc = s->ops->eval(s->ctx, s->extras, s->err, sizeof s->err);
+    if (!rc)
+        s->evals++;
+    if (s->mark)
+        s->mark(0);
+    return rc;
+}
+
+const void *gp_session_output(gp_session *s, const char *name, gp_tensor_info *info)
+{
+    if (!s || !name)
+        return NULL;
+    int id = find_tensor(s->p, name, GP_TENSOR_OUTPUT);
+    if (id < 0) {
+        fail(s, "no output named \"%s\"", name);
+        return NULL;
+    }
+    const gp_plan_tensor *t = &s->p->tensors[id];
+    if (info) {
+        gp_extras_view v;
+        gp_extras_read(s->extras, s->p, id, 0, &v);
+        memset(info, 0, sizeof *info);
+        info->dtype = t->dtype;
+        info->ndim = t->ndim;
+        memcpy(info->ne, v.ne, sizeof info->ne);
+        info->bytes = (size_t)gp_extras_packed_bytes(t, &v);
+    }
+    return s->io + t->offset;
+}
+
+int gp_session_reset(gp_session *s)
+{
+    if (!s)
+        return -1;
+    s->err[0] = '\0';
+    return s->ops->reset_state(s->ctx, s->err, sizeof s->err);
+}
+
+int64_t gp_session_eval_count(const gp_session *s)
+{
+    return s ? s->evals : 0;
+}
+
+int64_t gp_session_backend_allocs(const gp_session *s)
+{
+    return s ? s->ops->alloc_count(s->ctx) : 0;
+}
+
+const char *gp_session_backend(const gp_session *s)
+{
+    return s ? s->ops->name : "";
+}

@@ -1,0 +1,17 @@
+# Sessions, the CPU and reference backends, and their tests: included from runtime/CMakeLists.txt
+# (the sources are in GP_RUNTIME_SOURCES there).
+
+# The CUDA backend (cuda/, library gp_cuda defining gp_backend_cuda) joins gp_runtime when built.
+if(GPLAN_HAVE_CUDA AND EXISTS ${CMAKE_SOURCE_DIR}/cuda/CMakeLists.txt)
+  target_compile_definitions(gp_runtime PRIVATE GPLAN_HAVE_CUDA)
+  target_link_libraries(gp_runtime PUBLIC gp_cuda)
+endif()
+
+# Allocation counting for tests (tests/alloc/): a --wrap object library for the in-process count and
+# an LD_PRELOAD shim for the long-generation test.
+include(${CMAKE_SOURCE_DIR}/tests/alloc/alloc.cmake OPTIONAL)
+
+if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_runtime.c)
+  gp_add_suite(NAME runtime SOURCES ${CMAKE_SOURCE_DIR}/tests/test_runtime.c
+               LIBS gp_runtime gp_planner gp_dsl gp_alloc_wrap)
+endif()
