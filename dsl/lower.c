@@ -249,10 +249,6 @@ static const char *op_str(int op)
 static value arith(lower *L, const ast_expr *e, value a, value b)
 {
     int op = e->op;
-    if (op == '@') {
-        error(L, e->loc, "'@' needs two tensors, got %s and %s", kind_name(a.k), kind_name(b.k));
-        return ERR;
-    }
     if (op == '/' && num(b) == 0) {
         error(L, e->loc, "division by zero");
         return ERR;
@@ -332,6 +328,10 @@ static value eval_binary(lower *L, const ast_expr *e, const char *name)
     value b = eval(L, e->b, NULL);
     if (a.k == V_ERR || b.k == V_ERR)
         return ERR;
+    if (e->op == '@' && (a.k != V_TENSOR || b.k != V_TENSOR)) {
+        error(L, e->loc, "'@' needs two tensors, got %s and %s", kind_name(a.k), kind_name(b.k));
+        return ERR;
+    }
     if (is_num(a) && is_num(b))
         return arith(L, e, a, b);
     int in[2] = {(int)a.i, (int)b.i};
@@ -1476,15 +1476,16 @@ static gp_graph *lower_graph(const ast_graph *ag, const gp_dsl_opts *o, gp_diag 
     if (bind_params(&L, ag, o, o && o->params_out ? &params_text : NULL) == 0) {
         for (const ast_stmt *s = ag->body->head; s && !L.stop; s = s->next)
             exec_stmt(&L, s);
-        int n_outputs = 0;
-        for (int k = 0; k < L.n && !L.stop; k++) {
+        /* After other errors an output may be unassigned only because its statement failed. */
+        int n_outputs = 0, clean = !L.stop && gp_diag_count(d) == errors;
+        for (int k = 0; k < L.n; k++) {
             if (L.b[k].kind != B_OUTPUT)
                 continue;
             n_outputs++;
-            if (!L.b[k].assigned)
+            if (!L.b[k].assigned && clean)
                 error(&L, L.b[k].loc, "output '%s' is never assigned", L.b[k].name);
         }
-        if (n_outputs == 0 && !L.stop && gp_diag_count(d) == errors)
+        if (n_outputs == 0 && clean)
             error(&L, ag->loc, "graph '%s' declares no outputs", ag->name);
     }
     pop_scope(&L, 0);

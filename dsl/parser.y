@@ -57,6 +57,18 @@ static ast_stmt *named(ast_stmt_kind kind, gp_loc loc, char *name, gp_loc name_l
     return s;
 }
 
+/* input/output/weight/state NAME: DTYPE[SHAPE] */
+static ast_stmt *decl(gp_loc loc, int kind, char *name, gp_loc name_loc, char *dtype,
+                      gp_loc dtype_loc, ast_list *shape)
+{
+    ast_stmt *s = named(AST_DECL, loc, name, name_loc, NULL);
+    s->tkind = (gp_tensor_kind)kind;
+    s->dtype = dtype;
+    s->dtype_loc = dtype_loc;
+    s->shape = shape;
+    return s;
+}
+
 #define BIN(at, op, a, b) shallow(ps, ast_binary(L(at), (op), (a), (b)))
 }
 
@@ -76,12 +88,12 @@ static ast_stmt *named(ast_stmt_kind kind, gp_loc loc, char *name, gp_loc name_l
 %token <str> STRING "string"
 %token <i> INT "integer"
 %token <f> FLOAT "number"
-%token GRAPH "graph" DIM "dim" LET "let" FOR "for" IN "in" IF "if" ELSE "else"
-%token INPUT "input" OUTPUT "output" WEIGHT "weight" STATE "state"
-%token LPAREN "(" RPAREN ")" LBRACKET "[" RBRACKET "]" LBRACE "{" RBRACE "}"
-%token COMMA "," SEMI ";" COLON ":" DOTDOT ".." ASSIGN "="
-%token EQ "==" NE "!=" LT "<" LE "<=" GT ">" GE ">=" AND "&&" OR "||" NOT "!"
-%token PLUS "+" MINUS "-" STAR "*" SLASH "/" AT "@"
+%token GRAPH "'graph'" DIM "'dim'" LET "'let'" FOR "'for'" IN "'in'" IF "'if'" ELSE "'else'"
+%token INPUT "'input'" OUTPUT "'output'" WEIGHT "'weight'" STATE "'state'"
+%token LPAREN "'('" RPAREN "')'" LBRACKET "'['" RBRACKET "']'" LBRACE "'{'" RBRACE "'}'"
+%token COMMA "','" SEMI "';'" COLON "':'" DOTDOT "'..'" ASSIGN "'='"
+%token EQ "'=='" NE "'!='" LT "'<'" LE "'<='" GT "'>'" GE "'>='" AND "'&&'" OR "'||'" NOT "'!'"
+%token PLUS "'+'" MINUS "'-'" STAR "'*'" SLASH "'/'" AT "'@'"
 
 %type <graph> graph
 %type <list> params param_list args arg_list shape dims
@@ -89,7 +101,6 @@ static ast_stmt *named(ast_stmt_kind kind, gp_loc loc, char *name, gp_loc name_l
 %type <stmt> stmt if_stmt
 %type <expr> expr primary
 %type <kind> tensor_kind
-%type <str> checkpoint_name
 
 %destructor { free($$); } <str>
 %destructor { ast_expr_free($$); } <expr>
@@ -98,11 +109,11 @@ static ast_stmt *named(ast_stmt_kind kind, gp_loc loc, char *name, gp_loc name_l
 %destructor { ast_block_free($$); } <block>
 %destructor { ast_graph_free($$); } <graph>
 
-%left "||"
-%left "&&"
-%nonassoc "==" "!=" "<" "<=" ">" ">="
-%left "+" "-"
-%left "*" "/" "@"
+%left "'||'"
+%left "'&&'"
+%nonassoc "'=='" "'!='" "'<'" "'<='" "'>'" "'>='"
+%left "'+'" "'-'"
+%left "'*'" "'/'" "'@'"
 %precedence UNARY
 
 %%
@@ -112,24 +123,24 @@ file:
   ;
 
 graph:
-    "graph" NAME "(" params ")" block       { $$ = ast_graph_new(L(@1), $2, $4, $6); }
+    "'graph'" NAME "'('" params "')'" block       { $$ = ast_graph_new(L(@1), $2, $4, $6); }
   ;
 
 params:
     %empty                                  { $$ = ast_list_new(); }
   | param_list
-  | param_list ","
+  | param_list "','"
   | error                                   { $$ = ast_list_new(); }
   ;
 
 param_list:
-    NAME "=" expr                           { $$ = ast_list_add(ast_list_new(), $1, L(@1), $3); }
-  | param_list "," NAME "=" expr            { $$ = ast_list_add($1, $3, L(@3), $5); }
+    NAME "'='" expr                           { $$ = ast_list_add(ast_list_new(), $1, L(@1), $3); }
+  | param_list "','" NAME "'='" expr            { $$ = ast_list_add($1, $3, L(@3), $5); }
   ;
 
 block:
-    "{" stmts "}"                           { $$ = $2; }
-  | "{" stmts error "}"                     { $$ = $2; }
+    "'{'" stmts "'}'"                           { $$ = $2; }
+  | "'{'" stmts error "'}'"                     { $$ = $2; }
   ;
 
 stmts:
@@ -138,35 +149,33 @@ stmts:
   ;
 
 stmt:
-    "dim" NAME "<=" expr ";"                { $$ = named(AST_DIM, L(@1), $2, L(@2), $4); }
-  | "let" NAME "=" expr ";"                 { $$ = named(AST_LET, L(@1), $2, L(@2), $4); }
-  | NAME "=" expr ";"                       { $$ = named(AST_ASSIGN, L(@1), $1, L(@1), $3); }
-  | tensor_kind NAME ":" NAME shape checkpoint_name ";" {
-        $$ = named(AST_DECL, L(@1), $2, L(@2), NULL);
-        $$->tkind = (gp_tensor_kind)$1;
-        $$->dtype = $4;
-        $$->dtype_loc = L(@4);
-        $$->shape = $5;
-        $$->weight_name = $6;
-        $$->weight_loc = L(@6);
+    "'dim'" NAME "'<='" expr "';'"                { $$ = named(AST_DIM, L(@1), $2, L(@2), $4); }
+  | "'let'" NAME "'='" expr "';'"                 { $$ = named(AST_LET, L(@1), $2, L(@2), $4); }
+  | NAME "'='" expr "';'"                       { $$ = named(AST_ASSIGN, L(@1), $1, L(@1), $3); }
+  | tensor_kind NAME "':'" NAME shape "';'"  { $$ = decl(L(@1), $1, $2, L(@2), $4, L(@4), $5); }
+  | tensor_kind NAME "':'" NAME shape "'='" STRING "';'" {
+        $$ = decl(L(@1), $1, $2, L(@2), $4, L(@4), $5);
+        $$->weight_name = $7;
+        $$->weight_loc = L(@7);
     }
-  | "for" NAME "in" expr ".." expr block {
+  | "'for'" NAME "'in'" expr "'..'" expr block {
         $$ = named(AST_FOR, L(@1), $2, L(@2), $4);
         $$->value2 = $6;
         $$->body = $7;
     }
   | if_stmt
-  | error ";"                               { $$ = NULL; }
+  | error "';'"                               { yyerrok; $$ = NULL; }
+  | error block                             { yyerrok; ast_block_free($2); $$ = NULL; }
   ;
 
 if_stmt:
-    "if" expr block                         { $$ = named(AST_IF, L(@1), NULL, L(@1), $2); $$->body = $3; }
-  | "if" expr block "else" block {
+    "'if'" expr block                         { $$ = named(AST_IF, L(@1), NULL, L(@1), $2); $$->body = $3; }
+  | "'if'" expr block "'else'" block {
         $$ = named(AST_IF, L(@1), NULL, L(@1), $2);
         $$->body = $3;
         $$->else_body = $5;
     }
-  | "if" expr block "else" if_stmt {
+  | "'if'" expr block "'else'" if_stmt {
         $$ = named(AST_IF, L(@1), NULL, L(@1), $2);
         $$->body = $3;
         $$->else_body = ast_block_add(ast_block_new(), $5);
@@ -174,44 +183,39 @@ if_stmt:
   ;
 
 tensor_kind:
-    "input"                                 { $$ = GP_TENSOR_INPUT; }
-  | "output"                                { $$ = GP_TENSOR_OUTPUT; }
-  | "weight"                                { $$ = GP_TENSOR_WEIGHT; }
-  | "state"                                 { $$ = GP_TENSOR_STATE; }
+    "'input'"                                 { $$ = GP_TENSOR_INPUT; }
+  | "'output'"                                { $$ = GP_TENSOR_OUTPUT; }
+  | "'weight'"                                { $$ = GP_TENSOR_WEIGHT; }
+  | "'state'"                                 { $$ = GP_TENSOR_STATE; }
   ;
 
 shape:
-    "[" "]"                                 { $$ = ast_list_new(); }
-  | "[" dims "]"                            { $$ = $2; }
+    "'['" "']'"                                 { $$ = ast_list_new(); }
+  | "'['" dims "']'"                            { $$ = $2; }
   ;
 
 dims:
     expr                                    { $$ = ast_list_add(ast_list_new(), NULL, L(@1), $1); }
-  | dims "," expr                           { $$ = ast_list_add($1, NULL, L(@3), $3); }
-  ;
-
-checkpoint_name:
-    %empty                                  { $$ = NULL; }
-  | "=" STRING                              { $$ = $2; }
+  | dims "','" expr                           { $$ = ast_list_add($1, NULL, L(@3), $3); }
   ;
 
 expr:
     primary
-  | expr "+" expr                           { $$ = BIN(@2, '+', $1, $3); }
-  | expr "-" expr                           { $$ = BIN(@2, '-', $1, $3); }
-  | expr "*" expr                           { $$ = BIN(@2, '*', $1, $3); }
-  | expr "/" expr                           { $$ = BIN(@2, '/', $1, $3); }
-  | expr "@" expr                           { $$ = BIN(@2, '@', $1, $3); }
-  | expr "==" expr                          { $$ = BIN(@2, AST_OP_EQ, $1, $3); }
-  | expr "!=" expr                          { $$ = BIN(@2, AST_OP_NE, $1, $3); }
-  | expr "<" expr                           { $$ = BIN(@2, '<', $1, $3); }
-  | expr "<=" expr                          { $$ = BIN(@2, AST_OP_LE, $1, $3); }
-  | expr ">" expr                           { $$ = BIN(@2, '>', $1, $3); }
-  | expr ">=" expr                          { $$ = BIN(@2, AST_OP_GE, $1, $3); }
-  | expr "&&" expr                          { $$ = BIN(@2, AST_OP_AND, $1, $3); }
-  | expr "||" expr                          { $$ = BIN(@2, AST_OP_OR, $1, $3); }
-  | "-" expr %prec UNARY                    { $$ = shallow(ps, ast_unary(L(@1), '-', $2)); }
-  | "!" expr %prec UNARY                    { $$ = shallow(ps, ast_unary(L(@1), '!', $2)); }
+  | expr "'+'" expr                           { $$ = BIN(@2, '+', $1, $3); }
+  | expr "'-'" expr                           { $$ = BIN(@2, '-', $1, $3); }
+  | expr "'*'" expr                           { $$ = BIN(@2, '*', $1, $3); }
+  | expr "'/'" expr                           { $$ = BIN(@2, '/', $1, $3); }
+  | expr "'@'" expr                           { $$ = BIN(@2, '@', $1, $3); }
+  | expr "'=='" expr                          { $$ = BIN(@2, AST_OP_EQ, $1, $3); }
+  | expr "'!='" expr                          { $$ = BIN(@2, AST_OP_NE, $1, $3); }
+  | expr "'<'" expr                           { $$ = BIN(@2, '<', $1, $3); }
+  | expr "'<='" expr                          { $$ = BIN(@2, AST_OP_LE, $1, $3); }
+  | expr "'>'" expr                           { $$ = BIN(@2, '>', $1, $3); }
+  | expr "'>='" expr                          { $$ = BIN(@2, AST_OP_GE, $1, $3); }
+  | expr "'&&'" expr                          { $$ = BIN(@2, AST_OP_AND, $1, $3); }
+  | expr "'||'" expr                          { $$ = BIN(@2, AST_OP_OR, $1, $3); }
+  | "'-'" expr %prec UNARY                    { $$ = shallow(ps, ast_unary(L(@1), '-', $2)); }
+  | "'!'" expr %prec UNARY                    { $$ = shallow(ps, ast_unary(L(@1), '!', $2)); }
   ;
 
 primary:
@@ -219,9 +223,9 @@ primary:
   | FLOAT                                   { $$ = ast_float(L(@1), $1); }
   | STRING                                  { $$ = ast_string(L(@1), $1); }
   | NAME                                    { $$ = ast_name(L(@1), $1); }
-  | NAME "(" args ")"                       { $$ = shallow(ps, ast_call(L(@1), $1, $3)); }
-  | primary "[" expr "]"                    { $$ = shallow(ps, ast_index(L(@2), $1, $3)); }
-  | "(" expr ")"                            { $$ = $2; }
+  | NAME "'('" args "')'"                       { $$ = shallow(ps, ast_call(L(@1), $1, $3)); }
+  | primary "'['" expr "']'"                    { $$ = shallow(ps, ast_index(L(@2), $1, $3)); }
+  | "'('" expr "')'"                            { $$ = $2; }
   ;
 
 args:
@@ -231,9 +235,9 @@ args:
 
 arg_list:
     expr                                    { $$ = ast_list_add(ast_list_new(), NULL, L(@1), $1); }
-  | NAME "=" expr                           { $$ = ast_list_add(ast_list_new(), $1, L(@1), $3); }
-  | arg_list "," expr                       { $$ = ast_list_add($1, NULL, L(@3), $3); }
-  | arg_list "," NAME "=" expr              { $$ = ast_list_add($1, $3, L(@3), $5); }
+  | NAME "'='" expr                           { $$ = ast_list_add(ast_list_new(), $1, L(@1), $3); }
+  | arg_list "','" expr                       { $$ = ast_list_add($1, NULL, L(@3), $3); }
+  | arg_list "','" NAME "'='" expr              { $$ = ast_list_add($1, $3, L(@3), $5); }
   ;
 
 %%
