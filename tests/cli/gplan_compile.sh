@@ -1,0 +1,69 @@
+#!/bin/sh
+# gplan-compile's exit statuses and messages. Usage: gplan_compile.sh TOOL SOURCE_DIR TMP_DIR
+set -u
+tool=$1
+src=$2
+tmp=$3
+mkdir -p "$tmp"
+failed=0
+
+# expect STATUS PATTERN ARGS...: runs the tool, checks its exit status and that stdout+stderr
+# contain PATTERN (a fixed string).
+expect() {
+  want=$1
+  pattern=$2
+  shift 2
+  out=$("$tool" "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    echo "FAIL: gplan-compile $*: exit status $rc, expected $want"
+    printf '%s\n' "$out"
+    failed=1
+  elif ! printf '%s\n' "$out" | grep -qF -- "$pattern"; then
+    echo "FAIL: gplan-compile $*: output lacks: $pattern"
+    printf '%s\n' "$out"
+    failed=1
+  fi
+}
+
+ex=$src/examples
+
+# 0: success
+expect 0 "gpt2: params n_layer=12 " --check "$ex/gpt2.gplan"
+expect 0 "148 weights, 497759232 bytes" --check "$ex/gpt2.gplan"
+expect 0 "tiny: params n_layer=2 " --check "$ex/tiny.gplan"
+expect 0 "; 553 nodes; 201 weights," --check "$ex/llama.gplan"
+expect 0 "num_hidden_layers=2 " --check "$ex/llama.gplan" -D num_hidden_layers=2
+expect 0 "n_layer=3 " --check "$ex/tiny.gplan" -Dn_layer=3
+expect 0 "graph tiny" --emit-ir "$ex/tiny.gplan"
+expect 0 "= matmul(" --emit-ir "$ex/tiny.gplan"
+expect 0 "usage: gplan-compile" --help
+expect 0 "gplan-compile " --version
+
+printf '{"n_layer": 1, "model_type": "gpt2"}\n' > "$tmp/config.json"
+expect 0 "tiny: params n_layer=1 " --check "$ex/tiny.gplan" --config "$tmp/config.json"
+
+# 1: bad input
+printf 'graph g() {\n  let x = nope;\n}\n' > "$tmp/bad.gplan"
+expect 1 "$tmp/bad.gplan:2:11: error: undefined name 'nope'" --check "$tmp/bad.gplan"
+expect 1 "$tmp/missing.gplan: error: cannot open: " --check "$tmp/missing.gplan"
+expect 1 "error: -D n_layer=x: expected an integer" --check "$ex/tiny.gplan" -D n_layer=x
+expect 1 "error: -D frob: graph 'tiny' has no parameter 'frob'" --check "$ex/tiny.gplan" -D frob=1
+printf '{"n_layer": "two"}\n' > "$tmp/badconfig.json"
+expect 1 "$tmp/badconfig.json:1:2: error: config key 'n_layer': expected an integer" \
+  --check "$ex/tiny.gplan" --config "$tmp/badconfig.json"
+
+# 2: bad usage
+expect 2 "unknown option '--frob'" --check "$ex/tiny.gplan" --frob
+expect 2 "unexpected argument" "$ex/tiny.gplan"
+expect 2 "no mode given"
+expect 2 "--check needs a FILE" --check
+expect 2 "malformed -D 'n_layer'" --check "$ex/tiny.gplan" -D n_layer
+expect 2 "-D needs NAME=VALUE" --check "$ex/tiny.gplan" -D
+expect 2 "--config needs a FILE" --check "$ex/tiny.gplan" --config
+expect 2 "more than one mode" --check "$ex/tiny.gplan" --emit-ir "$ex/tiny.gplan"
+
+if [ "$failed" -ne 0 ]; then
+  exit 1
+fi
+echo "gplan-compile: all exit-status tests passed"
