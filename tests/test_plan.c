@@ -1179,6 +1179,41 @@ static void test_corrupt_every_byte(void)
     }
 }
 
+/* Random damage behind valid CRCs reaches the semantic checks: never a crash (run under ASan), and
+ * either a refusal in the loader's format or a plan that passes validation. */
+static void test_corrupt_random_fixed(void)
+{
+    CU_ASSERT_FATAL(have_good());
+    uint64_t rng = 99;
+    size_t data_start = 64 + 24 * 6;
+    int refused = 0;
+    for (int it = 0; it < 4000; it++) {
+        unsigned char *b = copy_good();
+        int n = 1 + (int)(gp_test_rand(&rng) % 4);
+        for (int k = 0; k < n; k++) {
+            size_t at = data_start + (size_t)(gp_test_rand(&rng) % (good_len - data_start));
+            uint64_t r = gp_test_rand(&rng);
+            b[at] = (r & 0x100) ? (unsigned char)r : (unsigned char)(b[at] ^ (1u << (r % 8)));
+        }
+        fix_crcs(b);
+        char err[512] = "";
+        gp_plan *p = NULL;
+        int rc = gp_plan_load_mem(b, good_len, "c.plan", &p, err, sizeof err);
+        if (rc) {
+            refused++;
+            CU_ASSERT_PTR_NULL(p);
+            CU_ASSERT_PTR_NOT_NULL(strstr(err, "c.plan: bad plan file ("));
+        } else {
+            char why[256];
+            CU_ASSERT_EQUAL(gp_plan_validate(p, why, sizeof why), 0);
+            gp_plan_free(p);
+        }
+        free(b);
+    }
+    /* Most damage is caught (a changed attribute or line number is legitimately accepted). */
+    CU_ASSERT(refused > 2000);
+}
+
 /* Tensor ids in the fixture. */
 enum { FX_X, FX_POS, FX_W, FX_CACHE, FX_A, FX_B, FX_KV, FX_SL, FX_C, FX_M, FX_OUT, FX_WSA, FX_WSM };
 
@@ -1356,6 +1391,7 @@ void gp_suite_plan(void)
     CU_add_test(c, "section table, CRCs, counts", test_corrupt_sections);
     CU_add_test(c, "truncated at every length", test_corrupt_truncated);
     CU_add_test(c, "every single byte flipped", test_corrupt_every_byte);
+    CU_add_test(c, "random damage behind fixed CRCs", test_corrupt_random_fixed);
     CU_add_test(c, "string references", test_corrupt_strings);
     CU_add_test(c, "meta, regions, syms", test_corrupt_meta_regions);
     CU_add_test(c, "tensor records", test_corrupt_tensors);
