@@ -106,13 +106,16 @@ static const char *describe(const lower *L, value v, char *buf, size_t cap)
 
 /* ---- Scopes ---------------------------------------------------------------------------------- */
 
-static unsigned hash(const char *s)
+/* FNV-1a */
+static unsigned fnv(const char *s)
 {
     unsigned h = 2166136261u;
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * 16777619u;
-    return h % N_BUCKETS;
+    return h;
 }
+
+static unsigned hash(const char *s) { return fnv(s) % N_BUCKETS; }
 
 static int lookup(const lower *L, const char *name)
 {
@@ -975,10 +978,7 @@ static int claim_checkpoint_name(lower *L, const char *name)
         for (int k = 0; k < L->cap_ckpt; k++) {
             if (!L->ckpt[k])
                 continue;
-            unsigned h = 2166136261u;
-            for (const char *p = L->ckpt[k]; *p; p++)
-                h = (h ^ (unsigned char)*p) * 16777619u;
-            unsigned j = h % (unsigned)cap;
+            unsigned j = fnv(L->ckpt[k]) % (unsigned)cap;
             while (t[j])
                 j = (j + 1) % (unsigned)cap;
             t[j] = L->ckpt[k];
@@ -987,10 +987,7 @@ static int claim_checkpoint_name(lower *L, const char *name)
         L->ckpt = t;
         L->cap_ckpt = cap;
     }
-    unsigned h = 2166136261u;
-    for (const char *p = name; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    unsigned j = h % (unsigned)L->cap_ckpt;
+    unsigned j = fnv(name) % (unsigned)L->cap_ckpt;
     for (; L->ckpt[j]; j = (j + 1) % (unsigned)L->cap_ckpt)
         if (strcmp(L->ckpt[j], name) == 0)
             return -1;
