@@ -371,6 +371,15 @@ static int check_tensor_links(const gp_plan *p, unsigned char *slot_used, char *
                         t->name, s->name);
                 return -1;
             }
+            /* Its storage (the view root, whose last covers every view) must be dead by then. */
+            const gp_plan_tensor *r = s;
+            while (r->view_src >= 0)
+                r = &p->tensors[r->view_src];
+            if (r->last > t->first) {
+                fmt_msg(why, n, "tensor %d (%s): in-place target %s is still read at step %d, "
+                        "after step %d overwrites it", i, t->name, s->name, r->last, t->first);
+                return -1;
+            }
         }
         if (t->extras_offset < 0 || t->extras_offset % rec != 0 ||
             t->extras_offset > p->regions[GP_REGION_EXTRAS].size - rec ||
@@ -390,6 +399,90 @@ static int check_tensor_links(const gp_plan *p, unsigned char *slot_used, char *
         slot_used[slot] = 1;
     }
     return 0;
+}
+
+/* The storage a tensor's bytes belong to: its view root, then (in-place) its target's, repeated.
+ * -1 when the chain does not end (a cycle). */
+static int storage_group(const gp_plan *p, int t)
+{
+    for (int steps = 0; steps <= 2 * p->n_tensors; steps++) {
+        while (p->tensors[t].view_src >= 0)
+            t = p->tensors[t].view_src; /* acyclic: check_views ran */
+        if (p->tensors[t].inplace_of < 0)
+            return t;
+        t = p->tensors[t].inplace_of;
+    }
+    return -1;
+}
+
+typedef struct {
+    int64_t offset, end; /* bytes [offset, end) */
+    int first, last;     /* steps [first, last] */
+    int tensor;          /* the group's root, for messages */
+} arena_group;
+
+static int by_offset(const void *a, const void *b)
+{
+    const arena_group *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* No two arena storages alive at the same step share a byte (in-place chains share one storage).
+ * Independent of the planner's checker: the runtime trusts these offsets. */
+static int check_arena(const gp_plan *p, char *why, size_t n)
+{
+    int nt = p->n_tensors;
+    int *grp = malloc(((size_t)nt + 1) * sizeof *grp);       /* [nt] tensor -> group index */
+    arena_group *g = malloc(((size_t)nt + 1) * sizeof *g);   /* [n_groups] */
+    if (!grp || !g) {
+        free(grp);
+        free(g);
+        fmt_msg(why, n, "out of memory");
+        return -1;
+    }
+    int ng = 0, rc = 0;
+    for (int i = 0; i < nt; i++)
+        grp[i] = -1;
+    for (int i = 0; i < nt && rc == 0; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (t->region != GP_REGION_ARENA || t->view_src >= 0)
+            continue;
+        int r = storage_group(p, i);
+        if (r < 0) {
+            fmt_msg(why, n, "tensor %d (%s): in-place chain is a cycle", i, t->name);
+            rc = -1;
+            break;
+        }
+        if (grp[r] < 0) {
+            grp[r] = ng;
+            g[ng++] = (arena_group){t->offset, t->offset + t->size, t->first, t->last, r};
+        }
+        arena_group *a = &g[grp[r]];
+        if (t->offset + t->size > a->end)
+            a->end = t->offset + t->size;
+        if (t->first < a->first)
+            a->first = t->first;
+        if (t->last > a->last)
+            a->last = t->last;
+    }
+    if (rc == 0)
+        qsort(g, (size_t)ng, sizeof *g, by_offset);
+    for (int i = 0; i < ng && rc == 0; i++) {
+        for (int j = i + 1; j < ng && g[j].offset < g[i].end; j++) {
+            if (g[i].first <= g[j].last && g[j].first <= g[i].last) {
+                fmt_msg(why, n, "arena tensors %s [%lld, %lld) and %s [%lld, %lld) overlap while "
+                        "both alive (steps %d..%d and %d..%d)", p->tensors[g[i].tensor].name,
+                        (long long)g[i].offset, (long long)g[i].end, p->tensors[g[j].tensor].name,
+                        (long long)g[j].offset, (long long)g[j].end, g[i].first, g[i].last,
+                        g[j].first, g[j].last);
+                rc = -1;
+                break;
+            }
+        }
+    }
+    free(grp);
+    free(g);
+    return rc;
 }
 
 static int check_tensor_ref(const gp_plan *p, int node, const char *what, int id, char *why,
@@ -511,7 +604,9 @@ int gp_plan_validate(const gp_plan *p, char *why, size_t why_len)
     free(slot_used);
     if (rc)
         return -1;
-    return check_nodes(p, why, why_len);
+    if (check_nodes(p, why, why_len))
+        return -1;
+    return check_arena(p, why, why_len);
 }
 
 /* ---- parsing ---- */

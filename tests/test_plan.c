@@ -1338,6 +1338,22 @@ static void test_corrupt_tensors(void)
     b = copy_good(); set32(tensor_rec(b, FX_A) + 28, 7); expect_bad_fixed(b, "lifetime [0, 7] outside the 7 steps");
     b = copy_good(); set32(tensor_rec(b, FX_C) + 24, 6); expect_bad_fixed(b, "lifetime [6, 5]");
     b = copy_good(); set32(tensor_rec(b, FX_A) + 24, (uint32_t)-1); expect_bad_fixed(b, "lifetime [-1,");
+    b = copy_good(); set32(tensor_rec(b, FX_A) + 28, 2); expect_bad_fixed(b, "tensor 5 (b): in-place target a is still read at step 2, after step 1 overwrites it");
+    b = copy_good(); set32(tensor_rec(b, FX_B) + 16, FX_C); expect_bad_fixed(b, "tensor 5 (b): in-place target c is still read at step 5");
+    b = copy_good();
+    memcpy(tensor_rec(b, FX_M) + 120, tensor_rec(b, FX_WSM) + 120, 8);
+    expect_bad_fixed(b, "arena tensors ");
+    b = copy_good();
+    memcpy(tensor_rec(b, FX_M) + 120, tensor_rec(b, FX_WSM) + 120, 8);
+    {
+        char err[512];
+        gp_plan *p = NULL;
+        fix_crcs(b);
+        CU_ASSERT_EQUAL(gp_plan_load_mem(b, good_len, "c.plan", &p, err, sizeof err), -1);
+        CU_ASSERT(strstr(err, "overlap while both alive (steps 5..5 and 5..6)") != NULL ||
+                  strstr(err, "overlap while both alive (steps 5..6 and 5..5)") != NULL);
+        free(b);
+    }
     b = copy_good(); set64(tensor_rec(b, FX_A) + 136, 3); expect_bad_fixed(b, "extras offset 3 is not a record slot");
     b = copy_good(); set64(tensor_rec(b, FX_A) + 136, 80 * 13); expect_bad_fixed(b, "extras offset 1040 is not a record slot");
     b = copy_good(); set64(tensor_rec(b, FX_A) + 136, 0); expect_bad_fixed(b, "extras slot 0 shared");
