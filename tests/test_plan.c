@@ -876,6 +876,37 @@ static void test_round_trip(void)
     gp_plan_free(NULL);
 }
 
+/* Degenerate graphs: nothing at all, and leaves with no nodes. */
+static void test_empty_graphs(void)
+{
+    for (int k = 0; k < 2; k++) {
+        gp_graph *g = gp_graph_new("empty");
+        gp_diag *d = gp_diag_new(NULL);
+        if (k == 1)
+            leaf2(g, d, "x", GP_TENSOR_INPUT, C(2), C(3));
+        gp_plan *p = build(g, NULL);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+        CU_ASSERT_EQUAL(p->n_tensors, k);
+        CU_ASSERT_EQUAL(p->n_nodes, 0);
+        CU_ASSERT_EQUAL(p->regions[GP_REGION_ARENA].size, 0);
+        CU_ASSERT_EQUAL(p->regions[GP_REGION_IO].size, k ? 256 : 0);
+        CU_ASSERT_STRING_EQUAL(p->method, "none");
+        unsigned char *buf;
+        size_t len;
+        char err[256];
+        CU_ASSERT_EQUAL_FATAL(gp_plan_write_mem(p, &buf, &len, err, sizeof err), 0);
+        gp_plan *q = NULL;
+        CU_ASSERT_EQUAL(gp_plan_load_mem(buf, len, "empty", &q, err, sizeof err), 0);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(q);
+        assert_plans_equal(p, q);
+        gp_plan_free(q);
+        free(buf);
+        gp_plan_free(p);
+        gp_diag_free(d);
+        gp_graph_free(g);
+    }
+}
+
 static void test_summary(void)
 {
     gp_plan *p = fixture_plan();
@@ -1400,6 +1431,7 @@ void gp_suite_plan(void)
     CU_add_test(s, "random DAGs: no overlap, lower bound, loader accepts", test_random_dags);
     CU_add_test(s, "fixture plan contents", test_fixture_contents);
     CU_add_test(s, "write -> load round trip, every field", test_round_trip);
+    CU_add_test(s, "empty graphs", test_empty_graphs);
     CU_add_test(s, "summary text", test_summary);
     CU_pSuite c = CU_add_suite("plan file corruption", NULL, corrupt_clean);
     CU_add_test(c, "the good file loads; newer minor accepted", test_corrupt_good_loads);
