@@ -1,0 +1,68 @@
+/* Internal to offset assignment (assign.c, assign_greedy.c, assign_exact.c): the prepared problem
+ * shared by the heuristics and the exact search. Not part of the public API. */
+#ifndef GP_PLANNER_ASSIGN_INTERNAL_H
+#define GP_PLANNER_ASSIGN_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "planner/assign.h"
+
+/* Time is cut into sections: section s is [t[s], t[s+1]) over the sorted distinct lifespan ends,
+ * so the set of live buffers is constant inside a section. A partition is a maximal range of
+ * sections that no buffer crosses out of; partitions are independent sub-problems. */
+typedef struct {
+    size_t n;
+    const gp_buffer *b;  /* [n] the caller's buffers (offsets ignored) */
+    int ns;              /* number of sections */
+    int *lo, *hi;        /* [n] section span [lo, hi) of each buffer */
+    int64_t *sec_total;  /* [ns] sum of sizes live in each section */
+    int64_t lower_bound; /* max of sec_total */
+    int np;              /* number of partitions */
+    int *part;           /* [n] partition of each buffer */
+    int *part_s0;        /* [np] first section of each partition */
+    int *part_s1;        /* [np] one past its last section */
+    int64_t *part_lb;    /* [np] max section total inside it */
+    int *part_buf;       /* [n] buffer ids grouped by partition (ascending within one) */
+    int *part_start;     /* [np + 1] partition p's buffers are part_buf[part_start[p] ..] */
+    int64_t pairs;       /* pairs of buffers overlapping in time (counted up to a limit) */
+    int64_t *adj_start;  /* [n + 1] CSR of each buffer's time-overlapping buffers, */
+    int *adj;            /* [2 pairs] or both NULL when pairs exceed GP_ADJ_PAIR_LIMIT */
+} gp_aprob;
+
+/* Above this many overlapping pairs the heuristics use the interval tree instead of lists. */
+enum { GP_ADJ_PAIR_LIMIT = 16000000 };
+
+/* Fills p from b (already validated); 0 on success, -1 when out of memory. */
+int gp_aprob_init(gp_aprob *p, const gp_buffer *b, size_t n);
+void gp_aprob_release(gp_aprob *p);
+
+/* Seconds on a monotonic clock. */
+double gp_assign_now(void);
+
+/* The heuristic orders (assign_greedy.c). */
+enum { GP_GREEDY_ORDERS = 5 };
+const char *gp_greedy_name(int order);
+
+/* Places every buffer in the given order with best fit among time-overlapping placed buffers;
+ * writes off[i] for every buffer whose partition q has skip[q] == 0 (skip may be NULL).
+ * use_tree forces the interval tree even when the overlap lists exist (tests compare the two).
+ * 0 on success, -1 when out of memory. */
+int gp_greedy_run(const gp_aprob *p, int order, const unsigned char *skip, int use_tree, int64_t *off);
+
+/* Exact search on one partition (assign_exact.c). */
+typedef struct gp_exact gp_exact;
+typedef enum { GP_EXACT_FOUND, GP_EXACT_INFEASIBLE, GP_EXACT_TIMEOUT, GP_EXACT_NOMEM } gp_exact_status;
+
+/* NULL when out of memory or when the partition is too large to search (see *too_big). */
+gp_exact *gp_exact_new(const gp_aprob *p, int part, int size_limit, int *too_big);
+void gp_exact_free(gp_exact *e);
+
+/* Decision: a placement of the partition's buffers within capacity, searched until deadline
+ * (gp_assign_now() seconds). On FOUND writes off[id] for the partition's buffers only. */
+gp_exact_status gp_exact_decide(gp_exact *e, int64_t capacity, double deadline, int64_t *off);
+
+/* Nodes expanded so far (for the benchmark's curiosity and tests). */
+int64_t gp_exact_nodes(const gp_exact *e);
+
+#endif

@@ -1,0 +1,40 @@
+/* MiniMalloc's CSV format for the bare assignment problem: a header naming the columns id, lower,
+ * upper, size (any order; an optional offset column is loaded), then one buffer per line, live
+ * over [lower, upper). Solutions are written back with an added offset column. */
+#ifndef GP_PLANNER_CSV_H
+#define GP_PLANNER_CSV_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "planner/assign.h"
+
+typedef struct {
+    size_t n;
+    gp_buffer *buf;  /* [n] */
+    char **ids;      /* [n] the id column, kept verbatim for writing back */
+    int has_offsets; /* the input had an offset column; its values are in buf[i].offset */
+} gp_csv;
+
+/* Parses text[0..len) (name is used in messages). On error returns -1, *out = NULL and err holds
+ * `NAME:LINE: bad CSV (reason)`. */
+int gp_csv_parse(const char *text, size_t len, const char *name, gp_csv **out, char *err,
+                 size_t err_len);
+
+/* Reads and parses a file; errors as gp_csv_parse, or `PATH: cannot read (reason)`. */
+int gp_csv_read(const char *path, gp_csv **out, char *err, size_t err_len);
+
+/* Writes `id,lower,upper,size,offset` rows; -1 with `PATH: cannot write (reason)` on failure. */
+int gp_csv_write(const char *path, const gp_csv *c, char *err, size_t err_len);
+
+void gp_csv_free(gp_csv *c);
+
+/* `gplan-compile --buffers IN [--capacity BYTES] -o OUT [--time-limit S]`: reads IN, assigns
+ * offsets (capacity 0: minimize), checks the answer independently, writes OUT and prints a
+ * one-line summary to log. Returns the exit status: 0 success, 1 bad input, 2 I/O or internal
+ * error, 3 a capacity was given and no fitting placement was found in time (OUT not written). */
+int gp_buffers_main(const char *in, const char *out, int64_t capacity, double time_limit,
+                    gp_strategy s, FILE *log);
+
+#endif
