@@ -1,0 +1,124 @@
+/* Device helpers shared by the CUDA kernel files: tensors right-aligned to four dims whose symbolic
+ * dims resolve from the param block at run time, dtype loads and stores, block reductions. */
+#ifndef GP_CUDA_INTERNAL_CUH
+#define GP_CUDA_INTERNAL_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "cuda/cuda_kernels.h"
+
+/* A tensor right-aligned to four dims (missing outer dims: ne 1, nb 0, sym -1). Passed by value. */
+struct KT {
+    char *p;
+    int t;         /* gp_dtype */
+    int sym[4];
+    int64_t ne[4]; /* launch sizes on the host; exact sizes after kt_resolve on the device */
+    int64_t nb[4];
+};
+
+/* Host: a gp_cu_tensor as a KT with symbolic dims at their launch sizes (ctx->h_syms). */
+KT gp_kt_of(const gp_cu_ctx *c, const gp_cu_tensor *k);
+/* Host: elements of a KT's first `nd` dims (rows: nd = 3). */
+static inline int64_t kt_count(const KT &k, int nd)
+{
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++)
+        n *= k.ne[d];
+    return n;
+}
+
+/* Device: the eval's exact sizes. */
+__device__ __forceinline__ void kt_resolve(KT &k, const int64_t *syms)
+{
+#pragma unroll
+    for (int d = 0; d < 4; d++)
+        if (k.sym[d] >= 0)
+            k.ne[d] = syms[k.sym[d]];
+}
+
+__device__ __forceinline__ float ld_f(const char *p, int t)
+{
+    switch (t) {
+    case GP_F32:
+        return *(const float *)p;
+    case GP_F16:
+        return __half2float(*(const __half *)p);
+    case GP_BF16:
+        return __bfloat162float(*(const __nv_bfloat16 *)p);
+    default:
+        return (float)*(const int32_t *)p; /* rounds to nearest, as the CPU's cast */
+    }
+}
+
+/* f32 -> i32 as the CPU's cast: toward zero, saturating, NaN -> 0. */
+__device__ __forceinline__ int32_t f2i_sat(float f)
+{
+    if (f != f)
+        return 0;
+    if (f >= 2147483648.0f)
+        return INT32_MAX;
+    if (f <= -2147483648.0f)
+        return INT32_MIN;
+    return (int32_t)f;
+}
+
+__device__ __forceinline__ void st_f(char *p, int t, float v)
+{
+    switch (t) {
+    case GP_F32:
+        *(float *)p = v;
+        break;
+    case GP_F16:
+        *(__half *)p = __float2half_rn(v);
+        break;
+    case GP_BF16:
+        *(__nv_bfloat16 *)p = __float2bfloat16_rn(v);
+        break;
+    default:
+        *(int32_t *)p = f2i_sat(v);
+        break;
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum (is_max 0) or maximum over the block; every thread gets the result. sh: 32 floats of shared
+ * memory; blockDim.x a multiple of 32. Begins with a barrier so sh can be reused back to back. */
+__device__ __forceinline__ float block_reduce(float v, float *sh, int is_max)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = is_max ? warp_max(v) : warp_sum(v);
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : (is_max ? -INFINITY : 0.0f);
+    return is_max ? warp_max(v) : warp_sum(v);
+}
+
+/* Host: records a launch error in ctx; 0 when fine. */
+int gp_cu_check_launch(gp_cu_ctx *c, const char *what);
+
+/* Host entry points of the kernel files (cuda_ops.cu, cuda_attention.cu, cuda_matmul.cu). */
+int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
+                    const gp_cu_tensor *in, void *ws, size_t ws_size);
+int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const gp_cu_tensor *in,
+                 void *ws, size_t ws_size);
+
+#endif

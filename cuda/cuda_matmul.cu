@@ -1,0 +1,506 @@
+/* CUDA matmul: out[..., M, N] = a[..., M, K] b[..., K, N] in f32 accumulation. One-row products
+ * (decode) go to gplan's matrix-vector kernels (16-byte weight loads); the rest to cuBLAS
+ * (cublasGemmStridedBatchedEx, f32 compute), converting an f32 operand to the other's 16-bit dtype in
+ * the workspace when the dtypes differ; layouts cuBLAS cannot take go to a plain fallback kernel. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda/cuda_internal.cuh"
+
+/* Logical operands: A[b0][b1][m][k] at a + b0 * sa0 + b1 * sa1 + m * sm + k * sk (bytes). */
+typedef struct {
+    char *p;
+    int t;
+    int64_t s0, s1; /* batch strides, 0 where the operand broadcasts */
+    int64_t sr, sc; /* row and column strides */
+    int64_t n0, n1; /* the operand's own batch extents (1 when broadcast) */
+} mat;
+
+static mat mat_of(const KT &k, int trans)
+{
+    mat r;
+    r.p = k.p;
+    r.t = k.t;
+    r.s0 = k.ne[0] == 1 ? 0 : k.nb[0];
+    r.s1 = k.ne[1] == 1 ? 0 : k.nb[1];
+    r.n0 = k.ne[0];
+    r.n1 = k.ne[1];
+    r.sr = trans ? k.nb[3] : k.nb[2];
+    r.sc = trans ? k.nb[2] : k.nb[3];
+    return r;
+}
+
+/* ---- fallback: one thread per output element, k ascending ---- */
+
+__global__ void k_matmul_naive(KT o, KT a, KT b, int ta, int tb, const int64_t *syms)
+{
+    kt_resolve(o, syms);
+    kt_resolve(a, syms);
+    kt_resolve(b, syms);
+    int64_t M = o.ne[2], N = o.ne[3], K = ta ? a.ne[2] : a.ne[3];
+    int64_t sam = ta ? a.nb[3] : a.nb[2], sak = ta ? a.nb[2] : a.nb[3];
+    int64_t sbk = tb ? b.nb[3] : b.nb[2], sbn = tb ? b.nb[2] : b.nb[3];
+    int64_t n = o.ne[0] * o.ne[1] * M * N;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t j = i % N, r = i / N, m = r % M;
+        r /= M;
+        int64_t i1 = r % o.ne[1], i0 = r / o.ne[1];
+        const char *pa = a.p + (a.ne[0] == 1 ? 0 : i0 * a.nb[0]) + (a.ne[1] == 1 ? 0 : i1 * a.nb[1]) +
+                         m * sam;
+        const char *pb = b.p + (b.ne[0] == 1 ? 0 : i0 * b.nb[0]) + (b.ne[1] == 1 ? 0 : i1 * b.nb[1]) +
+                         j * sbn;
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; k++)
+            acc += ld_f(pa + k * sak, a.t) * ld_f(pb + k * sbk, b.t);
+        st_f(o.p + i0 * o.nb[0] + i1 * o.nb[1] + m * o.nb[2] + j * o.nb[3], o.t, acc);
+    }
+}
+
+/* ---- matrix-vector: M == 1, x f32 contiguous, weights 16-bit or f32 with 16-byte rows ---- */
+
+template <typename W> struct vec16;
+template <> struct vec16<__half> {
+    enum { N = 8 };
+    static __device__ __forceinline__ void unpack(uint4 u, float *f)
+    {
+        const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 v = __half22float2(h[i]);
+            f[2 * i] = v.x;
+            f[2 * i + 1] = v.y;
+        }
+    }
+};
+template <> struct vec16<__nv_bfloat16> {
+    enum { N = 8 };
+    static __device__ __forceinline__ void unpack(uint4 u, float *f)
+    {
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 v = __bfloat1622float2(h[i]);
+            f[2 * i] = v.x;
+            f[2 * i + 1] = v.y;
+        }
+    }
+};
+template <> struct vec16<float> {
+    enum { N = 4 };
+    static __device__ __forceinline__ void unpack(uint4 u, float *f)
+    {
+        f[0] = __uint_as_float(u.x);
+        f[1] = __uint_as_float(u.y);
+        f[2] = __uint_as_float(u.z);
+        f[3] = __uint_as_float(u.w);
+    }
+};
+
+__device__ __forceinline__ uint4 ld_stream(const void *p)
+{
+    /* Weights are read once per eval: don't let them evict activations from L1. */
+    return __ldcs((const uint4 *)p);
+}
+
+enum { MV_WARPS = 4, MV_ROWS = 2, MV_UNROLL = 4 };
+
+/*
+ * Weights [N, K] (row n at w + n * ldw bytes, K contiguous): out[n] = sum_k x[k] w[n][k].
+ * A warp computes MV_ROWS rows; lanes stride over 16-byte chunks of the row.
+ */
+template <typename W>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    k_matvec_nk(const char *w, int64_t ldw, const float *x, KT o, int ksym, int64_t K, int64_t N,
+                const int64_t *syms)
+{
+    typedef vec16<W> V;
+    if (ksym >= 0)
+        K = syms[ksym];
+    int lane = threadIdx.x & 31;
+    int64_t n0 = ((int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * MV_ROWS;
+    if (n0 >= N)
+        return;
+    int64_t nc = K / V::N; /* K % V::N == 0 (checked by the launcher) */
+    float acc[MV_ROWS];
+    const char *row[MV_ROWS];
+#pragma unroll
+    for (int r = 0; r < MV_ROWS; r++) {
+        acc[r] = 0.0f;
+        row[r] = w + (n0 + r < N ? n0 + r : n0) * ldw;
+    }
+    int64_t c = lane;
+    for (; c + 32 * (MV_UNROLL - 1) < nc; c += 32 * MV_UNROLL) {
+        uint4 u[MV_UNROLL][MV_ROWS];
+#pragma unroll
+        for (int i = 0; i < MV_UNROLL; i++)
+#pragma unroll
+            for (int r = 0; r < MV_ROWS; r++)
+                u[i][r] = ld_stream(row[r] + (c + 32 * i) * 16);
+#pragma unroll
+        for (int i = 0; i < MV_UNROLL; i++) {
+            float xv[V::N], wv[V::N];
+            const float4 *px = (const float4 *)(x + (c + 32 * i) * V::N);
+#pragma unroll
+            for (int q = 0; q < V::N / 4; q++) {
+                float4 f = __ldg(px + q);
+                xv[4 * q] = f.x;
+                xv[4 * q + 1] = f.y;
+                xv[4 * q + 2] = f.z;
+                xv[4 * q + 3] = f.w;
+            }
+#pragma unroll
+            for (int r = 0; r < MV_ROWS; r++) {
+                V::unpack(u[i][r], wv);
+#pragma unroll
+                for (int e = 0; e < V::N; e++)
+                    acc[r] += wv[e] * xv[e];
+            }
+        }
+    }
+    for (; c < nc; c += 32) {
+        float xv[V::N], wv[V::N];
+        const float4 *px = (const float4 *)(x + c * V::N);
+#pragma unroll
+        for (int q = 0; q < V::N / 4; q++) {
+            float4 f = __ldg(px + q);
+            xv[4 * q] = f.x;
+            xv[4 * q + 1] = f.y;
+            xv[4 * q + 2] = f.z;
+            xv[4 * q + 3] = f.w;
+        }
+#pragma unroll
+        for (int r = 0; r < MV_ROWS; r++) {
+            V::unpack(ld_stream(row[r] + c * 16), wv);
+#pragma unroll
+            for (int e = 0; e < V::N; e++)
+                acc[r] += wv[e] * xv[e];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < MV_ROWS; r++) {
+        float s = warp_sum(acc[r]);
+        if (lane == 0 && n0 + r < N)
+            st_f(o.p + (n0 + r) * o.nb[3], o.t, s);
+    }
+}
+
+enum { KN_TX = 32, KN_TY = 8 };
+
+/*
+ * Weights [K, N] (row k at w + k * ldw bytes, N contiguous): a block covers 32 * V::N columns
+ * and the rows of its K split; each warp takes every KN_TY-th row. With several splits, partial
+ * sums go to part [nsplit, N] and the last block of a column tile to finish (counted in
+ * counters[tile], reset by that block) adds them in split order: deterministic, one launch.
+ */
+template <typename W>
+__global__ void __launch_bounds__(KN_TX *KN_TY)
+    k_matvec_kn(const char *w, int64_t ldw, const float *x, KT o, int ksym, int64_t K, int64_t N,
+                float *part, unsigned *counters, const int64_t *syms)
+{
+    typedef vec16<W> V;
+    __shared__ float red[KN_TY][KN_TX * V::N];
+    __shared__ int last;
+    if (ksym >= 0)
+        K = syms[ksym];
+    int tx = threadIdx.x % KN_TX, ty = threadIdx.x / KN_TX, nsplit = gridDim.y;
+    int64_t col = ((int64_t)blockIdx.x * KN_TX + tx) * V::N;
+    int64_t per = (K + nsplit - 1) / nsplit, k0 = blockIdx.y * per, k1 = min(K, k0 + per);
+    float acc[V::N];
+#pragma unroll
+    for (int e = 0; e < V::N; e++)
+        acc[e] = 0.0f;
+    if (col < N) {
+        int64_t k = k0 + ty;
+        for (; k + KN_TY * (MV_UNROLL - 1) < k1; k += KN_TY * MV_UNROLL) {
+            uint4 u[MV_UNROLL];
+            float xv[MV_UNROLL];
+#pragma unroll
+            for (int i = 0; i < MV_UNROLL; i++) {
+                u[i] = ld_stream(w + (k + KN_TY * i) * ldw + col * sizeof(W));
+                xv[i] = __ldg(x + k + KN_TY * i);
+            }
+#pragma unroll
+            for (int i = 0; i < MV_UNROLL; i++) {
+                float wv[V::N];
+                V::unpack(u[i], wv);
+#pragma unroll
+                for (int e = 0; e < V::N; e++)
+                    acc[e] += wv[e] * xv[i];
+            }
+        }
+        for (; k < k1; k += KN_TY) {
+            float wv[V::N], xk = __ldg(x + k);
+            V::unpack(ld_stream(w + k * ldw + col * sizeof(W)), wv);
+#pragma unroll
+            for (int e = 0; e < V::N; e++)
+                acc[e] += wv[e] * xk;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < V::N; e++)
+        red[ty][tx * V::N + e] = acc[e];
+    __syncthreads();
+    int64_t tile0 = (int64_t)blockIdx.x * KN_TX * V::N;
+    for (int j = threadIdx.x; j < KN_TX * V::N; j += blockDim.x) {
+        float s = 0.0f;
+#pragma unroll
+        for (int r = 0; r < KN_TY; r++)
+            s += red[r][j];
+        if (tile0 + j >= N)
+            continue;
+        if (nsplit == 1)
+            st_f(o.p + (tile0 + j) * o.nb[3], o.t, s);
+        else
+            part[blockIdx.y * N + tile0 + j] = s;
+    }
+    if (nsplit == 1)
+        return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)nsplit - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int j = threadIdx.x; j < KN_TX * V::N; j += blockDim.x) {
+        if (tile0 + j >= N)
+            continue;
+        float s = 0.0f;
+        for (int i = 0; i < nsplit; i++)
+            s += __ldcg(&part[i * N + tile0 + j]);
+        st_f(o.p + (tile0 + j) * o.nb[3], o.t, s);
+    }
+    if (threadIdx.x == 0)
+        counters[blockIdx.x] = 0;
+}
+
+static int es_of(int t)
+{
+    return (int)gp_dtype_size((gp_dtype)t);
+}
+
+/* Tries the matrix-vector kernels; 1 when launched, 0 when the shapes don't fit, -1 on error. */
+static int try_matvec(gp_cu_ctx *c, const KT &o, const KT &ka, const KT &kb, int ta, int tb,
+                      const gp_cu_tensor *in, void *ws, size_t ws_size)
+{
+    if (c->no_matvec || o.ne[0] * o.ne[1] != 1 || o.ne[2] != 1 || ka.ne[0] * ka.ne[1] != 1 ||
+        kb.ne[0] * kb.ne[1] != 1 || ka.t != GP_F32)
+        return 0;
+    if (kb.t != GP_F16 && kb.t != GP_BF16 && kb.t != GP_F32)
+        return 0;
+    mat A = mat_of(ka, ta), B = mat_of(kb, tb);
+    int64_t N = o.ne[3], K = ta ? ka.ne[2] : ka.ne[3], es = es_of(kb.t), vn = 16 / es;
+    int ksym = in[0].sym[in[0].ndim - (ta ? 2 : 1)];
+    /* x must be contiguous and 16-byte aligned, weight rows 16-byte aligned. */
+    if (A.sc != 4 || ((uintptr_t)A.p & 15) || ((uintptr_t)B.p & 15))
+        return 0;
+    const float *x = (const float *)A.p;
+    if (B.sr == es && B.sc % 16 == 0 && K % vn == 0) {
+        /* [N, K]: K contiguous, rows B.sc bytes apart. */
+        unsigned grid = (unsigned)((N + MV_WARPS * MV_ROWS - 1) / (MV_WARPS * MV_ROWS));
+        if (kb.t == GP_F16)
+            k_matvec_nk<__half><<<grid, MV_WARPS * 32, 0, c->stream>>>(B.p, B.sc, x, o, ksym, K, N,
+                                                                      c->d_syms);
+        else if (kb.t == GP_BF16)
+            k_matvec_nk<__nv_bfloat16><<<grid, MV_WARPS * 32, 0, c->stream>>>(B.p, B.sc, x, o, ksym, K,
+                                                                             N, c->d_syms);
+        else
+            k_matvec_nk<float><<<grid, MV_WARPS * 32, 0, c->stream>>>(B.p, B.sc, x, o, ksym, K, N,
+                                                                     c->d_syms);
+        return gp_cu_check_launch(c, "matvec_nk") ? -1 : 1;
+    }
+    if (B.sc == es && B.sr % 16 == 0 && N % vn == 0) {
+        /* [K, N]: N contiguous, rows B.sr bytes apart; split K until the GPU has ~4 blocks per
+         * multiprocessor. */
+        int64_t tiles = (N + KN_TX * vn - 1) / (KN_TX * vn);
+        int64_t nsplit = (528 + tiles - 1) / tiles, maxs = (K + 4 * KN_TY - 1) / (4 * KN_TY);
+        if (nsplit > maxs)
+            nsplit = maxs;
+        if (nsplit > 65535)
+            nsplit = 65535;
+        if (!ws || (size_t)(nsplit * N) * sizeof(float) > ws_size || tiles > c->n_counters ||
+            !c->d_counters)
+            nsplit = 1;
+        if (nsplit < 1)
+            nsplit = 1;
+        dim3 grid((unsigned)tiles, (unsigned)nsplit);
+        float *part = (float *)ws;
+        if (kb.t == GP_F16)
+            k_matvec_kn<__half><<<grid, KN_TX * KN_TY, 0, c->stream>>>(B.p, B.sr, x, o, ksym, K, N, part,
+                                                                    c->d_counters, c->d_syms);
+        else if (kb.t == GP_BF16)
+            k_matvec_kn<__nv_bfloat16><<<grid, KN_TX * KN_TY, 0, c->stream>>>(
+                B.p, B.sr, x, o, ksym, K, N, part, c->d_counters, c->d_syms);
+        else
+            k_matvec_kn<float><<<grid, KN_TX * KN_TY, 0, c->stream>>>(B.p, B.sr, x, o, ksym, K, N, part,
+                                                                   c->d_counters, c->d_syms);
+        return gp_cu_check_launch(c, "matvec_kn") ? -1 : 1;
+    }
+    return 0;
+}
+
+/* ---- cuBLAS ---- */
+
+/* dst [n0, n1, R, C] contiguous in dtype dt from the logical operand m (launch sizes). */
+__global__ void k_convert(char *dst, int dt, mat m, int64_t R, int64_t C)
+{
+    int64_t n = m.n0 * m.n1 * R * C, es = dt == GP_F32 ? 4 : 2;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t cc = i % C, r = (i / C) % R, b = i / (R * C);
+        int64_t b1 = b % m.n1, b0 = b / m.n1;
+        st_f(dst + i * es, dt, ld_f(m.p + b0 * m.s0 + b1 * m.s1 + r * m.sr + cc * m.sc, m.t));
+    }
+}
+
+static cudaDataType_t cu_type(int t)
+{
+    return t == GP_F16 ? CUDA_R_16F : t == GP_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+/* Converts operand *m ([R, C] per batch) to dtype dt at dst, and points *m at the copy. */
+static int convert_operand(gp_cu_ctx *c, mat *m, int dt, int64_t R, int64_t C, char *dst)
+{
+    int64_t n = m->n0 * m->n1 * R * C, es = es_of(dt);
+    int64_t b = (n + 255) / 256;
+    k_convert<<<(unsigned)(b < 1 ? 1 : b > 8192 ? 8192 : b), 256, 0, c->stream>>>(dst, dt, *m, R, C);
+    if (gp_cu_check_launch(c, "matmul_convert"))
+        return -1;
+    m->p = dst;
+    m->t = dt;
+    m->sc = es;
+    m->sr = C * es;
+    m->s1 = m->n1 == 1 ? 0 : R * C * es;
+    m->s0 = m->n0 == 1 ? 0 : m->n1 * R * C * es;
+    return 0;
+}
+
+/* A cuBLAS view of logical X[fast][slow] at x + fast * s_fast + slow * s_slow (bytes) as a
+ * column-major n_fast x n_slow matrix: stored as is (op N) or transposed (op T). 0 and op, ld
+ * (elements) when one of the two fits, else -1. */
+static int blas_view(int64_t s_fast, int64_t s_slow, int64_t n_fast, int64_t n_slow, int64_t es,
+                     cublasOperation_t *op, int64_t *ld)
+{
+    int slow_ok = n_slow == 1 || (s_slow % es == 0 && s_slow / es >= n_fast);
+    if ((s_fast == es || n_fast == 1) && slow_ok) {
+        *op = CUBLAS_OP_N;
+        *ld = n_slow == 1 ? (n_fast > 1 ? n_fast : 1) : s_slow / es;
+        return 0;
+    }
+    int fast_ok = n_fast == 1 || (s_fast % es == 0 && s_fast / es >= n_slow);
+    if ((s_slow == es || n_slow == 1) && fast_ok) {
+        *op = CUBLAS_OP_T;
+        *ld = n_fast == 1 ? (n_slow > 1 ? n_slow : 1) : s_fast / es;
+        return 0;
+    }
+    return -1;
+}
+
+static int set_blas_ws(gp_cu_ctx *c, void *ws, size_t size)
+{
+    if (ws == c->blas_ws && size == c->blas_ws_size)
+        return 0;
+    cublasStatus_t st = cublasSetWorkspace(c->blas, ws, size);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        snprintf(c->err, sizeof c->err, "cublasSetWorkspace(%zu bytes): %s", size,
+                 cublasGetStatusString(st));
+        return -1;
+    }
+    c->blas_ws = ws;
+    c->blas_ws_size = size;
+    return 0;
+}
+
+/* 1 when done through cuBLAS, 0 when the layout doesn't fit it, -1 on error. */
+static int try_blas(gp_cu_ctx *c, const KT &o, const KT &ka, const KT &kb, int ta, int tb, void *ws,
+                    size_t ws_size)
+{
+    if (!c->blas || ka.t == GP_I32 || kb.t == GP_I32 || o.t == GP_I32)
+        return 0;
+    mat A = mat_of(ka, ta), B = mat_of(kb, tb);
+    int64_t B0 = o.ne[0], B1 = o.ne[1], M = o.ne[2], N = o.ne[3], K = ta ? ka.ne[2] : ka.ne[3];
+    int64_t eo = es_of(o.t);
+    if ((o.nb[3] != eo && N > 1) || (M > 1 && (o.nb[2] % eo || o.nb[2] / eo < N)))
+        return 0;
+    /* Same input dtypes: convert an f32 operand to the other's 16-bit dtype (or a to b's). */
+    size_t blas_ws = ws_size;
+    char *scratch = NULL;
+    if (A.t != B.t) {
+        int to_b = A.t == GP_F32 || B.t != GP_F32; /* convert a unless b is the f32 one */
+        mat *m = to_b ? &A : &B;
+        int64_t R = to_b ? M : K, C = to_b ? K : N;
+        size_t need = (size_t)(m->n0 * m->n1 * R * C * 2);
+        blas_ws = ws_size / 2 & ~(size_t)255;
+        if (!ws || need > ws_size - blas_ws)
+            return 0;
+        scratch = (char *)ws + blas_ws;
+        if (convert_operand(c, m, to_b ? B.t : A.t, R, C, scratch))
+            return -1;
+    }
+    int64_t es = es_of(A.t);
+    /* Column-major: C^T [N, M] = B^T [N, K] * A^T [K, M]. */
+    cublasOperation_t opb, opa;
+    int64_t ldb, lda;
+    if (blas_view(B.sc, B.sr, N, K, es, &opb, &ldb) || blas_view(A.sc, A.sr, K, M, es, &opa, &lda))
+        return 0;
+    if ((A.s0 | A.s1 | B.s0 | B.s1) % es || o.nb[0] % eo || o.nb[1] % eo)
+        return 0;
+    if (N > INT32_MAX || M > INT32_MAX || K > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX)
+        return 0;
+    /* Batches: one strided call over b1, repeated over b0 unless b0 folds into it uniformly. */
+    int64_t nb0 = B0, nb1 = B1, sa = A.s1, sb = B.s1, so = o.nb[1];
+    if (B1 == 1) {
+        nb0 = 1;
+        nb1 = B0;
+        sa = A.s0;
+        sb = B.s0;
+        so = o.nb[0];
+    } else if (B0 == 1 || (A.s0 == B1 * A.s1 && B.s0 == B1 * B.s1 && o.nb[0] == B1 * o.nb[1])) {
+        nb0 = 1;
+        nb1 = B0 * B1;
+    }
+    if (set_blas_ws(c, ws, ws ? blas_ws : 0))
+        return -1;
+    const float one = 1.0f, zero = 0.0f;
+    for (int64_t b0 = 0; b0 < nb0; b0++) {
+        cublasStatus_t st = cublasGemmStridedBatchedEx(
+            c->blas, opb, opa, (int)N, (int)M, (int)K, &one, B.p + b0 * B.s0, cu_type(B.t), (int)ldb,
+            sb / es, A.p + b0 * A.s0, cu_type(A.t), (int)lda, sa / es, &zero, o.p + b0 * o.nb[0],
+            cu_type(o.t), (int)(M == 1 ? (N > 1 ? N : 1) : o.nb[2] / eo), so / eo, (int)nb1,
+            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        c->launches++;
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            snprintf(c->err, sizeof c->err,
+                     "cublasGemmStridedBatchedEx(N %lld, M %lld, K %lld, batch %lld): %s",
+                     (long long)N, (long long)M, (long long)K, (long long)nb1,
+                     cublasGetStatusString(st));
+            return -1;
+        }
+    }
+    return 1;
+}
+
+int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const gp_cu_tensor *in,
+                 void *ws, size_t ws_size)
+{
+    KT o = gp_kt_of(c, out), ka = gp_kt_of(c, &in[0]), kb = gp_kt_of(c, &in[1]);
+    int ta = a->i[0] != 0, tb = a->i[1] != 0;
+    if (in[0].ndim < 2 || in[1].ndim < 2 || out->ndim < 2) {
+        snprintf(c->err, sizeof c->err, "matmul: operands need two dims or more");
+        return -1;
+    }
+    if (kt_count(o, 4) == 0)
+        return 0;
+    int r = try_matvec(c, o, ka, kb, ta, tb, in, ws, ws_size);
+    if (r == 0)
+        r = try_blas(c, o, ka, kb, ta, tb, ws, ws_size);
+    if (r < 0)
+        return -1;
+    if (r > 0)
+        return 0;
+    int64_t n = kt_count(o, 4), b = (n + 255) / 256;
+    k_matmul_naive<<<(unsigned)(b > 8192 ? 8192 : b), 256, 0, c->stream>>>(o, ka, kb, ta, tb, c->d_syms);
+    return gp_cu_check_launch(c, "matmul_naive");
+}

@@ -1,0 +1,446 @@
+/* CUDA kernels for the row-wise ops (elementwise with broadcasting, norms, softmax, rope, copies,
+ * lookups, concat, store) and the dispatcher gp_cuda_compute; matmul and attention have their own
+ * files. Kernels are launched at the launch sizes and read the eval's sizes from the param block. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/cuda_internal.cuh"
+
+enum { THREADS = 256, MAX_BLOCKS = 8192 };
+
+KT gp_kt_of(const gp_cu_ctx *c, const gp_cu_tensor *k)
+{
+    KT r;
+    r.p = (char *)k->data;
+    r.t = (int)k->dtype;
+    int off = 4 - k->ndim;
+    for (int d = 0; d < 4; d++) {
+        int s = d - off;
+        r.ne[d] = s < 0 ? 1 : k->ne[s];
+        r.nb[d] = s < 0 ? 0 : k->nb[s];
+        r.sym[d] = s < 0 ? -1 : k->sym[s];
+        if (r.sym[d] >= 0 && c->h_syms && r.sym[d] < c->n_syms)
+            r.ne[d] = c->h_syms[r.sym[d]];
+    }
+    return r;
+}
+
+int gp_cu_check_launch(gp_cu_ctx *c, const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    c->launches++;
+    if (e == cudaSuccess)
+        return 0;
+    snprintf(c->err, sizeof c->err, "%s: kernel launch failed: %s", what, cudaGetErrorString(e));
+    return -1;
+}
+
+static unsigned grid_for(int64_t n, int threads)
+{
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b > (int64_t)MAX_BLOCKS ? (int64_t)MAX_BLOCKS : b);
+}
+
+/* Byte offset of element (i0, i1, i2, i3) of t, whose dims of 1 broadcast. */
+__device__ __forceinline__ int64_t kt_off(const KT &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)
+{
+    return (t.ne[0] == 1 ? 0 : i0 * t.nb[0]) + (t.ne[1] == 1 ? 0 : i1 * t.nb[1]) +
+           (t.ne[2] == 1 ? 0 : i2 * t.nb[2]) + (t.ne[3] == 1 ? 0 : i3 * t.nb[3]);
+}
+
+/* Byte offset of row r (all dims but the last) of shape o within t. */
+__device__ __forceinline__ int64_t kt_row_off(const KT &t, const KT &o, int64_t r)
+{
+    int64_t i2 = r % o.ne[2], q = r / o.ne[2];
+    return kt_off(t, q / o.ne[1], q % o.ne[1], i2, 0);
+}
+
+/* One element from src (dtype st) to dst (dt): the raw bytes when the dtypes match, else via f32. */
+__device__ __forceinline__ void copy_elem(char *dst, int dt, const char *src, int st)
+{
+    if (dt == st) {
+        if (dt == GP_F16 || dt == GP_BF16)
+            *(uint16_t *)dst = *(const uint16_t *)src;
+        else
+            *(uint32_t *)dst = *(const uint32_t *)src;
+    } else {
+        st_f(dst, dt, ld_f(src, st));
+    }
+}
+
+/* ---- elementwise: unary, binary with broadcasting, copies ---- */
+
+enum { EW_COPY = -1 };
+
+__device__ __forceinline__ float silu_f(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+__device__ __forceinline__ float ew_apply(int op, float fa, float x, float y)
+{
+    switch (op) {
+    case GP_OP_ADD: return x + y;
+    case GP_OP_SUB: return x - y;
+    case GP_OP_MUL: return x * y;
+    case GP_OP_DIV: return x / y;
+    case GP_OP_SWIGLU: return silu_f(x) * y;
+    case GP_OP_SCALE: return x * fa;
+    case GP_OP_GELU: return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+    case GP_OP_GELU_ERF: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case GP_OP_SILU: return silu_f(x);
+    default: return x;
+    }
+}
+
+/* out = op(x[, y]) over out's elements; x and y broadcast. op EW_COPY: cont and cast. */
+__global__ void k_elementwise(int op, float fa, KT o, KT x, KT y, int has_y, const int64_t *syms)
+{
+    kt_resolve(o, syms);
+    kt_resolve(x, syms);
+    if (has_y)
+        kt_resolve(y, syms);
+    int64_t n = o.ne[0] * o.ne[1] * o.ne[2] * o.ne[3];
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i3 = i % o.ne[3], r = i / o.ne[3];
+        int64_t i2 = r % o.ne[2];
+        r /= o.ne[2];
+        int64_t i1 = r % o.ne[1], i0 = r / o.ne[1];
+        char *po = o.p + i0 * o.nb[0] + i1 * o.nb[1] + i2 * o.nb[2] + i3 * o.nb[3];
+        const char *px = x.p + kt_off(x, i0, i1, i2, i3);
+        if (op == EW_COPY) {
+            copy_elem(po, o.t, px, x.t);
+            continue;
+        }
+        float vy = has_y ? ld_f(y.p + kt_off(y, i0, i1, i2, i3), y.t) : 0.0f;
+        st_f(po, o.t, ew_apply(op, fa, ld_f(px, x.t), vy));
+    }
+}
+
+static int launch_elementwise(gp_cu_ctx *c, int op, float fa, const gp_cu_tensor *out,
+                              const gp_cu_tensor *x, const gp_cu_tensor *y)
+{
+    KT o = gp_kt_of(c, out), kx = gp_kt_of(c, x), ky = y ? gp_kt_of(c, y) : kx;
+    int64_t n = kt_count(o, 4);
+    if (n == 0)
+        return 0;
+    k_elementwise<<<grid_for(n, THREADS), THREADS, 0, c->stream>>>(op, fa, o, kx, ky, y != NULL,
+                                                                     c->d_syms);
+    return gp_cu_check_launch(c, "elementwise");
+}
+
+/* ---- norms and softmax: one block per row ---- */
+
+__global__ void k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, const int64_t *syms)
+{
+    __shared__ float sh[32];
+    kt_resolve(o, syms);
+    kt_resolve(x, syms);
+    int64_t rows = o.ne[0] * o.ne[1] * o.ne[2], n = o.ne[3];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const char *px = x.p + kt_row_off(x, o, r);
+        char *po = o.p + kt_row_off(o, o, r);
+        float mean = 0.0f, acc = 0.0f;
+        if (is_ln) {
+            for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+                acc += ld_f(px + i * x.nb[3], x.t);
+            mean = block_reduce(acc, sh, 0) / (float)n;
+            acc = 0.0f;
+        }
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+            float d = ld_f(px + i * x.nb[3], x.t) - mean;
+            acc += d * d;
+        }
+        float inv = 1.0f / sqrtf(block_reduce(acc, sh, 0) / (float)n + eps);
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+            float v = (ld_f(px + i * x.nb[3], x.t) - mean) * inv * ld_f(w.p + i * w.nb[3], w.t);
+            if (has_b)
+                v += ld_f(b.p + i * b.nb[3], b.t);
+            st_f(po + i * o.nb[3], o.t, v);
+        }
+    }
+}
+
+__global__ void k_softmax(int causal, float scale, KT o, KT x, const int64_t *syms)
+{
+    __shared__ float sh[32];
+    kt_resolve(o, syms);
+    kt_resolve(x, syms);
+    int64_t rows = o.ne[0] * o.ne[1] * o.ne[2], S = o.ne[3], T = o.ne[2];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const char *px = x.p + kt_row_off(x, o, r);
+        char *po = o.p + kt_row_off(o, o, r);
+        /* Causal: (t, s) is kept when s <= t + S - T. */
+        int64_t nv = S;
+        if (causal) {
+            nv = r % T + S - T + 1;
+            nv = nv < 0 ? 0 : nv > S ? S : nv;
+        }
+        float mx = -INFINITY, sum = 0.0f;
+        for (int64_t i = threadIdx.x; i < nv; i += blockDim.x)
+            mx = fmaxf(mx, ld_f(px + i * x.nb[3], x.t) * scale);
+        mx = block_reduce(mx, sh, 1);
+        for (int64_t i = threadIdx.x; i < nv; i += blockDim.x)
+            sum += expf(ld_f(px + i * x.nb[3], x.t) * scale - mx);
+        sum = block_reduce(sum, sh, 0);
+        for (int64_t i = threadIdx.x; i < S; i += blockDim.x) {
+            float v = i < nv ? expf(ld_f(px + i * x.nb[3], x.t) * scale - mx) / sum : 0.0f;
+            st_f(po + i * o.nb[3], o.t, v);
+        }
+    }
+}
+
+static unsigned rows_grid(const KT &o)
+{
+    int64_t r = kt_count(o, 3);
+    return (unsigned)(r < 1 ? 1 : r > 65535 ? 65535 : r);
+}
+
+/* ---- rope: one block per (t, h) row of x [T, H, D] ---- */
+
+__global__ void k_rope(int interleaved, int64_t n, double theta, KT o, KT x, KT pos,
+                       const int64_t *syms)
+{
+    kt_resolve(o, syms);
+    kt_resolve(x, syms);
+    int64_t T = o.ne[1], H = o.ne[2], D = o.ne[3], half = n / 2;
+    int64_t ustep = interleaved ? 2 : 1, voff = interleaved ? 1 : half;
+    for (int64_t r = blockIdx.x; r < T * H; r += gridDim.x) {
+        int64_t t = r / H, h = r % H;
+        const char *px = x.p + t * x.nb[1] + h * x.nb[2];
+        char *po = o.p + t * o.nb[1] + h * o.nb[2];
+        double p = (double)*(const int32_t *)(pos.p + t * pos.nb[3]);
+        for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
+            /* The angle in double, as the CPU: pos * freq loses too much in f32. */
+            double ang = p * pow(theta, -2.0 * (double)j / (double)n);
+            float cs = (float)cos(ang), sn = (float)sin(ang);
+            int64_t iu = j * ustep, iv = j * ustep + voff;
+            float u = ld_f(px + iu * x.nb[3], x.t), v = ld_f(px + iv * x.nb[3], x.t);
+            st_f(po + iu * o.nb[3], o.t, u * cs - v * sn);
+            st_f(po + iv * o.nb[3], o.t, u * sn + v * cs);
+        }
+        for (int64_t i = n + threadIdx.x; i < D; i += blockDim.x)
+            st_f(po + i * o.nb[3], o.t, ld_f(px + i * x.nb[3], x.t));
+    }
+}
+
+/* ---- lookups, concat, store ---- */
+
+/* out [T, C] = table[ids[t]]; ids out of range leave their row unwritten. */
+__global__ void k_get_rows(KT o, KT table, KT ids, const int64_t *syms)
+{
+    kt_resolve(o, syms);
+    int64_t T = o.ne[2], C = o.ne[3], V = table.ne[2];
+    for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
+        int32_t id = *(const int32_t *)(ids.p + t * ids.nb[3]);
+        if (id < 0 || id >= V)
+            continue;
+        const char *src = table.p + id * table.nb[2];
+        char *dst = o.p + t * o.nb[2];
+        for (int64_t i = threadIdx.x; i < C; i += blockDim.x)
+            copy_elem(dst + i * o.nb[3], o.t, src + i * table.nb[3], table.t);
+    }
+}
+
+__global__ void k_concat(int ax, KT o, KT a, KT b, const int64_t *syms)
+{
+    kt_resolve(o, syms);
+    kt_resolve(a, syms);
+    kt_resolve(b, syms);
+    int64_t n = o.ne[0] * o.ne[1] * o.ne[2] * o.ne[3], na = a.ne[ax];
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t idx[4], r = i;
+        for (int d = 3; d >= 0; d--) {
+            idx[d] = r % o.ne[d];
+            r /= o.ne[d];
+        }
+        char *po = o.p + idx[0] * o.nb[0] + idx[1] * o.nb[1] + idx[2] * o.nb[2] + idx[3] * o.nb[3];
+        const KT *s = &a;
+        if (idx[ax] >= na) {
+            idx[ax] -= na;
+            s = &b;
+        }
+        copy_elem(po, o.t, s->p + idx[0] * s->nb[0] + idx[1] * s->nb[1] + idx[2] * s->nb[2] +
+                               idx[3] * s->nb[3], s->t);
+    }
+}
+
+/* dst[pos[t]] = src[t]; one block per t. A row written again by a later t is skipped here, so the
+ * largest t wins as on the CPU. drow/srow: one row (dims 1..) of dst and src; dst0/src0: the
+ * strides of dim 0; S rows in dst; T rows in src (symbolic: tsym >= 0). */
+__global__ void k_store(KT drow, KT srow, int64_t dst0, int64_t src0, int64_t S, int64_t T, int tsym,
+                        KT pos, const int64_t *syms)
+{
+    kt_resolve(srow, syms);
+    if (tsym >= 0)
+        T = syms[tsym];
+    int64_t n = srow.ne[0] * srow.ne[1] * srow.ne[2] * srow.ne[3];
+    for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
+        int32_t p = *(const int32_t *)(pos.p + t * pos.nb[3]);
+        int later = 0;
+        for (int64_t u = t + 1 + threadIdx.x; u < T; u += blockDim.x)
+            later |= *(const int32_t *)(pos.p + u * pos.nb[3]) == p;
+        if (__syncthreads_or(later) || p < 0 || p >= S)
+            continue;
+        char *d = drow.p + p * dst0;
+        const char *s = srow.p + t * src0;
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+            int64_t i3 = i % srow.ne[3], r = i / srow.ne[3];
+            int64_t i2 = r % srow.ne[2];
+            r /= srow.ne[2];
+            int64_t i1 = r % srow.ne[1], i0 = r / srow.ne[1];
+            copy_elem(d + i0 * drow.nb[0] + i1 * drow.nb[1] + i2 * drow.nb[2] + i3 * drow.nb[3], drow.t,
+                      s + i0 * srow.nb[0] + i1 * srow.nb[1] + i2 * srow.nb[2] + i3 * srow.nb[3], srow.t);
+        }
+    }
+}
+
+/* Dims 1.. of t as a tensor of their own. */
+static gp_cu_tensor drop_dim0(const gp_cu_tensor *t)
+{
+    gp_cu_tensor r = *t;
+    r.ndim = t->ndim - 1;
+    for (int d = 1; d < t->ndim; d++) {
+        r.ne[d - 1] = t->ne[d];
+        r.nb[d - 1] = t->nb[d];
+        r.sym[d - 1] = t->sym[d];
+    }
+    return r;
+}
+
+static int launch_store(gp_cu_ctx *c, const gp_cu_tensor *in)
+{
+    const gp_cu_tensor *dst = &in[0], *src = &in[2];
+    if (dst->ndim < 1 || src->ndim != dst->ndim) {
+        snprintf(c->err, sizeof c->err, "store: dst and src must have the same rank >= 1");
+        return -1;
+    }
+    gp_cu_tensor dr = drop_dim0(dst), sr = drop_dim0(src);
+    KT kd = gp_kt_of(c, &dr), ks = gp_kt_of(c, &sr), kp = gp_kt_of(c, &in[1]);
+    KT ksrc = gp_kt_of(c, src);
+    int64_t T = ksrc.ne[4 - src->ndim];
+    if (T == 0)
+        return 0;
+    unsigned grid = (unsigned)(T > 65535 ? 65535 : T);
+    k_store<<<grid, THREADS, 0, c->stream>>>(kd, ks, dst->nb[0], src->nb[0], dst->ne[0], T,
+                                             src->sym[0], kp, c->d_syms);
+    return gp_cu_check_launch(c, "store");
+}
+
+/* ---- the dispatcher ---- */
+
+static int uses_syms(const gp_cu_tensor *t)
+{
+    for (int d = 0; d < t->ndim; d++)
+        if (t->sym[d] >= 0)
+            return 1;
+    return 0;
+}
+
+extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const gp_cu_tensor *out,
+                               const gp_cu_tensor *in, int n_in, void *ws, size_t ws_size)
+{
+    const gp_op_info *info = gp_op_get(op);
+    if (!info || n_in < info->min_inputs || n_in > info->max_inputs) {
+        snprintf(c->err, sizeof c->err, "gp_cuda_compute: op %d with %d inputs", (int)op, n_in);
+        return -1;
+    }
+    int need_syms = uses_syms(out);
+    for (int i = 0; i < n_in; i++)
+        need_syms |= uses_syms(&in[i]);
+    if (need_syms && (!c->d_syms || !c->h_syms)) {
+        snprintf(c->err, sizeof c->err, "gp_cuda_compute: %s: symbolic dims but no param block",
+                 info->name);
+        return -1;
+    }
+    switch (op) {
+    case GP_OP_NONE:
+    case GP_OP_RESHAPE:
+    case GP_OP_PERMUTE:
+    case GP_OP_SLICE:
+    case GP_OP_VIEW:
+        return 0;
+    case GP_OP_ADD:
+    case GP_OP_SUB:
+    case GP_OP_MUL:
+    case GP_OP_DIV:
+    case GP_OP_SWIGLU:
+        return launch_elementwise(c, op, 0.0f, out, &in[0], &in[1]);
+    case GP_OP_SCALE:
+    case GP_OP_GELU:
+    case GP_OP_GELU_ERF:
+    case GP_OP_SILU:
+        return launch_elementwise(c, op, (float)a->f[0], out, &in[0], NULL);
+    case GP_OP_CONT:
+    case GP_OP_CAST:
+        return launch_elementwise(c, EW_COPY, 0.0f, out, &in[0], NULL);
+    case GP_OP_LAYER_NORM:
+    case GP_OP_RMS_NORM: {
+        int ln = op == GP_OP_LAYER_NORM, has_b = ln && n_in > 2;
+        KT o = gp_kt_of(c, out), x = gp_kt_of(c, &in[0]), w = gp_kt_of(c, &in[1]);
+        KT b = has_b ? gp_kt_of(c, &in[2]) : w;
+        if (kt_count(o, 4) == 0)
+            return 0;
+        k_norm<<<rows_grid(o), THREADS, 0, c->stream>>>(ln, (float)a->f[0], o, x, w, b, has_b,
+                                                          c->d_syms);
+        return gp_cu_check_launch(c, "norm");
+    }
+    case GP_OP_SOFTMAX: {
+        KT o = gp_kt_of(c, out), x = gp_kt_of(c, &in[0]);
+        if (kt_count(o, 4) == 0)
+            return 0;
+        k_softmax<<<rows_grid(o), THREADS, 0, c->stream>>>((int)a->i[0], (float)a->f[0], o, x,
+                                                             c->d_syms);
+        return gp_cu_check_launch(c, "softmax");
+    }
+    case GP_OP_ROPE: {
+        KT o = gp_kt_of(c, out), x = gp_kt_of(c, &in[0]), p = gp_kt_of(c, &in[1]);
+        int64_t n = a->i[1];
+        if (out->ndim != 3 || n < 0 || n > o.ne[3] || n % 2) {
+            snprintf(c->err, sizeof c->err, "rope: needs x [T, H, D] and even n <= D (n = %lld)",
+                     (long long)n);
+            return -1;
+        }
+        if (kt_count(o, 4) == 0)
+            return 0;
+        k_rope<<<rows_grid(o), 128, 0, c->stream>>>(a->i[0] == 1, n, a->f[0], o, x, p, c->d_syms);
+        return gp_cu_check_launch(c, "rope");
+    }
+    case GP_OP_GET_ROWS: {
+        KT o = gp_kt_of(c, out), t = gp_kt_of(c, &in[0]), ids = gp_kt_of(c, &in[1]);
+        if (out->ndim != 2 || in[0].ndim != 2) {
+            snprintf(c->err, sizeof c->err, "get_rows: needs table [V, C] and out [T, C]");
+            return -1;
+        }
+        if (kt_count(o, 4) == 0)
+            return 0;
+        k_get_rows<<<rows_grid(o), THREADS, 0, c->stream>>>(o, t, ids, c->d_syms);
+        return gp_cu_check_launch(c, "get_rows");
+    }
+    case GP_OP_CONCAT: {
+        KT o = gp_kt_of(c, out), ka = gp_kt_of(c, &in[0]), kb = gp_kt_of(c, &in[1]);
+        int ax = (int)(a->i[0] < 0 ? a->i[0] + out->ndim : a->i[0]) + 4 - out->ndim;
+        if (ax < 4 - out->ndim || ax > 3) {
+            snprintf(c->err, sizeof c->err, "concat: axis %lld out of range", (long long)a->i[0]);
+            return -1;
+        }
+        int64_t n = kt_count(o, 4);
+        if (n == 0)
+            return 0;
+        k_concat<<<grid_for(n, THREADS), THREADS, 0, c->stream>>>(ax, o, ka, kb, c->d_syms);
+        return gp_cu_check_launch(c, "concat");
+    }
+    case GP_OP_STORE:
+        return launch_store(c, in);
+    case GP_OP_MATMUL:
+        return gp_cu_matmul(c, a, out, in, ws, ws_size);
+    case GP_OP_ATTENTION:
+        return gp_cu_attention(c, a, out, in, ws, ws_size);
+    default:
+        snprintf(c->err, sizeof c->err, "gp_cuda_compute: unknown op %d", (int)op);
+        return -1;
+    }
+}

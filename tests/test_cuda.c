@@ -1,0 +1,649 @@
+/* Tests of the CUDA backend (suite "cuda"): every op on the GPU against gp_cpu_compute (normalized
+ * error, a tolerance per op, outputs poisoned first), sizes read from the param block, and whole-model
+ * parity CPU vs CUDA on examples/tiny.gplan with no allocation during evals. Without a GPU the suite
+ * registers no test and says so: skipped, not passed. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <CUnit/CUnit.h>
+#include <cuda_runtime_api.h>
+
+#include "cuda/cuda_kernels.h"
+#include "dsl/dsl.h"
+#include "planner/planner.h"
+#include "runtime/cpu_kernels.h"
+#include "runtime/f16.h"
+#include "runtime/gplan.h"
+#include "tests/testutil.h"
+
+/* ---- host/device test tensors ---- */
+
+typedef struct {
+    gp_ktensor h;    /* host copy (contiguous unless a test changes strides) */
+    gp_cu_tensor d;  /* the device copy with the same layout */
+    size_t bytes;    /* storage bytes */
+} tt;
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float frand(void)
+{
+    return (float)((gp_test_rand(&rng) >> 11) * 0x1p-53) * 2.0f - 1.0f;
+}
+
+static void store_val(void *p, gp_dtype t, float v)
+{
+    uint16_t h;
+    int32_t i;
+    switch (t) {
+    case GP_F32: memcpy(p, &v, 4); break;
+    case GP_F16: h = gp_f32_to_f16(v); memcpy(p, &h, 2); break;
+    case GP_BF16: h = gp_f32_to_bf16(v); memcpy(p, &h, 2); break;
+    default: i = (int32_t)v; memcpy(p, &i, 4); break;
+    }
+}
+
+static double load_val(const void *p, gp_dtype t)
+{
+    uint16_t h;
+    float f;
+    int32_t i;
+    switch (t) {
+    case GP_F32: memcpy(&f, p, 4); return f;
+    case GP_F16: memcpy(&h, p, 2); return gp_f16_to_f32(h);
+    case GP_BF16: memcpy(&h, p, 2); return gp_bf16_to_f32(h);
+    default: memcpy(&i, p, 4); return i;
+    }
+}
+
+/* A contiguous tensor of random values in [-scale, scale) (i32: integers in [0, scale)), copied to
+ * the device. */
+static void tt_new(tt *t, gp_dtype dt, int ndim, const int64_t *ne, float scale)
+{
+    memset(t, 0, sizeof *t);
+    size_t es = gp_dtype_size(dt), n = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        t->h.ne[d] = t->d.ne[d] = ne[d];
+        t->h.nb[d] = t->d.nb[d] = (int64_t)(n * es);
+        t->d.sym[d] = -1;
+        n *= (size_t)ne[d];
+    }
+    for (int d = ndim; d < GP_MAX_DIMS; d++)
+        t->d.sym[d] = -1;
+    t->h.ndim = t->d.ndim = ndim;
+    t->h.dtype = t->d.dtype = dt;
+    t->bytes = n * es;
+    t->h.data = malloc(t->bytes + 1);
+    for (size_t i = 0; i < n; i++) {
+        float v = dt == GP_I32 ? (float)(gp_test_rand(&rng) % (uint64_t)scale) : frand() * scale;
+        store_val((char *)t->h.data + i * es, dt, v);
+    }
+    void *p = NULL;
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc(&p, t->bytes + 16), cudaSuccess);
+    t->d.data = p;
+    cudaMemcpy(p, t->h.data, t->bytes, cudaMemcpyHostToDevice);
+}
+
+static void tt_free(tt *t)
+{
+    free(t->h.data);
+    cudaFree(t->d.data);
+}
+
+/* The device copy back into the host copy. */
+static void tt_download(tt *t)
+{
+    CU_ASSERT_EQUAL(cudaMemcpy(t->h.data, t->d.data, t->bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+}
+
+/* Sets the same strides (bytes) on both copies: a view of the same storage. */
+static void tt_view(tt *t, int ndim, const int64_t *ne, const int64_t *nb)
+{
+    t->h.ndim = t->d.ndim = ndim;
+    for (int d = 0; d < ndim; d++) {
+        t->h.ne[d] = t->d.ne[d] = ne[d];
+        t->h.nb[d] = t->d.nb[d] = nb[d];
+        t->d.sym[d] = -1;
+    }
+}
+
+/* A kernel context for tests: a stream, cuBLAS, split-K counters, optional sizes. */
+typedef struct {
+    gp_cu_ctx c;
+    unsigned *counters;
+    int64_t *d_syms;
+} kctx;
+
+static void kctx_new(kctx *k, const int64_t *syms_exact, int64_t *syms_launch, int n_syms)
+{
+    memset(k, 0, sizeof *k);
+    CU_ASSERT_EQUAL_FATAL(cublasCreate(&k->c.blas), CUBLAS_STATUS_SUCCESS);
+    cudaMalloc((void **)&k->counters, sizeof(unsigned) * GP_CU_COUNTERS);
+    cudaMemset(k->counters, 0, sizeof(unsigned) * GP_CU_COUNTERS);
+    k->c.d_counters = k->counters;
+    k->c.n_counters = GP_CU_COUNTERS;
+    if (n_syms) {
+        cudaMalloc((void **)&k->d_syms, sizeof(int64_t) * (size_t)n_syms);
+        cudaMemcpy(k->d_syms, syms_exact, sizeof(int64_t) * (size_t)n_syms, cudaMemcpyHostToDevice);
+        k->c.d_syms = k->d_syms;
+        k->c.h_syms = syms_launch;
+        k->c.n_syms = n_syms;
+    }
+}
+
+static void kctx_free(kctx *k)
+{
+    cublasDestroy(k->c.blas);
+    cudaFree(k->counters);
+    cudaFree(k->d_syms);
+}
+
+/* ‖gpu − cpu‖ / ‖cpu‖ over the elements of out's shape; NaN (an unwritten element: outputs are
+ * poisoned) gives INFINITY. */
+static double rel_err(const gp_ktensor *gpu, const gp_ktensor *cpu)
+{
+    int64_t n = 1;
+    for (int d = 0; d < cpu->ndim; d++)
+        n *= cpu->ne[d];
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t off = 0, r = i;
+        for (int d = cpu->ndim - 1; d >= 0; d--) {
+            off += (r % cpu->ne[d]) * cpu->nb[d];
+            r /= cpu->ne[d];
+        }
+        double g = load_val((const char *)gpu->data + off, gpu->dtype);
+        double c = load_val((const char *)cpu->data + off, cpu->dtype);
+        if (g != g || c != c)
+            return INFINITY;
+        num += (g - c) * (g - c);
+        den += c * c;
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Runs op on the CPU (into out's host copy) and on the GPU (into a poisoned copy of out), and
+ * returns the normalized error. ins: n_in test tensors; ws_gpu: a device workspace (or 0 bytes). */
+static double run_op(gp_op op, const gp_attrs *a, tt *out, tt **ins, int n_in, size_t ws_gpu,
+                     kctx *k)
+{
+    gp_ktensor hin[GP_MAX_INPUTS];
+    gp_cu_tensor din[GP_MAX_INPUTS];
+    for (int i = 0; i < n_in; i++) {
+        hin[i] = ins[i]->h;
+        din[i] = ins[i]->d;
+    }
+    size_t wsz = gp_cpu_workspace_bytes(op, &out->h, hin, n_in, 1);
+    void *ws = wsz ? malloc(wsz) : NULL;
+    gp_cpu_compute(op, a, &out->h, hin, n_in, ws, wsz, 0, 1);
+    free(ws);
+    void *dws = NULL;
+    if (ws_gpu)
+        cudaMalloc(&dws, ws_gpu);
+    cudaMemset(out->d.data, 0xff, out->bytes); /* NaN in every float dtype */
+    int r = gp_cuda_compute(&k->c, op, a, &out->d, din, n_in, dws, ws_gpu);
+    if (r)
+        fprintf(stderr, "\n  gp_cuda_compute: %s\n", k->c.err);
+    CU_ASSERT_EQUAL(r, 0);
+    CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+    cudaFree(dws);
+    gp_ktensor g = out->h;
+    g.data = malloc(out->bytes);
+    cudaMemcpy(g.data, out->d.data, out->bytes, cudaMemcpyDeviceToHost);
+    double e = rel_err(&g, &out->h);
+    free(g.data);
+    return e;
+}
+
+#define CHECK_ERR(name, e, tol)                                                   \
+    do {                                                                          \
+        double e_ = (e);                                                          \
+        if (!(e_ <= (tol)))                                                       \
+            fprintf(stderr, "\n  %s: error %.3g > %.3g\n", name, e_, (double)(tol)); \
+        CU_ASSERT(e_ <= (tol));                                                   \
+    } while (0)
+
+/* ---- ops ---- */
+
+static void test_elementwise(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    const gp_op bin[] = {GP_OP_ADD, GP_OP_SUB, GP_OP_MUL, GP_OP_DIV, GP_OP_SWIGLU};
+    for (size_t i = 0; i < sizeof bin / sizeof bin[0]; i++) {
+        int64_t sa[3] = {4, 33, 96}, sb[3] = {4, 1, 96}, sc[1] = {96};
+        tt a, b, out;
+        gp_dtype odt = i % 2 ? GP_F16 : GP_F32;
+        tt_new(&a, GP_F32, 3, sa, 2.0f);
+        /* swiglu needs equal shapes; the others broadcast b over rows or a whole row vector */
+        if (bin[i] == GP_OP_SWIGLU)
+            tt_new(&b, GP_BF16, 3, sa, 2.0f);
+        else if (i % 2)
+            tt_new(&b, GP_F16, 3, sb, 2.0f);
+        else
+            tt_new(&b, GP_F16, 1, sc, 2.0f);
+        tt_new(&out, odt, 3, sa, 1.0f);
+        tt *ins[2] = {&a, &b};
+        gp_attrs at = {{0}, {0}};
+        CHECK_ERR(gp_op_get(bin[i])->name, run_op(bin[i], &at, &out, ins, 2, 0, &k),
+                  odt == GP_F16 ? 1e-3 : 1e-6);
+        tt_free(&a);
+        tt_free(&b);
+        tt_free(&out);
+    }
+    const gp_op un[] = {GP_OP_SCALE, GP_OP_GELU, GP_OP_GELU_ERF, GP_OP_SILU};
+    for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) {
+        int64_t s[2] = {7, 300};
+        tt x, out;
+        tt_new(&x, GP_BF16, 2, s, 4.0f);
+        tt_new(&out, i % 2 ? GP_BF16 : GP_F32, 2, s, 1.0f);
+        tt *ins[1] = {&x};
+        gp_attrs at = {{0}, {0.37, 0}};
+        CHECK_ERR(gp_op_get(un[i])->name, run_op(un[i], &at, &out, ins, 1, 0, &k),
+                  i % 2 ? 1e-2 : 1e-6);
+        tt_free(&x);
+        tt_free(&out);
+    }
+    kctx_free(&k);
+}
+
+static void test_norms_softmax(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    for (int op = 0; op < 2; op++) {
+        int64_t sx[2] = {5, 1600}, sw[1] = {1600};
+        tt x, w, b, out;
+        tt_new(&x, GP_F32, 2, sx, 3.0f);
+        tt_new(&w, GP_F16, 1, sw, 1.0f);
+        tt_new(&b, GP_F16, 1, sw, 1.0f);
+        tt_new(&out, GP_F32, 2, sx, 1.0f);
+        tt *ins[3] = {&x, &w, &b};
+        gp_attrs at = {{0}, {1e-5, 0}};
+        gp_op o = op ? GP_OP_RMS_NORM : GP_OP_LAYER_NORM;
+        CHECK_ERR(gp_op_get(o)->name, run_op(o, &at, &out, ins, op ? 2 : 3, 0, &k), 1e-5);
+        tt_free(&x);
+        tt_free(&w);
+        tt_free(&b);
+        tt_free(&out);
+    }
+    /* softmax: causal and not, S > T and S < T (fully masked rows give zeros) */
+    const int64_t shapes[3][3] = {{2, 7, 40}, {3, 9, 5}, {1, 4, 1000}};
+    for (int i = 0; i < 3; i++)
+        for (int causal = 0; causal < 2; causal++) {
+            tt x, out;
+            tt_new(&x, GP_F32, 3, shapes[i], 5.0f);
+            tt_new(&out, GP_F32, 3, shapes[i], 1.0f);
+            tt *ins[1] = {&x};
+            gp_attrs at = {{causal, 0, 0, 0}, {0.125, 0}};
+            CHECK_ERR("softmax", run_op(GP_OP_SOFTMAX, &at, &out, ins, 1, 0, &k), 1e-5);
+            tt_free(&x);
+            tt_free(&out);
+        }
+    kctx_free(&k);
+}
+
+static void test_rope_rows_copies(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    for (int mode = 0; mode < 2; mode++) {
+        int64_t sx[3] = {6, 4, 64}, sp[1] = {6};
+        tt x, pos, out;
+        tt_new(&x, GP_F32, 3, sx, 1.0f);
+        tt_new(&pos, GP_I32, 1, sp, 1000.0f);
+        tt_new(&out, GP_F32, 3, sx, 1.0f);
+        tt *ins[2] = {&x, &pos};
+        gp_attrs at = {{mode, 48, 0, 0}, {10000.0, 0}};
+        CHECK_ERR("rope", run_op(GP_OP_ROPE, &at, &out, ins, 2, 0, &k), 1e-5);
+        tt_free(&x);
+        tt_free(&pos);
+        tt_free(&out);
+    }
+    {
+        int64_t st[2] = {100, 72}, si[1] = {9}, so[2] = {9, 72};
+        tt table, ids, out;
+        tt_new(&table, GP_F16, 2, st, 1.0f);
+        tt_new(&ids, GP_I32, 1, si, 100.0f);
+        tt_new(&out, GP_F32, 2, so, 1.0f);
+        tt *ins[2] = {&table, &ids};
+        gp_attrs at = {{0}, {0}};
+        CHECK_ERR("get_rows", run_op(GP_OP_GET_ROWS, &at, &out, ins, 2, 0, &k), 0.0);
+        tt_free(&table);
+        tt_free(&ids);
+        tt_free(&out);
+    }
+    /* cont of a permuted view [6, 4, 10] of [4, 6, 10]; casts between dtypes */
+    const gp_dtype casts[4][2] = {{GP_F32, GP_F32}, {GP_F32, GP_F16}, {GP_F32, GP_I32},
+                                  {GP_I32, GP_BF16}};
+    for (int i = 0; i < 4; i++) {
+        int64_t sx[3] = {4, 6, 10}, sv[3] = {6, 4, 10}, so[3] = {6, 4, 10};
+        tt x, out;
+        tt_new(&x, casts[i][0], 3, sx, 100.0f);
+        int64_t es = (int64_t)gp_dtype_size(casts[i][0]);
+        int64_t nb[3] = {10 * es, 60 * es, es};
+        tt_view(&x, 3, sv, nb);
+        tt_new(&out, casts[i][1], 3, so, 1.0f);
+        tt *ins[1] = {&x};
+        gp_attrs at = {{0}, {0}};
+        CHECK_ERR("cont/cast", run_op(i ? GP_OP_CAST : GP_OP_CONT, &at, &out, ins, 1, 0, &k),
+                  casts[i][1] == GP_F32 || casts[i][1] == GP_I32 ? 0.0 : 1e-2);
+        tt_free(&x);
+        tt_free(&out);
+    }
+    for (int ax = 1; ax < 3; ax++) {
+        int64_t sa[3] = {3, 5, 8}, sb[3] = {3, 5, 8}, so[3] = {3, 5, 8};
+        sb[ax] = 2;
+        so[ax] = sa[ax] + 2;
+        tt a, b, out;
+        tt_new(&a, GP_F32, 3, sa, 1.0f);
+        tt_new(&b, GP_F16, 3, sb, 1.0f);
+        tt_new(&out, GP_F32, 3, so, 1.0f);
+        tt *ins[2] = {&a, &b};
+        gp_attrs at = {{ax, 0, 0, 0}, {0}};
+        CHECK_ERR("concat", run_op(GP_OP_CONCAT, &at, &out, ins, 2, 0, &k), 0.0);
+        tt_free(&a);
+        tt_free(&b);
+        tt_free(&out);
+    }
+    kctx_free(&k);
+}
+
+static void test_store(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    int64_t sd[3] = {20, 4, 16}, sp[1] = {6}, ss[3] = {6, 4, 16};
+    tt dst, pos, src;
+    tt_new(&dst, GP_F16, 3, sd, 1.0f);
+    tt_new(&pos, GP_I32, 1, sp, 20.0f);
+    tt_new(&src, GP_F32, 3, ss, 1.0f);
+    /* A repeated position: the largest t must win, as on the CPU. */
+    int32_t p[6] = {3, 17, 3, 0, 19, 3};
+    memcpy(pos.h.data, p, sizeof p);
+    cudaMemcpy(pos.d.data, p, sizeof p, cudaMemcpyHostToDevice);
+    gp_ktensor hin[3] = {dst.h, pos.h, src.h};
+    gp_cu_tensor din[3] = {dst.d, pos.d, src.d};
+    gp_attrs at = {{0}, {0}};
+    gp_cpu_compute(GP_OP_STORE, &at, &dst.h, hin, 3, NULL, 0, 0, 1);
+    CU_ASSERT_EQUAL(gp_cuda_compute(&k.c, GP_OP_STORE, &at, &dst.d, din, 3, NULL, 0), 0);
+    cudaDeviceSynchronize();
+    gp_ktensor g = dst.h;
+    g.data = malloc(dst.bytes);
+    cudaMemcpy(g.data, dst.d.data, dst.bytes, cudaMemcpyDeviceToHost);
+    CU_ASSERT_EQUAL(memcmp(g.data, dst.h.data, dst.bytes), 0);
+    free(g.data);
+    tt_free(&dst);
+    tt_free(&pos);
+    tt_free(&src);
+    kctx_free(&k);
+}
+
+static void test_attention(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    /* T, H, G, D, S: decode (split over the cache), a few tokens, a prompt, odd D */
+    const int64_t cases[5][5] = {
+        {1, 8, 2, 64, 300}, {3, 4, 4, 64, 64}, {24, 6, 3, 64, 50}, {2, 2, 1, 80, 33}, {1, 25, 25, 64, 1024}};
+    for (int i = 0; i < 5; i++) {
+        int64_t T = cases[i][0], H = cases[i][1], G = cases[i][2], D = cases[i][3], S = cases[i][4];
+        int64_t sq[3] = {T, H, D}, skv[3] = {S, G, D}, sp[1] = {T};
+        tt q, kk, v, pos, out;
+        tt_new(&q, GP_F32, 3, sq, 1.0f);
+        tt_new(&kk, GP_F16, 3, skv, 1.0f);
+        tt_new(&v, GP_F16, 3, skv, 1.0f);
+        tt_new(&pos, GP_I32, 1, sp, (float)S);
+        tt_new(&out, GP_F32, 3, sq, 1.0f);
+        if (i == 4) { /* the last cache row: every split has keys */
+            int32_t last = (int32_t)S - 1;
+            memcpy(pos.h.data, &last, 4);
+            cudaMemcpy(pos.d.data, &last, 4, cudaMemcpyHostToDevice);
+        }
+        tt *ins[4] = {&q, &kk, &v, &pos};
+        gp_attrs at = {{0}, {1.0 / sqrt((double)D), 0}};
+        size_t ws = (size_t)16 * (size_t)(T < 16 ? T : 16) * (size_t)H * (size_t)(D + 2) * 4;
+        CHECK_ERR("attention", run_op(GP_OP_ATTENTION, &at, &out, ins, 4, ws, &k), 1e-5);
+        tt_free(&q);
+        tt_free(&kk);
+        tt_free(&v);
+        tt_free(&pos);
+        tt_free(&out);
+    }
+    kctx_free(&k);
+}
+
+static void test_matmul(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    /* M, K, N, ta, tb, a dtype, b dtype, batch (a b0, a b1, b b0, b b1), tolerance */
+    struct {
+        int64_t M, K, N;
+        int ta, tb;
+        gp_dtype at, bt;
+        int64_t ab0, ab1, bb0, bb1;
+        double tol;
+    } cs[] = {
+        {1, 256, 512, 0, 0, GP_F32, GP_F16, 1, 1, 1, 1, 1e-5},   /* matvec [K, N] split-K */
+        {1, 256, 384, 0, 1, GP_F32, GP_F16, 1, 1, 1, 1, 1e-5},   /* matvec [N, K] */
+        {1, 1600, 4800, 0, 0, GP_F32, GP_BF16, 1, 1, 1, 1, 1e-5},
+        {1, 200, 72, 0, 1, GP_F32, GP_F32, 1, 1, 1, 1, 1e-5},
+        {1, 64, 40, 0, 0, GP_F32, GP_F32, 1, 1, 1, 1, 1e-5},
+        {33, 256, 320, 0, 0, GP_F32, GP_F16, 1, 1, 1, 1, 2e-3}, /* cuBLAS, a converted to f16 */
+        {17, 40, 24, 0, 0, GP_F32, GP_F32, 2, 3, 1, 3, 1e-5},   /* batched, b broadcast on b0 */
+        {17, 40, 24, 1, 0, GP_F32, GP_F32, 1, 2, 1, 2, 1e-5},   /* a transposed */
+        {9, 31, 13, 0, 1, GP_F16, GP_F16, 2, 1, 2, 1, 1e-3},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        int64_t sa[4] = {cs[i].ab0, cs[i].ab1, cs[i].ta ? cs[i].K : cs[i].M, cs[i].ta ? cs[i].M : cs[i].K};
+        int64_t sb[4] = {cs[i].bb0, cs[i].bb1, cs[i].tb ? cs[i].N : cs[i].K, cs[i].tb ? cs[i].K : cs[i].N};
+        int64_t b0 = cs[i].ab0 > cs[i].bb0 ? cs[i].ab0 : cs[i].bb0;
+        int64_t b1 = cs[i].ab1 > cs[i].bb1 ? cs[i].ab1 : cs[i].bb1;
+        int64_t so[4] = {b0, b1, cs[i].M, cs[i].N};
+        tt a, b, out;
+        tt_new(&a, cs[i].at, 4, sa, 1.0f);
+        tt_new(&b, cs[i].bt, 4, sb, 1.0f);
+        tt_new(&out, GP_F32, 4, so, 1.0f);
+        tt *ins[2] = {&a, &b};
+        gp_attrs at = {{cs[i].ta, cs[i].tb, 0, 0}, {0}};
+        char name[64];
+        snprintf(name, sizeof name, "matmul case %zu", i);
+        CHECK_ERR(name, run_op(GP_OP_MATMUL, &at, &out, ins, 2, (size_t)GP_WS_CUBLAS_BYTES, &k),
+                  cs[i].tol);
+        tt_free(&a);
+        tt_free(&b);
+        tt_free(&out);
+    }
+    /* A layout cuBLAS cannot take (no unit stride: every other element): the fallback kernel. */
+    {
+        int64_t sa[2] = {5, 48}, sb[2] = {24, 16}, so[2] = {5, 16};
+        tt a, b, out;
+        tt_new(&a, GP_F32, 2, sa, 1.0f);
+        tt_new(&b, GP_F32, 2, sb, 1.0f);
+        tt_new(&out, GP_F32, 2, so, 1.0f);
+        int64_t va[2] = {5, 24}, nba[2] = {48 * 4, 8};
+        tt_view(&a, 2, va, nba);
+        tt *ins[2] = {&a, &b};
+        gp_attrs at = {{0}, {0}};
+        CHECK_ERR("matmul strided", run_op(GP_OP_MATMUL, &at, &out, ins, 2, 0, &k), 1e-5);
+        tt_free(&a);
+        tt_free(&b);
+        tt_free(&out);
+    }
+    kctx_free(&k);
+}
+
+/* Sizes from the param block: launched for 8 rows, run for 3; rows 3.. stay untouched. */
+static void test_param_block(void)
+{
+    int64_t exact[1] = {3}, launch[1] = {8};
+    kctx k;
+    kctx_new(&k, exact, launch, 1);
+    int64_t sx[2] = {8, 64}, sw[1] = {64};
+    tt x, w, out;
+    tt_new(&x, GP_F32, 2, sx, 1.0f);
+    tt_new(&w, GP_F32, 1, sw, 1.0f);
+    tt_new(&out, GP_F32, 2, sx, 1.0f);
+    x.d.sym[0] = out.d.sym[0] = 0;
+    cudaMemset(out.d.data, 0xff, out.bytes);
+    gp_cu_tensor din[2] = {x.d, w.d};
+    gp_attrs at = {{0}, {1e-5, 0}};
+    CU_ASSERT_EQUAL(gp_cuda_compute(&k.c, GP_OP_RMS_NORM, &at, &out.d, din, 2, NULL, 0), 0);
+    cudaDeviceSynchronize();
+    gp_ktensor hx = x.h, hw = w.h, ho = out.h;
+    hx.ne[0] = ho.ne[0] = 3;
+    gp_ktensor hin[2] = {hx, hw};
+    gp_cpu_compute(GP_OP_RMS_NORM, &at, &ho, hin, 2, NULL, 0, 0, 1);
+    float *g = malloc(out.bytes);
+    cudaMemcpy(g, out.d.data, out.bytes, cudaMemcpyDeviceToHost);
+    gp_ktensor gk = ho;
+    gk.data = g;
+    CU_ASSERT(rel_err(&gk, &ho) < 1e-5);
+    int untouched = 1;
+    for (int i = 3 * 64; i < 8 * 64; i++)
+        untouched &= isnan(g[i]);
+    CU_ASSERT(untouched);
+    free(g);
+    tt_free(&x);
+    tt_free(&w);
+    tt_free(&out);
+    kctx_free(&k);
+}
+
+/* ---- whole model: examples/tiny.gplan, CPU vs CUDA ---- */
+
+static gp_model *tiny_model(const char *wtype)
+{
+    char def[32], err[1024];
+    snprintf(def, sizeof def, "wtype=%s", wtype);
+    const char *defs[1] = {def};
+    gp_dsl_opts o = {defs, 1, NULL, NULL};
+    gp_diag *d = gp_diag_new(stderr);
+    gp_graph *g = gp_dsl_compile_file(gp_test_path("examples/tiny.gplan"), &o, d);
+    gp_plan *p = NULL;
+    unsigned char *bytes = NULL;
+    size_t len = 0;
+    gp_model *m = NULL;
+    if (g && gp_plan_build(g, NULL, &p, d) == 0 &&
+        gp_plan_write_mem(p, &bytes, &len, err, sizeof err) == 0) {
+        m = gp_model_load_mem(bytes, len, "tiny.plan", err, sizeof err);
+        if (m && gp_model_random_weights(m, 42, err, sizeof err)) {
+            gp_model_free(m);
+            m = NULL;
+        }
+    }
+    if (!m)
+        fprintf(stderr, "\n  tiny model: %s\n", err);
+    free(bytes);
+    gp_plan_free(p);
+    gp_graph_free(g);
+    gp_diag_free(d);
+    return m;
+}
+
+/* Evaluates n tokens at positions start.. on s; the logits [n, vocab] into out. */
+static int step(gp_session *s, int n, int start, float *out, int64_t vocab)
+{
+    int32_t ids[64], pos[64];
+    for (int i = 0; i < n; i++) {
+        ids[i] = (int32_t)((start + i) * 37 % vocab);
+        pos[i] = start + i;
+    }
+    if (gp_session_set_tokens(s, ids, pos, n) || gp_session_eval(s)) {
+        fprintf(stderr, "\n  eval: %s\n", gp_session_error(s));
+        return -1;
+    }
+    const float *l = gp_session_output(s, "logits", NULL);
+    if (!l)
+        return -1;
+    memcpy(out, l, sizeof(float) * (size_t)n * (size_t)vocab);
+    return 0;
+}
+
+static double max_rel(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] != a[i] || b[i] != b[i])
+            return INFINITY;
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void model_parity(const char *wtype, double tol)
+{
+    gp_model *m = tiny_model(wtype);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    char err[1024];
+    gp_session_opts oc = {"cpu", 1, 0}, og = {"cuda", 1, 0};
+    gp_session *sc = gp_session_new(m, &oc, err, sizeof err);
+    gp_session *sg = gp_session_new(m, &og, err, sizeof err);
+    if (!sg)
+        fprintf(stderr, "\n  cuda session: %s\n", err);
+    CU_ASSERT_PTR_NOT_NULL(sc);
+    CU_ASSERT_PTR_NOT_NULL(sg);
+    if (sc && sg) {
+        gp_model_info info;
+        gp_model_get_info(m, &info);
+        int64_t V = info.vocab;
+        float *lc = malloc(sizeof(float) * 64 * (size_t)V), *lg = malloc(sizeof(float) * 64 * (size_t)V);
+        /* A 5-token prompt (bucket 8: padded launches), 3 decode steps, then 3 tokens (bucket 4),
+         * then a reset and the prompt again. */
+        const int plan[][2] = {{5, 0}, {1, 5}, {1, 6}, {1, 7}, {3, 8}, {5, 0}};
+        for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
+            if (i == 5) {
+                CU_ASSERT_EQUAL(gp_session_reset(sc), 0);
+                CU_ASSERT_EQUAL(gp_session_reset(sg), 0);
+            }
+            int n = plan[i][0];
+            CU_ASSERT_EQUAL_FATAL(step(sc, n, plan[i][1], lc, V), 0);
+            CU_ASSERT_EQUAL_FATAL(step(sg, n, plan[i][1], lg, V), 0);
+            double e = max_rel(lg, lc, (size_t)n * (size_t)V);
+            if (!(e <= tol))
+                fprintf(stderr, "\n  tiny %s step %zu: logits error %.3g > %.3g\n", wtype, i, e, tol);
+            CU_ASSERT(e <= tol);
+        }
+        CU_ASSERT_EQUAL(gp_session_backend_allocs(sg), 0);
+        free(lc);
+        free(lg);
+    }
+    gp_session_free(sc);
+    gp_session_free(sg);
+    gp_model_free(m);
+}
+
+static void test_model_f32(void)
+{
+    model_parity("f32", 1e-4);
+}
+
+static void test_model_f16(void)
+{
+    /* f16 weights: the prompt's activations are converted to f16 for cuBLAS */
+    model_parity("f16", 5e-3);
+}
+
+void gp_suite_cuda(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+        cudaGetLastError();
+        printf("cuda: skipped (no GPU)\n");
+        return;
+    }
+    CU_pSuite s = CU_add_suite("cuda", NULL, NULL);
+    CU_add_test(s, "elementwise ops and broadcasting", test_elementwise);
+    CU_add_test(s, "norms and softmax", test_norms_softmax);
+    CU_add_test(s, "rope, get_rows, cont/cast, concat", test_rope_rows_copies);
+    CU_add_test(s, "store: the last repeated position wins", test_store);
+    CU_add_test(s, "attention: split-KV decode and prompts", test_attention);
+    CU_add_test(s, "matmul: matvec, cuBLAS, batched, fallback", test_matmul);
+    CU_add_test(s, "sizes from the param block", test_param_block);
+    CU_add_test(s, "tiny model f32: CPU vs CUDA, no eval allocations", test_model_f32);
+    CU_add_test(s, "tiny model f16 weights: CPU vs CUDA", test_model_f16);
+}
