@@ -137,15 +137,17 @@ static void unary_apply(gp_op op, const gp_attrs *a, float *x, int64_t n)
         break;
     }
     case GP_OP_GELU:
-        /* 0.79788456 = sqrt(2 / pi) */
+        /* 0.5 x (1 + tanh u) written as x / (1 + exp(-2u)): the same function without the
+         * cancellation of 1 + tanh u for negative x. 1.5957691 = 2 sqrt(2 / pi). */
         for (int64_t i = 0; i < n; i++) {
             float v = x[i];
-            x[i] = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+            x[i] = v / (1.0f + expf(-1.5957691216f * (v + 0.044715f * v * v * v)));
         }
         break;
     case GP_OP_GELU_ERF:
+        /* 1 + erf(z) = erfc(-z), again free of cancellation for negative x. */
         for (int64_t i = 0; i < n; i++)
-            x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+            x[i] = 0.5f * x[i] * erfcf(x[i] * -0.70710678118654752f);
         break;
     case GP_OP_SILU:
         for (int64_t i = 0; i < n; i++)

@@ -342,6 +342,8 @@ static void test_binary(void)
                     GP_F16, 0, "binary f16 [1,3] x [67,1]");
         case_binary(op, tt_dims(GP_F32, 0, 2, 67, 130, 0, 0), tt_dims(GP_F32, 2, 2, 67, 130, 0, 0),
                     GP_F32, 1, "binary in place [67,130]");
+        case_binary(op, tt_dims(GP_F32, 1, 2, 17, 1, 0, 0), tt_dims(GP_F16, 1, 2, 1, 67, 0, 0),
+                    GP_F32, 0, "binary strided [17,1] x [1,67]");
     }
     case_binary(GP_OP_SWIGLU, tt_dims(GP_F32, 1, 2, 17, 67, 0, 0),
                 tt_dims(GP_F16, 1, 2, 17, 67, 0, 0), GP_F32, 0, "swiglu strided, f16 up");
@@ -380,6 +382,10 @@ static void test_unary(void)
                    "unary bf16 [1] -> f32");
         case_unary(op, 3.0, tt_rand(GP_F32, 4, (int64_t[]){2, 3, 1, 17}, 0, 0.1, 4), GP_F32, 1,
                    "unary in place [2,3,1,17]");
+        /* One element at a time: no large value hides a poor result for a small one. */
+        for (int i = 0; i < 20; i++)
+            case_unary(op, 0.5, tt_rand(GP_F32, 1, (int64_t[]){1}, 0, 0.1, 6), GP_F32, 0,
+                       "unary one element");
     }
 }
 
@@ -453,6 +459,8 @@ static void test_matmul(void)
                 "matmul [2,3,5,67] x f16 [17,67]^T");
     case_matmul(5, 67, 17, 0, 1, GP_F32, GP_F32, 1, 3, (int64_t[]){3}, 2, NULL,
                 "matmul strided [3,5,67] x [17,67]^T");
+    case_matmul(5, 17, 7, 0, 0, GP_F32, GP_F32, 0, 3, (int64_t[]){3}, 3, (int64_t[]){3},
+                "matmul batched [3,5,17] x [3,17,7]");
     case_matmul(3, 17, 5, 0, 0, GP_F32, GP_F32, 1, 3, (int64_t[]){3}, 4, (int64_t[]){2, 1},
                 "matmul [3,3,17] x [2,1,17,5]");
     case_matmul(4, 16, 7, 1, 1, GP_F16, GP_BF16, 1, 4, (int64_t[]){2, 1}, 4, (int64_t[]){1, 3},
