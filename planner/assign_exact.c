@@ -12,6 +12,7 @@
 /* Undoable state lives in int64 arrays; the trail records (array, index, old value). */
 enum { ST_OFFSET, ST_MINOFF, ST_FLOOR, ST_TOTAL, ST_CUT, ST_REMAIN, ST_COUNT };
 enum { NUM_ORDERS = 3 };
+static const char *order_keys[NUM_ORDERS] = {"WAT", "TAW", "TWA"};
 enum { DFS_ABORT = 100 }; /* the node limit ran out: try the next order */
 
 typedef struct {
@@ -34,6 +35,7 @@ typedef struct {
     int64_t cur_off;        /* candidates must come after (cur_off, cur_rank) */
     int cur_rank;
     int64_t min_height;     /* dominance: nothing is placed at or above this */
+    int hatless;            /* the candidate tried last overlaps no unplaced buffer */
     size_t trail_mark;
     int ctx_mark, arena_mark;
 } frame;
@@ -156,13 +158,12 @@ static int build_orders(gp_exact *e)
                 mx = e->total0[s];
         t[i] = (double)mx;
     }
-    static const char *const orders[NUM_ORDERS] = {"WAT", "TAW", "TWA"};
     for (int o = 0; o < NUM_ORDERS; o++) {
         for (int i = 0; i < m; i++) {
             keys[i].idx = i;
             for (int c = 0; c < 3; c++) {
-                char ch = orders[o][c];
-                keys[i].k[c] = ch == 'W' ? w[i] : ch == 'A' ? a[i] : t[i];
+                char ch = order_keys[o][c];
+                keys[i].k[c] = ch == 'W' ? w[i] : ch == 'A' ? a[i] : ch == 'Z' ? (double)e->size[i] : t[i];
             }
         }
         qsort(keys, (size_t)m, sizeof *keys, skey_cmp);
@@ -345,12 +346,13 @@ static void push_frame(gp_exact *e, int *nf, int ctx, int64_t off, int rank, int
         if (offset[i] < 0 && minoff[i] + e->size[i] < h)
             h = minoff[i] + e->size[i];
     }
-    e->frames[(*nf)++] = (frame){ctx, root, off, rank, h, e->ntrail, e->nctx, e->narena};
+    e->frames[(*nf)++] = (frame){ctx, root, off, rank, h, 0, e->ntrail, e->nctx, e->narena};
 }
 
 /* Places buffer i at off and propagates: neighbours' lowest offsets, section floors and totals,
- * and the floor of every section whose unplaced buffers all sit higher now. */
-static int place(gp_exact *e, int i, int64_t off)
+ * and the floor of every section whose unplaced buffers all sit higher now. *hatless: no unplaced
+ * buffer overlaps i. */
+static int place(gp_exact *e, int i, int64_t off, int *hatless)
 {
     int64_t *offset = e->st[ST_OFFSET], *minoff = e->st[ST_MINOFF], *floor_ = e->st[ST_FLOOR];
     int64_t top = off + e->size[i];
@@ -361,9 +363,13 @@ static int place(gp_exact *e, int i, int64_t off)
         memset(e->stamp, 0, (size_t)e->S * sizeof *e->stamp);
         e->gen = 1;
     }
+    *hatless = 1;
     for (int k = e->adj_start[i]; k < e->adj_start[i + 1]; k++) {
         int j = e->adj[k];
-        if (offset[j] >= 0 || minoff[j] >= top)
+        if (offset[j] >= 0)
+            continue;
+        *hatless = 0;
+        if (minoff[j] >= top)
             continue;
         if (set(e, ST_MINOFF, j, top) != 0)
             return -1;
@@ -536,6 +542,10 @@ static int dfs(gp_exact *e, int order, int64_t cap, int64_t limit, double deadli
                 best_rank = r;
             }
         }
+        /* A buffer that overlaps nothing unplaced keeps its lowest offset forever: when placing it
+         * there failed, every later candidate (higher in canonical order) would strand it. */
+        if (f->hatless)
+            best = -1;
         if (best < 0) {
             /* Exhausted. A context that cannot be solved dooms the placement that created it,
              * whatever its independent siblings did. */
@@ -556,7 +566,7 @@ static int dfs(gp_exact *e, int order, int64_t cap, int64_t limit, double deadli
         if ((used & 255) == 0 && gp_assign_now() >= deadline)
             return GP_EXACT_TIMEOUT;
         int ci = f->ctx;
-        if (place(e, best, best_off) != 0)
+        if (place(e, best, best_off, &f->hatless) != 0)
             return GP_EXACT_NOMEM;
         if (!fits(e, c, best_off, cap))
             continue;
@@ -584,6 +594,12 @@ static int dfs(gp_exact *e, int order, int64_t cap, int64_t limit, double deadli
 
 gp_exact_status gp_exact_decide(gp_exact *e, int64_t capacity, double deadline, int64_t *off)
 {
+#ifdef GP_EXACT_EXPERIMENT
+    if (getenv("GP_ORDER")) {
+        int o = atoi(getenv("GP_ORDER"));
+        return (gp_exact_status)dfs(e, o, capacity, INT64_MAX, deadline, off);
+    }
+#endif
     if (e->part_lb > capacity)
         return GP_EXACT_INFEASIBLE;
     int64_t limit = e->m > 0 ? e->m : 1;
