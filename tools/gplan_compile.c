@@ -1,11 +1,14 @@
-/* gplan-compile: checks a graph (*.gplan), prints its IR, and (later) plans it. A thin main:
- * argument parsing, then calls into gp_dsl and gp_ir. Exit status: 0 ok, 1 bad input, 2 bad usage. */
+/* gplan-compile: checks a graph (*.gplan), prints its IR, plans it into a plan file, or solves a bare
+ * offset problem from a CSV. A thin main: argument parsing, then calls into gp_dsl, gp_ir and
+ * gp_planner. Exit status: 0 ok, 1 bad input, 2 bad usage, 3 no fit within --capacity. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dsl/dsl.h"
 #include "ir/ir.h"
+#include "planner/csv.h"
+#include "planner/planner.h"
 
 #ifndef GP_VERSION
 #define GP_VERSION "unknown"
@@ -16,8 +19,8 @@ enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 typedef enum {
     MODE_CHECK,   /* --check: compile and print a one-line summary */
     MODE_EMIT_IR, /* --emit-ir: print the IR */
-    /* DISPATCH POINT (planner): MODE_PLAN for `-o PLAN` goes here. */
-    /* DISPATCH POINT (buffers): MODE_BUFFERS for `--buffers CSV` goes here. */
+    MODE_PLAN,    /* FILE -o PLAN: compile, plan and write the plan file */
+    MODE_BUFFERS, /* --buffers CSV -o SOLUTION: the bare offset problem */
 } mode;
 
 typedef struct {
@@ -26,7 +29,9 @@ typedef struct {
     const char **defines;      /* [n_defines] "NAME=VALUE" */
     int n_defines;
     const char *config;        /* --config FILE or NULL */
-    /* DISPATCH POINT: options of later modes (output path, strategy, ...) go here. */
+    const char *output;        /* -o: the plan file, or the solution CSV */
+    gp_plan_opts plan;         /* --strategy, --time-limit, --alignment, --devices */
+    int64_t capacity;          /* --capacity for --buffers; 0: minimize */
 } options;
 
 static void usage(FILE *out)
@@ -34,6 +39,9 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: gplan-compile --check FILE [options]\n"
             "       gplan-compile --emit-ir FILE [options]\n"
+            "       gplan-compile FILE -o PLAN [options] [planning options]\n"
+            "       gplan-compile --buffers PROBLEM.csv -o SOLUTION.csv [--capacity BYTES]\n"
+            "                     [--strategy S] [--time-limit SECONDS]\n"
             "\n"
             "Compiles a graph written in the gplan language (docs/language.md).\n"
             "\n"
@@ -42,6 +50,13 @@ static void usage(FILE *out)
             "                      parameters, tensors by kind, nodes, weights and their bytes\n"
             "  --emit-ir FILE      compile FILE and print its IR (tensors, then nodes in\n"
             "                      schedule order)\n"
+            "  FILE -o PLAN        compile FILE, plan every tensor's memory and write the plan\n"
+            "                      file PLAN (docs/plan-format.md); prints a summary: tensors,\n"
+            "                      nodes, arena bytes against the lower bound, naive bytes,\n"
+            "                      extras bytes, planning time\n"
+            "  --buffers CSV       solve a bare offset problem in MiniMalloc's CSV format\n"
+            "                      (id,lower,upper,size; lifespan [lower, upper)) and write the\n"
+            "                      rows with an added offset column to the -o file\n"
             "\n"
             "options:\n"
             "  -D NAME=VALUE       override graph parameter NAME (repeatable; also -DNAME=VALUE);\n"
@@ -49,11 +64,22 @@ static void usage(FILE *out)
             "                      as the parameter's default is\n"
             "  --config FILE       override parameters from a Hugging Face config.json: keys\n"
             "                      matching a parameter name apply, others are ignored; -D wins\n"
+            "\n"
+            "planning options:\n"
+            "  -o FILE             the plan file (or, with --buffers, the solution CSV)\n"
+            "  --strategy S        auto (default: heuristics, then an exact search while above\n"
+            "                      the lower bound), greedy (heuristics only) or exact\n"
+            "  --time-limit S      seconds for the exact search (default 10)\n"
+            "  --alignment N       arena alignment in bytes, a power of two (default 256)\n"
+            "  --devices N         devices each tensor record holds a pointer for (default 1)\n"
+            "  --capacity BYTES    with --buffers: the answer must fit in BYTES (exit status 3\n"
+            "                      when no fit is found in time); without it, minimize\n"
+            "\n"
             "  -h, --help          print this help and exit\n"
             "  --version           print the version and exit\n"
             "\n"
             "exit status: 0 success, 1 bad input (errors are printed as FILE:LINE:COL: error:\n"
-            "MESSAGE), 2 bad usage\n");
+            "MESSAGE), 2 bad usage, 3 no placement within --capacity found in time\n");
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -77,6 +103,27 @@ static int define_ok(const char *d)
             return 0;
     }
     return 1;
+}
+
+/* Parses a non-negative integer or number flag value; 0 on success. */
+static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_seconds(const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v > 0) || v > 1e6)
+        return -1;
+    *out = v;
+    return 0;
 }
 
 /* Parses argv into o; returns -1 to continue, or an exit status. */
@@ -119,17 +166,69 @@ static int parse_args(int argc, char **argv, options *o)
             o->config = next;
             i++;
         }
-        /* DISPATCH POINT (planner): `-o PLAN` sets MODE_PLAN and the output path here. */
-        /* DISPATCH POINT (buffers): `--buffers CSV` sets MODE_BUFFERS here. */
-        else if (a[0] == '-') {
+        else if (strcmp(a, "--buffers") == 0) {
+            if (have_mode)
+                return usage_error("more than one mode given (at '%s')", a);
+            if (!next)
+                return usage_error("%s needs a FILE", a);
+            o->mode = MODE_BUFFERS;
+            o->input = next;
+            have_mode = 1;
+            i++;
+        } else if (strcmp(a, "-o") == 0) {
+            if (!next)
+                return usage_error("%s needs a FILE", a);
+            o->output = next;
+            i++;
+        } else if (strcmp(a, "--strategy") == 0) {
+            if (!next)
+                return usage_error("%s needs auto, greedy or exact", a);
+            if (strcmp(next, "auto") == 0)
+                o->plan.strategy = GP_STRATEGY_AUTO;
+            else if (strcmp(next, "greedy") == 0)
+                o->plan.strategy = GP_STRATEGY_GREEDY;
+            else if (strcmp(next, "exact") == 0)
+                o->plan.strategy = GP_STRATEGY_EXACT;
+            else
+                return usage_error("unknown strategy '%s' (auto, greedy or exact)", next);
+            i++;
+        } else if (strcmp(a, "--time-limit") == 0) {
+            if (!next || parse_seconds(next, &o->plan.time_limit) != 0)
+                return usage_error("%s needs a positive number of seconds", a);
+            i++;
+        } else if (strcmp(a, "--alignment") == 0) {
+            int64_t v;
+            if (!next || parse_int(next, 1, GP_PLAN_MAX_ALIGNMENT, &v) != 0 || (v & (v - 1)))
+                return usage_error("%s needs a power of two up to 1048576", a);
+            o->plan.alignment = v;
+            i++;
+        } else if (strcmp(a, "--devices") == 0) {
+            int64_t v;
+            if (!next || parse_int(next, 1, GP_PLAN_MAX_DEVICES, &v) != 0)
+                return usage_error("%s needs a device count from 1 to 64", a);
+            o->plan.n_devices = (int)v;
+            i++;
+        } else if (strcmp(a, "--capacity") == 0) {
+            if (!next || parse_int(next, 1, INT64_MAX, &o->capacity) != 0)
+                return usage_error("%s needs a positive number of bytes", a);
+            i++;
+        } else if (a[0] == '-') {
             return usage_error("unknown option '%s'", a);
+        } else if (!have_mode) {
+            o->mode = MODE_PLAN;
+            o->input = a;
+            have_mode = 1;
         } else {
-            return usage_error("unexpected argument '%s' (give the file after --check or "
-                               "--emit-ir)", a);
+            return usage_error("unexpected argument '%s'", a);
         }
     }
     if (!have_mode)
-        return usage_error("%s", "no mode given (--check or --emit-ir)");
+        return usage_error("%s", "no input given (FILE -o PLAN, --check FILE, --emit-ir FILE "
+                                 "or --buffers CSV)");
+    if ((o->mode == MODE_PLAN || o->mode == MODE_BUFFERS) && !o->output)
+        return usage_error("%s", "-o FILE is required to plan");
+    if (o->mode != MODE_BUFFERS && o->capacity)
+        return usage_error("%s", "--capacity applies to --buffers only");
     return -1;
 }
 
@@ -150,12 +249,38 @@ static void print_summary(const gp_graph *g, const char *params)
            (long long)weight_bytes);
 }
 
+/* Plans g and writes the plan file; the summary goes to stdout. */
+static int plan_and_write(const gp_graph *g, const options *o, gp_diag *d)
+{
+    gp_plan *p = NULL;
+    if (gp_plan_build(g, &o->plan, &p, d) != 0)
+        return EXIT_INPUT;
+    char err[512];
+    int rc = EXIT_OK;
+    if (gp_plan_write(p, o->output, err, sizeof err) != 0) {
+        fprintf(stderr, "gplan-compile: %s\n", err);
+        rc = EXIT_INPUT;
+    } else {
+        printf("%s -> %s\n", o->input, o->output);
+        gp_plan_summary_print(p, stdout);
+    }
+    gp_plan_free(p);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     options o;
     memset(&o, 0, sizeof o);
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0) {
+        free(o.defines);
+        return rc;
+    }
+
+    if (o.mode == MODE_BUFFERS) {
+        rc = gp_buffers_main(o.input, o.output, o.capacity, o.plan.time_limit, o.plan.strategy,
+                             stdout);
         free(o.defines);
         return rc;
     }
@@ -174,9 +299,8 @@ int main(int argc, char **argv)
         switch (o.mode) {
         case MODE_CHECK: print_summary(g, params); break;
         case MODE_EMIT_IR: gp_graph_print(g, stdout); break;
-        /* DISPATCH POINT (planner): case MODE_PLAN: plan g and write the plan file. */
-        /* DISPATCH POINT (buffers): MODE_BUFFERS reads a CSV instead of compiling a graph; it
-         * belongs before gp_dsl_compile_file. */
+        case MODE_PLAN: rc = plan_and_write(g, &o, d); break;
+        case MODE_BUFFERS: break; /* handled before compiling */
         }
     }
     if (fflush(stdout) != 0) {
