@@ -1,0 +1,597 @@
+/* gplan-run: runs a plan on a backend: evaluates a prompt in chunks, then generates tokens one eval
+ * at a time, and with --stats reports timings, allocations during evals and memory.
+ * Exit status: 0 ok, 1 bad input (plan, weights, token ids, prompt too long), 2 bad usage. */
+#define _GNU_SOURCE /* RTLD_NEXT for the allocation counter */
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/gplan.h"
+
+enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
+
+/* ---- host allocations during evals, counted in-process ----
+ * The executable defines malloc & co., so every call in the process (libraries included) reaches
+ * them first; they count calls while `in_eval` is set and forward to the next definition
+ * (dlsym(RTLD_NEXT)). dlsym itself may call calloc before the forwards are known: a small static
+ * buffer serves those calls. Sanitizer builds own malloc, so there the counter is off. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define GP_NO_ALLOC_INTERPOSE 1
+#endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
+#define GP_NO_ALLOC_INTERPOSE 1
+#endif
+#endif
+
+static atomic_int in_eval;
+static atomic_llong eval_allocs;
+
+#ifndef GP_NO_ALLOC_INTERPOSE
+static void *(*real_malloc)(size_t);
+static void *(*real_calloc)(size_t, size_t);
+static void *(*real_realloc)(void *, size_t);
+static void (*real_free)(void *);
+static int (*real_posix_memalign)(void **, size_t, size_t);
+static void *(*real_aligned_alloc)(size_t, size_t);
+static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
+
+static _Alignas(64) unsigned char boot_buf[4096]; /* dlsym's own allocations while resolving */
+static size_t boot_used;
+static int resolving;
+
+static int from_boot(const void *p)
+{
+    return (const unsigned char *)p >= boot_buf && (const unsigned char *)p < boot_buf + sizeof boot_buf;
+}
+
+static void *boot_alloc(size_t n)
+{
+    n = (n + 15) / 16 * 16;
+    if (n > sizeof boot_buf - boot_used)
+        return NULL;
+    void *p = boot_buf + boot_used;
+    boot_used += n;
+    return p;
+}
+
+static void resolve(void)
+{
+    if (real_malloc || resolving)
+        return;
+    resolving = 1;
+    real_calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
+    real_malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
+    real_realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
+    real_free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
+    real_posix_memalign = (int (*)(void **, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
+    real_aligned_alloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "aligned_alloc");
+    real_mmap = (void *(*)(void *, size_t, int, int, int, off_t))dlsym(RTLD_NEXT, "mmap");
+    resolving = 0;
+}
+
+static void count(void)
+{
+    if (atomic_load_explicit(&in_eval, memory_order_relaxed))
+        atomic_fetch_add(&eval_allocs, 1);
+}
+
+void *malloc(size_t n)
+{
+    resolve();
+    if (!real_malloc)
+        return boot_alloc(n);
+    count();
+    return real_malloc(n);
+}
+
+void *calloc(size_t n, size_t size)
+{
+    resolve();
+    if (!real_calloc) {
+        if (size && n > SIZE_MAX / size)
+            return NULL;
+        return boot_alloc(n * size); /* static, hence zeroed */
+    }
+    count();
+    return real_calloc(n, size);
+}
+
+void *realloc(void *p, size_t n)
+{
+    resolve();
+    count();
+    if (from_boot(p)) { /* never happens in practice; copy what fits */
+        void *q = malloc(n);
+        if (q)
+            memcpy(q, p, n < sizeof boot_buf ? n : sizeof boot_buf);
+        return q;
+    }
+    return real_realloc(p, n);
+}
+
+void free(void *p)
+{
+    if (!p || from_boot(p))
+        return;
+    resolve();
+    count();
+    real_free(p);
+}
+
+int posix_memalign(void **out, size_t align, size_t n)
+{
+    resolve();
+    count();
+    return real_posix_memalign(out, align, n);
+}
+
+void *aligned_alloc(size_t align, size_t n)
+{
+    resolve();
+    count();
+    return real_aligned_alloc(align, n);
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    resolve();
+    count();
+    return real_mmap(addr, len, prot, flags, fd, off);
+}
+#endif
+
+/* ---- options ---- */
+
+typedef struct {
+    const char *plan;
+    const char *weights;
+    int random_weights;
+    uint64_t weights_seed;
+    const char *backend;
+    int threads;
+    int32_t *prompt; /* [n_prompt] */
+    int64_t n_prompt;
+    int64_t n_gen;
+    int ignore_eos;
+    int64_t eos; /* -1: none */
+    double temp;
+    uint64_t seed;
+    const char *logits_out;
+    int stats, loop;
+} options;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: gplan-run PLAN (--weights FILE|DIR | --random-weights SEED) [options]\n"
+            "\n"
+            "Runs a plan made by gplan-compile: evaluates the prompt in chunks of at most the\n"
+            "planned number of tokens per eval, then generates tokens one eval at a time, printing\n"
+            "their ids as they come.\n"
+            "\n"
+            "options:\n"
+            "  --weights PATH        a safetensors file, a model.safetensors.index.json, or a folder\n"
+            "  --random-weights SEED deterministic random weights instead of a checkpoint\n"
+            "  --backend NAME        cpu (default), reference, or cuda (when built)\n"
+            "  --threads N           CPU threads (default: the online cores)\n"
+            "  --prompt-ids LIST     comma-separated token ids (default: 0)\n"
+            "  -n N                  tokens to generate (default 16)\n"
+            "  --eos ID              stop at this token (default: none)\n"
+            "  --ignore-eos          keep generating after --eos\n"
+            "  --temp T              sampling temperature; 0 (default) is greedy\n"
+            "  --seed S              seed of the sampler (default 1)\n"
+            "  --logits-out FILE     append the last row of logits of every eval (raw f32)\n"
+            "  --stats               print evals, ms per eval, tokens/s, allocations during evals\n"
+            "                        and memory use to stderr\n"
+            "  --loop                at the end of the planned context start again at position 0\n"
+            "                        (without it generation stops there)\n"
+            "  -h, --help            print this help\n"
+            "\n"
+            "exit status: 0 success, 1 bad input (plan, weights, token ids, prompt longer than the\n"
+            "context), 2 bad usage\n");
+}
+
+static int usage_error(const char *msg, const char *arg)
+{
+    fprintf(stderr, "gplan-run: %s%s%s\ntry 'gplan-run --help'\n", msg, arg ? ": " : "",
+            arg ? arg : "");
+    return EXIT_USAGE;
+}
+
+static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (*s == '-')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_ids(const char *s, options *o)
+{
+    int64_t n = 1;
+    for (const char *c = s; *c; c++)
+        n += *c == ',';
+    o->prompt = malloc((size_t)n * sizeof *o->prompt);
+    if (!o->prompt)
+        return -1;
+    o->n_prompt = 0;
+    const char *p = s;
+    for (;;) {
+        char buf[32];
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        int64_t v;
+        if (len == 0 || len >= sizeof buf)
+            return -1;
+        memcpy(buf, p, len);
+        buf[len] = '\0';
+        if (parse_i64(buf, INT32_MIN, INT32_MAX, &v))
+            return -1;
+        o->prompt[o->n_prompt++] = (int32_t)v;
+        if (!comma)
+            return 0;
+        p = comma + 1;
+    }
+}
+
+static int parse_args(int argc, char **argv, options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->backend = "cpu";
+    o->n_gen = 16;
+    o->eos = -1;
+    o->seed = 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    o->threads = cores < 1 ? 1 : cores > 64 ? 64 : (int)cores;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t x;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            exit(EXIT_OK);
+        } else if (!strcmp(a, "--ignore-eos")) {
+            o->ignore_eos = 1;
+        } else if (!strcmp(a, "--stats")) {
+            o->stats = 1;
+        } else if (!strcmp(a, "--loop")) {
+            o->loop = 1;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            if (!v)
+                return usage_error("missing value for", a);
+            i++;
+            if (!strcmp(a, "--weights")) {
+                o->weights = v;
+            } else if (!strcmp(a, "--random-weights")) {
+                if (parse_u64(v, &o->weights_seed))
+                    return usage_error("bad --random-weights seed", v);
+                o->random_weights = 1;
+            } else if (!strcmp(a, "--backend")) {
+                o->backend = v;
+            } else if (!strcmp(a, "--threads")) {
+                if (parse_i64(v, 1, 256, &x))
+                    return usage_error("--threads needs 1..256", v);
+                o->threads = (int)x;
+            } else if (!strcmp(a, "--prompt-ids")) {
+                free(o->prompt);
+                o->prompt = NULL;
+                if (parse_ids(v, o))
+                    return usage_error("bad --prompt-ids (comma-separated integers)", v);
+            } else if (!strcmp(a, "-n")) {
+                if (parse_i64(v, 0, INT64_MAX / 2, &x))
+                    return usage_error("bad -n", v);
+                o->n_gen = x;
+            } else if (!strcmp(a, "--eos")) {
+                if (parse_i64(v, 0, INT32_MAX, &x))
+                    return usage_error("bad --eos", v);
+                o->eos = x;
+            } else if (!strcmp(a, "--temp")) {
+                char *end;
+                o->temp = strtod(v, &end);
+                if (end == v || *end || !(o->temp >= 0) || !isfinite(o->temp))
+                    return usage_error("bad --temp (a number >= 0)", v);
+            } else if (!strcmp(a, "--seed")) {
+                if (parse_u64(v, &o->seed))
+                    return usage_error("bad --seed", v);
+            } else if (!strcmp(a, "--logits-out")) {
+                o->logits_out = v;
+            } else {
+                i--;
+                return usage_error("unknown option", a);
+            }
+        } else if (!o->plan) {
+            o->plan = a;
+        } else {
+            return usage_error("unexpected argument", a);
+        }
+    }
+    if (!o->plan)
+        return usage_error("no plan given", NULL);
+    if (!o->weights == !o->random_weights)
+        return usage_error("give exactly one of --weights and --random-weights", NULL);
+    if (!o->prompt) {
+        o->prompt = malloc(sizeof *o->prompt);
+        if (!o->prompt)
+            return usage_error("out of memory", NULL);
+        o->prompt[0] = 0;
+        o->n_prompt = 1;
+    }
+    return -1;
+}
+
+/* ---- measurements ---- */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static long rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, resident = 0;
+    if (!f)
+        return -1;
+    if (fscanf(f, "%ld %ld", &size, &resident) != 2)
+        resident = -1;
+    fclose(f);
+    return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* ---- sampling (no allocation: two passes over the logits row) ---- */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int32_t pick(const float *row, int64_t vocab, double temp, uint64_t *rng)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < vocab; i++)
+        if (row[i] > row[best])
+            best = i;
+    if (temp <= 0)
+        return (int32_t)best;
+    double max = row[best], sum = 0;
+    for (int64_t i = 0; i < vocab; i++)
+        sum += exp((row[i] - max) / temp);
+    double u = (double)(rng_next(rng) >> 11) * 0x1.0p-53 * sum, acc = 0;
+    for (int64_t i = 0; i < vocab; i++) {
+        acc += exp((row[i] - max) / temp);
+        if (acc > u)
+            return (int32_t)i;
+    }
+    return (int32_t)best;
+}
+
+/* ---- running ---- */
+
+typedef struct {
+    gp_session *s;
+    gp_model_info info;
+    FILE *logits_out;
+    int64_t evals_prompt, evals_gen, tokens_prompt, tokens_gen;
+    double ms_prompt, ms_gen;
+} runner;
+
+/* One eval of n tokens at positions pos0 .. pos0 + n - 1; leaves the last logits row in *row. */
+static int eval_chunk(runner *r, const int32_t *ids, int32_t *pos, int64_t n, int64_t pos0,
+                      const float **row, int is_prompt)
+{
+    for (int64_t i = 0; i < n; i++)
+        pos[i] = (int32_t)(pos0 + i);
+    if (gp_session_set_tokens(r->s, ids, pos, n)) {
+        fprintf(stderr, "gplan-run: %s\n", gp_session_error(r->s));
+        return -1;
+    }
+    double t0 = now_ms();
+    atomic_store(&in_eval, 1);
+    int rc = gp_session_eval(r->s);
+    atomic_store(&in_eval, 0);
+    double dt = now_ms() - t0;
+    if (rc) {
+        fprintf(stderr, "gplan-run: %s\n", gp_session_error(r->s));
+        return -1;
+    }
+    if (is_prompt) {
+        r->evals_prompt++;
+        r->tokens_prompt += n;
+        r->ms_prompt += dt;
+    } else {
+        r->evals_gen++;
+        r->tokens_gen += n;
+        r->ms_gen += dt;
+    }
+    gp_tensor_info li;
+    const float *logits = gp_session_output(r->s, r->info.logits, &li);
+    *row = logits + (n - 1) * r->info.vocab;
+    if (r->logits_out &&
+        fwrite(*row, sizeof(float), (size_t)r->info.vocab, r->logits_out) != (size_t)r->info.vocab) {
+        fprintf(stderr, "gplan-run: cannot write the logits file\n");
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) {
+        free(o.prompt);
+        return rc;
+    }
+    char err[4096];
+    int status = EXIT_INPUT;
+    gp_model *m = NULL;
+    runner r;
+    memset(&r, 0, sizeof r);
+    int32_t *pos = NULL;
+
+    m = gp_model_load(o.plan, err, sizeof err);
+    if (!m) {
+        fprintf(stderr, "gplan-run: %s\n", err);
+        goto done;
+    }
+    gp_model_get_info(m, &r.info);
+    if (!r.info.tokens || !r.info.positions || !r.info.logits || r.info.vocab < 1) {
+        fprintf(stderr, "gplan-run: %s: not a language model (needs a token-id input read by "
+                "get_rows, a positions input and a logits output)\n", o.plan);
+        goto done;
+    }
+    int rcw = o.random_weights ? gp_model_random_weights(m, o.weights_seed, err, sizeof err)
+                               : gp_model_bind_weights(m, o.weights, err, sizeof err);
+    if (rcw) {
+        fprintf(stderr, "gplan-run: %s\n", err);
+        goto done;
+    }
+    gp_model_get_info(m, &r.info);
+    int64_t ctx = r.info.context > 0 ? r.info.context : INT64_MAX;
+    for (int64_t i = 0; i < o.n_prompt; i++) {
+        if (o.prompt[i] < 0 || o.prompt[i] >= r.info.vocab) {
+            fprintf(stderr, "gplan-run: prompt token %lld is %d, outside the vocabulary [0, %lld)\n",
+                    (long long)i, o.prompt[i], (long long)r.info.vocab);
+            goto done;
+        }
+    }
+    if (o.n_prompt > ctx) {
+        fprintf(stderr, "gplan-run: the prompt has %lld tokens, more than the planned context of "
+                "%lld positions\n", (long long)o.n_prompt, (long long)ctx);
+        goto done;
+    }
+    if (o.logits_out && !(r.logits_out = fopen(o.logits_out, "wb"))) {
+        fprintf(stderr, "gplan-run: %s: cannot open: %s\n", o.logits_out, strerror(errno));
+        goto done;
+    }
+    gp_session_opts so = {o.backend, o.threads, 0};
+    r.s = gp_session_new(m, &so, err, sizeof err);
+    if (!r.s) {
+        fprintf(stderr, "gplan-run: %s\n", err);
+        goto done;
+    }
+    int64_t chunk_max = r.info.max_tokens;
+    pos = malloc((size_t)chunk_max * sizeof *pos);
+    if (!pos) {
+        fprintf(stderr, "gplan-run: out of memory\n");
+        goto done;
+    }
+
+    /* The prompt, in chunks of at most the planned tokens per eval. */
+    const float *row = NULL;
+    int64_t n_past = 0;
+    for (int64_t i = 0; i < o.n_prompt; i += chunk_max) {
+        int64_t n = o.n_prompt - i < chunk_max ? o.n_prompt - i : chunk_max;
+        if (eval_chunk(&r, o.prompt + i, pos, n, n_past, &row, 1))
+            goto done;
+        n_past += n;
+    }
+
+    /* Generation, one token per eval. */
+    uint64_t rng = o.seed;
+    long rss_start = rss_kib();
+    int32_t tok = o.n_gen > 0 ? pick(row, r.info.vocab, o.temp, &rng) : 0;
+    int64_t made = 0;
+    int at_context = 0;
+    while (made < o.n_gen) {
+        printf("%s%d", made ? " " : "", tok);
+        fflush(stdout);
+        made++;
+        if ((tok == o.eos && !o.ignore_eos) || made == o.n_gen)
+            break;
+        if (n_past >= ctx) {
+            if (!o.loop) {
+                at_context = 1;
+                break;
+            }
+            /* A new sequence from position 0, continuing from the last token. */
+            if (gp_session_reset(r.s)) {
+                fprintf(stderr, "gplan-run: %s\n", gp_session_error(r.s));
+                goto done;
+            }
+            n_past = 0;
+        }
+        if (eval_chunk(&r, &tok, pos, 1, n_past, &row, 0))
+            goto done;
+        n_past++;
+        tok = pick(row, r.info.vocab, o.temp, &rng);
+    }
+    if (made)
+        printf("\n");
+    if (at_context)
+        fprintf(stderr, "gplan-run: reached the planned context (%lld positions); stopping "
+                "(--loop starts again at position 0)\n", (long long)ctx);
+    long rss_end = rss_kib();
+    status = EXIT_OK;
+
+    if (o.stats) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        int64_t evals = r.evals_prompt + r.evals_gen;
+        fprintf(stderr, "stats: backend %s, %d thread%s, plan %s\n", gp_session_backend(r.s),
+                o.threads, o.threads == 1 ? "" : "s", o.plan);
+        fprintf(stderr, "stats: evals %lld (prompt %lld, generation %lld)\n", (long long)evals,
+                (long long)r.evals_prompt, (long long)r.evals_gen);
+        if (r.evals_prompt)
+            fprintf(stderr, "stats: prompt     %lld tokens, %.3f ms per eval, %.1f tokens/s\n",
+                    (long long)r.tokens_prompt, r.ms_prompt / r.evals_prompt,
+                    r.ms_prompt > 0 ? r.tokens_prompt * 1e3 / r.ms_prompt : 0.0);
+        if (r.evals_gen)
+            fprintf(stderr, "stats: generation %lld tokens, %.3f ms per eval, %.1f tokens/s\n",
+                    (long long)r.tokens_gen, r.ms_gen / r.evals_gen,
+                    r.ms_gen > 0 ? r.tokens_gen * 1e3 / r.ms_gen : 0.0);
+#ifdef GP_NO_ALLOC_INTERPOSE
+        fprintf(stderr, "stats: host allocations during evals: n/a (sanitizer build)\n");
+#else
+        fprintf(stderr, "stats: host allocations during evals: %lld\n",
+                (long long)atomic_load(&eval_allocs));
+#endif
+        fprintf(stderr, "stats: device allocations during evals: %lld\n",
+                (long long)gp_session_backend_allocs(r.s));
+        fprintf(stderr, "stats: weights %.1f MiB mapped, %.1f MiB loaded\n",
+                r.info.weights_mapped / 1048576.0, r.info.weights_loaded / 1048576.0);
+        fprintf(stderr, "stats: peak RSS %.1f MiB; RSS at start of generation %.1f MiB, at end "
+                "%.1f MiB\n", ru.ru_maxrss / 1024.0, rss_start / 1024.0, rss_end / 1024.0);
+    }
+done:
+    if (r.logits_out && fclose(r.logits_out) && status == EXIT_OK) {
+        fprintf(stderr, "gplan-run: cannot write the logits file\n");
+        status = EXIT_INPUT;
+    }
+    free(pos);
+    gp_session_free(r.s);
+    gp_model_free(m);
+    free(o.prompt);
+    return status;
+}
