@@ -10,7 +10,7 @@
 #include "planner/assign_internal.h"
 
 /* Undoable state lives in int64 arrays; the trail records (array, index, old value). */
-enum { ST_OFFSET, ST_MINOFF, ST_FLOOR, ST_TOTAL, ST_CUT, ST_REMAIN, ST_COUNT };
+enum { ST_OFFSET, ST_MINOFF, ST_RANK, ST_FLOOR, ST_TOTAL, ST_CUT, ST_REMAIN, ST_COUNT };
 enum { NUM_ORDERS = 3 };
 static const char *order_keys[NUM_ORDERS] = {"WAT", "TAW", "TWA"};
 enum { DFS_ABORT = 100 }; /* the node limit ran out: try the next order */
@@ -40,6 +40,13 @@ typedef struct {
     int ctx_mark, arena_mark;
 } frame;
 
+/* Static orders (MiniMalloc's WAT, TAW, TWA): W lifespan width, A area, T the largest section
+ * total the buffer lives through; all descending, ties by index. */
+typedef struct {
+    double k[3];
+    int idx;
+} skey;
+
 struct gp_exact {
     const gp_aprob *p;
     int m, S, s0;          /* buffers, sections, first global section */
@@ -51,6 +58,9 @@ struct gp_exact {
     int64_t *total0, *cut0;/* [S] initial section totals; buffers crossing s -> s + 1 */
     int64_t part_lb;
     int *rank;             /* [NUM_ORDERS, m] position of each buffer in each static order */
+    double *width, *area;  /* [m] order keys that never change */
+    int order;             /* the order of the current search */
+    skey *keys;            /* [m] scratch for re-ranking a new context */
     int64_t *st[ST_COUNT]; /* dynamic state: offset [m], minoff [m], floor/total/cut [S], remain */
     trail_entry *trail;
     size_t ntrail, trail_cap;
@@ -82,13 +92,6 @@ static int64_t pairs_bounded(const int *lo_sorted, const int *hi_by_lo, int m, i
     }
     return pairs;
 }
-
-/* Static orders (MiniMalloc's WAT, TAW, TWA): W lifespan width, A area, T the largest section
- * total the buffer lives through; all descending, ties by index. */
-typedef struct {
-    double k[3];
-    int idx;
-} skey;
 
 static int skey_cmp(const void *pa, const void *pb)
 {
@@ -126,6 +129,9 @@ void gp_exact_free(gp_exact *e)
     free(e->total0);
     free(e->cut0);
     free(e->rank);
+    free(e->width);
+    free(e->area);
+    free(e->keys);
     for (int k = 0; k < ST_COUNT; k++)
         free(e->st[k]);
     free(e->trail);
@@ -138,6 +144,8 @@ void gp_exact_free(gp_exact *e)
     free(e);
 }
 
+static int set(gp_exact *e, int kind, int idx, int64_t v);
+
 static int build_orders(gp_exact *e)
 {
     const gp_buffer *b = e->p->b;
@@ -145,6 +153,9 @@ static int build_orders(gp_exact *e)
     skey *keys = malloc((size_t)m * sizeof *keys);
     double *w = malloc((size_t)m * sizeof *w), *a = malloc((size_t)m * sizeof *a),
            *t = malloc((size_t)m * sizeof *t);
+    e->width = w;
+    e->area = a;
+    e->keys = keys;
     int rc = -1;
     if (!keys || !w || !a || !t)
         goto done;
@@ -172,11 +183,34 @@ static int build_orders(gp_exact *e)
     }
     rc = 0;
 done:
-    free(keys);
-    free(w);
-    free(a);
     free(t);
     return rc;
+}
+
+/* Ranks a new context's buffers by the current order, with T from the current section totals
+ * (what is still unplaced), as MiniMalloc does for each sub-problem. */
+static int rerank(gp_exact *e, const context *c)
+{
+    const int64_t *total = e->st[ST_TOTAL];
+    const char *key = order_keys[e->order];
+    for (int k = 0; k < c->n; k++) {
+        int i = e->arena[c->start + k];
+        int64_t mx = 0;
+        for (int s = e->lo[i]; s < e->hi[i]; s++)
+            if (total[s] > mx)
+                mx = total[s];
+        e->keys[k].idx = i;
+        for (int q = 0; q < 3; q++)
+            e->keys[k].k[q] = key[q] == 'W'   ? e->width[i]
+                              : key[q] == 'A' ? e->area[i]
+                              : key[q] == 'Z' ? (double)e->size[i]
+                                              : (double)mx;
+    }
+    qsort(e->keys, (size_t)c->n, sizeof *e->keys, skey_cmp);
+    for (int r = 0; r < c->n; r++)
+        if (set(e, ST_RANK, e->keys[r].idx, r) != 0)
+            return -1;
+    return 0;
 }
 
 gp_exact *gp_exact_new(const gp_aprob *p, int q, int pair_limit, int *too_big)
@@ -265,7 +299,7 @@ gp_exact *gp_exact_new(const gp_aprob *p, int q, int pair_limit, int *too_big)
     if (build_orders(e) != 0)
         goto fail;
     for (int k = 0; k < ST_COUNT; k++) {
-        size_t len = k <= ST_MINOFF ? (size_t)m : k == ST_REMAIN ? 2 * (size_t)m + 2 : (size_t)S;
+        size_t len = k <= ST_RANK ? (size_t)m : k == ST_REMAIN ? 2 * (size_t)m + 2 : (size_t)S;
         e->st[k] = malloc(len * sizeof(int64_t));
         if (!e->st[k])
             goto fail;
@@ -450,9 +484,11 @@ static int decompose(gp_exact *e, int fi, int ci, int i)
     int nonempty = 0;
     for (int q = 0; q < np; q++)
         nonempty += cnt[q] > 0;
-    if (nonempty < 2 || e->nctx + nonempty > 2 * e->m + 2 || arena_reserve(e, left) != 0) {
+    /* Even one piece is a fresh sub-problem: narrower sections, a new canonical start, ranks
+     * from what is left. */
+    if (nonempty < 1 || e->nctx + nonempty > 2 * e->m + 2 || arena_reserve(e, left) != 0) {
         free(cnt);
-        return nonempty < 2 ? -1 : -2;
+        return nonempty < 1 ? -1 : -2;
     }
     /* One context per non-empty piece, in time order, chained by cont. */
     int first = e->nctx, pos = e->narena;
@@ -484,20 +520,25 @@ static int decompose(gp_exact *e, int fi, int ci, int i)
         }
     }
     for (int id = first; id < e->nctx; id++)
-        e->ctxs[id].n = e->st[ST_REMAIN][id];
+        e->ctxs[id].n = (int)e->st[ST_REMAIN][id];
     e->narena = pos;
     free(at);
     free(cnt);
+    for (int id = first; id < e->nctx; id++)
+        if (rerank(e, &e->ctxs[id]) != 0)
+            return -2;
     return first;
 }
 
 static int dfs(gp_exact *e, int order, int64_t cap, int64_t limit, double deadline, int64_t *out)
 {
-    const int m = e->m, *rank = e->rank + (size_t)order * (size_t)m;
-    int64_t *offset = e->st[ST_OFFSET], *minoff = e->st[ST_MINOFF];
+    const int m = e->m;
+    int64_t *offset = e->st[ST_OFFSET], *minoff = e->st[ST_MINOFF], *rank = e->st[ST_RANK];
+    e->order = order;
     for (int i = 0; i < m; i++) {
         offset[i] = -1;
         minoff[i] = 0;
+        rank[i] = e->rank[(size_t)order * (size_t)m + (size_t)i];
     }
     memset(e->st[ST_FLOOR], 0, (size_t)e->S * sizeof(int64_t));
     memcpy(e->st[ST_TOTAL], e->total0, (size_t)e->S * sizeof(int64_t));
@@ -531,7 +572,7 @@ static int dfs(gp_exact *e, int order, int64_t cap, int64_t limit, double deadli
             if (offset[i] >= 0)
                 continue;
             int64_t o = minoff[i];
-            int r = rank[i];
+            int r = (int)rank[i];
             if (o >= f->min_height || o + e->size[i] > cap)
                 continue;
             if (o < f->cur_off || (o == f->cur_off && r <= f->cur_rank))
