@@ -55,13 +55,42 @@ expect 1 "$tmp/badconfig.json:1:2: error: config key 'n_layer': expected an inte
 
 # 2: bad usage
 expect 2 "unknown option '--frob'" --check "$ex/tiny.gplan" --frob
-expect 2 "unexpected argument" "$ex/tiny.gplan"
-expect 2 "no mode given"
+expect 2 "-o FILE is required to plan" "$ex/tiny.gplan"
+expect 2 "unexpected argument 'extra'" --check "$ex/tiny.gplan" extra
+expect 2 "no input given"
+expect 2 "unknown strategy 'best'" "$ex/tiny.gplan" -o "$tmp/x.plan" --strategy best
+expect 2 "--alignment needs a power of two" "$ex/tiny.gplan" -o "$tmp/x.plan" --alignment 300
+expect 2 "--time-limit needs a positive number" "$ex/tiny.gplan" -o "$tmp/x.plan" --time-limit 0
+expect 2 "--capacity applies to --buffers only" "$ex/tiny.gplan" -o "$tmp/x.plan" --capacity 5
 expect 2 "--check needs a FILE" --check
 expect 2 "malformed -D 'n_layer'" --check "$ex/tiny.gplan" -D n_layer
 expect 2 "-D needs NAME=VALUE" --check "$ex/tiny.gplan" -D
 expect 2 "--config needs a FILE" --check "$ex/tiny.gplan" --config
 expect 2 "more than one mode" --check "$ex/tiny.gplan" --emit-ir "$ex/tiny.gplan"
+
+# Planning: a plan file and its summary.
+expect 0 "ratio 1.000" "$ex/tiny.gplan" -o "$tmp/tiny.plan"
+[ -s "$tmp/tiny.plan" ] || { echo "FAIL: no plan file written"; failed=1; }
+expect 0 "alignment 4096 B" "$ex/tiny.gplan" -o "$tmp/tiny4k.plan" --alignment 4096 --strategy greedy
+expect 1 "$tmp/bad.gplan:2:11: error: undefined name 'nope'" "$tmp/bad.gplan" -o "$tmp/bad.plan"
+[ -e "$tmp/bad.plan" ] && { echo "FAIL: a plan was written for a bad graph"; failed=1; }
+
+# The bare offset problem: MiniMalloc's small example has a known optimum of 12.
+printf 'id,lower,upper,size
+b1,0,3,4
+b2,3,9,4
+b3,0,9,4
+b4,9,21,4
+b5,0,21,4
+' > "$tmp/p12.csv"
+expect 0 "peak 12 " --buffers "$tmp/p12.csv" --capacity 12 -o "$tmp/s12.csv"
+head -1 "$tmp/s12.csv" | grep -qx 'id,lower,upper,size,offset' ||
+  { echo "FAIL: solution header"; failed=1; }
+expect 3 "" --buffers "$tmp/p12.csv" --capacity 11 -o "$tmp/s11.csv" --time-limit 1
+printf 'id,lower,upper,size
+b1,5,3,4
+' > "$tmp/pbad.csv"
+expect 1 "$tmp/pbad.csv:2: bad CSV" --buffers "$tmp/pbad.csv" -o "$tmp/sbad.csv"
 
 if [ "$failed" -ne 0 ]; then
   exit 1
