@@ -13,6 +13,8 @@
 /* The exact search gives up on partitions with more overlapping pairs than this (its adjacency
  * lists would not fit in memory, and nodes cost O(buffers) each). */
 enum { AUTO_PAIR_LIMIT = 4000000, EXACT_PAIR_LIMIT = 40000000 };
+/* AUTO also skips partitions this large: a node costs O(buffers), so a leaf is out of reach. */
+enum { AUTO_BUFFER_LIMIT = 20000 };
 static const double DEFAULT_TIME_LIMIT = 10.0;
 
 double gp_assign_now(void)
@@ -301,7 +303,7 @@ typedef struct {
     int64_t *off;       /* [n] the best offsets so far, per partition */
     int64_t *part_peak; /* [np] peak of each partition in off */
     gp_exact **ex;      /* [np] exact searchers, made on first use */
-    int pair_limit;
+    int pair_limit, buffer_limit;
     int exact_used;     /* the exact search improved some partition */
 } state;
 
@@ -376,6 +378,10 @@ done:
 static gp_exact_status decide(state *st, int q, int64_t capacity, double deadline, int *too_big)
 {
     if (!st->ex[q]) {
+        if (st->p->part_start[q + 1] - st->p->part_start[q] > st->buffer_limit) {
+            *too_big = 1;
+            return GP_EXACT_TIMEOUT;
+        }
         int big = 0;
         st->ex[q] = gp_exact_new(st->p, q, st->pair_limit, &big);
         if (!st->ex[q]) {
@@ -395,13 +401,13 @@ static gp_exact_status decide(state *st, int q, int64_t capacity, double deadlin
 
 /* All partitions above capacity searched against it; 1 when all fit. *proven stays 1 while every
  * failure was a proof of infeasibility. */
-static int fit_all(state *st, int64_t capacity, double deadline, int *proven, int *nomem)
+static int fit_all(state *st, int64_t capacity, double deadline, int *proven, int *nomem,
+                   int *too_big)
 {
     for (int q = 0; q < st->p->np; q++) {
         if (st->part_peak[q] <= capacity)
             continue;
-        int too_big = 0;
-        gp_exact_status s = decide(st, q, capacity, deadline, &too_big);
+        gp_exact_status s = decide(st, q, capacity, deadline, too_big);
         if (s == GP_EXACT_FOUND)
             continue;
         if (s == GP_EXACT_NOMEM)
@@ -448,7 +454,8 @@ gp_assign_status gp_assign(gp_buffer *b, size_t n, const gp_assign_opts *opts, g
     }
     state st = {&p, malloc(n * sizeof(int64_t)), malloc((size_t)p.np * sizeof(int64_t)),
                 calloc((size_t)p.np, sizeof(gp_exact *)),
-                o.strategy == GP_STRATEGY_EXACT ? EXACT_PAIR_LIMIT : AUTO_PAIR_LIMIT, 0};
+                o.strategy == GP_STRATEGY_EXACT ? EXACT_PAIR_LIMIT : AUTO_PAIR_LIMIT,
+                o.strategy == GP_STRATEGY_EXACT ? INT_MAX : AUTO_BUFFER_LIMIT, 0};
     gp_assign_status status = GP_ASSIGN_OK;
     int nomem = 0;
     int order = (st.off && st.part_peak && st.ex) ? run_heuristics(&st) : -1;
@@ -464,13 +471,14 @@ gp_assign_status gp_assign(gp_buffer *b, size_t n, const gp_assign_opts *opts, g
 
     if (o.strategy != GP_STRATEGY_GREEDY) {
         if (o.capacity > 0) {
+            int too_big = 0;
             if (greedy_peak > o.capacity)
-                fit_all(&st, o.capacity, deadline, &proven, &nomem);
+                fit_all(&st, o.capacity, deadline, &proven, &nomem, &too_big);
         } else {
             /* Minimize: try the lower bound first (often reachable), then bisect. */
             int64_t lo = p.lower_bound, hi = greedy_peak;
-            int first = 1;
-            while (lo < hi && !nomem) {
+            int first = 1, too_big = 0;
+            while (lo < hi && !nomem && !too_big) {
                 double now = gp_assign_now();
                 if (now >= deadline) {
                     proven = 0;
@@ -479,7 +487,7 @@ gp_assign_status gp_assign(gp_buffer *b, size_t n, const gp_assign_opts *opts, g
                 int64_t c = first ? lo : lo + (hi - lo) / 2;
                 first = 0;
                 double slice = now + (deadline - now) / 2;
-                if (fit_all(&st, c, slice, &proven, &nomem))
+                if (fit_all(&st, c, slice, &proven, &nomem, &too_big))
                     hi = overall_peak(&st);
                 else
                     lo = c + 1;
