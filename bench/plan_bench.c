@@ -34,12 +34,12 @@ static void row(const char *label, const char *file, const char **defs, int n_de
     gp_graph *g = d ? gp_dsl_compile_file(path, &o, d) : NULL;
     gp_plan *p = NULL, *q = NULL;
     if (!g || gp_plan_build(g, NULL, &p, d)) {
-        printf("%-22s failed (see above)\n", label);
+        printf("%-28s failed (see above)\n", label);
         goto done;
     }
     gp_plan_opts no_inplace = {.no_inplace = 1};
     if (gp_plan_build(g, &no_inplace, &q, d)) {
-        printf("%-22s failed without in-place\n", label);
+        printf("%-28s failed without in-place\n", label);
         goto done;
     }
     double best = 1e30;
@@ -58,7 +58,7 @@ static void row(const char *label, const char *file, const char **defs, int n_de
     for (int i = 0; i < p->n_tensors; i++)
         n_inplace += p->tensors[i].inplace_of >= 0;
     int64_t arena = p->regions[GP_REGION_ARENA].size;
-    printf("%-22s %6d %6d %10.2f %10.2f %7.4f %10.2f %10.2f %6d %9.1f %9.3f  %s\n", label,
+    printf("%-28s %6d %6d %10.2f %10.2f %7.4f %10.2f %10.2f %6d %9.1f %9.3f  %s\n", label,
            p->n_tensors, p->n_nodes, mib(arena), mib(p->lower_bound),
            p->lower_bound ? (double)arena / (double)p->lower_bound : 1.0, mib(p->naive_bytes),
            mib(q->regions[GP_REGION_ARENA].size), n_inplace,
@@ -70,27 +70,55 @@ done:
     gp_diag_free(d);
 }
 
+/* The model shapes the issue names, each at several context lengths. */
+typedef struct {
+    const char *label;
+    const char *file;
+    const char *defs[10];
+    const char *ctx_param; /* the parameter holding the context length */
+} shape;
+
+static const shape shapes[] = {
+    {"gpt2-117M", "gpt2.gplan", {0}, "n_positions"},
+    {"gpt2-345M", "gpt2.gplan", {"n_layer=24", "n_embd=1024", "n_head=16"}, "n_positions"},
+    {"gpt2-774M", "gpt2.gplan", {"n_layer=36", "n_embd=1280", "n_head=20"}, "n_positions"},
+    {"gpt2-1558M", "gpt2.gplan", {"n_layer=48", "n_embd=1600", "n_head=25"}, "n_positions"},
+    {"llama-7B", "llama.gplan",
+     {"num_hidden_layers=32", "hidden_size=4096", "intermediate_size=11008",
+      "num_attention_heads=32", "num_key_value_heads=32", "wtype=f16", "kv_type=f16"},
+     "max_position_embeddings"},
+    {"llama-70B", "llama.gplan",
+     {"num_hidden_layers=80", "hidden_size=8192", "intermediate_size=28672",
+      "num_attention_heads=64", "num_key_value_heads=8", "wtype=f16", "kv_type=f16"},
+     "max_position_embeddings"},
+};
+
 int main(int argc, char **argv)
 {
-    int repeats = argc > 1 ? atoi(argv[1]) : 50;
+    int repeats = argc > 1 ? atoi(argv[1]) : 20;
     if (repeats < 1)
         repeats = 1;
-    printf("%-22s %6s %6s %10s %10s %7s %10s %10s %6s %9s %9s  %s\n", "model", "tensors", "nodes",
+    printf("%-28s %6s %6s %10s %10s %7s %10s %10s %6s %9s %9s  %s\n", "model", "tensors", "nodes",
            "arena MiB", "LB MiB", "ratio", "naive MiB", "no-inpl", "inpl", "extras KiB",
            "plan ms", "method");
     row("tiny", "tiny.gplan", NULL, 0, repeats);
-    row("gpt2 117M T<=512", "gpt2.gplan", NULL, 0, repeats);
-    static const char *gpt2_xl[] = {"n_layer=48", "n_embd=1600", "n_head=25"};
-    row("gpt2 1558M T<=512", "gpt2.gplan", gpt2_xl, 3, repeats);
     row("tinyllama T<=512", "llama.gplan", NULL, 0, repeats);
-    static const char *l7b[] = {"num_hidden_layers=32", "hidden_size=4096",
-                                "intermediate_size=11008", "num_attention_heads=32",
-                                "num_key_value_heads=32", "wtype=f16", "kv_type=f16"};
-    row("llama-7B T<=512", "llama.gplan", l7b, 7, repeats);
-    static const char *l7b_dec[] = {"num_hidden_layers=32", "hidden_size=4096",
-                                    "intermediate_size=11008", "num_attention_heads=32",
-                                    "num_key_value_heads=32", "wtype=f16", "kv_type=f16",
-                                    "n_batch=1"};
-    row("llama-7B T<=1", "llama.gplan", l7b_dec, 8, repeats);
+    static const int ctx[] = {2048, 8192, 32768};
+    static const char *batch[] = {"n_batch=512", "n_batch=1"};
+    for (size_t m = 0; m < sizeof shapes / sizeof shapes[0]; m++)
+        for (size_t c = 0; c < sizeof ctx / sizeof ctx[0]; c++)
+            for (size_t b = 0; b < 2; b++) {
+                const char *defs[12];
+                char ctxdef[64], label[64];
+                int n = 0;
+                while (n < 10 && shapes[m].defs[n])
+                    defs[n] = shapes[m].defs[n], n++;
+                snprintf(ctxdef, sizeof ctxdef, "%s=%d", shapes[m].ctx_param, ctx[c]);
+                defs[n++] = ctxdef;
+                defs[n++] = batch[b];
+                snprintf(label, sizeof label, "%s ctx %d T<=%s", shapes[m].label, ctx[c],
+                         b ? "1" : "512");
+                row(label, shapes[m].file, defs, n, repeats);
+            }
     return 0;
 }
