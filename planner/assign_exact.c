@@ -635,12 +635,6 @@ static int dfs(gp_exact *e, int order, int64_t cap, int64_t limit, double deadli
 
 gp_exact_status gp_exact_decide(gp_exact *e, int64_t capacity, double deadline, int64_t *off)
 {
-#ifdef GP_EXACT_EXPERIMENT
-    if (getenv("GP_ORDER")) {
-        int o = atoi(getenv("GP_ORDER"));
-        return (gp_exact_status)dfs(e, o, capacity, INT64_MAX, deadline, off);
-    }
-#endif
     if (e->part_lb > capacity)
         return GP_EXACT_INFEASIBLE;
     int64_t limit = e->m > 0 ? e->m : 1;
