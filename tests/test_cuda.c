@@ -633,7 +633,7 @@ void gp_suite_cuda(void)
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
         cudaGetLastError();
-        printf("cuda: skipped (no GPU)\n");
+        gp_test_skip("cuda", "no GPU");
         return;
     }
     CU_pSuite s = CU_add_suite("cuda", NULL, NULL);

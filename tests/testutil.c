@@ -70,3 +70,16 @@ uint64_t gp_test_rand(uint64_t *state)
     *state = x;
     return x * 0x2545F4914F6CDD1Dull;
 }
+
+static int skipped;
+
+void gp_test_skip(const char *suite, const char *why)
+{
+    printf("%s: skipped (%s)\n", suite, why);
+    skipped++;
+}
+
+int gp_test_skipped_count(void)
+{
+    return skipped;
+}
