@@ -34,16 +34,21 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
         const char *pk = (const char *)k->data + g * k->nb[1];
         const char *pv = (const char *)v->data + g * v->nb[1];
         char *po = (char *)out->data + t * out->nb[0] + h * out->nb[1];
-        /* Scores of cache rows 0..p and their maximum. */
+        /* Scores of cache rows 0..p and their maximum. A head of at most GP_CHUNK dims (the
+         * usual case) loads q once; f32 rows of k are read in place. */
         float mx = -INFINITY;
+        if (D <= GP_CHUNK)
+            gp_cpu_load_row(bq, pq, D, q->nb[2], q->dtype);
         for (int64_t s = 0; s <= p; s++) {
             gp_acc8 dot;
             gp_acc8_zero(&dot);
             for (int64_t c = 0; c < D; c += GP_CHUNK) {
                 int64_t m = D - c < GP_CHUNK ? D - c : GP_CHUNK;
-                gp_cpu_load_row(bq, pq + c * q->nb[2], m, q->nb[2], q->dtype);
-                gp_cpu_load_row(bk, pk + s * k->nb[0] + c * k->nb[2], m, k->nb[2], k->dtype);
-                gp_acc8_dot(&dot, bq, bk, m);
+                if (D > GP_CHUNK)
+                    gp_cpu_load_row(bq, pq + c * q->nb[2], m, q->nb[2], q->dtype);
+                const float *kr = gp_cpu_row(bk, pk + s * k->nb[0] + c * k->nb[2], m, k->nb[2],
+                                             k->dtype);
+                gp_acc8_dot(&dot, bq, kr, m);
             }
             sc[s] = gp_acc8_total(&dot) * scale;
             mx = fmaxf(mx, sc[s]);
@@ -60,10 +65,11 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
             for (int64_t i = 0; i < m; i++)
                 acc[i] = 0.0f;
             for (int64_t s = 0; s <= p; s++) {
-                gp_cpu_load_row(bk, pv + s * v->nb[0] + c * v->nb[2], m, v->nb[2], v->dtype);
+                const float *vr = gp_cpu_row(bk, pv + s * v->nb[0] + c * v->nb[2], m, v->nb[2],
+                                             v->dtype);
                 float w = sc[s];
                 for (int64_t i = 0; i < m; i++)
-                    acc[i] += w * bk[i];
+                    acc[i] += w * vr[i];
             }
             for (int64_t i = 0; i < m; i++)
                 acc[i] *= inv;

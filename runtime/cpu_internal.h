@@ -58,6 +58,16 @@ static inline void gp_share(int64_t n, int ith, int nth, int64_t *r0, int64_t *r
 /* dst[0..n) = src elements 0..n of dtype t, `stride` bytes apart, as f32. */
 void gp_cpu_load_row(float *dst, const char *src, int64_t n, int64_t stride, gp_dtype t);
 
+/* Elements 0..n of a row as f32: src itself when it is contiguous f32, else loaded into buf. */
+static inline const float *gp_cpu_row(float *buf, const char *src, int64_t n, int64_t stride,
+                                      gp_dtype t)
+{
+    if (t == GP_F32 && stride == 4)
+        return (const float *)(const void *)src;
+    gp_cpu_load_row(buf, src, n, stride, t);
+    return buf;
+}
+
 /* Stores src[0..n) f32 as dtype t into dst with `stride` bytes between elements. */
 void gp_cpu_store_row(char *dst, int64_t stride, gp_dtype t, const float *src, int64_t n);
 

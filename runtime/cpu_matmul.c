@@ -5,9 +5,9 @@
 
 #include "runtime/cpu_internal.h"
 
-/* Block sizes: an A block [MB, KB] (16 KiB) and a B block [KB, NB] (32 KiB) fit in L2, one B
- * panel [KB, NR] (8 KiB) in L1. Stack use: (MB KB + KB NB + MB NB + KB) floats = 57 KiB. */
-enum { MR = 4, NR = 16, MB = 32, NB = 64, KB = 128 };
+/* Block sizes: an A block [MB, KB] (32 KiB) and a B block [KB, NB] (32 KiB) fit in L2, one B
+ * panel [KB, NR] (8 KiB) in L1. Stack use: (MB KB + KB NB + MB NB + KB) floats = 80.5 KiB. */
+enum { MR = 4, NR = 16, MB = 64, NB = 64, KB = 128 };
 
 typedef float v8 __attribute__((vector_size(32)));
 
@@ -103,47 +103,44 @@ static void pack_b(float *bp, const mview *B, int64_t k0, int64_t kc, int64_t n0
             bp[k * NB + j] = 0.0f;
 }
 
-void gp_cpu_matmul(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in, int ith,
-                   int nth)
+/* One matmul after shape handling: nbat batches of out[M, N] = A[M, K] B[K, N]. */
+typedef struct {
+    gp_t4 o, a, b; /* batch dims in [0], [1]; a dim of 1 broadcasts */
+    int64_t M, N, K;
+    int64_t sam, sak, sbk, sbn, som, son; /* byte strides of A (m, k), B (k, n), out (m, n) */
+} mm_problem;
+
+/* A and B of batch bi, and out's batch base. */
+static void mm_batch(const mm_problem *q, int64_t bi, mview *A, mview *B, char **po)
 {
-    gp_t4 o = gp_t4_of(out), a = gp_t4_of(&in[0]), b = gp_t4_of(&in[1]);
-    int ta = at->i[0] != 0, tb = at->i[1] != 0;
-    int64_t M = o.ne[2], N = o.ne[3], K = ta ? a.ne[2] : a.ne[3];
-    int64_t sam = ta ? a.nb[3] : a.nb[2], sak = ta ? a.nb[2] : a.nb[3];
-    int64_t sbk = tb ? b.nb[3] : b.nb[2], sbn = tb ? b.nb[2] : b.nb[3];
-    int64_t som = o.nb[2], son = o.nb[3];
-    GP_ASSERT((ta ? a.ne[3] : a.ne[2]) == M && (tb ? b.ne[2] : b.ne[3]) == N);
-    GP_ASSERT((tb ? b.ne[3] : b.ne[2]) == K);
+    int64_t b0 = bi / q->o.ne[1], b1 = bi % q->o.ne[1];
+    A->p = q->a.p + (q->a.ne[0] == 1 ? 0 : b0 * q->a.nb[0]) + (q->a.ne[1] == 1 ? 0 : b1 * q->a.nb[1]);
+    A->t = q->a.t;
+    A->si = q->sam;
+    A->sj = q->sak;
+    B->p = q->b.p + (q->b.ne[0] == 1 ? 0 : b0 * q->b.nb[0]) + (q->b.ne[1] == 1 ? 0 : b1 * q->b.nb[1]);
+    B->t = q->b.t;
+    B->si = q->sbk;
+    B->sj = q->sbn;
+    *po = q->o.p + b0 * q->o.nb[0] + b1 * q->o.nb[1];
+}
 
-    /* A shared B (no batch dims of its own): fold a's batch dims into M when its rows and out's
-     * are evenly spaced across them, so B blocks are packed once for all rows. */
-    if (b.ne[0] == 1 && b.ne[1] == 1) {
-        for (int d = 1; d >= 0; d--) {
-            int64_t n = o.ne[d];
-            if (n == 1 || (a.ne[d] == n && a.nb[d] == M * sam && o.nb[d] == M * som)) {
-                M *= n;
-                o.ne[d] = a.ne[d] = 1;
-            } else {
-                break;
-            }
-        }
-    }
-
-    int64_t nbat = o.ne[0] * o.ne[1], mblk = (M + MB - 1) / MB, nblk = (N + NB - 1) / NB, i0, i1;
+/* The blocked path: work items are (batch, column block, row block) tiles of out. */
+static void mm_gemm(const mm_problem *q, int ith, int nth)
+{
+    int64_t M = q->M, N = q->N, K = q->K;
+    int64_t nbat = q->o.ne[0] * q->o.ne[1], mblk = (M + MB - 1) / MB, nblk = (N + NB - 1) / NB;
+    int64_t i0, i1;
     _Alignas(64) float ap[MB * KB];
     _Alignas(64) float bp[KB * NB];
     _Alignas(64) float ct[MB * NB];
     gp_share(nbat * nblk * mblk, ith, nth, &i0, &i1);
     for (int64_t item = i0; item < i1; item++) {
-        /* Items run batch, then column block, then row block: consecutive items of one thread
-         * share a column block of B. */
+        /* Items run batch, then column block, then row block. */
         int64_t bi = item / (nblk * mblk), nbi = (item / mblk) % nblk, mbi = item % mblk;
-        int64_t b0 = bi / o.ne[1], b1 = bi % o.ne[1];
-        mview A = {a.p + (a.ne[0] == 1 ? 0 : b0 * a.nb[0]) + (a.ne[1] == 1 ? 0 : b1 * a.nb[1]), a.t,
-                   sam, sak};
-        mview B = {b.p + (b.ne[0] == 1 ? 0 : b0 * b.nb[0]) + (b.ne[1] == 1 ? 0 : b1 * b.nb[1]), b.t,
-                   sbk, sbn};
-        char *po = o.p + b0 * o.nb[0] + b1 * o.nb[1];
+        mview A, B;
+        char *po;
+        mm_batch(q, bi, &A, &B, &po);
         int64_t m0 = mbi * MB, mc = M - m0 < MB ? M - m0 : MB;
         int64_t n0 = nbi * NB, nc = N - n0 < NB ? N - n0 : NB, ncp = (nc + NR - 1) / NR * NR;
         for (int64_t i = 0; i < mc * NB; i++)
@@ -156,6 +153,138 @@ void gp_cpu_matmul(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *
             block(mc, ncp, kc, ap, bp, ct);
         }
         for (int64_t i = 0; i < mc; i++)
-            gp_cpu_store_row(po + (m0 + i) * som + n0 * son, son, o.t, ct + i * NB, nc);
+            gp_cpu_store_row(po + (m0 + i) * q->som + n0 * q->son, q->son, q->o.t, ct + i * NB, nc);
     }
+}
+
+/* The dot path, for at most DM rows against a B whose columns are contiguous in k (a Linear weight
+ * [N, K], decoding): packing B would cost as much as the product. Rows of B are converted in
+ * chunks of DK; each out element is a dot product in 8 lanes (k to lane k % 8), lanes summed
+ * pairwise at the end. Stack: (DM DK + DN DK + DM DN 8) floats = 28 KiB. */
+enum { DM = 8, DN = 16, DK = 256 };
+
+/* acc[m][j][0..8) += lanes of sum over k < kc of ap[m][k] * wp[j][k], for m < mc, j < nc. */
+GP_CLONES static void dot_block(int64_t mc, int64_t nc, int64_t kc, const float *ap,
+                                const float *wp, float *acc)
+{
+    int64_t k8 = kc / 8 * 8;
+    for (int64_t m = 0; m < mc; m++) {
+        const float *a = ap + m * DK;
+        float *c = acc + m * DN * 8;
+        int64_t j = 0;
+        for (; j + 4 <= nc; j += 4) {
+            v8 s0, s1, s2, s3;
+            V8_LOAD(s0, c + (j + 0) * 8);
+            V8_LOAD(s1, c + (j + 1) * 8);
+            V8_LOAD(s2, c + (j + 2) * 8);
+            V8_LOAD(s3, c + (j + 3) * 8);
+            const float *w = wp + j * DK;
+            for (int64_t k = 0; k < k8; k += 8) {
+                v8 va, w0, w1, w2, w3;
+                V8_LOAD(va, a + k);
+                V8_LOAD(w0, w + k);
+                V8_LOAD(w1, w + DK + k);
+                V8_LOAD(w2, w + 2 * DK + k);
+                V8_LOAD(w3, w + 3 * DK + k);
+                s0 += va * w0;
+                s1 += va * w1;
+                s2 += va * w2;
+                s3 += va * w3;
+            }
+            V8_STORE(c + (j + 0) * 8, s0);
+            V8_STORE(c + (j + 1) * 8, s1);
+            V8_STORE(c + (j + 2) * 8, s2);
+            V8_STORE(c + (j + 3) * 8, s3);
+        }
+        for (; j < nc; j++) {
+            v8 s0;
+            V8_LOAD(s0, c + j * 8);
+            for (int64_t k = 0; k < k8; k += 8) {
+                v8 va, w0;
+                V8_LOAD(va, a + k);
+                V8_LOAD(w0, wp + j * DK + k);
+                s0 += va * w0;
+            }
+            V8_STORE(c + j * 8, s0);
+        }
+        /* The last chunk's tail: k8 is a multiple of 8, so element k8 + i goes to lane i. */
+        for (j = 0; j < nc; j++)
+            for (int64_t k = k8; k < kc; k++)
+                c[j * 8 + (k - k8)] += a[k] * wp[j * DK + k];
+    }
+}
+
+static void mm_dot(const mm_problem *q, int ith, int nth)
+{
+    int64_t M = q->M, N = q->N, K = q->K, nbat = q->o.ne[0] * q->o.ne[1];
+    int64_t nblk = (N + DN - 1) / DN, i0, i1;
+    _Alignas(64) float ap[DM * DK];
+    _Alignas(64) float wp[DN * DK];
+    _Alignas(64) float acc[DM * DN * 8];
+    gp_share(nbat * nblk, ith, nth, &i0, &i1);
+    for (int64_t item = i0; item < i1; item++) {
+        mview A, B;
+        char *po;
+        mm_batch(q, item / nblk, &A, &B, &po);
+        int64_t n0 = item % nblk * DN, nc = N - n0 < DN ? N - n0 : DN;
+        for (int64_t i = 0; i < M * DN * 8; i++)
+            acc[i] = 0.0f;
+        for (int64_t k0 = 0; k0 < K; k0 += DK) {
+            int64_t kc = K - k0 < DK ? K - k0 : DK;
+            for (int64_t m = 0; m < M; m++)
+                gp_cpu_load_row(ap + m * DK, A.p + m * A.si + k0 * A.sj, kc, A.sj, A.t);
+            for (int64_t j = 0; j < nc; j++)
+                gp_cpu_load_row(wp + j * DK, B.p + (n0 + j) * B.sj + k0 * B.si, kc, B.si, B.t);
+            dot_block(M, nc, kc, ap, wp, acc);
+        }
+        for (int64_t m = 0; m < M; m++) {
+            float row[DN];
+            for (int64_t j = 0; j < nc; j++) {
+                const float *l = acc + (m * DN + j) * 8;
+                row[j] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+            }
+            gp_cpu_store_row(po + m * q->som + n0 * q->son, q->son, q->o.t, row, nc);
+        }
+    }
+}
+
+void gp_cpu_matmul(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in, int ith,
+                   int nth)
+{
+    mm_problem q;
+    q.o = gp_t4_of(out);
+    q.a = gp_t4_of(&in[0]);
+    q.b = gp_t4_of(&in[1]);
+    int ta = at->i[0] != 0, tb = at->i[1] != 0;
+    gp_t4 *o = &q.o, *a = &q.a, *b = &q.b;
+    q.M = o->ne[2];
+    q.N = o->ne[3];
+    q.K = ta ? a->ne[2] : a->ne[3];
+    q.sam = ta ? a->nb[3] : a->nb[2];
+    q.sak = ta ? a->nb[2] : a->nb[3];
+    q.sbk = tb ? b->nb[3] : b->nb[2];
+    q.sbn = tb ? b->nb[2] : b->nb[3];
+    q.som = o->nb[2];
+    q.son = o->nb[3];
+    GP_ASSERT((ta ? a->ne[3] : a->ne[2]) == q.M && (tb ? b->ne[2] : b->ne[3]) == q.N);
+    GP_ASSERT((tb ? b->ne[3] : b->ne[2]) == q.K);
+
+    /* A shared B (no batch dims of its own): fold a's batch dims into M when its rows and out's
+     * are evenly spaced across them, so B is read once for all rows. */
+    if (b->ne[0] == 1 && b->ne[1] == 1) {
+        for (int d = 1; d >= 0; d--) {
+            int64_t n = o->ne[d];
+            if (n == 1 || (a->ne[d] == n && a->nb[d] == q.M * q.sam && o->nb[d] == q.M * q.som)) {
+                q.M *= n;
+                o->ne[d] = a->ne[d] = 1;
+            } else {
+                break;
+            }
+        }
+    }
+    /* The path depends on shapes only, never on nth. */
+    if (q.M <= DM && q.sbk == (int64_t)gp_dtype_size(b->t))
+        mm_dot(&q, ith, nth);
+    else
+        mm_gemm(&q, ith, nth);
 }

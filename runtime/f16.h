@@ -20,17 +20,19 @@ static inline float gp_f32_from_bits(uint32_t u)
     return f;
 }
 
-/* binary16 -> f32, exact. Written as selects rather than branches so loops over it vectorize. */
+/* binary16 -> f32, exact. Written with masks rather than branches so loops over it vectorize. */
 static inline float gp_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t em = h & 0x7fffu;                         /* exponent and mantissa */
+    uint32_t em = h & 0x7fffu;                           /* exponent and mantissa */
     uint32_t normal = (em << 13) + ((127u - 15u) << 23); /* rebias the exponent */
     /* Inf keeps a zero mantissa; a NaN gets the quiet bit, as vcvtph2ps does. */
-    uint32_t special = 0x7f800000u | ((em & 0x3ffu) << 13) | ((em & 0x3ffu) ? 0x00400000u : 0u);
+    uint32_t quiet = (uint32_t)((em & 0x3ffu) != 0) << 22;
+    uint32_t special = 0x7f800000u | ((em & 0x3ffu) << 13) | quiet;
     /* Subnormals and zero: em * 2^-24, exact in f32 (em < 2^10). */
-    uint32_t sub = gp_f32_bits((float)em * 0x1p-24f);
-    uint32_t mag = em >= 0x7c00u ? special : em >= 0x0400u ? normal : sub;
+    uint32_t sub = gp_f32_bits((float)(int32_t)em * 0x1p-24f);
+    uint32_t is_special = 0u - (uint32_t)(em >= 0x7c00u), is_normal = 0u - (uint32_t)(em >= 0x0400u);
+    uint32_t mag = (special & is_special) | (normal & is_normal & ~is_special) | (sub & ~is_normal);
     return gp_f32_from_bits(sign | mag);
 }
 

@@ -443,9 +443,10 @@ static void case_matmul(int64_t M, int64_t K, int64_t N, int ta, int tb, gp_dtyp
 
 static void test_matmul(void)
 {
+    /* Rows <= 8 against a transposed B take the dot-product path, the others the blocked one. */
     static const int64_t sizes[][3] = {{1, 67, 130}, {17, 130, 67}, {3, 1, 3}, {67, 17, 1},
-                                       {33, 300, 70}};
-    for (int s = 0; s < 5; s++)
+                                       {33, 300, 70}, {8, 600, 37}};
+    for (int s = 0; s < 6; s++)
         for (int t = 0; t < 4; t++) {
             const int64_t *z = sizes[s];
             char name[96];
@@ -926,6 +927,34 @@ static void test_f16_exhaustive(void)
     CU_ASSERT_EQUAL(bad_decode, 0);
     CU_ASSERT_EQUAL(bad_trip, 0);
     CU_ASSERT_EQUAL(bad_nan, 0);
+
+    /* The kernels' row conversions (vectorized, F16C where the CPU has it) give the same bits:
+     * cast every pattern to f32 and back, contiguous and strided. */
+    for (int layout = 0; layout < 2; layout++) {
+        int64_t ne[1] = {65536};
+        tt *h = tt_new(GP_F16, 1, ne, layout), *f = tt_new(GP_F32, 1, ne, layout);
+        tt *back = tt_new(GP_F16, 1, ne, 0);
+        for (int64_t i = 0; i < 65536; i++) {
+            uint16_t v = (uint16_t)i;
+            memcpy(tt_ptr(h, &i), &v, 2);
+        }
+        gp_attrs at = {{0}, {0}};
+        gp_cpu_compute(GP_OP_CAST, &at, &f->k, &h->k, 1, NULL, 0, 0, 1);
+        gp_cpu_compute(GP_OP_CAST, &at, &back->k, &f->k, 1, NULL, 0, 0, 1);
+        int bad = 0;
+        for (int64_t i = 0; i < 65536; i++) {
+            float x;
+            uint16_t y;
+            memcpy(&x, tt_ptr(f, &i), 4);
+            memcpy(&y, tt_ptr(back, &i), 2);
+            bad += gp_f32_bits(x) != gp_f32_bits(gp_f16_to_f32((uint16_t)i));
+            bad += y != gp_f32_to_f16(x);
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        tt_free(h);
+        tt_free(f);
+        tt_free(back);
+    }
 }
 
 static void test_f16_rounding(void)
