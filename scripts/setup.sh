@@ -35,6 +35,11 @@ gp_build() {
   local dir=$1; shift
   cmake -S "$GP_ROOT" -B "$dir" "$@" >"$dir.configure.log" 2>&1 ||
     { cat "$dir.configure.log" >&2; echo "error: cmake configure failed" >&2; exit 1; }
-  cmake --build "$dir" -j "$(nproc)" 2>&1 | grep -Ev '^\[ *[0-9]+%\]|^-- ' || true
-  [ "${PIPESTATUS[0]}" = 0 ] || { echo "error: build failed" >&2; exit 1; }
+  if ! cmake --build "$dir" -j "$(nproc)" >"$dir.build.log" 2>&1; then
+    grep -E 'error|Error' "$dir.build.log" | head -40 >&2
+    echo "error: build failed (full log: $dir.build.log)" >&2
+    exit 1
+  fi
+  grep -E 'warning:' "$dir.build.log" >&2 || true
+}
 }
