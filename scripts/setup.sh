@@ -42,4 +42,3 @@ gp_build() {
   fi
   grep -E 'warning:' "$dir.build.log" >&2 || true
 }
-}
