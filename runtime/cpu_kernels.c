@@ -8,7 +8,9 @@
 #include "runtime/cpu_internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <stdatomic.h>
 /* Contiguous f16 -> f32 with the F16C instruction (exact, NaNs quieted: the same bits as
  * gp_f16_to_f32), for CPUs that have it: weights are often f16, and this runs per matmul block. */
 __attribute__((target("avx,f16c"))) static void f16_row_f16c(float *dst, const char *src, int64_t n)
@@ -22,7 +24,19 @@ __attribute__((target("avx,f16c"))) static void f16_row_f16c(float *dst, const c
         dst[i] = gp_f16_to_f32(h);
     }
 }
-#define GP_HAVE_F16C() __builtin_cpu_supports("f16c")
+/* Whether the CPU (and OS, for the AVX registers) supports F16C; asked once, then cached. */
+static int have_f16c(void)
+{
+    static atomic_int known; /* 0: not asked yet, 1: no, 2: yes */
+    int s = atomic_load_explicit(&known, memory_order_relaxed);
+    if (s == 0) {
+        unsigned a, b, c, d;
+        s = __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) ? 2 : 1;
+        atomic_store_explicit(&known, s, memory_order_relaxed);
+    }
+    return s == 2;
+}
+#define GP_HAVE_F16C() have_f16c()
 #else
 #define GP_HAVE_F16C() 0
 #define f16_row_f16c(dst, src, n) ((void)0)
