@@ -147,6 +147,18 @@ static int check_views(const gp_plan *p, char *why, size_t n)
     return 0;
 }
 
+/* The input holding indices (token ids, positions) of an op, or -1. */
+static int index_input(gp_op op)
+{
+    switch (op) {
+    case GP_OP_GET_ROWS:
+    case GP_OP_STORE:
+    case GP_OP_ROPE: return 1;
+    case GP_OP_ATTENTION: return 3;
+    default: return -1;
+    }
+}
+
 /* Finds the inputs and sizes a language model uses and checks that every index input (read by the
  * host-side checks) lives in the io region. */
 static int analyze(gp_model *m, char *why, size_t n)
@@ -158,14 +170,7 @@ static int analyze(gp_model *m, char *why, size_t n)
             m->logits = i;
     for (int k = 0; k < p->n_nodes; k++) {
         const gp_plan_node *nd = &p->nodes[k];
-        int idx = -1;
-        switch (nd->op) {
-        case GP_OP_GET_ROWS: idx = 1; break;
-        case GP_OP_STORE: idx = 1; break;
-        case GP_OP_ATTENTION: idx = 3; break;
-        case GP_OP_ROPE: idx = 1; break;
-        default: break;
-        }
+        int idx = index_input(nd->op);
         if (idx < 0)
             continue;
         int in = nd->inputs[idx], root = root_of(p, in);
@@ -708,9 +713,14 @@ static int check_nodes(gp_session *s)
         ktensor_of(s, nd->output, &out);
         for (int i = 0; i < nd->n_inputs; i++)
             ktensor_of(s, nd->inputs[i], &in[i]);
-        if (gp_cpu_check(nd->op, &nd->attrs, &out, in, nd->n_inputs, why, sizeof why))
-            return fail(s, "eval: node %d (%s -> %s, line %d): %s", k, gp_op_get(nd->op)->name,
-                        p->tensors[nd->output].name, nd->line, why);
+        if (gp_cpu_check(nd->op, &nd->attrs, &out, in, nd->n_inputs, why, sizeof why)) {
+            /* Name the index input too: the kernel's message calls it "ids" or "pos". */
+            int idx = index_input(nd->op);
+            const char *iname = idx >= 0 ? p->tensors[root_of(p, nd->inputs[idx])].name : NULL;
+            return fail(s, "eval: node %d (%s -> %s, line %d%s%s): %s", k,
+                        gp_op_get(nd->op)->name, p->tensors[nd->output].name, nd->line,
+                        iname ? ", index input " : "", iname ? iname : "", why);
+        }
     }
     return 0;
 }
