@@ -34,9 +34,9 @@ enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 #endif
 
 static atomic_int in_eval;
-static atomic_llong eval_allocs;
 
 #ifndef GP_NO_ALLOC_INTERPOSE
+static atomic_llong eval_allocs;
 static void *(*real_malloc)(size_t);
 static void *(*real_calloc)(size_t, size_t);
 static void *(*real_realloc)(void *, size_t);
