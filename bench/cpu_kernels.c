@@ -30,6 +30,14 @@ static void noop_fn(void *ctx, int ith, int nth)
     (void)ctx, (void)ith, (void)nth;
 }
 
+/* 100 barriers: the cost of the runtime's barrier between two nodes. */
+static void barrier_fn(void *ctx, int ith, int nth)
+{
+    (void)ith, (void)nth;
+    for (int i = 0; i < 100; i++)
+        gp_threadpool_barrier(ctx);
+}
+
 static double now(void)
 {
     struct timespec ts;
@@ -136,6 +144,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < iters; i++)
         gp_threadpool_run(pool, noop_fn, NULL);
     printf("empty run %.2f us\n", (now() - t0) / iters * 1e6);
+    t0 = now();
+    for (int i = 0; i < 200; i++)
+        gp_threadpool_run(pool, barrier_fn, pool);
+    printf("barrier %.2f us\n", (now() - t0) / (200 * 100) * 1e6);
 
     bench_matmul(pool, 1, 4096, 4096, GP_F16);
     bench_matmul(pool, 1, 4096, 4096, GP_F32);

@@ -8,9 +8,19 @@
 
 #include "ir/core.h"
 
-/* Polls of an atomic before a waiter sleeps: long enough to cover the gap between two kernels,
- * short enough not to burn a core when the machine is oversubscribed. */
-#define GP_POOL_SPIN 4096
+/* Polls of an atomic (with a CPU pause between) before a waiter sleeps: about 0.1-1 ms, long
+ * enough to cover the gap between two kernels, since waking a sleeper costs tens of microseconds;
+ * short enough not to burn a core for long when the machine is oversubscribed. */
+#define GP_POOL_SPIN 16384
+
+static inline void cpu_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 struct gp_threadpool {
     int n;              /* threads in all, the caller included */
@@ -52,9 +62,11 @@ static void pool_wake(gp_threadpool *p)
 /* Waits until *v != old. */
 static void wait_change(gp_threadpool *p, atomic_uint *v, unsigned old)
 {
-    for (int i = 0; i < GP_POOL_SPIN; i++)
+    for (int i = 0; i < GP_POOL_SPIN; i++) {
         if (atomic_load(v) != old)
             return;
+        cpu_pause();
+    }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
     while (atomic_load(v) == old)
@@ -66,9 +78,11 @@ static void wait_change(gp_threadpool *p, atomic_uint *v, unsigned old)
 /* Waits until *v == want. */
 static void wait_equal(gp_threadpool *p, atomic_int *v, int want)
 {
-    for (int i = 0; i < GP_POOL_SPIN; i++)
+    for (int i = 0; i < GP_POOL_SPIN; i++) {
         if (atomic_load(v) == want)
             return;
+        cpu_pause();
+    }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
     while (atomic_load(v) != want)
