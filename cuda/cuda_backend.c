@@ -4,10 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "cuda/cuda_backend.h"
 #include "cuda/cuda_kernels.h"
 #include "runtime/backend.h"
 
@@ -28,6 +30,8 @@ typedef struct {
     gp_cu_tensor in[GP_MAX_INPUTS];  /* [n_inputs] */
     void *ws;                        /* its planned workspace on the device, or NULL */
     size_t ws_size;
+    gp_cu_epilogue epi;              /* matmuls: the next epi.n nodes, fused when one row */
+    int skip;                        /* a cont whose readers read its source instead */
 } cu_node;
 
 typedef struct {
@@ -48,6 +52,7 @@ typedef struct {
     int64_t *launch;                /* host [n_syms]: sizes launches are made for */
     int *sym_tensor, *sym_dim;      /* [n_syms]: where each size is read from the extras */
     cu_node *nodes;                 /* [n_nodes] */
+    gp_cu_tensor *alias;            /* [n_tensors]: descriptors replacing a view's (ndim 0: none) */
     cudaStream_t stream;
     cublasHandle_t blas;
     gp_cu_ctx kc;
@@ -57,6 +62,23 @@ typedef struct {
     int created;                    /* create has returned: allocations now count */
     int64_t allocs;                 /* allocations made after create returned (0 by design) */
 } cuda_be;
+
+/* Time inside the backend's evals, process-wide (cuda/cuda_backend.h). */
+static double stat_seconds;
+static int64_t stat_evals;
+
+void gp_cuda_eval_stats(double *seconds, int64_t *evals)
+{
+    *seconds = stat_seconds;
+    *evals = stat_evals;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* ---- allocations, counted once the session is created ---- */
 
@@ -92,6 +114,10 @@ static void *tensor_addr(const cuda_be *b, const gp_plan_tensor *t)
 static void tensor_of(const cuda_be *b, int id, gp_cu_tensor *k)
 {
     const gp_plan_tensor *t = &b->p->tensors[id];
+    if (b->alias && b->alias[id].ndim > 0) {
+        *k = b->alias[id];
+        return;
+    }
     memset(k, 0, sizeof *k);
     k->data = tensor_addr(b, t);
     k->dtype = t->dtype;
@@ -123,8 +149,18 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
     for (int i = 0; i < p->n_nodes; i++) {
         const gp_plan_node *nd = &p->nodes[i];
         cu_node *cn = &b->nodes[i];
-        if (gp_cuda_compute(&b->kc, nd->op, &nd->attrs, &cn->out, cn->in, nd->n_inputs, cn->ws,
-                            cn->ws_size)) {
+        int r, fused = 0;
+        if (cn->skip)
+            continue;
+        if (nd->op == GP_OP_MATMUL && cn->epi.n > 0)
+            r = gp_cuda_matmul_fused(&b->kc, &nd->attrs, &cn->out, cn->in, cn->ws, cn->ws_size,
+                                     &cn->epi, &fused);
+        else
+            r = gp_cuda_compute(&b->kc, nd->op, &nd->attrs, &cn->out, cn->in, nd->n_inputs, cn->ws,
+                                cn->ws_size);
+        if (fused)
+            i += cn->epi.n; /* those nodes ran inside the matmul's kernel */
+        if (r) {
             snprintf(err, err_len, "cuda: node %d (%s -> %s, line %d): %s", i,
                      gp_op_get(nd->op)->name, p->tensors[nd->output].name, nd->line, b->kc.err);
             return -1;
@@ -205,6 +241,156 @@ static int check_io(const gp_plan *p, char *err, size_t err_len)
         }
     }
     return 0;
+}
+
+/* Byte ranges of two tensors (at the bounds) overlap: same region and intersecting spans. */
+static int overlaps(const gp_plan_tensor *a, const gp_plan_tensor *b)
+{
+    return a->region == b->region && a->size > 0 && b->size > 0 && a->offset < b->offset + b->size &&
+           b->offset < a->offset + a->size;
+}
+
+/* Plans each matmul's epilogue: the elementwise nodes right after it (add or mul with one other
+ * operand, gelu) that consume only the previous result, which nothing else reads. The final output
+ * must not overlap what the matmul kernel reads (a, b, the workspace), since other blocks may still
+ * read those while one writes; an operand may be the output itself (in place), else disjoint. */
+static void plan_epilogues(cuda_be *b, const int *uses)
+{
+    const gp_plan *p = b->p;
+    for (int i = 0; i < p->n_nodes; i++) {
+        const gp_plan_node *mm = &p->nodes[i];
+        if (mm->op != GP_OP_MATMUL)
+            continue;
+        gp_cu_epilogue *e = &b->nodes[i].epi;
+        int prev = mm->output, n = 0;
+        int other[GP_CU_MAX_EPI];
+        for (int j = i + 1; j < p->n_nodes && n < GP_CU_MAX_EPI; j++) {
+            const gp_plan_node *nd = &p->nodes[j];
+            const gp_plan_tensor *pt = &p->tensors[prev], *ot = &p->tensors[nd->output];
+            if (uses[prev] != 1 || pt->kind != GP_TENSOR_INTERMEDIATE || pt->view_src >= 0 ||
+                ot->ndim != pt->ndim || ot->view_src >= 0)
+                break;
+            int same = 1;
+            for (int d = 0; d < pt->ndim; d++)
+                same &= ot->dims[d] == pt->dims[d] && ot->sym[d] == pt->sym[d];
+            if (!same)
+                break;
+            if (nd->op == GP_OP_GELU && nd->inputs[0] == prev) {
+                other[n] = -1;
+            } else if ((nd->op == GP_OP_ADD || nd->op == GP_OP_MUL) && nd->n_inputs == 2 &&
+                       (nd->inputs[0] == prev) != (nd->inputs[1] == prev)) {
+                other[n] = nd->inputs[nd->inputs[0] == prev ? 1 : 0];
+            } else {
+                break;
+            }
+            e->op[n] = nd->op;
+            n++;
+            prev = nd->output;
+        }
+        /* Drop trailing ops until the final output is safe to write from inside the kernel. */
+        for (; n > 0; n--) {
+            const gp_plan_tensor *out = &p->tensors[p->nodes[i + n].output];
+            int ok = !overlaps(out, &p->tensors[mm->inputs[0]]) &&
+                     !overlaps(out, &p->tensors[mm->inputs[1]]) &&
+                     (mm->workspace < 0 || !overlaps(out, &p->tensors[mm->workspace]));
+            for (int k = 0; k < n && ok; k++) {
+                if (other[k] < 0)
+                    continue;
+                const gp_plan_tensor *o = &p->tensors[other[k]];
+                ok = !overlaps(out, o) || (o->offset == out->offset && o->region == out->region &&
+                                           o->dtype == out->dtype);
+            }
+            if (ok)
+                break;
+        }
+        e->n = n;
+        for (int k = 0; k < n; k++)
+            if (other[k] >= 0)
+                tensor_of(b, other[k], &e->other[k]);
+        if (n)
+            tensor_of(b, p->nodes[i + n].output, &e->out);
+    }
+}
+
+/* The view's root tensor (the one that owns the bytes). */
+static const gp_plan_tensor *root_of(const gp_plan *p, int id)
+{
+    while (p->tensors[id].view_src >= 0)
+        id = p->tensors[id].view_src;
+    return &p->tensors[id];
+}
+
+/*
+ * cont(x) whose output is read only through reshapes that split its last dim (q, k and v of a fused
+ * projection: reshape(cont(slice(qkv)), T, H, D)) needs no copy: its readers can read x with
+ * composed strides, when x's last dim is contiguous and nothing planned over x's bytes is written
+ * until the last reader has run. Those reshapes get descriptors into x; the cont is skipped.
+ */
+static void plan_cont_elision(cuda_be *b, const int *uses)
+{
+    const gp_plan *p = b->p;
+    for (int i = 0; i < p->n_nodes; i++) {
+        const gp_plan_node *nd = &p->nodes[i];
+        if (nd->op != GP_OP_CONT)
+            continue;
+        const gp_plan_tensor *c = &p->tensors[nd->output], *x = &p->tensors[nd->inputs[0]];
+        int nd_ = c->ndim, ok = c->kind == GP_TENSOR_INTERMEDIATE && c->view_src < 0 && nd_ >= 1 &&
+                               nd_ <= 2 && x->ndim == nd_ && x->dtype == c->dtype &&
+                               x->stride[nd_ - 1] == 1 && uses[nd->output] > 0;
+        for (int d = 0; d < nd_ && ok; d++)
+            ok = x->dims[d] == c->dims[d] && x->sym[d] == c->sym[d];
+        int last = i, nviews = 0;
+        for (int j = i + 1; j < p->n_nodes && ok; j++) {
+            const gp_plan_node *r = &p->nodes[j];
+            for (int k = 0; k < r->n_inputs && ok; k++) {
+                if (r->inputs[k] != nd->output)
+                    continue;
+                const gp_plan_tensor *v = &p->tensors[r->output];
+                ok = r->op == GP_OP_RESHAPE && v->ndim == nd_ + 1 && v->kind == GP_TENSOR_VIEW &&
+                     v->dims[nd_ - 1] * v->dims[nd_] == c->dims[nd_ - 1];
+                for (int d = 0; d < nd_ - 1 && ok; d++)
+                    ok = v->dims[d] == c->dims[d] && v->sym[d] == c->sym[d];
+                /* the view's readers: any kernel (they all take strides), but no further view */
+                for (int q = j + 1; q < p->n_nodes && ok; q++)
+                    for (int m = 0; m < p->nodes[q].n_inputs && ok; m++)
+                        if (p->nodes[q].inputs[m] == r->output) {
+                            ok = !gp_op_get(p->nodes[q].op)->is_view;
+                            last = q > last ? q : last;
+                        }
+                nviews++;
+            }
+        }
+        if (!ok || nviews == 0 || nviews != uses[nd->output])
+            continue;
+        /* Nothing that starts living after the cont may share x's bytes until the last reader. */
+        const gp_plan_tensor *xr = root_of(p, nd->inputs[0]);
+        for (int t = 0; t < p->n_tensors && ok; t++) {
+            const gp_plan_tensor *o = &p->tensors[t];
+            if (o->view_src < 0 && o != xr && o->first > i - 1 && o->first <= last && overlaps(o, xr))
+                ok = 0;
+        }
+        if (!ok)
+            continue;
+        gp_cu_tensor xs;
+        tensor_of(b, nd->inputs[0], &xs);
+        int64_t es = (int64_t)gp_dtype_size(c->dtype);
+        for (int j = i + 1; j < p->n_nodes; j++) {
+            const gp_plan_node *r = &p->nodes[j];
+            if (r->op != GP_OP_RESHAPE || r->inputs[0] != nd->output)
+                continue;
+            const gp_plan_tensor *v = &p->tensors[r->output];
+            gp_cu_tensor *a = &b->alias[r->output];
+            *a = xs;
+            a->ndim = nd_ + 1;
+            a->ne[nd_ - 1] = v->dims[nd_ - 1];
+            a->ne[nd_] = v->dims[nd_];
+            a->sym[nd_ - 1] = v->sym[nd_ - 1];
+            a->sym[nd_] = v->sym[nd_];
+            a->nb[nd_ - 1] = v->dims[nd_] * es;
+            a->nb[nd_] = es;
+        }
+        b->nodes[i].skip = 1;
+    }
 }
 
 static void be_destroy(void *ctx);
@@ -304,6 +490,20 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
                 }
         b->launch[s] = p->syms[s].bound;
     }
+    /* Readers of each tensor; conts that need no copy; then every node's descriptors. */
+    int *uses = calloc((size_t)p->n_tensors + 1, sizeof *uses);
+    b->alias = calloc((size_t)p->n_tensors + 1, sizeof *b->alias);
+    if (!uses || !b->alias) {
+        free(uses);
+        snprintf(err, err_len, "cuda: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < p->n_nodes; i++)
+        for (int j = 0; j < p->nodes[i].n_inputs; j++)
+            uses[p->nodes[i].inputs[j]]++;
+    const char *nocont = getenv("GPLAN_CUDA_NO_FUSE");
+    if (!(nocont && *nocont == '1'))
+        plan_cont_elision(b, uses);
     for (int i = 0; i < p->n_nodes; i++) {
         const gp_plan_node *nd = &p->nodes[i];
         tensor_of(b, nd->output, &b->nodes[i].out);
@@ -315,6 +515,11 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             b->nodes[i].ws_size = b->nodes[i].ws ? (size_t)w->size : 0;
         }
     }
+
+    const char *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
+    if (!(nofuse && *nofuse == '1'))
+        plan_epilogues(b, uses);
+    free(uses);
 
     /* cuBLAS: created here, on our stream, working only in planned workspaces (set per node). */
     if (cublasCreate(&b->blas) != CUBLAS_STATUS_SUCCESS) {
@@ -346,6 +551,18 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     b->kc.n_counters = GP_CU_COUNTERS;
     const char *env = getenv("GPLAN_CUDA_NO_MATVEC");
     b->kc.no_matvec = env && *env == '1';
+
+    /* Warm-up: one eager eval at the smallest and one at the largest sizes loads every kernel and
+     * lets cuBLAS set itself up outside of any capture; the state is zeroed again after. Index
+     * inputs may hold anything here: the kernels skip out-of-range ones. */
+    for (int w = 0; w < 2; w++) {
+        for (int s = 0; s < p->n_syms; s++)
+            b->launch[s] = b->pin_syms[s] = w ? p->syms[s].bound : 1;
+        if (enqueue_eval(b, err, err_len))
+            goto fail;
+        CU_TRY(cudaStreamSynchronize(b->stream));
+    }
+    CU_TRY(cudaMemset(b->dev[GP_REGION_STATE], 0, (size_t)p->regions[GP_REGION_STATE].size));
 
     /* Graphs: one per power-of-two bucket of the token count, captured now so that an eval only
      * replays. Plans with several symbolic dims run eagerly (launches at each eval's sizes). */
@@ -393,6 +610,7 @@ static cu_graph *pick_graph(cuda_be *b, const int64_t *exact)
 static int be_eval(void *ctx, const unsigned char *extras, char *err, size_t err_len)
 {
     cuda_be *b = ctx;
+    double t0 = now_s();
     const gp_plan *p = b->p;
     /* This eval's sizes, from the extras records the session wrote. */
     for (int s = 0; s < p->n_syms; s++) {
@@ -425,6 +643,8 @@ static int be_eval(void *ctx, const unsigned char *extras, char *err, size_t err
     CU_TRY(cudaStreamSynchronize(b->stream));
     if (!b->io_registered)
         memcpy(b->host_io, b->pin_io, (size_t)p->regions[GP_REGION_IO].size);
+    stat_seconds += now_s() - t0;
+    stat_evals++;
     return 0;
 fail:
     return -1;
@@ -468,6 +688,7 @@ static void be_destroy(void *ctx)
         cudaStreamDestroy(b->stream);
     cudaGetLastError();
     free(b->nodes);
+    free(b->alias);
     free(b->launch);
     free(b->sym_tensor);
     free(b->sym_dim);

@@ -119,6 +119,6 @@ int gp_cu_check_launch(gp_cu_ctx *c, const char *what);
 int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
                     const gp_cu_tensor *in, void *ws, size_t ws_size);
 int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const gp_cu_tensor *in,
-                 void *ws, size_t ws_size);
+                 void *ws, size_t ws_size, const gp_cu_epilogue *epi, int *fused);
 
 #endif

@@ -56,6 +56,23 @@ typedef struct {
 int gp_cuda_compute(gp_cu_ctx *ctx, gp_op op, const gp_attrs *a, const gp_cu_tensor *out,
                     const gp_cu_tensor *in, int n_in, void *ws, size_t ws_size);
 
+/* Elementwise ops that follow a matmul, applied in its kernel when the matrix-vector path serves it
+ * (one row): v = product; for each k: v = v + other[k] (GP_OP_ADD), v * other[k] (GP_OP_MUL) or
+ * gelu(v) (GP_OP_GELU); then out = v. other[k] is [N] or [1, N] (or broadcasts a scalar). */
+#define GP_CU_MAX_EPI 3
+typedef struct {
+    int n;
+    gp_op op[GP_CU_MAX_EPI];
+    gp_cu_tensor other[GP_CU_MAX_EPI]; /* for ADD and MUL */
+    gp_cu_tensor out;                  /* where the last result goes */
+} gp_cu_epilogue;
+
+/* A matmul with its epilogue fused when it can be (*fused = 1: only epi->out is written), else the
+ * plain matmul into `out` (*fused = 0: the caller runs the epilogue's nodes). 0, or -1 with err. */
+int gp_cuda_matmul_fused(gp_cu_ctx *ctx, const gp_attrs *a, const gp_cu_tensor *out,
+                         const gp_cu_tensor *in, void *ws, size_t ws_size,
+                         const gp_cu_epilogue *epi, int *fused);
+
 /* Counters gp_cuda_compute may use at once (the size d_counters must have). */
 #define GP_CU_COUNTERS 4096
 

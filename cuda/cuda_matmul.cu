@@ -57,6 +57,31 @@ __global__ void k_matmul_naive(KT o, KT a, KT b, int ta, int tb, const int64_t *
     }
 }
 
+/* ---- epilogues ---- */
+
+struct EPI {
+    int n;
+    int op[GP_CU_MAX_EPI];
+    KT other[GP_CU_MAX_EPI];
+};
+
+__device__ __forceinline__ float epi_apply(const EPI &e, int64_t col, float v)
+{
+#pragma unroll
+    for (int k = 0; k < GP_CU_MAX_EPI; k++) {
+        if (k >= e.n)
+            break;
+        if (e.op[k] == GP_OP_GELU) {
+            v = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+        } else {
+            const KT &o = e.other[k];
+            float y = ld_f(o.p + (o.ne[3] == 1 ? 0 : col * o.nb[3]), o.t);
+            v = e.op[k] == GP_OP_ADD ? v + y : v * y;
+        }
+    }
+    return v;
+}
+
 /* ---- matrix-vector: M == 1, x f32 contiguous, weights 16-bit or f32 with 16-byte rows ---- */
 
 template <typename W> struct vec16;
@@ -111,7 +136,7 @@ enum { MV_WARPS = 4, MV_ROWS = 2, MV_UNROLL = 4 };
  */
 template <typename W>
 __global__ void __launch_bounds__(MV_WARPS * 32)
-    k_matvec_nk(const char *w, int64_t ldw, const float *x, KT o, int ksym, int64_t K, int64_t N,
+    k_matvec_nk(const char *w, int64_t ldw, const float *x, KT o, EPI e, int ksym, int64_t K, int64_t N,
                 const int64_t *syms)
 {
     typedef vec16<W> V;
@@ -181,7 +206,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     for (int r = 0; r < MV_ROWS; r++) {
         float s = warp_sum(acc[r]);
         if (lane == 0 && n0 + r < N)
-            st_f(o.p + (n0 + r) * o.nb[3], o.t, s);
+            st_f(o.p + (n0 + r) * o.nb[3], o.t, epi_apply(e, n0 + r, s));
     }
 }
 
@@ -195,7 +220,7 @@ enum { KN_TX = 32, KN_TY = 8 };
  */
 template <typename W>
 __global__ void __launch_bounds__(KN_TX *KN_TY)
-    k_matvec_kn(const char *w, int64_t ldw, const float *x, KT o, int ksym, int64_t K, int64_t N,
+    k_matvec_kn(const char *w, int64_t ldw, const float *x, KT o, EPI e, int ksym, int64_t K, int64_t N,
                 float *part, unsigned *counters, const int64_t *syms)
 {
     typedef vec16<W> V;
@@ -250,7 +275,7 @@ __global__ void __launch_bounds__(KN_TX *KN_TY)
         if (tile0 + j >= N)
             continue;
         if (nsplit == 1)
-            st_f(o.p + (tile0 + j) * o.nb[3], o.t, s);
+            st_f(o.p + (tile0 + j) * o.nb[3], o.t, epi_apply(e, tile0 + j, s));
         else
             part[blockIdx.y * N + tile0 + j] = s;
     }
@@ -270,7 +295,7 @@ __global__ void __launch_bounds__(KN_TX *KN_TY)
         float s = 0.0f;
         for (int i = 0; i < nsplit; i++)
             s += __ldcg(&part[i * N + tile0 + j]);
-        st_f(o.p + (tile0 + j) * o.nb[3], o.t, s);
+        st_f(o.p + (tile0 + j) * o.nb[3], o.t, epi_apply(e, tile0 + j, s));
     }
     if (threadIdx.x == 0)
         counters[blockIdx.x] = 0;
@@ -282,9 +307,10 @@ static int es_of(int t)
 }
 
 /* Tries the matrix-vector kernels; 1 when launched, 0 when the shapes don't fit, -1 on error. */
-static int try_matvec(gp_cu_ctx *c, const KT &o, const KT &ka, const KT &kb, int ta, int tb,
-                      const gp_cu_tensor *in, void *ws, size_t ws_size)
+static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, int ta, int tb,
+                      const gp_cu_tensor *in, void *ws, size_t ws_size, const gp_cu_epilogue *epi)
 {
+    const KT &o = o0;
     if (c->no_matvec || o.ne[0] * o.ne[1] != 1 || o.ne[2] != 1 || ka.ne[0] * ka.ne[1] != 1 ||
         kb.ne[0] * kb.ne[1] != 1 || ka.t != GP_F32)
         return 0;
@@ -297,17 +323,36 @@ static int try_matvec(gp_cu_ctx *c, const KT &o, const KT &ka, const KT &kb, int
     if (A.sc != 4 || ((uintptr_t)A.p & 15) || ((uintptr_t)B.p & 15))
         return 0;
     const float *x = (const float *)A.p;
+    /* The epilogue's operands: one row of N (or a scalar); the result goes to epi->out. */
+    EPI e;
+    e.n = 0;
+    KT ot = o;
+    if (epi && epi->n > 0) {
+        ot = gp_kt_of(c, &epi->out);
+        if (kt_count(ot, 3) != 1 || ot.ne[3] != N || epi->n > GP_CU_MAX_EPI)
+            return 0;
+        e.n = epi->n;
+        for (int k = 0; k < epi->n; k++) {
+            e.op[k] = epi->op[k];
+            if (epi->op[k] == GP_OP_GELU)
+                continue;
+            e.other[k] = gp_kt_of(c, &epi->other[k]);
+            if (kt_count(e.other[k], 3) != 1 || (e.other[k].ne[3] != N && e.other[k].ne[3] != 1) ||
+                (epi->op[k] != GP_OP_ADD && epi->op[k] != GP_OP_MUL))
+                return 0;
+        }
+    }
     if (B.sr == es && B.sc % 16 == 0 && K % vn == 0) {
         /* [N, K]: K contiguous, rows B.sc bytes apart. */
         unsigned grid = (unsigned)((N + MV_WARPS * MV_ROWS - 1) / (MV_WARPS * MV_ROWS));
         if (kb.t == GP_F16)
-            k_matvec_nk<__half><<<grid, MV_WARPS * 32, 0, c->stream>>>(B.p, B.sc, x, o, ksym, K, N,
+            k_matvec_nk<__half><<<grid, MV_WARPS * 32, 0, c->stream>>>(B.p, B.sc, x, ot, e, ksym, K, N,
                                                                       c->d_syms);
         else if (kb.t == GP_BF16)
-            k_matvec_nk<__nv_bfloat16><<<grid, MV_WARPS * 32, 0, c->stream>>>(B.p, B.sc, x, o, ksym, K,
+            k_matvec_nk<__nv_bfloat16><<<grid, MV_WARPS * 32, 0, c->stream>>>(B.p, B.sc, x, ot, e, ksym, K,
                                                                              N, c->d_syms);
         else
-            k_matvec_nk<float><<<grid, MV_WARPS * 32, 0, c->stream>>>(B.p, B.sc, x, o, ksym, K, N,
+            k_matvec_nk<float><<<grid, MV_WARPS * 32, 0, c->stream>>>(B.p, B.sc, x, ot, e, ksym, K, N,
                                                                      c->d_syms);
         return gp_cu_check_launch(c, "matvec_nk") ? -1 : 1;
     }
@@ -328,13 +373,13 @@ static int try_matvec(gp_cu_ctx *c, const KT &o, const KT &ka, const KT &kb, int
         dim3 grid((unsigned)tiles, (unsigned)nsplit);
         float *part = (float *)ws;
         if (kb.t == GP_F16)
-            k_matvec_kn<__half><<<grid, KN_TX * KN_TY, 0, c->stream>>>(B.p, B.sr, x, o, ksym, K, N, part,
+            k_matvec_kn<__half><<<grid, KN_TX * KN_TY, 0, c->stream>>>(B.p, B.sr, x, ot, e, ksym, K, N, part,
                                                                     c->d_counters, c->d_syms);
         else if (kb.t == GP_BF16)
             k_matvec_kn<__nv_bfloat16><<<grid, KN_TX * KN_TY, 0, c->stream>>>(
-                B.p, B.sr, x, o, ksym, K, N, part, c->d_counters, c->d_syms);
+                B.p, B.sr, x, ot, e, ksym, K, N, part, c->d_counters, c->d_syms);
         else
-            k_matvec_kn<float><<<grid, KN_TX * KN_TY, 0, c->stream>>>(B.p, B.sr, x, o, ksym, K, N, part,
+            k_matvec_kn<float><<<grid, KN_TX * KN_TY, 0, c->stream>>>(B.p, B.sr, x, ot, e, ksym, K, N, part,
                                                                    c->d_counters, c->d_syms);
         return gp_cu_check_launch(c, "matvec_kn") ? -1 : 1;
     }
@@ -483,8 +528,10 @@ static int try_blas(gp_cu_ctx *c, const KT &o, const KT &ka, const KT &kb, int t
 }
 
 int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const gp_cu_tensor *in,
-                 void *ws, size_t ws_size)
+                 void *ws, size_t ws_size, const gp_cu_epilogue *epi, int *fused)
 {
+    if (fused)
+        *fused = 0;
     KT o = gp_kt_of(c, out), ka = gp_kt_of(c, &in[0]), kb = gp_kt_of(c, &in[1]);
     int ta = a->i[0] != 0, tb = a->i[1] != 0;
     if (in[0].ndim < 2 || in[1].ndim < 2 || out->ndim < 2) {
@@ -493,7 +540,13 @@ int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const
     }
     if (kt_count(o, 4) == 0)
         return 0;
-    int r = try_matvec(c, o, ka, kb, ta, tb, in, ws, ws_size);
+    int r = epi ? try_matvec(c, o, ka, kb, ta, tb, in, ws, ws_size, epi) : 0;
+    if (r > 0) {
+        *fused = 1;
+        return 0;
+    }
+    if (r == 0)
+        r = try_matvec(c, o, ka, kb, ta, tb, in, ws, ws_size, NULL);
     if (r == 0)
         r = try_blas(c, o, ka, kb, ta, tb, ws, ws_size);
     if (r < 0)
@@ -503,4 +556,11 @@ int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const
     int64_t n = kt_count(o, 4), b = (n + 255) / 256;
     k_matmul_naive<<<(unsigned)(b > 8192 ? 8192 : b), 256, 0, c->stream>>>(o, ka, kb, ta, tb, c->d_syms);
     return gp_cu_check_launch(c, "matmul_naive");
+}
+
+extern "C" int gp_cuda_matmul_fused(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
+                                    const gp_cu_tensor *in, void *ws, size_t ws_size,
+                                    const gp_cu_epilogue *epi, int *fused)
+{
+    return gp_cu_matmul(c, a, out, in, ws, ws_size, epi, fused);
 }

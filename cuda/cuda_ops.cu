@@ -436,7 +436,7 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
     case GP_OP_STORE:
         return launch_store(c, in);
     case GP_OP_MATMUL:
-        return gp_cu_matmul(c, a, out, in, ws, ws_size);
+        return gp_cu_matmul(c, a, out, in, ws, ws_size, NULL, NULL);
     case GP_OP_ATTENTION:
         return gp_cu_attention(c, a, out, in, ws, ws_size);
     default:

@@ -1,0 +1,12 @@
+/* The CUDA backend's extras beyond runtime/backend.h (gp_backend_cuda is declared there). */
+#ifndef GP_CUDA_BACKEND_H
+#define GP_CUDA_BACKEND_H
+
+#include <stdint.h>
+
+/* Seconds spent inside the CUDA backend's evals (input copies, graph replay, waiting for the GPU,
+ * output copies) and the number of evals, summed over every session of the process: what a
+ * benchmark subtracts from gp_session_eval's time to see the session's own overhead. */
+void gp_cuda_eval_stats(double *seconds, int64_t *evals);
+
+#endif
