@@ -3,6 +3,7 @@
 #include "runtime/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -13,8 +14,14 @@
  * short enough not to burn a core for long when the machine is oversubscribed. */
 #define GP_POOL_SPIN 16384
 
-static inline void cpu_pause(void)
+/* One step of a spin: a CPU pause, and every 64th step a yield to the scheduler, so that with
+ * more threads than cores the thread being waited for gets to run. */
+static inline void spin_step(int i)
 {
+    if ((i & 63) == 63) {
+        sched_yield();
+        return;
+    }
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -65,7 +72,7 @@ static void wait_change(gp_threadpool *p, atomic_uint *v, unsigned old)
     for (int i = 0; i < GP_POOL_SPIN; i++) {
         if (atomic_load(v) != old)
             return;
-        cpu_pause();
+        spin_step(i);
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
@@ -81,7 +88,7 @@ static void wait_equal(gp_threadpool *p, atomic_int *v, int want)
     for (int i = 0; i < GP_POOL_SPIN; i++) {
         if (atomic_load(v) == want)
             return;
-        cpu_pause();
+        spin_step(i);
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
