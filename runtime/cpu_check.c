@@ -82,7 +82,7 @@ static int check_tensor(const gp_ktensor *t, const char *what, gp_op op, char *e
 static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in,
                         int n_in, char *err, size_t n)
 {
-    const gp_ktensor *x = &in[0];
+    const gp_ktensor *x = n_in > 0 ? &in[0] : NULL;
     switch (op) {
     case GP_OP_NONE:
     case GP_OP_RESHAPE:

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "runtime/cpu_internal.h"
+#include "runtime/plan.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
@@ -562,7 +563,11 @@ size_t gp_cpu_workspace_bytes(gp_op op, const gp_ktensor *out, const gp_ktensor 
                               int nth)
 {
     (void)out;
-    if (op == GP_OP_ATTENTION && n_in >= 2 && nth > 0)
+    /* plan.h reserves scores for at most GP_WS_CPU_MAX_THREADS threads; the kernel uses no more
+     * threads than the workspace has slices for. */
+    if (nth > GP_WS_CPU_MAX_THREADS)
+        nth = GP_WS_CPU_MAX_THREADS;
+    if (op == GP_OP_ATTENTION && n_in >= 2 && nth > 0 && in[1].ne[0] > 0)
         return (size_t)nth * (size_t)in[1].ne[0] * sizeof(float);
     return 0;
 }

@@ -25,7 +25,7 @@ typedef struct {
  *    each element's arithmetic, reductions included, runs in an order fixed by the shapes alone.
  *  - In place: where gp_op_get(op)->inplace >= 0, `out` may be that input's memory (same layout).
  *  - No allocation: scratch comes from ws (ws_size bytes, see gp_cpu_workspace_bytes) or from
- *    bounded stack buffers (at most ~64 KiB, in matmul).
+ *    fixed-size stack buffers (at most ~82 KiB, in matmul: threads need a stack of 256 KiB or more).
  *  - Inputs of any float dtype (f32, f16, bf16) are read as f32; math is f32; results are converted
  *    to out->dtype.
  *  - Index inputs (get_rows ids, store and attention pos) must be in range: the runtime checks them
@@ -45,7 +45,8 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
 /*
  * Workspace bytes that gp_cpu_compute needs for this node at these shapes with nth threads (the
  * formulas agree with runtime/plan.h):
- *   attention: nth * S * 4 (f32 scores [nth, S]; S = in[1]->ne[0], the cache rows);
+ *   attention: min(nth, GP_WS_CPU_MAX_THREADS) * S * 4 (f32 scores [threads, S]; S = in[1]->ne[0],
+ *              the cache rows); with less, fewer threads do the work (same results);
  *   every other op: 0.
  */
 size_t gp_cpu_workspace_bytes(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in,

@@ -814,6 +814,8 @@ static void test_attention(void)
     gp_attrs at = {.f = {0.5}};
     size_t ws = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &o->k, in, 4, 2);
     CU_ASSERT_EQUAL(ws, 2 * S * sizeof(float));
+    /* plan.h plans scores for at most 64 threads. */
+    CU_ASSERT_EQUAL(gp_cpu_workspace_bytes(GP_OP_ATTENTION, &o->k, in, 4, 100), 64 * S * sizeof(float));
     float *w = malloc(ws);
     /* A workspace for one thread: the second call must not touch anything. */
     gp_cpu_compute(GP_OP_ATTENTION, &at, &o->k, in, 4, w, ws / 2, 1, 2);
