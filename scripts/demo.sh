@@ -15,3 +15,14 @@ for m in tiny gpt2 llama; do
   echo "== gplan-compile --check examples/$m.gplan"
   "$bin/gplan-compile" --check "examples/$m.gplan"
 done
+
+# GPT-2 117M shape: compile to a plan, show its summary, run it on the CPU with random weights.
+plan=build/gpt2.plan
+echo "== gplan-compile examples/gpt2.gplan -o $plan (GPT-2 117M shape)"
+"$bin/gplan-compile" examples/gpt2.gplan -o "$plan"
+echo "== gplan-inspect $plan (summary)"
+"$bin/gplan-inspect" "$plan" > build/gpt2.inspect.txt
+sed -n '1,7p' build/gpt2.inspect.txt
+echo "== gplan-run $plan --random-weights 1: a 32-token prompt, then 24 tokens, CPU, $(nproc) threads"
+"$bin/gplan-run" "$plan" --random-weights 1 --prompt-ids "$(seq -s, 100 131)" -n 24 \
+  --threads "$(nproc)" --stats

@@ -549,6 +549,7 @@ int main(int argc, char **argv)
     }
     if (made)
         printf("\n");
+    fflush(stdout); /* before the messages and stats on stderr */
     if (at_context)
         fprintf(stderr, "gplan-run: reached the planned context (%lld positions); stopping "
                 "(--loop starts again at position 0)\n", (long long)ctx);
