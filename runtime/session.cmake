@@ -15,3 +15,8 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_runtime.c)
   gp_add_suite(NAME runtime SOURCES ${CMAKE_SOURCE_DIR}/tests/test_runtime.c
                LIBS gp_runtime gp_planner gp_dsl gp_alloc_wrap)
 endif()
+
+# gplan-run's command line (tests/cli/gplan_run.sh).
+add_test(NAME cli_gplan_run
+         COMMAND sh ${CMAKE_SOURCE_DIR}/tests/cli/gplan_run.sh $<TARGET_FILE:gplan-compile>
+                 $<TARGET_FILE:gplan-run> ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/cli_gplan_run)

@@ -283,6 +283,14 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (!strcmp(a, "--loop")) {
             o->loop = 1;
         } else if (a[0] == '-' && a[1] != '\0') {
+            static const char *const with_value[] = {
+                "--weights", "--random-weights", "--backend", "--threads", "--prompt-ids", "-n",
+                "--eos", "--temp", "--seed", "--logits-out"};
+            int known = 0;
+            for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+                known |= !strcmp(a, with_value[k]);
+            if (!known)
+                return usage_error("unknown option", a);
             if (!v)
                 return usage_error("missing value for", a);
             i++;
@@ -321,9 +329,6 @@ static int parse_args(int argc, char **argv, options *o)
                     return usage_error("bad --seed", v);
             } else if (!strcmp(a, "--logits-out")) {
                 o->logits_out = v;
-            } else {
-                i--;
-                return usage_error("unknown option", a);
             }
         } else if (!o->plan) {
             o->plan = a;
