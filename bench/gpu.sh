@@ -46,7 +46,7 @@ PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_gpt2.py 12 768 12 --no-hf >"$
 PYTHONUNBUFFERED=1 timeout 300 python3 bench/torch_gpt2.py 48 1600 25 --no-hf >>"$OUT/torch.log" 2>&1
 
 # 5. The table.
-cat "$OUT"/gpt2-*.log "$OUT/torch.log" | grep -E "^(CHECK|RESULT|torch|gp_cuda_allocshim)"
+cat "$OUT"/gpt2-*.log "$OUT/torch.log" | grep -E "^(CHECK|RESULT|torch|gp_cuda_allocshim|cuda profile)"
 echo
 echo "| model | config | decode ms/token (eval; in backend) | prompt ms (tok/s) | allocs in evals: backend/host/cuda calls/free-mem delta |"
 echo "|---|---|---|---|---|"

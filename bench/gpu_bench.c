@@ -265,6 +265,9 @@ int main(int argc, char **argv)
             unsetenv("GPLAN_CUDA_NO_FUSE");
             setenv("GPLAN_CUDA_GRAPHS", "0", 1);
             rc |= run_config(m, label, "eager+matvec", V, info.max_tokens);
+            setenv("GPLAN_CUDA_PROFILE", "1", 1);
+            rc |= run_config(m, label, "profile(eager)", V, info.max_tokens);
+            unsetenv("GPLAN_CUDA_PROFILE");
             setenv("GPLAN_CUDA_GRAPHS", "1", 1);
             setenv("GPLAN_CUDA_NO_MATVEC", "1", 1);
             rc |= run_config(m, label, "graphs+cublas", V, info.max_tokens);

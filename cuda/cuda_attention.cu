@@ -112,10 +112,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
 }
 
-/* Combines the nsplit partials of each (h, t): one block each, threads over D. */
+/* Combines the nsplit partials of each (h, t): one block each. The splits' maxima and sums are read
+ * at once into shared memory, then every thread adds its dims over the splits. */
 __global__ void k_attention_combine(int nsplit, KT o, KT pos, int64_t S, const float *part, int64_t Tl,
                                     const int64_t *syms)
 {
+    __shared__ float wgt[GP_WS_ATTN_SPLITS];
+    __shared__ float inv_l;
     kt_resolve(o, syms);
     int64_t T = o.ne[1], H = o.ne[2], D = o.ne[3], h = blockIdx.x, t = blockIdx.y;
     if (t >= T)
@@ -123,25 +126,32 @@ __global__ void k_attention_combine(int nsplit, KT o, KT pos, int64_t S, const f
     int32_t p = *(const int32_t *)(pos.p + t * pos.nb[3]);
     if (p < 0 || p >= S)
         return;
-    float M = -INFINITY, L = 0.0f;
-    for (int i = 0; i < nsplit; i++) {
-        const float *pp = part + ((i * Tl + t) * H + h) * (D + 2);
-        if (pp[D + 1] > 0.0f)
-            M = fmaxf(M, pp[D]);
+    if (threadIdx.x < 32) {
+        int i = threadIdx.x;
+        float m = -INFINITY, l = 0.0f;
+        if (i < nsplit) {
+            const float *pp = part + ((i * Tl + t) * H + h) * (D + 2);
+            m = pp[D];
+            l = pp[D + 1];
+            if (!(l > 0.0f))
+                m = -INFINITY;
+        }
+        float M = warp_max(m);
+        float w = m == -INFINITY ? 0.0f : expf(m - M);
+        float L = warp_sum(l * w);
+        if (i < nsplit)
+            wgt[i] = w;
+        if (i == 0)
+            inv_l = 1.0f / L;
     }
-    for (int i = 0; i < nsplit; i++) {
-        const float *pp = part + ((i * Tl + t) * H + h) * (D + 2);
-        if (pp[D + 1] > 0.0f)
-            L += pp[D + 1] * expf(pp[D] - M);
-    }
+    __syncthreads();
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
         float a = 0.0f;
-        for (int i = 0; i < nsplit; i++) {
-            const float *pp = part + ((i * Tl + t) * H + h) * (D + 2);
-            if (pp[D + 1] > 0.0f)
-                a += pp[d] * expf(pp[D] - M);
-        }
-        st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a / L);
+#pragma unroll 4
+        for (int i = 0; i < nsplit; i++)
+            if (wgt[i] != 0.0f)
+                a += part[((i * Tl + t) * H + h) * (D + 2) + d] * wgt[i];
+        st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a * inv_l);
     }
 }
 

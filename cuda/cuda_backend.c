@@ -60,6 +60,9 @@ typedef struct {
     int n_graphs;
     int buckets;                    /* 1: pad the token count to a power of two (cuBLAS safe) */
     int created;                    /* create has returned: allocations now count */
+    cudaEvent_t *ev;                /* GPLAN_CUDA_PROFILE=1: [n_nodes + 1] events (eager evals) */
+    double prof_ms[GP_OP_COUNT];    /* one-token evals: GPU time per op */
+    int64_t prof_n[GP_OP_COUNT], prof_evals;
     int64_t allocs;                 /* allocations made after create returned (0 by design) */
 } cuda_be;
 
@@ -150,6 +153,8 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
         const gp_plan_node *nd = &p->nodes[i];
         cu_node *cn = &b->nodes[i];
         int r, fused = 0;
+        if (b->ev)
+            cudaEventRecord(b->ev[i], b->stream);
         if (cn->skip)
             continue;
         if (nd->op == GP_OP_MATMUL && cn->epi.n > 0)
@@ -158,14 +163,19 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
         else
             r = gp_cuda_compute(&b->kc, nd->op, &nd->attrs, &cn->out, cn->in, nd->n_inputs, cn->ws,
                                 cn->ws_size);
-        if (fused)
+        if (fused) {
+            for (int k = 1; b->ev && k <= cn->epi.n; k++)
+                cudaEventRecord(b->ev[i + k], b->stream);
             i += cn->epi.n; /* those nodes ran inside the matmul's kernel */
+        }
         if (r) {
             snprintf(err, err_len, "cuda: node %d (%s -> %s, line %d): %s", i,
                      gp_op_get(nd->op)->name, p->tensors[nd->output].name, nd->line, b->kc.err);
             return -1;
         }
     }
+    if (b->ev)
+        cudaEventRecord(b->ev[p->n_nodes], b->stream);
     for (int i = 0; i < p->n_tensors; i++) {
         const gp_plan_tensor *t = &p->tensors[i];
         if (t->kind != GP_TENSOR_OUTPUT || t->size <= 0)
@@ -566,7 +576,18 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
 
     /* Graphs: one per power-of-two bucket of the token count, captured now so that an eval only
      * replays. Plans with several symbolic dims run eagerly (launches at each eval's sizes). */
-    env = getenv("GPLAN_CUDA_GRAPHS");
+    env = getenv("GPLAN_CUDA_PROFILE");
+    if (env && *env == '1') {
+        /* Profiling: eager evals with an event before each node (no graphs). */
+        b->ev = calloc((size_t)p->n_nodes + 1, sizeof *b->ev);
+        if (!b->ev) {
+            snprintf(err, err_len, "cuda: out of memory");
+            goto fail;
+        }
+        for (int i = 0; i <= p->n_nodes; i++)
+            CU_TRY(cudaEventCreate(&b->ev[i]));
+    }
+    env = b->ev ? "0" : getenv("GPLAN_CUDA_GRAPHS");
     b->buckets = bucket_safe(p);
     if (!(env && *env == '0') && p->n_syms <= 1) {
         if (p->n_syms == 0) {
@@ -641,6 +662,16 @@ static int be_eval(void *ctx, const unsigned char *extras, char *err, size_t err
         }
     }
     CU_TRY(cudaStreamSynchronize(b->stream));
+    if (b->ev && p->n_syms == 1 && b->pin_syms[0] == 1) {
+        for (int i = 0; i < p->n_nodes; i++) {
+            float ms = 0;
+            if (cudaEventElapsedTime(&ms, b->ev[i], b->ev[i + 1]) == cudaSuccess) {
+                b->prof_ms[p->nodes[i].op] += ms;
+                b->prof_n[p->nodes[i].op]++;
+            }
+        }
+        b->prof_evals++;
+    }
     if (!b->io_registered)
         memcpy(b->host_io, b->pin_io, (size_t)p->regions[GP_REGION_IO].size);
     stat_seconds += now_s() - t0;
@@ -673,6 +704,19 @@ static void be_destroy(void *ctx)
         return;
     if (b->stream)
         cudaStreamSynchronize(b->stream);
+    if (b->ev && b->prof_evals) {
+        /* The profile is what GPLAN_CUDA_PROFILE asks for: printed once, at the end. */
+        fprintf(stderr, "cuda profile: GPU ms per one-token eval, by op (%lld evals)\n",
+                (long long)b->prof_evals);
+        for (int op = 0; op < GP_OP_COUNT; op++)
+            if (b->prof_n[op])
+                fprintf(stderr, "cuda profile: %-12s %8.4f ms  %5lld nodes/eval\n",
+                        gp_op_get((gp_op)op)->name, b->prof_ms[op] / (double)b->prof_evals,
+                        (long long)(b->prof_n[op] / b->prof_evals));
+    }
+    for (int i = 0; b->ev && i <= b->p->n_nodes; i++)
+        cudaEventDestroy(b->ev[i]);
+    free(b->ev);
     for (int i = 0; i < b->n_graphs; i++)
         cudaGraphExecDestroy(b->graphs[i].exec);
     if (b->blas)

@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
 }
 
-enum { KN_TX = 32, KN_TY = 8 };
+enum { KN_TX = 32, KN_TY = 8, KN_UNROLL = 8, KN_ROWS = KN_TY * KN_UNROLL };
 
 /*
  * Weights [K, N] (row k at w + k * ldw bytes, N contiguous): a block covers 32 * V::N columns
@@ -230,23 +230,25 @@ __global__ void __launch_bounds__(KN_TX *KN_TY)
         K = syms[ksym];
     int tx = threadIdx.x % KN_TX, ty = threadIdx.x / KN_TX, nsplit = gridDim.y;
     int64_t col = ((int64_t)blockIdx.x * KN_TX + tx) * V::N;
-    int64_t per = (K + nsplit - 1) / nsplit, k0 = blockIdx.y * per, k1 = min(K, k0 + per);
+    /* Splits of whole KN_ROWS chunks (the launcher's estimate; K here may be the eval's). */
+    int64_t per = ((K + nsplit - 1) / nsplit + KN_ROWS - 1) / KN_ROWS * KN_ROWS;
+    int64_t k0 = blockIdx.y * per, k1 = min(K, k0 + per);
     float acc[V::N];
 #pragma unroll
     for (int e = 0; e < V::N; e++)
         acc[e] = 0.0f;
     if (col < N) {
         int64_t k = k0 + ty;
-        for (; k + KN_TY * (MV_UNROLL - 1) < k1; k += KN_TY * MV_UNROLL) {
-            uint4 u[MV_UNROLL];
-            float xv[MV_UNROLL];
+        for (; k + KN_TY * (KN_UNROLL - 1) < k1; k += KN_ROWS) {
+            uint4 u[KN_UNROLL];
+            float xv[KN_UNROLL];
 #pragma unroll
-            for (int i = 0; i < MV_UNROLL; i++) {
+            for (int i = 0; i < KN_UNROLL; i++) {
                 u[i] = ld_stream(w + (k + KN_TY * i) * ldw + col * sizeof(W));
                 xv[i] = __ldg(x + k + KN_TY * i);
             }
 #pragma unroll
-            for (int i = 0; i < MV_UNROLL; i++) {
+            for (int i = 0; i < KN_UNROLL; i++) {
                 float wv[V::N];
                 V::unpack(u[i], wv);
 #pragma unroll
@@ -293,6 +295,7 @@ __global__ void __launch_bounds__(KN_TX *KN_TY)
         if (tile0 + j >= N)
             continue;
         float s = 0.0f;
+#pragma unroll 8
         for (int i = 0; i < nsplit; i++)
             s += __ldcg(&part[i * N + tile0 + j]);
         st_f(o.p + (tile0 + j) * o.nb[3], o.t, epi_apply(e, tile0 + j, s));
@@ -360,7 +363,8 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
         /* [K, N]: N contiguous, rows B.sr bytes apart; split K until the GPU has ~4 blocks per
          * multiprocessor. */
         int64_t tiles = (N + KN_TX * vn - 1) / (KN_TX * vn);
-        int64_t nsplit = (528 + tiles - 1) / tiles, maxs = (K + 4 * KN_TY - 1) / (4 * KN_TY);
+        /* About two blocks per multiprocessor, each at least two chunks of KN_ROWS rows deep. */
+        int64_t nsplit = (264 + tiles - 1) / tiles, maxs = (K + 2 * KN_ROWS - 1) / (2 * KN_ROWS);
         if (nsplit > maxs)
             nsplit = maxs;
         if (nsplit > 65535)

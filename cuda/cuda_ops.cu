@@ -133,32 +133,70 @@ static int launch_elementwise(gp_cu_ctx *c, int op, float fa, const gp_cu_tensor
 
 /* ---- norms and softmax: one block per row ---- */
 
+enum { NORM_REG = 8 }; /* rows up to NORM_REG * blockDim.x elements stay in registers */
+
 __global__ void k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, const int64_t *syms)
 {
     __shared__ float sh[32];
     kt_resolve(o, syms);
     kt_resolve(x, syms);
     int64_t rows = o.ne[0] * o.ne[1] * o.ne[2], n = o.ne[3];
+    int in_regs = n <= (int64_t)NORM_REG * blockDim.x;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const char *px = x.p + kt_row_off(x, o, r);
         char *po = o.p + kt_row_off(o, o, r);
-        float mean = 0.0f, acc = 0.0f;
-        if (is_ln) {
-            for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-                acc += ld_f(px + i * x.nb[3], x.t);
-            mean = block_reduce(acc, sh, 0) / (float)n;
-            acc = 0.0f;
-        }
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-            float d = ld_f(px + i * x.nb[3], x.t) - mean;
-            acc += d * d;
+        float mean = 0.0f, acc = 0.0f, v[NORM_REG];
+        if (in_regs) {
+            /* One pass over memory: every load issued at once, then the statistics. */
+#pragma unroll
+            for (int j = 0; j < NORM_REG; j++) {
+                int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+                v[j] = i < n ? ld_f(px + i * x.nb[3], x.t) : 0.0f;
+            }
+            if (is_ln) {
+#pragma unroll
+                for (int j = 0; j < NORM_REG; j++)
+                    acc += v[j];
+                mean = block_reduce(acc, sh, 0) / (float)n;
+                acc = 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < NORM_REG; j++) {
+                int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+                float d = v[j] - mean;
+                acc += i < n ? d * d : 0.0f;
+            }
+        } else {
+            if (is_ln) {
+                for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+                    acc += ld_f(px + i * x.nb[3], x.t);
+                mean = block_reduce(acc, sh, 0) / (float)n;
+                acc = 0.0f;
+            }
+            for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+                float d = ld_f(px + i * x.nb[3], x.t) - mean;
+                acc += d * d;
+            }
         }
         float inv = 1.0f / sqrtf(block_reduce(acc, sh, 0) / (float)n + eps);
+        if (in_regs) {
+#pragma unroll
+            for (int j = 0; j < NORM_REG; j++) {
+                int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+                if (i < n) {
+                    float y = (v[j] - mean) * inv * ld_f(w.p + i * w.nb[3], w.t);
+                    if (has_b)
+                        y += ld_f(b.p + i * b.nb[3], b.t);
+                    st_f(po + i * o.nb[3], o.t, y);
+                }
+            }
+            continue;
+        }
         for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-            float v = (ld_f(px + i * x.nb[3], x.t) - mean) * inv * ld_f(w.p + i * w.nb[3], w.t);
+            float y = (ld_f(px + i * x.nb[3], x.t) - mean) * inv * ld_f(w.p + i * w.nb[3], w.t);
             if (has_b)
-                v += ld_f(b.p + i * b.nb[3], b.t);
-            st_f(po + i * o.nb[3], o.t, v);
+                y += ld_f(b.p + i * b.nb[3], b.t);
+            st_f(po + i * o.nb[3], o.t, y);
         }
     }
 }
@@ -278,6 +316,7 @@ __global__ void k_store(KT drow, KT srow, int64_t dst0, int64_t src0, int64_t S,
     if (tsym >= 0)
         T = syms[tsym];
     int64_t n = srow.ne[0] * srow.ne[1] * srow.ne[2] * srow.ne[3];
+    int same = drow.t == srow.t, two = srow.t == GP_F16 || srow.t == GP_BF16;
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
         int32_t p = *(const int32_t *)(pos.p + t * pos.nb[3]);
         int later = 0;
@@ -287,13 +326,40 @@ __global__ void k_store(KT drow, KT srow, int64_t dst0, int64_t src0, int64_t S,
             continue;
         char *d = drow.p + p * dst0;
         const char *s = srow.p + t * src0;
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-            int64_t i3 = i % srow.ne[3], r = i / srow.ne[3];
-            int64_t i2 = r % srow.ne[2];
-            r /= srow.ne[2];
-            int64_t i1 = r % srow.ne[1], i0 = r / srow.ne[1];
-            copy_elem(d + i0 * drow.nb[0] + i1 * drow.nb[1] + i2 * drow.nb[2] + i3 * drow.nb[3], drow.t,
-                      s + i0 * srow.nb[0] + i1 * srow.nb[1] + i2 * srow.nb[2] + i3 * srow.nb[3], srow.t);
+        /* Four elements per round, loads before stores so their latencies overlap (dst is the
+         * state, src an input of the node: they never overlap). */
+        for (int64_t i0 = threadIdx.x; i0 < n; i0 += 4 * (int64_t)blockDim.x) {
+            float val[4];
+            uint32_t raw[4];
+            int64_t doff[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int64_t i = i0 + u * (int64_t)blockDim.x;
+                doff[u] = -1;
+                if (i >= n)
+                    continue;
+                int64_t i3 = i % srow.ne[3], r = i / srow.ne[3];
+                int64_t i2 = r % srow.ne[2];
+                r /= srow.ne[2];
+                int64_t i1 = r % srow.ne[1], j0 = r / srow.ne[1];
+                doff[u] = j0 * drow.nb[0] + i1 * drow.nb[1] + i2 * drow.nb[2] + i3 * drow.nb[3];
+                const char *ps = s + j0 * srow.nb[0] + i1 * srow.nb[1] + i2 * srow.nb[2] + i3 * srow.nb[3];
+                if (same) /* the raw bits, as copy_elem */
+                    raw[u] = two ? *(const uint16_t *)ps : *(const uint32_t *)ps;
+                else
+                    val[u] = ld_f(ps, srow.t);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                if (doff[u] < 0)
+                    continue;
+                if (!same)
+                    st_f(d + doff[u], drow.t, val[u]);
+                else if (two)
+                    *(uint16_t *)(d + doff[u]) = (uint16_t)raw[u];
+                else
+                    *(uint32_t *)(d + doff[u]) = raw[u];
+            }
         }
     }
 }
