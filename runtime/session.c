@@ -77,11 +77,15 @@ static int root_of(const gp_plan *p, int id)
     return id;
 }
 
+/* -1 when the product overflows (possible: a stride-0 tensor spans few bytes at any dims). */
 static int64_t numel_at_bounds(const gp_plan_tensor *t)
 {
     int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->dims[d] < 0 || (t->dims[d] != 0 && n > INT64_MAX / t->dims[d]))
+            return -1;
         n *= t->dims[d];
+    }
     return n;
 }
 
@@ -120,7 +124,8 @@ static int check_views(const gp_plan *p, char *why, size_t n)
         case GP_OP_SLICE: {
             int64_t ax = nd->attrs.i[0];
             ok = ok && t->ndim == s->ndim && ax >= 0 && ax < s->ndim && s->sym[ax] < 0 &&
-                 nd->attrs.i[1] >= 0 && t->view_offset == nd->attrs.i[1] * s->stride[ax] * es;
+                 nd->attrs.i[1] >= 0 && nd->attrs.i[1] <= s->dims[ax] - t->dims[ax] &&
+                 t->view_offset == nd->attrs.i[1] * s->stride[ax] * es; /* <= s's span */
             for (int d = 0; ok && d < t->ndim; d++)
                 ok = t->sym[d] == s->sym[d] && (d == ax || t->dims[d] == s->dims[d]);
             break;
@@ -134,7 +139,8 @@ static int check_views(const gp_plan *p, char *why, size_t n)
                 ok = t->dims[d] == s->dims[d] && t->sym[d] == s->sym[d];
             break;
         default: /* reshape: same element count, contiguous source */
-            ok = ok && t->view_offset == 0 && numel_at_bounds(t) == numel_at_bounds(s);
+            ok = ok && t->view_offset == 0 && numel_at_bounds(t) >= 0 &&
+                 numel_at_bounds(t) == numel_at_bounds(s);
             break;
         }
         /* A view must never reach past its source at any runtime dims: its span at the bounds is
