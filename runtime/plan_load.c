@@ -247,6 +247,14 @@ static int check_tensor_fields(const gp_plan *p, int i, char *why, size_t n)
                     p->syms[t->sym[d]].name);
             return -1;
         }
+        /* Symbolic dims are planned at their bounds; a smaller one would overflow its storage
+         * when an eval uses the bound. */
+        if (t->sym[d] >= 0 && t->dims[d] < p->syms[t->sym[d]].bound) {
+            fmt_msg(why, n, "tensor %d (%s): dim %d is %lld, below the bound %lld of sym %s", i, nm,
+                    d, (long long)t->dims[d], (long long)p->syms[t->sym[d]].bound,
+                    p->syms[t->sym[d]].name);
+            return -1;
+        }
         if (t->stride[d] < 0 || t->stride[d] > GP_PLAN_MAX_DIM) {
             fmt_msg(why, n, "tensor %d (%s): stride %d is %lld, out of range", i, nm, d,
                     (long long)t->stride[d]);
