@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""Builds the Hugging Face parity fixtures: tiny random GPT2LMHeadModel and LlamaForCausalLM
+checkpoints saved with save_pretrained, and what transformers computes for them (a prompt, 32
+greedy tokens and the logits of every step). Needs torch and transformers (run it where they are).
+
+usage: make_fixtures.py OUT_DIR [--n-gen 32]
+
+Each fixture folder OUT_DIR/NAME holds
+  config.json            as save_pretrained wrote it
+  model.safetensors      or model.safetensors.index.json + shards (llama_tied)
+  prompt.txt             the prompt ids, comma-separated (gplan-run --prompt-ids)
+  tokens.txt             the greedy tokens, space-separated (what gplan-run prints)
+  logits.f32             [n_gen, vocab] little-endian float32: row s holds the logits that chose
+                         token s (what gplan-run --logits-out writes for a one-eval prompt)
+  fixture.json           what was made and how: versions, sizes, checks and sensitivities
+
+Relative error of a step (the same definition as tests/parity/compare.c):
+  rel(a, b) = max_i |a_i - b_i| / max_i |b_i|, b the transformers row; a run's error is the max over
+  its steps.
+
+Weights are random (fixed seeds) and deliberately not the library's default initialisation: every
+bias and norm weight is non-trivial, so ignoring one of them shows, and attention is peaked enough
+for rotary or masking mistakes to move the logits well past the tolerance. fixture.json lists, for
+each parameter the tests rely on (eps, rope_theta, GELU form, ...), how far the logits move when
+that parameter is changed: each must be far above the fp32 tolerance (1e-4) or the fixture could
+not catch a mistake in it.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import traceback
+
+import numpy as np
+import torch
+import transformers
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+TOL_FP32 = 1e-4
+
+
+def rel_err(a, b):
+    """max|a - b| / max|b| over one row (numpy float64)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def seq_rel_err(a, b):
+    return max(rel_err(x, y) for x, y in zip(a, b))
+
+
+# ---- the models ----------------------------------------------------------------------------------
+
+def gpt2_config(**over):
+    kw = dict(vocab_size=384, n_positions=64, n_embd=48, n_layer=2, n_head=3,
+              layer_norm_epsilon=5e-3, activation_function="gelu_new",
+              resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+              bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    kw.update(over)
+    return GPT2Config(**kw)
+
+
+def llama_config(**over):
+    # Grouped-query attention (4 query heads over 2 KV heads), rope_theta and rms_norm_eps off
+    # their defaults (10000, 1e-6), untied LM head.
+    kw = dict(vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+              rms_norm_eps=5e-3, rope_theta=500000.0, tie_word_embeddings=False,
+              attention_bias=False, mlp_bias=False, hidden_act="silu",
+              bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    kw.update(over)
+    return llama_cfg(kw)
+
+
+def llama_cfg(kw):
+    """LlamaConfig with rope_theta set whether this transformers keeps it at the top level (4.x)
+    or in rope_parameters (5.x); check_config verifies what the model computes with."""
+    cfg = LlamaConfig(**kw)
+    rp = getattr(cfg, "rope_parameters", None)
+    if isinstance(rp, dict) and rp.get("rope_theta") != kw["rope_theta"]:
+        rp["rope_theta"] = kw["rope_theta"]
+    return cfg
+
+
+def llama_tied_config(**over):
+    # Multi-query attention (4 query heads, 1 KV head), head_dim 8, odd sizes, tied LM head.
+    kw = dict(vocab_size=320, hidden_size=32, intermediate_size=80, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=64,
+              rms_norm_eps=2e-3, rope_theta=1000.0, tie_word_embeddings=True,
+              attention_bias=False, mlp_bias=False, hidden_act="silu",
+              bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    kw.update(over)
+    return llama_cfg(kw)
+
+
+def randomise(model, seed, emb_std):
+    """Overwrites every parameter from one seeded generator (tied tensors are visited once)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=torch.float64)
+            is_norm = p.ndim == 1 and ("ln" in name or "norm" in name)
+            if is_norm and name.endswith("weight"):
+                v = 1.0 + 0.2 * r
+            elif name.endswith("bias"):
+                v = 0.1 * r
+            elif "wte" in name or "wpe" in name or "embed_tokens" in name:
+                v = emb_std * r
+            elif p.ndim == 2:
+                # GPT-2's Conv1D stores [in, out]; nn.Linear stores [out, in].
+                conv1d = isinstance(model, GPT2LMHeadModel)
+                fan_in = p.shape[0] if conv1d else p.shape[1]
+                gain = 4.0 if name.startswith("lm_head") else 1.5
+                v = gain / math.sqrt(fan_in) * r
+            else:
+                raise SystemExit(f"make_fixtures: no rule for parameter {name} {tuple(p.shape)}")
+            p.copy_(v.to(p.dtype))
+
+
+def build(kind, seed, **over):
+    torch.manual_seed(seed)
+    if kind == "gpt2":
+        m = GPT2LMHeadModel(gpt2_config(**over))
+        randomise(m, seed, emb_std=0.25)
+    elif kind == "llama":
+        m = LlamaForCausalLM(llama_config(**over))
+        randomise(m, seed, emb_std=0.25)
+    else:
+        m = LlamaForCausalLM(llama_tied_config(**over))
+        randomise(m, seed, emb_std=0.4)
+    return m.float().eval()
+
+
+def clone_with(kind, base, **over):
+    """The same weights under a changed config (for the sensitivity table)."""
+    m = build(kind, 0, **over)
+    missing, unexpected = m.load_state_dict(base.state_dict(), strict=False)
+    if [k for k in missing if not k.endswith("attn.bias")]:
+        raise SystemExit(f"make_fixtures: sensitivity clone misses {missing}")
+    return m.eval()
+
+
+# ---- what transformers computes ------------------------------------------------------------------
+
+@torch.no_grad()
+def greedy(model, prompt, n_gen):
+    """Prompt in one forward, then one token per forward over the KV cache: the same evals as
+    gplan-run. Returns the tokens and the logits row that chose each of them."""
+    out = model(torch.tensor([prompt]), use_cache=True)
+    past = out.past_key_values
+    row = out.logits[0, -1]
+    tokens, rows = [], []
+    for step in range(n_gen):
+        rows.append(row.double().numpy().copy())
+        tok = int(torch.argmax(row))
+        tokens.append(tok)
+        if step == n_gen - 1:
+            break
+        out = model(torch.tensor([[tok]]), past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        row = out.logits[0, -1]
+    return tokens, rows
+
+
+@torch.no_grad()
+def forced(model, prompt, tokens):
+    """Logits rows for the steps, from one forward over prompt + tokens[:-1] (no cache)."""
+    seq = prompt + tokens[:-1]
+    logits = model(torch.tensor([seq]), use_cache=False).logits[0].double().numpy()
+    return [logits[len(prompt) - 1 + s] for s in range(len(tokens))]
+
+
+def min_margin(rows):
+    """Smallest (top-1 - top-2) / max|row| over the steps: how close greedy came to a tie."""
+    m = 1e9
+    for r in rows:
+        s = np.sort(r)
+        m = min(m, float((s[-1] - s[-2]) / np.max(np.abs(r))))
+    return m
+
+
+def check_config(kind, model, cfg_kw):
+    """Makes sure transformers took the parameters the fixture claims (API drift guard)."""
+    try:
+        check_config_values(kind, model, cfg_kw)
+    except AttributeError as e:  # a renamed attribute: the sensitivity table still shows it
+        print(f"  WARNING: could not check the config of {kind} on the model: {e}")
+
+
+def check_config_values(kind, model, cfg_kw):
+    if kind == "gpt2":
+        eps = model.transformer.ln_f.eps
+        assert abs(eps - cfg_kw["layer_norm_epsilon"]) < 1e-12, eps
+        return
+    theta = cfg_kw["rope_theta"]
+    inv = model.model.rotary_emb.inv_freq.double().numpy()
+    d = model.config.hidden_size // model.config.num_attention_heads
+    want = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    assert np.allclose(inv, want, rtol=1e-6), (inv, want)
+    eps = model.model.norm.variance_epsilon
+    assert abs(eps - cfg_kw["rms_norm_eps"]) < 1e-12, eps
+    tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert tied == cfg_kw["tie_word_embeddings"], tied
+
+
+# ---- the fixtures --------------------------------------------------------------------------------
+
+FIXTURES = [
+    # name, kind, seed, prompt length, shard size (None: one model.safetensors)
+    ("gpt2", "gpt2", 1234, 7, None),
+    ("llama", "llama", 5678, 9, None),
+    ("llama_tied", "llama_tied", 91011, 5, "60KB"),
+]
+
+SENSITIVITY = {
+    # parameter changes the fixture must be able to tell apart from the real one
+    "gpt2": [("layer_norm_epsilon=1e-5", dict(layer_norm_epsilon=1e-5)),
+             ("activation_function=gelu (erf)", dict(activation_function="gelu"))],
+    "llama": [("rope_theta=10000", dict(rope_theta=10000.0)),
+              ("rms_norm_eps=1e-6", dict(rms_norm_eps=1e-6)),
+              ("GQA grouping: query head h reads KV head h % n_kv, not h / group", None)],
+    "llama_tied": [("rope_theta=10000", dict(rope_theta=10000.0)),
+                   ("rms_norm_eps=1e-5", dict(rms_norm_eps=1e-5))],
+}
+
+
+# What each fixture claims transformers computes with (check_config verifies it on the model).
+CLAIMED = {
+    "gpt2": dict(layer_norm_epsilon=5e-3),
+    "llama": dict(rope_theta=500000.0, rms_norm_eps=5e-3, tie_word_embeddings=False),
+    "llama_tied": dict(rope_theta=1000.0, rms_norm_eps=2e-3, tie_word_embeddings=True),
+}
+
+
+def make(out_dir, name, kind, seed, n_prompt, shard, n_gen):
+    model = build(kind, seed)
+    kw = CLAIMED[kind]
+    check_config(kind, model, kw)
+    vocab = model.config.vocab_size
+    rng = np.random.default_rng(seed)
+    prompt = [int(x) for x in rng.integers(0, vocab, n_prompt)]
+
+    tokens, rows = greedy(model, prompt, n_gen)
+    frows = forced(model, prompt, tokens)
+    cache_vs_forward = seq_rel_err(rows, frows)
+    m64 = build(kind, seed).double()
+    rows64 = forced(m64, prompt, tokens)
+    fp32_vs_fp64 = seq_rel_err(rows, rows64)
+
+    gen_tokens = None
+    try:
+        g = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=n_gen,
+                           min_new_tokens=n_gen, pad_token_id=0)
+        gen_tokens = [int(t) for t in g[0, n_prompt:]]
+    except Exception as e:  # a cross-check only; the manual loop is the reference
+        print(f"  {name}: model.generate failed ({e}); skipped that cross-check")
+    if gen_tokens is not None and gen_tokens != tokens:
+        raise SystemExit(f"make_fixtures: {name}: generate() gave {gen_tokens}, loop gave {tokens}")
+
+    sens = {}
+    for label, over in SENSITIVITY[kind]:
+        if over is None:  # GQA: the same K/V weights, each KV head repeated for its query heads
+            m2 = build(kind, 0, num_key_value_heads=model.config.num_attention_heads)
+            sd = model.state_dict()
+            rep = model.config.num_attention_heads // model.config.num_key_value_heads
+            d = model.config.hidden_size // model.config.num_attention_heads
+            for k in list(sd):
+                if k.endswith("k_proj.weight") or k.endswith("v_proj.weight"):
+                    w = sd[k].view(-1, d, sd[k].shape[1])
+                    # a wrong grouping (head h reads KV head h % n_kv instead of h / rep)
+                    sd[k] = w.repeat(rep, 1, 1).reshape(-1, sd[k].shape[1])
+            m2.load_state_dict(sd)
+            m2.eval()
+        else:
+            m2 = clone_with(kind, model, **over)
+        sens[label] = seq_rel_err(forced(m2, prompt, tokens), frows)
+
+    path = os.path.join(out_dir, name)
+    shutil.rmtree(path, ignore_errors=True)
+    if shard:
+        model.save_pretrained(path, max_shard_size=shard)
+    else:
+        model.save_pretrained(path)
+    gen_cfg = os.path.join(path, "generation_config.json")
+    if os.path.exists(gen_cfg):
+        os.remove(gen_cfg)
+    with open(os.path.join(path, "prompt.txt"), "w") as f:
+        f.write(",".join(map(str, prompt)) + "\n")
+    with open(os.path.join(path, "tokens.txt"), "w") as f:
+        f.write(" ".join(map(str, tokens)) + "\n")
+    np.asarray(rows, dtype="<f4").tofile(os.path.join(path, "logits.f32"))
+
+    with open(os.path.join(path, "config.json")) as f:
+        saved = json.load(f)
+    files = sorted(os.listdir(path))
+    info = {
+        "name": name, "architecture": type(model).__name__, "seed": seed,
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "prompt": prompt, "tokens": tokens, "n_gen": n_gen, "vocab": vocab,
+        "logits": "logits.f32: [n_gen, vocab] little-endian float32",
+        "rel_err": "max_i |a_i - b_i| / max_i |b_i| per step, max over steps",
+        "files": files,
+        "check_cache_vs_full_forward": cache_vs_forward,
+        "check_fp32_vs_fp64": fp32_vs_fp64,
+        "min_top2_margin_rel": min_margin(rows),
+        "generate_agrees": gen_tokens is not None,
+        "sensitivity_rel_err": sens,
+        "config_top_level_rope_theta": saved.get("rope_theta"),
+        "config_rope_parameters": saved.get("rope_parameters"),
+    }
+    with open(os.path.join(path, "fixture.json"), "w") as f:
+        json.dump(info, f, indent=1)
+        f.write("\n")
+    weak = [k for k, v in sens.items() if not v > 100 * TOL_FP32]
+    print(f"  {name}: vocab {vocab}, prompt {len(prompt)}, tokens {tokens[:8]}..., "
+          f"cache-vs-forward {cache_vs_forward:.2e}, fp32-vs-fp64 {fp32_vs_fp64:.2e}, "
+          f"min margin {info['min_top2_margin_rel']:.2e}")
+    print(f"  {name}: sensitivity " + ", ".join(f"{k}: {v:.2e}" for k, v in sens.items()))
+    print(f"  {name}: files {files}; config rope_theta {saved.get('rope_theta')}, "
+          f"rope_parameters {saved.get('rope_parameters')}")
+    if weak:
+        print(f"  {name}: WARNING: weakly tested parameters (< 1e-2): {weak}")
+    if cache_vs_forward > 1e-5 or fp32_vs_fp64 > 1e-5:
+        raise SystemExit(f"make_fixtures: {name}: transformers disagrees with itself")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("--n-gen", type=int, default=32)
+    a = ap.parse_args()
+    torch.set_num_threads(min(8, os.cpu_count() or 1))
+    os.makedirs(a.out_dir, exist_ok=True)
+    print(f"make_fixtures: torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"CPU float32 (float64 for the noise floor)")
+    failed = 0
+    for name, kind, seed, n_prompt, shard in FIXTURES:
+        try:
+            make(a.out_dir, name, kind, seed, n_prompt, shard, a.n_gen)
+        except (Exception, SystemExit) as e:  # report and go on with the other fixtures
+            traceback.print_exc()
+            print(f"make_fixtures: {name} FAILED: {e}")
+            failed += 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
