@@ -1311,6 +1311,22 @@ static value from_json(lower *L, value def, const char *key, const json_t *j, gp
 }
 
 /* Loads config.json (registered with the diagnostics so that messages quote it). */
+/* A parameter's value in a config.json: a top-level key, else one of the nested objects where
+ * transformers keeps some settings (since transformers 5, rope_theta lives in "rope_parameters"). */
+static const json_t *config_value(const json_t *cfg, const char *key)
+{
+    static const char *const nested[] = {"rope_parameters", "text_config"};
+    if (!cfg)
+        return NULL;
+    const json_t *j = json_object_get(cfg, key);
+    for (size_t i = 0; !j && i < sizeof nested / sizeof nested[0]; i++) {
+        const json_t *sub = json_object_get(cfg, nested[i]);
+        if (json_is_object(sub))
+            j = json_object_get(sub, key);
+    }
+    return j;
+}
+
 static json_t *load_config(lower *L, const char *path, const char **file, char **text, size_t *len)
 {
     FILE *f = fopen(path, "rb");
@@ -1423,7 +1439,7 @@ static int bind_params(lower *L, const ast_graph *ag, const gp_dsl_opts *o, char
             v = ERR;
         }
         if (v.k != V_ERR) {
-            const json_t *j = cfg ? json_object_get(cfg, a->key) : NULL;
+            const json_t *j = config_value(cfg, a->key);
             if (j)
                 v = from_json(L, v, a->key, j, json_key_loc(cfg_file, cfg_text, cfg_len, a->key));
             const char *text = NULL;
