@@ -82,8 +82,8 @@ static int cpu_create(const gp_backend_init *init, void **out, char *err, size_t
         cpu_destroy(c);
         return -1;
     }
-    /* One empty run: every worker has then started and finished its own start-up (which may free
-     * or allocate), so none of that can fall inside the first eval. */
+    /* One empty run: every worker has then started (the C library may allocate a new thread's
+     * buffers on its first steps), so none of that can fall inside the first eval. */
     gp_threadpool_run(c->pool, noop, NULL);
     for (int i = 0; i < p->n_tensors; i++) {
         const gp_plan_tensor *t = &p->tensors[i];

@@ -29,9 +29,15 @@ static inline void spin_step(int i)
 #endif
 }
 
+typedef struct {
+    struct gp_threadpool *pool;
+    int ith;
+} worker_arg;
+
 struct gp_threadpool {
     int n;              /* threads in all, the caller included */
     pthread_t *workers; /* [n - 1] */
+    worker_arg *args;   /* [n - 1] each worker's start argument, owned by the pool */
 
     /* One lock and condition for every sleep; a waker broadcasts only when someone sleeps. */
     pthread_mutex_t mu;
@@ -49,11 +55,6 @@ struct gp_threadpool {
     atomic_int bar_count;
     atomic_uint bar_phase;
 };
-
-typedef struct {
-    gp_threadpool *pool;
-    int ith;
-} worker_arg;
 
 /* Wakes every sleeper. Sleepers register under the lock before they re-check their condition, so
  * with seq_cst atomics either the waker sees them or they see the waker's store. */
@@ -103,7 +104,6 @@ static void *worker_main(void *arg)
     worker_arg *w = arg;
     gp_threadpool *p = w->pool;
     int ith = w->ith;
-    free(w);
     unsigned gen = 0;
     for (;;) {
         wait_change(p, &p->run_gen, gen);
@@ -137,14 +137,17 @@ gp_threadpool *gp_threadpool_new(int n)
         return NULL;
     p->n = n;
     p->workers = calloc((size_t)n, sizeof *p->workers);
-    if (!p->workers || pthread_mutex_init(&p->mu, NULL) != 0) {
+    p->args = calloc((size_t)n, sizeof *p->args);
+    if (!p->workers || !p->args || pthread_mutex_init(&p->mu, NULL) != 0) {
         free(p->workers);
+        free(p->args);
         free(p);
         return NULL;
     }
     if (pthread_cond_init(&p->cv, NULL) != 0) {
         pthread_mutex_destroy(&p->mu);
         free(p->workers);
+        free(p->args);
         free(p);
         return NULL;
     }
@@ -155,17 +158,15 @@ gp_threadpool *gp_threadpool_new(int n)
     atomic_init(&p->bar_count, 0);
     atomic_init(&p->bar_phase, 0);
     for (int i = 0; i < n - 1; i++) {
-        worker_arg *w = malloc(sizeof *w);
-        if (w) {
-            w->pool = p;
-            w->ith = i + 1;
-        }
-        if (!w || pthread_create(&p->workers[i], NULL, worker_main, w) != 0) {
-            free(w);
+        worker_arg *w = &p->args[i];
+        w->pool = p;
+        w->ith = i + 1;
+        if (pthread_create(&p->workers[i], NULL, worker_main, w) != 0) {
             pool_stop(p, i);
             pthread_cond_destroy(&p->cv);
             pthread_mutex_destroy(&p->mu);
             free(p->workers);
+            free(p->args);
             free(p);
             return NULL;
         }
@@ -216,5 +217,6 @@ void gp_threadpool_free(gp_threadpool *p)
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     free(p->workers);
+    free(p->args);
     free(p);
 }
