@@ -1,0 +1,219 @@
+#!/bin/sh
+# The catalogue of bad input, docs/errors.md, case by case: each case runs a tool on one kind of bad
+# input and checks its exit status and one exact line of its output; every case's id and message
+# must also be in docs/errors.md (numbers may differ there), and every id there must be a case here.
+# Usage: errors.sh GPLAN_COMPILE GPLAN_INSPECT GPLAN_RUN SOURCE_DIR TMP_DIR (GPLAN_RUN may be "")
+set -u
+compile=$1
+inspect=$2
+run=$3
+src=$4
+tmp=$5
+doc=$src/docs/errors.md
+mkdir -p "$tmp"
+cd "$tmp" || exit 1
+failed=0
+ran=0
+ids=""
+
+fail() { echo "FAIL: $*"; failed=1; }
+
+# Digits become N, so a message checks against the catalogue whatever sizes or offsets it names.
+shape() { printf '%s\n' "$1" | sed 's/[0-9][0-9]*/N/g'; }
+
+# check ID STATUS LINE TOOL ARGS...: TOOL (compile, inspect or run) with ARGS exits with STATUS and
+# prints LINE (a whole line, exactly) on stdout or stderr; the catalogue lists ID and LINE.
+check() {
+  id=$1
+  want=$2
+  line=$3
+  tool=$4
+  shift 4
+  ids="$ids $id"
+  case $tool in
+    compile) exe=$compile ;;
+    inspect) exe=$inspect ;;
+    run) exe=$run ;;
+  esac
+  out=$("$exe" "$@" 2>&1)
+  rc=$?
+  ran=$((ran + 1))
+  if [ "$rc" -ne "$want" ]; then
+    fail "$id: gplan-$tool $*: exit status $rc, expected $want"
+    printf '%s\n' "$out" | head -5
+  elif ! printf '%s\n' "$out" | grep -qxF -- "$line"; then
+    fail "$id: gplan-$tool $*: no output line is exactly: $line"
+    printf '%s\n' "$out" | head -5
+  fi
+  grep -qF -- "\`$id\`" "$doc" || fail "$id is not in docs/errors.md"
+  shape "$(cat "$doc")" | grep -qF -- "$(shape "$line")" ||
+    fail "$id: docs/errors.md lacks the message: $line"
+}
+
+# skip ID WHY: a case this build or machine cannot run; it must still be catalogued.
+skip() {
+  ids="$ids $1"
+  echo "skip $1: $2"
+  grep -qF -- "\`$1\`" "$doc" || fail "$1 is not in docs/errors.md"
+}
+
+# st FILE JSON DATA_BYTES: a safetensors file (u64 little-endian header length, header, zero data).
+st() {
+  n=$(printf '%s' "$2" | wc -c)
+  printf "$(printf '\\%03o\\%03o\\%03o\\%03o\\000\\000\\000\\000' $((n % 256)) $((n / 256 % 256)) \
+    $((n / 65536 % 256)) $((n / 16777216 % 256)))" >"$1"
+  printf '%s' "$2" >>"$1"
+  head -c "$3" /dev/zero >>"$1"
+}
+
+# poke FILE OFFSET OCTAL: overwrites one byte.
+poke() { printf "\\$3" | dd of="$1" bs=1 seek="$2" count=1 conv=notrunc 2>/dev/null; }
+
+ex=$src/examples
+
+# ---- gplan-compile: the graph language (exit 1) ----
+printf 'graph g() { let x = 1 $; }\n' >lex.gplan
+check E101 1 "lex.gplan:1:23: error: unexpected character '\$'" compile --check lex.gplan
+printf 'graph g() { let x = 1; \000 }\n' >nul.gplan
+check E102 1 "nul.gplan: error: NUL byte at line 1, column 24 (is this a binary file?)" compile --check nul.gplan
+printf 'graph g() {\n  let x = 1\n  let y = 2;\n}\n' >syntax.gplan
+check E103 1 "syntax.gplan:3:3: error: syntax error, unexpected 'let'" compile --check syntax.gplan
+printf 'graph g() { input a: f32[2, 3]; output o: f32[2, 3]; o = a + b; }\n' >name.gplan
+check E104 1 "name.gplan:1:62: error: undefined name 'b'" compile --check name.gplan
+printf 'graph g() { input a: f32[2, 3]; output o: f32[2, 3]; o = a + 1; }\n' >type.gplan
+check E105 1 "type.gplan:1:60: error: operator '+' cannot combine a tensor and an integer" compile --check type.gplan
+printf 'graph g() { input a: f32[2, 3]; input b: f32[4]; let c = a + b; }\n' >shape.gplan
+check E106 1 "shape.gplan:1:60: error: add: shapes [2, 3] and [4] do not broadcast" compile --check shape.gplan
+printf 'graph g() { input a: f32[2, 3]; output o: f32[2, 3]; o = frob(a); }\n' >op.gplan
+check E107 1 "op.gplan:1:58: error: unknown op 'frob'" compile --check op.gplan
+printf 'graph g() { for i in 0..1000000 { } }\n' >loop.gplan
+check E108 1 "loop.gplan:1:13: error: too many loop iterations (more than 100000 in all)" compile --check loop.gplan
+printf 'graph g() { input a: f32[1099511627776, 1099511627776, 4]; output o: f32[2]; o = cont(slice(a, 0, 0, 2)); }\n' >big.gplan
+check E109 1 "big.gplan:1:19: error: tensor 'a': shape [1099511627776, 1099511627776, 4] is too large (more than 2^62 bytes)" compile big.gplan -o big.plan
+check E110 1 "missing.gplan: error: cannot open: No such file or directory" compile --check missing.gplan
+check E111 1 "error: -D n_layer=x: expected an integer" compile --check "$ex/tiny.gplan" -D n_layer=x
+check E112 1 "error: -D frob: graph 'tiny' has no parameter 'frob'" compile --check "$ex/tiny.gplan" -D frob=1
+printf '{"n_layer": "two"}\n' >badconfig.json
+check E113 1 'badconfig.json:1:2: error: config key '"'n_layer'"': expected an integer, got the string "two"' compile --check "$ex/tiny.gplan" --config badconfig.json
+
+# ---- gplan-compile: flags (exit 2) and output files ----
+check E201 2 "gplan-compile: unknown option '--frob'" compile --check "$ex/tiny.gplan" --frob
+check E202 2 "gplan-compile: no input given (FILE -o PLAN, --check FILE, --emit-ir FILE or --buffers CSV)" compile
+check E203 2 "gplan-compile: -o FILE is required to plan" compile "$ex/tiny.gplan"
+check E204 2 "gplan-compile: unknown strategy 'best' (auto, greedy or exact)" compile "$ex/tiny.gplan" -o x.plan --strategy best
+check E205 2 "gplan-compile: --alignment needs a power of two up to 1048576" compile "$ex/tiny.gplan" -o x.plan --alignment 300
+check E206 2 "gplan-compile: --devices needs a device count from 1 to 64" compile "$ex/tiny.gplan" -o x.plan --devices 0
+check E207 2 "gplan-compile: --time-limit needs a positive number of seconds" compile "$ex/tiny.gplan" -o x.plan --time-limit 0
+check E208 2 "gplan-compile: more than one mode given (at '--emit-ir')" compile --check "$ex/tiny.gplan" --emit-ir "$ex/tiny.gplan"
+check E209 2 "gplan-compile: malformed -D 'n_layer' (expected NAME=VALUE)" compile --check "$ex/tiny.gplan" -D n_layer
+check E210 1 "gplan-compile: /nonexistent/x.plan.tmp: cannot create: No such file or directory" compile "$ex/tiny.gplan" -o /nonexistent/x.plan
+
+# ---- gplan-compile --buffers: the CSV problem ----
+printf 'id,lower,upper\nb,0,1\n' >nosize.csv
+check E221 1 "nosize.csv:1: bad CSV (the header has no 'size' column)" compile --buffers nosize.csv -o s.csv
+printf 'id,lower,upper,size\nb,5,3,4\n' >span.csv
+check E222 1 "span.csv:2: bad CSV (empty lifespan: lower 5 >= upper 3)" compile --buffers span.csv -o s.csv
+printf 'id,lower,upper,size\nb,0,1,4\nb,1,2,4\n' >dup.csv
+check E223 1 "dup.csv:3: bad CSV (duplicate id 'b', first on line 2)" compile --buffers dup.csv -o s.csv
+check E224 1 "missing.csv: cannot read (No such file or directory)" compile --buffers missing.csv -o s.csv
+printf 'id,lower,upper,size\nb1,0,3,4\nb2,3,9,4\nb3,0,9,4\nb4,9,21,4\nb5,0,21,4\n' >p12.csv
+check E225 3 "p12.csv: no placement within capacity 11 found in the time limit" compile --buffers p12.csv -o s.csv --capacity 11 --time-limit 1
+
+# ---- plan files: gplan-inspect and gplan-run share the loader (exit 1) ----
+printf 'graph g(n = 8) {\n  dim T <= n;\n  input a: f32[T, 4];\n  output o: f32[T, 4];\n  o = a * 2.0;\n}\n' >small.gplan
+"$compile" small.gplan -o small.plan >/dev/null 2>&1 || fail "gplan-compile small.gplan"
+size=$(wc -c <small.plan)
+cp small.plan v2.plan && poke v2.plan 10 002
+check E301 1 "gplan-inspect: v2.plan: bad plan file (unsupported major version 2 (this loader reads 1.x))" inspect v2.plan
+cp small.plan magic.plan && poke magic.plan 0 130
+check E302 1 "gplan-inspect: magic.plan: bad plan file (bad magic: not a gplan plan file)" inspect magic.plan
+tr '\r' '\n' <small.plan >text.plan
+check E303 1 "gplan-inspect: text.plan: bad plan file (line-ending tripwire damaged: file was transferred as text?)" inspect text.plan
+head -c 100 small.plan >trunc.plan
+check E304 1 "gplan-inspect: trunc.plan: bad plan file (file size field says $size bytes, the file has 100 (truncated?))" inspect trunc.plan
+cp small.plan crc.plan && poke crc.plan $((size - 1)) 377
+check E305 1 "gplan-inspect: crc.plan: bad plan file (checksum mismatch in section nodes)" inspect crc.plan
+check E306 1 "gplan-inspect: missing.plan: cannot open: No such file or directory" inspect missing.plan
+check E307 2 "gplan-inspect: unknown option: --frob" inspect --frob small.plan
+
+if [ -n "$run" ]; then
+  "$compile" "$ex/tiny.gplan" -o tiny.plan >/dev/null 2>&1 || fail "gplan-compile tiny.gplan"
+  check E311 1 "gplan-run: v2.plan: bad plan file (unsupported major version 2 (this loader reads 1.x))" run v2.plan --random-weights 1
+  check E312 1 "gplan-run: crc.plan: bad plan file (checksum mismatch in section nodes)" run crc.plan --random-weights 1
+  check E313 1 "gplan-run: small.plan: not a language model (needs a token-id input read by get_rows, a positions input and a logits output)" run small.plan --random-weights 1
+
+  # ---- gplan-run: flags (exit 2) ----
+  check E401 2 "gplan-run: no plan given" run
+  check E402 2 "gplan-run: give exactly one of --weights and --random-weights" run tiny.plan
+  check E403 2 "gplan-run: unknown option: --frob" run tiny.plan --random-weights 1 --frob
+  check E404 2 "gplan-run: missing value for: --weights" run tiny.plan --weights
+  check E405 2 "gplan-run: bad --random-weights seed: x" run tiny.plan --random-weights x
+  check E406 2 "gplan-run: --threads needs 1..256: 0" run tiny.plan --random-weights 1 --threads 0
+  check E407 2 "gplan-run: bad --prompt-ids (comma-separated integers): 1,,2" run tiny.plan --random-weights 1 --prompt-ids 1,,2
+  check E408 2 "gplan-run: bad --temp (a number >= 0): -1" run tiny.plan --random-weights 1 --temp -1
+  check E409 2 "gplan-run: unexpected argument: extra" run tiny.plan --random-weights 1 extra
+
+  # ---- gplan-run: weights (exit 1) ----
+  check E501 1 "gplan-run: missing.safetensors: cannot open (no such file or folder)" run tiny.plan --weights missing.safetensors
+  st narrow.safetensors '{"transformer.wte.weight":{"dtype":"F32","shape":[256,32],"data_offsets":[0,32768]}}' 32768
+  check E502 1 "gplan-run: narrow.safetensors: 28 problems with the weights the plan declares:" run tiny.plan --weights narrow.safetensors
+  check E503 1 'weights: missing tensor "transformer.wpe.weight"' run tiny.plan --weights narrow.safetensors
+  check E504 1 'weights: "transformer.wte.weight": expected shape [256, 64] f32, file has [256, 32] f32' run tiny.plan --weights narrow.safetensors
+  st ints.safetensors '{"transformer.wte.weight":{"dtype":"I32","shape":[256,64],"data_offsets":[0,65536]}}' 65536
+  check E505 1 'weights: "transformer.wte.weight": expected shape [256, 64] f32, file has [256, 64] i32' run tiny.plan --weights ints.safetensors
+  check E506 1 "weights: ... and 12 more problems" run tiny.plan --weights narrow.safetensors
+  st short.safetensors '{"transformer.wte.weight":{"dtype":"F32","shape":[256,64],"data_offsets":[0,65536]}}' 100
+  check E507 1 'gplan-run: short.safetensors: bad safetensors file (tensor "transformer.wte.weight": data_offsets [0, 65536] out of range: data area is 100 bytes)' run tiny.plan --weights short.safetensors
+  printf 'garbage' >tiny.safetensors
+  check E508 1 "gplan-run: tiny.safetensors: bad safetensors file (file of 7 bytes is too short for the 8-byte header length)" run tiny.plan --weights tiny.safetensors
+  printf '{"weight_map":{"a":"../x.safetensors"}}' >bad.index.json
+  check E509 1 'gplan-run: bad.index.json: bad safetensors index ("a" maps to ../x.safetensors, not a plain shard file name)' run tiny.plan --weights bad.index.json
+  mkdir -p empty
+  check E510 1 "gplan-run: empty: no model.safetensors or model.safetensors.index.json in this folder" run tiny.plan --weights empty
+
+  # ---- gplan-run: token ids and lengths (exit 1) ----
+  check E601 1 "gplan-run: prompt token 1 is 300, outside the vocabulary [0, 256)" run tiny.plan --random-weights 1 --prompt-ids 1,300
+  check E602 1 "gplan-run: prompt token 0 is -1, outside the vocabulary [0, 256)" run tiny.plan --random-weights 1 --prompt-ids -1
+  long=$(seq -s, 1 70)
+  check E603 1 "gplan-run: the prompt has 70 tokens, more than the planned context of 64 positions" run tiny.plan --random-weights 1 --prompt-ids "$long"
+  check E604 0 "gplan-run: reached the planned context (64 positions); stopping (--loop starts again at position 0)" run tiny.plan --random-weights 1 --prompt-ids 1 -n 100
+
+  # ---- gplan-run: backends (exit 1) ----
+  check E701 1 'gplan-run: unknown backend "frob" (cpu, reference)' run tiny.plan --random-weights 1 --backend frob
+  if "$run" tiny.plan --random-weights 1 --backend frob 2>&1 | grep -q ', cuda)'; then
+    skip E702 "this build has the CUDA backend"
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; then
+      skip E703 "this machine has a GPU"
+    else
+      check E703 1 "gplan-run: cuda: no CUDA device" run tiny.plan --random-weights 1 --backend cuda -n 1
+    fi
+  else
+    check E702 1 "gplan-run: backend cuda: this build has no CUDA support (configure with -DGPLAN_CUDA=ON on a machine with nvcc)" run tiny.plan --random-weights 1 --backend cuda
+    skip E703 "this build has no CUDA backend"
+  fi
+else
+  for id in E311 E312 E313 E401 E402 E403 E404 E405 E406 E407 E408 E409 E501 E502 E503 E504 E505 \
+    E506 E507 E508 E509 E510 E601 E602 E603 E604 E701 E702 E703; do
+    skip $id "gplan-run is not built"
+  done
+fi
+
+# ---- the embedding API (runtime/gplan.h): asserted exactly in tests/test_runtime.c ----
+for m in "T = 65 is outside [1, 64] (the plan's bound)"; do
+  ids="$ids E801"
+  grep -qF -- "$m" "$src/tests/test_runtime.c" || fail "E801: tests/test_runtime.c no longer asserts: $m"
+  grep -qF -- "$m" "$doc" || fail "E801: docs/errors.md lacks: $m"
+done
+
+# Every catalogued id is a case here, and the reverse (checked above).
+for id in $(grep -o '`E[0-9][0-9][0-9]`' "$doc" | tr -d '`' | sort -u); do
+  case " $ids " in
+    *" $id "*) ;;
+    *) fail "docs/errors.md lists $id, which errors.sh does not check" ;;
+  esac
+done
+
+if [ "$failed" -ne 0 ]; then
+  exit 1
+fi
+echo "errors: $ran cases passed"
