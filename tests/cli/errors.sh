@@ -179,8 +179,8 @@ if [ -n "$run" ]; then
   check E604 0 "gplan-run: reached the planned context (64 positions); stopping (--loop starts again at position 0)" run tiny.plan --random-weights 1 --prompt-ids 1 -n 100
 
   # ---- gplan-run: backends (exit 1) ----
-  check E701 1 'gplan-run: unknown backend "frob" (cpu, reference)' run tiny.plan --random-weights 1 --backend frob
   if "$run" tiny.plan --random-weights 1 --backend frob 2>&1 | grep -q ', cuda)'; then
+    check E701 1 'gplan-run: unknown backend "frob" (cpu, reference, cuda)' run tiny.plan --random-weights 1 --backend frob
     skip E702 "this build has the CUDA backend"
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; then
       skip E703 "this machine has a GPU"
@@ -188,6 +188,7 @@ if [ -n "$run" ]; then
       check E703 1 "gplan-run: cuda: no CUDA device" run tiny.plan --random-weights 1 --backend cuda -n 1
     fi
   else
+    check E701 1 'gplan-run: unknown backend "frob" (cpu, reference)' run tiny.plan --random-weights 1 --backend frob
     check E702 1 "gplan-run: backend cuda: this build has no CUDA support (configure with -DGPLAN_CUDA=ON on a machine with nvcc)" run tiny.plan --random-weights 1 --backend cuda
     skip E703 "this build has no CUDA backend"
   fi
