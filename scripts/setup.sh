@@ -3,6 +3,9 @@
 # are present (installing them with apt-get when run as root), then configures and builds into
 # $BUILD (default: build). Sourced, not run.
 GP_PACKAGES=(cmake make gcc pkg-config flex bison libcunit1-dev zlib1g-dev libjansson-dev)
+# What scripts/test.sh needs on top: valgrind for the memcheck run, clang and its libFuzzer
+# runtime for scripts/fuzz.sh (Debian 12's clang is 14).
+GP_TEST_PACKAGES=(valgrind clang libclang-rt-14-dev)
 
 gp_missing_packages() {
   local missing=()

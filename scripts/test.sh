@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: a warnings-as-errors build, then the same suite under ASan+UBSan.
+# Runs the whole test suite: a warnings-as-errors build, then the same suite under ASan+UBSan, then
+# under valgrind's memcheck (a build without sanitizers). --quick runs the first build only.
 # Installs missing Debian packages when run as root. Usage: scripts/test.sh [--quick]
 set -euo pipefail
 GP_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$GP_ROOT/scripts/setup.sh"
+if [ "${1:-}" != "--quick" ]; then
+  GP_PACKAGES+=("${GP_TEST_PACKAGES[@]}")
+fi
 gp_setup
 cd "$GP_ROOT"
 
@@ -17,5 +21,24 @@ if [ "${1:-}" != "--quick" ]; then
     -DCMAKE_BUILD_TYPE=Debug
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure -j "$(nproc)")
+
+  # Every test under memcheck: the CUnit drivers directly, the shell tests with the tools they run
+  # (children are traced; system programs are not). A memcheck error or a definite leak makes the
+  # process exit 99, which fails the test; the per-process logs are checked as well. Skipped:
+  # alloc_long_run (it measures RSS, which valgrind's own memory moves) and the CUDA suite.
+  echo "== valgrind memcheck (no sanitizers, no CUDA)"
+  gp_build build-valgrind -DGPLAN_WERROR=ON -DGPLAN_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  vglogs=$GP_ROOT/build-valgrind/valgrind-logs
+  rm -rf "$vglogs" && mkdir -p "$vglogs"
+  (cd build-valgrind && ctest --output-on-failure -j "$(nproc)" -T memcheck -E '^(alloc_long_run|cuda)$' \
+     --overwrite MemoryCheckCommand="$(command -v valgrind)" \
+     --overwrite "MemoryCheckCommandOptions=--error-exitcode=99 --leak-check=full \
+--errors-for-leak-kinds=definite --show-leak-kinds=definite --trace-children=yes \
+--trace-children-skip=/usr/*,/bin/* --log-file=$vglogs/%p.log")
+  if grep -l -E 'ERROR SUMMARY: [1-9]|definitely lost: [1-9]' "$vglogs"/*.log >&2; then
+    echo "error: valgrind found errors (logs above)" >&2
+    exit 1
+  fi
+  echo "valgrind: $(ls "$vglogs" | wc -l) processes checked, no errors"
 fi
 echo "== all tests passed"
