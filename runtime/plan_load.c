@@ -871,8 +871,8 @@ static int parse_header(reader *r, uint16_t *minor)
     }
     uint64_t file_size = rd_u64(h + 40);
     if (file_size != len) {
-        fmt_msg(r->why, r->why_len, "file size field says %llu bytes, the file has %zu (truncated?)",
-                (unsigned long long)file_size, len);
+        fmt_msg(r->why, r->why_len, "file size field says %llu bytes, the file has %zu (%s?)",
+                (unsigned long long)file_size, len, len < file_size ? "truncated" : "data appended");
         return -1;
     }
     uint32_t n_sec = rd_u32(h + 20);
