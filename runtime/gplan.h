@@ -54,6 +54,11 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
 /* Binds deterministic random weights (gp_weights_random_named: a pure function of seed and name). */
 int gp_model_random_weights(gp_model *m, uint64_t seed, char *err, size_t err_len);
 
+/* Merges a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) into the bound
+ * weights: W += scale * (lora_alpha / r) * delta. Call after binding, before creating sessions.
+ * Details and messages: runtime/lora.h. 0, or -1 with err set. */
+int gp_model_apply_lora(gp_model *m, const char *dir, double scale, char *err, size_t err_len);
+
 typedef struct {
     const char *graph_name;
     int n_inputs, n_outputs;  /* INPUT / OUTPUT tensors */

@@ -11,6 +11,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/cpu_kernels.h"
+#include "runtime/lora.h"
 #include "runtime/plan.h"
 #include "runtime/weights.h"
 
@@ -22,6 +23,7 @@ struct gp_model {
     char *name;                /* the plan file name, for messages */
     gp_weights *ckpt;          /* the open (memory-mapped) checkpoint, or NULL */
     void *weight_block;        /* converted or generated weights, one allocation, or NULL */
+    void *lora_block;          /* weights with a LoRA adapter merged (runtime/lora.c), or NULL */
     const void **weight_data;  /* [n_tensors] host bytes of each weight; NULL for others */
     int weights_bound;
     int64_t bytes_mapped, bytes_loaded;
@@ -256,6 +258,8 @@ static void unbind(gp_model *m)
     m->ckpt = NULL;
     free(m->weight_block);
     m->weight_block = NULL;
+    free(m->lora_block);
+    m->lora_block = NULL;
     if (m->weight_data)
         memset(m->weight_data, 0, (size_t)m->plan->n_tensors * sizeof *m->weight_data);
     m->bytes_mapped = m->bytes_loaded = 0;
@@ -434,6 +438,37 @@ int gp_model_random_weights(gp_model *m, uint64_t seed, char *err, size_t err_le
         off += weight_bytes(t);
     }
     m->weights_bound = 1;
+    return 0;
+}
+
+/* ---- the model's side of runtime/lora.h ---- */
+
+const gp_plan *gp_model_plan(const gp_model *m)
+{
+    return m ? m->plan : NULL;
+}
+
+const void *gp_model_weight_data(const gp_model *m, int id)
+{
+    if (!m || !m->weights_bound || id < 0 || id >= m->plan->n_tensors ||
+        m->plan->tensors[id].kind != GP_TENSOR_WEIGHT)
+        return NULL;
+    return m->weight_data[id];
+}
+
+int gp_model_adopt_weights(gp_model *m, void *block, size_t bytes, const int *ids,
+                           void *const *data, int n)
+{
+    if (!m || m->lora_block || !m->weights_bound)
+        return -1;
+    for (int k = 0; k < n; k++) {
+        const void *old = m->weight_data[ids[k]];
+        for (int i = 0; i < m->plan->n_tensors; i++)
+            if (m->weight_data[i] == old)
+                m->weight_data[i] = data[k];
+    }
+    m->lora_block = block;
+    m->bytes_loaded += (int64_t)bytes;
     return 0;
 }
 

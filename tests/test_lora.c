@@ -1,0 +1,612 @@
+/* Tests of LoRA merging (suite "lora"): PEFT-style adapters written here with random A and B,
+ * merged by gp_model_apply_lora on the CPU, against weights merged in double precision by the test
+ * and run on the reference executor; fan_in_fan_out, rslora, scale 0, errors, no eval allocation. */
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dsl/dsl.h"
+#include "planner/planner.h"
+#include "runtime/gplan.h"
+#include "runtime/lora.h"
+#include "runtime/weights.h"
+#include "tests/alloc/alloc_count.h"
+#include "tests/testutil.h"
+
+#define MAX_MODS 32
+#define SEED 11
+#define N_TOK 5
+
+static const char *llama_defs[] = {"num_hidden_layers=2", "hidden_size=64",
+                                   "intermediate_size=96", "num_attention_heads=4",
+                                   "num_key_value_heads=2", "vocab_size=128",
+                                   "max_position_embeddings=32", "n_batch=8"};
+
+/* An adapter as the test built it: per module, the plan weight name, its shape and A, B. */
+typedef struct {
+    int n;
+    int64_t r;
+    char wname[MAX_MODS][128];  /* "<module>.weight" */
+    char aname[MAX_MODS][160];  /* PEFT names */
+    char bname[MAX_MODS][160];
+    int64_t out[MAX_MODS], in[MAX_MODS];
+    int fan[MAX_MODS];          /* W is [in, out] */
+    float *a[MAX_MODS];         /* [r, in] */
+    float *b[MAX_MODS];         /* [out, r] */
+} adapter;
+
+static void adapter_free(adapter *ad)
+{
+    for (int k = 0; k < ad->n; k++) {
+        free(ad->a[k]);
+        free(ad->b[k]);
+    }
+    ad->n = 0;
+}
+
+static gp_model *compile_model(const char *example, const char **defs, int n_defs, gp_graph **gout)
+{
+    char err[1024];
+    gp_diag *d = gp_diag_new(NULL);
+    gp_dsl_opts o = {defs, n_defs, NULL, NULL};
+    gp_graph *g = gp_dsl_compile_file(gp_test_path(example), &o, d);
+    gp_plan *p = NULL;
+    unsigned char *bytes = NULL;
+    size_t len = 0;
+    gp_model *m = NULL;
+    if (g && !gp_plan_build(g, NULL, &p, d) && !gp_plan_write_mem(p, &bytes, &len, err, sizeof err))
+        m = gp_model_load_mem(bytes, len, example, err, sizeof err);
+    if (!m)
+        fprintf(stderr, "%s: %s %s\n", example, gp_diag_text(d), err);
+    free(bytes);
+    gp_plan_free(p);
+    if (gout && m)
+        *gout = g;
+    else
+        gp_graph_free(g);
+    gp_diag_free(d);
+    return m;
+}
+
+static float urand(uint64_t *rng, float scale)
+{
+    return ((float)(gp_test_rand(rng) >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * scale;
+}
+
+/* Builds random A, B for every weight of g named "*.<target>.weight" for a target in `targets`
+ * (space separated); fan: W is [in, out] (Conv1D) rather than [out, in]. */
+static void make_adapter(const gp_graph *g, const char *targets, int64_t r, int fan, uint64_t seed,
+                         adapter *ad)
+{
+    memset(ad, 0, sizeof *ad);
+    ad->r = r;
+    uint64_t rng = seed;
+    for (int i = 0; i < g->n_tensors && ad->n < MAX_MODS; i++) {
+        const gp_tensor *t = &g->tensors[i];
+        if (t->kind != GP_TENSOR_WEIGHT || t->ndim != 2)
+            continue;
+        char mod[128];
+        snprintf(mod, sizeof mod, "%s", t->weight_name);
+        char *dot = strrchr(mod, '.');
+        if (!dot || strcmp(dot, ".weight"))
+            continue;
+        *dot = 0;
+        const char *last = strrchr(mod, '.');
+        last = last ? last + 1 : mod;
+        char key[160];
+        snprintf(key, sizeof key, " %s ", last);
+        char list[512];
+        snprintf(list, sizeof list, " %s ", targets);
+        if (!strstr(list, key))
+            continue;
+        int k = ad->n++;
+        snprintf(ad->wname[k], sizeof ad->wname[k], "%s", t->weight_name);
+        snprintf(ad->aname[k], sizeof ad->aname[k], "base_model.model.%s.lora_A.weight", mod);
+        snprintf(ad->bname[k], sizeof ad->bname[k], "base_model.model.%s.lora_B.weight", mod);
+        ad->fan[k] = fan;
+        ad->out[k] = fan ? t->shape[1].size : t->shape[0].size;
+        ad->in[k] = fan ? t->shape[0].size : t->shape[1].size;
+        ad->a[k] = malloc((size_t)(r * ad->in[k]) * sizeof(float));
+        ad->b[k] = malloc((size_t)(ad->out[k] * r) * sizeof(float));
+        for (int64_t j = 0; j < r * ad->in[k]; j++)
+            ad->a[k][j] = urand(&rng, 0.1f);
+        for (int64_t j = 0; j < ad->out[k] * r; j++)
+            ad->b[k][j] = urand(&rng, 0.1f);
+    }
+}
+
+static const char *tmpdir(void)
+{
+    static char dir[512];
+    snprintf(dir, sizeof dir, "%s", gp_test_tmpfile(".lora"));
+    mkdir(dir, 0755);
+    return dir;
+}
+
+static void write_text(const char *dir, const char *name, const char *text)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    CU_ASSERT_EQUAL(gp_test_write_file(path, text, strlen(text)), 0);
+}
+
+/* Writes adapter_model.safetensors (A and B of every module, or only A of module `drop_b`). */
+static void write_weights(const char *dir, const adapter *ad, int drop_b)
+{
+    gp_st_tensor ts[2 * MAX_MODS];
+    memset(ts, 0, sizeof ts);
+    int n = 0;
+    for (int k = 0; k < ad->n; k++) {
+        gp_st_tensor *a = &ts[n++];
+        a->name = ad->aname[k];
+        a->dtype = GP_F32;
+        a->ndim = 2;
+        a->shape[0] = ad->r;
+        a->shape[1] = ad->in[k];
+        a->data = ad->a[k];
+        a->nbytes = (size_t)(ad->r * ad->in[k]) * sizeof(float);
+        if (k == drop_b)
+            continue;
+        gp_st_tensor *b = &ts[n++];
+        b->name = ad->bname[k];
+        b->dtype = GP_F32;
+        b->ndim = 2;
+        b->shape[0] = ad->out[k];
+        b->shape[1] = ad->r;
+        b->data = ad->b[k];
+        b->nbytes = (size_t)(ad->out[k] * ad->r) * sizeof(float);
+    }
+    char path[700], err[512];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    int rc = gp_st_write(path, ts, n, NULL, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "%s\n", err);
+    CU_ASSERT_EQUAL(rc, 0);
+}
+
+static void write_config(const char *dir, int64_t r, double alpha, const char *targets_json, int fan,
+                         int rslora)
+{
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\"peft_type\": \"LORA\", \"r\": %lld, \"lora_alpha\": %g, \"target_modules\": %s, "
+             "\"fan_in_fan_out\": %s, \"use_rslora\": %s, \"lora_dropout\": 0.0, "
+             "\"bias\": \"none\"}",
+             (long long)r, alpha, targets_json, fan ? "true" : "false", rslora ? "true" : "false");
+    write_text(dir, "adapter_config.json", cfg);
+}
+
+/* Writes g's random weights (SEED) with the adapter merged in double precision:
+ * W += s * B A (or (B A)^T where ad->fan), rounded to f32 once. */
+static void write_merged(const gp_graph *g, const adapter *ad, double s, const char *path)
+{
+    gp_st_tensor *ts = calloc((size_t)g->n_tensors, sizeof *ts);
+    float **bufs = calloc((size_t)g->n_tensors, sizeof *bufs);
+    int n = 0;
+    for (int i = 0; i < g->n_tensors; i++) {
+        const gp_tensor *t = &g->tensors[i];
+        int dup = t->kind != GP_TENSOR_WEIGHT;
+        for (int k = 0; k < n && !dup; k++)
+            dup = !strcmp(ts[k].name, t->weight_name);
+        if (dup)
+            continue;
+        int64_t numel = 1;
+        ts[n].name = t->weight_name;
+        ts[n].dtype = GP_F32;
+        ts[n].ndim = t->ndim;
+        for (int d = 0; d < t->ndim; d++) {
+            ts[n].shape[d] = t->shape[d].size;
+            numel *= t->shape[d].size;
+        }
+        float *w = bufs[n] = malloc((size_t)numel * sizeof(float));
+        gp_weights_random_named(w, GP_F32, numel, SEED, t->weight_name);
+        for (int k = 0; k < ad->n; k++) {
+            if (strcmp(ad->wname[k], t->weight_name))
+                continue;
+            for (int64_t o = 0; o < ad->out[k]; o++)
+                for (int64_t x = 0; x < ad->in[k]; x++) {
+                    double d = 0;
+                    for (int64_t j = 0; j < ad->r; j++)
+                        d += (double)ad->b[k][o * ad->r + j] * (double)ad->a[k][j * ad->in[k] + x];
+                    int64_t at = ad->fan[k] ? x * ad->out[k] + o : o * ad->in[k] + x;
+                    w[at] = (float)((double)w[at] + s * d);
+                }
+        }
+        ts[n].data = w;
+        ts[n].nbytes = (size_t)numel * sizeof(float);
+        n++;
+    }
+    char err[512];
+    CU_ASSERT_EQUAL(gp_st_write(path, ts, n, NULL, err, sizeof err), 0);
+    for (int k = 0; k < n; k++)
+        free(bufs[k]);
+    free(bufs);
+    free(ts);
+}
+
+/* Logits [N_TOK, vocab] of one eval of fixed tokens on a fresh session; malloc'd, NULL on failure. */
+static float *logits_of(const gp_model *m, const char *backend, size_t *n)
+{
+    char err[1024];
+    gp_session_opts o = {backend, 2, 0};
+    gp_session *s = gp_session_new(m, &o, err, sizeof err);
+    if (!s) {
+        fprintf(stderr, "%s\n", err);
+        return NULL;
+    }
+    gp_model_info info;
+    gp_model_get_info(m, &info);
+    int32_t ids[N_TOK], pos[N_TOK];
+    for (int t = 0; t < N_TOK; t++) {
+        ids[t] = (int32_t)((t * 37 + 3) % info.vocab);
+        pos[t] = t;
+    }
+    float *out = NULL;
+    gp_tensor_info ti;
+    const float *l;
+    if (!gp_session_set_tokens(s, ids, pos, N_TOK) && !gp_session_eval(s) &&
+        (l = gp_session_output(s, "logits", &ti)) != NULL && (out = malloc(ti.bytes)) != NULL) {
+        memcpy(out, l, ti.bytes);
+        *n = ti.bytes / sizeof(float);
+    }
+    gp_session_free(s);
+    return out;
+}
+
+/* max |x - y| / max |y| */
+static double rel_diff(const float *x, const float *y, size_t n)
+{
+    double dmax = 0, ymax = 0;
+    for (size_t i = 0; i < n; i++) {
+        dmax = fmax(dmax, fabs((double)x[i] - (double)y[i]));
+        ymax = fmax(ymax, fabs((double)y[i]));
+    }
+    return ymax > 0 ? dmax / ymax : dmax;
+}
+
+/* Merges the adapter (config r, alpha, fan, rslora; apply scale) on the CPU and compares with
+ * the double-precision merge of s_ref (with the reference delta orientation ref_fan) on the
+ * reference executor. Returns rel_diff, or -1 on failure; *base_diff: the same against no adapter. */
+static double merged_vs_reference(const char *example, const char **defs, int n_defs,
+                                  const char *targets, const char *targets_json, int64_t r,
+                                  double alpha, int fan, int rslora, double scale, double s_ref,
+                                  int ref_fan, double *base_diff)
+{
+    gp_graph *g = NULL;
+    gp_model *m = compile_model(example, defs, n_defs, &g);
+    gp_model *ref = compile_model(example, defs, n_defs, NULL);
+    double rd = -1;
+    char err[2048];
+    adapter ad;
+    make_adapter(g, targets, r, fan, 99, &ad);
+    CU_ASSERT(ad.n > 0);
+    const char *dir = tmpdir();
+    write_config(dir, r, alpha, targets_json, fan, rslora);
+    write_weights(dir, &ad, -1);
+    char ckpt[700];
+    snprintf(ckpt, sizeof ckpt, "%s/merged.safetensors", dir);
+    adapter ad_ref = ad; /* the same A, B; square weights read with the reference orientation */
+    for (int k = 0; k < ad.n; k++)
+        if (ad.out[k] == ad.in[k])
+            ad_ref.fan[k] = ref_fan;
+    write_merged(g, &ad_ref, s_ref, ckpt);
+    size_t n1 = 0, n2 = 0, n0 = 0;
+    float *got = NULL, *want = NULL, *base = NULL;
+    if (!m || !ref || gp_model_random_weights(m, SEED, err, sizeof err))
+        goto done;
+    base = logits_of(m, "cpu", &n0);
+    if (gp_model_apply_lora(m, dir, scale, err, sizeof err)) {
+        fprintf(stderr, "apply: %s\n", err);
+        goto done;
+    }
+    if (gp_model_bind_weights(ref, ckpt, err, sizeof err)) {
+        fprintf(stderr, "bind: %s\n", err);
+        goto done;
+    }
+    got = logits_of(m, "cpu", &n1);
+    want = logits_of(ref, "reference", &n2);
+    if (got && want && base && n1 == n2 && n0 == n1) {
+        rd = rel_diff(got, want, n1);
+        *base_diff = rel_diff(base, want, n1);
+    }
+done:
+    free(got);
+    free(want);
+    free(base);
+    adapter_free(&ad);
+    gp_model_free(m);
+    gp_model_free(ref);
+    gp_graph_free(g);
+    return rd;
+}
+
+/* ---- tests ---- */
+
+static void test_gpt2_merge(void)
+{
+    double base = 0;
+    /* alpha 16, r 4: s = 4. */
+    double rd = merged_vs_reference("examples/tiny.gplan", NULL, 0, "c_attn c_proj c_fc",
+                                    "[\"c_attn\", \"c_proj\", \"c_fc\"]", 4, 16, 1, 0, 1.0, 4.0,
+                                    1, &base);
+    CU_ASSERT(rd >= 0 && rd <= 1e-5);
+    CU_ASSERT(base > 1e-3); /* the adapter changes the logits */
+    /* The same adapter at --lora-scale 0.5. */
+    rd = merged_vs_reference("examples/tiny.gplan", NULL, 0, "c_attn c_proj c_fc",
+                             "[\"c_attn\", \"c_proj\", \"c_fc\"]", 4, 16, 1, 0, 0.5, 2.0, 1, &base);
+    CU_ASSERT(rd >= 0 && rd <= 1e-5);
+}
+
+static void test_fan_in_fan_out(void)
+{
+    /* attn.c_proj is square: A and B fit both orientations. With fan_in_fan_out the merge must
+     * equal the transposed delta (B A)^T, and must not equal B A (mlp.c_proj, [256, 64], is
+     * always merged the right way in the reference). */
+    double base = 0;
+    double rd = merged_vs_reference("examples/tiny.gplan", NULL, 0, "c_proj", "[\"c_proj\"]", 4, 16,
+                                    1, 0, 1.0, 4.0, 1, &base);
+    CU_ASSERT(rd >= 0 && rd <= 1e-5);
+    rd = merged_vs_reference("examples/tiny.gplan", NULL, 0, "c_proj", "[\"c_proj\"]", 4, 16, 1, 0,
+                             1.0, 4.0, 0, &base);
+    CU_ASSERT(rd > 1e-3);
+    /* Without the flag the merge is B A. */
+    rd = merged_vs_reference("examples/tiny.gplan", NULL, 0, "c_proj", "[\"c_proj\"]", 4, 16, 0, 0,
+                             1.0, 4.0, 0, &base);
+    CU_ASSERT(rd >= 0 && rd <= 1e-5);
+}
+
+static void test_llama_merge(void)
+{
+    double base = 0;
+    const char *mods = "q_proj k_proj v_proj o_proj gate_proj up_proj down_proj";
+    const char *json = "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", "
+                       "\"up_proj\", \"down_proj\"]";
+    double rd = merged_vs_reference("examples/llama.gplan", llama_defs, 8, mods, json, 4, 8, 0, 0,
+                                    1.0, 2.0, 0, &base);
+    CU_ASSERT(rd >= 0 && rd <= 1e-5);
+    CU_ASSERT(base > 1e-3);
+    /* rslora: s = alpha / sqrt(r) = 8 / 2 = 4 (not 2). */
+    rd = merged_vs_reference("examples/llama.gplan", llama_defs, 8, mods, json, 4, 8, 0, 1, 1.0,
+                             4.0, 0, &base);
+    CU_ASSERT(rd >= 0 && rd <= 1e-5);
+    rd = merged_vs_reference("examples/llama.gplan", llama_defs, 8, mods, json, 4, 8, 0, 1, 1.0,
+                             2.0, 0, &base);
+    CU_ASSERT(rd > 1e-3);
+}
+
+/* Scale 0 leaves the logits bit for bit; weight bytes and plan are unchanged in size. */
+static void test_scale_zero(void)
+{
+    gp_graph *g = NULL;
+    gp_model *m = compile_model("examples/tiny.gplan", NULL, 0, &g);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    char err[1024];
+    adapter ad;
+    make_adapter(g, "c_attn c_fc", 4, 1, 5, &ad);
+    const char *dir = tmpdir();
+    write_config(dir, 4, 16, "[\"c_attn\", \"c_fc\"]", 1, 0);
+    write_weights(dir, &ad, -1);
+    CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, SEED, err, sizeof err), 0);
+    gp_model_info before, after;
+    gp_model_get_info(m, &before);
+    size_t n0 = 0, n1 = 0;
+    float *base = logits_of(m, "cpu", &n0);
+    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, 0.0, err, sizeof err), 0);
+    float *zero = logits_of(m, "cpu", &n1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(base);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(zero);
+    CU_ASSERT_EQUAL(n0, n1);
+    CU_ASSERT(memcmp(base, zero, n0 * sizeof(float)) == 0);
+    gp_model_get_info(m, &after);
+    /* merged copies of 2 layers x (c_attn 64x192 + c_fc 64x256) f32 */
+    CU_ASSERT_EQUAL(after.weights_loaded - before.weights_loaded, 2 * (64 * 192 + 64 * 256) * 4);
+    for (int r = 0; r < 5; r++)
+        CU_ASSERT_EQUAL(after.region_bytes[r], before.region_bytes[r]);
+    free(base);
+    free(zero);
+    adapter_free(&ad);
+    gp_model_free(m);
+    gp_graph_free(g);
+}
+
+/* One error case: write the config and weights, apply, compare the message; the weights must be
+ * unchanged (the logits equal `base`). */
+static void expect_error(gp_model *m, const char *dir, const float *base, size_t n_base,
+                         const char *want)
+{
+    char err[2048] = "";
+    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, 1.0, err, sizeof err), -1);
+    if (strcmp(err, want))
+        fprintf(stderr, "\n  got:  %s\n  want: %s\n", err, want);
+    CU_ASSERT_STRING_EQUAL(err, want);
+    size_t n = 0;
+    float *l = logits_of(m, "cpu", &n);
+    CU_ASSERT(l && n == n_base && memcmp(l, base, n * sizeof(float)) == 0);
+    free(l);
+}
+
+static void test_errors(void)
+{
+    gp_graph *g = NULL;
+    gp_model *m = compile_model("examples/tiny.gplan", NULL, 0, &g);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    char err[2048], want[2048], dir[512];
+    const char *all = "[\"c_attn\", \"c_proj\", \"c_fc\"]";
+
+    /* Weights not bound. */
+    snprintf(dir, sizeof dir, "%s", tmpdir());
+    adapter ad;
+    make_adapter(g, "c_attn", 4, 1, 3, &ad);
+    write_config(dir, 4, 8, all, 1, 0);
+    write_weights(dir, &ad, -1);
+    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, 1.0, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "lora: bind the model's weights before applying an adapter");
+
+    CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, SEED, err, sizeof err), 0);
+    size_t nb = 0;
+    float *base = logits_of(m, "cpu", &nb);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(base);
+
+    /* No config file. */
+    char empty[512];
+    snprintf(empty, sizeof empty, "%s", tmpdir());
+    CU_ASSERT_EQUAL(gp_model_apply_lora(m, empty, 1.0, err, sizeof err), -1);
+    snprintf(want, sizeof want, "%s/adapter_config.json: bad adapter config (", empty);
+    CU_ASSERT_NSTRING_EQUAL(err, want, strlen(want));
+
+    /* Bad config fields. */
+    write_text(dir, "adapter_config.json", "{\"lora_alpha\": 8, \"target_modules\": [\"c_fc\"]}");
+    snprintf(want, sizeof want,
+             "%s/adapter_config.json: bad adapter config (\"r\" must be an integer in [1, 65536])",
+             dir);
+    expect_error(m, dir, base, nb, want);
+    write_text(dir, "adapter_config.json",
+               "{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": \"c_fc\"}");
+    snprintf(want, sizeof want, "%s/adapter_config.json: bad adapter config (\"target_modules\" "
+             "must be a list of 1 to 64 module names)", dir);
+    expect_error(m, dir, base, nb, want);
+    write_text(dir, "adapter_config.json",
+               "{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"c_fc\"], \"use_dora\": true}");
+    snprintf(want, sizeof want,
+             "%s/adapter_config.json: bad adapter config (DoRA (use_dora) is not supported)", dir);
+    expect_error(m, dir, base, nb, want);
+
+    /* Unknown target module. */
+    write_config(dir, 4, 8, "[\"c_attn\", \"lm_head\"]", 1, 0);
+    snprintf(want, sizeof want, "%s/adapter_config.json: unknown target module \"lm_head\" (gplan "
+             "knows c_attn, c_proj, c_fc, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+             "down_proj)", dir);
+    expect_error(m, dir, base, nb, want);
+
+    /* A module the config does not target. */
+    write_config(dir, 4, 8, "[\"c_fc\"]", 1, 0);
+    expect_error(m, dir, base, nb,
+                 "lora: \"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight\": module "
+                 "\"transformer.h.0.attn.c_attn\" is not in target_modules");
+
+    /* A without B. */
+    write_config(dir, 4, 8, all, 1, 0);
+    write_weights(dir, &ad, 1);
+    expect_error(m, dir, base, nb,
+                 "lora: \"base_model.model.transformer.h.1.attn.c_attn.lora_A.weight\" has no "
+                 "matching \"base_model.model.transformer.h.1.attn.c_attn.lora_B.weight\"");
+
+    /* Wrong orientation: c_attn is [64, 192]; read as a Linear, A must be [4, 192]. */
+    write_config(dir, 4, 8, all, 0, 0);
+    write_weights(dir, &ad, -1);
+    expect_error(m, dir, base, nb,
+                 "lora: \"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight\": expected "
+                 "shape [4, 192], file has [4, 64] (target \"transformer.h.0.attn.c_attn.weight\" "
+                 "[64, 192], not fan_in_fan_out)");
+
+    /* r of the config differs from the tensors'. */
+    write_config(dir, 8, 8, all, 1, 0);
+    expect_error(m, dir, base, nb,
+                 "lora: \"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight\": expected "
+                 "shape [8, 64], file has [4, 64] (target \"transformer.h.0.attn.c_attn.weight\" "
+                 "[64, 192], fan_in_fan_out)");
+
+    /* B of the wrong shape. */
+    write_config(dir, 4, 8, all, 1, 0);
+    ad.out[0] = 96;
+    write_weights(dir, &ad, -1);
+    ad.out[0] = 192;
+    expect_error(m, dir, base, nb,
+                 "lora: \"base_model.model.transformer.h.0.attn.c_attn.lora_B.weight\": expected "
+                 "shape [192, 4], file has [96, 4] (target \"transformer.h.0.attn.c_attn.weight\" "
+                 "[64, 192], fan_in_fan_out)");
+
+    /* A module of a layer the plan lacks. */
+    snprintf(ad.aname[1], sizeof ad.aname[1], "base_model.model.transformer.h.7.attn.c_attn.lora_A.weight");
+    snprintf(ad.bname[1], sizeof ad.bname[1], "base_model.model.transformer.h.7.attn.c_attn.lora_B.weight");
+    write_weights(dir, &ad, -1);
+    expect_error(m, dir, base, nb,
+                 "lora: \"base_model.model.transformer.h.7.attn.c_attn.lora_A.weight\": the plan "
+                 "has no weight \"transformer.h.7.attn.c_attn.weight\"");
+
+    /* A tensor that is not LoRA's. */
+    snprintf(ad.bname[1], sizeof ad.bname[1], "base_model.model.transformer.h.1.attn.c_attn.bias");
+    write_weights(dir, &ad, -1);
+    snprintf(want, sizeof want, "lora: %s/adapter_model.safetensors: "
+             "\"base_model.model.transformer.h.1.attn.c_attn.bias\" is not a LoRA tensor "
+             "(expected base_model.model.<module>.lora_A.weight or .lora_B.weight)", dir);
+    expect_error(m, dir, base, nb, want);
+
+    /* No tensors at all. */
+    adapter none;
+    memset(&none, 0, sizeof none);
+    write_weights(dir, &none, -1);
+    snprintf(want, sizeof want, "lora: %s/adapter_model.safetensors: no LoRA tensors", dir);
+    expect_error(m, dir, base, nb, want);
+
+    /* A second adapter on the same binding. */
+    snprintf(ad.aname[1], sizeof ad.aname[1], "base_model.model.transformer.h.1.attn.c_attn.lora_A.weight");
+    snprintf(ad.bname[1], sizeof ad.bname[1], "base_model.model.transformer.h.1.attn.c_attn.lora_B.weight");
+    write_weights(dir, &ad, -1);
+    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, 1.0, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, 1.0, err, sizeof err), -1);
+    snprintf(want, sizeof want, "lora: %s: the model already has an adapter merged (bind the "
+             "weights again first)", dir);
+    CU_ASSERT_STRING_EQUAL(err, want);
+    /* Binding again drops the merged copies. */
+    CU_ASSERT_EQUAL(gp_model_random_weights(m, SEED, err, sizeof err), 0);
+    size_t n = 0;
+    float *l = logits_of(m, "cpu", &n);
+    CU_ASSERT(l && n == nb && memcmp(l, base, n * sizeof(float)) == 0);
+    free(l);
+
+    free(base);
+    adapter_free(&ad);
+    gp_model_free(m);
+    gp_graph_free(g);
+}
+
+/* A session on merged weights allocates nothing during evals. */
+static void test_no_alloc(void)
+{
+    gp_graph *g = NULL;
+    gp_model *m = compile_model("examples/tiny.gplan", NULL, 0, &g);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    char err[1024];
+    adapter ad;
+    make_adapter(g, "c_attn c_proj c_fc", 4, 1, 8, &ad);
+    const char *dir = tmpdir();
+    write_config(dir, 4, 8, "[\"c_attn\", \"c_proj\", \"c_fc\"]", 1, 0);
+    write_weights(dir, &ad, -1);
+    CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, SEED, err, sizeof err), 0);
+    CU_ASSERT_EQUAL_FATAL(gp_model_apply_lora(m, dir, 1.0, err, sizeof err), 0);
+    gp_session_opts o = {"cpu", 2, 0};
+    gp_session *s = gp_session_new(m, &o, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    int failures = 0;
+    gp_alloc_count_start();
+    for (int i = 0; i < 200; i++) {
+        int32_t id = i % 256, pos = i % 64;
+        if (pos == 0 && gp_session_reset(s))
+            failures++;
+        if (gp_session_set_tokens(s, &id, &pos, 1) || gp_session_eval(s))
+            failures++;
+    }
+    int64_t during = gp_alloc_count_stop();
+    CU_ASSERT_EQUAL(failures, 0);
+    CU_ASSERT_EQUAL(during, 0);
+    gp_session_free(s);
+    adapter_free(&ad);
+    gp_model_free(m);
+    gp_graph_free(g);
+}
+
+void gp_suite_lora(void);
+void gp_suite_lora(void)
+{
+    CU_pSuite s = CU_add_suite("lora", NULL, NULL);
+    CU_add_test(s, "tiny GPT-2 (Conv1D): merged = double-precision reference", test_gpt2_merge);
+    CU_add_test(s, "fan_in_fan_out: transposed delta by value", test_fan_in_fan_out);
+    CU_add_test(s, "llama (Linear): merged = reference; rslora", test_llama_merge);
+    CU_add_test(s, "scale 0: bit for bit the base model", test_scale_zero);
+    CU_add_test(s, "errors, with weights unchanged", test_errors);
+    CU_add_test(s, "no allocation in evals with an adapter", test_no_alloc);
+}
