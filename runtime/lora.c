@@ -90,7 +90,10 @@ static int read_config(const char *path, lora_config *c, char *err, size_t n)
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
     if (!root) {
-        set_err(err, n, "%s: bad adapter config (%s, line %d)", path, je.text, je.line);
+        if (je.line > 0)
+            set_err(err, n, "%s: bad adapter config (%s, line %d)", path, je.text, je.line);
+        else
+            set_err(err, n, "%s: bad adapter config (%s)", path, je.text);
         return -1;
     }
     int rc = -1;

@@ -167,6 +167,8 @@ typedef struct {
     double temp;
     uint64_t seed;
     const char *logits_out;
+    const char *lora;  /* a PEFT adapter folder, or NULL */
+    double lora_scale; /* multiplies the adapter's lora_alpha / r */
     int stats, loop;
 } options;
 
@@ -182,6 +184,9 @@ static void usage(FILE *out)
             "options:\n"
             "  --weights PATH        a safetensors file, a model.safetensors.index.json, or a folder\n"
             "  --random-weights SEED deterministic random weights instead of a checkpoint\n"
+            "  --lora DIR            merge a PEFT LoRA adapter (adapter_config.json,\n"
+            "                        adapter_model.safetensors) into the weights\n"
+            "  --lora-scale S        multiply the adapter's lora_alpha / r by S (default 1)\n"
             "  --backend NAME        cpu (default), reference, or cuda (when built)\n"
             "  --threads N           CPU threads (default: the online cores)\n"
             "  --prompt-ids LIST     comma-separated token ids (default: 0)\n"
@@ -267,6 +272,8 @@ static int parse_args(int argc, char **argv, options *o)
     o->n_gen = 16;
     o->eos = -1;
     o->seed = 1;
+    o->lora_scale = 1.0;
+    int lora_scale_set = 0;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = cores < 1 ? 1 : cores > 64 ? 64 : (int)cores;
     for (int i = 1; i < argc; i++) {
@@ -285,7 +292,7 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (a[0] == '-' && a[1] != '\0') {
             static const char *const with_value[] = {
                 "--weights", "--random-weights", "--backend", "--threads", "--prompt-ids", "-n",
-                "--eos", "--temp", "--seed", "--logits-out"};
+                "--eos", "--temp", "--seed", "--logits-out", "--lora", "--lora-scale"};
             int known = 0;
             for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
                 known |= !strcmp(a, with_value[k]);
@@ -329,6 +336,14 @@ static int parse_args(int argc, char **argv, options *o)
                     return usage_error("bad --seed", v);
             } else if (!strcmp(a, "--logits-out")) {
                 o->logits_out = v;
+            } else if (!strcmp(a, "--lora")) {
+                o->lora = v;
+            } else if (!strcmp(a, "--lora-scale")) {
+                char *end;
+                o->lora_scale = strtod(v, &end);
+                if (end == v || *end || !isfinite(o->lora_scale))
+                    return usage_error("bad --lora-scale (a number)", v);
+                lora_scale_set = 1;
             }
         } else if (!o->plan) {
             o->plan = a;
@@ -340,6 +355,8 @@ static int parse_args(int argc, char **argv, options *o)
         return usage_error("no plan given", NULL);
     if (!o->weights == !o->random_weights)
         return usage_error("give exactly one of --weights and --random-weights", NULL);
+    if (lora_scale_set && !o->lora)
+        return usage_error("--lora-scale needs --lora", NULL);
     if (!o->prompt) {
         o->prompt = malloc(sizeof *o->prompt);
         if (!o->prompt)
@@ -478,7 +495,7 @@ int main(int argc, char **argv)
     }
     int rcw = o.random_weights ? gp_model_random_weights(m, o.weights_seed, err, sizeof err)
                                : gp_model_bind_weights(m, o.weights, err, sizeof err);
-    if (rcw) {
+    if (rcw || (o.lora && gp_model_apply_lora(m, o.lora, o.lora_scale, err, sizeof err))) {
         fprintf(stderr, "gplan-run: %s\n", err);
         goto done;
     }
