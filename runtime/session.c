@@ -41,6 +41,13 @@ struct gp_session {
     unsigned char *extras;   /* [regions[EXTRAS].size] records of every tensor */
     unsigned char *io;       /* [regions[IO].size] host inputs and outputs at plan offsets */
     int64_t *sym_values;     /* [n_syms] current runtime dims */
+    /* The records and the shape checks depend on the dims alone: they are redone only when the
+     * dims differ from those of the last eval that passed every check. */
+    int64_t *checked_syms;   /* [n_syms] the dims of that eval */
+    int checked;             /* 1: the records and shape checks hold for checked_syms */
+    int *index_nodes;        /* [n_nodes] nodes whose index values are checked at every eval:
+                                one per (op, index tensor, bound), in schedule order */
+    int n_index_nodes;
     gp_mark_fn mark;         /* the allocation shim's eval marker, or NULL */
     int64_t evals;
     char err[GP_SESSION_ERR_BYTES];
@@ -592,7 +599,9 @@ gp_session *gp_session_new(const gp_model *m, const gp_session_opts *o, char *er
     s->io = alloc_aligned((size_t)p->regions[GP_REGION_IO].alignment,
                           (size_t)p->regions[GP_REGION_IO].size);
     s->sym_values = calloc((size_t)p->n_syms + 1, sizeof *s->sym_values);
-    if (!s->extras || !s->io || !s->sym_values) {
+    s->checked_syms = calloc((size_t)p->n_syms + 1, sizeof *s->checked_syms);
+    s->index_nodes = calloc((size_t)p->n_nodes + 1, sizeof *s->index_nodes);
+    if (!s->extras || !s->io || !s->sym_values || !s->checked_syms || !s->index_nodes) {
         set_err(err, err_len, "gp_session_new: out of memory");
         gp_session_free(s);
         return NULL;
@@ -620,6 +629,8 @@ void gp_session_free(gp_session *s)
     free(s->extras);
     free(s->io);
     free(s->sym_values);
+    free(s->checked_syms);
+    free(s->index_nodes);
     free(s);
 }
 
@@ -743,26 +754,88 @@ static void ktensor_of(gp_session *s, int id, gp_ktensor *k)
     memcpy(k->nb, v.nb, sizeof k->nb);
 }
 
-/* Checks every node at the current dims before anything runs. */
+/* Checks node k at the current dims and index values (gp_cpu_check). */
+static int check_node(gp_session *s, int k)
+{
+    const gp_plan *p = s->p;
+    const gp_plan_node *nd = &p->nodes[k];
+    char why[400];
+    gp_ktensor out, in[GP_MAX_INPUTS];
+    ktensor_of(s, nd->output, &out);
+    for (int i = 0; i < nd->n_inputs; i++)
+        ktensor_of(s, nd->inputs[i], &in[i]);
+    if (gp_cpu_check(nd->op, &nd->attrs, &out, in, nd->n_inputs, why, sizeof why)) {
+        /* Name the index input too: the kernel's message calls it "ids" or "pos". */
+        int idx = index_input(nd->op);
+        const char *iname = idx >= 0 ? p->tensors[root_of(p, nd->inputs[idx])].name : NULL;
+        return fail(s, "eval: node %d (%s -> %s, line %d%s%s): %s", k, gp_op_get(nd->op)->name,
+                    p->tensors[nd->output].name, nd->line, iname ? ", index input " : "",
+                    iname ? iname : "", why);
+    }
+    return 0;
+}
+
+/* The size an index input of node nd must stay under: rows of the table (get_rows), of the
+ * destination (store) or of the cache (attention); -1 for ops that read no index values (rope). */
+static int64_t index_bound(gp_session *s, const gp_plan_node *nd)
+{
+    gp_extras_view v;
+    int t = nd->op == GP_OP_ATTENTION ? nd->inputs[1] : nd->inputs[0];
+    if (nd->op != GP_OP_GET_ROWS && nd->op != GP_OP_STORE && nd->op != GP_OP_ATTENTION)
+        return -1;
+    gp_extras_read(s->extras, s->p, t, 0, &v);
+    return v.ne[0];
+}
+
+/*
+ * Every node at the current dims, before anything runs; on success, the nodes whose index values
+ * must be checked again at later evals with the same dims: once the shapes hold, gp_cpu_check's
+ * outcome for a node depends only on its index tensor's values and its bound, so one node per
+ * (op, index tensor, bound) stands for all (the first in schedule order, so the first failing
+ * node is still the one named).
+ */
 static int check_nodes(gp_session *s)
 {
     const gp_plan *p = s->p;
-    char why[400];
+    s->n_index_nodes = 0;
+    for (int k = 0; k < p->n_nodes; k++)
+        if (check_node(s, k))
+            return -1;
     for (int k = 0; k < p->n_nodes; k++) {
         const gp_plan_node *nd = &p->nodes[k];
-        gp_ktensor out, in[GP_MAX_INPUTS];
-        ktensor_of(s, nd->output, &out);
-        for (int i = 0; i < nd->n_inputs; i++)
-            ktensor_of(s, nd->inputs[i], &in[i]);
-        if (gp_cpu_check(nd->op, &nd->attrs, &out, in, nd->n_inputs, why, sizeof why)) {
-            /* Name the index input too: the kernel's message calls it "ids" or "pos". */
-            int idx = index_input(nd->op);
-            const char *iname = idx >= 0 ? p->tensors[root_of(p, nd->inputs[idx])].name : NULL;
-            return fail(s, "eval: node %d (%s -> %s, line %d%s%s): %s", k,
-                        gp_op_get(nd->op)->name, p->tensors[nd->output].name, nd->line,
-                        iname ? ", index input " : "", iname ? iname : "", why);
+        int idx = index_input(nd->op);
+        int64_t bound = idx >= 0 ? index_bound(s, nd) : -1;
+        if (bound < 0)
+            continue;
+        int dup = 0;
+        for (int j = 0; j < s->n_index_nodes && !dup; j++) {
+            const gp_plan_node *o = &p->nodes[s->index_nodes[j]];
+            dup = o->op == nd->op && o->inputs[idx] == nd->inputs[idx] && index_bound(s, o) == bound;
         }
+        if (!dup)
+            s->index_nodes[s->n_index_nodes++] = k;
     }
+    return 0;
+}
+
+/* The checks an eval needs: everything when the dims changed since the last eval that passed
+ * (records rewritten first), else only the index values. */
+static int check_eval(gp_session *s)
+{
+    const gp_plan *p = s->p;
+    size_t sym_bytes = (size_t)p->n_syms * sizeof *s->sym_values;
+    if (s->checked && !memcmp(s->checked_syms, s->sym_values, sym_bytes)) {
+        for (int j = 0; j < s->n_index_nodes; j++)
+            if (check_node(s, s->index_nodes[j]))
+                return -1;
+        return 0;
+    }
+    s->checked = 0;
+    gp_views_update(p, s->sym_values, s->extras, p->n_devices);
+    if (check_nodes(s))
+        return -1;
+    memcpy(s->checked_syms, s->sym_values, sym_bytes);
+    s->checked = 1;
     return 0;
 }
 
@@ -773,8 +846,7 @@ int gp_session_eval(gp_session *s)
     if (s->mark)
         s->mark(1);
     s->err[0] = '\0';
-    gp_views_update(s->p, s->sym_values, s->extras, s->p->n_devices);
-    int rc = check_nodes(s);
+    int rc = check_eval(s);
     if (!rc)
         rc = s->ops->eval(s->ctx, s->extras, s->err, sizeof s->err);
     if (!rc)

@@ -248,6 +248,66 @@ static void test_input_errors(void)
     gp_model_free(m);
 }
 
+/* After an eval passes, later evals at the same dims check only index values: a bad id or position
+ * must still fail with the message a full check gives (compared with a fresh session's), and a
+ * good eval after that, or at other dims, must still match the reference bit for bit. */
+static void test_index_checks_same_dims(void)
+{
+    gp_model *m = compile_model("examples/tiny.gplan", NULL, 0, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    char err[1024];
+    CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, 5, err, sizeof err), 0);
+    gp_session *s = new_session(m, "cpu", 2), *ref = new_session(m, "reference", 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
+    int32_t ids[3] = {1, 2, 3}, pos[3] = {0, 1, 2};
+    CU_ASSERT_EQUAL(gp_session_set_tokens(s, ids, pos, 3), 0);
+    CU_ASSERT_EQUAL(gp_session_eval(s), 0);
+    CU_ASSERT_EQUAL(gp_session_set_tokens(ref, ids, pos, 3), 0);
+    CU_ASSERT_EQUAL(gp_session_eval(ref), 0);
+
+    /* Same dims (T = 3): bad values, each against a fresh session's full check. */
+    const int32_t bad[3][2] = {{1, 256}, {2, 64}, {0, -1}}; /* {index, value}: ids, then pos */
+    for (int c = 0; c < 3; c++) {
+        int32_t bi[3] = {1, 2, 3}, bp[3] = {3, 4, 5};
+        if (c == 0)
+            bi[bad[c][0]] = bad[c][1];
+        else
+            bp[bad[c][0]] = bad[c][1];
+        gp_session *fresh = new_session(m, "cpu", 1);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(fresh);
+        CU_ASSERT_EQUAL(gp_session_set_tokens(fresh, bi, bp, 3), 0);
+        CU_ASSERT_EQUAL(gp_session_eval(fresh), -1);
+        CU_ASSERT_EQUAL(gp_session_set_tokens(s, bi, bp, 3), 0);
+        CU_ASSERT_EQUAL(gp_session_eval(s), -1);
+        CU_ASSERT_STRING_EQUAL(gp_session_error(s), gp_session_error(fresh));
+        CU_ASSERT_PTR_NOT_NULL(strstr(gp_session_error(s), "is out of range"));
+        gp_session_free(fresh);
+    }
+    /* Good evals again: same dims, then T = 1, then T = 3; logits match the reference. */
+    const int64_t steps[3][2] = {{3, 3}, {1, 6}, {3, 7}}; /* {n, first position} */
+    for (int k = 0; k < 3; k++) {
+        int32_t gi[3], gpos[3];
+        for (int i = 0; i < 3; i++) {
+            gi[i] = (int32_t)(11 * k + i);
+            gpos[i] = (int32_t)steps[k][1] + i;
+        }
+        CU_ASSERT_EQUAL(gp_session_set_tokens(s, gi, gpos, steps[k][0]), 0);
+        CU_ASSERT_EQUAL(gp_session_eval(s), 0);
+        CU_ASSERT_EQUAL(gp_session_set_tokens(ref, gi, gpos, steps[k][0]), 0);
+        CU_ASSERT_EQUAL(gp_session_eval(ref), 0);
+        gp_tensor_info a, b;
+        const void *la = gp_session_output(s, "logits", &a);
+        const void *lb = gp_session_output(ref, "logits", &b);
+        CU_ASSERT_EQUAL_FATAL(a.bytes, b.bytes);
+        CU_ASSERT_EQUAL(a.ne[0], steps[k][0]);
+        CU_ASSERT(memcmp(la, lb, a.bytes) == 0);
+    }
+    gp_session_free(s);
+    gp_session_free(ref);
+    gp_model_free(m);
+}
+
 static void test_session_errors(void)
 {
     char err[1024];
@@ -555,6 +615,7 @@ void gp_suite_runtime(void)
     CU_add_test(s, "gpt2 (2 layers): planned CPU = reference", test_gpt2_bitexact);
     CU_add_test(s, "llama (GQA): planned CPU = reference", test_llama_bitexact);
     CU_add_test(s, "input validation errors", test_input_errors);
+    CU_add_test(s, "index checks after a passing eval at the same dims", test_index_checks_same_dims);
     CU_add_test(s, "session and model errors, model info", test_session_errors);
     CU_add_test(s, "weights: errors, in place, converted", test_weights);
     CU_add_test(s, "state: zeroed at creation, persists, reset", test_state);
