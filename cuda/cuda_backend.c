@@ -1,6 +1,13 @@
 /* The CUDA backend (gp_backend_cuda, runtime/backend.h): one device allocation per region made at
  * creation, the weights uploaded once, a cuBLAS handle working in the planned workspace, and each
- * eval replayed from a CUDA graph captured at creation per bucket of the token count. */
+ * eval replayed from a CUDA graph captured at creation per bucket of the token count.
+ * Fusions planned at creation (each can be switched off for measurements, GPLAN_CUDA_DISABLE, a
+ * comma list): "elide" (conts read in place), "epilogue" (elementwise ops in the matvec), "norm"
+ * (a norm computed in the matvec after it), "store2" (the K and V stores in one launch),
+ * "combine" (attention's split combine in its last block). GPLAN_CUDA_PDL=0 turns programmatic
+ * dependent launch (kernels overlapping the one before them) off; GPLAN_CUDA_PREFETCH=1 has the
+ * matvec and attention kernels prefetch weights and cache rows into L2 before that wait. GPLAN_CUDA_SKIP (op names; timing experiments only: wrong results) leaves
+ * those ops' kernels out. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +38,11 @@ typedef struct {
     void *ws;                        /* its planned workspace on the device, or NULL */
     size_t ws_size;
     gp_cu_epilogue epi;              /* matmuls: the next epi.n nodes, fused when one row */
-    int skip;                        /* a cont whose readers read its source instead */
+    int skip;                        /* a cont whose readers read its source instead, or a store
+                                        run by an earlier store's launch */
+    int pair;                        /* a store: the later store run in the same launch, or -1 */
+    int prenorm;                     /* a norm: the next node's matmul may compute it (pre) */
+    gp_cu_prenorm pre;
 } cu_node;
 
 typedef struct {
@@ -64,7 +75,49 @@ typedef struct {
     double prof_ms[GP_OP_COUNT];    /* one-token evals: GPU time per op */
     int64_t prof_n[GP_OP_COUNT], prof_evals;
     int64_t allocs;                 /* allocations made after create returned (0 by design) */
+    unsigned disable;               /* FUSE_* bits switched off */
+    uint64_t skip_ops;              /* bit per gp_op: kernels left out (timing experiments) */
 } cuda_be;
+
+enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
+       FUSE_PREFETCH = 32 };
+
+/* 1 when `name` is an item of the comma list `list`. */
+static int in_list(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n))
+            return 1;
+        p = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+/* The switches read from the environment at creation (see the top of this file). */
+static void read_switches(cuda_be *b)
+{
+    static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch"};
+    const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
+    for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
+            b->disable |= 1u << i;
+    const char *skip = getenv("GPLAN_CUDA_SKIP");
+    for (int op = 0; skip && op < GP_OP_COUNT && op < 64; op++) {
+        const gp_op_info *info = gp_op_get((gp_op)op);
+        if (info && info->name && in_list(skip, info->name))
+            b->skip_ops |= (uint64_t)1 << op;
+    }
+    const char *pdl = getenv("GPLAN_CUDA_PDL");
+    b->kc.pdl = !(pdl && *pdl == '0');
+    b->kc.att_combine = !(b->disable & FUSE_COMBINE);
+    /* Measured 2026-11-30 (H200): -5% for GPT-2 117M, +4% for 1558M (its 5-20 MB matrices'
+     * prefetches compete with the kernel before): off unless asked for. */
+    const char *pf = getenv("GPLAN_CUDA_PREFETCH");
+    b->kc.prefetch = pf && *pf == '1' && !(b->disable & FUSE_PREFETCH);
+}
 
 /* Time inside the backend's evals, process-wide (cuda/cuda_backend.h). */
 static double stat_seconds;
@@ -152,17 +205,35 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
     for (int i = 0; i < p->n_nodes; i++) {
         const gp_plan_node *nd = &p->nodes[i];
         cu_node *cn = &b->nodes[i];
-        int r, fused = 0;
+        int r = 0, fused = 0, pre_used = 0;
         if (b->ev)
             cudaEventRecord(b->ev[i], b->stream);
-        if (cn->skip)
+        if (cn->skip || (b->skip_ops >> nd->op & 1))
             continue;
-        if (nd->op == GP_OP_MATMUL && cn->epi.n > 0)
+        if (cn->prenorm) {
+            /* The matmul after this norm computes it when its matrix-vector kernel serves. */
+            cu_node *mn = &b->nodes[i + 1];
+            const gp_plan_node *mm = &p->nodes[i + 1];
+            r = gp_cuda_matmul_fused(&b->kc, &mm->attrs, &mn->out, mn->in, mn->ws, mn->ws_size,
+                                     &mn->epi, &cn->pre, &fused, &pre_used);
+            if (!r && pre_used) {
+                if (b->ev)
+                    cudaEventRecord(b->ev[i + 1], b->stream);
+                i++; /* now at the matmul, which ran */
+                nd = mm;
+                cn = mn;
+                goto ran;
+            }
+        }
+        if (!r && cn->pair >= 0)
+            r = gp_cuda_store2(&b->kc, cn->in, b->nodes[cn->pair].in);
+        else if (!r && nd->op == GP_OP_MATMUL && cn->epi.n > 0)
             r = gp_cuda_matmul_fused(&b->kc, &nd->attrs, &cn->out, cn->in, cn->ws, cn->ws_size,
-                                     &cn->epi, &fused);
-        else
+                                     &cn->epi, NULL, &fused, NULL);
+        else if (!r)
             r = gp_cuda_compute(&b->kc, nd->op, &nd->attrs, &cn->out, cn->in, nd->n_inputs, cn->ws,
                                 cn->ws_size);
+    ran:
         if (fused) {
             for (int k = 1; b->ev && k <= cn->epi.n; k++)
                 cudaEventRecord(b->ev[i + k], b->stream);
@@ -360,11 +431,13 @@ static void plan_cont_elision(cuda_be *b, const int *uses)
                      v->dims[nd_ - 1] * v->dims[nd_] == c->dims[nd_ - 1];
                 for (int d = 0; d < nd_ - 1 && ok; d++)
                     ok = v->dims[d] == c->dims[d] && v->sym[d] == c->sym[d];
-                /* the view's readers: any kernel (they all take strides), but no further view */
+                /* the view's readers: any kernel (they all take strides), or a store's source
+                 * (read by the store's kernel, which takes strides too), but no further view */
                 for (int q = j + 1; q < p->n_nodes && ok; q++)
                     for (int m = 0; m < p->nodes[q].n_inputs && ok; m++)
                         if (p->nodes[q].inputs[m] == r->output) {
-                            ok = !gp_op_get(p->nodes[q].op)->is_view;
+                            ok = !gp_op_get(p->nodes[q].op)->is_view ||
+                                 (p->nodes[q].op == GP_OP_STORE && m == 2);
                             last = q > last ? q : last;
                         }
                 nviews++;
@@ -400,6 +473,70 @@ static void plan_cont_elision(cuda_be *b, const int *uses)
             a->nb[nd_] = es;
         }
         b->nodes[i].skip = 1;
+    }
+}
+
+/*
+ * Pairs each store with the next kernel node when that is a store too, with only views between:
+ * the two (a layer's K and V cache writes) run in one launch at the first one's place. The later
+ * store's inputs are ready there (views compute nothing), and it must not write what the first
+ * reads or writes: different destination roots, and its source not the first one's destination.
+ */
+static void plan_store_pairs(cuda_be *b)
+{
+    const gp_plan *p = b->p;
+    for (int i = 0; i < p->n_nodes; i++) {
+        const gp_plan_node *a = &p->nodes[i];
+        if (a->op != GP_OP_STORE || b->nodes[i].skip || b->nodes[i].pair >= 0)
+            continue;
+        int j = i + 1;
+        while (j < p->n_nodes && gp_op_get(p->nodes[j].op)->is_view && p->nodes[j].op != GP_OP_STORE)
+            j++;
+        if (j >= p->n_nodes || p->nodes[j].op != GP_OP_STORE)
+            continue;
+        const gp_plan_node *c = &p->nodes[j];
+        const gp_plan_tensor *sa = &p->tensors[a->inputs[2]], *sc = &p->tensors[c->inputs[2]];
+        int ok = c->inputs[1] == a->inputs[1] && sa->ndim == sc->ndim && sa->ndim >= 1 &&
+                 sa->sym[0] == sc->sym[0] && sa->dims[0] == sc->dims[0] &&
+                 root_of(p, c->inputs[0]) != root_of(p, a->inputs[0]) &&
+                 root_of(p, c->inputs[2]) != root_of(p, a->inputs[0]) &&
+                 root_of(p, a->inputs[2]) != root_of(p, c->inputs[0]);
+        if (!ok)
+            continue;
+        b->nodes[i].pair = j;
+        b->nodes[j].skip = 1;
+    }
+}
+
+/*
+ * Norms whose only reader is the matmul right after them, as its first operand (not transposed):
+ * that matmul's matrix-vector kernel can normalize x itself. What the matmul writes (its output,
+ * or its epilogue's) must not overlap x, which every block reads.
+ */
+static void plan_prenorms(cuda_be *b, const int *uses)
+{
+    const gp_plan *p = b->p;
+    for (int i = 0; i + 1 < p->n_nodes; i++) {
+        const gp_plan_node *nd = &p->nodes[i], *mm = &p->nodes[i + 1];
+        if ((nd->op != GP_OP_LAYER_NORM && nd->op != GP_OP_RMS_NORM) || mm->op != GP_OP_MATMUL)
+            continue;
+        const gp_plan_tensor *h = &p->tensors[nd->output], *x = &p->tensors[nd->inputs[0]];
+        if (h->kind != GP_TENSOR_INTERMEDIATE || h->view_src >= 0 || uses[nd->output] != 1 ||
+            mm->inputs[0] != nd->output || mm->attrs.i[0] != 0 || b->nodes[i + 1].skip)
+            continue;
+        const gp_plan_tensor *xr = root_of(p, nd->inputs[0]);
+        int last_out = p->nodes[i + 1 + b->nodes[i + 1].epi.n].output;
+        if (overlaps(&p->tensors[mm->output], xr) || overlaps(&p->tensors[last_out], xr) ||
+            x->dtype != GP_F32)
+            continue;
+        cu_node *cn = &b->nodes[i];
+        cn->prenorm = 1;
+        cn->pre.is_ln = nd->op == GP_OP_LAYER_NORM;
+        cn->pre.eps = (float)nd->attrs.f[0];
+        tensor_of(b, nd->inputs[0], &cn->pre.x);
+        tensor_of(b, nd->inputs[1], &cn->pre.w);
+        if (cn->pre.is_ln && nd->n_inputs > 2)
+            tensor_of(b, nd->inputs[2], &cn->pre.b);
     }
 }
 
@@ -511,8 +648,10 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     for (int i = 0; i < p->n_nodes; i++)
         for (int j = 0; j < p->nodes[i].n_inputs; j++)
             uses[p->nodes[i].inputs[j]]++;
-    const char *nocont = getenv("GPLAN_CUDA_NO_FUSE");
-    if (!(nocont && *nocont == '1'))
+    read_switches(b);
+    for (int i = 0; i < p->n_nodes; i++)
+        b->nodes[i].pair = -1;
+    if (!(b->disable & FUSE_ELIDE))
         plan_cont_elision(b, uses);
     for (int i = 0; i < p->n_nodes; i++) {
         const gp_plan_node *nd = &p->nodes[i];
@@ -526,9 +665,12 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         }
     }
 
-    const char *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
-    if (!(nofuse && *nofuse == '1'))
+    if (!(b->disable & FUSE_EPILOGUE))
         plan_epilogues(b, uses);
+    if (!(b->disable & FUSE_NORM))
+        plan_prenorms(b, uses);
+    if (!(b->disable & FUSE_STORE2))
+        plan_store_pairs(b);
     free(uses);
 
     /* cuBLAS: created here, on our stream, working only in planned workspaces (set per node). */
@@ -588,6 +730,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             CU_TRY(cudaEventCreate(&b->ev[i]));
     }
     env = b->ev ? "0" : getenv("GPLAN_CUDA_GRAPHS");
+    int64_t launches1 = -1;
     b->buckets = bucket_safe(p);
     if (!(env && *env == '0') && p->n_syms <= 1) {
         if (p->n_syms == 0) {
@@ -597,13 +740,30 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             int64_t bound = p->syms[0].bound;
             for (int64_t top = 1; b->n_graphs < MAX_GRAPHS; top *= 2) {
                 int64_t t = top < bound ? top : bound;
+                int64_t l0 = b->kc.launches;
                 if (capture(b, t, err, err_len))
                     goto fail;
+                if (top == 1)
+                    launches1 = b->kc.launches - l0;
                 if (t == bound || !b->buckets)
                     break; /* not bucket-safe: only the one-token graph (exact) */
             }
         }
         CU_TRY(cudaStreamSynchronize(b->stream));
+    }
+    env = getenv("GPLAN_CUDA_VERBOSE");
+    if (env && *env == '1') {
+        /* What the fusions did, once at creation (for benchmarks). */
+        int elided = 0, pairs = 0, norms = 0, epis = 0;
+        for (int i = 0; i < p->n_nodes; i++) {
+            elided += p->nodes[i].op == GP_OP_CONT && b->nodes[i].skip;
+            pairs += b->nodes[i].pair >= 0;
+            norms += b->nodes[i].prenorm;
+            epis += b->nodes[i].epi.n > 0;
+        }
+        fprintf(stderr, "cuda: %d nodes: %d conts elided, %d store pairs, %d norms for matvecs, "
+                "%d matmul epilogues, pdl %d; %lld launches in the one-token graph\n", p->n_nodes,
+                elided, pairs, norms, epis, b->kc.pdl, (long long)launches1);
     }
     b->created = 1;
     *out = b;

@@ -112,6 +112,47 @@ __device__ __forceinline__ float block_reduce(float v, float *sh, int is_max)
     return is_max ? warp_max(v) : warp_sum(v);
 }
 
+/*
+ * Programmatic dependent launch (Hopper): every kernel starts with this. It waits until the
+ * kernel before it in the stream has finished and its writes are visible (a no-op when the
+ * launch did not ask for overlap), then lets the next kernel be scheduled, so that kernel's
+ * launch and block setup overlap this one's run. Nothing may touch memory before it.
+ */
+__device__ __forceinline__ void pdl_begin()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* A hint to bring the line at p into L2 (no effect on results: safe before pdl_begin, since the
+ * real loads come after it). Kernels use it for bytes no earlier kernel writes (weights, the KV
+ * cache rows of earlier evals) while the kernel before them still runs. */
+__device__ __forceinline__ void prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/* Host: launches kernel k on c->stream, asking for programmatic dependent launch when c->pdl.
+ * Errors are read back with gp_cu_check_launch, as for <<<>>>. */
+template <typename... P, typename... A>
+static inline void gp_cu_launch(const gp_cu_ctx *c, void (*k)(P...), dim3 grid, dim3 block,
+                                size_t smem, A... args)
+{
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    cfg.attrs = at;
+    cfg.numAttrs = c->pdl ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...);
+}
+
 /* Host: records a launch error in ctx; 0 when fine. */
 int gp_cu_check_launch(gp_cu_ctx *c, const char *what);
 
@@ -119,6 +160,7 @@ int gp_cu_check_launch(gp_cu_ctx *c, const char *what);
 int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
                     const gp_cu_tensor *in, void *ws, size_t ws_size);
 int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const gp_cu_tensor *in,
-                 void *ws, size_t ws_size, const gp_cu_epilogue *epi, int *fused);
+                 void *ws, size_t ws_size, const gp_cu_epilogue *epi, const gp_cu_prenorm *pre,
+                 int *fused, int *pre_used);
 
 #endif

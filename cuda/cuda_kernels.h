@@ -39,6 +39,10 @@ typedef struct {
     unsigned *d_counters;    /* device [n_counters], zero between launches: split-K matvec tiles */
     int n_counters;
     int no_matvec;           /* 1: M == 1 matmuls go to cuBLAS too (for benchmarks) */
+    int pdl;                 /* 1: launches ask for programmatic dependent launch (overlap) */
+    int att_combine;         /* 1: split attention combines in its last block (no 2nd kernel) */
+    int prefetch;            /* 1: matvec and attention kernels prefetch weights and cache rows
+                                into L2 before waiting for the kernel before them (with pdl) */
     void *blas_ws;           /* the workspace cuBLAS was last given (cublasSetWorkspace) */
     size_t blas_ws_size;
     int64_t launches;        /* kernels and library calls enqueued so far */
@@ -67,11 +71,32 @@ typedef struct {
     gp_cu_tensor out;                  /* where the last result goes */
 } gp_cu_epilogue;
 
-/* A matmul with its epilogue fused when it can be (*fused = 1: only epi->out is written), else the
- * plain matmul into `out` (*fused = 0: the caller runs the epilogue's nodes). 0, or -1 with err. */
+/* A norm whose only reader is the matmul after it (a = layer_norm(x, w, b) or rms_norm(x, w)),
+ * computed inside the matrix-vector kernel from x when the product has one row. */
+typedef struct {
+    int is_ln;               /* 1: layer_norm (mean removed), 0: rms_norm */
+    float eps;
+    gp_cu_tensor x;          /* the norm's input [1, K] (or [K]), f32 contiguous */
+    gp_cu_tensor w;          /* [K] */
+    gp_cu_tensor b;          /* [K]; data NULL: none */
+} gp_cu_prenorm;
+
+/*
+ * A matmul with its epilogue fused when it can be (*fused = 1: only epi->out is written), else the
+ * plain matmul into `out` (*fused = 0: the caller runs the epilogue's nodes). With pre (may be
+ * NULL): in[0] is the norm's output, which the kernel computes from pre->x itself when the
+ * matrix-vector path serves the product (*pre_used = 1); when it cannot, nothing is launched and
+ * *pre_used = 0: the caller runs the norm, then calls again without pre. 0, or -1 with err.
+ */
 int gp_cuda_matmul_fused(gp_cu_ctx *ctx, const gp_attrs *a, const gp_cu_tensor *out,
                          const gp_cu_tensor *in, void *ws, size_t ws_size,
-                         const gp_cu_epilogue *epi, int *fused);
+                         const gp_cu_epilogue *epi, const gp_cu_prenorm *pre, int *fused,
+                         int *pre_used);
+
+/* Two store nodes with the same positions in one launch (the K and V cache writes of a layer):
+ * in0 and in1 are each store's inputs (dst, pos, src), as gp_cuda_compute takes them. Both srcs
+ * must have the same rows. 0, or -1 with err. */
+int gp_cuda_store2(gp_cu_ctx *ctx, const gp_cu_tensor *in0, const gp_cu_tensor *in1);
 
 /* Counters gp_cuda_compute may use at once (the size d_counters must have). */
 #define GP_CU_COUNTERS 4096

@@ -34,6 +34,7 @@ static mat mat_of(const KT &k, int trans)
 
 __global__ void k_matmul_naive(KT o, KT a, KT b, int ta, int tb, const int64_t *syms)
 {
+    pdl_begin();
     kt_resolve(o, syms);
     kt_resolve(a, syms);
     kt_resolve(b, syms);
@@ -80,6 +81,51 @@ __device__ __forceinline__ float epi_apply(const EPI &e, int64_t col, float v)
         }
     }
     return v;
+}
+
+/* A norm computed in the matrix-vector kernel (gp_cu_prenorm): x is its input. */
+struct NORM {
+    int is_ln, has_b;
+    float eps;
+    KT w, b; /* [K] each */
+};
+
+/*
+ * Stages y = norm(x) [K] into shared memory xs (16-byte aligned), as k_norm computes it: mean (layer
+ * norm), then the mean square of x - mean, both over the block. Every thread of the block calls it.
+ */
+__device__ __forceinline__ void stage_norm(const NORM &nm, const float *x, int64_t K, float *xs)
+{
+    __shared__ float red[32];
+    float acc = 0.0f, mean = 0.0f;
+    if (nm.is_ln) {
+        for (int64_t i = threadIdx.x; i < K; i += blockDim.x)
+            acc += x[i];
+        mean = block_reduce(acc, red, 0) / (float)K;
+        acc = 0.0f;
+    }
+    for (int64_t i = threadIdx.x; i < K; i += blockDim.x) {
+        float d = x[i] - mean;
+        acc += d * d;
+    }
+    float inv = 1.0f / sqrtf(block_reduce(acc, red, 0) / (float)K + nm.eps);
+    for (int64_t i = threadIdx.x; i < K; i += blockDim.x) {
+        float y = (x[i] - mean) * inv * ld_f(nm.w.p + i * nm.w.nb[3], nm.w.t);
+        if (nm.has_b)
+            y += ld_f(nm.b.p + i * nm.b.nb[3], nm.b.t);
+        xs[i] = y;
+    }
+    __syncthreads();
+}
+
+/* Loads 4 floats of x: from shared memory (a staged norm) or through the read-only path. */
+template <bool PRE> __device__ __forceinline__ float4 ld_x4(const float *p)
+{
+    return PRE ? *(const float4 *)p : __ldg((const float4 *)p);
+}
+template <bool PRE> __device__ __forceinline__ float ld_x1(const float *p)
+{
+    return PRE ? *p : __ldg(p);
 }
 
 /* ---- matrix-vector: M == 1, x f32 contiguous, weights 16-bit or f32 with 16-byte rows ---- */
@@ -132,16 +178,30 @@ enum { MV_WARPS = 4, MV_ROWS = 2, MV_UNROLL = 4 };
 
 /*
  * Weights [N, K] (row n at w + n * ldw bytes, K contiguous): out[n] = sum_k x[k] w[n][k].
- * A warp computes MV_ROWS rows; lanes stride over 16-byte chunks of the row.
+ * A warp computes MV_ROWS rows; lanes stride over 16-byte chunks of the row. PRE: x is the input
+ * of norm nm, normalized into shared memory first (dynamic, K floats).
  */
-template <typename W>
+template <typename W, bool PRE>
 __global__ void __launch_bounds__(MV_WARPS * 32)
-    k_matvec_nk(const char *w, int64_t ldw, const float *x, KT o, EPI e, int ksym, int64_t K, int64_t N,
-                const int64_t *syms)
+    k_matvec_nk(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int ksym, int64_t K,
+                int64_t N, int pf, const int64_t *syms)
 {
     typedef vec16<W> V;
+    extern __shared__ float4 xs_nk[];
+    if (pf) {
+        /* This warp's rows at the launch K, into L2 while the kernel before still runs. */
+        int64_t r0 = ((int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * MV_ROWS;
+        for (int r = 0; r < MV_ROWS && r0 + r < N; r++)
+            for (int64_t c = threadIdx.x & 31; c < K / V::N; c += 32)
+                prefetch_l2(w + (r0 + r) * ldw + c * 16);
+    }
+    pdl_begin();
     if (ksym >= 0)
         K = syms[ksym];
+    if (PRE) {
+        stage_norm(nm, x, K, (float *)xs_nk);
+        x = (const float *)xs_nk;
+    }
     int lane = threadIdx.x & 31;
     int64_t n0 = ((int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * MV_ROWS;
     if (n0 >= N)
@@ -165,10 +225,10 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
 #pragma unroll
         for (int i = 0; i < MV_UNROLL; i++) {
             float xv[V::N], wv[V::N];
-            const float4 *px = (const float4 *)(x + (c + 32 * i) * V::N);
+            const float *px = x + (c + 32 * i) * V::N;
 #pragma unroll
             for (int q = 0; q < V::N / 4; q++) {
-                float4 f = __ldg(px + q);
+                float4 f = ld_x4<PRE>(px + 4 * q);
                 xv[4 * q] = f.x;
                 xv[4 * q + 1] = f.y;
                 xv[4 * q + 2] = f.z;
@@ -185,10 +245,10 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
     for (; c < nc; c += 32) {
         float xv[V::N], wv[V::N];
-        const float4 *px = (const float4 *)(x + c * V::N);
+        const float *px = x + c * V::N;
 #pragma unroll
         for (int q = 0; q < V::N / 4; q++) {
-            float4 f = __ldg(px + q);
+            float4 f = ld_x4<PRE>(px + 4 * q);
             xv[4 * q] = f.x;
             xv[4 * q + 1] = f.y;
             xv[4 * q + 2] = f.z;
@@ -216,18 +276,33 @@ enum { KN_TX = 32, KN_TY = 8, KN_UNROLL = 8, KN_ROWS = KN_TY * KN_UNROLL };
  * Weights [K, N] (row k at w + k * ldw bytes, N contiguous): a block covers 32 * V::N columns
  * and the rows of its K split; each warp takes every KN_TY-th row. With several splits, partial
  * sums go to part [nsplit, N] and the last block of a column tile to finish (counted in
- * counters[tile], reset by that block) adds them in split order: deterministic, one launch.
+ * counters[tile], reset by that block) adds them in split order: deterministic, one launch. PRE: as
+ * k_matvec_nk (every block normalizes all of x: K floats, from L2).
  */
-template <typename W>
+template <typename W, bool PRE>
 __global__ void __launch_bounds__(KN_TX *KN_TY)
-    k_matvec_kn(const char *w, int64_t ldw, const float *x, KT o, EPI e, int ksym, int64_t K, int64_t N,
-                float *part, unsigned *counters, const int64_t *syms)
+    k_matvec_kn(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int ksym, int64_t K,
+                int64_t N, float *part, unsigned *counters, int pf, const int64_t *syms)
 {
     typedef vec16<W> V;
     __shared__ float red[KN_TY][KN_TX * V::N];
     __shared__ int last;
+    extern __shared__ float4 xs_kn[];
+    if (pf) {
+        /* This thread's weight rows at the launch K, into L2 while the kernel before still runs. */
+        int64_t c0 = ((int64_t)blockIdx.x * KN_TX + threadIdx.x % KN_TX) * V::N;
+        int64_t per = ((K + gridDim.y - 1) / gridDim.y + KN_ROWS - 1) / KN_ROWS * KN_ROWS;
+        int64_t a = blockIdx.y * per, z = min(K, a + per);
+        for (int64_t k = a + threadIdx.x / KN_TX; c0 < N && k < z; k += KN_TY)
+            prefetch_l2(w + k * ldw + c0 * sizeof(W));
+    }
+    pdl_begin();
     if (ksym >= 0)
         K = syms[ksym];
+    if (PRE) {
+        stage_norm(nm, x, K, (float *)xs_kn);
+        x = (const float *)xs_kn;
+    }
     int tx = threadIdx.x % KN_TX, ty = threadIdx.x / KN_TX, nsplit = gridDim.y;
     int64_t col = ((int64_t)blockIdx.x * KN_TX + tx) * V::N;
     /* Splits of whole KN_ROWS chunks (the launcher's estimate; K here may be the eval's). */
@@ -245,7 +320,7 @@ __global__ void __launch_bounds__(KN_TX *KN_TY)
 #pragma unroll
             for (int i = 0; i < KN_UNROLL; i++) {
                 u[i] = ld_stream(w + (k + KN_TY * i) * ldw + col * sizeof(W));
-                xv[i] = __ldg(x + k + KN_TY * i);
+                xv[i] = ld_x1<PRE>(x + k + KN_TY * i);
             }
 #pragma unroll
             for (int i = 0; i < KN_UNROLL; i++) {
@@ -257,7 +332,7 @@ __global__ void __launch_bounds__(KN_TX *KN_TY)
             }
         }
         for (; k < k1; k += KN_TY) {
-            float wv[V::N], xk = __ldg(x + k);
+            float wv[V::N], xk = ld_x1<PRE>(x + k);
             V::unpack(ld_stream(w + k * ldw + col * sizeof(W)), wv);
 #pragma unroll
             for (int e = 0; e < V::N; e++)
@@ -309,9 +384,64 @@ static int es_of(int t)
     return (int)gp_dtype_size((gp_dtype)t);
 }
 
-/* Tries the matrix-vector kernels; 1 when launched, 0 when the shapes don't fit, -1 on error. */
+/* Dynamic shared memory for a staged norm: K floats (none without one). */
+static size_t norm_smem(int64_t K)
+{
+    return (size_t)K * sizeof(float);
+}
+
+template <typename W>
+static void launch_nk(const gp_cu_ctx *c, unsigned grid, const char *w, int64_t ldw, const float *x,
+                      const KT &o, const EPI &e, const NORM *nm, int ksym, int64_t K, int64_t N)
+{
+    if (nm)
+        gp_cu_launch(c, k_matvec_nk<W, true>, grid, MV_WARPS * 32, norm_smem(K), w, ldw, x, o, e, *nm,
+                     ksym, K, N, c->pdl && c->prefetch, c->d_syms);
+    else
+        gp_cu_launch(c, k_matvec_nk<W, false>, grid, MV_WARPS * 32, 0, w, ldw, x, o, e, NORM(), ksym,
+                     K, N, c->pdl && c->prefetch, c->d_syms);
+}
+
+template <typename W>
+static void launch_kn(const gp_cu_ctx *c, dim3 grid, const char *w, int64_t ldw, const float *x,
+                      const KT &o, const EPI &e, const NORM *nm, int ksym, int64_t K, int64_t N,
+                      float *part)
+{
+    if (nm)
+        gp_cu_launch(c, k_matvec_kn<W, true>, grid, KN_TX * KN_TY, norm_smem(K), w, ldw, x, o, e, *nm,
+                     ksym, K, N, part, c->d_counters, c->pdl && c->prefetch, c->d_syms);
+    else
+        gp_cu_launch(c, k_matvec_kn<W, false>, grid, KN_TX * KN_TY, 0, w, ldw, x, o, e, NORM(), ksym,
+                     K, N, part, c->d_counters, c->pdl && c->prefetch, c->d_syms);
+}
+
+/* The norm of pre as a NORM, with x its input; 0 when the layout doesn't fit the staging (x one
+ * contiguous f32 row of K, 16-byte aligned; K floats in 32 KiB of shared memory). */
+static int norm_of(gp_cu_ctx *c, const gp_cu_prenorm *pre, int64_t K, NORM *nm, const float **x)
+{
+    KT kx = gp_kt_of(c, &pre->x), kw = gp_kt_of(c, &pre->w);
+    if (kx.t != GP_F32 || kt_count(kx, 3) != 1 || kx.ne[3] != K || kx.nb[3] != 4 ||
+        ((uintptr_t)kx.p & 15) || kw.ne[3] != K || kt_count(kw, 3) != 1 ||
+        norm_smem(K) > 32 * 1024)
+        return 0;
+    nm->is_ln = pre->is_ln;
+    nm->eps = pre->eps;
+    nm->w = kw;
+    nm->has_b = pre->b.data != NULL;
+    nm->b = nm->has_b ? gp_kt_of(c, &pre->b) : kw;
+    if (nm->has_b && (nm->b.ne[3] != K || kt_count(nm->b, 3) != 1))
+        return 0;
+    *x = (const float *)kx.p;
+    return 1;
+}
+
+/*
+ * Tries the matrix-vector kernels; 1 when launched, 0 when the shapes don't fit (nothing launched),
+ * -1 on error. With pre: a is the norm's output, computed in the kernel from pre->x.
+ */
 static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, int ta, int tb,
-                      const gp_cu_tensor *in, void *ws, size_t ws_size, const gp_cu_epilogue *epi)
+                      const gp_cu_tensor *in, void *ws, size_t ws_size, const gp_cu_epilogue *epi,
+                      const gp_cu_prenorm *pre)
 {
     const KT &o = o0;
     if (c->no_matvec || o.ne[0] * o.ne[1] != 1 || o.ne[2] != 1 || ka.ne[0] * ka.ne[1] != 1 ||
@@ -326,6 +456,9 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
     if (A.sc != 4 || ((uintptr_t)A.p & 15) || ((uintptr_t)B.p & 15))
         return 0;
     const float *x = (const float *)A.p;
+    NORM nm;
+    if (pre && (ta || ksym >= 0 || !norm_of(c, pre, K, &nm, &x)))
+        return 0;
     /* The epilogue's operands: one row of N (or a scalar); the result goes to epi->out. */
     EPI e;
     e.n = 0;
@@ -345,18 +478,20 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
                 return 0;
         }
     }
+    const NORM *pn = pre ? &nm : NULL;
     if (B.sr == es && B.sc % 16 == 0 && K % vn == 0) {
         /* [N, K]: K contiguous, rows B.sc bytes apart. */
         unsigned grid = (unsigned)((N + MV_WARPS * MV_ROWS - 1) / (MV_WARPS * MV_ROWS));
+        /* Every block normalizes all of x: past a few waves of blocks (an LM head) that costs
+         * more than the norm's own launch. */
+        if (pn && grid > 2048)
+            return 0;
         if (kb.t == GP_F16)
-            k_matvec_nk<__half><<<grid, MV_WARPS * 32, 0, c->stream>>>(B.p, B.sc, x, ot, e, ksym, K, N,
-                                                                      c->d_syms);
+            launch_nk<__half>(c, grid, B.p, B.sc, x, ot, e, pn, ksym, K, N);
         else if (kb.t == GP_BF16)
-            k_matvec_nk<__nv_bfloat16><<<grid, MV_WARPS * 32, 0, c->stream>>>(B.p, B.sc, x, ot, e, ksym, K,
-                                                                             N, c->d_syms);
+            launch_nk<__nv_bfloat16>(c, grid, B.p, B.sc, x, ot, e, pn, ksym, K, N);
         else
-            k_matvec_nk<float><<<grid, MV_WARPS * 32, 0, c->stream>>>(B.p, B.sc, x, ot, e, ksym, K, N,
-                                                                     c->d_syms);
+            launch_nk<float>(c, grid, B.p, B.sc, x, ot, e, pn, ksym, K, N);
         return gp_cu_check_launch(c, "matvec_nk") ? -1 : 1;
     }
     if (B.sc == es && B.sr % 16 == 0 && N % vn == 0) {
@@ -377,14 +512,11 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
         dim3 grid((unsigned)tiles, (unsigned)nsplit);
         float *part = (float *)ws;
         if (kb.t == GP_F16)
-            k_matvec_kn<__half><<<grid, KN_TX * KN_TY, 0, c->stream>>>(B.p, B.sr, x, ot, e, ksym, K, N, part,
-                                                                    c->d_counters, c->d_syms);
+            launch_kn<__half>(c, grid, B.p, B.sr, x, ot, e, pn, ksym, K, N, part);
         else if (kb.t == GP_BF16)
-            k_matvec_kn<__nv_bfloat16><<<grid, KN_TX * KN_TY, 0, c->stream>>>(
-                B.p, B.sr, x, ot, e, ksym, K, N, part, c->d_counters, c->d_syms);
+            launch_kn<__nv_bfloat16>(c, grid, B.p, B.sr, x, ot, e, pn, ksym, K, N, part);
         else
-            k_matvec_kn<float><<<grid, KN_TX * KN_TY, 0, c->stream>>>(B.p, B.sr, x, ot, e, ksym, K, N, part,
-                                                                   c->d_counters, c->d_syms);
+            launch_kn<float>(c, grid, B.p, B.sr, x, ot, e, pn, ksym, K, N, part);
         return gp_cu_check_launch(c, "matvec_kn") ? -1 : 1;
     }
     return 0;
@@ -395,6 +527,7 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
 /* dst [n0, n1, R, C] contiguous in dtype dt from the logical operand m (launch sizes). */
 __global__ void k_convert(char *dst, int dt, mat m, int64_t R, int64_t C)
 {
+    pdl_begin();
     int64_t n = m.n0 * m.n1 * R * C, es = dt == GP_F32 ? 4 : 2;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -414,7 +547,7 @@ static int convert_operand(gp_cu_ctx *c, mat *m, int dt, int64_t R, int64_t C, c
 {
     int64_t n = m->n0 * m->n1 * R * C, es = es_of(dt);
     int64_t b = (n + 255) / 256;
-    k_convert<<<(unsigned)(b < 1 ? 1 : b > 8192 ? 8192 : b), 256, 0, c->stream>>>(dst, dt, *m, R, C);
+    gp_cu_launch(c, k_convert, (unsigned)(b < 1 ? 1 : b > 8192 ? 8192 : b), 256, 0, dst, dt, *m, R, C);
     if (gp_cu_check_launch(c, "matmul_convert"))
         return -1;
     m->p = dst;
@@ -532,25 +665,38 @@ static int try_blas(gp_cu_ctx *c, const KT &o, const KT &ka, const KT &kb, int t
 }
 
 int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const gp_cu_tensor *in,
-                 void *ws, size_t ws_size, const gp_cu_epilogue *epi, int *fused)
+                 void *ws, size_t ws_size, const gp_cu_epilogue *epi, const gp_cu_prenorm *pre,
+                 int *fused, int *pre_used)
 {
     if (fused)
         *fused = 0;
+    if (pre_used)
+        *pre_used = 0;
     KT o = gp_kt_of(c, out), ka = gp_kt_of(c, &in[0]), kb = gp_kt_of(c, &in[1]);
     int ta = a->i[0] != 0, tb = a->i[1] != 0;
     if (in[0].ndim < 2 || in[1].ndim < 2 || out->ndim < 2) {
         snprintf(c->err, sizeof c->err, "matmul: operands need two dims or more");
         return -1;
     }
+    if (pre && !pre_used)
+        pre = NULL;
     if (kt_count(o, 4) == 0)
-        return 0;
-    int r = epi ? try_matvec(c, o, ka, kb, ta, tb, in, ws, ws_size, epi) : 0;
+        return 0; /* with pre: not used, so the caller runs the norm as it would */
+    int r = epi ? try_matvec(c, o, ka, kb, ta, tb, in, ws, ws_size, epi, pre) : 0;
     if (r > 0) {
         *fused = 1;
+        if (pre)
+            *pre_used = 1;
         return 0;
     }
     if (r == 0)
-        r = try_matvec(c, o, ka, kb, ta, tb, in, ws, ws_size, NULL);
+        r = try_matvec(c, o, ka, kb, ta, tb, in, ws, ws_size, NULL, pre);
+    if (pre) {
+        /* Only the matrix-vector kernels compute a norm; else the caller runs it first. */
+        if (r > 0)
+            *pre_used = 1;
+        return r < 0 ? -1 : 0;
+    }
     if (r == 0)
         r = try_blas(c, o, ka, kb, ta, tb, ws, ws_size);
     if (r < 0)
@@ -558,13 +704,15 @@ int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const
     if (r > 0)
         return 0;
     int64_t n = kt_count(o, 4), b = (n + 255) / 256;
-    k_matmul_naive<<<(unsigned)(b > 8192 ? 8192 : b), 256, 0, c->stream>>>(o, ka, kb, ta, tb, c->d_syms);
+    gp_cu_launch(c, k_matmul_naive, (unsigned)(b > 8192 ? 8192 : b), 256, 0, o, ka, kb, ta, tb,
+                 c->d_syms);
     return gp_cu_check_launch(c, "matmul_naive");
 }
 
 extern "C" int gp_cuda_matmul_fused(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
                                     const gp_cu_tensor *in, void *ws, size_t ws_size,
-                                    const gp_cu_epilogue *epi, int *fused)
+                                    const gp_cu_epilogue *epi, const gp_cu_prenorm *pre, int *fused,
+                                    int *pre_used)
 {
-    return gp_cu_matmul(c, a, out, in, ws, ws_size, epi, fused);
+    return gp_cu_matmul(c, a, out, in, ws, ws_size, epi, pre, fused, pre_used);
 }

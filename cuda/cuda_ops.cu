@@ -97,6 +97,7 @@ __device__ __forceinline__ float ew_apply(int op, float fa, float x, float y)
 /* out = op(x[, y]) over out's elements; x and y broadcast. op EW_COPY: cont and cast. */
 __global__ void k_elementwise(int op, float fa, KT o, KT x, KT y, int has_y, const int64_t *syms)
 {
+    pdl_begin();
     kt_resolve(o, syms);
     kt_resolve(x, syms);
     if (has_y)
@@ -126,8 +127,8 @@ static int launch_elementwise(gp_cu_ctx *c, int op, float fa, const gp_cu_tensor
     int64_t n = kt_count(o, 4);
     if (n == 0)
         return 0;
-    k_elementwise<<<grid_for(n, THREADS), THREADS, 0, c->stream>>>(op, fa, o, kx, ky, y != NULL,
-                                                                     c->d_syms);
+    gp_cu_launch(c, k_elementwise, grid_for(n, THREADS), THREADS, 0, op, fa, o, kx, ky, y != NULL,
+                 c->d_syms);
     return gp_cu_check_launch(c, "elementwise");
 }
 
@@ -137,6 +138,7 @@ enum { NORM_REG = 8 }; /* rows up to NORM_REG * blockDim.x elements stay in regi
 
 __global__ void k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, const int64_t *syms)
 {
+    pdl_begin();
     __shared__ float sh[32];
     kt_resolve(o, syms);
     kt_resolve(x, syms);
@@ -203,6 +205,7 @@ __global__ void k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, 
 
 __global__ void k_softmax(int causal, float scale, KT o, KT x, const int64_t *syms)
 {
+    pdl_begin();
     __shared__ float sh[32];
     kt_resolve(o, syms);
     kt_resolve(x, syms);
@@ -241,6 +244,7 @@ static unsigned rows_grid(const KT &o)
 __global__ void k_rope(int interleaved, int64_t n, double theta, KT o, KT x, KT pos,
                        const int64_t *syms)
 {
+    pdl_begin();
     kt_resolve(o, syms);
     kt_resolve(x, syms);
     int64_t T = o.ne[1], H = o.ne[2], D = o.ne[3], half = n / 2;
@@ -269,6 +273,7 @@ __global__ void k_rope(int interleaved, int64_t n, double theta, KT o, KT x, KT 
 /* out [T, C] = table[ids[t]]; ids out of range leave their row unwritten. */
 __global__ void k_get_rows(KT o, KT table, KT ids, const int64_t *syms)
 {
+    pdl_begin();
     kt_resolve(o, syms);
     int64_t T = o.ne[2], C = o.ne[3], V = table.ne[2];
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
@@ -284,6 +289,7 @@ __global__ void k_get_rows(KT o, KT table, KT ids, const int64_t *syms)
 
 __global__ void k_concat(int ax, KT o, KT a, KT b, const int64_t *syms)
 {
+    pdl_begin();
     kt_resolve(o, syms);
     kt_resolve(a, syms);
     kt_resolve(b, syms);
@@ -306,12 +312,22 @@ __global__ void k_concat(int ax, KT o, KT a, KT b, const int64_t *syms)
     }
 }
 
-/* dst[pos[t]] = src[t]; one block per t. A row written again by a later t is skipped here, so the
- * largest t wins as on the CPU. drow/srow: one row (dims 1..) of dst and src; dst0/src0: the
- * strides of dim 0; S rows in dst; T rows in src (symbolic: tsym >= 0). */
-__global__ void k_store(KT drow, KT srow, int64_t dst0, int64_t src0, int64_t S, int64_t T, int tsym,
-                        KT pos, const int64_t *syms)
+/* One store's operands: drow/srow: one row (dims 1..) of dst and src; dst0/src0: the strides of
+ * dim 0; S rows in dst. */
+struct StoreOp {
+    KT drow, srow;
+    int64_t dst0, src0, S;
+};
+
+/* dst[pos[t]] = src[t]; one block per (t, store): blockIdx.y picks st0 or st1 (the K and V writes
+ * of a layer in one launch). A row written again by a later t is skipped here, so the largest t
+ * wins as on the CPU. T rows in src (symbolic: tsym >= 0), the same for both stores. */
+__global__ void k_store(StoreOp st0, StoreOp st1, int64_t T, int tsym, KT pos, const int64_t *syms)
 {
+    pdl_begin();
+    StoreOp st = blockIdx.y ? st1 : st0;
+    const KT &drow = st.drow;
+    KT srow = st.srow;
     kt_resolve(srow, syms);
     if (tsym >= 0)
         T = syms[tsym];
@@ -322,10 +338,10 @@ __global__ void k_store(KT drow, KT srow, int64_t dst0, int64_t src0, int64_t S,
         int later = 0;
         for (int64_t u = t + 1 + threadIdx.x; u < T; u += blockDim.x)
             later |= *(const int32_t *)(pos.p + u * pos.nb[3]) == p;
-        if (__syncthreads_or(later) || p < 0 || p >= S)
+        if (__syncthreads_or(later) || p < 0 || p >= st.S)
             continue;
-        char *d = drow.p + p * dst0;
-        const char *s = srow.p + t * src0;
+        char *d = drow.p + p * st.dst0;
+        const char *s = srow.p + t * st.src0;
         /* Four elements per round, loads before stores so their latencies overlap (dst is the
          * state, src an input of the node: they never overlap). */
         for (int64_t i0 = threadIdx.x; i0 < n; i0 += 4 * (int64_t)blockDim.x) {
@@ -377,7 +393,8 @@ static gp_cu_tensor drop_dim0(const gp_cu_tensor *t)
     return r;
 }
 
-static int launch_store(gp_cu_ctx *c, const gp_cu_tensor *in)
+/* A store's operands (in: dst, pos, src) for k_store; its row count at launch in *T. */
+static int store_op(gp_cu_ctx *c, const gp_cu_tensor *in, StoreOp *st, int64_t *T)
 {
     const gp_cu_tensor *dst = &in[0], *src = &in[2];
     if (dst->ndim < 1 || src->ndim != dst->ndim) {
@@ -385,15 +402,38 @@ static int launch_store(gp_cu_ctx *c, const gp_cu_tensor *in)
         return -1;
     }
     gp_cu_tensor dr = drop_dim0(dst), sr = drop_dim0(src);
-    KT kd = gp_kt_of(c, &dr), ks = gp_kt_of(c, &sr), kp = gp_kt_of(c, &in[1]);
+    st->drow = gp_kt_of(c, &dr);
+    st->srow = gp_kt_of(c, &sr);
+    st->dst0 = dst->nb[0];
+    st->src0 = src->nb[0];
+    st->S = dst->ne[0];
     KT ksrc = gp_kt_of(c, src);
-    int64_t T = ksrc.ne[4 - src->ndim];
+    *T = ksrc.ne[4 - src->ndim];
+    return 0;
+}
+
+static int launch_store(gp_cu_ctx *c, const gp_cu_tensor *in0, const gp_cu_tensor *in1)
+{
+    StoreOp st0, st1;
+    int64_t T, T1;
+    if (store_op(c, in0, &st0, &T) || (in1 && store_op(c, in1, &st1, &T1)))
+        return -1;
+    if (in1 && (T1 != T || in1[2].sym[0] != in0[2].sym[0])) {
+        snprintf(c->err, sizeof c->err, "store2: the two stores have different rows");
+        return -1;
+    }
     if (T == 0)
         return 0;
-    unsigned grid = (unsigned)(T > 65535 ? 65535 : T);
-    k_store<<<grid, THREADS, 0, c->stream>>>(kd, ks, dst->nb[0], src->nb[0], dst->ne[0], T,
-                                             src->sym[0], kp, c->d_syms);
+    dim3 grid((unsigned)(T > 65535 ? 65535 : T), in1 ? 2 : 1);
+    KT kp = gp_kt_of(c, &in0[1]);
+    gp_cu_launch(c, k_store, grid, THREADS, 0, st0, in1 ? st1 : st0, T, in0[2].sym[0], kp,
+                 c->d_syms);
     return gp_cu_check_launch(c, "store");
+}
+
+extern "C" int gp_cuda_store2(gp_cu_ctx *c, const gp_cu_tensor *in0, const gp_cu_tensor *in1)
+{
+    return launch_store(c, in0, in1);
 }
 
 /* ---- the dispatcher ---- */
@@ -450,16 +490,16 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         KT b = has_b ? gp_kt_of(c, &in[2]) : w;
         if (kt_count(o, 4) == 0)
             return 0;
-        k_norm<<<rows_grid(o), THREADS, 0, c->stream>>>(ln, (float)a->f[0], o, x, w, b, has_b,
-                                                          c->d_syms);
+        gp_cu_launch(c, k_norm, rows_grid(o), THREADS, 0, ln, (float)a->f[0], o, x, w, b, has_b,
+                     c->d_syms);
         return gp_cu_check_launch(c, "norm");
     }
     case GP_OP_SOFTMAX: {
         KT o = gp_kt_of(c, out), x = gp_kt_of(c, &in[0]);
         if (kt_count(o, 4) == 0)
             return 0;
-        k_softmax<<<rows_grid(o), THREADS, 0, c->stream>>>((int)a->i[0], (float)a->f[0], o, x,
-                                                             c->d_syms);
+        gp_cu_launch(c, k_softmax, rows_grid(o), THREADS, 0, (int)a->i[0], (float)a->f[0], o, x,
+                     c->d_syms);
         return gp_cu_check_launch(c, "softmax");
     }
     case GP_OP_ROPE: {
@@ -472,7 +512,7 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         }
         if (kt_count(o, 4) == 0)
             return 0;
-        k_rope<<<rows_grid(o), 128, 0, c->stream>>>(a->i[0] == 1, n, a->f[0], o, x, p, c->d_syms);
+        gp_cu_launch(c, k_rope, rows_grid(o), 128, 0, a->i[0] == 1, n, a->f[0], o, x, p, c->d_syms);
         return gp_cu_check_launch(c, "rope");
     }
     case GP_OP_GET_ROWS: {
@@ -483,7 +523,7 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         }
         if (kt_count(o, 4) == 0)
             return 0;
-        k_get_rows<<<rows_grid(o), THREADS, 0, c->stream>>>(o, t, ids, c->d_syms);
+        gp_cu_launch(c, k_get_rows, rows_grid(o), THREADS, 0, o, t, ids, c->d_syms);
         return gp_cu_check_launch(c, "get_rows");
     }
     case GP_OP_CONCAT: {
@@ -496,13 +536,13 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         int64_t n = kt_count(o, 4);
         if (n == 0)
             return 0;
-        k_concat<<<grid_for(n, THREADS), THREADS, 0, c->stream>>>(ax, o, ka, kb, c->d_syms);
+        gp_cu_launch(c, k_concat, grid_for(n, THREADS), THREADS, 0, ax, o, ka, kb, c->d_syms);
         return gp_cu_check_launch(c, "concat");
     }
     case GP_OP_STORE:
-        return launch_store(c, in);
+        return launch_store(c, in, NULL);
     case GP_OP_MATMUL:
-        return gp_cu_matmul(c, a, out, in, ws, ws_size, NULL, NULL);
+        return gp_cu_matmul(c, a, out, in, ws, ws_size, NULL, NULL, NULL, NULL);
     case GP_OP_ATTENTION:
         return gp_cu_attention(c, a, out, in, ws, ws_size);
     default:

@@ -381,6 +381,131 @@ static void test_store(void)
     kctx_free(&k);
 }
 
+/* Two stores in one launch (a layer's K and V), each source a strided view into one wider tensor
+ * (as q, k and v are column blocks of one projection), against two CPU stores. */
+static void test_store2(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    int64_t sd[3] = {20, 4, 16}, sp[1] = {5}, sqkv[2] = {5, 3 * 64};
+    tt d0, d1, pos, qkv;
+    tt_new(&d0, GP_F16, 3, sd, 1.0f);
+    tt_new(&d1, GP_F32, 3, sd, 1.0f);
+    tt_new(&pos, GP_I32, 1, sp, 20.0f);
+    tt_new(&qkv, GP_F32, 2, sqkv, 1.0f);
+    int32_t p[5] = {7, 2, 19, 7, 0};
+    memcpy(pos.h.data, p, sizeof p);
+    cudaMemcpy(pos.d.data, p, sizeof p, cudaMemcpyHostToDevice);
+    /* k = qkv[:, 64:128] and v = qkv[:, 128:192] as [5, 4, 16] */
+    int64_t ve[3] = {5, 4, 16}, vb[3] = {3 * 64 * 4, 16 * 4, 4};
+    gp_ktensor hk = qkv.h, hv = qkv.h;
+    gp_cu_tensor dk = qkv.d, dv = qkv.d;
+    hk.ndim = hv.ndim = dk.ndim = dv.ndim = 3;
+    for (int d = 0; d < 3; d++) {
+        hk.ne[d] = hv.ne[d] = dk.ne[d] = dv.ne[d] = ve[d];
+        hk.nb[d] = hv.nb[d] = dk.nb[d] = dv.nb[d] = vb[d];
+        dk.sym[d] = dv.sym[d] = -1;
+    }
+    hk.data = (char *)qkv.h.data + 64 * 4;
+    hv.data = (char *)qkv.h.data + 128 * 4;
+    dk.data = (char *)qkv.d.data + 64 * 4;
+    dv.data = (char *)qkv.d.data + 128 * 4;
+    gp_ktensor h0[3] = {d0.h, pos.h, hk}, h1[3] = {d1.h, pos.h, hv};
+    gp_cu_tensor g0[3] = {d0.d, pos.d, dk}, g1[3] = {d1.d, pos.d, dv};
+    gp_attrs at = {{0}, {0}};
+    gp_cpu_compute(GP_OP_STORE, &at, &d0.h, h0, 3, NULL, 0, 0, 1);
+    gp_cpu_compute(GP_OP_STORE, &at, &d1.h, h1, 3, NULL, 0, 0, 1);
+    k.c.pdl = k.c.prefetch = 1;
+    CU_ASSERT_EQUAL(gp_cuda_store2(&k.c, g0, g1), 0);
+    CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+    tt *dst[2] = {&d0, &d1};
+    for (int i = 0; i < 2; i++) {
+        void *g = malloc(dst[i]->bytes);
+        cudaMemcpy(g, dst[i]->d.data, dst[i]->bytes, cudaMemcpyDeviceToHost);
+        CU_ASSERT_EQUAL(memcmp(g, dst[i]->h.data, dst[i]->bytes), 0);
+        free(g);
+    }
+    /* Sources with different rows are refused. */
+    gp_cu_tensor g1b[3] = {d1.d, pos.d, dv};
+    g1b[2].ne[0] = 4;
+    CU_ASSERT_EQUAL(gp_cuda_store2(&k.c, g0, g1b), -1);
+    tt_free(&d0);
+    tt_free(&d1);
+    tt_free(&pos);
+    tt_free(&qkv);
+    kctx_free(&k);
+}
+
+/* A norm computed inside the matrix-vector kernel (gp_cu_prenorm) against the CPU's norm then
+ * matmul: layer norm with bias and rms norm, weights [K, N] and [N, K], f16 and f32; with two
+ * rows the matmul refuses the norm and launches nothing. */
+static void test_matvec_prenorm(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    const struct {
+        int is_ln, tb;
+        gp_dtype wt;
+        int64_t K, N, M;
+    } cs[] = {{1, 0, GP_F16, 1600, 4800, 1}, {0, 1, GP_F32, 256, 72, 1}, {1, 1, GP_F16, 768, 200, 1},
+              {0, 0, GP_BF16, 64, 256, 1}, {1, 0, GP_F16, 128, 256, 2}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        int64_t K = cs[i].K, N = cs[i].N, M = cs[i].M;
+        int64_t sx[2] = {M, K}, sk[1] = {K}, sw[2] = {cs[i].tb ? N : K, cs[i].tb ? K : N};
+        int64_t so[2] = {M, N};
+        tt x, g, bias, h, w, out;
+        tt_new(&x, GP_F32, 2, sx, 3.0f);
+        tt_new(&g, GP_F16, 1, sk, 1.0f);
+        tt_new(&bias, GP_F16, 1, sk, 1.0f);
+        tt_new(&h, GP_F32, 2, sx, 1.0f);
+        tt_new(&w, cs[i].wt, 2, sw, 1.0f);
+        tt_new(&out, GP_F32, 2, so, 1.0f);
+        gp_attrs an = {{0}, {1e-5, 0}}, am = {{0, cs[i].tb, 0, 0}, {0}};
+        gp_ktensor nin[3] = {x.h, g.h, bias.h}, min[2] = {h.h, w.h};
+        gp_op nop = cs[i].is_ln ? GP_OP_LAYER_NORM : GP_OP_RMS_NORM;
+        gp_cpu_compute(nop, &an, &h.h, nin, cs[i].is_ln ? 3 : 2, NULL, 0, 0, 1);
+        gp_cpu_compute(GP_OP_MATMUL, &am, &out.h, min, 2, NULL, 0, 0, 1);
+        gp_cu_prenorm pre = {cs[i].is_ln, 1e-5f, x.d, g.d, bias.d};
+        if (!cs[i].is_ln)
+            pre.b.data = NULL;
+        gp_cu_tensor din[2] = {h.d, w.d};
+        cudaMemset(h.d.data, 0xff, h.bytes); /* the norm's output is never read */
+        cudaMemset(out.d.data, 0xff, out.bytes);
+        void *ws = NULL;
+        cudaMalloc(&ws, (size_t)GP_WS_CUBLAS_BYTES);
+        int fused = -1, used = -1;
+        gp_cu_epilogue epi;
+        memset(&epi, 0, sizeof epi);
+        k.c.pdl = k.c.prefetch = (int)(i % 2);
+        CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, &out.d, din, ws, (size_t)GP_WS_CUBLAS_BYTES,
+                                             &epi, &pre, &fused, &used), 0);
+        CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+        CU_ASSERT_EQUAL(used, M == 1);
+        gp_ktensor gk = out.h;
+        gk.data = malloc(out.bytes);
+        cudaMemcpy(gk.data, out.d.data, out.bytes, cudaMemcpyDeviceToHost);
+        if (M == 1) {
+            char name[64];
+            snprintf(name, sizeof name, "matvec with norm, case %zu", i);
+            CHECK_ERR(name, rel_err(&gk, &out.h), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
+        } else {
+            int untouched = 1; /* nothing launched */
+            for (int64_t j = 0; j < M * N; j++)
+                untouched &= isnan(((float *)gk.data)[j]);
+            CU_ASSERT(untouched);
+        }
+        free(gk.data);
+        cudaFree(ws);
+        tt_free(&x);
+        tt_free(&g);
+        tt_free(&bias);
+        tt_free(&h);
+        tt_free(&w);
+        tt_free(&out);
+    }
+    kctx_free(&k);
+}
+
 static void test_attention(void)
 {
     kctx k;
@@ -405,7 +530,14 @@ static void test_attention(void)
         tt *ins[4] = {&q, &kk, &v, &pos};
         gp_attrs at = {{0}, {1.0 / sqrt((double)D), 0}};
         size_t ws = (size_t)16 * (size_t)(T < 16 ? T : 16) * (size_t)H * (size_t)(D + 2) * 4;
-        CHECK_ERR("attention", run_op(GP_OP_ATTENTION, &at, &out, ins, 4, ws, &k), 1e-5);
+        /* The split combine in a second kernel, then in the last block (counters), with
+         * programmatic dependent launches. */
+        for (int mode = 0; mode < 2; mode++) {
+            k.c.att_combine = mode;
+            k.c.pdl = k.c.prefetch = mode;
+            CHECK_ERR(mode ? "attention (combine in last block)" : "attention",
+                      run_op(GP_OP_ATTENTION, &at, &out, ins, 4, ws, &k), 1e-5);
+        }
         tt_free(&q);
         tt_free(&kk);
         tt_free(&v);
@@ -628,6 +760,29 @@ static void test_model_f16(void)
     model_parity("f16", 5e-3);
 }
 
+/* The same with every fusion off, with programmatic dependent launches and L2 prefetches, and
+ * without either (all switched by the environment at session creation). */
+static void test_model_switches(void)
+{
+    setenv("GPLAN_CUDA_DISABLE", "all", 1);
+    model_parity("f16", 5e-3);
+    unsetenv("GPLAN_CUDA_DISABLE");
+    const char *pdl = getenv("GPLAN_CUDA_PDL");
+    char saved[16] = "";
+    if (pdl)
+        snprintf(saved, sizeof saved, "%s", pdl);
+    setenv("GPLAN_CUDA_PDL", "1", 1);
+    setenv("GPLAN_CUDA_PREFETCH", "1", 1);
+    model_parity("f32", 1e-4);
+    unsetenv("GPLAN_CUDA_PREFETCH");
+    setenv("GPLAN_CUDA_PDL", "0", 1);
+    model_parity("f32", 1e-4);
+    if (pdl)
+        setenv("GPLAN_CUDA_PDL", saved, 1);
+    else
+        unsetenv("GPLAN_CUDA_PDL");
+}
+
 void gp_suite_cuda(void)
 {
     int n = 0;
@@ -641,9 +796,12 @@ void gp_suite_cuda(void)
     CU_add_test(s, "norms and softmax", test_norms_softmax);
     CU_add_test(s, "rope, get_rows, cont/cast, concat", test_rope_rows_copies);
     CU_add_test(s, "store: the last repeated position wins", test_store);
+    CU_add_test(s, "store2: K and V stores in one launch, strided sources", test_store2);
+    CU_add_test(s, "matvec computing the norm before it", test_matvec_prenorm);
     CU_add_test(s, "attention: split-KV decode and prompts", test_attention);
     CU_add_test(s, "matmul: matvec, cuBLAS, batched, fallback", test_matmul);
     CU_add_test(s, "sizes from the param block", test_param_block);
     CU_add_test(s, "tiny model f32: CPU vs CUDA, no eval allocations", test_model_f32);
     CU_add_test(s, "tiny model f16 weights: CPU vs CUDA", test_model_f16);
+    CU_add_test(s, "tiny model: fusions off, PDL on and off", test_model_switches);
 }
