@@ -1,12 +1,17 @@
-/* GPU benchmark of one plan on the CUDA backend (bench/gpu.sh runs it): checks the first logits
- * against the CPU backend, then times decode (a 32-token prompt, then 128 tokens fed back by argmax)
- * and a 512-token prompt, and counts allocations during evals: the backend's own count, host
- * mallocs (defined here), CUDA calls (the LD_PRELOAD shim, when loaded) and device free memory.
- * usage: gpu_bench PLAN [--label NAME] [--no-check] [--variants]
- * Prints one line per configuration: "RESULT label config decode_ms eval_ms prompt_ms ..." */
+/* GPU benchmark of one plan on the CUDA backend (bench/gpu.sh runs it): for each configuration
+ * (fusion switches, PDL, graphs or eager, timing experiments that leave kernels out), checks the
+ * logits of a 4-token prompt and one decode step against the CPU backend, times decode (a 32-token
+ * prompt, then 128 tokens fed back by argmax) and a 512-token prompt, and counts allocations during
+ * evals: the backend's own count, host mallocs (defined here; by the eval thread and by others,
+ * with the callers of the first ones: their return addresses, named with dladdr at the end), CUDA
+ * calls (the LD_PRELOAD shim, when loaded) and device free memory.
+ * usage: gpu_bench PLAN [--label NAME] [--no-check] [--configs NAME,NAME,...|all]
+ * Prints one line per configuration: "RESULT label config decode_ms eval_ms ..." */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,38 +28,90 @@ extern void *__libc_malloc(size_t);
 extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
+
+enum { REC_MAX = 48, REC_DEPTH = 10 };
+typedef struct {
+    int main_thread;
+    int depth;
+    void *frames[REC_DEPTH];
+} alloc_rec;
+
 static int counting;
-static long host_allocs;
+static long host_allocs, host_allocs_main;
+static pthread_t main_tid;
+static alloc_rec recs[REC_MAX]; /* the first REC_MAX allocations counted (static: no malloc) */
+static int n_recs;
+static __thread int in_hook;    /* backtrace() itself may allocate: not recorded */
+
+static void count_alloc(void)
+{
+    if (!counting || in_hook)
+        return;
+    in_hook = 1;
+    int is_main = pthread_equal(pthread_self(), main_tid);
+    __atomic_fetch_add(&host_allocs, 1, __ATOMIC_RELAXED);
+    if (is_main)
+        host_allocs_main++;
+    int i = __atomic_fetch_add(&n_recs, 1, __ATOMIC_RELAXED);
+    if (i < REC_MAX) {
+        recs[i].main_thread = is_main;
+        recs[i].depth = backtrace(recs[i].frames, REC_DEPTH);
+    }
+    in_hook = 0;
+}
 
 void *malloc(size_t n)
 {
-    host_allocs += counting;
+    count_alloc();
     return __libc_malloc(n);
 }
 
 void *calloc(size_t a, size_t b)
 {
-    host_allocs += counting;
+    count_alloc();
     return __libc_calloc(a, b);
 }
 
 void *realloc(void *p, size_t n)
 {
-    host_allocs += counting;
+    count_alloc();
     return __libc_realloc(p, n);
 }
 
 int posix_memalign(void **p, size_t al, size_t n)
 {
-    host_allocs += counting;
+    count_alloc();
     *p = __libc_memalign(al, n);
     return *p ? 0 : 12; /* ENOMEM */
 }
 
 void *aligned_alloc(size_t al, size_t n)
 {
-    host_allocs += counting;
+    count_alloc();
     return __libc_memalign(al, n);
+}
+
+/* Prints the recorded allocations (frames 1..: frame 0 is count_alloc's caller chain start) and
+ * forgets them. */
+static void print_recs(const char *label, const char *config)
+{
+    int n = n_recs < REC_MAX ? n_recs : REC_MAX;
+    for (int i = 0; i < n; i++) {
+        printf("ALLOC %s %s #%d thread=%s:", label, config, i, recs[i].main_thread ? "eval" : "other");
+        for (int f = 1; f < recs[i].depth; f++) {
+            Dl_info di;
+            void *a = recs[i].frames[f];
+            if (dladdr(a, &di) && di.dli_fname) {
+                const char *lib = strrchr(di.dli_fname, '/');
+                printf(" %s(%s+0x%lx)", lib ? lib + 1 : di.dli_fname, di.dli_sname ? di.dli_sname : "?",
+                       (unsigned long)((char *)a - (char *)(di.dli_sname ? di.dli_saddr : di.dli_fbase)));
+            } else {
+                printf(" %p", a);
+            }
+        }
+        printf("\n");
+    }
+    n_recs = 0;
 }
 
 static double now(void)
@@ -106,53 +163,119 @@ static int argmax(const float *x, int64_t n)
     return best;
 }
 
-/* Logits of a 4-token prompt and one decode step on backend `name`, into out [5, V]. */
-static int check_logits(gp_model *m, const char *name, float *out, int64_t V)
+/* Logits of a 4-token prompt and one decode step on session s (reset first), into out [5, V]. */
+static int session_logits(gp_session *s, float *out, int64_t V)
 {
-    char err[1024];
-    const char *nt = getenv("GPLAN_BENCH_CPU_THREADS");
-    gp_session_opts o = {name, nt ? atoi(nt) : 8, 0};
-    gp_session *s = gp_session_new(m, &o, err, sizeof err);
-    if (!s) {
-        fprintf(stderr, "gpu_bench: %s session: %s\n", name, err);
-        return -1;
-    }
     int32_t ids[4] = {464 % (int32_t)V, 2068 % (int32_t)V, 7586 % (int32_t)V, 21831 % (int32_t)V};
     int32_t pos[4] = {0, 1, 2, 3}, id5 = 11, p5 = 4;
     double t = 0;
-    int r = eval(s, ids, pos, 4, &t);
+    int r = gp_session_reset(s) || eval(s, ids, pos, 4, &t);
     if (!r)
         memcpy(out, gp_session_output(s, "logits", NULL), sizeof(float) * 4 * (size_t)V);
     if (!r)
         r = eval(s, &id5, &p5, 1, &t);
     if (!r)
         memcpy(out + 4 * V, gp_session_output(s, "logits", NULL), sizeof(float) * (size_t)V);
-    gp_session_free(s);
     return r;
 }
 
-/* Decode and prompt timings of one configuration (env: GPLAN_CUDA_GRAPHS, GPLAN_CUDA_NO_MATVEC). */
-static int run_config(gp_model *m, const char *label, const char *config, int64_t V, int64_t maxT)
+/* ‖g − c‖ / ‖c‖ over n values and how many of the 5 rows' argmax agree. */
+static double compare(const float *g, const float *c, int64_t V, int *same)
+{
+    double num = 0, den = 0;
+    *same = 0;
+    for (int t = 0; t < 5; t++)
+        *same += argmax(g + t * V, V) == argmax(c + t * V, V);
+    for (int64_t i = 0; i < 5 * V; i++) {
+        double d = (double)g[i] - c[i];
+        num += d * d;
+        den += (double)c[i] * c[i];
+    }
+    return sqrt(num / den);
+}
+
+/* The configurations: a name and the environment it runs under (NAME=VALUE, space separated);
+ * "skip-*" leave kernels out (timing only: their logits are wrong, so not checked). */
+typedef struct {
+    const char *name, *env;
+} config;
+
+static const config configs[] = {
+    {"default", ""},
+    {"+prefetch", "GPLAN_CUDA_PREFETCH=1"},
+    {"no-pdl", "GPLAN_CUDA_PDL=0"},
+    {"old-fusions", "GPLAN_CUDA_PDL=0 GPLAN_CUDA_DISABLE=elide,norm,store2,combine"},
+    {"+elide", "GPLAN_CUDA_PDL=0 GPLAN_CUDA_DISABLE=norm,store2,combine"},
+    {"+store2", "GPLAN_CUDA_PDL=0 GPLAN_CUDA_DISABLE=norm,combine"},
+    {"+combine", "GPLAN_CUDA_PDL=0 GPLAN_CUDA_DISABLE=norm"},
+    {"nofuse", "GPLAN_CUDA_PDL=0 GPLAN_CUDA_DISABLE=all"},
+    {"nofuse+pdl", "GPLAN_CUDA_DISABLE=all"},
+    {"eager", "GPLAN_CUDA_GRAPHS=0"},
+    {"skip-matmul", "GPLAN_CUDA_SKIP=matmul GPLAN_CUDA_DISABLE=norm"},
+    {"skip-attention", "GPLAN_CUDA_SKIP=attention"},
+    {"only-matmul", "GPLAN_CUDA_SKIP=get_rows,add,layer_norm,cont,store,attention,gelu"},
+};
+
+/* Sets (on = 1) or unsets the variables of env. */
+static void apply_env(const char *env, int on)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", env);
+    for (char *save = NULL, *kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq)
+            continue;
+        *eq = '\0';
+        if (on)
+            setenv(kv, eq + 1, 1);
+        else
+            unsetenv(kv);
+    }
+}
+
+/* One configuration: the check against the CPU logits `ref` (when given), then decode and prompt
+ * timings. */
+static int run_config(gp_model *m, const char *label, const config *cf, int64_t V, int64_t maxT,
+                      const float *ref)
 {
     char err[1024];
     gp_session_opts o = {"cuda", 1, 0};
+    apply_env(cf->env, 1);
     double t0 = now();
     gp_session *s = gp_session_new(m, &o, err, sizeof err);
+    apply_env(cf->env, 0);
     if (!s) {
-        fprintf(stderr, "gpu_bench: cuda session: %s\n", err);
+        printf("RESULT %s %s FAILED: %s\n", label, cf->name, err);
+        fflush(stdout);
         return -1;
     }
     double create_s = now() - t0;
+    int r = 0;
+    if (ref && strncmp(cf->name, "skip-", 5) && strncmp(cf->name, "only-", 5)) {
+        float *lg = malloc(sizeof(float) * 5 * (size_t)V);
+        r = session_logits(s, lg, V);
+        int same = 0;
+        double e = r ? INFINITY : compare(lg, ref, V, &same);
+        int ok = !r && e < 1e-2 && e == e;
+        printf("CHECK %s %s cuda-vs-cpu logits rel_err %.3g argmax_agree %d/5 %s\n", label, cf->name,
+               e, same, ok ? "ok" : "FAIL");
+        free(lg);
+        if (!ok) {
+            gp_session_free(s);
+            fflush(stdout);
+            return -1;
+        }
+    }
     enum { P = 32, N = 128 };
     int32_t ids[512], pos[512];
     for (int i = 0; i < 512; i++) {
         ids[i] = (i * 7919) % (int32_t)V;
         pos[i] = i;
     }
-    double te = 0;
-    long host0 = host_allocs, shim0 = shim_count();
+    double te = 0, dec[2] = {0, 0}, argmax_ms = 0;
+    n_recs = 0;
+    long host0 = host_allocs, main0 = host_allocs_main, shim0 = shim_count();
     size_t free0 = 0, free1 = 0, total = 0;
-    int r = 0;
     /* Warm-up sequence, then the timed one after a reset. */
     for (int rep = 0; rep < 2 && !r; rep++) {
         r = gp_session_reset(s) || eval(s, ids, pos, P, &te);
@@ -166,13 +289,18 @@ static int run_config(gp_model *m, const char *label, const char *config, int64_
         int64_t be0, be1;
         gp_cuda_eval_stats(&bs0, &be0);
         double tl = now();
+        double ta = 0;
         for (int i = 0; i < N && !r; i++) {
             int32_t p = P + i;
             r = eval(s, &tok, &p, 1, &te);
+            double a0 = now();
             if (!r)
                 tok = argmax(gp_session_output(s, "logits", NULL), V);
+            ta += now() - a0;
         }
+        argmax_ms = ta / N * 1e3;
         tl = now() - tl;
+        dec[rep] = tl / N * 1e3;
         gp_cuda_eval_stats(&bs1, &be1);
         if (rep == 1 && !r) {
             cudaMemGetInfo(&free1, &total);
@@ -193,34 +321,42 @@ static int run_config(gp_model *m, const char *label, const char *config, int64_
             if (!r)
                 printf("RESULT %s %s decode_ms %.4f eval_ms %.4f backend_ms %.4f prompt%lld_ms %.3f prompt_tok_s %.0f "
                        "backend_allocs %lld host_allocs %ld cuda_calls %ld free_mem_delta %lld "
-                       "create_s %.2f\n",
-                       label, config, tl / N * 1e3, te / N * 1e3, (bs1 - bs0) / (double)(be1 - be0) * 1e3,
+                       "create_s %.2f host_allocs_eval_thread %ld decode_rep0_ms %.4f host_argmax_ms %.4f\n",
+                       label, cf->name, dec[1], te / N * 1e3, (bs1 - bs0) / (double)(be1 - be0) * 1e3,
                        (long long)T, best[2] * 1e3,
                        (double)T / best[2], (long long)gp_session_backend_allocs(s),
                        host_allocs - host0, shim0 < 0 ? -1 : shim_count() - shim0,
-                       (long long)free0 - (long long)free1, create_s);
+                       (long long)free0 - (long long)free1, create_s, host_allocs_main - main0, dec[0],
+                       argmax_ms);
         }
     }
+    print_recs(label, cf->name);
+    fflush(stdout);
     gp_session_free(s);
     return r;
 }
 
 int main(int argc, char **argv)
 {
-    const char *plan = NULL, *label = "model";
-    int check = 1, variants = 0;
+    const char *plan = NULL, *label = "model", *which = "default";
+    int check = 1;
+    main_tid = pthread_self();
+    void *warm[4];
+    backtrace(warm, 4); /* loads the unwinder now, not inside a counted allocation */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--label") && i + 1 < argc)
             label = argv[++i];
         else if (!strcmp(argv[i], "--no-check"))
             check = 0;
+        else if (!strcmp(argv[i], "--configs") && i + 1 < argc)
+            which = argv[++i];
         else if (!strcmp(argv[i], "--variants"))
-            variants = 1;
+            which = "all";
         else
             plan = argv[i];
     }
     if (!plan) {
-        fprintf(stderr, "usage: gpu_bench PLAN [--label NAME] [--no-check] [--variants]\n");
+        fprintf(stderr, "usage: gpu_bench PLAN [--label NAME] [--no-check] [--configs A,B,..|all]\n");
         return 2;
     }
     char err[4096];
@@ -234,46 +370,40 @@ int main(int argc, char **argv)
     gp_model_get_info(m, &info);
     int64_t V = info.vocab;
     int rc = 0;
+    float *ref = NULL;
     if (check) {
-        float *lc = malloc(sizeof(float) * 5 * (size_t)V), *lg = malloc(sizeof(float) * 5 * (size_t)V);
-        if (check_logits(m, "cpu", lc, V) || check_logits(m, "cuda", lg, V)) {
-            rc = 1;
-        } else {
-            double num = 0, den = 0;
-            int same = 0;
-            for (int t = 0; t < 5; t++)
-                same += argmax(lc + t * V, V) == argmax(lg + t * V, V);
-            for (int64_t i = 0; i < 5 * V; i++) {
-                double d = (double)lg[i] - lc[i];
-                num += d * d;
-                den += (double)lc[i] * lc[i];
-            }
-            double e = sqrt(num / den);
-            int ok = e < 1e-2 && e == e;
-            printf("CHECK %s cuda-vs-cpu logits rel_err %.3g argmax_agree %d/5 %s\n", label, e, same,
-                   ok ? "ok" : "FAIL");
-            rc |= !ok;
+        const char *nt = getenv("GPLAN_BENCH_CPU_THREADS");
+        gp_session_opts o = {"cpu", nt ? atoi(nt) : 8, 0};
+        gp_session *s = gp_session_new(m, &o, err, sizeof err);
+        ref = malloc(sizeof(float) * 5 * (size_t)V);
+        if (!s || session_logits(s, ref, V)) {
+            fprintf(stderr, "gpu_bench: cpu reference: %s\n", s ? gp_session_error(s) : err);
+            gp_session_free(s);
+            gp_model_free(m);
+            free(ref);
+            return 1;
         }
-        free(lc);
-        free(lg);
+        gp_session_free(s);
     }
-    if (!rc) {
-        rc |= run_config(m, label, "graphs+matvec", V, info.max_tokens);
-        if (variants) {
-            setenv("GPLAN_CUDA_NO_FUSE", "1", 1);
-            rc |= run_config(m, label, "graphs+matvec-nofuse", V, info.max_tokens);
-            unsetenv("GPLAN_CUDA_NO_FUSE");
-            setenv("GPLAN_CUDA_GRAPHS", "0", 1);
-            rc |= run_config(m, label, "eager+matvec", V, info.max_tokens);
-            setenv("GPLAN_CUDA_PROFILE", "1", 1);
-            rc |= run_config(m, label, "profile(eager)", V, info.max_tokens);
-            unsetenv("GPLAN_CUDA_PROFILE");
-            setenv("GPLAN_CUDA_GRAPHS", "1", 1);
-            setenv("GPLAN_CUDA_NO_MATVEC", "1", 1);
-            rc |= run_config(m, label, "graphs+cublas", V, info.max_tokens);
-            unsetenv("GPLAN_CUDA_NO_MATVEC");
-        }
+    for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
+        char key[64];
+        snprintf(key, sizeof key, ",%s,", configs[i].name);
+        char list[512];
+        snprintf(list, sizeof list, ",%s,", which);
+        if (strcmp(which, "all") && !strstr(list, key))
+            continue;
+        rc |= run_config(m, label, &configs[i], V, info.max_tokens, ref) != 0;
     }
+    /* Allocations by other threads while nothing runs: the CUDA driver's own threads. */
+    long idle0 = host_allocs;
+    n_recs = 0;
+    counting = 1;
+    struct timespec one = {1, 0};
+    nanosleep(&one, NULL);
+    counting = 0;
+    printf("IDLE %s: %ld host allocations in 1.0 s with no eval running\n", label, host_allocs - idle0);
+    print_recs(label, "idle");
+    free(ref);
     gp_model_free(m);
     return rc;
 }
