@@ -50,15 +50,6 @@ if [ $update -eq 1 ]; then
   echo "== copied the fixtures into tests/parity"
 fi
 
-# transformers 5 writes rope_theta inside "rope_parameters", which --config does not read (it reads
-# top-level keys): then this prints rope_theta=V, which the rows pass with -D (a config-only row
-# shows whether that is still needed).
-theta_define() {
-  python3 -c 'import json, sys
-c = json.load(open(sys.argv[1])); rp = c.get("rope_parameters") or {}
-if "rope_theta" not in c and "rope_theta" in rp: print("rope_theta=%r" % rp["rope_theta"])' "$1" \
-    2>/dev/null
-}
 graph_of() { case "$1" in gpt2) echo gpt2 ;; *) echo llama ;; esac; }
 work=$build/parity-work
 fails=0 rows=0
@@ -68,23 +59,16 @@ printf '%-34s %5s  %-27s %-16s %-12s %s\n' "check" "steps" "max rel err (worst s
 for f in gpt2 llama llama_tied; do
   [ -f "$fixtures/$f/config.json" ] || { echo "$f: no fixture"; fails=$((fails + 1)); continue; }
   g=$root/examples/$(graph_of $f).gplan
-  t=$(theta_define "$fixtures/$f/config.json")
   for b in $backends; do
-    if [ -n "$t" ]; then
-      # --config alone: shows whether it reads rope_parameters yet (not counted)
-      sh "$root/tests/parity/parity.sh" --tools "$build" --fixture "$fixtures/$f" --graph "$g" \
-        --work "$work" --backend "$b" --dtype f32 --name "$f/$b/f32/config-only" ||
-        echo "  (--config does not read rope_parameters.rope_theta: the rows below pass -D $t)"
-    fi
     for d in f32 f16; do
       sh "$root/tests/parity/parity.sh" --tools "$build" --fixture "$fixtures/$f" --graph "$g" \
-        --work "$work" --backend "$b" --dtype "$d" --name "$f/$b/$d" ${t:+-D "$t"} ||
+        --work "$work" --backend "$b" --dtype "$d" --name "$f/$b/$d" ||
         fails=$((fails + 1))
       rows=$((rows + 1))
     done
     if [ -f "$fixtures/$f/model.safetensors.index.json" ]; then
       sh "$root/tests/parity/parity.sh" --tools "$build" --fixture "$fixtures/$f" --graph "$g" \
-        --work "$work" --backend "$b" --dtype f32 --name "$f/$b/f32/index.json" ${t:+-D "$t"} \
+        --work "$work" --backend "$b" --dtype f32 --name "$f/$b/f32/index.json" \
         --weights "$fixtures/$f/model.safetensors.index.json" || fails=$((fails + 1))
       rows=$((rows + 1))
     fi
