@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.." || exit 1
 if [ ! -x "$B/cuda/gpu_bench" ]; then
     cmake -S . -B "$B" -DGPLAN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 &&
         cmake --build "$B" -j8 --target gpu_bench test_cuda gplan-compile gplan-run \
-            gp_cuda_allocshim gp_alloc_shim >>"$OUT/cmake.log" 2>&1 ||
+            gp_cuda_allocshim gp_alloc_shim matvec_bench >>"$OUT/cmake.log" 2>&1 ||
         { echo "gpu.sh: build failed, see $OUT/cmake.log"; exit 1; }
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader \
@@ -30,6 +30,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 timeout 90 "$B/tests/test_cuda" >"$OUT/test_cuda.log" 2>&1
 TEST_RC=$?
 grep -E "asserts|tests |error|FAIL|cuda:" "$OUT/test_cuda.log" | head -20
+
+# 1b. The matvec microbenchmark at the 1558M shapes (v2, v1, cuBLAS; graphs, L2 cold).
+[ -x "$B/cuda/matvec_bench" ] && timeout 60 "$B/cuda/matvec_bench" >"$OUT/matvec.log" 2>&1
 
 # 2. Plans (compiled on the build machine when carried in $B/plans).
 mkdir -p "$B/plans"
@@ -82,6 +85,7 @@ if [ -s "$OUT/ncu.csv" ]; then
         c[n]++; s[n] += v; tot += v }
         END { for (k in c) printf "  %-28s %4d  %8.2f us\n", k, c[k], s[k] / c[k]; printf "  total %.1f us\n", tot }'
 fi
+cat "$OUT/matvec.log" 2>/dev/null
 cat "$OUT"/gpt2-*.log | grep -E "^(cuda:|gp_cuda_allocshim)" | sort | uniq -c
 grep -h "^ALLOC" "$OUT"/gpt2-*.log | grep -v " eager " | cut -c1-300 | sort -k2,3 -u | head -12
 grep -h "^ALLOC" "$OUT"/gpt2-*.log | grep " eager " | cut -c1-300 | head -4

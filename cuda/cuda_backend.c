@@ -7,7 +7,8 @@
  * "combine" (attention's split combine in its last block). GPLAN_CUDA_PDL=0 turns programmatic
  * dependent launch (kernels overlapping the one before them) off; GPLAN_CUDA_PREFETCH=1 has the
  * matvec and attention kernels prefetch weights and cache rows into L2 before that wait. GPLAN_CUDA_SKIP (op names; timing experiments only: wrong results) leaves
- * those ops' kernels out. */
+ * those ops' kernels out. GPLAN_CUDA_MATVEC=1: the first (version 1) matrix-vector kernels;
+ * GPLAN_CUDA_MV_BPS=n: the [K, N] matvec's target blocks per multiprocessor (default 4). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -703,6 +704,17 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     b->kc.n_counters = GP_CU_COUNTERS;
     const char *env = getenv("GPLAN_CUDA_NO_MATVEC");
     b->kc.no_matvec = env && *env == '1';
+    env = getenv("GPLAN_CUDA_MATVEC");
+    b->kc.matvec_v1 = env && *env == '1';
+    env = getenv("GPLAN_CUDA_MV_BPS");
+    b->kc.mv_bps = env ? atoi(env) : 0;
+    int dev = 0, nsm = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+        b->kc.n_sm = nsm;
+    /* Nothing writes the weights during evals: the matvecs load them before the PDL wait. */
+    b->kc.const_lo = b->dev[GP_REGION_WEIGHTS];
+    b->kc.const_hi = b->dev[GP_REGION_WEIGHTS] + p->regions[GP_REGION_WEIGHTS].size;
 
     /* Warm-up: one eager eval at the smallest and one at the largest sizes loads every kernel and
      * lets cuBLAS set itself up outside of any capture; the state is zeroed again after. Index

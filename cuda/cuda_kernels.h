@@ -43,6 +43,11 @@ typedef struct {
     int att_combine;         /* 1: split attention combines in its last block (no 2nd kernel) */
     int prefetch;            /* 1: matvec and attention kernels prefetch weights and cache rows
                                 into L2 before waiting for the kernel before them (with pdl) */
+    const void *const_lo;    /* device bytes [const_lo, const_hi) that no kernel writes during */
+    const void *const_hi;    /* evals (the weights): matvecs load them before the wait above */
+    int n_sm;                /* multiprocessors (0: 132, an H100/H200) */
+    int mv_bps;              /* matvec target blocks per multiprocessor (0: 4) */
+    int matvec_v1;           /* 1: the first matrix-vector kernels (for benchmarks) */
     void *blas_ws;           /* the workspace cuBLAS was last given (cublasSetWorkspace) */
     size_t blas_ws_size;
     int64_t launches;        /* kernels and library calls enqueued so far */

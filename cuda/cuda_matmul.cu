@@ -91,10 +91,12 @@ struct NORM {
 };
 
 /*
- * Stages y = norm(x) [K] into shared memory xs (16-byte aligned), as k_norm computes it: mean (layer
- * norm), then the mean square of x - mean, both over the block. Every thread of the block calls it.
+ * A norm of x [K] as k_norm computes it: norm_stats gives the mean (layer norm) and 1 / rms of
+ * x - mean over the block, norm_one element i, stage_norm all of y = norm(x) into shared memory xs
+ * (16-byte aligned). Every thread of the block calls norm_stats and stage_norm.
  */
-__device__ __forceinline__ void stage_norm(const NORM &nm, const float *x, int64_t K, float *xs)
+__device__ __forceinline__ void norm_stats(const NORM &nm, const float *x, int64_t K, float *mean_out,
+                                           float *inv_out)
 {
     __shared__ float red[32];
     float acc = 0.0f, mean = 0.0f;
@@ -108,13 +110,25 @@ __device__ __forceinline__ void stage_norm(const NORM &nm, const float *x, int64
         float d = x[i] - mean;
         acc += d * d;
     }
-    float inv = 1.0f / sqrtf(block_reduce(acc, red, 0) / (float)K + nm.eps);
-    for (int64_t i = threadIdx.x; i < K; i += blockDim.x) {
-        float y = (x[i] - mean) * inv * ld_f(nm.w.p + i * nm.w.nb[3], nm.w.t);
-        if (nm.has_b)
-            y += ld_f(nm.b.p + i * nm.b.nb[3], nm.b.t);
-        xs[i] = y;
-    }
+    *mean_out = mean;
+    *inv_out = 1.0f / sqrtf(block_reduce(acc, red, 0) / (float)K + nm.eps);
+}
+
+__device__ __forceinline__ float norm_one(const NORM &nm, const float *x, int64_t i, float mean,
+                                          float inv)
+{
+    float y = (x[i] - mean) * inv * ld_f(nm.w.p + i * nm.w.nb[3], nm.w.t);
+    if (nm.has_b)
+        y += ld_f(nm.b.p + i * nm.b.nb[3], nm.b.t);
+    return y;
+}
+
+__device__ __forceinline__ void stage_norm(const NORM &nm, const float *x, int64_t K, float *xs)
+{
+    float mean, inv;
+    norm_stats(nm, x, K, &mean, &inv);
+    for (int64_t i = threadIdx.x; i < K; i += blockDim.x)
+        xs[i] = norm_one(nm, x, i, mean, inv);
     __syncthreads();
 }
 
@@ -379,6 +393,215 @@ __global__ void __launch_bounds__(KN_TX *KN_TY)
         counters[blockIdx.x] = 0;
 }
 
+/* ---- matrix-vector, version 2: every thread issues MV2_U independent 16-byte weight loads before
+ * its first multiply; with constant weights (early) the first batch is issued before the wait for
+ * the kernel before (PDL), so it overlaps that kernel's tail and the norm's staging. ---- */
+
+enum { MV2_WARPS = 8, MV2_U = 8 };
+
+/* u[i] = chunk c0 + 32 i of row (16 bytes each), zero from chunk nc on. */
+__device__ __forceinline__ void nk2_load(uint4 *u, const char *row, int64_t c0, int64_t nc)
+{
+#pragma unroll
+    for (int i = 0; i < MV2_U; i++)
+        u[i] = c0 + 32 * i < nc ? ld_stream(row + (c0 + 32 * i) * 16) : make_uint4(0, 0, 0, 0);
+}
+
+/*
+ * Weights [N, K] (row n at w + n * ldw bytes, K contiguous): out[n] = sum_k x[k] w[n][k]. A warp
+ * per row; lane l holds chunks l + 32 i of a batch of 32 * MV2_U chunks (K up to 2048 f16 in one
+ * batch). Sums in a fixed order (batch, i, element, then the warp's butterfly). PRE: as k_matvec_nk.
+ */
+template <typename W, bool PRE>
+__global__ void __launch_bounds__(MV2_WARPS * 32, 4)
+    k_matvec_nk2(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int ksym,
+                 int64_t K, int64_t N, int early, const int64_t *syms)
+{
+    typedef vec16<W> V;
+    extern __shared__ float4 xs_nk2[];
+    int lane = threadIdx.x & 31;
+    int64_t n = (int64_t)blockIdx.x * MV2_WARPS + (threadIdx.x >> 5);
+    const char *row = w + (n < N ? n : N - 1) * ldw;
+    uint4 u[MV2_U];
+    if (early) /* weights: no kernel writes them, and ksym < 0 (K is the launch's) */
+        nk2_load(u, row, lane, K / V::N);
+    pdl_begin();
+    if (ksym >= 0)
+        K = syms[ksym];
+    if (PRE) {
+        stage_norm(nm, x, K, (float *)xs_nk2);
+        x = (const float *)xs_nk2;
+    }
+    if (n >= N)
+        return;
+    int64_t nc = K / V::N; /* K % V::N == 0 (checked by the launcher) */
+    if (!early)
+        nk2_load(u, row, lane, nc);
+    float acc = 0.0f;
+    for (int64_t c0 = lane;;) {
+#pragma unroll
+        for (int i = 0; i < MV2_U; i++) {
+            int64_t c = c0 + 32 * i;
+            if (c >= nc)
+                break;
+            float xv[V::N], wv[V::N];
+            const float *px = x + c * V::N;
+#pragma unroll
+            for (int q = 0; q < V::N / 4; q++) {
+                float4 f = ld_x4<PRE>(px + 4 * q);
+                xv[4 * q] = f.x;
+                xv[4 * q + 1] = f.y;
+                xv[4 * q + 2] = f.z;
+                xv[4 * q + 3] = f.w;
+            }
+            V::unpack(u[i], wv);
+#pragma unroll
+            for (int k = 0; k < V::N; k++)
+                acc += wv[k] * xv[k];
+        }
+        c0 += 32 * MV2_U;
+        if (c0 - lane >= nc)
+            break;
+        nk2_load(u, row, c0, nc);
+    }
+    float sum = warp_sum(acc);
+    if (lane == 0)
+        st_f(o.p + n * o.nb[3], o.t, epi_apply(e, n, sum));
+}
+
+enum { KN2_TX = 32, KN2_TY = 8, KN2_ROWS = KN2_TY * MV2_U };
+
+/* u[i] = row k + KN2_TY i at column byte offset cb, zero from row k1 on or when !ok. */
+__device__ __forceinline__ void kn2_load(uint4 *u, const char *w, int64_t ldw, int64_t cb, int64_t k,
+                                         int64_t k1, bool ok)
+{
+#pragma unroll
+    for (int i = 0; i < MV2_U; i++)
+        u[i] = ok && k + KN2_TY * i < k1 ? ld_stream(w + (k + KN2_TY * i) * ldw + cb)
+                                         : make_uint4(0, 0, 0, 0);
+}
+
+/*
+ * Weights [K, N] (row k at w + k * ldw bytes, N contiguous): a block covers 32 * V::N columns and
+ * rows [k0, k0 + per) (its split; per a multiple of KN2_ROWS, fixed at launch); thread (tx, ty)
+ * holds rows k0 + ty + KN2_TY i of a batch of KN2_ROWS. The split's x (normalized with PRE) is
+ * staged in shared memory xs [per]. With several splits, partial sums go to part [nsplit, N] and
+ * the last block of a column tile (counters[tile], reset by it) adds them: each ty adds splits ty,
+ * ty + KN2_TY, ..., then the ty sums in order. Deterministic for a given (K, per): one launch.
+ */
+template <typename W, bool PRE>
+__global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
+    k_matvec_kn2(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int ksym,
+                 int64_t K, int64_t N, int64_t per, float *part, unsigned *counters, int early,
+                 const int64_t *syms)
+{
+    typedef vec16<W> V;
+    __shared__ float red[KN2_TY][KN2_TX * V::N];
+    __shared__ int last;
+    extern __shared__ float xs_kn2[];
+    int tx = threadIdx.x % KN2_TX, ty = threadIdx.x / KN2_TX, nsplit = gridDim.y;
+    int64_t col = ((int64_t)blockIdx.x * KN2_TX + tx) * V::N;
+    bool ok = col < N;
+    int64_t cb = (ok ? col : 0) * (int64_t)sizeof(W);
+    int64_t k0 = blockIdx.y * per, k1 = min(K, k0 + per);
+    uint4 u[MV2_U];
+    if (early) /* weights: no kernel writes them, and ksym < 0 */
+        kn2_load(u, w, ldw, cb, k0 + ty, k1, ok);
+    pdl_begin();
+    if (ksym >= 0) {
+        K = syms[ksym];
+        k1 = min(K, k0 + per);
+    }
+    float mean = 0.0f, inv = 1.0f;
+    if (PRE)
+        norm_stats(nm, x, K, &mean, &inv);
+    for (int64_t j = threadIdx.x; j < k1 - k0; j += blockDim.x)
+        xs_kn2[j] = PRE ? norm_one(nm, x, k0 + j, mean, inv) : __ldg(x + k0 + j);
+    __syncthreads();
+    if (!early)
+        kn2_load(u, w, ldw, cb, k0 + ty, k1, ok);
+    float acc[V::N];
+#pragma unroll
+    for (int q = 0; q < V::N; q++)
+        acc[q] = 0.0f;
+    for (int64_t kb = k0;;) {
+#pragma unroll
+        for (int i = 0; i < MV2_U; i++) {
+            int64_t k = kb + ty + KN2_TY * i;
+            if (k >= k1)
+                break;
+            float wv[V::N], xk = xs_kn2[k - k0];
+            V::unpack(u[i], wv);
+#pragma unroll
+            for (int q = 0; q < V::N; q++)
+                acc[q] += wv[q] * xk;
+        }
+        kb += KN2_ROWS;
+        if (kb >= k1)
+            break;
+        kn2_load(u, w, ldw, cb, kb + ty, k1, ok);
+    }
+#pragma unroll
+    for (int q = 0; q < V::N; q++)
+        red[ty][tx * V::N + q] = acc[q];
+    __syncthreads();
+    int64_t tile0 = (int64_t)blockIdx.x * KN2_TX * V::N;
+    for (int j = threadIdx.x; j < KN2_TX * V::N; j += blockDim.x) {
+        float s = 0.0f;
+#pragma unroll
+        for (int r = 0; r < KN2_TY; r++)
+            s += red[r][j];
+        if (tile0 + j >= N)
+            continue;
+        if (nsplit == 1)
+            st_f(o.p + (tile0 + j) * o.nb[3], o.t, epi_apply(e, tile0 + j, s));
+        else
+            part[blockIdx.y * N + tile0 + j] = s;
+    }
+    if (nsplit == 1)
+        return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)nsplit - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    /* Splits ty, ty + KN2_TY, ... of this thread's V::N columns (16-byte aligned: N % V::N == 0). */
+    float s[V::N];
+#pragma unroll
+    for (int q = 0; q < V::N; q++)
+        s[q] = 0.0f;
+    if (ok) {
+#pragma unroll 4
+        for (int i = ty; i < nsplit; i += KN2_TY) {
+#pragma unroll
+            for (int q = 0; q < V::N; q += 4) {
+                float4 f = __ldcg((const float4 *)(part + (int64_t)i * N + col + q));
+                s[q] += f.x;
+                s[q + 1] += f.y;
+                s[q + 2] += f.z;
+                s[q + 3] += f.w;
+            }
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < V::N; q++)
+        red[ty][tx * V::N + q] = s[q];
+    __syncthreads();
+    for (int j = threadIdx.x; j < KN2_TX * V::N; j += blockDim.x) {
+        float t = 0.0f;
+#pragma unroll
+        for (int r = 0; r < KN2_TY; r++)
+            t += red[r][j];
+        if (tile0 + j < N)
+            st_f(o.p + (tile0 + j) * o.nb[3], o.t, epi_apply(e, tile0 + j, t));
+    }
+    if (threadIdx.x == 0)
+        counters[blockIdx.x] = 0;
+}
+
 static int es_of(int t)
 {
     return (int)gp_dtype_size((gp_dtype)t);
@@ -413,6 +636,71 @@ static void launch_kn(const gp_cu_ctx *c, dim3 grid, const char *w, int64_t ldw,
     else
         gp_cu_launch(c, k_matvec_kn<W, false>, grid, KN_TX * KN_TY, 0, w, ldw, x, o, e, NORM(), ksym,
                      K, N, part, c->d_counters, c->pdl && c->prefetch, c->d_syms);
+}
+
+template <typename W>
+static void launch_nk2(const gp_cu_ctx *c, unsigned grid, const char *w, int64_t ldw, const float *x,
+                       const KT &o, const EPI &e, const NORM *nm, int ksym, int64_t K, int64_t N,
+                       int early)
+{
+    if (nm)
+        gp_cu_launch(c, k_matvec_nk2<W, true>, grid, MV2_WARPS * 32, norm_smem(K), w, ldw, x, o, e,
+                     *nm, ksym, K, N, early, c->d_syms);
+    else
+        gp_cu_launch(c, k_matvec_nk2<W, false>, grid, MV2_WARPS * 32, 0, w, ldw, x, o, e, NORM(),
+                     ksym, K, N, early, c->d_syms);
+}
+
+template <typename W>
+static void launch_kn2(const gp_cu_ctx *c, dim3 grid, const char *w, int64_t ldw, const float *x,
+                       const KT &o, const EPI &e, const NORM *nm, int ksym, int64_t K, int64_t N,
+                       int64_t per, float *part, int early)
+{
+    size_t smem = (size_t)per * sizeof(float);
+    if (nm)
+        gp_cu_launch(c, k_matvec_kn2<W, true>, grid, KN2_TX * KN2_TY, smem, w, ldw, x, o, e, *nm,
+                     ksym, K, N, per, part, c->d_counters, early, c->d_syms);
+    else
+        gp_cu_launch(c, k_matvec_kn2<W, false>, grid, KN2_TX * KN2_TY, smem, w, ldw, x, o, e, NORM(),
+                     ksym, K, N, per, part, c->d_counters, early, c->d_syms);
+}
+
+/* 1 when bytes [p, p + n) lie in the constant range (weights), which kernels may read early. */
+static int is_const(const gp_cu_ctx *c, const char *p, int64_t n)
+{
+    return c->const_hi && p >= (const char *)c->const_lo && n >= 0 &&
+           (uintptr_t)p + (uintptr_t)n <= (uintptr_t)c->const_hi;
+}
+
+/*
+ * The version-2 split of K for [K, N] weights: about mv_bps blocks per multiprocessor in all,
+ * splits of whole KN2_ROWS batches, each split's x in at most 32 KiB of shared memory. Sets *per
+ * and *nsplit; 0 when the workspace or the counters can't take it (then version 1 serves).
+ */
+static int kn2_split(const gp_cu_ctx *c, int64_t K, int64_t N, int64_t tiles, size_t ws_size,
+                     const void *ws, int64_t *per, int64_t *nsplit)
+{
+    if (K <= 0 || N <= 0)
+        return 0;
+    int64_t target = (int64_t)(c->n_sm > 0 ? c->n_sm : 132) * (c->mv_bps > 0 ? c->mv_bps : 4);
+    int64_t ns = (target + tiles - 1) / tiles;
+    if (ns < 1)
+        ns = 1;
+    int64_t p = (K + ns - 1) / ns;
+    p = (p + KN2_ROWS - 1) / KN2_ROWS * KN2_ROWS;
+    if (p < KN2_ROWS)
+        p = KN2_ROWS;
+    if (p > 8192)
+        p = 8192; /* 32 KiB of x */
+    ns = (K + p - 1) / p;
+    if (ns > 65535)
+        return 0;
+    if (ns > 1 && (!ws || (size_t)(ns * N) * sizeof(float) > ws_size || tiles > c->n_counters ||
+                   !c->d_counters))
+        return 0;
+    *per = p;
+    *nsplit = ns;
+    return 1;
 }
 
 /* The norm of pre as a NORM, with x its input; 0 when the layout doesn't fit the staging (x one
@@ -486,6 +774,17 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
          * more than the norm's own launch. */
         if (pn && grid > 2048)
             return 0;
+        if (!c->matvec_v1) {
+            int early = ksym < 0 && is_const(c, B.p, (N - 1) * B.sc + K * es);
+            unsigned g2 = (unsigned)((N + MV2_WARPS - 1) / MV2_WARPS);
+            if (kb.t == GP_F16)
+                launch_nk2<__half>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, early);
+            else if (kb.t == GP_BF16)
+                launch_nk2<__nv_bfloat16>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, early);
+            else
+                launch_nk2<float>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, early);
+            return gp_cu_check_launch(c, "matvec_nk2") ? -1 : 1;
+        }
         if (kb.t == GP_F16)
             launch_nk<__half>(c, grid, B.p, B.sc, x, ot, e, pn, ksym, K, N);
         else if (kb.t == GP_BF16)
@@ -497,7 +796,20 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
     if (B.sc == es && B.sr % 16 == 0 && N % vn == 0) {
         /* [K, N]: N contiguous, rows B.sr bytes apart; split K until the GPU has ~4 blocks per
          * multiprocessor. */
-        int64_t tiles = (N + KN_TX * vn - 1) / (KN_TX * vn);
+        int64_t tiles = (N + KN_TX * vn - 1) / (KN_TX * vn), per2, ns2;
+        if (!c->matvec_v1 && kn2_split(c, K, N, tiles, ws_size, ws, &per2, &ns2)) {
+            int early = ksym < 0 && is_const(c, B.p, (K - 1) * B.sr + N * es);
+            dim3 g2((unsigned)tiles, (unsigned)ns2);
+            float *part = (float *)ws;
+            if (kb.t == GP_F16)
+                launch_kn2<__half>(c, g2, B.p, B.sr, x, ot, e, pn, ksym, K, N, per2, part, early);
+            else if (kb.t == GP_BF16)
+                launch_kn2<__nv_bfloat16>(c, g2, B.p, B.sr, x, ot, e, pn, ksym, K, N, per2, part,
+                                          early);
+            else
+                launch_kn2<float>(c, g2, B.p, B.sr, x, ot, e, pn, ksym, K, N, per2, part, early);
+            return gp_cu_check_launch(c, "matvec_kn2") ? -1 : 1;
+        }
         /* About two blocks per multiprocessor, each at least two chunks of KN_ROWS rows deep. */
         int64_t nsplit = (264 + tiles - 1) / tiles, maxs = (K + 2 * KN_ROWS - 1) / (2 * KN_ROWS);
         if (nsplit > maxs)

@@ -477,6 +477,8 @@ static void test_matvec_prenorm(void)
         gp_cu_epilogue epi;
         memset(&epi, 0, sizeof epi);
         k.c.pdl = k.c.prefetch = (int)(i % 2);
+        k.c.const_lo = i % 2 ? NULL : w.d.data; /* even cases: weights loaded before the wait */
+        k.c.const_hi = i % 2 ? NULL : (char *)w.d.data + w.bytes;
         CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, &out.d, din, ws, (size_t)GP_WS_CUBLAS_BYTES,
                                              &epi, &pre, &fused, &used), 0);
         CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
@@ -564,6 +566,10 @@ static void test_matmul(void)
         {1, 1600, 4800, 0, 0, GP_F32, GP_BF16, 1, 1, 1, 1, 1e-5},
         {1, 200, 72, 0, 1, GP_F32, GP_F32, 1, 1, 1, 1, 1e-5},
         {1, 64, 40, 0, 0, GP_F32, GP_F32, 1, 1, 1, 1, 1e-5},
+        {1, 6400, 1600, 0, 0, GP_F32, GP_F16, 1, 1, 1, 1, 1e-5}, /* GPT-2 1558M mlp proj */
+        {1, 1600, 1600, 0, 0, GP_F32, GP_F16, 1, 1, 1, 1, 1e-5},
+        {1, 1600, 5003, 0, 1, GP_F32, GP_F16, 1, 1, 1, 1, 1e-5}, /* [N, K], one batch */
+        {1, 2560, 300, 0, 1, GP_F32, GP_F16, 1, 1, 1, 1, 1e-5},  /* [N, K], two batches */
         {33, 256, 320, 0, 0, GP_F32, GP_F16, 1, 1, 1, 1, 2e-3}, /* cuBLAS, a converted to f16 */
         {17, 40, 24, 0, 0, GP_F32, GP_F32, 2, 3, 1, 3, 1e-5},   /* batched, b broadcast on b0 */
         {17, 40, 24, 1, 0, GP_F32, GP_F32, 1, 2, 1, 2, 1e-5},   /* a transposed */
@@ -583,8 +589,16 @@ static void test_matmul(void)
         gp_attrs at = {{cs[i].ta, cs[i].tb, 0, 0}, {0}};
         char name[64];
         snprintf(name, sizeof name, "matmul case %zu", i);
+        /* Matvecs: weights loaded before the PDL wait (everything "constant") on odd cases, the
+         * version-1 kernels on case 1. */
+        k.c.pdl = (int)(i % 2);
+        k.c.const_lo = i % 2 ? (const void *)1 : NULL;
+        k.c.const_hi = i % 2 ? (const void *)UINTPTR_MAX : NULL;
+        k.c.matvec_v1 = i == 1;
         CHECK_ERR(name, run_op(GP_OP_MATMUL, &at, &out, ins, 2, (size_t)GP_WS_CUBLAS_BYTES, &k),
                   cs[i].tol);
+        k.c.const_lo = k.c.const_hi = NULL;
+        k.c.matvec_v1 = k.c.pdl = 0;
         tt_free(&a);
         tt_free(&b);
         tt_free(&out);
