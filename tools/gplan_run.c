@@ -21,7 +21,8 @@ enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 
 /* ---- host allocations during evals, counted in-process ----
  * The executable defines malloc & co., so every call in the process (libraries included) reaches
- * them first; they count calls while `in_eval` is set and forward to the next definition
+ * them first; they count calls while `in_eval` is set (apart: those of the thread that runs the
+ * eval, `on_eval_thread`) and forward to the next definition
  * (dlsym(RTLD_NEXT)). dlsym itself may call calloc before the forwards are known: a small static
  * buffer serves those calls. Sanitizer builds own malloc, so there the counter is off. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -34,9 +35,10 @@ enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 #endif
 
 static atomic_int in_eval;
+static _Thread_local int on_eval_thread; /* set around gp_session_eval on the thread calling it */
 
 #ifndef GP_NO_ALLOC_INTERPOSE
-static atomic_llong eval_allocs;
+static atomic_llong eval_allocs, eval_thread_allocs; /* all threads; the eval thread's */
 static void *(*real_malloc)(size_t);
 static void *(*real_calloc)(size_t, size_t);
 static void *(*real_realloc)(void *, size_t);
@@ -81,8 +83,11 @@ static void resolve(void)
 
 static void count(void)
 {
-    if (atomic_load_explicit(&in_eval, memory_order_relaxed))
+    if (atomic_load_explicit(&in_eval, memory_order_relaxed)) {
         atomic_fetch_add(&eval_allocs, 1);
+        if (on_eval_thread)
+            atomic_fetch_add(&eval_thread_allocs, 1);
+    }
 }
 
 void *malloc(size_t n)
@@ -439,9 +444,11 @@ static int eval_chunk(runner *r, const int32_t *ids, int32_t *pos, int64_t n, in
         return -1;
     }
     double t0 = now_ms();
+    on_eval_thread = 1;
     atomic_store(&in_eval, 1);
     int rc = gp_session_eval(r->s);
     atomic_store(&in_eval, 0);
+    on_eval_thread = 0;
     double dt = now_ms() - t0;
     if (rc) {
         fprintf(stderr, "gplan-run: %s\n", gp_session_error(r->s));
@@ -597,8 +604,13 @@ int main(int argc, char **argv)
 #ifdef GP_NO_ALLOC_INTERPOSE
         fprintf(stderr, "stats: host allocations during evals: n/a (sanitizer build)\n");
 #else
-        fprintf(stderr, "stats: host allocations during evals: %lld\n",
-                (long long)atomic_load(&eval_allocs));
+        /* Other threads: the CPU backend's workers, or the CUDA driver's own thread, which
+         * allocates about 10 times a second even when idle (bench/gpu-notes.md). */
+        long long all = atomic_load(&eval_allocs), mine = atomic_load(&eval_thread_allocs);
+        fprintf(stderr,
+                "stats: host allocations during evals: %lld on the eval thread, %lld on other "
+                "threads%s\n",
+                mine, all - mine, strcmp(gp_session_backend(r.s), "cuda") ? "" : " (driver)");
 #endif
         fprintf(stderr, "stats: device allocations during evals: %lld\n",
                 (long long)gp_session_backend_allocs(r.s));

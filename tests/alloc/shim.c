@@ -2,7 +2,8 @@
  * pthread_create between the runtime's eval markers (gp_alloc_shim_eval, looked up by
  * gp_session_new), and samples the resident set at the end of eval 100 and of the last eval.
  * At exit it writes one line to $GP_ALLOC_SHIM_OUT (or stderr):
- *   evals=N allocs=A threads=P rss100=PAGES rssend=PAGES
+ *   evals=N allocs=A threads=P rss100=PAGES rssend=PAGES eval_thread=E other_threads=O
+ * (A: all threads; E of them on the thread between the markers, O on others, e.g. a driver's).
  * With $GP_ALLOC_SHIM_ABORT set it aborts at the first call it counts (for a debugger's backtrace).
  * It allocates nothing itself: counters are atomics, /proc/self/statm is read with read(2). */
 #define _GNU_SOURCE
@@ -20,7 +21,9 @@
 #define RSS_SAMPLE_EVAL 100
 
 static atomic_int in_eval;
-static atomic_llong evals, allocs, threads;
+/* The thread between the markers (initial-exec: no allocation on first use from a preload). */
+static __thread int on_eval_thread __attribute__((tls_model("initial-exec")));
+static atomic_llong evals, allocs, allocs_eval_thread, threads;
 static atomic_llong rss100 = -1, rssend = -1;
 
 static void *(*real_malloc)(size_t);
@@ -78,6 +81,8 @@ static void count(atomic_llong *c)
     if (!atomic_load_explicit(&in_eval, memory_order_relaxed))
         return;
     atomic_fetch_add(c, 1);
+    if (c == &allocs && on_eval_thread)
+        atomic_fetch_add(&allocs_eval_thread, 1);
     if (abort_on_count < 0)
         abort_on_count = getenv("GP_ALLOC_SHIM_ABORT") != NULL;
     if (abort_on_count)
@@ -103,6 +108,7 @@ static long long rss_pages(void)
 void gp_alloc_shim_eval(int on);
 void gp_alloc_shim_eval(int on)
 {
+    on_eval_thread = on;
     if (on) {
         atomic_store(&in_eval, 1);
         return;
@@ -193,10 +199,12 @@ int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), v
 __attribute__((destructor)) static void report(void)
 {
     char line[256];
+    long long all = atomic_load(&allocs), mine = atomic_load(&allocs_eval_thread);
     int n = snprintf(line, sizeof line, "evals=%lld allocs=%lld threads=%lld rss100=%lld "
-                     "rssend=%lld\n", (long long)atomic_load(&evals),
-                     (long long)atomic_load(&allocs), (long long)atomic_load(&threads),
-                     (long long)atomic_load(&rss100), (long long)atomic_load(&rssend));
+                     "rssend=%lld eval_thread=%lld other_threads=%lld\n",
+                     (long long)atomic_load(&evals), all, (long long)atomic_load(&threads),
+                     (long long)atomic_load(&rss100), (long long)atomic_load(&rssend), mine,
+                     all - mine);
     const char *path = getenv("GP_ALLOC_SHIM_OUT");
     int fd = path ? open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644) : 2;
     if (fd < 0 || n <= 0)
