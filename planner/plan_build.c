@@ -31,32 +31,24 @@ static char *dup_str(const char *s)
 
 int64_t gp_op_workspace_bytes(const gp_node *node, const gp_graph *g, gp_backend backend)
 {
-    switch (node->op) {
-    case GP_OP_MATMUL:
-        return backend == GP_BACKEND_CUDA ? GP_WS_CUBLAS_BYTES : 0;
-    case GP_OP_ATTENTION: {
+    int64_t t = 0, h = 0, d = 0, s = 0;
+    if (node->op == GP_OP_ATTENTION) {
         const gp_tensor *q = &g->tensors[node->inputs[0]]; /* [T, H, D] */
         const gp_tensor *k = &g->tensors[node->inputs[1]]; /* [S, G, D] */
         if (q->ndim != 3 || k->ndim != 3)
             return 0;
-        if (backend == GP_BACKEND_CUDA) {
-            int64_t t = q->shape[0].size;
-            if (t > GP_WS_ATTN_SPLIT_MAX_T)
-                t = GP_WS_ATTN_SPLIT_MAX_T;
-            return (int64_t)GP_WS_ATTN_SPLITS * t * q->shape[1].size * (q->shape[2].size + 2) * 4;
-        }
-        return (int64_t)GP_WS_CPU_MAX_THREADS * k->shape[0].size * 4;
+        t = q->shape[0].size, h = q->shape[1].size, d = q->shape[2].size, s = k->shape[0].size;
     }
-    default:
-        return 0;
-    }
+    return gp_workspace_bytes(node->op, backend, t, h, d, s);
 }
 
-/* The largest workspace over every backend, so one plan serves all of them. */
-static int64_t workspace_max(const gp_node *node, const gp_graph *g)
+/* The largest workspace over the backends in `mask`, so one plan serves all of them. */
+static int64_t workspace_max(const gp_node *node, const gp_graph *g, unsigned mask)
 {
     int64_t m = 0;
     for (int b = 0; b < GP_BACKEND_COUNT; b++) {
+        if (!(mask & GP_BACKEND_BIT(b)))
+            continue;
         int64_t w = gp_op_workspace_bytes(node, g, (gp_backend)b);
         if (w > m)
             m = w;
@@ -164,14 +156,14 @@ static int fill_tensors(builder *b)
 }
 
 /* One arena tensor per node that needs a workspace, named ws.<output>, live at that step only. */
-static int add_workspaces(builder *b)
+static int add_workspaces(builder *b, unsigned backends)
 {
     const gp_graph *g = b->g;
     int id = g->n_tensors;
     for (int s = 0; s < g->n_nodes; s++) {
         gp_plan_node *pn = &b->p->nodes[s];
         pn->workspace = -1;
-        int64_t bytes = workspace_max(&g->nodes[s], g);
+        int64_t bytes = workspace_max(&g->nodes[s], g, backends);
         if (bytes <= 0)
             continue;
         gp_plan_tensor *t = &b->p->tensors[id];
@@ -370,6 +362,10 @@ static int check_opts(const gp_plan_opts *o, gp_diag *d)
                       GP_PLAN_MAX_DEVICES);
         return -1;
     }
+    if (o->backends & ~GP_BACKENDS_ALL) {
+        gp_diag_error(d, nowhere, "plan: unknown backend mask 0x%x", o->backends);
+        return -1;
+    }
     if ((int)o->strategy < GP_STRATEGY_AUTO || o->strategy > GP_STRATEGY_EXACT) {
         gp_diag_error(d, nowhere, "plan: unknown strategy %d", (int)o->strategy);
         return -1;
@@ -389,12 +385,14 @@ int gp_plan_build(const gp_graph *g, const gp_plan_opts *opts, gp_plan **out, gp
         o.alignment = GP_PLAN_DEFAULT_ALIGNMENT;
     if (o.n_devices == 0)
         o.n_devices = 1;
+    if (o.backends == 0)
+        o.backends = GP_BACKENDS_ALL;
     if (check_opts(&o, d))
         return -1;
 
     int n_ws = 0;
     for (int s = 0; s < g->n_nodes; s++)
-        n_ws += workspace_max(&g->nodes[s], g) > 0;
+        n_ws += workspace_max(&g->nodes[s], g, o.backends) > 0;
     if (g->n_tensors > INT32_MAX / 2 - n_ws) {
         gp_diag_error(d, nowhere, "plan: %d tensors is too many", g->n_tensors);
         return -1;
@@ -426,7 +424,7 @@ int gp_plan_build(const gp_graph *g, const gp_plan_opts *opts, gp_plan **out, gp
         if (!p->syms[s].name)
             goto oom;
     }
-    if (fill_tensors(&b) || add_workspaces(&b))
+    if (fill_tensors(&b) || add_workspaces(&b, o.backends))
         goto oom;
     fill_nodes(&b);
     for (int i = 0; i < n; i++) {

@@ -18,6 +18,7 @@ typedef struct {
     int64_t alignment;    /* bytes, a power of two; 0: GP_PLAN_DEFAULT_ALIGNMENT */
     int n_devices;        /* data pointers per extras record; 0: 1 */
     int no_inplace;       /* 1: never write an output into an input's storage (for comparisons) */
+    unsigned backends;    /* GP_BACKEND_BIT()s the workspaces are sized for; 0: all of them */
 } gp_plan_opts;
 
 /* Builds the plan of g. o may be NULL (all defaults; a zeroed gp_plan_opts is the defaults too).
@@ -36,9 +37,6 @@ int gp_plan_write_mem(const gp_plan *p, unsigned char **data, size_t *len, char 
 /* The summary the tools print: sizes of every region, the arena against its lower bound and the
  * naive size, in-place count, planning time. */
 void gp_plan_summary_print(const gp_plan *p, FILE *out);
-
-/* The backends an op's workspace is sized for. */
-typedef enum { GP_BACKEND_CPU, GP_BACKEND_CUDA, GP_BACKEND_COUNT } gp_backend;
 
 /* Temporary bytes the node needs while it runs on `backend`, at the bounds of g's shapes
  * (the formulas are in runtime/plan.h, GP_WS_*). 0 for none. */

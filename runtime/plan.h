@@ -63,6 +63,21 @@ const char *gp_region_name(gp_region r); /* "arena", ... ; "?" out of range */
 #define GP_WS_ATTN_SPLIT_MAX_T 16
 #define GP_WS_CPU_MAX_THREADS 64
 
+/* The backends a plan's workspaces can be sized for (gplan-compile --backend; a bit mask in
+ * gp_plan_opts.backends). A plan sized for one backend is refused by the other at session creation
+ * when a workspace is too small (gp_plan_check_workspaces). */
+typedef enum { GP_BACKEND_CPU, GP_BACKEND_CUDA, GP_BACKEND_COUNT } gp_backend;
+#define GP_BACKEND_BIT(b) (1u << (b))
+#define GP_BACKENDS_ALL ((1u << GP_BACKEND_COUNT) - 1u)
+
+const char *gp_backend_name(gp_backend b); /* "cpu", "cuda"; "?" out of range */
+
+/* Workspace bytes an op needs on `backend` (the GP_WS_* formulas above) at the bound shapes:
+ * t, h, d from attention's q [T, H, D] and s the cache rows of its k [S, G, D]; 0 for ops that
+ * need none. */
+int64_t gp_workspace_bytes(gp_op op, gp_backend backend, int64_t t, int64_t h, int64_t d,
+                           int64_t s);
+
 typedef struct {
     int64_t size;      /* bytes; a multiple of alignment */
     int64_t alignment; /* every tensor placed in it starts at a multiple of this (views excepted) */
@@ -122,6 +137,14 @@ typedef struct {
     gp_plan_node *nodes;   /* [n_nodes] in schedule order: node i runs at step i */
     int n_nodes;
 } gp_plan;
+
+/* The least workspace a backend can run node i with: all of gp_workspace_bytes on CUDA; on the CPU,
+ * attention's scores for one thread (it then uses as many threads as the workspace holds). */
+int64_t gp_plan_workspace_min(const gp_plan *p, int i, gp_backend backend);
+
+/* 0 when every node's planned workspace is at least gp_plan_workspace_min for backend; else -1
+ * and a message naming the node, the op, the bytes planned and needed, in err. */
+int gp_plan_check_workspaces(const gp_plan *p, gp_backend backend, char *err, size_t err_len);
 
 /* Loads and validates a plan file (untrusted input). On failure returns -1, sets *out = NULL and
  * writes `FILE: bad plan file (REASON)` (or `FILE: cannot read: ...`) to err. */

@@ -587,6 +587,9 @@ gp_session *gp_session_new(const gp_model *m, const gp_session_opts *o, char *er
         return NULL;
     }
     const gp_plan *p = m->plan;
+    gp_backend kind = strcmp(bname, "cuda") == 0 ? GP_BACKEND_CUDA : GP_BACKEND_CPU;
+    if (gp_plan_check_workspaces(p, kind, err, err_len))
+        return NULL;
     gp_session *s = calloc(1, sizeof *s);
     if (!s) {
         set_err(err, err_len, "gp_session_new: out of memory");

@@ -400,6 +400,41 @@ static void test_workspaces(void)
     CU_ASSERT_EQUAL(p->tensors[att].dims[0], 64);
     CU_ASSERT_EQUAL(p->tensors[att].size, 64 * 8 * 16 * 4);
     CU_ASSERT_EQUAL(p->tensors[mm].sym[0], T);
+    /* A plan sized for every backend satisfies both. */
+    char err[512];
+    CU_ASSERT_EQUAL(gp_plan_check_workspaces(p, GP_BACKEND_CPU, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(gp_plan_check_workspaces(p, GP_BACKEND_CUDA, err, sizeof err), 0);
+    gp_plan_free(p);
+
+    /* Sized for the CPU only: no matmul workspace, attention's is the CPU one; CUDA refuses it. */
+    gp_plan_opts cpu = {.backends = GP_BACKEND_BIT(GP_BACKEND_CPU)};
+    p = build(g, &cpu);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    CU_ASSERT_EQUAL(p->n_tensors, g->n_tensors + 1);
+    CU_ASSERT_EQUAL(p->nodes[2].workspace, -1);
+    CU_ASSERT_EQUAL(p->tensors[p->nodes[0].workspace].size, 64 * 32 * 4);
+    CU_ASSERT_EQUAL(gp_plan_check_workspaces(p, GP_BACKEND_CPU, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(gp_plan_check_workspaces(p, GP_BACKEND_CUDA, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "ws: node 0 (attention) has a workspace of 8192 bytes, the cuda "
+                                "backend needs 147456: the plan was built for another backend "
+                                "(gplan-compile --backend cuda or any)");
+    gp_plan_free(p);
+
+    /* Sized for CUDA only: the CPU runs attention on as many threads as the workspace holds. */
+    gp_plan_opts cuda = {.backends = GP_BACKEND_BIT(GP_BACKEND_CUDA)};
+    p = build(g, &cuda);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    CU_ASSERT_EQUAL(p->tensors[p->nodes[0].workspace].size, 16 * 16 * 8 * 18 * 4);
+    CU_ASSERT_EQUAL(gp_plan_check_workspaces(p, GP_BACKEND_CPU, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(gp_plan_check_workspaces(p, GP_BACKEND_CUDA, err, sizeof err), 0);
+    gp_plan_free(p);
+
+    /* A CPU-only plan whose attention workspace is below one thread's scores is refused there. */
+    p = build(g, &cpu);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    p->tensors[p->nodes[0].workspace].size = 32 * 4 - 1;
+    CU_ASSERT_EQUAL(gp_plan_check_workspaces(p, GP_BACKEND_CPU, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "the cpu backend needs 128"));
     gp_plan_free(p);
     gp_diag_free(d);
     gp_graph_free(g);
@@ -417,6 +452,9 @@ static void test_bad_options(void)
     o = (gp_plan_opts){.n_devices = 65};
     CU_ASSERT_EQUAL(gp_plan_build(g, &o, &p, d), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(gp_diag_text(d), "65 devices"));
+    o = (gp_plan_opts){.backends = 0x10};
+    CU_ASSERT_EQUAL(gp_plan_build(g, &o, &p, d), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(gp_diag_text(d), "unknown backend mask 0x10"));
     o = (gp_plan_opts){.strategy = (gp_strategy)7};
     CU_ASSERT_EQUAL(gp_plan_build(g, &o, &p, d), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(gp_diag_text(d), "unknown strategy 7"));

@@ -72,6 +72,8 @@ static void usage(FILE *out)
             "  --time-limit S      seconds for the exact search (default 10)\n"
             "  --alignment N       arena alignment in bytes, a power of two (default 256)\n"
             "  --devices N         devices each tensor record holds a pointer for (default 1)\n"
+            "  --backend B         size op workspaces for cpu, cuda or any (default any: one\n"
+            "                      plan serves both; cpu leaves out cuBLAS's 32 MiB workspace)\n"
             "  --capacity BYTES    with --buffers: the answer must fit in BYTES (exit status 3\n"
             "                      when no fit is found in time); without it, minimize\n"
             "\n"
@@ -207,6 +209,18 @@ static int parse_args(int argc, char **argv, options *o)
             if (!next || parse_int(next, 1, GP_PLAN_MAX_DEVICES, &v) != 0)
                 return usage_error("%s needs a device count from 1 to 64", a);
             o->plan.n_devices = (int)v;
+            i++;
+        } else if (strcmp(a, "--backend") == 0) {
+            if (!next)
+                return usage_error("%s needs cpu, cuda or any", a);
+            if (strcmp(next, "cpu") == 0)
+                o->plan.backends = GP_BACKEND_BIT(GP_BACKEND_CPU);
+            else if (strcmp(next, "cuda") == 0)
+                o->plan.backends = GP_BACKEND_BIT(GP_BACKEND_CUDA);
+            else if (strcmp(next, "any") == 0)
+                o->plan.backends = GP_BACKENDS_ALL;
+            else
+                return usage_error("unknown backend '%s' (cpu, cuda or any)", next);
             i++;
         } else if (strcmp(a, "--capacity") == 0) {
             if (!next || parse_int(next, 1, INT64_MAX, &o->capacity) != 0)

@@ -71,6 +71,10 @@ expect 2 "more than one mode" --check "$ex/tiny.gplan" --emit-ir "$ex/tiny.gplan
 # Planning: a plan file and its summary.
 expect 0 "ratio 1.000" "$ex/tiny.gplan" -o "$tmp/tiny.plan"
 [ -s "$tmp/tiny.plan" ] || { echo "FAIL: no plan file written"; failed=1; }
+expect 2 "unknown backend 'gpu'" "$ex/tiny.gplan" -o "$tmp/x.plan" --backend gpu
+expect 0 "ratio 1.000" "$ex/tiny.gplan" -o "$tmp/tiny-cpu.plan" --backend cpu
+[ "$(wc -c <"$tmp/tiny-cpu.plan")" -lt "$(wc -c <"$tmp/tiny.plan")" ] ||
+  { echo "FAIL: a CPU-only plan should hold fewer workspaces"; failed=1; }
 expect 0 "alignment 4096 B" "$ex/tiny.gplan" -o "$tmp/tiny4k.plan" --alignment 4096 --strategy greedy
 expect 1 "$tmp/bad.gplan:2:11: error: undefined name 'nope'" "$tmp/bad.gplan" -o "$tmp/bad.plan"
 [ -e "$tmp/bad.plan" ] && { echo "FAIL: a plan was written for a bad graph"; failed=1; }
