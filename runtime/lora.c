@@ -418,3 +418,175 @@ done:
     config_free(&c);
     return rc;
 }
+
+/* ---- runtime mode: adapter slots in the plan, bound and rebound between evals ---- */
+
+int gp_lora_is_slot(const char *weight_name)
+{
+    return weight_name && !strncmp(weight_name, LORA_PREFIX, strlen(LORA_PREFIX)) &&
+           (ends_with(weight_name, LORA_A_SUFFIX) || ends_with(weight_name, LORA_B_SUFFIX));
+}
+
+/* The plan's adapter slot named `name` (a weight), or -1. */
+static int find_slot(const gp_plan *p, const char *name)
+{
+    int id = find_weight(p, name);
+    return id >= 0 && gp_lora_is_slot(name) ? id : -1;
+}
+
+/* A float tensor of the file whose shape equals slot w's (2 dims). */
+static int check_slot(const gp_st_tensor *t, const gp_plan_tensor *w, char *err, size_t n)
+{
+    gp_dtype dt;
+    if (!t->supported || gp_st_dtype_supported(t->file_dtype, &dt) || dt == GP_I32) {
+        set_err(err, n, "lora: \"%s\": dtype %s, expected F32, F16 or BF16", t->name,
+                t->file_dtype);
+        return -1;
+    }
+    if (t->ndim == w->ndim && !memcmp(t->shape, w->dims, (size_t)w->ndim * sizeof *w->dims))
+        return 0;
+    char want[128], have[128];
+    shape_str(want, sizeof want, w->ndim, w->dims);
+    shape_str(have, sizeof have, t->ndim > GP_MAX_DIMS ? GP_MAX_DIMS : t->ndim, t->shape);
+    set_err(err, n, "lora: \"%s\": the plan's slot is %s, file has %s", t->name, want, have);
+    return -1;
+}
+
+/* Matches every tensor of the adapter to a slot of the plan: ids[k] of tensor k of the file. */
+static int match_slots(const gp_plan *p, const lora_config *c, const gp_st_file *f, int *ids,
+                       char *err, size_t n)
+{
+    char module[1024], name[1100];
+    size_t pre = strlen(LORA_PREFIX), suf = strlen(LORA_A_SUFFIX);
+    for (int i = 0; i < gp_st_count(f); i++) {
+        const gp_st_tensor *t = gp_st_get(f, i);
+        size_t len = strlen(t->name);
+        if (!gp_lora_is_slot(t->name) || len <= pre + suf || len - pre - suf >= sizeof module) {
+            set_err(err, n, "lora: %s: \"%s\" is not a LoRA tensor (expected "
+                    LORA_PREFIX "<module>" LORA_A_SUFFIX " or " LORA_B_SUFFIX ")",
+                    gp_st_path(f), t->name);
+            return -1;
+        }
+        memcpy(module, t->name + pre, len - pre - suf);
+        module[len - pre - suf] = 0;
+        int is_a = ends_with(t->name, LORA_A_SUFFIX);
+        snprintf(name, sizeof name, LORA_PREFIX "%s%s", module, is_a ? LORA_B_SUFFIX : LORA_A_SUFFIX);
+        if (!gp_st_find(f, name)) {
+            set_err(err, n, "lora: \"%s\" has no matching \"%s\"", t->name, name);
+            return -1;
+        }
+        if (!target_listed(c, module)) {
+            set_err(err, n, "lora: \"%s\": module \"%s\" is not in target_modules", t->name, module);
+            return -1;
+        }
+        ids[i] = find_slot(p, t->name);
+        if (ids[i] < 0) {
+            set_err(err, n, "lora: \"%s\": the plan has no adapter slot of that name (see "
+                    "docs/lora.md: the graph declares the targets of runtime mode)", t->name);
+            return -1;
+        }
+        if (check_slot(t, &p->tensors[ids[i]], err, n))
+            return -1;
+    }
+    if (gp_st_count(f) == 0) {
+        set_err(err, n, "lora: %s: no LoRA tensors", gp_st_path(f));
+        return -1;
+    }
+    return 0;
+}
+
+/* Zeroes every adapter slot: the branches then add exactly 0 (no adapter). */
+static void clear_slots(gp_model *m, const gp_plan *p)
+{
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        void *slot = gp_model_adapter_slot(m, i);
+        if (slot)
+            memset(slot, 0, (size_t)(t->dims[0] * t->dims[1]) * gp_dtype_size(t->dtype));
+    }
+}
+
+int gp_model_bind_adapter(gp_model *m, const char *dir, double scale, char *err, size_t err_len)
+{
+    const gp_plan *p = gp_model_plan(m);
+    if (!p || !dir) {
+        set_err(err, err_len, "gp_model_bind_adapter: no model or adapter folder");
+        return -1;
+    }
+    if (!isfinite(scale)) {
+        set_err(err, err_len, "lora: scale %g is not finite", scale);
+        return -1;
+    }
+    /* The plan's rank: rows of its first A slot. */
+    int64_t rank = 0;
+    int first = -1;
+    for (int i = 0; i < p->n_tensors && first < 0; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        const char *wn = t->weight_name ? t->weight_name : t->name;
+        if (t->kind == GP_TENSOR_WEIGHT && t->ndim == 2 && gp_lora_is_slot(wn) &&
+            ends_with(wn, LORA_A_SUFFIX)) {
+            first = i;
+            rank = t->dims[0];
+        }
+    }
+    if (first < 0) {
+        set_err(err, err_len, "lora: plan \"%s\" has no adapter slots (compile the graph with "
+                "-D lora_r=R for runtime adapters)", p->graph_name);
+        return -1;
+    }
+    if (!gp_model_adapter_slot(m, first)) {
+        set_err(err, err_len, "lora: bind the model's weights before binding an adapter");
+        return -1;
+    }
+    char cpath[4096], wpath[4096];
+    snprintf(cpath, sizeof cpath, "%s/adapter_config.json", dir);
+    snprintf(wpath, sizeof wpath, "%s/adapter_model.safetensors", dir);
+    lora_config c;
+    memset(&c, 0, sizeof c);
+    gp_st_file *f = NULL;
+    int *ids = NULL, rc = -1;
+    if (read_config(cpath, &c, err, err_len))
+        goto done;
+    if (c.r != rank) {
+        set_err(err, err_len, "lora: %s: the adapter has rank %lld, the plan's slots rank %lld "
+                "(compile with -D lora_r=%lld)", dir, (long long)c.r, (long long)rank,
+                (long long)c.r);
+        goto done;
+    }
+    f = gp_st_open(wpath, err, err_len);
+    if (!f)
+        goto done;
+    ids = calloc((size_t)gp_st_count(f) + 1, sizeof *ids);
+    if (!ids) {
+        set_err(err, err_len, "lora: out of memory");
+        goto done;
+    }
+    if (match_slots(p, &c, f, ids, err, err_len))
+        goto done;
+    /* Everything checked: clear every slot (modules the adapter lacks add nothing), then copy. The
+     * scale is folded into B, so the graph's branch is two matmuls and an add. */
+    clear_slots(m, p);
+    double s = scale * c.alpha / (c.use_rslora ? sqrt((double)c.r) : (double)c.r);
+    for (int k = 0; k < gp_st_count(f); k++) {
+        const gp_plan_tensor *w = &p->tensors[ids[k]];
+        void *slot = gp_model_adapter_slot(m, ids[k]);
+        size_t bytes = (size_t)(w->dims[0] * w->dims[1]) * gp_dtype_size(w->dtype);
+        if (gp_weights_read(gp_st_get(f, k), w->dtype, slot, bytes, err, err_len)) {
+            clear_slots(m, p);
+            goto done;
+        }
+        if (ends_with(gp_st_get(f, k)->name, LORA_B_SUFFIX)) {
+            gp_attrs at;
+            memset(&at, 0, sizeof at);
+            at.f[0] = s;
+            gp_ktensor b = ktensor(slot, w->dtype, w->dims[0], w->dims[1]);
+            gp_cpu_compute(GP_OP_SCALE, &at, &b, &b, 1, NULL, 0, 0, 1);
+        }
+    }
+    rc = 0;
+done:
+    free(ids);
+    gp_st_close(f);
+    config_free(&c);
+    return rc;
+}

@@ -30,12 +30,34 @@
  * and the model's weights unchanged. */
 int gp_model_apply_lora(gp_model *m, const char *dir, double scale, char *err, size_t err_len);
 
+/*
+ * Runtime mode: binds the PEFT adapter in folder `dir` (same files as above) to the plan's adapter
+ * slots, the weights named "base_model.model.<module>.lora_{A,B}.weight" that a graph compiled
+ * with -D lora_r=R declares (examples/gpt2.gplan, examples/llama.gplan: y += (x A^T) B^T). Binding
+ * the model's weights leaves every slot zero (no adapter). This call zeroes the slots, then copies
+ * A [r, in] and s * B [out, r] (s as above; the scale is folded into B) into them, converted to the
+ * slot dtype: no allocation for the weights, no replanning, so another adapter can be bound between
+ * evals. Slots the adapter does not cover stay zero. The adapter's rank must equal the plan's.
+ * Host backends (cpu, reference) read the slots in place, so sessions see the new adapter at their
+ * next eval; no eval of any session of the model may run during the call. A CUDA session copies
+ * the weights at creation: bind before creating it. 0, or -1 with err set, e.g.
+ *   lora: "base_model.model.transformer.h.0.attn.c_attn.lora_B.weight": the plan's slot is
+ *   [192, 4], file has [96, 4]
+ * and the slots unchanged. */
+int gp_model_bind_adapter(gp_model *m, const char *dir, double scale, char *err, size_t err_len);
+
+/* 1 when a checkpoint name is a runtime adapter slot's: base_model.model.*.lora_{A,B}.weight. */
+int gp_lora_is_slot(const char *weight_name);
+
 /* ---- the model's side (implemented in runtime/session.c for lora.c; not a public API) ---- */
 
 const gp_plan *gp_model_plan(const gp_model *m);
 /* Host bytes of weight tensor `id` ([numel] of its plan dtype, at the plan's dims); NULL when the
  * tensor is not a bound weight. */
 const void *gp_model_weight_data(const gp_model *m, int id);
+/* Writable host bytes of adapter slot `id` (a weight for which gp_lora_is_slot holds), in the
+ * block the model allocated when binding its weights; NULL for other tensors or when unbound. */
+void *gp_model_adapter_slot(gp_model *m, int id);
 /* Gives the model `block` (posix_memalign'd, freed when the weights are unbound) and points weight
  * ids[k] and every tensor sharing its bytes (tied weights) at data[k], k < n; bytes adds to the
  * loaded bytes. -1 when the model already owns such a block (an adapter is merged). */

@@ -336,7 +336,8 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
     }
     for (int i = 0; i < p->n_tensors; i++) {
         const gp_plan_tensor *t = &p->tensors[i];
-        if (t->kind != GP_TENSOR_WEIGHT || same_weight(p, i) >= 0)
+        if (t->kind != GP_TENSOR_WEIGHT || same_weight(p, i) >= 0 ||
+            gp_lora_is_slot(weight_name(t)))
             continue;
         decls[n].name = weight_name(t);
         decls[n].dtype = t->dtype;
@@ -364,6 +365,17 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
             block = round_up(block, GP_HOST_ALIGN) + weight_bytes(t);
         }
     }
+    /* LoRA adapter slots (runtime mode) come from gp_model_bind_adapter, not the checkpoint:
+     * zeroed (no adapter) in the same block. */
+    int n_ckpt = n;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (t->kind == GP_TENSOR_WEIGHT && same_weight(p, i) < 0 &&
+            gp_lora_is_slot(weight_name(t))) {
+            ids[n++] = i;
+            block = round_up(block, GP_HOST_ALIGN) + weight_bytes(t);
+        }
+    }
     if (block) {
         m->weight_block = alloc_aligned(GP_HOST_ALIGN, block);
         if (!m->weight_block) {
@@ -379,8 +391,8 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
             continue;
         off = round_up(off, GP_HOST_ALIGN);
         unsigned char *dst = (unsigned char *)m->weight_block + off;
-        if (gp_weights_read(gp_weights_find(w, decls[k].name), t->dtype, dst, weight_bytes(t), err,
-                            err_len))
+        if (k < n_ckpt && gp_weights_read(gp_weights_find(w, decls[k].name), t->dtype, dst,
+                                          weight_bytes(t), err, err_len))
             goto done;
         m->weight_data[ids[k]] = dst;
         m->bytes_loaded += (int64_t)weight_bytes(t);
@@ -439,7 +451,8 @@ int gp_model_random_weights(gp_model *m, uint64_t seed, char *err, size_t err_le
         }
         off = round_up(off, GP_HOST_ALIGN);
         unsigned char *dst = (unsigned char *)m->weight_block + off;
-        gp_weights_random_named(dst, t->dtype, numel_at_bounds(t), seed, weight_name(t));
+        if (!gp_lora_is_slot(weight_name(t))) /* adapter slots stay zero: no adapter */
+            gp_weights_random_named(dst, t->dtype, numel_at_bounds(t), seed, weight_name(t));
         m->weight_data[i] = dst;
         m->bytes_loaded += (int64_t)weight_bytes(t);
         off += weight_bytes(t);
@@ -461,6 +474,16 @@ const void *gp_model_weight_data(const gp_model *m, int id)
         m->plan->tensors[id].kind != GP_TENSOR_WEIGHT)
         return NULL;
     return m->weight_data[id];
+}
+
+void *gp_model_adapter_slot(gp_model *m, int id)
+{
+    if (!m || !m->weights_bound || id < 0 || id >= m->plan->n_tensors ||
+        m->plan->tensors[id].kind != GP_TENSOR_WEIGHT ||
+        !gp_lora_is_slot(weight_name(&m->plan->tensors[id])))
+        return NULL;
+    /* The slots live in weight_block, which the model owns and allocated writable. */
+    return (void *)m->weight_data[id];
 }
 
 int gp_model_adopt_weights(gp_model *m, void *block, size_t bytes, const int *ids,

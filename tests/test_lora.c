@@ -1,6 +1,8 @@
-/* Tests of LoRA merging (suite "lora"): PEFT-style adapters written here with random A and B,
+/* Tests of LoRA adapters (suite "lora"): PEFT-style adapters written here with random A and B,
  * merged by gp_model_apply_lora on the CPU, against weights merged in double precision by the test
- * and run on the reference executor; fan_in_fan_out, rslora, scale 0, errors, no eval allocation. */
+ * and run on the reference executor; fan_in_fan_out, rslora, scale 0, errors, no eval allocation.
+ * Runtime mode (gp_model_bind_adapter on graphs compiled with lora_r): equal to merge mode,
+ * rebinding between evals, no eval allocation, errors. */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdio.h>
@@ -599,6 +601,215 @@ static void test_no_alloc(void)
     gp_graph_free(g);
 }
 
+/* ---- runtime mode ---- */
+
+static const char *gpt2_defs[] = {"n_layer=2", "n_embd=64", "n_head=4", "vocab_size=256",
+                                  "n_positions=64", "n_batch=8", "lora_r=4"};
+static const char *llama_rt_defs[] = {"num_hidden_layers=2", "hidden_size=64",
+                                      "intermediate_size=96", "num_attention_heads=4",
+                                      "num_key_value_heads=2", "vocab_size=128",
+                                      "max_position_embeddings=32", "n_batch=8", "lora_r=4"};
+
+/* Writes an adapter folder for the targets of graph g (random A, B from seed); returns its path. */
+static const char *adapter_dir(const gp_graph *g, const char *targets, const char *json, int fan,
+                               double alpha, uint64_t seed)
+{
+    adapter ad;
+    make_adapter(g, targets, 4, fan, seed, &ad);
+    CU_ASSERT(ad.n > 0);
+    const char *dir = tmpdir();
+    write_config(dir, 4, alpha, json, fan, 0);
+    write_weights(dir, &ad, -1);
+    adapter_free(&ad);
+    return dir;
+}
+
+/* Logits of a plan without slots (the defs but the last, lora_r) with the adapter merged. */
+static float *merged_logits(const char *example, const char **defs, int n_defs, const char *dir,
+                            size_t *n)
+{
+    char err[2048];
+    gp_model *m = compile_model(example, defs, n_defs - 1, NULL);
+    float *l = NULL;
+    if (m && !gp_model_random_weights(m, SEED, err, sizeof err) &&
+        !gp_model_apply_lora(m, dir, 1.0, err, sizeof err))
+        l = logits_of(m, "cpu", n);
+    else
+        fprintf(stderr, "merge: %s\n", err);
+    gp_model_free(m);
+    return l;
+}
+
+/* Runtime mode (slots bound by gp_model_bind_adapter) against merge mode, same adapter. */
+static void runtime_vs_merge(const char *example, const char **defs, int n_defs,
+                             const char *targets, const char *json, int fan)
+{
+    gp_graph *g = NULL;
+    gp_model *m = compile_model(example, defs, n_defs, &g);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    char err[2048];
+    const char *dir = adapter_dir(g, targets, json, fan, 8, 21);
+    CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, SEED, err, sizeof err), 0);
+    size_t n0 = 0, n1 = 0, n2 = 0;
+    float *base = logits_of(m, "cpu", &n0); /* slots zero: the base model */
+    int rc = gp_model_bind_adapter(m, dir, 1.0, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "bind: %s\n", err);
+    CU_ASSERT_EQUAL(rc, 0);
+    float *got = logits_of(m, "cpu", &n1);
+    float *want = merged_logits(example, defs, n_defs, dir, &n2);
+    CU_ASSERT_FATAL(base && got && want && n0 == n1 && n1 == n2);
+    double rd = rel_diff(got, want, n1);
+    CU_ASSERT(rd <= 1e-5);
+    CU_ASSERT(rel_diff(base, want, n1) > 1e-3); /* the adapter matters */
+    printf("\n  %s: runtime vs merged, max rel diff %.2e ", example, rd);
+    free(base);
+    free(got);
+    free(want);
+    gp_model_free(m);
+    gp_graph_free(g);
+}
+
+static void test_runtime_gpt2(void)
+{
+    runtime_vs_merge("examples/gpt2.gplan", gpt2_defs, 7, "c_attn c_proj c_fc",
+                     "[\"c_attn\", \"c_proj\", \"c_fc\"]", 1);
+}
+
+static void test_runtime_llama(void)
+{
+    runtime_vs_merge("examples/llama.gplan", llama_rt_defs, 9, "q_proj k_proj v_proj o_proj",
+                     "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\"]", 0);
+}
+
+/* Two adapters bound in turn to one session: each eval equals a fresh merge of that adapter, and
+ * the evals allocate nothing; the weight bytes do not grow. lora_r adds 3 nodes per target. */
+static void test_runtime_rebind(void)
+{
+    gp_graph *g = NULL, *g0 = NULL;
+    gp_model *m = compile_model("examples/gpt2.gplan", gpt2_defs, 7, &g);
+    gp_model *m0 = compile_model("examples/gpt2.gplan", gpt2_defs, 6, &g0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m0);
+    CU_ASSERT_EQUAL(g->n_nodes - g0->n_nodes, 2 * 4 * 3); /* 2 layers, 4 targets */
+    char err[2048], d1[512], d2[512];
+    snprintf(d1, sizeof d1, "%s", adapter_dir(g, "c_attn c_proj c_fc",
+                                              "[\"c_attn\", \"c_proj\", \"c_fc\"]", 1, 8, 31));
+    snprintf(d2, sizeof d2, "%s", adapter_dir(g, "c_attn", "[\"c_attn\"]", 1, 32, 32));
+    size_t n1 = 0, n2 = 0;
+    float *want1 = merged_logits("examples/gpt2.gplan", gpt2_defs, 7, d1, &n1);
+    float *want2 = merged_logits("examples/gpt2.gplan", gpt2_defs, 7, d2, &n2);
+    CU_ASSERT_FATAL(want1 && want2 && n1 == n2 && n1 == N_TOK * 256);
+    CU_ASSERT(rel_diff(want1, want2, n1) > 1e-3);
+
+    CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, SEED, err, sizeof err), 0);
+    gp_model_info before, after;
+    gp_model_get_info(m, &before);
+    gp_session_opts o = {"cpu", 2, 0};
+    gp_session *s = gp_session_new(m, &o, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    int32_t ids[N_TOK], pos[N_TOK];
+    for (int t = 0; t < N_TOK; t++) {
+        ids[t] = (int32_t)((t * 37 + 3) % 256);
+        pos[t] = t;
+    }
+    int64_t allocs = 0;
+    int failures = 0;
+    for (int round = 0; round < 6; round++) {
+        const char *dir = round % 2 ? d2 : d1;
+        const float *want = round % 2 ? want2 : want1;
+        if (gp_model_bind_adapter(m, dir, 1.0, err, sizeof err) || gp_session_reset(s)) {
+            fprintf(stderr, "rebind: %s\n", err);
+            failures++;
+            continue;
+        }
+        gp_alloc_count_start();
+        int bad = gp_session_set_tokens(s, ids, pos, N_TOK) || gp_session_eval(s);
+        for (int i = 0; i < 20 && !bad; i++) { /* decode steps: the same allocation-free path */
+            int32_t id = i, p = N_TOK + i;
+            bad = gp_session_set_tokens(s, &id, &p, 1) || gp_session_eval(s);
+        }
+        allocs += gp_alloc_count_stop();
+        failures += bad;
+        /* The prompt's logits again, on a fresh sequence, against the merged model. */
+        gp_tensor_info ti;
+        const float *l = NULL;
+        if (bad || gp_session_reset(s) || gp_session_set_tokens(s, ids, pos, N_TOK) ||
+            gp_session_eval(s) || !(l = gp_session_output(s, "logits", &ti)) ||
+            ti.bytes != n1 * sizeof(float) || rel_diff(l, want, n1) > 1e-5)
+            failures++;
+    }
+    CU_ASSERT_EQUAL(failures, 0);
+    CU_ASSERT_EQUAL(allocs, 0);
+    gp_model_get_info(m, &after);
+    CU_ASSERT_EQUAL(after.weights_loaded, before.weights_loaded);
+    gp_session_free(s);
+    free(want1);
+    free(want2);
+    gp_model_free(m);
+    gp_model_free(m0);
+    gp_graph_free(g);
+    gp_graph_free(g0);
+}
+
+static void test_runtime_errors(void)
+{
+    gp_graph *g = NULL;
+    gp_model *m = compile_model("examples/gpt2.gplan", gpt2_defs, 7, &g);
+    gp_model *m0 = compile_model("examples/gpt2.gplan", gpt2_defs, 6, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m0);
+    char err[2048], want[2048];
+    const char *dir = adapter_dir(g, "c_attn", "[\"c_attn\"]", 1, 8, 41);
+    CU_ASSERT_EQUAL(gp_model_bind_adapter(m, dir, 1.0, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "lora: bind the model's weights before binding an adapter");
+    CU_ASSERT_EQUAL(gp_model_random_weights(m0, SEED, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(gp_model_bind_adapter(m0, dir, 1.0, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "lora: plan \"gpt2\" has no adapter slots (compile the graph "
+                           "with -D lora_r=R for runtime adapters)");
+    CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, SEED, err, sizeof err), 0);
+    size_t nb = 0, n = 0;
+    float *base = logits_of(m, "cpu", &nb);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(base);
+
+    /* Rank 8 against slots of rank 4. */
+    write_config(dir, 8, 8, "[\"c_attn\"]", 1, 0);
+    CU_ASSERT_EQUAL(gp_model_bind_adapter(m, dir, 1.0, err, sizeof err), -1);
+    snprintf(want, sizeof want, "lora: %s: the adapter has rank 8, the plan's slots rank 4 "
+             "(compile with -D lora_r=8)", dir);
+    CU_ASSERT_STRING_EQUAL(err, want);
+
+    /* B of the wrong shape. */
+    adapter ad;
+    make_adapter(g, "c_attn", 4, 1, 42, &ad);
+    ad.out[0] = 96;
+    write_config(dir, 4, 8, "[\"c_attn\"]", 1, 0);
+    write_weights(dir, &ad, -1);
+    ad.out[0] = 192;
+    CU_ASSERT_EQUAL(gp_model_bind_adapter(m, dir, 1.0, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "lora: \"base_model.model.transformer.h.0.attn.c_attn.lora_B."
+                           "weight\": the plan's slot is [192, 4], file has [96, 4]");
+
+    /* A module the plan has no slot for (layer 7 of 2). */
+    snprintf(ad.aname[1], sizeof ad.aname[1], "base_model.model.transformer.h.7.attn.c_attn.lora_A.weight");
+    snprintf(ad.bname[1], sizeof ad.bname[1], "base_model.model.transformer.h.7.attn.c_attn.lora_B.weight");
+    write_weights(dir, &ad, -1);
+    CU_ASSERT_EQUAL(gp_model_bind_adapter(m, dir, 1.0, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "lora: \"base_model.model.transformer.h.7.attn.c_attn.lora_A."
+                           "weight\": the plan has no adapter slot of that name (see docs/lora.md: "
+                           "the graph declares the targets of runtime mode)");
+
+    /* The slots are unchanged (still zero): the logits are the base model's. */
+    float *l = logits_of(m, "cpu", &n);
+    CU_ASSERT(l && n == nb && memcmp(l, base, n * sizeof(float)) == 0);
+    free(l);
+    free(base);
+    adapter_free(&ad);
+    gp_model_free(m);
+    gp_model_free(m0);
+    gp_graph_free(g);
+}
+
 void gp_suite_lora(void);
 void gp_suite_lora(void)
 {
@@ -609,4 +820,8 @@ void gp_suite_lora(void)
     CU_add_test(s, "scale 0: bit for bit the base model", test_scale_zero);
     CU_add_test(s, "errors, with weights unchanged", test_errors);
     CU_add_test(s, "no allocation in evals with an adapter", test_no_alloc);
+    CU_add_test(s, "runtime mode, tiny GPT-2: = merged", test_runtime_gpt2);
+    CU_add_test(s, "runtime mode, small llama: = merged", test_runtime_llama);
+    CU_add_test(s, "runtime mode: rebinding between evals, no allocation", test_runtime_rebind);
+    CU_add_test(s, "runtime mode: errors, slots unchanged", test_runtime_errors);
 }
