@@ -25,7 +25,8 @@ static double mib(int64_t b)
 }
 
 /* One row: a model file with -D overrides. */
-static void row(const char *label, const char *file, const char **defs, int n_defs, int repeats)
+static void row(const char *label, const char *file, const char **defs, int n_defs,
+                unsigned backends, int repeats)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/examples/%s", GP_SOURCE_DIR, file);
@@ -33,20 +34,21 @@ static void row(const char *label, const char *file, const char **defs, int n_de
     gp_dsl_opts o = {.defines = defs, .n_defines = n_defs};
     gp_graph *g = d ? gp_dsl_compile_file(path, &o, d) : NULL;
     gp_plan *p = NULL, *q = NULL;
-    if (!g || gp_plan_build(g, NULL, &p, d)) {
-        printf("%-28s failed (see above)\n", label);
+    gp_plan_opts po = {.backends = backends};
+    if (!g || gp_plan_build(g, &po, &p, d)) {
+        printf("%-32s failed (see above)\n", label);
         goto done;
     }
-    gp_plan_opts no_inplace = {.no_inplace = 1};
+    gp_plan_opts no_inplace = {.no_inplace = 1, .backends = backends};
     if (gp_plan_build(g, &no_inplace, &q, d)) {
-        printf("%-28s failed without in-place\n", label);
+        printf("%-32s failed without in-place\n", label);
         goto done;
     }
     double best = 1e30;
     for (int i = 0; i < repeats; i++) {
         gp_plan *r = NULL;
         double t0 = now_ms();
-        int rc = gp_plan_build(g, NULL, &r, d);
+        int rc = gp_plan_build(g, &po, &r, d);
         double t = now_ms() - t0;
         gp_plan_free(r);
         if (rc)
@@ -58,7 +60,7 @@ static void row(const char *label, const char *file, const char **defs, int n_de
     for (int i = 0; i < p->n_tensors; i++)
         n_inplace += p->tensors[i].inplace_of >= 0;
     int64_t arena = p->regions[GP_REGION_ARENA].size;
-    printf("%-28s %6d %6d %10.2f %10.2f %7.4f %10.2f %10.2f %6d %9.1f %9.3f  %s\n", label,
+    printf("%-32s %6d %6d %10.2f %10.2f %7.4f %10.2f %10.2f %6d %9.1f %9.3f  %s\n", label,
            p->n_tensors, p->n_nodes, mib(arena), mib(p->lower_bound),
            p->lower_bound ? (double)arena / (double)p->lower_bound : 1.0, mib(p->naive_bytes),
            mib(q->regions[GP_REGION_ARENA].size), n_inplace,
@@ -98,13 +100,17 @@ int main(int argc, char **argv)
     int repeats = argc > 1 ? atoi(argv[1]) : 20;
     if (repeats < 1)
         repeats = 1;
-    printf("%-28s %6s %6s %10s %10s %7s %10s %10s %6s %9s %9s  %s\n", "model", "tensors", "nodes",
+    printf("%-32s %6s %6s %10s %10s %7s %10s %10s %6s %9s %9s  %s\n", "model", "tensors", "nodes",
            "arena MiB", "LB MiB", "ratio", "naive MiB", "no-inpl", "inpl", "extras KiB",
            "plan ms", "method");
-    row("tiny", "tiny.gplan", NULL, 0, repeats);
-    row("tinyllama T<=512", "llama.gplan", NULL, 0, repeats);
+    row("tiny", "tiny.gplan", NULL, 0, 0, repeats);
+    row("tinyllama T<=512", "llama.gplan", NULL, 0, 0, repeats);
     static const int ctx[] = {2048, 8192, 32768};
     static const char *batch[] = {"n_batch=512", "n_batch=1"};
+    /* Workspaces for every backend (the default), then for the CPU alone: without cuBLAS's
+     * 32 MiB workspace the peak is set by the model's own tensors. */
+    static const unsigned backends[] = {0, GP_BACKEND_BIT(GP_BACKEND_CPU)};
+    for (size_t k = 0; k < 2; k++)
     for (size_t m = 0; m < sizeof shapes / sizeof shapes[0]; m++)
         for (size_t c = 0; c < sizeof ctx / sizeof ctx[0]; c++)
             for (size_t b = 0; b < 2; b++) {
@@ -116,9 +122,9 @@ int main(int argc, char **argv)
                 snprintf(ctxdef, sizeof ctxdef, "%s=%d", shapes[m].ctx_param, ctx[c]);
                 defs[n++] = ctxdef;
                 defs[n++] = batch[b];
-                snprintf(label, sizeof label, "%s ctx %d T<=%s", shapes[m].label, ctx[c],
-                         b ? "1" : "512");
-                row(label, shapes[m].file, defs, n, repeats);
+                snprintf(label, sizeof label, "%s ctx %d T<=%s%s", shapes[m].label, ctx[c],
+                         b ? "1" : "512", k ? " cpu" : "");
+                row(label, shapes[m].file, defs, n, backends[k], repeats);
             }
     return 0;
 }
