@@ -174,6 +174,7 @@ typedef struct {
     const char *logits_out;
     const char *lora;  /* a PEFT adapter folder, or NULL */
     double lora_scale; /* multiplies the adapter's lora_alpha / r */
+    int lora_runtime;  /* --lora-mode runtime: bind into the plan's adapter slots, don't merge */
     int stats, loop;
 } options;
 
@@ -192,6 +193,9 @@ static void usage(FILE *out)
             "  --lora DIR            merge a PEFT LoRA adapter (adapter_config.json,\n"
             "                        adapter_model.safetensors) into the weights\n"
             "  --lora-scale S        multiply the adapter's lora_alpha / r by S (default 1)\n"
+            "  --lora-mode MODE      merge (default: added into the weights at load, evals cost\n"
+            "                        what they cost without it) or runtime (bound into the\n"
+            "                        adapter branches of a plan compiled with -D lora_r=R)\n"
             "  --backend NAME        cpu (default), reference, or cuda (when built)\n"
             "  --threads N           CPU threads (default: the online cores)\n"
             "  --prompt-ids LIST     comma-separated token ids (default: 0)\n"
@@ -278,7 +282,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->eos = -1;
     o->seed = 1;
     o->lora_scale = 1.0;
-    int lora_scale_set = 0;
+    int lora_scale_set = 0, lora_mode_set = 0;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = cores < 1 ? 1 : cores > 64 ? 64 : (int)cores;
     for (int i = 1; i < argc; i++) {
@@ -297,7 +301,8 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (a[0] == '-' && a[1] != '\0') {
             static const char *const with_value[] = {
                 "--weights", "--random-weights", "--backend", "--threads", "--prompt-ids", "-n",
-                "--eos", "--temp", "--seed", "--logits-out", "--lora", "--lora-scale"};
+                "--eos", "--temp", "--seed", "--logits-out", "--lora", "--lora-scale",
+                "--lora-mode"};
             int known = 0;
             for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
                 known |= !strcmp(a, with_value[k]);
@@ -343,6 +348,11 @@ static int parse_args(int argc, char **argv, options *o)
                 o->logits_out = v;
             } else if (!strcmp(a, "--lora")) {
                 o->lora = v;
+            } else if (!strcmp(a, "--lora-mode")) {
+                if (strcmp(v, "merge") && strcmp(v, "runtime"))
+                    return usage_error("bad --lora-mode (merge or runtime)", v);
+                o->lora_runtime = !strcmp(v, "runtime");
+                lora_mode_set = 1;
             } else if (!strcmp(a, "--lora-scale")) {
                 char *end;
                 o->lora_scale = strtod(v, &end);
@@ -360,8 +370,8 @@ static int parse_args(int argc, char **argv, options *o)
         return usage_error("no plan given", NULL);
     if (!o->weights == !o->random_weights)
         return usage_error("give exactly one of --weights and --random-weights", NULL);
-    if (lora_scale_set && !o->lora)
-        return usage_error("--lora-scale needs --lora", NULL);
+    if ((lora_scale_set || lora_mode_set) && !o->lora)
+        return usage_error("--lora-scale and --lora-mode need --lora", NULL);
     if (!o->prompt) {
         o->prompt = malloc(sizeof *o->prompt);
         if (!o->prompt)
@@ -502,7 +512,11 @@ int main(int argc, char **argv)
     }
     int rcw = o.random_weights ? gp_model_random_weights(m, o.weights_seed, err, sizeof err)
                                : gp_model_bind_weights(m, o.weights, err, sizeof err);
-    if (rcw || (o.lora && gp_model_apply_lora(m, o.lora, o.lora_scale, err, sizeof err))) {
+    int rcl = 0;
+    if (!rcw && o.lora)
+        rcl = o.lora_runtime ? gp_model_bind_adapter(m, o.lora, o.lora_scale, err, sizeof err)
+                             : gp_model_apply_lora(m, o.lora, o.lora_scale, err, sizeof err);
+    if (rcw || rcl) {
         fprintf(stderr, "gplan-run: %s\n", err);
         goto done;
     }
