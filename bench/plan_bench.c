@@ -1,6 +1,7 @@
 /* plan-bench: the whole planner (liveness, in-place, workspaces, assignment, check) on the example
  * models and a Llama-7B shape: arena against its lower bound and no reuse, the in-place saving,
  * and planning time (best of repeated builds). Usage: plan-bench [REPEATS] (default 50). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -72,6 +73,81 @@ done:
     gp_diag_free(d);
 }
 
+/* A synthetic graph of about n tensors, built with the IR API: 8 shape classes [64, 64 << k];
+ * each node adds the latest tensor of its class to an earlier one of that class, or applies gelu.
+ * The earlier one is among the last 8 (a skip connection within a block) except for one node in
+ * `long_per` (per mille), which reaches up to 500 back (a long skip: U-Net, encoder states).
+ * Deterministic (xorshift). */
+static gp_graph *synthetic_graph(int n, int long_per)
+{
+    gp_graph *g = gp_graph_new("synthetic");
+    gp_diag *d = gp_diag_new(stderr);
+    int (*cls)[512] = calloc(8, sizeof *cls); /* [8][512] ring of recent tensors per class */
+    int cnt[8] = {0};
+    uint64_t r = 88172645463325252ull;
+    gp_attrs a = {{0}, {0}};
+    for (int k = 0; k < 8; k++) {
+        gp_dim sh[2] = {{64, -1}, {(int64_t)64 << k, -1}};
+        char name[16];
+        snprintf(name, sizeof name, "in%d", k);
+        cls[k][0] = gp_graph_add_tensor(g, d, name, GP_TENSOR_INPUT, GP_F32, 2, sh, NULL,
+                                        (gp_loc){0});
+        cnt[k] = 1;
+    }
+    while (g->n_tensors < n) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        int k = (int)(r % 8);
+        int last = cls[k][(cnt[k] - 1) % 512];
+        int reach = (int)((r >> 20) % 1000) < long_per ? 500 : 8;
+        int back = cnt[k] < reach ? cnt[k] : reach;
+        int other = cls[k][(cnt[k] - 1 - (int)((r >> 8) % (uint64_t)back)) % 512];
+        int in[2] = {last, other};
+        int out = (r >> 40) % 4 ? gp_graph_add_node(g, d, GP_OP_ADD, in, 2, &a, NULL, 0, GP_F32,
+                                                   NULL, (gp_loc){0})
+                                : gp_graph_add_node(g, d, GP_OP_GELU, in, 1, &a, NULL, 0, GP_F32,
+                                                   NULL, (gp_loc){0});
+        if (out < 0)
+            break;
+        cls[k][cnt[k]++ % 512] = out;
+    }
+    free(cls);
+    gp_diag_free(d);
+    return g;
+}
+
+static void synthetic_row(int n, int long_per, int repeats)
+{
+    double t0 = now_ms();
+    gp_graph *g = synthetic_graph(n, long_per);
+    double build_ms = now_ms() - t0;
+    gp_diag *d = gp_diag_new(stderr);
+    gp_plan_opts o = {.strategy = GP_STRATEGY_GREEDY};
+    double best = 1e30;
+    gp_plan *p = NULL;
+    for (int i = 0; i < repeats; i++) {
+        gp_plan_free(p);
+        p = NULL;
+        t0 = now_ms();
+        if (gp_plan_build(g, &o, &p, d))
+            break;
+        double t = now_ms() - t0;
+        if (t < best)
+            best = t;
+    }
+    if (p)
+        printf("synthetic %-6d tensors, %5.1f%% long skips: %6d nodes  arena %.2f MiB  LB %.2f MiB  ratio %.4f  "
+               "graph built in %.1f ms  planned (greedy) in %.1f ms  %s\n",
+               p->n_tensors, long_per / 10.0, p->n_nodes, mib(p->regions[GP_REGION_ARENA].size),
+               mib(p->lower_bound),
+               (double)p->regions[GP_REGION_ARENA].size / (double)p->lower_bound, build_ms, best,
+               p->method);
+    else
+        printf("synthetic %d: planning failed\n", n);
+    gp_plan_free(p);
+    gp_graph_free(g);
+    gp_diag_free(d);
+}
+
 /* The model shapes the issue names, each at several context lengths. */
 typedef struct {
     const char *label;
@@ -103,6 +179,10 @@ int main(int argc, char **argv)
     printf("%-32s %6s %6s %10s %10s %7s %10s %10s %6s %9s %9s  %s\n", "model", "tensors", "nodes",
            "arena MiB", "LB MiB", "ratio", "naive MiB", "no-inpl", "inpl", "extras KiB",
            "plan ms", "method");
+    synthetic_row(10000, 10, repeats < 5 ? repeats : 5);
+    synthetic_row(100000, 10, repeats < 3 ? repeats : 3);
+    synthetic_row(10000, 1000, 1);  /* every skip long: a dense worst case */
+    synthetic_row(100000, 1000, 1);
     row("tiny", "tiny.gplan", NULL, 0, 0, repeats);
     row("tinyllama T<=512", "llama.gplan", NULL, 0, 0, repeats);
     static const int ctx[] = {2048, 8192, 32768};

@@ -40,6 +40,7 @@ void gp_graph_free(gp_graph *g)
     free(g->tensors);
     free(g->nodes);
     free(g->syms);
+    free(g->name_index);
     free(g->name);
     free(g);
 }
@@ -76,13 +77,64 @@ int gp_graph_add_sym(gp_graph *g, const char *name, int64_t bound, gp_loc loc)
     return g->n_syms++;
 }
 
+/* Tensor names are looked up for every tensor added (uniqueness), so a graph of n tensors would
+ * cost O(n^2) with a scan: an open-addressing hash keeps it linear. */
+static uint32_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static void index_put(int *slots, int n_slots, const char *name, int id)
+{
+    uint32_t mask = (uint32_t)n_slots - 1, i = name_hash(name) & mask;
+    while (slots[i])
+        i = (i + 1) & mask;
+    slots[i] = id + 1;
+}
+
+/* Rebuilds the index for the current tensors, growing it to keep the load under one half. On
+ * failure the index is dropped and lookups scan. */
+void gp_ir_reindex(gp_graph *g)
+{
+    int want = 64;
+    while (want < 2 * (g->n_tensors + 1) && want < (1 << 29))
+        want *= 2;
+    int *slots = calloc((size_t)want, sizeof *slots);
+    free(g->name_index);
+    g->name_index = slots;
+    g->name_slots = slots ? want : 0;
+    for (int i = 0; slots && i < g->n_tensors; i++)
+        index_put(slots, want, g->tensors[i].name, i);
+}
+
+/* Adds tensor id (already stored) to the index. */
+static void index_add(gp_graph *g, int id)
+{
+    if (g->name_slots < 2 * (g->n_tensors + 1) || !g->name_index)
+        gp_ir_reindex(g); /* includes id */
+    else
+        index_put(g->name_index, g->name_slots, g->tensors[id].name, id);
+}
+
 int gp_graph_find_tensor(const gp_graph *g, const char *name)
 {
     if (!g || !name)
         return -1;
-    for (int i = 0; i < g->n_tensors; i++)
-        if (strcmp(g->tensors[i].name, name) == 0)
-            return i;
+    if (!g->name_index) {
+        for (int i = 0; i < g->n_tensors; i++)
+            if (strcmp(g->tensors[i].name, name) == 0)
+                return i;
+        return -1;
+    }
+    uint32_t mask = (uint32_t)g->name_slots - 1, i = name_hash(name) & mask;
+    for (; g->name_index[i]; i = (i + 1) & mask) {
+        int id = g->name_index[i] - 1;
+        if (strcmp(g->tensors[id].name, name) == 0)
+            return id;
+    }
     return -1;
 }
 
@@ -115,7 +167,9 @@ int gp_ir_push_tensor(gp_graph *g, const gp_tensor *t, const char *name)
         return -1;
     g->tensors[g->n_tensors] = *t;
     g->tensors[g->n_tensors].name = uname;
-    return g->n_tensors++;
+    g->n_tensors++;
+    index_add(g, g->n_tensors - 1);
+    return g->n_tensors - 1;
 }
 
 int gp_ir_push_node(gp_graph *g, const gp_node *n)
@@ -336,6 +390,7 @@ int gp_graph_make_output(gp_graph *g, gp_diag *d, int value_id, const char *name
             return -1;
         free(h->name);
         h->name = other;
+        gp_ir_reindex(g);
     }
 
     if (in_place) {
@@ -346,6 +401,7 @@ int gp_graph_make_output(gp_graph *g, gp_diag *d, int value_id, const char *name
                 return -1;
             free(t->name);
             t->name = n;
+            gp_ir_reindex(g);
         }
         t->kind = GP_TENSOR_OUTPUT;
         return value_id;

@@ -52,6 +52,8 @@ typedef struct {
     int n_nodes, cap_nodes;
     gp_sym *syms;
     int n_syms, cap_syms;
+    int *name_index;      /* [name_slots] open-addressing hash of tensor names: id + 1, 0 empty */
+    int name_slots;       /* a power of two, or 0 when the index is absent (lookups then scan) */
 } gp_graph;
 
 gp_graph *gp_graph_new(const char *name);

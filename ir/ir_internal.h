@@ -34,4 +34,7 @@ int gp_ir_push_node(gp_graph *g, const gp_node *n);
  * The caller frees. */
 char *gp_ir_unique_name(const gp_graph *g, const char *name);
 
+/* Rebuilds the tensor-name hash index (after a rename). */
+void gp_ir_reindex(gp_graph *g);
+
 #endif
