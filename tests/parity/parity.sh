@@ -4,16 +4,19 @@
 #
 # usage: parity.sh --tools BUILD_DIR --fixture DIR --graph FILE.gplan --work DIR
 #                  [--backend cpu|cuda] [--dtype f32|f16] [--weights PATH] [--name LABEL]
-#                  [--tol X] [-D NAME=VALUE]...
+#                  [--tol X] [-D NAME=VALUE]... [--lora DIR [--lora-mode merge|runtime]]
 #   f32: greedy, the prompt in one eval then one token per eval; logits within --tol (default 1e-4)
 #        and the tokens identical.
 #   f16: weights and KV cache in f16, teacher-forced (prompt + the fixture's tokens, one token per
 #        eval, so every step's row is compared even where f16 would pick another token); logits
 #        within --tol (default 1e-2).
+# A fixture with a file `base` (a LoRA fixture from scripts/parity/make_lora_fixtures.py) names a
+# sibling fixture folder: config.json and the default --weights are read from there. --lora and
+# --lora-mode are passed to gplan-run (runtime mode needs a plan compiled with -D lora_r=R).
 # BUILD_DIR holds tools/gplan-compile, tools/gplan-run and tests/parity/parity-compare.
 # Exit status: that of parity-compare (0 pass, 1 fail, 2 bad input), or 1 when a tool fails.
 set -u
-tools= fixture= graph= work= backend=cpu dtype=f32 weights= name= tol= defines=
+tools= fixture= graph= work= backend=cpu dtype=f32 weights= name= tol= defines= lora=
 while [ $# -gt 0 ]; do
   case "$1" in
     --tools) tools=$2; shift 2 ;;
@@ -26,6 +29,8 @@ while [ $# -gt 0 ]; do
     --name) name=$2; shift 2 ;;
     --tol) tol=$2; shift 2 ;;
     -D) defines="$defines -D $2"; shift 2 ;;
+    --lora) lora="$lora --lora $2"; shift 2 ;;
+    --lora-mode) lora="$lora --lora-mode $2"; shift 2 ;;
     *) echo "parity.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -36,7 +41,11 @@ fi
 compile=$tools/tools/gplan-compile
 run=$tools/tools/gplan-run
 compare=$tools/tests/parity/parity-compare
-[ -n "$weights" ] || weights=$fixture
+model=$fixture
+if [ -f "$fixture/base" ]; then
+  model=$(dirname "$fixture")/$(tr -d ' \n\r' < "$fixture/base")
+fi
+[ -n "$weights" ] || weights=$model
 [ -n "$name" ] || name="$(basename "$fixture")/$backend/$dtype"
 tag=$(echo "$name" | tr '/ ' '__')
 mkdir -p "$work" || exit 1
@@ -53,9 +62,9 @@ case "$dtype" in
   f32)
     [ -n "$tol" ] || tol=1e-4
     # shellcheck disable=SC2086 # defines is a list of words
-    "$compile" "$graph" --config "$fixture/config.json" -o "$plan" $defines >"$log" 2>&1 &&
+    "$compile" "$graph" --config "$model/config.json" -o "$plan" $defines >"$log" 2>&1 &&
       "$run" "$plan" --weights "$weights" --backend "$backend" --prompt-ids "$prompt" \
-        -n "$steps" --logits-out "$logits" >"$out" 2>>"$log"
+        -n "$steps" --logits-out "$logits" $lora >"$out" 2>>"$log"
     ok=$?
     skip=0
     cmp_args="--got-tokens $out"
@@ -67,10 +76,10 @@ case "$dtype" in
     for t in $(echo $tokens | tr ' ' '\n' | sed '$d'); do forced="$forced,$t"; done
     skip=$(($(echo "$prompt" | tr ',' '\n' | wc -l) - 1))
     # shellcheck disable=SC2086
-    "$compile" "$graph" --config "$fixture/config.json" -o "$plan" $defines \
+    "$compile" "$graph" --config "$model/config.json" -o "$plan" $defines \
         -D wtype=f16 -D kv_type=f16 -D n_batch=1 >"$log" 2>&1 &&
       "$run" "$plan" --weights "$weights" --backend "$backend" --prompt-ids "$forced" \
-        -n 1 --logits-out "$logits" >"$out" 2>>"$log"
+        -n 1 --logits-out "$logits" $lora >"$out" 2>>"$log"
     ok=$?
     cmp_args=
     ;;
