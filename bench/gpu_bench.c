@@ -202,6 +202,7 @@ typedef struct {
 
 static const config configs[] = {
     {"default", ""},
+    {"+transpose", "GPLAN_CUDA_TRANSPOSE=1"},
     {"matvec-v1", "GPLAN_CUDA_MATVEC=1"},
     {"+prefetch", "GPLAN_CUDA_PREFETCH=1"},
     {"no-pdl", "GPLAN_CUDA_PDL=0"},

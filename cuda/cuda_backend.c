@@ -4,10 +4,13 @@
  * Fusions planned at creation (each can be switched off for measurements, GPLAN_CUDA_DISABLE, a
  * comma list): "elide" (conts read in place), "epilogue" (elementwise ops in the matvec), "norm"
  * (a norm computed in the matvec after it), "store2" (the K and V stores in one launch),
- * "combine" (attention's split combine in its last block). GPLAN_CUDA_PDL=0 turns programmatic
- * dependent launch (kernels overlapping the one before them) off; GPLAN_CUDA_PREFETCH=1 has the
- * matvec and attention kernels prefetch weights and cache rows into L2 before that wait. GPLAN_CUDA_SKIP (op names; timing experiments only: wrong results) leaves
- * those ops' kernels out. GPLAN_CUDA_MATVEC=1: the first (version 1) matrix-vector kernels;
+ * "combine" (attention's split combine in its last block). GPLAN_CUDA_TRANSPOSE=1 stores weights
+ * read only as a matmul's b [K, N] as [N, K] on the device, for the row-per-warp matvec (off by
+ * default: slower for GPT-2 1558M, see bench/gpu-notes.md; GPLAN_CUDA_DISABLE=transpose wins over
+ * it). GPLAN_CUDA_PDL=0 turns programmatic dependent launch (kernels overlapping the one before
+ * them) off; GPLAN_CUDA_PREFETCH=1 has the matvec and attention kernels prefetch weights and cache
+ * rows into L2 before that wait. GPLAN_CUDA_SKIP (op names; timing experiments only: wrong results)
+ * leaves those ops' kernels out. GPLAN_CUDA_MATVEC=1: the first (version 1) matrix-vector kernels;
  * GPLAN_CUDA_MV_BPS=n: the [K, N] matvec's target blocks per multiprocessor (default 4). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,11 +80,12 @@ typedef struct {
     int64_t prof_n[GP_OP_COUNT], prof_evals;
     int64_t allocs;                 /* allocations made after create returned (0 by design) */
     unsigned disable;               /* FUSE_* bits switched off */
+    unsigned char *transposed;      /* [n_tensors]: 1 for a weight stored [N, K] on the device */
     uint64_t skip_ops;              /* bit per gp_op: kernels left out (timing experiments) */
 } cuda_be;
 
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
-       FUSE_PREFETCH = 32 };
+       FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64 };
 
 /* 1 when `name` is an item of the comma list `list`. */
 static int in_list(const char *list, const char *name)
@@ -100,11 +104,17 @@ static int in_list(const char *list, const char *name)
 /* The switches read from the environment at creation (see the top of this file). */
 static void read_switches(cuda_be *b)
 {
-    static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch"};
+    static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch",
+                                        "transpose"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
             b->disable |= 1u << i;
+    /* Measured 2026-11-30 (H200): -8% for GPT-2 117M, +31% for 1558M (its K = 6400 and
+     * norm-fused products are slower row per warp than split-K): off unless asked for. */
+    const char *tr = getenv("GPLAN_CUDA_TRANSPOSE");
+    if (!(tr && *tr == '1'))
+        b->disable |= FUSE_TRANSPOSE;
     const char *skip = getenv("GPLAN_CUDA_SKIP");
     for (int op = 0; skip && op < GP_OP_COUNT && op < 64; op++) {
         const gp_op_info *info = gp_op_get((gp_op)op);
@@ -541,6 +551,49 @@ static void plan_prenorms(cuda_be *b, const int *uses)
     }
 }
 
+/*
+ * 1 when weight `id` may be stored transposed: a contiguous 2-D f16/bf16/f32 [K, N] with fixed dims
+ * whose every reader is a matmul taking it as b, not transposed (GPT-2's Conv1D weights), and which
+ * no view reads. Its readers then see it through swapped strides ([K, N] with K contiguous), which
+ * sends one-row products to the [N, K] matrix-vector kernel and the rest to cuBLAS as op T.
+ */
+static int transposable(const gp_plan *p, int id)
+{
+    const gp_plan_tensor *t = &p->tensors[id];
+    if (t->kind != GP_TENSOR_WEIGHT || t->view_src >= 0 || t->size <= 0 || t->ndim != 2 ||
+        (t->dtype != GP_F16 && t->dtype != GP_BF16 && t->dtype != GP_F32) || t->sym[0] >= 0 ||
+        t->sym[1] >= 0 || t->dims[0] < 1 || t->dims[1] < 1 || t->stride[1] != 1 ||
+        t->stride[0] != t->dims[1])
+        return 0;
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i].view_src == id)
+            return 0;
+    int readers = 0;
+    for (int i = 0; i < p->n_nodes; i++) {
+        const gp_plan_node *nd = &p->nodes[i];
+        for (int j = 0; j < nd->n_inputs; j++) {
+            if (nd->inputs[j] != id)
+                continue;
+            if (nd->op != GP_OP_MATMUL || j != 1 || nd->attrs.i[1] != 0)
+                return 0;
+            readers++;
+        }
+    }
+    return readers > 0;
+}
+
+/* dst [N, K] = src [K, N] transposed, elements of es bytes, in 32 x 32 tiles (cache friendly). */
+static void transpose_host(unsigned char *dst, const unsigned char *src, int64_t K, int64_t N,
+                           size_t es)
+{
+    for (int64_t k0 = 0; k0 < K; k0 += 32)
+        for (int64_t n0 = 0; n0 < N; n0 += 32)
+            for (int64_t k = k0; k < K && k < k0 + 32; k++)
+                for (int64_t n = n0; n < N && n < n0 + 32; n++)
+                    memcpy(dst + ((size_t)n * (size_t)K + (size_t)k) * es,
+                           src + ((size_t)k * (size_t)N + (size_t)n) * es, es);
+}
+
 static void be_destroy(void *ctx);
 
 static int be_create(const gp_backend_init *init, void **out, char *err, size_t err_len)
@@ -559,6 +612,8 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     }
     if (check_io(p, err, err_len))
         return -1;
+    unsigned char *stage = NULL; /* host [K * N] weights being transposed */
+    size_t stage_size = 0;
     cuda_be *b = calloc(1, sizeof *b);
     if (!b) {
         snprintf(err, err_len, "cuda: out of memory");
@@ -605,7 +660,14 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         CU_TRY(be_host_alloc(b, (void **)&b->pin_io, io_size));
     }
 
-    /* Weights, once. */
+    /* Weights, once; those only matmuls read as b go up transposed, through a host staging
+     * buffer (the largest such weight), and their readers get swapped strides below. */
+    read_switches(b);
+    b->transposed = calloc((size_t)p->n_tensors + 1, 1);
+    if (!b->transposed) {
+        snprintf(err, err_len, "cuda: out of memory");
+        goto fail;
+    }
     for (int i = 0; i < p->n_tensors; i++) {
         const gp_plan_tensor *t = &p->tensors[i];
         if (t->kind != GP_TENSOR_WEIGHT || t->view_src >= 0 || t->size <= 0)
@@ -615,8 +677,26 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             goto fail;
         }
         size_t n = (size_t)(numel_at(t, NULL) * (int64_t)gp_dtype_size(t->dtype));
-        CU_TRY(cudaMemcpy(tensor_addr(b, t), init->weight_data[i], n, cudaMemcpyHostToDevice));
+        const void *src = init->weight_data[i];
+        if (!(b->disable & FUSE_TRANSPOSE) && transposable(p, i)) {
+            if (n > stage_size) {
+                free(stage);
+                stage = malloc(n);
+                stage_size = stage ? n : 0;
+                if (!stage) {
+                    snprintf(err, err_len, "cuda: out of memory (%zu bytes to transpose %s)", n,
+                             t->name);
+                    goto fail;
+                }
+            }
+            transpose_host(stage, src, t->dims[0], t->dims[1], gp_dtype_size(t->dtype));
+            src = stage;
+            b->transposed[i] = 1;
+        }
+        CU_TRY(cudaMemcpy(tensor_addr(b, t), src, n, cudaMemcpyHostToDevice));
     }
+    free(stage);
+    stage = NULL;
     /* Device addresses of every tensor that is not a view, in this backend's extras slot. */
     for (int i = 0; i < p->n_tensors; i++) {
         const gp_plan_tensor *t = &p->tensors[i];
@@ -659,6 +739,13 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         tensor_of(b, nd->output, &b->nodes[i].out);
         for (int j = 0; j < nd->n_inputs; j++)
             tensor_of(b, nd->inputs[j], &b->nodes[i].in[j]);
+        if (nd->op == GP_OP_MATMUL && b->transposed[nd->inputs[1]]) {
+            /* b [K, N] stored as [N, K]: element (k, n) at k * es + n * K * es. */
+            gp_cu_tensor *w = &b->nodes[i].in[1];
+            int64_t es = (int64_t)gp_dtype_size(w->dtype);
+            w->nb[0] = es;
+            w->nb[1] = w->ne[0] * es;
+        }
         if (nd->workspace >= 0) {
             const gp_plan_tensor *w = &p->tensors[nd->workspace];
             b->nodes[i].ws = tensor_addr(b, w);
@@ -766,7 +853,9 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     env = getenv("GPLAN_CUDA_VERBOSE");
     if (env && *env == '1') {
         /* What the fusions did, once at creation (for benchmarks). */
-        int elided = 0, pairs = 0, norms = 0, epis = 0;
+        int elided = 0, pairs = 0, norms = 0, epis = 0, transposed = 0;
+        for (int i = 0; i < p->n_tensors; i++)
+            transposed += b->transposed[i];
         for (int i = 0; i < p->n_nodes; i++) {
             elided += p->nodes[i].op == GP_OP_CONT && b->nodes[i].skip;
             pairs += b->nodes[i].pair >= 0;
@@ -774,13 +863,15 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             epis += b->nodes[i].epi.n > 0;
         }
         fprintf(stderr, "cuda: %d nodes: %d conts elided, %d store pairs, %d norms for matvecs, "
-                "%d matmul epilogues, pdl %d; %lld launches in the one-token graph\n", p->n_nodes,
-                elided, pairs, norms, epis, b->kc.pdl, (long long)launches1);
+                "%d matmul epilogues, %d weights transposed, pdl %d; %lld launches in the one-token "
+                "graph\n", p->n_nodes, elided, pairs, norms, epis, transposed, b->kc.pdl,
+                (long long)launches1);
     }
     b->created = 1;
     *out = b;
     return 0;
 fail:
+    free(stage);
     be_destroy(b);
     return -1;
 }
@@ -905,6 +996,7 @@ static void be_destroy(void *ctx)
     cudaGetLastError();
     free(b->nodes);
     free(b->alias);
+    free(b->transposed);
     free(b->launch);
     free(b->sym_tensor);
     free(b->sym_dim);
