@@ -781,6 +781,11 @@ static void test_model_switches(void)
     setenv("GPLAN_CUDA_DISABLE", "all", 1);
     model_parity("f16", 5e-3);
     unsetenv("GPLAN_CUDA_DISABLE");
+    /* Conv1D weights stored transposed (opt-in): same results through the [N, K] kernels. */
+    setenv("GPLAN_CUDA_TRANSPOSE", "1", 1);
+    model_parity("f16", 5e-3);
+    model_parity("f32", 1e-4);
+    unsetenv("GPLAN_CUDA_TRANSPOSE");
     const char *pdl = getenv("GPLAN_CUDA_PDL");
     char saved[16] = "";
     if (pdl)
@@ -817,5 +822,5 @@ void gp_suite_cuda(void)
     CU_add_test(s, "sizes from the param block", test_param_block);
     CU_add_test(s, "tiny model f32: CPU vs CUDA, no eval allocations", test_model_f32);
     CU_add_test(s, "tiny model f16 weights: CPU vs CUDA", test_model_f16);
-    CU_add_test(s, "tiny model: fusions off, PDL on and off", test_model_switches);
+    CU_add_test(s, "tiny model: fusions off, transposed weights, PDL on and off", test_model_switches);
 }
