@@ -4,7 +4,8 @@
 # 128 tokens after a 32-token prompt) and a 512-token prompt for each configuration (fusion
 # switches, PDL, eager, timing experiments), counts allocations during evals (with the callers of
 # host allocations), runs gplan-run --stats for thousands of CUDA evals under the host allocation
-# shim, and prints one table last. PyTorch's figures too with GPU_BENCH_TORCH=1.
+# shim, LoRA parity with PEFT and the runtime-adapter cost for ranks 8 and 64 (bench/lora_gpu.sh),
+# and prints one table last. PyTorch's figures too with GPU_BENCH_TORCH=1.
 # usage: bench/gpu.sh [BUILD_DIR]   (default build-cuda; built elsewhere with
 #   cmake -S . -B build-cuda -DGPLAN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 and carried, or built
 #   here when missing and cmake and nvcc exist). Logs go to $OUT (default /tmp/gplan-gpu).
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/.." || exit 1
 if [ ! -x "$B/cuda/gpu_bench" ]; then
     cmake -S . -B "$B" -DGPLAN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 &&
         cmake --build "$B" -j8 --target gpu_bench test_cuda gplan-compile gplan-run \
-            gp_cuda_allocshim gp_alloc_shim matvec_bench >>"$OUT/cmake.log" 2>&1 ||
+            gp_cuda_allocshim gp_alloc_shim matvec_bench parity-compare >>"$OUT/cmake.log" 2>&1 ||
         { echo "gpu.sh: build failed, see $OUT/cmake.log"; exit 1; }
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader \
@@ -97,4 +98,8 @@ echo "|---|---|---|---|---|"
 cat "$OUT"/gpt2-*.log | awk '/^RESULT/ && NF >= 29 {
     printf "| %s | %s | %.3f (%.3f; %.3f) [%.3f; %.3f] | %s: %.2f | %s / %s (%s) / %s / %s |\n", $2, $3, $5, $7, $9, $27, $29, $10, $11, $15, $17, $25, $19, $21 }'
 [ -f "$OUT/torch.log" ] && awk '/^torch/ { printf "| torch %s %s | eager / cuda-graph | %s / %s | prompt512: %s ms | - |\n", $2, $3, $5, $8, $11 }' "$OUT/torch.log"
+if [ -x "$B/tests/parity/parity-compare" ]; then
+    sh bench/lora_gpu.sh "$B" >"$OUT/lora.log" 2>&1
+    grep -E "lora/cuda|GPT-2 117M|runtime adapters|failures" "$OUT/lora.log"
+fi
 echo "tests: exit $TEST_RC ($(grep -E '^ +(tests|asserts)' "$OUT/test_cuda.log" | tr -s ' ' | tr '\n' ';'))"
