@@ -1,9 +1,8 @@
-/* Lowering: walks the syntax tree once, resolving parameters (-D, config.json), evaluating constants
- * and unrolling loops, and adds IR tensors and nodes in program order, which is the schedule. */
+/* Lowering: walks the syntax tree once, binding parameters (their overrides: params.c), evaluating
+ * constants and unrolling loops, and adds IR tensors and nodes in program order, the schedule. */
 #include "dsl/dsl.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,20 +10,13 @@
 #include <string.h>
 
 #include "dsl/ast.h"
+#include "dsl/params.h"
 
 #define MAX_ITERATIONS 100000 /* loop iterations in one compile, all loops together */
 #define MAX_TENSORS 20000     /* tensors in one graph (the IR's name lookups are linear) */
 #define N_BUCKETS 1024
 
-/* A compile-time value. */
-typedef enum { V_ERR, V_INT, V_FLOAT, V_STR, V_DTYPE, V_SYM, V_TENSOR } vkind;
-
-typedef struct {
-    vkind k;        /* V_ERR: an error was already reported; stay quiet */
-    int64_t i;      /* V_INT; V_DTYPE: the gp_dtype; V_SYM: the sym index; V_TENSOR: the id */
-    double f;       /* V_FLOAT */
-    const char *s;  /* V_STR: owned by the tree, the options or the config */
-} value;
+/* The compile-time value type (value) is in params.h, which converts overrides into values. */
 
 typedef enum { B_BUILTIN, B_PARAM, B_LET, B_LOOP, B_DIM, B_TENSOR, B_OUTPUT } bkind;
 
@@ -60,8 +52,6 @@ typedef struct {
 
 static const value ERR = {V_ERR, 0, 0, NULL};
 
-static value vint(int64_t i) { return (value){V_INT, i, 0, NULL}; }
-static value vfloat(double f) { return (value){V_FLOAT, 0, f, NULL}; }
 static value vtensor(int id) { return id < 0 ? ERR : (value){V_TENSOR, id, 0, NULL}; }
 static int is_num(value v) { return v.k == V_INT || v.k == V_FLOAT; }
 static double num(value v) { return v.k == V_INT ? (double)v.i : v.f; }
@@ -1188,200 +1178,6 @@ static void exec_block(lower *L, const ast_block *b)
 
 /* ---- Parameters ------------------------------------------------------------------------------ */
 
-/* Hugging Face spells dtypes "float32"; the language spells them "f32". */
-static int dtype_from_text(const char *s, gp_dtype *out)
-{
-    static const struct {
-        const char *hf;
-        gp_dtype t;
-    } aliases[] = {{"float32", GP_F32}, {"float16", GP_F16}, {"bfloat16", GP_BF16},
-                   {"int32", GP_I32}};
-    if (gp_dtype_from_name(s, out) == 0)
-        return 0;
-    for (size_t k = 0; k < sizeof aliases / sizeof aliases[0]; k++)
-        if (strcmp(s, aliases[k].hf) == 0) {
-            *out = aliases[k].t;
-            return 0;
-        }
-    return -1;
-}
-
-/* A -D value converted to the kind of the parameter's default; ERR (reported) if it does not fit. */
-static value from_text(lower *L, value def, const char *name, const char *text)
-{
-    char *end;
-    gp_loc none = {NULL, 0, 0};
-    if (def.k == V_INT || def.k == V_FLOAT) {
-        if (strcmp(text, "true") == 0 || strcmp(text, "false") == 0)
-            return def.k == V_INT ? vint(text[0] == 't') : vfloat(text[0] == 't');
-        errno = 0;
-        if (def.k == V_INT) {
-            long long v = strtoll(text, &end, 10);
-            if (*text && !*end && errno == 0)
-                return vint(v);
-            error(L, none, "-D %s=%s: expected an integer", name, text);
-            return ERR;
-        }
-        double v = strtod(text, &end);
-        if (*text && !*end && errno == 0 && isfinite(v))
-            return vfloat(v);
-        error(L, none, "-D %s=%s: expected a number", name, text);
-        return ERR;
-    }
-    if (def.k == V_DTYPE) {
-        gp_dtype t;
-        if (dtype_from_text(text, &t) == 0)
-            return (value){V_DTYPE, t, 0, NULL};
-        error(L, none, "-D %s=%s: expected a dtype (f32, f16, bf16 or i32)", name, text);
-        return ERR;
-    }
-    return (value){V_STR, 0, 0, text};
-}
-
-/* Where "key": first appears in a JSON text, for messages (0 when not found). */
-static gp_loc json_key_loc(const char *file, const char *text, size_t len, const char *key)
-{
-    size_t kl = strlen(key);
-    int line = 1;
-    size_t line_start = 0;
-    for (size_t k = 0; k + kl + 2 <= len; k++) {
-        if (text[k] == '\n') {
-            line++;
-            line_start = k + 1;
-        } else if (text[k] == '"' && text[k + kl + 1] == '"' && memcmp(text + k + 1, key, kl) == 0) {
-            size_t j = k + kl + 2;
-            while (j < len && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r' || text[j] == '\n'))
-                j++;
-            if (j < len && text[j] == ':')
-                return (gp_loc){file, line, (int)(k - line_start) + 1};
-        }
-    }
-    return (gp_loc){file, 0, 0};
-}
-
-static const char *json_kind(const json_t *j, char *buf, size_t cap)
-{
-    switch (json_typeof(j)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: snprintf(buf, cap, "the string \"%.40s\"", json_string_value(j)); return buf;
-    case JSON_INTEGER: snprintf(buf, cap, "%lld", (long long)json_integer_value(j)); return buf;
-    case JSON_REAL: snprintf(buf, cap, "%g", json_real_value(j)); return buf;
-    case JSON_TRUE: return "true";
-    case JSON_FALSE: return "false";
-    default: return "null";
-    }
-}
-
-/* A config.json value converted to the kind of the parameter's default. */
-static value from_json(lower *L, value def, const char *key, const json_t *j, gp_loc loc)
-{
-    char buf[96];
-    if (def.k == V_INT) {
-        if (json_is_integer(j))
-            return vint(json_integer_value(j));
-        if (json_is_boolean(j))
-            return vint(json_is_true(j));
-        double r = json_is_real(j) ? json_real_value(j) : 0.5;
-        if (r == floor(r) && fabs(r) < 9e15)
-            return vint((int64_t)r);
-        error(L, loc, "config key '%s': expected an integer, got %s", key, json_kind(j, buf, sizeof buf));
-        return ERR;
-    }
-    if (def.k == V_FLOAT) {
-        if (json_is_number(j))
-            return vfloat(json_number_value(j));
-        if (json_is_boolean(j))
-            return vfloat(json_is_true(j));
-        error(L, loc, "config key '%s': expected a number, got %s", key, json_kind(j, buf, sizeof buf));
-        return ERR;
-    }
-    if (def.k == V_DTYPE) {
-        gp_dtype t;
-        if (json_is_string(j) && dtype_from_text(json_string_value(j), &t) == 0)
-            return (value){V_DTYPE, t, 0, NULL};
-        error(L, loc, "config key '%s': expected a dtype name, got %s", key,
-              json_kind(j, buf, sizeof buf));
-        return ERR;
-    }
-    if (json_is_string(j))
-        return (value){V_STR, 0, 0, json_string_value(j)};
-    error(L, loc, "config key '%s': expected a string, got %s", key, json_kind(j, buf, sizeof buf));
-    return ERR;
-}
-
-/* Loads config.json (registered with the diagnostics so that messages quote it). */
-/* A parameter's value in a config.json: a top-level key, else one of the nested objects where
- * transformers keeps some settings (since transformers 5, rope_theta lives in "rope_parameters"). */
-static const json_t *config_value(const json_t *cfg, const char *key)
-{
-    static const char *const nested[] = {"rope_parameters", "text_config"};
-    if (!cfg)
-        return NULL;
-    const json_t *j = json_object_get(cfg, key);
-    for (size_t i = 0; !j && i < sizeof nested / sizeof nested[0]; i++) {
-        const json_t *sub = json_object_get(cfg, nested[i]);
-        if (json_is_object(sub))
-            j = json_object_get(sub, key);
-    }
-    return j;
-}
-
-static json_t *load_config(lower *L, const char *path, const char **file, char **text, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        error(L, (gp_loc){path, 0, 0}, "cannot open: %s", strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, n = 0, got;
-    char *buf = malloc(cap);
-    GP_ASSERT(buf != NULL);
-    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            if (cap >= GP_DSL_MAX_SOURCE) {
-                error(L, (gp_loc){path, 0, 0}, "config file is larger than %d bytes",
-                      GP_DSL_MAX_SOURCE);
-                fclose(f);
-                free(buf);
-                return NULL;
-            }
-            cap *= 2;
-            char *nb = realloc(buf, cap);
-            GP_ASSERT(nb != NULL);
-            buf = nb;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        error(L, (gp_loc){path, 0, 0}, "cannot read: %s", strerror(errno));
-        free(buf);
-        return NULL;
-    }
-    *file = gp_diag_add_source(L->d, path, buf, n);
-    if (!*file)
-        *file = path;
-    json_error_t je;
-    json_t *root = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        error(L, (gp_loc){*file, je.line > 0 ? je.line : 0, je.column > 0 ? je.column : 0},
-              "bad JSON: %s", je.text);
-        free(buf);
-        return NULL;
-    }
-    if (!json_is_object(root)) {
-        error(L, (gp_loc){*file, 0, 0}, "expected a JSON object at the top level");
-        json_decref(root);
-        free(buf);
-        return NULL;
-    }
-    *text = buf;
-    *len = n;
-    return root;
-}
-
 static void append_param(char **out, size_t *n, const lower *L, const char *name, value v)
 {
     char buf[160];
@@ -1403,29 +1199,7 @@ static void append_param(char **out, size_t *n, const lower *L, const char *name
 static int bind_params(lower *L, const ast_graph *ag, const gp_dsl_opts *o, char **params_text)
 {
     int errors = gp_diag_count(L->d);
-    gp_loc none = {NULL, 0, 0};
-    int n_def = o ? o->n_defines : 0;
-    /* -D: syntax, and names that are no parameter. */
-    for (int k = 0; k < n_def; k++) {
-        const char *def = o->defines[k];
-        const char *eq = def ? strchr(def, '=') : NULL;
-        if (!eq || eq == def) {
-            error(L, none, "bad -D '%s': expected NAME=VALUE", def ? def : "(null)");
-            continue;
-        }
-        int found = 0;
-        for (int p = 0; p < ag->params->n && !found; p++)
-            found = strlen(ag->params->v[p].key) == (size_t)(eq - def) &&
-                    strncmp(ag->params->v[p].key, def, (size_t)(eq - def)) == 0;
-        if (!found)
-            error(L, none, "-D %.*s: graph '%s' has no parameter '%.*s'", (int)(eq - def), def,
-                  ag->name, (int)(eq - def), def);
-    }
-    const char *cfg_file = NULL;
-    char *cfg_text = NULL;
-    size_t cfg_len = 0;
-    json_t *cfg = o && o->config_path ? load_config(L, o->config_path, &cfg_file, &cfg_text, &cfg_len)
-                                      : NULL;
+    gp_dsl_params *overrides = gp_dsl_params_new(L->d, ag, o);
     size_t n_text = 0;
     for (int p = 0; p < ag->params->n; p++) {
         const ast_arg *a = &ag->params->v[p];
@@ -1438,26 +1212,13 @@ static int bind_params(lower *L, const ast_graph *ag, const gp_dsl_opts *o, char
                   describe(L, v, buf, sizeof buf));
             v = ERR;
         }
-        if (v.k != V_ERR) {
-            const json_t *j = config_value(cfg, a->key);
-            if (j)
-                v = from_json(L, v, a->key, j, json_key_loc(cfg_file, cfg_text, cfg_len, a->key));
-            const char *text = NULL;
-            size_t kl = strlen(a->key);
-            for (int k = 0; k < n_def; k++) {
-                const char *def = o->defines[k];
-                if (def && strncmp(def, a->key, kl) == 0 && def[kl] == '=')
-                    text = def + kl + 1;
-            }
-            if (text && v.k != V_ERR)
-                v = from_text(L, v, a->key, text);
-        }
+        if (v.k != V_ERR)
+            v = gp_dsl_params_resolve(overrides, a->key, v);
         define(L, a->key, B_PARAM, v, a->key_loc);
         if (params_text)
             append_param(params_text, &n_text, L, a->key, v);
     }
-    json_decref(cfg);
-    free(cfg_text);
+    gp_dsl_params_free(overrides);
     return gp_diag_count(L->d) > errors ? -1 : 0;
 }
 

@@ -1,0 +1,276 @@
+/* Graph parameters' overrides: reads a Hugging Face config.json and -D NAME=VALUE texts and
+ * converts them to the kind of each parameter's default. */
+#include "dsl/params.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct gp_dsl_params {
+    gp_diag *d;
+    const char *const *defines; /* n_defines "NAME=VALUE" texts, owned by the options */
+    int n_defines;
+    json_t *cfg;                /* the config's top-level object, or NULL */
+    const char *cfg_file;       /* its name in d */
+    char *cfg_text;             /* [cfg_len] its text, for the keys' locations */
+    size_t cfg_len;
+};
+
+static const value ERR = {V_ERR, 0, 0, NULL};
+
+/* Hugging Face spells dtypes "float32"; the language spells them "f32". */
+static int dtype_from_text(const char *s, gp_dtype *out)
+{
+    static const struct {
+        const char *hf;
+        gp_dtype t;
+    } aliases[] = {{"float32", GP_F32}, {"float16", GP_F16}, {"bfloat16", GP_BF16},
+                   {"int32", GP_I32}};
+    if (gp_dtype_from_name(s, out) == 0)
+        return 0;
+    for (size_t k = 0; k < sizeof aliases / sizeof aliases[0]; k++)
+        if (strcmp(s, aliases[k].hf) == 0) {
+            *out = aliases[k].t;
+            return 0;
+        }
+    return -1;
+}
+
+/* A -D value converted to the kind of the parameter's default; ERR (reported) if it does not fit. */
+static value from_text(gp_diag *d, value def, const char *name, const char *text)
+{
+    char *end;
+    gp_loc none = {NULL, 0, 0};
+    if (def.k == V_INT || def.k == V_FLOAT) {
+        if (strcmp(text, "true") == 0 || strcmp(text, "false") == 0)
+            return def.k == V_INT ? vint(text[0] == 't') : vfloat(text[0] == 't');
+        errno = 0;
+        if (def.k == V_INT) {
+            long long v = strtoll(text, &end, 10);
+            if (*text && !*end && errno == 0)
+                return vint(v);
+            gp_diag_error(d, none, "-D %s=%s: expected an integer", name, text);
+            return ERR;
+        }
+        double v = strtod(text, &end);
+        if (*text && !*end && errno == 0 && isfinite(v))
+            return vfloat(v);
+        gp_diag_error(d, none, "-D %s=%s: expected a number", name, text);
+        return ERR;
+    }
+    if (def.k == V_DTYPE) {
+        gp_dtype t;
+        if (dtype_from_text(text, &t) == 0)
+            return (value){V_DTYPE, t, 0, NULL};
+        gp_diag_error(d, none, "-D %s=%s: expected a dtype (f32, f16, bf16 or i32)", name, text);
+        return ERR;
+    }
+    return (value){V_STR, 0, 0, text};
+}
+
+/* Where "key": first appears in a JSON text, for messages (0 when not found). */
+static gp_loc json_key_loc(const char *file, const char *text, size_t len, const char *key)
+{
+    size_t kl = strlen(key);
+    int line = 1;
+    size_t line_start = 0;
+    for (size_t k = 0; k + kl + 2 <= len; k++) {
+        if (text[k] == '\n') {
+            line++;
+            line_start = k + 1;
+        } else if (text[k] == '"' && text[k + kl + 1] == '"' && memcmp(text + k + 1, key, kl) == 0) {
+            size_t j = k + kl + 2;
+            while (j < len && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r' || text[j] == '\n'))
+                j++;
+            if (j < len && text[j] == ':')
+                return (gp_loc){file, line, (int)(k - line_start) + 1};
+        }
+    }
+    return (gp_loc){file, 0, 0};
+}
+
+static const char *json_kind(const json_t *j, char *buf, size_t cap)
+{
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: snprintf(buf, cap, "the string \"%.40s\"", json_string_value(j)); return buf;
+    case JSON_INTEGER: snprintf(buf, cap, "%lld", (long long)json_integer_value(j)); return buf;
+    case JSON_REAL: snprintf(buf, cap, "%g", json_real_value(j)); return buf;
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    default: return "null";
+    }
+}
+
+/* A config.json value converted to the kind of the parameter's default. */
+static value from_json(gp_diag *d, value def, const char *key, const json_t *j, gp_loc loc)
+{
+    char buf[96];
+    if (def.k == V_INT) {
+        if (json_is_integer(j))
+            return vint(json_integer_value(j));
+        if (json_is_boolean(j))
+            return vint(json_is_true(j));
+        double r = json_is_real(j) ? json_real_value(j) : 0.5;
+        if (r == floor(r) && fabs(r) < 9e15)
+            return vint((int64_t)r);
+        gp_diag_error(d, loc, "config key '%s': expected an integer, got %s", key,
+                      json_kind(j, buf, sizeof buf));
+        return ERR;
+    }
+    if (def.k == V_FLOAT) {
+        if (json_is_number(j))
+            return vfloat(json_number_value(j));
+        if (json_is_boolean(j))
+            return vfloat(json_is_true(j));
+        gp_diag_error(d, loc, "config key '%s': expected a number, got %s", key,
+                      json_kind(j, buf, sizeof buf));
+        return ERR;
+    }
+    if (def.k == V_DTYPE) {
+        gp_dtype t;
+        if (json_is_string(j) && dtype_from_text(json_string_value(j), &t) == 0)
+            return (value){V_DTYPE, t, 0, NULL};
+        gp_diag_error(d, loc, "config key '%s': expected a dtype name, got %s", key,
+                      json_kind(j, buf, sizeof buf));
+        return ERR;
+    }
+    if (json_is_string(j))
+        return (value){V_STR, 0, 0, json_string_value(j)};
+    gp_diag_error(d, loc, "config key '%s': expected a string, got %s", key,
+                  json_kind(j, buf, sizeof buf));
+    return ERR;
+}
+
+/* A parameter's value in a config.json: a top-level key, else one of the nested objects where
+ * transformers keeps some settings (since transformers 5, rope_theta lives in "rope_parameters"). */
+static const json_t *config_value(const json_t *cfg, const char *key)
+{
+    static const char *const nested[] = {"rope_parameters", "text_config"};
+    if (!cfg)
+        return NULL;
+    const json_t *j = json_object_get(cfg, key);
+    for (size_t i = 0; !j && i < sizeof nested / sizeof nested[0]; i++) {
+        const json_t *sub = json_object_get(cfg, nested[i]);
+        if (json_is_object(sub))
+            j = json_object_get(sub, key);
+    }
+    return j;
+}
+
+/* Loads config.json (registered with the diagnostics so that messages quote it). */
+static json_t *load_config(gp_diag *d, const char *path, const char **file, char **text,
+                           size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        gp_diag_error(d, (gp_loc){path, 0, 0}, "cannot open: %s", strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0, got;
+    char *buf = malloc(cap);
+    GP_ASSERT(buf != NULL);
+    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            if (cap >= GP_DSL_MAX_SOURCE) {
+                gp_diag_error(d, (gp_loc){path, 0, 0}, "config file is larger than %d bytes",
+                      GP_DSL_MAX_SOURCE);
+                fclose(f);
+                free(buf);
+                return NULL;
+            }
+            cap *= 2;
+            char *nb = realloc(buf, cap);
+            GP_ASSERT(nb != NULL);
+            buf = nb;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        gp_diag_error(d, (gp_loc){path, 0, 0}, "cannot read: %s", strerror(errno));
+        free(buf);
+        return NULL;
+    }
+    *file = gp_diag_add_source(d, path, buf, n);
+    if (!*file)
+        *file = path;
+    json_error_t je;
+    json_t *root = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        gp_diag_error(d, (gp_loc){*file, je.line > 0 ? je.line : 0, je.column > 0 ? je.column : 0},
+              "bad JSON: %s", je.text);
+        free(buf);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        gp_diag_error(d, (gp_loc){*file, 0, 0}, "expected a JSON object at the top level");
+        json_decref(root);
+        free(buf);
+        return NULL;
+    }
+    *text = buf;
+    *len = n;
+    return root;
+}
+
+gp_dsl_params *gp_dsl_params_new(gp_diag *d, const ast_graph *ag, const gp_dsl_opts *o)
+{
+    gp_dsl_params *p = calloc(1, sizeof *p);
+    GP_ASSERT(p != NULL);
+    p->d = d;
+    p->defines = o ? o->defines : NULL;
+    p->n_defines = o ? o->n_defines : 0;
+    gp_loc none = {NULL, 0, 0};
+    /* -D: syntax, and names that are no parameter. */
+    for (int k = 0; k < p->n_defines; k++) {
+        const char *def = p->defines[k];
+        const char *eq = def ? strchr(def, '=') : NULL;
+        if (!eq || eq == def) {
+            gp_diag_error(d, none, "bad -D '%s': expected NAME=VALUE", def ? def : "(null)");
+            continue;
+        }
+        int found = 0;
+        for (int q = 0; q < ag->params->n && !found; q++)
+            found = strlen(ag->params->v[q].key) == (size_t)(eq - def) &&
+                    strncmp(ag->params->v[q].key, def, (size_t)(eq - def)) == 0;
+        if (!found)
+            gp_diag_error(d, none, "-D %.*s: graph '%s' has no parameter '%.*s'", (int)(eq - def),
+                          def, ag->name, (int)(eq - def), def);
+    }
+    if (o && o->config_path)
+        p->cfg = load_config(d, o->config_path, &p->cfg_file, &p->cfg_text, &p->cfg_len);
+    return p;
+}
+
+value gp_dsl_params_resolve(gp_dsl_params *p, const char *name, value def)
+{
+    value v = def;
+    const json_t *j = config_value(p->cfg, name);
+    if (j)
+        v = from_json(p->d, v, name, j, json_key_loc(p->cfg_file, p->cfg_text, p->cfg_len, name));
+    const char *text = NULL;
+    size_t kl = strlen(name);
+    for (int k = 0; k < p->n_defines; k++) {
+        const char *d = p->defines[k];
+        if (d && strncmp(d, name, kl) == 0 && d[kl] == '=')
+            text = d + kl + 1; /* the last one wins */
+    }
+    if (text && v.k != V_ERR)
+        v = from_text(p->d, v, name, text);
+    return v;
+}
+
+void gp_dsl_params_free(gp_dsl_params *p)
+{
+    if (!p)
+        return;
+    json_decref(p->cfg);
+    free(p->cfg_text);
+    free(p);
+}
