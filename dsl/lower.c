@@ -48,6 +48,8 @@ typedef struct {
     int stop;             /* a hard limit was hit: lower nothing more */
     char **ckpt;          /* checkpoint names used so far (open addressing, cap_ckpt slots) */
     int n_ckpt, cap_ckpt;
+    gp_dsl_params *overrides; /* -D and config.json values: string values point into it, so it
+                                 lives as long as the bindings */
 } lower;
 
 static const value ERR = {V_ERR, 0, 0, NULL};
@@ -1199,7 +1201,7 @@ static void append_param(char **out, size_t *n, const lower *L, const char *name
 static int bind_params(lower *L, const ast_graph *ag, const gp_dsl_opts *o, char **params_text)
 {
     int errors = gp_diag_count(L->d);
-    gp_dsl_params *overrides = gp_dsl_params_new(L->d, ag, o);
+    gp_dsl_params *overrides = L->overrides = gp_dsl_params_new(L->d, ag, o);
     size_t n_text = 0;
     for (int p = 0; p < ag->params->n; p++) {
         const ast_arg *a = &ag->params->v[p];
@@ -1218,7 +1220,6 @@ static int bind_params(lower *L, const ast_graph *ag, const gp_dsl_opts *o, char
         if (params_text)
             append_param(params_text, &n_text, L, a->key, v);
     }
-    gp_dsl_params_free(overrides);
     return gp_diag_count(L->d) > errors ? -1 : 0;
 }
 
@@ -1264,6 +1265,7 @@ static gp_graph *lower_graph(const ast_graph *ag, const gp_dsl_opts *o, gp_diag 
     }
     pop_scope(&L, 0);
     free(L.b);
+    gp_dsl_params_free(L.overrides);
     for (int k = 0; k < L.cap_ckpt; k++)
         free(L.ckpt[k]);
     free(L.ckpt);

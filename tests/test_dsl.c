@@ -869,6 +869,30 @@ static void test_config_overrides(void)
     remove(path);
 }
 
+/* A string parameter from config.json used after the parameters are bound (in a weight-name
+ * template): the value must outlive the config's parsing (ASan found a use after free). */
+static void test_config_string_param(void)
+{
+    const char *path = gp_test_tmpfile(".json");
+    const char *cfg = "{\"prefix\": \"model.x\", \"n\": 3}\n";
+    CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfg, strlen(cfg)), 0);
+    const char *src = "graph g(n = 4, prefix = \"a\") {\n"
+                      "  weight w: f32[n] = \"{prefix}.weight\";\n"
+                      "  output y: f32[n];\n"
+                      "  y = w * 2;\n"
+                      "}\n";
+    gp_diag *d = NULL;
+    gp_graph *g = compile(src, NULL, 0, path, &d);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    int w = gp_graph_find_tensor(g, "w");
+    CU_ASSERT_FATAL(w >= 0);
+    CU_ASSERT_STRING_EQUAL(g->tensors[w].weight_name, "model.x.weight");
+    CU_ASSERT_EQUAL(g->tensors[w].shape[0].size, 3);
+    gp_graph_free(g);
+    gp_diag_free(d);
+    remove(path);
+}
+
 static void test_example_tiny(void)
 {
     gp_graph *g = compile_example("examples/tiny.gplan", NULL, 0, NULL, NULL);
@@ -1002,6 +1026,7 @@ void gp_suite_dsl(void)
     CU_add_test(s, "example llama", test_example_llama);
     CU_add_test(s, "example tiny", test_example_tiny);
     CU_add_test(s, "config.json overrides", test_config_overrides);
+    CU_add_test(s, "config.json string parameter in a weight name", test_config_string_param);
     CU_add_test(s, "language features", test_features);
     CU_add_test(s, "fuzz: truncations and mutations", test_fuzz);
 }
