@@ -336,13 +336,13 @@ static size_t round_up(size_t x, size_t a)
     return (x + a - 1) / a * a;
 }
 
-int gp_model_apply_lora(gp_model *m, const char *dir, double scale, char *err, size_t err_len)
+/* Reads DIR/adapter_config.json into c and opens DIR/adapter_model.safetensors into *f: the part
+ * both modes share. On failure returns -1 with err set; the caller frees c and *f either way. */
+static int open_adapter(const char *dir, double scale, lora_config *c, gp_st_file **f, char *err,
+                        size_t err_len)
 {
-    const gp_plan *p = gp_model_plan(m);
-    if (!p || !dir) {
-        set_err(err, err_len, "gp_model_apply_lora: no model or adapter folder");
-        return -1;
-    }
+    memset(c, 0, sizeof *c);
+    *f = NULL;
     if (!isfinite(scale)) {
         set_err(err, err_len, "lora: scale %g is not finite", scale);
         return -1;
@@ -350,18 +350,33 @@ int gp_model_apply_lora(gp_model *m, const char *dir, double scale, char *err, s
     char cpath[4096], wpath[4096];
     snprintf(cpath, sizeof cpath, "%s/adapter_config.json", dir);
     snprintf(wpath, sizeof wpath, "%s/adapter_model.safetensors", dir);
+    if (read_config(cpath, c, err, err_len))
+        return -1;
+    *f = gp_st_open(wpath, err, err_len);
+    return *f ? 0 : -1;
+}
+
+/* The factor B A is multiplied by: scale * alpha / r, or alpha / sqrt(r) with rslora. */
+static double adapter_scale(const lora_config *c, double scale)
+{
+    return scale * c->alpha / (c->use_rslora ? sqrt((double)c->r) : (double)c->r);
+}
+
+int gp_model_apply_lora(gp_model *m, const char *dir, double scale, char *err, size_t err_len)
+{
+    const gp_plan *p = gp_model_plan(m);
+    if (!p || !dir) {
+        set_err(err, err_len, "gp_model_apply_lora: no model or adapter folder");
+        return -1;
+    }
     lora_config c;
-    memset(&c, 0, sizeof c);
-    gp_st_file *f = NULL;
+    gp_st_file *f;
     lora_target *ts = NULL;
     void *block = NULL, **data = NULL;
     int *ids = NULL;
     float *scratch = NULL;
     int rc = -1, nt = 0;
-    if (read_config(cpath, &c, err, err_len))
-        goto done;
-    f = gp_st_open(wpath, err, err_len);
-    if (!f)
+    if (open_adapter(dir, scale, &c, &f, err, err_len))
         goto done;
     ts = calloc((size_t)gp_st_count(f) + 1, sizeof *ts);
     if (!ts) {
@@ -388,7 +403,7 @@ int gp_model_apply_lora(gp_model *m, const char *dir, double scale, char *err, s
         set_err(err, err_len, "lora: cannot allocate %zu bytes for merged weights", bytes);
         goto done;
     }
-    double s = scale * c.alpha / (c.use_rslora ? sqrt((double)c.r) : (double)c.r);
+    double s = adapter_scale(&c, scale);
     size_t off = 0;
     for (int k = 0; k < nt; k++) {
         const gp_plan_tensor *w = &p->tensors[ts[k].id];
@@ -513,10 +528,6 @@ int gp_model_bind_adapter(gp_model *m, const char *dir, double scale, char *err,
         set_err(err, err_len, "gp_model_bind_adapter: no model or adapter folder");
         return -1;
     }
-    if (!isfinite(scale)) {
-        set_err(err, err_len, "lora: scale %g is not finite", scale);
-        return -1;
-    }
     /* The plan's rank: rows of its first A slot. */
     int64_t rank = 0;
     int first = -1;
@@ -538,14 +549,10 @@ int gp_model_bind_adapter(gp_model *m, const char *dir, double scale, char *err,
         set_err(err, err_len, "lora: bind the model's weights before binding an adapter");
         return -1;
     }
-    char cpath[4096], wpath[4096];
-    snprintf(cpath, sizeof cpath, "%s/adapter_config.json", dir);
-    snprintf(wpath, sizeof wpath, "%s/adapter_model.safetensors", dir);
     lora_config c;
-    memset(&c, 0, sizeof c);
-    gp_st_file *f = NULL;
+    gp_st_file *f;
     int *ids = NULL, rc = -1;
-    if (read_config(cpath, &c, err, err_len))
+    if (open_adapter(dir, scale, &c, &f, err, err_len))
         goto done;
     if (c.r != rank) {
         set_err(err, err_len, "lora: %s: the adapter has rank %lld, the plan's slots rank %lld "
@@ -553,9 +560,6 @@ int gp_model_bind_adapter(gp_model *m, const char *dir, double scale, char *err,
                 (long long)c.r);
         goto done;
     }
-    f = gp_st_open(wpath, err, err_len);
-    if (!f)
-        goto done;
     ids = calloc((size_t)gp_st_count(f) + 1, sizeof *ids);
     if (!ids) {
         set_err(err, err_len, "lora: out of memory");
@@ -566,7 +570,7 @@ int gp_model_bind_adapter(gp_model *m, const char *dir, double scale, char *err,
     /* Everything checked: clear every slot (modules the adapter lacks add nothing), then copy. The
      * scale is folded into B, so the graph's branch is two matmuls and an add. */
     clear_slots(m, p);
-    double s = scale * c.alpha / (c.use_rslora ? sqrt((double)c.r) : (double)c.r);
+    double s = adapter_scale(&c, scale);
     for (int k = 0; k < gp_st_count(f); k++) {
         const gp_plan_tensor *w = &p->tensors[ids[k]];
         void *slot = gp_model_adapter_slot(m, ids[k]);
