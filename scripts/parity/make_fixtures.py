@@ -42,7 +42,7 @@ TOL_FP32 = 1e-4
 
 
 def rel_err(a, b):
-    """max|a - b| / max|b| over one row (numpy float64)."""
+    """max|a - b| / max|b| over one row (the definition of tests/parity/compare.c)."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
@@ -148,8 +148,9 @@ def clone_with(kind, base, **over):
 @torch.no_grad()
 def greedy(model, prompt, n_gen):
     """Prompt in one forward, then one token per forward over the KV cache: the same evals as
-    gplan-run. Returns the tokens and the logits row that chose each of them."""
-    out = model(torch.tensor([prompt]), use_cache=True)
+    gplan-run. Returns the tokens and the logits row that chose each of them. Keyword input_ids, so
+    a PeftModel takes the same call (make_lora_fixtures.py uses these helpers too)."""
+    out = model(input_ids=torch.tensor([prompt]), use_cache=True)
     past = out.past_key_values
     row = out.logits[0, -1]
     tokens, rows = [], []
@@ -159,7 +160,7 @@ def greedy(model, prompt, n_gen):
         tokens.append(tok)
         if step == n_gen - 1:
             break
-        out = model(torch.tensor([[tok]]), past_key_values=past, use_cache=True)
+        out = model(input_ids=torch.tensor([[tok]]), past_key_values=past, use_cache=True)
         past = out.past_key_values
         row = out.logits[0, -1]
     return tokens, rows
@@ -169,7 +170,7 @@ def greedy(model, prompt, n_gen):
 def forced(model, prompt, tokens):
     """Logits rows for the steps, from one forward over prompt + tokens[:-1] (no cache)."""
     seq = prompt + tokens[:-1]
-    logits = model(torch.tensor([seq]), use_cache=False).logits[0].double().numpy()
+    logits = model(input_ids=torch.tensor([seq]), use_cache=False).logits[0].double().numpy()
     return [logits[len(prompt) - 1 + s] for s in range(len(tokens))]
 
 

@@ -35,6 +35,9 @@ import transformers
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_fixtures import forced, greedy, min_margin, rel_err, seq_rel_err  # noqa: E402
+
 TOL_FP32 = 1e-4
 RANK, ALPHA = 4, 8
 
@@ -46,52 +49,6 @@ FIXTURES = [
      dict(target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], fan_in_fan_out=False),
      ("o_proj", "o_proj")),
 ]
-
-
-def rel_err(a, b):
-    """max|a - b| / max|b| over one row (the definition of tests/parity/compare.c)."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
-
-
-def seq_rel_err(a, b):
-    return max(rel_err(x, y) for x, y in zip(a, b))
-
-
-@torch.no_grad()
-def greedy(model, prompt, n_gen):
-    """Prompt in one forward, then one token per forward over the KV cache (gplan-run's evals)."""
-    out = model(input_ids=torch.tensor([prompt]), use_cache=True)
-    past = out.past_key_values
-    row = out.logits[0, -1]
-    tokens, rows = [], []
-    for step in range(n_gen):
-        rows.append(row.double().numpy().copy())
-        tok = int(torch.argmax(row))
-        tokens.append(tok)
-        if step == n_gen - 1:
-            break
-        out = model(input_ids=torch.tensor([[tok]]), past_key_values=past, use_cache=True)
-        past = out.past_key_values
-        row = out.logits[0, -1]
-    return tokens, rows
-
-
-@torch.no_grad()
-def forced(model, prompt, tokens):
-    """Logits rows for the steps, from one forward over prompt + tokens[:-1] (no cache)."""
-    seq = prompt + tokens[:-1]
-    logits = model(input_ids=torch.tensor([seq]), use_cache=False).logits[0].double().numpy()
-    return [logits[len(prompt) - 1 + s] for s in range(len(tokens))]
-
-
-def min_margin(rows):
-    m = 1e9
-    for r in rows:
-        s = np.sort(r)
-        m = min(m, float((s[-1] - s[-2]) / np.max(np.abs(r))))
-    return m
 
 
 def randomise_adapter(model, seed):
