@@ -158,6 +158,7 @@ void ast_stmt_free(ast_stmt *s)
     free(s->dtype);
     ast_list_free(s->shape);
     free(s->weight_name);
+    ast_expr_free(s->split);
     ast_block_free(s->body);
     ast_block_free(s->else_body);
     free(s);

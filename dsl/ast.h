@@ -78,6 +78,7 @@ struct ast_stmt {
     ast_list *shape;   /* dims, outermost first */
     char *weight_name; /* a template, or NULL */
     gp_loc weight_loc;
+    ast_expr *split;   /* weights: the `split(...)` clause after the name, or NULL */
     ast_block *body;      /* for, if */
     ast_block *else_body; /* if: NULL when absent */
     ast_stmt *next;

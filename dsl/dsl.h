@@ -13,6 +13,7 @@ typedef struct {
     const char *config_path; /* a Hugging Face config.json whose keys override parameters, or NULL */
     char **params_out;       /* if not NULL: receives the resolved parameters as text,
                                 "n_layer=12 n_embd=768 ..." (malloc'd, caller frees; NULL on error) */
+    int devices;             /* the builtin `devices` (tensor parallelism); <= 0 means 1 */
 } gp_dsl_opts;
 
 /* Compiles the graph in `path`. Overrides from the config file apply first, then -D ones.

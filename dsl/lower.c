@@ -50,6 +50,7 @@ typedef struct {
     int n_ckpt, cap_ckpt;
     gp_dsl_params *overrides; /* -D and config.json values: string values point into it, so it
                                  lives as long as the bindings */
+    int devices;          /* the builtin `devices`: tensor-parallel devices the graph is cut for */
 } lower;
 
 static const value ERR = {V_ERR, 0, 0, NULL};
@@ -487,9 +488,11 @@ static const op_spec op_specs[] = {
     {"concat", GP_OP_CONCAT, "tti", {0}},
     {"store", GP_OP_STORE, "ttt", {0}},
     {"attention", GP_OP_ATTENTION, "tttt", {"scale"}},
+    {"all_reduce", GP_OP_ALL_REDUCE, "t", {0}},
     {"min", GP_OP_NONE, "nn", {0}},
     {"max", GP_OP_NONE, "nn", {0}},
     {"sqrt", GP_OP_NONE, "n", {0}},
+    {"cdiv", GP_OP_NONE, "nn", {0}},
 };
 
 #define MAX_ARGS 8
@@ -702,6 +705,14 @@ static value compile_time_call(lower *L, call *c)
         return vfloat(sqrt(num(a)));
     }
     value b = c->pos[1];
+    if (strcmp(nm, "cdiv") == 0) { /* ceiling division of positive integers */
+        if (a.k != V_INT || b.k != V_INT || a.i < 0 || b.i <= 0) {
+            error(L, c->e->loc, "cdiv needs a non-negative and a positive integer, got %g and %g",
+                  num(a), num(b));
+            return ERR;
+        }
+        return vint(a.i / b.i + (a.i % b.i != 0));
+    }
     int first = strcmp(nm, "min") == 0 ? num(a) <= num(b) : num(a) >= num(b);
     value r = first ? a : b;
     if (a.k == V_FLOAT || b.k == V_FLOAT)
@@ -730,6 +741,8 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
         return ERR;
     if (spec->op == GP_OP_NONE)
         return compile_time_call(L, &c);
+    if (spec->op == GP_OP_ALL_REDUCE && L->devices == 1)
+        return c.pos[0]; /* one device holds the whole sum already */
 
     int in[GP_MAX_INPUTS], n_in = 0;
     for (int k = 0; k < c.n_pos && c.pos[k].k == V_TENSOR && n_in < GP_MAX_INPUTS; k++)
@@ -988,6 +1001,81 @@ static int claim_checkpoint_name(lower *L, const char *name)
     return 0;
 }
 
+/* An integer argument of the split clause; 0, or -1 after reporting. */
+static int split_int(lower *L, const ast_arg *a, int64_t lo, int64_t *out)
+{
+    value v = eval(L, a->value, NULL);
+    if (v.k == V_ERR)
+        return -1;
+    char buf[128];
+    if (v.k != V_INT || v.i < lo) {
+        error(L, a->value->loc, "split: %s must be an integer >= %lld, got %s",
+              a->key ? a->key : "dim", (long long)lo, describe(L, v, buf, sizeof buf));
+        return -1;
+    }
+    *out = v.i;
+    return 0;
+}
+
+/* The clause `split(DIM, groups=G, unit=U)` of a weight declared at its checkpoint shape: checks
+ * it and shrinks shape[DIM] to one device's share (ir/ir.h, gp_split). On one device the shape is
+ * kept and nothing is recorded. 0, or -1 after reporting. */
+static int split_of(lower *L, const ast_stmt *s, int ndim, gp_dim *shape, gp_split *out)
+{
+    const ast_expr *e = s->split;
+    if (strcmp(e->s, "split") != 0) {
+        error(L, e->loc, "expected ';' or split(...) after the checkpoint name, got '%s(...)'",
+              e->s);
+        return -1;
+    }
+    int64_t dim = -1, groups = 1, unit = 1;
+    for (int k = 0; k < e->args->n; k++) {
+        const ast_arg *a = &e->args->v[k];
+        int64_t *dst = NULL;
+        if (!a->key && k == 0)
+            dst = &dim;
+        else if (a->key && strcmp(a->key, "groups") == 0)
+            dst = &groups;
+        else if (a->key && strcmp(a->key, "unit") == 0)
+            dst = &unit;
+        if (!dst) {
+            error(L, a->key ? a->key_loc : a->value->loc, a->key ? "split: unknown argument '%s'"
+                  : "split: too many arguments (split(DIM, groups=G, unit=U))%s", a->key ? a->key
+                  : "");
+            return -1;
+        }
+        if (split_int(L, a, dst == &dim ? -ndim : 1, dst))
+            return -1;
+    }
+    if (dim < -ndim || dim >= ndim) {
+        error(L, e->loc, "split: %s dim of a %d-d weight (split(DIM, groups=G, unit=U))",
+              dim < 0 && e->args->n == 0 ? "missing the" : "no such", ndim);
+        return -1;
+    }
+    if (dim < 0)
+        dim += ndim;
+    int64_t full = shape[dim].size, per = 0;
+    if (shape[dim].sym >= 0) {
+        error(L, e->loc, "split: dim %lld of '%s' is symbolic", (long long)dim, s->name);
+        return -1;
+    }
+    if (__builtin_mul_overflow(groups, unit, &per) || full % per != 0) {
+        error(L, e->loc, "split: dim %lld of '%s' (%lld) is not %lld groups of whole units of %lld",
+              (long long)dim, s->name, (long long)full, (long long)groups, (long long)unit);
+        return -1;
+    }
+    if (L->devices == 1)
+        return 0;
+    int64_t units = full / per, share = units / L->devices + (units % L->devices != 0);
+    shape[dim].size = groups * share * unit; /* <= full: no overflow */
+    *out = (gp_split){(int)groups, (int)dim, unit, full};
+    if (groups > INT32_MAX) {
+        error(L, e->loc, "split: too many groups (%lld)", (long long)groups);
+        return -1;
+    }
+    return 0;
+}
+
 static void exec_decl(lower *L, const ast_stmt *s)
 {
     const char *kind = gp_tensor_kind_name(s->tkind);
@@ -1039,9 +1127,17 @@ static void exec_decl(lower *L, const ast_stmt *s)
             return;
         }
     }
+    gp_split split = {0, 0, 0, 0};
+    if (s->split && split_of(L, s, ndim, shape, &split)) {
+        free(ckpt);
+        define(L, s->name, B_TENSOR, ERR, s->name_loc);
+        return;
+    }
     int id = -1;
     if (room_for_tensor(L, s->name_loc))
         id = gp_graph_add_tensor(L->g, L->d, irn, s->tkind, dt, ndim, shape, ckpt, s->name_loc);
+    if (id >= 0)
+        L->g->tensors[id].split = split;
     free(ckpt);
     define(L, s->name, B_TENSOR, vtensor(id), s->name_loc);
 }
@@ -1246,6 +1342,8 @@ static gp_graph *lower_graph(const ast_graph *ag, const gp_dsl_opts *o, gp_diag 
     };
     for (size_t k = 0; k < sizeof builtins / sizeof builtins[0]; k++)
         define(&L, builtins[k].name, B_BUILTIN, builtins[k].v, (gp_loc){NULL, 0, 0});
+    L.devices = o && o->devices > 0 ? o->devices : 1;
+    define(&L, "devices", B_BUILTIN, vint(L.devices), (gp_loc){NULL, 0, 0});
 
     char *params_text = NULL;
     if (bind_params(&L, ag, o, o && o->params_out ? &params_text : NULL) == 0) {

@@ -158,6 +158,12 @@ stmt:
         $$->weight_name = $7;
         $$->weight_loc = L(@7);
     }
+  | tensor_kind NAME "':'" NAME shape "'='" STRING NAME "'('" args "')'" "';'" {
+        $$ = decl(L(@1), $1, $2, L(@2), $4, L(@4), $5);
+        $$->weight_name = $7;
+        $$->weight_loc = L(@7);
+        $$->split = ast_call(L(@8), $8, $10);
+    }
   | "'for'" NAME "'in'" expr "'..'" expr block {
         $$ = named(AST_FOR, L(@1), $2, L(@2), $4);
         $$->value2 = $6;

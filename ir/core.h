@@ -103,8 +103,22 @@ typedef enum {
      * scaled-dot-product attention over a KV cache: query t attends to cache rows 0..pos[t].
      * H % G == 0 (grouped-query: head h reads KV head h / (H / G)). f[0] = scale (1/sqrt(D) default). */
     GP_OP_ATTENTION,
+    /* all_reduce(x) -> x summed over the devices of a tensor-parallel plan (every device gets the
+     * same sum, added in device order); the identity on one device. INPLACE x. */
+    GP_OP_ALL_REDUCE,
     GP_OP_COUNT
 } gp_op;
+
+/* How a weight of a tensor-parallel graph is cut from its checkpoint tensor (docs/language.md,
+ * "Several devices"). The checkpoint's dim `dim` (`full` elements) is `groups` equal blocks of
+ * units of `unit` elements; each block's n units are dealt out in order, cdiv(n, devices) to a
+ * device, the last device's share padded with zeros. The tensor's own shape is one device's. */
+typedef struct {
+    int groups;   /* 0: not split (the whole checkpoint tensor on every device) */
+    int dim;
+    int64_t unit;
+    int64_t full; /* the checkpoint's size of `dim` */
+} gp_split;
 
 typedef struct {
     int64_t i[GP_MAX_IATTRS];

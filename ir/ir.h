@@ -29,6 +29,7 @@ typedef struct {
     int view_src;         /* views: the tensor viewed (maybe a view itself); else -1 */
     int64_t view_offset;  /* views: byte offset into view_src's storage */
     char *weight_name;    /* weights: checkpoint name, e.g. "transformer.h.0.attn.c_attn.weight" */
+    gp_split split;       /* weights of a tensor-parallel graph: the cut; else groups = 0 */
     int producer;         /* the node computing it, or -1 (inputs, weights, state) */
     gp_loc loc;
 } gp_tensor;

@@ -19,6 +19,7 @@ static const char *const roles[GP_OP_COUNT][GP_MAX_INPUTS] = {
     [GP_OP_VIEW] = {"x"},                 [GP_OP_CONT] = {"x"},
     [GP_OP_CAST] = {"x"},                 [GP_OP_CONCAT] = {"a", "b"},
     [GP_OP_STORE] = {"dst", "pos", "src"}, [GP_OP_ATTENTION] = {"q", "k", "v", "pos"},
+    [GP_OP_ALL_REDUCE] = {"x"},
 };
 
 /* What one add_node call works on. */
@@ -507,7 +508,8 @@ static int infer(ctx *c)
     case GP_OP_SCALE:
     case GP_OP_GELU:
     case GP_OP_GELU_ERF:
-    case GP_OP_SILU: return infer_unary(c);
+    case GP_OP_SILU:
+    case GP_OP_ALL_REDUCE: return infer_unary(c);
     case GP_OP_MATMUL: return infer_matmul(c);
     case GP_OP_LAYER_NORM:
     case GP_OP_RMS_NORM: return infer_norm(c);

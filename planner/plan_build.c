@@ -135,6 +135,7 @@ static int fill_tensors(builder *b)
         t->kind = src->kind;
         t->dtype = src->dtype;
         t->ndim = src->ndim;
+        t->split = src->split;
         for (int d = 0; d < GP_MAX_DIMS; d++) {
             int used = d < src->ndim;
             t->dims[d] = used ? src->shape[d].size : 1;

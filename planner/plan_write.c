@@ -189,6 +189,10 @@ static void write_tensors(bytes *b, bytes *st, const gp_plan *p)
         put_i64(b, t->extras_offset);
         put_u32(b, (uint32_t)t->line);
         put_u32(b, (uint32_t)t->col);
+        put_i32(b, t->split.groups);
+        put_i32(b, t->split.dim);
+        put_i64(b, t->split.unit);
+        put_i64(b, t->split.full);
     }
 }
 

@@ -53,6 +53,11 @@ typedef struct {
     /* The session's host extras block: [regions[GP_REGION_EXTRAS].size] bytes; records at each
      * tensor's extras_offset (layout: GP_EXTRAS_* in runtime/plan.h). */
     unsigned char *extras;
+    /* Tensor parallelism (plans with n_devices > 1; see "Several devices" below): this instance's
+     * rank (== slot) among n_ranks (== plan->n_devices), and the communicator made by comm_new
+     * for all of them; NULL when n_ranks == 1. */
+    int rank, n_ranks;
+    void *comm;
 } gp_backend_init;
 
 typedef struct gp_backend_ops {
@@ -68,7 +73,22 @@ typedef struct gp_backend_ops {
      * figure gplan-run --stats reports as "device allocations during evals"). */
     int64_t (*alloc_count)(void *ctx);
     void (*destroy)(void *ctx); /* NULL ctx: no-op */
+    /* Several devices: makes the communicator the n instances of one session share (devices[r]:
+     * rank r's device ordinal), before any of them is created; NULL when the backend runs on one
+     * device only. Frees with comm_free after every instance is destroyed (NULL: no-op). */
+    int (*comm_new)(int n, const int *devices, void **comm, char *err, size_t err_len);
+    void (*comm_free)(void *comm);
 } gp_backend_ops;
+
+/*
+ * Several devices. A plan with n_devices = N > 1 is SPMD: every rank runs the same nodes on its own
+ * regions (same layout), with its own share of each split weight (init->weight_data is rank r's),
+ * and GP_OP_ALL_REDUCE nodes sum a tensor over the ranks (in rank order, so every rank gets the same
+ * bytes). The session makes one instance per rank, rank r on device o->device + r, each with its
+ * own host io block (the inputs copied into every one before each eval; outputs read from rank 0),
+ * and calls the N evals at once, one thread per rank (the same thread for a rank at every eval).
+ * An eval that fails on one rank must not leave the others waiting forever in a collective.
+ */
 
 /* The backends gp_runtime carries. */
 extern const gp_backend_ops gp_backend_cpu;       /* runtime/cpu_backend.c: the plan's regions,

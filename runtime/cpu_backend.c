@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "runtime/backend.h"
+#include "runtime/comm.h"
 #include "runtime/cpu_kernels.h"
 #include "runtime/threadpool.h"
 
@@ -19,6 +20,8 @@ typedef struct {
     const unsigned char *extras;  /* this eval's records, set before each run */
     gp_threadpool *pool;
     int slot;                     /* this backend's slot in the extras records */
+    gp_host_comm *comm;           /* tensor parallelism: the ranks' communicator, else NULL */
+    int failed;                   /* this eval: a collective was aborted */
 } cpu_ctx;
 
 static void *alloc_region(const gp_plan_region *r)
@@ -67,6 +70,7 @@ static int cpu_create(const gp_backend_init *init, void **out, char *err, size_t
     c->p = p;
     c->io = init->io;
     c->slot = init->slot;
+    c->comm = init->n_ranks > 1 ? init->comm : NULL;
     c->arena = alloc_region(&p->regions[GP_REGION_ARENA]);
     c->state = alloc_region(&p->regions[GP_REGION_STATE]);
     if (!c->arena || !c->state) {
@@ -142,6 +146,13 @@ static void run_nodes(void *vctx, int ith, int nth)
         }
         gp_cpu_compute(nd->op, &nd->attrs, &out, in, nd->n_inputs, ws, ws_size, ith, nth);
         gp_threadpool_barrier(c->pool);
+        if (nd->op == GP_OP_ALL_REDUCE && c->comm) {
+            /* Thread 0 sums over the devices while this device's other threads wait. */
+            if (ith == 0 && gp_host_comm_all_reduce(c->comm, c->slot, out.data,
+                                                    gp_ktensor_numel(&out), out.dtype))
+                c->failed = 1;
+            gp_threadpool_barrier(c->pool);
+        }
     }
 }
 
@@ -151,7 +162,12 @@ static int cpu_eval(void *vctx, const unsigned char *extras, char *err, size_t e
     (void)err_len;
     cpu_ctx *c = vctx;
     c->extras = extras;
+    c->failed = 0;
     gp_threadpool_run(c->pool, run_nodes, c);
+    if (c->failed) {
+        snprintf(err, err_len, "cpu: all_reduce aborted (another device failed)");
+        return -1;
+    }
     return 0;
 }
 
@@ -173,4 +189,5 @@ static int64_t cpu_alloc_count(void *vctx)
 
 const gp_backend_ops gp_backend_cpu = {
     "cpu", cpu_create, cpu_eval, cpu_reset_state, cpu_alloc_count, cpu_destroy,
+    gp_host_comm_create, gp_host_comm_destroy,
 };

@@ -123,6 +123,7 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
     case GP_OP_SOFTMAX:
     case GP_OP_CONT:
     case GP_OP_CAST:
+    case GP_OP_ALL_REDUCE:
         if (!same_shape(x, out))
             return fail(err, n, op, "out must have the shape of x");
         return 0;

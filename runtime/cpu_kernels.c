@@ -545,6 +545,10 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
     case GP_OP_CAST:
         k_copy(out, in, ith, nth);
         break;
+    case GP_OP_ALL_REDUCE: /* this device's term; a backend adds the other devices' (comm.c) */
+        if (out->data != in[0].data)
+            k_copy(out, in, ith, nth);
+        break;
     case GP_OP_CONCAT:
         k_concat(a, out, in, ith, nth);
         break;

@@ -17,6 +17,15 @@ typedef struct {
     int64_t nb[GP_MAX_DIMS]; /* [ndim] strides in bytes (0 allowed: a broadcast) */
 } gp_ktensor;
 
+/* Elements of t: the product of ne[0..ndim). */
+static inline int64_t gp_ktensor_numel(const gp_ktensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->ne[d];
+    return n;
+}
+
 /*
  * Computes node `op`'s output `out` from in[0..n_in). Called by nth threads with ith = 0..nth-1
  * (by gp_threadpool_run or serially); each call writes only its share of the output, so calls

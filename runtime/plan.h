@@ -12,7 +12,7 @@
 /* The plan file's version. A loader reads any minor version of its major version (newer minors only
  * add fields at the end of records or new sections, which it skips) and refuses another major. */
 #define GP_PLAN_VERSION_MAJOR 1
-#define GP_PLAN_VERSION_MINOR 0
+#define GP_PLAN_VERSION_MINOR 1 /* 1.1: tensor records end with the weight's split */
 
 /* Where a tensor's bytes live. Each region is one allocation per device made once per session. */
 typedef enum {
@@ -107,6 +107,8 @@ typedef struct {
     int first, last;             /* steps (node indices) during which its bytes must be kept */
     int64_t extras_offset;       /* its record in the extras region */
     int line, col;               /* where the graph source defines it; 0 when unknown */
+    gp_split split;              /* weights of a tensor-parallel plan: how each device's share is
+                                    cut from the checkpoint tensor (ir/core.h); else groups = 0 */
 } gp_plan_tensor;
 
 typedef struct {
@@ -189,7 +191,8 @@ enum {
 #define GP_PLAN_META_BYTES 48    /* the META section's fixed part */
 #define GP_PLAN_REGION_BYTES 16  /* one record of each record section (version 1.0) */
 #define GP_PLAN_SYM_BYTES 16
-#define GP_PLAN_TENSOR_BYTES 152
+#define GP_PLAN_TENSOR_BYTES 176 /* 152 in version 1.0, which had no split */
+#define GP_PLAN_TENSOR_BYTES_1_0 152
 #define GP_PLAN_NODE_BYTES 88
 
 #endif

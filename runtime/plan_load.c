@@ -203,6 +203,32 @@ static int check_regions(const gp_plan *p, char *why, size_t n)
 }
 
 /* Shape, dtype, kind and region of tensor i, on their own. */
+/* A split weight: its share of the checkpoint dim is cdiv(units, n_devices) units per group. */
+static int check_split(const gp_plan *p, int i, char *why, size_t n)
+{
+    const gp_plan_tensor *t = &p->tensors[i];
+    const gp_split *s = &t->split;
+    if (s->groups == 0 && s->dim == 0 && s->unit == 0 && s->full == 0)
+        return 0;
+    int64_t per = 0, units = 0, share = 0;
+    if (t->kind != GP_TENSOR_WEIGHT || p->n_devices < 2 || s->groups < 1 || s->dim < 0 ||
+        s->dim >= t->ndim || s->unit < 1 || s->full < 1 || s->full > GP_PLAN_MAX_DIM ||
+        __builtin_mul_overflow((int64_t)s->groups, s->unit, &per) || s->full % per != 0) {
+        fmt_msg(why, n, "tensor %d (%s): bad split (groups %d, dim %d, unit %lld, full %lld)", i,
+                t->name, s->groups, s->dim, (long long)s->unit, (long long)s->full);
+        return -1;
+    }
+    units = s->full / per;
+    share = units / p->n_devices + (units % p->n_devices != 0);
+    if (t->dims[s->dim] != share * per) {
+        fmt_msg(why, n, "tensor %d (%s): dim %d is %lld, but a split of %lld over %d devices gives "
+                "%lld", i, t->name, s->dim, (long long)t->dims[s->dim], (long long)s->full,
+                p->n_devices, (long long)(share * per));
+        return -1;
+    }
+    return 0;
+}
+
 static int check_tensor_fields(const gp_plan *p, int i, char *why, size_t n)
 {
     const gp_plan_tensor *t = &p->tensors[i];
@@ -320,7 +346,7 @@ static int check_tensor_fields(const gp_plan *p, int i, char *why, size_t n)
                 t->producer);
         return -1;
     }
-    return 0;
+    return check_split(p, i, why, n);
 }
 
 /* Views: acyclic chains, inside their base, same region, offsets consistent. Runs after every
@@ -798,6 +824,12 @@ static int parse_tensors(reader *r, gp_plan *p, uint32_t count, uint32_t rec,
         uint32_t line = rd_u32(q + 144), col = rd_u32(q + 148);
         t->line = line > INT32_MAX ? 0 : (int)line;
         t->col = col > INT32_MAX ? 0 : (int)col;
+        if (rec >= GP_PLAN_TENSOR_BYTES) { /* version 1.1 */
+            t->split.groups = rd_i32(q + 152);
+            t->split.dim = rd_i32(q + 156);
+            t->split.unit = rd_i64(q + 160);
+            t->split.full = rd_i64(q + 168);
+        }
     }
     return 0;
 }
@@ -938,7 +970,7 @@ static int parse(reader *r, gp_plan **out)
     uint32_t n_syms, n_tensors, n_nodes, rec_s, rec_t, rec_n;
     const unsigned char *q_s, *q_t, *q_n;
     if (read_records(r, GP_PLAN_SEC_SYMS, GP_PLAN_SYM_BYTES, &n_syms, &rec_s, &q_s) ||
-        read_records(r, GP_PLAN_SEC_TENSORS, GP_PLAN_TENSOR_BYTES, &n_tensors, &rec_t, &q_t) ||
+        read_records(r, GP_PLAN_SEC_TENSORS, GP_PLAN_TENSOR_BYTES_1_0, &n_tensors, &rec_t, &q_t) ||
         read_records(r, GP_PLAN_SEC_NODES, GP_PLAN_NODE_BYTES, &n_nodes, &rec_n, &q_n))
         return -1;
     /* The counts are bounded by the file's size now, so these allocations are too. */

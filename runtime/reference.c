@@ -6,11 +6,13 @@
 #include <string.h>
 
 #include "runtime/backend.h"
+#include "runtime/comm.h"
 #include "runtime/cpu_kernels.h"
 
 typedef struct {
     const gp_plan *p;
     int slot;
+    gp_host_comm *comm;       /* tensor parallelism: the ranks' communicator, else NULL */
     unsigned char *host_io;   /* the session's io block */
     unsigned char **own;      /* [n_tensors] each tensor's own bytes (size of its plan size); NULL
                                  for views and weights (weights are read in place from the host) */
@@ -40,6 +42,7 @@ static int ref_create(const gp_backend_init *init, void **out, char *err, size_t
     }
     c->p = p;
     c->slot = init->slot;
+    c->comm = init->n_ranks > 1 ? init->comm : NULL;
     c->host_io = init->io;
     for (int i = 0; i < p->n_tensors; i++) {
         const gp_plan_tensor *t = &p->tensors[i];
@@ -121,6 +124,12 @@ static int ref_eval(void *vctx, const unsigned char *extras, char *err, size_t e
             ws_size = (size_t)p->tensors[nd->workspace].size;
         }
         gp_cpu_compute(nd->op, &nd->attrs, &out, in, nd->n_inputs, ws, ws_size, 0, 1);
+        if (nd->op == GP_OP_ALL_REDUCE && c->comm &&
+            gp_host_comm_all_reduce(c->comm, c->slot, out.data, gp_ktensor_numel(&out),
+                                    out.dtype)) {
+            snprintf(err, err_len, "reference: all_reduce aborted (another device failed)");
+            return -1;
+        }
     }
     copy_io(c, extras, GP_TENSOR_OUTPUT, 0);
     return 0;
@@ -145,4 +154,5 @@ static int64_t ref_alloc_count(void *vctx)
 
 const gp_backend_ops gp_backend_reference = {
     "reference", ref_create, ref_eval, ref_reset_state, ref_alloc_count, ref_destroy,
+    gp_host_comm_create, gp_host_comm_destroy,
 };

@@ -13,6 +13,8 @@
 #include "runtime/cpu_kernels.h"
 #include "runtime/lora.h"
 #include "runtime/plan.h"
+#include "runtime/split.h"
+#include "runtime/threadpool.h"
 #include "runtime/weights.h"
 
 #define GP_SESSION_ERR_BYTES 1024
@@ -24,7 +26,9 @@ struct gp_model {
     gp_weights *ckpt;          /* the open (memory-mapped) checkpoint, or NULL */
     void *weight_block;        /* converted or generated weights, one allocation, or NULL */
     void *lora_block;          /* weights with a LoRA adapter merged (runtime/lora.c), or NULL */
-    const void **weight_data;  /* [n_tensors] host bytes of each weight; NULL for others */
+    /* [n_devices * n_tensors]: device r's host bytes of weight i at [r * n_tensors + i] (the same
+     * pointer on every device unless the weight is split); NULL for other tensors */
+    const void **weight_data;
     int weights_bound;
     int64_t bytes_mapped, bytes_loaded;
     int tokens, positions, logits; /* tensor ids, or -1 */
@@ -33,11 +37,22 @@ struct gp_model {
 
 typedef void (*gp_mark_fn)(int in_eval);
 
+/* One device of a tensor-parallel session: its backend instance, io block and last error. */
+typedef struct {
+    void *ctx;
+    unsigned char *io;       /* rank 0: the session's io; others their own copy */
+    int rc;
+    char err[GP_SESSION_ERR_BYTES - 64]; /* room for the session's "device R: " prefix */
+} gp_rank;
+
 struct gp_session {
     const gp_model *m;
     const gp_plan *p;
     const gp_backend_ops *ops;
-    void *ctx;               /* the backend instance */
+    void *ctx;               /* rank 0's backend instance */
+    gp_rank *ranks;          /* [n_devices] */
+    void *comm;              /* the backend's communicator when n_devices > 1, else NULL */
+    gp_threadpool *rank_threads; /* n_devices threads, rank r runs on thread r; NULL for one */
     unsigned char *extras;   /* [regions[EXTRAS].size] records of every tensor */
     unsigned char *io;       /* [regions[IO].size] host inputs and outputs at plan offsets */
     int64_t *sym_values;     /* [n_syms] current runtime dims */
@@ -222,7 +237,8 @@ static gp_model *model_from_plan(gp_plan *plan, const char *name, char *err, siz
     }
     m->plan = plan;
     m->name = malloc(strlen(name) + 1);
-    m->weight_data = calloc((size_t)plan->n_tensors + 1, sizeof *m->weight_data);
+    m->weight_data = calloc((size_t)plan->n_devices * (size_t)plan->n_tensors + 1,
+                            sizeof *m->weight_data);
     if (!m->name || !m->weight_data) {
         gp_model_free(m);
         set_err(err, err_len, "%s: out of memory", name);
@@ -268,7 +284,8 @@ static void unbind(gp_model *m)
     free(m->lora_block);
     m->lora_block = NULL;
     if (m->weight_data)
-        memset(m->weight_data, 0, (size_t)m->plan->n_tensors * sizeof *m->weight_data);
+        memset(m->weight_data, 0,
+               (size_t)m->plan->n_devices * (size_t)m->plan->n_tensors * sizeof *m->weight_data);
     m->bytes_mapped = m->bytes_loaded = 0;
     m->weights_bound = 0;
 }
@@ -298,7 +315,8 @@ static int same_weight(const gp_plan *p, int i)
         const gp_plan_tensor *u = &p->tensors[j];
         if (u->kind == GP_TENSOR_WEIGHT && !strcmp(weight_name(u), weight_name(t)) &&
             u->dtype == t->dtype && u->ndim == t->ndim &&
-            !memcmp(u->dims, t->dims, sizeof t->dims))
+            !memcmp(u->dims, t->dims, sizeof t->dims) && !memcmp(&u->split, &t->split,
+                                                                 sizeof t->split))
             return j;
     }
     return -1;
@@ -312,6 +330,45 @@ static size_t weight_bytes(const gp_plan_tensor *t)
 static size_t round_up(size_t x, size_t a)
 {
     return (x + a - 1) / a * a;
+}
+
+/* Bytes of weight t's block space: one share per device when split, else one copy. */
+static size_t block_bytes(const gp_plan *p, const gp_plan_tensor *t)
+{
+    size_t copies = t->split.groups ? (size_t)p->n_devices : 1;
+    return copies * round_up(weight_bytes(t), GP_HOST_ALIGN);
+}
+
+/* Places weight i's bytes for every device: `full` is the checkpoint tensor (plan dtype); a split
+ * weight's shares are cut into dst (block_bytes of room), anything else is used as it is. full NULL:
+ * dst already holds the bytes (zeros: an adapter slot). */
+static void place_weight(gp_model *m, int i, const void *full, unsigned char *dst)
+{
+    const gp_plan *p = m->plan;
+    const gp_plan_tensor *t = &p->tensors[i];
+    for (int r = 0; r < p->n_devices; r++) {
+        const void *mine = full;
+        if (t->split.groups) {
+            mine = dst + (size_t)r * round_up(weight_bytes(t), GP_HOST_ALIGN);
+            if (full)
+                gp_split_copy(t, r, full, (void *)mine);
+        } else if (!full) {
+            mine = dst;
+        }
+        m->weight_data[(size_t)r * (size_t)p->n_tensors + (size_t)i] = mine;
+    }
+}
+
+/* Tied weights share their first copy's bytes, on every device. */
+static void share_tied(gp_model *m)
+{
+    const gp_plan *p = m->plan;
+    for (int i = 0; i < p->n_tensors; i++) {
+        int j = p->tensors[i].kind == GP_TENSOR_WEIGHT ? same_weight(p, i) : -1;
+        for (int r = 0; j >= 0 && r < p->n_devices; r++)
+            m->weight_data[(size_t)r * (size_t)p->n_tensors + (size_t)i] =
+                m->weight_data[(size_t)r * (size_t)p->n_tensors + (size_t)j];
+    }
 }
 
 int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_len)
@@ -329,6 +386,8 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
     int *ids = calloc((size_t)p->n_tensors + 1, sizeof *ids);
     unsigned char *convert = calloc((size_t)p->n_tensors + 1, 1);
     char *problems = malloc(4096);
+    void *full = NULL; /* a split weight's whole checkpoint tensor, read before it is cut */
+    size_t full_max = 0;
     int n = 0, rc = -1;
     if (!decls || !ids || !convert || !problems) {
         set_err(err, err_len, "%s: out of memory", path);
@@ -343,6 +402,11 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
         decls[n].dtype = t->dtype;
         decls[n].ndim = t->ndim;
         memcpy(decls[n].shape, t->dims, sizeof t->dims);
+        if (t->split.groups) { /* the checkpoint holds the whole tensor: every device's share */
+            decls[n].shape[t->split.dim] = t->split.full;
+            size_t fb = (size_t)gp_split_full_numel(t) * gp_dtype_size(t->dtype);
+            full_max = fb > full_max ? fb : full_max;
+        }
         ids[n++] = i;
     }
     int bad = gp_weights_check(w, decls, n, convert, problems, 4096);
@@ -357,12 +421,12 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
         const gp_plan_tensor *t = &p->tensors[ids[k]];
         const gp_st_tensor *st = gp_weights_find(w, decls[k].name);
         size_t es = gp_dtype_size(t->dtype);
-        if (!convert[k] && st->dtype == t->dtype && st->nbytes == weight_bytes(t) &&
-            (uintptr_t)st->data % es == 0) {
-            m->weight_data[ids[k]] = st->data;
+        if (!t->split.groups && !convert[k] && st->dtype == t->dtype &&
+            st->nbytes == weight_bytes(t) && (uintptr_t)st->data % es == 0) {
+            place_weight(m, ids[k], st->data, NULL);
             m->bytes_mapped += (int64_t)st->nbytes;
         } else {
-            block = round_up(block, GP_HOST_ALIGN) + weight_bytes(t);
+            block = round_up(block, GP_HOST_ALIGN) + block_bytes(p, t);
         }
     }
     /* LoRA adapter slots (runtime mode) come from gp_model_bind_adapter, not the checkpoint:
@@ -373,8 +437,13 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
         if (t->kind == GP_TENSOR_WEIGHT && same_weight(p, i) < 0 &&
             gp_lora_is_slot(weight_name(t))) {
             ids[n++] = i;
-            block = round_up(block, GP_HOST_ALIGN) + weight_bytes(t);
+            block = round_up(block, GP_HOST_ALIGN) + block_bytes(p, t);
         }
+    }
+    if (full_max && !(full = malloc(full_max))) {
+        set_err(err, err_len, "%s: cannot allocate %zu bytes to cut split weights", path,
+                full_max);
+        goto done;
     }
     if (block) {
         m->weight_block = alloc_aligned(GP_HOST_ALIGN, block);
@@ -391,18 +460,18 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
             continue;
         off = round_up(off, GP_HOST_ALIGN);
         unsigned char *dst = (unsigned char *)m->weight_block + off;
-        if (k < n_ckpt && gp_weights_read(gp_weights_find(w, decls[k].name), t->dtype, dst,
-                                          weight_bytes(t), err, err_len))
+        unsigned char *into = t->split.groups ? full : dst;
+        size_t bytes = t->split.groups
+                           ? (size_t)gp_split_full_numel(t) * gp_dtype_size(t->dtype)
+                           : weight_bytes(t);
+        if (k < n_ckpt && gp_weights_read(gp_weights_find(w, decls[k].name), t->dtype, into,
+                                          bytes, err, err_len))
             goto done;
-        m->weight_data[ids[k]] = dst;
-        m->bytes_loaded += (int64_t)weight_bytes(t);
-        off += weight_bytes(t);
+        place_weight(m, ids[k], k < n_ckpt ? into : NULL, dst);
+        m->bytes_loaded += (int64_t)block_bytes(p, t);
+        off += block_bytes(p, t);
     }
-    for (int i = 0; i < p->n_tensors; i++) {
-        int j = p->tensors[i].kind == GP_TENSOR_WEIGHT ? same_weight(p, i) : -1;
-        if (j >= 0)
-            m->weight_data[i] = m->weight_data[j];
-    }
+    share_tied(m);
     m->ckpt = w;
     w = NULL;
     m->weights_bound = 1;
@@ -416,6 +485,7 @@ done:
     free(ids);
     free(convert);
     free(problems);
+    free(full);
     return rc;
 }
 
@@ -427,36 +497,46 @@ int gp_model_random_weights(gp_model *m, uint64_t seed, char *err, size_t err_le
     }
     unbind(m);
     const gp_plan *p = m->plan;
-    size_t block = 0;
-    for (int i = 0; i < p->n_tensors; i++)
-        if (p->tensors[i].kind == GP_TENSOR_WEIGHT && same_weight(p, i) < 0)
-            block = round_up(block, GP_HOST_ALIGN) + weight_bytes(&p->tensors[i]);
-    if (block) {
-        m->weight_block = alloc_aligned(GP_HOST_ALIGN, block);
-        if (!m->weight_block) {
-            set_err(err, err_len, "%s: cannot allocate %zu bytes for random weights", m->name,
-                    block);
-            return -1;
+    size_t block = 0, full_max = 0;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (t->kind != GP_TENSOR_WEIGHT || same_weight(p, i) >= 0)
+            continue;
+        block = round_up(block, GP_HOST_ALIGN) + block_bytes(p, t);
+        if (t->split.groups) {
+            size_t fb = (size_t)gp_split_full_numel(t) * gp_dtype_size(t->dtype);
+            full_max = fb > full_max ? fb : full_max;
         }
+    }
+    /* A split weight is generated whole, as on one device, then cut: every device count sees the
+     * same model. */
+    void *full = full_max ? malloc(full_max) : NULL;
+    if (block)
+        m->weight_block = alloc_aligned(GP_HOST_ALIGN, block);
+    if ((block && !m->weight_block) || (full_max && !full)) {
+        set_err(err, err_len, "%s: cannot allocate %zu bytes for random weights", m->name,
+                block + full_max);
+        free(full);
+        unbind(m);
+        return -1;
     }
     size_t off = 0;
     for (int i = 0; i < p->n_tensors; i++) {
         const gp_plan_tensor *t = &p->tensors[i];
-        if (t->kind != GP_TENSOR_WEIGHT)
+        if (t->kind != GP_TENSOR_WEIGHT || same_weight(p, i) >= 0)
             continue;
-        int j = same_weight(p, i);
-        if (j >= 0) {
-            m->weight_data[i] = m->weight_data[j];
-            continue;
-        }
         off = round_up(off, GP_HOST_ALIGN);
         unsigned char *dst = (unsigned char *)m->weight_block + off;
-        if (!gp_lora_is_slot(weight_name(t))) /* adapter slots stay zero: no adapter */
-            gp_weights_random_named(dst, t->dtype, numel_at_bounds(t), seed, weight_name(t));
-        m->weight_data[i] = dst;
-        m->bytes_loaded += (int64_t)weight_bytes(t);
-        off += weight_bytes(t);
+        void *into = t->split.groups ? full : dst;
+        int slot = gp_lora_is_slot(weight_name(t)); /* adapter slots stay zero: no adapter */
+        if (!slot)
+            gp_weights_random_named(into, t->dtype, gp_split_full_numel(t), seed, weight_name(t));
+        place_weight(m, i, slot ? NULL : into, dst);
+        m->bytes_loaded += (int64_t)block_bytes(p, t);
+        off += block_bytes(p, t);
     }
+    share_tied(m);
+    free(full);
     m->weights_bound = 1;
     return 0;
 }
@@ -478,7 +558,8 @@ const void *gp_model_weight_data(const gp_model *m, int id)
 
 void *gp_model_adapter_slot(gp_model *m, int id)
 {
-    if (!m || !m->weights_bound || id < 0 || id >= m->plan->n_tensors ||
+    /* Several devices would need each device's share of the adapter: not supported yet. */
+    if (!m || !m->weights_bound || m->plan->n_devices > 1 || id < 0 || id >= m->plan->n_tensors ||
         m->plan->tensors[id].kind != GP_TENSOR_WEIGHT ||
         !gp_lora_is_slot(weight_name(&m->plan->tensors[id])))
         return NULL;
@@ -489,7 +570,7 @@ void *gp_model_adapter_slot(gp_model *m, int id)
 int gp_model_adopt_weights(gp_model *m, void *block, size_t bytes, const int *ids,
                            void *const *data, int n)
 {
-    if (!m || m->lora_block || !m->weights_bound)
+    if (!m || m->lora_block || !m->weights_bound || m->plan->n_devices > 1)
         return -1;
     for (int k = 0; k < n; k++) {
         const void *old = m->weight_data[ids[k]];
@@ -584,6 +665,65 @@ static gp_mark_fn find_marker(void)
     return fn;
 }
 
+static void noop(void *ctx, int ith, int nth)
+{
+    (void)ctx;
+    (void)ith;
+    (void)nth;
+}
+
+/* The backend instances, one per device: rank r on device o->device + r with its share of the
+ * weights; with several, the backend's communicator and one thread per rank. */
+static int create_ranks(gp_session *s, const gp_session_opts *o, char *err, size_t err_len)
+{
+    const gp_plan *p = s->p;
+    int n = p->n_devices;
+    s->ranks = calloc((size_t)n, sizeof *s->ranks);
+    if (!s->ranks) {
+        set_err(err, err_len, "gp_session_new: out of memory");
+        return -1;
+    }
+    if (n > 1) {
+        int devices[GP_PLAN_MAX_DEVICES];
+        for (int r = 0; r < n; r++)
+            devices[r] = o->device + r;
+        if (!s->ops->comm_new) {
+            set_err(err, err_len, "backend %s runs on one device; this plan is for %d",
+                    s->ops->name, n);
+            return -1;
+        }
+        if (s->ops->comm_new(n, devices, &s->comm, err, err_len)) {
+            s->comm = NULL;
+            return -1;
+        }
+        s->rank_threads = gp_threadpool_new(n);
+        if (!s->rank_threads) {
+            set_err(err, err_len, "gp_session_new: cannot start %d device threads", n);
+            return -1;
+        }
+        gp_threadpool_run(s->rank_threads, noop, NULL); /* their start-up allocations, now */
+    }
+    for (int r = 0; r < n; r++) {
+        gp_rank *k = &s->ranks[r];
+        k->io = r == 0 ? s->io
+                       : alloc_aligned((size_t)p->regions[GP_REGION_IO].alignment,
+                                       (size_t)p->regions[GP_REGION_IO].size);
+        if (!k->io) {
+            set_err(err, err_len, "gp_session_new: out of memory");
+            return -1;
+        }
+        gp_backend_init init = {p, r, o->device + r, o->n_threads > 0 ? o->n_threads : 1,
+                                s->m->weight_data + (size_t)r * (size_t)p->n_tensors, k->io,
+                                s->extras, r, n, s->comm};
+        if (s->ops->create(&init, &k->ctx, err, err_len)) {
+            k->ctx = NULL;
+            return -1;
+        }
+    }
+    s->ctx = s->ranks[0].ctx;
+    return 0;
+}
+
 gp_session *gp_session_new(const gp_model *m, const gp_session_opts *o, char *err, size_t err_len)
 {
     gp_session_opts def = {"cpu", 1, 0};
@@ -634,10 +774,7 @@ gp_session *gp_session_new(const gp_model *m, const gp_session_opts *o, char *er
     }
     for (int i = 0; i < p->n_syms; i++)
         s->sym_values[i] = p->syms[i].bound;
-    gp_backend_init init = {p, 0, o->device, o->n_threads > 0 ? o->n_threads : 1,
-                            m->weight_data, s->io, s->extras};
-    if (ops->create(&init, &s->ctx, err, err_len)) {
-        s->ctx = NULL;
+    if (create_ranks(s, o, err, err_len)) {
         gp_session_free(s);
         return NULL;
     }
@@ -650,8 +787,16 @@ void gp_session_free(gp_session *s)
 {
     if (!s)
         return;
-    if (s->ctx)
-        s->ops->destroy(s->ctx);
+    gp_threadpool_free(s->rank_threads);
+    for (int r = 0; s->ranks && r < s->p->n_devices; r++) {
+        if (s->ranks[r].ctx)
+            s->ops->destroy(s->ranks[r].ctx);
+        if (r > 0)
+            free(s->ranks[r].io);
+    }
+    if (s->comm && s->ops->comm_free)
+        s->ops->comm_free(s->comm);
+    free(s->ranks);
     free(s->extras);
     free(s->io);
     free(s->sym_values);
@@ -865,6 +1010,39 @@ static int check_eval(gp_session *s)
     return 0;
 }
 
+/* Rank ith's eval, on its own thread. */
+static void eval_rank(void *vs, int ith, int nth)
+{
+    (void)nth;
+    gp_session *s = vs;
+    gp_rank *k = &s->ranks[ith];
+    k->err[0] = '\0';
+    k->rc = s->ops->eval(k->ctx, s->extras, k->err, sizeof k->err);
+}
+
+/* Every device's eval at once: the inputs copied into each rank's io block first; the first
+ * failing rank's message is the session's. */
+static int eval_ranks(gp_session *s)
+{
+    const gp_plan *p = s->p;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (t->kind != GP_TENSOR_INPUT)
+            continue;
+        size_t bytes = current_bytes(s, t);
+        for (int r = 1; r < p->n_devices; r++)
+            memcpy(s->ranks[r].io + t->offset, s->io + t->offset, bytes);
+    }
+    gp_threadpool_run(s->rank_threads, eval_rank, s);
+    for (int r = 0; r < p->n_devices; r++) {
+        if (s->ranks[r].rc) {
+            snprintf(s->err, sizeof s->err, "device %d: %s", r, s->ranks[r].err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int gp_session_eval(gp_session *s)
 {
     if (!s)
@@ -873,7 +1051,9 @@ int gp_session_eval(gp_session *s)
         s->mark(1);
     s->err[0] = '\0';
     int rc = check_eval(s);
-    if (!rc)
+    if (!rc && s->rank_threads)
+        rc = eval_ranks(s);
+    else if (!rc)
         rc = s->ops->eval(s->ctx, s->extras, s->err, sizeof s->err);
     if (!rc)
         s->evals++;
@@ -909,7 +1089,10 @@ int gp_session_reset(gp_session *s)
     if (!s)
         return -1;
     s->err[0] = '\0';
-    return s->ops->reset_state(s->ctx, s->err, sizeof s->err);
+    for (int r = 0; r < s->p->n_devices; r++)
+        if (s->ops->reset_state(s->ranks[r].ctx, s->err, sizeof s->err))
+            return -1;
+    return 0;
 }
 
 int64_t gp_session_eval_count(const gp_session *s)
@@ -919,7 +1102,10 @@ int64_t gp_session_eval_count(const gp_session *s)
 
 int64_t gp_session_backend_allocs(const gp_session *s)
 {
-    return s ? s->ops->alloc_count(s->ctx) : 0;
+    int64_t n = 0;
+    for (int r = 0; s && r < s->p->n_devices; r++)
+        n += s->ops->alloc_count(s->ranks[r].ctx);
+    return n;
 }
 
 const char *gp_session_backend(const gp_session *s)

@@ -666,7 +666,7 @@ static gp_model *tiny_model(const char *wtype)
     char def[32], err[1024];
     snprintf(def, sizeof def, "wtype=%s", wtype);
     const char *defs[1] = {def};
-    gp_dsl_opts o = {defs, 1, NULL, NULL};
+    gp_dsl_opts o = {defs, 1, NULL, NULL, 0};
     gp_diag *d = gp_diag_new(stderr);
     gp_graph *g = gp_dsl_compile_file(gp_test_path("examples/tiny.gplan"), &o, d);
     gp_plan *p = NULL;

@@ -18,7 +18,7 @@ static gp_graph *compile(const char *src, const char **defines, int n_defines, c
                          gp_diag **d)
 {
     *d = gp_diag_new(NULL);
-    gp_dsl_opts o = {defines, n_defines, config, NULL};
+    gp_dsl_opts o = {defines, n_defines, config, NULL, 0};
     return gp_dsl_compile_string("t.gplan", src, strlen(src), &o, *d);
 }
 
@@ -575,7 +575,7 @@ static void test_golden(void)
 static void check_text(const char *src, size_t len, const char *config, const char *want)
 {
     gp_diag *d = gp_diag_new(NULL);
-    gp_dsl_opts o = {NULL, 0, config, NULL};
+    gp_dsl_opts o = {NULL, 0, config, NULL, 0};
     gp_graph *g = gp_dsl_compile_string("t.gplan", src, len, &o, d);
     CU_ASSERT_PTR_NULL(g);
     if (strcmp(gp_diag_text(d), want) != 0)
@@ -692,7 +692,7 @@ static gp_graph *compile_example(const char *rel, const char **defs, int n_defs,
                                  char **params)
 {
     gp_diag *d = gp_diag_new(NULL);
-    gp_dsl_opts o = {defs, n_defs, config, params};
+    gp_dsl_opts o = {defs, n_defs, config, params, 0};
     gp_graph *g = gp_dsl_compile_file(gp_test_path(rel), &o, d);
     if (!g)
         fprintf(stderr, "\n%s", gp_diag_text(d));

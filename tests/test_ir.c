@@ -136,7 +136,7 @@ static void test_core_tables(void)
     static const char *const names[] = {
         "get_rows", "add", "sub", "mul", "div", "scale", "matmul", "layer_norm", "rms_norm",
         "softmax", "gelu", "gelu_erf", "silu", "swiglu", "rope", "reshape", "permute", "slice",
-        "view", "cont", "cast", "concat", "store", "attention"};
+        "view", "cont", "cast", "concat", "store", "attention", "all_reduce"};
     CU_ASSERT_EQUAL(sizeof names / sizeof names[0], GP_OP_COUNT - 1);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         gp_op op = GP_OP_NONE;

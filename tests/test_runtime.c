@@ -23,7 +23,7 @@ static gp_model *compile_model(const char *example, const char **defines, int n_
 {
     char err[1024];
     gp_diag *d = gp_diag_new(NULL);
-    gp_dsl_opts o = {defines, n_defines, NULL, NULL};
+    gp_dsl_opts o = {defines, n_defines, NULL, NULL, 0};
     gp_graph *g = gp_dsl_compile_file(gp_test_path(example), &o, d);
     gp_plan *p = NULL;
     unsigned char *bytes = NULL;
