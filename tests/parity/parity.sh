@@ -5,6 +5,7 @@
 # usage: parity.sh --tools BUILD_DIR --fixture DIR --graph FILE.gplan --work DIR
 #                  [--backend cpu|cuda] [--dtype f32|f16] [--weights PATH] [--name LABEL]
 #                  [--tol X] [-D NAME=VALUE]... [--lora DIR [--lora-mode merge|runtime]]
+#                  [--devices N]
 #   f32: greedy, the prompt in one eval then one token per eval; logits within --tol (default 1e-4)
 #        and the tokens identical.
 #   f16: weights and KV cache in f16, teacher-forced (prompt + the fixture's tokens, one token per
@@ -13,6 +14,7 @@
 # A fixture with a file `base` (a LoRA fixture from scripts/parity/make_lora_fixtures.py) names a
 # sibling fixture folder: config.json and the default --weights are read from there. --lora and
 # --lora-mode are passed to gplan-run (runtime mode needs a plan compiled with -D lora_r=R).
+# --devices N compiles a tensor-parallel plan for N devices (run on the CPU: one thread per device).
 # BUILD_DIR holds tools/gplan-compile, tools/gplan-run and tests/parity/parity-compare.
 # Exit status: that of parity-compare (0 pass, 1 fail, 2 bad input), or 1 when a tool fails.
 set -u
@@ -29,6 +31,7 @@ while [ $# -gt 0 ]; do
     --name) name=$2; shift 2 ;;
     --tol) tol=$2; shift 2 ;;
     -D) defines="$defines -D $2"; shift 2 ;;
+    --devices) defines="$defines --devices $2"; shift 2 ;;
     --lora) lora="$lora --lora $2"; shift 2 ;;
     --lora-mode) lora="$lora --lora-mode $2"; shift 2 ;;
     *) echo "parity.sh: unknown argument $1" >&2; exit 2 ;;
