@@ -16,6 +16,10 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_runtime.c)
                LIBS gp_runtime gp_planner gp_dsl gp_alloc_wrap)
 endif()
 
+# Tensor parallelism on the CPU: cutting weights, the host all-reduce, N devices = 1 device.
+gp_add_suite(NAME tp SOURCES ${CMAKE_SOURCE_DIR}/tests/test_tp.c
+             LIBS gp_runtime gp_planner gp_dsl gp_alloc_wrap)
+
 # gplan-run's command line (tests/cli/gplan_run.sh).
 add_test(NAME cli_gplan_run
          COMMAND sh ${CMAKE_SOURCE_DIR}/tests/cli/gplan_run.sh $<TARGET_FILE:gplan-compile>
