@@ -55,9 +55,11 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
 int gp_model_random_weights(gp_model *m, uint64_t seed, char *err, size_t err_len);
 
 /* Merges a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) into the bound
- * weights: W += scale * (lora_alpha / r) * delta. Call after binding, before creating sessions.
- * Details and messages: runtime/lora.h. 0, or -1 with err set. */
-int gp_model_apply_lora(gp_model *m, const char *dir, double scale, char *err, size_t err_len);
+ * weights, W += scale * (lora_alpha / r) * delta, by running the merge plan written by
+ * gplan-compile MODEL -D lora_r=R --lora-merge -o MERGE_PLAN. Call after binding, before creating
+ * sessions. Details and messages: runtime/lora.h. 0, or -1 with err set. */
+int gp_model_apply_lora(gp_model *m, const char *dir, const char *merge_plan, double scale,
+                        char *err, size_t err_len);
 /* Runtime mode: copies a PEFT adapter into the adapter slots of a plan compiled with -D lora_r=R
  * (A and s * B, s = scale * lora_alpha / r); call again between evals to switch adapters, with no
  * allocation of weights and no replanning. Details: runtime/lora.h. 0, or -1 with err set. */

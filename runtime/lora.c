@@ -1,5 +1,5 @@
-/* PEFT LoRA adapters: reads adapter_config.json and adapter_model.safetensors, matches each module
- * to a weight of the plan, checks shapes, then merges W += s * delta with the CPU kernels. */
+/* PEFT LoRA adapters: reads adapter_config.json and adapter_model.safetensors; merge mode runs a
+ * merge plan (gplan-compile --lora-merge) on the CPU kernels, runtime mode fills adapter slots. */
 #include "runtime/lora.h"
 
 #include <jansson.h>
@@ -13,9 +13,9 @@
 #include "runtime/safetensors.h"
 #include "runtime/weights.h"
 
-#define LORA_PREFIX "base_model.model."
-#define LORA_A_SUFFIX ".lora_A.weight"
-#define LORA_B_SUFFIX ".lora_B.weight"
+#define LORA_PREFIX GP_LORA_PREFIX
+#define LORA_A_SUFFIX GP_LORA_A_SUFFIX
+#define LORA_B_SUFFIX GP_LORA_B_SUFFIX
 #define LORA_ALIGN 64
 #define LORA_MAX_TARGETS 64 /* target_modules entries */
 
@@ -189,94 +189,6 @@ static int target_listed(const lora_config *c, const char *module)
     return 0;
 }
 
-static int check_shape(const gp_st_tensor *t, int64_t d0, int64_t d1, const char *wname,
-                       const gp_plan_tensor *w, int fan, char *err, size_t n)
-{
-    gp_dtype dt;
-    if (!t->supported || gp_st_dtype_supported(t->file_dtype, &dt) || dt == GP_I32) {
-        set_err(err, n, "lora: \"%s\": dtype %s, expected F32, F16 or BF16", t->name,
-                t->file_dtype);
-        return -1;
-    }
-    if (t->ndim == 2 && t->shape[0] == d0 && t->shape[1] == d1)
-        return 0;
-    char want[64], have[128], ws[128];
-    int64_t wd[2] = {d0, d1};
-    shape_str(want, sizeof want, 2, wd);
-    shape_str(have, sizeof have, t->ndim > GP_MAX_DIMS ? GP_MAX_DIMS : t->ndim, t->shape);
-    shape_str(ws, sizeof ws, w->ndim, w->dims);
-    set_err(err, n, "lora: \"%s\": expected shape %s, file has %s (target \"%s\" %s, %s)", t->name,
-            want, have, wname, ws, fan ? "fan_in_fan_out" : "not fan_in_fan_out");
-    return -1;
-}
-
-/* Matches every tensor of the adapter to a plan weight; fills ts[*nt]. */
-static int match(const gp_plan *p, const gp_model *m, const lora_config *c, const gp_st_file *f,
-                 lora_target *ts, int *nt, char *err, size_t n)
-{
-    char module[1024], name[1100];
-    size_t pre = strlen(LORA_PREFIX);
-    *nt = 0;
-    for (int i = 0; i < gp_st_count(f); i++) {
-        const gp_st_tensor *t = gp_st_get(f, i);
-        int is_a = ends_with(t->name, LORA_A_SUFFIX), is_b = ends_with(t->name, LORA_B_SUFFIX);
-        size_t len = strlen(t->name), suf = strlen(LORA_A_SUFFIX);
-        if (strncmp(t->name, LORA_PREFIX, pre) || (!is_a && !is_b) || len <= pre + suf ||
-            len - pre - suf >= sizeof module) {
-            set_err(err, n, "lora: %s: \"%s\" is not a LoRA tensor (expected "
-                    LORA_PREFIX "<module>" LORA_A_SUFFIX " or " LORA_B_SUFFIX ")",
-                    gp_st_path(f), t->name);
-            return -1;
-        }
-        memcpy(module, t->name + pre, len - pre - suf);
-        module[len - pre - suf] = 0;
-        snprintf(name, sizeof name, LORA_PREFIX "%s%s", module, is_a ? LORA_B_SUFFIX : LORA_A_SUFFIX);
-        const gp_st_tensor *other = gp_st_find(f, name);
-        if (!other) {
-            set_err(err, n, "lora: \"%s\" has no matching \"%s\"", t->name, name);
-            return -1;
-        }
-        if (is_b) /* each pair is handled at its A */
-            continue;
-        if (!target_listed(c, module)) {
-            set_err(err, n, "lora: \"%s\": module \"%s\" is not in target_modules", t->name, module);
-            return -1;
-        }
-        snprintf(name, sizeof name, "%s.weight", module);
-        int id = find_weight(p, name);
-        if (id >= 0 && !gp_model_weight_data(m, id)) {
-            set_err(err, n, "lora: bind the model's weights before applying an adapter");
-            return -1;
-        }
-        if (id < 0) {
-            set_err(err, n, "lora: \"%s\": the plan has no weight \"%s\"", t->name, name);
-            return -1;
-        }
-        const gp_plan_tensor *w = &p->tensors[id];
-        if (w->ndim != 2 || w->dtype == GP_I32) {
-            char ws[128];
-            shape_str(ws, sizeof ws, w->ndim, w->dims);
-            set_err(err, n, "lora: \"%s\": target \"%s\" is %s %s, expected a 2-dim float weight",
-                    t->name, name, gp_dtype_name(w->dtype), ws);
-            return -1;
-        }
-        lora_target *g = &ts[*nt];
-        g->id = id;
-        g->a = t;
-        g->b = other;
-        g->out = c->fan_in_fan_out ? w->dims[1] : w->dims[0];
-        g->in = c->fan_in_fan_out ? w->dims[0] : w->dims[1];
-        if (check_shape(t, c->r, g->in, name, w, c->fan_in_fan_out, err, n) ||
-            check_shape(other, g->out, c->r, name, w, c->fan_in_fan_out, err, n))
-            return -1;
-        (*nt)++;
-    }
-    if (*nt == 0) {
-        set_err(err, n, "lora: %s: no LoRA tensors", gp_st_path(f));
-        return -1;
-    }
-    return 0;
-}
 
 static gp_ktensor ktensor(void *data, gp_dtype t, int64_t d0, int64_t d1)
 {
@@ -290,50 +202,6 @@ static gp_ktensor ktensor(void *data, gp_dtype t, int64_t d0, int64_t d1)
     k.nb[1] = (int64_t)gp_dtype_size(t);
     k.nb[0] = d1 * k.nb[1];
     return k;
-}
-
-/* w (the target's copy, dtype of the plan) += s * delta, delta computed in `scratch`:
- * a f32 [r, in], b f32 [out, r], delta f32 [out, in] (or [in, out] when fan_in_fan_out). */
-static int merge_one(const lora_target *g, const lora_config *c, double s, void *w, gp_dtype wt,
-                     float *scratch, char *err, size_t n)
-{
-    int64_t r = c->r;
-    float *a = scratch, *b = a + r * g->in, *delta = b + g->out * r;
-    if (gp_weights_read(g->a, GP_F32, a, (size_t)(r * g->in) * 4, err, n) ||
-        gp_weights_read(g->b, GP_F32, b, (size_t)(g->out * r) * 4, err, n))
-        return -1;
-    gp_attrs at;
-    memset(&at, 0, sizeof at);
-    gp_ktensor in[2], out;
-    if (c->fan_in_fan_out) { /* delta [in, out] = A^T [in, r] B^T [r, out] */
-        in[0] = ktensor(a, GP_F32, r, g->in);
-        in[1] = ktensor(b, GP_F32, g->out, r);
-        at.i[0] = at.i[1] = 1;
-        out = ktensor(delta, GP_F32, g->in, g->out);
-    } else { /* delta [out, in] = B [out, r] A [r, in] */
-        in[0] = ktensor(b, GP_F32, g->out, r);
-        in[1] = ktensor(a, GP_F32, r, g->in);
-        out = ktensor(delta, GP_F32, g->out, g->in);
-    }
-    char why[256];
-    if (gp_cpu_check(GP_OP_MATMUL, &at, &out, in, 2, why, sizeof why)) {
-        set_err(err, n, "lora: \"%s\": %s", g->a->name, why);
-        return -1;
-    }
-    gp_cpu_compute(GP_OP_MATMUL, &at, &out, in, 2, NULL, 0, 0, 1);
-    memset(&at, 0, sizeof at);
-    at.f[0] = s;
-    gp_cpu_compute(GP_OP_SCALE, &at, &out, &out, 1, NULL, 0, 0, 1);
-    gp_ktensor wk = ktensor(w, wt, out.ne[0], out.ne[1]);
-    in[0] = wk;
-    in[1] = out;
-    gp_cpu_compute(GP_OP_ADD, &at, &wk, in, 2, NULL, 0, 0, 1); /* in place into w */
-    return 0;
-}
-
-static size_t round_up(size_t x, size_t a)
-{
-    return (x + a - 1) / a * a;
 }
 
 /* Reads DIR/adapter_config.json into c and opens DIR/adapter_model.safetensors into *f: the part
@@ -362,75 +230,448 @@ static double adapter_scale(const lora_config *c, double scale)
     return scale * c->alpha / (c->use_rslora ? sqrt((double)c->r) : (double)c->r);
 }
 
-int gp_model_apply_lora(gp_model *m, const char *dir, double scale, char *err, size_t err_len)
+/* Splits adapter tensor t's name "base_model.model.<module>.lora_{A,B}.weight" into module[n];
+ * checks that its partner is in the file and that the config targets the module. */
+static int adapter_module(const gp_st_file *f, const gp_st_tensor *t, const lora_config *c,
+                          char *module, size_t n, int *is_a, char *err, size_t err_len)
 {
-    const gp_plan *p = gp_model_plan(m);
-    if (!p || !dir) {
-        set_err(err, err_len, "gp_model_apply_lora: no model or adapter folder");
+    char name[1100];
+    size_t pre = strlen(LORA_PREFIX), suf = strlen(LORA_A_SUFFIX), len = strlen(t->name);
+    if (!gp_lora_is_slot(t->name) || len <= pre + suf || len - pre - suf >= n ||
+        len - pre - suf + 100 >= sizeof name) {
+        set_err(err, err_len, "lora: %s: \"%s\" is not a LoRA tensor (expected "
+                LORA_PREFIX "<module>" LORA_A_SUFFIX " or " LORA_B_SUFFIX ")", gp_st_path(f),
+                t->name);
         return -1;
     }
+    memcpy(module, t->name + pre, len - pre - suf);
+    module[len - pre - suf] = 0;
+    *is_a = ends_with(t->name, LORA_A_SUFFIX);
+    snprintf(name, sizeof name, LORA_PREFIX "%s%s", module, *is_a ? LORA_B_SUFFIX : LORA_A_SUFFIX);
+    if (!gp_st_find(f, name)) {
+        set_err(err, err_len, "lora: \"%s\" has no matching \"%s\"", t->name, name);
+        return -1;
+    }
+    if (!target_listed(c, module)) {
+        set_err(err, err_len, "lora: \"%s\": module \"%s\" is not in target_modules", t->name,
+                module);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- merge mode: the merge plan (gplan-compile --lora-merge) run on the CPU kernels ---- */
+
+/* One target of the merge plan: tensor ids in the merge plan, its three nodes, the model's
+ * weight, and the adapter's tensors (NULL while the adapter does not cover the target). */
+typedef struct {
+    int w, a, b, out;          /* merge plan tensors: W, A [R, in], B [out, R], the merged W */
+    int nodes[3];              /* matmul, mul, add */
+    int fan;                   /* W is [in, out] (Conv1D): delta = (B A)^T */
+    int model_id;              /* W in the model's plan, or -1 until matched */
+    const gp_st_tensor *ta, *tb;
+} merge_target;
+
+struct gp_lora_merge {
+    gp_model *m;
+    gp_plan *p;                /* the merge plan */
+    char *path;                /* its file name, for messages */
+    merge_target *ts;          /* [n_targets] in schedule order */
+    int n_targets, n_present;  /* targets, and those the adapter covers */
+    int *node_target;          /* [p->n_nodes] index into ts */
+    int64_t rank;
+    unsigned char *arena;      /* [regions[ARENA].size] the deltas, reused by liveness */
+    unsigned char *io;         /* [regions[IO].size] A, B, lora_scale and the merged weights */
+    gp_ktensor *kt;            /* [p->n_tensors] every tensor as the kernels see it */
+    int *ids;                  /* [n_present] model weight ids of the merged targets */
+    void **data;               /* [n_present] their merged bytes (in io) */
+    int ran;
+};
+
+static int not_merge_plan(const char *path, char *err, size_t n, const char *fmt, ...)
+{
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    set_err(err, n, "%s: not a LoRA merge plan (%s; make one with gplan-compile MODEL.gplan "
+            "-D lora_r=R --lora-merge -o FILE)", path, why);
+    return -1;
+}
+
+/* Node i's output's producer chain, checked: the tensor id of node input k when it is produced by
+ * a node of op `op`, else -1. */
+static int producer_of(const gp_plan *p, int tensor, gp_op op)
+{
+    int s = p->tensors[tensor].producer;
+    return s >= 0 && p->nodes[s].op == op ? s : -1;
+}
+
+/* Recognizes the merge plan's targets: per add node, add(W, mul(matmul(..A, B..), lora_scale)),
+ * as planner/lora_merge.c builds them; every node belongs to exactly one target. */
+static int parse_merge_plan(gp_lora_merge *g, char *err, size_t n)
+{
+    const gp_plan *p = g->p;
+    const char *path = g->path;
+    int scale = -1;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (!strcmp(t->name, GP_LORA_SCALE_INPUT) && t->kind == GP_TENSOR_INPUT &&
+            t->dtype == GP_F32 && t->ndim == 1 && t->dims[0] == 1)
+            scale = i;
+    }
+    if (scale < 0)
+        return not_merge_plan(path, err, n, "no input \"" GP_LORA_SCALE_INPUT "\" f32 [1]");
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i].view_src >= 0)
+            return not_merge_plan(path, err, n, "tensor \"%s\" is a view", p->tensors[i].name);
+    if (p->n_syms)
+        return not_merge_plan(path, err, n, "it has symbolic dims");
+    g->ts = calloc((size_t)p->n_nodes / 3 + 1, sizeof *g->ts);
+    g->node_target = malloc(((size_t)p->n_nodes + 1) * sizeof *g->node_target);
+    if (!g->ts || !g->node_target) {
+        set_err(err, n, "lora: out of memory");
+        return -1;
+    }
+    for (int i = 0; i < p->n_nodes; i++)
+        g->node_target[i] = -1;
+    for (int i = 0; i < p->n_nodes; i++) {
+        const gp_plan_node *add = &p->nodes[i];
+        if (add->op != GP_OP_ADD)
+            continue;
+        int w = add->inputs[0], s = add->n_inputs == 2 ? add->inputs[1] : -1;
+        int mul = s >= 0 ? producer_of(p, s, GP_OP_MUL) : -1;
+        int mm = mul >= 0 && p->nodes[mul].inputs[1] == scale
+                     ? producer_of(p, p->nodes[mul].inputs[0], GP_OP_MATMUL) : -1;
+        const gp_plan_tensor *tw = &p->tensors[w], *to = &p->tensors[add->output];
+        if (mm < 0 || tw->kind != GP_TENSOR_WEIGHT || tw->ndim != 2 ||
+            to->kind != GP_TENSOR_OUTPUT || to->dtype != tw->dtype ||
+            memcmp(to->dims, tw->dims, sizeof tw->dims))
+            return not_merge_plan(path, err, n, "node %d (add -> %s) is not add(W, "
+                                  "mul(matmul(A, B), " GP_LORA_SCALE_INPUT "))", i, to->name);
+        const gp_plan_node *nm = &p->nodes[mm];
+        int fan = nm->attrs.i[0] != 0;
+        int a = fan ? nm->inputs[0] : nm->inputs[1], b = fan ? nm->inputs[1] : nm->inputs[0];
+        const gp_plan_tensor *ta = &p->tensors[a], *tb = &p->tensors[b];
+        char want[1100];
+        snprintf(want, sizeof want, LORA_PREFIX "%.*s" LORA_A_SUFFIX,
+                 (int)(strlen(tw->name) - (ends_with(tw->name, ".weight") ? 7 : 0)), tw->name);
+        int shapes = ta->ndim == 2 && tb->ndim == 2 && ta->dims[0] == tb->dims[1] &&
+                     (fan ? tw->dims[0] == ta->dims[1] && tw->dims[1] == tb->dims[0]
+                          : tw->dims[0] == tb->dims[0] && tw->dims[1] == ta->dims[1]);
+        if (nm->attrs.i[0] != nm->attrs.i[1] || ta->kind != GP_TENSOR_INPUT ||
+            tb->kind != GP_TENSOR_INPUT || !ends_with(tw->name, ".weight") ||
+            strcmp(ta->name, want) || !gp_lora_is_slot(tb->name) ||
+            !ends_with(tb->name, LORA_B_SUFFIX) ||
+            strncmp(ta->name, tb->name, strlen(ta->name) - strlen(LORA_A_SUFFIX)) || !shapes)
+            return not_merge_plan(path, err, n, "node %d (matmul -> %s) does not compute the "
+                                  "delta of \"%s\" from its lora_A and lora_B", mm,
+                                  p->tensors[nm->output].name, tw->name);
+        if (g->n_targets && ta->dims[0] != g->rank)
+            return not_merge_plan(path, err, n, "targets of ranks %lld and %lld",
+                                  (long long)g->rank, (long long)ta->dims[0]);
+        g->rank = ta->dims[0];
+        int nodes[3] = {mm, mul, i};
+        for (int k = 0; k < 3; k++) {
+            if (g->node_target[nodes[k]] >= 0)
+                return not_merge_plan(path, err, n, "node %d belongs to two targets", nodes[k]);
+            g->node_target[nodes[k]] = g->n_targets;
+        }
+        merge_target *mt = &g->ts[g->n_targets++];
+        mt->w = w;
+        mt->a = a;
+        mt->b = b;
+        mt->out = add->output;
+        memcpy(mt->nodes, nodes, sizeof nodes);
+        mt->fan = fan;
+        mt->model_id = -1;
+    }
+    for (int i = 0; i < p->n_nodes; i++)
+        if (g->node_target[i] < 0)
+            return not_merge_plan(path, err, n, "node %d (%s -> %s) is not part of a target", i,
+                                  gp_op_get(p->nodes[i].op)->name,
+                                  p->tensors[p->nodes[i].output].name);
+    if (!g->n_targets)
+        return not_merge_plan(path, err, n, "no targets");
+    return 0;
+}
+
+/* The target whose A (is_a) or B input is named `name`, or -1. */
+static int find_target(const gp_lora_merge *g, const char *name, int is_a)
+{
+    for (int k = 0; k < g->n_targets; k++)
+        if (!strcmp(g->p->tensors[is_a ? g->ts[k].a : g->ts[k].b].name, name))
+            return k;
+    return -1;
+}
+
+/* Matches every adapter tensor to an input of the merge plan (name and shape) and every covered
+ * target to a weight of the model (checkpoint name, dtype, shape). */
+static int match_merge(gp_lora_merge *g, const lora_config *c, const gp_st_file *f, char *err,
+                       size_t n)
+{
+    const gp_plan *p = g->p, *mp = gp_model_plan(g->m);
+    char module[1024];
+    for (int i = 0; i < gp_st_count(f); i++) {
+        const gp_st_tensor *t = gp_st_get(f, i);
+        int is_a;
+        if (adapter_module(f, t, c, module, sizeof module, &is_a, err, n))
+            return -1;
+        int k = find_target(g, t->name, is_a);
+        if (k < 0) {
+            set_err(err, n, "lora: \"%s\": the merge plan %s has no target \"%s.weight\" (its "
+                    "targets are the adapter weights the graph declares with -D lora_r=R)",
+                    t->name, g->path, module);
+            return -1;
+        }
+        merge_target *mt = &g->ts[k];
+        const gp_plan_tensor *in = &p->tensors[is_a ? mt->a : mt->b], *w = &p->tensors[mt->w];
+        gp_dtype dt;
+        if (!t->supported || gp_st_dtype_supported(t->file_dtype, &dt) || dt == GP_I32) {
+            set_err(err, n, "lora: \"%s\": dtype %s, expected F32, F16 or BF16", t->name,
+                    t->file_dtype);
+            return -1;
+        }
+        if (t->ndim != 2 || t->shape[0] != in->dims[0] || t->shape[1] != in->dims[1]) {
+            char want[64], have[128], ws[64];
+            shape_str(want, sizeof want, 2, in->dims);
+            shape_str(have, sizeof have, t->ndim > GP_MAX_DIMS ? GP_MAX_DIMS : t->ndim, t->shape);
+            shape_str(ws, sizeof ws, 2, w->dims);
+            set_err(err, n, "lora: \"%s\": expected shape %s, file has %s (target \"%s\" %s, %s)",
+                    t->name, want, have, w->name, ws,
+                    mt->fan ? "Conv1D [in, out]" : "Linear [out, in]");
+            return -1;
+        }
+        if (is_a)
+            mt->ta = t;
+        else
+            mt->tb = t;
+    }
+    if (gp_st_count(f) == 0) {
+        set_err(err, n, "lora: %s: no LoRA tensors", gp_st_path(f));
+        return -1;
+    }
+    for (int k = 0; k < g->n_targets; k++) {
+        merge_target *mt = &g->ts[k];
+        if (!mt->ta)
+            continue;
+        const gp_plan_tensor *w = &p->tensors[mt->w];
+        int id = find_weight(mp, w->name);
+        const gp_plan_tensor *mw = id >= 0 ? &mp->tensors[id] : NULL;
+        if (!mw || mw->dtype != w->dtype || mw->ndim != 2 ||
+            memcmp(mw->dims, w->dims, sizeof w->dims)) {
+            char ws[64], ms[64] = "", has[128] = "has no such weight";
+            shape_str(ws, sizeof ws, 2, w->dims);
+            if (mw) {
+                shape_str(ms, sizeof ms, mw->ndim, mw->dims);
+                snprintf(has, sizeof has, "has it as %s %s", gp_dtype_name(mw->dtype), ms);
+            }
+            set_err(err, n, "lora: merge plan %s: \"%s\" is %s %s, but the model's plan \"%s\" "
+                    "%s (compile both from the same graph and parameters)", g->path, w->name,
+                    gp_dtype_name(w->dtype), ws, mp->graph_name, has);
+            return -1;
+        }
+        if (!gp_model_weight_data(g->m, id)) {
+            set_err(err, n, "lora: bind the model's weights before applying an adapter");
+            return -1;
+        }
+        mt->model_id = id;
+        g->n_present++;
+    }
+    return 0;
+}
+
+static void *alloc_region(const gp_plan_region *r)
+{
+    void *p = NULL;
+    size_t align = r->alignment < LORA_ALIGN ? LORA_ALIGN : (size_t)r->alignment;
+    size_t size = r->size > 0 ? (size_t)r->size : align;
+    if (posix_memalign(&p, align, size))
+        return NULL;
+    memset(p, 0, size);
+    return p;
+}
+
+/* Tensor i as the kernels see it: its planned region and offset, or for W the model's bytes. */
+static gp_ktensor plan_ktensor(const gp_lora_merge *g, int i)
+{
+    const gp_plan_tensor *t = &g->p->tensors[i];
+    gp_ktensor k;
+    memset(&k, 0, sizeof k);
+    k.dtype = t->dtype;
+    k.ndim = t->ndim;
+    for (int d = 0; d < t->ndim; d++) {
+        k.ne[d] = t->dims[d];
+        k.nb[d] = t->stride[d] * (int64_t)gp_dtype_size(t->dtype);
+    }
+    if (t->region == GP_REGION_ARENA)
+        k.data = g->arena + t->offset;
+    else if (t->region == GP_REGION_IO)
+        k.data = g->io + t->offset;
+    return k;
+}
+
+void gp_lora_merge_free(gp_lora_merge *g)
+{
+    if (!g)
+        return;
+    gp_plan_free(g->p);
+    free(g->path);
+    free(g->ts);
+    free(g->node_target);
+    free(g->arena);
+    free(g->io);
+    free(g->kt);
+    free(g->ids);
+    free(g->data);
+    free(g);
+}
+
+gp_lora_merge *gp_lora_merge_new(gp_model *m, const char *dir, const char *merge_plan,
+                                 double scale, char *err, size_t err_len)
+{
+    const gp_plan *mp = gp_model_plan(m);
+    if (!mp || !dir || !merge_plan) {
+        set_err(err, err_len, "gp_lora_merge_new: no model, adapter folder or merge plan");
+        return NULL;
+    }
     lora_config c;
-    gp_st_file *f;
-    lora_target *ts = NULL;
-    void *block = NULL, **data = NULL;
-    int *ids = NULL;
-    float *scratch = NULL;
-    int rc = -1, nt = 0;
-    if (open_adapter(dir, scale, &c, &f, err, err_len))
-        goto done;
-    ts = calloc((size_t)gp_st_count(f) + 1, sizeof *ts);
-    if (!ts) {
+    gp_st_file *f = NULL;
+    gp_lora_merge *g = calloc(1, sizeof *g);
+    int ok = 0;
+    memset(&c, 0, sizeof c);
+    if (!g || !(g->path = malloc(strlen(merge_plan) + 1))) {
         set_err(err, err_len, "lora: out of memory");
         goto done;
     }
-    if (match(p, m, &c, f, ts, &nt, err, err_len))
+    strcpy(g->path, merge_plan);
+    g->m = m;
+    if (gp_plan_load(merge_plan, &g->p, err, err_len) || parse_merge_plan(g, err, err_len) ||
+        open_adapter(dir, scale, &c, &f, err, err_len))
         goto done;
-    /* Plan the memory: the merged copies back to back, and one scratch for the largest delta. */
-    size_t bytes = 0, floats = 0;
-    for (int k = 0; k < nt; k++) {
-        const gp_plan_tensor *w = &p->tensors[ts[k].id];
-        bytes = round_up(bytes, LORA_ALIGN) +
-                (size_t)(w->dims[0] * w->dims[1]) * gp_dtype_size(w->dtype);
-        size_t need = (size_t)(c.r * ts[k].in + ts[k].out * c.r + ts[k].out * ts[k].in);
-        if (need > floats)
-            floats = need;
-    }
-    data = calloc((size_t)nt, sizeof *data);
-    ids = calloc((size_t)nt, sizeof *ids);
-    scratch = malloc(floats * sizeof *scratch);
-    if (!data || !ids || !scratch || posix_memalign(&block, LORA_ALIGN, bytes)) {
-        block = NULL;
-        set_err(err, err_len, "lora: cannot allocate %zu bytes for merged weights", bytes);
+    if (c.r != g->rank) {
+        set_err(err, err_len, "lora: %s: the adapter has rank %lld, the merge plan %s rank %lld "
+                "(compile it with -D lora_r=%lld)", dir, (long long)c.r, merge_plan,
+                (long long)g->rank, (long long)c.r);
         goto done;
     }
+    if (match_merge(g, &c, f, err, err_len))
+        goto done;
+    const gp_plan *p = g->p;
+    g->kt = calloc((size_t)p->n_tensors, sizeof *g->kt);
+    g->ids = calloc((size_t)g->n_present + 1, sizeof *g->ids);
+    g->data = calloc((size_t)g->n_present + 1, sizeof *g->data);
+    g->arena = alloc_region(&p->regions[GP_REGION_ARENA]);
+    g->io = alloc_region(&p->regions[GP_REGION_IO]);
+    if (!g->kt || !g->ids || !g->data || !g->arena || !g->io) {
+        set_err(err, err_len, "lora: cannot allocate the merge plan's arena (%lld bytes) and io "
+                "(%lld bytes)", (long long)p->regions[GP_REGION_ARENA].size,
+                (long long)p->regions[GP_REGION_IO].size);
+        goto done;
+    }
+    for (int i = 0; i < p->n_tensors; i++)
+        g->kt[i] = plan_ktensor(g, i);
+    /* Inputs: lora_scale, then A and B of every covered target (converted to the plan's dtype). */
     double s = adapter_scale(&c, scale);
-    size_t off = 0;
-    for (int k = 0; k < nt; k++) {
-        const gp_plan_tensor *w = &p->tensors[ts[k].id];
-        size_t wb = (size_t)(w->dims[0] * w->dims[1]) * gp_dtype_size(w->dtype);
-        off = round_up(off, LORA_ALIGN);
-        data[k] = (unsigned char *)block + off;
-        ids[k] = ts[k].id;
-        memcpy(data[k], gp_model_weight_data(m, ts[k].id), wb);
-        if (merge_one(&ts[k], &c, s, data[k], w->dtype, scratch, err, err_len))
+    for (int i = 0; i < p->n_tensors; i++)
+        if (!strcmp(p->tensors[i].name, GP_LORA_SCALE_INPUT))
+            *(float *)g->kt[i].data = (float)s;
+    int np = 0;
+    for (int k = 0; k < g->n_targets; k++) {
+        merge_target *mt = &g->ts[k];
+        if (!mt->ta)
+            continue;
+        g->kt[mt->w].data = (void *)gp_model_weight_data(m, mt->model_id);
+        const gp_plan_tensor *ta = &p->tensors[mt->a], *tb = &p->tensors[mt->b];
+        if (gp_weights_read(mt->ta, ta->dtype, g->kt[mt->a].data, (size_t)ta->size, err,
+                            err_len) ||
+            gp_weights_read(mt->tb, tb->dtype, g->kt[mt->b].data, (size_t)tb->size, err, err_len))
             goto done;
-        off += wb;
+        g->ids[np] = mt->model_id;
+        g->data[np++] = g->kt[mt->out].data;
+        /* Every node is checked before any runs (shapes, dtypes, layouts as the kernels see them). */
+        for (int j = 0; j < 3; j++) {
+            const gp_plan_node *nd = &p->nodes[mt->nodes[j]];
+            gp_ktensor in[GP_MAX_INPUTS];
+            for (int q = 0; q < nd->n_inputs; q++)
+                in[q] = g->kt[nd->inputs[q]];
+            char why[256];
+            if (gp_cpu_check(nd->op, &nd->attrs, &g->kt[nd->output], in, nd->n_inputs, why,
+                             sizeof why)) {
+                set_err(err, err_len, "lora: merge plan %s: node %d (%s -> %s): %s", merge_plan,
+                        mt->nodes[j], gp_op_get(nd->op)->name, p->tensors[nd->output].name, why);
+                goto done;
+            }
+        }
     }
-    if (gp_model_adopt_weights(m, block, bytes, ids, data, nt)) {
-        set_err(err, err_len, "lora: %s: the model already has an adapter merged (bind the weights "
-                "again first)", dir);
-        goto done;
-    }
-    block = NULL;
-    rc = 0;
+    ok = 1;
 done:
-    free(block);
-    free(scratch);
-    free(ids);
-    free(data);
-    free(ts);
     gp_st_close(f);
     config_free(&c);
+    if (!ok) {
+        gp_lora_merge_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+int gp_lora_merge_run(gp_lora_merge *g)
+{
+    if (!g || g->ran)
+        return -1;
+    const gp_plan *p = g->p;
+    for (int i = 0; i < p->n_nodes; i++) {
+        const gp_plan_node *nd = &p->nodes[i];
+        if (!g->ts[g->node_target[i]].ta)
+            continue; /* a target the adapter does not cover: its weight stays as it is */
+        gp_ktensor in[GP_MAX_INPUTS];
+        for (int q = 0; q < nd->n_inputs; q++)
+            in[q] = g->kt[nd->inputs[q]];
+        void *ws = nd->workspace >= 0 ? g->kt[nd->workspace].data : NULL;
+        size_t ws_size = nd->workspace >= 0 ? (size_t)p->tensors[nd->workspace].size : 0;
+        gp_cpu_compute(nd->op, &nd->attrs, &g->kt[nd->output], in, nd->n_inputs, ws, ws_size, 0,
+                       1);
+    }
+    g->ran = 1;
+    return 0;
+}
+
+int gp_lora_merge_finish(gp_lora_merge *g, char *err, size_t err_len)
+{
+    if (!g || !g->ran) {
+        set_err(err, err_len, "gp_lora_merge_finish: the merge has not run");
+        return -1;
+    }
+    if (gp_model_adopt_weights(g->m, g->io, (size_t)g->p->regions[GP_REGION_IO].size, g->ids,
+                               g->data, g->n_present)) {
+        set_err(err, err_len, "lora: the model already has an adapter merged (bind the weights "
+                "again first)");
+        return -1;
+    }
+    g->io = NULL; /* the model owns it now */
+    return 0;
+}
+
+void gp_lora_merge_info(const gp_lora_merge *g, int *n_targets, int *n_merged, int64_t *arena,
+                        int64_t *io)
+{
+    *n_targets = g ? g->n_targets : 0;
+    *n_merged = g ? g->n_present : 0;
+    *arena = g ? g->p->regions[GP_REGION_ARENA].size : 0;
+    *io = g ? g->p->regions[GP_REGION_IO].size : 0;
+}
+
+int gp_model_apply_lora(gp_model *m, const char *dir, const char *merge_plan, double scale,
+                        char *err, size_t err_len)
+{
+    if (!gp_model_plan(m) || !dir || !merge_plan) {
+        set_err(err, err_len, "gp_model_apply_lora: no model, adapter folder or merge plan");
+        return -1;
+    }
+    gp_lora_merge *g = gp_lora_merge_new(m, dir, merge_plan, scale, err, err_len);
+    int rc = g && !gp_lora_merge_run(g) && !gp_lora_merge_finish(g, err, err_len) ? 0 : -1;
+    gp_lora_merge_free(g);
     return rc;
 }
 

@@ -1,6 +1,6 @@
-/* LoRA adapters (PEFT layout) merged into a model's weights before sessions are created: the
- * adapter reader and the merge, which runs on the CPU kernels with one scratch buffer planned up
- * front. The public entry point is gp_model_apply_lora (declared in runtime/gplan.h's style here). */
+/* LoRA adapters (PEFT layout): the adapter reader, merge mode (a merge plan made by gplan-compile
+ * --lora-merge, run on the CPU kernels with its planned arena) and runtime mode (adapter slots).
+ * The public entry points are also declared in runtime/gplan.h. */
 #ifndef GP_RUNTIME_LORA_H
 #define GP_RUNTIME_LORA_H
 
@@ -9,26 +9,53 @@
 #include "runtime/gplan.h"
 #include "runtime/plan.h"
 
+/* PEFT's names: "base_model.model.<module>.lora_A.weight" [r, in], ".lora_B.weight" [out, r]; the
+ * base weight is "<module>.weight". The merge plan's scalar input is GP_LORA_SCALE_INPUT f32 [1]. */
+#define GP_LORA_PREFIX "base_model.model."
+#define GP_LORA_A_SUFFIX ".lora_A.weight"
+#define GP_LORA_B_SUFFIX ".lora_B.weight"
+#define GP_LORA_SCALE_INPUT "lora_scale"
+
 /*
- * Merges the PEFT LoRA adapter in folder `dir` into the model's bound weights:
+ * Merges the PEFT LoRA adapter in folder `dir` into the model's bound weights by running the merge
+ * plan `merge_plan`, a plan file written by
+ *     gplan-compile MODEL.gplan [the model's -D/--config] -D lora_r=R --lora-merge -o MERGE.plan
+ * (planner/lora_merge.h: per target module X, delta = matmul(B, A) (Conv1D: matmul(A, B, ta, tb)),
+ * scaled = delta * lora_scale, output X.merged = X.weight + scaled; docs/lora.md).
  *   dir/adapter_config.json       r, lora_alpha, target_modules (a list of module names),
- *                                 fan_in_fan_out (default false), use_rslora (default false)
+ *                                 fan_in_fan_out, use_rslora (defaults false)
  *   dir/adapter_model.safetensors base_model.model.<module>.lora_A.weight [r, in] and
  *                                 base_model.model.<module>.lora_B.weight [out, r] (f32/f16/bf16)
- * For each module, the plan weight "<module>.weight" becomes W + s * delta, with
- *   s = scale * lora_alpha / r (use_rslora: scale * lora_alpha / sqrt(r)),
- *   delta = B A [out, in] (torch Linear, W is [out, in]: Llama's q_proj ... down_proj), or
- *   delta = (B A)^T [in, out] when fan_in_fan_out (GPT-2's Conv1D c_attn, c_proj, c_fc: W [in, out]).
- * Known target modules: c_attn c_proj c_fc q_proj k_proj v_proj o_proj gate_proj up_proj down_proj.
- * Merged weights are copies in one allocation the model owns (the mapped checkpoint is never
- * written); the delta's temporaries live in one scratch buffer sized for the largest target, so the
- * merge allocates nothing per module. The plan (graph, regions, costs) is unchanged.
- * Call after binding weights and before creating sessions; one adapter per binding (bind again
- * to apply another). 0, or -1 with err set, e.g.
- *   lora: "base_model.model.transformer.h.0.attn.c_attn.lora_A.weight": expected shape [4, 64],
- *   file has [4, 32] (target "transformer.h.0.attn.c_attn.weight" [64, 192], fan_in_fan_out)
- * and the model's weights unchanged. */
-int gp_model_apply_lora(gp_model *m, const char *dir, double scale, char *err, size_t err_len);
+ * Each covered weight "<module>.weight" becomes W + s * delta, s = scale * lora_alpha / r
+ * (use_rslora: / sqrt(r)); delta = B A for a Linear W [out, in], (B A)^T for a Conv1D W [in, out].
+ * The layout is the one the model's graph computes with (as PEFT, which overrides fan_in_fan_out
+ * by layer type). Known modules: c_attn c_proj c_fc q_proj k_proj v_proj o_proj gate_proj up_proj
+ * down_proj. Targets of the merge plan the adapter lacks are skipped (their weights unchanged).
+ * The merge plan's arena and io region are allocated once; the io region (A and B in f32, the
+ * scale and the merged weights, at planned offsets) becomes the model's block of merged weights
+ * (the mapped checkpoint is never written). The model's plan (graph, regions, costs) is unchanged.
+ * Call after binding weights and before creating sessions; one adapter per binding (bind again to
+ * apply another). 0, or -1 with err set and the model's weights unchanged, e.g.
+ *   lora: DIR: the adapter has rank 8, the merge plan MERGE rank 4 (compile it with -D lora_r=8)
+ */
+int gp_model_apply_lora(gp_model *m, const char *dir, const char *merge_plan, double scale,
+                        char *err, size_t err_len);
+
+/* gp_model_apply_lora in its three steps, for callers (and tests) that want them apart:
+ * _new loads and checks the merge plan against the adapter and the model, allocates its arena and
+ * io region, reads A, B and the scale in, and checks every node (NULL with err set); _run computes
+ * the covered targets' nodes with the CPU kernels and allocates nothing (-1 when already run);
+ * _finish hands the merged weights to the model (-1 with err set when the model already has an
+ * adapter merged). _free(NULL) is a no-op. */
+typedef struct gp_lora_merge gp_lora_merge;
+gp_lora_merge *gp_lora_merge_new(gp_model *m, const char *dir, const char *merge_plan,
+                                 double scale, char *err, size_t err_len);
+int gp_lora_merge_run(gp_lora_merge *g);
+int gp_lora_merge_finish(gp_lora_merge *g, char *err, size_t err_len);
+void gp_lora_merge_free(gp_lora_merge *g);
+/* Targets of the merge plan, how many the adapter covers, and its arena and io bytes. */
+void gp_lora_merge_info(const gp_lora_merge *g, int *n_targets, int *n_merged, int64_t *arena,
+                        int64_t *io);
 
 /*
  * Runtime mode: binds the PEFT adapter in folder `dir` (same files as above) to the plan's adapter

@@ -1,7 +1,8 @@
-/* Tests of LoRA adapters (suite "lora"): PEFT-style adapters written here with random A and B,
- * merged by gp_model_apply_lora on the CPU, against weights merged in double precision by the test
- * and run on the reference executor; fan_in_fan_out, rslora, scale 0, errors, no eval allocation.
- * Runtime mode (gp_model_bind_adapter on graphs compiled with lora_r): equal to merge mode,
+/* Tests of LoRA adapters (suite "lora"): PEFT-style adapters written here with random A and B.
+ * Merge mode: the merge graph (planner/lora_merge.c), merge plans run by gp_model_apply_lora against
+ * weights merged in double precision by the test on the reference executor; layouts, rslora,
+ * scale 0, skipped targets, errors (adapter, merge plan, model), no allocation in the merge or in
+ * evals. Runtime mode (gp_model_bind_adapter on graphs compiled with lora_r): equal to merge mode,
  * rebinding between evals, no eval allocation, errors. */
 #include <CUnit/CUnit.h>
 #include <math.h>
@@ -11,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "dsl/dsl.h"
+#include "planner/lora_merge.h"
 #include "planner/planner.h"
 #include "runtime/gplan.h"
 #include "runtime/lora.h"
@@ -22,10 +24,6 @@
 #define SEED 11
 #define N_TOK 5
 
-static const char *llama_defs[] = {"num_hidden_layers=2", "hidden_size=64",
-                                   "intermediate_size=96", "num_attention_heads=4",
-                                   "num_key_value_heads=2", "vocab_size=128",
-                                   "max_position_embeddings=32", "n_batch=8"};
 
 /* An adapter as the test built it: per module, the plan weight name, its shape and A, B. */
 typedef struct {
@@ -53,7 +51,7 @@ static gp_model *compile_model(const char *example, const char **defs, int n_def
 {
     char err[1024];
     gp_diag *d = gp_diag_new(NULL);
-    gp_dsl_opts o = {defs, n_defs, NULL, NULL};
+    gp_dsl_opts o = {.defines = defs, .n_defines = n_defs};
     gp_graph *g = gp_dsl_compile_file(gp_test_path(example), &o, d);
     gp_plan *p = NULL;
     unsigned char *bytes = NULL;
@@ -269,24 +267,58 @@ static double rel_diff(const float *x, const float *y, size_t n)
     return ymax > 0 ? dmax / ymax : dmax;
 }
 
-/* Merges the adapter (config r, alpha, fan, rslora; apply scale) on the CPU and compares with
- * the double-precision merge of s_ref (with the reference delta orientation ref_fan) on the
- * reference executor. Returns rel_diff, or -1 on failure; *base_diff: the same against no adapter. */
+/* Writes the merge plan of `example` compiled with defs (the last one lora_r=R), as gplan-compile
+ * --lora-merge does, to a new file; returns its path (static storage: copy it) or NULL. */
+static const char *merge_plan_file(const char *example, const char **defs, int n_defs,
+                                   gp_plan **pout)
+{
+    static char path[600];
+    char err[1024];
+    gp_diag *d = gp_diag_new(NULL);
+    gp_dsl_opts o = {.defines = defs, .n_defines = n_defs};
+    gp_graph *g = gp_dsl_compile_file(gp_test_path(example), &o, d);
+    gp_graph *mg = g ? gp_lora_merge_graph(g, d) : NULL;
+    gp_plan_opts po;
+    memset(&po, 0, sizeof po);
+    po.backends = GP_BACKEND_BIT(GP_BACKEND_CPU);
+    gp_plan *p = NULL;
+    snprintf(path, sizeof path, "%s", gp_test_tmpfile(".merge.plan"));
+    int ok = mg && !gp_plan_build(mg, &po, &p, d) && !gp_plan_write(p, path, err, sizeof err);
+    if (!ok)
+        fprintf(stderr, "merge plan of %s: %s %s\n", example, gp_diag_text(d), err);
+    if (pout && ok)
+        *pout = p;
+    else
+        gp_plan_free(p);
+    gp_graph_free(mg);
+    gp_graph_free(g);
+    gp_diag_free(d);
+    return ok ? path : NULL;
+}
+
+/* Merges the adapter (built in layout `fan`; config r, alpha, cfg_fan, rslora; apply scale) with
+ * the merge plan on the CPU and compares with the double-precision merge of s_ref (square weights
+ * read in layout ref_fan) on the reference executor. defs end with lora_r=R (the merge plan's);
+ * the model is compiled without it. Returns rel_diff, or -1 on failure; *base_diff: the same
+ * against no adapter. */
 static double merged_vs_reference(const char *example, const char **defs, int n_defs,
                                   const char *targets, const char *targets_json, int64_t r,
-                                  double alpha, int fan, int rslora, double scale, double s_ref,
-                                  int ref_fan, double *base_diff)
+                                  double alpha, int fan, int cfg_fan, int rslora, double scale,
+                                  double s_ref, int ref_fan, double *base_diff)
 {
     gp_graph *g = NULL;
-    gp_model *m = compile_model(example, defs, n_defs, &g);
-    gp_model *ref = compile_model(example, defs, n_defs, NULL);
+    gp_model *m = compile_model(example, defs, n_defs - 1, &g);
+    gp_model *ref = compile_model(example, defs, n_defs - 1, NULL);
+    char mplan[600];
+    const char *mp = merge_plan_file(example, defs, n_defs, NULL);
+    snprintf(mplan, sizeof mplan, "%s", mp ? mp : "");
     double rd = -1;
     char err[2048];
     adapter ad;
     make_adapter(g, targets, r, fan, 99, &ad);
     CU_ASSERT(ad.n > 0);
     const char *dir = tmpdir();
-    write_config(dir, r, alpha, targets_json, fan, rslora);
+    write_config(dir, r, alpha, targets_json, cfg_fan, rslora);
     write_weights(dir, &ad, -1);
     char ckpt[700];
     snprintf(ckpt, sizeof ckpt, "%s/merged.safetensors", dir);
@@ -297,10 +329,10 @@ static double merged_vs_reference(const char *example, const char **defs, int n_
     write_merged(g, &ad_ref, s_ref, ckpt);
     size_t n1 = 0, n2 = 0, n0 = 0;
     float *got = NULL, *want = NULL, *base = NULL;
-    if (!m || !ref || gp_model_random_weights(m, SEED, err, sizeof err))
+    if (!m || !ref || !mp || gp_model_random_weights(m, SEED, err, sizeof err))
         goto done;
     base = logits_of(m, "cpu", &n0);
-    if (gp_model_apply_lora(m, dir, scale, err, sizeof err)) {
+    if (gp_model_apply_lora(m, dir, mplan, scale, err, sizeof err)) {
         fprintf(stderr, "apply: %s\n", err);
         goto done;
     }
@@ -327,65 +359,145 @@ done:
 
 /* ---- tests ---- */
 
+static const char *gpt2_defs[] = {"n_layer=2", "n_embd=64", "n_head=4", "vocab_size=256",
+                                  "n_positions=64", "n_batch=8", "lora_r=4"};
+static const char *llama_rt_defs[] = {"num_hidden_layers=2", "hidden_size=64",
+                                      "intermediate_size=96", "num_attention_heads=4",
+                                      "num_key_value_heads=2", "vocab_size=128",
+                                      "max_position_embeddings=32", "n_batch=8", "lora_r=4"};
+#define ALL_GPT2 "c_attn c_proj c_fc", "[\"c_attn\", \"c_proj\", \"c_fc\"]"
+
+/* The merge graph: 3 nodes per target (GPT-2: c_attn, attn.c_proj, c_fc, mlp.c_proj per layer),
+ * Conv1D deltas (B A)^T and Linear deltas B A, one arena reused by every layer (the largest delta,
+ * at the lower bound), and no merge graph for a graph without LoRA weights. */
+static void test_merge_graph(void)
+{
+    gp_plan *p = NULL, *q = NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(merge_plan_file("examples/gpt2.gplan", gpt2_defs, 7, &p));
+    CU_ASSERT_EQUAL(p->n_nodes, 2 * 4 * 3);
+    CU_ASSERT_STRING_EQUAL(p->graph_name, "gpt2_lora_merge");
+    int matmuls = 0, fan = 0;
+    for (int i = 0; i < p->n_nodes; i++)
+        if (p->nodes[i].op == GP_OP_MATMUL) {
+            matmuls++;
+            fan += p->nodes[i].attrs.i[0] == 1 && p->nodes[i].attrs.i[1] == 1;
+        }
+    CU_ASSERT_EQUAL(matmuls, 8);
+    CU_ASSERT_EQUAL(fan, 8); /* every GPT-2 target is a Conv1D */
+    /* The largest delta: c_fc [64, 256] f32; the scale is applied in place. */
+    CU_ASSERT_EQUAL(p->regions[GP_REGION_ARENA].size, 64 * 256 * 4);
+    CU_ASSERT_EQUAL(p->lower_bound, p->regions[GP_REGION_ARENA].size);
+    CU_ASSERT_EQUAL(p->naive_bytes, 2 * 2 * (64 * 192 + 64 * 64 + 64 * 256 + 256 * 64) * 4);
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(merge_plan_file("examples/llama.gplan", llama_rt_defs, 9, &q));
+    CU_ASSERT_EQUAL(q->n_nodes, 2 * 4 * 3);
+    for (int i = 0; i < q->n_nodes; i++) {
+        const gp_plan_node *nd = &q->nodes[i];
+        if (nd->op != GP_OP_MATMUL)
+            continue;
+        CU_ASSERT_EQUAL(nd->attrs.i[0] + nd->attrs.i[1], 0); /* B A */
+        CU_ASSERT(strstr(q->tensors[nd->inputs[0]].name, ".lora_B.weight") != NULL);
+    }
+    /* k_proj [32, 64]: B [32, 4], A [4, 64]. */
+    int found = 0;
+    for (int i = 0; i < q->n_tensors; i++)
+        if (!strcmp(q->tensors[i].name,
+                    "base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight")) {
+            found = 1;
+            CU_ASSERT_EQUAL(q->tensors[i].dims[0], 32);
+            CU_ASSERT_EQUAL(q->tensors[i].dims[1], 4);
+            CU_ASSERT_EQUAL(q->tensors[i].kind, GP_TENSOR_INPUT);
+        }
+    CU_ASSERT(found);
+    gp_plan_free(p);
+    gp_plan_free(q);
+
+    gp_diag *d = gp_diag_new(NULL);
+    gp_dsl_opts o = {.defines = gpt2_defs, .n_defines = 6};
+    gp_graph *g = gp_dsl_compile_file(gp_test_path("examples/gpt2.gplan"), &o, d);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    CU_ASSERT_PTR_NULL(gp_lora_merge_graph(g, d));
+    CU_ASSERT(strstr(gp_diag_text(d), "graph 'gpt2' declares no LoRA weights "
+                     "(base_model.model.<module>.lora_A.weight): compile it with -D lora_r=R to "
+                     "build its merge graph") != NULL);
+    gp_graph_free(g);
+    gp_diag_free(d);
+}
+
 static void test_gpt2_merge(void)
 {
     double base = 0;
     /* alpha 16, r 4: s = 4. */
-    double rd = merged_vs_reference("examples/tiny.gplan", NULL, 0, "c_attn c_proj c_fc",
-                                    "[\"c_attn\", \"c_proj\", \"c_fc\"]", 4, 16, 1, 0, 1.0, 4.0,
-                                    1, &base);
+    double rd = merged_vs_reference("examples/gpt2.gplan", gpt2_defs, 7, ALL_GPT2, 4, 16, 1, 1, 0,
+                                    1.0, 4.0, 1, &base);
     CU_ASSERT(rd >= 0 && rd <= 1e-5);
     CU_ASSERT(base > 1e-3); /* the adapter changes the logits */
     /* The same adapter at --lora-scale 0.5. */
-    rd = merged_vs_reference("examples/tiny.gplan", NULL, 0, "c_attn c_proj c_fc",
-                             "[\"c_attn\", \"c_proj\", \"c_fc\"]", 4, 16, 1, 0, 0.5, 2.0, 1, &base);
+    rd = merged_vs_reference("examples/gpt2.gplan", gpt2_defs, 7, ALL_GPT2, 4, 16, 1, 1, 0, 0.5,
+                             2.0, 1, &base);
     CU_ASSERT(rd >= 0 && rd <= 1e-5);
+    /* An adapter of c_fc alone: the plan's other targets are skipped, their weights unchanged. */
+    rd = merged_vs_reference("examples/gpt2.gplan", gpt2_defs, 7, "c_fc", "[\"c_fc\"]", 4, 16, 1,
+                             1, 0, 1.0, 4.0, 1, &base);
+    CU_ASSERT(rd >= 0 && rd <= 1e-5);
+    CU_ASSERT(base > 1e-3);
 }
 
 static void test_fan_in_fan_out(void)
 {
-    /* attn.c_proj is square: A and B fit both orientations. With fan_in_fan_out the merge must
-     * equal the transposed delta (B A)^T, and must not equal B A (mlp.c_proj, [256, 64], is
-     * always merged the right way in the reference). */
+    /* attn.c_proj is square: A and B fit both orientations. The merge plan takes the layout from
+     * the model (Conv1D: (B A)^T), whatever the config says, as PEFT does: equal to the transposed
+     * delta, not to B A (mlp.c_proj, [256, 64], is always merged the right way in the reference). */
     double base = 0;
-    double rd = merged_vs_reference("examples/tiny.gplan", NULL, 0, "c_proj", "[\"c_proj\"]", 4, 16,
-                                    1, 0, 1.0, 4.0, 1, &base);
+    double rd = merged_vs_reference("examples/gpt2.gplan", gpt2_defs, 7, "c_proj", "[\"c_proj\"]",
+                                    4, 16, 1, 1, 0, 1.0, 4.0, 1, &base);
     CU_ASSERT(rd >= 0 && rd <= 1e-5);
-    rd = merged_vs_reference("examples/tiny.gplan", NULL, 0, "c_proj", "[\"c_proj\"]", 4, 16, 1, 0,
-                             1.0, 4.0, 0, &base);
+    rd = merged_vs_reference("examples/gpt2.gplan", gpt2_defs, 7, "c_proj", "[\"c_proj\"]", 4, 16,
+                             1, 1, 0, 1.0, 4.0, 0, &base);
     CU_ASSERT(rd > 1e-3);
-    /* Without the flag the merge is B A. */
-    rd = merged_vs_reference("examples/tiny.gplan", NULL, 0, "c_proj", "[\"c_proj\"]", 4, 16, 0, 0,
-                             1.0, 4.0, 0, &base);
+    rd = merged_vs_reference("examples/gpt2.gplan", gpt2_defs, 7, "c_proj", "[\"c_proj\"]", 4, 16,
+                             1, 0, 0, 1.0, 4.0, 1, &base);
     CU_ASSERT(rd >= 0 && rd <= 1e-5);
+    /* Llama's square q_proj and o_proj are Linear: B A, even with fan_in_fan_out set. */
+    const char *qo = "[\"q_proj\", \"o_proj\"]";
+    rd = merged_vs_reference("examples/llama.gplan", llama_rt_defs, 9, "q_proj o_proj", qo, 4, 8,
+                             0, 1, 0, 1.0, 2.0, 0, &base);
+    CU_ASSERT(rd >= 0 && rd <= 1e-5);
+    rd = merged_vs_reference("examples/llama.gplan", llama_rt_defs, 9, "q_proj o_proj", qo, 4, 8,
+                             0, 1, 0, 1.0, 2.0, 1, &base);
+    CU_ASSERT(rd > 1e-3);
 }
 
 static void test_llama_merge(void)
 {
     double base = 0;
-    const char *mods = "q_proj k_proj v_proj o_proj gate_proj up_proj down_proj";
-    const char *json = "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", "
-                       "\"up_proj\", \"down_proj\"]";
-    double rd = merged_vs_reference("examples/llama.gplan", llama_defs, 8, mods, json, 4, 8, 0, 0,
-                                    1.0, 2.0, 0, &base);
+    const char *mods = "q_proj k_proj v_proj o_proj";
+    const char *json = "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\"]";
+    double rd = merged_vs_reference("examples/llama.gplan", llama_rt_defs, 9, mods, json, 4, 8, 0,
+                                    0, 0, 1.0, 2.0, 0, &base);
     CU_ASSERT(rd >= 0 && rd <= 1e-5);
     CU_ASSERT(base > 1e-3);
     /* rslora: s = alpha / sqrt(r) = 8 / 2 = 4 (not 2). */
-    rd = merged_vs_reference("examples/llama.gplan", llama_defs, 8, mods, json, 4, 8, 0, 1, 1.0,
-                             4.0, 0, &base);
+    rd = merged_vs_reference("examples/llama.gplan", llama_rt_defs, 9, mods, json, 4, 8, 0, 0, 1,
+                             1.0, 4.0, 0, &base);
     CU_ASSERT(rd >= 0 && rd <= 1e-5);
-    rd = merged_vs_reference("examples/llama.gplan", llama_defs, 8, mods, json, 4, 8, 0, 1, 1.0,
-                             2.0, 0, &base);
+    rd = merged_vs_reference("examples/llama.gplan", llama_rt_defs, 9, mods, json, 4, 8, 0, 0, 1,
+                             1.0, 2.0, 0, &base);
     CU_ASSERT(rd > 1e-3);
 }
 
-/* Scale 0 leaves the logits bit for bit; weight bytes and plan are unchanged in size. */
+/* Scale 0 leaves the logits bit for bit; the model's plan is unchanged; the merged weights are the
+ * merge plan's io region, adopted by the model. */
 static void test_scale_zero(void)
 {
     gp_graph *g = NULL;
-    gp_model *m = compile_model("examples/tiny.gplan", NULL, 0, &g);
+    gp_model *m = compile_model("examples/gpt2.gplan", gpt2_defs, 6, &g);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
-    char err[1024];
+    gp_plan *mp = NULL;
+    char mplan[600], err[1024];
+    const char *path = merge_plan_file("examples/gpt2.gplan", gpt2_defs, 7, &mp);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    snprintf(mplan, sizeof mplan, "%s", path);
     adapter ad;
     make_adapter(g, "c_attn c_fc", 4, 1, 5, &ad);
     const char *dir = tmpdir();
@@ -396,19 +508,21 @@ static void test_scale_zero(void)
     gp_model_get_info(m, &before);
     size_t n0 = 0, n1 = 0;
     float *base = logits_of(m, "cpu", &n0);
-    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, 0.0, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, mplan, 0.0, err, sizeof err), 0);
     float *zero = logits_of(m, "cpu", &n1);
     CU_ASSERT_PTR_NOT_NULL_FATAL(base);
     CU_ASSERT_PTR_NOT_NULL_FATAL(zero);
     CU_ASSERT_EQUAL(n0, n1);
     CU_ASSERT(memcmp(base, zero, n0 * sizeof(float)) == 0);
     gp_model_get_info(m, &after);
-    /* merged copies of 2 layers x (c_attn 64x192 + c_fc 64x256) f32 */
-    CU_ASSERT_EQUAL(after.weights_loaded - before.weights_loaded, 2 * (64 * 192 + 64 * 256) * 4);
+    CU_ASSERT_EQUAL(after.weights_loaded - before.weights_loaded, mp->regions[GP_REGION_IO].size);
+    /* the io region holds at least the merged copies of 2 layers x 4 targets, f32 */
+    CU_ASSERT(mp->regions[GP_REGION_IO].size >= 2 * (64 * 192 + 64 * 64 + 2 * 64 * 256) * 4);
     for (int r = 0; r < 5; r++)
         CU_ASSERT_EQUAL(after.region_bytes[r], before.region_bytes[r]);
     free(base);
     free(zero);
+    gp_plan_free(mp);
     adapter_free(&ad);
     gp_model_free(m);
     gp_graph_free(g);
@@ -416,11 +530,11 @@ static void test_scale_zero(void)
 
 /* One error case: write the config and weights, apply, compare the message; the weights must be
  * unchanged (the logits equal `base`). */
-static void expect_error(gp_model *m, const char *dir, const float *base, size_t n_base,
-                         const char *want)
+static void expect_error(gp_model *m, const char *dir, const char *mplan, const float *base,
+                         size_t n_base, const char *want)
 {
     char err[2048] = "";
-    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, 1.0, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, mplan, 1.0, err, sizeof err), -1);
     if (strcmp(err, want))
         fprintf(stderr, "\n  got:  %s\n  want: %s\n", err, want);
     CU_ASSERT_STRING_EQUAL(err, want);
@@ -433,10 +547,13 @@ static void expect_error(gp_model *m, const char *dir, const float *base, size_t
 static void test_errors(void)
 {
     gp_graph *g = NULL;
-    gp_model *m = compile_model("examples/tiny.gplan", NULL, 0, &g);
+    gp_model *m = compile_model("examples/gpt2.gplan", gpt2_defs, 6, &g);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
-    char err[2048], want[2048], dir[512];
+    char err[2048], want[2048], dir[512], mplan[600], other[600];
     const char *all = "[\"c_attn\", \"c_proj\", \"c_fc\"]";
+    const char *path = merge_plan_file("examples/gpt2.gplan", gpt2_defs, 7, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    snprintf(mplan, sizeof mplan, "%s", path);
 
     /* Weights not bound. */
     snprintf(dir, sizeof dir, "%s", tmpdir());
@@ -444,7 +561,7 @@ static void test_errors(void)
     make_adapter(g, "c_attn", 4, 1, 3, &ad);
     write_config(dir, 4, 8, all, 1, 0);
     write_weights(dir, &ad, -1);
-    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, 1.0, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, mplan, 1.0, err, sizeof err), -1);
     CU_ASSERT_STRING_EQUAL(err, "lora: bind the model's weights before applying an adapter");
 
     CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, SEED, err, sizeof err), 0);
@@ -455,7 +572,7 @@ static void test_errors(void)
     /* No config file. */
     char empty[512];
     snprintf(empty, sizeof empty, "%s", tmpdir());
-    CU_ASSERT_EQUAL(gp_model_apply_lora(m, empty, 1.0, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(gp_model_apply_lora(m, empty, mplan, 1.0, err, sizeof err), -1);
     snprintf(want, sizeof want, "%s/adapter_config.json: bad adapter config (", empty);
     CU_ASSERT_NSTRING_EQUAL(err, want, strlen(want));
 
@@ -464,70 +581,76 @@ static void test_errors(void)
     snprintf(want, sizeof want,
              "%s/adapter_config.json: bad adapter config (\"r\" must be an integer in [1, 65536])",
              dir);
-    expect_error(m, dir, base, nb, want);
+    expect_error(m, dir, mplan, base, nb, want);
     write_text(dir, "adapter_config.json",
                "{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": \"c_fc\"}");
     snprintf(want, sizeof want, "%s/adapter_config.json: bad adapter config (\"target_modules\" "
              "must be a list of 1 to 64 module names)", dir);
-    expect_error(m, dir, base, nb, want);
+    expect_error(m, dir, mplan, base, nb, want);
     write_text(dir, "adapter_config.json",
                "{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"c_fc\"], \"use_dora\": true}");
     snprintf(want, sizeof want,
              "%s/adapter_config.json: bad adapter config (DoRA (use_dora) is not supported)", dir);
-    expect_error(m, dir, base, nb, want);
+    expect_error(m, dir, mplan, base, nb, want);
 
     /* Unknown target module. */
     write_config(dir, 4, 8, "[\"c_attn\", \"lm_head\"]", 1, 0);
     snprintf(want, sizeof want, "%s/adapter_config.json: unknown target module \"lm_head\" (gplan "
              "knows c_attn, c_proj, c_fc, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
              "down_proj)", dir);
-    expect_error(m, dir, base, nb, want);
+    expect_error(m, dir, mplan, base, nb, want);
 
     /* A module the config does not target. */
     write_config(dir, 4, 8, "[\"c_fc\"]", 1, 0);
-    expect_error(m, dir, base, nb,
+    expect_error(m, dir, mplan, base, nb,
                  "lora: \"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight\": module "
                  "\"transformer.h.0.attn.c_attn\" is not in target_modules");
 
     /* A without B. */
     write_config(dir, 4, 8, all, 1, 0);
     write_weights(dir, &ad, 1);
-    expect_error(m, dir, base, nb,
+    expect_error(m, dir, mplan, base, nb,
                  "lora: \"base_model.model.transformer.h.1.attn.c_attn.lora_A.weight\" has no "
                  "matching \"base_model.model.transformer.h.1.attn.c_attn.lora_B.weight\"");
 
-    /* Wrong orientation: c_attn is [64, 192]; read as a Linear, A must be [4, 192]. */
-    write_config(dir, 4, 8, all, 0, 0);
-    write_weights(dir, &ad, -1);
-    expect_error(m, dir, base, nb,
-                 "lora: \"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight\": expected "
-                 "shape [4, 192], file has [4, 64] (target \"transformer.h.0.attn.c_attn.weight\" "
-                 "[64, 192], not fan_in_fan_out)");
-
-    /* r of the config differs from the tensors'. */
+    /* The adapter's rank differs from the merge plan's. */
     write_config(dir, 8, 8, all, 1, 0);
-    expect_error(m, dir, base, nb,
-                 "lora: \"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight\": expected "
-                 "shape [8, 64], file has [4, 64] (target \"transformer.h.0.attn.c_attn.weight\" "
-                 "[64, 192], fan_in_fan_out)");
+    write_weights(dir, &ad, -1);
+    snprintf(want, sizeof want, "lora: %s: the adapter has rank 8, the merge plan %s rank 4 "
+             "(compile it with -D lora_r=8)", dir, mplan);
+    expect_error(m, dir, mplan, base, nb, want);
+
+    /* A laid out for a Linear: c_attn is a Conv1D [64, 192], A must be [4, 64]. */
+    adapter lin;
+    make_adapter(g, "c_attn", 4, 0, 3, &lin);
+    write_config(dir, 4, 8, all, 0, 0);
+    write_weights(dir, &lin, -1);
+    adapter_free(&lin);
+    snprintf(want, sizeof want,
+             "lora: \"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight\": expected "
+             "shape [4, 64], file has [4, 192] (target \"transformer.h.0.attn.c_attn.weight\" "
+             "[64, 192], Conv1D [in, out])");
+    expect_error(m, dir, mplan, base, nb, want);
 
     /* B of the wrong shape. */
     write_config(dir, 4, 8, all, 1, 0);
     ad.out[0] = 96;
     write_weights(dir, &ad, -1);
     ad.out[0] = 192;
-    expect_error(m, dir, base, nb,
+    expect_error(m, dir, mplan, base, nb,
                  "lora: \"base_model.model.transformer.h.0.attn.c_attn.lora_B.weight\": expected "
                  "shape [192, 4], file has [96, 4] (target \"transformer.h.0.attn.c_attn.weight\" "
-                 "[64, 192], fan_in_fan_out)");
+                 "[64, 192], Conv1D [in, out])");
 
-    /* A module of a layer the plan lacks. */
+    /* A module of a layer the merge plan lacks. */
     snprintf(ad.aname[1], sizeof ad.aname[1], "base_model.model.transformer.h.7.attn.c_attn.lora_A.weight");
     snprintf(ad.bname[1], sizeof ad.bname[1], "base_model.model.transformer.h.7.attn.c_attn.lora_B.weight");
     write_weights(dir, &ad, -1);
-    expect_error(m, dir, base, nb,
-                 "lora: \"base_model.model.transformer.h.7.attn.c_attn.lora_A.weight\": the plan "
-                 "has no weight \"transformer.h.7.attn.c_attn.weight\"");
+    snprintf(want, sizeof want,
+             "lora: \"base_model.model.transformer.h.7.attn.c_attn.lora_A.weight\": the merge plan "
+             "%s has no target \"transformer.h.7.attn.c_attn.weight\" (its targets are the adapter "
+             "weights the graph declares with -D lora_r=R)", mplan);
+    expect_error(m, dir, mplan, base, nb, want);
 
     /* A tensor that is not LoRA's. */
     snprintf(ad.bname[1], sizeof ad.bname[1], "base_model.model.transformer.h.1.attn.c_attn.bias");
@@ -535,24 +658,60 @@ static void test_errors(void)
     snprintf(want, sizeof want, "lora: %s/adapter_model.safetensors: "
              "\"base_model.model.transformer.h.1.attn.c_attn.bias\" is not a LoRA tensor "
              "(expected base_model.model.<module>.lora_A.weight or .lora_B.weight)", dir);
-    expect_error(m, dir, base, nb, want);
+    expect_error(m, dir, mplan, base, nb, want);
 
     /* No tensors at all. */
     adapter none;
     memset(&none, 0, sizeof none);
     write_weights(dir, &none, -1);
     snprintf(want, sizeof want, "lora: %s/adapter_model.safetensors: no LoRA tensors", dir);
-    expect_error(m, dir, base, nb, want);
+    expect_error(m, dir, mplan, base, nb, want);
+
+    /* The right adapter with merge plans that do not fit: the model's own plan, a plan of other
+     * weight dtypes, a plan of more layers whose extra layer the adapter covers, no file. */
+    snprintf(ad.aname[1], sizeof ad.aname[1], "base_model.model.transformer.h.1.attn.c_attn.lora_A.weight");
+    snprintf(ad.bname[1], sizeof ad.bname[1], "base_model.model.transformer.h.1.attn.c_attn.lora_B.weight");
+    write_weights(dir, &ad, -1);
+    gp_plan *own = NULL;
+    gp_diag *d = gp_diag_new(NULL);
+    CU_ASSERT_EQUAL_FATAL(gp_plan_build(g, NULL, &own, d), 0);
+    snprintf(other, sizeof other, "%s", gp_test_tmpfile(".model.plan"));
+    CU_ASSERT_EQUAL(gp_plan_write(own, other, err, sizeof err), 0);
+    gp_plan_free(own);
+    gp_diag_free(d);
+    snprintf(want, sizeof want, "%s: not a LoRA merge plan (no input \"lora_scale\" f32 [1]; make "
+             "one with gplan-compile MODEL.gplan -D lora_r=R --lora-merge -o FILE)", other);
+    expect_error(m, dir, other, base, nb, want);
+    const char *f16_defs[] = {"n_layer=2", "n_embd=64", "n_head=4", "vocab_size=256",
+                              "n_positions=64", "n_batch=8", "wtype=f16", "lora_r=4"};
+    snprintf(other, sizeof other, "%s", merge_plan_file("examples/gpt2.gplan", f16_defs, 8, NULL));
+    snprintf(want, sizeof want, "lora: merge plan %s: \"transformer.h.0.attn.c_attn.weight\" is "
+             "f16 [64, 192], but the model's plan \"gpt2\" has it as f32 [64, 192] (compile both "
+             "from the same graph and parameters)", other);
+    expect_error(m, dir, other, base, nb, want);
+    const char *l3_defs[] = {"n_layer=3", "n_embd=64", "n_head=4", "vocab_size=256",
+                             "n_positions=64", "n_batch=8", "lora_r=4"};
+    snprintf(other, sizeof other, "%s", merge_plan_file("examples/gpt2.gplan", l3_defs, 7, NULL));
+    snprintf(ad.aname[1], sizeof ad.aname[1], "base_model.model.transformer.h.2.attn.c_attn.lora_A.weight");
+    snprintf(ad.bname[1], sizeof ad.bname[1], "base_model.model.transformer.h.2.attn.c_attn.lora_B.weight");
+    write_weights(dir, &ad, -1);
+    snprintf(want, sizeof want, "lora: merge plan %s: \"transformer.h.2.attn.c_attn.weight\" is "
+             "f32 [64, 192], but the model's plan \"gpt2\" has no such weight (compile both from "
+             "the same graph and parameters)", other);
+    expect_error(m, dir, other, base, nb, want);
+    snprintf(other, sizeof other, "%s/none.plan", dir);
+    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, other, 1.0, err, sizeof err), -1);
+    snprintf(want, sizeof want, "%s: cannot open", other);
+    CU_ASSERT_NSTRING_EQUAL(err, want, strlen(want));
 
     /* A second adapter on the same binding. */
     snprintf(ad.aname[1], sizeof ad.aname[1], "base_model.model.transformer.h.1.attn.c_attn.lora_A.weight");
     snprintf(ad.bname[1], sizeof ad.bname[1], "base_model.model.transformer.h.1.attn.c_attn.lora_B.weight");
     write_weights(dir, &ad, -1);
-    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, 1.0, err, sizeof err), 0);
-    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, 1.0, err, sizeof err), -1);
-    snprintf(want, sizeof want, "lora: %s: the model already has an adapter merged (bind the "
-             "weights again first)", dir);
-    CU_ASSERT_STRING_EQUAL(err, want);
+    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, mplan, 1.0, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, mplan, 1.0, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "lora: the model already has an adapter merged (bind the weights "
+                           "again first)");
     /* Binding again drops the merged copies. */
     CU_ASSERT_EQUAL(gp_model_random_weights(m, SEED, err, sizeof err), 0);
     size_t n = 0;
@@ -566,20 +725,40 @@ static void test_errors(void)
     gp_graph_free(g);
 }
 
-/* A session on merged weights allocates nothing during evals. */
+/* The planned merge allocates nothing once its arena and io region are allocated (nothing per
+ * layer or per target), and a session on the merged weights allocates nothing during evals. */
 static void test_no_alloc(void)
 {
     gp_graph *g = NULL;
-    gp_model *m = compile_model("examples/tiny.gplan", NULL, 0, &g);
+    gp_model *m = compile_model("examples/gpt2.gplan", gpt2_defs, 6, &g);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
-    char err[1024];
+    char err[1024], mplan[600];
+    const char *path = merge_plan_file("examples/gpt2.gplan", gpt2_defs, 7, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    snprintf(mplan, sizeof mplan, "%s", path);
     adapter ad;
     make_adapter(g, "c_attn c_proj c_fc", 4, 1, 8, &ad);
     const char *dir = tmpdir();
     write_config(dir, 4, 8, "[\"c_attn\", \"c_proj\", \"c_fc\"]", 1, 0);
     write_weights(dir, &ad, -1);
     CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, SEED, err, sizeof err), 0);
-    CU_ASSERT_EQUAL_FATAL(gp_model_apply_lora(m, dir, 1.0, err, sizeof err), 0);
+    gp_lora_merge *mg = gp_lora_merge_new(m, dir, mplan, 1.0, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mg);
+    int n_targets = 0, n_merged = 0;
+    int64_t arena = 0, io = 0;
+    gp_lora_merge_info(mg, &n_targets, &n_merged, &arena, &io);
+    CU_ASSERT_EQUAL(n_targets, 8);
+    CU_ASSERT_EQUAL(n_merged, 8);
+    CU_ASSERT_EQUAL(arena, 64 * 256 * 4);
+    gp_alloc_count_start();
+    int rc = gp_lora_merge_run(mg);
+    int64_t merge_allocs = gp_alloc_count_stop();
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT_EQUAL(merge_allocs, 0);
+    CU_ASSERT_EQUAL(gp_lora_merge_run(mg), -1); /* once */
+    CU_ASSERT_EQUAL(gp_lora_merge_finish(mg, err, sizeof err), 0);
+    gp_lora_merge_free(mg);
+
     gp_session_opts o = {"cpu", 2, 0};
     gp_session *s = gp_session_new(m, &o, err, sizeof err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
@@ -603,13 +782,6 @@ static void test_no_alloc(void)
 
 /* ---- runtime mode ---- */
 
-static const char *gpt2_defs[] = {"n_layer=2", "n_embd=64", "n_head=4", "vocab_size=256",
-                                  "n_positions=64", "n_batch=8", "lora_r=4"};
-static const char *llama_rt_defs[] = {"num_hidden_layers=2", "hidden_size=64",
-                                      "intermediate_size=96", "num_attention_heads=4",
-                                      "num_key_value_heads=2", "vocab_size=128",
-                                      "max_position_embeddings=32", "n_batch=8", "lora_r=4"};
-
 /* Writes an adapter folder for the targets of graph g (random A, B from seed); returns its path. */
 static const char *adapter_dir(const gp_graph *g, const char *targets, const char *json, int fan,
                                double alpha, uint64_t seed)
@@ -628,11 +800,13 @@ static const char *adapter_dir(const gp_graph *g, const char *targets, const cha
 static float *merged_logits(const char *example, const char **defs, int n_defs, const char *dir,
                             size_t *n)
 {
-    char err[2048];
+    char err[2048] = "", mplan[600];
     gp_model *m = compile_model(example, defs, n_defs - 1, NULL);
+    const char *path = merge_plan_file(example, defs, n_defs, NULL);
+    snprintf(mplan, sizeof mplan, "%s", path ? path : "");
     float *l = NULL;
-    if (m && !gp_model_random_weights(m, SEED, err, sizeof err) &&
-        !gp_model_apply_lora(m, dir, 1.0, err, sizeof err))
+    if (m && path && !gp_model_random_weights(m, SEED, err, sizeof err) &&
+        !gp_model_apply_lora(m, dir, mplan, 1.0, err, sizeof err))
         l = logits_of(m, "cpu", n);
     else
         fprintf(stderr, "merge: %s\n", err);
@@ -814,12 +988,13 @@ void gp_suite_lora(void);
 void gp_suite_lora(void)
 {
     CU_pSuite s = CU_add_suite("lora", NULL, NULL);
+    CU_add_test(s, "merge graph: 3 nodes per target, one arena for all layers", test_merge_graph);
     CU_add_test(s, "tiny GPT-2 (Conv1D): merged = double-precision reference", test_gpt2_merge);
     CU_add_test(s, "fan_in_fan_out: transposed delta by value", test_fan_in_fan_out);
     CU_add_test(s, "llama (Linear): merged = reference; rslora", test_llama_merge);
     CU_add_test(s, "scale 0: bit for bit the base model", test_scale_zero);
     CU_add_test(s, "errors, with weights unchanged", test_errors);
-    CU_add_test(s, "no allocation in evals with an adapter", test_no_alloc);
+    CU_add_test(s, "no allocation in the planned merge and in evals", test_no_alloc);
     CU_add_test(s, "runtime mode, tiny GPT-2: = merged", test_runtime_gpt2);
     CU_add_test(s, "runtime mode, small llama: = merged", test_runtime_llama);
     CU_add_test(s, "runtime mode: rebinding between evals, no allocation", test_runtime_rebind);

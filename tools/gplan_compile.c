@@ -8,6 +8,7 @@
 #include "dsl/dsl.h"
 #include "ir/ir.h"
 #include "planner/csv.h"
+#include "planner/lora_merge.h"
 #include "planner/planner.h"
 
 #ifndef GP_VERSION
@@ -32,6 +33,8 @@ typedef struct {
     const char *output;        /* -o: the plan file, or the solution CSV */
     gp_plan_opts plan;         /* --strategy, --time-limit, --alignment, --devices */
     int64_t capacity;          /* --capacity for --buffers; 0: minimize */
+    int lora_merge;            /* --lora-merge: the graph's LoRA merge graph instead of the graph */
+    int backend_set;           /* --backend was given */
 } options;
 
 static void usage(FILE *out)
@@ -64,6 +67,10 @@ static void usage(FILE *out)
             "                      as the parameter's default is\n"
             "  --config FILE       override parameters from a Hugging Face config.json: keys\n"
             "                      matching a parameter name apply, others are ignored; -D wins\n"
+            "  --lora-merge        compile, print or plan the graph's LoRA merge graph instead\n"
+            "                      (needs -D lora_r=R): per adapter target W += lora_scale * B A,\n"
+            "                      planned for the CPU; gplan-run --lora-merge-plan runs it\n"
+            "                      (docs/lora.md)\n"
             "\n"
             "planning options:\n"
             "  -o FILE             the plan file (or, with --buffers, the solution CSV)\n"
@@ -162,6 +169,8 @@ static int parse_args(int argc, char **argv, options *o)
             o->defines[o->n_defines++] = d;
             if (!a[2])
                 i++;
+        } else if (strcmp(a, "--lora-merge") == 0) {
+            o->lora_merge = 1;
         } else if (strcmp(a, "--config") == 0) {
             if (!next)
                 return usage_error("%s needs a FILE", a);
@@ -221,6 +230,7 @@ static int parse_args(int argc, char **argv, options *o)
                 o->plan.backends = GP_BACKENDS_ALL;
             else
                 return usage_error("unknown backend '%s' (cpu, cuda or any)", next);
+            o->backend_set = 1;
             i++;
         } else if (strcmp(a, "--capacity") == 0) {
             if (!next || parse_int(next, 1, INT64_MAX, &o->capacity) != 0)
@@ -243,6 +253,12 @@ static int parse_args(int argc, char **argv, options *o)
         return usage_error("%s", "-o FILE is required to plan");
     if (o->mode != MODE_BUFFERS && o->capacity)
         return usage_error("%s", "--capacity applies to --buffers only");
+    if (o->lora_merge && (o->mode == MODE_BUFFERS || o->plan.n_devices > 1 ||
+                          (o->backend_set && o->plan.backends != GP_BACKEND_BIT(GP_BACKEND_CPU))))
+        return usage_error("%s", "--lora-merge makes a CPU plan of one device (no --buffers, "
+                                 "--devices or --backend other than cpu)");
+    if (o->lora_merge) /* the merge runs on the CPU kernels: no cuBLAS workspace */
+        o->plan.backends = GP_BACKEND_BIT(GP_BACKEND_CPU);
     return -1;
 }
 
@@ -308,6 +324,11 @@ int main(int argc, char **argv)
     char *params = NULL;
     gp_dsl_opts dopts = {o.defines, o.n_defines, o.config, &params};
     gp_graph *g = gp_dsl_compile_file(o.input, &dopts, d);
+    if (g && o.lora_merge) {
+        gp_graph *mg = gp_lora_merge_graph(g, d);
+        gp_graph_free(g);
+        g = mg;
+    }
     rc = g ? EXIT_OK : EXIT_INPUT;
     if (g) {
         switch (o.mode) {

@@ -175,6 +175,7 @@ typedef struct {
     const char *lora;  /* a PEFT adapter folder, or NULL */
     double lora_scale; /* multiplies the adapter's lora_alpha / r */
     int lora_runtime;  /* --lora-mode runtime: bind into the plan's adapter slots, don't merge */
+    const char *lora_merge_plan; /* merge mode: the plan of gplan-compile --lora-merge */
     int stats, loop;
 } options;
 
@@ -192,6 +193,8 @@ static void usage(FILE *out)
             "  --random-weights SEED deterministic random weights instead of a checkpoint\n"
             "  --lora DIR            merge a PEFT LoRA adapter (adapter_config.json,\n"
             "                        adapter_model.safetensors) into the weights\n"
+            "  --lora-merge-plan F   merge mode's plan: gplan-compile MODEL -D lora_r=R\n"
+            "                        --lora-merge -o F (same graph and parameters as PLAN)\n"
             "  --lora-scale S        multiply the adapter's lora_alpha / r by S (default 1)\n"
             "  --lora-mode MODE      merge (default: added into the weights at load, evals cost\n"
             "                        what they cost without it) or runtime (bound into the\n"
@@ -302,7 +305,7 @@ static int parse_args(int argc, char **argv, options *o)
             static const char *const with_value[] = {
                 "--weights", "--random-weights", "--backend", "--threads", "--prompt-ids", "-n",
                 "--eos", "--temp", "--seed", "--logits-out", "--lora", "--lora-scale",
-                "--lora-mode"};
+                "--lora-mode", "--lora-merge-plan"};
             int known = 0;
             for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
                 known |= !strcmp(a, with_value[k]);
@@ -348,6 +351,8 @@ static int parse_args(int argc, char **argv, options *o)
                 o->logits_out = v;
             } else if (!strcmp(a, "--lora")) {
                 o->lora = v;
+            } else if (!strcmp(a, "--lora-merge-plan")) {
+                o->lora_merge_plan = v;
             } else if (!strcmp(a, "--lora-mode")) {
                 if (strcmp(v, "merge") && strcmp(v, "runtime"))
                     return usage_error("bad --lora-mode (merge or runtime)", v);
@@ -370,8 +375,13 @@ static int parse_args(int argc, char **argv, options *o)
         return usage_error("no plan given", NULL);
     if (!o->weights == !o->random_weights)
         return usage_error("give exactly one of --weights and --random-weights", NULL);
-    if ((lora_scale_set || lora_mode_set) && !o->lora)
-        return usage_error("--lora-scale and --lora-mode need --lora", NULL);
+    if ((lora_scale_set || lora_mode_set || o->lora_merge_plan) && !o->lora)
+        return usage_error("--lora-scale, --lora-mode and --lora-merge-plan need --lora", NULL);
+    if (o->lora && !o->lora_runtime && !o->lora_merge_plan)
+        return usage_error("--lora in merge mode needs --lora-merge-plan FILE (gplan-compile "
+                           "MODEL -D lora_r=R --lora-merge -o FILE)", NULL);
+    if (o->lora_runtime && o->lora_merge_plan)
+        return usage_error("--lora-merge-plan is for merge mode, not --lora-mode runtime", NULL);
     if (!o->prompt) {
         o->prompt = malloc(sizeof *o->prompt);
         if (!o->prompt)
@@ -515,7 +525,8 @@ int main(int argc, char **argv)
     int rcl = 0;
     if (!rcw && o.lora)
         rcl = o.lora_runtime ? gp_model_bind_adapter(m, o.lora, o.lora_scale, err, sizeof err)
-                             : gp_model_apply_lora(m, o.lora, o.lora_scale, err, sizeof err);
+                             : gp_model_apply_lora(m, o.lora, o.lora_merge_plan, o.lora_scale,
+                                                   err, sizeof err);
     if (rcw || rcl) {
         fprintf(stderr, "gplan-run: %s\n", err);
         goto done;
