@@ -1028,12 +1028,15 @@ static int split_of(lower *L, const ast_stmt *s, int ndim, gp_dim *shape, gp_spl
               e->s);
         return -1;
     }
-    int64_t dim = -1, groups = 1, unit = 1;
+    int64_t dim = 0, groups = 1, unit = 1;
+    int have_dim = 0;
     for (int k = 0; k < e->args->n; k++) {
         const ast_arg *a = &e->args->v[k];
         int64_t *dst = NULL;
-        if (!a->key && k == 0)
+        if (!a->key && k == 0) {
             dst = &dim;
+            have_dim = 1;
+        }
         else if (a->key && strcmp(a->key, "groups") == 0)
             dst = &groups;
         else if (a->key && strcmp(a->key, "unit") == 0)
@@ -1047,9 +1050,9 @@ static int split_of(lower *L, const ast_stmt *s, int ndim, gp_dim *shape, gp_spl
         if (split_int(L, a, dst == &dim ? -ndim : 1, dst))
             return -1;
     }
-    if (dim < -ndim || dim >= ndim) {
+    if (!have_dim || dim >= ndim) {
         error(L, e->loc, "split: %s dim of a %d-d weight (split(DIM, groups=G, unit=U))",
-              dim < 0 && e->args->n == 0 ? "missing the" : "no such", ndim);
+              have_dim ? "no such" : "missing the", ndim);
         return -1;
     }
     if (dim < 0)

@@ -550,7 +550,119 @@ static const golden goldens[] = {
      "graph g() {\n  let x = y;\n  input a: f32[2];\n  let b = frob(a);\n  let c = a @ 2;\n}",
      {},
      "t.gplan:2:11: error: undefined name 'y'\n  let x = y;\n          ^\nt.gplan:4:11: error: unknown op 'frob'\n  let b = frob(a);\n          ^\nt.gplan:5:13: error: '@' needs two tensors, got a tensor and an integer\n  let c = a @ 2;\n            ^\n"},
+    {"split: not split",
+     "graph g() { weight w: f32[4, 6] = \"w\" shard(1); }",
+     {},
+     "t.gplan:1:39: error: expected ';' or split(...) after the checkpoint name, got 'shard(...)'\ngraph g() { weight w: f32[4, 6] = \"w\" shard(1); }\n                                      ^\n"},
+    {"split: dim out of range",
+     "graph g() { weight w: f32[4, 6] = \"w\" split(2); }",
+     {},
+     "t.gplan:1:39: error: split: no such dim of a 2-d weight (split(DIM, groups=G, unit=U))\ngraph g() { weight w: f32[4, 6] = \"w\" split(2); }\n                                      ^\n"},
+    {"split: dim missing",
+     "graph g() { weight w: f32[4, 6] = \"w\" split(groups=2); }",
+     {},
+     "t.gplan:1:39: error: split: missing the dim of a 2-d weight (split(DIM, groups=G, unit=U))\ngraph g() { weight w: f32[4, 6] = \"w\" split(groups=2); }\n                                      ^\n"},
+    {"split: groups do not divide",
+     "graph g() { weight w: f32[4, 6] = \"w\" split(1, groups=4); }",
+     {},
+     "t.gplan:1:39: error: split: dim 1 of 'w' (6) is not 4 groups of whole units of 1\ngraph g() { weight w: f32[4, 6] = \"w\" split(1, groups=4); }\n                                      ^\n"},
+    {"split: bad unit",
+     "graph g() { weight w: f32[4, 6] = \"w\" split(1, unit=0); }",
+     {},
+     "t.gplan:1:53: error: split: unit must be an integer >= 1, got 0\ngraph g() { weight w: f32[4, 6] = \"w\" split(1, unit=0); }\n                                                    ^\n"},
+    {"split: unknown argument",
+     "graph g() { weight w: f32[4, 6] = \"w\" split(1, parts=2); }",
+     {},
+     "t.gplan:1:48: error: split: unknown argument 'parts'\ngraph g() { weight w: f32[4, 6] = \"w\" split(1, parts=2); }\n                                               ^\n"},
+    {"split: too many arguments",
+     "graph g() { weight w: f32[4, 6] = \"w\" split(1, 2); }",
+     {},
+     "t.gplan:1:48: error: split: too many arguments (split(DIM, groups=G, unit=U))\ngraph g() { weight w: f32[4, 6] = \"w\" split(1, 2); }\n                                               ^\n"},
+    {"split on an input",
+     "graph g() { input w: f32[4, 6] = \"w\" split(1); }",
+     {},
+     "t.gplan:1:34: error: only weights have checkpoint names\ngraph g() { input w: f32[4, 6] = \"w\" split(1); }\n                                 ^\n"},
+    {"split of a symbolic dim",
+     "graph g() { dim T <= 8; weight w: f32[T, 6] = \"w\" split(0); }",
+     {},
+     "t.gplan:1:51: error: split: dim 0 of 'w' is symbolic\ngraph g() { dim T <= 8; weight w: f32[T, 6] = \"w\" split(0); }\n                                                  ^\n"},
+    {"cdiv by zero",
+     "graph g() { let x = cdiv(5, 0); }",
+     {},
+     "t.gplan:1:21: error: cdiv needs a non-negative and a positive integer, got 5 and 0\ngraph g() { let x = cdiv(5, 0); }\n                    ^\n"},
+    {"devices is builtin",
+     "graph g(devices = 2) { }",
+     {},
+     "t.gplan:1:9: error: 'devices' is a builtin name\ngraph g(devices = 2) { }\n        ^\n"},
 };
+
+/* ---- several devices ---- */
+
+static gp_graph *compile_devices(const char *example, const char **defs, int n_defs, int devices)
+{
+    gp_diag *d = gp_diag_new(NULL);
+    gp_dsl_opts o = {defs, n_defs, NULL, NULL, devices};
+    gp_graph *g = gp_dsl_compile_file(gp_test_path(example), &o, d);
+    if (!g)
+        fprintf(stderr, "%s: %s\n", example, gp_diag_text(d));
+    gp_diag_free(d);
+    return g;
+}
+
+static const gp_tensor *weight_named(const gp_graph *g, const char *ckpt)
+{
+    for (int i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i].weight_name && strcmp(g->tensors[i].weight_name, ckpt) == 0)
+            return &g->tensors[i];
+    return NULL;
+}
+
+/* --devices N: split weights cut to one device's share (recorded for the loader), the KV cache
+ * cut, one all_reduce after each block's two output projections; on one device none of it. */
+static void test_devices(void)
+{
+    static const char *defs[] = {"n_layer=3", "n_head=12"};
+    for (int n = 1; n <= 4; n++) {
+        gp_graph *g = compile_devices("examples/gpt2.gplan", defs, 2, n);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+        const gp_tensor *qkv = weight_named(g, "transformer.h.1.attn.c_attn.weight");
+        const gp_tensor *proj = weight_named(g, "transformer.h.1.mlp.c_proj.weight");
+        const gp_tensor *wte = weight_named(g, "transformer.wte.weight");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(qkv);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(proj);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(wte);
+        int heads = (12 + n - 1) / n; /* 4 devices: 3 heads each, 3 devices: 4 */
+        CU_ASSERT_EQUAL(qkv->shape[0].size, 768);
+        CU_ASSERT_EQUAL(qkv->shape[1].size, 3 * heads * 64);
+        CU_ASSERT_EQUAL(proj->shape[0].size, 3072 / n);
+        CU_ASSERT_EQUAL(wte->shape[0].size, 50257); /* replicated */
+        CU_ASSERT_EQUAL(wte->split.groups, 0);
+        CU_ASSERT_EQUAL(count_op(g, GP_OP_ALL_REDUCE), n > 1 ? 6 : 0);
+        if (n > 1) {
+            CU_ASSERT_EQUAL(qkv->split.groups, 3);
+            CU_ASSERT_EQUAL(qkv->split.dim, 1);
+            CU_ASSERT_EQUAL(qkv->split.unit, 64);
+            CU_ASSERT_EQUAL(qkv->split.full, 2304);
+            CU_ASSERT_EQUAL(proj->split.dim, 0);
+            CU_ASSERT_EQUAL(proj->split.full, 3072);
+        } else {
+            CU_ASSERT_EQUAL(qkv->split.groups, 0);
+        }
+        int k = gp_graph_find_tensor(g, "k_cache");
+        CU_ASSERT_FATAL(k >= 0);
+        CU_ASSERT_EQUAL(g->tensors[k].shape[2].size, heads);
+        gp_graph_free(g);
+    }
+    /* Llama cuts heads exactly: 3 devices do not divide 32 heads, and the error says where. */
+    gp_diag *d = gp_diag_new(NULL);
+    gp_dsl_opts o = {NULL, 0, NULL, NULL, 3};
+    gp_graph *g = gp_dsl_compile_file(gp_test_path("examples/llama.gplan"), &o, d);
+    CU_ASSERT_PTR_NULL(g);
+    CU_ASSERT_PTR_NOT_NULL(strstr(gp_diag_text(d), "got 1.33333"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(gp_diag_text(d), "llama.gplan:"));
+    gp_diag_free(d);
+    gp_graph_free(g);
+}
 
 static void test_golden(void)
 {
@@ -1018,6 +1130,7 @@ void gp_suite_dsl(void)
     CU_add_test(s, "parser expressions", test_parser_expressions);
     CU_add_test(s, "parser statements", test_parser_statements);
     CU_add_test(s, "parser error recovery", test_parser_recovery);
+    CU_add_test(s, "--devices N: split weights, KV cache, all_reduce", test_devices);
     CU_add_test(s, "golden diagnostics", test_golden);
     CU_add_test(s, "golden diagnostics: limits", test_golden_limits);
     CU_add_test(s, "golden diagnostics: config.json", test_golden_config);

@@ -815,6 +815,7 @@ static void assert_plans_equal(const gp_plan *a, const gp_plan *b)
         CU_ASSERT_EQUAL(x->first, y->first);
         CU_ASSERT_EQUAL(x->last, y->last);
         CU_ASSERT_EQUAL(x->extras_offset, y->extras_offset);
+        CU_ASSERT_EQUAL(memcmp(&x->split, &y->split, sizeof x->split), 0);
         CU_ASSERT_EQUAL(x->line, y->line);
         CU_ASSERT_EQUAL(x->col, y->col);
     }
@@ -1429,6 +1430,82 @@ static void test_corrupt_tensors(void)
     b = copy_good(); set64(tensor_rec(b, FX_A) + 136, (uint64_t)-80); expect_bad_fixed(b, "extras offset -80");
 }
 
+/* A weight split over 2 devices: round trip, then every inconsistent split refused; a split in a
+ * plan of one device is refused too. */
+static void test_corrupt_split(void)
+{
+    CU_ASSERT_FATAL(have_good());
+    unsigned char *b = copy_good();
+    set32(tensor_rec(b, FX_W) + 152, 1);
+    set64(tensor_rec(b, FX_W) + 160, 1);
+    set64(tensor_rec(b, FX_W) + 168, 16);
+    expect_bad_fixed(b, "tensor 2 (w): bad split (groups 1, dim 0, unit 1, full 16)");
+
+    gp_diag *d = gp_diag_new(NULL);
+    gp_graph *g = fixture_graph(d);
+    gp_tensor *w = &g->tensors[FX_W];
+    w->split = (gp_split){1, 0, 1, 2 * w->shape[0].size};
+    gp_plan_opts o = {0};
+    o.n_devices = 2;
+    gp_plan *p = build(g, &o);
+    gp_graph_free(g);
+    gp_diag_free(d);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    unsigned char *two = NULL;
+    size_t len = 0;
+    char err[512];
+    CU_ASSERT_EQUAL_FATAL(gp_plan_write_mem(p, &two, &len, err, sizeof err), 0);
+    gp_plan *q = NULL;
+    CU_ASSERT_EQUAL(gp_plan_load_mem(two, len, "c.plan", &q, err, sizeof err), 0);
+    if (q) {
+        assert_plans_equal(p, q);
+        CU_ASSERT_EQUAL(q->tensors[FX_W].split.full, 2 * p->tensors[FX_W].dims[0]);
+        gp_plan_free(q);
+    }
+    int64_t rows = p->tensors[FX_W].dims[0];
+    gp_plan_free(p);
+    static const struct {
+        int at, bytes;
+        int64_t value;
+        const char *why;
+    } cases[] = {
+        {168, 8, 0, "bad split"},                       /* full 0 */
+        {168, 8, -4, "bad split"},
+        {156, 4, 7, "bad split (groups 1, dim 7"},      /* dim out of range */
+        {152, 4, 0, "bad split (groups 0"},             /* groups 0 with the rest set */
+        {152, 4, -1, "bad split"},
+        {160, 8, 0, "bad split"},                       /* unit 0 */
+        {160, 8, 3, "bad split"},                       /* full not a multiple of the unit */
+        {168, 8, -1, "bad split"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        unsigned char *c = malloc(len);
+        memcpy(c, two, len);
+        unsigned char *rec = section(c, GP_PLAN_SEC_TENSORS) + 8 + (size_t)FX_W * GP_PLAN_TENSOR_BYTES;
+        if (cases[k].bytes == 4)
+            set32(rec + cases[k].at, (uint32_t)cases[k].value);
+        else
+            set64(rec + cases[k].at, (uint64_t)cases[k].value);
+        size_t keep = good_len;
+        good_len = len; /* fix_crcs and expect_bad use it */
+        expect_bad_fixed(c, cases[k].why);
+        good_len = keep;
+    }
+    /* A share that does not match the whole: 4 rows over 2 devices are 2 per device, not 3. */
+    unsigned char *c = malloc(len);
+    memcpy(c, two, len);
+    set64(section(c, GP_PLAN_SEC_TENSORS) + 8 + (size_t)FX_W * GP_PLAN_TENSOR_BYTES + 168,
+          (uint64_t)(3 * rows));
+    size_t keep = good_len;
+    good_len = len;
+    char want[128];
+    snprintf(want, sizeof want, "dim 0 is %lld, but a split of %lld over 2 devices gives %lld",
+             (long long)rows, (long long)(3 * rows), (long long)((3 * rows + 1) / 2));
+    expect_bad_fixed(c, want);
+    good_len = keep;
+    free(two);
+}
+
 static void test_corrupt_nodes(void)
 {
     CU_ASSERT_FATAL(have_good());
@@ -1482,4 +1559,5 @@ void gp_suite_plan(void)
     CU_add_test(c, "meta, regions, syms", test_corrupt_meta_regions);
     CU_add_test(c, "tensor records", test_corrupt_tensors);
     CU_add_test(c, "node records", test_corrupt_nodes);
+    CU_add_test(c, "weight splits (plan format 1.1)", test_corrupt_split);
 }
