@@ -33,6 +33,9 @@ BACKEND=${BACKEND:-cuda}
 PROMPT=${PROMPT:-512}
 cd "$(dirname "$0")/.." || exit 1
 FAILS=0
+# NVLink multicast (NVLS) stays off on shared GPU hosts: a program using it can take the host's
+# GPUs out of service for everyone; NCCL falls back to its ring and tree algorithms.
+export NCCL_NVLS_ENABLE=0
 
 die() {
     echo "multi-gpu.sh: $*" >&2
