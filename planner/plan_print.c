@@ -31,6 +31,50 @@ static const char *human(int64_t bytes, char *buf, size_t n)
     return buf;
 }
 
+int64_t gp_plan_split_padding(const gp_plan *p, int i, int device)
+{
+    const gp_plan_tensor *t = &p->tensors[i];
+    const gp_split *s = &t->split;
+    if (!s->groups || device < 0 || device >= p->n_devices)
+        return 0;
+    int64_t units = s->full / (s->groups * s->unit), share = t->dims[s->dim] / (s->groups * s->unit);
+    int64_t real = units - device * share; /* this device's units that exist in the checkpoint */
+    real = real < 0 ? 0 : real > share ? share : real;
+    int64_t unit_bytes = t->size / (s->groups * share); /* one unit across the other dims */
+    return (share - real) * s->groups * unit_bytes;
+}
+
+/* Tensor parallelism: each device's bytes (one layout, its own copy) and the zero padding of the
+ * split weights it holds. */
+static void print_devices(const gp_plan *p, FILE *out)
+{
+    char h[6][32];
+    int64_t split = 0, whole = 0;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (t->kind == GP_TENSOR_WEIGHT && t->view_src < 0)
+            *(t->split.groups ? &split : &whole) += t->size;
+    }
+    fprintf(out, "tensor parallel over %d devices, one layout: each device holds every region "
+            "above; weights %s split (a 1/%d share each), %s whole on every device\n",
+            p->n_devices, human(split, h[0], sizeof h[0]), p->n_devices,
+            human(whole, h[1], sizeof h[1]));
+    for (int d = 0; d < p->n_devices; d++) {
+        int64_t pad = 0, total = 0;
+        for (int i = 0; i < p->n_tensors; i++)
+            pad += gp_plan_split_padding(p, i, d);
+        for (int r = 0; r < GP_REGION_EXTRAS; r++)
+            total += p->regions[r].size;
+        fprintf(out, "  device %d: arena %s, state %s, weights %s (%s zero padding), io %s; "
+                "%s\n", d, human(p->regions[GP_REGION_ARENA].size, h[0], sizeof h[0]),
+                human(p->regions[GP_REGION_STATE].size, h[1], sizeof h[1]),
+                human(p->regions[GP_REGION_WEIGHTS].size, h[2], sizeof h[2]),
+                human(pad, h[3], sizeof h[3]), human(p->regions[GP_REGION_IO].size, h[4],
+                                                      sizeof h[4]),
+                human(total, h[5], sizeof h[5]));
+    }
+}
+
 void gp_plan_summary_print(const gp_plan *p, FILE *out)
 {
     char h1[32], h2[32], h3[32];
@@ -69,4 +113,6 @@ void gp_plan_summary_print(const gp_plan *p, FILE *out)
             "%.3f ms\n", (long long)p->regions[GP_REGION_ARENA].alignment,
             strategy_name(p->strategy), p->method ? p->method : "?", n_inplace, n_ws,
             p->plan_seconds * 1e3);
+    if (p->n_devices > 1)
+        print_devices(p, out);
 }

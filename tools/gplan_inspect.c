@@ -100,6 +100,10 @@ static void print_table(const gp_plan *p, FILE *out)
                      (long long)t->view_offset);
         else if (is_workspace(p, i))
             snprintf(alias, sizeof alias, "workspace of node %d", t->producer);
+        else if (t->weight_name && t->split.groups)
+            snprintf(alias, sizeof alias, "weight %s, split dim %d of %lld (%d group%s, unit %lld)",
+                     t->weight_name, t->split.dim, (long long)t->split.full, t->split.groups,
+                     t->split.groups == 1 ? "" : "s", (long long)t->split.unit);
         else if (t->weight_name)
             snprintf(alias, sizeof alias, "weight %s", t->weight_name);
         fprintf(out, "%5d  %-*.*s  %-12s  %-5s  %-18s  %-7s  %12lld  %12lld  %5d  %5d  %s\n", i, w,
@@ -245,6 +249,20 @@ static json_t *plan_json(const gp_plan *p)
         json_object_set_new(regions, gp_region_name((gp_region)r), rj);
     }
     json_object_set_new(o, "regions", regions);
+    /* Each device's memory: the same regions (one layout), its own split-weight padding. */
+    json_t *devs = json_array();
+    for (int d = 0; d < p->n_devices; d++) {
+        json_t *dj = json_object();
+        int64_t pad = 0;
+        for (int i = 0; i < p->n_tensors; i++)
+            pad += gp_plan_split_padding(p, i, d);
+        json_object_set_new(dj, "device", json_integer(d));
+        for (int r = 0; r < GP_REGION_EXTRAS; r++)
+            json_object_set_new(dj, gp_region_name((gp_region)r), json_integer(p->regions[r].size));
+        json_object_set_new(dj, "split_padding", json_integer(pad));
+        json_array_append_new(devs, dj);
+    }
+    json_object_set_new(o, "devices", devs);
     json_t *syms = json_array();
     for (int s = 0; s < p->n_syms; s++) {
         json_t *sj = json_object();
@@ -281,6 +299,15 @@ static json_t *plan_json(const gp_plan *p)
         json_object_set_new(tj, "weight_name",
                             t->weight_name ? json_string(t->weight_name) : json_null());
         json_object_set_new(tj, "extras_offset", json_integer(t->extras_offset));
+        json_t *sj = json_null();
+        if (t->split.groups) {
+            sj = json_object();
+            json_object_set_new(sj, "dim", json_integer(t->split.dim));
+            json_object_set_new(sj, "groups", json_integer(t->split.groups));
+            json_object_set_new(sj, "unit", json_integer(t->split.unit));
+            json_object_set_new(sj, "full", json_integer(t->split.full));
+        }
+        json_object_set_new(tj, "split", sj);
         json_array_append_new(tensors, tj);
     }
     json_object_set_new(o, "tensors", tensors);
