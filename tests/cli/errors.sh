@@ -194,12 +194,35 @@ if [ -n "$run" ]; then
     check E702 1 "gplan-run: backend cuda: this build has no CUDA support (configure with -DGPLAN_CUDA=ON on a machine with nvcc)" run tiny.plan --random-weights 1 --backend cuda
     skip E703 "this build has no CUDA backend"
   fi
+
+  # ---- gplan-run: LoRA adapters ----
+  cp -r "$src/tests/cli/lora_adapter" adapter
+  tdims="-D n_layer=2 -D n_embd=64 -D n_head=4 -D vocab_size=256 -D n_positions=64 -D n_batch=64"
+  for m in "merge8:-D lora_r=8" "merge16:-D lora_r=4 -D wtype=f16"; do
+    # shellcheck disable=SC2086
+    "$compile" "$ex/gpt2.gplan" $tdims ${m#*:} --lora-merge -o "${m%%:*}.plan" >/dev/null 2>&1 ||
+      fail "gplan-compile --lora-merge ${m#*:}"
+  done
+  mkdir -p badshape
+  printf '{"r": 4, "lora_alpha": 8, "target_modules": ["c_attn"], "fan_in_fan_out": true}' \
+    >badshape/adapter_config.json
+  st badshape/adapter_model.safetensors '{"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight":{"dtype":"F32","shape":[4,32],"data_offsets":[0,512]},"base_model.model.transformer.h.0.attn.c_attn.lora_B.weight":{"dtype":"F32","shape":[192,4],"data_offsets":[512,3584]}}' 3584
+  check E901 2 "gplan-run: --lora in merge mode needs --lora-merge-plan FILE (gplan-compile MODEL -D lora_r=R --lora-merge -o FILE)" run tiny.plan --random-weights 1 --lora adapter
+  check E902 1 "gplan-run: lora: adapter: the adapter has rank 4, the merge plan merge8.plan rank 8 (compile it with -D lora_r=4)" run tiny.plan --random-weights 1 --lora adapter --lora-merge-plan merge8.plan
+  check E903 1 'gplan-run: tiny.plan: not a LoRA merge plan (no input "lora_scale" f32 [1]; make one with gplan-compile MODEL.gplan -D lora_r=R --lora-merge -o FILE)' run tiny.plan --random-weights 1 --lora adapter --lora-merge-plan tiny.plan
+  check E904 1 'gplan-run: lora: merge plan merge16.plan: "transformer.h.0.attn.c_attn.weight" is f16 [64, 192], but the model'"'"'s plan "tiny" has it as f32 [64, 192] (compile both from the same graph and parameters)' run tiny.plan --random-weights 1 --lora adapter --lora-merge-plan merge16.plan
+  check E905 1 'gplan-run: lora: "base_model.model.transformer.h.0.attn.c_attn.lora_A.weight": expected shape [4, 64], file has [4, 32] (target "transformer.h.0.attn.c_attn.weight" [64, 192], Conv1D [in, out])' run tiny.plan --random-weights 1 --lora badshape --lora-merge-plan merge16.plan
 else
   for id in E311 E312 E313 E401 E402 E403 E404 E405 E406 E407 E408 E409 E501 E502 E503 E504 E505 \
-    E506 E507 E508 E509 E510 E601 E602 E603 E604 E701 E702 E703; do
+    E506 E507 E508 E509 E510 E601 E602 E603 E604 E701 E702 E703 E901 E902 E903 E904 E905; do
     skip $id "gplan-run is not built"
   done
 fi
+
+# ---- gplan-compile --lora-merge ----
+# shellcheck disable=SC2086
+check E906 1 "error: graph 'gpt2' declares no LoRA weights (base_model.model.<module>.lora_A.weight): compile it with -D lora_r=R to build its merge graph" compile "$ex/gpt2.gplan" -D n_layer=1 --lora-merge -o nolora.plan
+check E907 2 "gplan-compile: --lora-merge makes a CPU plan of one device (no --buffers, --devices or --backend other than cpu)" compile "$ex/gpt2.gplan" -D lora_r=4 --lora-merge --devices 2 -o x.plan
 
 # ---- the embedding API (runtime/gplan.h): asserted exactly in tests/test_runtime.c ----
 for m in "T = 65 is outside [1, 64] (the plan's bound)"; do
