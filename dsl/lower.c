@@ -493,6 +493,7 @@ static const op_spec op_specs[] = {
     {"max", GP_OP_NONE, "nn", {0}},
     {"sqrt", GP_OP_NONE, "n", {0}},
     {"cdiv", GP_OP_NONE, "nn", {0}},
+    {"exact_div", GP_OP_NONE, "nn", {0}},
 };
 
 #define MAX_ARGS 8
@@ -705,13 +706,18 @@ static value compile_time_call(lower *L, call *c)
         return vfloat(sqrt(num(a)));
     }
     value b = c->pos[1];
-    if (strcmp(nm, "cdiv") == 0) { /* ceiling division of positive integers */
+    if (strcmp(nm, "cdiv") == 0 || strcmp(nm, "exact_div") == 0) {
         if (a.k != V_INT || b.k != V_INT || a.i < 0 || b.i <= 0) {
-            error(L, c->e->loc, "cdiv needs a non-negative and a positive integer, got %g and %g",
-                  num(a), num(b));
+            error(L, c->e->loc, "%s needs a non-negative and a positive integer, got %g and %g",
+                  nm, num(a), num(b));
             return ERR;
         }
-        return vint(a.i / b.i + (a.i % b.i != 0));
+        if (nm[0] == 'e' && a.i % b.i != 0) {
+            error(L, c->e->loc, "exact_div: %lld is not a multiple of %lld", (long long)a.i,
+                  (long long)b.i);
+            return ERR;
+        }
+        return vint(a.i / b.i + (a.i % b.i != 0)); /* cdiv rounds up */
     }
     int first = strcmp(nm, "min") == 0 ? num(a) <= num(b) : num(a) >= num(b);
     value r = first ? a : b;
