@@ -78,7 +78,8 @@ static void usage(FILE *out)
             "                      the lower bound), greedy (heuristics only) or exact\n"
             "  --time-limit S      seconds for the exact search (default 10)\n"
             "  --alignment N       arena alignment in bytes, a power of two (default 256)\n"
-            "  --devices N         devices each tensor record holds a pointer for (default 1)\n"
+            "  --devices N         tensor-parallel devices: sets the graph's `devices`, cuts split\n"
+            "                      weights, one pointer per device in each tensor record (default 1)\n"
             "  --backend B         size op workspaces for cpu, cuda or any (default any: one\n"
             "                      plan serves both; cpu leaves out cuBLAS's 32 MiB workspace)\n"
             "  --capacity BYTES    with --buffers: the answer must fit in BYTES (exit status 3\n"
@@ -322,7 +323,7 @@ int main(int argc, char **argv)
         return EXIT_INPUT;
     }
     char *params = NULL;
-    gp_dsl_opts dopts = {o.defines, o.n_defines, o.config, &params};
+    gp_dsl_opts dopts = {o.defines, o.n_defines, o.config, &params, o.plan.n_devices};
     gp_graph *g = gp_dsl_compile_file(o.input, &dopts, d);
     if (g && o.lora_merge) {
         gp_graph *mg = gp_lora_merge_graph(g, d);
