@@ -11,7 +11,11 @@
  * them) off; GPLAN_CUDA_PREFETCH=1 has the matvec and attention kernels prefetch weights and cache
  * rows into L2 before that wait. GPLAN_CUDA_SKIP (op names; timing experiments only: wrong results)
  * leaves those ops' kernels out. GPLAN_CUDA_MATVEC=1: the first (version 1) matrix-vector kernels;
- * GPLAN_CUDA_MV_BPS=n: the [K, N] matvec's target blocks per multiprocessor (default 4). */
+ * GPLAN_CUDA_MV_BPS=n: the [K, N] matvec's target blocks per multiprocessor (default 4).
+ * Tensor-parallel plans: one instance per rank, each on its device and called from its own thread;
+ * all_reduce nodes are NCCL all-reduces (cuda/cuda_comm.c) captured in the graphs with the rest;
+ * GPLAN_NCCL_REGISTER=1 registers the arena with NCCL at creation (off by default: see
+ * register_arena). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_comm.h"
 #include "cuda/cuda_kernels.h"
 #include "runtime/backend.h"
 
@@ -57,6 +62,12 @@ typedef struct {
 typedef struct {
     const gp_plan *p;
     int slot;
+    int device;                     /* CUDA ordinal, made current on every entry point */
+    int rank, n_ranks;              /* tensor parallelism: this instance's rank among n_ranks */
+    gp_cuda_comm *comm;             /* shared by the ranks; NULL on one device */
+    int warming;                    /* eager warm-up evals at creation: all_reduce is local, since
+                                       the other ranks may not exist yet */
+    void *nccl_reg;                 /* the arena's NCCL registration, or NULL */
     unsigned char *host_io;         /* the session's io block */
     int io_registered;              /* host_io is page-locked (cudaHostRegister) */
     unsigned char *pin_io;          /* else: a pinned staging copy of it */
@@ -198,6 +209,25 @@ static void tensor_of(const cuda_be *b, int id, gp_cu_tensor *k)
 
 /* ---- one eval's work, enqueued on the stream (run directly or captured into a graph) ---- */
 
+/* Elements of k at the launch sizes. */
+static size_t launch_numel(const cuda_be *b, const gp_cu_tensor *k)
+{
+    int64_t n = 1;
+    for (int d = 0; d < k->ndim; d++)
+        n *= k->sym[d] >= 0 ? b->launch[k->sym[d]] : k->ne[d];
+    return (size_t)n;
+}
+
+/* all_reduce over the ranks, on the planned (contiguous, checked at creation) buffers; rows a
+ * padded launch adds are summed too, and nothing reads them. */
+static int all_reduce(cuda_be *b, const cu_node *cn)
+{
+    b->kc.launches++;
+    return gp_cuda_comm_all_reduce(b->comm, b->rank, cn->in[0].data, cn->out.data,
+                                   launch_numel(b, &cn->out), cn->out.dtype, b->stream, b->kc.err,
+                                   sizeof b->kc.err);
+}
+
 static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
 {
     const gp_plan *p = b->p;
@@ -236,7 +266,9 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
                 goto ran;
             }
         }
-        if (!r && cn->pair >= 0)
+        if (!r && nd->op == GP_OP_ALL_REDUCE && b->comm && !b->warming)
+            r = all_reduce(b, cn);
+        else if (!r && cn->pair >= 0)
             r = gp_cuda_store2(&b->kc, cn->in, b->nodes[cn->pair].in);
         else if (!r && nd->op == GP_OP_MATMUL && cn->epi.n > 0)
             r = gp_cuda_matmul_fused(&b->kc, &nd->attrs, &cn->out, cn->in, cn->ws, cn->ws_size,
@@ -258,7 +290,9 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
     }
     if (b->ev)
         cudaEventRecord(b->ev[p->n_nodes], b->stream);
-    for (int i = 0; i < p->n_tensors; i++) {
+    for (int i = 0; i < p->n_tensors && b->rank == 0; i++) {
+        /* Only rank 0's outputs are read (runtime/backend.h, "Several devices"); the others'
+         * are the same bytes, so they stay on their devices. */
         const gp_plan_tensor *t = &p->tensors[i];
         if (t->kind != GP_TENSOR_OUTPUT || t->size <= 0)
             continue;
@@ -594,6 +628,72 @@ static void transpose_host(unsigned char *dst, const unsigned char *src, int64_t
                            src + ((size_t)k * (size_t)N + (size_t)n) * es, es);
 }
 
+/* all_reduce nodes go to NCCL as flat arrays: input and output contiguous at every size (packed
+ * strides, only the first dim symbolic), one dtype NCCL sums, the same shape, and the output
+ * either the input's bytes (in place) or disjoint from them. */
+static int check_all_reduces(const cuda_be *b, char *err, size_t err_len)
+{
+    const gp_plan *p = b->p;
+    for (int i = 0; i < p->n_nodes; i++) {
+        const gp_plan_node *nd = &p->nodes[i];
+        if (nd->op != GP_OP_ALL_REDUCE)
+            continue;
+        const cu_node *cn = &b->nodes[i];
+        const gp_cu_tensor *x = &cn->in[0], *o = &cn->out;
+        const char *why = NULL;
+        if (nd->n_inputs != 1 || !gp_cuda_comm_dtype_ok(o->dtype) || x->dtype != o->dtype)
+            why = "needs one f32, f16 or bf16 input of the output's dtype";
+        for (int t = 0; t < 2 && !why; t++) {
+            const gp_cu_tensor *k = t ? o : x;
+            int64_t packed = (int64_t)gp_dtype_size(k->dtype);
+            if (k->ndim != o->ndim)
+                why = "input and output shapes differ";
+            for (int d = k->ndim - 1; d >= 0 && !why; d--) {
+                if (k->ne[d] != o->ne[d] || k->sym[d] != o->sym[d])
+                    why = "input and output shapes differ";
+                else if ((k->ne[d] > 1 && k->nb[d] != packed) || (d > 0 && k->sym[d] >= 0))
+                    why = "input and output must be contiguous, only the first dim symbolic";
+                packed *= k->ne[d];
+            }
+        }
+        if (!why && x->data != o->data) {
+            size_t bytes = (size_t)gp_dtype_size(o->dtype);
+            for (int d = 0; d < o->ndim; d++)
+                bytes *= (size_t)o->ne[d];
+            const unsigned char *xa = x->data, *oa = o->data;
+            if (!xa || !oa || (xa < oa + bytes && oa < xa + bytes))
+                why = "the output overlaps the input without being it";
+        }
+        if (why) {
+            snprintf(err, err_len, "cuda: node %d (all_reduce -> %s, line %d): %s", i,
+                     p->tensors[nd->output].name, nd->line, why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/*
+ * GPLAN_NCCL_REGISTER=1: registers the arena (where every all_reduce buffer lives) with NCCL, for
+ * zero-copy transfers; the outcome goes to stderr. Off by default and untested on hardware: NCCL's
+ * documentation asks for memory from its own allocator (ncclMemAlloc, cuMem*) and the arena comes
+ * from cudaMalloc; and NCCL requires every rank or none to pass registered buffers, which a
+ * refusal on one rank only would break. Unregistered, the all-reduces copy through NCCL's buffers.
+ */
+static void register_arena(cuda_be *b)
+{
+    const char *env = getenv("GPLAN_NCCL_REGISTER");
+    char msg[256];
+    if (!b->comm || !(env && *env == '1') || b->p->regions[GP_REGION_ARENA].size <= 0)
+        return;
+    int r = gp_cuda_comm_register(b->comm, b->rank, b->dev[GP_REGION_ARENA],
+                                  (size_t)b->p->regions[GP_REGION_ARENA].size, &b->nccl_reg, msg,
+                                  sizeof msg);
+    fprintf(stderr, "cuda: rank %d: arena (%lld bytes) %s%s\n", b->rank,
+            (long long)b->p->regions[GP_REGION_ARENA].size,
+            r ? "not registered with NCCL: " : "registered with NCCL", r ? msg : "");
+}
+
 static void be_destroy(void *ctx);
 
 static int be_create(const gp_backend_init *init, void **out, char *err, size_t err_len)
@@ -612,6 +712,17 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     }
     if (check_io(p, err, err_len))
         return -1;
+    if (init->n_ranks > 1 && (!init->comm || init->rank < 0 || init->rank >= init->n_ranks ||
+                              init->n_ranks != p->n_devices)) {
+        snprintf(err, err_len, "cuda: rank %d of %d (plan for %d devices) without a communicator",
+                 init->rank, init->n_ranks, p->n_devices);
+        return -1;
+    }
+    if (init->n_ranks > 1 && gp_cuda_comm_device(init->comm, init->rank) != init->device) {
+        snprintf(err, err_len, "cuda: rank %d runs on device %d, its communicator on device %d",
+                 init->rank, init->device, gp_cuda_comm_device(init->comm, init->rank));
+        return -1;
+    }
     unsigned char *stage = NULL; /* host [K * N] weights being transposed */
     size_t stage_size = 0;
     cuda_be *b = calloc(1, sizeof *b);
@@ -621,6 +732,10 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     }
     b->p = p;
     b->slot = init->slot;
+    b->device = init->device;
+    b->n_ranks = init->n_ranks > 1 ? init->n_ranks : 1;
+    b->rank = b->n_ranks > 1 ? init->rank : 0;
+    b->comm = b->n_ranks > 1 ? init->comm : NULL;
     b->host_io = init->io;
     b->nodes = calloc((size_t)p->n_nodes + 1, sizeof *b->nodes);
     b->launch = calloc((size_t)p->n_syms + 1, sizeof *b->launch);
@@ -760,6 +875,9 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     if (!(b->disable & FUSE_STORE2))
         plan_store_pairs(b);
     free(uses);
+    if (check_all_reduces(b, err, err_len))
+        goto fail;
+    register_arena(b);
 
     /* cuBLAS: created here, on our stream, working only in planned workspaces (set per node). */
     if (cublasCreate(&b->blas) != CUBLAS_STATUS_SUCCESS) {
@@ -805,7 +923,9 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
 
     /* Warm-up: one eager eval at the smallest and one at the largest sizes loads every kernel and
      * lets cuBLAS set itself up outside of any capture; the state is zeroed again after. Index
-     * inputs may hold anything here: the kernels skip out-of-range ones. */
+     * inputs may hold anything here: the kernels skip out-of-range ones. all_reduce only copies
+     * (b->warming): the other ranks may not be created yet, and NCCL was warmed up with them. */
+    b->warming = 1;
     for (int w = 0; w < 2; w++) {
         for (int s = 0; s < p->n_syms; s++)
             b->launch[s] = b->pin_syms[s] = w ? p->syms[s].bound : 1;
@@ -813,6 +933,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             goto fail;
         CU_TRY(cudaStreamSynchronize(b->stream));
     }
+    b->warming = 0;
     CU_TRY(cudaMemset(b->dev[GP_REGION_STATE], 0, (size_t)p->regions[GP_REGION_STATE].size));
 
     /* Graphs: one per power-of-two bucket of the token count, captured now so that an eval only
@@ -896,7 +1017,16 @@ static int be_eval(void *ctx, const unsigned char *extras, char *err, size_t err
     cuda_be *b = ctx;
     double t0 = now_s();
     const gp_plan *p = b->p;
-    /* This eval's sizes, from the extras records the session wrote. */
+    /* Each rank's thread drives its own device. */
+    CU_TRY(cudaSetDevice(b->device));
+    if (b->comm && gp_cuda_comm_failed(b->comm) >= 0) {
+        snprintf(err, err_len, "cuda: rank %d: the session's collectives were stopped after rank %d "
+                 "failed; create a new session", b->rank, gp_cuda_comm_failed(b->comm));
+        return -1;
+    }
+    /* This eval's sizes, from the extras records the session wrote. Every check before the launch
+     * reads what every rank reads alike, so when one rank returns here, all do, and no rank is
+     * left in a collective. */
     for (int s = 0; s < p->n_syms; s++) {
         int64_t v = p->syms[s].bound;
         if (b->sym_tensor[s] >= 0) {
@@ -915,16 +1045,25 @@ static int be_eval(void *ctx, const unsigned char *extras, char *err, size_t err
         memcpy(b->pin_io, b->host_io, (size_t)p->regions[GP_REGION_IO].size);
     cu_graph *g = pick_graph(b, b->pin_syms);
     if (g) {
-        CU_TRY(cudaGraphLaunch(g->exec, b->stream));
+        cudaError_t e = cudaGraphLaunch(g->exec, b->stream);
+        if (e != cudaSuccess) {
+            snprintf(err, err_len, "cuda: rank %d: cudaGraphLaunch: %s", b->rank,
+                     cudaGetErrorString(e));
+            goto launch_failed;
+        }
     } else {
         for (int s = 0; s < p->n_syms; s++)
             b->launch[s] = b->pin_syms[s];
-        if (enqueue_eval(b, err, err_len)) {
-            cudaStreamSynchronize(b->stream);
-            return -1;
-        }
+        if (enqueue_eval(b, err, err_len))
+            goto launch_failed;
     }
-    CU_TRY(cudaStreamSynchronize(b->stream));
+    /* Several ranks: a wait that gives up when another rank fails (cuda/cuda_comm.h). */
+    if (b->comm) {
+        if (gp_cuda_comm_wait(b->comm, b->rank, b->stream, err, err_len))
+            return -1;
+    } else {
+        CU_TRY(cudaStreamSynchronize(b->stream));
+    }
     if (b->ev && p->n_syms == 1 && b->pin_syms[0] == 1) {
         for (int i = 0; i < p->n_nodes; i++) {
             float ms = 0;
@@ -937,9 +1076,18 @@ static int be_eval(void *ctx, const unsigned char *extras, char *err, size_t err
     }
     if (!b->io_registered)
         memcpy(b->host_io, b->pin_io, (size_t)p->regions[GP_REGION_IO].size);
-    stat_seconds += now_s() - t0;
-    stat_evals++;
+    if (b->rank == 0) { /* rank 0 only: the ranks' evals run at once */
+        stat_seconds += now_s() - t0;
+        stat_evals++;
+    }
     return 0;
+launch_failed:
+    /* Work may be queued, collectives among it: the other ranks must not wait for this one. */
+    if (b->comm)
+        gp_cuda_comm_fail(b->comm, b->rank);
+    cudaStreamSynchronize(b->stream);
+    cudaGetLastError();
+    return -1;
 fail:
     return -1;
 }
@@ -947,6 +1095,7 @@ fail:
 static int be_reset_state(void *ctx, char *err, size_t err_len)
 {
     cuda_be *b = ctx;
+    CU_TRY(cudaSetDevice(b->device));
     CU_TRY(cudaMemsetAsync(b->dev[GP_REGION_STATE], 0, (size_t)b->p->regions[GP_REGION_STATE].size,
                            b->stream));
     CU_TRY(cudaStreamSynchronize(b->stream));
@@ -965,8 +1114,10 @@ static void be_destroy(void *ctx)
     cuda_be *b = ctx;
     if (!b)
         return;
+    cudaSetDevice(b->device);
     if (b->stream)
         cudaStreamSynchronize(b->stream);
+    gp_cuda_comm_deregister(b->comm, b->rank, b->nccl_reg);
     if (b->ev && b->prof_evals) {
         /* The profile is what GPLAN_CUDA_PROFILE asks for: printed once, at the end. */
         fprintf(stderr, "cuda profile: GPU ms per one-token eval, by op (%lld evals)\n",
@@ -1005,4 +1156,5 @@ static void be_destroy(void *ctx)
 
 const gp_backend_ops gp_backend_cuda = {
     "cuda", be_create, be_eval, be_reset_state, be_alloc_count, be_destroy,
+    gp_cuda_comm_new, gp_cuda_comm_free,
 };

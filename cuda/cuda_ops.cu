@@ -483,6 +483,9 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
     case GP_OP_CONT:
     case GP_OP_CAST:
         return launch_elementwise(c, EW_COPY, 0.0f, out, &in[0], NULL);
+    case GP_OP_ALL_REDUCE:
+        /* One device: the identity (the backend sends several devices' to NCCL). */
+        return out->data == in[0].data ? 0 : launch_elementwise(c, EW_COPY, 0.0f, out, &in[0], NULL);
     case GP_OP_LAYER_NORM:
     case GP_OP_RMS_NORM: {
         int ln = op == GP_OP_LAYER_NORM, has_b = ln && n_in > 2;
