@@ -1,0 +1,389 @@
+/* Tests of tensor parallelism on CUDA (suite "cuda_tp"): NCCL all-reduces from one thread per
+ * device inside graph captures, and GPT-2 and Llama compiled for 1 and 2 devices giving the same
+ * logits (same random weights) with no allocation during evals. With fewer than 2 GPUs, or a build
+ * without NCCL, the suite registers no test and says so: skipped, not passed. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <CUnit/CUnit.h>
+#include <cuda_runtime_api.h>
+
+#include "cuda/cuda_comm.h"
+#include "dsl/dsl.h"
+#include "planner/planner.h"
+#include "runtime/backend.h"
+#include "runtime/f16.h"
+#include "runtime/gplan.h"
+#include "tests/testutil.h"
+
+/* ---- the communicator alone: two ranks, two threads ---- */
+
+enum { N_EL = 3000 }; /* elements per all-reduce: not a multiple of any chunk size */
+
+typedef struct {
+    gp_cuda_comm *comm;
+    int rank;
+    gp_dtype dt;
+    int fail_before_launch; /* the failure test: this rank fails instead of launching */
+    int rc;
+    char err[256];
+    float got_in[N_EL], got_out[N_EL]; /* the in-place and out-of-place sums, read back */
+} rank_job;
+
+static void put(void *p, gp_dtype dt, size_t i, float v)
+{
+    if (dt == GP_F32) {
+        ((float *)p)[i] = v;
+    } else {
+        uint16_t h = dt == GP_F16 ? gp_f32_to_f16(v) : gp_f32_to_bf16(v);
+        ((uint16_t *)p)[i] = h;
+    }
+}
+
+static float get(const void *p, gp_dtype dt, size_t i)
+{
+    if (dt == GP_F32)
+        return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return dt == GP_F16 ? gp_f16_to_f32(h) : gp_bf16_to_f32(h);
+}
+
+/* Rank r's term of element i: small integers, exact in every dtype and in their sums. */
+static float term(int r, size_t i)
+{
+    return (float)((int)(i % 17) - 8) * (float)(r + 1);
+}
+
+/* One rank: x [N_EL] and y [N_EL] on its device; a graph that sums x in place and x into y,
+ * captured thread-locally as the backend does, launched once, waited for with gp_cuda_comm_wait. */
+static void *rank_main(void *arg)
+{
+    rank_job *j = arg;
+    size_t es = gp_dtype_size(j->dt), bytes = es * N_EL;
+    unsigned char host[N_EL * 4];
+    void *x = NULL, *y = NULL;
+    cudaStream_t s = NULL;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    j->rc = -1;
+    if (cudaSetDevice(j->rank) != cudaSuccess || cudaStreamCreate(&s) != cudaSuccess ||
+        cudaMalloc(&x, bytes) != cudaSuccess || cudaMalloc(&y, bytes) != cudaSuccess) {
+        snprintf(j->err, sizeof j->err, "rank %d: setup failed", j->rank);
+        goto done;
+    }
+    for (size_t i = 0; i < N_EL; i++)
+        put(host, j->dt, i, term(j->rank, i));
+    cudaMemcpy(x, host, bytes, cudaMemcpyHostToDevice);
+    cudaMemset(y, 0, bytes);
+    if (j->fail_before_launch) {
+        gp_cuda_comm_fail(j->comm, j->rank);
+        snprintf(j->err, sizeof j->err, "rank %d failed on purpose", j->rank);
+        goto done;
+    }
+    if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+        goto done;
+    int r1 = gp_cuda_comm_all_reduce(j->comm, j->rank, x, y, N_EL, j->dt, s, j->err, sizeof j->err);
+    int r2 = r1 ? -1 : gp_cuda_comm_all_reduce(j->comm, j->rank, x, x, N_EL, j->dt, s, j->err,
+                                               sizeof j->err);
+    cudaError_t e = cudaStreamEndCapture(s, &g);
+    if (r1 || r2 || e != cudaSuccess || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess ||
+        cudaGraphLaunch(ge, s) != cudaSuccess) {
+        if (!j->err[0])
+            snprintf(j->err, sizeof j->err, "rank %d: capture or launch failed", j->rank);
+        goto done;
+    }
+    if (gp_cuda_comm_wait(j->comm, j->rank, s, j->err, sizeof j->err))
+        goto done;
+    cudaMemcpy(host, x, bytes, cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < N_EL; i++)
+        j->got_in[i] = get(host, j->dt, i);
+    cudaMemcpy(host, y, bytes, cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < N_EL; i++)
+        j->got_out[i] = get(host, j->dt, i);
+    j->rc = 0;
+done:
+    if (ge)
+        cudaGraphExecDestroy(ge);
+    if (g)
+        cudaGraphDestroy(g);
+    if (s)
+        cudaStreamSynchronize(s);
+    cudaFree(x);
+    cudaFree(y);
+    if (s)
+        cudaStreamDestroy(s);
+    cudaGetLastError();
+    return NULL;
+}
+
+/* Runs both ranks at once on a fresh communicator over devices 0 and 1. */
+static int run_ranks(rank_job *jobs, gp_dtype dt, int fail_rank)
+{
+    const int devs[2] = {0, 1};
+    void *comm = NULL;
+    char err[512];
+    if (gp_cuda_comm_new(2, devs, &comm, err, sizeof err)) {
+        fprintf(stderr, "\n  comm_new: %s\n", err);
+        return -1;
+    }
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++) {
+        memset(&jobs[r], 0, sizeof jobs[r]);
+        jobs[r].comm = comm;
+        jobs[r].rank = r;
+        jobs[r].dt = dt;
+        jobs[r].fail_before_launch = r == fail_rank;
+        pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+    }
+    for (int r = 0; r < 2; r++)
+        pthread_join(th[r], NULL);
+    gp_cuda_comm_free(comm);
+    return 0;
+}
+
+static void test_all_reduce_dtypes(void)
+{
+    const gp_dtype dts[3] = {GP_F32, GP_F16, GP_BF16};
+    static rank_job jobs[2];
+    for (int k = 0; k < 3; k++) {
+        CU_ASSERT_EQUAL_FATAL(run_ranks(jobs, dts[k], -1), 0);
+        for (int r = 0; r < 2; r++) {
+            if (jobs[r].rc)
+                fprintf(stderr, "\n  %s rank %d: %s\n", gp_dtype_name(dts[k]), r, jobs[r].err);
+            CU_ASSERT_EQUAL(jobs[r].rc, 0);
+            int bad = 0;
+            for (size_t i = 0; i < N_EL && !jobs[r].rc; i++) {
+                float want = term(0, i) + term(1, i);
+                bad += jobs[r].got_out[i] != want || jobs[r].got_in[i] != want;
+            }
+            CU_ASSERT_EQUAL(bad, 0);
+        }
+    }
+}
+
+/* Rank 1 fails before launching; rank 0, already waiting in its all-reduce, must return an error
+ * instead of waiting forever. Opt-in (GPLAN_TEST_TP_FAILURE=1): if the stop did not work, the test
+ * would hang rather than fail. */
+static void test_failure_stops_waits(void)
+{
+    static rank_job jobs[2];
+    CU_ASSERT_EQUAL_FATAL(run_ranks(jobs, GP_F32, 1), 0);
+    CU_ASSERT_EQUAL(jobs[1].rc, -1);
+    CU_ASSERT_EQUAL(jobs[0].rc, -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(jobs[0].err, "rank 1 failed"));
+}
+
+static void test_comm_refusals(void)
+{
+    int n = 0;
+    cudaGetDeviceCount(&n);
+    int devs[GP_PLAN_MAX_DEVICES + 1];
+    for (int i = 0; i <= GP_PLAN_MAX_DEVICES; i++)
+        devs[i] = i;
+    char err[256], want[256];
+    void *c = (void *)devs;
+    CU_ASSERT_EQUAL(gp_cuda_comm_new(n + 1, devs, &c, err, sizeof err), -1);
+    CU_ASSERT_PTR_NULL(c);
+    snprintf(want, sizeof want, "cuda: the plan needs %d devices, %d visible", n + 1, n);
+    CU_ASSERT_STRING_EQUAL(err, want);
+    devs[1] = 0;
+    CU_ASSERT_EQUAL(gp_cuda_comm_new(2, devs, &c, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "cuda: device 0 given to ranks 0 and 1");
+    devs[1] = n;
+    CU_ASSERT_EQUAL(gp_cuda_comm_new(2, devs, &c, err, sizeof err), -1);
+    snprintf(want, sizeof want, "cuda: rank 1: device %d out of range (%d visible)", n, n);
+    CU_ASSERT_STRING_EQUAL(err, want);
+}
+
+/* ---- whole models: 1 device vs 2 devices ---- */
+
+/* `path` compiled for `devices` with the given -D overrides, random weights (seed 7). */
+static gp_model *tp_model(const char *path, const char *const *defs, int n_defs, int devices)
+{
+    char err[1024] = "";
+    gp_dsl_opts o = {(const char **)defs, n_defs, NULL, NULL, devices};
+    gp_plan_opts po;
+    memset(&po, 0, sizeof po);
+    po.n_devices = devices;
+    gp_diag *d = gp_diag_new(stderr);
+    gp_graph *g = gp_dsl_compile_file(gp_test_path(path), &o, d);
+    gp_plan *p = NULL;
+    unsigned char *bytes = NULL;
+    size_t len = 0;
+    gp_model *m = NULL;
+    if (g && gp_plan_build(g, &po, &p, d) == 0 &&
+        gp_plan_write_mem(p, &bytes, &len, err, sizeof err) == 0) {
+        m = gp_model_load_mem(bytes, len, path, err, sizeof err);
+        if (m && gp_model_random_weights(m, 7, err, sizeof err)) {
+            gp_model_free(m);
+            m = NULL;
+        }
+    }
+    if (!m)
+        fprintf(stderr, "\n  %s for %d devices: %s\n", path, devices, err);
+    free(bytes);
+    gp_plan_free(p);
+    gp_graph_free(g);
+    gp_diag_free(d);
+    return m;
+}
+
+/* n tokens at positions start.. on s; the logits [n, V] into out. */
+static int tp_step(gp_session *s, int n, int start, float *out, int64_t V)
+{
+    int32_t ids[64], pos[64];
+    for (int i = 0; i < n; i++) {
+        ids[i] = (int32_t)((start + i) * 131 % V);
+        pos[i] = start + i;
+    }
+    if (gp_session_set_tokens(s, ids, pos, n) || gp_session_eval(s)) {
+        fprintf(stderr, "\n  eval: %s\n", gp_session_error(s));
+        return -1;
+    }
+    const float *l = gp_session_output(s, "logits", NULL);
+    if (!l)
+        return -1;
+    memcpy(out, l, sizeof(float) * (size_t)n * (size_t)V);
+    return 0;
+}
+
+/* max |a - b| / max |b| over n values (inf when either has a NaN). */
+static double max_abs_rel(const float *a, const float *b, size_t n)
+{
+    double dmax = 0, bmax = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] != a[i] || b[i] != b[i])
+            return INFINITY;
+        double d = fabs((double)a[i] - b[i]);
+        dmax = d > dmax ? d : dmax;
+        bmax = fabs((double)b[i]) > bmax ? fabs((double)b[i]) : bmax;
+    }
+    return bmax > 0 ? dmax / bmax : dmax;
+}
+
+static void tp_parity(const char *path, const char *const *defs, int n_defs, double tol)
+{
+    gp_model *m1 = tp_model(path, defs, n_defs, 1), *m2 = tp_model(path, defs, n_defs, 2);
+    CU_ASSERT_PTR_NOT_NULL(m1);
+    CU_ASSERT_PTR_NOT_NULL(m2);
+    char err[1024];
+    gp_session_opts o = {"cuda", 1, 0};
+    gp_session *s1 = m1 ? gp_session_new(m1, &o, err, sizeof err) : NULL;
+    if (m1 && !s1)
+        fprintf(stderr, "\n  1-device session: %s\n", err);
+    gp_session *s2 = m2 ? gp_session_new(m2, &o, err, sizeof err) : NULL;
+    if (m2 && !s2)
+        fprintf(stderr, "\n  2-device session: %s\n", err);
+    CU_ASSERT_PTR_NOT_NULL(s1);
+    CU_ASSERT_PTR_NOT_NULL(s2);
+    if (s1 && s2) {
+        gp_model_info i1, i2;
+        gp_model_get_info(m1, &i1);
+        gp_model_get_info(m2, &i2);
+        CU_ASSERT_EQUAL(i1.vocab, i2.vocab);
+        /* each device holds less than the whole model (the split weights are halved) */
+        CU_ASSERT(i2.region_bytes[GP_REGION_WEIGHTS] < i1.region_bytes[GP_REGION_WEIGHTS]);
+        /* and half the KV cache (up to the regions' alignment) */
+        CU_ASSERT(i2.region_bytes[GP_REGION_STATE] * 2 <= i1.region_bytes[GP_REGION_STATE] + 1024);
+        int64_t V = i1.vocab;
+        float *l1 = malloc(sizeof(float) * 64 * (size_t)V), *l2 = malloc(sizeof(float) * 64 * (size_t)V);
+        /* A 5-token prompt (padded to bucket 8), 4 decode steps, 3 tokens (bucket 4), then a
+         * reset and the prompt again. */
+        const int plan[][2] = {{5, 0}, {1, 5}, {1, 6}, {1, 7}, {1, 8}, {3, 9}, {5, 0}};
+        for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
+            if (i == 6) {
+                CU_ASSERT_EQUAL(gp_session_reset(s1), 0);
+                CU_ASSERT_EQUAL(gp_session_reset(s2), 0);
+            }
+            int n = plan[i][0];
+            CU_ASSERT_EQUAL_FATAL(tp_step(s1, n, plan[i][1], l1, V), 0);
+            CU_ASSERT_EQUAL_FATAL(tp_step(s2, n, plan[i][1], l2, V), 0);
+            double e = max_abs_rel(l2, l1, (size_t)n * (size_t)V);
+            if (!(e <= tol))
+                fprintf(stderr, "\n  %s step %zu: 2-device logits differ by %.3g > %.3g\n", path,
+                        i, e, tol);
+            CU_ASSERT(e <= tol);
+        }
+        CU_ASSERT_EQUAL(gp_session_backend_allocs(s1), 0);
+        CU_ASSERT_EQUAL(gp_session_backend_allocs(s2), 0);
+        free(l1);
+        free(l2);
+    }
+    gp_session_free(s2);
+    gp_session_free(s1);
+    gp_model_free(m2);
+    gp_model_free(m1);
+}
+
+static const char *const gpt2_small[] = {"n_layer=2", "n_embd=128", "n_head=4", "vocab_size=512",
+                                         "n_positions=64", "wtype=f32", "kv_type=f32"};
+static const char *const llama_small[] = {
+    "num_hidden_layers=2", "hidden_size=128",       "intermediate_size=256",
+    "num_attention_heads=4", "num_key_value_heads=2", "vocab_size=512",
+    "max_position_embeddings=64", "n_batch=64",     "wtype=f32",
+    "kv_type=f32"};
+
+/* The same overrides with f16 weights and KV cache. */
+static void with_f16(const char *const *defs, int n, const char **out)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = !strcmp(defs[i], "wtype=f32") ? "wtype=f16"
+                 : !strcmp(defs[i], "kv_type=f32") ? "kv_type=f16" : defs[i];
+}
+
+static void test_gpt2_f32(void)
+{
+    tp_parity("examples/gpt2.gplan", gpt2_small, 7, 1e-4);
+}
+
+static void test_gpt2_f16(void)
+{
+    const char *d[7];
+    with_f16(gpt2_small, 7, d);
+    tp_parity("examples/gpt2.gplan", d, 7, 1e-2);
+}
+
+static void test_llama_f32(void)
+{
+    tp_parity("examples/llama.gplan", llama_small, 10, 1e-4);
+}
+
+static void test_llama_f16(void)
+{
+    const char *d[10];
+    with_f16(llama_small, 10, d);
+    tp_parity("examples/llama.gplan", d, 10, 1e-2);
+}
+
+void gp_suite_cuda_tp(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
+        cudaGetLastError();
+        char why[64];
+        snprintf(why, sizeof why, "needs 2 GPUs, %d visible", n);
+        gp_test_skip("cuda_tp", why);
+        return;
+    }
+    void *c = NULL;
+    char err[256];
+    const int devs[2] = {0, 1};
+    if (gp_cuda_comm_new(2, devs, &c, err, sizeof err) && strstr(err, "without NCCL")) {
+        gp_test_skip("cuda_tp", err);
+        return;
+    }
+    gp_cuda_comm_free(c);
+    CU_pSuite s = CU_add_suite("cuda_tp", NULL, NULL);
+    CU_add_test(s, "comm_new refuses missing and repeated devices", test_comm_refusals);
+    CU_add_test(s, "all-reduce f32/f16/bf16, two threads, captured", test_all_reduce_dtypes);
+    CU_add_test(s, "gpt2 f32: 2 devices vs 1, no eval allocations", test_gpt2_f32);
+    CU_add_test(s, "gpt2 f16: 2 devices vs 1", test_gpt2_f16);
+    CU_add_test(s, "llama f32: 2 devices vs 1, no eval allocations", test_llama_f32);
+    CU_add_test(s, "llama f16: 2 devices vs 1", test_llama_f16);
+    const char *f = getenv("GPLAN_TEST_TP_FAILURE");
+    if (f && *f == '1')
+        CU_add_test(s, "a failed rank stops the other's wait", test_failure_stops_waits);
+}
