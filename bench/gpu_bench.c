@@ -5,8 +5,12 @@
  * evals: the backend's own count, host mallocs (defined here; by the eval thread and by others,
  * with the callers of the first ones: their return addresses, named with dladdr at the end), CUDA
  * calls (the LD_PRELOAD shim, when loaded) and device free memory.
- * usage: gpu_bench PLAN [--label NAME] [--no-check] [--configs NAME,NAME,...|all]
- * Prints one line per configuration: "RESULT label config decode_ms eval_ms ..." */
+ * usage: gpu_bench PLAN [--label NAME] [--no-check|--check] [--configs NAME,NAME,...|all]
+ * Prints one line per configuration: "RESULT label config decode_ms eval_ms ...", and after each
+ * session's creation one line per device it uses: "device D: weights W bytes, state S bytes,
+ * arena A bytes, io I bytes" (a tensor-parallel plan: every device has the plan's regions, with
+ * its share of the weights). The CPU check is skipped for plans of more than 8 GiB of weights
+ * over all devices (minutes on the CPU) unless --check. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -21,6 +25,7 @@
 
 #include "cuda/cuda_backend.h"
 #include "runtime/gplan.h"
+#include "runtime/plan.h"
 
 /* ---- host allocations during evals: malloc & co. defined here, forwarding to glibc ---- */
 
@@ -235,6 +240,21 @@ static void apply_env(const char *env, int on)
     }
 }
 
+/* The plan's devices and region sizes, for the per-device lines (loaded once in main). */
+static const gp_plan *plan_info;
+
+/* One line per device a session of this plan uses (rank r on device r: gp_session_opts.device 0). */
+static void print_devices(void)
+{
+    if (!plan_info)
+        return;
+    const gp_plan_region *rg = plan_info->regions;
+    for (int d = 0; d < plan_info->n_devices; d++)
+        printf("device %d: weights %lld bytes, state %lld bytes, arena %lld bytes, io %lld bytes\n",
+               d, (long long)rg[GP_REGION_WEIGHTS].size, (long long)rg[GP_REGION_STATE].size,
+               (long long)rg[GP_REGION_ARENA].size, (long long)rg[GP_REGION_IO].size);
+}
+
 /* One configuration: the check against the CPU logits `ref` (when given), then decode and prompt
  * timings. */
 static int run_config(gp_model *m, const char *label, const config *cf, int64_t V, int64_t maxT,
@@ -252,6 +272,7 @@ static int run_config(gp_model *m, const char *label, const config *cf, int64_t 
         return -1;
     }
     double create_s = now() - t0;
+    print_devices();
     int r = 0;
     if (ref && strncmp(cf->name, "skip-", 5) && strncmp(cf->name, "only-", 5)) {
         float *lg = malloc(sizeof(float) * 5 * (size_t)V);
@@ -341,7 +362,7 @@ static int run_config(gp_model *m, const char *label, const config *cf, int64_t 
 int main(int argc, char **argv)
 {
     const char *plan = NULL, *label = "model", *which = "default";
-    int check = 1;
+    int check = 1, force_check = 0;
     main_tid = pthread_self();
     void *warm[4];
     backtrace(warm, 4); /* loads the unwinder now, not inside a counted allocation */
@@ -350,6 +371,8 @@ int main(int argc, char **argv)
             label = argv[++i];
         else if (!strcmp(argv[i], "--no-check"))
             check = 0;
+        else if (!strcmp(argv[i], "--check"))
+            force_check = 1;
         else if (!strcmp(argv[i], "--configs") && i + 1 < argc)
             which = argv[++i];
         else if (!strcmp(argv[i], "--variants"))
@@ -373,6 +396,17 @@ int main(int argc, char **argv)
     int64_t V = info.vocab;
     int rc = 0;
     float *ref = NULL;
+    gp_plan *pl = NULL;
+    if (gp_plan_load(plan, &pl, err, sizeof err))
+        fprintf(stderr, "gpu_bench: %s (no per-device lines)\n", err);
+    plan_info = pl;
+    int ndev = pl ? pl->n_devices : 1;
+    double wbytes = (double)info.region_bytes[GP_REGION_WEIGHTS] * ndev;
+    if (check && !force_check && wbytes > 8.0 * (1 << 30)) {
+        printf("CHECK %s skipped: %.1f GiB of weights over %d device%s (the CPU reference would take "
+               "minutes; --check forces it)\n", label, wbytes / (1 << 30), ndev, ndev > 1 ? "s" : "");
+        check = 0;
+    }
     if (check) {
         const char *nt = getenv("GPLAN_BENCH_CPU_THREADS");
         gp_session_opts o = {"cpu", nt ? atoi(nt) : 8, 0};
@@ -382,6 +416,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "gpu_bench: cpu reference: %s\n", s ? gp_session_error(s) : err);
             gp_session_free(s);
             gp_model_free(m);
+            gp_plan_free(pl);
             free(ref);
             return 1;
         }
@@ -406,6 +441,7 @@ int main(int argc, char **argv)
     printf("IDLE %s: %ld host allocations in 1.0 s with no eval running\n", label, host_allocs - idle0);
     print_recs(label, "idle");
     free(ref);
+    gp_plan_free(pl);
     gp_model_free(m);
     return rc;
 }
