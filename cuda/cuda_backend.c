@@ -93,6 +93,7 @@ typedef struct {
     unsigned disable;               /* FUSE_* bits switched off */
     unsigned char *transposed;      /* [n_tensors]: 1 for a weight stored [N, K] on the device */
     uint64_t skip_ops;              /* bit per gp_op: kernels left out (timing experiments) */
+    const void *const *weight_data; /* [n_tensors] the host weights uploaded at creation */
 } cuda_be;
 
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
@@ -732,6 +733,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     }
     b->p = p;
     b->slot = init->slot;
+    b->weight_data = init->weight_data;
     b->device = init->device;
     b->n_ranks = init->n_ranks > 1 ? init->n_ranks : 1;
     b->rank = b->n_ranks > 1 ? init->rank : 0;
@@ -1092,6 +1094,30 @@ fail:
     return -1;
 }
 
+/* Uploads weights ids[0..n) again into their places (a LoRA adapter bound into its slots between
+ * evals): the graphs keep their addresses, so nothing is captured again. Ordered on the stream
+ * before the next eval's work. */
+static int be_reload_weights(void *ctx, const int *ids, int n, char *err, size_t err_len)
+{
+    cuda_be *b = ctx;
+    CU_TRY(cudaSetDevice(b->device));
+    for (int k = 0; k < n; k++) {
+        const gp_plan_tensor *t = &b->p->tensors[ids[k]];
+        if (b->transposed[ids[k]]) {
+            snprintf(err, err_len, "cuda: %s is stored transposed (GPLAN_CUDA_TRANSPOSE=1) and "
+                     "cannot be reloaded", t->name);
+            return -1;
+        }
+        size_t bytes = (size_t)(numel_at(t, NULL) * (int64_t)gp_dtype_size(t->dtype));
+        CU_TRY(cudaMemcpyAsync(tensor_addr(b, t), b->weight_data[ids[k]], bytes,
+                               cudaMemcpyHostToDevice, b->stream));
+    }
+    CU_TRY(cudaStreamSynchronize(b->stream)); /* the host bytes may change again after return */
+    return 0;
+fail:
+    return -1;
+}
+
 static int be_reset_state(void *ctx, char *err, size_t err_len)
 {
     cuda_be *b = ctx;
@@ -1156,5 +1182,5 @@ static void be_destroy(void *ctx)
 
 const gp_backend_ops gp_backend_cuda = {
     "cuda", be_create, be_eval, be_reset_state, be_alloc_count, be_destroy,
-    gp_cuda_comm_new, gp_cuda_comm_free,
+    gp_cuda_comm_new, gp_cuda_comm_free, be_reload_weights,
 };

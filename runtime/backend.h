@@ -78,6 +78,10 @@ typedef struct gp_backend_ops {
      * device only. Frees with comm_free after every instance is destroyed (NULL: no-op). */
     int (*comm_new)(int n, const int *devices, void **comm, char *err, size_t err_len);
     void (*comm_free)(void *comm);
+    /* Copies weights ids[0..n) again from init->weight_data (their host bytes changed: a LoRA
+     * adapter bound into its slots by gp_model_bind_adapter) to where the backend keeps them,
+     * with no allocation; NULL when the backend reads the host bytes in place. */
+    int (*reload_weights)(void *ctx, const int *ids, int n, char *err, size_t err_len);
 } gp_backend_ops;
 
 /*

@@ -189,5 +189,5 @@ static int64_t cpu_alloc_count(void *vctx)
 
 const gp_backend_ops gp_backend_cpu = {
     "cpu", cpu_create, cpu_eval, cpu_reset_state, cpu_alloc_count, cpu_destroy,
-    gp_host_comm_create, gp_host_comm_destroy,
+    gp_host_comm_create, gp_host_comm_destroy, NULL, /* weights read in place */
 };

@@ -154,5 +154,5 @@ static int64_t ref_alloc_count(void *vctx)
 
 const gp_backend_ops gp_backend_reference = {
     "reference", ref_create, ref_eval, ref_reset_state, ref_alloc_count, ref_destroy,
-    gp_host_comm_create, gp_host_comm_destroy,
+    gp_host_comm_create, gp_host_comm_destroy, NULL, /* weights read in place */
 };

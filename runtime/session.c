@@ -30,6 +30,7 @@ struct gp_model {
      * pointer on every device unless the weight is split); NULL for other tensors */
     const void **weight_data;
     int weights_bound;
+    int64_t adapter_version; /* bumped whenever an adapter slot is handed out for writing */
     int64_t bytes_mapped, bytes_loaded;
     int tokens, positions, logits; /* tensor ids, or -1 */
     int64_t vocab, context;
@@ -64,6 +65,10 @@ struct gp_session {
                                 one per (op, index tensor, bound), in schedule order */
     int n_index_nodes;
     gp_mark_fn mark;         /* the allocation shim's eval marker, or NULL */
+    int *slots;              /* [n_slots] LoRA adapter slot weights, reloaded into the backend
+                                when the model's adapter_version moves (backends that copy) */
+    int n_slots;
+    int64_t adapter_version; /* the model's when the slots were last copied */
     int64_t evals;
     char err[GP_SESSION_ERR_BYTES];
 };
@@ -563,7 +568,9 @@ void *gp_model_adapter_slot(gp_model *m, int id)
         m->plan->tensors[id].kind != GP_TENSOR_WEIGHT ||
         !gp_lora_is_slot(weight_name(&m->plan->tensors[id])))
         return NULL;
-    /* The slots live in weight_block, which the model owns and allocated writable. */
+    /* The slots live in weight_block, which the model owns and allocated writable. Sessions copy
+     * them again before their next eval. */
+    m->adapter_version++;
     return (void *)m->weight_data[id];
 }
 
@@ -724,6 +731,40 @@ static int create_ranks(gp_session *s, const gp_session_opts *o, char *err, size
     return 0;
 }
 
+/* The adapter slots a backend that copies weights must reload after gp_model_bind_adapter. */
+static int find_slots(gp_session *s, char *err, size_t err_len)
+{
+    const gp_plan *p = s->p;
+    s->adapter_version = s->m->adapter_version;
+    if (!s->ops->reload_weights)
+        return 0;
+    s->slots = calloc((size_t)p->n_tensors + 1, sizeof *s->slots);
+    if (!s->slots) {
+        set_err(err, err_len, "gp_session_new: out of memory");
+        return -1;
+    }
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (t->kind == GP_TENSOR_WEIGHT && t->view_src < 0 && gp_lora_is_slot(weight_name(t)))
+            s->slots[s->n_slots++] = i;
+    }
+    return 0;
+}
+
+/* A new adapter was bound since the last eval: copy its slots to every device. */
+static int reload_slots(gp_session *s)
+{
+    if (s->adapter_version == s->m->adapter_version)
+        return 0;
+    for (int r = 0; r < s->p->n_devices && s->n_slots; r++) {
+        gp_rank *k = &s->ranks[r];
+        if (s->ops->reload_weights(k->ctx, s->slots, s->n_slots, s->err, sizeof s->err))
+            return -1;
+    }
+    s->adapter_version = s->m->adapter_version;
+    return 0;
+}
+
 gp_session *gp_session_new(const gp_model *m, const gp_session_opts *o, char *err, size_t err_len)
 {
     gp_session_opts def = {"cpu", 1, 0};
@@ -774,7 +815,7 @@ gp_session *gp_session_new(const gp_model *m, const gp_session_opts *o, char *er
     }
     for (int i = 0; i < p->n_syms; i++)
         s->sym_values[i] = p->syms[i].bound;
-    if (create_ranks(s, o, err, err_len)) {
+    if (create_ranks(s, o, err, err_len) || find_slots(s, err, err_len)) {
         gp_session_free(s);
         return NULL;
     }
@@ -797,6 +838,7 @@ void gp_session_free(gp_session *s)
     if (s->comm && s->ops->comm_free)
         s->ops->comm_free(s->comm);
     free(s->ranks);
+    free(s->slots);
     free(s->extras);
     free(s->io);
     free(s->sym_values);
@@ -1051,6 +1093,8 @@ int gp_session_eval(gp_session *s)
         s->mark(1);
     s->err[0] = '\0';
     int rc = check_eval(s);
+    if (!rc)
+        rc = reload_slots(s);
     if (!rc && s->rank_threads)
         rc = eval_ranks(s);
     else if (!rc)

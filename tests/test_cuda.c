@@ -763,6 +763,69 @@ static void model_parity(const char *wtype, double tol)
     gp_model_free(m);
 }
 
+/* Runtime-mode LoRA: adapters bound into a live CUDA session between evals (no new session, no
+ * replanning) give what the CPU backend, which reads the slots in place, gives. */
+static void test_lora_rebind(void)
+{
+    char err[1024], config[1024], adapter[1024];
+    snprintf(config, sizeof config, "%s", gp_test_path("tests/parity/gpt2/config.json"));
+    snprintf(adapter, sizeof adapter, "%s", gp_test_path("tests/parity/gpt2_lora"));
+    const char *defs[] = {"lora_r=4"};
+    gp_dsl_opts o = {defs, 1, config, NULL, 0};
+    gp_diag *d = gp_diag_new(stderr);
+    gp_graph *g = gp_dsl_compile_file(gp_test_path("examples/gpt2.gplan"), &o, d);
+    gp_plan *p = NULL;
+    unsigned char *bytes = NULL;
+    size_t len = 0;
+    gp_model *m = NULL;
+    if (g && gp_plan_build(g, NULL, &p, d) == 0 &&
+        gp_plan_write_mem(p, &bytes, &len, err, sizeof err) == 0)
+        m = gp_model_load_mem(bytes, len, "lora.plan", err, sizeof err);
+    free(bytes);
+    gp_plan_free(p);
+    gp_graph_free(g);
+    gp_diag_free(d);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, 5, err, sizeof err), 0);
+    gp_session_opts oc = {"cpu", 1, 0}, og = {"cuda", 1, 0};
+    gp_session *sc = gp_session_new(m, &oc, err, sizeof err);
+    gp_session *sg = gp_session_new(m, &og, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(sc);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(sg);
+    gp_model_info info;
+    gp_model_get_info(m, &info);
+    int64_t V = info.vocab;
+    float *lc = malloc(sizeof(float) * 8 * (size_t)V), *lg = malloc(sizeof(float) * 8 * (size_t)V);
+    float *base = malloc(sizeof(float) * 8 * (size_t)V);
+    /* No adapter (zero slots), then the adapter at scale 1, then at scale 0.5, then none again:
+     * each on the same two sessions, each a 4-token prompt from position 0. */
+    const double scales[] = {0, 1, 0.5, 0};
+    for (int k = 0; k < 4; k++) {
+        if (k > 0) {
+            CU_ASSERT_EQUAL(gp_model_bind_adapter(m, adapter, scales[k], err, sizeof err), 0);
+            CU_ASSERT_EQUAL(gp_session_reset(sc), 0);
+            CU_ASSERT_EQUAL(gp_session_reset(sg), 0);
+        }
+        CU_ASSERT_EQUAL_FATAL(step(sc, 4, 0, lc, V), 0);
+        CU_ASSERT_EQUAL_FATAL(step(sg, 4, 0, lg, V), 0);
+        double e = max_rel(lg, lc, 4 * (size_t)V);
+        if (!(e <= 1e-4))
+            fprintf(stderr, "\n  lora rebind %d (scale %g): CUDA vs CPU %.3g\n", k, scales[k], e);
+        CU_ASSERT(e <= 1e-4);
+        if (k == 0)
+            memcpy(base, lc, sizeof(float) * 4 * (size_t)V);
+        double moved = max_rel(lc, base, 4 * (size_t)V); /* the adapter did something, or not */
+        CU_ASSERT(scales[k] == 0 ? moved == 0 : moved > 1e-3);
+    }
+    CU_ASSERT_EQUAL(gp_session_backend_allocs(sg), 0);
+    free(lc);
+    free(lg);
+    free(base);
+    gp_session_free(sc);
+    gp_session_free(sg);
+    gp_model_free(m);
+}
+
 static void test_model_f32(void)
 {
     model_parity("f32", 1e-4);
@@ -823,4 +886,5 @@ void gp_suite_cuda(void)
     CU_add_test(s, "tiny model f32: CPU vs CUDA, no eval allocations", test_model_f32);
     CU_add_test(s, "tiny model f16 weights: CPU vs CUDA", test_model_f16);
     CU_add_test(s, "tiny model: fusions off, transposed weights, PDL on and off", test_model_switches);
+    CU_add_test(s, "LoRA runtime mode: adapters rebound in a live session", test_lora_rebind);
 }
