@@ -300,8 +300,7 @@ static int not_merge_plan(const char *path, char *err, size_t n, const char *fmt
     return -1;
 }
 
-/* Node i's output's producer chain, checked: the tensor id of node input k when it is produced by
- * a node of op `op`, else -1. */
+/* The node that produces `tensor` when its op is `op`, else -1. */
 static int producer_of(const gp_plan *p, int tensor, gp_op op)
 {
     int s = p->tensors[tensor].producer;
@@ -594,8 +593,17 @@ gp_lora_merge *gp_lora_merge_new(gp_model *m, const char *dir, const char *merge
         for (int j = 0; j < 3; j++) {
             const gp_plan_node *nd = &p->nodes[mt->nodes[j]];
             gp_ktensor in[GP_MAX_INPUTS];
-            for (int q = 0; q < nd->n_inputs; q++)
+            int unplaced = !g->kt[nd->output].data;
+            for (int q = 0; q < nd->n_inputs; q++) {
                 in[q] = g->kt[nd->inputs[q]];
+                unplaced |= !in[q].data;
+            }
+            if (unplaced) { /* e.g. a state tensor: nothing a merge plan has */
+                not_merge_plan(merge_plan, err, err_len, "node %d (%s -> %s) uses a tensor "
+                               "outside the arena, io and the target's W", mt->nodes[j],
+                               gp_op_get(nd->op)->name, p->tensors[nd->output].name);
+                goto done;
+            }
             char why[256];
             if (gp_cpu_check(nd->op, &nd->attrs, &g->kt[nd->output], in, nd->n_inputs, why,
                              sizeof why)) {
