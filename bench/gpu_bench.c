@@ -34,19 +34,21 @@ extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
 
-enum { REC_MAX = 48, REC_DEPTH = 10 };
+enum { REC_MAX = 48, REC_DEPTH = 40 };
 typedef struct {
-    int main_thread;
+    int main_thread; /* 1: the eval thread, 2: another thread running gplan's code (a device thread
+                        of a tensor-parallel session), 0: any other (driver, NCCL) */
     int depth;
     void *frames[REC_DEPTH];
 } alloc_rec;
 
 static int counting;
-static long host_allocs, host_allocs_main;
+static long host_allocs, host_allocs_main, host_allocs_gplan;
 static pthread_t main_tid;
 static alloc_rec recs[REC_MAX]; /* the first REC_MAX allocations counted (static: no malloc) */
 static int n_recs;
 static __thread int in_hook;    /* backtrace() itself may allocate: not recorded */
+static void *self_base;         /* where this program is loaded (dladdr's dli_fbase) */
 
 static void count_alloc(void)
 {
@@ -57,10 +59,21 @@ static void count_alloc(void)
     __atomic_fetch_add(&host_allocs, 1, __ATOMIC_RELAXED);
     if (is_main)
         host_allocs_main++;
+    /* Another thread counts as gplan's when this program's code (the session's device threads
+     * run in it) is on its stack. */
+    void *frames[REC_DEPTH];
+    int depth = backtrace(frames, REC_DEPTH), ours = 0;
+    for (int f = 1; f < depth && !is_main && !ours; f++) {
+        Dl_info di;
+        ours = dladdr(frames[f], &di) && di.dli_fbase == self_base;
+    }
+    if (ours)
+        __atomic_fetch_add(&host_allocs_gplan, 1, __ATOMIC_RELAXED);
     int i = __atomic_fetch_add(&n_recs, 1, __ATOMIC_RELAXED);
     if (i < REC_MAX) {
-        recs[i].main_thread = is_main;
-        recs[i].depth = backtrace(recs[i].frames, REC_DEPTH);
+        recs[i].main_thread = is_main ? 1 : ours ? 2 : 0;
+        recs[i].depth = depth;
+        memcpy(recs[i].frames, frames, sizeof frames);
     }
     in_hook = 0;
 }
@@ -102,7 +115,8 @@ static void print_recs(const char *label, const char *config)
 {
     int n = n_recs < REC_MAX ? n_recs : REC_MAX;
     for (int i = 0; i < n; i++) {
-        printf("ALLOC %s %s #%d thread=%s:", label, config, i, recs[i].main_thread ? "eval" : "other");
+        printf("ALLOC %s %s #%d thread=%s:", label, config, i,
+               recs[i].main_thread == 1 ? "eval" : recs[i].main_thread == 2 ? "device" : "other");
         for (int f = 1; f < recs[i].depth; f++) {
             Dl_info di;
             void *a = recs[i].frames[f];
@@ -221,6 +235,7 @@ static const config configs[] = {
     {"skip-matmul", "GPLAN_CUDA_SKIP=matmul GPLAN_CUDA_DISABLE=norm"},
     {"skip-attention", "GPLAN_CUDA_SKIP=attention"},
     {"only-matmul", "GPLAN_CUDA_SKIP=get_rows,add,layer_norm,cont,store,attention,gelu"},
+    {"skip-all_reduce", "GPLAN_CUDA_SKIP=all_reduce"},
 };
 
 /* Sets (on = 1) or unsets the variables of env. */
@@ -297,7 +312,8 @@ static int run_config(gp_model *m, const char *label, const config *cf, int64_t 
     }
     double te = 0, dec[2] = {0, 0}, argmax_ms = 0;
     n_recs = 0;
-    long host0 = host_allocs, main0 = host_allocs_main, shim0 = shim_count();
+    long host0 = host_allocs, main0 = host_allocs_main, gplan0 = host_allocs_gplan;
+    long shim0 = shim_count();
     size_t free0 = 0, free1 = 0, total = 0;
     /* Warm-up sequence, then the timed one after a reset. */
     for (int rep = 0; rep < 2 && !r; rep++) {
@@ -344,13 +360,14 @@ static int run_config(gp_model *m, const char *label, const config *cf, int64_t 
             if (!r)
                 printf("RESULT %s %s decode_ms %.4f eval_ms %.4f backend_ms %.4f prompt%lld_ms %.3f prompt_tok_s %.0f "
                        "backend_allocs %lld host_allocs %ld cuda_calls %ld free_mem_delta %lld "
-                       "create_s %.2f host_allocs_eval_thread %ld decode_rep0_ms %.4f host_argmax_ms %.4f\n",
+                       "create_s %.2f host_allocs_eval_thread %ld host_allocs_device_threads %ld decode_rep0_ms %.4f "
+                       "host_argmax_ms %.4f\n",
                        label, cf->name, dec[1], te / N * 1e3, (bs1 - bs0) / (double)(be1 - be0) * 1e3,
                        (long long)T, best[2] * 1e3,
                        (double)T / best[2], (long long)gp_session_backend_allocs(s),
                        host_allocs - host0, shim0 < 0 ? -1 : shim_count() - shim0,
-                       (long long)free0 - (long long)free1, create_s, host_allocs_main - main0, dec[0],
-                       argmax_ms);
+                       (long long)free0 - (long long)free1, create_s, host_allocs_main - main0,
+                       host_allocs_gplan - gplan0, dec[0], argmax_ms);
         }
     }
     print_recs(label, cf->name);
@@ -364,6 +381,9 @@ int main(int argc, char **argv)
     const char *plan = NULL, *label = "model", *which = "default";
     int check = 1, force_check = 0;
     main_tid = pthread_self();
+    Dl_info self;
+    if (dladdr((void *)&print_recs, &self))
+        self_base = self.dli_fbase;
     void *warm[4];
     backtrace(warm, 4); /* loads the unwinder now, not inside a counted allocation */
     for (int i = 1; i < argc; i++) {

@@ -190,8 +190,9 @@ bench_cuda() { # NAME N
         function val(k,  i) { for (i = 3; i < NF; i++) if ($i == k) return $(i + 1); return "-" }
         /^RESULT / && $3 == "default" && $4 == "decode_ms" {
             d = val("decode_ms"); p = val("prompt_tok_s")
-            a = val("backend_allocs") "/" val("host_allocs_eval_thread") "/" \
-                (val("host_allocs") - val("host_allocs_eval_thread")) "/" val("cuda_calls") }
+            g = val("host_allocs_device_threads"); if (g == "-") g = 0
+            a = val("backend_allocs") "/" val("host_allocs_eval_thread") "/" g "/" \
+                (val("host_allocs") - val("host_allocs_eval_thread") - g) "/" val("cuda_calls") }
         END { if (d == "") d = p = a = "-"
               print name, n, d, p, mem == "" ? "-" : mem, plan, "-", "-", a, rc ? "bench-failed" : "ok" }' \
         "$log" >>"$OUT/rows.txt"
@@ -208,10 +209,10 @@ bench_cpu() { # NAME N: the same figures from gplan-run --stats on the CPU backe
     [ $rc -eq 0 ] || fail "gplan-run $tag: exit $rc (see $OUT/$tag.decode.log, $OUT/$tag.prompt.log)"
     d=$(sed -n 's/^stats: generation .*tokens, \([0-9.]*\) ms per eval.*/\1/p' "$OUT/$tag.decode.log")
     p=$(sed -n 's/^stats: prompt .*ms per eval, \([0-9.]*\) tokens\/s.*/\1/p' "$OUT/$tag.prompt.log")
-    h=$(sed -n 's/^stats: host allocations during evals: \([0-9]*\) on the eval thread, \([0-9]*\) on other.*/\1\/\2/p' \
+    h=$(sed -n 's/^stats: host allocations during evals: \([0-9]*\) on the eval thread, \([0-9]*\) on other.*/\1\/-\/\2/p' \
         "$OUT/$tag.decode.log")
     dv=$(sed -n 's/^stats: device allocations during evals: \([0-9]*\).*/\1/p' "$OUT/$tag.decode.log")
-    echo "$1 $2 ${d:--} ${p:--} - $(planned_mib "$plan") - - ${dv:--}/${h:--/-}/- $([ $rc -eq 0 ] && echo ok || echo run-failed)" \
+    echo "$1 $2 ${d:--} ${p:--} - $(planned_mib "$plan") - - ${dv:--}/${h:--/-/-}/- $([ $rc -eq 0 ] && echo ok || echo run-failed)" \
         >>"$OUT/rows.txt"
 }
 
@@ -288,7 +289,7 @@ if [ "$BACKEND" = cuda ]; then
 fi
 grep -h -E "^stats: (host|device) allocations" "$OUT"/*-d*.check.log 2>/dev/null | sort | uniq -c
 echo
-echo "| model | devices | decode ms/token | tokens/s | speedup vs $REF | prompt tok/s ($([ "$BACKEND" = cuda ] && echo 512 || echo "$PROMPT")) | memory MiB per device: used (planned) | max rel err vs $REF (argmax) | allocs in evals: device / host eval thread / host other / CUDA calls | status |"
+echo "| model | devices | decode ms/token | tokens/s | speedup vs $REF | prompt tok/s ($([ "$BACKEND" = cuda ] && echo 512 || echo "$PROMPT")) | memory MiB per device: used (planned) | max rel err vs $REF (argmax) | allocs in evals: device / host eval thread / host device threads / host other (driver, NCCL) / CUDA calls | status |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 awk -v ref="$REF" '
     function num(x) { return x ~ /^[0-9.]+$/ }

@@ -16,16 +16,20 @@
 static atomic_int in_eval;
 static atomic_long n_eval, n_total;
 
-/* Another shim's marker (host allocations, tests/alloc/), called too when both are preloaded. */
+/* Another shim's marker (host allocations, tests/alloc/), called too when both are preloaded.
+ * Looked up at load time: a failed dlsym allocates its error message, which inside the first
+ * eval would count against the eval. */
+static void (*next_marker)(int);
+
+__attribute__((constructor)) static void find_next_marker(void)
+{
+    void *p = dlsym(RTLD_NEXT, "gp_alloc_shim_eval");
+    memcpy(&next_marker, &p, sizeof next_marker);
+}
+
 void gp_alloc_shim_eval(int on)
 {
-    static void (*next)(int);
-    static int looked;
-    if (!looked) {
-        void *p = dlsym(RTLD_NEXT, "gp_alloc_shim_eval");
-        memcpy(&next, &p, sizeof next);
-        looked = 1;
-    }
+    void (*next)(int) = next_marker;
     atomic_store(&in_eval, on);
     if (next)
         next(on);
