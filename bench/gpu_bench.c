@@ -50,7 +50,7 @@ static int n_recs;
 static __thread int in_hook;    /* backtrace() itself may allocate: not recorded */
 static void *self_base;         /* where this program is loaded (dladdr's dli_fbase) */
 
-static void count_alloc(void)
+static void count_alloc(void *caller)
 {
     if (!counting || in_hook)
         return;
@@ -62,8 +62,12 @@ static void count_alloc(void)
     /* Another thread counts as gplan's when this program's code (the session's device threads
      * run in it) is on its stack. */
     void *frames[REC_DEPTH];
-    int depth = backtrace(frames, REC_DEPTH), ours = 0;
-    for (int f = 1; f < depth && !is_main && !ours; f++) {
+    int depth = backtrace(frames, REC_DEPTH), ours = 0, from = 0;
+    while (from < depth && frames[from] != caller) /* skip this hook and the malloc wrapper */
+        from++;
+    if (from == depth)
+        from = 2; /* the caller was not found (a tail call): skip the two hooks' frames */
+    for (int f = from; f < depth && !is_main && !ours; f++) {
         Dl_info di;
         ours = dladdr(frames[f], &di) && di.dli_fbase == self_base;
     }
@@ -80,32 +84,32 @@ static void count_alloc(void)
 
 void *malloc(size_t n)
 {
-    count_alloc();
+    count_alloc(__builtin_return_address(0));
     return __libc_malloc(n);
 }
 
 void *calloc(size_t a, size_t b)
 {
-    count_alloc();
+    count_alloc(__builtin_return_address(0));
     return __libc_calloc(a, b);
 }
 
 void *realloc(void *p, size_t n)
 {
-    count_alloc();
+    count_alloc(__builtin_return_address(0));
     return __libc_realloc(p, n);
 }
 
 int posix_memalign(void **p, size_t al, size_t n)
 {
-    count_alloc();
+    count_alloc(__builtin_return_address(0));
     *p = __libc_memalign(al, n);
     return *p ? 0 : 12; /* ENOMEM */
 }
 
 void *aligned_alloc(size_t al, size_t n)
 {
-    count_alloc();
+    count_alloc(__builtin_return_address(0));
     return __libc_memalign(al, n);
 }
 

@@ -40,6 +40,7 @@ typedef void (*gp_mark_fn)(int in_eval);
 
 /* One device of a tensor-parallel session: its backend instance, io block and last error. */
 typedef struct {
+    gp_backend_init init;    /* what its instance was made from (create runs on its thread) */
     void *ctx;
     unsigned char *io;       /* rank 0: the session's io; others their own copy */
     int rc;
@@ -679,6 +680,17 @@ static void noop(void *ctx, int ith, int nth)
     (void)nth;
 }
 
+static void create_rank(void *vs, int ith, int nth)
+{
+    (void)nth;
+    gp_session *s = vs;
+    gp_rank *k = &s->ranks[ith];
+    k->err[0] = '\0';
+    k->rc = s->ops->create(&k->init, &k->ctx, k->err, sizeof k->err);
+    if (k->rc)
+        k->ctx = NULL;
+}
+
 /* The backend instances, one per device: rank r on device o->device + r with its share of the
  * weights; with several, the backend's communicator and one thread per rank. */
 static int create_ranks(gp_session *s, const gp_session_opts *o, char *err, size_t err_len)
@@ -719,11 +731,19 @@ static int create_ranks(gp_session *s, const gp_session_opts *o, char *err, size
             set_err(err, err_len, "gp_session_new: out of memory");
             return -1;
         }
-        gp_backend_init init = {p, r, o->device + r, o->n_threads > 0 ? o->n_threads : 1,
-                                s->m->weight_data + (size_t)r * (size_t)p->n_tensors, k->io,
-                                s->extras, r, n, s->comm};
-        if (s->ops->create(&init, &k->ctx, err, err_len)) {
-            k->ctx = NULL;
+        k->init = (gp_backend_init){p, r, o->device + r, o->n_threads > 0 ? o->n_threads : 1,
+                                    s->m->weight_data + (size_t)r * (size_t)p->n_tensors, k->io,
+                                    s->extras, r, n, s->comm};
+    }
+    /* Each instance is made on the thread that will run its evals, so whatever a library sets up
+     * per thread (a CUDA context made current) is set up now, not in the first eval. */
+    if (s->rank_threads)
+        gp_threadpool_run(s->rank_threads, create_rank, s);
+    else
+        create_rank(s, 0, 1);
+    for (int r = 0; r < n; r++) {
+        if (s->ranks[r].rc) {
+            set_err(err, err_len, "%s", s->ranks[r].err);
             return -1;
         }
     }
