@@ -13,11 +13,13 @@ include(${CMAKE_SOURCE_DIR}/tests/alloc/alloc.cmake OPTIONAL)
 
 if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_runtime.c)
   gp_add_suite(NAME runtime SOURCES ${CMAKE_SOURCE_DIR}/tests/test_runtime.c
+               ${CMAKE_SOURCE_DIR}/tests/testmodel.c
                LIBS gp_runtime gp_planner gp_dsl gp_alloc_wrap)
 endif()
 
 # Tensor parallelism on the CPU: cutting weights, the host all-reduce, N devices = 1 device.
 gp_add_suite(NAME tp SOURCES ${CMAKE_SOURCE_DIR}/tests/test_tp.c
+             ${CMAKE_SOURCE_DIR}/tests/testmodel.c
              LIBS gp_runtime gp_planner gp_dsl gp_alloc_wrap)
 
 # gplan-run's command line (tests/cli/gplan_run.sh).

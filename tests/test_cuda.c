@@ -16,6 +16,7 @@
 #include "runtime/cpu_kernels.h"
 #include "runtime/f16.h"
 #include "runtime/gplan.h"
+#include "tests/testmodel.h"
 #include "tests/testutil.h"
 
 /* ---- host/device test tensors ---- */
@@ -663,50 +664,17 @@ static void test_param_block(void)
 
 static gp_model *tiny_model(const char *wtype)
 {
-    char def[32], err[1024];
+    char def[32];
     snprintf(def, sizeof def, "wtype=%s", wtype);
     const char *defs[1] = {def};
-    gp_dsl_opts o = {defs, 1, NULL, NULL, 0};
-    gp_diag *d = gp_diag_new(stderr);
-    gp_graph *g = gp_dsl_compile_file(gp_test_path("examples/tiny.gplan"), &o, d);
-    gp_plan *p = NULL;
-    unsigned char *bytes = NULL;
-    size_t len = 0;
-    gp_model *m = NULL;
-    if (g && gp_plan_build(g, NULL, &p, d) == 0 &&
-        gp_plan_write_mem(p, &bytes, &len, err, sizeof err) == 0) {
-        m = gp_model_load_mem(bytes, len, "tiny.plan", err, sizeof err);
-        if (m && gp_model_random_weights(m, 42, err, sizeof err)) {
-            gp_model_free(m);
-            m = NULL;
-        }
-    }
-    if (!m)
-        fprintf(stderr, "\n  tiny model: %s\n", err);
-    free(bytes);
-    gp_plan_free(p);
-    gp_graph_free(g);
-    gp_diag_free(d);
-    return m;
+    gp_test_model_opts o = {defs, 1, NULL, 1, 42};
+    return gp_test_model("examples/tiny.gplan", &o, NULL);
 }
 
 /* Evaluates n tokens at positions start.. on s; the logits [n, vocab] into out. */
 static int step(gp_session *s, int n, int start, float *out, int64_t vocab)
 {
-    int32_t ids[64], pos[64];
-    for (int i = 0; i < n; i++) {
-        ids[i] = (int32_t)((start + i) * 37 % vocab);
-        pos[i] = start + i;
-    }
-    if (gp_session_set_tokens(s, ids, pos, n) || gp_session_eval(s)) {
-        fprintf(stderr, "\n  eval: %s\n", gp_session_error(s));
-        return -1;
-    }
-    const float *l = gp_session_output(s, "logits", NULL);
-    if (!l)
-        return -1;
-    memcpy(out, l, sizeof(float) * (size_t)n * (size_t)vocab);
-    return 0;
+    return gp_test_eval_tokens(s, n, start, 37, out, vocab);
 }
 
 static double max_rel(const float *a, const float *b, size_t n)
@@ -771,22 +739,9 @@ static void test_lora_rebind(void)
     snprintf(config, sizeof config, "%s", gp_test_path("tests/parity/gpt2/config.json"));
     snprintf(adapter, sizeof adapter, "%s", gp_test_path("tests/parity/gpt2_lora"));
     const char *defs[] = {"lora_r=4"};
-    gp_dsl_opts o = {defs, 1, config, NULL, 0};
-    gp_diag *d = gp_diag_new(stderr);
-    gp_graph *g = gp_dsl_compile_file(gp_test_path("examples/gpt2.gplan"), &o, d);
-    gp_plan *p = NULL;
-    unsigned char *bytes = NULL;
-    size_t len = 0;
-    gp_model *m = NULL;
-    if (g && gp_plan_build(g, NULL, &p, d) == 0 &&
-        gp_plan_write_mem(p, &bytes, &len, err, sizeof err) == 0)
-        m = gp_model_load_mem(bytes, len, "lora.plan", err, sizeof err);
-    free(bytes);
-    gp_plan_free(p);
-    gp_graph_free(g);
-    gp_diag_free(d);
+    gp_test_model_opts mo = {defs, 1, config, 1, 5};
+    gp_model *m = gp_test_model("examples/gpt2.gplan", &mo, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
-    CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, 5, err, sizeof err), 0);
     gp_session_opts oc = {"cpu", 1, 0}, og = {"cuda", 1, 0};
     gp_session *sc = gp_session_new(m, &oc, err, sizeof err);
     gp_session *sg = gp_session_new(m, &og, err, sizeof err);

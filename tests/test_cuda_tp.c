@@ -17,6 +17,7 @@
 #include "runtime/backend.h"
 #include "runtime/f16.h"
 #include "runtime/gplan.h"
+#include "tests/testmodel.h"
 #include "tests/testutil.h"
 
 /* ---- the communicator alone: two ranks, two threads ---- */
@@ -203,51 +204,14 @@ static void test_comm_refusals(void)
 /* `path` compiled for `devices` with the given -D overrides, random weights (seed 7). */
 static gp_model *tp_model(const char *path, const char *const *defs, int n_defs, int devices)
 {
-    char err[1024] = "";
-    gp_dsl_opts o = {(const char **)defs, n_defs, NULL, NULL, devices};
-    gp_plan_opts po;
-    memset(&po, 0, sizeof po);
-    po.n_devices = devices;
-    gp_diag *d = gp_diag_new(stderr);
-    gp_graph *g = gp_dsl_compile_file(gp_test_path(path), &o, d);
-    gp_plan *p = NULL;
-    unsigned char *bytes = NULL;
-    size_t len = 0;
-    gp_model *m = NULL;
-    if (g && gp_plan_build(g, &po, &p, d) == 0 &&
-        gp_plan_write_mem(p, &bytes, &len, err, sizeof err) == 0) {
-        m = gp_model_load_mem(bytes, len, path, err, sizeof err);
-        if (m && gp_model_random_weights(m, 7, err, sizeof err)) {
-            gp_model_free(m);
-            m = NULL;
-        }
-    }
-    if (!m)
-        fprintf(stderr, "\n  %s for %d devices: %s\n", path, devices, err);
-    free(bytes);
-    gp_plan_free(p);
-    gp_graph_free(g);
-    gp_diag_free(d);
-    return m;
+    gp_test_model_opts o = {defs, n_defs, NULL, devices, 7};
+    return gp_test_model(path, &o, NULL);
 }
 
 /* n tokens at positions start.. on s; the logits [n, V] into out. */
 static int tp_step(gp_session *s, int n, int start, float *out, int64_t V)
 {
-    int32_t ids[64], pos[64];
-    for (int i = 0; i < n; i++) {
-        ids[i] = (int32_t)((start + i) * 131 % V);
-        pos[i] = start + i;
-    }
-    if (gp_session_set_tokens(s, ids, pos, n) || gp_session_eval(s)) {
-        fprintf(stderr, "\n  eval: %s\n", gp_session_error(s));
-        return -1;
-    }
-    const float *l = gp_session_output(s, "logits", NULL);
-    if (!l)
-        return -1;
-    memcpy(out, l, sizeof(float) * (size_t)n * (size_t)V);
-    return 0;
+    return gp_test_eval_tokens(s, n, start, 131, out, V);
 }
 
 /* max |a - b| / max |b| over n values (inf when either has a NaN). */

@@ -18,6 +18,7 @@
 #include "runtime/lora.h"
 #include "runtime/weights.h"
 #include "tests/alloc/alloc_count.h"
+#include "tests/testmodel.h"
 #include "tests/testutil.h"
 
 #define MAX_MODS 32
@@ -49,26 +50,8 @@ static void adapter_free(adapter *ad)
 
 static gp_model *compile_model(const char *example, const char **defs, int n_defs, gp_graph **gout)
 {
-    char err[1024];
-    gp_diag *d = gp_diag_new(NULL);
-    gp_dsl_opts o = {.defines = defs, .n_defines = n_defs};
-    gp_graph *g = gp_dsl_compile_file(gp_test_path(example), &o, d);
-    gp_plan *p = NULL;
-    unsigned char *bytes = NULL;
-    size_t len = 0;
-    gp_model *m = NULL;
-    if (g && !gp_plan_build(g, NULL, &p, d) && !gp_plan_write_mem(p, &bytes, &len, err, sizeof err))
-        m = gp_model_load_mem(bytes, len, example, err, sizeof err);
-    if (!m)
-        fprintf(stderr, "%s: %s %s\n", example, gp_diag_text(d), err);
-    free(bytes);
-    gp_plan_free(p);
-    if (gout && m)
-        *gout = g;
-    else
-        gp_graph_free(g);
-    gp_diag_free(d);
-    return m;
+    gp_test_model_opts o = {defs, n_defs, NULL, 1, 0};
+    return gp_test_model(example, &o, gout);
 }
 
 static float urand(uint64_t *rng, float scale)

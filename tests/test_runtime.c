@@ -12,6 +12,7 @@
 #include "runtime/gplan.h"
 #include "runtime/weights.h"
 #include "tests/alloc/alloc_count.h"
+#include "tests/testmodel.h"
 #include "tests/testutil.h"
 
 /* ---- helpers ---- */
@@ -21,34 +22,8 @@
 static gp_model *compile_model(const char *example, const char **defines, int n_defines,
                                gp_graph **graph_out)
 {
-    char err[1024];
-    gp_diag *d = gp_diag_new(NULL);
-    gp_dsl_opts o = {defines, n_defines, NULL, NULL, 0};
-    gp_graph *g = gp_dsl_compile_file(gp_test_path(example), &o, d);
-    gp_plan *p = NULL;
-    unsigned char *bytes = NULL;
-    size_t len = 0;
-    gp_model *m = NULL;
-    if (!g || gp_plan_build(g, NULL, &p, d)) {
-        fprintf(stderr, "%s: %s\n", example, gp_diag_text(d));
-        goto done;
-    }
-    if (gp_plan_write_mem(p, &bytes, &len, err, sizeof err)) {
-        fprintf(stderr, "%s\n", err);
-        goto done;
-    }
-    m = gp_model_load_mem(bytes, len, example, err, sizeof err);
-    if (!m)
-        fprintf(stderr, "%s\n", err);
-done:
-    free(bytes);
-    gp_plan_free(p);
-    if (graph_out && m)
-        *graph_out = g;
-    else
-        gp_graph_free(g);
-    gp_diag_free(d);
-    return m;
+    gp_test_model_opts o = {defines, n_defines, NULL, 1, 0};
+    return gp_test_model(example, &o, graph_out);
 }
 
 static gp_session *new_session(const gp_model *m, const char *backend, int threads)

@@ -16,6 +16,7 @@
 #include "runtime/gplan.h"
 #include "runtime/split.h"
 #include "tests/alloc/alloc_count.h"
+#include "tests/testmodel.h"
 #include "tests/testutil.h"
 
 /* ---- cutting ---- */
@@ -169,38 +170,8 @@ static void test_all_reduce_abort(void)
 static gp_model *compile_model(const char *example, const char **defines, int n_defines,
                                int devices)
 {
-    char err[1024];
-    gp_diag *d = gp_diag_new(NULL);
-    gp_dsl_opts o = {defines, n_defines, NULL, NULL, devices};
-    gp_graph *g = gp_dsl_compile_file(gp_test_path(example), &o, d);
-    gp_plan_opts po = {0};
-    po.n_devices = devices;
-    gp_plan *p = NULL;
-    unsigned char *bytes = NULL;
-    size_t len = 0;
-    gp_model *m = NULL;
-    if (!g || gp_plan_build(g, &po, &p, d)) {
-        fprintf(stderr, "%s: %s\n", example, gp_diag_text(d));
-        goto done;
-    }
-    if (gp_plan_write_mem(p, &bytes, &len, err, sizeof err)) {
-        fprintf(stderr, "%s\n", err);
-        goto done;
-    }
-    m = gp_model_load_mem(bytes, len, example, err, sizeof err);
-    if (!m)
-        fprintf(stderr, "%s\n", err);
-    else if (gp_model_random_weights(m, 11, err, sizeof err)) {
-        fprintf(stderr, "%s\n", err);
-        gp_model_free(m);
-        m = NULL;
-    }
-done:
-    free(bytes);
-    gp_plan_free(p);
-    gp_graph_free(g);
-    gp_diag_free(d);
-    return m;
+    gp_test_model_opts o = {defines, n_defines, NULL, devices, 11};
+    return gp_test_model(example, &o, NULL);
 }
 
 /* A prompt of 6 tokens then 4 one-token evals; returns every logits row (malloc'd) or NULL. */

@@ -1,0 +1,28 @@
+/* Tests that run models: an example graph compiled, planned and loaded from the plan file's bytes,
+ * as gplan-compile then gplan-run would (links gp_dsl, gp_planner and gp_runtime). */
+#ifndef GP_TESTS_TESTMODEL_H
+#define GP_TESTS_TESTMODEL_H
+
+#include <stdint.h>
+
+#include "ir/ir.h"
+#include "runtime/gplan.h"
+
+typedef struct {
+    const char *const *defines; /* [n_defines] -D NAME=VALUE overrides */
+    int n_defines;
+    const char *config;         /* a config.json path, or NULL */
+    int devices;                /* --devices; <= 0 means 1 */
+    uint64_t seed;              /* random weights bound with this seed; 0: no weights bound */
+} gp_test_model_opts;
+
+/* The model of `example` (a path under the source tree); NULL after printing why to stderr.
+ * graph_out (optional) receives the IR graph, which the caller frees; its source locations point
+ * into freed diagnostics, so only its tensors and nodes may be read. */
+gp_model *gp_test_model(const char *example, const gp_test_model_opts *o, gp_graph **graph_out);
+
+/* One eval of n tokens (n <= 64) at positions start..start+n-1, token i's id (start + i) * mult
+ * mod vocab; copies the logits [n, vocab] into out. 0, or -1 after printing the session's error. */
+int gp_test_eval_tokens(gp_session *s, int n, int start, int mult, float *out, int64_t vocab);
+
+#endif
