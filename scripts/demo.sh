@@ -26,3 +26,12 @@ sed -n '1,7p' build/gpt2.inspect.txt
 echo "== gplan-run $plan --random-weights 1: a 32-token prompt, then 24 tokens, CPU, $(nproc) threads"
 "$bin/gplan-run" "$plan" --random-weights 1 --prompt-ids "$(seq -s, 100 131)" -n 24 \
   --threads "$(nproc)" --stats
+
+# The same model cut over 2 devices (tensor parallelism): each device's memory, then the same run
+# with the CPU backend playing both devices (one thread each): the same tokens.
+plan2=build/gpt2-tp2.plan
+echo "== gplan-compile examples/gpt2.gplan --devices 2 -o $plan2"
+"$bin/gplan-compile" examples/gpt2.gplan --devices 2 -o "$plan2" | tail -3
+echo "== gplan-run $plan2 --random-weights 1: the same prompt and tokens on 2 devices"
+"$bin/gplan-run" "$plan2" --random-weights 1 --prompt-ids "$(seq -s, 100 131)" -n 24 --threads 1 \
+  --stats 2>&1 | grep -v '^stats: \(backend\|weights\|peak\)'
