@@ -221,12 +221,21 @@ static size_t launch_numel(const cuda_be *b, const gp_cu_tensor *k)
 
 /* all_reduce over the ranks, on the planned (contiguous, checked at creation) buffers; rows a
  * padded launch adds are summed too, and nothing reads them. */
-static int all_reduce(cuda_be *b, const cu_node *cn)
+/* An all_reduce node over NCCL. all_reduce(x, y): device 0 adds y to its term first (in out),
+ * unless the matmul before it already did (added: its epilogue wrote x + y into out). */
+static int all_reduce(cuda_be *b, const cu_node *cn, const gp_plan_node *nd, int added)
 {
+    const void *src = cn->in[0].data;
+    if (nd->n_inputs > 1 && b->rank == 0 && !added) {
+        if (gp_cuda_compute(&b->kc, GP_OP_ADD, &nd->attrs, &cn->out, cn->in, 2, NULL, 0))
+            return -1;
+        src = cn->out.data;
+    } else if (added) {
+        src = cn->out.data;
+    }
     b->kc.launches++;
-    return gp_cuda_comm_all_reduce(b->comm, b->rank, cn->in[0].data, cn->out.data,
-                                   launch_numel(b, &cn->out), cn->out.dtype, b->stream, b->kc.err,
-                                   sizeof b->kc.err);
+    return gp_cuda_comm_all_reduce(b->comm, b->rank, src, cn->out.data, launch_numel(b, &cn->out),
+                                   cn->out.dtype, b->stream, b->kc.err, sizeof b->kc.err);
 }
 
 static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
@@ -268,7 +277,7 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
             }
         }
         if (!r && nd->op == GP_OP_ALL_REDUCE && b->comm && !b->warming)
-            r = all_reduce(b, cn);
+            r = all_reduce(b, cn, nd, 0);
         else if (!r && cn->pair >= 0)
             r = gp_cuda_store2(&b->kc, cn->in, b->nodes[cn->pair].in);
         else if (!r && nd->op == GP_OP_MATMUL && cn->epi.n > 0)
@@ -282,6 +291,10 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
             for (int k = 1; b->ev && k <= cn->epi.n; k++)
                 cudaEventRecord(b->ev[i + k], b->stream);
             i += cn->epi.n; /* those nodes ran inside the matmul's kernel */
+            /* An all_reduce(x, y) ending the epilogue: its + y ran there, the sum over devices
+             * has not. */
+            if (!r && p->nodes[i].op == GP_OP_ALL_REDUCE && b->comm && !b->warming)
+                r = all_reduce(b, &b->nodes[i], &p->nodes[i], 1);
         }
         if (r) {
             snprintf(err, err_len, "cuda: node %d (%s -> %s, line %d): %s", i,
@@ -410,6 +423,13 @@ static void plan_epilogues(cuda_be *b, const int *uses)
             } else if ((nd->op == GP_OP_ADD || nd->op == GP_OP_MUL) && nd->n_inputs == 2 &&
                        (nd->inputs[0] == prev) != (nd->inputs[1] == prev)) {
                 other[n] = nd->inputs[nd->inputs[0] == prev ? 1 : 0];
+            } else if (nd->op == GP_OP_ALL_REDUCE && nd->n_inputs == 2 && b->rank == 0 &&
+                       nd->inputs[0] == prev && nd->inputs[1] != prev) {
+                /* Device 0's + y of all_reduce(x, y); the node's all-reduce still runs after
+                 * the matmul (enqueue_eval), so nothing may follow it in the epilogue. */
+                other[n] = nd->inputs[1];
+                e->op[n++] = GP_OP_ADD;
+                break;
             } else {
                 break;
             }
@@ -645,10 +665,11 @@ static int check_all_reduces(const cuda_be *b, char *err, size_t err_len)
         const cu_node *cn = &b->nodes[i];
         const gp_cu_tensor *x = &cn->in[0], *o = &cn->out;
         const char *why = NULL;
-        if (nd->n_inputs != 1 || !gp_cuda_comm_dtype_ok(o->dtype) || x->dtype != o->dtype)
-            why = "needs one f32, f16 or bf16 input of the output's dtype";
-        for (int t = 0; t < 2 && !why; t++) {
-            const gp_cu_tensor *k = t ? o : x;
+        const gp_cu_tensor *y = nd->n_inputs > 1 ? &cn->in[1] : x;
+        if (!gp_cuda_comm_dtype_ok(o->dtype) || x->dtype != o->dtype || y->dtype != o->dtype)
+            why = "needs f32, f16 or bf16 inputs of the output's dtype";
+        for (int t = 0; t < 3 && !why; t++) {
+            const gp_cu_tensor *k = t == 0 ? x : t == 1 ? y : o;
             int64_t packed = (int64_t)gp_dtype_size(k->dtype);
             if (k->ndim != o->ndim)
                 why = "input and output shapes differ";

@@ -484,7 +484,9 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
     case GP_OP_CAST:
         return launch_elementwise(c, EW_COPY, 0.0f, out, &in[0], NULL);
     case GP_OP_ALL_REDUCE:
-        /* One device: the identity (the backend sends several devices' to NCCL). */
+        /* One device's term: x (+ y); the backend sends several devices' terms to NCCL. */
+        if (n_in > 1)
+            return launch_elementwise(c, GP_OP_ADD, 0.0f, out, &in[0], &in[1]);
         return out->data == in[0].data ? 0 : launch_elementwise(c, EW_COPY, 0.0f, out, &in[0], NULL);
     case GP_OP_LAYER_NORM:
     case GP_OP_RMS_NORM: {

@@ -488,7 +488,7 @@ static const op_spec op_specs[] = {
     {"concat", GP_OP_CONCAT, "tti", {0}},
     {"store", GP_OP_STORE, "ttt", {0}},
     {"attention", GP_OP_ATTENTION, "tttt", {"scale"}},
-    {"all_reduce", GP_OP_ALL_REDUCE, "t", {0}},
+    {"all_reduce", GP_OP_ALL_REDUCE, "to", {0}},
     {"min", GP_OP_NONE, "nn", {0}},
     {"max", GP_OP_NONE, "nn", {0}},
     {"sqrt", GP_OP_NONE, "n", {0}},
@@ -747,12 +747,25 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
         return ERR;
     if (spec->op == GP_OP_NONE)
         return compile_time_call(L, &c);
-    if (spec->op == GP_OP_ALL_REDUCE && L->devices == 1)
-        return c.pos[0]; /* one device holds the whole sum already */
 
     int in[GP_MAX_INPUTS], n_in = 0;
     for (int k = 0; k < c.n_pos && c.pos[k].k == V_TENSOR && n_in < GP_MAX_INPUTS; k++)
         in[n_in++] = (int)c.pos[k].i;
+    if (spec->op == GP_OP_ALL_REDUCE && L->devices == 1) {
+        /* One device holds the whole sum already; what remains is + y (as y + x, the order of
+         * the residual add `x = x + o` it stands for). A y of another shape goes on to the
+         * all_reduce node, whose shape check reports it as on several devices. */
+        if (n_in < 2)
+            return c.pos[0];
+        const gp_tensor *tx = tensor_of(L, c.pos[0]), *ty = tensor_of(L, c.pos[1]);
+        int same = tx->ndim == ty->ndim;
+        for (int d = 0; same && d < tx->ndim; d++)
+            same = tx->shape[d].size == ty->shape[d].size && tx->shape[d].sym == ty->shape[d].sym;
+        if (same) {
+            int yx[2] = {in[1], in[0]};
+            return node(L, e->loc, GP_OP_ADD, yx, 2, NULL, NULL, 0, GP_F32, name);
+        }
+    }
     gp_attrs at;
     memset(&at, 0, sizeof at);
     gp_dim shape[GP_MAX_DIMS];

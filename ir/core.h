@@ -103,8 +103,9 @@ typedef enum {
      * scaled-dot-product attention over a KV cache: query t attends to cache rows 0..pos[t].
      * H % G == 0 (grouped-query: head h reads KV head h / (H / G)). f[0] = scale (1/sqrt(D) default). */
     GP_OP_ATTENTION,
-    /* all_reduce(x) -> x summed over the devices of a tensor-parallel plan (every device gets the
-     * same sum, added in device order); the identity on one device. INPLACE x. */
+    /* all_reduce(x [, y]) -> x summed over the devices of a tensor-parallel plan (every device
+     * gets the same sum, added in device order), plus y once when given: y is the same on every
+     * device (the residual stream), device 0 adds it to its term. x + y on one device. INPLACE x. */
     GP_OP_ALL_REDUCE,
     GP_OP_COUNT
 } gp_op;

@@ -19,7 +19,7 @@ static const char *const roles[GP_OP_COUNT][GP_MAX_INPUTS] = {
     [GP_OP_VIEW] = {"x"},                 [GP_OP_CONT] = {"x"},
     [GP_OP_CAST] = {"x"},                 [GP_OP_CONCAT] = {"a", "b"},
     [GP_OP_STORE] = {"dst", "pos", "src"}, [GP_OP_ATTENTION] = {"q", "k", "v", "pos"},
-    [GP_OP_ALL_REDUCE] = {"x"},
+    [GP_OP_ALL_REDUCE] = {"x", "y"},
 };
 
 /* What one add_node call works on. */
@@ -154,6 +154,22 @@ static int infer_unary(ctx *c)
 {
     if (need_floats(c))
         return -1;
+    same_shape(c, c->in[0]);
+    return 0;
+}
+
+static int infer_all_reduce(ctx *c)
+{
+    char s1[GP_SHAPE_STR], s2[GP_SHAPE_STR];
+    if (need_floats(c))
+        return -1;
+    int same = c->n_in < 2 || c->in[1]->ndim == c->in[0]->ndim;
+    for (int d = 0; same && c->n_in == 2 && d < c->in[0]->ndim; d++)
+        same = gp_ir_dim_eq(c->in[0]->shape[d], c->in[1]->shape[d]);
+    if (!same)
+        return ERR(c, "all_reduce: y %s must have x's shape %s",
+                   gp_ir_shape_str(c->g, c->in[1]->ndim, c->in[1]->shape, s2),
+                   gp_ir_shape_str(c->g, c->in[0]->ndim, c->in[0]->shape, s1));
     same_shape(c, c->in[0]);
     return 0;
 }
@@ -508,8 +524,8 @@ static int infer(ctx *c)
     case GP_OP_SCALE:
     case GP_OP_GELU:
     case GP_OP_GELU_ERF:
-    case GP_OP_SILU:
-    case GP_OP_ALL_REDUCE: return infer_unary(c);
+    case GP_OP_SILU: return infer_unary(c);
+    case GP_OP_ALL_REDUCE: return infer_all_reduce(c);
     case GP_OP_MATMUL: return infer_matmul(c);
     case GP_OP_LAYER_NORM:
     case GP_OP_RMS_NORM: return infer_norm(c);

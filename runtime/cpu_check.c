@@ -121,9 +121,12 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
     case GP_OP_GELU_ERF:
     case GP_OP_SILU:
     case GP_OP_SOFTMAX:
+    case GP_OP_ALL_REDUCE:
+        if (!same_shape(x, out) || (n_in > 1 && !same_shape(&in[1], out)))
+            return fail(err, n, op, "x, y and out must have one shape");
+        return 0;
     case GP_OP_CONT:
     case GP_OP_CAST:
-    case GP_OP_ALL_REDUCE:
         if (!same_shape(x, out))
             return fail(err, n, op, "out must have the shape of x");
         return 0;

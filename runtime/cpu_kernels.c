@@ -545,8 +545,10 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
     case GP_OP_CAST:
         k_copy(out, in, ith, nth);
         break;
-    case GP_OP_ALL_REDUCE: /* this device's term; a backend adds the other devices' (comm.c) */
-        if (out->data != in[0].data)
+    case GP_OP_ALL_REDUCE: /* device 0's term (+ y); a backend adds the others' (comm.c) */
+        if (n_in > 1)
+            k_elementwise(GP_OP_ADD, a, out, &in[0], &in[1], ith, nth);
+        else if (out->data != in[0].data)
             k_copy(out, in, ith, nth);
         break;
     case GP_OP_CONCAT:

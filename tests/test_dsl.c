@@ -550,6 +550,10 @@ static const golden goldens[] = {
      "graph g() {\n  let x = y;\n  input a: f32[2];\n  let b = frob(a);\n  let c = a @ 2;\n}",
      {},
      "t.gplan:2:11: error: undefined name 'y'\n  let x = y;\n          ^\nt.gplan:4:11: error: unknown op 'frob'\n  let b = frob(a);\n          ^\nt.gplan:5:13: error: '@' needs two tensors, got a tensor and an integer\n  let c = a @ 2;\n            ^\n"},
+    {"all_reduce: y of another shape",
+     "graph g() { input a: f32[2, 3]; input b: f32[3]; output o: f32[2, 3]; o = all_reduce(a, b); }",
+     {},
+     "t.gplan:1:75: error: all_reduce: y [3] must have x's shape [2, 3]\ngraph g() { input a: f32[2, 3]; input b: f32[3]; output o: f32[2, 3]; o = all_reduce(a, b); }\n                                                                          ^\n"},
     {"split: not split",
      "graph g() { weight w: f32[4, 6] = \"w\" shard(1); }",
      {},
@@ -651,6 +655,19 @@ static void test_devices(void)
         int k = gp_graph_find_tensor(g, "k_cache");
         CU_ASSERT_FATAL(k >= 0);
         CU_ASSERT_EQUAL(g->tensors[k].shape[2].size, heads);
+        gp_graph_free(g);
+    }
+    /* Llama's residual adds ride on its all-reduces: all_reduce(o, x) on several devices, the
+     * plain x + o on one. */
+    static const char *ldefs[] = {"num_hidden_layers=2"};
+    for (int n = 1; n <= 2; n++) {
+        gp_graph *g = compile_devices("examples/llama.gplan", ldefs, 1, n);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+        int with_y = 0;
+        for (int i = 0; i < g->n_nodes; i++)
+            with_y += g->nodes[i].op == GP_OP_ALL_REDUCE && g->nodes[i].n_inputs == 2;
+        CU_ASSERT_EQUAL(with_y, n > 1 ? 4 : 0);
+        CU_ASSERT_EQUAL(count_op(g, GP_OP_ADD), n > 1 ? 0 : 4);
         gp_graph_free(g);
     }
     /* Llama cuts heads exactly: 3 devices do not divide 32 heads, and the error says where. */
