@@ -91,7 +91,11 @@ int gp_model_dim(const gp_model *m, int i, const char **name, int64_t *bound);
 typedef struct {
     const char *backend; /* "cpu" (default when NULL), "reference", "cuda" (when built) */
     int n_threads;       /* CPU threads, the caller included; <= 0: 1 */
-    int device;          /* device ordinal for "cuda"; 0 */
+    int device;          /* device ordinal for "cuda"; 0. A plan for N devices (gplan-compile
+                            --devices N) runs on devices device .. device + N - 1: the session makes
+                            one backend instance and one thread per device (on the CPU backends
+                            the devices are threads), cuts each device's share of the weights and
+                            returns the outputs every device agrees on */
 } gp_session_opts;
 
 /* Creates a session: allocates every buffer once, zeroes the state (KV cache), sets every runtime
