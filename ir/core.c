@@ -1,7 +1,9 @@
 /* The tables shared by compiler and runtime: dtype sizes and names, tensor kind names and the op
- * table (language name, arity, in-place input, view-ness). */
+ * table (language name, arity, in-place input, view-ness); and gp_errf, the one formatter of error
+ * messages into a caller's buffer. */
 #include "ir/core.h"
 
+#include <stdarg.h>
 #include <string.h>
 
 static const struct {
@@ -105,4 +107,14 @@ int gp_op_from_name(const char *name, gp_op *out)
         }
     }
     return -1;
+}
+
+void gp_errf(char *err, size_t n, const char *fmt, ...)
+{
+    if (!err || n == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
 }

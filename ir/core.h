@@ -22,6 +22,9 @@
         }                                                                                 \
     } while (0)
 
+/* Formats a message into err[n] (a caller's error buffer); nothing when err is NULL or n is 0. */
+void gp_errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 typedef enum { GP_F32, GP_F16, GP_BF16, GP_I32, GP_DTYPE_COUNT } gp_dtype;
 
 size_t gp_dtype_size(gp_dtype t);

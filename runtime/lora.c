@@ -39,16 +39,6 @@ typedef struct {
     int64_t out, in;
 } lora_target;
 
-static void set_err(char *err, size_t n, const char *fmt, ...)
-{
-    if (!err || !n)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
-
 static void config_free(lora_config *c)
 {
     for (int i = 0; i < c->n_targets; i++)
@@ -91,9 +81,9 @@ static int read_config(const char *path, lora_config *c, char *err, size_t n)
     json_t *root = json_load_file(path, 0, &je);
     if (!root) {
         if (je.line > 0)
-            set_err(err, n, "%s: bad adapter config (%s, line %d)", path, je.text, je.line);
+            gp_errf(err, n, "%s: bad adapter config (%s, line %d)", path, je.text, je.line);
         else
-            set_err(err, n, "%s: bad adapter config (%s)", path, je.text);
+            gp_errf(err, n, "%s: bad adapter config (%s)", path, je.text);
         return -1;
     }
     int rc = -1;
@@ -121,7 +111,7 @@ static int read_config(const char *path, lora_config *c, char *err, size_t n)
              json_array_size(tm) > LORA_MAX_TARGETS)
         why = "\"target_modules\" must be a list of 1 to 64 module names";
     if (why) {
-        set_err(err, n, "%s: bad adapter config (%s)", path, why);
+        gp_errf(err, n, "%s: bad adapter config (%s)", path, why);
         goto done;
     }
     c->r = (int64_t)json_integer_value(r);
@@ -129,18 +119,18 @@ static int read_config(const char *path, lora_config *c, char *err, size_t n)
     for (size_t i = 0; i < json_array_size(tm); i++) {
         json_t *e = json_array_get(tm, i);
         if (!json_is_string(e)) {
-            set_err(err, n, "%s: bad adapter config (target_modules[%zu] is not a string)", path, i);
+            gp_errf(err, n, "%s: bad adapter config (target_modules[%zu] is not a string)", path, i);
             goto done;
         }
         const char *name = json_string_value(e);
         if (!known_module(name)) {
-            set_err(err, n, "%s: unknown target module \"%s\" (gplan knows c_attn, c_proj, c_fc, "
+            gp_errf(err, n, "%s: unknown target module \"%s\" (gplan knows c_attn, c_proj, c_fc, "
                     "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)", path, name);
             goto done;
         }
         c->targets[c->n_targets] = malloc(strlen(name) + 1);
         if (!c->targets[c->n_targets]) {
-            set_err(err, n, "%s: out of memory", path);
+            gp_errf(err, n, "%s: out of memory", path);
             goto done;
         }
         strcpy(c->targets[c->n_targets++], name);
@@ -212,7 +202,7 @@ static int open_adapter(const char *dir, double scale, lora_config *c, gp_st_fil
     memset(c, 0, sizeof *c);
     *f = NULL;
     if (!isfinite(scale)) {
-        set_err(err, err_len, "lora: scale %g is not finite", scale);
+        gp_errf(err, err_len, "lora: scale %g is not finite", scale);
         return -1;
     }
     char cpath[4096], wpath[4096];
@@ -239,7 +229,7 @@ static int adapter_module(const gp_st_file *f, const gp_st_tensor *t, const lora
     size_t pre = strlen(LORA_PREFIX), suf = strlen(LORA_A_SUFFIX), len = strlen(t->name);
     if (!gp_lora_is_slot(t->name) || len <= pre + suf || len - pre - suf >= n ||
         len - pre - suf + 100 >= sizeof name) {
-        set_err(err, err_len, "lora: %s: \"%s\" is not a LoRA tensor (expected "
+        gp_errf(err, err_len, "lora: %s: \"%s\" is not a LoRA tensor (expected "
                 LORA_PREFIX "<module>" LORA_A_SUFFIX " or " LORA_B_SUFFIX ")", gp_st_path(f),
                 t->name);
         return -1;
@@ -249,11 +239,11 @@ static int adapter_module(const gp_st_file *f, const gp_st_tensor *t, const lora
     *is_a = ends_with(t->name, LORA_A_SUFFIX);
     snprintf(name, sizeof name, LORA_PREFIX "%s%s", module, *is_a ? LORA_B_SUFFIX : LORA_A_SUFFIX);
     if (!gp_st_find(f, name)) {
-        set_err(err, err_len, "lora: \"%s\" has no matching \"%s\"", t->name, name);
+        gp_errf(err, err_len, "lora: \"%s\" has no matching \"%s\"", t->name, name);
         return -1;
     }
     if (!target_listed(c, module)) {
-        set_err(err, err_len, "lora: \"%s\": module \"%s\" is not in target_modules", t->name,
+        gp_errf(err, err_len, "lora: \"%s\": module \"%s\" is not in target_modules", t->name,
                 module);
         return -1;
     }
@@ -295,7 +285,7 @@ static int not_merge_plan(const char *path, char *err, size_t n, const char *fmt
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    set_err(err, n, "%s: not a LoRA merge plan (%s; make one with gplan-compile MODEL.gplan "
+    gp_errf(err, n, "%s: not a LoRA merge plan (%s; make one with gplan-compile MODEL.gplan "
             "-D lora_r=R --lora-merge -o FILE)", path, why);
     return -1;
 }
@@ -330,7 +320,7 @@ static int parse_merge_plan(gp_lora_merge *g, char *err, size_t n)
     g->ts = calloc((size_t)p->n_nodes / 3 + 1, sizeof *g->ts);
     g->node_target = malloc(((size_t)p->n_nodes + 1) * sizeof *g->node_target);
     if (!g->ts || !g->node_target) {
-        set_err(err, n, "lora: out of memory");
+        gp_errf(err, n, "lora: out of memory");
         return -1;
     }
     for (int i = 0; i < p->n_nodes; i++)
@@ -419,7 +409,7 @@ static int match_merge(gp_lora_merge *g, const lora_config *c, const gp_st_file 
             return -1;
         int k = find_target(g, t->name, is_a);
         if (k < 0) {
-            set_err(err, n, "lora: \"%s\": the merge plan %s has no target \"%s.weight\" (its "
+            gp_errf(err, n, "lora: \"%s\": the merge plan %s has no target \"%s.weight\" (its "
                     "targets are the adapter weights the graph declares with -D lora_r=R)",
                     t->name, g->path, module);
             return -1;
@@ -428,7 +418,7 @@ static int match_merge(gp_lora_merge *g, const lora_config *c, const gp_st_file 
         const gp_plan_tensor *in = &p->tensors[is_a ? mt->a : mt->b], *w = &p->tensors[mt->w];
         gp_dtype dt;
         if (!t->supported || gp_st_dtype_supported(t->file_dtype, &dt) || dt == GP_I32) {
-            set_err(err, n, "lora: \"%s\": dtype %s, expected F32, F16 or BF16", t->name,
+            gp_errf(err, n, "lora: \"%s\": dtype %s, expected F32, F16 or BF16", t->name,
                     t->file_dtype);
             return -1;
         }
@@ -437,7 +427,7 @@ static int match_merge(gp_lora_merge *g, const lora_config *c, const gp_st_file 
             shape_str(want, sizeof want, 2, in->dims);
             shape_str(have, sizeof have, t->ndim > GP_MAX_DIMS ? GP_MAX_DIMS : t->ndim, t->shape);
             shape_str(ws, sizeof ws, 2, w->dims);
-            set_err(err, n, "lora: \"%s\": expected shape %s, file has %s (target \"%s\" %s, %s)",
+            gp_errf(err, n, "lora: \"%s\": expected shape %s, file has %s (target \"%s\" %s, %s)",
                     t->name, want, have, w->name, ws,
                     mt->fan ? "Conv1D [in, out]" : "Linear [out, in]");
             return -1;
@@ -448,7 +438,7 @@ static int match_merge(gp_lora_merge *g, const lora_config *c, const gp_st_file 
             mt->tb = t;
     }
     if (gp_st_count(f) == 0) {
-        set_err(err, n, "lora: %s: no LoRA tensors", gp_st_path(f));
+        gp_errf(err, n, "lora: %s: no LoRA tensors", gp_st_path(f));
         return -1;
     }
     for (int k = 0; k < g->n_targets; k++) {
@@ -466,13 +456,13 @@ static int match_merge(gp_lora_merge *g, const lora_config *c, const gp_st_file 
                 shape_str(ms, sizeof ms, mw->ndim, mw->dims);
                 snprintf(has, sizeof has, "has it as %s %s", gp_dtype_name(mw->dtype), ms);
             }
-            set_err(err, n, "lora: merge plan %s: \"%s\" is %s %s, but the model's plan \"%s\" "
+            gp_errf(err, n, "lora: merge plan %s: \"%s\" is %s %s, but the model's plan \"%s\" "
                     "%s (compile both from the same graph and parameters)", g->path, w->name,
                     gp_dtype_name(w->dtype), ws, mp->graph_name, has);
             return -1;
         }
         if (!gp_model_weight_data(g->m, id)) {
-            set_err(err, n, "lora: bind the model's weights before applying an adapter");
+            gp_errf(err, n, "lora: bind the model's weights before applying an adapter");
             return -1;
         }
         mt->model_id = id;
@@ -532,7 +522,7 @@ gp_lora_merge *gp_lora_merge_new(gp_model *m, const char *dir, const char *merge
 {
     const gp_plan *mp = gp_model_plan(m);
     if (!mp || !dir || !merge_plan) {
-        set_err(err, err_len, "gp_lora_merge_new: no model, adapter folder or merge plan");
+        gp_errf(err, err_len, "gp_lora_merge_new: no model, adapter folder or merge plan");
         return NULL;
     }
     lora_config c;
@@ -541,7 +531,7 @@ gp_lora_merge *gp_lora_merge_new(gp_model *m, const char *dir, const char *merge
     int ok = 0;
     memset(&c, 0, sizeof c);
     if (!g || !(g->path = malloc(strlen(merge_plan) + 1))) {
-        set_err(err, err_len, "lora: out of memory");
+        gp_errf(err, err_len, "lora: out of memory");
         goto done;
     }
     strcpy(g->path, merge_plan);
@@ -550,7 +540,7 @@ gp_lora_merge *gp_lora_merge_new(gp_model *m, const char *dir, const char *merge
         open_adapter(dir, scale, &c, &f, err, err_len))
         goto done;
     if (c.r != g->rank) {
-        set_err(err, err_len, "lora: %s: the adapter has rank %lld, the merge plan %s rank %lld "
+        gp_errf(err, err_len, "lora: %s: the adapter has rank %lld, the merge plan %s rank %lld "
                 "(compile it with -D lora_r=%lld)", dir, (long long)c.r, merge_plan,
                 (long long)g->rank, (long long)c.r);
         goto done;
@@ -564,7 +554,7 @@ gp_lora_merge *gp_lora_merge_new(gp_model *m, const char *dir, const char *merge
     g->arena = alloc_region(&p->regions[GP_REGION_ARENA]);
     g->io = alloc_region(&p->regions[GP_REGION_IO]);
     if (!g->kt || !g->ids || !g->data || !g->arena || !g->io) {
-        set_err(err, err_len, "lora: cannot allocate the merge plan's arena (%lld bytes) and io "
+        gp_errf(err, err_len, "lora: cannot allocate the merge plan's arena (%lld bytes) and io "
                 "(%lld bytes)", (long long)p->regions[GP_REGION_ARENA].size,
                 (long long)p->regions[GP_REGION_IO].size);
         goto done;
@@ -607,7 +597,7 @@ gp_lora_merge *gp_lora_merge_new(gp_model *m, const char *dir, const char *merge
             char why[256];
             if (gp_cpu_check(nd->op, &nd->attrs, &g->kt[nd->output], in, nd->n_inputs, why,
                              sizeof why)) {
-                set_err(err, err_len, "lora: merge plan %s: node %d (%s -> %s): %s", merge_plan,
+                gp_errf(err, err_len, "lora: merge plan %s: node %d (%s -> %s): %s", merge_plan,
                         mt->nodes[j], gp_op_get(nd->op)->name, p->tensors[nd->output].name, why);
                 goto done;
             }
@@ -648,12 +638,12 @@ int gp_lora_merge_run(gp_lora_merge *g)
 int gp_lora_merge_finish(gp_lora_merge *g, char *err, size_t err_len)
 {
     if (!g || !g->ran) {
-        set_err(err, err_len, "gp_lora_merge_finish: the merge has not run");
+        gp_errf(err, err_len, "gp_lora_merge_finish: the merge has not run");
         return -1;
     }
     if (gp_model_adopt_weights(g->m, g->io, (size_t)g->p->regions[GP_REGION_IO].size, g->ids,
                                g->data, g->n_present)) {
-        set_err(err, err_len, "lora: the model already has an adapter merged (bind the weights "
+        gp_errf(err, err_len, "lora: the model already has an adapter merged (bind the weights "
                 "again first)");
         return -1;
     }
@@ -674,7 +664,7 @@ int gp_model_apply_lora(gp_model *m, const char *dir, const char *merge_plan, do
                         char *err, size_t err_len)
 {
     if (!gp_model_plan(m) || !dir || !merge_plan) {
-        set_err(err, err_len, "gp_model_apply_lora: no model, adapter folder or merge plan");
+        gp_errf(err, err_len, "gp_model_apply_lora: no model, adapter folder or merge plan");
         return -1;
     }
     gp_lora_merge *g = gp_lora_merge_new(m, dir, merge_plan, scale, err, err_len);
@@ -703,7 +693,7 @@ static int check_slot(const gp_st_tensor *t, const gp_plan_tensor *w, char *err,
 {
     gp_dtype dt;
     if (!t->supported || gp_st_dtype_supported(t->file_dtype, &dt) || dt == GP_I32) {
-        set_err(err, n, "lora: \"%s\": dtype %s, expected F32, F16 or BF16", t->name,
+        gp_errf(err, n, "lora: \"%s\": dtype %s, expected F32, F16 or BF16", t->name,
                 t->file_dtype);
         return -1;
     }
@@ -712,7 +702,7 @@ static int check_slot(const gp_st_tensor *t, const gp_plan_tensor *w, char *err,
     char want[128], have[128];
     shape_str(want, sizeof want, w->ndim, w->dims);
     shape_str(have, sizeof have, t->ndim > GP_MAX_DIMS ? GP_MAX_DIMS : t->ndim, t->shape);
-    set_err(err, n, "lora: \"%s\": the plan's slot is %s, file has %s", t->name, want, have);
+    gp_errf(err, n, "lora: \"%s\": the plan's slot is %s, file has %s", t->name, want, have);
     return -1;
 }
 
@@ -726,7 +716,7 @@ static int match_slots(const gp_plan *p, const lora_config *c, const gp_st_file 
         const gp_st_tensor *t = gp_st_get(f, i);
         size_t len = strlen(t->name);
         if (!gp_lora_is_slot(t->name) || len <= pre + suf || len - pre - suf >= sizeof module) {
-            set_err(err, n, "lora: %s: \"%s\" is not a LoRA tensor (expected "
+            gp_errf(err, n, "lora: %s: \"%s\" is not a LoRA tensor (expected "
                     LORA_PREFIX "<module>" LORA_A_SUFFIX " or " LORA_B_SUFFIX ")",
                     gp_st_path(f), t->name);
             return -1;
@@ -736,16 +726,16 @@ static int match_slots(const gp_plan *p, const lora_config *c, const gp_st_file 
         int is_a = ends_with(t->name, LORA_A_SUFFIX);
         snprintf(name, sizeof name, LORA_PREFIX "%s%s", module, is_a ? LORA_B_SUFFIX : LORA_A_SUFFIX);
         if (!gp_st_find(f, name)) {
-            set_err(err, n, "lora: \"%s\" has no matching \"%s\"", t->name, name);
+            gp_errf(err, n, "lora: \"%s\" has no matching \"%s\"", t->name, name);
             return -1;
         }
         if (!target_listed(c, module)) {
-            set_err(err, n, "lora: \"%s\": module \"%s\" is not in target_modules", t->name, module);
+            gp_errf(err, n, "lora: \"%s\": module \"%s\" is not in target_modules", t->name, module);
             return -1;
         }
         ids[i] = find_slot(p, t->name);
         if (ids[i] < 0) {
-            set_err(err, n, "lora: \"%s\": the plan has no adapter slot of that name (see "
+            gp_errf(err, n, "lora: \"%s\": the plan has no adapter slot of that name (see "
                     "docs/lora.md: the graph declares the targets of runtime mode)", t->name);
             return -1;
         }
@@ -753,7 +743,7 @@ static int match_slots(const gp_plan *p, const lora_config *c, const gp_st_file 
             return -1;
     }
     if (gp_st_count(f) == 0) {
-        set_err(err, n, "lora: %s: no LoRA tensors", gp_st_path(f));
+        gp_errf(err, n, "lora: %s: no LoRA tensors", gp_st_path(f));
         return -1;
     }
     return 0;
@@ -774,7 +764,7 @@ int gp_model_bind_adapter(gp_model *m, const char *dir, double scale, char *err,
 {
     const gp_plan *p = gp_model_plan(m);
     if (!p || !dir) {
-        set_err(err, err_len, "gp_model_bind_adapter: no model or adapter folder");
+        gp_errf(err, err_len, "gp_model_bind_adapter: no model or adapter folder");
         return -1;
     }
     /* The plan's rank: rows of its first A slot. */
@@ -790,12 +780,12 @@ int gp_model_bind_adapter(gp_model *m, const char *dir, double scale, char *err,
         }
     }
     if (first < 0) {
-        set_err(err, err_len, "lora: plan \"%s\" has no adapter slots (compile the graph with "
+        gp_errf(err, err_len, "lora: plan \"%s\" has no adapter slots (compile the graph with "
                 "-D lora_r=R for runtime adapters)", p->graph_name);
         return -1;
     }
     if (!gp_model_adapter_slot(m, first)) {
-        set_err(err, err_len, "lora: bind the model's weights before binding an adapter");
+        gp_errf(err, err_len, "lora: bind the model's weights before binding an adapter");
         return -1;
     }
     lora_config c;
@@ -804,14 +794,14 @@ int gp_model_bind_adapter(gp_model *m, const char *dir, double scale, char *err,
     if (open_adapter(dir, scale, &c, &f, err, err_len))
         goto done;
     if (c.r != rank) {
-        set_err(err, err_len, "lora: %s: the adapter has rank %lld, the plan's slots rank %lld "
+        gp_errf(err, err_len, "lora: %s: the adapter has rank %lld, the plan's slots rank %lld "
                 "(compile with -D lora_r=%lld)", dir, (long long)c.r, (long long)rank,
                 (long long)c.r);
         goto done;
     }
     ids = calloc((size_t)gp_st_count(f) + 1, sizeof *ids);
     if (!ids) {
-        set_err(err, err_len, "lora: out of memory");
+        gp_errf(err, err_len, "lora: out of memory");
         goto done;
     }
     if (match_slots(p, &c, f, ids, err, err_len))

@@ -3,24 +3,12 @@
 #include "runtime/plan.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
 /* ---- small helpers ---- */
-
-static void fmt_msg(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fmt_msg(char *buf, size_t n, const char *fmt, ...)
-{
-    if (!buf || n == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, n, fmt, ap);
-    va_end(ap);
-}
 
 static uint16_t rd_u16(const unsigned char *p)
 {
@@ -174,29 +162,29 @@ static int check_regions(const gp_plan *p, char *why, size_t n)
         const gp_plan_region *g = &p->regions[r];
         const char *rn = gp_region_name((gp_region)r);
         if (!is_pow2(g->alignment) || g->alignment > GP_PLAN_MAX_ALIGNMENT) {
-            fmt_msg(why, n, "region %s: alignment %lld is not a power of two in [1, %lld]", rn,
+            gp_errf(why, n, "region %s: alignment %lld is not a power of two in [1, %lld]", rn,
                     (long long)g->alignment, (long long)GP_PLAN_MAX_ALIGNMENT);
             return -1;
         }
         if (g->size < 0 || g->size % g->alignment != 0) {
-            fmt_msg(why, n, "region %s: size %lld is not a multiple of its alignment %lld", rn,
+            gp_errf(why, n, "region %s: size %lld is not a multiple of its alignment %lld", rn,
                     (long long)g->size, (long long)g->alignment);
             return -1;
         }
     }
     int64_t rec = GP_EXTRAS_RECORD_BYTES(p->n_devices);
     if (p->regions[GP_REGION_EXTRAS].size / rec < p->n_tensors) {
-        fmt_msg(why, n, "region extras: %lld bytes cannot hold %d records of %lld bytes",
+        gp_errf(why, n, "region extras: %lld bytes cannot hold %d records of %lld bytes",
                 (long long)p->regions[GP_REGION_EXTRAS].size, p->n_tensors, (long long)rec);
         return -1;
     }
     if (p->lower_bound < 0 || p->lower_bound > p->regions[GP_REGION_ARENA].size) {
-        fmt_msg(why, n, "lower bound %lld outside [0, arena size %lld]", (long long)p->lower_bound,
+        gp_errf(why, n, "lower bound %lld outside [0, arena size %lld]", (long long)p->lower_bound,
                 (long long)p->regions[GP_REGION_ARENA].size);
         return -1;
     }
     if (p->naive_bytes < 0) {
-        fmt_msg(why, n, "naive bytes %lld negative", (long long)p->naive_bytes);
+        gp_errf(why, n, "naive bytes %lld negative", (long long)p->naive_bytes);
         return -1;
     }
     return 0;
@@ -214,14 +202,14 @@ static int check_split(const gp_plan *p, int i, char *why, size_t n)
     if (t->kind != GP_TENSOR_WEIGHT || p->n_devices < 2 || s->groups < 1 || s->dim < 0 ||
         s->dim >= t->ndim || s->unit < 1 || s->full < 1 || s->full > GP_PLAN_MAX_DIM ||
         __builtin_mul_overflow((int64_t)s->groups, s->unit, &per) || s->full % per != 0) {
-        fmt_msg(why, n, "tensor %d (%s): bad split (groups %d, dim %d, unit %lld, full %lld)", i,
+        gp_errf(why, n, "tensor %d (%s): bad split (groups %d, dim %d, unit %lld, full %lld)", i,
                 t->name, s->groups, s->dim, (long long)s->unit, (long long)s->full);
         return -1;
     }
     units = s->full / per;
     share = units / p->n_devices + (units % p->n_devices != 0);
     if (t->dims[s->dim] != share * per) {
-        fmt_msg(why, n, "tensor %d (%s): dim %d is %lld, but a split of %lld over %d devices gives "
+        gp_errf(why, n, "tensor %d (%s): dim %d is %lld, but a split of %lld over %d devices gives "
                 "%lld", i, t->name, s->dim, (long long)t->dims[s->dim], (long long)s->full,
                 p->n_devices, (long long)(share * per));
         return -1;
@@ -234,41 +222,41 @@ static int check_tensor_fields(const gp_plan *p, int i, char *why, size_t n)
     const gp_plan_tensor *t = &p->tensors[i];
     const char *nm = t->name ? t->name : "?";
     if ((int)t->kind < 0 || t->kind >= GP_TENSOR_KIND_COUNT) {
-        fmt_msg(why, n, "tensor %d (%s): kind %d out of range", i, nm, (int)t->kind);
+        gp_errf(why, n, "tensor %d (%s): kind %d out of range", i, nm, (int)t->kind);
         return -1;
     }
     if ((int)t->dtype < 0 || t->dtype >= GP_DTYPE_COUNT) {
-        fmt_msg(why, n, "tensor %d (%s): dtype %d out of range", i, nm, (int)t->dtype);
+        gp_errf(why, n, "tensor %d (%s): dtype %d out of range", i, nm, (int)t->dtype);
         return -1;
     }
     if (t->ndim < 0 || t->ndim > GP_MAX_DIMS) {
-        fmt_msg(why, n, "tensor %d (%s): ndim %d > %d", i, nm, t->ndim, GP_MAX_DIMS);
+        gp_errf(why, n, "tensor %d (%s): ndim %d > %d", i, nm, t->ndim, GP_MAX_DIMS);
         return -1;
     }
     if ((int)t->region < 0 || t->region >= GP_REGION_EXTRAS) {
-        fmt_msg(why, n, "tensor %d (%s): region %d out of range", i, nm, (int)t->region);
+        gp_errf(why, n, "tensor %d (%s): region %d out of range", i, nm, (int)t->region);
         return -1;
     }
     for (int d = 0; d < GP_MAX_DIMS; d++) {
         if (d >= t->ndim) {
             if (t->dims[d] != 1 || t->sym[d] != -1 || t->stride[d] != 0) {
-                fmt_msg(why, n, "tensor %d (%s): unused dim %d not (1, -1, 0)", i, nm, d);
+                gp_errf(why, n, "tensor %d (%s): unused dim %d not (1, -1, 0)", i, nm, d);
                 return -1;
             }
             continue;
         }
         if (t->dims[d] < 1 || t->dims[d] > GP_PLAN_MAX_DIM) {
-            fmt_msg(why, n, "tensor %d (%s): dim %d is %lld, outside [1, %lld]", i, nm, d,
+            gp_errf(why, n, "tensor %d (%s): dim %d is %lld, outside [1, %lld]", i, nm, d,
                     (long long)t->dims[d], (long long)GP_PLAN_MAX_DIM);
             return -1;
         }
         if (t->sym[d] < -1 || t->sym[d] >= p->n_syms) {
-            fmt_msg(why, n, "tensor %d (%s): dim %d: sym reference %d out of range (%d syms)", i, nm,
+            gp_errf(why, n, "tensor %d (%s): dim %d: sym reference %d out of range (%d syms)", i, nm,
                     d, t->sym[d], p->n_syms);
             return -1;
         }
         if (t->sym[d] >= 0 && t->dims[d] > p->syms[t->sym[d]].bound) {
-            fmt_msg(why, n, "tensor %d (%s): dim %d is %lld, above the bound %lld of sym %s", i, nm,
+            gp_errf(why, n, "tensor %d (%s): dim %d is %lld, above the bound %lld of sym %s", i, nm,
                     d, (long long)t->dims[d], (long long)p->syms[t->sym[d]].bound,
                     p->syms[t->sym[d]].name);
             return -1;
@@ -276,73 +264,73 @@ static int check_tensor_fields(const gp_plan *p, int i, char *why, size_t n)
         /* Symbolic dims are planned at their bounds; a smaller one would overflow its storage
          * when an eval uses the bound. */
         if (t->sym[d] >= 0 && t->dims[d] < p->syms[t->sym[d]].bound) {
-            fmt_msg(why, n, "tensor %d (%s): dim %d is %lld, below the bound %lld of sym %s", i, nm,
+            gp_errf(why, n, "tensor %d (%s): dim %d is %lld, below the bound %lld of sym %s", i, nm,
                     d, (long long)t->dims[d], (long long)p->syms[t->sym[d]].bound,
                     p->syms[t->sym[d]].name);
             return -1;
         }
         if (t->stride[d] < 0 || t->stride[d] > GP_PLAN_MAX_DIM) {
-            fmt_msg(why, n, "tensor %d (%s): stride %d is %lld, out of range", i, nm, d,
+            gp_errf(why, n, "tensor %d (%s): stride %d is %lld, out of range", i, nm, d,
                     (long long)t->stride[d]);
             return -1;
         }
     }
     int64_t span = gp_plan_tensor_span(t);
     if (span < 0) {
-        fmt_msg(why, n, "tensor %d (%s): size overflows", i, nm);
+        gp_errf(why, n, "tensor %d (%s): size overflows", i, nm);
         return -1;
     }
     if (t->size < span) {
-        fmt_msg(why, n, "tensor %d (%s): size %lld smaller than its elements' span %lld", i, nm,
+        gp_errf(why, n, "tensor %d (%s): size %lld smaller than its elements' span %lld", i, nm,
                 (long long)t->size, (long long)span);
         return -1;
     }
     int is_view = t->kind == GP_TENSOR_VIEW;
     if (is_view != (t->view_src >= 0) || (!is_view && t->view_src != -1)) {
-        fmt_msg(why, n, "tensor %d (%s): kind %s with view source %d", i, nm,
+        gp_errf(why, n, "tensor %d (%s): kind %s with view source %d", i, nm,
                 gp_tensor_kind_name(t->kind), t->view_src);
         return -1;
     }
     if (t->view_src >= p->n_tensors) {
-        fmt_msg(why, n, "tensor %d (%s): view source %d out of range (%d tensors)", i, nm,
+        gp_errf(why, n, "tensor %d (%s): view source %d out of range (%d tensors)", i, nm,
                 t->view_src, p->n_tensors);
         return -1;
     }
     if (!is_view && t->region != kind_region(t->kind)) {
-        fmt_msg(why, n, "tensor %d (%s): kind %s placed in region %s", i, nm,
+        gp_errf(why, n, "tensor %d (%s): kind %s placed in region %s", i, nm,
                 gp_tensor_kind_name(t->kind), gp_region_name(t->region));
         return -1;
     }
     const gp_plan_region *reg = &p->regions[t->region];
     if (t->offset < 0 || t->offset > reg->size || t->size > reg->size - t->offset) {
-        fmt_msg(why, n, "tensor %d (%s): bytes [%lld, +%lld) past the end of region %s (%lld)", i,
+        gp_errf(why, n, "tensor %d (%s): bytes [%lld, +%lld) past the end of region %s (%lld)", i,
                 nm, (long long)t->offset, (long long)t->size, gp_region_name(t->region),
                 (long long)reg->size);
         return -1;
     }
     if (!is_view && t->offset % reg->alignment != 0) {
-        fmt_msg(why, n, "tensor %d (%s): offset %lld not aligned to %lld", i, nm,
+        gp_errf(why, n, "tensor %d (%s): offset %lld not aligned to %lld", i, nm,
                 (long long)t->offset, (long long)reg->alignment);
         return -1;
     }
     if (!is_view && t->view_offset != 0) {
-        fmt_msg(why, n, "tensor %d (%s): view offset %lld on a non-view", i, nm,
+        gp_errf(why, n, "tensor %d (%s): view offset %lld on a non-view", i, nm,
                 (long long)t->view_offset);
         return -1;
     }
     if (t->producer < -1 || t->producer >= p->n_nodes) {
-        fmt_msg(why, n, "tensor %d (%s): producer %d out of range (%d nodes)", i, nm, t->producer,
+        gp_errf(why, n, "tensor %d (%s): producer %d out of range (%d nodes)", i, nm, t->producer,
                 p->n_nodes);
         return -1;
     }
     int max_step = p->n_nodes > 0 ? p->n_nodes - 1 : 0;
     if (t->first < 0 || t->first > t->last || t->last > max_step) {
-        fmt_msg(why, n, "tensor %d (%s): lifetime [%d, %d] outside the %d steps", i, nm, t->first,
+        gp_errf(why, n, "tensor %d (%s): lifetime [%d, %d] outside the %d steps", i, nm, t->first,
                 t->last, p->n_nodes);
         return -1;
     }
     if (t->producer >= 0 && t->first != t->producer) {
-        fmt_msg(why, n, "tensor %d (%s): first step %d is not its producer %d", i, nm, t->first,
+        gp_errf(why, n, "tensor %d (%s): first step %d is not its producer %d", i, nm, t->first,
                 t->producer);
         return -1;
     }
@@ -361,24 +349,24 @@ static int check_views(const gp_plan *p, char *why, size_t n)
         int steps = 0;
         for (int j = t->view_src; j >= 0; j = p->tensors[j].view_src) {
             if (j == i || ++steps > p->n_tensors) {
-                fmt_msg(why, n, "tensor %d (%s): view chain is a cycle", i, t->name);
+                gp_errf(why, n, "tensor %d (%s): view chain is a cycle", i, t->name);
                 return -1;
             }
         }
         const gp_plan_tensor *s = &p->tensors[t->view_src];
         if (t->region != s->region) {
-            fmt_msg(why, n, "tensor %d (%s): view in region %s, its source %s in %s", i, t->name,
+            gp_errf(why, n, "tensor %d (%s): view in region %s, its source %s in %s", i, t->name,
                     gp_region_name(t->region), s->name, gp_region_name(s->region));
             return -1;
         }
         if (t->view_offset < 0 || t->view_offset > s->size || t->size > s->size - t->view_offset) {
-            fmt_msg(why, n, "tensor %d (%s): view [%lld, +%lld) outside its base %s (%lld bytes)", i,
+            gp_errf(why, n, "tensor %d (%s): view [%lld, +%lld) outside its base %s (%lld bytes)", i,
                     t->name, (long long)t->view_offset, (long long)t->size, s->name,
                     (long long)s->size);
             return -1;
         }
         if (t->offset != s->offset + t->view_offset) {
-            fmt_msg(why, n, "tensor %d (%s): offset %lld is not its base's %lld + view offset %lld",
+            gp_errf(why, n, "tensor %d (%s): offset %lld is not its base's %lld + view offset %lld",
                     i, t->name, (long long)t->offset, (long long)s->offset,
                     (long long)t->view_offset);
             return -1;
@@ -394,14 +382,14 @@ static int check_tensor_links(const gp_plan *p, unsigned char *slot_used, char *
         const gp_plan_tensor *t = &p->tensors[i];
         if (t->inplace_of != -1) {
             if (t->inplace_of < 0 || t->inplace_of >= p->n_tensors || t->inplace_of == i) {
-                fmt_msg(why, n, "tensor %d (%s): in-place target %d out of range", i, t->name,
+                gp_errf(why, n, "tensor %d (%s): in-place target %d out of range", i, t->name,
                         t->inplace_of);
                 return -1;
             }
             const gp_plan_tensor *s = &p->tensors[t->inplace_of];
             if (t->kind != GP_TENSOR_INTERMEDIATE || s->region != GP_REGION_ARENA ||
                 s->offset != t->offset || s->size < t->size) {
-                fmt_msg(why, n, "tensor %d (%s): in-place target %s does not hold its bytes", i,
+                gp_errf(why, n, "tensor %d (%s): in-place target %s does not hold its bytes", i,
                         t->name, s->name);
                 return -1;
             }
@@ -410,7 +398,7 @@ static int check_tensor_links(const gp_plan *p, unsigned char *slot_used, char *
             while (r->view_src >= 0)
                 r = &p->tensors[r->view_src];
             if (r->last > t->first) {
-                fmt_msg(why, n, "tensor %d (%s): in-place target %s is still read at step %d, "
+                gp_errf(why, n, "tensor %d (%s): in-place target %s is still read at step %d, "
                         "after step %d overwrites it", i, t->name, s->name, r->last, t->first);
                 return -1;
             }
@@ -418,7 +406,7 @@ static int check_tensor_links(const gp_plan *p, unsigned char *slot_used, char *
         if (t->extras_offset < 0 || t->extras_offset % rec != 0 ||
             t->extras_offset > p->regions[GP_REGION_EXTRAS].size - rec ||
             t->extras_offset / rec >= p->n_tensors) {
-            fmt_msg(why, n, "tensor %d (%s): extras offset %lld is not a record slot of region "
+            gp_errf(why, n, "tensor %d (%s): extras offset %lld is not a record slot of region "
                     "extras (%lld bytes, records of %lld)", i, t->name,
                     (long long)t->extras_offset, (long long)p->regions[GP_REGION_EXTRAS].size,
                     (long long)rec);
@@ -426,7 +414,7 @@ static int check_tensor_links(const gp_plan *p, unsigned char *slot_used, char *
         }
         int64_t slot = t->extras_offset / rec;
         if (slot_used[slot]) {
-            fmt_msg(why, n, "tensor %d (%s): extras slot %lld shared with another tensor", i,
+            gp_errf(why, n, "tensor %d (%s): extras slot %lld shared with another tensor", i,
                     t->name, (long long)slot);
             return -1;
         }
@@ -471,7 +459,7 @@ static int check_arena(const gp_plan *p, char *why, size_t n)
     if (!grp || !g) {
         free(grp);
         free(g);
-        fmt_msg(why, n, "out of memory");
+        gp_errf(why, n, "out of memory");
         return -1;
     }
     int ng = 0, rc = 0;
@@ -483,7 +471,7 @@ static int check_arena(const gp_plan *p, char *why, size_t n)
             continue;
         int r = storage_group(p, i);
         if (r < 0) {
-            fmt_msg(why, n, "tensor %d (%s): in-place chain is a cycle", i, t->name);
+            gp_errf(why, n, "tensor %d (%s): in-place chain is a cycle", i, t->name);
             rc = -1;
             break;
         }
@@ -504,7 +492,7 @@ static int check_arena(const gp_plan *p, char *why, size_t n)
     for (int i = 0; i < ng && rc == 0; i++) {
         for (int j = i + 1; j < ng && g[j].offset < g[i].end; j++) {
             if (g[i].first <= g[j].last && g[j].first <= g[i].last) {
-                fmt_msg(why, n, "arena tensors %s [%lld, %lld) and %s [%lld, %lld) overlap while "
+                gp_errf(why, n, "arena tensors %s [%lld, %lld) and %s [%lld, %lld) overlap while "
                         "both alive (steps %d..%d and %d..%d)", p->tensors[g[i].tensor].name,
                         (long long)g[i].offset, (long long)g[i].end, p->tensors[g[j].tensor].name,
                         (long long)g[j].offset, (long long)g[j].end, g[i].first, g[i].last,
@@ -523,7 +511,7 @@ static int check_tensor_ref(const gp_plan *p, int node, const char *what, int id
                             size_t n)
 {
     if (id < 0 || id >= p->n_tensors) {
-        fmt_msg(why, n, "node %d: %s: tensor reference %d out of range (%d tensors)", node, what, id,
+        gp_errf(why, n, "node %d: %s: tensor reference %d out of range (%d tensors)", node, what, id,
                 p->n_tensors);
         return -1;
     }
@@ -536,18 +524,18 @@ static int check_nodes(const gp_plan *p, char *why, size_t n)
         const gp_plan_node *nd = &p->nodes[i];
         const gp_op_info *info = gp_op_get(nd->op);
         if (!info || nd->op == GP_OP_NONE) {
-            fmt_msg(why, n, "node %d: unknown op %d", i, (int)nd->op);
+            gp_errf(why, n, "node %d: unknown op %d", i, (int)nd->op);
             return -1;
         }
         if (nd->n_inputs < info->min_inputs || nd->n_inputs > info->max_inputs) {
-            fmt_msg(why, n, "node %d: op %s takes %d..%d inputs, has %d", i, info->name,
+            gp_errf(why, n, "node %d: op %s takes %d..%d inputs, has %d", i, info->name,
                     info->min_inputs, info->max_inputs, nd->n_inputs);
             return -1;
         }
         for (int k = 0; k < GP_MAX_INPUTS; k++) {
             if (k >= nd->n_inputs) {
                 if (nd->inputs[k] != -1) {
-                    fmt_msg(why, n, "node %d: unused input %d is %d, not -1", i, k, nd->inputs[k]);
+                    gp_errf(why, n, "node %d: unused input %d is %d, not -1", i, k, nd->inputs[k]);
                     return -1;
                 }
                 continue;
@@ -556,12 +544,12 @@ static int check_nodes(const gp_plan *p, char *why, size_t n)
                 return -1;
             const gp_plan_tensor *in = &p->tensors[nd->inputs[k]];
             if (in->producer >= i) {
-                fmt_msg(why, n, "node %d: reads tensor %s before step %d produces it", i, in->name,
+                gp_errf(why, n, "node %d: reads tensor %s before step %d produces it", i, in->name,
                         in->producer);
                 return -1;
             }
             if (in->last < i) {
-                fmt_msg(why, n, "node %d: reads tensor %s after its last step %d", i, in->name,
+                gp_errf(why, n, "node %d: reads tensor %s after its last step %d", i, in->name,
                         in->last);
                 return -1;
             }
@@ -569,7 +557,7 @@ static int check_nodes(const gp_plan *p, char *why, size_t n)
         if (check_tensor_ref(p, i, "output", nd->output, why, n))
             return -1;
         if (p->tensors[nd->output].producer != i) {
-            fmt_msg(why, n, "node %d: output %s names producer %d", i, p->tensors[nd->output].name,
+            gp_errf(why, n, "node %d: output %s names producer %d", i, p->tensors[nd->output].name,
                     p->tensors[nd->output].producer);
             return -1;
         }
@@ -579,7 +567,7 @@ static int check_nodes(const gp_plan *p, char *why, size_t n)
             const gp_plan_tensor *w = &p->tensors[nd->workspace];
             if (nd->workspace == nd->output || w->kind != GP_TENSOR_INTERMEDIATE ||
                 w->producer != i || w->last != i) {
-                fmt_msg(why, n, "node %d: workspace %s is not an arena tensor live at step %d only",
+                gp_errf(why, n, "node %d: workspace %s is not an arena tensor live at step %d only",
                         i, w->name, i);
                 return -1;
             }
@@ -589,7 +577,7 @@ static int check_nodes(const gp_plan *p, char *why, size_t n)
         const gp_plan_tensor *t = &p->tensors[i];
         if (t->producer >= 0 && p->nodes[t->producer].output != i &&
             p->nodes[t->producer].workspace != i) {
-            fmt_msg(why, n, "tensor %d (%s): producer %d neither outputs it nor uses it as its "
+            gp_errf(why, n, "tensor %d (%s): producer %d neither outputs it nor uses it as its "
                     "workspace", i, t->name, t->producer);
             return -1;
         }
@@ -600,24 +588,24 @@ static int check_nodes(const gp_plan *p, char *why, size_t n)
 int gp_plan_validate(const gp_plan *p, char *why, size_t why_len)
 {
     if (!p) {
-        fmt_msg(why, why_len, "no plan");
+        gp_errf(why, why_len, "no plan");
         return -1;
     }
     if (p->n_devices < 1 || p->n_devices > GP_PLAN_MAX_DEVICES) {
-        fmt_msg(why, why_len, "n_devices %d outside [1, %d]", p->n_devices, GP_PLAN_MAX_DEVICES);
+        gp_errf(why, why_len, "n_devices %d outside [1, %d]", p->n_devices, GP_PLAN_MAX_DEVICES);
         return -1;
     }
     if (p->strategy < 0 || p->strategy > 2) {
-        fmt_msg(why, why_len, "strategy %d out of range", p->strategy);
+        gp_errf(why, why_len, "strategy %d out of range", p->strategy);
         return -1;
     }
     if (p->n_syms < 0 || p->n_tensors < 0 || p->n_nodes < 0) {
-        fmt_msg(why, why_len, "negative count");
+        gp_errf(why, why_len, "negative count");
         return -1;
     }
     for (int s = 0; s < p->n_syms; s++) {
         if (p->syms[s].bound < 1 || p->syms[s].bound > GP_PLAN_MAX_DIM) {
-            fmt_msg(why, why_len, "sym %d (%s): bound %lld outside [1, %lld]", s, p->syms[s].name,
+            gp_errf(why, why_len, "sym %d (%s): bound %lld outside [1, %lld]", s, p->syms[s].name,
                     (long long)p->syms[s].bound, (long long)GP_PLAN_MAX_DIM);
             return -1;
         }
@@ -631,7 +619,7 @@ int gp_plan_validate(const gp_plan *p, char *why, size_t why_len)
         return -1;
     unsigned char *slot_used = calloc((size_t)p->n_tensors + 1, 1);
     if (!slot_used) {
-        fmt_msg(why, why_len, "out of memory");
+        gp_errf(why, why_len, "out of memory");
         return -1;
     }
     int rc = check_tensor_links(p, slot_used, why, why_len);
@@ -677,20 +665,20 @@ static char *read_string(reader *r, uint32_t ref, int none_ok, const char *what,
         return NULL;
     *failed = 1;
     if (ref >= size) {
-        fmt_msg(r->why, r->why_len, "%s: string reference %u out of range (string table has %llu "
+        gp_errf(r->why, r->why_len, "%s: string reference %u out of range (string table has %llu "
                 "bytes)", what, ref, (unsigned long long)size);
         return NULL;
     }
     const unsigned char *s = r->sec[GP_PLAN_SEC_STRINGS] + ref;
     const unsigned char *nul = memchr(s, 0, (size_t)(size - ref));
     if (!nul) {
-        fmt_msg(r->why, r->why_len, "%s: string at %u not NUL-terminated inside the string table",
+        gp_errf(r->why, r->why_len, "%s: string at %u not NUL-terminated inside the string table",
                 what, ref);
         return NULL;
     }
     char *copy = malloc((size_t)(nul - s) + 1);
     if (!copy) {
-        fmt_msg(r->why, r->why_len, "out of memory");
+        gp_errf(r->why, r->why_len, "out of memory");
         return NULL;
     }
     memcpy(copy, s, (size_t)(nul - s) + 1);
@@ -706,19 +694,19 @@ static int read_records(reader *r, uint32_t id, uint32_t min_rec, uint32_t *coun
     const unsigned char *s = r->sec[id];
     uint64_t size = r->sec_size[id];
     if (size < 8) {
-        fmt_msg(r->why, r->why_len, "section %s: %llu bytes, too short for its count",
+        gp_errf(r->why, r->why_len, "section %s: %llu bytes, too short for its count",
                 section_name(id), (unsigned long long)size);
         return -1;
     }
     *count = rd_u32(s);
     *rec_bytes = rd_u32(s + 4);
     if (*rec_bytes < min_rec || *rec_bytes > (1u << 16) || *rec_bytes % 8 != 0) {
-        fmt_msg(r->why, r->why_len, "section %s: record size %u (this loader needs %u, a multiple "
+        gp_errf(r->why, r->why_len, "section %s: record size %u (this loader needs %u, a multiple "
                 "of 8, at most 65536)", section_name(id), *rec_bytes, min_rec);
         return -1;
     }
     if (*count > (size - 8) / *rec_bytes || *count > (uint32_t)INT32_MAX) {
-        fmt_msg(r->why, r->why_len, "section %s: count %u does not fit in its %llu bytes",
+        gp_errf(r->why, r->why_len, "section %s: count %u does not fit in its %llu bytes",
                 section_name(id), *count, (unsigned long long)size);
         return -1;
     }
@@ -730,7 +718,7 @@ static int parse_meta(reader *r, gp_plan *p)
 {
     const unsigned char *m = r->sec[GP_PLAN_SEC_META];
     if (r->sec_size[GP_PLAN_SEC_META] < GP_PLAN_META_BYTES) {
-        fmt_msg(r->why, r->why_len, "section meta: %llu bytes, needs %d",
+        gp_errf(r->why, r->why_len, "section meta: %llu bytes, needs %d",
                 (unsigned long long)r->sec_size[GP_PLAN_SEC_META], GP_PLAN_META_BYTES);
         return -1;
     }
@@ -761,7 +749,7 @@ static int parse_regions(reader *r, gp_plan *p)
     if (read_records(r, GP_PLAN_SEC_REGIONS, GP_PLAN_REGION_BYTES, &count, &rec, &q))
         return -1;
     if (count != GP_REGION_COUNT) {
-        fmt_msg(r->why, r->why_len, "section regions: %u regions, expected %d", count,
+        gp_errf(r->why, r->why_len, "section regions: %u regions, expected %d", count,
                 GP_REGION_COUNT);
         return -1;
     }
@@ -860,63 +848,63 @@ static int parse_header(reader *r, uint16_t *minor)
     const unsigned char *h = r->data;
     size_t len = r->len;
     if (len < GP_PLAN_HEADER_BYTES) {
-        fmt_msg(r->why, r->why_len, "file too short: %zu bytes, the header alone is %d", len,
+        gp_errf(r->why, r->why_len, "file too short: %zu bytes, the header alone is %d", len,
                 GP_PLAN_HEADER_BYTES);
         return -1;
     }
     if (memcmp(h, GP_PLAN_MAGIC, 6) != 0) {
-        fmt_msg(r->why, r->why_len, "bad magic: not a gplan plan file");
+        gp_errf(r->why, r->why_len, "bad magic: not a gplan plan file");
         return -1;
     }
     if (memcmp(h + 6, GP_PLAN_TRIPWIRE, 4) != 0) {
-        fmt_msg(r->why, r->why_len, "line-ending tripwire damaged: file was transferred as text?");
+        gp_errf(r->why, r->why_len, "line-ending tripwire damaged: file was transferred as text?");
         return -1;
     }
     uint16_t major = rd_u16(h + 10);
     *minor = rd_u16(h + 12);
     if (major != GP_PLAN_VERSION_MAJOR) {
-        fmt_msg(r->why, r->why_len, "unsupported major version %u (this loader reads %d.x)", major,
+        gp_errf(r->why, r->why_len, "unsupported major version %u (this loader reads %d.x)", major,
                 GP_PLAN_VERSION_MAJOR);
         return -1;
     }
     uint16_t header_bytes = rd_u16(h + 14);
     if (header_bytes < GP_PLAN_HEADER_BYTES || header_bytes % 8 != 0 || header_bytes > len) {
-        fmt_msg(r->why, r->why_len, "header size %u (needs a multiple of 8 in [%d, file size])",
+        gp_errf(r->why, r->why_len, "header size %u (needs a multiple of 8 in [%d, file size])",
                 header_bytes, GP_PLAN_HEADER_BYTES);
         return -1;
     }
     if (rd_u32(h + 16) != GP_PLAN_SENTINEL_U32) {
-        fmt_msg(r->why, r->why_len, "u32 sentinel is 0x%08x, expected 0x%08x: byte order or width "
+        gp_errf(r->why, r->why_len, "u32 sentinel is 0x%08x, expected 0x%08x: byte order or width "
                 "mismatch", rd_u32(h + 16), GP_PLAN_SENTINEL_U32);
         return -1;
     }
     if (rd_u64(h + 24) != GP_PLAN_SENTINEL_U64) {
-        fmt_msg(r->why, r->why_len, "u64 sentinel is 0x%016llx, expected 0x%016llx: byte order or "
+        gp_errf(r->why, r->why_len, "u64 sentinel is 0x%016llx, expected 0x%016llx: byte order or "
                 "width mismatch", (unsigned long long)rd_u64(h + 24),
                 (unsigned long long)GP_PLAN_SENTINEL_U64);
         return -1;
     }
     if (rd_f64(h + 32) != GP_PLAN_SENTINEL_F64) {
-        fmt_msg(r->why, r->why_len, "f64 sentinel is %g, expected %g: floating-point format "
+        gp_errf(r->why, r->why_len, "f64 sentinel is %g, expected %g: floating-point format "
                 "mismatch", rd_f64(h + 32), GP_PLAN_SENTINEL_F64);
         return -1;
     }
     uint64_t file_size = rd_u64(h + 40);
     if (file_size != len) {
-        fmt_msg(r->why, r->why_len, "file size field says %llu bytes, the file has %zu (%s?)",
+        gp_errf(r->why, r->why_len, "file size field says %llu bytes, the file has %zu (%s?)",
                 (unsigned long long)file_size, len, len < file_size ? "truncated" : "data appended");
         return -1;
     }
     uint32_t n_sec = rd_u32(h + 20);
     if (n_sec > (len - header_bytes) / GP_PLAN_SECTION_ENTRY_BYTES) {
-        fmt_msg(r->why, r->why_len, "section count %u does not fit in the file", n_sec);
+        gp_errf(r->why, r->why_len, "section count %u does not fit in the file", n_sec);
         return -1;
     }
     size_t table_end = header_bytes + (size_t)n_sec * GP_PLAN_SECTION_ENTRY_BYTES;
     uint32_t crc = crc_update(0, h, 60);
     crc = crc_update(crc, h + GP_PLAN_HEADER_BYTES, table_end - GP_PLAN_HEADER_BYTES);
     if (crc != rd_u32(h + 60)) {
-        fmt_msg(r->why, r->why_len, "header checksum mismatch (stored 0x%08x, computed 0x%08x)",
+        gp_errf(r->why, r->why_len, "header checksum mismatch (stored 0x%08x, computed 0x%08x)",
                 rd_u32(h + 60), crc);
         return -1;
     }
@@ -925,24 +913,24 @@ static int parse_header(reader *r, uint16_t *minor)
         uint32_t id = rd_u32(e), sec_crc = rd_u32(e + 4);
         uint64_t off = rd_u64(e + 8), size = rd_u64(e + 16);
         if (off < table_end || off > len || size > len - off) {
-            fmt_msg(r->why, r->why_len, "section %u (%s): bytes [%llu, +%llu) outside the file's "
+            gp_errf(r->why, r->why_len, "section %u (%s): bytes [%llu, +%llu) outside the file's "
                     "data (%zu..%zu)", i, section_name(id), (unsigned long long)off,
                     (unsigned long long)size, table_end, len);
             return -1;
         }
         if (off % 8 != 0) {
-            fmt_msg(r->why, r->why_len, "section %u (%s): offset %llu not a multiple of 8", i,
+            gp_errf(r->why, r->why_len, "section %u (%s): offset %llu not a multiple of 8", i,
                     section_name(id), (unsigned long long)off);
             return -1;
         }
         if (crc_update(0, h + off, (size_t)size) != sec_crc) {
-            fmt_msg(r->why, r->why_len, "checksum mismatch in section %s", section_name(id));
+            gp_errf(r->why, r->why_len, "checksum mismatch in section %s", section_name(id));
             return -1;
         }
         if (id < GP_PLAN_SEC_STRINGS || id > GP_PLAN_SEC_NODES)
             continue; /* a section of a newer minor version */
         if (r->sec[id]) {
-            fmt_msg(r->why, r->why_len, "duplicate section %s", section_name(id));
+            gp_errf(r->why, r->why_len, "duplicate section %s", section_name(id));
             return -1;
         }
         r->sec[id] = h + off;
@@ -950,12 +938,12 @@ static int parse_header(reader *r, uint16_t *minor)
     }
     for (uint32_t id = GP_PLAN_SEC_STRINGS; id <= GP_PLAN_SEC_NODES; id++) {
         if (!r->sec[id]) {
-            fmt_msg(r->why, r->why_len, "missing section %s", section_name(id));
+            gp_errf(r->why, r->why_len, "missing section %s", section_name(id));
             return -1;
         }
     }
     if (r->sec_size[GP_PLAN_SEC_STRINGS] > UINT32_MAX) {
-        fmt_msg(r->why, r->why_len, "string table of %llu bytes is over 4 GiB",
+        gp_errf(r->why, r->why_len, "string table of %llu bytes is over 4 GiB",
                 (unsigned long long)r->sec_size[GP_PLAN_SEC_STRINGS]);
         return -1;
     }
@@ -976,7 +964,7 @@ static int parse(reader *r, gp_plan **out)
     /* The counts are bounded by the file's size now, so these allocations are too. */
     gp_plan *p = gp_plan_alloc((int)n_syms, (int)n_tensors, (int)n_nodes);
     if (!p) {
-        fmt_msg(r->why, r->why_len, "out of memory");
+        gp_errf(r->why, r->why_len, "out of memory");
         return -1;
     }
     p->version_minor = minor;
@@ -1003,12 +991,12 @@ int gp_plan_load_mem(const void *data, size_t len, const char *name, gp_plan **o
     if (!name)
         name = "<memory>";
     if (!out || (!data && len > 0)) {
-        fmt_msg(err, err_len, "%s: bad plan file (no data)", name);
+        gp_errf(err, err_len, "%s: bad plan file (no data)", name);
         return -1;
     }
     reader r = {.data = data, .len = len, .why = why, .why_len = sizeof why};
     if (parse(&r, out)) {
-        fmt_msg(err, err_len, "%s: bad plan file (%s)", name, why);
+        gp_errf(err, err_len, "%s: bad plan file (%s)", name, why);
         return -1;
     }
     return 0;
@@ -1020,7 +1008,7 @@ int gp_plan_load(const char *path, gp_plan **out, char *err, size_t err_len)
         *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fmt_msg(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+        gp_errf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     /* Read in chunks so a file of any size (or a pipe) is handled without trusting its length. */
@@ -1044,9 +1032,9 @@ int gp_plan_load(const char *path, gp_plan **out, char *err, size_t err_len)
         }
     }
     if (!buf)
-        fmt_msg(err, err_len, "%s: cannot read: out of memory", path);
+        gp_errf(err, err_len, "%s: cannot read: out of memory", path);
     else if (ferror(f))
-        fmt_msg(err, err_len, "%s: cannot read: %s", path, strerror(errno));
+        gp_errf(err, err_len, "%s: cannot read: %s", path, strerror(errno));
     else
         rc = gp_plan_load_mem(buf, len, path, out, err, err_len);
     free(buf);

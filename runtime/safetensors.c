@@ -79,16 +79,6 @@ static int bad(char *err, size_t errlen, const char *path, const char *fmt, ...)
     return -1;
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static uint64_t read_le64(const unsigned char *p)
 {
     uint64_t v = 0;
@@ -298,18 +288,18 @@ gp_st_file *gp_st_open(const char *path, char *err, size_t errlen)
     gp_st_file *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(path))) {
         free(f);
-        set_err(err, errlen, "%s: out of memory", path);
+        gp_errf(err, errlen, "%s: out of memory", path);
         return NULL;
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        set_err(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+        gp_errf(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
         gp_st_close(f);
         return NULL;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        set_err(err, errlen, "%s: cannot open (not a regular file)", path);
+        gp_errf(err, errlen, "%s: cannot open (not a regular file)", path);
         close(fd);
         gp_st_close(f);
         return NULL;
@@ -318,7 +308,7 @@ gp_st_file *gp_st_open(const char *path, char *err, size_t errlen)
     if (f->map_len > 0) {
         void *m = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
-            set_err(err, errlen, "%s: cannot map %zu bytes (%s)", path, f->map_len,
+            gp_errf(err, errlen, "%s: cannot map %zu bytes (%s)", path, f->map_len,
                     strerror(errno));
             close(fd);
             f->map_len = 0;
@@ -398,11 +388,11 @@ static json_t *build_header(const char *path, const gp_st_tensor *ts, int n,
             goto oom;
         for (int i = 0; meta[i]; i += 2) {
             if (!meta[i + 1]) {
-                set_err(err, errlen, "%s: metadata key \"%s\" has no value", path, meta[i]);
+                gp_errf(err, errlen, "%s: metadata key \"%s\" has no value", path, meta[i]);
                 goto fail;
             }
             if (json_object_set_new(m, meta[i], json_string(meta[i + 1])) != 0) {
-                set_err(err, errlen, "%s: metadata \"%s\" is not valid UTF-8", path, meta[i]);
+                gp_errf(err, errlen, "%s: metadata \"%s\" is not valid UTF-8", path, meta[i]);
                 goto fail;
             }
         }
@@ -413,12 +403,12 @@ static json_t *build_header(const char *path, const gp_st_tensor *ts, int n,
         const char *dn = t->file_dtype ? t->file_dtype : gp_st_dtype_name(t->dtype);
         int di = dn ? st_dtype_index(dn) : -1;
         if (!t->name || strcmp(t->name, "__metadata__") == 0 || json_object_get(root, t->name)) {
-            set_err(err, errlen, "%s: tensor %d: name missing, reserved or repeated (\"%s\")", path,
+            gp_errf(err, errlen, "%s: tensor %d: name missing, reserved or repeated (\"%s\")", path,
                     i, t->name ? t->name : "");
             goto fail;
         }
         if (di < 0 || t->ndim < 0 || t->ndim > GP_MAX_DIMS) {
-            set_err(err, errlen, "%s: tensor \"%s\": bad dtype or rank", path, t->name);
+            gp_errf(err, errlen, "%s: tensor \"%s\": bad dtype or rank", path, t->name);
             goto fail;
         }
         uint64_t numel = 1, need;
@@ -434,21 +424,21 @@ static json_t *build_header(const char *path, const gp_st_tensor *ts, int n,
         if (!shape_ok || mul_checked(numel, st_dtypes[di].size, &need) != 0 || need != t->nbytes ||
             (t->nbytes > 0 && !t->data)) {
             json_decref(shape);
-            set_err(err, errlen, "%s: tensor \"%s\": shape, dtype and %zu data bytes disagree",
+            gp_errf(err, errlen, "%s: tensor \"%s\": shape, dtype and %zu data bytes disagree",
                     path, t->name, t->nbytes);
             goto fail;
         }
         json_t *e = json_pack("{s:s, s:o, s:[I, I]}", "dtype", st_dtypes[di].name, "shape", shape,
                               "data_offsets", (json_int_t)off, (json_int_t)(off + t->nbytes));
         if (!e || json_object_set_new(root, t->name, e) != 0) {
-            set_err(err, errlen, "%s: tensor \"%s\": name is not valid UTF-8", path, t->name);
+            gp_errf(err, errlen, "%s: tensor \"%s\": name is not valid UTF-8", path, t->name);
             goto fail;
         }
         off += t->nbytes;
     }
     return root;
 oom:
-    set_err(err, errlen, "%s: out of memory", path);
+    gp_errf(err, errlen, "%s: out of memory", path);
 fail:
     json_decref(root);
     return NULL;
@@ -460,7 +450,7 @@ int gp_st_write(const char *path, const gp_st_tensor *tensors, int n, const char
     if (err && errlen)
         err[0] = '\0';
     if (n < 0 || (n > 0 && !tensors)) {
-        set_err(err, errlen, "%s: bad tensor list", path);
+        gp_errf(err, errlen, "%s: bad tensor list", path);
         return -1;
     }
     json_t *root = build_header(path, tensors, n, meta, err, errlen);
@@ -469,14 +459,14 @@ int gp_st_write(const char *path, const gp_st_tensor *tensors, int n, const char
     char *js = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(root);
     if (!js) {
-        set_err(err, errlen, "%s: out of memory", path);
+        gp_errf(err, errlen, "%s: out of memory", path);
         return -1;
     }
     size_t len = strlen(js);
     size_t padded = (len + 7) / 8 * 8; /* keeps the data area 8-byte aligned in the file */
     FILE *fp = fopen(path, "wb");
     if (!fp) {
-        set_err(err, errlen, "%s: cannot create (%s)", path, strerror(errno));
+        gp_errf(err, errlen, "%s: cannot create (%s)", path, strerror(errno));
         free(js);
         return -1;
     }
@@ -493,7 +483,7 @@ int gp_st_write(const char *path, const gp_st_tensor *tensors, int n, const char
     if (fclose(fp) != 0)
         ok = 0;
     if (!ok) {
-        set_err(err, errlen, "%s: write failed (%s)", path, strerror(errno));
+        gp_errf(err, errlen, "%s: write failed (%s)", path, strerror(errno));
         remove(path);
         return -1;
     }

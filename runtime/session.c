@@ -76,16 +76,6 @@ struct gp_session {
 
 /* ---- helpers ---- */
 
-static void set_err(char *err, size_t n, const char *fmt, ...)
-{
-    if (!err || !n)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
-
 static void *alloc_aligned(size_t align, size_t size)
 {
     void *p = NULL;
@@ -132,7 +122,7 @@ static int check_views(const gp_plan *p, char *why, size_t n)
         const gp_plan_node *nd = t->producer >= 0 ? &p->nodes[t->producer] : NULL;
         const gp_op_info *info = nd ? gp_op_get(nd->op) : NULL;
         if (!nd || !info || !info->is_view || nd->output != i || nd->inputs[0] != t->view_src) {
-            set_err(why, n, "view %s is not the output of a view op on its source", t->name);
+            gp_errf(why, n, "view %s is not the output of a view op on its source", t->name);
             return -1;
         }
         const gp_plan_tensor *s = &p->tensors[t->view_src];
@@ -176,7 +166,7 @@ static int check_views(const gp_plan *p, char *why, size_t n)
         /* A view must never reach past its source at any runtime dims: its span at the bounds is
          * the largest (strides only shrink with the dims). */
         if (!ok || t->size > s->size - t->view_offset) {
-            set_err(why, n, "view %s does not match its op %s on %s", t->name, info->name, s->name);
+            gp_errf(why, n, "view %s does not match its op %s on %s", t->name, info->name, s->name);
             return -1;
         }
     }
@@ -211,7 +201,7 @@ static int analyze(gp_model *m, char *why, size_t n)
             continue;
         int in = nd->inputs[idx], root = root_of(p, in);
         if (p->tensors[root].region != GP_REGION_IO || p->tensors[root].kind != GP_TENSOR_INPUT) {
-            set_err(why, n, "node %d (%s): index input %s is computed inside the graph; the runtime "
+            gp_errf(why, n, "node %d (%s): index input %s is computed inside the graph; the runtime "
                     "needs ids and positions to be graph inputs", k, gp_op_get(nd->op)->name,
                     p->tensors[in].name);
             return -1;
@@ -238,7 +228,7 @@ static gp_model *model_from_plan(gp_plan *plan, const char *name, char *err, siz
     gp_model *m = calloc(1, sizeof *m);
     if (!m) {
         gp_plan_free(plan);
-        set_err(err, err_len, "%s: out of memory", name);
+        gp_errf(err, err_len, "%s: out of memory", name);
         return NULL;
     }
     m->plan = plan;
@@ -247,13 +237,13 @@ static gp_model *model_from_plan(gp_plan *plan, const char *name, char *err, siz
                             sizeof *m->weight_data);
     if (!m->name || !m->weight_data) {
         gp_model_free(m);
-        set_err(err, err_len, "%s: out of memory", name);
+        gp_errf(err, err_len, "%s: out of memory", name);
         return NULL;
     }
     strcpy(m->name, name);
     char why[512];
     if (analyze(m, why, sizeof why)) {
-        set_err(err, err_len, "%s: cannot run this plan (%s)", name, why);
+        gp_errf(err, err_len, "%s: cannot run this plan (%s)", name, why);
         gp_model_free(m);
         return NULL;
     }
@@ -380,7 +370,7 @@ static void share_tied(gp_model *m)
 int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_len)
 {
     if (!m || !path) {
-        set_err(err, err_len, "gp_model_bind_weights: no model or path");
+        gp_errf(err, err_len, "gp_model_bind_weights: no model or path");
         return -1;
     }
     unbind(m);
@@ -396,7 +386,7 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
     size_t full_max = 0;
     int n = 0, rc = -1;
     if (!decls || !ids || !convert || !problems) {
-        set_err(err, err_len, "%s: out of memory", path);
+        gp_errf(err, err_len, "%s: out of memory", path);
         goto done;
     }
     for (int i = 0; i < p->n_tensors; i++) {
@@ -417,7 +407,7 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
     }
     int bad = gp_weights_check(w, decls, n, convert, problems, 4096);
     if (bad) {
-        set_err(err, err_len, "%s: %d problem%s with the weights the plan declares:\n%s", path, bad,
+        gp_errf(err, err_len, "%s: %d problem%s with the weights the plan declares:\n%s", path, bad,
                 bad == 1 ? "" : "s", problems);
         goto done;
     }
@@ -447,14 +437,14 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
         }
     }
     if (full_max && !(full = malloc(full_max))) {
-        set_err(err, err_len, "%s: cannot allocate %zu bytes to cut split weights", path,
+        gp_errf(err, err_len, "%s: cannot allocate %zu bytes to cut split weights", path,
                 full_max);
         goto done;
     }
     if (block) {
         m->weight_block = alloc_aligned(GP_HOST_ALIGN, block);
         if (!m->weight_block) {
-            set_err(err, err_len, "%s: cannot allocate %zu bytes for converted weights", path,
+            gp_errf(err, err_len, "%s: cannot allocate %zu bytes for converted weights", path,
                     block);
             goto done;
         }
@@ -498,7 +488,7 @@ done:
 int gp_model_random_weights(gp_model *m, uint64_t seed, char *err, size_t err_len)
 {
     if (!m) {
-        set_err(err, err_len, "gp_model_random_weights: no model");
+        gp_errf(err, err_len, "gp_model_random_weights: no model");
         return -1;
     }
     unbind(m);
@@ -520,7 +510,7 @@ int gp_model_random_weights(gp_model *m, uint64_t seed, char *err, size_t err_le
     if (block)
         m->weight_block = alloc_aligned(GP_HOST_ALIGN, block);
     if ((block && !m->weight_block) || (full_max && !full)) {
-        set_err(err, err_len, "%s: cannot allocate %zu bytes for random weights", m->name,
+        gp_errf(err, err_len, "%s: cannot allocate %zu bytes for random weights", m->name,
                 block + full_max);
         free(full);
         unbind(m);
@@ -699,7 +689,7 @@ static int create_ranks(gp_session *s, const gp_session_opts *o, char *err, size
     int n = p->n_devices;
     s->ranks = calloc((size_t)n, sizeof *s->ranks);
     if (!s->ranks) {
-        set_err(err, err_len, "gp_session_new: out of memory");
+        gp_errf(err, err_len, "gp_session_new: out of memory");
         return -1;
     }
     if (n > 1) {
@@ -707,7 +697,7 @@ static int create_ranks(gp_session *s, const gp_session_opts *o, char *err, size
         for (int r = 0; r < n; r++)
             devices[r] = o->device + r;
         if (!s->ops->comm_new) {
-            set_err(err, err_len, "backend %s runs on one device; this plan is for %d",
+            gp_errf(err, err_len, "backend %s runs on one device; this plan is for %d",
                     s->ops->name, n);
             return -1;
         }
@@ -717,7 +707,7 @@ static int create_ranks(gp_session *s, const gp_session_opts *o, char *err, size
         }
         s->rank_threads = gp_threadpool_new(n);
         if (!s->rank_threads) {
-            set_err(err, err_len, "gp_session_new: cannot start %d device threads", n);
+            gp_errf(err, err_len, "gp_session_new: cannot start %d device threads", n);
             return -1;
         }
         gp_threadpool_run(s->rank_threads, noop, NULL); /* their start-up allocations, now */
@@ -728,7 +718,7 @@ static int create_ranks(gp_session *s, const gp_session_opts *o, char *err, size
                        : alloc_aligned((size_t)p->regions[GP_REGION_IO].alignment,
                                        (size_t)p->regions[GP_REGION_IO].size);
         if (!k->io) {
-            set_err(err, err_len, "gp_session_new: out of memory");
+            gp_errf(err, err_len, "gp_session_new: out of memory");
             return -1;
         }
         k->init = (gp_backend_init){p, r, o->device + r, o->n_threads > 0 ? o->n_threads : 1,
@@ -743,7 +733,7 @@ static int create_ranks(gp_session *s, const gp_session_opts *o, char *err, size
         create_rank(s, 0, 1);
     for (int r = 0; r < n; r++) {
         if (s->ranks[r].rc) {
-            set_err(err, err_len, "%s", s->ranks[r].err);
+            gp_errf(err, err_len, "%s", s->ranks[r].err);
             return -1;
         }
     }
@@ -760,7 +750,7 @@ static int find_slots(gp_session *s, char *err, size_t err_len)
         return 0;
     s->slots = calloc((size_t)p->n_tensors + 1, sizeof *s->slots);
     if (!s->slots) {
-        set_err(err, err_len, "gp_session_new: out of memory");
+        gp_errf(err, err_len, "gp_session_new: out of memory");
         return -1;
     }
     for (int i = 0; i < p->n_tensors; i++) {
@@ -792,21 +782,21 @@ gp_session *gp_session_new(const gp_model *m, const gp_session_opts *o, char *er
         o = &def;
     const char *bname = o->backend ? o->backend : "cpu";
     if (!m) {
-        set_err(err, err_len, "gp_session_new: no model");
+        gp_errf(err, err_len, "gp_session_new: no model");
         return NULL;
     }
     if (!m->weights_bound) {
-        set_err(err, err_len, "%s: no weights bound (bind a checkpoint or random weights first)",
+        gp_errf(err, err_len, "%s: no weights bound (bind a checkpoint or random weights first)",
                 m->name);
         return NULL;
     }
     const gp_backend_ops *ops = gp_backend_find(bname);
     if (!ops) {
         if (!strcmp(bname, "cuda"))
-            set_err(err, err_len, "backend cuda: this build has no CUDA support (configure with "
+            gp_errf(err, err_len, "backend cuda: this build has no CUDA support (configure with "
                     "-DGPLAN_CUDA=ON on a machine with nvcc)");
         else
-            set_err(err, err_len, "unknown backend \"%s\" (cpu, reference%s)", bname,
+            gp_errf(err, err_len, "unknown backend \"%s\" (cpu, reference%s)", bname,
                     gp_backend_find("cuda") ? ", cuda" : "");
         return NULL;
     }
@@ -816,7 +806,7 @@ gp_session *gp_session_new(const gp_model *m, const gp_session_opts *o, char *er
         return NULL;
     gp_session *s = calloc(1, sizeof *s);
     if (!s) {
-        set_err(err, err_len, "gp_session_new: out of memory");
+        gp_errf(err, err_len, "gp_session_new: out of memory");
         return NULL;
     }
     s->m = m;
@@ -829,7 +819,7 @@ gp_session *gp_session_new(const gp_model *m, const gp_session_opts *o, char *er
     s->checked_syms = calloc((size_t)p->n_syms + 1, sizeof *s->checked_syms);
     s->index_nodes = calloc((size_t)p->n_nodes + 1, sizeof *s->index_nodes);
     if (!s->extras || !s->io || !s->sym_values || !s->checked_syms || !s->index_nodes) {
-        set_err(err, err_len, "gp_session_new: out of memory");
+        gp_errf(err, err_len, "gp_session_new: out of memory");
         gp_session_free(s);
         return NULL;
     }

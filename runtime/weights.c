@@ -19,16 +19,6 @@ struct gp_weights {
     int count;
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* "PATH: bad safetensors index (REASON)" */
 static void bad_index(char *err, size_t errlen, const char *path, const char *fmt, ...)
 {
@@ -84,7 +74,7 @@ static int add_shard(gp_weights *w, const char *path, char *err, size_t errlen)
 {
     gp_st_file **ns = realloc(w->shards, (size_t)(w->n_shards + 1) * sizeof *ns);
     if (!ns) {
-        set_err(err, errlen, "%s: out of memory", path);
+        gp_errf(err, errlen, "%s: out of memory", path);
         return -1;
     }
     w->shards = ns;
@@ -103,7 +93,7 @@ static int open_single(gp_weights *w, const char *path, char *err, size_t errlen
     int n = gp_st_count(f);
     w->by_name = malloc((size_t)(n ? n : 1) * sizeof *w->by_name);
     if (!w->by_name) {
-        set_err(err, errlen, "%s: out of memory", path);
+        gp_errf(err, errlen, "%s: out of memory", path);
         return -1;
     }
     for (int i = 0; i < n; i++)
@@ -117,7 +107,7 @@ static int open_index(gp_weights *w, const char *path, char *err, size_t errlen)
 {
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
-        set_err(err, errlen, "%s: cannot open (not a regular file)", path);
+        gp_errf(err, errlen, "%s: cannot open (not a regular file)", path);
         return -1;
     }
     if ((uint64_t)st.st_size > GP_ST_MAX_HEADER) {
@@ -153,7 +143,7 @@ static int open_index(gp_weights *w, const char *path, char *err, size_t errlen)
         dir = strdup("/");
     }
     if (!names || !w->by_name || !dir) {
-        set_err(err, errlen, "%s: out of memory", path);
+        gp_errf(err, errlen, "%s: out of memory", path);
         goto out;
     }
     size_t n_names = 0;
@@ -177,7 +167,7 @@ static int open_index(gp_weights *w, const char *path, char *err, size_t errlen)
     for (size_t i = 0; i < n_names; i++) {
         char *sp = join(dir, names[i]);
         if (!sp) {
-            set_err(err, errlen, "%s: out of memory", path);
+            gp_errf(err, errlen, "%s: out of memory", path);
             goto out;
         }
         int ok = add_shard(w, sp, err, errlen) == 0;
@@ -212,26 +202,26 @@ gp_weights *gp_weights_open(const char *path, char *err, size_t errlen)
     gp_weights *w = calloc(1, sizeof *w);
     if (!w || !(w->path = strdup(path))) {
         free(w);
-        set_err(err, errlen, "%s: out of memory", path);
+        gp_errf(err, errlen, "%s: out of memory", path);
         return NULL;
     }
     struct stat st;
     int rc;
     if (stat(path, &st) != 0) {
-        set_err(err, errlen, "%s: cannot open (no such file or folder)", path);
+        gp_errf(err, errlen, "%s: cannot open (no such file or folder)", path);
         rc = -1;
     } else if (S_ISDIR(st.st_mode)) {
         char *single = join(path, "model.safetensors");
         char *index = join(path, "model.safetensors.index.json");
         if (!single || !index) {
-            set_err(err, errlen, "%s: out of memory", path);
+            gp_errf(err, errlen, "%s: out of memory", path);
             rc = -1;
         } else if (is_regular(single)) {
             rc = open_single(w, single, err, errlen);
         } else if (is_regular(index)) {
             rc = open_index(w, index, err, errlen);
         } else {
-            set_err(err, errlen,
+            gp_errf(err, errlen,
                     "%s: no model.safetensors or model.safetensors.index.json in this folder",
                     path);
             rc = -1;
@@ -407,13 +397,13 @@ int gp_weights_read(const gp_st_tensor *t, gp_dtype dtype, void *dst, size_t dst
                     size_t errlen)
 {
     if (!t->supported || !convertible(t->dtype, dtype)) {
-        set_err(err, errlen, "weights: \"%s\": cannot read %s data (rank %d) as %s", t->name,
+        gp_errf(err, errlen, "weights: \"%s\": cannot read %s data (rank %d) as %s", t->name,
                 t->file_dtype, t->ndim, gp_dtype_name(dtype));
         return -1;
     }
     size_t n = (size_t)gp_st_numel(t);
     if (n * gp_dtype_size(dtype) != dst_bytes) {
-        set_err(err, errlen, "weights: \"%s\": %zu elements of %s need %zu bytes, buffer has %zu",
+        gp_errf(err, errlen, "weights: \"%s\": %zu elements of %s need %zu bytes, buffer has %zu",
                 t->name, n, gp_dtype_name(dtype), n * gp_dtype_size(dtype), dst_bytes);
         return -1;
     }
