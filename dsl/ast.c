@@ -1,7 +1,8 @@
-/* Syntax tree constructors, destructors and a printer (for parser tests), plus the source checks
- * that run before the scanner (NUL bytes, enormous lines). */
+/* Syntax tree constructors, destructors and a printer (for parser tests), plus reading input files
+ * and the source checks that run before the scanner (NUL bytes, enormous lines). */
 #include "dsl/ast.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,42 @@ static void *xcalloc(size_t n, size_t size)
     void *p = calloc(n, size);
     GP_ASSERT(p != NULL);
     return p;
+}
+
+char *gp_dsl_read_file(gp_diag *d, const char *path, const char *what, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        gp_diag_error(d, (gp_loc){path, 0, 0}, "cannot open: %s", strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0, got;
+    char *text = xcalloc(cap, 1);
+    while ((got = fread(text + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n > GP_DSL_MAX_SOURCE) {
+            gp_diag_error(d, (gp_loc){path, 0, 0}, "%s is larger than %d bytes", what,
+                          GP_DSL_MAX_SOURCE);
+            fclose(f);
+            free(text);
+            return NULL;
+        }
+        if (n == cap) {
+            cap *= 2;
+            char *t = realloc(text, cap);
+            GP_ASSERT(t != NULL);
+            text = t;
+        }
+    }
+    int bad = ferror(f), saved = errno;
+    fclose(f);
+    if (bad) {
+        gp_diag_error(d, (gp_loc){path, 0, 0}, "cannot read: %s", strerror(saved));
+        free(text);
+        return NULL;
+    }
+    *len = n;
+    return text;
 }
 
 char *ast_strndup(const char *s, size_t n)

@@ -15,6 +15,10 @@
 #define GP_DSL_MAX_SOURCE (64 << 20)  /* bytes in one source file */
 #define GP_DSL_MAX_ERRORS 50          /* lexical + syntax errors before the parser gives up */
 
+/* A whole input file (source or config.json) of at most GP_DSL_MAX_SOURCE bytes, malloc'd; NULL
+ * after reporting to d "cannot open", "cannot read" or "WHAT is larger than ... bytes". */
+char *gp_dsl_read_file(gp_diag *d, const char *path, const char *what, size_t *len);
+
 typedef enum {
     AST_INT,    /* i */
     AST_FLOAT,  /* f */

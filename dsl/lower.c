@@ -2,7 +2,6 @@
  * constants and unrolling loops, and adds IR tensors and nodes in program order, the schedule. */
 #include "dsl/dsl.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1419,38 +1418,10 @@ gp_graph *gp_dsl_compile_file(const char *path, const gp_dsl_opts *opts, gp_diag
 {
     if (opts && opts->params_out)
         *opts->params_out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        gp_diag_error(d, (gp_loc){path, 0, 0}, "cannot open: %s", strerror(errno));
+    size_t n = 0;
+    char *text = gp_dsl_read_file(d, path, "source", &n);
+    if (!text)
         return NULL;
-    }
-    size_t cap = 1 << 16, n = 0, got;
-    char *text = malloc(cap);
-    GP_ASSERT(text != NULL);
-    while ((got = fread(text + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            if (cap > GP_DSL_MAX_SOURCE) {
-                gp_diag_error(d, (gp_loc){path, 0, 0}, "source is larger than %d bytes",
-                              GP_DSL_MAX_SOURCE);
-                fclose(f);
-                free(text);
-                return NULL;
-            }
-            cap *= 2;
-            char *t = realloc(text, cap);
-            GP_ASSERT(t != NULL);
-            text = t;
-        }
-    }
-    int bad = ferror(f);
-    int saved = errno;
-    fclose(f);
-    if (bad) {
-        gp_diag_error(d, (gp_loc){path, 0, 0}, "cannot read: %s", strerror(saved));
-        free(text);
-        return NULL;
-    }
     gp_graph *g = gp_dsl_compile_string(path, text, n, opts, d);
     free(text);
     return g;

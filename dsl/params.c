@@ -166,37 +166,10 @@ static const json_t *config_value(const json_t *cfg, const char *key)
 static json_t *load_config(gp_diag *d, const char *path, const char **file, char **text,
                            size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        gp_diag_error(d, (gp_loc){path, 0, 0}, "cannot open: %s", strerror(errno));
+    size_t n = 0;
+    char *buf = gp_dsl_read_file(d, path, "config file", &n);
+    if (!buf)
         return NULL;
-    }
-    size_t cap = 4096, n = 0, got;
-    char *buf = malloc(cap);
-    GP_ASSERT(buf != NULL);
-    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            if (cap >= GP_DSL_MAX_SOURCE) {
-                gp_diag_error(d, (gp_loc){path, 0, 0}, "config file is larger than %d bytes",
-                      GP_DSL_MAX_SOURCE);
-                fclose(f);
-                free(buf);
-                return NULL;
-            }
-            cap *= 2;
-            char *nb = realloc(buf, cap);
-            GP_ASSERT(nb != NULL);
-            buf = nb;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        gp_diag_error(d, (gp_loc){path, 0, 0}, "cannot read: %s", strerror(errno));
-        free(buf);
-        return NULL;
-    }
     *file = gp_diag_add_source(d, path, buf, n);
     if (!*file)
         *file = path;
