@@ -35,13 +35,6 @@ static void *alloc_region(const gp_plan_region *r)
     return p;
 }
 
-static void noop(void *ctx, int ith, int nth)
-{
-    (void)ctx;
-    (void)ith;
-    (void)nth;
-}
-
 static void cpu_destroy(void *vctx)
 {
     cpu_ctx *c = vctx;
@@ -86,9 +79,6 @@ static int cpu_create(const gp_backend_init *init, void **out, char *err, size_t
         cpu_destroy(c);
         return -1;
     }
-    /* One empty run: every worker has then started (the C library may allocate a new thread's
-     * buffers on its first steps), so none of that can fall inside the first eval. */
-    gp_threadpool_run(c->pool, noop, NULL);
     for (int i = 0; i < p->n_tensors; i++) {
         const gp_plan_tensor *t = &p->tensors[i];
         if (t->view_src >= 0)

@@ -663,13 +663,6 @@ static gp_mark_fn find_marker(void)
     return fn;
 }
 
-static void noop(void *ctx, int ith, int nth)
-{
-    (void)ctx;
-    (void)ith;
-    (void)nth;
-}
-
 static void create_rank(void *vs, int ith, int nth)
 {
     (void)nth;
@@ -710,7 +703,6 @@ static int create_ranks(gp_session *s, const gp_session_opts *o, char *err, size
             gp_errf(err, err_len, "gp_session_new: cannot start %d device threads", n);
             return -1;
         }
-        gp_threadpool_run(s->rank_threads, noop, NULL); /* their start-up allocations, now */
     }
     for (int r = 0; r < n; r++) {
         gp_rank *k = &s->ranks[r];

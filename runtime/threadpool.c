@@ -128,6 +128,13 @@ static void pool_stop(gp_threadpool *p, int started)
         pthread_join(p->workers[i], NULL);
 }
 
+static void noop(void *ctx, int ith, int nth)
+{
+    (void)ctx;
+    (void)ith;
+    (void)nth;
+}
+
 gp_threadpool *gp_threadpool_new(int n)
 {
     if (n < 1)
@@ -171,6 +178,9 @@ gp_threadpool *gp_threadpool_new(int n)
             return NULL;
         }
     }
+    /* One empty run: every worker has then started (the C library may allocate a new thread's
+     * buffers on its first steps), so none of that can fall inside a caller's first real run. */
+    gp_threadpool_run(p, noop, NULL);
     return p;
 }
 

@@ -9,7 +9,8 @@ typedef struct gp_threadpool gp_threadpool;
 /* fn(ctx, ith, nth): ith in [0, nth), nth = the pool's thread count. */
 typedef void (*gp_threadpool_fn)(void *ctx, int ith, int nth);
 
-/* A pool of n threads in all: n - 1 workers are started here, the caller of each run is thread 0.
+/* A pool of n threads in all: n - 1 workers are started here, the caller of each run is thread 0;
+ * every worker has run once before it returns (their start-up allocations happen here).
  * NULL when n < 1 or a thread cannot be created (nothing leaks). */
 gp_threadpool *gp_threadpool_new(int n);
 
