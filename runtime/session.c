@@ -51,7 +51,6 @@ struct gp_session {
     const gp_model *m;
     const gp_plan *p;
     const gp_backend_ops *ops;
-    void *ctx;               /* rank 0's backend instance */
     gp_rank *ranks;          /* [n_devices] */
     void *comm;              /* the backend's communicator when n_devices > 1, else NULL */
     gp_threadpool *rank_threads; /* n_devices threads, rank r runs on thread r; NULL for one */
@@ -328,6 +327,12 @@ static size_t round_up(size_t x, size_t a)
     return (x + a - 1) / a * a;
 }
 
+/* Device r's weight pointers: [n_tensors], NULL for tensors that are not weights. */
+static const void **device_weights(const gp_model *m, int r)
+{
+    return m->weight_data + (size_t)r * (size_t)m->plan->n_tensors;
+}
+
 /* Bytes of weight t's block space: one share per device when split, else one copy. */
 static size_t block_bytes(const gp_plan *p, const gp_plan_tensor *t)
 {
@@ -351,7 +356,7 @@ static void place_weight(gp_model *m, int i, const void *full, unsigned char *ds
         } else if (!full) {
             mine = dst;
         }
-        m->weight_data[(size_t)r * (size_t)p->n_tensors + (size_t)i] = mine;
+        device_weights(m, r)[i] = mine;
     }
 }
 
@@ -362,8 +367,7 @@ static void share_tied(gp_model *m)
     for (int i = 0; i < p->n_tensors; i++) {
         int j = p->tensors[i].kind == GP_TENSOR_WEIGHT ? same_weight(p, i) : -1;
         for (int r = 0; j >= 0 && r < p->n_devices; r++)
-            m->weight_data[(size_t)r * (size_t)p->n_tensors + (size_t)i] =
-                m->weight_data[(size_t)r * (size_t)p->n_tensors + (size_t)j];
+            device_weights(m, r)[i] = device_weights(m, r)[j];
     }
 }
 
@@ -663,6 +667,31 @@ static gp_mark_fn find_marker(void)
     return fn;
 }
 
+/* fn(s, r, n) for every rank r, each on its own device thread (rank 0's is the caller's). */
+static void on_ranks(gp_session *s, gp_threadpool_fn fn)
+{
+    if (s->rank_threads)
+        gp_threadpool_run(s->rank_threads, fn, s);
+    else
+        fn(s, 0, 1);
+}
+
+/* 0 when every rank's last call succeeded; else -1 and the first failing rank's message in err,
+ * naming the device when there are several. */
+static int rank_error(const gp_session *s, char *err, size_t err_len)
+{
+    for (int r = 0; r < s->p->n_devices; r++) {
+        if (!s->ranks[r].rc)
+            continue;
+        if (s->p->n_devices > 1)
+            gp_errf(err, err_len, "device %d: %s", r, s->ranks[r].err);
+        else
+            gp_errf(err, err_len, "%s", s->ranks[r].err);
+        return -1;
+    }
+    return 0;
+}
+
 static void create_rank(void *vs, int ith, int nth)
 {
     (void)nth;
@@ -714,23 +743,13 @@ static int create_ranks(gp_session *s, const gp_session_opts *o, char *err, size
             return -1;
         }
         k->init = (gp_backend_init){p, r, o->device + r, o->n_threads > 0 ? o->n_threads : 1,
-                                    s->m->weight_data + (size_t)r * (size_t)p->n_tensors, k->io,
+                                    device_weights(s->m, r), k->io,
                                     s->extras, r, n, s->comm};
     }
     /* Each instance is made on the thread that will run its evals, so whatever a library sets up
      * per thread (a CUDA context made current) is set up now, not in the first eval. */
-    if (s->rank_threads)
-        gp_threadpool_run(s->rank_threads, create_rank, s);
-    else
-        create_rank(s, 0, 1);
-    for (int r = 0; r < n; r++) {
-        if (s->ranks[r].rc) {
-            gp_errf(err, err_len, "%s", s->ranks[r].err);
-            return -1;
-        }
-    }
-    s->ctx = s->ranks[0].ctx;
-    return 0;
+    on_ranks(s, create_rank);
+    return rank_error(s, err, err_len);
 }
 
 /* The adapter slots a backend that copies weights must reload after gp_model_bind_adapter. */
@@ -1054,7 +1073,7 @@ static int check_eval(gp_session *s)
     return 0;
 }
 
-/* Rank ith's eval, on its own thread. */
+/* Rank ith's eval, on its own device thread. */
 static void eval_rank(void *vs, int ith, int nth)
 {
     (void)nth;
@@ -1064,12 +1083,12 @@ static void eval_rank(void *vs, int ith, int nth)
     k->rc = s->ops->eval(k->ctx, s->extras, k->err, sizeof k->err);
 }
 
-/* Every device's eval at once: the inputs copied into each rank's io block first; the first
- * failing rank's message is the session's. */
+/* Every device's eval at once: the inputs copied into the other ranks' io blocks first (rank 0's
+ * is the session's); the first failing rank's message is the session's. */
 static int eval_ranks(gp_session *s)
 {
     const gp_plan *p = s->p;
-    for (int i = 0; i < p->n_tensors; i++) {
+    for (int i = 0; i < p->n_tensors && p->n_devices > 1; i++) {
         const gp_plan_tensor *t = &p->tensors[i];
         if (t->kind != GP_TENSOR_INPUT)
             continue;
@@ -1077,14 +1096,8 @@ static int eval_ranks(gp_session *s)
         for (int r = 1; r < p->n_devices; r++)
             memcpy(s->ranks[r].io + t->offset, s->io + t->offset, bytes);
     }
-    gp_threadpool_run(s->rank_threads, eval_rank, s);
-    for (int r = 0; r < p->n_devices; r++) {
-        if (s->ranks[r].rc) {
-            snprintf(s->err, sizeof s->err, "device %d: %s", r, s->ranks[r].err);
-            return -1;
-        }
-    }
-    return 0;
+    on_ranks(s, eval_rank);
+    return rank_error(s, s->err, sizeof s->err);
 }
 
 int gp_session_eval(gp_session *s)
@@ -1097,10 +1110,8 @@ int gp_session_eval(gp_session *s)
     int rc = check_eval(s);
     if (!rc)
         rc = reload_slots(s);
-    if (!rc && s->rank_threads)
+    if (!rc)
         rc = eval_ranks(s);
-    else if (!rc)
-        rc = s->ops->eval(s->ctx, s->extras, s->err, sizeof s->err);
     if (!rc)
         s->evals++;
     if (s->mark)
