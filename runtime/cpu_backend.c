@@ -134,9 +134,8 @@ static void run_nodes(void *vctx, int ith, int nth)
             ws = c->arena + w->offset;
             ws_size = (size_t)w->size;
         }
-        /* all_reduce(x, y): y is added once, by device 0; the others start from x alone. */
-        int n_in = nd->op == GP_OP_ALL_REDUCE && c->slot > 0 ? 1 : nd->n_inputs;
-        gp_cpu_compute(nd->op, &nd->attrs, &out, in, n_in, ws, ws_size, ith, nth);
+        gp_cpu_compute(nd->op, &nd->attrs, &out, in,
+                       gp_cpu_device_inputs(nd->op, nd->n_inputs, c->slot), ws, ws_size, ith, nth);
         gp_threadpool_barrier(c->pool);
         if (nd->op == GP_OP_ALL_REDUCE && c->comm) {
             /* Thread 0 sums over the devices while this device's other threads wait. */

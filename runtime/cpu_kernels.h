@@ -17,6 +17,13 @@ typedef struct {
     int64_t nb[GP_MAX_DIMS]; /* [ndim] strides in bytes (0 allowed: a broadcast) */
 } gp_ktensor;
 
+/* How many of a node's inputs device `device` passes gp_cpu_compute: all of them, except that
+ * all_reduce(x, y) adds y on device 0 only (ir/core.h), so the others compute with x alone. */
+static inline int gp_cpu_device_inputs(gp_op op, int n_inputs, int device)
+{
+    return op == GP_OP_ALL_REDUCE && device > 0 ? 1 : n_inputs;
+}
+
 /* Elements of t: the product of ne[0..ndim). */
 static inline int64_t gp_ktensor_numel(const gp_ktensor *t)
 {

@@ -123,9 +123,8 @@ static int ref_eval(void *vctx, const unsigned char *extras, char *err, size_t e
             ws = c->own[nd->workspace];
             ws_size = (size_t)p->tensors[nd->workspace].size;
         }
-        /* all_reduce(x, y): y is added once, by device 0 (as the planned backend does). */
-        int n_in = nd->op == GP_OP_ALL_REDUCE && c->slot > 0 ? 1 : nd->n_inputs;
-        gp_cpu_compute(nd->op, &nd->attrs, &out, in, n_in, ws, ws_size, 0, 1);
+        gp_cpu_compute(nd->op, &nd->attrs, &out, in,
+                       gp_cpu_device_inputs(nd->op, nd->n_inputs, c->slot), ws, ws_size, 0, 1);
         if (nd->op == GP_OP_ALL_REDUCE && c->comm &&
             gp_host_comm_all_reduce(c->comm, c->slot, out.data, gp_ktensor_numel(&out),
                                     out.dtype)) {
