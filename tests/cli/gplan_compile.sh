@@ -5,26 +5,7 @@ tool=$1
 src=$2
 tmp=$3
 mkdir -p "$tmp"
-failed=0
-
-# expect STATUS PATTERN ARGS...: runs the tool, checks its exit status and that stdout+stderr
-# contain PATTERN (a fixed string).
-expect() {
-  want=$1
-  pattern=$2
-  shift 2
-  out=$("$tool" "$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$want" ]; then
-    echo "FAIL: gplan-compile $*: exit status $rc, expected $want"
-    printf '%s\n' "$out"
-    failed=1
-  elif ! printf '%s\n' "$out" | grep -qF -- "$pattern"; then
-    echo "FAIL: gplan-compile $*: output lacks: $pattern"
-    printf '%s\n' "$out"
-    failed=1
-  fi
-}
+. "$src/tests/cli/lib.sh"
 
 ex=$src/examples
 

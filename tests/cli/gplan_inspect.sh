@@ -7,23 +7,8 @@ inspect=$2
 src=$3
 tmp=$4
 mkdir -p "$tmp"
-failed=0
-
-fail() { echo "FAIL: $*"; failed=1; }
-
-# expect STATUS PATTERN ARGS...: exit status and a fixed string in stdout+stderr.
-expect() {
-  want=$1
-  pattern=$2
-  shift 2
-  out=$("$inspect" "$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$want" ]; then
-    fail "gplan-inspect $*: exit status $rc, expected $want"; printf '%s\n' "$out" | head -5
-  elif ! printf '%s\n' "$out" | grep -qF -- "$pattern"; then
-    fail "gplan-inspect $*: output lacks: $pattern"; printf '%s\n' "$out" | head -5
-  fi
-}
+tool=$inspect
+. "$src/tests/cli/lib.sh"
 
 plan=$tmp/tiny.plan
 "$compile" "$src/examples/tiny.gplan" -o "$plan" >/dev/null || fail "gplan-compile tiny"

@@ -7,26 +7,7 @@ tool=$2
 src=$3
 tmp=$4
 mkdir -p "$tmp"
-failed=0
-
-# expect STATUS PATTERN ARGS...: runs gplan-run, checks its exit status and that stdout+stderr
-# contain PATTERN (a fixed string).
-expect() {
-  want=$1
-  pattern=$2
-  shift 2
-  out=$("$tool" "$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$want" ]; then
-    echo "FAIL: gplan-run $*: exit status $rc, expected $want"
-    printf '%s\n' "$out"
-    failed=1
-  elif ! printf '%s\n' "$out" | grep -qF -- "$pattern"; then
-    echo "FAIL: gplan-run $*: output lacks: $pattern"
-    printf '%s\n' "$out"
-    failed=1
-  fi
-}
+. "$src/tests/cli/lib.sh"
 
 plan=$tmp/tiny.plan
 "$compile" "$src/examples/tiny.gplan" -o "$plan" > /dev/null || { echo "FAIL: compile"; exit 1; }

@@ -9,8 +9,7 @@ compile=$1 run=$2 inspect=$3 src=$4 tmp=$5
 mkdir -p "$tmp"
 ad=$src/tests/cli/lora_adapter
 dims="-D n_layer=1 -D n_embd=64 -D n_head=4 -D vocab_size=256 -D n_positions=64 -D n_batch=16"
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
+. "$src/tests/cli/lib.sh"
 # shellcheck disable=SC2086
 "$compile" "$src/examples/gpt2.gplan" $dims -o "$tmp/base.plan" >/dev/null || fail "compile base"
 # shellcheck disable=SC2086
@@ -41,33 +40,26 @@ echo "$out" | grep -Eq "transformer.h.0.mlp.c_fc.delta +intermediate +f32 +\[64,
   fail "gplan-inspect: no c_fc delta in the arena"
 
 # Usage errors (exit 2) and mismatches (exit 1).
-expect() { # STATUS TEXT COMMAND...
-  want=$1 text=$2
-  shift 2
-  out=$("$@" 2>&1)
-  st=$?
-  [ $st -eq "$want" ] && echo "$out" | grep -qF -- "$text" || fail "$* -> $st: $out"
-}
-expect 2 "--lora-scale, --lora-mode and --lora-merge-plan need --lora" \
+expect_cmd 2 "--lora-scale, --lora-mode and --lora-merge-plan need --lora" \
   "$run" "$tmp/base.plan" --random-weights 5 --lora-mode runtime
-expect 2 "bad --lora-mode (merge or runtime)" \
+expect_cmd 2 "bad --lora-mode (merge or runtime)" \
   "$run" "$tmp/base.plan" --random-weights 5 --lora "$ad" --lora-mode sideways
-expect 2 "--lora in merge mode needs --lora-merge-plan FILE" \
+expect_cmd 2 "--lora in merge mode needs --lora-merge-plan FILE" \
   "$run" "$tmp/base.plan" --random-weights 5 --lora "$ad"
 # shellcheck disable=SC2086
-expect 2 "--lora-merge-plan is for merge mode, not --lora-mode runtime" \
+expect_cmd 2 "--lora-merge-plan is for merge mode, not --lora-mode runtime" \
   "$run" "$tmp/lora.plan" --random-weights 5 --lora "$ad" --lora-mode runtime $mp
-expect 1 "has no adapter slots" \
+expect_cmd 1 "has no adapter slots" \
   "$run" "$tmp/base.plan" --random-weights 5 --lora "$ad" --lora-mode runtime
-expect 1 "lora: $ad: the adapter has rank 4, the merge plan $tmp/merge8.plan rank 8 (compile it with -D lora_r=4)" \
+expect_cmd 1 "lora: $ad: the adapter has rank 4, the merge plan $tmp/merge8.plan rank 8 (compile it with -D lora_r=4)" \
   "$run" "$tmp/base.plan" --random-weights 5 --lora "$ad" --lora-merge-plan "$tmp/merge8.plan"
-expect 1 "$tmp/base.plan: not a LoRA merge plan (no input \"lora_scale\" f32 [1]" \
+expect_cmd 1 "$tmp/base.plan: not a LoRA merge plan (no input \"lora_scale\" f32 [1]" \
   "$run" "$tmp/base.plan" --random-weights 5 --lora "$ad" --lora-merge-plan "$tmp/base.plan"
 # shellcheck disable=SC2086
-expect 1 "graph 'gpt2' declares no LoRA weights" \
+expect_cmd 1 "graph 'gpt2' declares no LoRA weights" \
   "$compile" "$src/examples/gpt2.gplan" $dims --lora-merge -o "$tmp/none.plan"
 # shellcheck disable=SC2086
-expect 2 "--lora-merge makes a CPU plan of one device" \
+expect_cmd 2 "--lora-merge makes a CPU plan of one device" \
   "$compile" "$src/examples/gpt2.gplan" $dims -D lora_r=4 --lora-merge --backend cuda -o "$tmp/x.plan"
 [ $failed -eq 0 ] && echo "gplan-run --lora: merge and runtime modes agree ($merged)"
 exit $failed
