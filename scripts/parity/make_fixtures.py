@@ -236,6 +236,15 @@ CLAIMED = {
 }
 
 
+def write_run(path, prompt, tokens, rows):
+    """The files parity-compare reads: prompt.txt, tokens.txt and logits.f32 [steps, vocab]."""
+    with open(os.path.join(path, "prompt.txt"), "w") as f:
+        f.write(",".join(map(str, prompt)) + "\n")
+    with open(os.path.join(path, "tokens.txt"), "w") as f:
+        f.write(" ".join(map(str, tokens)) + "\n")
+    np.asarray(rows, dtype="<f4").tofile(os.path.join(path, "logits.f32"))
+
+
 def make(out_dir, name, kind, seed, n_prompt, shard, n_gen):
     model = build(kind, seed)
     kw = CLAIMED[kind]
@@ -288,11 +297,7 @@ def make(out_dir, name, kind, seed, n_prompt, shard, n_gen):
     gen_cfg = os.path.join(path, "generation_config.json")
     if os.path.exists(gen_cfg):
         os.remove(gen_cfg)
-    with open(os.path.join(path, "prompt.txt"), "w") as f:
-        f.write(",".join(map(str, prompt)) + "\n")
-    with open(os.path.join(path, "tokens.txt"), "w") as f:
-        f.write(" ".join(map(str, tokens)) + "\n")
-    np.asarray(rows, dtype="<f4").tofile(os.path.join(path, "logits.f32"))
+    write_run(path, prompt, tokens, rows)
 
     with open(os.path.join(path, "config.json")) as f:
         saved = json.load(f)

@@ -36,7 +36,8 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_fixtures import forced, greedy, min_margin, rel_err, seq_rel_err  # noqa: E402
+from make_fixtures import (forced, greedy, min_margin, rel_err, seq_rel_err,  # noqa: E402
+                           write_run)
 
 TOL_FP32 = 1e-4
 RANK, ALPHA = 4, 8
@@ -137,11 +138,7 @@ def make(out_dir, base_dir, name, base_name, seed, cfg_kw, skip, n_gen):
             os.remove(os.path.join(path, extra))
     with open(os.path.join(path, "base"), "w") as f:
         f.write(base_name + "\n")
-    with open(os.path.join(path, "prompt.txt"), "w") as f:
-        f.write(",".join(map(str, prompt)) + "\n")
-    with open(os.path.join(path, "tokens.txt"), "w") as f:
-        f.write(" ".join(map(str, tokens)) + "\n")
-    np.asarray(rows, dtype="<f4").tofile(os.path.join(path, "logits.f32"))
+    write_run(path, prompt, tokens, rows)
     with open(os.path.join(path, "adapter_config.json")) as f:
         acfg = json.load(f)
 
