@@ -31,17 +31,22 @@ static const char *human(int64_t bytes, char *buf, size_t n)
     return buf;
 }
 
-int64_t gp_plan_split_padding(const gp_plan *p, int i, int device)
+int64_t gp_plan_split_padding(const gp_plan *p, int device)
 {
-    const gp_plan_tensor *t = &p->tensors[i];
-    const gp_split *s = &t->split;
-    if (!s->groups || device < 0 || device >= p->n_devices)
-        return 0;
-    int64_t units = s->full / (s->groups * s->unit), share = t->dims[s->dim] / (s->groups * s->unit);
-    int64_t real = units - device * share; /* this device's units that exist in the checkpoint */
-    real = real < 0 ? 0 : real > share ? share : real;
-    int64_t unit_bytes = t->size / (s->groups * share); /* one unit across the other dims */
-    return (share - real) * s->groups * unit_bytes;
+    int64_t pad = 0;
+    for (int i = 0; i < p->n_tensors && device >= 0 && device < p->n_devices; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        const gp_split *s = &t->split;
+        if (!s->groups)
+            continue;
+        int64_t units = s->full / (s->groups * s->unit);
+        int64_t share = t->dims[s->dim] / (s->groups * s->unit);
+        int64_t real = units - device * share; /* its units that exist in the checkpoint */
+        real = real < 0 ? 0 : real > share ? share : real;
+        int64_t unit_bytes = t->size / (s->groups * share); /* one unit across the other dims */
+        pad += (share - real) * s->groups * unit_bytes;
+    }
+    return pad;
 }
 
 /* Tensor parallelism: each device's bytes (one layout, its own copy) and the zero padding of the
@@ -60,9 +65,7 @@ static void print_devices(const gp_plan *p, FILE *out)
             p->n_devices, human(split, h[0], sizeof h[0]), p->n_devices,
             human(whole, h[1], sizeof h[1]));
     for (int d = 0; d < p->n_devices; d++) {
-        int64_t pad = 0, total = 0;
-        for (int i = 0; i < p->n_tensors; i++)
-            pad += gp_plan_split_padding(p, i, d);
+        int64_t pad = gp_plan_split_padding(p, d), total = 0;
         for (int r = 0; r < GP_REGION_EXTRAS; r++)
             total += p->regions[r].size;
         fprintf(out, "  device %d: arena %s, state %s, weights %s (%s zero padding), io %s; "

@@ -38,9 +38,9 @@ int gp_plan_write_mem(const gp_plan *p, unsigned char **data, size_t *len, char 
  * naive size, in-place count, planning time. */
 void gp_plan_summary_print(const gp_plan *p, FILE *out);
 
-/* Bytes of zeros in device's share of split weight i (its units past the checkpoint's last); 0
- * for a tensor that is not split. */
-int64_t gp_plan_split_padding(const gp_plan *p, int i, int device);
+/* Bytes of zeros in device's shares of the split weights (their units past the checkpoint's
+ * last); 0 for a plan of one device. */
+int64_t gp_plan_split_padding(const gp_plan *p, int device);
 
 /* Temporary bytes the node needs while it runs on `backend`, at the bounds of g's shapes
  * (the formulas are in runtime/plan.h, GP_WS_*). 0 for none. */

@@ -253,13 +253,10 @@ static json_t *plan_json(const gp_plan *p)
     json_t *devs = json_array();
     for (int d = 0; d < p->n_devices; d++) {
         json_t *dj = json_object();
-        int64_t pad = 0;
-        for (int i = 0; i < p->n_tensors; i++)
-            pad += gp_plan_split_padding(p, i, d);
         json_object_set_new(dj, "device", json_integer(d));
         for (int r = 0; r < GP_REGION_EXTRAS; r++)
             json_object_set_new(dj, gp_region_name((gp_region)r), json_integer(p->regions[r].size));
-        json_object_set_new(dj, "split_padding", json_integer(pad));
+        json_object_set_new(dj, "split_padding", json_integer(gp_plan_split_padding(p, d)));
         json_array_append_new(devs, dj);
     }
     json_object_set_new(o, "devices", devs);
