@@ -98,6 +98,26 @@ int gp_cuda_matmul_fused(gp_cu_ctx *ctx, const gp_attrs *a, const gp_cu_tensor *
                          const gp_cu_epilogue *epi, const gp_cu_prenorm *pre, int *fused,
                          int *pre_used);
 
+/*
+ * One-row products of the same x in one launch: a layer's q, k and v projections (glu = 0: out[s] =
+ * x w[s], w[s] taken as b with transposed flag tb[s]), or a SwiGLU's gate and up projections (glu =
+ * 1, n = 2: out[0] = silu(x w[0]) * (x w[1]), the swiglu node's output). The weights must be stored
+ * [N, K] (K contiguous) in one dtype; x one f32 row of a fixed K. *launched = 0 when the products
+ * don't fit (more than one row: a prompt, other layouts): nothing is launched and the caller runs
+ * the nodes one by one. Same bits as those nodes' launches. 0, or -1 with err.
+ */
+#define GP_CU_MAX_GROUP 4
+typedef struct {
+    int n;
+    int glu;
+    gp_cu_tensor x;
+    gp_cu_tensor w[GP_CU_MAX_GROUP];
+    int tb[GP_CU_MAX_GROUP];
+    gp_cu_tensor out[GP_CU_MAX_GROUP];
+} gp_cu_group;
+
+int gp_cuda_matvec_group(gp_cu_ctx *ctx, const gp_cu_group *g, int *launched);
+
 /* Two store nodes with the same positions in one launch (the K and V cache writes of a layer):
  * in0 and in1 are each store's inputs (dst, pos, src), as gp_cuda_compute takes them. Both srcs
  * must have the same rows. 0, or -1 with err. */

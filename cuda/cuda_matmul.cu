@@ -4,6 +4,7 @@
  * the workspace when the dtypes differ; layouts cuBLAS cannot take go to a plain fallback kernel. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda/cuda_internal.cuh"
 
@@ -467,6 +468,109 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
     float sum = warp_sum(acc);
     if (lane == 0)
         st_f(o.p + n * o.nb[3], o.t, epi_apply(e, n, sum));
+}
+
+/* ---- grouped matrix-vector: several [N, K] products of one x in one launch ---- */
+
+/* Up to GP_CU_MAX_GROUP products out_s = x w_s^T, the blocks of product s being
+ * [block0[s], block0[s + 1]); or, with glu, one product pair written as silu(x w_0^T) * (x w_1^T)
+ * to out[0] (a SwiGLU's gate and up projections, the swiglu node's output). */
+struct MVG {
+    int n, glu, early;
+    const char *w[GP_CU_MAX_GROUP];
+    int64_t ldw[GP_CU_MAX_GROUP], N[GP_CU_MAX_GROUP];
+    unsigned block0[GP_CU_MAX_GROUP + 1];
+    KT o[GP_CU_MAX_GROUP];
+};
+
+/* u[i] = chunk c0 + 32 i of row (16 bytes each) for i < U, zero from chunk nc on. */
+template <int U> __device__ __forceinline__ void nkg_load(uint4 *u, const char *row, int64_t c0, int64_t nc)
+{
+#pragma unroll
+    for (int i = 0; i < U; i++)
+        u[i] = c0 + 32 * i < nc ? ld_stream(row + (c0 + 32 * i) * 16) : make_uint4(0, 0, 0, 0);
+}
+
+/* acc += the dot products of U chunks (from c0, lane-strided) of a row with x. */
+template <typename W, int U>
+__device__ __forceinline__ float nkg_dot(const uint4 *u, const float *x, int64_t c0, int64_t nc,
+                                         float acc)
+{
+    typedef vec16<W> V;
+#pragma unroll
+    for (int i = 0; i < U; i++) {
+        int64_t c = c0 + 32 * i;
+        if (c >= nc)
+            break;
+        float xv[V::N], wv[V::N];
+        const float *px = x + c * V::N;
+#pragma unroll
+        for (int q = 0; q < V::N / 4; q++) {
+            float4 f = __ldg((const float4 *)(px + 4 * q));
+            xv[4 * q] = f.x;
+            xv[4 * q + 1] = f.y;
+            xv[4 * q + 2] = f.z;
+            xv[4 * q + 3] = f.w;
+        }
+        V::unpack(u[i], wv);
+#pragma unroll
+        for (int k = 0; k < V::N; k++)
+            acc += wv[k] * xv[k];
+    }
+    return acc;
+}
+
+/*
+ * A warp per output row, as k_matvec_nk2 (the same order of sums, so the same bits as one launch
+ * per product). GLU: the warp computes row n of both products, U chunks of each in flight.
+ */
+template <typename W, bool GLU>
+__global__ void __launch_bounds__(MV2_WARPS * 32, 4)
+    k_matvec_nkg(MVG g, const float *x, int64_t K)
+{
+    typedef vec16<W> V;
+    enum { U = GLU ? MV2_U / 2 : MV2_U };
+    int lane = threadIdx.x & 31, s = 0;
+    while (s + 1 < g.n && blockIdx.x >= g.block0[s + 1])
+        s++;
+    int64_t n = (int64_t)(blockIdx.x - g.block0[s]) * MV2_WARPS + (threadIdx.x >> 5);
+    int64_t N = g.N[s], nc = K / V::N;
+    const char *row = g.w[s] + (n < N ? n : N - 1) * g.ldw[s];
+    const char *row2 = GLU ? g.w[1] + (n < N ? n : N - 1) * g.ldw[1] : row;
+    uint4 u[U], u2[GLU ? U : 1];
+    if (g.early) {
+        nkg_load<U>(u, row, lane, nc);
+        if (GLU)
+            nkg_load<U>(u2, row2, lane, nc);
+    }
+    pdl_begin();
+    if (n >= N)
+        return;
+    if (!g.early) {
+        nkg_load<U>(u, row, lane, nc);
+        if (GLU)
+            nkg_load<U>(u2, row2, lane, nc);
+    }
+    float acc = 0.0f, acc2 = 0.0f;
+    for (int64_t c0 = lane;;) {
+        acc = nkg_dot<W, U>(u, x, c0, nc, acc);
+        if (GLU)
+            acc2 = nkg_dot<W, U>(u2, x, c0, nc, acc2);
+        c0 += 32 * U;
+        if (c0 - lane >= nc)
+            break;
+        nkg_load<U>(u, row, c0, nc);
+        if (GLU)
+            nkg_load<U>(u2, row2, c0, nc);
+    }
+    float sum = warp_sum(acc);
+    if (GLU) {
+        float up = warp_sum(acc2);
+        if (lane == 0)
+            st_f(g.o[0].p + n * g.o[0].nb[3], g.o[0].t, sum / (1.0f + expf(-sum)) * up);
+    } else if (lane == 0) {
+        st_f(g.o[s].p + n * g.o[s].nb[3], g.o[s].t, sum);
+    }
 }
 
 enum { KN2_TX = 32, KN2_TY = 8, KN2_ROWS = KN2_TY * MV2_U };
@@ -1019,6 +1123,66 @@ int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const
     gp_cu_launch(c, k_matmul_naive, (unsigned)(b > 8192 ? 8192 : b), 256, 0, o, ka, kb, ta, tb,
                  c->d_syms);
     return gp_cu_check_launch(c, "matmul_naive");
+}
+
+/* The grouped launch (cuda_kernels.h); *launched = 0 when a product doesn't fit it. */
+extern "C" int gp_cuda_matvec_group(gp_cu_ctx *c, const gp_cu_group *g, int *launched)
+{
+    *launched = 0;
+    if (c->no_matvec || c->matvec_v1 || g->n < 2 || g->n > GP_CU_MAX_GROUP || (g->glu && g->n != 2))
+        return 0;
+    KT kx = gp_kt_of(c, &g->x);
+    int64_t K = kx.ne[3];
+    if (kx.t != GP_F32 || kt_count(kx, 3) != 1 || kx.nb[3] != 4 || ((uintptr_t)kx.p & 15) ||
+        g->x.sym[g->x.ndim - 1] >= 0)
+        return 0;
+    MVG m;
+    memset(&m, 0, sizeof m);
+    m.n = g->n;
+    m.glu = g->glu;
+    m.early = 1;
+    int wt = -1;
+    unsigned blocks = 0;
+    for (int s = 0; s < g->n; s++) {
+        KT kb = gp_kt_of(c, &g->w[s]), o = gp_kt_of(c, &g->out[g->glu ? 0 : s]);
+        mat B = mat_of(kb, g->tb[s]);
+        int64_t es = kb.t == GP_F32 ? 4 : 2, N = g->tb[s] ? kb.ne[2] : kb.ne[3];
+        int64_t kw = g->tb[s] ? kb.ne[3] : kb.ne[2];
+        if ((kb.t != GP_F16 && kb.t != GP_BF16 && kb.t != GP_F32) || (wt >= 0 && kb.t != wt) ||
+            kb.ne[0] * kb.ne[1] != 1 || kw != K || B.sr != es || B.sc % 16 || K % (16 / es) ||
+            ((uintptr_t)B.p & 15) || kt_count(o, 3) != 1 || o.ne[3] != N || N <= 0 ||
+            (g->glu && s == 1 && N != m.N[0]))
+            return 0;
+        wt = kb.t;
+        m.w[s] = B.p;
+        m.ldw[s] = B.sc;
+        m.N[s] = N;
+        m.o[s] = o;
+        m.early &= is_const(c, B.p, (N - 1) * B.sc + K * es);
+        m.block0[s] = blocks;
+        if (!g->glu || s == 0)
+            blocks += (unsigned)((N + MV2_WARPS - 1) / MV2_WARPS);
+    }
+    m.block0[g->n] = blocks;
+    if (g->glu)
+        m.block0[1] = blocks; /* every block is in product 0's range */
+    const float *x = (const float *)kx.p;
+    if (wt == GP_F16 && g->glu)
+        gp_cu_launch(c, k_matvec_nkg<__half, true>, blocks, MV2_WARPS * 32, 0, m, x, K);
+    else if (wt == GP_F16)
+        gp_cu_launch(c, k_matvec_nkg<__half, false>, blocks, MV2_WARPS * 32, 0, m, x, K);
+    else if (wt == GP_BF16 && g->glu)
+        gp_cu_launch(c, k_matvec_nkg<__nv_bfloat16, true>, blocks, MV2_WARPS * 32, 0, m, x, K);
+    else if (wt == GP_BF16)
+        gp_cu_launch(c, k_matvec_nkg<__nv_bfloat16, false>, blocks, MV2_WARPS * 32, 0, m, x, K);
+    else if (g->glu)
+        gp_cu_launch(c, k_matvec_nkg<float, true>, blocks, MV2_WARPS * 32, 0, m, x, K);
+    else
+        gp_cu_launch(c, k_matvec_nkg<float, false>, blocks, MV2_WARPS * 32, 0, m, x, K);
+    if (gp_cu_check_launch(c, "matvec_group"))
+        return -1;
+    *launched = 1;
+    return 0;
 }
 
 extern "C" int gp_cuda_matmul_fused(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,

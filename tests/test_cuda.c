@@ -509,6 +509,101 @@ static void test_matvec_prenorm(void)
     kctx_free(&k);
 }
 
+/* The products of one x in one launch (q, k, v; gate and up with swiglu): the same bits as one
+ * launch per product (and the swiglu's own kernel), and close to the CPU; with two rows nothing is
+ * launched. */
+static void test_matvec_group(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    const struct {
+        gp_dtype wt;
+        int glu, n;
+        int64_t K, M, N[3];
+    } cs[] = {{GP_F16, 0, 3, 2560, 1, {1000, 200, 200}}, {GP_BF16, 0, 2, 512, 1, {64, 17}},
+              {GP_F32, 0, 3, 96, 1, {8, 5, 33}},       {GP_F16, 1, 2, 4096, 1, {300, 300}},
+              {GP_BF16, 1, 2, 768, 1, {64, 64}},        {GP_F16, 0, 2, 128, 2, {16, 16}}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        int64_t K = cs[i].K, M = cs[i].M, sx[2] = {M, K};
+        tt x, w[3], each[3], fused[3];
+        tt_new(&x, GP_F32, 2, sx, 1.0f);
+        gp_cu_group g;
+        memset(&g, 0, sizeof g);
+        g.n = cs[i].n;
+        g.glu = cs[i].glu;
+        g.x = x.d;
+        gp_attrs am = {{0, 1, 0, 0}, {0}};
+        for (int s = 0; s < cs[i].n; s++) {
+            int64_t sw[2] = {cs[i].N[s], K}, so[2] = {M, cs[i].N[s]};
+            tt_new(&w[s], cs[i].wt, 2, sw, 1.0f);
+            tt_new(&each[s], GP_F32, 2, so, 1.0f);
+            tt_new(&fused[s], GP_F32, 2, so, 1.0f);
+            cudaMemset(fused[s].d.data, 0xff, fused[s].bytes);
+            g.w[s] = w[s].d;
+            g.tb[s] = 1;
+            g.out[s] = fused[s].d;
+            /* one launch per product, and the CPU's result in each[s].h */
+            tt *ins[2] = {&x, &w[s]};
+            CHECK_ERR("matvec, one product", run_op(GP_OP_MATMUL, &am, &each[s], ins, 2, 0, &k),
+                      cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
+        }
+        tt sw_out;
+        int64_t so0[2] = {M, cs[i].N[0]};
+        tt_new(&sw_out, GP_F32, 2, so0, 1.0f);
+        if (cs[i].glu) {
+            /* separate: swiglu of the two single-launch products; CPU: swiglu of the CPU's */
+            tt *ins[2] = {&each[0], &each[1]};
+            gp_attrs none = {{0}, {0}};
+            CHECK_ERR("swiglu", run_op(GP_OP_SWIGLU, &none, &sw_out, ins, 2, 0, &k), 1e-5);
+            g.out[0] = fused[0].d;
+        }
+        k.c.pdl = (int)(i % 2);
+        /* Even cases: weights loaded before the PDL wait (every byte counts as constant: nothing
+         * else runs on the stream before this launch). */
+        k.c.const_lo = i % 2 ? NULL : (const void *)16;
+        k.c.const_hi = i % 2 ? NULL : (const void *)(UINTPTR_MAX - 16);
+        int launched = -1;
+        CU_ASSERT_EQUAL(gp_cuda_matvec_group(&k.c, &g, &launched), 0);
+        CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+        CU_ASSERT_EQUAL(launched, M == 1);
+        int outs = cs[i].glu ? 1 : cs[i].n;
+        for (int s = 0; s < outs; s++) {
+            /* The single launches' bytes (each[s].d, or the swiglu's) against the group's. */
+            size_t bytes = fused[s].bytes;
+            unsigned char *a = malloc(bytes), *b = malloc(bytes);
+            cudaMemcpy(a, cs[i].glu ? sw_out.d.data : each[s].d.data, bytes, cudaMemcpyDeviceToHost);
+            cudaMemcpy(b, fused[s].d.data, bytes, cudaMemcpyDeviceToHost);
+            if (M == 1) {
+                if (memcmp(a, b, bytes))
+                    fprintf(stderr, "\n  group case %zu product %d: bits differ\n", i, s);
+                CU_ASSERT_EQUAL(memcmp(a, b, bytes), 0);
+            } else {
+                int untouched = 1;
+                for (size_t j = 0; j < bytes / 4; j++)
+                    untouched &= isnan(((float *)b)[j]);
+                CU_ASSERT(untouched);
+            }
+            free(a);
+            free(b);
+        }
+        if (cs[i].glu && M == 1) {
+            gp_ktensor gk = sw_out.h;
+            gk.data = malloc(sw_out.bytes);
+            cudaMemcpy(gk.data, fused[0].d.data, sw_out.bytes, cudaMemcpyDeviceToHost);
+            CHECK_ERR("grouped gate/up/swiglu vs CPU", rel_err(&gk, &sw_out.h), 1e-4);
+            free(gk.data);
+        }
+        for (int s = 0; s < cs[i].n; s++) {
+            tt_free(&w[s]);
+            tt_free(&each[s]);
+            tt_free(&fused[s]);
+        }
+        tt_free(&sw_out);
+        tt_free(&x);
+    }
+    kctx_free(&k);
+}
+
 static void test_attention(void)
 {
     kctx k;
@@ -835,6 +930,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "store: the last repeated position wins", test_store);
     CU_add_test(s, "store2: K and V stores in one launch, strided sources", test_store2);
     CU_add_test(s, "matvec computing the norm before it", test_matvec_prenorm);
+    CU_add_test(s, "matvec group: q/k/v and gate/up/swiglu in one launch", test_matvec_group);
     CU_add_test(s, "attention: split-KV decode and prompts", test_attention);
     CU_add_test(s, "matmul: matvec, cuBLAS, batched, fallback", test_matmul);
     CU_add_test(s, "sizes from the param block", test_param_block);
