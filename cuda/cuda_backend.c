@@ -4,7 +4,8 @@
  * Fusions planned at creation (each can be switched off for measurements, GPLAN_CUDA_DISABLE, a
  * comma list): "elide" (conts read in place), "epilogue" (elementwise ops in the matvec), "norm"
  * (a norm computed in the matvec after it), "store2" (the K and V stores in one launch),
- * "combine" (attention's split combine in its last block). GPLAN_CUDA_TRANSPOSE=1 stores weights
+ * "combine" (attention's split combine in its last block), "group" (one-row matmuls of the same x
+ * in one launch: q, k and v; gate and up with their swiglu). GPLAN_CUDA_TRANSPOSE=1 stores weights
  * read only as a matmul's b [K, N] as [N, K] on the device, for the row-per-warp matvec (off by
  * default: slower for GPT-2 1558M, see bench/gpu-notes.md; GPLAN_CUDA_DISABLE=transpose wins over
  * it). GPLAN_CUDA_PDL=0 turns programmatic dependent launch (kernels overlapping the one before
@@ -52,6 +53,9 @@ typedef struct {
     int pair;                        /* a store: the later store run in the same launch, or -1 */
     int prenorm;                     /* a norm: the next node's matmul may compute it (pre) */
     gp_cu_prenorm pre;
+    int group;                       /* a matmul: with grp.n - 1 more matmuls of its x (and, glu,
+                                        their swiglu) in one launch when one row; else 0 */
+    gp_cu_group grp;
 } cu_node;
 
 typedef struct {
@@ -97,7 +101,7 @@ typedef struct {
 } cuda_be;
 
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
-       FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64 };
+       FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64, FUSE_GROUP = 128 };
 
 /* 1 when `name` is an item of the comma list `list`. */
 static int in_list(const char *list, const char *name)
@@ -117,7 +121,7 @@ static int in_list(const char *list, const char *name)
 static void read_switches(cuda_be *b)
 {
     static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch",
-                                        "transpose"};
+                                        "transpose", "group"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -274,6 +278,18 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
                 nd = mm;
                 cn = mn;
                 goto ran;
+            }
+        }
+        if (!r && cn->group > 1) {
+            /* Matmuls of the same x (and their swiglu) in one launch when they have one row. */
+            int launched = 0;
+            r = gp_cuda_matvec_group(&b->kc, &cn->grp, &launched);
+            if (!r && launched) {
+                int last = i + cn->group - 1 + cn->grp.glu;
+                for (int k = i + 1; b->ev && k <= last; k++)
+                    cudaEventRecord(b->ev[k], b->stream);
+                i = last;
+                continue;
             }
         }
         if (!r && nd->op == GP_OP_ALL_REDUCE && b->comm && !b->warming)
@@ -574,6 +590,62 @@ static void plan_store_pairs(cuda_be *b)
             continue;
         b->nodes[i].pair = j;
         b->nodes[j].skip = 1;
+    }
+}
+
+/*
+ * Runs of matmuls right after each other that multiply the same x (not transposed) by different
+ * weights, with no epilogue: a layer's q, k and v projections, or a SwiGLU's gate and up. When the
+ * node after a pair is swiglu(first, second) (or swiglu(second, first)) and the two products have no
+ * other reader, it joins (glu) and the products themselves are never written. Every output must be
+ * disjoint from x (all blocks read x while others write).
+ */
+static void plan_matvec_groups(cuda_be *b, const int *uses)
+{
+    const gp_plan *p = b->p;
+    for (int i = 0; i < p->n_nodes; i++) {
+        const gp_plan_node *a = &p->nodes[i];
+        if (a->op != GP_OP_MATMUL || a->attrs.i[0] != 0 || b->nodes[i].epi.n > 0 ||
+            b->nodes[i].skip || (i > 0 && b->nodes[i - 1].prenorm))
+            continue;
+        const gp_plan_tensor *xr = root_of(p, a->inputs[0]);
+        int n = 0;
+        while (n < GP_CU_MAX_GROUP && i + n < p->n_nodes) {
+            const gp_plan_node *m = &p->nodes[i + n];
+            if (m->op != GP_OP_MATMUL || m->inputs[0] != a->inputs[0] || m->attrs.i[0] != 0 ||
+                b->nodes[i + n].epi.n > 0 || b->nodes[i + n].skip ||
+                overlaps(&p->tensors[m->output], xr))
+                break;
+            n++;
+        }
+        if (n < 2)
+            continue;
+        gp_cu_group *g = &b->nodes[i].grp;
+        memset(g, 0, sizeof *g);
+        const gp_plan_node *sw = i + 2 < p->n_nodes ? &p->nodes[i + 2] : NULL;
+        int o0 = a->output, o1 = p->nodes[i + 1].output;
+        if (n == 2 && sw && sw->op == GP_OP_SWIGLU && uses[o0] == 1 && uses[o1] == 1 &&
+            ((sw->inputs[0] == o0 && sw->inputs[1] == o1) ||
+             (sw->inputs[0] == o1 && sw->inputs[1] == o0)) &&
+            !overlaps(&p->tensors[sw->output], xr)) {
+            int first = sw->inputs[0] == o0 ? i : i + 1; /* the product silu is applied to */
+            g->glu = 1;
+            g->w[0] = b->nodes[first].in[1];
+            g->tb[0] = p->nodes[first].attrs.i[1] != 0;
+            g->w[1] = b->nodes[2 * i + 1 - first].in[1];
+            g->tb[1] = p->nodes[2 * i + 1 - first].attrs.i[1] != 0;
+            g->out[0] = b->nodes[i + 2].out;
+        } else {
+            for (int s = 0; s < n; s++) {
+                g->w[s] = b->nodes[i + s].in[1];
+                g->tb[s] = p->nodes[i + s].attrs.i[1] != 0;
+                g->out[s] = b->nodes[i + s].out;
+            }
+        }
+        g->n = n;
+        g->x = b->nodes[i].in[0];
+        b->nodes[i].group = n;
+        i += n - 1;
     }
 }
 
@@ -900,6 +972,8 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         plan_prenorms(b, uses);
     if (!(b->disable & FUSE_STORE2))
         plan_store_pairs(b);
+    if (!(b->disable & FUSE_GROUP))
+        plan_matvec_groups(b, uses);
     free(uses);
     if (check_all_reduces(b, err, err_len))
         goto fail;
@@ -1000,7 +1074,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     env = getenv("GPLAN_CUDA_VERBOSE");
     if (env && *env == '1') {
         /* What the fusions did, once at creation (for benchmarks). */
-        int elided = 0, pairs = 0, norms = 0, epis = 0, transposed = 0;
+        int elided = 0, pairs = 0, norms = 0, epis = 0, transposed = 0, groups = 0;
         for (int i = 0; i < p->n_tensors; i++)
             transposed += b->transposed[i];
         for (int i = 0; i < p->n_nodes; i++) {
@@ -1008,10 +1082,12 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             pairs += b->nodes[i].pair >= 0;
             norms += b->nodes[i].prenorm;
             epis += b->nodes[i].epi.n > 0;
+            groups += b->nodes[i].group > 0;
         }
         fprintf(stderr, "cuda: %d nodes: %d conts elided, %d store pairs, %d norms for matvecs, "
-                "%d matmul epilogues, %d weights transposed, pdl %d; %lld launches in the one-token "
-                "graph\n", p->n_nodes, elided, pairs, norms, epis, transposed, b->kc.pdl,
+                "%d matmul epilogues, %d matmul groups, %d weights transposed, pdl %d; %lld launches "
+                "in the one-token graph\n", p->n_nodes, elided, pairs, norms, epis, groups,
+                transposed, b->kc.pdl,
                 (long long)launches1);
     }
     b->created = 1;
