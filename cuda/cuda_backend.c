@@ -5,7 +5,8 @@
  * comma list): "elide" (conts read in place), "epilogue" (elementwise ops in the matvec), "norm"
  * (a norm computed in the matvec after it), "store2" (the K and V stores in one launch),
  * "combine" (attention's split combine in its last block), "group" (one-row matmuls of the same x
- * in one launch: q, k and v; gate and up with their swiglu). GPLAN_CUDA_TRANSPOSE=1 stores weights
+ * in one launch: q, k and v; gate and up with their swiglu), "tail" (a norm of a [N, K] matvec's
+ * residual sum computed by its last block). GPLAN_CUDA_TRANSPOSE=1 stores weights
  * read only as a matmul's b [K, N] as [N, K] on the device, for the row-per-warp matvec (off by
  * default: slower for GPT-2 1558M, see bench/gpu-notes.md; GPLAN_CUDA_DISABLE=transpose wins over
  * it). GPLAN_CUDA_PDL=0 turns programmatic dependent launch (kernels overlapping the one before
@@ -56,6 +57,7 @@ typedef struct {
     int group;                       /* a matmul: with grp.n - 1 more matmuls of its x (and, glu,
                                         their swiglu) in one launch when one row; else 0 */
     gp_cu_group grp;
+    int tailed;                      /* a norm the matmul before it may compute (epi.tail) */
 } cu_node;
 
 typedef struct {
@@ -101,7 +103,7 @@ typedef struct {
 } cuda_be;
 
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
-       FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64, FUSE_GROUP = 128 };
+       FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64, FUSE_GROUP = 128, FUSE_TAIL = 256 };
 
 /* 1 when `name` is an item of the comma list `list`. */
 static int in_list(const char *list, const char *name)
@@ -121,7 +123,7 @@ static int in_list(const char *list, const char *name)
 static void read_switches(cuda_be *b)
 {
     static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch",
-                                        "transpose", "group"};
+                                        "transpose", "group", "tail"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -306,7 +308,13 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
         if (fused) {
             for (int k = 1; b->ev && k <= cn->epi.n; k++)
                 cudaEventRecord(b->ev[i + k], b->stream);
+
             i += cn->epi.n; /* those nodes ran inside the matmul's kernel */
+            if (fused == 2) { /* and the norm after them, in its last block */
+                i++;
+                if (b->ev)
+                    cudaEventRecord(b->ev[i], b->stream);
+            }
             /* An all_reduce(x, y) ending the epilogue: its + y ran there, the sum over devices
              * has not. */
             if (!r && p->nodes[i].op == GP_OP_ALL_REDUCE && b->comm && !b->warming)
@@ -650,6 +658,44 @@ static void plan_matvec_groups(cuda_be *b, const int *uses)
 }
 
 /*
+ * Norms right after a matmul's epilogue that read its result (Llama's rms_norm after each residual
+ * add): the [N, K] matrix-vector kernel's last block computes them (the products with [K, N]
+ * weights keep the norm in the next matvec instead, plan_prenorms). The norm's output must not
+ * overlap the row it reads; everything else the matmul reads is no longer read by then.
+ */
+static void plan_tail_norms(cuda_be *b)
+{
+    const gp_plan *p = b->p;
+    for (int i = 0; i < p->n_nodes; i++) {
+        const gp_plan_node *mm = &p->nodes[i];
+        cu_node *cn = &b->nodes[i];
+        int e = cn->epi.n, j = i + e + 1;
+        if (mm->op != GP_OP_MATMUL || e == 0 || j >= p->n_nodes || cn->skip ||
+            p->nodes[i + e].op == GP_OP_ALL_REDUCE)
+            continue;
+        const gp_plan_node *nd = &p->nodes[j];
+        const gp_cu_tensor *w = &cn->in[1];
+        int tb = mm->attrs.i[1] != 0, nk = w->ndim >= 2 &&
+            w->nb[w->ndim - (tb ? 1 : 2)] == (int64_t)gp_dtype_size(w->dtype);
+        const gp_plan_tensor *x = &p->tensors[p->nodes[i + e].output], *h = &p->tensors[nd->output];
+        if ((nd->op != GP_OP_LAYER_NORM && nd->op != GP_OP_RMS_NORM) || !nk ||
+            nd->inputs[0] != p->nodes[i + e].output || x->dtype != GP_F32 || x->view_src >= 0 ||
+            h->view_src >= 0 || h->kind != GP_TENSOR_INTERMEDIATE || overlaps(h, x) ||
+            b->nodes[j].skip)
+            continue;
+        gp_cu_tailnorm *t = &cn->epi.tail;
+        t->norm.is_ln = nd->op == GP_OP_LAYER_NORM;
+        t->norm.eps = (float)nd->attrs.f[0];
+        tensor_of(b, nd->inputs[1], &t->norm.w);
+        if (t->norm.is_ln && nd->n_inputs > 2)
+            tensor_of(b, nd->inputs[2], &t->norm.b);
+        tensor_of(b, nd->output, &t->out);
+        cn->epi.has_tail = 1;
+        b->nodes[j].tailed = 1;
+    }
+}
+
+/*
  * Norms whose only reader is the matmul right after them, as its first operand (not transposed):
  * that matmul's matrix-vector kernel can normalize x itself. What the matmul writes (its output,
  * or its epilogue's) must not overlap x, which every block reads.
@@ -663,6 +709,7 @@ static void plan_prenorms(cuda_be *b, const int *uses)
             continue;
         const gp_plan_tensor *h = &p->tensors[nd->output], *x = &p->tensors[nd->inputs[0]];
         if (h->kind != GP_TENSOR_INTERMEDIATE || h->view_src >= 0 || uses[nd->output] != 1 ||
+            b->nodes[i].tailed ||
             mm->inputs[0] != nd->output || mm->attrs.i[0] != 0 || b->nodes[i + 1].skip)
             continue;
         const gp_plan_tensor *xr = root_of(p, nd->inputs[0]);
@@ -968,6 +1015,8 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
 
     if (!(b->disable & FUSE_EPILOGUE))
         plan_epilogues(b, uses);
+    if (!(b->disable & FUSE_TAIL) && !(b->disable & FUSE_EPILOGUE))
+        plan_tail_norms(b);
     if (!(b->disable & FUSE_NORM))
         plan_prenorms(b, uses);
     if (!(b->disable & FUSE_STORE2))
@@ -1074,7 +1123,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     env = getenv("GPLAN_CUDA_VERBOSE");
     if (env && *env == '1') {
         /* What the fusions did, once at creation (for benchmarks). */
-        int elided = 0, pairs = 0, norms = 0, epis = 0, transposed = 0, groups = 0;
+        int elided = 0, pairs = 0, norms = 0, epis = 0, transposed = 0, groups = 0, tails = 0;
         for (int i = 0; i < p->n_tensors; i++)
             transposed += b->transposed[i];
         for (int i = 0; i < p->n_nodes; i++) {
@@ -1083,10 +1132,11 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             norms += b->nodes[i].prenorm;
             epis += b->nodes[i].epi.n > 0;
             groups += b->nodes[i].group > 0;
+            tails += b->nodes[i].tailed;
         }
         fprintf(stderr, "cuda: %d nodes: %d conts elided, %d store pairs, %d norms for matvecs, "
-                "%d matmul epilogues, %d matmul groups, %d weights transposed, pdl %d; %lld launches "
-                "in the one-token graph\n", p->n_nodes, elided, pairs, norms, epis, groups,
+                "%d matmul epilogues, %d matmul groups, %d tail norms, %d weights transposed, pdl %d; %lld launches "
+                "in the one-token graph\n", p->n_nodes, elided, pairs, norms, epis, groups, tails,
                 transposed, b->kc.pdl,
                 (long long)launches1);
     }

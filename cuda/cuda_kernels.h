@@ -68,14 +68,6 @@ int gp_cuda_compute(gp_cu_ctx *ctx, gp_op op, const gp_attrs *a, const gp_cu_ten
 /* Elementwise ops that follow a matmul, applied in its kernel when the matrix-vector path serves it
  * (one row): v = product; for each k: v = v + other[k] (GP_OP_ADD), v * other[k] (GP_OP_MUL) or
  * gelu(v) (GP_OP_GELU); then out = v. other[k] is [N] or [1, N] (or broadcasts a scalar). */
-#define GP_CU_MAX_EPI 3
-typedef struct {
-    int n;
-    gp_op op[GP_CU_MAX_EPI];
-    gp_cu_tensor other[GP_CU_MAX_EPI]; /* for ADD and MUL */
-    gp_cu_tensor out;                  /* where the last result goes */
-} gp_cu_epilogue;
-
 /* A norm whose only reader is the matmul after it (a = layer_norm(x, w, b) or rms_norm(x, w)),
  * computed inside the matrix-vector kernel from x when the product has one row. */
 typedef struct {
@@ -86,9 +78,28 @@ typedef struct {
     gp_cu_tensor b;          /* [K]; data NULL: none */
 } gp_cu_prenorm;
 
+/* A norm of the epilogue's result (a residual sum x), computed by the last block of the [N, K]
+ * matrix-vector kernel to finish, so that the next layer's input needs no launch of its own:
+ * norm.x is unused (the row is epi.out), out is the norm's output [1, N]. */
+typedef struct {
+    gp_cu_prenorm norm;
+    gp_cu_tensor out;
+} gp_cu_tailnorm;
+
+#define GP_CU_MAX_EPI 3
+typedef struct {
+    int n;
+    gp_op op[GP_CU_MAX_EPI];
+    gp_cu_tensor other[GP_CU_MAX_EPI]; /* for ADD and MUL */
+    gp_cu_tensor out;                  /* where the last result goes */
+    int has_tail;                      /* 1: tail may be computed too (*fused = 2 when it was) */
+    gp_cu_tailnorm tail;
+} gp_cu_epilogue;
+
 /*
- * A matmul with its epilogue fused when it can be (*fused = 1: only epi->out is written), else the
- * plain matmul into `out` (*fused = 0: the caller runs the epilogue's nodes). With pre (may be
+ * A matmul with its epilogue fused when it can be (*fused = 1: only epi->out is written; 2: and
+ * epi->tail's norm into its out), else the plain matmul into `out` (*fused = 0: the caller runs the
+ * epilogue's nodes). With pre (may be
  * NULL): in[0] is the norm's output, which the kernel computes from pre->x itself when the
  * matrix-vector path serves the product (*pre_used = 1); when it cannot, nothing is launched and
  * *pre_used = 0: the caller runs the norm, then calls again without pre. 0, or -1 with err.

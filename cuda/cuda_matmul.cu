@@ -408,15 +408,49 @@ __device__ __forceinline__ void nk2_load(uint4 *u, const char *row, int64_t c0, 
         u[i] = c0 + 32 * i < nc ? ld_stream(row + (c0 + 32 * i) * 16) : make_uint4(0, 0, 0, 0);
 }
 
+/* A norm of the product's final row (after the epilogue), computed by the block that finishes
+ * last (gp_cu_tailnorm): out = norm(row), counter zero between launches. */
+struct TAIL {
+    int on;
+    NORM nm;
+    KT out;            /* [N] */
+    unsigned *counter;
+};
+
+/* Called by every thread of every block after its rows are stored: the last block to get here reads
+ * the whole row (f32 [N] at row, written by all blocks: past L1) into xs [N] and writes the norm. */
+__device__ __forceinline__ void tail_norm(const TAIL &tl, const float *row, int64_t N, float *xs)
+{
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(tl.counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x)
+        xs[i] = __ldcg(row + i);
+    __syncthreads();
+    float mean, inv;
+    norm_stats(tl.nm, xs, N, &mean, &inv);
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x)
+        st_f(tl.out.p + i * tl.out.nb[3], tl.out.t, norm_one(tl.nm, xs, i, mean, inv));
+    if (threadIdx.x == 0)
+        *tl.counter = 0;
+}
+
 /*
  * Weights [N, K] (row n at w + n * ldw bytes, K contiguous): out[n] = sum_k x[k] w[n][k]. A warp
  * per row; lane l holds chunks l + 32 i of a batch of 32 * MV2_U chunks (K up to 2048 f16 in one
  * batch). Sums in a fixed order (batch, i, element, then the warp's butterfly). PRE: as k_matvec_nk.
+ * With tl.on, the last block normalizes the finished row (o contiguous f32) into tl.out.
  */
 template <typename W, bool PRE>
 __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
     k_matvec_nk2(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int ksym,
-                 int64_t K, int64_t N, int early, const int64_t *syms)
+                 int64_t K, int64_t N, int early, TAIL tl, const int64_t *syms)
 {
     typedef vec16<W> V;
     extern __shared__ float4 xs_nk2[];
@@ -433,7 +467,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
         stage_norm(nm, x, K, (float *)xs_nk2);
         x = (const float *)xs_nk2;
     }
-    if (n >= N)
+    if (n >= N && !tl.on) /* with a tail every thread reaches it (the row is clamped: no store) */
         return;
     int64_t nc = K / V::N; /* K % V::N == 0 (checked by the launcher) */
     if (!early)
@@ -466,8 +500,13 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
         nk2_load(u, row, c0, nc);
     }
     float sum = warp_sum(acc);
-    if (lane == 0)
+    if (lane == 0 && n < N)
         st_f(o.p + n * o.nb[3], o.t, epi_apply(e, n, sum));
+    if (tl.on) {
+        if (PRE)
+            __syncthreads(); /* every warp is done with the staged x in xs_nk2 */
+        tail_norm(tl, (const float *)o.p, N, (float *)xs_nk2);
+    }
 }
 
 /* ---- grouped matrix-vector: several [N, K] products of one x in one launch ---- */
@@ -745,14 +784,17 @@ static void launch_kn(const gp_cu_ctx *c, dim3 grid, const char *w, int64_t ldw,
 template <typename W>
 static void launch_nk2(const gp_cu_ctx *c, unsigned grid, const char *w, int64_t ldw, const float *x,
                        const KT &o, const EPI &e, const NORM *nm, int ksym, int64_t K, int64_t N,
-                       int early)
+                       int early, const TAIL &tl)
 {
+    size_t smem = nm ? norm_smem(K) : 0;
+    if (tl.on && norm_smem(N) > smem)
+        smem = norm_smem(N);
     if (nm)
-        gp_cu_launch(c, k_matvec_nk2<W, true>, grid, MV2_WARPS * 32, norm_smem(K), w, ldw, x, o, e,
-                     *nm, ksym, K, N, early, c->d_syms);
+        gp_cu_launch(c, k_matvec_nk2<W, true>, grid, MV2_WARPS * 32, smem, w, ldw, x, o, e, *nm,
+                     ksym, K, N, early, tl, c->d_syms);
     else
-        gp_cu_launch(c, k_matvec_nk2<W, false>, grid, MV2_WARPS * 32, 0, w, ldw, x, o, e, NORM(),
-                     ksym, K, N, early, c->d_syms);
+        gp_cu_launch(c, k_matvec_nk2<W, false>, grid, MV2_WARPS * 32, smem, w, ldw, x, o, e, NORM(),
+                     ksym, K, N, early, tl, c->d_syms);
 }
 
 template <typename W>
@@ -871,6 +913,24 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
         }
     }
     const NORM *pn = pre ? &nm : NULL;
+    /* The norm after the epilogue (fused == 2), when the row it reads is one contiguous f32 row. */
+    TAIL tl;
+    memset(&tl, 0, sizeof tl);
+    if (epi && epi->n > 0 && epi->has_tail && !c->matvec_v1 && c->d_counters && c->n_counters > 0 &&
+        ot.t == GP_F32 && ot.nb[3] == 4 && norm_smem(N) <= 32 * 1024) {
+        const gp_cu_prenorm *tp = &epi->tail.norm;
+        KT kw = gp_kt_of(c, &tp->w), ko = gp_kt_of(c, &epi->tail.out);
+        tl.on = kw.ne[3] == N && kt_count(kw, 3) == 1 && ko.ne[3] == N && kt_count(ko, 3) == 1;
+        tl.nm.is_ln = tp->is_ln;
+        tl.nm.eps = tp->eps;
+        tl.nm.w = kw;
+        tl.nm.has_b = tp->b.data != NULL;
+        tl.nm.b = tl.nm.has_b ? gp_kt_of(c, &tp->b) : kw;
+        if (tl.nm.has_b && (tl.nm.b.ne[3] != N || kt_count(tl.nm.b, 3) != 1))
+            tl.on = 0;
+        tl.out = ko;
+        tl.counter = c->d_counters + c->n_counters - 1;
+    }
     if (B.sr == es && B.sc % 16 == 0 && K % vn == 0) {
         /* [N, K]: K contiguous, rows B.sc bytes apart. */
         unsigned grid = (unsigned)((N + MV_WARPS * MV_ROWS - 1) / (MV_WARPS * MV_ROWS));
@@ -882,12 +942,12 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
             int early = ksym < 0 && is_const(c, B.p, (N - 1) * B.sc + K * es);
             unsigned g2 = (unsigned)((N + MV2_WARPS - 1) / MV2_WARPS);
             if (kb.t == GP_F16)
-                launch_nk2<__half>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, early);
+                launch_nk2<__half>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, early, tl);
             else if (kb.t == GP_BF16)
-                launch_nk2<__nv_bfloat16>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, early);
+                launch_nk2<__nv_bfloat16>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, early, tl);
             else
-                launch_nk2<float>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, early);
-            return gp_cu_check_launch(c, "matvec_nk2") ? -1 : 1;
+                launch_nk2<float>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, early, tl);
+            return gp_cu_check_launch(c, "matvec_nk2") ? -1 : 1 + tl.on;
         }
         if (kb.t == GP_F16)
             launch_nk<__half>(c, grid, B.p, B.sc, x, ot, e, pn, ksym, K, N);
@@ -1100,7 +1160,7 @@ int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const
         return 0; /* with pre: not used, so the caller runs the norm as it would */
     int r = epi ? try_matvec(c, o, ka, kb, ta, tb, in, ws, ws_size, epi, pre) : 0;
     if (r > 0) {
-        *fused = 1;
+        *fused = r; /* 2: the tail norm ran too */
         if (pre)
             *pre_used = 1;
         return 0;

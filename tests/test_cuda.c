@@ -604,6 +604,97 @@ static void test_matvec_group(void)
     kctx_free(&k);
 }
 
+/* A [N, K] matvec whose epilogue adds a residual and whose last block then computes the norm of
+ * that sum (rms_norm, layer_norm with a bias), against the CPU's matmul -> add -> norm; [K, N]
+ * weights do not take the tail (*fused == 1, the caller runs the norm). */
+static void test_matvec_tail(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    const struct {
+        int is_ln, tb;
+        gp_dtype wt;
+        int64_t K, N;
+    } cs[] = {{0, 1, GP_F16, 4096, 4096}, {1, 1, GP_BF16, 768, 1003}, {0, 1, GP_F32, 64, 8},
+              {1, 0, GP_F16, 256, 512}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        int64_t K = cs[i].K, N = cs[i].N;
+        int64_t sx[2] = {1, K}, sw[2] = {cs[i].tb ? N : K, cs[i].tb ? K : N}, so[2] = {1, N};
+        int64_t sn[1] = {N};
+        tt a, w, prod, res, sum, g, bias, h;
+        tt_new(&a, GP_F32, 2, sx, 1.0f);
+        tt_new(&w, cs[i].wt, 2, sw, 1.0f);
+        tt_new(&prod, GP_F32, 2, so, 1.0f);
+        tt_new(&res, GP_F32, 2, so, 2.0f);
+        tt_new(&sum, GP_F32, 2, so, 1.0f);
+        tt_new(&g, GP_F16, 1, sn, 1.0f);
+        tt_new(&bias, GP_F16, 1, sn, 1.0f);
+        tt_new(&h, GP_F32, 2, so, 1.0f);
+        gp_attrs am = {{0, cs[i].tb, 0, 0}, {0}}, none = {{0}, {0}}, an = {{0}, {1e-5, 0}};
+        gp_ktensor min[2] = {a.h, w.h}, ain[2] = {prod.h, res.h}, nin[3] = {sum.h, g.h, bias.h};
+        gp_cpu_compute(GP_OP_MATMUL, &am, &prod.h, min, 2, NULL, 0, 0, 1);
+        gp_cpu_compute(GP_OP_ADD, &none, &sum.h, ain, 2, NULL, 0, 0, 1);
+        gp_cpu_compute(cs[i].is_ln ? GP_OP_LAYER_NORM : GP_OP_RMS_NORM, &an, &h.h, nin,
+                       cs[i].is_ln ? 3 : 2, NULL, 0, 0, 1);
+        gp_cu_epilogue epi;
+        memset(&epi, 0, sizeof epi);
+        epi.n = 1;
+        epi.op[0] = GP_OP_ADD;
+        epi.other[0] = res.d;
+        epi.out = sum.d;
+        epi.has_tail = 1;
+        epi.tail.norm.is_ln = cs[i].is_ln;
+        epi.tail.norm.eps = 1e-5f;
+        epi.tail.norm.w = g.d;
+        if (cs[i].is_ln)
+            epi.tail.norm.b = bias.d;
+        epi.tail.out = h.d;
+        cudaMemset(sum.d.data, 0xff, sum.bytes);
+        cudaMemset(h.d.data, 0xff, h.bytes);
+        void *ws = NULL;
+        cudaMalloc(&ws, (size_t)GP_WS_CUBLAS_BYTES);
+        gp_cu_tensor din[2] = {a.d, w.d};
+        int fused = -1;
+        k.c.pdl = (int)(i % 2);
+        /* twice: the counter must be back at zero after the first launch */
+        for (int rep = 0; rep < 2; rep++)
+            CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, &prod.d, din, ws,
+                                                 (size_t)GP_WS_CUBLAS_BYTES, &epi, NULL, &fused,
+                                                 NULL), 0);
+        CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+        CU_ASSERT_EQUAL(fused, cs[i].tb ? 2 : 1);
+        gp_ktensor gs = sum.h, gh = h.h;
+        gs.data = malloc(sum.bytes);
+        gh.data = malloc(h.bytes);
+        cudaMemcpy(gs.data, sum.d.data, sum.bytes, cudaMemcpyDeviceToHost);
+        cudaMemcpy(gh.data, h.d.data, h.bytes, cudaMemcpyDeviceToHost);
+        char name[64];
+        snprintf(name, sizeof name, "matvec + residual, case %zu", i);
+        CHECK_ERR(name, rel_err(&gs, &sum.h), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
+        if (cs[i].tb) {
+            snprintf(name, sizeof name, "tail norm, case %zu", i);
+            CHECK_ERR(name, rel_err(&gh, &h.h), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
+        } else {
+            int untouched = 1;
+            for (int64_t j = 0; j < N; j++)
+                untouched &= isnan(((float *)gh.data)[j]);
+            CU_ASSERT(untouched);
+        }
+        free(gs.data);
+        free(gh.data);
+        cudaFree(ws);
+        tt_free(&a);
+        tt_free(&w);
+        tt_free(&prod);
+        tt_free(&res);
+        tt_free(&sum);
+        tt_free(&g);
+        tt_free(&bias);
+        tt_free(&h);
+    }
+    kctx_free(&k);
+}
+
 static void test_attention(void)
 {
     kctx k;
@@ -931,6 +1022,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "store2: K and V stores in one launch, strided sources", test_store2);
     CU_add_test(s, "matvec computing the norm before it", test_matvec_prenorm);
     CU_add_test(s, "matvec group: q/k/v and gate/up/swiglu in one launch", test_matvec_group);
+    CU_add_test(s, "matvec tail: the norm of the residual sum in the last block", test_matvec_tail);
     CU_add_test(s, "attention: split-KV decode and prompts", test_attention);
     CU_add_test(s, "matmul: matvec, cuBLAS, batched, fallback", test_matmul);
     CU_add_test(s, "sizes from the param block", test_param_block);
