@@ -763,12 +763,27 @@ static int transposable(const gp_plan *p, int id)
 static void transpose_host(unsigned char *dst, const unsigned char *src, int64_t K, int64_t N,
                            size_t es)
 {
-    for (int64_t k0 = 0; k0 < K; k0 += 32)
-        for (int64_t n0 = 0; n0 < N; n0 += 32)
-            for (int64_t k = k0; k < K && k < k0 + 32; k++)
-                for (int64_t n = n0; n < N && n < n0 + 32; n++)
-                    memcpy(dst + ((size_t)n * (size_t)K + (size_t)k) * es,
-                           src + ((size_t)k * (size_t)N + (size_t)n) * es, es);
+/* Typed 32 x 32 tiles: a memcpy per element made 1558M's creation take 5.7 s. */
+#define TRANSPOSE_TILES(T)                                                                         \
+    do {                                                                                           \
+        const T *s_ = (const T *)src;                                                              \
+        T *d_ = (T *)dst;                                                                          \
+        for (int64_t k0 = 0; k0 < K; k0 += 32)                                                     \
+            for (int64_t n0 = 0; n0 < N; n0 += 32)                                                 \
+                for (int64_t k = k0; k < K && k < k0 + 32; k++)                                    \
+                    for (int64_t n = n0; n < N && n < n0 + 32; n++)                                \
+                        d_[(size_t)n * (size_t)K + (size_t)k] = s_[(size_t)k * (size_t)N + (size_t)n]; \
+    } while (0)
+    if (es == 2)
+        TRANSPOSE_TILES(uint16_t);
+    else if (es == 4)
+        TRANSPOSE_TILES(uint32_t);
+    else
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t n = 0; n < N; n++)
+                memcpy(dst + ((size_t)n * (size_t)K + (size_t)k) * es,
+                       src + ((size_t)k * (size_t)N + (size_t)n) * es, es);
+#undef TRANSPOSE_TILES
 }
 
 /* all_reduce nodes go to NCCL as flat arrays: input and output contiguous at every size (packed

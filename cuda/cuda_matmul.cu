@@ -400,14 +400,6 @@ __global__ void __launch_bounds__(KN_TX *KN_TY)
 
 enum { MV2_WARPS = 8, MV2_U = 8 };
 
-/* u[i] = chunk c0 + 32 i of row (16 bytes each), zero from chunk nc on. */
-__device__ __forceinline__ void nk2_load(uint4 *u, const char *row, int64_t c0, int64_t nc)
-{
-#pragma unroll
-    for (int i = 0; i < MV2_U; i++)
-        u[i] = c0 + 32 * i < nc ? ld_stream(row + (c0 + 32 * i) * 16) : make_uint4(0, 0, 0, 0);
-}
-
 /* A norm of the product's final row (after the epilogue), computed by the block that finishes
  * last (gp_cu_tailnorm): out = norm(row), counter zero between launches. */
 struct TAIL {
@@ -442,10 +434,101 @@ __device__ __forceinline__ void tail_norm(const TAIL &tl, const float *row, int6
 }
 
 /*
- * Weights [N, K] (row n at w + n * ldw bytes, K contiguous): out[n] = sum_k x[k] w[n][k]. A warp
- * per row; lane l holds chunks l + 32 i of a batch of 32 * MV2_U chunks (K up to 2048 f16 in one
- * batch). Sums in a fixed order (batch, i, element, then the warp's butterfly). PRE: as k_matvec_nk.
- * With tl.on, the last block normalizes the finished row (o contiguous f32) into tl.out.
+ * Warps per row of the [N, K] kernels: enough that one batch of loads (MV2_U chunks of 16 bytes per
+ * lane) covers a warp's share of the row, so no warp waits for a second batch (a K = 6400 f16 row
+ * is 800 chunks: 4 warps). nc: chunks per row at the launch's K.
+ */
+__host__ __device__ __forceinline__ int nk_split(int64_t nc)
+{
+    int64_t s = (nc + 32 * MV2_U - 1) / (32 * MV2_U);
+    return s <= 1 ? 1 : s <= 2 ? 2 : s <= 4 ? 4 : 8;
+}
+
+/* acc += the dot products of x with the chunks u holds: chunk c0 + 32 i for i < U, below ce. */
+template <typename W, int U, bool PRE>
+__device__ __forceinline__ float nk_dot(const uint4 *u, const float *x, int64_t c0, int64_t ce,
+                                        float acc)
+{
+    typedef vec16<W> V;
+#pragma unroll
+    for (int i = 0; i < U; i++) {
+        int64_t c = c0 + 32 * i;
+        if (c >= ce)
+            break;
+        float xv[V::N], wv[V::N];
+        const float *px = x + c * V::N;
+#pragma unroll
+        for (int q = 0; q < V::N / 4; q++) {
+            float4 f = ld_x4<PRE>(px + 4 * q);
+            xv[4 * q] = f.x;
+            xv[4 * q + 1] = f.y;
+            xv[4 * q + 2] = f.z;
+            xv[4 * q + 3] = f.w;
+        }
+        V::unpack(u[i], wv);
+#pragma unroll
+        for (int k = 0; k < V::N; k++)
+            acc += wv[k] * xv[k];
+    }
+    return acc;
+}
+
+/* u[i] = chunk c0 + 32 i of row (16 bytes each) for i < U, zero from chunk ce on. */
+template <int U> __device__ __forceinline__ void nk_load(uint4 *u, const char *row, int64_t c0, int64_t ce)
+{
+#pragma unroll
+    for (int i = 0; i < U; i++)
+        u[i] = c0 + 32 * i < ce ? ld_stream(row + (c0 + 32 * i) * 16) : make_uint4(0, 0, 0, 0);
+}
+
+/* Where a warp works in the [N, K] kernels: S = nk_split warps per row, MV2_WARPS / S rows per
+ * block; the warp's share of the row is chunks [cb, ce). */
+struct NKW {
+    int S, ks, lane;
+    int64_t n, cb, ce;
+};
+
+__device__ __forceinline__ NKW nk_where(int64_t nc_launch, int64_t first_row)
+{
+    NKW r;
+    int warp = threadIdx.x >> 5;
+    r.S = nk_split(nc_launch);
+    r.ks = warp % r.S;
+    r.lane = threadIdx.x & 31;
+    r.n = first_row + warp / r.S;
+    return r;
+}
+
+__device__ __forceinline__ void nk_share(NKW &r, int64_t nc)
+{
+    int64_t per = (nc + r.S - 1) / r.S;
+    r.cb = r.ks * per;
+    r.ce = min(nc, r.cb + per);
+}
+
+/* The row's sum: the S warps' partials added in order by the first (lane 0 of ks 0 gets it). */
+__device__ __forceinline__ float nk_total(const NKW &r, float acc, float *red)
+{
+    float sum = warp_sum(acc);
+    if (r.S == 1)
+        return sum;
+    if (r.lane == 0)
+        red[threadIdx.x >> 5] = sum;
+    __syncthreads();
+    if (r.ks != 0)
+        return 0.0f;
+    float t = 0.0f;
+    for (int i = 0; i < r.S; i++)
+        t += red[(threadIdx.x >> 5) + i];
+    return t;
+}
+
+/*
+ * Weights [N, K] (row n at w + n * ldw bytes, K contiguous): out[n] = sum_k x[k] w[n][k]. S warps
+ * per row (nk_split), each over a contiguous share of the row's chunks; lane l holds chunks
+ * cb + l + 32 i. Sums in a fixed order (batch, i, element, the warp's butterfly, then the S
+ * partials). PRE: as k_matvec_nk. With tl.on, the last block normalizes the finished row (o
+ * contiguous f32) into tl.out. Every thread runs to the end (rows past N are clamped, not stored).
  */
 template <typename W, bool PRE>
 __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
@@ -454,12 +537,14 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
 {
     typedef vec16<W> V;
     extern __shared__ float4 xs_nk2[];
-    int lane = threadIdx.x & 31;
-    int64_t n = (int64_t)blockIdx.x * MV2_WARPS + (threadIdx.x >> 5);
-    const char *row = w + (n < N ? n : N - 1) * ldw;
+    __shared__ float red[MV2_WARPS];
+    NKW r = nk_where(K / V::N, (int64_t)blockIdx.x * (MV2_WARPS / nk_split(K / V::N)));
+    const char *row = w + (r.n < N ? r.n : N - 1) * ldw;
     uint4 u[MV2_U];
-    if (early) /* weights: no kernel writes them, and ksym < 0 (K is the launch's) */
-        nk2_load(u, row, lane, K / V::N);
+    if (early) { /* weights: no kernel writes them, and ksym < 0 (K is the launch's) */
+        nk_share(r, K / V::N);
+        nk_load<MV2_U>(u, row, r.cb + r.lane, r.ce);
+    }
     pdl_begin();
     if (ksym >= 0)
         K = syms[ksym];
@@ -467,41 +552,22 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
         stage_norm(nm, x, K, (float *)xs_nk2);
         x = (const float *)xs_nk2;
     }
-    if (n >= N && !tl.on) /* with a tail every thread reaches it (the row is clamped: no store) */
-        return;
     int64_t nc = K / V::N; /* K % V::N == 0 (checked by the launcher) */
-    if (!early)
-        nk2_load(u, row, lane, nc);
-    float acc = 0.0f;
-    for (int64_t c0 = lane;;) {
-#pragma unroll
-        for (int i = 0; i < MV2_U; i++) {
-            int64_t c = c0 + 32 * i;
-            if (c >= nc)
-                break;
-            float xv[V::N], wv[V::N];
-            const float *px = x + c * V::N;
-#pragma unroll
-            for (int q = 0; q < V::N / 4; q++) {
-                float4 f = ld_x4<PRE>(px + 4 * q);
-                xv[4 * q] = f.x;
-                xv[4 * q + 1] = f.y;
-                xv[4 * q + 2] = f.z;
-                xv[4 * q + 3] = f.w;
-            }
-            V::unpack(u[i], wv);
-#pragma unroll
-            for (int k = 0; k < V::N; k++)
-                acc += wv[k] * xv[k];
-        }
-        c0 += 32 * MV2_U;
-        if (c0 - lane >= nc)
-            break;
-        nk2_load(u, row, c0, nc);
+    if (!early) {
+        nk_share(r, nc);
+        nk_load<MV2_U>(u, row, r.cb + r.lane, r.ce);
     }
-    float sum = warp_sum(acc);
-    if (lane == 0 && n < N)
-        st_f(o.p + n * o.nb[3], o.t, epi_apply(e, n, sum));
+    float acc = 0.0f;
+    for (int64_t c0 = r.cb + r.lane;;) {
+        acc = nk_dot<W, MV2_U, PRE>(u, x, c0, r.ce, acc);
+        c0 += 32 * MV2_U;
+        if (c0 - r.lane >= r.ce)
+            break;
+        nk_load<MV2_U>(u, row, c0, r.ce);
+    }
+    float sum = nk_total(r, acc, red);
+    if (r.lane == 0 && r.ks == 0 && r.n < N)
+        st_f(o.p + r.n * o.nb[3], o.t, epi_apply(e, r.n, sum));
     if (tl.on) {
         if (PRE)
             __syncthreads(); /* every warp is done with the staged x in xs_nk2 */
@@ -522,46 +588,10 @@ struct MVG {
     KT o[GP_CU_MAX_GROUP];
 };
 
-/* u[i] = chunk c0 + 32 i of row (16 bytes each) for i < U, zero from chunk nc on. */
-template <int U> __device__ __forceinline__ void nkg_load(uint4 *u, const char *row, int64_t c0, int64_t nc)
-{
-#pragma unroll
-    for (int i = 0; i < U; i++)
-        u[i] = c0 + 32 * i < nc ? ld_stream(row + (c0 + 32 * i) * 16) : make_uint4(0, 0, 0, 0);
-}
-
-/* acc += the dot products of U chunks (from c0, lane-strided) of a row with x. */
-template <typename W, int U>
-__device__ __forceinline__ float nkg_dot(const uint4 *u, const float *x, int64_t c0, int64_t nc,
-                                         float acc)
-{
-    typedef vec16<W> V;
-#pragma unroll
-    for (int i = 0; i < U; i++) {
-        int64_t c = c0 + 32 * i;
-        if (c >= nc)
-            break;
-        float xv[V::N], wv[V::N];
-        const float *px = x + c * V::N;
-#pragma unroll
-        for (int q = 0; q < V::N / 4; q++) {
-            float4 f = __ldg((const float4 *)(px + 4 * q));
-            xv[4 * q] = f.x;
-            xv[4 * q + 1] = f.y;
-            xv[4 * q + 2] = f.z;
-            xv[4 * q + 3] = f.w;
-        }
-        V::unpack(u[i], wv);
-#pragma unroll
-        for (int k = 0; k < V::N; k++)
-            acc += wv[k] * xv[k];
-    }
-    return acc;
-}
-
 /*
- * A warp per output row, as k_matvec_nk2 (the same order of sums, so the same bits as one launch
- * per product). GLU: the warp computes row n of both products, U chunks of each in flight.
+ * The rows of k_matvec_nk2, split and summed the same way (so the same bits as one launch per
+ * product). GLU: each warp computes its share of row n of both products, MV2_U / 2 chunks of each
+ * in flight.
  */
 template <typename W, bool GLU>
 __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
@@ -569,46 +599,46 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
 {
     typedef vec16<W> V;
     enum { U = GLU ? MV2_U / 2 : MV2_U };
-    int lane = threadIdx.x & 31, s = 0;
+    __shared__ float red[MV2_WARPS], red2[MV2_WARPS];
+    int s = 0;
     while (s + 1 < g.n && blockIdx.x >= g.block0[s + 1])
         s++;
-    int64_t n = (int64_t)(blockIdx.x - g.block0[s]) * MV2_WARPS + (threadIdx.x >> 5);
-    int64_t N = g.N[s], nc = K / V::N;
-    const char *row = g.w[s] + (n < N ? n : N - 1) * g.ldw[s];
-    const char *row2 = GLU ? g.w[1] + (n < N ? n : N - 1) * g.ldw[1] : row;
+    int64_t nc = K / V::N, N = g.N[s];
+    NKW r = nk_where(nc, (int64_t)(blockIdx.x - g.block0[s]) * (MV2_WARPS / nk_split(nc)));
+    nk_share(r, nc);
+    const char *row = g.w[s] + (r.n < N ? r.n : N - 1) * g.ldw[s];
+    const char *row2 = GLU ? g.w[1] + (r.n < N ? r.n : N - 1) * g.ldw[1] : row;
     uint4 u[U], u2[GLU ? U : 1];
     if (g.early) {
-        nkg_load<U>(u, row, lane, nc);
+        nk_load<U>(u, row, r.cb + r.lane, r.ce);
         if (GLU)
-            nkg_load<U>(u2, row2, lane, nc);
+            nk_load<U>(u2, row2, r.cb + r.lane, r.ce);
     }
     pdl_begin();
-    if (n >= N)
-        return;
     if (!g.early) {
-        nkg_load<U>(u, row, lane, nc);
+        nk_load<U>(u, row, r.cb + r.lane, r.ce);
         if (GLU)
-            nkg_load<U>(u2, row2, lane, nc);
+            nk_load<U>(u2, row2, r.cb + r.lane, r.ce);
     }
     float acc = 0.0f, acc2 = 0.0f;
-    for (int64_t c0 = lane;;) {
-        acc = nkg_dot<W, U>(u, x, c0, nc, acc);
+    for (int64_t c0 = r.cb + r.lane;;) {
+        acc = nk_dot<W, U, false>(u, x, c0, r.ce, acc);
         if (GLU)
-            acc2 = nkg_dot<W, U>(u2, x, c0, nc, acc2);
+            acc2 = nk_dot<W, U, false>(u2, x, c0, r.ce, acc2);
         c0 += 32 * U;
-        if (c0 - lane >= nc)
+        if (c0 - r.lane >= r.ce)
             break;
-        nkg_load<U>(u, row, c0, nc);
+        nk_load<U>(u, row, c0, r.ce);
         if (GLU)
-            nkg_load<U>(u2, row2, c0, nc);
+            nk_load<U>(u2, row2, c0, r.ce);
     }
-    float sum = warp_sum(acc);
+    float sum = nk_total(r, acc, red);
     if (GLU) {
-        float up = warp_sum(acc2);
-        if (lane == 0)
-            st_f(g.o[0].p + n * g.o[0].nb[3], g.o[0].t, sum / (1.0f + expf(-sum)) * up);
-    } else if (lane == 0) {
-        st_f(g.o[s].p + n * g.o[s].nb[3], g.o[s].t, sum);
+        float up = nk_total(r, acc2, red2);
+        if (r.lane == 0 && r.ks == 0 && r.n < N)
+            st_f(g.o[0].p + r.n * g.o[0].nb[3], g.o[0].t, sum / (1.0f + expf(-sum)) * up);
+    } else if (r.lane == 0 && r.ks == 0 && r.n < N) {
+        st_f(g.o[s].p + r.n * g.o[s].nb[3], g.o[s].t, sum);
     }
 }
 
@@ -940,7 +970,8 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
             return 0;
         if (!c->matvec_v1) {
             int early = ksym < 0 && is_const(c, B.p, (N - 1) * B.sc + K * es);
-            unsigned g2 = (unsigned)((N + MV2_WARPS - 1) / MV2_WARPS);
+            unsigned rows = (unsigned)(MV2_WARPS / nk_split(K / vn));
+            unsigned g2 = (unsigned)((N + rows - 1) / rows);
             if (kb.t == GP_F16)
                 launch_nk2<__half>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, early, tl);
             else if (kb.t == GP_BF16)
@@ -1202,7 +1233,7 @@ extern "C" int gp_cuda_matvec_group(gp_cu_ctx *c, const gp_cu_group *g, int *lau
     m.glu = g->glu;
     m.early = 1;
     int wt = -1;
-    unsigned blocks = 0;
+    unsigned blocks = 0, rows = (unsigned)(MV2_WARPS / nk_split(K / (g->w[0].dtype == GP_F32 ? 4 : 8)));
     for (int s = 0; s < g->n; s++) {
         KT kb = gp_kt_of(c, &g->w[s]), o = gp_kt_of(c, &g->out[g->glu ? 0 : s]);
         mat B = mat_of(kb, g->tb[s]);
@@ -1221,7 +1252,7 @@ extern "C" int gp_cuda_matvec_group(gp_cu_ctx *c, const gp_cu_group *g, int *lau
         m.early &= is_const(c, B.p, (N - 1) * B.sc + K * es);
         m.block0[s] = blocks;
         if (!g->glu || s == 0)
-            blocks += (unsigned)((N + MV2_WARPS - 1) / MV2_WARPS);
+            blocks += (unsigned)((N + rows - 1) / rows);
     }
     m.block0[g->n] = blocks;
     if (g->glu)
