@@ -1,6 +1,16 @@
-/* NCCL for tensor-parallel CUDA sessions (cuda/cuda_comm.h): the communicators of one session's
- * devices, created together in this process (ncclCommInitAll), warmed up at creation, and the
- * failure protocol that keeps one rank's error from leaving the others in a collective forever. */
+/* The all-reduces of tensor-parallel CUDA sessions (cuda/cuda_comm.h): the NCCL communicators of
+ * one session's devices, created together in this process (ncclCommInitAll), the P2P one-shot
+ * kernel's buffers (cuda_allreduce.cu), both warmed up at creation, and the failure protocol that
+ * keeps one rank's error from leaving the others in a collective forever.
+ *
+ * P2P is set up when every pair of the n <= GP_AR_P2P_RANKS devices can access each other and
+ * GPLAN_ALLREDUCE is not "nccl"; all-reduces of at most GP_AR_P2P_MAX bytes then take it. It owns,
+ * allocated once here and freed in gp_cuda_comm_free: per rank on its device a receive buffer
+ * [n][2][GP_AR_P2P_MAX], flags [n][GP_AR_MAX_BLOCKS] and epoch counters [GP_AR_MAX_BLOCKS]; one
+ * host-mapped pinned block [1 + n] shared by the ranks (abort word, then each rank's status).
+ * Failures: gp_cuda_comm_fail sets the abort word, which ends the kernels' waits on every device;
+ * a kernel that waited past its time limit sets it too, and writes its status, which
+ * gp_cuda_comm_wait turns into an error. NCCL's all-reduces are stopped as before (revoke/abort). */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <sched.h>
 #include <stdio.h>
@@ -22,6 +32,16 @@ struct gp_cuda_comm {
     int stopped[GP_PLAN_MAX_DEVICES]; /* [n] 1: revoked, 2: aborted (freed); each written only by
                                          its rank's thread, and by comm_free after every eval */
     int failed_rank;                  /* atomic: the first rank that failed, or -1 */
+    /* The P2P all-reduce; p2p 0: NCCL serves every all-reduce. */
+    int p2p;
+    int pdl;                          /* its launches may overlap the kernel before (GPLAN_CUDA_PDL) */
+    double timeout_s;                 /* its wait for a peer */
+    unsigned char *recv[GP_AR_P2P_RANKS];       /* [n] on rank r's device: [n][2][GP_AR_P2P_MAX] */
+    unsigned long long *flags[GP_AR_P2P_RANKS]; /* [n] on rank r's device: [n][GP_AR_MAX_BLOCKS] */
+    unsigned long long *seq[GP_AR_P2P_RANKS];   /* [n] on rank r's device: [GP_AR_MAX_BLOCKS] */
+    unsigned *ctrl;                   /* host-mapped pinned [1 + n]: abort (0, or 1 + the rank that
+                                         stopped the all-reduces), then rank r's status word */
+    gp_cuda_ar_peers peers[GP_AR_P2P_RANKS]; /* [n] rank r's kernel parameters */
 };
 
 /* Element counts of the warm-up all-reduces: sizes that pick each protocol NCCL may choose for
@@ -121,6 +141,202 @@ done:
     return rc;
 }
 
+/* The P2P switches from the environment (cuda/cuda_comm.h): 0, or -1 with err for a bad value. */
+static int read_p2p_env(int *want, unsigned *slice, double *timeout_s, char *err, size_t err_len)
+{
+    const char *m = getenv("GPLAN_ALLREDUCE"), *sl = getenv("GPLAN_ALLREDUCE_SLICE"),
+               *to = getenv("GPLAN_ALLREDUCE_TIMEOUT_MS");
+    *want = !(m && !strcmp(m, "nccl"));
+    if (m && *m && strcmp(m, "nccl") && strcmp(m, "p2p")) {
+        snprintf(err, err_len, "cuda: GPLAN_ALLREDUCE=%s: expected p2p or nccl", m);
+        return -1;
+    }
+    *slice = 16384;
+    if (sl && *sl) {
+        char *end = NULL;
+        unsigned long v = strtoul(sl, &end, 10);
+        if (*end || v < GP_AR_MIN_SLICE || v > GP_AR_P2P_MAX || (v & (v - 1))) {
+            snprintf(err, err_len, "cuda: GPLAN_ALLREDUCE_SLICE=%s: expected a power of two in "
+                     "[%d, %d]", sl, GP_AR_MIN_SLICE, GP_AR_P2P_MAX);
+            return -1;
+        }
+        *slice = (unsigned)v;
+    }
+    *timeout_s = 10.0;
+    if (to && *to) {
+        char *end = NULL;
+        long v = strtol(to, &end, 10);
+        if (*end || v < 1 || v > 3600L * 1000) {
+            snprintf(err, err_len, "cuda: GPLAN_ALLREDUCE_TIMEOUT_MS=%s: expected 1 to 3600000", to);
+            return -1;
+        }
+        *timeout_s = (double)v / 1000.0;
+    }
+    return 0;
+}
+
+/* 1 when every pair of the ranks' devices can access each other, with peer access now enabled
+ * both ways; 0 when some pair cannot (P2P is then not used). */
+static int enable_peers(const gp_cuda_comm *c)
+{
+    for (int r = 0; r < c->n; r++)
+        for (int q = 0; q < c->n; q++) {
+            int ok = 0;
+            if (q != r && (cudaDeviceCanAccessPeer(&ok, c->devices[r], c->devices[q]) != cudaSuccess
+                           || !ok)) {
+                cudaGetLastError();
+                return 0;
+            }
+        }
+    for (int r = 0; r < c->n; r++) {
+        if (cudaSetDevice(c->devices[r]) != cudaSuccess)
+            return 0;
+        for (int q = 0; q < c->n; q++) {
+            cudaError_t e = q == r ? cudaSuccess : cudaDeviceEnablePeerAccess(c->devices[q], 0);
+            if (e == cudaErrorPeerAccessAlreadyEnabled) /* NCCL, or another session, did it */
+                cudaGetLastError();
+            else if (e != cudaSuccess) {
+                cudaGetLastError();
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* Every rank sums GP_AR_P2P_MAX bytes of f32 r + 1 over P2P, from this thread (the launches do not
+ * wait), after one f16 and one bf16 sum that only load their kernels' first launch; each rank must
+ * get n (n + 1) / 2 everywhere and report no timeout. */
+static int p2p_warm_up(gp_cuda_comm *c, char *err, size_t err_len)
+{
+    enum { COUNT = GP_AR_P2P_MAX / sizeof(float) };
+    float *in[GP_AR_P2P_RANKS] = {0}, *out[GP_AR_P2P_RANKS] = {0};
+    cudaStream_t st[GP_AR_P2P_RANKS] = {0};
+    float *host = malloc(GP_AR_P2P_MAX);
+    int rc = -1;
+    cudaError_t e = host ? cudaSuccess : cudaErrorMemoryAllocation;
+    for (int r = 0; r < c->n && e == cudaSuccess; r++) {
+        for (size_t i = 0; i < COUNT; i++)
+            host[i] = (float)(r + 1);
+        e = cudaSetDevice(c->devices[r]);
+        if (e == cudaSuccess)
+            e = cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking);
+        if (e == cudaSuccess)
+            e = cudaMalloc((void **)&in[r], GP_AR_P2P_MAX);
+        if (e == cudaSuccess)
+            e = cudaMalloc((void **)&out[r], GP_AR_P2P_MAX);
+        if (e == cudaSuccess)
+            e = cudaMemcpy(in[r], host, GP_AR_P2P_MAX, cudaMemcpyHostToDevice);
+    }
+    const gp_dtype dts[3] = {GP_F16, GP_BF16, GP_F32};
+    for (int k = 0; k < 3 && e == cudaSuccess; k++)
+        for (int r = 0; r < c->n && e == cudaSuccess; r++) {
+            e = cudaSetDevice(c->devices[r]);
+            if (e == cudaSuccess)
+                e = (cudaError_t)gp_cuda_ar_launch(&c->peers[r], in[r], out[r],
+                                                   dts[k] == GP_F32 ? COUNT : 1, dts[k], st[r], 0);
+        }
+    for (int r = 0; r < c->n && e == cudaSuccess; r++) {
+        e = cudaSetDevice(c->devices[r]);
+        if (e == cudaSuccess)
+            e = cudaStreamSynchronize(st[r]);
+    }
+    if (e != cudaSuccess) {
+        snprintf(err, err_len, "cuda: P2P all-reduce warm-up: %s", cudaGetErrorString(e));
+        goto done;
+    }
+    const float want = (float)(c->n * (c->n + 1) / 2);
+    for (int r = 0; r < c->n; r++) {
+        size_t bad = 0;
+        unsigned status = __atomic_load_n(&c->ctrl[1 + r], __ATOMIC_ACQUIRE);
+        e = cudaSetDevice(c->devices[r]);
+        if (e == cudaSuccess)
+            e = cudaMemcpy(host, out[r], GP_AR_P2P_MAX, cudaMemcpyDeviceToHost);
+        for (size_t i = 0; i < COUNT && e == cudaSuccess; i++)
+            bad += host[i] != want;
+        if (e != cudaSuccess || status || bad) {
+            snprintf(err, err_len, "cuda: P2P all-reduce warm-up, rank %d: %s (status %u, %zu of "
+                     "%d sums wrong); GPLAN_ALLREDUCE=nccl avoids it", r,
+                     e != cudaSuccess ? cudaGetErrorString(e) : "wrong result", status, bad,
+                     (int)COUNT);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    for (int r = 0; r < c->n; r++) {
+        if (cudaSetDevice(c->devices[r]) != cudaSuccess)
+            continue;
+        cudaFree(in[r]);
+        cudaFree(out[r]);
+        if (st[r])
+            cudaStreamDestroy(st[r]);
+    }
+    cudaGetLastError();
+    free(host);
+    return rc;
+}
+
+/* Sets up the P2P all-reduce where `want` (the environment) and the devices allow (else c->p2p
+ * stays 0), slice bytes per block: 0, or -1 with err (what comm_free frees is recorded in c as it
+ * is allocated). */
+static int setup_p2p(gp_cuda_comm *c, int want, unsigned slice, char *err, size_t err_len)
+{
+    const char *pdl = getenv("GPLAN_CUDA_PDL");
+    c->pdl = !(pdl && *pdl == '0');
+    if (!want || c->n < 2 || c->n > GP_AR_P2P_RANKS || !enable_peers(c))
+        return 0;
+    const size_t recv_bytes = (size_t)c->n * 2 * GP_AR_P2P_MAX;
+    const size_t flag_bytes = sizeof(unsigned long long) * (size_t)c->n * GP_AR_MAX_BLOCKS;
+    const size_t seq_bytes = sizeof(unsigned long long) * GP_AR_MAX_BLOCKS;
+    cudaError_t e = cudaHostAlloc((void **)&c->ctrl, sizeof(unsigned) * (size_t)(1 + c->n),
+                                  cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e != cudaSuccess)
+        c->ctrl = NULL;
+    else
+        memset(c->ctrl, 0, sizeof(unsigned) * (size_t)(1 + c->n));
+    unsigned *dctrl[GP_AR_P2P_RANKS] = {0};
+    for (int r = 0; r < c->n && e == cudaSuccess; r++) {
+        e = cudaSetDevice(c->devices[r]);
+        if (e == cudaSuccess && (e = cudaMalloc((void **)&c->recv[r], recv_bytes)) != cudaSuccess)
+            c->recv[r] = NULL;
+        if (e == cudaSuccess && (e = cudaMalloc((void **)&c->flags[r], flag_bytes)) != cudaSuccess)
+            c->flags[r] = NULL;
+        if (e == cudaSuccess && (e = cudaMalloc((void **)&c->seq[r], seq_bytes)) != cudaSuccess)
+            c->seq[r] = NULL;
+        if (e == cudaSuccess)
+            e = cudaMemset(c->flags[r], 0, flag_bytes);
+        if (e == cudaSuccess)
+            e = cudaMemset(c->seq[r], 0, seq_bytes);
+        if (e == cudaSuccess)
+            e = cudaHostGetDevicePointer((void **)&dctrl[r], c->ctrl, 0);
+        if (e == cudaSuccess)
+            e = (cudaError_t)gp_cuda_ar_load();
+        if (e == cudaSuccess)
+            e = cudaDeviceSynchronize();
+    }
+    if (e != cudaSuccess) {
+        snprintf(err, err_len, "cuda: P2P all-reduce buffers: %s", cudaGetErrorString(e));
+        cudaGetLastError();
+        return -1;
+    }
+    for (int r = 0; r < c->n; r++) {
+        gp_cuda_ar_peers *p = &c->peers[r];
+        memset(p, 0, sizeof *p);
+        memcpy(p->recv, c->recv, sizeof p->recv);
+        memcpy(p->flags, c->flags, sizeof p->flags);
+        p->seq = c->seq[r];
+        p->abort = dctrl[r];
+        p->status = dctrl[r] + 1 + r;
+        p->n = c->n;
+        p->rank = r;
+        p->slice = slice;
+        p->timeout_ns = (unsigned long long)(c->timeout_s * 1e9);
+    }
+    c->p2p = 1;
+    return p2p_warm_up(c, err, err_len);
+}
+
 int gp_cuda_comm_new(int n, const int *devices, void **out, char *err, size_t err_len)
 {
     *out = NULL;
@@ -149,6 +365,11 @@ int gp_cuda_comm_new(int n, const int *devices, void **out, char *err, size_t er
                 return -1;
             }
     }
+    int want_p2p = 1;
+    unsigned slice = 0;
+    double timeout_s = 0;
+    if (read_p2p_env(&want_p2p, &slice, &timeout_s, err, err_len))
+        return -1;
     gp_cuda_comm *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, err_len, "cuda: out of memory");
@@ -156,6 +377,7 @@ int gp_cuda_comm_new(int n, const int *devices, void **out, char *err, size_t er
     }
     c->n = n;
     c->failed_rank = -1;
+    c->timeout_s = timeout_s;
     memcpy(c->devices, devices, sizeof(int) * (size_t)n);
     /* Every connection at creation: a connection made lazily inside a graph capture would need
      * the other ranks to take part at that moment. NVLink SHARP (multicast) stays off unless the
@@ -174,6 +396,8 @@ int gp_cuda_comm_new(int n, const int *devices, void **out, char *err, size_t er
         return -1;
     }
     int rc = warm_up(c, err, err_len);
+    if (!rc)
+        rc = setup_p2p(c, want_p2p, slice, err, err_len);
     if (prev >= 0)
         cudaSetDevice(prev);
     if (rc) {
@@ -189,10 +413,35 @@ void gp_cuda_comm_free(void *comm)
     gp_cuda_comm *c = comm;
     if (!c)
         return;
+    int prev = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess)
+        prev = -1;
+    if (c->ctrl) /* no P2P kernel may still wait (none should run: every eval has returned) */
+        __atomic_store_n(&c->ctrl[0], (unsigned)c->n + 1, __ATOMIC_RELEASE);
+    for (int r = 0; r < c->n && r < GP_AR_P2P_RANKS; r++) {
+        if (!c->recv[r] && !c->flags[r] && !c->seq[r])
+            continue;
+        if (cudaSetDevice(c->devices[r]) != cudaSuccess)
+            continue;
+        cudaDeviceSynchronize();
+        cudaFree(c->recv[r]);
+        cudaFree(c->flags[r]);
+        cudaFree(c->seq[r]);
+    }
+    if (c->ctrl)
+        cudaFreeHost(c->ctrl);
     for (int r = 0; r < c->n; r++)
         if (c->comms[r] && c->stopped[r] != 2)
             ncclCommDestroy(c->comms[r]);
+    cudaGetLastError();
+    if (prev >= 0)
+        cudaSetDevice(prev);
     free(c);
+}
+
+int gp_cuda_comm_uses_p2p(const gp_cuda_comm *c, size_t bytes)
+{
+    return c->p2p && bytes <= GP_AR_P2P_MAX;
 }
 
 int gp_cuda_comm_all_reduce(gp_cuda_comm *c, int rank, const void *in, void *out, size_t count,
@@ -203,6 +452,17 @@ int gp_cuda_comm_all_reduce(gp_cuda_comm *c, int rank, const void *in, void *out
         snprintf(err, err_len, "all_reduce: dtype %s or rank %d not supported", gp_dtype_name(dt),
                  rank);
         return -1;
+    }
+    size_t bytes = count * gp_dtype_size(dt);
+    if (gp_cuda_comm_uses_p2p(c, bytes)) {
+        int e = gp_cuda_ar_launch(&c->peers[rank], in, out, count, dt, s, c->pdl);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            snprintf(err, err_len, "cuda: P2P all-reduce (rank %d, %zu bytes): %s", rank, bytes,
+                     cudaGetErrorString((cudaError_t)e));
+            return -1;
+        }
+        return 0;
     }
     ncclResult_t r = ncclAllReduce(in, out, count, t, ncclSum, c->comms[rank], s);
     if (r != ncclSuccess) {
@@ -231,12 +491,49 @@ static void stop_rank(gp_cuda_comm *c, int rank)
     c->stopped[rank] = 2;
 }
 
-void gp_cuda_comm_fail(gp_cuda_comm *c, int rank)
+/* Marks `who` as the first rank that failed (unless one is already) and ends every P2P wait. */
+static void mark_failed(gp_cuda_comm *c, int who)
 {
     int none = -1;
-    __atomic_compare_exchange_n(&c->failed_rank, &none, rank, 0, __ATOMIC_ACQ_REL,
+    __atomic_compare_exchange_n(&c->failed_rank, &none, who, 0, __ATOMIC_ACQ_REL,
                                 __ATOMIC_ACQUIRE);
+    unsigned zero = 0;
+    if (c->ctrl)
+        __atomic_compare_exchange_n(&c->ctrl[0], &zero, (unsigned)who + 1, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE);
+}
+
+void gp_cuda_comm_fail(gp_cuda_comm *c, int rank)
+{
+    mark_failed(c, rank);
     stop_rank(c, rank);
+}
+
+/* The P2P abort word: 0, or 1 + the rank whose failure (or kernel's time limit) set it. */
+static unsigned p2p_abort(const gp_cuda_comm *c)
+{
+    return c->ctrl ? __atomic_load_n(&c->ctrl[0], __ATOMIC_ACQUIRE) : 0;
+}
+
+/* After rank's stream has finished: 0, or -1 with err when one of its P2P all-reduces stopped
+ * waiting (its sums are garbage); the communicator is then marked failed. */
+static int p2p_status(gp_cuda_comm *c, int rank, char *err, size_t err_len)
+{
+    unsigned st = c->ctrl ? __atomic_load_n(&c->ctrl[1 + rank], __ATOMIC_ACQUIRE) : GP_AR_OK;
+    if (st == GP_AR_OK)
+        return 0;
+    int f = gp_cuda_comm_failed(c);
+    unsigned who = p2p_abort(c);
+    if ((st & 0xff) == GP_AR_TIMEOUT)
+        snprintf(err, err_len, "cuda: rank %d: a P2P all-reduce waited %g s for rank %u and gave up",
+                 rank, c->timeout_s, st >> 8);
+    else if (f >= 0)
+        snprintf(err, err_len, "cuda: rank %d stopped its collectives: rank %d failed", rank, f);
+    else
+        snprintf(err, err_len, "cuda: rank %d stopped its collectives: rank %u's all-reduce timed "
+                 "out", rank, who ? who - 1 : 0);
+    gp_cuda_comm_fail(c, rank);
+    return -1;
 }
 
 int gp_cuda_comm_failed(const gp_cuda_comm *c)
@@ -249,7 +546,7 @@ int gp_cuda_comm_wait(gp_cuda_comm *c, int rank, cudaStream_t s, char *err, size
     for (unsigned i = 0;; i++) {
         cudaError_t e = cudaStreamQuery(s);
         if (e == cudaSuccess)
-            return 0;
+            return p2p_status(c, rank, err, err_len);
         if (e != cudaErrorNotReady) {
             snprintf(err, err_len, "cuda: rank %d: %s", rank, cudaGetErrorString(e));
             gp_cuda_comm_fail(c, rank);
@@ -257,6 +554,13 @@ int gp_cuda_comm_wait(gp_cuda_comm *c, int rank, cudaStream_t s, char *err, size
             return -1;
         }
         int f = gp_cuda_comm_failed(c);
+        unsigned who = p2p_abort(c);
+        if (f < 0 && who) {
+            /* A P2P kernel gave up waiting (its rank is told by its status word): NCCL's
+             * collectives queued behind it may wait for a rank that is not coming. */
+            mark_failed(c, (int)who - 1);
+            f = gp_cuda_comm_failed(c);
+        }
         if (f >= 0) {
             stop_rank(c, rank);
             cudaStreamSynchronize(s);
@@ -320,6 +624,12 @@ void gp_cuda_comm_free(void *comm)
 int gp_cuda_comm_dtype_ok(gp_dtype dt)
 {
     return dt == GP_F32 || dt == GP_F16 || dt == GP_BF16;
+}
+
+int gp_cuda_comm_uses_p2p(const gp_cuda_comm *c, size_t bytes)
+{
+    (void)c, (void)bytes;
+    return 0;
 }
 
 int gp_cuda_comm_all_reduce(gp_cuda_comm *c, int rank, const void *in, void *out, size_t count,

@@ -1,6 +1,23 @@
-/* The communicator of a tensor-parallel CUDA session (NCCL: one process, one communicator and one
- * eval thread per device) and the all-reduce the backend enqueues. Built without NCCL, creating one
- * fails with "cuda: built without NCCL". Internal to cuda/. */
+/* The communicator of a tensor-parallel CUDA session (one process, one communicator and one eval
+ * thread per device) and the all-reduce the backend enqueues. Internal to cuda/.
+ *
+ * Two ways to sum. Where every pair of the devices can access each other's memory
+ * (cudaDeviceCanAccessPeer: NVLink, or P2P over PCIe) and there are at most GP_AR_P2P_RANKS of
+ * them, all-reduces of at most GP_AR_P2P_MAX bytes run the one-shot kernel of cuda_allreduce.cu:
+ * each rank pushes its term into every peer's receive buffer, raises a flag there, waits for the
+ * peers' flags and sums. Larger ones, and all of them when peers cannot access each other or the
+ * environment says GPLAN_ALLREDUCE=nccl (read at comm_new), go to NCCL. Built without NCCL,
+ * creating a communicator fails with "cuda: built without NCCL".
+ *
+ * What the P2P path owns, allocated once at comm_new (nothing per all-reduce): per rank, on its
+ * device, a receive buffer [n][2 parities][GP_AR_P2P_MAX bytes], flags [n][GP_AR_MAX_BLOCKS] and
+ * epoch counters [GP_AR_MAX_BLOCKS] (uint64, zeroed); one host-mapped pinned block shared by the
+ * ranks: the abort word and a status word per rank. A kernel waits at most 10 s for a peer
+ * (GPLAN_ALLREDUCE_TIMEOUT_MS overrides it), then writes its status and sets abort, which ends
+ * every other rank's waits; gp_cuda_comm_wait reports it. The protocol is described at the top of
+ * cuda_allreduce.cu. One stream per rank: a rank's all-reduces must run in the order issued, and
+ * every rank must issue the same all-reduces (sizes included) in the same order.
+ */
 #ifndef GP_CUDA_COMM_H
 #define GP_CUDA_COMM_H
 
@@ -8,9 +25,22 @@
 
 #include <cuda_runtime_api.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #include "ir/core.h"
 
 typedef struct gp_cuda_comm gp_cuda_comm;
+
+/* All-reduces of at most this many bytes take the P2P kernel (larger ones: NCCL). */
+#define GP_AR_P2P_MAX (256 * 1024)
+/* The most ranks the P2P kernel serves (its per-peer pointers are kernel parameters). */
+#define GP_AR_P2P_RANKS 8
+/* The smallest slice of a message one block of the kernel owns (GPLAN_ALLREDUCE_SLICE), hence the
+ * most blocks, each with its own epoch counter and flag per rank. */
+#define GP_AR_MIN_SLICE 1024
+#define GP_AR_MAX_BLOCKS (GP_AR_P2P_MAX / GP_AR_MIN_SLICE)
 
 /*
  * gp_backend_ops.comm_new / comm_free of gp_backend_cuda (runtime/backend.h): one communicator per
@@ -18,12 +48,19 @@ typedef struct gp_cuda_comm gp_cuda_comm;
  * every rank, so that no eval and no graph capture sets anything up. 0 and *comm, or -1 with err
  * ("cuda: the plan needs 2 devices, 1 visible", "cuda: built without NCCL", NCCL's message).
  * NCCL_RUNTIME_CONNECT and NCCL_NVLS_ENABLE are set to 0 when the environment leaves them unset.
+ * Environment, read here: GPLAN_ALLREDUCE=nccl (every all-reduce over NCCL) or p2p (the default:
+ * the P2P kernel where possible); GPLAN_ALLREDUCE_TIMEOUT_MS (the P2P kernel's wait, default
+ * 10000); GPLAN_ALLREDUCE_SLICE (bytes per block of the P2P kernel, a power of two in
+ * [GP_AR_MIN_SLICE, GP_AR_P2P_MAX], default 16384; for measurements).
  */
 int gp_cuda_comm_new(int n, const int *devices, void **comm, char *err, size_t err_len);
 void gp_cuda_comm_free(void *comm); /* NULL: no-op */
 
 /* The device ordinal of rank's communicator (-1 when rank is out of range). */
 int gp_cuda_comm_device(const gp_cuda_comm *c, int rank);
+
+/* 1 when an all-reduce of `bytes` bytes takes the P2P kernel on this communicator (0 with NCCL). */
+int gp_cuda_comm_uses_p2p(const gp_cuda_comm *c, size_t bytes);
 
 /* 1 when all-reduce sums this dtype (f32, f16, bf16). */
 int gp_cuda_comm_dtype_ok(gp_dtype dt);
@@ -36,12 +73,15 @@ int gp_cuda_comm_all_reduce(gp_cuda_comm *c, int rank, const void *in, void *out
 /*
  * Waits until stream s (rank's eval) has finished, like cudaStreamSynchronize, but gives up when
  * another rank has failed (gp_cuda_comm_fail), or NCCL reports an error: it then stops this rank's
- * communicator so that its pending collectives return, and returns -1 with err. 0 when done.
+ * communicator so that its pending collectives return, and returns -1 with err. A P2P all-reduce
+ * of rank's that timed out or was aborted is an error too (the sums are then garbage), and marks
+ * the communicator failed. 0 when done.
  */
 int gp_cuda_comm_wait(gp_cuda_comm *c, int rank, cudaStream_t s, char *err, size_t err_len);
 
 /* Rank `rank` failed during an eval after (possibly) launching work: marks the communicator failed,
- * so every other rank's wait gives up, and stops rank's own communicator. Called by rank's thread. */
+ * so every other rank's wait gives up, sets the P2P abort word, so that P2P all-reduces waiting on
+ * any device stop, and stops rank's own NCCL communicator. Called by rank's thread. */
 void gp_cuda_comm_fail(gp_cuda_comm *c, int rank);
 
 /* The first rank that failed, or -1. A failed communicator serves no more evals. */
@@ -52,5 +92,38 @@ int gp_cuda_comm_failed(const gp_cuda_comm *c);
 int gp_cuda_comm_register(gp_cuda_comm *c, int rank, void *p, size_t n, void **handle, char *err,
                           size_t err_len);
 void gp_cuda_comm_deregister(gp_cuda_comm *c, int rank, void *handle);
+
+/* ---- the P2P kernel's launch (cuda_allreduce.cu), for cuda_comm.c ---- */
+
+/* Status words a P2P all-reduce writes (host-mapped) when it stops waiting. */
+enum { GP_AR_OK = 0, GP_AR_ABORTED = 1, GP_AR_TIMEOUT = 2 }; /* TIMEOUT | peer << 8 */
+
+/* What one rank's kernel needs: passed by value as the kernel's parameter. */
+typedef struct {
+    unsigned char *recv[GP_AR_P2P_RANKS]; /* [n] rank r's receive buffer on its device:
+                                             [n][2][GP_AR_P2P_MAX] bytes (sender, parity) */
+    unsigned long long *flags[GP_AR_P2P_RANKS]; /* [n] rank r's flags [n][GP_AR_MAX_BLOCKS]: the
+                                                   last epoch sender s's block b announced */
+    unsigned long long *seq;                  /* [GP_AR_MAX_BLOCKS] this rank's epoch per block */
+    unsigned *abort;       /* host-mapped, shared: 0, else 1 + the rank that stopped everything */
+    unsigned *status;      /* host-mapped: this rank's GP_AR_* word */
+    int n, rank;
+    unsigned slice;        /* bytes of a message per block: block b owns [b*slice, (b+1)*slice) */
+    unsigned long long timeout_ns;
+} gp_cuda_ar_peers;
+
+/* Enqueues rank p->rank's one-shot all-reduce of count elements (count * size <= GP_AR_P2P_MAX)
+ * on s; pdl: the launch may overlap the kernel before it (which the kernel waits for). A CUDA
+ * error code (0: cudaSuccess). */
+int gp_cuda_ar_launch(const gp_cuda_ar_peers *p, const void *in, void *out, size_t count,
+                      gp_dtype dt, cudaStream_t s, int pdl);
+
+/* Loads every instantiation of the kernel on the current device (lazy loading would load one at
+ * its first launch, which may be inside a capture). A CUDA error code. */
+int gp_cuda_ar_load(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
