@@ -1,6 +1,7 @@
-/* Tests of tensor parallelism on CUDA (suite "cuda_tp"): NCCL all-reduces from one thread per
- * device inside graph captures, and GPT-2 and Llama compiled for 1 and 2 devices giving the same
- * logits (same random weights) with no allocation during evals. With fewer than 2 GPUs, or a build
+/* Tests of tensor parallelism on CUDA (suite "cuda_tp"): all-reduces (the P2P kernel and NCCL) from
+ * one thread per device inside graph captures, replayed, and their failures; GPT-2 and Llama
+ * compiled for 1 and 2 devices giving the same logits (same random weights) with no allocation
+ * during evals. With fewer than 2 GPUs, or a build
  * without NCCL, the suite registers no test and says so: skipped, not passed. */
 #include <math.h>
 #include <pthread.h>
@@ -22,16 +23,25 @@
 
 /* ---- the communicator alone: two ranks, two threads ---- */
 
-enum { N_EL = 3000 }; /* elements per all-reduce: not a multiple of any chunk size */
+/* Element counts per dtype (es bytes each): one element, 3000 (not a multiple of any chunk size),
+ * the largest P2P all-reduce (GP_AR_P2P_MAX bytes) and one element past it (NCCL). */
+static size_t test_count(int k, size_t es)
+{
+    const size_t c[4] = {1, 3000, GP_AR_P2P_MAX / es, GP_AR_P2P_MAX / es + 1};
+    return c[k];
+}
+enum { N_COUNTS = 4 };
 
 typedef struct {
     gp_cuda_comm *comm;
     int rank;
     gp_dtype dt;
+    size_t count;
     int fail_before_launch; /* the failure test: this rank fails instead of launching */
+    int stay_away;          /* the timeout test: this rank neither launches nor fails */
     int rc;
     char err[256];
-    float got_in[N_EL], got_out[N_EL]; /* the in-place and out-of-place sums, read back */
+    float *got_in, *got_out; /* [count] the in-place and out-of-place sums, read back */
 } rank_job;
 
 static void put(void *p, gp_dtype dt, size_t i, float v)
@@ -58,27 +68,64 @@ static float term(int r, size_t i)
     return (float)((int)(i % 17) - 8) * (float)(r + 1);
 }
 
-/* One rank: x [N_EL] and y [N_EL] on its device; a graph that sums x in place and x into y,
+/* GPLAN_ALLREDUCE for the next comm_new: "nccl", or NULL (the default: P2P where possible). */
+static void set_mode(const char *mode)
+{
+    if (mode)
+        setenv("GPLAN_ALLREDUCE", mode, 1);
+    else
+        unsetenv("GPLAN_ALLREDUCE");
+}
+
+/* A communicator over devices 0 and 1 in `mode`, or NULL (reported). */
+static gp_cuda_comm *new_comm(const char *mode)
+{
+    const int devs[2] = {0, 1};
+    void *comm = NULL;
+    char err[512];
+    set_mode(mode);
+    int rc = gp_cuda_comm_new(2, devs, &comm, err, sizeof err);
+    set_mode(NULL);
+    if (rc)
+        fprintf(stderr, "\n  comm_new (%s): %s\n", mode ? mode : "default", err);
+    return rc ? NULL : comm;
+}
+
+/* 1 when devices 0 and 1 can access each other's memory: the default mode must then use P2P. */
+static int peers_ok(void)
+{
+    int a = 0, b = 0;
+    if (cudaDeviceCanAccessPeer(&a, 0, 1) != cudaSuccess ||
+        cudaDeviceCanAccessPeer(&b, 1, 0) != cudaSuccess)
+        cudaGetLastError();
+    return a && b;
+}
+
+/* One rank: x [count] and y [count] on its device; a graph that sums x into y and x in place,
  * captured thread-locally as the backend does, launched once, waited for with gp_cuda_comm_wait. */
 static void *rank_main(void *arg)
 {
     rank_job *j = arg;
-    size_t es = gp_dtype_size(j->dt), bytes = es * N_EL;
-    unsigned char host[N_EL * 4];
+    size_t es = gp_dtype_size(j->dt), bytes = es * j->count;
+    unsigned char *host = malloc(bytes);
     void *x = NULL, *y = NULL;
     cudaStream_t s = NULL;
     cudaGraph_t g = NULL;
     cudaGraphExec_t ge = NULL;
     j->rc = -1;
-    if (cudaSetDevice(j->rank) != cudaSuccess || cudaStreamCreate(&s) != cudaSuccess ||
+    if (!host || cudaSetDevice(j->rank) != cudaSuccess || cudaStreamCreate(&s) != cudaSuccess ||
         cudaMalloc(&x, bytes) != cudaSuccess || cudaMalloc(&y, bytes) != cudaSuccess) {
         snprintf(j->err, sizeof j->err, "rank %d: setup failed", j->rank);
         goto done;
     }
-    for (size_t i = 0; i < N_EL; i++)
+    for (size_t i = 0; i < j->count; i++)
         put(host, j->dt, i, term(j->rank, i));
     cudaMemcpy(x, host, bytes, cudaMemcpyHostToDevice);
     cudaMemset(y, 0, bytes);
+    if (j->stay_away) {
+        snprintf(j->err, sizeof j->err, "rank %d stayed away on purpose", j->rank);
+        goto done;
+    }
     if (j->fail_before_launch) {
         gp_cuda_comm_fail(j->comm, j->rank);
         snprintf(j->err, sizeof j->err, "rank %d failed on purpose", j->rank);
@@ -86,8 +133,9 @@ static void *rank_main(void *arg)
     }
     if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
         goto done;
-    int r1 = gp_cuda_comm_all_reduce(j->comm, j->rank, x, y, N_EL, j->dt, s, j->err, sizeof j->err);
-    int r2 = r1 ? -1 : gp_cuda_comm_all_reduce(j->comm, j->rank, x, x, N_EL, j->dt, s, j->err,
+    int r1 = gp_cuda_comm_all_reduce(j->comm, j->rank, x, y, j->count, j->dt, s, j->err,
+                                     sizeof j->err);
+    int r2 = r1 ? -1 : gp_cuda_comm_all_reduce(j->comm, j->rank, x, x, j->count, j->dt, s, j->err,
                                                sizeof j->err);
     cudaError_t e = cudaStreamEndCapture(s, &g);
     if (r1 || r2 || e != cudaSuccess || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess ||
@@ -99,10 +147,10 @@ static void *rank_main(void *arg)
     if (gp_cuda_comm_wait(j->comm, j->rank, s, j->err, sizeof j->err))
         goto done;
     cudaMemcpy(host, x, bytes, cudaMemcpyDeviceToHost);
-    for (size_t i = 0; i < N_EL; i++)
+    for (size_t i = 0; i < j->count; i++)
         j->got_in[i] = get(host, j->dt, i);
     cudaMemcpy(host, y, bytes, cudaMemcpyDeviceToHost);
-    for (size_t i = 0; i < N_EL; i++)
+    for (size_t i = 0; i < j->count; i++)
         j->got_out[i] = get(host, j->dt, i);
     j->rc = 0;
 done:
@@ -117,64 +165,279 @@ done:
     if (s)
         cudaStreamDestroy(s);
     cudaGetLastError();
+    free(host);
     return NULL;
 }
 
-/* Runs both ranks at once on a fresh communicator over devices 0 and 1. */
-static int run_ranks(rank_job *jobs, gp_dtype dt, int fail_rank)
+/* Runs both ranks at once on comm: count elements of dt; rank fail_rank fails before launching,
+ * rank away_rank stays away (-1: none). The results stay in jobs[r].got_* (free_jobs). */
+static void run_ranks(gp_cuda_comm *comm, rank_job *jobs, gp_dtype dt, size_t count,
+                      int fail_rank, int away_rank)
 {
-    const int devs[2] = {0, 1};
-    void *comm = NULL;
-    char err[512];
-    if (gp_cuda_comm_new(2, devs, &comm, err, sizeof err)) {
-        fprintf(stderr, "\n  comm_new: %s\n", err);
-        return -1;
-    }
     pthread_t th[2];
     for (int r = 0; r < 2; r++) {
         memset(&jobs[r], 0, sizeof jobs[r]);
         jobs[r].comm = comm;
         jobs[r].rank = r;
         jobs[r].dt = dt;
+        jobs[r].count = count;
         jobs[r].fail_before_launch = r == fail_rank;
+        jobs[r].stay_away = r == away_rank;
+        jobs[r].got_in = calloc(count, sizeof(float));
+        jobs[r].got_out = calloc(count, sizeof(float));
         pthread_create(&th[r], NULL, rank_main, &jobs[r]);
     }
     for (int r = 0; r < 2; r++)
         pthread_join(th[r], NULL);
-    gp_cuda_comm_free(comm);
-    return 0;
 }
 
-static void test_all_reduce_dtypes(void)
+static void free_jobs(rank_job *jobs)
 {
-    const gp_dtype dts[3] = {GP_F32, GP_F16, GP_BF16};
-    static rank_job jobs[2];
-    for (int k = 0; k < 3; k++) {
-        CU_ASSERT_EQUAL_FATAL(run_ranks(jobs, dts[k], -1), 0);
-        for (int r = 0; r < 2; r++) {
-            if (jobs[r].rc)
-                fprintf(stderr, "\n  %s rank %d: %s\n", gp_dtype_name(dts[k]), r, jobs[r].err);
-            CU_ASSERT_EQUAL(jobs[r].rc, 0);
-            int bad = 0;
-            for (size_t i = 0; i < N_EL && !jobs[r].rc; i++) {
-                float want = term(0, i) + term(1, i);
-                bad += jobs[r].got_out[i] != want || jobs[r].got_in[i] != want;
-            }
-            CU_ASSERT_EQUAL(bad, 0);
-        }
+    for (int r = 0; r < 2; r++) {
+        free(jobs[r].got_in);
+        free(jobs[r].got_out);
     }
 }
 
-/* Rank 1 fails before launching; rank 0, already waiting in its all-reduce, must return an error
- * instead of waiting forever. Opt-in (GPLAN_TEST_TP_FAILURE=1): if the stop did not work, the test
- * would hang rather than fail. */
-static void test_failure_stops_waits(void)
+/* Every dtype at every test count on one communicator in `mode`, in place and out of place, exact;
+ * p2p: whether counts up to GP_AR_P2P_MAX bytes must take the P2P kernel. */
+static void all_reduce_sums(const char *mode, int p2p)
 {
-    static rank_job jobs[2];
-    CU_ASSERT_EQUAL_FATAL(run_ranks(jobs, GP_F32, 1), 0);
+    const gp_dtype dts[3] = {GP_F32, GP_F16, GP_BF16};
+    gp_cuda_comm *comm = new_comm(mode);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(comm);
+    rank_job jobs[2];
+    for (int d = 0; d < 3; d++)
+        for (int k = 0; k < N_COUNTS; k++) {
+            size_t es = gp_dtype_size(dts[d]), count = test_count(k, es);
+            CU_ASSERT_EQUAL(gp_cuda_comm_uses_p2p(comm, count * es),
+                            p2p && count * es <= GP_AR_P2P_MAX);
+            run_ranks(comm, jobs, dts[d], count, -1, -1);
+            for (int r = 0; r < 2; r++) {
+                if (jobs[r].rc)
+                    fprintf(stderr, "\n  %s %s x %zu, rank %d: %s\n", mode ? mode : "p2p",
+                            gp_dtype_name(dts[d]), count, r, jobs[r].err);
+                CU_ASSERT_EQUAL(jobs[r].rc, 0);
+                size_t bad = 0;
+                for (size_t i = 0; i < count && !jobs[r].rc; i++) {
+                    float want = term(0, i) + term(1, i);
+                    bad += jobs[r].got_out[i] != want || jobs[r].got_in[i] != want;
+                }
+                CU_ASSERT_EQUAL(bad, 0);
+            }
+            free_jobs(jobs);
+        }
+    gp_cuda_comm_free(comm);
+}
+
+static void test_all_reduce_p2p(void)
+{
+    if (!peers_ok())
+        fprintf(stderr, "\n  devices 0 and 1 cannot access each other: NCCL serves these\n");
+    all_reduce_sums(NULL, peers_ok());
+}
+
+static void test_all_reduce_nccl(void)
+{
+    all_reduce_sums("nccl", 0);
+}
+
+/* ---- one graph of three all-reduces replayed many times ---- */
+
+enum { REPLAYS = 1000, RP_A = GP_AR_P2P_MAX / 4, RP_B = 3000, RP_C = 1000 };
+
+typedef struct {
+    gp_cuda_comm *comm;
+    int rank;
+    int rc;
+    char err[256];
+    float *pin_in, *pin_x, *pin_y; /* pinned [RP_A]: a replay's input, its x and y read back */
+    int filled;                    /* replays whose input the graph's first node wrote */
+    int checked;                   /* replays whose results its last node checked */
+    long bad;                      /* wrong elements over all replays */
+} replay_job;
+
+/* Rank r's term of element i in replay k: small integers, changing with every replay. */
+static float rterm(int r, size_t i, int k)
+{
+    return (float)((int)((i * 7 + (size_t)k * 13 + (size_t)r * 5) % 31) - 15);
+}
+
+/* The graph's first node (a host node): replay j->filled's input. */
+static void CUDART_CB replay_fill(void *arg)
+{
+    replay_job *j = arg;
+    for (size_t i = 0; i < RP_A; i++)
+        j->pin_in[i] = rterm(j->rank, i, j->filled);
+    j->filled++;
+}
+
+/* The graph's last node: y = x summed (RP_A), then y's first RP_B summed again in place; x's
+ * first RP_C summed in place. */
+static void CUDART_CB replay_check(void *arg)
+{
+    replay_job *j = arg;
+    int k = j->checked++;
+    for (size_t i = 0; i < RP_A; i++) {
+        float sum = rterm(0, i, k) + rterm(1, i, k);
+        float want_y = i < RP_B ? 2 * sum : sum, want_x = i < RP_C ? sum : rterm(j->rank, i, k);
+        j->bad += j->pin_y[i] != want_y;
+        j->bad += j->pin_x[i] != want_x;
+    }
+}
+
+static void *replay_main(void *arg)
+{
+    replay_job *j = arg;
+    const size_t bytes = sizeof(float) * RP_A;
+    float *x = NULL, *y = NULL;
+    cudaStream_t s = NULL;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    j->rc = -1;
+    if (cudaSetDevice(j->rank) != cudaSuccess || cudaStreamCreate(&s) != cudaSuccess ||
+        cudaMalloc((void **)&x, bytes) != cudaSuccess ||
+        cudaMalloc((void **)&y, bytes) != cudaSuccess ||
+        cudaMallocHost((void **)&j->pin_in, bytes) != cudaSuccess ||
+        cudaMallocHost((void **)&j->pin_x, bytes) != cudaSuccess ||
+        cudaMallocHost((void **)&j->pin_y, bytes) != cudaSuccess) {
+        snprintf(j->err, sizeof j->err, "rank %d: setup failed", j->rank);
+        goto done;
+    }
+    if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+        goto done;
+    int r = cudaLaunchHostFunc(s, replay_fill, j) != cudaSuccess ||
+            cudaMemcpyAsync(x, j->pin_in, bytes, cudaMemcpyHostToDevice, s) != cudaSuccess;
+    r = r || gp_cuda_comm_all_reduce(j->comm, j->rank, x, y, RP_A, GP_F32, s, j->err,
+                                     sizeof j->err);
+    r = r || gp_cuda_comm_all_reduce(j->comm, j->rank, y, y, RP_B, GP_F32, s, j->err,
+                                     sizeof j->err);
+    r = r || gp_cuda_comm_all_reduce(j->comm, j->rank, x, x, RP_C, GP_F32, s, j->err,
+                                     sizeof j->err);
+    r = r || cudaMemcpyAsync(j->pin_x, x, bytes, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+        cudaMemcpyAsync(j->pin_y, y, bytes, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+        cudaLaunchHostFunc(s, replay_check, j) != cudaSuccess;
+    cudaError_t e = cudaStreamEndCapture(s, &g);
+    if (r || e != cudaSuccess || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) {
+        if (!j->err[0])
+            snprintf(j->err, sizeof j->err, "rank %d: capture failed", j->rank);
+        goto done;
+    }
+    for (int k = 0; k < REPLAYS; k++)
+        if (cudaGraphLaunch(ge, s) != cudaSuccess) {
+            snprintf(j->err, sizeof j->err, "rank %d: replay %d: launch failed", j->rank, k);
+            gp_cuda_comm_fail(j->comm, j->rank);
+            goto done;
+        }
+    if (gp_cuda_comm_wait(j->comm, j->rank, s, j->err, sizeof j->err))
+        goto done;
+    j->rc = 0;
+done:
+    if (s)
+        cudaStreamSynchronize(s);
+    if (ge)
+        cudaGraphExecDestroy(ge);
+    if (g)
+        cudaGraphDestroy(g);
+    cudaFree(x);
+    cudaFree(y);
+    cudaFreeHost(j->pin_in);
+    cudaFreeHost(j->pin_x);
+    cudaFreeHost(j->pin_y);
+    if (s)
+        cudaStreamDestroy(s);
+    cudaGetLastError();
+    return NULL;
+}
+
+/* Three all-reduces (the largest P2P size out of place, two smaller ones in place) captured once
+ * and replayed REPLAYS times, each replay's inputs written by the graph's first node: every
+ * replay's sums must be exact (epochs, parities and receive rows reused across replays). */
+static void replays(const char *mode)
+{
+    gp_cuda_comm *comm = new_comm(mode);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(comm);
+    static replay_job jobs[2];
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++) {
+        memset(&jobs[r], 0, sizeof jobs[r]);
+        jobs[r].comm = comm;
+        jobs[r].rank = r;
+        pthread_create(&th[r], NULL, replay_main, &jobs[r]);
+    }
+    for (int r = 0; r < 2; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < 2; r++) {
+        if (jobs[r].rc)
+            fprintf(stderr, "\n  replays (%s), rank %d: %s\n", mode ? mode : "p2p", r, jobs[r].err);
+        CU_ASSERT_EQUAL(jobs[r].rc, 0);
+        CU_ASSERT_EQUAL(jobs[r].filled, REPLAYS);
+        CU_ASSERT_EQUAL(jobs[r].checked, REPLAYS);
+        CU_ASSERT_EQUAL(jobs[r].bad, 0);
+    }
+    gp_cuda_comm_free(comm);
+}
+
+static void test_replays_p2p(void)
+{
+    replays(NULL);
+}
+
+static void test_replays_nccl(void)
+{
+    replays("nccl");
+}
+
+/* ---- failures ---- */
+
+/* Rank 1 fails before launching; rank 0, already waiting in its all-reduce, must return an error
+ * instead of waiting forever. mode NULL (P2P): the abort word ends rank 0's kernel; with a 5 s
+ * time limit a broken abort fails the test (another message) instead of hanging it. NCCL: opt-in
+ * (GPLAN_TEST_TP_FAILURE=1), since if the stop did not work the test would hang. */
+static void failure_stops_waits(const char *mode)
+{
+    setenv("GPLAN_ALLREDUCE_TIMEOUT_MS", "5000", 1);
+    gp_cuda_comm *comm = new_comm(mode);
+    unsetenv("GPLAN_ALLREDUCE_TIMEOUT_MS");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(comm);
+    rank_job jobs[2];
+    run_ranks(comm, jobs, GP_F32, 3000, 1, -1);
     CU_ASSERT_EQUAL(jobs[1].rc, -1);
     CU_ASSERT_EQUAL(jobs[0].rc, -1);
+    if (!strstr(jobs[0].err, "rank 1 failed"))
+        fprintf(stderr, "\n  rank 0: %s\n", jobs[0].err);
     CU_ASSERT_PTR_NOT_NULL(strstr(jobs[0].err, "rank 1 failed"));
+    CU_ASSERT_EQUAL(gp_cuda_comm_failed(comm), 1);
+    free_jobs(jobs);
+    gp_cuda_comm_free(comm);
+}
+
+static void test_failure_p2p(void)
+{
+    failure_stops_waits(NULL);
+}
+
+static void test_failure_nccl(void)
+{
+    failure_stops_waits("nccl");
+}
+
+/* Rank 1 neither launches nor reports a failure (a stuck thread): rank 0's P2P all-reduce gives
+ * up after its time limit (300 ms here), and its wait says why; the communicator is failed. */
+static void test_timeout_p2p(void)
+{
+    setenv("GPLAN_ALLREDUCE_TIMEOUT_MS", "300", 1);
+    gp_cuda_comm *comm = new_comm(NULL);
+    unsetenv("GPLAN_ALLREDUCE_TIMEOUT_MS");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(comm);
+    rank_job jobs[2];
+    run_ranks(comm, jobs, GP_F32, 3000, -1, 1);
+    CU_ASSERT_EQUAL(jobs[0].rc, -1);
+    CU_ASSERT_STRING_EQUAL(jobs[0].err,
+                           "cuda: rank 0: a P2P all-reduce waited 0.3 s for rank 1 and gave up");
+    CU_ASSERT_EQUAL(gp_cuda_comm_failed(comm), 0);
+    free_jobs(jobs);
+    gp_cuda_comm_free(comm);
 }
 
 static void test_comm_refusals(void)
@@ -197,6 +460,17 @@ static void test_comm_refusals(void)
     CU_ASSERT_EQUAL(gp_cuda_comm_new(2, devs, &c, err, sizeof err), -1);
     snprintf(want, sizeof want, "cuda: rank 1: device %d out of range (%d visible)", n, n);
     CU_ASSERT_STRING_EQUAL(err, want);
+    devs[1] = 1;
+    setenv("GPLAN_ALLREDUCE", "shm", 1);
+    CU_ASSERT_EQUAL(gp_cuda_comm_new(2, devs, &c, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "cuda: GPLAN_ALLREDUCE=shm: expected p2p or nccl");
+    unsetenv("GPLAN_ALLREDUCE");
+    setenv("GPLAN_ALLREDUCE_SLICE", "3000", 1);
+    CU_ASSERT_EQUAL(gp_cuda_comm_new(2, devs, &c, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "cuda: GPLAN_ALLREDUCE_SLICE=3000: expected a power of two in "
+                                "[1024, 262144]");
+    unsetenv("GPLAN_ALLREDUCE_SLICE");
+    CU_ASSERT_PTR_NULL(c);
 }
 
 /* ---- whole models: 1 device vs 2 devices ---- */
@@ -341,13 +615,23 @@ void gp_suite_cuda_tp(void)
     }
     gp_cuda_comm_free(c);
     CU_pSuite s = CU_add_suite("cuda_tp", NULL, NULL);
-    CU_add_test(s, "comm_new refuses missing and repeated devices", test_comm_refusals);
-    CU_add_test(s, "all-reduce f32/f16/bf16, two threads, captured", test_all_reduce_dtypes);
+    CU_add_test(s, "comm_new refuses missing and repeated devices, bad switches",
+                test_comm_refusals);
+    CU_add_test(s, "all-reduce over P2P: f32/f16/bf16, 1 to 256 KiB + 1, captured",
+                test_all_reduce_p2p);
+    CU_add_test(s, "all-reduce over NCCL: f32/f16/bf16, 1 to 256 KiB + 1, captured",
+                test_all_reduce_nccl);
+    CU_add_test(s, "P2P: 3 all-reduces in a graph replayed 1000 times", test_replays_p2p);
+    CU_add_test(s, "NCCL: 3 all-reduces in a graph replayed 1000 times", test_replays_nccl);
+    if (peers_ok()) {
+        CU_add_test(s, "P2P: a failed rank stops the other's wait", test_failure_p2p);
+        CU_add_test(s, "P2P: a rank that never comes: the other times out", test_timeout_p2p);
+    }
     CU_add_test(s, "gpt2 f32: 2 devices vs 1, no eval allocations", test_gpt2_f32);
     CU_add_test(s, "gpt2 f16: 2 devices vs 1", test_gpt2_f16);
     CU_add_test(s, "llama f32: 2 devices vs 1, no eval allocations", test_llama_f32);
     CU_add_test(s, "llama f16: 2 devices vs 1", test_llama_f16);
     const char *f = getenv("GPLAN_TEST_TP_FAILURE");
     if (f && *f == '1')
-        CU_add_test(s, "a failed rank stops the other's wait", test_failure_stops_waits);
+        CU_add_test(s, "NCCL: a failed rank stops the other's wait", test_failure_nccl);
 }
