@@ -1,8 +1,8 @@
 /* All-reduce microbenchmark for tensor-parallel decode on 2 GPUs: microseconds per all-reduce of
  * 1 KiB to 256 KiB of f32 over NCCL and over the P2P one-shot kernel (cuda/cuda_allreduce.cu),
  * each as a CUDA graph of 64 all-reduces back to back (a Llama-7B token's count), replayed 200
- * times; the median replay / 64. Every sum is checked. usage: allreduce_bench [SLICE...] (extra
- * P2P columns with GPLAN_ALLREDUCE_SLICE=SLICE bytes per block). Exit status 1 on a wrong sum. */
+ * times; the median replay / 64. Every sum is checked. usage: allreduce_bench [BYTES...] (extra
+ * P2P columns with GPLAN_ALLREDUCE_BLOCK_BYTES=BYTES per block). Exit status 1 on a wrong sum. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,14 +154,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "allreduce_bench: needs %d GPUs, %d visible\n", RANKS, n);
         return 1;
     }
-    /* Columns: NCCL, P2P at the default slice, then P2P at each slice asked for. */
-    const char *mode[MAX_COLS], *slice[MAX_COLS];
-    char title[MAX_COLS][32];
+    /* Columns: NCCL, P2P at the default block size, then P2P at each block size asked for. */
+    const char *mode[MAX_COLS] = {"nccl", "p2p"}, *block[MAX_COLS] = {NULL, NULL};
+    char title[MAX_COLS][32] = {"NCCL", "P2P"};
     int cols = 2;
-    mode[0] = "nccl", slice[0] = NULL, snprintf(title[0], sizeof title[0], "NCCL");
-    mode[1] = "p2p", slice[1] = NULL, snprintf(title[1], sizeof title[1], "P2P");
     for (int a = 1; a < argc && cols < MAX_COLS; a++, cols++) {
-        mode[cols] = "p2p", slice[cols] = argv[a];
+        mode[cols] = "p2p";
+        block[cols] = argv[a];
         snprintf(title[cols], sizeof title[cols], "P2P/%s", argv[a]);
     }
     gp_cuda_comm *comm[MAX_COLS] = {0};
@@ -170,10 +169,10 @@ int main(int argc, char **argv)
         char err[512];
         void *cm = NULL;
         setenv("GPLAN_ALLREDUCE", mode[c], 1);
-        if (slice[c])
-            setenv("GPLAN_ALLREDUCE_SLICE", slice[c], 1);
+        if (block[c])
+            setenv("GPLAN_ALLREDUCE_BLOCK_BYTES", block[c], 1);
         else
-            unsetenv("GPLAN_ALLREDUCE_SLICE");
+            unsetenv("GPLAN_ALLREDUCE_BLOCK_BYTES");
         if (gp_cuda_comm_new(RANKS, devs, &cm, err, sizeof err)) {
             fprintf(stderr, "allreduce_bench: %s: %s\n", title[c], err);
             return 1;

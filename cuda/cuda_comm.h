@@ -10,8 +10,8 @@
  * creating a communicator fails with "cuda: built without NCCL".
  *
  * What the P2P path owns, allocated once at comm_new (nothing per all-reduce): per rank, on its
- * device, a receive buffer [n][2 parities][GP_AR_P2P_MAX bytes], flags [n][GP_AR_MAX_BLOCKS] and
- * epoch counters [GP_AR_MAX_BLOCKS] (uint64, zeroed); one host-mapped pinned block shared by the
+ * device, a receive buffer [n][2 parities][GP_AR_P2P_MAX bytes], flags [n][GP_AR_BLOCKS] and
+ * epoch counters [GP_AR_BLOCKS] (uint64, zeroed); one host-mapped pinned block shared by the
  * ranks: the abort word and a status word per rank. A kernel waits at most 10 s for a peer
  * (GPLAN_ALLREDUCE_TIMEOUT_MS overrides it), then writes its status and sets abort, which ends
  * every other rank's waits; gp_cuda_comm_wait reports it. The protocol is described at the top of
@@ -37,10 +37,11 @@ typedef struct gp_cuda_comm gp_cuda_comm;
 #define GP_AR_P2P_MAX (256 * 1024)
 /* The most ranks the P2P kernel serves (its per-peer pointers are kernel parameters). */
 #define GP_AR_P2P_RANKS 8
-/* The smallest slice of a message one block of the kernel owns (GPLAN_ALLREDUCE_SLICE), hence the
- * most blocks, each with its own epoch counter and flag per rank. */
-#define GP_AR_MIN_SLICE 1024
-#define GP_AR_MAX_BLOCKS (GP_AR_P2P_MAX / GP_AR_MIN_SLICE)
+/* The kernel's most blocks, each with its own epoch counter, flag per rank and slot of
+ * GP_AR_SLOT bytes in every receive row. (More blocks were measured much slower: 32 blocks took
+ * 28 us instead of 4 on 2 H200s.) */
+#define GP_AR_BLOCKS 16
+#define GP_AR_SLOT (GP_AR_P2P_MAX / GP_AR_BLOCKS)
 
 /*
  * gp_backend_ops.comm_new / comm_free of gp_backend_cuda (runtime/backend.h): one communicator per
@@ -50,8 +51,8 @@ typedef struct gp_cuda_comm gp_cuda_comm;
  * NCCL_RUNTIME_CONNECT and NCCL_NVLS_ENABLE are set to 0 when the environment leaves them unset.
  * Environment, read here: GPLAN_ALLREDUCE=nccl (every all-reduce over NCCL) or p2p (the default:
  * the P2P kernel where possible); GPLAN_ALLREDUCE_TIMEOUT_MS (the P2P kernel's wait, default
- * 10000); GPLAN_ALLREDUCE_SLICE (bytes per block of the P2P kernel, a power of two in
- * [GP_AR_MIN_SLICE, GP_AR_P2P_MAX], default 16384; for measurements).
+ * 10000); GPLAN_ALLREDUCE_BLOCK_BYTES (bytes per block of the P2P kernel while it has fewer than
+ * GP_AR_BLOCKS blocks, a power of two in [512, GP_AR_SLOT], default 4096; for measurements).
  */
 int gp_cuda_comm_new(int n, const int *devices, void **comm, char *err, size_t err_len);
 void gp_cuda_comm_free(void *comm); /* NULL: no-op */
@@ -102,13 +103,13 @@ enum { GP_AR_OK = 0, GP_AR_ABORTED = 1, GP_AR_TIMEOUT = 2 }; /* TIMEOUT | peer <
 typedef struct {
     unsigned char *recv[GP_AR_P2P_RANKS]; /* [n] rank r's receive buffer on its device:
                                              [n][2][GP_AR_P2P_MAX] bytes (sender, parity) */
-    unsigned long long *flags[GP_AR_P2P_RANKS]; /* [n] rank r's flags [n][GP_AR_MAX_BLOCKS]: the
-                                                   last epoch sender s's block b announced */
-    unsigned long long *seq;                  /* [GP_AR_MAX_BLOCKS] this rank's epoch per block */
+    unsigned long long *flags[GP_AR_P2P_RANKS]; /* [n] rank r's flags [n][GP_AR_BLOCKS]: the last
+                                                   epoch sender s's block b announced */
+    unsigned long long *seq;                  /* [GP_AR_BLOCKS] this rank's epoch per block */
     unsigned *abort;       /* host-mapped, shared: 0, else 1 + the rank that stopped everything */
     unsigned *status;      /* host-mapped: this rank's GP_AR_* word */
     int n, rank;
-    unsigned slice;        /* bytes of a message per block: block b owns [b*slice, (b+1)*slice) */
+    unsigned block_bytes;  /* bytes per block below GP_AR_BLOCKS blocks (a multiple of 16) */
     unsigned long long timeout_ns;
 } gp_cuda_ar_peers;
 

@@ -433,6 +433,8 @@ static void test_timeout_p2p(void)
     rank_job jobs[2];
     run_ranks(comm, jobs, GP_F32, 3000, -1, 1);
     CU_ASSERT_EQUAL(jobs[0].rc, -1);
+    if (strcmp(jobs[0].err, "cuda: rank 0: a P2P all-reduce waited 0.3 s for rank 1 and gave up"))
+        fprintf(stderr, "\n  rank 0: %s\n", jobs[0].err);
     CU_ASSERT_STRING_EQUAL(jobs[0].err,
                            "cuda: rank 0: a P2P all-reduce waited 0.3 s for rank 1 and gave up");
     CU_ASSERT_EQUAL(gp_cuda_comm_failed(comm), 0);
@@ -465,11 +467,11 @@ static void test_comm_refusals(void)
     CU_ASSERT_EQUAL(gp_cuda_comm_new(2, devs, &c, err, sizeof err), -1);
     CU_ASSERT_STRING_EQUAL(err, "cuda: GPLAN_ALLREDUCE=shm: expected p2p or nccl");
     unsetenv("GPLAN_ALLREDUCE");
-    setenv("GPLAN_ALLREDUCE_SLICE", "3000", 1);
+    setenv("GPLAN_ALLREDUCE_BLOCK_BYTES", "3000", 1);
     CU_ASSERT_EQUAL(gp_cuda_comm_new(2, devs, &c, err, sizeof err), -1);
-    CU_ASSERT_STRING_EQUAL(err, "cuda: GPLAN_ALLREDUCE_SLICE=3000: expected a power of two in "
-                                "[1024, 262144]");
-    unsetenv("GPLAN_ALLREDUCE_SLICE");
+    CU_ASSERT_STRING_EQUAL(err, "cuda: GPLAN_ALLREDUCE_BLOCK_BYTES=3000: expected a power of two "
+                                "in [512, 16384]");
+    unsetenv("GPLAN_ALLREDUCE_BLOCK_BYTES");
     CU_ASSERT_PTR_NULL(c);
 }
 
