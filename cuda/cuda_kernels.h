@@ -134,6 +134,46 @@ int gp_cuda_matvec_group(gp_cu_ctx *ctx, const gp_cu_group *g, int *launched);
  * must have the same rows. 0, or -1 with err. */
 int gp_cuda_store2(gp_cu_ctx *ctx, const gp_cu_tensor *in0, const gp_cu_tensor *in1);
 
+/* A rope (GP_OP_ROPE) applied inside a fused kernel, with the rope node's attributes. */
+typedef struct {
+    int on;          /* 0: none (the tensor is read as it is) */
+    int interleaved; /* mode 1: pairs (2i, 2i + 1); else (i, i + n/2) */
+    int64_t n;       /* rotated dims: even, <= D */
+    double theta;
+    gp_dtype dtype;  /* the rope's output dtype: each result is rounded to it */
+} gp_cu_rope;
+
+/* A one-token decode attention with the K and V cache stores (and the ropes before them) inside:
+ * out = attention(rope_q(q), store(k_cache, pos, rope_k(k)), store(v_cache, pos, v), pos). */
+typedef struct {
+    gp_cu_tensor q;       /* [1, H, D]: the query, or rope_q's input */
+    gp_cu_tensor k;       /* [1, G, D]: the new key row (the store's source), or rope_k's input */
+    gp_cu_tensor v;       /* [1, G, D]: the new value row */
+    gp_cu_tensor k_cache; /* [S, G, D]: the stores' destinations, read as attention's k and v */
+    gp_cu_tensor v_cache;
+    gp_cu_tensor pos;     /* i32 [1] */
+    gp_cu_rope rope_q, rope_k;
+    double scale;
+    int pos_const;        /* 1: no kernel of the eval writes pos (an input): it may be read before
+                             the wait for the kernel before */
+} gp_cu_decode_att;
+
+/*
+ * Enqueues that attention for one token (q's token dim must be 1 at the launch sizes): one kernel
+ * rotates q and the new key, writes the new K and V rows into the caches at pos (rounded to their
+ * dtypes, as the stores would) and attends over rows 0..pos, taking row pos from the sources; same
+ * results as rope, store and attention launched one by one (up to float reassociation; the cache
+ * rows bit for bit). ws: the attention node's workspace (split-KV partials). out must not overlap
+ * what the kernel reads, except q at exactly out's element addresses (each head's output is
+ * written after all of that head's reads). 0, or -1 with err.
+ */
+int gp_cuda_attention_decode(gp_cu_ctx *ctx, const gp_cu_decode_att *a, const gp_cu_tensor *out,
+                             void *ws, size_t ws_size);
+/* 1 when gp_cuda_attention_decode takes these operands (shapes, ropes; the token count aside). */
+int gp_cuda_attention_decode_ok(const gp_cu_decode_att *a, const gp_cu_tensor *out);
+/* gp_cuda_attention_decode calls enqueued in this process so far (tests: was it used). */
+int64_t gp_cuda_attention_decode_count(void);
+
 /* Counters gp_cuda_compute may use at once (the size d_counters must have). */
 #define GP_CU_COUNTERS 4096
 
