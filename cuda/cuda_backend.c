@@ -6,7 +6,8 @@
  * (a norm computed in the matvec after it), "store2" (the K and V stores in one launch),
  * "combine" (attention's split combine in its last block), "group" (one-row matmuls of the same x
  * in one launch: q, k and v; gate and up with their swiglu), "tail" (a norm of a [N, K] matvec's
- * residual sum computed by its last block). GPLAN_CUDA_TRANSPOSE=1 stores weights
+ * residual sum computed by its last block), "attnfuse" (one-token attention with its ropes and K/V
+ * cache stores in one launch, plan_decode_attention). GPLAN_CUDA_TRANSPOSE=1 stores weights
  * read only as a matmul's b [K, N] as [N, K] on the device, for the row-per-warp matvec (off by
  * default: slower for GPT-2 1558M, see bench/gpu-notes.md; GPLAN_CUDA_DISABLE=transpose wins over
  * it). GPLAN_CUDA_PDL=0 turns programmatic dependent launch (kernels overlapping the one before
@@ -58,6 +59,13 @@ typedef struct {
                                         their swiglu) in one launch when one row; else 0 */
     gp_cu_group grp;
     int tailed;                      /* a norm the matmul before it may compute (epi.tail) */
+    int dec_att;                     /* a rope, cont or store that attention node dec_att - 1 runs
+                                        in its one-token launches (attnfuse); else 0 */
+    int dec_on;                      /* an attention: one-token launches run dec instead */
+    int dec_tsym;                    /* its token dim's symbol, or -1 (fixed at 1) */
+    gp_cu_decode_att dec;
+    void *dec_ws;                    /* the workspace it uses: its own, or cuda_be.dec_part */
+    size_t dec_ws_size;
 } cu_node;
 
 typedef struct {
@@ -100,10 +108,14 @@ typedef struct {
     unsigned char *transposed;      /* [n_tensors]: 1 for a weight stored [N, K] on the device */
     uint64_t skip_ops;              /* bit per gp_op: kernels left out (timing experiments) */
     const void *const *weight_data; /* [n_tensors] the host weights uploaded at creation */
+    void *dec_part;                 /* attnfuse: split partials of the fused attentions whose own
+                                       workspace overlaps what they read; NULL: none needed */
+    size_t dec_part_size;
 } cuda_be;
 
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
-       FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64, FUSE_GROUP = 128, FUSE_TAIL = 256 };
+       FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64, FUSE_GROUP = 128, FUSE_TAIL = 256,
+       FUSE_ATTN = 512 };
 
 /* 1 when `name` is an item of the comma list `list`. */
 static int in_list(const char *list, const char *name)
@@ -123,7 +135,7 @@ static int in_list(const char *list, const char *name)
 static void read_switches(cuda_be *b)
 {
     static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch",
-                                        "transpose", "group", "tail"};
+                                        "transpose", "group", "tail", "attnfuse"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -244,6 +256,12 @@ static int all_reduce(cuda_be *b, const cu_node *cn, const gp_plan_node *nd, int
                                    cn->out.dtype, b->stream, b->kc.err, sizeof b->kc.err);
 }
 
+/* attnfuse: node cn is an attention whose fused launch serves this launch (one token). */
+static int decode_now(const cuda_be *b, const cu_node *cn)
+{
+    return cn->dec_on && (cn->dec_tsym < 0 || b->launch[cn->dec_tsym] == 1);
+}
+
 static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
 {
     const gp_plan *p = b->p;
@@ -265,6 +283,8 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
         int r = 0, fused = 0, pre_used = 0;
         if (b->ev)
             cudaEventRecord(b->ev[i], b->stream);
+        if (cn->dec_att && decode_now(b, &b->nodes[cn->dec_att - 1]))
+            continue; /* attnfuse: that attention's one-token launch runs it */
         if (cn->skip || (b->skip_ops >> nd->op & 1))
             continue;
         if (cn->prenorm) {
@@ -296,6 +316,8 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
         }
         if (!r && nd->op == GP_OP_ALL_REDUCE && b->comm && !b->warming)
             r = all_reduce(b, cn, nd, 0);
+        else if (!r && decode_now(b, cn))
+            r = gp_cuda_attention_decode(&b->kc, &cn->dec, &cn->out, cn->dec_ws, cn->dec_ws_size);
         else if (!r && cn->pair >= 0)
             r = gp_cuda_store2(&b->kc, cn->in, b->nodes[cn->pair].in);
         else if (!r && nd->op == GP_OP_MATMUL && cn->epi.n > 0)
@@ -728,6 +750,301 @@ static void plan_prenorms(cuda_be *b, const int *uses)
     }
 }
 
+/* ---- attnfuse: a one-token attention with its ropes and K/V cache stores in one launch ---- */
+
+typedef struct {
+    uintptr_t lo, hi; /* device bytes [lo, hi); lo == hi: none */
+} dev_span;
+
+/* The bytes t spans in a one-token launch: its dims of symbol tsym at 1, the others at their
+ * bounds. */
+static dev_span span_one_token(const gp_cu_tensor *t, int tsym)
+{
+    dev_span s = {0, 0};
+    int64_t lo = 0, hi = 0;
+    if (!t->data)
+        return s;
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t n = t->sym[d] >= 0 && t->sym[d] == tsym ? 1 : t->ne[d];
+        if (n <= 0)
+            return s;
+        int64_t off = (n - 1) * t->nb[d];
+        if (off < 0)
+            lo += off;
+        else
+            hi += off;
+    }
+    s.lo = (uintptr_t)t->data + (uintptr_t)lo; /* lo <= 0: wraps to the lower address */
+    s.hi = (uintptr_t)t->data + (uintptr_t)hi + gp_dtype_size(t->dtype);
+    return s;
+}
+
+static int spans_meet(dev_span a, dev_span b)
+{
+    return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
+}
+
+/* The step whose node wrote the bytes tensor id reads (its root's producer; for the reshape of an
+ * elided cont, the cont's input's), or -1 (an input, a state or a weight). */
+static int bytes_step(const cuda_be *b, int id)
+{
+    const gp_plan *p = b->p;
+    if (b->alias[id].ndim > 0) {
+        int c = p->tensors[id].view_src, n = c >= 0 ? p->tensors[c].producer : -1;
+        if (n < 0)
+            return p->n_nodes; /* unknown: nothing may run before the reader */
+        id = p->nodes[n].inputs[0];
+    }
+    while (p->tensors[id].view_src >= 0)
+        id = p->tensors[id].view_src;
+    return p->tensors[id].producer;
+}
+
+/* What node j may write in a one-token launch, as spans (at most 4): its output (a store: its
+ * destination; a fused attention: also its caches), its workspace. Views and elided conts write
+ * nothing. Other fusions only move a write to an earlier step or drop it, so this is a superset
+ * of what runs at step j or later. */
+static int node_writes(const cuda_be *b, int j, int tsym, dev_span *w)
+{
+    const gp_plan_node *nd = &b->p->nodes[j];
+    const cu_node *cn = &b->nodes[j];
+    int n = 0;
+    if (nd->op == GP_OP_STORE)
+        w[n++] = span_one_token(&cn->in[0], tsym);
+    else if (!gp_op_get(nd->op)->is_view && !(nd->op == GP_OP_CONT && cn->skip))
+        w[n++] = span_one_token(&cn->out, tsym);
+    if (cn->dec_on) {
+        w[n++] = span_one_token(&cn->dec.k_cache, tsym);
+        w[n++] = span_one_token(&cn->dec.v_cache, tsym);
+    }
+    if (cn->ws && cn->ws_size) {
+        w[n].lo = (uintptr_t)cn->ws;
+        w[n++].hi = (uintptr_t)cn->ws + cn->ws_size;
+    }
+    return n;
+}
+
+/* A rope at pos whose output (tensor id) only its one reader reads: *r its attributes, *node the
+ * rope, *src its input. */
+static int rope_source(const cuda_be *b, const int *uses, int id, int pos, gp_cu_rope *r, int *node,
+                       int *src)
+{
+    const gp_plan *p = b->p;
+    const gp_plan_tensor *t = &p->tensors[id];
+    int n = t->producer;
+    if (n < 0 || p->nodes[n].op != GP_OP_ROPE || p->nodes[n].inputs[1] != pos || uses[id] != 1 ||
+        t->kind != GP_TENSOR_INTERMEDIATE || t->view_src >= 0 || b->nodes[n].dec_att)
+        return 0;
+    const gp_plan_node *nd = &p->nodes[n];
+    r->on = 1;
+    r->interleaved = nd->attrs.i[0] == 1;
+    r->n = nd->attrs.i[1];
+    r->theta = nd->attrs.f[0];
+    r->dtype = t->dtype;
+    *node = n;
+    *src = nd->inputs[0];
+    return 1;
+}
+
+/* Tensor id = reshape(c) [T, H, D] with c = cont(x [T, H * D]) not elided, each read only by its
+ * one reader: *d is x seen as [T, H, D] (the cont need not run), *node the cont, *src x. */
+static int cont_source(const cuda_be *b, const int *uses, int id, gp_cu_tensor *d, int *node,
+                       int *src)
+{
+    const gp_plan *p = b->p;
+    const gp_plan_tensor *v = &p->tensors[id];
+    int r = v->producer;
+    if (r < 0 || p->nodes[r].op != GP_OP_RESHAPE || uses[id] != 1 || v->ndim != 3 ||
+        v->sym[1] >= 0 || v->sym[2] >= 0 || b->alias[id].ndim > 0)
+        return 0;
+    int c = p->nodes[r].inputs[0], n = p->tensors[c].producer;
+    const gp_plan_tensor *ct = &p->tensors[c];
+    if (n < 0 || p->nodes[n].op != GP_OP_CONT || b->nodes[n].skip || b->nodes[n].dec_att ||
+        uses[c] != 1 || ct->kind != GP_TENSOR_INTERMEDIATE || ct->view_src >= 0)
+        return 0;
+    const gp_cu_tensor *x = &b->nodes[n].in[0];
+    if (x->ndim != 2 || x->dtype != ct->dtype || x->ne[0] != v->dims[0] || x->sym[0] != v->sym[0] ||
+        x->sym[1] >= 0 || x->ne[1] != v->dims[1] * v->dims[2])
+        return 0;
+    *d = *x;
+    d->ndim = 3;
+    d->ne[1] = v->dims[1];
+    d->ne[2] = v->dims[2];
+    d->sym[1] = d->sym[2] = -1;
+    d->nb[1] = v->dims[2] * x->nb[1];
+    d->nb[2] = x->nb[1];
+    *node = n;
+    *src = p->nodes[n].inputs[0];
+    return 1;
+}
+
+static int same_desc(const gp_cu_tensor *a, const gp_cu_tensor *b)
+{
+    if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->ne[d] != b->ne[d] || a->nb[d] != b->nb[d] || a->sym[d] != b->sym[d])
+            return 0;
+    return 1;
+}
+
+/* t's first dim is the launch's token dim: symbol tsym, or a fixed 1. */
+static int token_dim(const gp_cu_tensor *t, int tsym)
+{
+    return t->ndim >= 1 && (t->sym[0] >= 0 ? t->sym[0] == tsym : t->ne[0] == 1);
+}
+
+/* The output writes over q exactly: element (h, d) of both at one address, elements of one size
+ * that share no bytes. Safe: head h's output is written (by its last split block, or by the
+ * combine kernel after the launch) only after every block of head h has read q[h] into registers
+ * (before its counter increment), and only head h's blocks read q[h]. */
+static int over_q_exactly(const gp_cu_tensor *q, const gp_cu_tensor *o)
+{
+    int64_t es = (int64_t)gp_dtype_size(q->dtype);
+    return q->data == o->data && q->ndim == 3 && o->ndim == 3 &&
+           es == (int64_t)gp_dtype_size(o->dtype) && q->ne[1] == o->ne[1] && q->ne[2] == o->ne[2] &&
+           q->nb[1] == o->nb[1] && q->nb[2] == o->nb[2] && q->nb[2] >= es &&
+           q->nb[1] >= q->ne[2] * q->nb[2];
+}
+
+/*
+ * attnfuse. An attention whose k and v are store outputs (at its pos) that nothing else reads
+ * runs, in one-token launches, as one gp_cuda_attention_decode launch that also does the stores;
+ * with them, when read only there: ropes (at its pos) before the stores or q, and a cont whose
+ * reshape is q, k or v (GPT-2's q: read straight from qkv). Those nodes are skipped in one-token
+ * launches only; launches of more tokens run them as before.
+ * Memory, at one token's extents (device addresses): the launch reads q, k and v's sources, pos
+ * and the caches, so (1) nothing that runs between the step that wrote a source's bytes and the
+ * attention may write them (the skipped nodes write nothing); (2) what the launch writes (its
+ * output, its split partials, the two cache rows) overlaps nothing it reads, except the output
+ * laid exactly over q (over_q_exactly); (3) nothing between the stores and the attention reads the
+ * caches (it would see the old rows). When a check fails, the nodes run unfused. The planner may
+ * put the attention's workspace over k and v's sources (dead after the stores in its schedule):
+ * then the partials go to one scratch buffer allocated here (16 H (D + 2) floats, shared by the
+ * layers, whose launches never overlap: each writes only after the kernel before it finished).
+ */
+static void plan_decode_attention(cuda_be *b, const int *uses)
+{
+    const gp_plan *p = b->p;
+    size_t part = 0; /* the largest partials of one token: the scratch buffer's size */
+    for (int a = 0; a < p->n_nodes; a++) {
+        const gp_cu_tensor *q = &b->nodes[a].in[0];
+        size_t n = (size_t)GP_WS_ATTN_SPLITS * (size_t)q->ne[1] * (size_t)(q->ne[2] + 2) * 4;
+        if (p->nodes[a].op == GP_OP_ATTENTION && q->ndim == 3 && n > part)
+            part = n;
+    }
+    int no_scratch = 0;
+    for (int a = 0; a < p->n_nodes; a++) {
+        const gp_plan_node *at = &p->nodes[a];
+        cu_node *an = &b->nodes[a];
+        if (at->op != GP_OP_ATTENTION || at->n_inputs != 4 || an->skip)
+            continue;
+        int pos = at->inputs[3], ik = at->inputs[1], iv = at->inputs[2];
+        int sk = p->tensors[ik].producer, sv = p->tensors[iv].producer;
+        if (sk < 0 || sv < 0 || sk == sv || p->nodes[sk].op != GP_OP_STORE ||
+            p->nodes[sv].op != GP_OP_STORE || p->nodes[sk].inputs[1] != pos ||
+            p->nodes[sv].inputs[1] != pos || uses[ik] != 1 || uses[iv] != 1 ||
+            b->nodes[sk].dec_att || b->nodes[sv].dec_att)
+            continue;
+        /* A pair of stores runs in one launch: only with each other. */
+        int ok = (b->nodes[sk].pair < 0 || b->nodes[sk].pair == sv) &&
+                 (b->nodes[sv].pair < 0 || b->nodes[sv].pair == sk);
+        for (int j = 0; j < p->n_nodes && ok; j++)
+            ok = !((b->nodes[j].pair == sk || b->nodes[j].pair == sv) && j != sk && j != sv);
+        if (!ok)
+            continue;
+        int tsym = an->in[0].ndim == 3 && an->in[0].sym[0] >= 0 ? an->in[0].sym[0] : -1;
+        gp_cu_decode_att d;
+        memset(&d, 0, sizeof d);
+        int absorbed[5] = {sk, sv, -1, -1, -1}, n_abs = 2, node;
+        /* The sources and the tensors whose bytes they are: q, k, v, pos, k cache, v cache. */
+        int src[6] = {at->inputs[0], p->nodes[sk].inputs[2], p->nodes[sv].inputs[2], pos,
+                      p->nodes[sk].inputs[0], p->nodes[sv].inputs[0]};
+        d.q = an->in[0];
+        if (rope_source(b, uses, src[0], pos, &d.rope_q, &node, &src[0]))
+            d.q = b->nodes[node].in[0];
+        else if (!cont_source(b, uses, src[0], &d.q, &node, &src[0]))
+            node = -1;
+        if (node >= 0)
+            absorbed[n_abs++] = node;
+        d.k = b->nodes[sk].in[2];
+        if (rope_source(b, uses, src[1], pos, &d.rope_k, &node, &src[1]))
+            d.k = b->nodes[node].in[0];
+        else if (!cont_source(b, uses, src[1], &d.k, &node, &src[1]))
+            node = -1;
+        if (node >= 0)
+            absorbed[n_abs++] = node;
+        d.v = b->nodes[sv].in[2];
+        if (cont_source(b, uses, src[2], &d.v, &node, &src[2]))
+            absorbed[n_abs++] = node;
+        d.pos = an->in[3];
+        d.k_cache = b->nodes[sk].in[0];
+        d.v_cache = b->nodes[sv].in[0];
+        d.scale = at->attrs.f[0];
+        d.pos_const = root_of(p, pos)->kind == GP_TENSOR_INPUT;
+        /* Shapes: one token in every operand at once; caches as the attention reads them. */
+        const gp_cu_tensor *ops[5] = {&d.q, &d.k, &d.v, &d.pos, &an->out};
+        for (int i = 0; i < 5 && ok; i++)
+            ok = token_dim(ops[i], tsym);
+        if (!ok || !same_desc(&d.k_cache, &an->in[1]) || !same_desc(&d.v_cache, &an->in[2]) ||
+            (tsym < 0 && an->in[0].ne[0] != 1) || !gp_cuda_attention_decode_ok(&d, &an->out))
+            continue;
+        /* Memory (1): nothing written between a source's writer and the attention. */
+        const gp_cu_tensor *reads[6] = {&d.q, &d.k, &d.v, &d.pos, &d.k_cache, &d.v_cache};
+        dev_span rs[6], w[4];
+        for (int i = 0; i < 6; i++)
+            rs[i] = span_one_token(reads[i], tsym);
+        for (int i = 0; i < 6 && ok; i++)
+            for (int j = bytes_step(b, src[i]) + 1; j < a && ok; j++) {
+                int skipped = 0;
+                for (int k = 0; k < n_abs; k++)
+                    skipped |= absorbed[k] == j;
+                for (int k = skipped ? 0 : node_writes(b, j, tsym, w); k > 0 && ok; k--)
+                    ok = !spans_meet(w[k - 1], rs[i]);
+            }
+        /* (2) What the launch writes against what it reads. */
+        dev_span os = span_one_token(&an->out, tsym), ws = {0, 0};
+        if (an->ws && an->ws_size) {
+            ws.lo = (uintptr_t)an->ws;
+            ws.hi = ws.lo + an->ws_size;
+        }
+        int own_ws = 1;
+        for (int i = 0; i < 6 && ok; i++) {
+            ok = (!spans_meet(os, rs[i]) || (i == 0 && over_q_exactly(&d.q, &an->out))) &&
+                 (i >= 4 || (!spans_meet(rs[4], rs[i]) && !spans_meet(rs[5], rs[i])));
+            own_ws &= !spans_meet(ws, rs[i]);
+        }
+        ok = ok && !spans_meet(rs[4], rs[5]);
+        /* (3) No kernel between the first store and the attention reads the caches. */
+        for (int j = (sk < sv ? sk : sv) + 1; j < a && ok; j++) {
+            const gp_plan_node *nd = &p->nodes[j];
+            if (j == sk || j == sv || (gp_op_get(nd->op)->is_view && nd->op != GP_OP_STORE))
+                continue;
+            for (int k = 0; k < nd->n_inputs && ok; k++) {
+                dev_span s = span_one_token(&b->nodes[j].in[k], tsym);
+                ok = !spans_meet(s, rs[4]) && !spans_meet(s, rs[5]);
+            }
+        }
+        if (ok && !own_ws && !b->dec_part && !no_scratch) {
+            if (be_malloc(b, &b->dec_part, part) != cudaSuccess) {
+                cudaGetLastError();
+                b->dec_part = NULL;
+                no_scratch = 1; /* then those attentions run unfused */
+            }
+            b->dec_part_size = b->dec_part ? part : 0;
+        }
+        if (!ok || (!own_ws && !b->dec_part))
+            continue;
+        an->dec_ws = own_ws ? an->ws : b->dec_part;
+        an->dec_ws_size = own_ws ? an->ws_size : b->dec_part_size;
+        an->dec = d;
+        an->dec_on = 1;
+        an->dec_tsym = tsym;
+        for (int k = 0; k < n_abs; k++)
+            b->nodes[absorbed[k]].dec_att = a + 1;
+    }
+}
+
 /*
  * 1 when weight `id` may be stored transposed: a contiguous 2-D f16/bf16/f32 [K, N] with fixed dims
  * whose every reader is a matmul taking it as b, not transposed (GPT-2's Conv1D weights), and which
@@ -1038,6 +1355,8 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         plan_store_pairs(b);
     if (!(b->disable & FUSE_GROUP))
         plan_matvec_groups(b, uses);
+    if (!(b->disable & FUSE_ATTN))
+        plan_decode_attention(b, uses);
     free(uses);
     if (check_all_reduces(b, err, err_len))
         goto fail;
@@ -1139,6 +1458,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     if (env && *env == '1') {
         /* What the fusions did, once at creation (for benchmarks). */
         int elided = 0, pairs = 0, norms = 0, epis = 0, transposed = 0, groups = 0, tails = 0;
+        int attns = 0;
         for (int i = 0; i < p->n_tensors; i++)
             transposed += b->transposed[i];
         for (int i = 0; i < p->n_nodes; i++) {
@@ -1148,11 +1468,12 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             epis += b->nodes[i].epi.n > 0;
             groups += b->nodes[i].group > 0;
             tails += b->nodes[i].tailed;
+            attns += b->nodes[i].dec_on;
         }
         fprintf(stderr, "cuda: %d nodes: %d conts elided, %d store pairs, %d norms for matvecs, "
-                "%d matmul epilogues, %d matmul groups, %d tail norms, %d weights transposed, pdl %d; %lld launches "
-                "in the one-token graph\n", p->n_nodes, elided, pairs, norms, epis, groups, tails,
-                transposed, b->kc.pdl,
+                "%d matmul epilogues, %d matmul groups, %d tail norms, %d one-token attentions fused, "
+                "%d weights transposed, pdl %d; %lld launches in the one-token graph\n", p->n_nodes,
+                elided, pairs, norms, epis, groups, tails, attns, transposed, b->kc.pdl,
                 (long long)launches1);
     }
     b->created = 1;
@@ -1331,6 +1652,7 @@ static void be_destroy(void *ctx)
     cudaFreeHost(b->pin_io);
     cudaFreeHost(b->pin_syms);
     cudaFree(b->dparam);
+    cudaFree(b->dec_part);
     for (int r = 0; r < GP_REGION_COUNT; r++)
         cudaFree(b->raw[r]);
     if (b->stream)
