@@ -736,6 +736,237 @@ static void test_attention(void)
     kctx_free(&k);
 }
 
+/* A [1, n, D] view at element `off` of a one-row tensor (a column block of GPT-2's qkv). */
+static void row_view(const tt *t, int64_t off, int64_t n, int64_t D, gp_ktensor *h, gp_cu_tensor *d)
+{
+    int64_t es = (int64_t)gp_dtype_size(t->h.dtype), ne[3] = {1, n, D};
+    int64_t nb[3] = {t->h.ne[1] * es, D * es, es};
+    *h = t->h;
+    *d = t->d;
+    h->data = (char *)t->h.data + off * es;
+    d->data = (char *)t->d.data + off * es;
+    h->ndim = d->ndim = 3;
+    for (int i = 0; i < 3; i++) {
+        h->ne[i] = d->ne[i] = ne[i];
+        h->nb[i] = d->nb[i] = nb[i];
+        d->sym[i] = -1;
+    }
+}
+
+/* 1 when the device copy of t holds the same bytes as its host copy. */
+static int same_on_device(const tt *t)
+{
+    void *g = malloc(t->bytes);
+    cudaMemcpy(g, t->d.data, t->bytes, cudaMemcpyDeviceToHost);
+    int same = !memcmp(g, t->h.data, t->bytes);
+    free(g);
+    return same;
+}
+
+/* The CPU's rope (when r is on) of x into y (a [1, n, D] f32 tensor), as the graph's rope node. */
+static const gp_ktensor *cpu_rope(const gp_cu_rope *r, const gp_ktensor *x, const tt *pos, tt *y)
+{
+    if (!r->on)
+        return x;
+    gp_attrs at = {{r->interleaved, r->n, 0, 0}, {r->theta, 0}};
+    gp_ktensor in[2] = {*x, pos->h};
+    gp_cpu_compute(GP_OP_ROPE, &at, &y->h, in, 2, NULL, 0, 0, 1);
+    return &y->h;
+}
+
+/*
+ * One-token attention with its ropes and K/V stores inside (gp_cuda_attention_decode) against the
+ * CPU's rope, store and attention nodes one by one: the caches bit for bit (the new rows and
+ * nothing else written), the output within 1e-5. q, k and v are column blocks of one row (as
+ * GPT-2's qkv); caches f32 and f16, grouped (H = 4, G = 2) or not, D 64 and 128, pos 0, inside
+ * the first split and past 16 times the split rows; each rope on or off (rotate-half and
+ * interleaved, n < D); the combine in the last block or a second kernel, one split or 16, pos read
+ * before or after the PDL wait.
+ */
+static void test_attention_decode(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    const int64_t S = 400;
+    const int32_t poss[3] = {0, 9, 350};
+    int idx = 0;
+    for (int dt = 0; dt < 2; dt++)
+        for (int gq = 0; gq < 2; gq++)
+            for (int dd = 0; dd < 2; dd++)
+                for (int pi = 0; pi < 3; pi++, idx++) {
+                    int64_t H = 4, G = gq ? 2 : 4, D = dd ? 128 : 64, W = (H + 2 * G) * D;
+                    int32_t P = poss[pi];
+                    gp_dtype ct = dt ? GP_F16 : GP_F32;
+                    /* ropes: none, both rotate-half, both interleaved, q rotate-half and k
+                     * interleaved with another theta, k only */
+                    int rv = idx % 5;
+                    gp_cu_rope rn = {1, 0, D - 16, 10000.0, GP_F32}, ri = {1, 1, D / 2, 10000.0, GP_F32};
+                    gp_cu_rope off = {0, 0, 0, 0.0, GP_F32}, rk2 = ri;
+                    rk2.theta = 500000.0;
+                    gp_cu_rope rq = rv == 1 || rv == 3 ? rn : rv == 2 ? ri : off;
+                    gp_cu_rope rk = rv == 1 ? rn : rv == 2 ? ri : rv == 3 ? rk2 : rv == 4 ? rn : off;
+                    int64_t sw[2] = {1, W}, sc[3] = {S, G, D}, sq[3] = {1, H, D}, sk[3] = {1, G, D};
+                    int64_t sp[1] = {1};
+                    tt qkv, kc, vc, pos, qr, kr, out;
+                    tt_new(&qkv, GP_F32, 2, sw, 1.0f);
+                    tt_new(&kc, ct, 3, sc, 1.0f);
+                    tt_new(&vc, ct, 3, sc, 1.0f);
+                    tt_new(&pos, GP_I32, 1, sp, 1.0f);
+                    tt_new(&qr, GP_F32, 3, sq, 1.0f);
+                    tt_new(&kr, GP_F32, 3, sk, 1.0f);
+                    tt_new(&out, GP_F32, 3, sq, 1.0f);
+                    memcpy(pos.h.data, &P, 4);
+                    cudaMemcpy(pos.d.data, &P, 4, cudaMemcpyHostToDevice);
+                    gp_ktensor hq, hk, hv;
+                    gp_cu_tensor dq, dk, dv;
+                    row_view(&qkv, 0, H, D, &hq, &dq);
+                    row_view(&qkv, H * D, G, D, &hk, &dk);
+                    row_view(&qkv, (H + G) * D, G, D, &hv, &dv);
+                    /* The CPU: rope(s), the two stores, attention. */
+                    const gp_ktensor *q_in = cpu_rope(&rq, &hq, &pos, &qr);
+                    const gp_ktensor *k_in = cpu_rope(&rk, &hk, &pos, &kr);
+                    gp_attrs none = {{0}, {0}}, aa = {{0}, {1.0 / sqrt((double)D), 0}};
+                    gp_ktensor s0[3] = {kc.h, pos.h, *k_in}, s1[3] = {vc.h, pos.h, hv};
+                    gp_cpu_compute(GP_OP_STORE, &none, &kc.h, s0, 3, NULL, 0, 0, 1);
+                    gp_cpu_compute(GP_OP_STORE, &none, &vc.h, s1, 3, NULL, 0, 0, 1);
+                    gp_ktensor ain[4] = {*q_in, kc.h, vc.h, pos.h};
+                    size_t wsz = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &out.h, ain, 4, 1);
+                    void *hws = malloc(wsz);
+                    gp_cpu_compute(GP_OP_ATTENTION, &aa, &out.h, ain, 4, hws, wsz, 0, 1);
+                    free(hws);
+                    /* The GPU, in one launch. */
+                    gp_cu_decode_att a = {dq, dk, dv, kc.d, vc.d, pos.d, rq, rk, aa.f[0], idx % 2};
+                    size_t dws = idx % 7 == 3 ? 0 : (size_t)GP_WS_ATTN_SPLITS * H * (D + 2) * 4;
+                    void *ws = NULL;
+                    if (dws)
+                        cudaMalloc(&ws, dws);
+                    k.c.att_combine = idx % 4 < 2;
+                    k.c.pdl = k.c.prefetch = idx % 2;
+                    cudaMemset(out.d.data, 0xff, out.bytes);
+                    int64_t n0 = gp_cuda_attention_decode_count();
+                    CU_ASSERT_EQUAL(gp_cuda_attention_decode_ok(&a, &out.d), 1);
+                    int r = gp_cuda_attention_decode(&k.c, &a, &out.d, ws, dws);
+                    if (r)
+                        fprintf(stderr, "\n  attention_decode: %s\n", k.c.err);
+                    CU_ASSERT_EQUAL(r, 0);
+                    CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+                    CU_ASSERT_EQUAL(gp_cuda_attention_decode_count(), n0 + 1);
+                    char name[96];
+                    snprintf(name, sizeof name, "attention_decode %s H %d G %d D %d pos %d rope %d",
+                             dt ? "f16" : "f32", (int)H, (int)G, (int)D, (int)P, rv);
+                    int same_k = same_on_device(&kc), same_v = same_on_device(&vc);
+                    if (!same_k || !same_v)
+                        fprintf(stderr, "\n  %s: caches differ from the CPU's stores (k %d, v %d)\n",
+                                name, !same_k, !same_v);
+                    CU_ASSERT(same_k && same_v);
+                    gp_ktensor g = out.h;
+                    g.data = malloc(out.bytes);
+                    cudaMemcpy(g.data, out.d.data, out.bytes, cudaMemcpyDeviceToHost);
+                    CHECK_ERR(name, rel_err(&g, &out.h), 1e-5);
+                    free(g.data);
+                    cudaFree(ws);
+                    tt_free(&qkv);
+                    tt_free(&kc);
+                    tt_free(&vc);
+                    tt_free(&pos);
+                    tt_free(&qr);
+                    tt_free(&kr);
+                    tt_free(&out);
+                }
+    kctx_free(&k);
+}
+
+/* The one-token attention writing its output over q's own elements (the planner may place it
+ * there: GPT-2's q read straight from qkv) gives the same result; pos out of range writes
+ * nothing; operands it cannot take are refused. */
+static void test_attention_decode_edges(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    const int64_t H = 8, G = 2, D = 64, S = 300;
+    int64_t sq[3] = {1, H, D}, sk[3] = {1, G, D}, sc[3] = {S, G, D}, sp[1] = {1};
+    tt q, kx, vx, kc, vc, pos, qr, kr, out;
+    tt_new(&q, GP_F32, 3, sq, 1.0f);
+    tt_new(&kx, GP_F32, 3, sk, 1.0f);
+    tt_new(&vx, GP_F32, 3, sk, 1.0f);
+    tt_new(&kc, GP_F16, 3, sc, 1.0f);
+    tt_new(&vc, GP_F16, 3, sc, 1.0f);
+    tt_new(&pos, GP_I32, 1, sp, 1.0f);
+    tt_new(&qr, GP_F32, 3, sq, 1.0f);
+    tt_new(&kr, GP_F32, 3, sk, 1.0f);
+    tt_new(&out, GP_F32, 3, sq, 1.0f);
+    gp_cu_rope rope = {1, 0, D, 10000.0, GP_F32};
+    gp_cu_decode_att a = {q.d, kx.d, vx.d, kc.d, vc.d, pos.d, rope, rope, 0.125, 1};
+    size_t dws = (size_t)GP_WS_ATTN_SPLITS * H * (D + 2) * 4;
+    void *ws = NULL;
+    cudaMalloc(&ws, dws);
+    k.c.att_combine = k.c.pdl = 1;
+    /* pos = S: out of range, nothing is written (the runtime refuses it before an eval). */
+    int32_t P = (int32_t)S;
+    cudaMemcpy(pos.d.data, &P, 4, cudaMemcpyHostToDevice);
+    cudaMemset(out.d.data, 0xff, out.bytes);
+    CU_ASSERT_EQUAL(gp_cuda_attention_decode(&k.c, &a, &out.d, ws, dws), 0);
+    CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+    CU_ASSERT(same_on_device(&kc) && same_on_device(&vc));
+    float o0;
+    cudaMemcpy(&o0, out.d.data, 4, cudaMemcpyDeviceToHost);
+    CU_ASSERT(isnan(o0));
+    /* Output over q: the CPU's sequence, then the GPU writing into q's storage. */
+    P = 260;
+    memcpy(pos.h.data, &P, 4);
+    cudaMemcpy(pos.d.data, &P, 4, cudaMemcpyHostToDevice);
+    gp_attrs none = {{0}, {0}}, aa = {{0}, {0.125, 0}};
+    const gp_ktensor *qin = cpu_rope(&rope, &q.h, &pos, &qr);
+    const gp_ktensor *kin = cpu_rope(&rope, &kx.h, &pos, &kr);
+    gp_ktensor s0[3] = {kc.h, pos.h, *kin}, s1[3] = {vc.h, pos.h, vx.h};
+    gp_cpu_compute(GP_OP_STORE, &none, &kc.h, s0, 3, NULL, 0, 0, 1);
+    gp_cpu_compute(GP_OP_STORE, &none, &vc.h, s1, 3, NULL, 0, 0, 1);
+    tt ref;
+    tt_new(&ref, GP_F32, 3, sq, 1.0f);
+    gp_ktensor ain[4] = {*qin, kc.h, vc.h, pos.h};
+    size_t wsz = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &ref.h, ain, 4, 1);
+    void *hws = malloc(wsz);
+    gp_cpu_compute(GP_OP_ATTENTION, &aa, &ref.h, ain, 4, hws, wsz, 0, 1);
+    free(hws);
+    CU_ASSERT_EQUAL(gp_cuda_attention_decode(&k.c, &a, &q.d, ws, dws), 0);
+    CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+    CU_ASSERT(same_on_device(&kc) && same_on_device(&vc));
+    gp_ktensor g = ref.h;
+    g.data = malloc(ref.bytes);
+    cudaMemcpy(g.data, q.d.data, ref.bytes, cudaMemcpyDeviceToHost);
+    CHECK_ERR("attention_decode into q", rel_err(&g, &ref.h), 1e-5);
+    free(g.data);
+    /* Refused: two tokens, an odd rope n, D > 256, H not a multiple of G. */
+    gp_cu_decode_att b = a;
+    b.q.ne[0] = 2;
+    CU_ASSERT_EQUAL(gp_cuda_attention_decode(&k.c, &b, &out.d, ws, dws), -1);
+    b = a;
+    b.rope_k.n = 33;
+    CU_ASSERT_EQUAL(gp_cuda_attention_decode_ok(&b, &out.d), 0);
+    CU_ASSERT_EQUAL(gp_cuda_attention_decode(&k.c, &b, &out.d, ws, dws), -1);
+    b = a;
+    b.q.ne[2] = b.k.ne[2] = b.v.ne[2] = b.k_cache.ne[2] = b.v_cache.ne[2] = 288;
+    gp_cu_tensor wide = out.d;
+    wide.ne[2] = 288;
+    CU_ASSERT_EQUAL(gp_cuda_attention_decode_ok(&b, &wide), 0);
+    b = a;
+    b.q.ne[1] = 7;
+    CU_ASSERT_EQUAL(gp_cuda_attention_decode_ok(&b, &out.d), 0);
+    CU_ASSERT_EQUAL(cudaGetLastError(), cudaSuccess);
+    cudaFree(ws);
+    tt_free(&q);
+    tt_free(&kx);
+    tt_free(&vx);
+    tt_free(&kc);
+    tt_free(&vc);
+    tt_free(&pos);
+    tt_free(&qr);
+    tt_free(&kr);
+    tt_free(&out);
+    tt_free(&ref);
+    kctx_free(&k);
+}
+
 static void test_matmul(void)
 {
     kctx k;
@@ -1006,6 +1237,92 @@ static void test_model_switches(void)
         unsetenv("GPLAN_CUDA_PDL");
 }
 
+/*
+ * attnfuse: a model through a prompt, one-token steps past 16 cache rows, a 3-token eval (run
+ * unfused) and more steps, on a CUDA session with the one-token attention fused, one with it off
+ * (GPLAN_CUDA_DISABLE=attnfuse) and the CPU: the same logits (1e-4); the fused kernel was enqueued
+ * for every layer when on and never when off.
+ */
+static void decode_fused_vs_not(const char *example, const char *const *defs, int n_defs,
+                                int n_layer)
+{
+    gp_test_model_opts o = {defs, n_defs, NULL, 1, 42};
+    gp_model *m = gp_test_model(example, &o, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    char err[1024];
+    gp_session_opts oc = {"cpu", 1, 0}, og = {"cuda", 1, 0};
+    int64_t c0 = gp_cuda_attention_decode_count();
+    setenv("GPLAN_CUDA_DISABLE", "attnfuse", 1);
+    gp_session *off = gp_session_new(m, &og, err, sizeof err);
+    unsetenv("GPLAN_CUDA_DISABLE");
+    int64_t c1 = gp_cuda_attention_decode_count();
+    gp_session *on = gp_session_new(m, &og, err, sizeof err);
+    int64_t c2 = gp_cuda_attention_decode_count();
+    gp_session *cpu = gp_session_new(m, &oc, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL(off);
+    CU_ASSERT_PTR_NOT_NULL(on);
+    CU_ASSERT_PTR_NOT_NULL(cpu);
+    CU_ASSERT_EQUAL(c1, c0);
+    CU_ASSERT(c2 - c1 >= n_layer);
+    if (off && on && cpu) {
+        gp_model_info info;
+        gp_model_get_info(m, &info);
+        int64_t V = info.vocab;
+        size_t n = 8 * (size_t)V;
+        float *l_on = malloc(sizeof(float) * n), *l_off = malloc(sizeof(float) * n);
+        float *l_cpu = malloc(sizeof(float) * n);
+        int start = 0;
+        for (int i = 0; i < 26; i++) {
+            int t = i == 0 ? 5 : i == 20 ? 3 : 1;
+            CU_ASSERT_EQUAL_FATAL(step(on, t, start, l_on, V), 0);
+            CU_ASSERT_EQUAL_FATAL(step(off, t, start, l_off, V), 0);
+            CU_ASSERT_EQUAL_FATAL(step(cpu, t, start, l_cpu, V), 0);
+            double e = max_rel(l_on, l_off, (size_t)t * (size_t)V);
+            double ec = max_rel(l_on, l_cpu, (size_t)t * (size_t)V);
+            if (!(e <= 1e-4 && ec <= 1e-4))
+                fprintf(stderr, "\n  %s step %d (%d tokens at %d): fused vs not %.3g, vs CPU %.3g\n",
+                        example, i, t, start, e, ec);
+            CU_ASSERT(e <= 1e-4);
+            CU_ASSERT(ec <= 1e-4);
+            start += t;
+        }
+        CU_ASSERT_EQUAL(gp_session_backend_allocs(on), 0);
+        free(l_on);
+        free(l_off);
+        free(l_cpu);
+    }
+    gp_session_free(cpu);
+    gp_session_free(on);
+    gp_session_free(off);
+    gp_model_free(m);
+}
+
+static void test_model_attnfuse(void)
+{
+    static const char *const llama[] = {
+        "num_hidden_layers=2", "hidden_size=256", "intermediate_size=256", "num_attention_heads=4",
+        "num_key_value_heads=2", "vocab_size=512", "max_position_embeddings=64", "n_batch=64",
+        "wtype=f32", "kv_type=f32"};
+    static const char *const gpt2[] = {"n_layer=2", "n_embd=128", "n_head=4", "vocab_size=512",
+                                       "n_positions=64", "wtype=f32", "kv_type=f32"};
+    decode_fused_vs_not("examples/llama.gplan", llama, 10, 2);
+    decode_fused_vs_not("examples/gpt2.gplan", gpt2, 7, 2);
+    /* TinyLlama's widths, one layer: the planner puts the attention's workspace over k and v
+     * (dead after the stores), so the fused launch's partials go to the backend's scratch. */
+    static const char *const wide[] = {
+        "num_hidden_layers=1", "hidden_size=2048", "intermediate_size=5632",
+        "num_attention_heads=32", "num_key_value_heads=4", "vocab_size=512",
+        "max_position_embeddings=64", "n_batch=512", "wtype=f32", "kv_type=f32"};
+    decode_fused_vs_not("examples/llama.gplan", wide, 10, 1);
+    /* f16 caches: the new rows rounded as the stores round them */
+    const char *llama16[10], *gpt216[7];
+    memcpy(llama16, llama, sizeof llama16);
+    memcpy(gpt216, gpt2, sizeof gpt216);
+    llama16[9] = gpt216[6] = "kv_type=f16";
+    decode_fused_vs_not("examples/llama.gplan", llama16, 10, 2);
+    decode_fused_vs_not("examples/gpt2.gplan", gpt216, 7, 2);
+}
+
 void gp_suite_cuda(void)
 {
     int n = 0;
@@ -1024,10 +1341,14 @@ void gp_suite_cuda(void)
     CU_add_test(s, "matvec group: q/k/v and gate/up/swiglu in one launch", test_matvec_group);
     CU_add_test(s, "matvec tail: the norm of the residual sum in the last block", test_matvec_tail);
     CU_add_test(s, "attention: split-KV decode and prompts", test_attention);
+    CU_add_test(s, "one-token attention with ropes and K/V stores inside", test_attention_decode);
+    CU_add_test(s, "one-token attention: output over q, pos out of range, refusals",
+                test_attention_decode_edges);
     CU_add_test(s, "matmul: matvec, cuBLAS, batched, fallback", test_matmul);
     CU_add_test(s, "sizes from the param block", test_param_block);
     CU_add_test(s, "tiny model f32: CPU vs CUDA, no eval allocations", test_model_f32);
     CU_add_test(s, "tiny model f16 weights: CPU vs CUDA", test_model_f16);
     CU_add_test(s, "tiny model: fusions off, transposed weights, PDL on and off", test_model_switches);
+    CU_add_test(s, "Llama and GPT-2 decode: one-token attention fused or not", test_model_attnfuse);
     CU_add_test(s, "LoRA runtime mode: adapters rebound in a live session", test_lora_rebind);
 }
