@@ -179,7 +179,8 @@ int main(int argc, char **argv)
         }
         comm[c] = cm;
         if (c > 0 && !gp_cuda_comm_uses_p2p(comm[c], GP_AR_P2P_MAX)) {
-            fprintf(stderr, "allreduce_bench: %s: the devices cannot access each other\n", title[c]);
+            fprintf(stderr, "allreduce_bench: %s: the devices cannot access each other\n",
+                    title[c]);
             return 1;
         }
     }

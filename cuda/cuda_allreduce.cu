@@ -37,7 +37,10 @@ template <> struct ar_type<GP_F32> {
 template <> struct ar_type<GP_F16> {
     typedef uint16_t U;
     static __device__ __forceinline__ float get(U u) { return __half2float(__ushort_as_half(u)); }
-    static __device__ __forceinline__ U put(float f) { return __half_as_ushort(__float2half_rn(f)); }
+    static __device__ __forceinline__ U put(float f)
+    {
+        return __half_as_ushort(__float2half_rn(f));
+    }
 };
 template <> struct ar_type<GP_BF16> {
     typedef uint16_t U;
@@ -75,7 +78,8 @@ __device__ __forceinline__ uint4 ar_load(const unsigned char *p, unsigned len, i
 }
 
 template <typename U>
-__device__ __forceinline__ void ar_store(unsigned char *p, unsigned len, int vec, const ar_chunk<U> &c)
+__device__ __forceinline__ void ar_store(unsigned char *p, unsigned len, int vec,
+                                         const ar_chunk<U> &c)
 {
     if (vec && len == 16) {
         *(uint4 *)p = c.v;
@@ -209,10 +213,11 @@ __global__ void __launch_bounds__(1024, 1)
     float acc[L];
     for (int r = 0; r < a.n; r++) {
         ar_chunk<U> t;
+        const unsigned char *from = a.recv[me] + ((size_t)r * 2 + par) * GP_AR_P2P_MAX + slot;
         if (r == me)
             t = mine;
         else
-            t.v = __ldcg((const uint4 *)(a.recv[me] + ((size_t)r * 2 + par) * GP_AR_P2P_MAX + slot));
+            t.v = __ldcg((const uint4 *)from);
 #pragma unroll
         for (int k = 0; k < L; k++)
             acc[k] = r == 0 ? ar_type<DT>::get(t.u[k]) : acc[k] + ar_type<DT>::get(t.u[k]);

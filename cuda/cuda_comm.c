@@ -10,7 +10,8 @@
  * host-mapped pinned block [1 + n] shared by the ranks (abort word, then each rank's status).
  * Failures: gp_cuda_comm_fail sets the abort word, which ends the kernels' waits on every device;
  * a kernel that waited past its time limit sets it too, and writes its status, which
- * gp_cuda_comm_wait turns into an error. NCCL's all-reduces are stopped as before (revoke/abort). */
+ * gp_cuda_comm_wait turns into an error. NCCL's all-reduces are stopped as before (revoke or
+ * abort). */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <sched.h>
 #include <stdio.h>
@@ -34,7 +35,8 @@ struct gp_cuda_comm {
     int failed_rank;                  /* atomic: the first rank that failed, or -1 */
     /* The P2P all-reduce; p2p 0: NCCL serves every all-reduce. */
     int p2p;
-    int pdl;                          /* its launches may overlap the kernel before (GPLAN_CUDA_PDL) */
+    int pdl;                          /* its launches may overlap the kernel before them
+                                         (GPLAN_CUDA_PDL) */
     double timeout_s;                 /* its wait for a peer */
     unsigned char *recv[GP_AR_P2P_RANKS];       /* [n] on rank r's device: [n][2][GP_AR_P2P_MAX] */
     unsigned long long *flags[GP_AR_P2P_RANKS]; /* [n] on rank r's device: [n][GP_AR_BLOCKS] */
@@ -170,7 +172,8 @@ static int read_p2p_env(int *want, unsigned *block_bytes, double *timeout_s, cha
         char *end = NULL;
         long v = strtol(to, &end, 10);
         if (*end || v < 1 || v > 3600L * 1000) {
-            snprintf(err, err_len, "cuda: GPLAN_ALLREDUCE_TIMEOUT_MS=%s: expected 1 to 3600000", to);
+            snprintf(err, err_len, "cuda: GPLAN_ALLREDUCE_TIMEOUT_MS=%s: expected 1 to 3600000",
+                     to);
             return -1;
         }
         *timeout_s = (double)v / 1000.0;
@@ -528,8 +531,9 @@ static int p2p_status(gp_cuda_comm *c, int rank, char *err, size_t err_len)
     int f = gp_cuda_comm_failed(c);
     unsigned who = p2p_abort(c);
     if ((st & 0xff) == GP_AR_TIMEOUT)
-        snprintf(err, err_len, "cuda: rank %d: a P2P all-reduce waited %g s for rank %u and gave up",
-                 rank, c->timeout_s, st >> 8);
+        snprintf(err, err_len,
+                 "cuda: rank %d: a P2P all-reduce waited %g s for rank %u and gave up", rank,
+                 c->timeout_s, st >> 8);
     else if (f >= 0)
         snprintf(err, err_len, "cuda: rank %d stopped its collectives: rank %d failed", rank, f);
     else

@@ -102,7 +102,8 @@ enum { GP_AR_OK = 0, GP_AR_ABORTED = 1, GP_AR_TIMEOUT = 2 }; /* TIMEOUT | peer <
 /* What one rank's kernel needs: passed by value as the kernel's parameter. */
 typedef struct {
     unsigned char *recv[GP_AR_P2P_RANKS]; /* [n] rank r's receive buffer on its device:
-                                             [n][2][GP_AR_P2P_MAX] bytes (sender, parity) */
+                                             [n][2][GP_AR_BLOCKS][GP_AR_SLOT] bytes (sender,
+                                             parity, block) */
     unsigned long long *flags[GP_AR_P2P_RANKS]; /* [n] rank r's flags [n][GP_AR_BLOCKS]: the last
                                                    epoch sender s's block b announced */
     unsigned long long *seq;                  /* [GP_AR_BLOCKS] this rank's epoch per block */
