@@ -23,6 +23,7 @@
  * parity, which p may still be reading for e. Flags only grow, so `>=` never misses one.
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "cuda/cuda_comm.h"
 #include "cuda/cuda_internal.cuh"
@@ -150,8 +151,9 @@ __device__ unsigned ar_wait(const gp_cuda_ar_peers &a, unsigned b, unsigned long
 template <int DT>
 __global__ void __launch_bounds__(1024, 1)
     k_all_reduce(gp_cuda_ar_peers a, const unsigned char *in, unsigned char *out,
-                 unsigned long long bytes, unsigned per_block, int vec)
+                 unsigned long long bytes, unsigned per_block, int vec, TAIL tl)
 {
+    extern __shared__ float xs_ar[]; /* with tl.on: the summed row [bytes / 4] */
     typedef typename ar_type<DT>::U U;
     enum { L = 16 / sizeof(U) };
     __shared__ unsigned long long sh_e;
@@ -205,32 +207,51 @@ __global__ void __launch_bounds__(1024, 1)
         }
     }
     __syncthreads();
-    if (!have)
-        return;
-
-    /* 4. Sum in rank order. Received rows are read through L2 (ld.cg): L1 may hold the bytes
-     * of this parity from two epochs ago. */
-    float acc[L];
-    for (int r = 0; r < a.n; r++) {
-        ar_chunk<U> t;
-        const unsigned char *from = a.recv[me] + ((size_t)r * 2 + par) * GP_AR_P2P_MAX + slot;
-        if (r == me)
-            t = mine;
-        else
-            t.v = __ldcg((const uint4 *)from);
+    if (have) {
+        /* 4. Sum in rank order. Received rows are read through L2 (ld.cg): L1 may hold the bytes
+         * of this parity from two epochs ago. */
+        float acc[L];
+        for (int r = 0; r < a.n; r++) {
+            ar_chunk<U> t;
+            const unsigned char *from = a.recv[me] + ((size_t)r * 2 + par) * GP_AR_P2P_MAX + slot;
+            if (r == me)
+                t = mine;
+            else
+                t.v = __ldcg((const uint4 *)from);
+#pragma unroll
+            for (int k = 0; k < L; k++)
+                acc[k] = r == 0 ? ar_type<DT>::get(t.u[k]) : acc[k] + ar_type<DT>::get(t.u[k]);
+        }
+        ar_chunk<U> o;
 #pragma unroll
         for (int k = 0; k < L; k++)
-            acc[k] = r == 0 ? ar_type<DT>::get(t.u[k]) : acc[k] + ar_type<DT>::get(t.u[k]);
+            o.u[k] = ar_type<DT>::put(acc[k]);
+        ar_store<U>(out + off, len, vec, o);
     }
-    ar_chunk<U> o;
-#pragma unroll
-    for (int k = 0; k < L; k++)
-        o.u[k] = ar_type<DT>::put(acc[k]);
-    ar_store<U>(out + off, len, vec, o);
+    /* 5. With a norm after the all-reduce (f32, one row): the last block computes it. */
+    if (tl.on)
+        tail_norm(tl, (const float *)out, (int64_t)(bytes / 4), xs_ar);
+}
+
+/* A contiguous row [n] of dtype t at p, as the kernels' tensors. */
+static KT row_kt(const void *p, gp_dtype t, int64_t n)
+{
+    KT k;
+    memset(&k, 0, sizeof k);
+    k.p = (char *)p;
+    k.t = t;
+    for (int d = 0; d < 4; d++) {
+        k.sym[d] = -1;
+        k.ne[d] = 1;
+    }
+    k.ne[3] = n;
+    k.nb[3] = (int64_t)gp_dtype_size(t);
+    return k;
 }
 
 extern "C" int gp_cuda_ar_launch(const gp_cuda_ar_peers *p, const void *in, void *out,
-                                 size_t count, gp_dtype dt, cudaStream_t s, int pdl)
+                                 size_t count, gp_dtype dt, cudaStream_t s, int pdl,
+                                 const gp_cuda_ar_norm *norm)
 {
     size_t bytes = count * gp_dtype_size(dt);
     if (bytes == 0)
@@ -262,16 +283,35 @@ extern "C" int gp_cuda_ar_launch(const gp_cuda_ar_peers *p, const void *in, void
     unsigned char *o8 = (unsigned char *)out;
     unsigned long long nb = bytes;
     unsigned pb = (unsigned)per;
+    TAIL tl;
+    memset(&tl, 0, sizeof tl);
+    if (norm && gp_cuda_ar_norm_ok(norm, count, dt)) {
+        tl.on = 1;
+        tl.nm.is_ln = norm->is_ln;
+        tl.nm.eps = norm->eps;
+        tl.nm.w = row_kt(norm->w, norm->w_dt, (int64_t)count);
+        tl.nm.has_b = norm->b != NULL;
+        tl.nm.b = tl.nm.has_b ? row_kt(norm->b, norm->b_dt, (int64_t)count) : tl.nm.w;
+        tl.out = row_kt(norm->out, norm->out_dt, (int64_t)count);
+        tl.counter = norm->counter;
+        cfg.dynamicSmemBytes = count * sizeof(float);
+    }
     switch (dt) {
     case GP_F32:
-        return cudaLaunchKernelEx(&cfg, k_all_reduce<GP_F32>, *p, i8, o8, nb, pb, vec);
+        return cudaLaunchKernelEx(&cfg, k_all_reduce<GP_F32>, *p, i8, o8, nb, pb, vec, tl);
     case GP_F16:
-        return cudaLaunchKernelEx(&cfg, k_all_reduce<GP_F16>, *p, i8, o8, nb, pb, vec);
+        return cudaLaunchKernelEx(&cfg, k_all_reduce<GP_F16>, *p, i8, o8, nb, pb, vec, tl);
     case GP_BF16:
-        return cudaLaunchKernelEx(&cfg, k_all_reduce<GP_BF16>, *p, i8, o8, nb, pb, vec);
+        return cudaLaunchKernelEx(&cfg, k_all_reduce<GP_BF16>, *p, i8, o8, nb, pb, vec, tl);
     default:
         return cudaErrorInvalidValue;
     }
+}
+
+extern "C" int gp_cuda_ar_norm_ok(const gp_cuda_ar_norm *norm, size_t count, gp_dtype dt)
+{
+    return dt == GP_F32 && count > 0 && count == norm->n && count * sizeof(float) <= 32 * 1024 &&
+           norm->w && norm->out && norm->counter;
 }
 
 extern "C" int gp_cuda_ar_load(void)

@@ -58,7 +58,10 @@ typedef struct {
     int group;                       /* a matmul: with grp.n - 1 more matmuls of its x (and, glu,
                                         their swiglu) in one launch when one row; else 0 */
     gp_cu_group grp;
-    int tailed;                      /* a norm the matmul before it may compute (epi.tail) */
+    int tailed;                      /* a norm the node before it may compute (a matmul's
+                                        epi.tail, an all_reduce's arnorm) */
+    int has_arnorm;                  /* an all_reduce: the norm after it, in its kernel */
+    gp_cuda_ar_norm arnorm;
     int dec_att;                     /* a rope, cont or store that attention node dec_att - 1 runs
                                         in its one-token launches (attnfuse); else 0 */
     int dec_on;                      /* an attention: one-token launches run dec instead */
@@ -241,7 +244,8 @@ static size_t launch_numel(const cuda_be *b, const gp_cu_tensor *k)
  * padded launch adds are summed too, and nothing reads them. */
 /* An all_reduce node over NCCL. all_reduce(x, y): device 0 adds y to its term first (in out),
  * unless the matmul before it already did (added: its epilogue wrote x + y into out). */
-static int all_reduce(cuda_be *b, const cu_node *cn, const gp_plan_node *nd, int added)
+static int all_reduce(cuda_be *b, const cu_node *cn, const gp_plan_node *nd, int added,
+                      int *norm_done)
 {
     const void *src = cn->in[0].data;
     if (nd->n_inputs > 1 && b->rank == 0 && !added) {
@@ -252,8 +256,10 @@ static int all_reduce(cuda_be *b, const cu_node *cn, const gp_plan_node *nd, int
         src = cn->out.data;
     }
     b->kc.launches++;
-    return gp_cuda_comm_all_reduce(b->comm, b->rank, src, cn->out.data, launch_numel(b, &cn->out),
-                                   cn->out.dtype, b->stream, b->kc.err, sizeof b->kc.err);
+    return gp_cuda_comm_all_reduce_norm(b->comm, b->rank, src, cn->out.data,
+                                        launch_numel(b, &cn->out), cn->out.dtype, b->stream,
+                                        cn->has_arnorm ? &cn->arnorm : NULL, norm_done, b->kc.err,
+                                        sizeof b->kc.err);
 }
 
 /* attnfuse: node cn is an attention whose fused launch serves this launch (one token). */
@@ -280,7 +286,7 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
     for (int i = 0; i < p->n_nodes; i++) {
         const gp_plan_node *nd = &p->nodes[i];
         cu_node *cn = &b->nodes[i];
-        int r = 0, fused = 0, pre_used = 0;
+        int r = 0, fused = 0, pre_used = 0, norm_done = 0;
         if (b->ev)
             cudaEventRecord(b->ev[i], b->stream);
         if (cn->dec_att && decode_now(b, &b->nodes[cn->dec_att - 1]))
@@ -315,7 +321,7 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
             }
         }
         if (!r && nd->op == GP_OP_ALL_REDUCE && b->comm && !b->warming)
-            r = all_reduce(b, cn, nd, 0);
+            r = all_reduce(b, cn, nd, 0, &norm_done);
         else if (!r && decode_now(b, cn))
             r = gp_cuda_attention_decode(&b->kc, &cn->dec, &cn->out, cn->dec_ws, cn->dec_ws_size);
         else if (!r && cn->pair >= 0)
@@ -340,7 +346,12 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
             /* An all_reduce(x, y) ending the epilogue: its + y ran there, the sum over devices
              * has not. */
             if (!r && p->nodes[i].op == GP_OP_ALL_REDUCE && b->comm && !b->warming)
-                r = all_reduce(b, &b->nodes[i], &p->nodes[i], 1);
+                r = all_reduce(b, &b->nodes[i], &p->nodes[i], 1, &norm_done);
+        }
+        if (norm_done) { /* the norm after the all-reduce ran in its kernel */
+            i++;
+            if (b->ev)
+                cudaEventRecord(b->ev[i], b->stream);
         }
         if (r) {
             snprintf(err, err_len, "cuda: node %d (%s -> %s, line %d): %s", i,
@@ -714,6 +725,43 @@ static void plan_tail_norms(cuda_be *b)
         tensor_of(b, nd->output, &t->out);
         cn->epi.has_tail = 1;
         b->nodes[j].tailed = 1;
+    }
+}
+
+/*
+ * Norms right after an all_reduce that read its sum (Llama's rms_norm after each tensor-parallel
+ * residual add): the P2P all-reduce kernel's last block computes them when the sum is one f32 row
+ * (gp_cuda_comm_all_reduce_norm). Weights contiguous [N]; the output disjoint from the sum.
+ */
+static void plan_ar_norms(cuda_be *b)
+{
+    const gp_plan *p = b->p;
+    for (int i = 0; b->comm && i + 1 < p->n_nodes; i++) {
+        const gp_plan_node *ar = &p->nodes[i], *nd = &p->nodes[i + 1];
+        if (ar->op != GP_OP_ALL_REDUCE || (nd->op != GP_OP_LAYER_NORM && nd->op != GP_OP_RMS_NORM) ||
+            nd->inputs[0] != ar->output || b->nodes[i + 1].skip || b->nodes[i + 1].tailed)
+            continue;
+        const gp_plan_tensor *x = &p->tensors[ar->output], *h = &p->tensors[nd->output];
+        const gp_plan_tensor *w = &p->tensors[nd->inputs[1]];
+        const gp_plan_tensor *bias = nd->op == GP_OP_LAYER_NORM && nd->n_inputs > 2
+                                         ? &p->tensors[nd->inputs[2]] : NULL;
+        if (x->dtype != GP_F32 || x->view_src >= 0 || h->view_src >= 0 || overlaps(h, x) ||
+            w->ndim != 1 || (bias && bias->ndim != 1) || h->ndim < 1 || x->ndim < 1 ||
+            h->stride[h->ndim - 1] != 1 || w->dims[0] != x->dims[x->ndim - 1] ||
+            (bias && bias->dims[0] != w->dims[0]))
+            continue;
+        gp_cuda_ar_norm *an = &b->nodes[i].arnorm;
+        an->is_ln = nd->op == GP_OP_LAYER_NORM;
+        an->eps = (float)nd->attrs.f[0];
+        an->w = tensor_addr(b, w);
+        an->w_dt = w->dtype;
+        an->b = bias ? tensor_addr(b, bias) : NULL;
+        an->b_dt = bias ? bias->dtype : GP_F32;
+        an->out = tensor_addr(b, h);
+        an->out_dt = h->dtype;
+        an->n = (size_t)w->dims[0]; /* the counter is set with the others (be_create) */
+        b->nodes[i].has_arnorm = 1;
+        b->nodes[i + 1].tailed = 1;
     }
 }
 
@@ -1349,6 +1397,8 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         plan_epilogues(b, uses);
     if (!(b->disable & FUSE_TAIL) && !(b->disable & FUSE_EPILOGUE))
         plan_tail_norms(b);
+    if (!(b->disable & FUSE_TAIL))
+        plan_ar_norms(b);
     if (!(b->disable & FUSE_NORM))
         plan_prenorms(b, uses);
     if (!(b->disable & FUSE_STORE2))
@@ -1389,6 +1439,9 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     b->kc.h_syms = b->launch;
     b->kc.n_syms = p->n_syms;
     b->kc.d_counters = (unsigned *)((char *)b->dparam + sizeof(int64_t) * (size_t)(p->n_syms + 1));
+    for (int i = 0; i < p->n_nodes; i++) /* the all-reduces' norms: a counter of their own */
+        if (b->nodes[i].has_arnorm)
+            b->nodes[i].arnorm.counter = b->kc.d_counters + GP_CU_COUNTERS - 2;
     b->kc.n_counters = GP_CU_COUNTERS;
     const char *env = getenv("GPLAN_CUDA_NO_MATVEC");
     b->kc.no_matvec = env && *env == '1';
@@ -1457,7 +1510,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     env = getenv("GPLAN_CUDA_VERBOSE");
     if (env && *env == '1') {
         /* What the fusions did, once at creation (for benchmarks). */
-        int elided = 0, pairs = 0, norms = 0, epis = 0, transposed = 0, groups = 0, tails = 0;
+        int elided = 0, pairs = 0, norms = 0, epis = 0, transposed = 0, groups = 0, tails = 0, arnorms = 0;
         int attns = 0;
         for (int i = 0; i < p->n_tensors; i++)
             transposed += b->transposed[i];
@@ -1468,12 +1521,13 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             epis += b->nodes[i].epi.n > 0;
             groups += b->nodes[i].group > 0;
             tails += b->nodes[i].tailed;
+            arnorms += b->nodes[i].has_arnorm;
             attns += b->nodes[i].dec_on;
         }
         fprintf(stderr, "cuda: %d nodes: %d conts elided, %d store pairs, %d norms for matvecs, "
-                "%d matmul epilogues, %d matmul groups, %d tail norms, %d one-token attentions fused, "
+                "%d matmul epilogues, %d matmul groups, %d tail norms (%d in all-reduces), %d one-token attentions fused, "
                 "%d weights transposed, pdl %d; %lld launches in the one-token graph\n", p->n_nodes,
-                elided, pairs, norms, epis, groups, tails, attns, transposed, b->kc.pdl,
+                elided, pairs, norms, epis, groups, tails, arnorms, attns, transposed, b->kc.pdl,
                 (long long)launches1);
     }
     b->created = 1;

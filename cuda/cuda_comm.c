@@ -240,7 +240,8 @@ static int p2p_warm_up(gp_cuda_comm *c, char *err, size_t err_len)
             e = cudaSetDevice(c->devices[r]);
             if (e == cudaSuccess)
                 e = (cudaError_t)gp_cuda_ar_launch(&c->peers[r], in[r], out[r],
-                                                   dts[k] == GP_F32 ? COUNT : 1, dts[k], st[r], 0);
+                                                   dts[k] == GP_F32 ? COUNT : 1, dts[k], st[r], 0,
+                                                   NULL);
         }
     for (int r = 0; r < c->n && e == cudaSuccess; r++) {
         e = cudaSetDevice(c->devices[r]);
@@ -453,6 +454,15 @@ int gp_cuda_comm_uses_p2p(const gp_cuda_comm *c, size_t bytes)
 int gp_cuda_comm_all_reduce(gp_cuda_comm *c, int rank, const void *in, void *out, size_t count,
                             gp_dtype dt, cudaStream_t s, char *err, size_t err_len)
 {
+    int done;
+    return gp_cuda_comm_all_reduce_norm(c, rank, in, out, count, dt, s, NULL, &done, err, err_len);
+}
+
+int gp_cuda_comm_all_reduce_norm(gp_cuda_comm *c, int rank, const void *in, void *out, size_t count,
+                                 gp_dtype dt, cudaStream_t s, const gp_cuda_ar_norm *norm,
+                                 int *norm_done, char *err, size_t err_len)
+{
+    *norm_done = 0;
     ncclDataType_t t = dt == GP_F32 ? ncclFloat : dt == GP_F16 ? ncclHalf : ncclBfloat16;
     if (!gp_cuda_comm_dtype_ok(dt) || rank < 0 || rank >= c->n) {
         snprintf(err, err_len, "all_reduce: dtype %s or rank %d not supported", gp_dtype_name(dt),
@@ -461,13 +471,14 @@ int gp_cuda_comm_all_reduce(gp_cuda_comm *c, int rank, const void *in, void *out
     }
     size_t bytes = count * gp_dtype_size(dt);
     if (gp_cuda_comm_uses_p2p(c, bytes)) {
-        int e = gp_cuda_ar_launch(&c->peers[rank], in, out, count, dt, s, c->pdl);
+        int e = gp_cuda_ar_launch(&c->peers[rank], in, out, count, dt, s, c->pdl, norm);
         if (e != cudaSuccess) {
             cudaGetLastError();
             snprintf(err, err_len, "cuda: P2P all-reduce (rank %d, %zu bytes): %s", rank, bytes,
                      cudaGetErrorString((cudaError_t)e));
             return -1;
         }
+        *norm_done = norm && gp_cuda_ar_norm_ok(norm, count, dt);
         return 0;
     }
     ncclResult_t r = ncclAllReduce(in, out, count, t, ncclSum, c->comms[rank], s);
@@ -647,6 +658,15 @@ int gp_cuda_comm_all_reduce(gp_cuda_comm *c, int rank, const void *in, void *out
     (void)c, (void)rank, (void)in, (void)out, (void)count, (void)dt, (void)s;
     snprintf(err, err_len, "cuda: built without NCCL");
     return -1;
+}
+
+int gp_cuda_comm_all_reduce_norm(gp_cuda_comm *c, int rank, const void *in, void *out, size_t count,
+                                 gp_dtype dt, cudaStream_t s, const gp_cuda_ar_norm *norm,
+                                 int *norm_done, char *err, size_t err_len)
+{
+    (void)norm;
+    *norm_done = 0;
+    return gp_cuda_comm_all_reduce(c, rank, in, out, count, dt, s, err, err_len);
 }
 
 int gp_cuda_comm_wait(gp_cuda_comm *c, int rank, cudaStream_t s, char *err, size_t err_len)

@@ -71,6 +71,25 @@ int gp_cuda_comm_dtype_ok(gp_dtype dt);
 int gp_cuda_comm_all_reduce(gp_cuda_comm *c, int rank, const void *in, void *out, size_t count,
                             gp_dtype dt, cudaStream_t s, char *err, size_t err_len);
 
+/* A norm of an all-reduce's sum (Llama's rms_norm after each tensor-parallel residual add),
+ * computed by the P2P kernel's last block: out = norm(sum), the sum being one f32 row of n. */
+typedef struct {
+    int is_ln;          /* 1: layer_norm, 0: rms_norm */
+    float eps;
+    const void *w, *b;  /* [n] contiguous; b NULL: none */
+    gp_dtype w_dt, b_dt;
+    void *out;          /* [n] contiguous, disjoint from the all-reduce's output */
+    gp_dtype out_dt;
+    unsigned *counter;  /* device, zero between launches (the kernel leaves it zero) */
+    size_t n;           /* the norm's row: only an all-reduce of exactly n elements takes it */
+} gp_cuda_ar_norm;
+
+/* gp_cuda_comm_all_reduce, and when the P2P kernel serves it and the sum is one f32 row
+ * (count == norm->n), norm (may be NULL) too: *norm_done = 1 (else 0: the caller runs the norm). */
+int gp_cuda_comm_all_reduce_norm(gp_cuda_comm *c, int rank, const void *in, void *out, size_t count,
+                                 gp_dtype dt, cudaStream_t s, const gp_cuda_ar_norm *norm,
+                                 int *norm_done, char *err, size_t err_len);
+
 /*
  * Waits until stream s (rank's eval) has finished, like cudaStreamSynchronize, but gives up when
  * another rank has failed (gp_cuda_comm_fail), or NCCL reports an error: it then stops this rank's
@@ -118,7 +137,9 @@ typedef struct {
  * on s; pdl: the launch may overlap the kernel before it (which the kernel waits for). A CUDA
  * error code (0: cudaSuccess). */
 int gp_cuda_ar_launch(const gp_cuda_ar_peers *p, const void *in, void *out, size_t count,
-                      gp_dtype dt, cudaStream_t s, int pdl);
+                      gp_dtype dt, cudaStream_t s, int pdl, const gp_cuda_ar_norm *norm);
+/* 1 when gp_cuda_ar_launch computes norm for a sum of count elements of dt. */
+int gp_cuda_ar_norm_ok(const gp_cuda_ar_norm *norm, size_t count, gp_dtype dt);
 
 /* Loads every instantiation of the kernel on the current device (lazy loading would load one at
  * its first launch, which may be inside a capture). A CUDA error code. */

@@ -134,6 +134,83 @@ __device__ __forceinline__ void prefetch_l2(const void *p)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+/* ---- norms (layer_norm and rms_norm of one row) as k_norm computes them, for the kernels that
+ * compute a norm inside another op: a matvec, an all-reduce ---- */
+
+/* A norm's weights (gp_cu_prenorm, gp_cu_tailnorm): out = (x - mean) / rms * w (+ b). */
+struct NORM {
+    int is_ln, has_b;
+    float eps;
+    KT w, b; /* [K] each */
+};
+
+/*
+ * A norm of x [K] as k_norm computes it: norm_stats gives the mean (layer norm) and 1 / rms of
+ * x - mean over the block, norm_one element i, stage_norm all of y = norm(x) into shared memory xs
+ * (16-byte aligned). Every thread of the block calls norm_stats and stage_norm.
+ */
+__device__ __forceinline__ void norm_stats(const NORM &nm, const float *x, int64_t K, float *mean_out,
+                                           float *inv_out)
+{
+    __shared__ float red[32];
+    float acc = 0.0f, mean = 0.0f;
+    if (nm.is_ln) {
+        for (int64_t i = threadIdx.x; i < K; i += blockDim.x)
+            acc += x[i];
+        mean = block_reduce(acc, red, 0) / (float)K;
+        acc = 0.0f;
+    }
+    for (int64_t i = threadIdx.x; i < K; i += blockDim.x) {
+        float d = x[i] - mean;
+        acc += d * d;
+    }
+    *mean_out = mean;
+    *inv_out = 1.0f / sqrtf(block_reduce(acc, red, 0) / (float)K + nm.eps);
+}
+
+__device__ __forceinline__ float norm_one(const NORM &nm, const float *x, int64_t i, float mean,
+                                          float inv)
+{
+    float y = (x[i] - mean) * inv * ld_f(nm.w.p + i * nm.w.nb[3], nm.w.t);
+    if (nm.has_b)
+        y += ld_f(nm.b.p + i * nm.b.nb[3], nm.b.t);
+    return y;
+}
+
+/* A norm of a kernel's finished output row, computed by the block that finishes last
+ * (gp_cu_tailnorm: a matvec's residual sum; an all-reduce's sum): out = norm(row); the counter is
+ * zero between launches. */
+struct TAIL {
+    int on;
+    NORM nm;
+    KT out;            /* [N] */
+    unsigned *counter;
+};
+
+/* Called by every thread of every block after its rows are stored: the last block to get here reads
+ * the whole row (f32 [N] at row, written by all blocks: past L1) into xs [N] and writes the norm. */
+__device__ __forceinline__ void tail_norm(const TAIL &tl, const float *row, int64_t N, float *xs)
+{
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(tl.counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x)
+        xs[i] = __ldcg(row + i);
+    __syncthreads();
+    float mean, inv;
+    norm_stats(tl.nm, xs, N, &mean, &inv);
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x)
+        st_f(tl.out.p + i * tl.out.nb[3], tl.out.t, norm_one(tl.nm, xs, i, mean, inv));
+    if (threadIdx.x == 0)
+        *tl.counter = 0;
+}
+
 /* Host: launches kernel k on c->stream, asking for programmatic dependent launch when c->pdl.
  * Errors are read back with gp_cu_check_launch, as for <<<>>>. */
 template <typename... P, typename... A>

@@ -84,46 +84,6 @@ __device__ __forceinline__ float epi_apply(const EPI &e, int64_t col, float v)
     return v;
 }
 
-/* A norm computed in the matrix-vector kernel (gp_cu_prenorm): x is its input. */
-struct NORM {
-    int is_ln, has_b;
-    float eps;
-    KT w, b; /* [K] each */
-};
-
-/*
- * A norm of x [K] as k_norm computes it: norm_stats gives the mean (layer norm) and 1 / rms of
- * x - mean over the block, norm_one element i, stage_norm all of y = norm(x) into shared memory xs
- * (16-byte aligned). Every thread of the block calls norm_stats and stage_norm.
- */
-__device__ __forceinline__ void norm_stats(const NORM &nm, const float *x, int64_t K, float *mean_out,
-                                           float *inv_out)
-{
-    __shared__ float red[32];
-    float acc = 0.0f, mean = 0.0f;
-    if (nm.is_ln) {
-        for (int64_t i = threadIdx.x; i < K; i += blockDim.x)
-            acc += x[i];
-        mean = block_reduce(acc, red, 0) / (float)K;
-        acc = 0.0f;
-    }
-    for (int64_t i = threadIdx.x; i < K; i += blockDim.x) {
-        float d = x[i] - mean;
-        acc += d * d;
-    }
-    *mean_out = mean;
-    *inv_out = 1.0f / sqrtf(block_reduce(acc, red, 0) / (float)K + nm.eps);
-}
-
-__device__ __forceinline__ float norm_one(const NORM &nm, const float *x, int64_t i, float mean,
-                                          float inv)
-{
-    float y = (x[i] - mean) * inv * ld_f(nm.w.p + i * nm.w.nb[3], nm.w.t);
-    if (nm.has_b)
-        y += ld_f(nm.b.p + i * nm.b.nb[3], nm.b.t);
-    return y;
-}
-
 __device__ __forceinline__ void stage_norm(const NORM &nm, const float *x, int64_t K, float *xs)
 {
     float mean, inv;
@@ -399,39 +359,6 @@ __global__ void __launch_bounds__(KN_TX *KN_TY)
  * the kernel before (PDL), so it overlaps that kernel's tail and the norm's staging. ---- */
 
 enum { MV2_WARPS = 8, MV2_U = 8 };
-
-/* A norm of the product's final row (after the epilogue), computed by the block that finishes
- * last (gp_cu_tailnorm): out = norm(row), counter zero between launches. */
-struct TAIL {
-    int on;
-    NORM nm;
-    KT out;            /* [N] */
-    unsigned *counter;
-};
-
-/* Called by every thread of every block after its rows are stored: the last block to get here reads
- * the whole row (f32 [N] at row, written by all blocks: past L1) into xs [N] and writes the norm. */
-__device__ __forceinline__ void tail_norm(const TAIL &tl, const float *row, int64_t N, float *xs)
-{
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        last = atomicAdd(tl.counter, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last)
-        return;
-    __threadfence();
-    for (int64_t i = threadIdx.x; i < N; i += blockDim.x)
-        xs[i] = __ldcg(row + i);
-    __syncthreads();
-    float mean, inv;
-    norm_stats(tl.nm, xs, N, &mean, &inv);
-    for (int64_t i = threadIdx.x; i < N; i += blockDim.x)
-        st_f(tl.out.p + i * tl.out.nb[3], tl.out.t, norm_one(tl.nm, xs, i, mean, inv));
-    if (threadIdx.x == 0)
-        *tl.counter = 0;
-}
 
 /*
  * Warps per row of the [N, K] kernels: enough that one batch of loads (MV2_U chunks of 16 bytes per

@@ -442,6 +442,150 @@ static void test_timeout_p2p(void)
     gp_cuda_comm_free(comm);
 }
 
+/* ---- an all-reduce with the norm after it in its kernel ---- */
+
+enum { NORM_N = 4096 };
+
+typedef struct {
+    gp_cuda_comm *comm;
+    int rank, is_ln, n;      /* n: the norm's row (NORM_N, or not the message's length) */
+    int rc, done[2];         /* norm_done of the two launches */
+    char err[256];
+    float sum[NORM_N], h[NORM_N];
+} norm_job;
+
+/* Rank r's term of element i, not an integer: the sum is rounded as the kernel rounds it. */
+static float nterm(int r, int i)
+{
+    return (float)((i * 37 + r * 11) % 101 - 50) * 0.0173f * (float)(r + 1);
+}
+
+static float nweight(int i, int bias)
+{
+    float v = bias ? 0.01f * (float)(i % 13) : 0.5f + 0.001f * (float)(i % 7);
+    return gp_f16_to_f32(gp_f32_to_f16(v)); /* as stored in f16 */
+}
+
+/* Twice (the counter must come back to zero): sum = all-reduce of x, h = norm(sum). */
+static void *norm_rank_main(void *arg)
+{
+    norm_job *j = arg;
+    float *x = NULL, *y = NULL, *h = NULL;
+    uint16_t *w = NULL, *b = NULL, hw[NORM_N], hb[NORM_N];
+    unsigned *counter = NULL;
+    cudaStream_t s = NULL;
+    float hx[NORM_N];
+    j->rc = -1;
+    if (cudaSetDevice(j->rank) != cudaSuccess || cudaStreamCreate(&s) != cudaSuccess ||
+        cudaMalloc((void **)&x, sizeof hx) != cudaSuccess ||
+        cudaMalloc((void **)&y, sizeof hx) != cudaSuccess ||
+        cudaMalloc((void **)&h, sizeof hx) != cudaSuccess ||
+        cudaMalloc((void **)&w, sizeof hw) != cudaSuccess ||
+        cudaMalloc((void **)&b, sizeof hb) != cudaSuccess ||
+        cudaMalloc((void **)&counter, sizeof *counter) != cudaSuccess) {
+        snprintf(j->err, sizeof j->err, "rank %d: setup failed", j->rank);
+        goto done;
+    }
+    for (int i = 0; i < NORM_N; i++) {
+        hx[i] = nterm(j->rank, i);
+        hw[i] = gp_f32_to_f16(nweight(i, 0));
+        hb[i] = gp_f32_to_f16(nweight(i, 1));
+    }
+    cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice);
+    cudaMemcpy(w, hw, sizeof hw, cudaMemcpyHostToDevice);
+    cudaMemcpy(b, hb, sizeof hb, cudaMemcpyHostToDevice);
+    cudaMemset(counter, 0, sizeof *counter);
+    cudaMemset(h, 0xff, sizeof hx);
+    gp_cuda_ar_norm nm = {j->is_ln, 1e-5f, w, j->is_ln ? b : NULL, GP_F16, GP_F16, h, GP_F32,
+                          counter, (size_t)j->n};
+    for (int k = 0; k < 2; k++)
+        if (gp_cuda_comm_all_reduce_norm(j->comm, j->rank, x, y, NORM_N, GP_F32, s, &nm,
+                                         &j->done[k], j->err, sizeof j->err))
+            goto done;
+    if (gp_cuda_comm_wait(j->comm, j->rank, s, j->err, sizeof j->err))
+        goto done;
+    cudaMemcpy(j->sum, y, sizeof hx, cudaMemcpyDeviceToHost);
+    cudaMemcpy(j->h, h, sizeof hx, cudaMemcpyDeviceToHost);
+    unsigned cnt = 1;
+    cudaMemcpy(&cnt, counter, sizeof cnt, cudaMemcpyDeviceToHost);
+    j->rc = cnt == 0 ? 0 : -1;
+    if (cnt)
+        snprintf(j->err, sizeof j->err, "rank %d: counter left at %u", j->rank, cnt);
+done:
+    if (s)
+        cudaStreamSynchronize(s);
+    cudaFree(x);
+    cudaFree(y);
+    cudaFree(h);
+    cudaFree(w);
+    cudaFree(b);
+    cudaFree(counter);
+    if (s)
+        cudaStreamDestroy(s);
+    cudaGetLastError();
+    return NULL;
+}
+
+/* rms_norm and layer_norm with a bias after a P2P all-reduce of one row, against the CPU; a norm
+ * for another row length is left to the caller (norm_done 0, the output untouched). */
+static void test_all_reduce_norm(void)
+{
+    if (!peers_ok())
+        return; /* the norm rides only on the P2P kernel */
+    gp_cuda_comm *comm = new_comm(NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(comm);
+    static norm_job jobs[2];
+    for (int c = 0; c < 3; c++) {
+        int is_ln = c == 1, n = c == 2 ? NORM_N / 2 : NORM_N;
+        pthread_t th[2];
+        for (int r = 0; r < 2; r++) {
+            memset(&jobs[r], 0, sizeof jobs[r]);
+            jobs[r].comm = comm;
+            jobs[r].rank = r;
+            jobs[r].is_ln = is_ln;
+            jobs[r].n = n;
+            pthread_create(&th[r], NULL, norm_rank_main, &jobs[r]);
+        }
+        for (int r = 0; r < 2; r++)
+            pthread_join(th[r], NULL);
+        /* The CPU: the sum in rank order in f32, the norm in double. */
+        float sum[NORM_N];
+        double mean = 0, var = 0;
+        for (int i = 0; i < NORM_N; i++) {
+            sum[i] = nterm(0, i) + nterm(1, i);
+            mean += sum[i];
+        }
+        mean = is_ln ? mean / NORM_N : 0.0;
+        for (int i = 0; i < NORM_N; i++)
+            var += (sum[i] - mean) * (sum[i] - mean);
+        double inv = 1.0 / sqrt(var / NORM_N + 1e-5), num = 0, den = 0;
+        for (int r = 0; r < 2; r++) {
+            if (jobs[r].rc)
+                fprintf(stderr, "\n  all-reduce + norm, case %d: %s\n", c, jobs[r].err);
+            CU_ASSERT_EQUAL(jobs[r].rc, 0);
+            CU_ASSERT_EQUAL(jobs[r].done[0], n == NORM_N);
+            CU_ASSERT_EQUAL(jobs[r].done[1], n == NORM_N);
+            CU_ASSERT_EQUAL(memcmp(jobs[r].sum, sum, sizeof sum), 0);
+            int untouched = 1;
+            for (int i = 0; i < NORM_N; i++) {
+                double want = (sum[i] - mean) * inv * nweight(i, 0) + (is_ln ? nweight(i, 1) : 0);
+                num += (jobs[r].h[i] - want) * (jobs[r].h[i] - want);
+                den += want * want;
+                untouched &= isnan(jobs[r].h[i]);
+            }
+            if (n != NORM_N)
+                CU_ASSERT(untouched);
+        }
+        if (n == NORM_N) {
+            double e = sqrt(num / den);
+            if (!(e <= 1e-5))
+                fprintf(stderr, "\n  all-reduce + norm, case %d: error %.3g\n", c, e);
+            CU_ASSERT(e <= 1e-5);
+        }
+    }
+    gp_cuda_comm_free(comm);
+}
+
 static void test_comm_refusals(void)
 {
     int n = 0;
@@ -624,6 +768,8 @@ void gp_suite_cuda_tp(void)
     CU_add_test(s, "all-reduce over NCCL: f32/f16/bf16, 1 to 256 KiB + 1, captured",
                 test_all_reduce_nccl);
     CU_add_test(s, "P2P: 3 all-reduces in a graph replayed 1000 times", test_replays_p2p);
+    CU_add_test(s, "P2P: the norm after an all-reduce in its kernel (rms, layer norm)",
+                test_all_reduce_norm);
     CU_add_test(s, "NCCL: 3 all-reduces in a graph replayed 1000 times", test_replays_nccl);
     if (peers_ok()) {
         CU_add_test(s, "P2P: a failed rank stops the other's wait", test_failure_p2p);
