@@ -16,7 +16,9 @@
  * leaves those ops' kernels out. GPLAN_CUDA_MATVEC=1: the first (version 1) matrix-vector kernels;
  * GPLAN_CUDA_MV_BPS=n: the [K, N] matvec's target blocks per multiprocessor (default 4).
  * Tensor-parallel plans: one instance per rank, each on its device and called from its own thread;
- * all_reduce nodes are NCCL all-reduces (cuda/cuda_comm.c) captured in the graphs with the rest;
+ * all_reduce nodes are the one-shot P2P kernel (up to 256 KiB) or NCCL all-reduces
+ * (cuda/cuda_comm.h) captured in the graphs with the rest; a norm right after one runs in the P2P
+ * kernel (switch "tail");
  * GPLAN_NCCL_REGISTER=1 registers the arena with NCCL at creation (off by default: see
  * register_arena). */
 #include <stdio.h>
