@@ -1443,7 +1443,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     b->kc.d_counters = (unsigned *)((char *)b->dparam + sizeof(int64_t) * (size_t)(p->n_syms + 1));
     for (int i = 0; i < p->n_nodes; i++) /* the all-reduces' norms: a counter of their own */
         if (b->nodes[i].has_arnorm)
-            b->nodes[i].arnorm.counter = b->kc.d_counters + GP_CU_COUNTERS - 2;
+            b->nodes[i].arnorm.counter = b->kc.d_counters + GP_CU_COUNTERS - 2 * GP_CU_TAIL_COUNTERS;
     b->kc.n_counters = GP_CU_COUNTERS;
     const char *env = getenv("GPLAN_CUDA_NO_MATVEC");
     b->kc.no_matvec = env && *env == '1';

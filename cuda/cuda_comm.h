@@ -80,7 +80,8 @@ typedef struct {
     gp_dtype w_dt, b_dt;
     void *out;          /* [n] contiguous, disjoint from the all-reduce's output */
     gp_dtype out_dt;
-    unsigned *counter;  /* device, zero between launches (the kernel leaves it zero) */
+    unsigned *counter;  /* device [GP_CU_TAIL_COUNTERS] (cuda/cuda_kernels.h), zero between
+                           launches (the kernel leaves them zero) */
     size_t n;           /* the norm's row: only an all-reduce of exactly n elements takes it */
 } gp_cuda_ar_norm;
 

@@ -178,8 +178,10 @@ __device__ __forceinline__ float norm_one(const NORM &nm, const float *x, int64_
 }
 
 /* A norm of a kernel's finished output row, computed by the block that finishes last
- * (gp_cu_tailnorm: a matvec's residual sum; an all-reduce's sum): out = norm(row); the counter is
- * zero between launches. */
+ * (gp_cu_tailnorm: a matvec's residual sum; an all-reduce's sum): out = norm(row). counter
+ * [GP_CU_TAIL_COUNTERS], zero between launches: [0] counts the groups of blocks that are done,
+ * [1 + g] the blocks of group g (a single counter for thousands of blocks cost ~8 us a launch in
+ * atomics on one address). */
 struct TAIL {
     int on;
     NORM nm;
@@ -194,8 +196,19 @@ __device__ __forceinline__ void tail_norm(const TAIL &tl, const float *row, int6
     __shared__ int last;
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0)
-        last = atomicAdd(tl.counter, 1u) == gridDim.x - 1;
+    if (threadIdx.x == 0) {
+        const unsigned groups = GP_CU_TAIL_COUNTERS - 1;
+        unsigned nb = gridDim.x, gs = (nb + groups - 1) / groups, g = blockIdx.x / gs;
+        unsigned ng = (nb + gs - 1) / gs, in_g = min(gs, nb - g * gs);
+        last = 0;
+        if (atomicAdd(tl.counter + 1 + g, 1u) == in_g - 1) {
+            /* the group's last block: every block of it has counted, and its writes are
+             * ordered before their counts (the fences); pass that on to the top counter */
+            tl.counter[1 + g] = 0;
+            __threadfence();
+            last = atomicAdd(tl.counter, 1u) == ng - 1;
+        }
+    }
     __syncthreads();
     if (!last)
         return;

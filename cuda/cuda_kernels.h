@@ -174,7 +174,11 @@ int gp_cuda_attention_decode_ok(const gp_cu_decode_att *a, const gp_cu_tensor *o
 /* gp_cuda_attention_decode calls enqueued in this process so far (tests: was it used). */
 int64_t gp_cuda_attention_decode_count(void);
 
-/* Counters gp_cuda_compute may use at once (the size d_counters must have). */
+/* Counters a norm computed in a kernel's last block takes (gp_cu_tailnorm, gp_cuda_ar_norm). */
+#define GP_CU_TAIL_COUNTERS 65
+
+/* Counters gp_cuda_compute may use at once (the size d_counters must have); a matvec's tail norm
+ * takes the last GP_CU_TAIL_COUNTERS of them, an all-reduce's norm the GP_CU_TAIL_COUNTERS before. */
 #define GP_CU_COUNTERS 4096
 
 #ifdef __cplusplus

@@ -886,7 +886,7 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
         if (tl.nm.has_b && (tl.nm.b.ne[3] != N || kt_count(tl.nm.b, 3) != 1))
             tl.on = 0;
         tl.out = ko;
-        tl.counter = c->d_counters + c->n_counters - 1;
+        tl.counter = c->d_counters + c->n_counters - GP_CU_TAIL_COUNTERS;
     }
     if (B.sr == es && B.sc % 16 == 0 && K % vn == 0) {
         /* [N, K]: K contiguous, rows B.sc bytes apart. */

@@ -616,7 +616,7 @@ static void test_matvec_tail(void)
         gp_dtype wt;
         int64_t K, N;
     } cs[] = {{0, 1, GP_F16, 4096, 4096}, {1, 1, GP_BF16, 768, 1003}, {0, 1, GP_F32, 64, 8},
-              {1, 0, GP_F16, 256, 512}};
+              {1, 0, GP_F16, 256, 512}, {0, 1, GP_F16, 11008, 8192} /* 8192 blocks: 64 groups */};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         int64_t K = cs[i].K, N = cs[i].N;
         int64_t sx[2] = {1, K}, sw[2] = {cs[i].tb ? N : K, cs[i].tb ? K : N}, so[2] = {1, N};
@@ -663,6 +663,11 @@ static void test_matvec_tail(void)
                                                  NULL), 0);
         CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
         CU_ASSERT_EQUAL(fused, cs[i].tb ? 2 : 1);
+        unsigned cnt[GP_CU_COUNTERS], left = 0; /* every counter back at zero */
+        cudaMemcpy(cnt, k.counters, sizeof cnt, cudaMemcpyDeviceToHost);
+        for (int c = 0; c < GP_CU_COUNTERS; c++)
+            left += cnt[c];
+        CU_ASSERT_EQUAL(left, 0);
         gp_ktensor gs = sum.h, gh = h.h;
         gs.data = malloc(sum.bytes);
         gh.data = malloc(h.bytes);

@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/cuda_comm.h"
+#include "cuda/cuda_kernels.h"
 #include "dsl/dsl.h"
 #include "planner/planner.h"
 #include "runtime/backend.h"
@@ -482,7 +483,7 @@ static void *norm_rank_main(void *arg)
         cudaMalloc((void **)&h, sizeof hx) != cudaSuccess ||
         cudaMalloc((void **)&w, sizeof hw) != cudaSuccess ||
         cudaMalloc((void **)&b, sizeof hb) != cudaSuccess ||
-        cudaMalloc((void **)&counter, sizeof *counter) != cudaSuccess) {
+        cudaMalloc((void **)&counter, sizeof(unsigned) * GP_CU_TAIL_COUNTERS) != cudaSuccess) {
         snprintf(j->err, sizeof j->err, "rank %d: setup failed", j->rank);
         goto done;
     }
@@ -494,7 +495,7 @@ static void *norm_rank_main(void *arg)
     cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice);
     cudaMemcpy(w, hw, sizeof hw, cudaMemcpyHostToDevice);
     cudaMemcpy(b, hb, sizeof hb, cudaMemcpyHostToDevice);
-    cudaMemset(counter, 0, sizeof *counter);
+    cudaMemset(counter, 0, sizeof(unsigned) * GP_CU_TAIL_COUNTERS);
     cudaMemset(h, 0xff, sizeof hx);
     gp_cuda_ar_norm nm = {j->is_ln, 1e-5f, w, j->is_ln ? b : NULL, GP_F16, GP_F16, h, GP_F32,
                           counter, (size_t)j->n};
@@ -506,11 +507,13 @@ static void *norm_rank_main(void *arg)
         goto done;
     cudaMemcpy(j->sum, y, sizeof hx, cudaMemcpyDeviceToHost);
     cudaMemcpy(j->h, h, sizeof hx, cudaMemcpyDeviceToHost);
-    unsigned cnt = 1;
-    cudaMemcpy(&cnt, counter, sizeof cnt, cudaMemcpyDeviceToHost);
-    j->rc = cnt == 0 ? 0 : -1;
-    if (cnt)
-        snprintf(j->err, sizeof j->err, "rank %d: counter left at %u", j->rank, cnt);
+    unsigned cnt[GP_CU_TAIL_COUNTERS], left = 0;
+    cudaMemcpy(cnt, counter, sizeof cnt, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < GP_CU_TAIL_COUNTERS; i++)
+        left += cnt[i];
+    j->rc = left == 0 ? 0 : -1;
+    if (left)
+        snprintf(j->err, sizeof j->err, "rank %d: counters left at %u", j->rank, left);
 done:
     if (s)
         cudaStreamSynchronize(s);
