@@ -241,11 +241,11 @@ static const config configs[] = {
     {"only-matmul", "GPLAN_CUDA_SKIP=get_rows,add,layer_norm,cont,store,attention,gelu"},
     {"skip-all_reduce", "GPLAN_CUDA_SKIP=all_reduce"},
     {"no-group", "GPLAN_CUDA_DISABLE=group"},
-    {"no-tail", "GPLAN_CUDA_DISABLE=tail"},
+    {"+tail", "GPLAN_CUDA_TAIL=1"},
     {"no-attnfuse", "GPLAN_CUDA_DISABLE=attnfuse"},
-    {"no-newfuse", "GPLAN_CUDA_DISABLE=group,tail,attnfuse"},
+    {"no-newfuse", "GPLAN_CUDA_DISABLE=group,attnfuse"},
     {"nccl", "GPLAN_ALLREDUCE=nccl"},
-    {"+transpose-nofuse", "GPLAN_CUDA_TRANSPOSE=1 GPLAN_CUDA_DISABLE=group,tail,attnfuse"},
+    {"+transpose+tail", "GPLAN_CUDA_TRANSPOSE=1 GPLAN_CUDA_TAIL=1"},
 };
 
 /* Sets (on = 1) or unsets the variables of env. */

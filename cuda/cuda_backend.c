@@ -5,9 +5,11 @@
  * comma list): "elide" (conts read in place), "epilogue" (elementwise ops in the matvec), "norm"
  * (a norm computed in the matvec after it), "store2" (the K and V stores in one launch),
  * "combine" (attention's split combine in its last block), "group" (one-row matmuls of the same x
- * in one launch: q, k and v; gate and up with their swiglu), "tail" (a norm of a [N, K] matvec's
- * residual sum computed by its last block), "attnfuse" (one-token attention with its ropes and K/V
- * cache stores in one launch, plan_decode_attention). GPLAN_CUDA_TRANSPOSE=1 stores weights
+ * in one launch: q, k and v; gate and up with their swiglu), "attnfuse" (one-token attention with
+ * its ropes and K/V cache stores in one launch, plan_decode_attention). GPLAN_CUDA_TAIL=1 has the
+ * last block of a [N, K] matvec compute the norm of its residual sum, and the P2P all-reduce's
+ * last block the norm after it (off by default: slower on one GPU, see read_switches; "tail" in
+ * GPLAN_CUDA_DISABLE wins over it). GPLAN_CUDA_TRANSPOSE=1 stores weights
  * read only as a matmul's b [K, N] as [N, K] on the device, for the row-per-warp matvec (off by
  * default: slower for GPT-2 1558M, see bench/gpu-notes.md; GPLAN_CUDA_DISABLE=transpose wins over
  * it). GPLAN_CUDA_PDL=0 turns programmatic dependent launch (kernels overlapping the one before
@@ -17,9 +19,7 @@
  * GPLAN_CUDA_MV_BPS=n: the [K, N] matvec's target blocks per multiprocessor (default 4).
  * Tensor-parallel plans: one instance per rank, each on its device and called from its own thread;
  * all_reduce nodes are the one-shot P2P kernel (up to 256 KiB) or NCCL all-reduces
- * (cuda/cuda_comm.h) captured in the graphs with the rest; a norm right after one runs in the P2P
- * kernel (switch "tail");
- * GPLAN_NCCL_REGISTER=1 registers the arena with NCCL at creation (off by default: see
+ * (cuda/cuda_comm.h) captured in the graphs with the rest; GPLAN_NCCL_REGISTER=1 registers the arena with NCCL at creation (off by default: see
  * register_arena). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +150,12 @@ static void read_switches(cuda_be *b)
     const char *tr = getenv("GPLAN_CUDA_TRANSPOSE");
     if (!(tr && *tr == '1'))
         b->disable |= FUSE_TRANSPOSE;
+    /* Measured 2026-11-30 (H200, Llama-7B shape): 5.22 -> 5.82 ms a token on one GPU (every
+     * block of the matvec waits for its fence and count, thousands of blocks), no change on two
+     * (the all-reduce's norm): off unless asked for. */
+    const char *tl = getenv("GPLAN_CUDA_TAIL");
+    if (!(tl && *tl == '1'))
+        b->disable |= FUSE_TAIL;
     const char *skip = getenv("GPLAN_CUDA_SKIP");
     for (int op = 0; skip && op < GP_OP_COUNT && op < 64; op++) {
         const gp_op_info *info = gp_op_get((gp_op)op);

@@ -1225,6 +1225,10 @@ static void test_model_switches(void)
     setenv("GPLAN_CUDA_TRANSPOSE", "1", 1);
     model_parity("f16", 5e-3);
     model_parity("f32", 1e-4);
+    /* and with the norms after the residual adds in the matvecs' last blocks (opt-in) */
+    setenv("GPLAN_CUDA_TAIL", "1", 1);
+    model_parity("f32", 1e-4);
+    unsetenv("GPLAN_CUDA_TAIL");
     unsetenv("GPLAN_CUDA_TRANSPOSE");
     const char *pdl = getenv("GPLAN_CUDA_PDL");
     char saved[16] = "";
