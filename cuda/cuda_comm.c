@@ -68,6 +68,18 @@ int gp_cuda_comm_device(const gp_cuda_comm *c, int rank)
     return rank >= 0 && rank < c->n ? c->devices[rank] : -1;
 }
 
+/* Waits for every rank's stream st[r] on its device; the first error. */
+static cudaError_t sync_ranks(const gp_cuda_comm *c, cudaStream_t *st)
+{
+    cudaError_t e = cudaSuccess;
+    for (int r = 0; r < c->n && e == cudaSuccess; r++) {
+        e = cudaSetDevice(c->devices[r]);
+        if (e == cudaSuccess)
+            e = cudaStreamSynchronize(st[r]);
+    }
+    return e;
+}
+
 /* Every rank sums warm_counts[k] floats (buffers of WARM_MAX each), in one group from this thread;
  * the one-element sum of 1.0 from every rank must come back as n. */
 static int warm_up(gp_cuda_comm *c, char *err, size_t err_len)
@@ -120,11 +132,8 @@ static int warm_up(gp_cuda_comm *c, char *err, size_t err_len)
             }
         }
     }
-    for (int r = 0; r < c->n && e == cudaSuccess; r++) {
-        e = cudaSetDevice(c->devices[r]);
-        if (e == cudaSuccess)
-            e = cudaStreamSynchronize(st[r]);
-    }
+    if (e == cudaSuccess)
+        e = sync_ranks(c, st);
     if (e != cudaSuccess) {
         snprintf(err, err_len, "cuda: NCCL warm-up: %s", cudaGetErrorString(e));
         goto done;
@@ -243,11 +252,8 @@ static int p2p_warm_up(gp_cuda_comm *c, char *err, size_t err_len)
                                                    dts[k] == GP_F32 ? COUNT : 1, dts[k], st[r], 0,
                                                    NULL);
         }
-    for (int r = 0; r < c->n && e == cudaSuccess; r++) {
-        e = cudaSetDevice(c->devices[r]);
-        if (e == cudaSuccess)
-            e = cudaStreamSynchronize(st[r]);
-    }
+    if (e == cudaSuccess)
+        e = sync_ranks(c, st);
     if (e != cudaSuccess) {
         snprintf(err, err_len, "cuda: P2P all-reduce warm-up: %s", cudaGetErrorString(e));
         goto done;

@@ -103,6 +103,19 @@ template <bool PRE> __device__ __forceinline__ float ld_x1(const float *p)
     return PRE ? *p : __ldg(p);
 }
 
+/* xv = the n floats of x at px (n a multiple of 4, px 16-byte aligned), as ld_x4 loads them. */
+template <int n, bool PRE> __device__ __forceinline__ void ld_xn(float *xv, const float *px)
+{
+#pragma unroll
+    for (int q = 0; q < n / 4; q++) {
+        float4 f = ld_x4<PRE>(px + 4 * q);
+        xv[4 * q] = f.x;
+        xv[4 * q + 1] = f.y;
+        xv[4 * q + 2] = f.z;
+        xv[4 * q + 3] = f.w;
+    }
+}
+
 /* ---- matrix-vector: M == 1, x f32 contiguous, weights 16-bit or f32 with 16-byte rows ---- */
 
 template <typename W> struct vec16;
@@ -200,15 +213,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
 #pragma unroll
         for (int i = 0; i < MV_UNROLL; i++) {
             float xv[V::N], wv[V::N];
-            const float *px = x + (c + 32 * i) * V::N;
-#pragma unroll
-            for (int q = 0; q < V::N / 4; q++) {
-                float4 f = ld_x4<PRE>(px + 4 * q);
-                xv[4 * q] = f.x;
-                xv[4 * q + 1] = f.y;
-                xv[4 * q + 2] = f.z;
-                xv[4 * q + 3] = f.w;
-            }
+            ld_xn<V::N, PRE>(xv, x + (c + 32 * i) * V::N);
 #pragma unroll
             for (int r = 0; r < MV_ROWS; r++) {
                 V::unpack(u[i][r], wv);
@@ -220,15 +225,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
     for (; c < nc; c += 32) {
         float xv[V::N], wv[V::N];
-        const float *px = x + c * V::N;
-#pragma unroll
-        for (int q = 0; q < V::N / 4; q++) {
-            float4 f = ld_x4<PRE>(px + 4 * q);
-            xv[4 * q] = f.x;
-            xv[4 * q + 1] = f.y;
-            xv[4 * q + 2] = f.z;
-            xv[4 * q + 3] = f.w;
-        }
+        ld_xn<V::N, PRE>(xv, x + c * V::N);
 #pragma unroll
         for (int r = 0; r < MV_ROWS; r++) {
             V::unpack(ld_stream(row[r] + c * 16), wv);
@@ -383,15 +380,7 @@ __device__ __forceinline__ float nk_dot(const uint4 *u, const float *x, int64_t 
         if (c >= ce)
             break;
         float xv[V::N], wv[V::N];
-        const float *px = x + c * V::N;
-#pragma unroll
-        for (int q = 0; q < V::N / 4; q++) {
-            float4 f = ld_x4<PRE>(px + 4 * q);
-            xv[4 * q] = f.x;
-            xv[4 * q + 1] = f.y;
-            xv[4 * q + 2] = f.z;
-            xv[4 * q + 3] = f.w;
-        }
+        ld_xn<V::N, PRE>(xv, x + c * V::N);
         V::unpack(u[i], wv);
 #pragma unroll
         for (int k = 0; k < V::N; k++)
