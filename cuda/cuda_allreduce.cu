@@ -270,21 +270,13 @@ extern "C" int gp_cuda_ar_launch(const gp_cuda_ar_peers *p, const void *in, void
     unsigned threads = (unsigned)(chunks + 31) / 32 * 32;
     int vec = ((uintptr_t)in | (uintptr_t)out) % 16 == 0;
 
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(threads);
-    cfg.stream = s;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
     const unsigned char *i8 = (const unsigned char *)in;
     unsigned char *o8 = (unsigned char *)out;
     unsigned long long nb = bytes;
     unsigned pb = (unsigned)per;
     TAIL tl;
     memset(&tl, 0, sizeof tl);
+    size_t smem = 0;
     if (norm && gp_cuda_ar_norm_ok(norm, count, dt)) {
         tl.on = 1;
         tl.nm.is_ln = norm->is_ln;
@@ -294,15 +286,19 @@ extern "C" int gp_cuda_ar_launch(const gp_cuda_ar_peers *p, const void *in, void
         tl.nm.b = tl.nm.has_b ? row_kt(norm->b, norm->b_dt, (int64_t)count) : tl.nm.w;
         tl.out = row_kt(norm->out, norm->out_dt, (int64_t)count);
         tl.counter = norm->counter;
-        cfg.dynamicSmemBytes = count * sizeof(float);
+        smem = count * sizeof(float);
     }
+    dim3 grid(blocks), block(threads);
     switch (dt) {
     case GP_F32:
-        return cudaLaunchKernelEx(&cfg, k_all_reduce<GP_F32>, *p, i8, o8, nb, pb, vec, tl);
+        return gp_cu_launch_on(s, pdl, k_all_reduce<GP_F32>, grid, block, smem, *p, i8, o8, nb,
+                               pb, vec, tl);
     case GP_F16:
-        return cudaLaunchKernelEx(&cfg, k_all_reduce<GP_F16>, *p, i8, o8, nb, pb, vec, tl);
+        return gp_cu_launch_on(s, pdl, k_all_reduce<GP_F16>, grid, block, smem, *p, i8, o8, nb,
+                               pb, vec, tl);
     case GP_BF16:
-        return cudaLaunchKernelEx(&cfg, k_all_reduce<GP_BF16>, *p, i8, o8, nb, pb, vec, tl);
+        return gp_cu_launch_on(s, pdl, k_all_reduce<GP_BF16>, grid, block, smem, *p, i8, o8, nb,
+                               pb, vec, tl);
     default:
         return cudaErrorInvalidValue;
     }

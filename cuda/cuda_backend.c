@@ -57,9 +57,9 @@ typedef struct {
     int pair;                        /* a store: the later store run in the same launch, or -1 */
     int prenorm;                     /* a norm: the next node's matmul may compute it (pre) */
     gp_cu_prenorm pre;
-    int group;                       /* a matmul: with grp.n - 1 more matmuls of its x (and, glu,
-                                        their swiglu) in one launch when one row; else 0 */
-    gp_cu_group grp;
+    gp_cu_group grp;                 /* a matmul: grp.n > 0 when it and the next grp.n - 1 matmuls
+                                        of its x (and, glu, their swiglu) run in one launch when
+                                        one row */
     int tailed;                      /* a norm the node before it may compute (a matmul's
                                         epi.tail, an all_reduce's arnorm) */
     int has_arnorm;                  /* an all_reduce: the norm after it, in its kernel */
@@ -316,12 +316,12 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
                 goto ran;
             }
         }
-        if (!r && cn->group > 1) {
+        if (!r && cn->grp.n > 1) {
             /* Matmuls of the same x (and their swiglu) in one launch when they have one row. */
             int launched = 0;
             r = gp_cuda_matvec_group(&b->kc, &cn->grp, &launched);
             if (!r && launched) {
-                int last = i + cn->group - 1 + cn->grp.glu;
+                int last = i + cn->grp.n - 1 + cn->grp.glu;
                 for (int k = i + 1; b->ev && k <= last; k++)
                     cudaEventRecord(b->ev[k], b->stream);
                 i = last;
@@ -693,7 +693,6 @@ static void plan_matvec_groups(cuda_be *b, const int *uses)
         }
         g->n = n;
         g->x = b->nodes[i].in[0];
-        b->nodes[i].group = n;
         i += n - 1;
     }
 }
@@ -1527,7 +1526,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             pairs += b->nodes[i].pair >= 0;
             norms += b->nodes[i].prenorm;
             epis += b->nodes[i].epi.n > 0;
-            groups += b->nodes[i].group > 0;
+            groups += b->nodes[i].grp.n > 0;
             tails += b->nodes[i].tailed;
             arnorms += b->nodes[i].has_arnorm;
             attns += b->nodes[i].dec_on;

@@ -224,11 +224,11 @@ __device__ __forceinline__ void tail_norm(const TAIL &tl, const float *row, int6
         *tl.counter = 0;
 }
 
-/* Host: launches kernel k on c->stream, asking for programmatic dependent launch when c->pdl.
- * Errors are read back with gp_cu_check_launch, as for <<<>>>. */
+/* Host: launches kernel k on stream s, asking for programmatic dependent launch when pdl; CUDA's
+ * launch status. */
 template <typename... P, typename... A>
-static inline void gp_cu_launch(const gp_cu_ctx *c, void (*k)(P...), dim3 grid, dim3 block,
-                                size_t smem, A... args)
+static inline cudaError_t gp_cu_launch_on(cudaStream_t s, int pdl, void (*k)(P...), dim3 grid,
+                                          dim3 block, size_t smem, A... args)
 {
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -237,10 +237,19 @@ static inline void gp_cu_launch(const gp_cu_ctx *c, void (*k)(P...), dim3 grid, 
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
-    cfg.stream = c->stream;
+    cfg.stream = s;
     cfg.attrs = at;
-    cfg.numAttrs = c->pdl ? 1 : 0;
-    (void)cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...);
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...);
+}
+
+/* Host: gp_cu_launch_on for a kernel context (c->stream, c->pdl). Errors are read back with
+ * gp_cu_check_launch, as for <<<>>>. */
+template <typename... P, typename... A>
+static inline void gp_cu_launch(const gp_cu_ctx *c, void (*k)(P...), dim3 grid, dim3 block,
+                                size_t smem, A... args)
+{
+    (void)gp_cu_launch_on(c->stream, c->pdl, k, grid, block, smem, args...);
 }
 
 /* Host: records a launch error in ctx; 0 when fine. */

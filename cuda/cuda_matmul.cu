@@ -1149,11 +1149,11 @@ extern "C" int gp_cuda_matvec_group(gp_cu_ctx *c, const gp_cu_group *g, int *lau
     m.glu = g->glu;
     m.early = 1;
     int wt = -1;
-    unsigned blocks = 0, rows = (unsigned)(MV2_WARPS / nk_split(K / (g->w[0].dtype == GP_F32 ? 4 : 8)));
+    unsigned blocks = 0, rows = (unsigned)(MV2_WARPS / nk_split(K * es_of(g->w[0].dtype) / 16));
     for (int s = 0; s < g->n; s++) {
         KT kb = gp_kt_of(c, &g->w[s]), o = gp_kt_of(c, &g->out[g->glu ? 0 : s]);
         mat B = mat_of(kb, g->tb[s]);
-        int64_t es = kb.t == GP_F32 ? 4 : 2, N = g->tb[s] ? kb.ne[2] : kb.ne[3];
+        int64_t es = es_of(kb.t), N = g->tb[s] ? kb.ne[2] : kb.ne[3];
         int64_t kw = g->tb[s] ? kb.ne[3] : kb.ne[2];
         if ((kb.t != GP_F16 && kb.t != GP_BF16 && kb.t != GP_F32) || (wt >= 0 && kb.t != wt) ||
             kb.ne[0] * kb.ne[1] != 1 || kw != K || B.sr != es || B.sc % 16 || K % (16 / es) ||
