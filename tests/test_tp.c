@@ -21,17 +21,25 @@
 
 /* ---- cutting ---- */
 
+/* A 2-D weight's plan record as the device sees it: dims [d0, d1] of its share, cut as sp. */
+static gp_plan_tensor split_weight(gp_dtype dt, int64_t d0, int64_t d1, gp_split sp)
+{
+    gp_plan_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = dt;
+    t.ndim = 2;
+    t.dims[0] = d0;
+    t.dims[1] = d1;
+    t.split = sp;
+    return t;
+}
+
 /* A [2, 12] f32 weight split on dim 1 as 2 groups of 3 units of 2 columns over 2 devices: each
  * device gets cdiv(3, 2) = 2 units per group, device 1's second unit of each group is padding. */
 static void test_split_copy(void)
 {
-    gp_plan_tensor t;
-    memset(&t, 0, sizeof t);
-    t.dtype = GP_F32;
-    t.ndim = 2;
-    t.dims[0] = 2;
-    t.dims[1] = 8; /* 2 groups x 2 units x 2 */
-    t.split = (gp_split){2, 1, 2, 12};
+    gp_plan_tensor t = split_weight(GP_F32, 2, 8 /* 2 groups x 2 units x 2 */,
+                                    (gp_split){2, 1, 2, 12});
     CU_ASSERT_EQUAL(gp_split_full_numel(&t), 24);
     float full[24], got[16];
     for (int i = 0; i < 24; i++)
@@ -56,13 +64,7 @@ static void test_split_copy(void)
 /* Dim 0 of a [6, 3] f16 weight in units of 1 over 3 devices: rows 2r and 2r + 1. */
 static void test_split_rows(void)
 {
-    gp_plan_tensor t;
-    memset(&t, 0, sizeof t);
-    t.dtype = GP_F16;
-    t.ndim = 2;
-    t.dims[0] = 2;
-    t.dims[1] = 3;
-    t.split = (gp_split){1, 0, 1, 6};
+    gp_plan_tensor t = split_weight(GP_F16, 2, 3, (gp_split){1, 0, 1, 6});
     uint16_t full[18], got[6];
     for (int i = 0; i < 18; i++)
         full[i] = (uint16_t)(100 + i);
