@@ -1,0 +1,403 @@
+/* Device code of the attention kernels (cuda_attention.cu), shared with the persistent decode
+ * kernel (cuda_mega.cu): the online softmax over cache rows, the split partials and their combine,
+ * and the one-token attention with its ropes and cache stores (decode_begin, decode_run). */
+#ifndef GP_CUDA_ATTENTION_CUH
+#define GP_CUDA_ATTENTION_CUH
+
+#include <math.h>
+
+#include "cuda/cuda_internal.cuh"
+#include "runtime/plan.h"
+
+enum { ATT_WARPS = 4, ATT_MAXJ = 8 }; /* D <= 32 * ATT_MAXJ */
+
+/* One block's shared memory: each warp's running max, sum and accumulator [ATT_WARPS, 32 J], then
+ * what the split combine needs. */
+template <int J>
+struct AttSmem {
+    float m[ATT_WARPS], l[ATT_WARPS], acc[ATT_WARPS][32 * J];
+    float wgt[GP_WS_ATTN_SPLITS];
+    float inv_l;
+    int last;
+};
+
+/* Combines the nsplit partials of (h, t) into out: the splits' maxima and sums are read at once
+ * into shared memory, then every thread adds its dims over the splits. Partials are read past L1
+ * (other blocks of this launch may have written them). */
+__device__ __forceinline__ void combine_partials(int nsplit, const KT &o, int64_t h, int64_t t,
+                                                 const float *part, int64_t Tl, float *wgt,
+                                                 float *inv_l)
+{
+    int64_t H = o.ne[2], D = o.ne[3];
+    if (threadIdx.x < 32) {
+        int i = threadIdx.x;
+        float m = -INFINITY, l = 0.0f;
+        if (i < nsplit) {
+            const float *pp = part + ((i * Tl + t) * H + h) * (D + 2);
+            m = __ldcg(pp + D);
+            l = __ldcg(pp + D + 1);
+            if (!(l > 0.0f))
+                m = -INFINITY;
+        }
+        float M = warp_max(m);
+        float w = m == -INFINITY ? 0.0f : expf(m - M);
+        float L = warp_sum(l * w);
+        if (i < nsplit)
+            wgt[i] = w;
+        if (i == 0)
+            *inv_l = 1.0f / L;
+    }
+    __syncthreads();
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float a = 0.0f;
+#pragma unroll 4
+        for (int i = 0; i < nsplit; i++)
+            if (wgt[i] != 0.0f)
+                a += __ldcg(part + ((i * Tl + t) * H + h) * (D + 2) + d) * wgt[i];
+        st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a * *inv_l);
+    }
+}
+
+/* Cache rows [*s0, *s1) of split `split` of nsplit over rows 0..p. */
+__device__ __forceinline__ void split_rows(int32_t p, int nsplit, int split, int64_t *s0, int64_t *s1)
+{
+    int64_t per = (p + 1 + nsplit - 1) / nsplit;
+    *s0 = split * per;
+    *s1 = min((int64_t)p + 1, *s0 + per);
+}
+
+/* Brings rows [s0, s1) of KV head g of the K and V caches into L2 (a hint: harmless on rows that
+ * are being written). */
+__device__ __forceinline__ void prefetch_kv(const KT &k, const KT &v, int64_t g, int64_t D,
+                                           int64_t s0, int64_t s1)
+{
+    int64_t bytes = D * k.nb[3];
+    for (int64_t s = s0 + threadIdx.x; s < s1; s += blockDim.x)
+        for (int64_t b = 0; b < bytes; b += 128) {
+            prefetch_l2(k.p + s * k.nb[1] + g * k.nb[2] + b);
+            prefetch_l2(v.p + s * v.nb[1] + g * v.nb[2] + b);
+        }
+}
+
+/* Brings this block's K and V cache rows into L2 before it waits for the kernel before it. Only
+ * what no kernel of this eval writes is read here: the sizes and positions, copied in before the
+ * first kernel. (Row pos[t] itself is being written by the store before this kernel; a prefetch
+ * is a hint, so that is harmless.) */
+__device__ __forceinline__ void prefetch_rows(KT q, const KT &k, const KT &v, const KT &pos,
+                                              const int64_t *syms)
+{
+    kt_resolve(q, syms);
+    int64_t T = q.ne[1], H = q.ne[2], D = q.ne[3], S = k.ne[1], G = k.ne[2];
+    int64_t h = blockIdx.x, t = blockIdx.y, g = h / (H / G);
+    if (t >= T)
+        return;
+    int32_t p = *(const int32_t *)(pos.p + t * pos.nb[3]);
+    if (p < 0 || p >= S)
+        return;
+    int64_t s0, s1;
+    split_rows(p, gridDim.z, blockIdx.z, &s0, &s1);
+    prefetch_kv(k, v, g, D, s0, s1);
+}
+
+/* One warp's online softmax over cache rows s0, s0 + ATT_WARPS, ... < s1 of the KV head at pk and
+ * pv, two at a time so their reductions overlap: m, l and acc (its lanes' dims d = lane + 32 j)
+ * updated. */
+template <int J>
+__device__ __forceinline__ void attend_rows(const float (&qv)[J], const char *pk, const char *pv,
+                                            const KT &k, const KT &v, int64_t D, int64_t s0,
+                                            int64_t s1, float scale, float &m, float &l,
+                                            float (&acc)[J])
+{
+    int lane = threadIdx.x & 31;
+    for (int64_t s = s0; s < s1; s += 2 * ATT_WARPS) {
+        int64_t s2 = s + ATT_WARPS;
+        int two = s2 < s1;
+        float d1 = 0.0f, d2 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            int64_t d = lane + 32 * j;
+            if (d < D) {
+                d1 += qv[j] * ld_f(pk + s * k.nb[1] + d * k.nb[3], k.t);
+                if (two)
+                    d2 += qv[j] * ld_f(pk + s2 * k.nb[1] + d * k.nb[3], k.t);
+            }
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            d1 += __shfl_xor_sync(0xffffffffu, d1, off);
+            d2 += __shfl_xor_sync(0xffffffffu, d2, off);
+        }
+        d1 *= scale;
+        d2 = two ? d2 * scale : -INFINITY;
+        float mn = fmaxf(m, fmaxf(d1, d2));
+        float corr = expf(m - mn), e1 = expf(d1 - mn), e2 = two ? expf(d2 - mn) : 0.0f;
+        l = l * corr + e1 + e2;
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            int64_t d = lane + 32 * j;
+            if (d < D) {
+                float a = acc[j] * corr + e1 * ld_f(pv + s * v.nb[1] + d * v.nb[3], v.t);
+                if (two)
+                    a += e2 * ld_f(pv + s2 * v.nb[1] + d * v.nb[3], v.t);
+                acc[j] = a;
+            }
+        }
+        m = mn;
+    }
+}
+
+/* The same for one row held in registers (kn, vn: zero past D). */
+template <int J>
+__device__ __forceinline__ void attend_regs(const float (&qv)[J], const float (&kn)[J],
+                                            const float (&vn)[J], float scale, float &m, float &l,
+                                            float (&acc)[J])
+{
+    float d1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++)
+        d1 += qv[j] * kn[j];
+    d1 = warp_sum(d1) * scale;
+    float mn = fmaxf(m, d1), corr = expf(m - mn), e1 = expf(d1 - mn);
+    l = l * corr + e1;
+#pragma unroll
+    for (int j = 0; j < J; j++)
+        acc[j] = acc[j] * corr + e1 * vn[j];
+    m = mn;
+}
+
+/*
+ * The end of an attention block: its warps' results combined; nsplit == 1: the normalized result
+ * to out; else partials to part (f32 [nsplit, Tl, H, D + 2]) and, with counters, the last split
+ * block of (h, t) to get here combines them into out and resets its counter.
+ */
+template <int J>
+__device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
+                                              const float (&acc)[J], const KT &o, int64_t h,
+                                              int64_t t, int nsplit, int split, float *part,
+                                              int64_t Tl, unsigned *counters)
+{
+    int64_t H = o.ne[2], D = o.ne[3];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) {
+        sm.m[w] = m;
+        sm.l[w] = l;
+    }
+#pragma unroll
+    for (int j = 0; j < J; j++)
+        sm.acc[w][lane + 32 * j] = acc[j];
+    __syncthreads();
+    float M = -INFINITY;
+    for (int i = 0; i < ATT_WARPS; i++)
+        M = fmaxf(M, sm.m[i]);
+    float L = 0.0f, f[ATT_WARPS];
+    for (int i = 0; i < ATT_WARPS; i++) {
+        f[i] = sm.m[i] == -INFINITY ? 0.0f : expf(sm.m[i] - M);
+        L += sm.l[i] * f[i];
+    }
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float a = 0.0f;
+        for (int i = 0; i < ATT_WARPS; i++)
+            a += sm.acc[i][d] * f[i];
+        if (nsplit == 1) {
+            st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a / L);
+        } else {
+            float *pp = part + ((split * Tl + t) * H + h) * (D + 2);
+            pp[d] = a;
+            if (d == 0) {
+                pp[D] = M;
+                pp[D + 1] = L;
+            }
+        }
+    }
+    if (nsplit == 1 || !counters)
+        return;
+    /* The last split block of (h, t) to get here combines: its partials are visible to it. */
+    __threadfence();
+    __syncthreads();
+    unsigned *cnt = counters + t * H + h;
+    if (threadIdx.x == 0)
+        sm.last = atomicAdd(cnt, 1u) == (unsigned)nsplit - 1;
+    __syncthreads();
+    if (!sm.last)
+        return;
+    __threadfence();
+    combine_partials(nsplit, o, h, t, part, Tl, sm.wgt, &sm.inv_l);
+    if (threadIdx.x == 0)
+        *cnt = 0;
+}
+
+/* v as stored in dtype t and read back (st_f then ld_f). */
+__device__ __forceinline__ float round_to(float v, int t)
+{
+    switch (t) {
+    case GP_F32:
+        return v;
+    case GP_F16:
+        return __half2float(__float2half_rn(v));
+    case GP_BF16:
+        return __bfloat162float(__float2bfloat16_rn(v));
+    default:
+        return (float)f2i_sat(v);
+    }
+}
+
+/* Each lane's rope angles at position p: cos and sin of p * theta^(-2i/n) for the pair i of its
+ * dims d = lane + 32 j < n; in double, then rounded to f32, as k_rope and the CPU compute them. */
+template <int J>
+__device__ __forceinline__ void rope_angles(const gp_cu_rope &r, int32_t p, float (&cs)[J],
+                                            float (&sn)[J])
+{
+    int lane = threadIdx.x & 31;
+    int64_t half = r.n / 2;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        int64_t d = lane + 32 * j;
+        cs[j] = 1.0f;
+        sn[j] = 0.0f;
+        if (r.on && d < r.n) {
+            int64_t i = r.interleaved ? d / 2 : d < half ? d : d - half;
+            double ang = (double)p * pow(r.theta, -2.0 * (double)i / (double)r.n);
+            cs[j] = (float)cos(ang);
+            sn[j] = (float)sin(ang);
+        }
+    }
+}
+
+/* Element d of row x after rope r (none: x[d] as it is), given d's angle: pairs (u, v) = (i, i +
+ * n/2), or (2i, 2i + 1) interleaved, become (u cs - v sn, u sn + v cs), rounded to the rope's
+ * output dtype. The products and sums are rounded one by one (no FMA), as the CPU's rope. */
+__device__ __forceinline__ float rope_elem(const gp_cu_rope &r, const char *px, int64_t nb, int t,
+                                           int64_t d, float cs, float sn)
+{
+    if (!r.on)
+        return ld_f(px + d * nb, t);
+    if (d >= r.n)
+        return round_to(ld_f(px + d * nb, t), r.dtype);
+    int64_t off = r.interleaved ? 1 : r.n / 2;
+    int second = r.interleaved ? (int)(d & 1) : d >= off;
+    int64_t du = second ? d - off : d;
+    float u = ld_f(px + du * nb, t), v = ld_f(px + (du + off) * nb, t);
+    float y = second ? __fadd_rn(__fmul_rn(u, sn), __fmul_rn(v, cs))
+                     : __fsub_rn(__fmul_rn(u, cs), __fmul_rn(v, sn));
+    return round_to(y, r.dtype);
+}
+
+/* The same rope (both off, or the same n, theta and mode): the same angles. */
+__device__ __forceinline__ int same_angles(const gp_cu_rope &a, const gp_cu_rope &b)
+{
+    return a.on == b.on && (!a.on || (a.n == b.n && a.theta == b.theta &&
+                                      a.interleaved == b.interleaved));
+}
+
+/* What a decode block needs from pos = p: its rows [s0, s1), whether row p is among them (has_new)
+ * and which warp takes it (wnew), q's angles (non-empty splits) and the new key's (that warp). */
+template <int J>
+__device__ __forceinline__ void decode_setup(int32_t p, int nsplit, int split, const gp_cu_rope &rq,
+                                             const gp_cu_rope &rk, int64_t *s0, int64_t *s1,
+                                             int *has_new, int *wnew, float (&qc)[J], float (&qs)[J],
+                                             float (&kc)[J], float (&ks)[J])
+{
+    split_rows(p, nsplit, split, s0, s1);
+    *has_new = *s0 < *s1 && *s1 == (int64_t)p + 1;
+    *wnew = (int)((p - *s0) % ATT_WARPS);
+    if (*s0 < *s1)
+        rope_angles(rq, p, qc, qs);
+    if (!*has_new || (int)(threadIdx.x >> 5) != *wnew)
+        return;
+    if (same_angles(rq, rk)) {
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            kc[j] = qc[j];
+            ks[j] = qs[j];
+        }
+    } else {
+        rope_angles(rk, p, kc, ks);
+    }
+}
+
+/* A one-token attention's operands (gp_cu_decode_att as kernels see it). */
+struct DecArgs {
+    float scale;
+    KT o, q, kx, vx, kc, vc, pos;
+    gp_cu_rope rq, rk;
+    float *part;        /* split partials [nsplit, 1, H, D + 2] */
+    unsigned *counters; /* [H], zero between launches: the last split block combines */
+};
+
+/* What block (h, split) of a one-token attention knows once it has read pos: p, its rows [s0, s1),
+ * whether row p is among them and which warp takes it, q's and the new key's angles. */
+template <int J> struct DecState {
+    int32_t p;
+    int64_t s0, s1;
+    int has_new, wnew;
+    float qc[J], qs[J], kc[J], ks[J];
+};
+
+/* Reads pos and sets st up for block (h, split) of nsplit (p = -1 when pos is out of range, which
+ * the runtime checks before the eval). */
+template <int J>
+__device__ __forceinline__ void decode_begin(const DecArgs &a, int nsplit, int split, DecState<J> &st)
+{
+    st.p = *(const int32_t *)a.pos.p;
+    st.s0 = st.s1 = 0;
+    st.has_new = st.wnew = 0;
+    if (st.p < 0 || st.p >= a.kc.ne[1]) {
+        st.p = -1;
+        return;
+    }
+    decode_setup(st.p, nsplit, split, a.rq, a.rk, &st.s0, &st.s1, &st.has_new, &st.wnew, st.qc,
+                 st.qs, st.kc, st.ks);
+}
+
+/*
+ * The rest of block (h, split): q rotated, rows [s0, s1) attended (row p, when among them, from
+ * the sources, and written into both caches by the block of each KV group's first head), then
+ * attend_finish. Every thread of the block (ATT_WARPS warps) calls it.
+ */
+template <int J>
+__device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int64_t h, int nsplit,
+                                           int split, const DecState<J> &st)
+{
+    const KT &q = a.q, &kx = a.kx, &vx = a.vx, &kc = a.kc, &vc = a.vc;
+    int64_t H = q.ne[2], D = q.ne[3], G = kc.ne[2], g = h / (H / G);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int32_t p = st.p;
+    if (p < 0)
+        return;
+    float qv[J], acc[J];
+    const char *pq = q.p + h * q.nb[2];
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        int64_t d = lane + 32 * j;
+        qv[j] = st.s0 < st.s1 && d < D ? rope_elem(a.rq, pq, q.nb[3], q.t, d, st.qc[j], st.qs[j])
+                                       : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    attend_rows(qv, kc.p + g * kc.nb[2], vc.p + g * vc.nb[2], kc, vc, D, st.s0 + w,
+                st.has_new ? (int64_t)p : st.s1, a.scale, m, l, acc);
+    if (st.has_new && w == st.wnew) {
+        /* The new row as the store writes it: rope's output rounded to its dtype, then to the
+         * cache's. Only the first head's block of the group writes it (one writer per row). */
+        float kn[J], vn[J];
+        const char *pk = kx.p + g * kx.nb[2], *pv = vx.p + g * vx.nb[2];
+        int writer = h % (H / G) == 0;
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            int64_t d = lane + 32 * j;
+            kn[j] = vn[j] = 0.0f;
+            if (d < D) {
+                kn[j] = round_to(rope_elem(a.rk, pk, kx.nb[3], kx.t, d, st.kc[j], st.ks[j]), kc.t);
+                vn[j] = round_to(ld_f(pv + d * vx.nb[3], vx.t), vc.t);
+                if (writer) {
+                    st_f(kc.p + p * kc.nb[1] + g * kc.nb[2] + d * kc.nb[3], kc.t, kn[j]);
+                    st_f(vc.p + p * vc.nb[1] + g * vc.nb[2] + d * vc.nb[3], vc.t, vn[j]);
+                }
+            }
+        }
+        attend_regs(qv, kn, vn, a.scale, m, l, acc);
+    }
+    attend_finish(sm, m, l, acc, a.o, h, 0, nsplit, split, a.part, 1, a.counters);
+}
+
+#endif

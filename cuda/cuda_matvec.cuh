@@ -1,0 +1,86 @@
+/* Device code of the matrix-vector kernels (cuda_matmul.cu), shared with the persistent decode
+ * kernel (cuda_mega.cu): epilogues, a staged norm of x, 16-byte weight chunks. */
+#ifndef GP_CUDA_MATVEC_CUH
+#define GP_CUDA_MATVEC_CUH
+
+#include "cuda/cuda_internal.cuh"
+
+/* ---- epilogues ---- */
+
+struct EPI {
+    int n;
+    int op[GP_CU_MAX_EPI];
+    KT other[GP_CU_MAX_EPI];
+};
+
+__device__ __forceinline__ float epi_apply(const EPI &e, int64_t col, float v)
+{
+#pragma unroll
+    for (int k = 0; k < GP_CU_MAX_EPI; k++) {
+        if (k >= e.n)
+            break;
+        if (e.op[k] == GP_OP_GELU) {
+            v = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+        } else {
+            const KT &o = e.other[k];
+            float y = ld_f(o.p + (o.ne[3] == 1 ? 0 : col * o.nb[3]), o.t);
+            v = e.op[k] == GP_OP_ADD ? v + y : v * y;
+        }
+    }
+    return v;
+}
+
+__device__ __forceinline__ void stage_norm(const NORM &nm, const float *x, int64_t K, float *xs)
+{
+    float mean, inv;
+    norm_stats(nm, x, K, &mean, &inv);
+    for (int64_t i = threadIdx.x; i < K; i += blockDim.x)
+        xs[i] = norm_one(nm, x, i, mean, inv);
+    __syncthreads();
+}
+
+template <typename W> struct vec16;
+template <> struct vec16<__half> {
+    enum { N = 8 };
+    static __device__ __forceinline__ void unpack(uint4 u, float *f)
+    {
+        const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 v = __half22float2(h[i]);
+            f[2 * i] = v.x;
+            f[2 * i + 1] = v.y;
+        }
+    }
+};
+template <> struct vec16<__nv_bfloat16> {
+    enum { N = 8 };
+    static __device__ __forceinline__ void unpack(uint4 u, float *f)
+    {
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 v = __bfloat1622float2(h[i]);
+            f[2 * i] = v.x;
+            f[2 * i + 1] = v.y;
+        }
+    }
+};
+template <> struct vec16<float> {
+    enum { N = 4 };
+    static __device__ __forceinline__ void unpack(uint4 u, float *f)
+    {
+        f[0] = __uint_as_float(u.x);
+        f[1] = __uint_as_float(u.y);
+        f[2] = __uint_as_float(u.z);
+        f[3] = __uint_as_float(u.w);
+    }
+};
+
+__device__ __forceinline__ uint4 ld_stream(const void *p)
+{
+    /* Weights are read once per eval: don't let them evict activations from L1. */
+    return __ldcs((const uint4 *)p);
+}
+
+#endif
