@@ -246,6 +246,12 @@ static const config configs[] = {
     {"no-newfuse", "GPLAN_CUDA_DISABLE=group,attnfuse"},
     {"nccl", "GPLAN_ALLREDUCE=nccl"},
     {"+transpose+tail", "GPLAN_CUDA_TRANSPOSE=1 GPLAN_CUDA_TAIL=1"},
+    {"mega", "GPLAN_CUDA_MEGA=1"},
+    {"mega-pf24", "GPLAN_CUDA_MEGA=1 GPLAN_CUDA_MEGA_PF_MB=24"},
+    {"mega-bps1", "GPLAN_CUDA_MEGA=1 GPLAN_CUDA_MEGA_BPS=1"},
+    {"mega-bps2", "GPLAN_CUDA_MEGA=1 GPLAN_CUDA_MEGA_BPS=2"},
+    {"skip-mega-stages", "GPLAN_CUDA_MEGA=1 GPLAN_CUDA_MEGA_TIMING=barriers"},
+    {"skip-mega-stages-bps1", "GPLAN_CUDA_MEGA=1 GPLAN_CUDA_MEGA_TIMING=barriers GPLAN_CUDA_MEGA_BPS=1"},
 };
 
 /* Sets (on = 1) or unsets the variables of env. */

@@ -167,13 +167,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 }
 
 
-template <int J>
-static void launch_dec(dim3 grid, const gp_cu_decode_att *a, KT o, KT q, KT kx, KT vx, KT kc,
-                       KT vc, KT p, float *part, unsigned *counters, const gp_cu_ctx *c)
+template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, const gp_cu_ctx *c)
 {
-    DecArgs d = {(float)a->scale, o, q, kx, vx, kc, vc, p, a->rope_q, a->rope_k, part, counters};
-    gp_cu_launch(c, k_attention_decode<J>, grid, ATT_WARPS * 32, 0, d, a->pos_const,
-                 c->pdl && c->prefetch);
+    gp_cu_launch(c, k_attention_decode<J>, grid, ATT_WARPS * 32, 0, d, early, c->pdl && c->prefetch);
 }
 
 /* Why the operands of a one-token attention are not supported, or NULL (T not checked). */
@@ -227,12 +223,18 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
     float *part = (float *)ws;
     dim3 grid((unsigned)H, 1, (unsigned)nsplit);
     int J = (int)((D + 31) / 32);
-    if (J <= 2)
-        launch_dec<2>(grid, a, o, q, kx, vx, kc, vc, p, part, counters, c);
-    else if (J <= 4)
-        launch_dec<4>(grid, a, o, q, kx, vx, kc, vc, p, part, counters, c);
+    J = J <= 2 ? 2 : J <= 4 ? 4 : ATT_MAXJ;
+    DecArgs d = {(float)a->scale, o, q, kx, vx, kc, vc, p, a->rope_q, a->rope_k, part, counters};
+    if (c->mk && (nsplit == 1 || counters) && gp_cu_mk_attention(c, d, nsplit, J)) {
+        decode_launches++;
+        return 0;
+    }
+    if (J == 2)
+        launch_dec<2>(grid, d, a->pos_const, c);
+    else if (J == 4)
+        launch_dec<4>(grid, d, a->pos_const, c);
     else
-        launch_dec<ATT_MAXJ>(grid, a, o, q, kx, vx, kc, vc, p, part, counters, c);
+        launch_dec<ATT_MAXJ>(grid, d, a->pos_const, c);
     if (gp_cu_check_launch(c, "attention_decode"))
         return -1;
     decode_launches++;

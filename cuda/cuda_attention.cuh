@@ -400,4 +400,7 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
     attend_finish(sm, m, l, acc, a.o, h, 0, nsplit, split, a.part, 1, a.counters);
 }
 
+/* Records a one-token attention as a stage of ctx->mk (cuda_mega.cu); 1 when recorded. */
+int gp_cu_mk_attention(gp_cu_ctx *c, const DecArgs &a, int nsplit, int J);
+
 #endif

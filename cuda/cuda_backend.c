@@ -113,6 +113,7 @@ typedef struct {
     unsigned char *transposed;      /* [n_tensors]: 1 for a weight stored [N, K] on the device */
     uint64_t skip_ops;              /* bit per gp_op: kernels left out (timing experiments) */
     const void *const *weight_data; /* [n_tensors] the host weights uploaded at creation */
+    gp_cu_mk *mk;                   /* mega: the persistent decode kernel's stages, or NULL */
     void *dec_part;                 /* attnfuse: split partials of the fused attentions whose own
                                        workspace overlaps what they read; NULL: none needed */
     size_t dec_part_size;
@@ -120,7 +121,7 @@ typedef struct {
 
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
        FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64, FUSE_GROUP = 128, FUSE_TAIL = 256,
-       FUSE_ATTN = 512 };
+       FUSE_ATTN = 512, FUSE_MEGA = 1024 };
 
 /* 1 when `name` is an item of the comma list `list`. */
 static int in_list(const char *list, const char *name)
@@ -140,15 +141,24 @@ static int in_list(const char *list, const char *name)
 static void read_switches(cuda_be *b)
 {
     static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch",
-                                        "transpose", "group", "tail", "attnfuse"};
+                                        "transpose", "group", "tail", "attnfuse", "mega"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
             b->disable |= 1u << i;
     /* Measured 2026-11-30 (H200): -8% for GPT-2 117M, +31% for 1558M (its K = 6400 and
      * norm-fused products are slower row per warp than split-K): off unless asked for. */
+    /* Measured 2026-11-30 (H200, ms per one-token eval): 0.41 -> 0.67 for GPT-2 117M, 2.37 ->
+     * 4.36 for 1558M, 5.28 -> 6.98 for Llama-7B (a grid barrier of 396 blocks costs ~3.6 us, and
+     * a stage waits on a chain of latencies that the kernels overlap: bench/gpu-notes.md): off
+     * unless asked for. */
+    const char *mg = getenv("GPLAN_CUDA_MEGA");
+    if (!(mg && *mg == '1'))
+        b->disable |= FUSE_MEGA;
+    /* The persistent decode kernel takes [N, K] weights only: with it, they are transposed by
+     * default (GPLAN_CUDA_TRANSPOSE=0 keeps them as they are). */
     const char *tr = getenv("GPLAN_CUDA_TRANSPOSE");
-    if (!(tr && *tr == '1'))
+    if (tr ? *tr != '1' : (b->disable & FUSE_MEGA) != 0)
         b->disable |= FUSE_TRANSPOSE;
     /* Measured 2026-11-30 (H200, Llama-7B shape): 5.22 -> 5.82 ms a token on one GPU (every
      * block of the matvec waits for its fence and count, thousands of blocks), no change on two
@@ -256,6 +266,11 @@ static int all_reduce(cuda_be *b, const cu_node *cn, const gp_plan_node *nd, int
                       int *norm_done)
 {
     const void *src = cn->in[0].data;
+    if (b->kc.mk && gp_cuda_mk_flush(b->kc.mk, b->stream)) {
+        snprintf(b->kc.err, sizeof b->kc.err, "persistent decode kernel: launch failed: %s",
+                 cudaGetErrorString(cudaGetLastError()));
+        return -1;
+    }
     if (nd->n_inputs > 1 && b->rank == 0 && !added) {
         if (gp_cuda_compute(&b->kc, GP_OP_ADD, &nd->attrs, &cn->out, cn->in, 2, NULL, 0))
             return -1;
@@ -369,6 +384,11 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
     }
     if (b->ev)
         cudaEventRecord(b->ev[p->n_nodes], b->stream);
+    if (b->kc.mk && gp_cuda_mk_flush(b->kc.mk, b->stream)) {
+        snprintf(err, err_len, "cuda: persistent decode kernel: launch failed: %s",
+                 cudaGetErrorString(cudaGetLastError()));
+        return -1;
+    }
     for (int i = 0; i < p->n_tensors && b->rank == 0; i++) {
         /* Only rank 0's outputs are read (runtime/backend.h, "Several devices"); the others'
          * are the same bytes, so they stay on their devices. */
@@ -391,11 +411,15 @@ static int capture(cuda_be *b, int64_t top, char *err, size_t err_len)
     if (b->p->n_syms)
         b->launch[0] = top;
     CU_TRY(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
+    b->kc.mk = b->mk; /* one-row launches become stages of persistent kernels */
     int r = enqueue_eval(b, err, err_len);
+    b->kc.mk = NULL;
     cudaError_t e = cudaStreamEndCapture(b->stream, &g);
     if (r)
         goto fail;
     CU_TRY(e);
+    if (gp_cuda_mk_upload(b->mk, err, err_len))
+        goto fail;
     cu_graph *cg = &b->graphs[b->n_graphs];
     CU_TRY(cudaGraphInstantiate(&cg->exec, g, 0));
     /* What the first launch would do (the driver allocates host memory there for graphs holding
@@ -1493,6 +1517,15 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             CU_TRY(cudaEventCreate(&b->ev[i]));
     }
     env = b->ev ? "0" : getenv("GPLAN_CUDA_GRAPHS");
+    if (!(b->disable & FUSE_MEGA) && !(env && *env == '0')) {
+        const char *bps = getenv("GPLAN_CUDA_MEGA_BPS"), *pf = getenv("GPLAN_CUDA_MEGA_PF_MB");
+        int64_t pf_mb = pf ? atoll(pf) : 0; /* measured slower with it: opt-in */
+        char why[256];
+        b->mk = gp_cuda_mk_create(2 * p->n_nodes + 16, b->kc.n_sm, bps ? atoi(bps) : 0,
+                                  pf_mb << 20, why, sizeof why);
+        if (!b->mk && getenv("GPLAN_CUDA_VERBOSE"))
+            fprintf(stderr, "%s: launching one by one\n", why);
+    }
     int64_t launches1 = -1;
     b->buckets = bucket_safe(p);
     if (!(env && *env == '0') && p->n_syms <= 1) {
@@ -1503,11 +1536,11 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             int64_t bound = p->syms[0].bound;
             for (int64_t top = 1; b->n_graphs < MAX_GRAPHS; top *= 2) {
                 int64_t t = top < bound ? top : bound;
-                int64_t l0 = b->kc.launches;
+                int64_t l0 = b->kc.launches + gp_cuda_mk_launches(b->mk);
                 if (capture(b, t, err, err_len))
                     goto fail;
                 if (top == 1)
-                    launches1 = b->kc.launches - l0;
+                    launches1 = b->kc.launches + gp_cuda_mk_launches(b->mk) - l0;
                 if (t == bound || !b->buckets)
                     break; /* not bucket-safe: only the one-token graph (exact) */
             }
@@ -1536,6 +1569,9 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
                 "%d weights transposed, pdl %d; %lld launches in the one-token graph\n", p->n_nodes,
                 elided, pairs, norms, epis, groups, tails, arnorms, attns, transposed, b->kc.pdl,
                 (long long)launches1);
+        if (b->mk)
+            fprintf(stderr, "cuda: persistent decode kernel: %d stages in %d launches, %d blocks\n",
+                    gp_cuda_mk_stages(b->mk), gp_cuda_mk_launches(b->mk), gp_cuda_mk_grid(b->mk));
     }
     b->created = 1;
     *out = b;
@@ -1706,6 +1742,7 @@ static void be_destroy(void *ctx)
     free(b->ev);
     for (int i = 0; i < b->n_graphs; i++)
         cudaGraphExecDestroy(b->graphs[i].exec);
+    gp_cuda_mk_destroy(b->mk);
     if (b->blas)
         cublasDestroy(b->blas);
     if (b->io_registered)

@@ -249,6 +249,8 @@ template <typename... P, typename... A>
 static inline void gp_cu_launch(const gp_cu_ctx *c, void (*k)(P...), dim3 grid, dim3 block,
                                 size_t smem, A... args)
 {
+    if (c->mk)
+        (void)gp_cuda_mk_flush(c->mk, c->stream); /* the stages recorded before this launch */
     (void)gp_cu_launch_on(c->stream, c->pdl, k, grid, block, smem, args...);
 }
 

@@ -50,6 +50,8 @@ typedef struct {
     int matvec_v1;           /* 1: the first matrix-vector kernels (for benchmarks) */
     void *blas_ws;           /* the workspace cuBLAS was last given (cublasSetWorkspace) */
     size_t blas_ws_size;
+    struct gp_cu_mk *mk;     /* non-NULL: the persistent decode kernel records what it can take
+                                (cuda_mega.cu) instead of launching it; else NULL */
     int64_t launches;        /* kernels and library calls enqueued so far */
     char err[256];           /* the last error */
 } gp_cu_ctx;
@@ -173,6 +175,31 @@ int gp_cuda_attention_decode(gp_cu_ctx *ctx, const gp_cu_decode_att *a, const gp
 int gp_cuda_attention_decode_ok(const gp_cu_decode_att *a, const gp_cu_tensor *out);
 /* gp_cuda_attention_decode calls enqueued in this process so far (tests: was it used). */
 int64_t gp_cuda_attention_decode_count(void);
+
+/*
+ * The persistent decode kernel (cuda_mega.cu). While ctx.mk is set, the one-token launches it can
+ * take (one-row matmuls with their norms and epilogues, matmul groups, the fused one-token
+ * attention, one-row norms) are recorded as stages; any other launch first launches the stages
+ * pending before it as one cooperative kernel (gp_cuda_mk_flush), so the order on the stream is
+ * kept. Meant for graph capture: the stage table reaches the device with gp_cuda_mk_upload, after
+ * the capture and before the first replay.
+ */
+typedef struct gp_cu_mk gp_cu_mk;
+/* cap stages; blocks_per_sm 0: as many as fit; pf_bytes: weights prefetched into L2 per stage (0:
+ * none). NULL with err when the device cannot run it. Allocates everything it will use. */
+gp_cu_mk *gp_cuda_mk_create(int cap, int n_sm, int blocks_per_sm, int64_t pf_bytes, char *err,
+                            size_t err_len);
+void gp_cuda_mk_destroy(gp_cu_mk *mk);
+/* Launches the pending stages as one kernel on s; 0, or -1 (recording stops: later launches go
+ * out one by one). */
+int gp_cuda_mk_flush(gp_cu_mk *mk, cudaStream_t s);
+/* Copies the stage table to the device (synchronous); 0, or -1 with err. */
+int gp_cuda_mk_upload(gp_cu_mk *mk, char *err, size_t err_len);
+int gp_cuda_mk_grid(const gp_cu_mk *mk);     /* blocks of its launches */
+int gp_cuda_mk_launches(const gp_cu_mk *mk); /* kernels launched so far */
+int gp_cuda_mk_stages(const gp_cu_mk *mk);   /* stages recorded so far */
+/* Stages recorded in this process so far, by every recorder (tests: was it used). */
+int64_t gp_cuda_mk_stage_count(void);
 
 /* Counters a norm computed in a kernel's last block takes (gp_cu_tailnorm, gp_cuda_ar_norm). */
 #define GP_CU_TAIL_COUNTERS 65

@@ -808,6 +808,8 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
             return 0;
         if (!c->matvec_v1) {
             int early = ksym < 0 && is_const(c, B.p, (N - 1) * B.sc + K * es);
+            if (c->mk && early && !tl.on && gp_cu_mk_matvec(c, kb.t, B.p, B.sc, K, N, x, pn, ot, e))
+                return 1;
             unsigned rows = (unsigned)(MV2_WARPS / nk_split(K / vn));
             unsigned g2 = (unsigned)((N + rows - 1) / rows);
             if (kb.t == GP_F16)
@@ -944,6 +946,8 @@ static int set_blas_ws(gp_cu_ctx *c, void *ws, size_t size)
 static int try_blas(gp_cu_ctx *c, const KT &o, const KT &ka, const KT &kb, int ta, int tb, void *ws,
                     size_t ws_size)
 {
+    if (c->mk && gp_cuda_mk_flush(c->mk, c->stream)) /* the stages recorded before this call */
+        return -1;
     if (!c->blas || ka.t == GP_I32 || kb.t == GP_I32 || o.t == GP_I32)
         return 0;
     mat A = mat_of(ka, ta), B = mat_of(kb, tb);
@@ -1096,6 +1100,10 @@ extern "C" int gp_cuda_matvec_group(gp_cu_ctx *c, const gp_cu_group *g, int *lau
     if (g->glu)
         m.block0[1] = blocks; /* every block is in product 0's range */
     const float *x = (const float *)kx.p;
+    if (c->mk && m.early && gp_cu_mk_group(c, wt, m.n, m.glu, m.w, m.ldw, m.N, m.o, x, K)) {
+        *launched = 1;
+        return 0;
+    }
     if (wt == GP_F16 && g->glu)
         gp_cu_launch(c, k_matvec_nkg<__half, true>, blocks, MV2_WARPS * 32, 0, m, x, K);
     else if (wt == GP_F16)

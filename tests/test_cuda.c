@@ -1246,33 +1246,47 @@ static void test_model_switches(void)
         unsetenv("GPLAN_CUDA_PDL");
 }
 
+/* A CUDA session created with environment variable var set to val (var NULL: as it is). */
+static gp_session *session_with(gp_model *m, const char *var, const char *val)
+{
+    gp_session_opts og = {"cuda", 1, 0};
+    char err[1024];
+    if (var)
+        setenv(var, val, 1);
+    gp_session *s = gp_session_new(m, &og, err, sizeof err);
+    if (var)
+        unsetenv(var);
+    if (!s)
+        fprintf(stderr, "\n  %s=%s: %s\n", var ? var : "-", var ? val : "-", err);
+    return s;
+}
+
 /*
- * attnfuse: a model through a prompt, one-token steps past 16 cache rows, a 3-token eval (run
- * unfused) and more steps, on a CUDA session with the one-token attention fused, one with it off
- * (GPLAN_CUDA_DISABLE=attnfuse) and the CPU: the same logits (1e-4); the fused kernel was enqueued
- * for every layer when on and never when off.
+ * A model through a prompt, one-token steps past 16 cache rows, a 3-token eval and more steps, on a
+ * CUDA session with a fusion on (on_var=on_val), one with it off (off_var=off_val) and the CPU: the
+ * same logits (1e-4); count(), what that fusion enqueued in this process, grew by at least min_on
+ * while the session with it on was created and not at all for the one with it off.
  */
-static void decode_fused_vs_not(const char *example, const char *const *defs, int n_defs,
-                                int n_layer)
+static void decode_on_vs_off(const char *example, const char *const *defs, int n_defs,
+                             const char *on_var, const char *on_val, const char *off_var,
+                             const char *off_val, int64_t (*count)(void), int64_t min_on)
 {
     gp_test_model_opts o = {defs, n_defs, NULL, 1, 42};
     gp_model *m = gp_test_model(example, &o, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     char err[1024];
-    gp_session_opts oc = {"cpu", 1, 0}, og = {"cuda", 1, 0};
-    int64_t c0 = gp_cuda_attention_decode_count();
-    setenv("GPLAN_CUDA_DISABLE", "attnfuse", 1);
-    gp_session *off = gp_session_new(m, &og, err, sizeof err);
-    unsetenv("GPLAN_CUDA_DISABLE");
-    int64_t c1 = gp_cuda_attention_decode_count();
-    gp_session *on = gp_session_new(m, &og, err, sizeof err);
-    int64_t c2 = gp_cuda_attention_decode_count();
+    gp_session_opts oc = {"cpu", 1, 0};
+    int64_t c0 = count();
+    gp_session *off = session_with(m, off_var, off_val);
+    int64_t c1 = count();
+    gp_session *on = session_with(m, on_var, on_val);
+    int64_t c2 = count();
     gp_session *cpu = gp_session_new(m, &oc, err, sizeof err);
     CU_ASSERT_PTR_NOT_NULL(off);
     CU_ASSERT_PTR_NOT_NULL(on);
     CU_ASSERT_PTR_NOT_NULL(cpu);
     CU_ASSERT_EQUAL(c1, c0);
-    CU_ASSERT(c2 - c1 >= n_layer);
+    CU_ASSERT(c2 - c1 >= min_on);
     if (off && on && cpu) {
         gp_model_info info;
         gp_model_get_info(m, &info);
@@ -1289,8 +1303,9 @@ static void decode_fused_vs_not(const char *example, const char *const *defs, in
             double e = max_rel(l_on, l_off, (size_t)t * (size_t)V);
             double ec = max_rel(l_on, l_cpu, (size_t)t * (size_t)V);
             if (!(e <= 1e-4 && ec <= 1e-4))
-                fprintf(stderr, "\n  %s step %d (%d tokens at %d): fused vs not %.3g, vs CPU %.3g\n",
-                        example, i, t, start, e, ec);
+                fprintf(stderr, "\n  %s %s=%s step %d (%d tokens at %d): on vs off %.3g, vs CPU %.3g\n",
+                        example, on_var ? on_var : off_var, on_var ? on_val : off_val, i, t, start,
+                        e, ec);
             CU_ASSERT(e <= 1e-4);
             CU_ASSERT(ec <= 1e-4);
             start += t;
@@ -1304,6 +1319,14 @@ static void decode_fused_vs_not(const char *example, const char *const *defs, in
     gp_session_free(on);
     gp_session_free(off);
     gp_model_free(m);
+}
+
+/* attnfuse: the one-token attention fused (the default) or not; enqueued for every layer. */
+static void decode_fused_vs_not(const char *example, const char *const *defs, int n_defs,
+                                int n_layer)
+{
+    decode_on_vs_off(example, defs, n_defs, NULL, NULL, "GPLAN_CUDA_DISABLE", "attnfuse",
+                     gp_cuda_attention_decode_count, n_layer);
 }
 
 static void test_model_attnfuse(void)
@@ -1330,6 +1353,41 @@ static void test_model_attnfuse(void)
     llama16[9] = gpt216[6] = "kv_type=f16";
     decode_fused_vs_not("examples/llama.gplan", llama16, 10, 2);
     decode_fused_vs_not("examples/gpt2.gplan", gpt216, 7, 2);
+}
+
+/*
+ * The persistent decode kernel (GPLAN_CUDA_MEGA=1, opt-in) against the launches one by one and the
+ * CPU: Llama (groups, glu, rms norms taken into the matmul stages) and GPT-2 (layer norms, epilogues,
+ * transposed Conv1D weights), f32 and f16 caches; its stages recorded for every layer (q/k/v or
+ * qkv, attention, o, gate/up or fc, down).
+ */
+static void test_model_mega(void)
+{
+    static const char *const llama[] = {
+        "num_hidden_layers=2", "hidden_size=256", "intermediate_size=256", "num_attention_heads=4",
+        "num_key_value_heads=2", "vocab_size=512", "max_position_embeddings=64", "n_batch=64",
+        "wtype=f32", "kv_type=f32"};
+    static const char *const gpt2[] = {"n_layer=2", "n_embd=128", "n_head=4", "vocab_size=512",
+                                       "n_positions=64", "wtype=f32", "kv_type=f32"};
+    decode_on_vs_off("examples/llama.gplan", llama, 10, "GPLAN_CUDA_MEGA", "1", NULL, NULL,
+                     gp_cuda_mk_stage_count, 5 * 2);
+    decode_on_vs_off("examples/gpt2.gplan", gpt2, 7, "GPLAN_CUDA_MEGA", "1", NULL, NULL,
+                     gp_cuda_mk_stage_count, 5 * 2);
+    const char *llama16[10], *gpt216[7];
+    memcpy(llama16, llama, sizeof llama16);
+    memcpy(gpt216, gpt2, sizeof gpt216);
+    llama16[9] = gpt216[6] = "kv_type=f16";
+    decode_on_vs_off("examples/llama.gplan", llama16, 10, "GPLAN_CUDA_MEGA", "1", NULL, NULL,
+                     gp_cuda_mk_stage_count, 5 * 2);
+    decode_on_vs_off("examples/gpt2.gplan", gpt216, 7, "GPLAN_CUDA_MEGA", "1", NULL, NULL,
+                     gp_cuda_mk_stage_count, 5 * 2);
+    /* wide rows (K = 5632 staged in shared memory), one block per row split over the warps */
+    static const char *const wide[] = {
+        "num_hidden_layers=1", "hidden_size=2048", "intermediate_size=5632",
+        "num_attention_heads=32", "num_key_value_heads=4", "vocab_size=512",
+        "max_position_embeddings=64", "n_batch=512", "wtype=f32", "kv_type=f32"};
+    decode_on_vs_off("examples/llama.gplan", wide, 10, "GPLAN_CUDA_MEGA", "1", NULL, NULL,
+                     gp_cuda_mk_stage_count, 5);
 }
 
 void gp_suite_cuda(void)
@@ -1359,5 +1417,6 @@ void gp_suite_cuda(void)
     CU_add_test(s, "tiny model f16 weights: CPU vs CUDA", test_model_f16);
     CU_add_test(s, "tiny model: fusions off, transposed weights, PDL on and off", test_model_switches);
     CU_add_test(s, "Llama and GPT-2 decode: one-token attention fused or not", test_model_attnfuse);
+    CU_add_test(s, "Llama and GPT-2 decode: persistent decode kernel or launches", test_model_mega);
     CU_add_test(s, "LoRA runtime mode: adapters rebound in a live session", test_lora_rebind);
 }
