@@ -1321,73 +1321,56 @@ static void decode_on_vs_off(const char *example, const char *const *defs, int n
     gp_model_free(m);
 }
 
-/* attnfuse: the one-token attention fused (the default) or not; enqueued for every layer. */
-static void decode_fused_vs_not(const char *example, const char *const *defs, int n_defs,
-                                int n_layer)
-{
-    decode_on_vs_off(example, defs, n_defs, NULL, NULL, "GPLAN_CUDA_DISABLE", "attnfuse",
-                     gp_cuda_attention_decode_count, n_layer);
-}
+/* The decode models the fusion tests run: Llama (grouped-query heads) and GPT-2 with two layers,
+ * f32 and f16 caches (the new rows rounded as the stores round them), and one layer at TinyLlama's
+ * widths (the planner puts the attention's workspace over k and v, dead after the stores, so the
+ * fused attention's partials go to the backend's scratch; K = 5632 rows). */
+#define TINY_LLAMA                                                                                 \
+    "num_hidden_layers=2", "hidden_size=256", "intermediate_size=256", "num_attention_heads=4",    \
+        "num_key_value_heads=2", "vocab_size=512", "max_position_embeddings=64", "n_batch=64",     \
+        "wtype=f32"
+#define TINY_GPT2                                                                                  \
+    "n_layer=2", "n_embd=128", "n_head=4", "vocab_size=512", "n_positions=64", "wtype=f32"
+typedef struct {
+    const char *example;
+    const char *defs[10];
+    int n_defs, n_layer;
+} decode_case;
+static const decode_case decode_cases[] = {
+    {"examples/llama.gplan", {TINY_LLAMA, "kv_type=f32"}, 10, 2},
+    {"examples/gpt2.gplan", {TINY_GPT2, "kv_type=f32"}, 7, 2},
+    {"examples/llama.gplan",
+     {"num_hidden_layers=1", "hidden_size=2048", "intermediate_size=5632", "num_attention_heads=32",
+      "num_key_value_heads=4", "vocab_size=512", "max_position_embeddings=64", "n_batch=512",
+      "wtype=f32", "kv_type=f32"},
+     10, 1},
+    {"examples/llama.gplan", {TINY_LLAMA, "kv_type=f16"}, 10, 2},
+    {"examples/gpt2.gplan", {TINY_GPT2, "kv_type=f16"}, 7, 2},
+};
 
+/* attnfuse: the one-token attention fused (the default) or not; enqueued for every layer. */
 static void test_model_attnfuse(void)
 {
-    static const char *const llama[] = {
-        "num_hidden_layers=2", "hidden_size=256", "intermediate_size=256", "num_attention_heads=4",
-        "num_key_value_heads=2", "vocab_size=512", "max_position_embeddings=64", "n_batch=64",
-        "wtype=f32", "kv_type=f32"};
-    static const char *const gpt2[] = {"n_layer=2", "n_embd=128", "n_head=4", "vocab_size=512",
-                                       "n_positions=64", "wtype=f32", "kv_type=f32"};
-    decode_fused_vs_not("examples/llama.gplan", llama, 10, 2);
-    decode_fused_vs_not("examples/gpt2.gplan", gpt2, 7, 2);
-    /* TinyLlama's widths, one layer: the planner puts the attention's workspace over k and v
-     * (dead after the stores), so the fused launch's partials go to the backend's scratch. */
-    static const char *const wide[] = {
-        "num_hidden_layers=1", "hidden_size=2048", "intermediate_size=5632",
-        "num_attention_heads=32", "num_key_value_heads=4", "vocab_size=512",
-        "max_position_embeddings=64", "n_batch=512", "wtype=f32", "kv_type=f32"};
-    decode_fused_vs_not("examples/llama.gplan", wide, 10, 1);
-    /* f16 caches: the new rows rounded as the stores round them */
-    const char *llama16[10], *gpt216[7];
-    memcpy(llama16, llama, sizeof llama16);
-    memcpy(gpt216, gpt2, sizeof gpt216);
-    llama16[9] = gpt216[6] = "kv_type=f16";
-    decode_fused_vs_not("examples/llama.gplan", llama16, 10, 2);
-    decode_fused_vs_not("examples/gpt2.gplan", gpt216, 7, 2);
+    for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
+        const decode_case *c = &decode_cases[i];
+        decode_on_vs_off(c->example, c->defs, c->n_defs, NULL, NULL, "GPLAN_CUDA_DISABLE",
+                         "attnfuse", gp_cuda_attention_decode_count, c->n_layer);
+    }
 }
 
 /*
  * The persistent decode kernel (GPLAN_CUDA_MEGA=1, opt-in) against the launches one by one and the
- * CPU: Llama (groups, glu, rms norms taken into the matmul stages) and GPT-2 (layer norms, epilogues,
- * transposed Conv1D weights), f32 and f16 caches; its stages recorded for every layer (q/k/v or
+ * CPU: Llama (groups, glu, rms norms taken into the matmul stages) and GPT-2 (layer norms,
+ * epilogues, transposed Conv1D weights); five stages recorded for every layer at least (q/k/v or
  * qkv, attention, o, gate/up or fc, down).
  */
 static void test_model_mega(void)
 {
-    static const char *const llama[] = {
-        "num_hidden_layers=2", "hidden_size=256", "intermediate_size=256", "num_attention_heads=4",
-        "num_key_value_heads=2", "vocab_size=512", "max_position_embeddings=64", "n_batch=64",
-        "wtype=f32", "kv_type=f32"};
-    static const char *const gpt2[] = {"n_layer=2", "n_embd=128", "n_head=4", "vocab_size=512",
-                                       "n_positions=64", "wtype=f32", "kv_type=f32"};
-    decode_on_vs_off("examples/llama.gplan", llama, 10, "GPLAN_CUDA_MEGA", "1", NULL, NULL,
-                     gp_cuda_mk_stage_count, 5 * 2);
-    decode_on_vs_off("examples/gpt2.gplan", gpt2, 7, "GPLAN_CUDA_MEGA", "1", NULL, NULL,
-                     gp_cuda_mk_stage_count, 5 * 2);
-    const char *llama16[10], *gpt216[7];
-    memcpy(llama16, llama, sizeof llama16);
-    memcpy(gpt216, gpt2, sizeof gpt216);
-    llama16[9] = gpt216[6] = "kv_type=f16";
-    decode_on_vs_off("examples/llama.gplan", llama16, 10, "GPLAN_CUDA_MEGA", "1", NULL, NULL,
-                     gp_cuda_mk_stage_count, 5 * 2);
-    decode_on_vs_off("examples/gpt2.gplan", gpt216, 7, "GPLAN_CUDA_MEGA", "1", NULL, NULL,
-                     gp_cuda_mk_stage_count, 5 * 2);
-    /* wide rows (K = 5632 staged in shared memory), one block per row split over the warps */
-    static const char *const wide[] = {
-        "num_hidden_layers=1", "hidden_size=2048", "intermediate_size=5632",
-        "num_attention_heads=32", "num_key_value_heads=4", "vocab_size=512",
-        "max_position_embeddings=64", "n_batch=512", "wtype=f32", "kv_type=f32"};
-    decode_on_vs_off("examples/llama.gplan", wide, 10, "GPLAN_CUDA_MEGA", "1", NULL, NULL,
-                     gp_cuda_mk_stage_count, 5);
+    for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
+        const decode_case *c = &decode_cases[i];
+        decode_on_vs_off(c->example, c->defs, c->n_defs, "GPLAN_CUDA_MEGA", "1", NULL, NULL,
+                         gp_cuda_mk_stage_count, 5 * c->n_layer);
+    }
 }
 
 void gp_suite_cuda(void)
