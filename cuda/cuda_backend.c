@@ -69,8 +69,6 @@ typedef struct {
     int dec_on;                      /* an attention: one-token launches run dec instead */
     int dec_tsym;                    /* its token dim's symbol, or -1 (fixed at 1) */
     gp_cu_decode_att dec;
-    void *dec_ws;                    /* the workspace it uses: its own, or cuda_be.dec_part */
-    size_t dec_ws_size;
 } cu_node;
 
 typedef struct {
@@ -114,9 +112,6 @@ typedef struct {
     uint64_t skip_ops;              /* bit per gp_op: kernels left out (timing experiments) */
     const void *const *weight_data; /* [n_tensors] the host weights uploaded at creation */
     gp_cu_mk *mk;                   /* mega: the persistent decode kernel's stages, or NULL */
-    void *dec_part;                 /* attnfuse: split partials of the fused attentions whose own
-                                       workspace overlaps what they read; NULL: none needed */
-    size_t dec_part_size;
 } cuda_be;
 
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
@@ -346,7 +341,7 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
         if (!r && nd->op == GP_OP_ALL_REDUCE && b->comm && !b->warming)
             r = all_reduce(b, cn, nd, 0, &norm_done);
         else if (!r && decode_now(b, cn))
-            r = gp_cuda_attention_decode(&b->kc, &cn->dec, &cn->out, cn->dec_ws, cn->dec_ws_size);
+            r = gp_cuda_attention_decode(&b->kc, &cn->dec, &cn->out, cn->ws, cn->ws_size);
         else if (!r && cn->pair >= 0)
             r = gp_cuda_store2(&b->kc, cn->in, b->nodes[cn->pair].in);
         else if (!r && nd->op == GP_OP_MATMUL && cn->epi.n > 0)
@@ -997,22 +992,14 @@ static int over_q_exactly(const gp_cu_tensor *q, const gp_cu_tensor *o)
  * attention may write them (the skipped nodes write nothing); (2) what the launch writes (its
  * output, its split partials, the two cache rows) overlaps nothing it reads, except the output
  * laid exactly over q (over_q_exactly); (3) nothing between the stores and the attention reads the
- * caches (it would see the old rows). When a check fails, the nodes run unfused. The planner may
- * put the attention's workspace over k and v's sources (dead after the stores in its schedule):
- * then the partials go to one scratch buffer allocated here (16 H (D + 2) floats, shared by the
- * layers, whose launches never overlap: each writes only after the kernel before it finished).
+ * caches (it would see the old rows). When a check fails, the nodes run unfused. The split
+ * partials go to the attention's own workspace, which the planner keeps live from the first node
+ * fused here (docs/plan-format.md, Workspaces), so it lies over none of the sources; in a plan
+ * from an older compiler it may, and then the nodes run unfused too.
  */
 static void plan_decode_attention(cuda_be *b, const int *uses)
 {
     const gp_plan *p = b->p;
-    size_t part = 0; /* the largest partials of one token: the scratch buffer's size */
-    for (int a = 0; a < p->n_nodes; a++) {
-        const gp_cu_tensor *q = &b->nodes[a].in[0];
-        size_t n = (size_t)GP_WS_ATTN_SPLITS * (size_t)q->ne[1] * (size_t)(q->ne[2] + 2) * 4;
-        if (p->nodes[a].op == GP_OP_ATTENTION && q->ndim == 3 && n > part)
-            part = n;
-    }
-    int no_scratch = 0;
     for (int a = 0; a < p->n_nodes; a++) {
         const gp_plan_node *at = &p->nodes[a];
         cu_node *an = &b->nodes[a];
@@ -1104,18 +1091,8 @@ static void plan_decode_attention(cuda_be *b, const int *uses)
                 ok = !spans_meet(s, rs[4]) && !spans_meet(s, rs[5]);
             }
         }
-        if (ok && !own_ws && !b->dec_part && !no_scratch) {
-            if (be_malloc(b, &b->dec_part, part) != cudaSuccess) {
-                cudaGetLastError();
-                b->dec_part = NULL;
-                no_scratch = 1; /* then those attentions run unfused */
-            }
-            b->dec_part_size = b->dec_part ? part : 0;
-        }
-        if (!ok || (!own_ws && !b->dec_part))
+        if (!ok || !own_ws)
             continue;
-        an->dec_ws = own_ws ? an->ws : b->dec_part;
-        an->dec_ws_size = own_ws ? an->ws_size : b->dec_part_size;
         an->dec = d;
         an->dec_on = 1;
         an->dec_tsym = tsym;
@@ -1750,7 +1727,6 @@ static void be_destroy(void *ctx)
     cudaFreeHost(b->pin_io);
     cudaFreeHost(b->pin_syms);
     cudaFree(b->dparam);
-    cudaFree(b->dec_part);
     for (int r = 0; r < GP_REGION_COUNT; r++)
         cudaFree(b->raw[r]);
     if (b->stream)

@@ -156,7 +156,32 @@ static int fill_tensors(builder *b)
     return 0;
 }
 
-/* One arena tensor per node that needs a workspace, named ws.<output>, live at that step only. */
+/* 1 when a backend may run node op inside the one-token attention it feeds (CUDA's attnfuse: the
+ * ropes, q's copy and the K/V cache stores, and the views between them). */
+static int absorbable(gp_op op)
+{
+    return gp_op_get(op)->is_view || op == GP_OP_ROPE || op == GP_OP_CONT || op == GP_OP_STORE;
+}
+
+/* The first step of the nodes feeding tensor t through absorbable nodes (at most `depth` deep),
+ * or `first` when there is none earlier. */
+static int absorbed_from(const gp_graph *g, int t, int first, int depth)
+{
+    int s = g->tensors[t].producer;
+    if (s < 0 || depth == 0 || !absorbable(g->nodes[s].op))
+        return first;
+    if (s < first)
+        first = s;
+    for (int i = 0; i < g->nodes[s].n_inputs; i++)
+        first = absorbed_from(g, g->nodes[s].inputs[i], first, depth - 1);
+    return first;
+}
+
+/*
+ * One arena tensor per node that needs a workspace, named ws.<output>, live at that step only; an
+ * attention's from the first node a backend may run inside it (absorbed_from), since the fused
+ * kernel reads those nodes' sources while it uses its workspace.
+ */
 static int add_workspaces(builder *b, unsigned backends)
 {
     const gp_graph *g = b->g;
@@ -190,6 +215,8 @@ static int add_workspaces(builder *b, unsigned backends)
         t->inplace_of = -1;
         t->producer = s;
         t->first = t->last = s;
+        for (int i = 0; g->nodes[s].op == GP_OP_ATTENTION && i < g->nodes[s].n_inputs; i++)
+            t->first = absorbed_from(g, g->nodes[s].inputs[i], t->first, 8);
         t->size = gp_plan_tensor_span(t);
         t->line = g->nodes[s].loc.line;
         t->col = g->nodes[s].loc.col;

@@ -329,7 +329,7 @@ static int check_tensor_fields(const gp_plan *p, int i, char *why, size_t n)
                 t->last, p->n_nodes);
         return -1;
     }
-    if (t->producer >= 0 && t->first != t->producer) {
+    if (t->producer >= 0 && t->first > t->producer) {
         gp_errf(why, n, "tensor %d (%s): first step %d is not its producer %d", i, nm, t->first,
                 t->producer);
         return -1;
@@ -579,6 +579,14 @@ static int check_nodes(const gp_plan *p, char *why, size_t n)
             p->nodes[t->producer].workspace != i) {
             gp_errf(why, n, "tensor %d (%s): producer %d neither outputs it nor uses it as its "
                     "workspace", i, t->name, t->producer);
+            return -1;
+        }
+        /* Only an attention's workspace may start before its node (docs/plan-format.md). */
+        if (t->producer >= 0 && t->first != t->producer &&
+            (p->nodes[t->producer].workspace != i ||
+             p->nodes[t->producer].op != GP_OP_ATTENTION)) {
+            gp_errf(why, n, "tensor %d (%s): first step %d is not its producer %d", i, t->name,
+                    t->first, t->producer);
             return -1;
         }
     }

@@ -1323,8 +1323,8 @@ static void decode_on_vs_off(const char *example, const char *const *defs, int n
 
 /* The decode models the fusion tests run: Llama (grouped-query heads) and GPT-2 with two layers,
  * f32 and f16 caches (the new rows rounded as the stores round them), and one layer at TinyLlama's
- * widths (the planner puts the attention's workspace over k and v, dead after the stores, so the
- * fused attention's partials go to the backend's scratch; K = 5632 rows). */
+ * widths (K = 5632 rows; before the planner kept an attention's workspace live from the ropes and
+ * stores it may absorb, it laid it over k and v there). */
 #define TINY_LLAMA                                                                                 \
     "num_hidden_layers=2", "hidden_size=256", "intermediate_size=256", "num_attention_heads=4",    \
         "num_key_value_heads=2", "vocab_size=512", "max_position_embeddings=64", "n_batch=64",     \

@@ -440,6 +440,49 @@ static void test_workspaces(void)
     gp_graph_free(g);
 }
 
+/*
+ * A one-token attention that a backend may run fused with what feeds it (CUDA: the ropes and the
+ * K/V cache stores run inside the attention kernel, which reads their sources in their place): its
+ * workspace lives from the first of those nodes, so its bytes never lie over a source.
+ */
+static void test_workspace_fused_attention(void)
+{
+    gp_graph *g = gp_graph_new("fused");
+    gp_diag *d = gp_diag_new(NULL);
+    int T = gp_graph_add_sym(g, "T", 64, here);
+    gp_dim sq[3] = {{64, T}, C(8), C(16)}, sk[3] = {{64, T}, C(2), C(16)};
+    gp_dim sc[3] = {C(32), C(2), C(16)}, sp[1] = {{64, T}};
+    int xq = gp_graph_add_tensor(g, d, "xq", GP_TENSOR_INPUT, GP_F32, 3, sq, NULL, here);
+    int xk = gp_graph_add_tensor(g, d, "xk", GP_TENSOR_INPUT, GP_F32, 3, sk, NULL, here);
+    int kc = gp_graph_add_tensor(g, d, "kc", GP_TENSOR_STATE, GP_F32, 3, sc, NULL, here);
+    int vc = gp_graph_add_tensor(g, d, "vc", GP_TENSOR_STATE, GP_F32, 3, sc, NULL, here);
+    int pos = gp_graph_add_tensor(g, d, "pos", GP_TENSOR_INPUT, GP_I32, 1, sp, NULL, here);
+    int q0 = op(g, d, GP_OP_SCALE, "q0", 1, xq);               /* step 0 */
+    int k0 = op(g, d, GP_OP_SCALE, "k0", 1, xk);               /* step 1 */
+    int v0 = op(g, d, GP_OP_GELU, "v0", 1, xk);                /* step 2 */
+    int qr = op(g, d, GP_OP_ROPE, "qr", 2, q0, pos);           /* step 3 */
+    int kr = op(g, d, GP_OP_ROPE, "kr", 2, k0, pos);           /* step 4 */
+    int ks = op(g, d, GP_OP_STORE, "ks", 3, kc, pos, kr);      /* step 5 */
+    int vs = op(g, d, GP_OP_STORE, "vs", 3, vc, pos, v0);      /* step 6 */
+    int att = op(g, d, GP_OP_ATTENTION, "att", 4, qr, ks, vs, pos); /* step 7 */
+    op(g, d, GP_OP_SCALE, "out", 1, att);                      /* step 8 */
+    CU_ASSERT_EQUAL_FATAL(gp_diag_count(d), 0);
+    gp_plan *p = build(g, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    int w = p->nodes[7].workspace;
+    CU_ASSERT_FATAL(w >= 0);
+    const gp_plan_tensor *ws = &p->tensors[w];
+    /* From the first rope (step 3; the scales are not fused) to the attention. */
+    CU_ASSERT_EQUAL(ws->first, 3);
+    CU_ASSERT_EQUAL(ws->last, 7);
+    const int reads[] = {q0, k0, v0, qr, kr};
+    for (int i = 0; i < 5; i++)
+        CU_ASSERT_FALSE(bytes_meet(ws, &p->tensors[reads[i]]));
+    gp_plan_free(p);
+    gp_diag_free(d);
+    gp_graph_free(g);
+}
+
 static void test_bad_options(void)
 {
     gp_graph *g = chain4();
@@ -1404,7 +1447,14 @@ static void test_corrupt_tensors(void)
     b = copy_good(); set32(tensor_rec(b, FX_B) + 16, FX_X); expect_bad_fixed(b, "in-place target x does not hold its bytes");
     b = copy_good(); set32(tensor_rec(b, FX_A) + 20, 7); expect_bad_fixed(b, "producer 7 out of range (7 nodes)");
     b = copy_good(); set32(tensor_rec(b, FX_X) + 20, 0); expect_bad_fixed(b, "node 0: reads tensor x before step 0 produces it");
-    b = copy_good(); set32(tensor_rec(b, FX_X) + 20, 1); expect_bad_fixed(b, "first step 0 is not its producer 1");
+    b = copy_good(); set32(tensor_rec(b, FX_X) + 20, 1); expect_bad_fixed(b, "node 0: reads tensor x before step 1 produces it");
+    /* Only an attention's workspace may start before its node. */
+    b = copy_good();
+    uint32_t wsm_step = get32(tensor_rec(b, FX_WSM) + 20);
+    set32(tensor_rec(b, FX_WSM) + 24, wsm_step - 1);
+    char why_wsm[64];
+    snprintf(why_wsm, sizeof why_wsm, "first step %u is not its producer %u", wsm_step - 1, wsm_step);
+    expect_bad_fixed(b, why_wsm);
     b = copy_good(); set32(tensor_rec(b, FX_A) + 28, 7); expect_bad_fixed(b, "lifetime [0, 7] outside the 7 steps");
     b = copy_good(); set32(tensor_rec(b, FX_C) + 24, 6); expect_bad_fixed(b, "lifetime [6, 5]");
     b = copy_good(); set32(tensor_rec(b, FX_A) + 24, (uint32_t)-1); expect_bad_fixed(b, "lifetime [-1,");
@@ -1542,6 +1592,8 @@ void gp_suite_plan(void)
     CU_add_test(s, "in-place: every refusal rule", test_inplace_refused);
     CU_add_test(s, "in-place: through a reshape view", test_inplace_through_view);
     CU_add_test(s, "workspaces: sizes per backend and lifetimes; syms", test_workspaces);
+    CU_add_test(s, "workspaces: a fused attention's from the ropes and stores it absorbs",
+                test_workspace_fused_attention);
     CU_add_test(s, "options: refused with a message", test_bad_options);
     CU_add_test(s, "random DAGs: no overlap, lower bound, loader accepts", test_random_dags);
     CU_add_test(s, "fixture plan contents", test_fixture_contents);
