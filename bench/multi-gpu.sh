@@ -123,7 +123,9 @@ mkdir -p "$B/plans" || die "cannot create $B/plans"
 compile() { # NAME N SUFFIX [-D ...]: succeeds when $B/plans/mgpu-NAME-dN SUFFIX.plan exists after
     c_plan="$B/plans/mgpu-$1-d$2$3.plan" c_log="$OUT/compile-$1-d$2$3.log" c_name=$1 c_n=$2
     shift 3
-    [ -f "$c_plan" ] && return 0
+    # Recompiled whenever the compiler is here: a plan from an older compiler loads but may miss
+    # what this runtime needs to fuse (an attention's workspace); a carried plan serves otherwise.
+    [ -x "$B/tools/gplan-compile" ] || [ ! -f "$c_plan" ] || return 0
     [ -x "$B/tools/gplan-compile" ] || { echo "no $B/tools/gplan-compile to make $c_plan" >"$c_log"; return 1; }
     # shellcheck disable=SC2046 # model_defs prints words
     "$B/tools/gplan-compile" $(model_defs "$c_name") -D wtype=f16 -D kv_type=f16 "$@" \

@@ -260,8 +260,9 @@ __global__ void k_rope(int interleaved, int64_t n, double theta, KT o, KT x, KT 
             float cs = (float)cos(ang), sn = (float)sin(ang);
             int64_t iu = j * ustep, iv = j * ustep + voff;
             float u = ld_f(px + iu * x.nb[3], x.t), v = ld_f(px + iv * x.nb[3], x.t);
-            st_f(po + iu * o.nb[3], o.t, u * cs - v * sn);
-            st_f(po + iv * o.nb[3], o.t, u * sn + v * cs);
+            /* each product and sum rounded on its own (no FMA contraction), as the CPU's rope */
+            st_f(po + iu * o.nb[3], o.t, __fsub_rn(__fmul_rn(u, cs), __fmul_rn(v, sn)));
+            st_f(po + iv * o.nb[3], o.t, __fadd_rn(__fmul_rn(u, sn), __fmul_rn(v, cs)));
         }
         for (int64_t i = n + threadIdx.x; i < D; i += blockDim.x)
             st_f(po + i * o.nb[3], o.t, ld_f(px + i * x.nb[3], x.t));
