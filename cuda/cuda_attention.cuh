@@ -212,15 +212,9 @@ __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
     if (nsplit == 1 || !counters)
         return;
     /* The last split block of (h, t) to get here combines: its partials are visible to it. */
-    __threadfence();
-    __syncthreads();
     unsigned *cnt = counters + t * H + h;
-    if (threadIdx.x == 0)
-        sm.last = atomicAdd(cnt, 1u) == (unsigned)nsplit - 1;
-    __syncthreads();
-    if (!sm.last)
+    if (!last_of(cnt, (unsigned)nsplit, &sm.last))
         return;
-    __threadfence();
     combine_partials(nsplit, o, h, t, part, Tl, sm.wgt, &sm.inv_l);
     if (threadIdx.x == 0)
         *cnt = 0;

@@ -80,25 +80,59 @@ static cudaError_t sync_ranks(const gp_cuda_comm *c, cudaStream_t *st)
     return e;
 }
 
+/* What a warm-up uses on each rank: a non-blocking stream and two zeroed device buffers. */
+typedef struct {
+    cudaStream_t st[GP_PLAN_MAX_DEVICES];
+    void *a[GP_PLAN_MAX_DEVICES], *b[GP_PLAN_MAX_DEVICES];
+} scratch;
+
+/* Makes s's streams and buffers of `bytes` each (b only when two) on every rank's device; s must be
+ * zeroed before. What was made is freed by scratch_free, whatever this returns. */
+static cudaError_t scratch_new(const gp_cuda_comm *c, scratch *s, size_t bytes, int two)
+{
+    cudaError_t e = cudaSuccess;
+    for (int r = 0; r < c->n && e == cudaSuccess; r++) {
+        e = cudaSetDevice(c->devices[r]);
+        if (e == cudaSuccess)
+            e = cudaStreamCreateWithFlags(&s->st[r], cudaStreamNonBlocking);
+        if (e == cudaSuccess)
+            e = cudaMalloc(&s->a[r], bytes);
+        if (e == cudaSuccess)
+            e = cudaMemset(s->a[r], 0, bytes);
+        if (e == cudaSuccess && two)
+            e = cudaMalloc(&s->b[r], bytes);
+        if (e == cudaSuccess && two)
+            e = cudaMemset(s->b[r], 0, bytes);
+    }
+    return e;
+}
+
+static void scratch_free(const gp_cuda_comm *c, scratch *s)
+{
+    for (int r = 0; r < c->n; r++) {
+        if (cudaSetDevice(c->devices[r]) != cudaSuccess)
+            continue;
+        cudaFree(s->a[r]);
+        cudaFree(s->b[r]);
+        if (s->st[r])
+            cudaStreamDestroy(s->st[r]);
+    }
+    cudaGetLastError();
+}
+
 /* Every rank sums warm_counts[k] floats (buffers of WARM_MAX each), in one group from this thread;
  * the one-element sum of 1.0 from every rank must come back as n. */
 static int warm_up(gp_cuda_comm *c, char *err, size_t err_len)
 {
-    float *buf[GP_PLAN_MAX_DEVICES] = {0};
-    cudaStream_t st[GP_PLAN_MAX_DEVICES] = {0};
+    scratch s;
+    memset(&s, 0, sizeof s);
     int rc = -1;
-    cudaError_t e = cudaSuccess;
     const float one = 1.0f;
+    cudaError_t e = scratch_new(c, &s, sizeof(float) * WARM_MAX, 0);
     for (int r = 0; r < c->n && e == cudaSuccess; r++) {
         e = cudaSetDevice(c->devices[r]);
         if (e == cudaSuccess)
-            e = cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking);
-        if (e == cudaSuccess)
-            e = cudaMalloc((void **)&buf[r], sizeof(float) * WARM_MAX);
-        if (e == cudaSuccess)
-            e = cudaMemset(buf[r], 0, sizeof(float) * WARM_MAX);
-        if (e == cudaSuccess)
-            e = cudaMemcpy(buf[r], &one, sizeof one, cudaMemcpyHostToDevice);
+            e = cudaMemcpy(s.a[r], &one, sizeof one, cudaMemcpyHostToDevice);
     }
     if (e != cudaSuccess) {
         snprintf(err, err_len, "cuda: NCCL warm-up buffers: %s", cudaGetErrorString(e));
@@ -107,8 +141,8 @@ static int warm_up(gp_cuda_comm *c, char *err, size_t err_len)
     for (size_t k = 0; k < sizeof warm_counts / sizeof warm_counts[0]; k++) {
         ncclResult_t nr = ncclGroupStart();
         for (int r = 0; r < c->n && nr == ncclSuccess; r++)
-            nr = ncclAllReduce(buf[r], buf[r], warm_counts[k], ncclFloat, ncclSum, c->comms[r],
-                               st[r]);
+            nr = ncclAllReduce(s.a[r], s.a[r], warm_counts[k], ncclFloat, ncclSum, c->comms[r],
+                               s.st[r]);
         ncclResult_t ne = ncclGroupEnd();
         if (nr != ncclSuccess || ne != ncclSuccess) {
             nccl_msg(err, err_len, "NCCL warm-up all-reduce", nr != ncclSuccess ? nr : ne,
@@ -121,9 +155,9 @@ static int warm_up(gp_cuda_comm *c, char *err, size_t err_len)
                 float got = 0;
                 e = cudaSetDevice(c->devices[r]);
                 if (e == cudaSuccess)
-                    e = cudaStreamSynchronize(st[r]);
+                    e = cudaStreamSynchronize(s.st[r]);
                 if (e == cudaSuccess)
-                    e = cudaMemcpy(&got, buf[r], sizeof got, cudaMemcpyDeviceToHost);
+                    e = cudaMemcpy(&got, s.a[r], sizeof got, cudaMemcpyDeviceToHost);
                 if (e == cudaSuccess && got != (float)c->n) {
                     snprintf(err, err_len, "cuda: NCCL warm-up: rank %d summed %g, expected %d", r,
                              (double)got, c->n);
@@ -133,22 +167,14 @@ static int warm_up(gp_cuda_comm *c, char *err, size_t err_len)
         }
     }
     if (e == cudaSuccess)
-        e = sync_ranks(c, st);
+        e = sync_ranks(c, s.st);
     if (e != cudaSuccess) {
         snprintf(err, err_len, "cuda: NCCL warm-up: %s", cudaGetErrorString(e));
         goto done;
     }
     rc = 0;
 done:
-    for (int r = 0; r < c->n; r++) {
-        if (cudaSetDevice(c->devices[r]) != cudaSuccess)
-            continue;
-        if (buf[r])
-            cudaFree(buf[r]);
-        if (st[r])
-            cudaStreamDestroy(st[r]);
-    }
-    cudaGetLastError();
+    scratch_free(c, &s);
     return rc;
 }
 
@@ -225,35 +251,29 @@ static int enable_peers(const gp_cuda_comm *c)
 static int p2p_warm_up(gp_cuda_comm *c, char *err, size_t err_len)
 {
     enum { COUNT = GP_AR_P2P_MAX / sizeof(float) };
-    float *in[GP_AR_P2P_RANKS] = {0}, *out[GP_AR_P2P_RANKS] = {0};
-    cudaStream_t st[GP_AR_P2P_RANKS] = {0};
+    scratch s; /* a: each rank's term, b: its sum */
+    memset(&s, 0, sizeof s);
     float *host = malloc(GP_AR_P2P_MAX);
     int rc = -1;
-    cudaError_t e = host ? cudaSuccess : cudaErrorMemoryAllocation;
+    cudaError_t e = host ? scratch_new(c, &s, GP_AR_P2P_MAX, 1) : cudaErrorMemoryAllocation;
     for (int r = 0; r < c->n && e == cudaSuccess; r++) {
         for (size_t i = 0; i < COUNT; i++)
             host[i] = (float)(r + 1);
         e = cudaSetDevice(c->devices[r]);
         if (e == cudaSuccess)
-            e = cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking);
-        if (e == cudaSuccess)
-            e = cudaMalloc((void **)&in[r], GP_AR_P2P_MAX);
-        if (e == cudaSuccess)
-            e = cudaMalloc((void **)&out[r], GP_AR_P2P_MAX);
-        if (e == cudaSuccess)
-            e = cudaMemcpy(in[r], host, GP_AR_P2P_MAX, cudaMemcpyHostToDevice);
+            e = cudaMemcpy(s.a[r], host, GP_AR_P2P_MAX, cudaMemcpyHostToDevice);
     }
     const gp_dtype dts[3] = {GP_F16, GP_BF16, GP_F32};
     for (int k = 0; k < 3 && e == cudaSuccess; k++)
         for (int r = 0; r < c->n && e == cudaSuccess; r++) {
             e = cudaSetDevice(c->devices[r]);
             if (e == cudaSuccess)
-                e = (cudaError_t)gp_cuda_ar_launch(&c->peers[r], in[r], out[r],
-                                                   dts[k] == GP_F32 ? COUNT : 1, dts[k], st[r], 0,
-                                                   NULL);
+                e = (cudaError_t)gp_cuda_ar_launch(&c->peers[r], s.a[r], s.b[r],
+                                                   dts[k] == GP_F32 ? COUNT : 1, dts[k], s.st[r],
+                                                   0, NULL);
         }
     if (e == cudaSuccess)
-        e = sync_ranks(c, st);
+        e = sync_ranks(c, s.st);
     if (e != cudaSuccess) {
         snprintf(err, err_len, "cuda: P2P all-reduce warm-up: %s", cudaGetErrorString(e));
         goto done;
@@ -264,7 +284,7 @@ static int p2p_warm_up(gp_cuda_comm *c, char *err, size_t err_len)
         unsigned status = __atomic_load_n(&c->ctrl[1 + r], __ATOMIC_ACQUIRE);
         e = cudaSetDevice(c->devices[r]);
         if (e == cudaSuccess)
-            e = cudaMemcpy(host, out[r], GP_AR_P2P_MAX, cudaMemcpyDeviceToHost);
+            e = cudaMemcpy(host, s.b[r], GP_AR_P2P_MAX, cudaMemcpyDeviceToHost);
         for (size_t i = 0; i < COUNT && e == cudaSuccess; i++)
             bad += host[i] != want;
         if (e != cudaSuccess || status || bad) {
@@ -277,15 +297,7 @@ static int p2p_warm_up(gp_cuda_comm *c, char *err, size_t err_len)
     }
     rc = 0;
 done:
-    for (int r = 0; r < c->n; r++) {
-        if (cudaSetDevice(c->devices[r]) != cudaSuccess)
-            continue;
-        cudaFree(in[r]);
-        cudaFree(out[r]);
-        if (st[r])
-            cudaStreamDestroy(st[r]);
-    }
-    cudaGetLastError();
+    scratch_free(c, &s);
     free(host);
     return rc;
 }

@@ -177,6 +177,26 @@ __device__ __forceinline__ float norm_one(const NORM &nm, const float *x, int64_
     return y;
 }
 
+/*
+ * The end of split work, called by every thread of a block once its share is stored: counts the
+ * block at *counter and returns 1 (in every thread) in the block that brings the count to n, the
+ * last of the n blocks sharing the counter. That block sees every other block's stores (each
+ * fences before it counts, the last fences after) and resets *counter when it is done with them.
+ * flag: an int of shared memory.
+ */
+__device__ __forceinline__ int last_of(unsigned *counter, unsigned n, int *flag)
+{
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        *flag = atomicAdd(counter, 1u) == n - 1;
+    __syncthreads();
+    if (!*flag)
+        return 0;
+    __threadfence();
+    return 1;
+}
+
 /* A norm of a kernel's finished output row, computed by the block that finishes last
  * (gp_cu_tailnorm: a matvec's residual sum; an all-reduce's sum): out = norm(row). counter
  * [GP_CU_TAIL_COUNTERS], zero between launches: [0] counts the groups of blocks that are done,
@@ -194,25 +214,16 @@ struct TAIL {
 __device__ __forceinline__ void tail_norm(const TAIL &tl, const float *row, int64_t N, float *xs)
 {
     __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned groups = GP_CU_TAIL_COUNTERS - 1;
-        unsigned nb = gridDim.x, gs = (nb + groups - 1) / groups, g = blockIdx.x / gs;
-        unsigned ng = (nb + gs - 1) / gs, in_g = min(gs, nb - g * gs);
-        last = 0;
-        if (atomicAdd(tl.counter + 1 + g, 1u) == in_g - 1) {
-            /* the group's last block: every block of it has counted, and its writes are
-             * ordered before their counts (the fences); pass that on to the top counter */
-            tl.counter[1 + g] = 0;
-            __threadfence();
-            last = atomicAdd(tl.counter, 1u) == ng - 1;
-        }
-    }
-    __syncthreads();
-    if (!last)
+    const unsigned groups = GP_CU_TAIL_COUNTERS - 1;
+    unsigned nb = gridDim.x, gs = (nb + groups - 1) / groups, g = blockIdx.x / gs;
+    unsigned ng = (nb + gs - 1) / gs, in_g = min(gs, nb - g * gs);
+    /* The group's last block, which sees its group's stores, passes them on to the top count. */
+    if (!last_of(tl.counter + 1 + g, in_g, &last))
         return;
-    __threadfence();
+    if (threadIdx.x == 0)
+        tl.counter[1 + g] = 0;
+    if (!last_of(tl.counter, ng, &last))
+        return;
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x)
         xs[i] = __ldcg(row + i);
     __syncthreads();

@@ -252,14 +252,8 @@ __global__ void __launch_bounds__(KN_TX *KN_TY)
     }
     if (nsplit == 1)
         return;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)nsplit - 1;
-    __syncthreads();
-    if (!last)
+    if (!last_of(&counters[blockIdx.x], (unsigned)nsplit, &last))
         return;
-    __threadfence();
     for (int j = threadIdx.x; j < KN_TX * V::N; j += blockDim.x) {
         if (tile0 + j >= N)
             continue;
@@ -571,14 +565,8 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
     }
     if (nsplit == 1)
         return;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)nsplit - 1;
-    __syncthreads();
-    if (!last)
+    if (!last_of(&counters[blockIdx.x], (unsigned)nsplit, &last))
         return;
-    __threadfence();
     /* Splits ty, ty + KN2_TY, ... of this thread's V::N columns (16-byte aligned: N % V::N == 0). */
     float s[V::N];
 #pragma unroll
