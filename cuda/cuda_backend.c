@@ -952,6 +952,20 @@ static int cont_source(const cuda_be *b, const int *uses, int id, gp_cu_tensor *
     return 1;
 }
 
+/* An operand of the fused attention, *t for tensor *id: the input of the rope (at pos) that makes
+ * it when rope is not NULL and there is one, else the source of the cont that makes it, else as it
+ * is. *id becomes the tensor read, and the absorbed node is appended to absorbed. */
+static void absorb_source(const cuda_be *b, const int *uses, int pos, int *id, gp_cu_tensor *t,
+                          gp_cu_rope *rope, int *absorbed, int *n_abs)
+{
+    int node;
+    if (rope && rope_source(b, uses, *id, pos, rope, &node, id))
+        *t = b->nodes[node].in[0];
+    else if (!cont_source(b, uses, *id, t, &node, id))
+        return;
+    absorbed[(*n_abs)++] = node;
+}
+
 static int same_desc(const gp_cu_tensor *a, const gp_cu_tensor *b)
 {
     if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim)
@@ -1022,27 +1036,16 @@ static void plan_decode_attention(cuda_be *b, const int *uses)
         int tsym = an->in[0].ndim == 3 && an->in[0].sym[0] >= 0 ? an->in[0].sym[0] : -1;
         gp_cu_decode_att d;
         memset(&d, 0, sizeof d);
-        int absorbed[5] = {sk, sv, -1, -1, -1}, n_abs = 2, node;
+        int absorbed[5] = {sk, sv, -1, -1, -1}, n_abs = 2;
         /* The sources and the tensors whose bytes they are: q, k, v, pos, k cache, v cache. */
         int src[6] = {at->inputs[0], p->nodes[sk].inputs[2], p->nodes[sv].inputs[2], pos,
                       p->nodes[sk].inputs[0], p->nodes[sv].inputs[0]};
         d.q = an->in[0];
-        if (rope_source(b, uses, src[0], pos, &d.rope_q, &node, &src[0]))
-            d.q = b->nodes[node].in[0];
-        else if (!cont_source(b, uses, src[0], &d.q, &node, &src[0]))
-            node = -1;
-        if (node >= 0)
-            absorbed[n_abs++] = node;
         d.k = b->nodes[sk].in[2];
-        if (rope_source(b, uses, src[1], pos, &d.rope_k, &node, &src[1]))
-            d.k = b->nodes[node].in[0];
-        else if (!cont_source(b, uses, src[1], &d.k, &node, &src[1]))
-            node = -1;
-        if (node >= 0)
-            absorbed[n_abs++] = node;
         d.v = b->nodes[sv].in[2];
-        if (cont_source(b, uses, src[2], &d.v, &node, &src[2]))
-            absorbed[n_abs++] = node;
+        absorb_source(b, uses, pos, &src[0], &d.q, &d.rope_q, absorbed, &n_abs);
+        absorb_source(b, uses, pos, &src[1], &d.k, &d.rope_k, absorbed, &n_abs);
+        absorb_source(b, uses, pos, &src[2], &d.v, NULL, absorbed, &n_abs);
         d.pos = an->in[3];
         d.k_cache = b->nodes[sk].in[0];
         d.v_cache = b->nodes[sv].in[0];
