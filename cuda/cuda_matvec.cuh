@@ -39,33 +39,34 @@ __device__ __forceinline__ void stage_norm(const NORM &nm, const float *x, int64
     __syncthreads();
 }
 
+/* 16 bytes of weights as floats: vec16<W>::N elements of type W, unpacked in order. */
+__device__ __forceinline__ float2 pair_f2(__half2 h)
+{
+    return __half22float2(h);
+}
+__device__ __forceinline__ float2 pair_f2(__nv_bfloat162 h)
+{
+    return __bfloat1622float2(h);
+}
+
+/* The 16-bit types, through their pair type P (__half2, __nv_bfloat162). */
+template <typename P> struct vec16_pairs {
+    enum { N = 8 };
+    static __device__ __forceinline__ void unpack(uint4 u, float *f)
+    {
+        const P *h = (const P *)&u;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 v = pair_f2(h[i]);
+            f[2 * i] = v.x;
+            f[2 * i + 1] = v.y;
+        }
+    }
+};
+
 template <typename W> struct vec16;
-template <> struct vec16<__half> {
-    enum { N = 8 };
-    static __device__ __forceinline__ void unpack(uint4 u, float *f)
-    {
-        const __half2 *h = (const __half2 *)&u;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float2 v = __half22float2(h[i]);
-            f[2 * i] = v.x;
-            f[2 * i + 1] = v.y;
-        }
-    }
-};
-template <> struct vec16<__nv_bfloat16> {
-    enum { N = 8 };
-    static __device__ __forceinline__ void unpack(uint4 u, float *f)
-    {
-        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float2 v = __bfloat1622float2(h[i]);
-            f[2 * i] = v.x;
-            f[2 * i + 1] = v.y;
-        }
-    }
-};
+template <> struct vec16<__half> : vec16_pairs<__half2> {};
+template <> struct vec16<__nv_bfloat16> : vec16_pairs<__nv_bfloat162> {};
 template <> struct vec16<float> {
     enum { N = 4 };
     static __device__ __forceinline__ void unpack(uint4 u, float *f)
