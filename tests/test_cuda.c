@@ -165,6 +165,30 @@ static double rel_err(const gp_ktensor *gpu, const gp_ktensor *cpu)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* The normalized error of t's device copy against its host copy (the CPU's result). */
+static double device_err(const tt *t)
+{
+    gp_ktensor g = t->h;
+    g.data = malloc(t->bytes);
+    cudaMemcpy(g.data, t->d.data, t->bytes, cudaMemcpyDeviceToHost);
+    double e = rel_err(&g, &t->h);
+    free(g.data);
+    return e;
+}
+
+/* 1 when every float of t's f32 device copy is still NaN: poisoned with 0xff bytes before, then
+ * written by nothing. */
+static int device_untouched(const tt *t)
+{
+    float *g = malloc(t->bytes);
+    cudaMemcpy(g, t->d.data, t->bytes, cudaMemcpyDeviceToHost);
+    int untouched = 1;
+    for (size_t j = 0; j < t->bytes / sizeof(float); j++)
+        untouched &= isnan(g[j]);
+    free(g);
+    return untouched;
+}
+
 /* Runs op on the CPU (into out's host copy) and on the GPU (into a poisoned copy of out), and
  * returns the normalized error. ins: n_in test tensors; ws_gpu: a device workspace (or 0 bytes). */
 static double run_op(gp_op op, const gp_attrs *a, tt *out, tt **ins, int n_in, size_t ws_gpu,
@@ -190,12 +214,7 @@ static double run_op(gp_op op, const gp_attrs *a, tt *out, tt **ins, int n_in, s
     CU_ASSERT_EQUAL(r, 0);
     CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
     cudaFree(dws);
-    gp_ktensor g = out->h;
-    g.data = malloc(out->bytes);
-    cudaMemcpy(g.data, out->d.data, out->bytes, cudaMemcpyDeviceToHost);
-    double e = rel_err(&g, &out->h);
-    free(g.data);
-    return e;
+    return device_err(out);
 }
 
 #define CHECK_ERR(name, e, tol)                                                   \
@@ -485,20 +504,13 @@ static void test_matvec_prenorm(void)
                                              &epi, &pre, &fused, &used), 0);
         CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
         CU_ASSERT_EQUAL(used, M == 1);
-        gp_ktensor gk = out.h;
-        gk.data = malloc(out.bytes);
-        cudaMemcpy(gk.data, out.d.data, out.bytes, cudaMemcpyDeviceToHost);
         if (M == 1) {
             char name[64];
             snprintf(name, sizeof name, "matvec with norm, case %zu", i);
-            CHECK_ERR(name, rel_err(&gk, &out.h), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
+            CHECK_ERR(name, device_err(&out), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
         } else {
-            int untouched = 1; /* nothing launched */
-            for (int64_t j = 0; j < M * N; j++)
-                untouched &= isnan(((float *)gk.data)[j]);
-            CU_ASSERT(untouched);
+            CU_ASSERT(device_untouched(&out)); /* nothing launched */
         }
-        free(gk.data);
         cudaFree(ws);
         tt_free(&x);
         tt_free(&g);
@@ -579,10 +591,7 @@ static void test_matvec_group(void)
                     fprintf(stderr, "\n  group case %zu product %d: bits differ\n", i, s);
                 CU_ASSERT_EQUAL(memcmp(a, b, bytes), 0);
             } else {
-                int untouched = 1;
-                for (size_t j = 0; j < bytes / 4; j++)
-                    untouched &= isnan(((float *)b)[j]);
-                CU_ASSERT(untouched);
+                CU_ASSERT(device_untouched(&fused[s]));
             }
             free(a);
             free(b);
@@ -669,25 +678,15 @@ static void test_matvec_tail(void)
         for (int c = 0; c < GP_CU_COUNTERS; c++)
             left += cnt[c];
         CU_ASSERT_EQUAL(left, 0);
-        gp_ktensor gs = sum.h, gh = h.h;
-        gs.data = malloc(sum.bytes);
-        gh.data = malloc(h.bytes);
-        cudaMemcpy(gs.data, sum.d.data, sum.bytes, cudaMemcpyDeviceToHost);
-        cudaMemcpy(gh.data, h.d.data, h.bytes, cudaMemcpyDeviceToHost);
         char name[64];
         snprintf(name, sizeof name, "matvec + residual, case %zu", i);
-        CHECK_ERR(name, rel_err(&gs, &sum.h), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
+        CHECK_ERR(name, device_err(&sum), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
         if (cs[i].tb) {
             snprintf(name, sizeof name, "tail norm, case %zu", i);
-            CHECK_ERR(name, rel_err(&gh, &h.h), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
+            CHECK_ERR(name, device_err(&h), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
         } else {
-            int untouched = 1;
-            for (int64_t j = 0; j < N; j++)
-                untouched &= isnan(((float *)gh.data)[j]);
-            CU_ASSERT(untouched);
+            CU_ASSERT(device_untouched(&h));
         }
-        free(gs.data);
-        free(gh.data);
         cudaFree(ws);
         tt_free(&a);
         tt_free(&w);
