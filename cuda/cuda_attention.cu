@@ -73,7 +73,7 @@ static void launch_att(dim3 grid, float scale, KT o, KT q, KT k, KT v, KT p, flo
                        unsigned *counters, const gp_cu_ctx *c)
 {
     gp_cu_launch(c, k_attention<J>, grid, ATT_WARPS * 32, 0, scale, o, q, k, v, p, part, Tl,
-                 counters, c->pdl && c->prefetch, c->d_syms);
+                 counters, c->pdl && c->kv_prefetch, c->d_syms);
 }
 
 /* How many splits a launch for T queries of H heads of D dims gets from a workspace of ws_size. */
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 
 template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, const gp_cu_ctx *c)
 {
-    gp_cu_launch(c, k_attention_decode<J>, grid, ATT_WARPS * 32, 0, d, early, c->pdl && c->prefetch);
+    gp_cu_launch(c, k_attention_decode<J>, grid, ATT_WARPS * 32, 0, d, early, c->pdl && c->kv_prefetch);
 }
 
 /* Why the operands of a one-token attention are not supported, or NULL (T not checked). */

@@ -6,15 +6,18 @@
  * (a norm computed in the matvec after it), "store2" (the K and V stores in one launch),
  * "combine" (attention's split combine in its last block), "group" (one-row matmuls of the same x
  * in one launch: q, k and v; gate and up with their swiglu), "attnfuse" (one-token attention with
- * its ropes and K/V cache stores in one launch, plan_decode_attention). GPLAN_CUDA_TAIL=1 has the
+ * its ropes and K/V cache stores in one launch, plan_decode_attention); "early" (not a fusion:
+ * matvecs load their first weights before waiting for the kernel before them; off for
+ * measurements). GPLAN_CUDA_TAIL=1 has the
  * last block of a [N, K] matvec compute the norm of its residual sum, and the P2P all-reduce's
  * last block the norm after it (off by default: slower on one GPU, see read_switches; "tail" in
  * GPLAN_CUDA_DISABLE wins over it). GPLAN_CUDA_TRANSPOSE=1 stores weights
  * read only as a matmul's b [K, N] as [N, K] on the device, for the row-per-warp matvec (off by
  * default: slower for GPT-2 1558M, see bench/gpu-notes.md; GPLAN_CUDA_DISABLE=transpose wins over
  * it). GPLAN_CUDA_PDL=0 turns programmatic dependent launch (kernels overlapping the one before
- * them) off; GPLAN_CUDA_PREFETCH=1 has the matvec and attention kernels prefetch weights and cache
- * rows into L2 before that wait. GPLAN_CUDA_SKIP (op names; timing experiments only: wrong results)
+ * them) off; GPLAN_CUDA_PREFETCH=1 has the version-1 matvec kernels prefetch weights into L2
+ * before that wait (the attention kernels always prefetch their cache rows, unless "prefetch" is
+ * in GPLAN_CUDA_DISABLE). GPLAN_CUDA_SKIP (op names; timing experiments only: wrong results)
  * leaves those ops' kernels out. GPLAN_CUDA_MATVEC=1: the first (version 1) matrix-vector kernels;
  * GPLAN_CUDA_MV_BPS=n: the [K, N] matvec's target blocks per multiprocessor (default 4).
  * Tensor-parallel plans: one instance per rank, each on its device and called from its own thread;
@@ -116,7 +119,7 @@ typedef struct {
 
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
        FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64, FUSE_GROUP = 128, FUSE_TAIL = 256,
-       FUSE_ATTN = 512, FUSE_MEGA = 1024 };
+       FUSE_ATTN = 512, FUSE_MEGA = 1024, FUSE_EARLY = 2048 };
 
 /* 1 when `name` is an item of the comma list `list`. */
 static int in_list(const char *list, const char *name)
@@ -136,7 +139,7 @@ static int in_list(const char *list, const char *name)
 static void read_switches(cuda_be *b)
 {
     static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch",
-                                        "transpose", "group", "tail", "attnfuse", "mega"};
+                                        "transpose", "group", "tail", "attnfuse", "mega", "early"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -171,9 +174,12 @@ static void read_switches(cuda_be *b)
     b->kc.pdl = !(pdl && *pdl == '0');
     b->kc.att_combine = !(b->disable & FUSE_COMBINE);
     /* Measured 2026-11-30 (H200): -5% for GPT-2 117M, +4% for 1558M (its 5-20 MB matrices'
-     * prefetches compete with the kernel before): off unless asked for. */
+     * prefetches compete with the kernel before): off unless asked for. The attention's cache
+     * rows are on the critical path and small: on unless "prefetch" is disabled. */
     const char *pf = getenv("GPLAN_CUDA_PREFETCH");
     b->kc.prefetch = pf && *pf == '1' && !(b->disable & FUSE_PREFETCH);
+    b->kc.kv_prefetch = !(b->disable & FUSE_PREFETCH);
+    b->kc.no_early = !!(b->disable & FUSE_EARLY);
 }
 
 /* Time inside the backend's evals, process-wide (cuda/cuda_backend.h). */

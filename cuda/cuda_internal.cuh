@@ -134,6 +134,16 @@ __device__ __forceinline__ void prefetch_l2(const void *p)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+/* prefetch_l2 over bytes [p, p + n), one 128-byte line per thread of the block. Kernels on the
+ * critical path use it before their wait for small bytes that are likely not in L2 (a norm's
+ * weights): once the next kernel's weight loads are queued, a miss waits behind them. */
+__device__ __forceinline__ void prefetch_l2_range(const void *p, int64_t n)
+{
+    const char *q = (const char *)((uintptr_t)p & ~(uintptr_t)127), *end = (const char *)p + n;
+    for (q += (int64_t)threadIdx.x * 128; q < end; q += (int64_t)blockDim.x * 128)
+        prefetch_l2(q);
+}
+
 /* ---- norms (layer_norm and rms_norm of one row) as k_norm computes them, for the kernels that
  * compute a norm inside another op: a matvec, an all-reduce ---- */
 
@@ -144,6 +154,14 @@ struct NORM {
     KT w, b; /* [K] each */
 };
 
+/* The norm's weights (and bias) for elements [i0, i1) into L2, before the kernel's wait. */
+__device__ __forceinline__ void prefetch_norm(const NORM &nm, int64_t i0, int64_t i1)
+{
+    prefetch_l2_range(nm.w.p + i0 * nm.w.nb[3], (i1 - i0) * nm.w.nb[3]);
+    if (nm.has_b)
+        prefetch_l2_range(nm.b.p + i0 * nm.b.nb[3], (i1 - i0) * nm.b.nb[3]);
+}
+
 /*
  * A norm of x [K] as k_norm computes it: norm_stats gives the mean (layer norm) and 1 / rms of
  * x - mean over the block, norm_one element i, stage_norm all of y = norm(x) into shared memory xs
@@ -152,17 +170,40 @@ struct NORM {
 __device__ __forceinline__ void norm_stats(const NORM &nm, const float *x, int64_t K, float *mean_out,
                                            float *inv_out)
 {
+    enum { REG = 8 }; /* x up to REG * blockDim.x: read once, every load in flight at once */
     __shared__ float red[32];
     float acc = 0.0f, mean = 0.0f;
-    if (nm.is_ln) {
-        for (int64_t i = threadIdx.x; i < K; i += blockDim.x)
-            acc += x[i];
-        mean = block_reduce(acc, red, 0) / (float)K;
-        acc = 0.0f;
-    }
-    for (int64_t i = threadIdx.x; i < K; i += blockDim.x) {
-        float d = x[i] - mean;
-        acc += d * d;
+    if (K <= REG * (int64_t)blockDim.x) {
+        float v[REG];
+#pragma unroll
+        for (int j = 0; j < REG; j++) {
+            int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+            v[j] = i < K ? x[i] : 0.0f;
+        }
+        if (nm.is_ln) {
+#pragma unroll
+            for (int j = 0; j < REG; j++)
+                acc += v[j];
+            mean = block_reduce(acc, red, 0) / (float)K;
+            acc = 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < REG; j++) {
+            int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+            float d = v[j] - mean;
+            acc += i < K ? d * d : 0.0f;
+        }
+    } else {
+        if (nm.is_ln) {
+            for (int64_t i = threadIdx.x; i < K; i += blockDim.x)
+                acc += x[i];
+            mean = block_reduce(acc, red, 0) / (float)K;
+            acc = 0.0f;
+        }
+        for (int64_t i = threadIdx.x; i < K; i += blockDim.x) {
+            float d = x[i] - mean;
+            acc += d * d;
+        }
     }
     *mean_out = mean;
     *inv_out = 1.0f / sqrtf(block_reduce(acc, red, 0) / (float)K + nm.eps);

@@ -41,8 +41,10 @@ typedef struct {
     int no_matvec;           /* 1: M == 1 matmuls go to cuBLAS too (for benchmarks) */
     int pdl;                 /* 1: launches ask for programmatic dependent launch (overlap) */
     int att_combine;         /* 1: split attention combines in its last block (no 2nd kernel) */
-    int prefetch;            /* 1: matvec and attention kernels prefetch weights and cache rows
-                                into L2 before waiting for the kernel before them (with pdl) */
+    int prefetch;            /* 1: the version-1 matvecs prefetch their weights into L2 before
+                                waiting for the kernel before them (with pdl) */
+    int kv_prefetch;         /* 1: attention kernels prefetch their cache rows likewise */
+    int no_early;            /* 1: matvecs load no weights before that wait (for benchmarks) */
     const void *const_lo;    /* device bytes [const_lo, const_hi) that no kernel writes during */
     const void *const_hi;    /* evals (the weights): matvecs load them before the wait above */
     int n_sm;                /* multiprocessors (0: 132, an H100/H200) */

@@ -373,6 +373,8 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
     NKW r = nk_where(K / V::N, (int64_t)blockIdx.x * (MV2_WARPS / nk_split(K / V::N)));
     const char *row = w + (r.n < N ? r.n : N - 1) * ldw;
     uint4 u[MV2_U];
+    if (PRE && ksym < 0)
+        prefetch_norm(nm, 0, K);
     if (early) { /* weights: no kernel writes them, and ksym < 0 (K is the launch's) */
         nk_share(r, K / V::N);
         nk_load<MV2_U>(u, row, r.cb + r.lane, r.ce);
@@ -510,6 +512,8 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
     int64_t cb = (ok ? col : 0) * (int64_t)sizeof(W);
     int64_t k0 = blockIdx.y * per, k1 = min(K, k0 + per);
     uint4 u[MV2_U];
+    if (PRE && ksym < 0)
+        prefetch_norm(nm, k0, k1);
     if (early) /* weights: no kernel writes them, and ksym < 0 */
         kn2_load(u, w, ldw, cb, k0 + ty, k1, ok);
     pdl_begin();
@@ -670,7 +674,7 @@ static void launch_kn2(const gp_cu_ctx *c, dim3 grid, const char *w, int64_t ldw
 /* 1 when bytes [p, p + n) lie in the constant range (weights), which kernels may read early. */
 static int is_const(const gp_cu_ctx *c, const char *p, int64_t n)
 {
-    return c->const_hi && p >= (const char *)c->const_lo && n >= 0 &&
+    return !c->no_early && c->const_hi && p >= (const char *)c->const_lo && n >= 0 &&
            (uintptr_t)p + (uintptr_t)n <= (uintptr_t)c->const_hi;
 }
 

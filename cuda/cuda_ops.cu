@@ -134,10 +134,18 @@ static int launch_elementwise(gp_cu_ctx *c, int op, float fa, const gp_cu_tensor
 
 /* ---- norms and softmax: one block per row ---- */
 
-enum { NORM_REG = 8 }; /* rows up to NORM_REG * blockDim.x elements stay in registers */
+/* Rows up to NORM_REG * blockDim.x elements stay in registers; blocks of up to NORM_MAX_THREADS. */
+enum { NORM_REG = 8, NORM_MAX_THREADS = 512 };
 
-__global__ void k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, const int64_t *syms)
+/*
+ * One block per row (grid-stride over rows). A row that fits in registers is read in one pass:
+ * each thread issues all of its loads of x, w and b at once, then the block reduces, so a row
+ * costs one memory round trip, not one per loop iteration. Wider rows loop (two passes over x).
+ */
+__global__ void __launch_bounds__(NORM_MAX_THREADS) k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, const int64_t *syms)
 {
+    NORM nm = {is_ln, has_b, eps, w, b};
+    prefetch_norm(nm, 0, w.ne[3]); /* w and b are [n]: one row for every row of x */
     pdl_begin();
     __shared__ float sh[32];
     kt_resolve(o, syms);
@@ -147,13 +155,15 @@ __global__ void k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, 
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const char *px = x.p + kt_row_off(x, o, r);
         char *po = o.p + kt_row_off(o, o, r);
-        float mean = 0.0f, acc = 0.0f, v[NORM_REG];
+        float mean = 0.0f, acc = 0.0f;
         if (in_regs) {
-            /* One pass over memory: every load issued at once, then the statistics. */
+            float v[NORM_REG], wv[NORM_REG], bv[NORM_REG];
 #pragma unroll
             for (int j = 0; j < NORM_REG; j++) {
                 int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
                 v[j] = i < n ? ld_f(px + i * x.nb[3], x.t) : 0.0f;
+                wv[j] = i < n ? ld_f(w.p + i * w.nb[3], w.t) : 0.0f;
+                bv[j] = has_b && i < n ? ld_f(b.p + i * b.nb[3], b.t) : 0.0f;
             }
             if (is_ln) {
 #pragma unroll
@@ -168,32 +178,26 @@ __global__ void k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, 
                 float d = v[j] - mean;
                 acc += i < n ? d * d : 0.0f;
             }
-        } else {
-            if (is_ln) {
-                for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-                    acc += ld_f(px + i * x.nb[3], x.t);
-                mean = block_reduce(acc, sh, 0) / (float)n;
-                acc = 0.0f;
-            }
-            for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-                float d = ld_f(px + i * x.nb[3], x.t) - mean;
-                acc += d * d;
-            }
-        }
-        float inv = 1.0f / sqrtf(block_reduce(acc, sh, 0) / (float)n + eps);
-        if (in_regs) {
+            float inv = 1.0f / sqrtf(block_reduce(acc, sh, 0) / (float)n + eps);
 #pragma unroll
             for (int j = 0; j < NORM_REG; j++) {
                 int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
-                if (i < n) {
-                    float y = (v[j] - mean) * inv * ld_f(w.p + i * w.nb[3], w.t);
-                    if (has_b)
-                        y += ld_f(b.p + i * b.nb[3], b.t);
-                    st_f(po + i * o.nb[3], o.t, y);
-                }
+                if (i < n)
+                    st_f(po + i * o.nb[3], o.t, (v[j] - mean) * inv * wv[j] + bv[j]);
             }
             continue;
         }
+        if (is_ln) {
+            for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+                acc += ld_f(px + i * x.nb[3], x.t);
+            mean = block_reduce(acc, sh, 0) / (float)n;
+            acc = 0.0f;
+        }
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+            float d = ld_f(px + i * x.nb[3], x.t) - mean;
+            acc += d * d;
+        }
+        float inv = 1.0f / sqrtf(block_reduce(acc, sh, 0) / (float)n + eps);
         for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
             float y = (ld_f(px + i * x.nb[3], x.t) - mean) * inv * ld_f(w.p + i * w.nb[3], w.t);
             if (has_b)
@@ -201,6 +205,14 @@ __global__ void k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, 
             st_f(po + i * o.nb[3], o.t, y);
         }
     }
+}
+
+/* The norm's block: enough threads for the row to stay in registers, when it can. */
+static unsigned norm_threads(int64_t n)
+{
+    int64_t t = (n + NORM_REG - 1) / NORM_REG;
+    t = (t + 31) / 32 * 32;
+    return (unsigned)(t < 64 ? 64 : t > (int64_t)NORM_MAX_THREADS ? (int64_t)NORM_MAX_THREADS : t);
 }
 
 __global__ void k_softmax(int causal, float scale, KT o, KT x, const int64_t *syms)
@@ -503,7 +515,7 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
             if (gp_cu_mk_norm(c, nm, (const float *)x.p, o.ne[3], o))
                 return 0;
         }
-        gp_cu_launch(c, k_norm, rows_grid(o), THREADS, 0, ln, (float)a->f[0], o, x, w, b, has_b,
+        gp_cu_launch(c, k_norm, rows_grid(o), norm_threads(o.ne[3]), 0, ln, (float)a->f[0], o, x, w, b, has_b,
                      c->d_syms);
         return gp_cu_check_launch(c, "norm");
     }

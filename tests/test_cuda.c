@@ -273,8 +273,11 @@ static void test_norms_softmax(void)
 {
     kctx k;
     kctx_new(&k, NULL, NULL, 0);
-    for (int op = 0; op < 2; op++) {
-        int64_t sx[2] = {5, 1600}, sw[1] = {1600};
+    /* widths: rows in registers at any block size (1600), at the largest (4096, Llama's), and
+     * too wide for registers (11008) */
+    const int64_t widths[3] = {1600, 4096, 11008};
+    for (int op = 0; op < 6; op++) {
+        int64_t n = widths[op / 2], sx[2] = {5, n}, sw[1] = {n};
         tt x, w, b, out;
         tt_new(&x, GP_F32, 2, sx, 3.0f);
         tt_new(&w, GP_F16, 1, sw, 1.0f);
@@ -282,8 +285,8 @@ static void test_norms_softmax(void)
         tt_new(&out, GP_F32, 2, sx, 1.0f);
         tt *ins[3] = {&x, &w, &b};
         gp_attrs at = {{0}, {1e-5, 0}};
-        gp_op o = op ? GP_OP_RMS_NORM : GP_OP_LAYER_NORM;
-        CHECK_ERR(gp_op_get(o)->name, run_op(o, &at, &out, ins, op ? 2 : 3, 0, &k), 1e-5);
+        gp_op o = op % 2 ? GP_OP_RMS_NORM : GP_OP_LAYER_NORM;
+        CHECK_ERR(gp_op_get(o)->name, run_op(o, &at, &out, ins, op % 2 ? 2 : 3, 0, &k), 1e-5);
         tt_free(&x);
         tt_free(&w);
         tt_free(&b);
@@ -728,7 +731,7 @@ static void test_attention(void)
          * programmatic dependent launches. */
         for (int mode = 0; mode < 2; mode++) {
             k.c.att_combine = mode;
-            k.c.pdl = k.c.prefetch = mode;
+            k.c.pdl = k.c.prefetch = k.c.kv_prefetch = mode;
             CHECK_ERR(mode ? "attention (combine in last block)" : "attention",
                       run_op(GP_OP_ATTENTION, &at, &out, ins, 4, ws, &k), 1e-5);
         }
@@ -846,7 +849,7 @@ static void test_attention_decode(void)
                     if (dws)
                         cudaMalloc(&ws, dws);
                     k.c.att_combine = idx % 4 < 2;
-                    k.c.pdl = k.c.prefetch = idx % 2;
+                    k.c.pdl = k.c.prefetch = k.c.kv_prefetch = idx % 2;
                     cudaMemset(out.d.data, 0xff, out.bytes);
                     int64_t n0 = gp_cuda_attention_decode_count();
                     CU_ASSERT_EQUAL(gp_cuda_attention_decode_ok(&a, &out.d), 1);
