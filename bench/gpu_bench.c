@@ -248,6 +248,7 @@ static const config configs[] = {
     {"+transpose+tail", "GPLAN_CUDA_TRANSPOSE=1 GPLAN_CUDA_TAIL=1"},
     {"no-kvpf", "GPLAN_CUDA_DISABLE=prefetch"},
     {"no-early", "GPLAN_CUDA_DISABLE=early"},
+    {"no-norm", "GPLAN_CUDA_DISABLE=norm"},
     {"bps2", "GPLAN_CUDA_MV_BPS=2"},
     {"bps8", "GPLAN_CUDA_MV_BPS=8"},
     {"mega", "GPLAN_CUDA_MEGA=1"},

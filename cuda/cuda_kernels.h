@@ -119,7 +119,10 @@ int gp_cuda_matmul_fused(gp_cu_ctx *ctx, const gp_attrs *a, const gp_cu_tensor *
  * 1, n = 2: out[0] = silu(x w[0]) * (x w[1]), the swiglu node's output). The weights must be stored
  * [N, K] (K contiguous) in one dtype; x one f32 row of a fixed K. *launched = 0 when the products
  * don't fit (more than one row: a prompt, other layouts): nothing is launched and the caller runs
- * the nodes one by one. Same bits as those nodes' launches. 0, or -1 with err.
+ * the nodes one by one. Same bits as those nodes' launches. With has_norm, x is rms_norm(norm.x,
+ * norm.w), which the launch computes itself and never writes: each product is the dot with
+ * norm.x * norm.w, scaled by 1 / rms at the end (close to the separate norm, not the same bits);
+ * layer norms are not taken (*launched = 0). 0, or -1 with err.
  */
 #define GP_CU_MAX_GROUP 4
 typedef struct {
@@ -129,6 +132,8 @@ typedef struct {
     gp_cu_tensor w[GP_CU_MAX_GROUP];
     int tb[GP_CU_MAX_GROUP];
     gp_cu_tensor out[GP_CU_MAX_GROUP];
+    int has_norm;
+    gp_cu_prenorm norm;
 } gp_cu_group;
 
 int gp_cuda_matvec_group(gp_cu_ctx *ctx, const gp_cu_group *g, int *launched);

@@ -420,20 +420,54 @@ struct MVG {
     int64_t ldw[GP_CU_MAX_GROUP], N[GP_CU_MAX_GROUP];
     unsigned block0[GP_CU_MAX_GROUP + 1];
     KT o[GP_CU_MAX_GROUP];
+    /* RMS launches: x is the norm's input, gw its weights (contiguous, of the products' dtype) */
+    const char *gw;
+    float eps;
 };
+
+/* nk_dot for x = rms_norm(x) without the 1 / rms: acc += sum w * (x * gw) over the chunks; with
+ * sq, also *sq += x * x over them (the row's statistics, from the loads the dot makes anyway). */
+template <typename W, int U>
+__device__ __forceinline__ float nk_dot_rms(const uint4 *u, const float *x, const MVG &g, int64_t c0,
+                                            int64_t ce, float acc, float *sq)
+{
+    typedef vec16<W> V;
+#pragma unroll
+    for (int i = 0; i < U; i++) {
+        int64_t c = c0 + 32 * i;
+        if (c >= ce)
+            break;
+        float xv[V::N], wv[V::N], gv[V::N];
+        ld_xn<V::N, false>(xv, x + c * V::N);
+        V::unpack(__ldg((const uint4 *)(g.gw + c * 16)), gv); /* the norm's weights: W too */
+        V::unpack(u[i], wv);
+#pragma unroll
+        for (int k = 0; k < V::N; k++) {
+            if (sq)
+                *sq += xv[k] * xv[k];
+            acc += wv[k] * (xv[k] * gv[k]);
+        }
+    }
+    return acc;
+}
 
 /*
  * The rows of k_matvec_nk2, split and summed the same way (so the same bits as one launch per
  * product). GLU: each warp computes its share of row n of both products, MV2_U / 2 chunks of each
- * in flight.
+ * in flight. RMS: x is the input of an rms_norm that the products read; each warp also sums the
+ * squares of the x it reads, so the row's warps together have the norm's statistics, and the
+ * store scales by 1 / rms.
  */
-template <typename W, bool GLU>
-__global__ void __launch_bounds__(MV2_WARPS * 32, 4)
+#ifndef GP_NKG_RMS_BLOCKS
+#define GP_NKG_RMS_BLOCKS 3 /* the rms variant in 64 registers would spill */
+#endif
+template <typename W, bool GLU, bool RMS>
+__global__ void __launch_bounds__(MV2_WARPS * 32, RMS ? GP_NKG_RMS_BLOCKS : 4)
     k_matvec_nkg(MVG g, const float *x, int64_t K)
 {
     typedef vec16<W> V;
     enum { U = GLU ? MV2_U / 2 : MV2_U };
-    __shared__ float red[MV2_WARPS], red2[MV2_WARPS];
+    __shared__ float red[MV2_WARPS], red2[MV2_WARPS], red3[MV2_WARPS];
     int s = 0;
     while (s + 1 < g.n && blockIdx.x >= g.block0[s + 1])
         s++;
@@ -443,6 +477,8 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
     const char *row = g.w[s] + (r.n < N ? r.n : N - 1) * g.ldw[s];
     const char *row2 = GLU ? g.w[1] + (r.n < N ? r.n : N - 1) * g.ldw[1] : row;
     uint4 u[U], u2[GLU ? U : 1];
+    if (RMS)
+        prefetch_l2_range(g.gw, K * (int64_t)sizeof(W));
     if (g.early) {
         nk_load<U>(u, row, r.cb + r.lane, r.ce);
         if (GLU)
@@ -454,10 +490,15 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
         if (GLU)
             nk_load<U>(u2, row2, r.cb + r.lane, r.ce);
     }
-    float acc = 0.0f, acc2 = 0.0f;
+    float acc = 0.0f, acc2 = 0.0f, sq = 0.0f;
     for (int64_t c0 = r.cb + r.lane;;) {
-        acc = nk_dot<W, U, false>(u, x, c0, r.ce, acc);
-        if (GLU)
+        if (RMS)
+            acc = nk_dot_rms<W, U>(u, x, g, c0, r.ce, acc, &sq);
+        else
+            acc = nk_dot<W, U, false>(u, x, c0, r.ce, acc);
+        if (GLU && RMS)
+            acc2 = nk_dot_rms<W, U>(u2, x, g, c0, r.ce, acc2, NULL);
+        else if (GLU)
             acc2 = nk_dot<W, U, false>(u2, x, c0, r.ce, acc2);
         c0 += 32 * U;
         if (c0 - r.lane >= r.ce)
@@ -466,13 +507,19 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
         if (GLU)
             nk_load<U>(u2, row2, c0, r.ce);
     }
-    float sum = nk_total(r, acc, red);
+    float sum = nk_total(r, acc, red), inv = 1.0f;
+    if (RMS) /* as k_norm: 1 / sqrt(mean of the squares + eps) */
+        inv = 1.0f / sqrtf(nk_total(r, sq, red3) / (float)K + g.eps);
     if (GLU) {
         float up = nk_total(r, acc2, red2);
+        if (RMS) {
+            sum *= inv;
+            up *= inv;
+        }
         if (r.lane == 0 && r.ks == 0 && r.n < N)
             st_f(g.o[0].p + r.n * g.o[0].nb[3], g.o[0].t, sum / (1.0f + expf(-sum)) * up);
     } else if (r.lane == 0 && r.ks == 0 && r.n < N) {
-        st_f(g.o[s].p + r.n * g.o[s].nb[3], g.o[s].t, sum);
+        st_f(g.o[s].p + r.n * g.o[s].nb[3], g.o[s].t, RMS ? sum * inv : sum);
     }
 }
 
@@ -1050,19 +1097,47 @@ int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const
     return gp_cu_check_launch(c, "matmul_naive");
 }
 
+template <typename W>
+static void launch_nkg(const gp_cu_ctx *c, unsigned blocks, const MVG &m, const float *x, int64_t K,
+                       int glu, int rms)
+{
+    unsigned t = MV2_WARPS * 32;
+    if (glu && rms)
+        gp_cu_launch(c, k_matvec_nkg<W, true, true>, blocks, t, 0, m, x, K);
+    else if (glu)
+        gp_cu_launch(c, k_matvec_nkg<W, true, false>, blocks, t, 0, m, x, K);
+    else if (rms)
+        gp_cu_launch(c, k_matvec_nkg<W, false, true>, blocks, t, 0, m, x, K);
+    else
+        gp_cu_launch(c, k_matvec_nkg<W, false, false>, blocks, t, 0, m, x, K);
+}
+
 /* The grouped launch (cuda_kernels.h); *launched = 0 when a product doesn't fit it. */
 extern "C" int gp_cuda_matvec_group(gp_cu_ctx *c, const gp_cu_group *g, int *launched)
 {
     *launched = 0;
     if (c->no_matvec || c->matvec_v1 || g->n < 2 || g->n > GP_CU_MAX_GROUP || (g->glu && g->n != 2))
         return 0;
-    KT kx = gp_kt_of(c, &g->x);
+    /* With the norm: rms only, and not into the persistent kernel (which takes the norm apart) */
+    int rms = g->has_norm;
+    if (rms && (g->norm.is_ln || c->mk))
+        return 0;
+    const gp_cu_tensor *xt = rms ? &g->norm.x : &g->x;
+    KT kx = gp_kt_of(c, xt);
     int64_t K = kx.ne[3];
     if (kx.t != GP_F32 || kt_count(kx, 3) != 1 || kx.nb[3] != 4 || ((uintptr_t)kx.p & 15) ||
-        g->x.sym[g->x.ndim - 1] >= 0)
+        xt->sym[xt->ndim - 1] >= 0)
         return 0;
     MVG m;
     memset(&m, 0, sizeof m);
+    if (rms) {
+        KT gw = gp_kt_of(c, &g->norm.w);
+        if (gw.ne[3] != K || kt_count(gw, 3) != 1 || gw.nb[3] != es_of(gw.t) ||
+            ((uintptr_t)gw.p & 15) || gw.t != g->w[0].dtype)
+            return 0;
+        m.gw = gw.p;
+        m.eps = g->norm.eps;
+    }
     m.n = g->n;
     m.glu = g->glu;
     m.early = 1;
@@ -1096,18 +1171,12 @@ extern "C" int gp_cuda_matvec_group(gp_cu_ctx *c, const gp_cu_group *g, int *lau
         *launched = 1;
         return 0;
     }
-    if (wt == GP_F16 && g->glu)
-        gp_cu_launch(c, k_matvec_nkg<__half, true>, blocks, MV2_WARPS * 32, 0, m, x, K);
-    else if (wt == GP_F16)
-        gp_cu_launch(c, k_matvec_nkg<__half, false>, blocks, MV2_WARPS * 32, 0, m, x, K);
-    else if (wt == GP_BF16 && g->glu)
-        gp_cu_launch(c, k_matvec_nkg<__nv_bfloat16, true>, blocks, MV2_WARPS * 32, 0, m, x, K);
+    if (wt == GP_F16)
+        launch_nkg<__half>(c, blocks, m, x, K, g->glu, rms);
     else if (wt == GP_BF16)
-        gp_cu_launch(c, k_matvec_nkg<__nv_bfloat16, false>, blocks, MV2_WARPS * 32, 0, m, x, K);
-    else if (g->glu)
-        gp_cu_launch(c, k_matvec_nkg<float, true>, blocks, MV2_WARPS * 32, 0, m, x, K);
+        launch_nkg<__nv_bfloat16>(c, blocks, m, x, K, g->glu, rms);
     else
-        gp_cu_launch(c, k_matvec_nkg<float, false>, blocks, MV2_WARPS * 32, 0, m, x, K);
+        launch_nkg<float>(c, blocks, m, x, K, g->glu, rms);
     if (gp_cu_check_launch(c, "matvec_group"))
         return -1;
     *launched = 1;

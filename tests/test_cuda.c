@@ -525,6 +525,95 @@ static void test_matvec_prenorm(void)
     kctx_free(&k);
 }
 
+/* The same group computing the rms_norm before it (Llama's attention and FFN norms, whose output
+ * only q, k and v, or gate and up, read): against the CPU's norm then products (then swiglu). A
+ * prompt (two rows), a layer norm and norm weights of another dtype than the products' are
+ * refused: nothing launched, nothing written. */
+static void test_matvec_group_norm(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    const struct {
+        gp_dtype wt, gt;
+        int glu, n, is_ln;
+        int64_t K, M, N[3];
+    } cs[] = {{GP_F16, GP_F16, 0, 3, 0, 4096, 1, {512, 128, 128}},
+              {GP_BF16, GP_BF16, 1, 2, 0, 2048, 1, {300, 300}},
+              {GP_F32, GP_F32, 0, 2, 0, 96, 1, {8, 5}},
+              {GP_F16, GP_F16, 1, 2, 0, 11008, 1, {64, 64}},
+              {GP_F16, GP_F16, 0, 2, 0, 128, 2, {16, 16}},
+              {GP_F16, GP_F16, 0, 2, 1, 256, 1, {16, 16}},
+              {GP_BF16, GP_F32, 0, 2, 0, 512, 1, {32, 32}}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        int64_t K = cs[i].K, M = cs[i].M, sx[2] = {M, K}, sg[1] = {K};
+        tt x, gw, h, w[3], each[3], fused[3], sw_out;
+        tt_new(&x, GP_F32, 2, sx, 3.0f);
+        tt_new(&gw, cs[i].gt, 1, sg, 1.0f);
+        tt_new(&h, GP_F32, 2, sx, 1.0f);
+        gp_attrs an = {{0}, {1e-5, 0}};
+        tt *nin[2] = {&x, &gw};
+        CHECK_ERR("rms_norm", run_op(GP_OP_RMS_NORM, &an, &h, nin, 2, 0, &k), 1e-5);
+        gp_cu_group g;
+        memset(&g, 0, sizeof g);
+        g.n = cs[i].n;
+        g.glu = cs[i].glu;
+        g.x = h.d;
+        g.has_norm = 1;
+        g.norm.is_ln = cs[i].is_ln;
+        g.norm.eps = 1e-5f;
+        g.norm.x = x.d;
+        g.norm.w = gw.d;
+        gp_attrs am = {{0, 1, 0, 0}, {0}};
+        for (int s = 0; s < cs[i].n; s++) {
+            int64_t sw[2] = {cs[i].N[s], K}, so[2] = {M, cs[i].N[s]};
+            tt_new(&w[s], cs[i].wt, 2, sw, 1.0f);
+            tt_new(&each[s], GP_F32, 2, so, 1.0f);
+            tt_new(&fused[s], GP_F32, 2, so, 1.0f);
+            cudaMemset(fused[s].d.data, 0xff, fused[s].bytes);
+            g.w[s] = w[s].d;
+            g.tb[s] = 1;
+            g.out[s] = fused[s].d;
+            tt *ins[2] = {&h, &w[s]}; /* each[s].h: the CPU's product of the CPU's norm */
+            CHECK_ERR("matvec after the norm", run_op(GP_OP_MATMUL, &am, &each[s], ins, 2, 0, &k),
+                      cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
+        }
+        int64_t so0[2] = {M, cs[i].N[0]};
+        tt_new(&sw_out, GP_F32, 2, so0, 1.0f);
+        if (cs[i].glu) {
+            tt *ins[2] = {&each[0], &each[1]};
+            gp_attrs none = {{0}, {0}};
+            CHECK_ERR("swiglu", run_op(GP_OP_SWIGLU, &none, &sw_out, ins, 2, 0, &k), 1e-5);
+        }
+        k.c.pdl = (int)(i % 2);
+        k.c.const_lo = i % 2 ? NULL : (const void *)16;
+        k.c.const_hi = i % 2 ? NULL : (const void *)(UINTPTR_MAX - 16);
+        int launched = -1, want = M == 1 && !cs[i].is_ln && cs[i].gt == cs[i].wt;
+        CU_ASSERT_EQUAL(gp_cuda_matvec_group(&k.c, &g, &launched), 0);
+        CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+        CU_ASSERT_EQUAL(launched, want);
+        for (int s = 0; s < (cs[i].glu ? 1 : cs[i].n); s++) {
+            if (!want) {
+                CU_ASSERT(device_untouched(&fused[s]));
+                continue;
+            }
+            memcpy(fused[s].h.data, cs[i].glu ? sw_out.h.data : each[s].h.data, fused[s].bytes);
+            char name[64];
+            snprintf(name, sizeof name, "group with its norm, case %zu product %d", i, s);
+            CHECK_ERR(name, device_err(&fused[s]), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
+        }
+        for (int s = 0; s < cs[i].n; s++) {
+            tt_free(&w[s]);
+            tt_free(&each[s]);
+            tt_free(&fused[s]);
+        }
+        tt_free(&sw_out);
+        tt_free(&x);
+        tt_free(&gw);
+        tt_free(&h);
+    }
+    kctx_free(&k);
+}
+
 /* The products of one x in one launch (q, k, v; gate and up with swiglu): the same bits as one
  * launch per product (and the swiglu's own kernel), and close to the CPU; with two rows nothing is
  * launched. */
@@ -1392,6 +1481,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "store2: K and V stores in one launch, strided sources", test_store2);
     CU_add_test(s, "matvec computing the norm before it", test_matvec_prenorm);
     CU_add_test(s, "matvec group: q/k/v and gate/up/swiglu in one launch", test_matvec_group);
+    CU_add_test(s, "matvec group computing the rms_norm before it", test_matvec_group_norm);
     CU_add_test(s, "matvec tail: the norm of the residual sum in the last block", test_matvec_tail);
     CU_add_test(s, "attention: split-KV decode and prompts", test_attention);
     CU_add_test(s, "one-token attention with ropes and K/V stores inside", test_attention_decode);
