@@ -3,10 +3,11 @@
  * eval replayed from a CUDA graph captured at creation per bucket of the token count.
  * Fusions planned at creation (each can be switched off for measurements, GPLAN_CUDA_DISABLE, a
  * comma list): "elide" (conts read in place), "epilogue" (elementwise ops in the matvec), "norm"
- * (a norm computed in the matvec after it), "store2" (the K and V stores in one launch),
- * "combine" (attention's split combine in its last block), "group" (one-row matmuls of the same x
- * in one launch: q, k and v; gate and up with their swiglu), "attnfuse" (one-token attention with
- * its ropes and K/V cache stores in one launch, plan_decode_attention); "early" (not a fusion:
+ * (a norm computed in the matvec, or an rms_norm in the group, after it), "store2" (the K and V
+ * stores in one launch), "combine" (attention's split combine in its last block), "group"
+ * (one-row matmuls of the same x in one launch: q, k and v; gate and up with their swiglu),
+ * "attnfuse" (one-token attention with its ropes and K/V cache stores in one launch,
+ * plan_decode_attention); "early" (not a fusion:
  * matvecs load their first weights before waiting for the kernel before them; off for
  * measurements). GPLAN_CUDA_TAIL=1 has the
  * last block of a [N, K] matvec compute the norm of its residual sum, and the P2P all-reduce's
