@@ -167,6 +167,32 @@ __device__ __forceinline__ void prefetch_norm(const NORM &nm, int64_t i0, int64_
  * x - mean over the block, norm_one element i, stage_norm all of y = norm(x) into shared memory xs
  * (16-byte aligned). Every thread of the block calls norm_stats and stage_norm.
  */
+/* A norm's sums over a row held in registers, R elements per thread (element threadIdx.x +
+ * j * blockDim.x in v[j], 0 past n): sets *mean (a layer norm's, over the block; else 0) and
+ * returns this thread's sum of squared deviations, for the caller's block_reduce. sh: 32 floats of
+ * shared memory. */
+template <int R>
+__device__ __forceinline__ float norm_sq_regs(const float (&v)[R], int64_t n, int is_ln, float *sh,
+                                              float *mean_out)
+{
+    float acc = 0.0f, mean = 0.0f;
+    if (is_ln) {
+#pragma unroll
+        for (int j = 0; j < R; j++)
+            acc += v[j];
+        mean = block_reduce(acc, sh, 0) / (float)n;
+        acc = 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+        int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+        float d = v[j] - mean;
+        acc += i < n ? d * d : 0.0f;
+    }
+    *mean_out = mean;
+    return acc;
+}
+
 __device__ __forceinline__ void norm_stats(const NORM &nm, const float *x, int64_t K, float *mean_out,
                                            float *inv_out)
 {
@@ -180,19 +206,7 @@ __device__ __forceinline__ void norm_stats(const NORM &nm, const float *x, int64
             int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
             v[j] = i < K ? x[i] : 0.0f;
         }
-        if (nm.is_ln) {
-#pragma unroll
-            for (int j = 0; j < REG; j++)
-                acc += v[j];
-            mean = block_reduce(acc, red, 0) / (float)K;
-            acc = 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < REG; j++) {
-            int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
-            float d = v[j] - mean;
-            acc += i < K ? d * d : 0.0f;
-        }
+        acc = norm_sq_regs(v, K, nm.is_ln, red, &mean);
     } else {
         if (nm.is_ln) {
             for (int64_t i = threadIdx.x; i < K; i += blockDim.x)

@@ -165,19 +165,7 @@ __global__ void __launch_bounds__(NORM_MAX_THREADS) k_norm(int is_ln, float eps,
                 wv[j] = i < n ? ld_f(w.p + i * w.nb[3], w.t) : 0.0f;
                 bv[j] = has_b && i < n ? ld_f(b.p + i * b.nb[3], b.t) : 0.0f;
             }
-            if (is_ln) {
-#pragma unroll
-                for (int j = 0; j < NORM_REG; j++)
-                    acc += v[j];
-                mean = block_reduce(acc, sh, 0) / (float)n;
-                acc = 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < NORM_REG; j++) {
-                int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
-                float d = v[j] - mean;
-                acc += i < n ? d * d : 0.0f;
-            }
+            acc = norm_sq_regs(v, n, is_ln, sh, &mean);
             float inv = 1.0f / sqrtf(block_reduce(acc, sh, 0) / (float)n + eps);
 #pragma unroll
             for (int j = 0; j < NORM_REG; j++) {
