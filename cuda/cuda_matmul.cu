@@ -284,10 +284,14 @@ __host__ __device__ __forceinline__ int nk_split(int64_t nc)
     return s <= 1 ? 1 : s <= 2 ? 2 : s <= 4 ? 4 : 8;
 }
 
-/* acc += the dot products of x with the chunks u holds: chunk c0 + 32 i for i < U, below ce. */
-template <typename W, int U, bool PRE>
+/*
+ * acc += the dot products of x with the chunks u holds: chunk c0 + 32 i for i < U, below ce.
+ * RMS: x is an rms_norm's input and gw its weights (W, contiguous): acc += w * (x * gw), without
+ * the 1 / rms; with sq, also *sq += x * x (the row's statistics, from the loads the dot makes).
+ */
+template <typename W, int U, bool PRE, bool RMS = false>
 __device__ __forceinline__ float nk_dot(const uint4 *u, const float *x, int64_t c0, int64_t ce,
-                                        float acc)
+                                        float acc, const char *gw = NULL, float *sq = NULL)
 {
     typedef vec16<W> V;
 #pragma unroll
@@ -295,12 +299,17 @@ __device__ __forceinline__ float nk_dot(const uint4 *u, const float *x, int64_t 
         int64_t c = c0 + 32 * i;
         if (c >= ce)
             break;
-        float xv[V::N], wv[V::N];
+        float xv[V::N], wv[V::N], gv[V::N];
         ld_xn<V::N, PRE>(xv, x + c * V::N);
+        if (RMS)
+            V::unpack(__ldg((const uint4 *)(gw + c * 16)), gv);
         V::unpack(u[i], wv);
 #pragma unroll
-        for (int k = 0; k < V::N; k++)
-            acc += wv[k] * xv[k];
+        for (int k = 0; k < V::N; k++) {
+            if (RMS && sq)
+                *sq += xv[k] * xv[k];
+            acc += wv[k] * (RMS ? xv[k] * gv[k] : xv[k]);
+        }
     }
     return acc;
 }
@@ -425,32 +434,6 @@ struct MVG {
     float eps;
 };
 
-/* nk_dot for x = rms_norm(x) without the 1 / rms: acc += sum w * (x * gw) over the chunks; with
- * sq, also *sq += x * x over them (the row's statistics, from the loads the dot makes anyway). */
-template <typename W, int U>
-__device__ __forceinline__ float nk_dot_rms(const uint4 *u, const float *x, const MVG &g, int64_t c0,
-                                            int64_t ce, float acc, float *sq)
-{
-    typedef vec16<W> V;
-#pragma unroll
-    for (int i = 0; i < U; i++) {
-        int64_t c = c0 + 32 * i;
-        if (c >= ce)
-            break;
-        float xv[V::N], wv[V::N], gv[V::N];
-        ld_xn<V::N, false>(xv, x + c * V::N);
-        V::unpack(__ldg((const uint4 *)(g.gw + c * 16)), gv); /* the norm's weights: W too */
-        V::unpack(u[i], wv);
-#pragma unroll
-        for (int k = 0; k < V::N; k++) {
-            if (sq)
-                *sq += xv[k] * xv[k];
-            acc += wv[k] * (xv[k] * gv[k]);
-        }
-    }
-    return acc;
-}
-
 /*
  * The rows of k_matvec_nk2, split and summed the same way (so the same bits as one launch per
  * product). GLU: each warp computes its share of row n of both products, MV2_U / 2 chunks of each
@@ -492,14 +475,9 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, RMS ? GP_NKG_RMS_BLOCKS : 4)
     }
     float acc = 0.0f, acc2 = 0.0f, sq = 0.0f;
     for (int64_t c0 = r.cb + r.lane;;) {
-        if (RMS)
-            acc = nk_dot_rms<W, U>(u, x, g, c0, r.ce, acc, &sq);
-        else
-            acc = nk_dot<W, U, false>(u, x, c0, r.ce, acc);
-        if (GLU && RMS)
-            acc2 = nk_dot_rms<W, U>(u2, x, g, c0, r.ce, acc2, NULL);
-        else if (GLU)
-            acc2 = nk_dot<W, U, false>(u2, x, c0, r.ce, acc2);
+        acc = nk_dot<W, U, false, RMS>(u, x, c0, r.ce, acc, g.gw, &sq);
+        if (GLU)
+            acc2 = nk_dot<W, U, false, RMS>(u2, x, c0, r.ce, acc2, g.gw);
         c0 += 32 * U;
         if (c0 - r.lane >= r.ce)
             break;
