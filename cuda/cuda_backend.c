@@ -7,24 +7,24 @@
  * stores in one launch), "combine" (attention's split combine in its last block), "group"
  * (one-row matmuls of the same x in one launch: q, k and v; gate and up with their swiglu),
  * "attnfuse" (one-token attention with its ropes and K/V cache stores in one launch,
- * plan_decode_attention); "early" (not a fusion:
- * matvecs load their first weights before waiting for the kernel before them; off for
- * measurements). GPLAN_CUDA_TAIL=1 has the
- * last block of a [N, K] matvec compute the norm of its residual sum, and the P2P all-reduce's
- * last block the norm after it (off by default: slower on one GPU, see read_switches; "tail" in
- * GPLAN_CUDA_DISABLE wins over it). GPLAN_CUDA_TRANSPOSE=1 stores weights
- * read only as a matmul's b [K, N] as [N, K] on the device, for the row-per-warp matvec (off by
- * default: slower for GPT-2 1558M, see bench/gpu-notes.md; GPLAN_CUDA_DISABLE=transpose wins over
- * it). GPLAN_CUDA_PDL=0 turns programmatic dependent launch (kernels overlapping the one before
- * them) off; GPLAN_CUDA_PREFETCH=1 has the version-1 matvec kernels prefetch weights into L2
- * before that wait (the attention kernels always prefetch their cache rows, unless "prefetch" is
- * in GPLAN_CUDA_DISABLE). GPLAN_CUDA_SKIP (op names; timing experiments only: wrong results)
- * leaves those ops' kernels out. GPLAN_CUDA_MATVEC=1: the first (version 1) matrix-vector kernels;
+ * plan_decode_attention), and, not a fusion, "early" (matvecs load their first weights before
+ * waiting for the kernel before them).
+ * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
+ * block of a [N, K] matvec compute the norm of its residual sum, and the P2P all-reduce's last
+ * block the norm after it ("tail" in GPLAN_CUDA_DISABLE wins over it); GPLAN_CUDA_TRANSPOSE=1
+ * stores weights read only as a matmul's b [K, N] as [N, K] on the device, for the row-per-warp
+ * matvec (GPLAN_CUDA_DISABLE=transpose wins over it); GPLAN_CUDA_MEGA=1 runs the one-token graph's
+ * matvecs, groups, attentions and norms as stages of a persistent kernel (cuda_mega.cu).
+ * GPLAN_CUDA_PDL=0 turns programmatic dependent launch (kernels overlapping the one before them)
+ * off; GPLAN_CUDA_PREFETCH=1 has the version-1 matvec kernels prefetch weights into L2 before that
+ * wait (the attention kernels always prefetch their cache rows, unless "prefetch" is in
+ * GPLAN_CUDA_DISABLE). GPLAN_CUDA_SKIP (op names; timing experiments only: wrong results) leaves
+ * those ops' kernels out. GPLAN_CUDA_MATVEC=1: the first (version 1) matrix-vector kernels;
  * GPLAN_CUDA_MV_BPS=n: the [K, N] matvec's target blocks per multiprocessor (default 4).
  * Tensor-parallel plans: one instance per rank, each on its device and called from its own thread;
  * all_reduce nodes are the one-shot P2P kernel (up to 256 KiB) or NCCL all-reduces
- * (cuda/cuda_comm.h) captured in the graphs with the rest; GPLAN_NCCL_REGISTER=1 registers the arena with NCCL at creation (off by default: see
- * register_arena). */
+ * (cuda/cuda_comm.h) captured in the graphs with the rest; GPLAN_NCCL_REGISTER=1 registers the
+ * arena with NCCL at creation (off by default: see register_arena). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

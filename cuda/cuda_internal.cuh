@@ -162,11 +162,6 @@ __device__ __forceinline__ void prefetch_norm(const NORM &nm, int64_t i0, int64_
         prefetch_l2_range(nm.b.p + i0 * nm.b.nb[3], (i1 - i0) * nm.b.nb[3]);
 }
 
-/*
- * A norm of x [K] as k_norm computes it: norm_stats gives the mean (layer norm) and 1 / rms of
- * x - mean over the block, norm_one element i, stage_norm all of y = norm(x) into shared memory xs
- * (16-byte aligned). Every thread of the block calls norm_stats and stage_norm.
- */
 /* A norm's sums over a row held in registers, R elements per thread (element threadIdx.x +
  * j * blockDim.x in v[j], 0 past n): sets *mean (a layer norm's, over the block; else 0) and
  * returns this thread's sum of squared deviations, for the caller's block_reduce. sh: 32 floats of
@@ -193,6 +188,11 @@ __device__ __forceinline__ float norm_sq_regs(const float (&v)[R], int64_t n, in
     return acc;
 }
 
+/*
+ * A norm of x [K] as k_norm computes it: norm_stats gives the mean (layer norm) and 1 / rms of
+ * x - mean over the block, norm_one element i, stage_norm all of y = norm(x) into shared memory xs
+ * (16-byte aligned). Every thread of the block calls norm_stats and stage_norm.
+ */
 __device__ __forceinline__ void norm_stats(const NORM &nm, const float *x, int64_t K, float *mean_out,
                                            float *inv_out)
 {

@@ -142,7 +142,8 @@ enum { NORM_REG = 8, NORM_MAX_THREADS = 512 };
  * each thread issues all of its loads of x, w and b at once, then the block reduces, so a row
  * costs one memory round trip, not one per loop iteration. Wider rows loop (two passes over x).
  */
-__global__ void __launch_bounds__(NORM_MAX_THREADS) k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, const int64_t *syms)
+__global__ void __launch_bounds__(NORM_MAX_THREADS)
+    k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, const int64_t *syms)
 {
     NORM nm = {is_ln, has_b, eps, w, b};
     prefetch_norm(nm, 0, w.ne[3]); /* w and b are [n]: one row for every row of x */
