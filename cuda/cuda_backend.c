@@ -695,14 +695,6 @@ static void plan_store_pairs(cuda_be *b)
  */
 enum { NORM_GROUP_MAX_BYTES = 90 << 20 };
 
-static int64_t weight_bytes(const gp_cu_tensor *t)
-{
-    int64_t n = (int64_t)gp_dtype_size(t->dtype);
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->ne[d];
-    return n;
-}
-
 static void plan_group_norm(cuda_be *b, const int *uses, int i, int n)
 {
     const gp_plan *p = b->p;
@@ -712,8 +704,8 @@ static void plan_group_norm(cuda_be *b, const int *uses, int i, int n)
         uses[nd->output] != n || b->nodes[i].skip || b->nodes[i].tailed || b->nodes[i].prenorm)
         return;
     int64_t bytes = 0;
-    for (int s = 0; s < n; s++)
-        bytes += weight_bytes(&g->w[s]);
+    for (int s = 0; s < n; s++) /* weights: no symbolic dims */
+        bytes += (int64_t)(launch_numel(b, &g->w[s]) * gp_dtype_size(g->w[s].dtype));
     if (bytes > NORM_GROUP_MAX_BYTES)
         return;
     const gp_plan_tensor *h = &p->tensors[nd->output], *x = &p->tensors[nd->inputs[0]];
