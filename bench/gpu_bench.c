@@ -177,15 +177,6 @@ static int eval(gp_session *s, const int32_t *ids, const int32_t *pos, int n, do
     return r;
 }
 
-static int argmax(const float *x, int64_t n)
-{
-    int best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = (int)i;
-    return best;
-}
-
 /* Logits of a 4-token prompt and one decode step on session s (reset first), into out [5, V]. */
 static int session_logits(gp_session *s, float *out, int64_t V)
 {
@@ -208,7 +199,7 @@ static double compare(const float *g, const float *c, int64_t V, int *same)
     double num = 0, den = 0;
     *same = 0;
     for (int t = 0; t < 5; t++)
-        *same += argmax(g + t * V, V) == argmax(c + t * V, V);
+        *same += gp_argmax(g + t * V, V) == gp_argmax(c + t * V, V);
     for (int64_t i = 0; i < 5 * V; i++) {
         double d = (double)g[i] - c[i];
         num += d * d;
@@ -343,7 +334,7 @@ static int run_config(gp_model *m, const char *label, const config *cf, int64_t 
             break;
         if (rep == 1)
             cudaMemGetInfo(&free0, &total);
-        int tok = argmax(gp_session_output(s, "logits", NULL) + (P - 1) * V, V);
+        int tok = (int)gp_argmax(gp_session_output(s, "logits", NULL) + (P - 1) * V, V);
         te = 0;
         double bs0, bs1;
         int64_t be0, be1;
@@ -355,7 +346,7 @@ static int run_config(gp_model *m, const char *label, const config *cf, int64_t 
             r = eval(s, &tok, &p, 1, &te);
             double a0 = now();
             if (!r)
-                tok = argmax(gp_session_output(s, "logits", NULL), V);
+                tok = (int)gp_argmax(gp_session_output(s, "logits", NULL), V);
             ta += now() - a0;
         }
         argmax_ms = ta / N * 1e3;

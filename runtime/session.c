@@ -4,6 +4,7 @@
 #include "runtime/gplan.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1139,6 +1140,28 @@ const void *gp_session_output(gp_session *s, const char *name, gp_tensor_info *i
         info->bytes = (size_t)gp_extras_packed_bytes(t, &v);
     }
     return s->io + t->offset;
+}
+
+int64_t gp_argmax(const float *x, int64_t n)
+{
+    enum { L = 16 };
+    float m[L], best = -INFINITY;
+    int64_t i = 0;
+    for (int l = 0; l < L; l++)
+        m[l] = -INFINITY;
+    /* The largest value: L independent maxima (a NaN compares false and is passed over). */
+    for (; i + L <= n; i += L)
+        for (int l = 0; l < L; l++)
+            m[l] = x[i + l] > m[l] ? x[i + l] : m[l];
+    for (; i < n; i++)
+        best = x[i] > best ? x[i] : best;
+    for (int l = 0; l < L; l++)
+        best = m[l] > best ? m[l] : best;
+    /* Its first index. */
+    for (i = 0; i < n; i++)
+        if (x[i] == best)
+            return i;
+    return 0;
 }
 
 int gp_session_reset(gp_session *s)

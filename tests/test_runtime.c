@@ -513,6 +513,49 @@ static void test_state(void)
     gp_model_free(m);
 }
 
+/* gp_argmax against the one-pass loop, at every length around its 16-wide blocks, and its edge
+ * cases: ties (the first), NaN (never wins), -inf, empty. */
+static void test_argmax(void)
+{
+    float x[100];
+    uint64_t r = 12345;
+    for (int n = 1; n <= 100; n++) {
+        for (int i = 0; i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            x[i] = (float)(r >> 40) / (float)(1u << 24) - 0.5f;
+        }
+        for (int at = 0; at < n; at += 7) {
+            float keep = x[at];
+            x[at] = 2.0f;
+            CU_ASSERT_EQUAL(gp_argmax(x, n), at);
+            x[at] = keep;
+        }
+        int64_t best = 0;
+        for (int i = 1; i < n; i++)
+            if (x[i] > x[best])
+                best = i;
+        CU_ASSERT_EQUAL(gp_argmax(x, n), best);
+    }
+    float t[40];
+    for (int i = 0; i < 40; i++)
+        t[i] = (float)(i % 5);
+    CU_ASSERT_EQUAL(gp_argmax(t, 40), 4); /* 4.0 at 4, 9, ...: the first */
+    t[0] = NAN;
+    t[33] = NAN;
+    CU_ASSERT_EQUAL(gp_argmax(t, 40), 4);
+    for (int i = 0; i < 40; i++)
+        t[i] = -INFINITY;
+    t[21] = NAN;
+    CU_ASSERT_EQUAL(gp_argmax(t, 40), 0); /* all -inf but a NaN: the first -inf */
+    t[0] = NAN;
+    CU_ASSERT_EQUAL(gp_argmax(t, 40), 1);
+    for (int i = 0; i < 40; i++)
+        t[i] = NAN;
+    CU_ASSERT_EQUAL(gp_argmax(t, 40), 0);
+    CU_ASSERT_EQUAL(gp_argmax(t, 0), 0);
+    CU_ASSERT_EQUAL(gp_argmax(NULL, 0), 0);
+}
+
 static void test_outputs_partial(void)
 {
     gp_model *m = compile_model("examples/tiny.gplan", NULL, 0, NULL);
@@ -596,4 +639,5 @@ void gp_suite_runtime(void)
     CU_add_test(s, "state: zeroed at creation, persists, reset", test_state);
     CU_add_test(s, "outputs at T < bound", test_outputs_partial);
     CU_add_test(s, "no allocation in 1000 evals", test_no_alloc);
+    CU_add_test(s, "gp_argmax", test_argmax);
 }

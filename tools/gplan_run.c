@@ -425,10 +425,7 @@ static uint64_t rng_next(uint64_t *s)
 
 static int32_t pick(const float *row, int64_t vocab, double temp, uint64_t *rng)
 {
-    int64_t best = 0;
-    for (int64_t i = 1; i < vocab; i++)
-        if (row[i] > row[best])
-            best = i;
+    int64_t best = gp_argmax(row, vocab);
     if (temp <= 0)
         return (int32_t)best;
     double max = row[best], sum = 0;
