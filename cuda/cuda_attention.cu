@@ -38,11 +38,16 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     int64_t s0, s1;
     split_rows(p, nsplit, split, &s0, &s1);
     float qv[J], acc[J];
+    uint32_t qb[J];
     const char *pq = q.p + t * q.nb[1] + h * q.nb[2];
 #pragma unroll
     for (int j = 0; j < J; j++) {
         int64_t d = lane + 32 * j;
-        qv[j] = d < D ? ld_f(pq + d * q.nb[3], q.t) : 0.0f;
+        qb[j] = d < D ? ld_bits(pq + d * q.nb[3], q.t) : 0;
+    }
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        qv[j] = lane + 32 * j < D ? bits_f(qb[j], q.t) : 0.0f;
         acc[j] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
@@ -152,9 +157,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     __shared__ AttSmem<J> sm;
     int64_t h = blockIdx.x;
     int nsplit = gridDim.z, split = blockIdx.z;
-    DecState<J> st;
+    DecState st;
     if (early) {
-        decode_begin(a, nsplit, split, st);
+        decode_begin(a, sm, nsplit, split, st);
         if (pf && st.p >= 0) {
             int64_t H = a.q.ne[2], G = a.kc.ne[2];
             prefetch_kv(a.kc, a.vc, h / (H / G), a.q.ne[3], st.s0, min(st.s1, (int64_t)st.p));
@@ -162,7 +167,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
     pdl_begin();
     if (!early)
-        decode_begin(a, nsplit, split, st);
+        decode_begin(a, sm, nsplit, split, st);
     decode_run(a, sm, h, nsplit, split, st);
 }
 

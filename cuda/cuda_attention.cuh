@@ -11,14 +11,16 @@
 
 enum { ATT_WARPS = 4, ATT_MAXJ = 8 }; /* D <= 32 * ATT_MAXJ */
 
-/* One block's shared memory: each warp's running max, sum and accumulator [ATT_WARPS, 32 J], then
- * what the split combine needs. */
+/* One block's shared memory: each warp's running max, sum and accumulator [ATT_WARPS, 32 J], what
+ * the split combine needs, and a one-token attention's rope angles by pair (q's, and the new key's
+ * when its rope differs): cos and sin [n / 2 <= 16 J]. */
 template <int J>
 struct AttSmem {
     float m[ATT_WARPS], l[ATT_WARPS], acc[ATT_WARPS][32 * J];
     float wgt[GP_WS_ATTN_SPLITS];
     float inv_l;
     int last;
+    float qcs[16 * J], qsn[16 * J], kcs[16 * J], ksn[16 * J];
 };
 
 /* Combines the nsplit partials of (h, t) into out: the splits' maxima and sums are read at once
@@ -49,11 +51,15 @@ __device__ __forceinline__ void combine_partials(int nsplit, const KT &o, int64_
     }
     __syncthreads();
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-        float a = 0.0f;
-#pragma unroll 4
-        for (int i = 0; i < nsplit; i++)
-            if (wgt[i] != 0.0f)
-                a += __ldcg(part + ((i * Tl + t) * H + h) * (D + 2) + d) * wgt[i];
+        float x[GP_WS_ATTN_SPLITS], a = 0.0f; /* every split's load issued before the sum */
+#pragma unroll
+        for (int i = 0; i < GP_WS_ATTN_SPLITS; i++)
+            x[i] = i < nsplit && wgt[i] != 0.0f
+                       ? __ldcg(part + ((i * Tl + t) * H + h) * (D + 2) + d) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < GP_WS_ATTN_SPLITS; i++)
+            if (i < nsplit && wgt[i] != 0.0f)
+                a += x[i] * wgt[i];
         st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a * *inv_l);
     }
 }
@@ -101,7 +107,7 @@ __device__ __forceinline__ void prefetch_rows(KT q, const KT &k, const KT &v, co
 
 /* One warp's online softmax over cache rows s0, s0 + ATT_WARPS, ... < s1 of the KV head at pk and
  * pv, two at a time so their reductions overlap: m, l and acc (its lanes' dims d = lane + 32 j)
- * updated. */
+ * updated. Both rows' keys and values are loaded at once: one round trip per two rows. */
 template <int J>
 __device__ __forceinline__ void attend_rows(const float (&qv)[J], const char *pk, const char *pv,
                                             const KT &k, const KT &v, int64_t D, int64_t s0,
@@ -112,14 +118,27 @@ __device__ __forceinline__ void attend_rows(const float (&qv)[J], const char *pk
     for (int64_t s = s0; s < s1; s += 2 * ATT_WARPS) {
         int64_t s2 = s + ATT_WARPS;
         int two = s2 < s1;
-        float d1 = 0.0f, d2 = 0.0f;
+        uint32_t k1[J], k2[J], v1[J], v2[J];
 #pragma unroll
         for (int j = 0; j < J; j++) {
             int64_t d = lane + 32 * j;
+            k1[j] = k2[j] = v1[j] = v2[j] = 0;
             if (d < D) {
-                d1 += qv[j] * ld_f(pk + s * k.nb[1] + d * k.nb[3], k.t);
+                k1[j] = ld_bits(pk + s * k.nb[1] + d * k.nb[3], k.t);
+                v1[j] = ld_bits(pv + s * v.nb[1] + d * v.nb[3], v.t);
+                if (two) {
+                    k2[j] = ld_bits(pk + s2 * k.nb[1] + d * k.nb[3], k.t);
+                    v2[j] = ld_bits(pv + s2 * v.nb[1] + d * v.nb[3], v.t);
+                }
+            }
+        }
+        float d1 = 0.0f, d2 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            if (lane + 32 * j < D) {
+                d1 += qv[j] * bits_f(k1[j], k.t);
                 if (two)
-                    d2 += qv[j] * ld_f(pk + s2 * k.nb[1] + d * k.nb[3], k.t);
+                    d2 += qv[j] * bits_f(k2[j], k.t);
             }
         }
 #pragma unroll
@@ -134,11 +153,10 @@ __device__ __forceinline__ void attend_rows(const float (&qv)[J], const char *pk
         l = l * corr + e1 + e2;
 #pragma unroll
         for (int j = 0; j < J; j++) {
-            int64_t d = lane + 32 * j;
-            if (d < D) {
-                float a = acc[j] * corr + e1 * ld_f(pv + s * v.nb[1] + d * v.nb[3], v.t);
+            if (lane + 32 * j < D) {
+                float a = acc[j] * corr + e1 * bits_f(v1[j], v.t);
                 if (two)
-                    a += e2 * ld_f(pv + s2 * v.nb[1] + d * v.nb[3], v.t);
+                    a += e2 * bits_f(v2[j], v.t);
                 acc[j] = a;
             }
         }
@@ -235,45 +253,70 @@ __device__ __forceinline__ float round_to(float v, int t)
     }
 }
 
-/* Each lane's rope angles at position p: cos and sin of p * theta^(-2i/n) for the pair i of its
- * dims d = lane + 32 j < n; in double, then rounded to f32, as k_rope and the CPU compute them. */
-template <int J>
-__device__ __forceinline__ void rope_angles(const gp_cu_rope &r, int32_t p, float (&cs)[J],
-                                            float (&sn)[J])
+/* The angles of rope r at position p: cos and sin of p * theta^(-2i/n) for its pairs i < n/2, one
+ * pair per thread of the block; in double, then rounded to f32, as k_rope and the CPU compute them.
+ * (Each lane computing its own dims' angles cost ~100 double operations per dim.) */
+__device__ __forceinline__ void rope_table(const gp_cu_rope &r, int32_t p, float *cs, float *sn)
 {
-    int lane = threadIdx.x & 31;
-    int64_t half = r.n / 2;
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-        int64_t d = lane + 32 * j;
-        cs[j] = 1.0f;
-        sn[j] = 0.0f;
-        if (r.on && d < r.n) {
-            int64_t i = r.interleaved ? d / 2 : d < half ? d : d - half;
-            double ang = (double)p * pow(r.theta, -2.0 * (double)i / (double)r.n);
-            cs[j] = (float)cos(ang);
-            sn[j] = (float)sin(ang);
-        }
+    if (!r.on)
+        return;
+    for (int64_t i = threadIdx.x; i < r.n / 2; i += blockDim.x) {
+        double ang = (double)p * pow(r.theta, -2.0 * (double)i / (double)r.n);
+        cs[i] = (float)cos(ang);
+        sn[i] = (float)sin(ang);
     }
 }
 
-/* Element d of row x after rope r (none: x[d] as it is), given d's angle: pairs (u, v) = (i, i +
- * n/2), or (2i, 2i + 1) interleaved, become (u cs - v sn, u sn + v cs), rounded to the rope's
- * output dtype. The products and sums are rounded one by one (no FMA), as the CPU's rope. */
-__device__ __forceinline__ float rope_elem(const gp_cu_rope &r, const char *px, int64_t nb, int t,
-                                           int64_t d, float cs, float sn)
+/* Dim d's angle from rope r's table (cs, sn by pair): pairs (i, i + n/2), or (2i, 2i + 1)
+ * interleaved; no rotation past n or with the rope off. */
+__device__ __forceinline__ void rope_angle(const gp_cu_rope &r, const float *cs, const float *sn,
+                                           int64_t d, float *c, float *s)
 {
-    if (!r.on)
-        return ld_f(px + d * nb, t);
-    if (d >= r.n)
-        return round_to(ld_f(px + d * nb, t), r.dtype);
+    *c = 1.0f;
+    *s = 0.0f;
+    if (!r.on || d >= r.n)
+        return;
+    int64_t half = r.n / 2, i = r.interleaved ? d / 2 : d < half ? d : d - half;
+    *c = cs[i];
+    *s = sn[i];
+}
+
+/* Dims d = lane + 32 j < D of row x (stride nb, dtype t; 0 past D) after rope r, with r's angles
+ * by pair in cs, sn: pairs (u, v) = (i, i + n/2), or (2i, 2i + 1) interleaved, become (u cs - v sn,
+ * u sn + v cs), rounded to the rope's output dtype; dims past n only rounded; with r off, x as it
+ * is. The products and sums are rounded one by one (no FMA), as the CPU's rope. Every load is
+ * issued before the first is used. */
+template <int J>
+__device__ __forceinline__ void rope_row(const gp_cu_rope &r, const float *cs, const float *sn,
+                                         const char *px, int64_t nb, int t, int64_t D,
+                                         float (&y)[J])
+{
+    int lane = threadIdx.x & 31;
     int64_t off = r.interleaved ? 1 : r.n / 2;
-    int second = r.interleaved ? (int)(d & 1) : d >= off;
-    int64_t du = second ? d - off : d;
-    float u = ld_f(px + du * nb, t), v = ld_f(px + (du + off) * nb, t);
-    float y = second ? __fadd_rn(__fmul_rn(u, sn), __fmul_rn(v, cs))
-                     : __fsub_rn(__fmul_rn(u, cs), __fmul_rn(v, sn));
-    return round_to(y, r.dtype);
+    uint32_t bu[J], bv[J];
+    int second[J];
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        int64_t d = lane + 32 * j;
+        int rot = r.on && d < r.n;
+        second[j] = rot && (r.interleaved ? (int)(d & 1) : d >= off);
+        int64_t du = second[j] ? d - off : d;
+        bu[j] = bv[j] = 0;
+        if (d < D) {
+            bu[j] = ld_bits(px + du * nb, t);
+            if (rot)
+                bv[j] = ld_bits(px + (du + off) * nb, t);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        int64_t d = lane + 32 * j;
+        float u = bits_f(bu[j], t), v = bits_f(bv[j], t), c, sa;
+        rope_angle(r, cs, sn, d, &c, &sa);
+        float z = second[j] ? __fadd_rn(__fmul_rn(u, sa), __fmul_rn(v, c))
+                            : __fsub_rn(__fmul_rn(u, c), __fmul_rn(v, sa));
+        y[j] = d >= D ? 0.0f : !r.on ? u : d >= r.n ? round_to(u, r.dtype) : round_to(z, r.dtype);
+    }
 }
 
 /* The same rope (both off, or the same n, theta and mode): the same angles. */
@@ -281,32 +324,6 @@ __device__ __forceinline__ int same_angles(const gp_cu_rope &a, const gp_cu_rope
 {
     return a.on == b.on && (!a.on || (a.n == b.n && a.theta == b.theta &&
                                       a.interleaved == b.interleaved));
-}
-
-/* What a decode block needs from pos = p: its rows [s0, s1), whether row p is among them (has_new)
- * and which warp takes it (wnew), q's angles (non-empty splits) and the new key's (that warp). */
-template <int J>
-__device__ __forceinline__ void decode_setup(int32_t p, int nsplit, int split, const gp_cu_rope &rq,
-                                             const gp_cu_rope &rk, int64_t *s0, int64_t *s1,
-                                             int *has_new, int *wnew, float (&qc)[J], float (&qs)[J],
-                                             float (&kc)[J], float (&ks)[J])
-{
-    split_rows(p, nsplit, split, s0, s1);
-    *has_new = *s0 < *s1 && *s1 == (int64_t)p + 1;
-    *wnew = (int)((p - *s0) % ATT_WARPS);
-    if (*s0 < *s1)
-        rope_angles(rq, p, qc, qs);
-    if (!*has_new || (int)(threadIdx.x >> 5) != *wnew)
-        return;
-    if (same_angles(rq, rk)) {
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            kc[j] = qc[j];
-            ks[j] = qs[j];
-        }
-    } else {
-        rope_angles(rk, p, kc, ks);
-    }
 }
 
 /* A one-token attention's operands (gp_cu_decode_att as kernels see it). */
@@ -319,28 +336,35 @@ struct DecArgs {
 };
 
 /* What block (h, split) of a one-token attention knows once it has read pos: p, its rows [s0, s1),
- * whether row p is among them and which warp takes it, q's and the new key's angles. */
-template <int J> struct DecState {
+ * whether row p is among them and which warp takes it. */
+struct DecState {
     int32_t p;
     int64_t s0, s1;
     int has_new, wnew;
-    float qc[J], qs[J], kc[J], ks[J];
 };
 
 /* Reads pos and sets st up for block (h, split) of nsplit (p = -1 when pos is out of range, which
- * the runtime checks before the eval). */
+ * the runtime checks before the eval), with q's angles in sm (non-empty splits) and the new key's
+ * (its block, when its rope differs). Every thread of the block calls it: it ends in a barrier. */
 template <int J>
-__device__ __forceinline__ void decode_begin(const DecArgs &a, int nsplit, int split, DecState<J> &st)
+__device__ __forceinline__ void decode_begin(const DecArgs &a, AttSmem<J> &sm, int nsplit, int split,
+                                             DecState &st)
 {
     st.p = *(const int32_t *)a.pos.p;
     st.s0 = st.s1 = 0;
     st.has_new = st.wnew = 0;
     if (st.p < 0 || st.p >= a.kc.ne[1]) {
         st.p = -1;
-        return;
+    } else {
+        split_rows(st.p, nsplit, split, &st.s0, &st.s1);
+        st.has_new = st.s0 < st.s1 && st.s1 == (int64_t)st.p + 1;
+        st.wnew = (int)((st.p - st.s0) % ATT_WARPS);
+        if (st.s0 < st.s1)
+            rope_table(a.rq, st.p, sm.qcs, sm.qsn);
+        if (st.has_new && !same_angles(a.rq, a.rk))
+            rope_table(a.rk, st.p, sm.kcs, sm.ksn);
     }
-    decode_setup(st.p, nsplit, split, a.rq, a.rk, &st.s0, &st.s1, &st.has_new, &st.wnew, st.qc,
-                 st.qs, st.kc, st.ks);
+    __syncthreads();
 }
 
 /*
@@ -350,7 +374,7 @@ __device__ __forceinline__ void decode_begin(const DecArgs &a, int nsplit, int s
  */
 template <int J>
 __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int64_t h, int nsplit,
-                                           int split, const DecState<J> &st)
+                                           int split, const DecState &st)
 {
     const KT &q = a.q, &kx = a.kx, &vx = a.vx, &kc = a.kc, &vc = a.vc;
     int64_t H = q.ne[2], D = q.ne[3], G = kc.ne[2], g = h / (H / G);
@@ -359,14 +383,11 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
     if (p < 0)
         return;
     float qv[J], acc[J];
-    const char *pq = q.p + h * q.nb[2];
 #pragma unroll
-    for (int j = 0; j < J; j++) {
-        int64_t d = lane + 32 * j;
-        qv[j] = st.s0 < st.s1 && d < D ? rope_elem(a.rq, pq, q.nb[3], q.t, d, st.qc[j], st.qs[j])
-                                       : 0.0f;
-        acc[j] = 0.0f;
-    }
+    for (int j = 0; j < J; j++)
+        qv[j] = acc[j] = 0.0f;
+    if (st.s0 < st.s1)
+        rope_row(a.rq, sm.qcs, sm.qsn, q.p + h * q.nb[2], q.nb[3], q.t, D, qv);
     float m = -INFINITY, l = 0.0f;
     attend_rows(qv, kc.p + g * kc.nb[2], vc.p + g * vc.nb[2], kc, vc, D, st.s0 + w,
                 st.has_new ? (int64_t)p : st.s1, a.scale, m, l, acc);
@@ -374,15 +395,23 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
         /* The new row as the store writes it: rope's output rounded to its dtype, then to the
          * cache's. Only the first head's block of the group writes it (one writer per row). */
         float kn[J], vn[J];
-        const char *pk = kx.p + g * kx.nb[2], *pv = vx.p + g * vx.nb[2];
-        int writer = h % (H / G) == 0;
+        uint32_t vb[J];
+        const char *pv = vx.p + g * vx.nb[2];
+        int writer = h % (H / G) == 0, same = same_angles(a.rq, a.rk);
 #pragma unroll
         for (int j = 0; j < J; j++) {
             int64_t d = lane + 32 * j;
-            kn[j] = vn[j] = 0.0f;
+            vb[j] = d < D ? ld_bits(pv + d * vx.nb[3], vx.t) : 0;
+        }
+        rope_row(a.rk, same ? sm.qcs : sm.kcs, same ? sm.qsn : sm.ksn, kx.p + g * kx.nb[2],
+                 kx.nb[3], kx.t, D, kn);
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            int64_t d = lane + 32 * j;
+            vn[j] = 0.0f;
             if (d < D) {
-                kn[j] = round_to(rope_elem(a.rk, pk, kx.nb[3], kx.t, d, st.kc[j], st.ks[j]), kc.t);
-                vn[j] = round_to(ld_f(pv + d * vx.nb[3], vx.t), vc.t);
+                kn[j] = round_to(kn[j], kc.t);
+                vn[j] = round_to(bits_f(vb[j], vx.t), vc.t);
                 if (writer) {
                     st_f(kc.p + p * kc.nb[1] + g * kc.nb[2] + d * kc.nb[3], kc.t, kn[j]);
                     st_f(vc.p + p * vc.nb[1] + g * vc.nb[2] + d * vc.nb[3], vc.t, vn[j]);

@@ -52,6 +52,28 @@ __device__ __forceinline__ float ld_f(const char *p, int t)
     }
 }
 
+/* ld_f in two steps: an element's bits (its 2 or 4 bytes), then their value. A row's loads can then
+ * all be issued before the first conversion, where a loop of ld_f waits for each load before it
+ * issues the next (the conversion in each case of the switch uses the load at once). */
+__device__ __forceinline__ uint32_t ld_bits(const char *p, int t)
+{
+    return t == GP_F16 || t == GP_BF16 ? *(const uint16_t *)p : *(const uint32_t *)p;
+}
+
+__device__ __forceinline__ float bits_f(uint32_t u, int t)
+{
+    switch (t) {
+    case GP_F32:
+        return __uint_as_float(u);
+    case GP_F16:
+        return __half2float(__ushort_as_half((unsigned short)u));
+    case GP_BF16:
+        return __bfloat162float(__ushort_as_bfloat16((unsigned short)u));
+    default:
+        return (float)(int32_t)u;
+    }
+}
+
 /* f32 -> i32 as the CPU's cast: toward zero, saturating, NaN -> 0. */
 __device__ __forceinline__ int32_t f2i_sat(float f)
 {

@@ -376,9 +376,9 @@ __device__ void att_stage(const MkStage &s, AttSmem<J> &sm)
     for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
         int64_t h = u % H;
         int split = (int)(u / H);
-        DecState<J> st;
+        DecState st;
         __syncthreads(); /* the block before in this loop is done with sm */
-        decode_begin(s.att, s.nsplit, split, st);
+        decode_begin(s.att, sm, s.nsplit, split, st);
         decode_run(s.att, sm, h, s.nsplit, split, st);
     }
 }
