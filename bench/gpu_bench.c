@@ -240,6 +240,7 @@ static const config configs[] = {
     {"no-kvpf", "GPLAN_CUDA_DISABLE=prefetch"},
     {"no-early", "GPLAN_CUDA_DISABLE=early"},
     {"no-norm", "GPLAN_CUDA_DISABLE=norm"},
+    {"no-arnorm", "GPLAN_CUDA_DISABLE=arnorm"},
     {"bps2", "GPLAN_CUDA_MV_BPS=2"},
     {"bps8", "GPLAN_CUDA_MV_BPS=8"},
     {"mega", "GPLAN_CUDA_MEGA=1"},

@@ -145,24 +145,84 @@ __device__ unsigned ar_wait(const gp_cuda_ar_peers &a, unsigned b, unsigned long
     return GP_AR_OK;
 }
 
+/* The norm after an all-reduce (gp_cuda_ar_norm), when one block sums the whole f32 row: out =
+ * norm(sum). */
+struct ARNORM {
+    int on;
+    NORM nm;
+    KT out; /* [bytes / 4] */
+};
+
+/* Thread t's elements of the row, [4t, 4t + n) of N, summed in v: their norm to an.out, with the
+ * weights w and bias bs read before the kernel's wait. The sums over the row are block reductions
+ * (every thread of the block calls it). */
+__device__ __forceinline__ void ar_norm(const ARNORM &an, const float (&v)[4], const float (&w)[4],
+                                        const float (&bs)[4], int n, int64_t N)
+{
+    __shared__ float red[32];
+    float s = 0.0f, mean = 0.0f;
+    if (an.nm.is_ln) {
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            s += k < n ? v[k] : 0.0f;
+        mean = block_reduce(s, red, 0) / (float)N;
+        s = 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float d = v[k] - mean;
+        s += k < n ? d * d : 0.0f;
+    }
+    float inv = 1.0f / sqrtf(block_reduce(s, red, 0) / (float)N + an.nm.eps);
+    int64_t e0 = 4 * (int64_t)threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float y = (v[k] - mean) * inv * w[k];
+        if (an.nm.has_b)
+            y += bs[k];
+        if (k < n)
+            st_f(an.out.p + (e0 + k) * an.out.nb[3], an.out.t, y);
+    }
+}
+
 /* One launch: gridDim.x <= GP_AR_BLOCKS blocks, block b summing bytes [b*per_block, min(bytes,
  * (b+1)*per_block)) of the message (per_block <= GP_AR_SLOT, a multiple of 16), thread t its t-th
- * 16-byte chunk. in, out [bytes] on this rank's device; vec: both 16-byte aligned. */
+ * 16-byte chunk. in, out [bytes] on this rank's device; vec: both 16-byte aligned. With an.on (f32,
+ * one block for the whole row) the block also writes the norm of the sum. */
 template <int DT>
 __global__ void __launch_bounds__(1024, 1)
     k_all_reduce(gp_cuda_ar_peers a, const unsigned char *in, unsigned char *out,
-                 unsigned long long bytes, unsigned per_block, int vec, TAIL tl)
+                 unsigned long long bytes, unsigned per_block, int vec, ARNORM an)
 {
-    extern __shared__ float xs_ar[]; /* with tl.on: the summed row [bytes / 4] */
     typedef typename ar_type<DT>::U U;
     enum { L = 16 / sizeof(U) };
     __shared__ unsigned long long sh_e;
-    pdl_begin(); /* in is the kernel before's output: nothing is read before it finished */
     const unsigned b = blockIdx.x;
     const unsigned long long off = (unsigned long long)b * per_block + 16ull * threadIdx.x;
     const unsigned long long hi = min(bytes, (unsigned long long)(b + 1) * per_block);
     const bool have = 16ull * threadIdx.x < per_block && off < hi;
     const unsigned len = have ? (unsigned)min(16ull, hi - off) : 0;
+    /* The norm's weights of this thread's elements: no kernel writes weights, so they are read
+     * before the wait, all at once. */
+    const int ne = (int)(len / sizeof(U));
+    float w[4] = {0.0f, 0.0f, 0.0f, 0.0f}, bs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (DT == GP_F32 && an.on) {
+        uint32_t wb[4] = {0, 0, 0, 0}, bb[4] = {0, 0, 0, 0};
+        int64_t e0 = (int64_t)(off / 4);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (k < ne) {
+                wb[k] = ld_bits(an.nm.w.p + (e0 + k) * an.nm.w.nb[3], an.nm.w.t);
+                if (an.nm.has_b)
+                    bb[k] = ld_bits(an.nm.b.p + (e0 + k) * an.nm.b.nb[3], an.nm.b.t);
+            }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            w[k] = bits_f(wb[k], an.nm.w.t);
+            bs[k] = bits_f(bb[k], an.nm.b.t);
+        }
+    }
+    pdl_begin(); /* in is the kernel before's output: nothing is read before it finished */
     if (threadIdx.x == 0) {
         /* Through L2: the kernel before this one may have run block b on another multiprocessor. */
         sh_e = __ldcg(a.seq + b) + 1;
@@ -207,10 +267,13 @@ __global__ void __launch_bounds__(1024, 1)
         }
     }
     __syncthreads();
+    float acc[L];
+#pragma unroll
+    for (int k = 0; k < L; k++)
+        acc[k] = 0.0f;
     if (have) {
         /* 4. Sum in rank order. Received rows are read through L2 (ld.cg): L1 may hold the bytes
          * of this parity from two epochs ago. */
-        float acc[L];
         for (int r = 0; r < a.n; r++) {
             ar_chunk<U> t;
             const unsigned char *from = a.recv[me] + ((size_t)r * 2 + par) * GP_AR_P2P_MAX + slot;
@@ -228,9 +291,14 @@ __global__ void __launch_bounds__(1024, 1)
             o.u[k] = ar_type<DT>::put(acc[k]);
         ar_store<U>(out + off, len, vec, o);
     }
-    /* 5. With a norm after the all-reduce (f32, one row): the last block computes it. */
-    if (tl.on)
-        tail_norm(tl, (const float *)out, (int64_t)(bytes / 4), xs_ar);
+    /* 5. The norm after the all-reduce: the block holds the whole row. */
+    if (DT == GP_F32 && an.on) {
+        float v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            v[k] = acc[k % L];
+        ar_norm(an, v, w, bs, ne, (int64_t)(bytes / 4));
+    }
 }
 
 /* A contiguous row [n] of dtype t at p, as the kernels' tensors. */
@@ -274,31 +342,34 @@ extern "C" int gp_cuda_ar_launch(const gp_cuda_ar_peers *p, const void *in, void
     unsigned char *o8 = (unsigned char *)out;
     unsigned long long nb = bytes;
     unsigned pb = (unsigned)per;
-    TAIL tl;
-    memset(&tl, 0, sizeof tl);
-    size_t smem = 0;
+    ARNORM an;
+    memset(&an, 0, sizeof an);
     if (norm && gp_cuda_ar_norm_ok(norm, count, dt)) {
-        tl.on = 1;
-        tl.nm.is_ln = norm->is_ln;
-        tl.nm.eps = norm->eps;
-        tl.nm.w = row_kt(norm->w, norm->w_dt, (int64_t)count);
-        tl.nm.has_b = norm->b != NULL;
-        tl.nm.b = tl.nm.has_b ? row_kt(norm->b, norm->b_dt, (int64_t)count) : tl.nm.w;
-        tl.out = row_kt(norm->out, norm->out_dt, (int64_t)count);
-        tl.counter = norm->counter;
-        smem = count * sizeof(float);
+        /* One block for the whole row (gp_cuda_ar_norm_ok: at most 1024 chunks of 16 bytes). */
+        an.on = 1;
+        an.nm.is_ln = norm->is_ln;
+        an.nm.eps = norm->eps;
+        an.nm.w = row_kt(norm->w, norm->w_dt, (int64_t)count);
+        an.nm.has_b = norm->b != NULL;
+        an.nm.b = an.nm.has_b ? row_kt(norm->b, norm->b_dt, (int64_t)count) : an.nm.w;
+        an.out = row_kt(norm->out, norm->out_dt, (int64_t)count);
+        per = (bytes + 15) / 16 * 16;
+        pb = (unsigned)per;
+        blocks = 1;
+        threads = (unsigned)((per / 16 + 31) / 32 * 32);
     }
+    const size_t smem = 0;
     dim3 grid(blocks), block(threads);
     switch (dt) {
     case GP_F32:
         return gp_cu_launch_on(s, pdl, k_all_reduce<GP_F32>, grid, block, smem, *p, i8, o8, nb,
-                               pb, vec, tl);
+                               pb, vec, an);
     case GP_F16:
         return gp_cu_launch_on(s, pdl, k_all_reduce<GP_F16>, grid, block, smem, *p, i8, o8, nb,
-                               pb, vec, tl);
+                               pb, vec, an);
     case GP_BF16:
         return gp_cu_launch_on(s, pdl, k_all_reduce<GP_BF16>, grid, block, smem, *p, i8, o8, nb,
-                               pb, vec, tl);
+                               pb, vec, an);
     default:
         return cudaErrorInvalidValue;
     }
@@ -306,8 +377,9 @@ extern "C" int gp_cuda_ar_launch(const gp_cuda_ar_peers *p, const void *in, void
 
 extern "C" int gp_cuda_ar_norm_ok(const gp_cuda_ar_norm *norm, size_t count, gp_dtype dt)
 {
-    return dt == GP_F32 && count > 0 && count == norm->n && count * sizeof(float) <= 32 * 1024 &&
-           norm->w && norm->out && norm->counter;
+    size_t bytes = count * sizeof(float);
+    return dt == GP_F32 && count > 0 && count == norm->n && bytes <= 16 * 1024 &&
+           bytes <= GP_AR_SLOT && norm->w && norm->out;
 }
 
 extern "C" int gp_cuda_ar_load(void)

@@ -7,11 +7,12 @@
  * stores in one launch), "combine" (attention's split combine in its last block), "group"
  * (one-row matmuls of the same x in one launch: q, k and v; gate and up with their swiglu),
  * "attnfuse" (one-token attention with its ropes and K/V cache stores in one launch,
- * plan_decode_attention), and, not a fusion, "early" (matvecs load their first weights before
- * waiting for the kernel before them).
+ * plan_decode_attention), "arnorm" (the P2P all-reduce kernel computes the norm after it, one
+ * block summing the whole row), and, not a fusion, "early" (matvecs load their first weights
+ * before waiting for the kernel before them).
  * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
- * block of a [N, K] matvec compute the norm of its residual sum, and the P2P all-reduce's last
- * block the norm after it ("tail" in GPLAN_CUDA_DISABLE wins over it); GPLAN_CUDA_TRANSPOSE=1
+ * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
+ * wins over it); GPLAN_CUDA_TRANSPOSE=1
  * stores weights read only as a matmul's b [K, N] as [N, K] on the device, for the row-per-warp
  * matvec (GPLAN_CUDA_DISABLE=transpose wins over it); GPLAN_CUDA_MEGA=1 runs the one-token graph's
  * matvecs, groups, attentions and norms as stages of a persistent kernel (cuda_mega.cu).
@@ -121,7 +122,7 @@ typedef struct {
 
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
        FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64, FUSE_GROUP = 128, FUSE_TAIL = 256,
-       FUSE_ATTN = 512, FUSE_MEGA = 1024, FUSE_EARLY = 2048 };
+       FUSE_ATTN = 512, FUSE_MEGA = 1024, FUSE_EARLY = 2048, FUSE_ARNORM = 4096 };
 
 /* 1 when `name` is an item of the comma list `list`. */
 static int in_list(const char *list, const char *name)
@@ -141,7 +142,8 @@ static int in_list(const char *list, const char *name)
 static void read_switches(cuda_be *b)
 {
     static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch",
-                                        "transpose", "group", "tail", "attnfuse", "mega", "early"};
+                                        "transpose", "group", "tail", "attnfuse", "mega", "early",
+                                        "arnorm"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -161,8 +163,8 @@ static void read_switches(cuda_be *b)
     if (tr ? *tr != '1' : (b->disable & FUSE_MEGA) != 0)
         b->disable |= FUSE_TRANSPOSE;
     /* Measured 2026-11-30 (H200, Llama-7B shape): 5.22 -> 5.82 ms a token on one GPU (every
-     * block of the matvec waits for its fence and count, thousands of blocks), no change on two
-     * (the all-reduce's norm): off unless asked for. */
+     * block of the matvec waits for its fence and count, thousands of blocks): off unless asked
+     * for. */
     const char *tl = getenv("GPLAN_CUDA_TAIL");
     if (!(tl && *tl == '1'))
         b->disable |= FUSE_TAIL;
@@ -822,8 +824,9 @@ static void plan_tail_norms(cuda_be *b)
 
 /*
  * Norms right after an all_reduce that read its sum (Llama's rms_norm after each tensor-parallel
- * residual add): the P2P all-reduce kernel's last block computes them when the sum is one f32 row
- * (gp_cuda_comm_all_reduce_norm). Weights contiguous [N]; the output disjoint from the sum.
+ * residual add): the P2P all-reduce kernel computes them when the sum is one f32 row that one
+ * block can hold (gp_cuda_comm_all_reduce_norm). Weights contiguous [N]; the output disjoint from
+ * the sum.
  */
 static void plan_ar_norms(cuda_be *b)
 {
@@ -851,7 +854,7 @@ static void plan_ar_norms(cuda_be *b)
         an->b_dt = bias ? bias->dtype : GP_F32;
         an->out = tensor_addr(b, h);
         an->out_dt = h->dtype;
-        an->n = (size_t)w->dims[0]; /* the counter is set with the others (be_create) */
+        an->n = (size_t)w->dims[0];
         b->nodes[i].has_arnorm = 1;
         b->nodes[i + 1].tailed = 1;
     }
@@ -1474,7 +1477,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         plan_epilogues(b, uses);
     if (!(b->disable & FUSE_TAIL) && !(b->disable & FUSE_EPILOGUE))
         plan_tail_norms(b);
-    if (!(b->disable & FUSE_TAIL))
+    if (!(b->disable & FUSE_ARNORM))
         plan_ar_norms(b);
     if (!(b->disable & FUSE_NORM))
         plan_prenorms(b, uses);
@@ -1516,9 +1519,6 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     b->kc.h_syms = b->launch;
     b->kc.n_syms = p->n_syms;
     b->kc.d_counters = (unsigned *)((char *)b->dparam + sizeof(int64_t) * (size_t)(p->n_syms + 1));
-    for (int i = 0; i < p->n_nodes; i++) /* the all-reduces' norms: a counter of their own */
-        if (b->nodes[i].has_arnorm)
-            b->nodes[i].arnorm.counter = b->kc.d_counters + GP_CU_COUNTERS - 2 * GP_CU_TAIL_COUNTERS;
     b->kc.n_counters = GP_CU_COUNTERS;
     const char *env = getenv("GPLAN_CUDA_NO_MATVEC");
     b->kc.no_matvec = env && *env == '1';

@@ -72,7 +72,8 @@ int gp_cuda_comm_all_reduce(gp_cuda_comm *c, int rank, const void *in, void *out
                             gp_dtype dt, cudaStream_t s, char *err, size_t err_len);
 
 /* A norm of an all-reduce's sum (Llama's rms_norm after each tensor-parallel residual add),
- * computed by the P2P kernel's last block: out = norm(sum), the sum being one f32 row of n. */
+ * computed by the P2P kernel: out = norm(sum), the sum being one f32 row of n <= 4096, which one
+ * block of the kernel then sums whole. */
 typedef struct {
     int is_ln;          /* 1: layer_norm, 0: rms_norm */
     float eps;
@@ -80,8 +81,6 @@ typedef struct {
     gp_dtype w_dt, b_dt;
     void *out;          /* [n] contiguous, disjoint from the all-reduce's output */
     gp_dtype out_dt;
-    unsigned *counter;  /* device [GP_CU_TAIL_COUNTERS] (cuda/cuda_kernels.h), zero between
-                           launches (the kernel leaves them zero) */
     size_t n;           /* the norm's row: only an all-reduce of exactly n elements takes it */
 } gp_cuda_ar_norm;
 

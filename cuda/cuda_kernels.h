@@ -208,11 +208,11 @@ int gp_cuda_mk_stages(const gp_cu_mk *mk);   /* stages recorded so far */
 /* Stages recorded in this process so far, by every recorder (tests: was it used). */
 int64_t gp_cuda_mk_stage_count(void);
 
-/* Counters a norm computed in a kernel's last block takes (gp_cu_tailnorm, gp_cuda_ar_norm). */
+/* Counters a norm computed in a matvec's last block takes (gp_cu_tailnorm). */
 #define GP_CU_TAIL_COUNTERS 65
 
 /* Counters gp_cuda_compute may use at once (the size d_counters must have); a matvec's tail norm
- * takes the last GP_CU_TAIL_COUNTERS of them, an all-reduce's norm the GP_CU_TAIL_COUNTERS before. */
+ * takes the last GP_CU_TAIL_COUNTERS of them. */
 #define GP_CU_COUNTERS 4096
 
 #ifdef __cplusplus
