@@ -23,14 +23,18 @@ struct AttSmem {
     float qcs[16 * J], qsn[16 * J], kcs[16 * J], ksn[16 * J];
 };
 
-/* Combines the nsplit partials of (h, t) into out: the splits' maxima and sums are read at once
- * into shared memory, then every thread adds its dims over the splits. Partials are read past L1
- * (other blocks of this launch may have written them). */
+/* Combines the nsplit partials of (h, t) into out: each thread's first dim's partials are loaded
+ * with the splits' maxima and sums (one round trip), then every thread adds its dims over the
+ * splits. Partials are read past L1 (other blocks of this launch may have written them). */
 __device__ __forceinline__ void combine_partials(int nsplit, const KT &o, int64_t h, int64_t t,
                                                  const float *part, int64_t Tl, float *wgt,
                                                  float *inv_l)
 {
-    int64_t H = o.ne[2], D = o.ne[3];
+    int64_t H = o.ne[2], D = o.ne[3], d0 = threadIdx.x;
+    float x[GP_WS_ATTN_SPLITS];
+#pragma unroll
+    for (int i = 0; i < GP_WS_ATTN_SPLITS; i++)
+        x[i] = i < nsplit && d0 < D ? __ldcg(part + ((i * Tl + t) * H + h) * (D + 2) + d0) : 0.0f;
     if (threadIdx.x < 32) {
         int i = threadIdx.x;
         float m = -INFINITY, l = 0.0f;
@@ -50,12 +54,13 @@ __device__ __forceinline__ void combine_partials(int nsplit, const KT &o, int64_
             *inv_l = 1.0f / L;
     }
     __syncthreads();
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-        float x[GP_WS_ATTN_SPLITS], a = 0.0f; /* every split's load issued before the sum */
+    for (int64_t d = d0; d < D; d += blockDim.x) {
+        if (d != d0) {
 #pragma unroll
-        for (int i = 0; i < GP_WS_ATTN_SPLITS; i++)
-            x[i] = i < nsplit && wgt[i] != 0.0f
-                       ? __ldcg(part + ((i * Tl + t) * H + h) * (D + 2) + d) : 0.0f;
+            for (int i = 0; i < GP_WS_ATTN_SPLITS; i++)
+                x[i] = i < nsplit ? __ldcg(part + ((i * Tl + t) * H + h) * (D + 2) + d) : 0.0f;
+        }
+        float a = 0.0f;
 #pragma unroll
         for (int i = 0; i < GP_WS_ATTN_SPLITS; i++)
             if (i < nsplit && wgt[i] != 0.0f)
@@ -105,40 +110,56 @@ __device__ __forceinline__ void prefetch_rows(KT q, const KT &k, const KT &v, co
     prefetch_kv(k, v, g, D, s0, s1);
 }
 
+/* The bits of cache rows s and s + ATT_WARPS (when < s1) of a KV head's keys (pk) and values
+ * (pv) at a warp's dims d = lane + 32 j < D; zero elsewhere. */
+template <int J> struct KvRows {
+    uint32_t k1[J], k2[J], v1[J], v2[J];
+};
+
+template <int J>
+__device__ __forceinline__ void kv_load(KvRows<J> &r, const char *pk, const char *pv, const KT &k,
+                                        const KT &v, int64_t D, int64_t s, int64_t s1)
+{
+    int lane = threadIdx.x & 31;
+    int64_t s2 = s + ATT_WARPS;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        int64_t d = lane + 32 * j;
+        r.k1[j] = r.k2[j] = r.v1[j] = r.v2[j] = 0;
+        if (d < D && s < s1) {
+            r.k1[j] = ld_bits(pk + s * k.nb[1] + d * k.nb[3], k.t);
+            r.v1[j] = ld_bits(pv + s * v.nb[1] + d * v.nb[3], v.t);
+            if (s2 < s1) {
+                r.k2[j] = ld_bits(pk + s2 * k.nb[1] + d * k.nb[3], k.t);
+                r.v2[j] = ld_bits(pv + s2 * v.nb[1] + d * v.nb[3], v.t);
+            }
+        }
+    }
+}
+
 /* One warp's online softmax over cache rows s0, s0 + ATT_WARPS, ... < s1 of the KV head at pk and
  * pv, two at a time so their reductions overlap: m, l and acc (its lanes' dims d = lane + 32 j)
- * updated. Both rows' keys and values are loaded at once: one round trip per two rows. */
+ * updated. cur holds rows s0 and s0 + ATT_WARPS (kv_load, issued by the caller before whatever it
+ * did in between); each step loads the next two rows before it uses these: one round trip in all
+ * when the warp has two rows or fewer. */
 template <int J>
-__device__ __forceinline__ void attend_rows(const float (&qv)[J], const char *pk, const char *pv,
-                                            const KT &k, const KT &v, int64_t D, int64_t s0,
-                                            int64_t s1, float scale, float &m, float &l,
-                                            float (&acc)[J])
+__device__ __forceinline__ void attend_rows(const float (&qv)[J], KvRows<J> cur, const char *pk,
+                                            const char *pv, const KT &k, const KT &v, int64_t D,
+                                            int64_t s0, int64_t s1, float scale, float &m,
+                                            float &l, float (&acc)[J])
 {
     int lane = threadIdx.x & 31;
     for (int64_t s = s0; s < s1; s += 2 * ATT_WARPS) {
-        int64_t s2 = s + ATT_WARPS;
-        int two = s2 < s1;
-        uint32_t k1[J], k2[J], v1[J], v2[J];
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            int64_t d = lane + 32 * j;
-            k1[j] = k2[j] = v1[j] = v2[j] = 0;
-            if (d < D) {
-                k1[j] = ld_bits(pk + s * k.nb[1] + d * k.nb[3], k.t);
-                v1[j] = ld_bits(pv + s * v.nb[1] + d * v.nb[3], v.t);
-                if (two) {
-                    k2[j] = ld_bits(pk + s2 * k.nb[1] + d * k.nb[3], k.t);
-                    v2[j] = ld_bits(pv + s2 * v.nb[1] + d * v.nb[3], v.t);
-                }
-            }
-        }
+        int two = s + ATT_WARPS < s1;
+        KvRows<J> nx;
+        kv_load(nx, pk, pv, k, v, D, s + 2 * ATT_WARPS, s1);
         float d1 = 0.0f, d2 = 0.0f;
 #pragma unroll
         for (int j = 0; j < J; j++) {
             if (lane + 32 * j < D) {
-                d1 += qv[j] * bits_f(k1[j], k.t);
+                d1 += qv[j] * bits_f(cur.k1[j], k.t);
                 if (two)
-                    d2 += qv[j] * bits_f(k2[j], k.t);
+                    d2 += qv[j] * bits_f(cur.k2[j], k.t);
             }
         }
 #pragma unroll
@@ -154,13 +175,14 @@ __device__ __forceinline__ void attend_rows(const float (&qv)[J], const char *pk
 #pragma unroll
         for (int j = 0; j < J; j++) {
             if (lane + 32 * j < D) {
-                float a = acc[j] * corr + e1 * bits_f(v1[j], v.t);
+                float a = acc[j] * corr + e1 * bits_f(cur.v1[j], v.t);
                 if (two)
-                    a += e2 * bits_f(v2[j], v.t);
+                    a += e2 * bits_f(cur.v2[j], v.t);
                 acc[j] = a;
             }
         }
         m = mn;
+        cur = nx;
     }
 }
 
@@ -281,40 +303,50 @@ __device__ __forceinline__ void rope_angle(const gp_cu_rope &r, const float *cs,
     *s = sn[i];
 }
 
-/* Dims d = lane + 32 j < D of row x (stride nb, dtype t; 0 past D) after rope r, with r's angles
- * by pair in cs, sn: pairs (u, v) = (i, i + n/2), or (2i, 2i + 1) interleaved, become (u cs - v sn,
- * u sn + v cs), rounded to the rope's output dtype; dims past n only rounded; with r off, x as it
- * is. The products and sums are rounded one by one (no FMA), as the CPU's rope. Every load is
- * issued before the first is used. */
+/* Dims d = lane + 32 j < D of row x (stride nb, dtype t; 0 past D) after rope r, in two steps so
+ * that the loads of several rows can be in flight at once: rope_load issues the loads, rope_mix
+ * computes, with r's angles by pair in cs, sn. Pairs (u, v) = (i, i + n/2), or (2i, 2i + 1)
+ * interleaved, become (u cs - v sn, u sn + v cs), rounded to the rope's output dtype; dims past n
+ * are only rounded; with r off, x as it is. The products and sums are rounded one by one (no FMA),
+ * as the CPU's rope. */
+template <int J> struct RopeRow {
+    uint32_t u[J], v[J]; /* the bits of each dim and of its pair's other element */
+    int second[J];       /* the dim is its pair's second element */
+};
+
 template <int J>
-__device__ __forceinline__ void rope_row(const gp_cu_rope &r, const float *cs, const float *sn,
-                                         const char *px, int64_t nb, int t, int64_t D,
-                                         float (&y)[J])
+__device__ __forceinline__ void rope_load(RopeRow<J> &x, const gp_cu_rope &r, const char *px,
+                                          int64_t nb, int t, int64_t D)
 {
     int lane = threadIdx.x & 31;
     int64_t off = r.interleaved ? 1 : r.n / 2;
-    uint32_t bu[J], bv[J];
-    int second[J];
 #pragma unroll
     for (int j = 0; j < J; j++) {
         int64_t d = lane + 32 * j;
         int rot = r.on && d < r.n;
-        second[j] = rot && (r.interleaved ? (int)(d & 1) : d >= off);
-        int64_t du = second[j] ? d - off : d;
-        bu[j] = bv[j] = 0;
+        x.second[j] = rot && (r.interleaved ? (int)(d & 1) : d >= off);
+        int64_t du = x.second[j] ? d - off : d;
+        x.u[j] = x.v[j] = 0;
         if (d < D) {
-            bu[j] = ld_bits(px + du * nb, t);
+            x.u[j] = ld_bits(px + du * nb, t);
             if (rot)
-                bv[j] = ld_bits(px + (du + off) * nb, t);
+                x.v[j] = ld_bits(px + (du + off) * nb, t);
         }
     }
+}
+
+template <int J>
+__device__ __forceinline__ void rope_mix(const RopeRow<J> &x, const gp_cu_rope &r, const float *cs,
+                                         const float *sn, int t, int64_t D, float (&y)[J])
+{
+    int lane = threadIdx.x & 31;
 #pragma unroll
     for (int j = 0; j < J; j++) {
         int64_t d = lane + 32 * j;
-        float u = bits_f(bu[j], t), v = bits_f(bv[j], t), c, sa;
+        float u = bits_f(x.u[j], t), v = bits_f(x.v[j], t), c, sa;
         rope_angle(r, cs, sn, d, &c, &sa);
-        float z = second[j] ? __fadd_rn(__fmul_rn(u, sa), __fmul_rn(v, c))
-                            : __fsub_rn(__fmul_rn(u, c), __fmul_rn(v, sa));
+        float z = x.second[j] ? __fadd_rn(__fmul_rn(u, sa), __fmul_rn(v, c))
+                              : __fsub_rn(__fmul_rn(u, c), __fmul_rn(v, sa));
         y[j] = d >= D ? 0.0f : !r.on ? u : d >= r.n ? round_to(u, r.dtype) : round_to(z, r.dtype);
     }
 }
@@ -382,29 +414,39 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
     int32_t p = st.p;
     if (p < 0)
         return;
+    /* Every load of the block's first step at once: q, this warp's first two cache rows, and
+     * the new row's key and value for the warp that takes it. */
+    const char *pk = kc.p + g * kc.nb[2], *pv = vc.p + g * vc.nb[2];
+    int64_t s1 = st.has_new ? (int64_t)p : st.s1;
+    int takes_new = st.has_new && w == st.wnew, same = same_angles(a.rq, a.rk);
+    RopeRow<J> qr, kr;
+    KvRows<J> first;
+    uint32_t vb[J];
+    if (st.s0 < st.s1)
+        rope_load(qr, a.rq, q.p + h * q.nb[2], q.nb[3], q.t, D);
+    kv_load(first, pk, pv, kc, vc, D, st.s0 + w, s1);
+    if (takes_new) {
+        rope_load(kr, a.rk, kx.p + g * kx.nb[2], kx.nb[3], kx.t, D);
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            int64_t d = lane + 32 * j;
+            vb[j] = d < D ? ld_bits(vx.p + g * vx.nb[2] + d * vx.nb[3], vx.t) : 0;
+        }
+    }
     float qv[J], acc[J];
 #pragma unroll
     for (int j = 0; j < J; j++)
         qv[j] = acc[j] = 0.0f;
     if (st.s0 < st.s1)
-        rope_row(a.rq, sm.qcs, sm.qsn, q.p + h * q.nb[2], q.nb[3], q.t, D, qv);
+        rope_mix(qr, a.rq, sm.qcs, sm.qsn, q.t, D, qv);
     float m = -INFINITY, l = 0.0f;
-    attend_rows(qv, kc.p + g * kc.nb[2], vc.p + g * vc.nb[2], kc, vc, D, st.s0 + w,
-                st.has_new ? (int64_t)p : st.s1, a.scale, m, l, acc);
-    if (st.has_new && w == st.wnew) {
+    attend_rows(qv, first, pk, pv, kc, vc, D, st.s0 + w, s1, a.scale, m, l, acc);
+    if (takes_new) {
         /* The new row as the store writes it: rope's output rounded to its dtype, then to the
          * cache's. Only the first head's block of the group writes it (one writer per row). */
         float kn[J], vn[J];
-        uint32_t vb[J];
-        const char *pv = vx.p + g * vx.nb[2];
-        int writer = h % (H / G) == 0, same = same_angles(a.rq, a.rk);
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            int64_t d = lane + 32 * j;
-            vb[j] = d < D ? ld_bits(pv + d * vx.nb[3], vx.t) : 0;
-        }
-        rope_row(a.rk, same ? sm.qcs : sm.kcs, same ? sm.qsn : sm.ksn, kx.p + g * kx.nb[2],
-                 kx.nb[3], kx.t, D, kn);
+        int writer = h % (H / G) == 0;
+        rope_mix(kr, a.rk, same ? sm.qcs : sm.kcs, same ? sm.qsn : sm.ksn, kx.t, D, kn);
 #pragma unroll
         for (int j = 0; j < J; j++) {
             int64_t d = lane + 32 * j;
