@@ -1,7 +1,5 @@
 /* The one-shot all-reduce of tensor-parallel sessions over NVLink (cuda/cuda_comm.h says when it
  * is used): one launch per all-reduce per rank, each rank pushing its term into its peers' memory.
- * Messages of at most GP_AR_LL_MAX bytes take k_all_reduce_ll (the LL protocol, described there);
- * larger ones k_all_reduce, whose protocol follows.
  *
  * Protocol, for rank `me` of n and block b of the launch. Each row of a receive buffer (one per
  * sender and parity) has GP_AR_BLOCKS slots of GP_AR_SLOT bytes, and block b only ever touches
@@ -147,13 +145,54 @@ __device__ unsigned ar_wait(const gp_cuda_ar_peers &a, unsigned b, unsigned long
     return GP_AR_OK;
 }
 
+/* The norm after an all-reduce (gp_cuda_ar_norm), when one block sums the whole f32 row: out =
+ * norm(sum). */
+struct ARNORM {
+    int on;
+    NORM nm;
+    KT out; /* [bytes / 4] */
+};
+
+/* Thread t's elements of the row, [4t, 4t + n) of N, summed in v: their norm to an.out, with the
+ * weights w and bias bs read before the kernel's wait. The sums over the row are block reductions
+ * (every thread of the block calls it). */
+__device__ __forceinline__ void ar_norm(const ARNORM &an, const float (&v)[4], const float (&w)[4],
+                                        const float (&bs)[4], int n, int64_t N)
+{
+    __shared__ float red[32];
+    float s = 0.0f, mean = 0.0f;
+    if (an.nm.is_ln) {
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            s += k < n ? v[k] : 0.0f;
+        mean = block_reduce(s, red, 0) / (float)N;
+        s = 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float d = v[k] - mean;
+        s += k < n ? d * d : 0.0f;
+    }
+    float inv = 1.0f / sqrtf(block_reduce(s, red, 0) / (float)N + an.nm.eps);
+    int64_t e0 = 4 * (int64_t)threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float y = (v[k] - mean) * inv * w[k];
+        if (an.nm.has_b)
+            y += bs[k];
+        if (k < n)
+            st_f(an.out.p + (e0 + k) * an.out.nb[3], an.out.t, y);
+    }
+}
+
 /* One launch: gridDim.x <= GP_AR_BLOCKS blocks, block b summing bytes [b*per_block, min(bytes,
  * (b+1)*per_block)) of the message (per_block <= GP_AR_SLOT, a multiple of 16), thread t its t-th
- * 16-byte chunk. in, out [bytes] on this rank's device; vec: both 16-byte aligned. */
+ * 16-byte chunk. in, out [bytes] on this rank's device; vec: both 16-byte aligned. With an.on (f32,
+ * one block for the whole row) the block also writes the norm of the sum. */
 template <int DT>
 __global__ void __launch_bounds__(1024, 1)
     k_all_reduce(gp_cuda_ar_peers a, const unsigned char *in, unsigned char *out,
-                 unsigned long long bytes, unsigned per_block, int vec)
+                 unsigned long long bytes, unsigned per_block, int vec, ARNORM an)
 {
     typedef typename ar_type<DT>::U U;
     enum { L = 16 / sizeof(U) };
@@ -163,6 +202,26 @@ __global__ void __launch_bounds__(1024, 1)
     const unsigned long long hi = min(bytes, (unsigned long long)(b + 1) * per_block);
     const bool have = 16ull * threadIdx.x < per_block && off < hi;
     const unsigned len = have ? (unsigned)min(16ull, hi - off) : 0;
+    /* The norm's weights of this thread's elements: no kernel writes weights, so they are read
+     * before the wait, all at once. */
+    const int ne = (int)(len / sizeof(U));
+    float w[4] = {0.0f, 0.0f, 0.0f, 0.0f}, bs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (DT == GP_F32 && an.on) {
+        uint32_t wb[4] = {0, 0, 0, 0}, bb[4] = {0, 0, 0, 0};
+        int64_t e0 = (int64_t)(off / 4);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (k < ne) {
+                wb[k] = ld_bits(an.nm.w.p + (e0 + k) * an.nm.w.nb[3], an.nm.w.t);
+                if (an.nm.has_b)
+                    bb[k] = ld_bits(an.nm.b.p + (e0 + k) * an.nm.b.nb[3], an.nm.b.t);
+            }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            w[k] = bits_f(wb[k], an.nm.w.t);
+            bs[k] = bits_f(bb[k], an.nm.b.t);
+        }
+    }
     pdl_begin(); /* in is the kernel before's output: nothing is read before it finished */
     if (threadIdx.x == 0) {
         /* Through L2: the kernel before this one may have run block b on another multiprocessor. */
@@ -208,10 +267,13 @@ __global__ void __launch_bounds__(1024, 1)
         }
     }
     __syncthreads();
+    float acc[L];
+#pragma unroll
+    for (int k = 0; k < L; k++)
+        acc[k] = 0.0f;
     if (have) {
         /* 4. Sum in rank order. Received rows are read through L2 (ld.cg): L1 may hold the bytes
          * of this parity from two epochs ago. */
-        float acc[L];
         for (int r = 0; r < a.n; r++) {
             ar_chunk<U> t;
             const unsigned char *from = a.recv[me] + ((size_t)r * 2 + par) * GP_AR_P2P_MAX + slot;
@@ -229,202 +291,7 @@ __global__ void __launch_bounds__(1024, 1)
             o.u[k] = ar_type<DT>::put(acc[k]);
         ar_store<U>(out + off, len, vec, o);
     }
-}
-
-/* The norm after an all-reduce (gp_cuda_ar_norm), when one block sums the whole f32 row: out =
- * norm(sum). */
-struct ARNORM {
-    int on;
-    NORM nm;
-    KT out; /* [bytes / 4] */
-};
-
-/* Thread t's elements of the row, [4t, 4t + n) of N, summed in v: their norm to an.out, with the
- * weights w and bias bs read before the kernel's wait. The sums over the row are block reductions
- * (every thread of the block calls it). */
-__device__ __forceinline__ void ar_norm(const ARNORM &an, const float (&v)[4], const float (&w)[4],
-                                        const float (&bs)[4], int n, int64_t N)
-{
-    __shared__ float red[32];
-    float s = 0.0f, mean = 0.0f;
-    if (an.nm.is_ln) {
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            s += k < n ? v[k] : 0.0f;
-        mean = block_reduce(s, red, 0) / (float)N;
-        s = 0.0f;
-    }
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float d = v[k] - mean;
-        s += k < n ? d * d : 0.0f;
-    }
-    float inv = 1.0f / sqrtf(block_reduce(s, red, 0) / (float)N + an.nm.eps);
-    int64_t e0 = 4 * (int64_t)threadIdx.x;
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float y = (v[k] - mean) * inv * w[k];
-        if (an.nm.has_b)
-            y += bs[k];
-        if (k < n)
-            st_f(an.out.p + (e0 + k) * an.out.nb[3], an.out.t, y);
-    }
-}
-
-/* ---- small messages: the LL protocol (cuda_comm.h, GP_AR_LL_MAX) ---- */
-
-__device__ __forceinline__ void st_relaxed_sys64(unsigned long long *p, unsigned long long v)
-{
-    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-__device__ __forceinline__ unsigned long long ld_relaxed_sys64(const unsigned long long *p)
-{
-    unsigned long long v;
-    asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-
-/* Row (sender, par) of the LL rows in a receive buffer: GP_AR_LL_ROW bytes as 8-byte words. */
-__device__ __forceinline__ unsigned long long *ll_row(const gp_cuda_ar_peers &a, int rank,
-                                                      int sender, size_t par)
-{
-    return (unsigned long long *)(a.recv[rank] + (size_t)a.n * 2 * GP_AR_P2P_MAX +
-                                  ((size_t)sender * 2 + par) * GP_AR_LL_ROW);
-}
-
-/* Waits until the 4 words at w all carry tag (this thread's 16 bytes from one peer) and returns
- * their low halves; GP_AR_OK in *st, or why it stopped (the abort word, every 64 polls, and the
- * time limit, as ar_wait). */
-__device__ __forceinline__ uint4 ll_recv(const gp_cuda_ar_peers &a, const unsigned long long *w,
-                                         unsigned long long tag, int peer,
-                                         unsigned long long t0, unsigned *st)
-{
-    unsigned long long v0, v1, v2, v3;
-    for (unsigned it = 1;; it++) {
-        v0 = ld_relaxed_sys64(w);
-        v1 = ld_relaxed_sys64(w + 1);
-        v2 = ld_relaxed_sys64(w + 2);
-        v3 = ld_relaxed_sys64(w + 3);
-        if (((v0 ^ tag) | (v1 ^ tag) | (v2 ^ tag) | (v3 ^ tag)) >> 32 == 0)
-            break;
-        if (it % 64)
-            continue;
-        if (ld_relaxed_sys(a.abort)) {
-            *st = GP_AR_ABORTED;
-            break;
-        }
-        if (globaltimer_ns() - t0 > a.timeout_ns) {
-            *st = GP_AR_TIMEOUT | (unsigned)peer << 8;
-            break;
-        }
-    }
-    return make_uint4((unsigned)v0, (unsigned)v1, (unsigned)v2, (unsigned)v3);
-}
-
-/*
- * One block for a message of at most GP_AR_LL_MAX bytes, thread t its t-th 16-byte chunk: each
- * rank stores its chunk as 4 words (4 bytes, epoch) into row (me, par) of every peer's LL rows and
- * polls its own rows (p, par) until every word carries the epoch, then sums in rank order, as
- * k_all_reduce (same bits). The epoch is seq[GP_AR_BLOCKS], par its parity. A row (q, par) on rank
- * p is written again at epoch e + 2, which q starts only after it has received p's words of
- * e + 1, which p sends after its kernel of epoch e (and its reads) finished. With an.on (f32) the
- * block also writes the norm of the sum.
- */
-template <int DT>
-__global__ void __launch_bounds__(1024, 1)
-    k_all_reduce_ll(gp_cuda_ar_peers a, const unsigned char *in, unsigned char *out,
-                    unsigned long long bytes, int vec, ARNORM an)
-{
-    typedef typename ar_type<DT>::U U;
-    enum { L = 16 / sizeof(U) };
-    __shared__ unsigned long long sh_e;
-    __shared__ unsigned sh_st;
-    const unsigned long long off = 16ull * threadIdx.x;
-    const bool have = off < bytes;
-    const unsigned len = have ? (unsigned)min(16ull, bytes - off) : 0;
-    /* The norm's weights of this thread's elements: no kernel writes weights, so they are read
-     * before the wait, all at once. */
-    const int ne = (int)(len / sizeof(U));
-    float w[4] = {0.0f, 0.0f, 0.0f, 0.0f}, bs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (DT == GP_F32 && an.on) {
-        uint32_t wb[4] = {0, 0, 0, 0}, bb[4] = {0, 0, 0, 0};
-        int64_t e0 = (int64_t)(off / 4);
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            if (k < ne) {
-                wb[k] = ld_bits(an.nm.w.p + (e0 + k) * an.nm.w.nb[3], an.nm.w.t);
-                if (an.nm.has_b)
-                    bb[k] = ld_bits(an.nm.b.p + (e0 + k) * an.nm.b.nb[3], an.nm.b.t);
-            }
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            w[k] = bits_f(wb[k], an.nm.w.t);
-            bs[k] = bits_f(bb[k], an.nm.b.t);
-        }
-    }
-    pdl_begin(); /* in is the kernel before's output: nothing is read before it finished */
-    if (threadIdx.x == 0) {
-        sh_e = __ldcg(a.seq + GP_AR_BLOCKS) + 1;
-        __stcg(a.seq + GP_AR_BLOCKS, sh_e);
-        sh_st = GP_AR_OK;
-    }
-    ar_chunk<U> mine;
-    mine.v = have ? ar_load<U>(in + off, len, vec) : make_uint4(0, 0, 0, 0);
-    __syncthreads();
-    const unsigned long long e = sh_e, tag = (e & 0xffffffffull) << 32;
-    const size_t par = (size_t)(e & 1);
-    const int me = a.rank;
-    if (have)
-        for (int p = 0; p < a.n; p++)
-            if (p != me) {
-                unsigned long long *d = ll_row(a, p, me, par) + 4 * threadIdx.x;
-                st_relaxed_sys64(d, tag | mine.v.x);
-                st_relaxed_sys64(d + 1, tag | mine.v.y);
-                st_relaxed_sys64(d + 2, tag | mine.v.z);
-                st_relaxed_sys64(d + 3, tag | mine.v.w);
-            }
-    float acc[L];
-#pragma unroll
-    for (int k = 0; k < L; k++)
-        acc[k] = 0.0f;
-    if (have) {
-        const unsigned long long t0 = globaltimer_ns();
-        unsigned st = GP_AR_OK;
-        for (int r = 0; r < a.n; r++) {
-            ar_chunk<U> t;
-            if (r == me)
-                t = mine;
-            else if (st == GP_AR_OK)
-                t.v = ll_recv(a, ll_row(a, me, r, par) + 4 * threadIdx.x, tag, r, t0, &st);
-            else
-                t.v = make_uint4(0, 0, 0, 0);
-#pragma unroll
-            for (int k = 0; k < L; k++)
-                acc[k] = r == 0 ? ar_type<DT>::get(t.u[k]) : acc[k] + ar_type<DT>::get(t.u[k]);
-        }
-        if (st != GP_AR_OK)
-            atomicCAS(&sh_st, (unsigned)GP_AR_OK, st);
-        ar_chunk<U> o;
-#pragma unroll
-        for (int k = 0; k < L; k++)
-            o.u[k] = ar_type<DT>::put(acc[k]);
-        ar_store<U>(out + off, len, vec, o);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0 && sh_st != GP_AR_OK) {
-        /* As k_all_reduce: an abort keeps a time-out's word; a time-out ends every other wait. */
-        if (sh_st == GP_AR_ABORTED) {
-            __threadfence_system();
-            if (ld_relaxed_sys(a.status) == GP_AR_OK)
-                st_relaxed_sys(a.status, sh_st);
-        } else {
-            st_relaxed_sys(a.status, sh_st);
-            __threadfence_system();
-            st_relaxed_sys(a.abort, (unsigned)a.rank + 1);
-        }
-    }
-    /* The norm after the all-reduce: the block holds the whole row. */
+    /* 5. The norm after the all-reduce: the block holds the whole row. */
     if (DT == GP_F32 && an.on) {
         float v[4];
 #pragma unroll
@@ -470,49 +337,39 @@ extern "C" int gp_cuda_ar_launch(const gp_cuda_ar_peers *p, const void *in, void
     size_t chunks = ((bytes < per ? bytes : per) + 15) / 16;
     unsigned threads = (unsigned)(chunks + 31) / 32 * 32;
     int vec = ((uintptr_t)in | (uintptr_t)out) % 16 == 0;
+
     const unsigned char *i8 = (const unsigned char *)in;
     unsigned char *o8 = (unsigned char *)out;
     unsigned long long nb = bytes;
-    if (bytes <= GP_AR_LL_MAX) {
-        /* One block of LL, with the norm when it takes it. */
-        ARNORM an;
-        memset(&an, 0, sizeof an);
-        if (norm && gp_cuda_ar_norm_ok(norm, count, dt)) {
-            an.on = 1;
-            an.nm.is_ln = norm->is_ln;
-            an.nm.eps = norm->eps;
-            an.nm.w = row_kt(norm->w, norm->w_dt, (int64_t)count);
-            an.nm.has_b = norm->b != NULL;
-            an.nm.b = an.nm.has_b ? row_kt(norm->b, norm->b_dt, (int64_t)count) : an.nm.w;
-            an.out = row_kt(norm->out, norm->out_dt, (int64_t)count);
-        }
-        dim3 grid(1), block((unsigned)((bytes + 15) / 16 + 31) / 32 * 32);
-        switch (dt) {
-        case GP_F32:
-            return gp_cu_launch_on(s, pdl, k_all_reduce_ll<GP_F32>, grid, block, 0, *p, i8, o8, nb,
-                                   vec, an);
-        case GP_F16:
-            return gp_cu_launch_on(s, pdl, k_all_reduce_ll<GP_F16>, grid, block, 0, *p, i8, o8, nb,
-                                   vec, an);
-        case GP_BF16:
-            return gp_cu_launch_on(s, pdl, k_all_reduce_ll<GP_BF16>, grid, block, 0, *p, i8, o8,
-                                   nb, vec, an);
-        default:
-            return cudaErrorInvalidValue;
-        }
-    }
     unsigned pb = (unsigned)per;
+    ARNORM an;
+    memset(&an, 0, sizeof an);
+    if (norm && gp_cuda_ar_norm_ok(norm, count, dt)) {
+        /* One block for the whole row (gp_cuda_ar_norm_ok: at most 1024 chunks of 16 bytes). */
+        an.on = 1;
+        an.nm.is_ln = norm->is_ln;
+        an.nm.eps = norm->eps;
+        an.nm.w = row_kt(norm->w, norm->w_dt, (int64_t)count);
+        an.nm.has_b = norm->b != NULL;
+        an.nm.b = an.nm.has_b ? row_kt(norm->b, norm->b_dt, (int64_t)count) : an.nm.w;
+        an.out = row_kt(norm->out, norm->out_dt, (int64_t)count);
+        per = (bytes + 15) / 16 * 16;
+        pb = (unsigned)per;
+        blocks = 1;
+        threads = (unsigned)((per / 16 + 31) / 32 * 32);
+    }
+    const size_t smem = 0;
     dim3 grid(blocks), block(threads);
     switch (dt) {
     case GP_F32:
-        return gp_cu_launch_on(s, pdl, k_all_reduce<GP_F32>, grid, block, 0, *p, i8, o8, nb, pb,
-                               vec);
+        return gp_cu_launch_on(s, pdl, k_all_reduce<GP_F32>, grid, block, smem, *p, i8, o8, nb,
+                               pb, vec, an);
     case GP_F16:
-        return gp_cu_launch_on(s, pdl, k_all_reduce<GP_F16>, grid, block, 0, *p, i8, o8, nb, pb,
-                               vec);
+        return gp_cu_launch_on(s, pdl, k_all_reduce<GP_F16>, grid, block, smem, *p, i8, o8, nb,
+                               pb, vec, an);
     case GP_BF16:
-        return gp_cu_launch_on(s, pdl, k_all_reduce<GP_BF16>, grid, block, 0, *p, i8, o8, nb, pb,
-                               vec);
+        return gp_cu_launch_on(s, pdl, k_all_reduce<GP_BF16>, grid, block, smem, *p, i8, o8, nb,
+                               pb, vec, an);
     default:
         return cudaErrorInvalidValue;
     }
@@ -520,8 +377,9 @@ extern "C" int gp_cuda_ar_launch(const gp_cuda_ar_peers *p, const void *in, void
 
 extern "C" int gp_cuda_ar_norm_ok(const gp_cuda_ar_norm *norm, size_t count, gp_dtype dt)
 {
-    return dt == GP_F32 && count > 0 && count == norm->n && count * sizeof(float) <= GP_AR_LL_MAX &&
-           norm->w && norm->out;
+    size_t bytes = count * sizeof(float);
+    return dt == GP_F32 && count > 0 && count == norm->n && bytes <= 16 * 1024 &&
+           bytes <= GP_AR_SLOT && norm->w && norm->out;
 }
 
 extern "C" int gp_cuda_ar_load(void)
@@ -532,11 +390,5 @@ extern "C" int gp_cuda_ar_load(void)
         e = cudaFuncGetAttributes(&fa, k_all_reduce<GP_F16>);
     if (e == cudaSuccess)
         e = cudaFuncGetAttributes(&fa, k_all_reduce<GP_BF16>);
-    if (e == cudaSuccess)
-        e = cudaFuncGetAttributes(&fa, k_all_reduce_ll<GP_F32>);
-    if (e == cudaSuccess)
-        e = cudaFuncGetAttributes(&fa, k_all_reduce_ll<GP_F16>);
-    if (e == cudaSuccess)
-        e = cudaFuncGetAttributes(&fa, k_all_reduce_ll<GP_BF16>);
     return e;
 }

@@ -38,10 +38,9 @@ struct gp_cuda_comm {
     int pdl;                          /* its launches may overlap the kernel before them
                                          (GPLAN_CUDA_PDL) */
     double timeout_s;                 /* its wait for a peer */
-    unsigned char *recv[GP_AR_P2P_RANKS];       /* [n] on rank r's device: [n][2][GP_AR_P2P_MAX],
-                                                   then [n][2][GP_AR_LL_ROW] */
+    unsigned char *recv[GP_AR_P2P_RANKS];       /* [n] on rank r's device: [n][2][GP_AR_P2P_MAX] */
     unsigned long long *flags[GP_AR_P2P_RANKS]; /* [n] on rank r's device: [n][GP_AR_BLOCKS] */
-    unsigned long long *seq[GP_AR_P2P_RANKS];   /* [n] on rank r's device: [GP_AR_BLOCKS + 1] */
+    unsigned long long *seq[GP_AR_P2P_RANKS];   /* [n] on rank r's device: [GP_AR_BLOCKS] */
     unsigned *ctrl;                   /* host-mapped pinned [1 + n]: abort (0, or 1 + the rank that
                                          stopped the all-reduces), then rank r's status word */
     gp_cuda_ar_peers peers[GP_AR_P2P_RANKS]; /* [n] rank r's kernel parameters */
@@ -312,9 +311,9 @@ static int setup_p2p(gp_cuda_comm *c, int want, unsigned block_bytes, char *err,
     c->pdl = !(pdl && *pdl == '0');
     if (!want || c->n < 2 || c->n > GP_AR_P2P_RANKS || !enable_peers(c))
         return 0;
-    const size_t recv_bytes = (size_t)c->n * 2 * (GP_AR_P2P_MAX + GP_AR_LL_ROW);
+    const size_t recv_bytes = (size_t)c->n * 2 * GP_AR_P2P_MAX;
     const size_t flag_bytes = sizeof(unsigned long long) * (size_t)c->n * GP_AR_BLOCKS;
-    const size_t seq_bytes = sizeof(unsigned long long) * (GP_AR_BLOCKS + 1);
+    const size_t seq_bytes = sizeof(unsigned long long) * GP_AR_BLOCKS;
     cudaError_t e = cudaHostAlloc((void **)&c->ctrl, sizeof(unsigned) * (size_t)(1 + c->n),
                                   cudaHostAllocMapped | cudaHostAllocPortable);
     if (e != cudaSuccess)
@@ -330,8 +329,6 @@ static int setup_p2p(gp_cuda_comm *c, int want, unsigned block_bytes, char *err,
             c->flags[r] = NULL;
         if (e == cudaSuccess && (e = cudaMalloc((void **)&c->seq[r], seq_bytes)) != cudaSuccess)
             c->seq[r] = NULL;
-        if (e == cudaSuccess) /* the LL rows: a stale word must not carry a live epoch */
-            e = cudaMemset(c->recv[r], 0, recv_bytes);
         if (e == cudaSuccess)
             e = cudaMemset(c->flags[r], 0, flag_bytes);
         if (e == cudaSuccess)

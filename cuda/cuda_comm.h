@@ -10,9 +10,8 @@
  * creating a communicator fails with "cuda: built without NCCL".
  *
  * What the P2P path owns, allocated once at comm_new (nothing per all-reduce): per rank, on its
- * device, a receive buffer [n][2 parities][GP_AR_P2P_MAX bytes] followed by the small messages'
- * rows [n][2][GP_AR_LL_ROW], flags [n][GP_AR_BLOCKS] and epoch counters [GP_AR_BLOCKS + 1]
- * (uint64, zeroed); one host-mapped pinned block shared by the
+ * device, a receive buffer [n][2 parities][GP_AR_P2P_MAX bytes], flags [n][GP_AR_BLOCKS] and
+ * epoch counters [GP_AR_BLOCKS] (uint64, zeroed); one host-mapped pinned block shared by the
  * ranks: the abort word and a status word per rank. A kernel waits at most 10 s for a peer
  * (GPLAN_ALLREDUCE_TIMEOUT_MS overrides it), then writes its status and sets abort, which ends
  * every other rank's waits; gp_cuda_comm_wait reports it. The protocol is described at the top of
@@ -43,12 +42,6 @@ typedef struct gp_cuda_comm gp_cuda_comm;
  * 28 us instead of 4 on 2 H200s.) */
 #define GP_AR_BLOCKS 16
 #define GP_AR_SLOT (GP_AR_P2P_MAX / GP_AR_BLOCKS)
-/* All-reduces of at most this many bytes (one f32 row of 4096) take the one-block kernel of the
- * LL protocol instead: each 4 bytes travel with the epoch in one 8-byte store, so a receiver that
- * sees the epoch has the bytes, and no flag or release fence is needed. Its rows, [n][2] per rank
- * after the receive buffer, hold GP_AR_LL_ROW bytes; its epoch counter is seq[GP_AR_BLOCKS]. */
-#define GP_AR_LL_MAX (16 * 1024)
-#define GP_AR_LL_ROW (2 * GP_AR_LL_MAX)
 
 /*
  * gp_backend_ops.comm_new / comm_free of gp_backend_cuda (runtime/backend.h): one communicator per
@@ -79,8 +72,8 @@ int gp_cuda_comm_all_reduce(gp_cuda_comm *c, int rank, const void *in, void *out
                             gp_dtype dt, cudaStream_t s, char *err, size_t err_len);
 
 /* A norm of an all-reduce's sum (Llama's rms_norm after each tensor-parallel residual add),
- * computed by the P2P kernel: out = norm(sum), the sum being one f32 row of n <= 4096 (the LL
- * kernel's one block then sums it whole). */
+ * computed by the P2P kernel: out = norm(sum), the sum being one f32 row of n <= 4096, which one
+ * block of the kernel then sums whole. */
 typedef struct {
     int is_ln;          /* 1: layer_norm, 0: rms_norm */
     float eps;
@@ -129,11 +122,10 @@ enum { GP_AR_OK = 0, GP_AR_ABORTED = 1, GP_AR_TIMEOUT = 2 }; /* TIMEOUT | peer <
 typedef struct {
     unsigned char *recv[GP_AR_P2P_RANKS]; /* [n] rank r's receive buffer on its device:
                                              [n][2][GP_AR_BLOCKS][GP_AR_SLOT] bytes (sender,
-                                             parity, block), then [n][2][GP_AR_LL_ROW] */
+                                             parity, block) */
     unsigned long long *flags[GP_AR_P2P_RANKS]; /* [n] rank r's flags [n][GP_AR_BLOCKS]: the last
                                                    epoch sender s's block b announced */
-    unsigned long long *seq;                  /* [GP_AR_BLOCKS + 1] this rank's epoch per
-                                                 block, then the LL kernel's */
+    unsigned long long *seq;                  /* [GP_AR_BLOCKS] this rank's epoch per block */
     unsigned *abort;       /* host-mapped, shared: 0, else 1 + the rank that stopped everything */
     unsigned *status;      /* host-mapped: this rank's GP_AR_* word */
     int n, rank;
