@@ -46,16 +46,16 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         int64_t d = lane + 32 * j;
         qb[j] = d < D ? ld_bits(pq + d * q.nb[3], q.t) : 0;
     }
-    /* Each warp takes every ATT_WARPS-th key; its first two with q, in one round trip. */
-    KvRows<J> first;
-    kv_load(first, pk, pv, k, v, D, s0 + w, s1);
 #pragma unroll
     for (int j = 0; j < J; j++) {
         qv[j] = lane + 32 * j < D ? bits_f(qb[j], q.t) : 0.0f;
         acc[j] = 0.0f;
     }
+    /* Each warp takes every ATT_WARPS-th key. (Prompts run many blocks: no AttPipe here.) */
+    KvRows<J> first;
+    kv_load(first, pk, pv, k, v, D, s0 + w, s1);
     float m = -INFINITY, l = 0.0f;
-    attend_rows(qv, first, pk, pv, k, v, D, s0 + w, s1, scale, m, l, acc);
+    attend_rows<J, false>(qv, first, pk, pv, k, v, D, s0 + w, s1, scale, m, l, acc);
     attend_finish(sm, m, l, acc, o, h, t, nsplit, split, part, Tl, counters);
 }
 

@@ -137,12 +137,20 @@ __device__ __forceinline__ void kv_load(KvRows<J> &r, const char *pk, const char
     }
 }
 
+/* Whether a one-token attention of J (head dims / 32) overlaps its loads (the first cache rows
+ * with q and the new row, the next rows with the current ones) at the price of registers. Measured
+ * on an H200 (bench/gpu-notes.md): GPT-2 1558M's (J = 2) -0.06 ms per eval; Llama-7B's (J = 4,
+ * 80 -> 120 registers) +0.03 ms, and its prompt attention +2.5 ms: J = 2 only. */
+template <int J> struct AttPipe {
+    enum { on = J <= 2 };
+};
+
 /* One warp's online softmax over cache rows s0, s0 + ATT_WARPS, ... < s1 of the KV head at pk and
  * pv, two at a time so their reductions overlap: m, l and acc (its lanes' dims d = lane + 32 j)
- * updated. cur holds rows s0 and s0 + ATT_WARPS (kv_load, issued by the caller before whatever it
- * did in between); each step loads the next two rows before it uses these: one round trip in all
- * when the warp has two rows or fewer. */
-template <int J>
+ * updated. cur holds rows s0 and s0 + ATT_WARPS (kv_load, issued by the caller). With PIPE each
+ * step loads the next two rows before it uses these (one round trip in all when the warp has two
+ * rows or fewer); without, each step loads its own. */
+template <int J, bool PIPE>
 __device__ __forceinline__ void attend_rows(const float (&qv)[J], KvRows<J> cur, const char *pk,
                                             const char *pv, const KT &k, const KT &v, int64_t D,
                                             int64_t s0, int64_t s1, float scale, float &m,
@@ -152,7 +160,10 @@ __device__ __forceinline__ void attend_rows(const float (&qv)[J], KvRows<J> cur,
     for (int64_t s = s0; s < s1; s += 2 * ATT_WARPS) {
         int two = s + ATT_WARPS < s1;
         KvRows<J> nx;
-        kv_load(nx, pk, pv, k, v, D, s + 2 * ATT_WARPS, s1);
+        if (PIPE)
+            kv_load(nx, pk, pv, k, v, D, s + 2 * ATT_WARPS, s1);
+        else if (s != s0)
+            kv_load(cur, pk, pv, k, v, D, s, s1);
         float d1 = 0.0f, d2 = 0.0f;
 #pragma unroll
         for (int j = 0; j < J; j++) {
@@ -182,7 +193,8 @@ __device__ __forceinline__ void attend_rows(const float (&qv)[J], KvRows<J> cur,
             }
         }
         m = mn;
-        cur = nx;
+        if (PIPE)
+            cur = nx;
     }
 }
 
@@ -399,6 +411,21 @@ __device__ __forceinline__ void decode_begin(const DecArgs &a, AttSmem<J> &sm, i
     __syncthreads();
 }
 
+/* The loads of the new row: its key's (rope_load, rope rk) and its value's bits (vb). */
+template <int J>
+__device__ __forceinline__ void new_row_load(RopeRow<J> &kr, uint32_t (&vb)[J], const gp_cu_rope &rk,
+                                             const char *pkx, const KT &kx, const char *pvx,
+                                             const KT &vx, int64_t D)
+{
+    int lane = threadIdx.x & 31;
+    rope_load(kr, rk, pkx, kx.nb[3], kx.t, D);
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        int64_t d = lane + 32 * j;
+        vb[j] = d < D ? ld_bits(pvx + d * vx.nb[3], vx.t) : 0;
+    }
+}
+
 /*
  * The rest of block (h, split): q rotated, rows [s0, s1) attended (row p, when among them, from
  * the sources, and written into both caches by the block of each KV group's first head), then
@@ -414,9 +441,12 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
     int32_t p = st.p;
     if (p < 0)
         return;
-    /* Every load of the block's first step at once: q, this warp's first two cache rows, and
-     * the new row's key and value for the warp that takes it. */
+    /* With AttPipe, every load of the block's first step at once: q, this warp's first two cache
+     * rows, and the new row's key and value for the warp that takes it; without, each where it
+     * is used. */
+    const bool pipe = AttPipe<J>::on;
     const char *pk = kc.p + g * kc.nb[2], *pv = vc.p + g * vc.nb[2];
+    const char *pkx = kx.p + g * kx.nb[2], *pvx = vx.p + g * vx.nb[2];
     int64_t s1 = st.has_new ? (int64_t)p : st.s1;
     int takes_new = st.has_new && w == st.wnew, same = same_angles(a.rq, a.rk);
     RopeRow<J> qr, kr;
@@ -424,28 +454,27 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
     uint32_t vb[J];
     if (st.s0 < st.s1)
         rope_load(qr, a.rq, q.p + h * q.nb[2], q.nb[3], q.t, D);
-    kv_load(first, pk, pv, kc, vc, D, st.s0 + w, s1);
-    if (takes_new) {
-        rope_load(kr, a.rk, kx.p + g * kx.nb[2], kx.nb[3], kx.t, D);
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            int64_t d = lane + 32 * j;
-            vb[j] = d < D ? ld_bits(vx.p + g * vx.nb[2] + d * vx.nb[3], vx.t) : 0;
-        }
-    }
+    if (pipe)
+        kv_load(first, pk, pv, kc, vc, D, st.s0 + w, s1);
+    if (pipe && takes_new)
+        new_row_load(kr, vb, a.rk, pkx, kx, pvx, vx, D);
     float qv[J], acc[J];
 #pragma unroll
     for (int j = 0; j < J; j++)
         qv[j] = acc[j] = 0.0f;
     if (st.s0 < st.s1)
         rope_mix(qr, a.rq, sm.qcs, sm.qsn, q.t, D, qv);
+    if (!pipe)
+        kv_load(first, pk, pv, kc, vc, D, st.s0 + w, s1);
     float m = -INFINITY, l = 0.0f;
-    attend_rows(qv, first, pk, pv, kc, vc, D, st.s0 + w, s1, a.scale, m, l, acc);
+    attend_rows<J, pipe>(qv, first, pk, pv, kc, vc, D, st.s0 + w, s1, a.scale, m, l, acc);
     if (takes_new) {
         /* The new row as the store writes it: rope's output rounded to its dtype, then to the
          * cache's. Only the first head's block of the group writes it (one writer per row). */
         float kn[J], vn[J];
         int writer = h % (H / G) == 0;
+        if (!pipe)
+            new_row_load(kr, vb, a.rk, pkx, kx, pvx, vx, D);
         rope_mix(kr, a.rk, same ? sm.qcs : sm.kcs, same ? sm.qsn : sm.ksn, kx.t, D, kn);
 #pragma unroll
         for (int j = 0; j < J; j++) {
