@@ -52,10 +52,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         acc[j] = 0.0f;
     }
     /* Each warp takes every ATT_WARPS-th key. (Prompts run many blocks: no AttPipe here.) */
-    KvRows<J> first;
-    kv_load(first, pk, pv, k, v, D, s0 + w, s1);
+    KvRows<J> rows;
     float m = -INFINITY, l = 0.0f;
-    attend_rows<J, false>(qv, first, pk, pv, k, v, D, s0 + w, s1, scale, m, l, acc);
+    attend_rows<J, false>(qv, rows, pk, pv, k, v, D, s0 + w, s1, scale, m, l, acc);
     attend_finish(sm, m, l, acc, o, h, t, nsplit, split, part, Tl, counters);
 }
 

@@ -147,11 +147,11 @@ template <int J> struct AttPipe {
 
 /* One warp's online softmax over cache rows s0, s0 + ATT_WARPS, ... < s1 of the KV head at pk and
  * pv, two at a time so their reductions overlap: m, l and acc (its lanes' dims d = lane + 32 j)
- * updated. cur holds rows s0 and s0 + ATT_WARPS (kv_load, issued by the caller). With PIPE each
- * step loads the next two rows before it uses these (one round trip in all when the warp has two
- * rows or fewer); without, each step loads its own. */
+ * updated. With PIPE, cur holds rows s0 and s0 + ATT_WARPS (kv_load, issued by the caller) and
+ * each step loads the next two rows before it uses these (one round trip in all when the warp has
+ * two rows or fewer); without, cur is scratch and each step loads its own rows. */
 template <int J, bool PIPE>
-__device__ __forceinline__ void attend_rows(const float (&qv)[J], KvRows<J> cur, const char *pk,
+__device__ __forceinline__ void attend_rows(const float (&qv)[J], KvRows<J> &cur, const char *pk,
                                             const char *pv, const KT &k, const KT &v, int64_t D,
                                             int64_t s0, int64_t s1, float scale, float &m,
                                             float &l, float (&acc)[J])
@@ -162,7 +162,7 @@ __device__ __forceinline__ void attend_rows(const float (&qv)[J], KvRows<J> cur,
         KvRows<J> nx;
         if (PIPE)
             kv_load(nx, pk, pv, k, v, D, s + 2 * ATT_WARPS, s1);
-        else if (s != s0)
+        else
             kv_load(cur, pk, pv, k, v, D, s, s1);
         float d1 = 0.0f, d2 = 0.0f;
 #pragma unroll
@@ -464,8 +464,6 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
         qv[j] = acc[j] = 0.0f;
     if (st.s0 < st.s1)
         rope_mix(qr, a.rq, sm.qcs, sm.qsn, q.t, D, qv);
-    if (!pipe)
-        kv_load(first, pk, pv, kc, vc, D, st.s0 + w, s1);
     float m = -INFINITY, l = 0.0f;
     attend_rows<J, pipe>(qv, first, pk, pv, kc, vc, D, st.s0 + w, s1, a.scale, m, l, acc);
     if (takes_new) {
