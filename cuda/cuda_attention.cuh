@@ -137,10 +137,10 @@ __device__ __forceinline__ void kv_load(KvRows<J> &r, const char *pk, const char
     }
 }
 
-/* Whether a one-token attention of J (head dims / 32) overlaps its loads (the first cache rows
- * with q and the new row, the next rows with the current ones) at the price of registers. Measured
- * on an H200 (bench/gpu-notes.md): GPT-2 1558M's (J = 2) -0.06 ms per eval; Llama-7B's (J = 4,
- * 80 -> 120 registers) +0.03 ms, and its prompt attention +2.5 ms: J = 2 only. */
+/* Whether a one-token attention of J (head dims / 32) overlaps its loads: the first cache rows
+ * with q and the new row, the next rows with the current ones. Measured on an H200
+ * (bench/gpu-notes.md, sixth session): -0.06 ms per eval for GPT-2 1558M (J = 2), +0.03 ms for
+ * Llama-7B (J = 4), whose 32 attentions did not get faster: J = 2 only. */
 template <int J> struct AttPipe {
     enum { on = J <= 2 };
 };
