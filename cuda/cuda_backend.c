@@ -855,6 +855,13 @@ static void plan_ar_norms(cuda_be *b)
         an->out = tensor_addr(b, h);
         an->out_dt = h->dtype;
         an->n = (size_t)w->dims[0];
+        /* A row the kernel cannot take whole, or an all-reduce NCCL serves, keeps its norm node,
+         * which the group or the matvec after it may then compute. */
+        if (!gp_cuda_ar_norm_ok(an, an->n, GP_F32) ||
+            !gp_cuda_comm_uses_p2p(b->comm, an->n * sizeof(float))) {
+            memset(an, 0, sizeof *an);
+            continue;
+        }
         b->nodes[i].has_arnorm = 1;
         b->nodes[i + 1].tailed = 1;
     }
