@@ -294,11 +294,8 @@ __device__ __forceinline__ void rope_table(const gp_cu_rope &r, int32_t p, float
 {
     if (!r.on)
         return;
-    for (int64_t i = threadIdx.x; i < r.n / 2; i += blockDim.x) {
-        double ang = (double)p * pow(r.theta, -2.0 * (double)i / (double)r.n);
-        cs[i] = (float)cos(ang);
-        sn[i] = (float)sin(ang);
-    }
+    for (int64_t i = threadIdx.x; i < r.n / 2; i += blockDim.x)
+        rope_cos_sin(r.theta, r.n, (double)p, i, &cs[i], &sn[i]);
 }
 
 /* Dim d's angle from rope r's table (cs, sn by pair): pairs (i, i + n/2), or (2i, 2i + 1)

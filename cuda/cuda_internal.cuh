@@ -52,6 +52,16 @@ __device__ __forceinline__ float ld_f(const char *p, int t)
     }
 }
 
+/* Rope pair i's angle at position p, as the CPU's rope computes it: cos and sin of p *
+ * theta^(-2i/n) in double (p * freq in f32 loses too much at long positions), rounded to f32. */
+__device__ __forceinline__ void rope_cos_sin(double theta, int64_t n, double p, int64_t i, float *c,
+                                             float *s)
+{
+    double ang = p * pow(theta, -2.0 * (double)i / (double)n);
+    *c = (float)cos(ang);
+    *s = (float)sin(ang);
+}
+
 /* ld_f in two steps: an element's bits (its 2 or 4 bytes), then their value. A row's loads can then
  * all be issued before the first conversion, where a loop of ld_f waits for each load before it
  * issues the next (the conversion in each case of the switch uses the load at once). */
@@ -184,13 +194,13 @@ __device__ __forceinline__ void prefetch_norm(const NORM &nm, int64_t i0, int64_
         prefetch_l2_range(nm.b.p + i0 * nm.b.nb[3], (i1 - i0) * nm.b.nb[3]);
 }
 
-/* A norm's sums over a row held in registers, R elements per thread (element threadIdx.x +
- * j * blockDim.x in v[j], 0 past n): sets *mean (a layer norm's, over the block; else 0) and
- * returns this thread's sum of squared deviations, for the caller's block_reduce. sh: 32 floats of
- * shared memory. */
+/* A norm's sums over a row of n held in registers, R elements per thread (element first + j *
+ * step in v[j], 0 past n; k_norm's layout is first = threadIdx.x, step = blockDim.x): sets *mean
+ * (a layer norm's, over the block; else 0) and returns this thread's sum of squared deviations,
+ * for the caller's block_reduce. sh: 32 floats of shared memory. */
 template <int R>
 __device__ __forceinline__ float norm_sq_regs(const float (&v)[R], int64_t n, int is_ln, float *sh,
-                                              float *mean_out)
+                                              float *mean_out, int64_t first, int64_t step)
 {
     float acc = 0.0f, mean = 0.0f;
     if (is_ln) {
@@ -202,7 +212,7 @@ __device__ __forceinline__ float norm_sq_regs(const float (&v)[R], int64_t n, in
     }
 #pragma unroll
     for (int j = 0; j < R; j++) {
-        int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+        int64_t i = first + j * step;
         float d = v[j] - mean;
         acc += i < n ? d * d : 0.0f;
     }
@@ -228,7 +238,7 @@ __device__ __forceinline__ void norm_stats(const NORM &nm, const float *x, int64
             int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
             v[j] = i < K ? x[i] : 0.0f;
         }
-        acc = norm_sq_regs(v, K, nm.is_ln, red, &mean);
+        acc = norm_sq_regs(v, K, nm.is_ln, red, &mean, threadIdx.x, blockDim.x);
     } else {
         if (nm.is_ln) {
             for (int64_t i = threadIdx.x; i < K; i += blockDim.x)

@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(NORM_MAX_THREADS)
                 wv[j] = i < n ? ld_f(w.p + i * w.nb[3], w.t) : 0.0f;
                 bv[j] = has_b && i < n ? ld_f(b.p + i * b.nb[3], b.t) : 0.0f;
             }
-            acc = norm_sq_regs(v, n, is_ln, sh, &mean);
+            acc = norm_sq_regs(v, n, is_ln, sh, &mean, threadIdx.x, blockDim.x);
             float inv = 1.0f / sqrtf(block_reduce(acc, sh, 0) / (float)n + eps);
 #pragma unroll
             for (int j = 0; j < NORM_REG; j++) {
@@ -256,9 +256,8 @@ __global__ void k_rope(int interleaved, int64_t n, double theta, KT o, KT x, KT 
         char *po = o.p + t * o.nb[1] + h * o.nb[2];
         double p = (double)*(const int32_t *)(pos.p + t * pos.nb[3]);
         for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
-            /* The angle in double, as the CPU: pos * freq loses too much in f32. */
-            double ang = p * pow(theta, -2.0 * (double)j / (double)n);
-            float cs = (float)cos(ang), sn = (float)sin(ang);
+            float cs, sn;
+            rope_cos_sin(theta, n, p, j, &cs, &sn);
             int64_t iu = j * ustep, iv = j * ustep + voff;
             float u = ld_f(px + iu * x.nb[3], x.t), v = ld_f(px + iv * x.nb[3], x.t);
             /* each product and sum rounded on its own (no FMA contraction), as the CPU's rope */
