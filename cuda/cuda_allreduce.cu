@@ -153,28 +153,16 @@ struct ARNORM {
     KT out; /* [bytes / 4] */
 };
 
-/* Thread t's elements of the row, [4t, 4t + n) of N, summed in v: their norm to an.out, with the
- * weights w and bias bs read before the kernel's wait. The sums over the row are block reductions
- * (every thread of the block calls it). */
+/* Thread t's elements of the row, [4t, 4t + n) of N, summed in v (0 past n): their norm to
+ * an.out, with the weights w and bias bs read before the kernel's wait. The sums over the row are
+ * block reductions (every thread of the block calls it). */
 __device__ __forceinline__ void ar_norm(const ARNORM &an, const float (&v)[4], const float (&w)[4],
                                         const float (&bs)[4], int n, int64_t N)
 {
     __shared__ float red[32];
-    float s = 0.0f, mean = 0.0f;
-    if (an.nm.is_ln) {
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            s += k < n ? v[k] : 0.0f;
-        mean = block_reduce(s, red, 0) / (float)N;
-        s = 0.0f;
-    }
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float d = v[k] - mean;
-        s += k < n ? d * d : 0.0f;
-    }
-    float inv = 1.0f / sqrtf(block_reduce(s, red, 0) / (float)N + an.nm.eps);
     int64_t e0 = 4 * (int64_t)threadIdx.x;
+    float mean, s = norm_sq_regs(v, N, an.nm.is_ln, red, &mean, e0, 1);
+    float inv = 1.0f / sqrtf(block_reduce(s, red, 0) / (float)N + an.nm.eps);
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         float y = (v[k] - mean) * inv * w[k];
