@@ -263,19 +263,28 @@ static size_t launch_numel(const cuda_be *b, const gp_cu_tensor *k)
     return (size_t)n;
 }
 
-/* all_reduce over the ranks, on the planned (contiguous, checked at creation) buffers; rows a
- * padded launch adds are summed too, and nothing reads them. */
-/* An all_reduce node over NCCL. all_reduce(x, y): device 0 adds y to its term first (in out),
- * unless the matmul before it already did (added: its epilogue wrote x + y into out). */
+/* Launches the persistent decode kernel's pending stages (mega), if any. 0, or -1 with
+ * b->kc.err. */
+static int flush_mk(cuda_be *b)
+{
+    if (!b->kc.mk || !gp_cuda_mk_flush(b->kc.mk, b->stream))
+        return 0;
+    snprintf(b->kc.err, sizeof b->kc.err, "persistent decode kernel: launch failed: %s",
+             cudaGetErrorString(cudaGetLastError()));
+    return -1;
+}
+
+/* An all_reduce node over the ranks (the P2P kernel or NCCL), on the planned (contiguous, checked
+ * at creation) buffers; rows a padded launch adds are summed too, and nothing reads them.
+ * all_reduce(x, y): device 0 adds y to its term first (in out), unless the matmul before it
+ * already did (added: its epilogue wrote x + y into out). With a norm planned after it
+ * (plan_ar_norms), *norm_done says whether the kernel computed it. */
 static int all_reduce(cuda_be *b, const cu_node *cn, const gp_plan_node *nd, int added,
                       int *norm_done)
 {
     const void *src = cn->in[0].data;
-    if (b->kc.mk && gp_cuda_mk_flush(b->kc.mk, b->stream)) {
-        snprintf(b->kc.err, sizeof b->kc.err, "persistent decode kernel: launch failed: %s",
-                 cudaGetErrorString(cudaGetLastError()));
+    if (flush_mk(b))
         return -1;
-    }
     if (nd->n_inputs > 1 && b->rank == 0 && !added) {
         if (gp_cuda_compute(&b->kc, GP_OP_ADD, &nd->attrs, &cn->out, cn->in, 2, NULL, 0))
             return -1;
@@ -294,6 +303,22 @@ static int all_reduce(cuda_be *b, const cu_node *cn, const gp_plan_node *nd, int
 static int decode_now(const cuda_be *b, const cu_node *cn)
 {
     return cn->dec_on && (cn->dec_tsym < 0 || b->launch[cn->dec_tsym] == 1);
+}
+
+/* Group g, whose first matmul is node first, in one launch when it serves (one row): *ran is 1,
+ * *i (the node being enqueued, whose event is recorded) becomes the last node the launch ran, and
+ * the events of the nodes after it up to that one are recorded; else *ran is 0. 0, or -1. */
+static int run_group(cuda_be *b, const gp_cu_group *g, int first, int *i, int *ran)
+{
+    if (gp_cuda_matvec_group(&b->kc, g, ran))
+        return -1;
+    if (!*ran)
+        return 0;
+    int last = first + g->n - 1 + g->glu;
+    for (int k = *i + 1; b->ev && k <= last; k++)
+        cudaEventRecord(b->ev[k], b->stream);
+    *i = last;
+    return 0;
 }
 
 static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
@@ -339,29 +364,19 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
         if (cn->grpnorm) {
             /* The group after this rms_norm computes it when the group's launch serves. */
             gp_cu_group g = b->nodes[i + 1].grp;
-            int launched = 0;
+            int ran = 0;
             g.has_norm = 1;
             g.norm = cn->pre;
-            r = gp_cuda_matvec_group(&b->kc, &g, &launched);
-            if (!r && launched) {
-                int last = i + g.n + g.glu;
-                for (int k = i + 1; b->ev && k <= last; k++)
-                    cudaEventRecord(b->ev[k], b->stream);
-                i = last;
+            r = run_group(b, &g, i + 1, &i, &ran);
+            if (!r && ran)
                 continue;
-            }
         }
         if (!r && cn->grp.n > 1) {
             /* Matmuls of the same x (and their swiglu) in one launch when they have one row. */
-            int launched = 0;
-            r = gp_cuda_matvec_group(&b->kc, &cn->grp, &launched);
-            if (!r && launched) {
-                int last = i + cn->grp.n - 1 + cn->grp.glu;
-                for (int k = i + 1; b->ev && k <= last; k++)
-                    cudaEventRecord(b->ev[k], b->stream);
-                i = last;
+            int ran = 0;
+            r = run_group(b, &cn->grp, i, &i, &ran);
+            if (!r && ran)
                 continue;
-            }
         }
         if (!r && nd->op == GP_OP_ALL_REDUCE && b->comm && !b->warming)
             r = all_reduce(b, cn, nd, 0, &norm_done);
@@ -404,9 +419,8 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
     }
     if (b->ev)
         cudaEventRecord(b->ev[p->n_nodes], b->stream);
-    if (b->kc.mk && gp_cuda_mk_flush(b->kc.mk, b->stream)) {
-        snprintf(err, err_len, "cuda: persistent decode kernel: launch failed: %s",
-                 cudaGetErrorString(cudaGetLastError()));
+    if (flush_mk(b)) {
+        snprintf(err, err_len, "cuda: %s", b->kc.err);
         return -1;
     }
     for (int i = 0; i < p->n_tensors && b->rank == 0; i++) {
