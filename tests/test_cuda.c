@@ -525,6 +525,49 @@ static void test_matvec_prenorm(void)
     kctx_free(&k);
 }
 
+/* A group test's products of x: for each of the n weights w[s] [N[s], K] of dtype wt (made here),
+ * the single-launch product each[s] (checked against the CPU's, kept in each[s].h; `what` names
+ * it) and the group's output fused[s] [M, N[s]] (0xff-filled), with g's w, tb and out set; sw_out
+ * [M, N[0]], with glu the swiglu of each[0] and each[1] (checked too). group_products_free frees
+ * them. */
+static void group_products(kctx *k, gp_cu_group *g, tt *x, gp_dtype wt, int n, int glu, int64_t K,
+                           int64_t M, const int64_t *N, const char *what, tt *w, tt *each,
+                           tt *fused, tt *sw_out)
+{
+    gp_attrs am = {{0, 1, 0, 0}, {0}};
+    for (int s = 0; s < n; s++) {
+        int64_t sw[2] = {N[s], K}, so[2] = {M, N[s]};
+        tt_new(&w[s], wt, 2, sw, 1.0f);
+        tt_new(&each[s], GP_F32, 2, so, 1.0f);
+        tt_new(&fused[s], GP_F32, 2, so, 1.0f);
+        cudaMemset(fused[s].d.data, 0xff, fused[s].bytes);
+        g->w[s] = w[s].d;
+        g->tb[s] = 1;
+        g->out[s] = fused[s].d;
+        tt *ins[2] = {x, &w[s]};
+        CHECK_ERR(what, run_op(GP_OP_MATMUL, &am, &each[s], ins, 2, 0, k),
+                  wt == GP_F32 ? 1e-5 : 1e-4);
+    }
+    int64_t so0[2] = {M, N[0]};
+    tt_new(sw_out, GP_F32, 2, so0, 1.0f);
+    if (glu) {
+        /* the swiglu's own launch on the single-launch products; CPU: on the CPU's */
+        tt *ins[2] = {&each[0], &each[1]};
+        gp_attrs none = {{0}, {0}};
+        CHECK_ERR("swiglu", run_op(GP_OP_SWIGLU, &none, sw_out, ins, 2, 0, k), 1e-5);
+    }
+}
+
+static void group_products_free(int n, tt *w, tt *each, tt *fused, tt *sw_out)
+{
+    for (int s = 0; s < n; s++) {
+        tt_free(&w[s]);
+        tt_free(&each[s]);
+        tt_free(&fused[s]);
+    }
+    tt_free(sw_out);
+}
+
 /* The same group computing the rms_norm before it (Llama's attention and FFN norms, whose output
  * only q, k and v, or gate and up, read): against the CPU's norm then products (then swiglu). A
  * prompt (two rows), a layer norm and norm weights of another dtype than the products' are
@@ -563,27 +606,9 @@ static void test_matvec_group_norm(void)
         g.norm.eps = 1e-5f;
         g.norm.x = x.d;
         g.norm.w = gw.d;
-        gp_attrs am = {{0, 1, 0, 0}, {0}};
-        for (int s = 0; s < cs[i].n; s++) {
-            int64_t sw[2] = {cs[i].N[s], K}, so[2] = {M, cs[i].N[s]};
-            tt_new(&w[s], cs[i].wt, 2, sw, 1.0f);
-            tt_new(&each[s], GP_F32, 2, so, 1.0f);
-            tt_new(&fused[s], GP_F32, 2, so, 1.0f);
-            cudaMemset(fused[s].d.data, 0xff, fused[s].bytes);
-            g.w[s] = w[s].d;
-            g.tb[s] = 1;
-            g.out[s] = fused[s].d;
-            tt *ins[2] = {&h, &w[s]}; /* each[s].h: the CPU's product of the CPU's norm */
-            CHECK_ERR("matvec after the norm", run_op(GP_OP_MATMUL, &am, &each[s], ins, 2, 0, &k),
-                      cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
-        }
-        int64_t so0[2] = {M, cs[i].N[0]};
-        tt_new(&sw_out, GP_F32, 2, so0, 1.0f);
-        if (cs[i].glu) {
-            tt *ins[2] = {&each[0], &each[1]};
-            gp_attrs none = {{0}, {0}};
-            CHECK_ERR("swiglu", run_op(GP_OP_SWIGLU, &none, &sw_out, ins, 2, 0, &k), 1e-5);
-        }
+        /* each[s].h: the CPU's product of the CPU's norm */
+        group_products(&k, &g, &h, cs[i].wt, cs[i].n, cs[i].glu, K, M, cs[i].N,
+                       "matvec after the norm", w, each, fused, &sw_out);
         k.c.pdl = (int)(i % 2);
         k.c.const_lo = i % 2 ? NULL : (const void *)16;
         k.c.const_hi = i % 2 ? NULL : (const void *)(UINTPTR_MAX - 16);
@@ -601,12 +626,7 @@ static void test_matvec_group_norm(void)
             snprintf(name, sizeof name, "group with its norm, case %zu product %d", i, s);
             CHECK_ERR(name, device_err(&fused[s]), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
         }
-        for (int s = 0; s < cs[i].n; s++) {
-            tt_free(&w[s]);
-            tt_free(&each[s]);
-            tt_free(&fused[s]);
-        }
-        tt_free(&sw_out);
+        group_products_free(cs[i].n, w, each, fused, &sw_out);
         tt_free(&x);
         tt_free(&gw);
         tt_free(&h);
@@ -630,38 +650,16 @@ static void test_matvec_group(void)
               {GP_BF16, 1, 2, 768, 1, {64, 64}},        {GP_F16, 0, 2, 128, 2, {16, 16}}};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         int64_t K = cs[i].K, M = cs[i].M, sx[2] = {M, K};
-        tt x, w[3], each[3], fused[3];
+        tt x, w[3], each[3], fused[3], sw_out;
         tt_new(&x, GP_F32, 2, sx, 1.0f);
         gp_cu_group g;
         memset(&g, 0, sizeof g);
         g.n = cs[i].n;
         g.glu = cs[i].glu;
         g.x = x.d;
-        gp_attrs am = {{0, 1, 0, 0}, {0}};
-        for (int s = 0; s < cs[i].n; s++) {
-            int64_t sw[2] = {cs[i].N[s], K}, so[2] = {M, cs[i].N[s]};
-            tt_new(&w[s], cs[i].wt, 2, sw, 1.0f);
-            tt_new(&each[s], GP_F32, 2, so, 1.0f);
-            tt_new(&fused[s], GP_F32, 2, so, 1.0f);
-            cudaMemset(fused[s].d.data, 0xff, fused[s].bytes);
-            g.w[s] = w[s].d;
-            g.tb[s] = 1;
-            g.out[s] = fused[s].d;
-            /* one launch per product, and the CPU's result in each[s].h */
-            tt *ins[2] = {&x, &w[s]};
-            CHECK_ERR("matvec, one product", run_op(GP_OP_MATMUL, &am, &each[s], ins, 2, 0, &k),
-                      cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
-        }
-        tt sw_out;
-        int64_t so0[2] = {M, cs[i].N[0]};
-        tt_new(&sw_out, GP_F32, 2, so0, 1.0f);
-        if (cs[i].glu) {
-            /* separate: swiglu of the two single-launch products; CPU: swiglu of the CPU's */
-            tt *ins[2] = {&each[0], &each[1]};
-            gp_attrs none = {{0}, {0}};
-            CHECK_ERR("swiglu", run_op(GP_OP_SWIGLU, &none, &sw_out, ins, 2, 0, &k), 1e-5);
-            g.out[0] = fused[0].d;
-        }
+        /* one launch per product, and the CPU's result in each[s].h */
+        group_products(&k, &g, &x, cs[i].wt, cs[i].n, cs[i].glu, K, M, cs[i].N,
+                       "matvec, one product", w, each, fused, &sw_out);
         k.c.pdl = (int)(i % 2);
         /* Even cases: weights loaded before the PDL wait (every byte counts as constant: nothing
          * else runs on the stream before this launch). */
@@ -695,12 +693,7 @@ static void test_matvec_group(void)
             CHECK_ERR("grouped gate/up/swiglu vs CPU", rel_err(&gk, &sw_out.h), 1e-4);
             free(gk.data);
         }
-        for (int s = 0; s < cs[i].n; s++) {
-            tt_free(&w[s]);
-            tt_free(&each[s]);
-            tt_free(&fused[s]);
-        }
-        tt_free(&sw_out);
+        group_products_free(cs[i].n, w, each, fused, &sw_out);
         tt_free(&x);
     }
     kctx_free(&k);
