@@ -449,7 +449,8 @@ enum { NORM_N = 4096 };
 
 typedef struct {
     gp_cuda_comm *comm;
-    int rank, is_ln, n;      /* n: the norm's row (NORM_N, or not the message's length) */
+    int rank, is_ln, count;  /* count <= NORM_N elements summed */
+    int n;                   /* the norm's row (count, or not: the norm is not taken) */
     int rc, done[2];         /* norm_done of the two launches */
     char err[256];
     float sum[NORM_N], h[NORM_N];
@@ -497,7 +498,7 @@ static void *norm_rank_main(void *arg)
     gp_cuda_ar_norm nm = {j->is_ln, 1e-5f, w, j->is_ln ? b : NULL, GP_F16, GP_F16, h, GP_F32,
                           (size_t)j->n};
     for (int k = 0; k < 2; k++)
-        if (gp_cuda_comm_all_reduce_norm(j->comm, j->rank, x, y, NORM_N, GP_F32, s, &nm,
+        if (gp_cuda_comm_all_reduce_norm(j->comm, j->rank, x, y, (size_t)j->count, GP_F32, s, &nm,
                                          &j->done[k], j->err, sizeof j->err))
             goto done;
     if (gp_cuda_comm_wait(j->comm, j->rank, s, j->err, sizeof j->err))
@@ -519,8 +520,9 @@ done:
     return NULL;
 }
 
-/* rms_norm and layer_norm with a bias after a P2P all-reduce of one row, against the CPU; a norm
- * for another row length is left to the caller (norm_done 0, the output untouched). */
+/* rms_norm and layer_norm with a bias after a P2P all-reduce of one row, against the CPU, and of
+ * a row that leaves the last threads part of a chunk; a norm for another row length is left to
+ * the caller (norm_done 0, the output untouched). */
 static void test_all_reduce_norm(void)
 {
     if (!peers_ok())
@@ -528,14 +530,16 @@ static void test_all_reduce_norm(void)
     gp_cuda_comm *comm = new_comm(NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(comm);
     static norm_job jobs[2];
-    for (int c = 0; c < 3; c++) {
-        int is_ln = c == 1, n = c == 2 ? NORM_N / 2 : NORM_N;
+    for (int c = 0; c < 4; c++) {
+        int is_ln = c % 2 == 1, count = c == 3 ? 1001 : NORM_N;
+        int n = c == 2 ? NORM_N / 2 : count;
         pthread_t th[2];
         for (int r = 0; r < 2; r++) {
             memset(&jobs[r], 0, sizeof jobs[r]);
             jobs[r].comm = comm;
             jobs[r].rank = r;
             jobs[r].is_ln = is_ln;
+            jobs[r].count = count;
             jobs[r].n = n;
             pthread_create(&th[r], NULL, norm_rank_main, &jobs[r]);
         }
@@ -544,32 +548,33 @@ static void test_all_reduce_norm(void)
         /* The CPU: the sum in rank order in f32, the norm in double. */
         float sum[NORM_N];
         double mean = 0, var = 0;
-        for (int i = 0; i < NORM_N; i++) {
+        for (int i = 0; i < count; i++) {
             sum[i] = nterm(0, i) + nterm(1, i);
             mean += sum[i];
         }
-        mean = is_ln ? mean / NORM_N : 0.0;
-        for (int i = 0; i < NORM_N; i++)
+        mean = is_ln ? mean / count : 0.0;
+        for (int i = 0; i < count; i++)
             var += (sum[i] - mean) * (sum[i] - mean);
-        double inv = 1.0 / sqrt(var / NORM_N + 1e-5), num = 0, den = 0;
+        double inv = 1.0 / sqrt(var / count + 1e-5), num = 0, den = 0;
         for (int r = 0; r < 2; r++) {
             if (jobs[r].rc)
                 fprintf(stderr, "\n  all-reduce + norm, case %d: %s\n", c, jobs[r].err);
             CU_ASSERT_EQUAL(jobs[r].rc, 0);
-            CU_ASSERT_EQUAL(jobs[r].done[0], n == NORM_N);
-            CU_ASSERT_EQUAL(jobs[r].done[1], n == NORM_N);
-            CU_ASSERT_EQUAL(memcmp(jobs[r].sum, sum, sizeof sum), 0);
+            CU_ASSERT_EQUAL(jobs[r].done[0], n == count);
+            CU_ASSERT_EQUAL(jobs[r].done[1], n == count);
+            CU_ASSERT_EQUAL(memcmp(jobs[r].sum, sum, sizeof(float) * (size_t)count), 0);
             int untouched = 1;
-            for (int i = 0; i < NORM_N; i++) {
+            for (int i = 0; i < count && n == count; i++) {
                 double want = (sum[i] - mean) * inv * nweight(i, 0) + (is_ln ? nweight(i, 1) : 0);
                 num += (jobs[r].h[i] - want) * (jobs[r].h[i] - want);
                 den += want * want;
-                untouched &= isnan(jobs[r].h[i]);
             }
-            if (n != NORM_N)
-                CU_ASSERT(untouched);
+            /* Past the row, or everywhere without the norm: h as it was set, NaN. */
+            for (int i = 0; i < NORM_N; i++)
+                untouched &= isnan(jobs[r].h[i]) == (i >= count || n != count);
+            CU_ASSERT(untouched);
         }
-        if (n == NORM_N) {
+        if (n == count) {
             double e = sqrt(num / den);
             if (!(e <= 1e-5))
                 fprintf(stderr, "\n  all-reduce + norm, case %d: error %.3g\n", c, e);
