@@ -6,7 +6,8 @@
  * slot b, whatever part of the message it sums (block_bytes per block for small messages, 1/16th
  * of it for large ones). Ranks issue the same all-reduces in the same order, so the launches that
  * have a block b are the same sequence on every rank, and block b keeps its own epochs:
- *   1. thread 0: e = ++seq[b] (this rank's epoch of block b), par = e & 1;
+ *   1. thread 0: e = ++seq[b] (this rank's epoch of block b), par = e & 1 (before the PDL wait
+ *      when the launch before is not an all-reduce: see not_after);
  *   2. every thread stores its 16 bytes of in into slot b of row (me, par) of EVERY peer (remote
  *      stores: push, never pull); barrier; thread 0 writes e into flags[me][b] on every peer with
  *      a release store at system scope;
@@ -180,7 +181,7 @@ __device__ __forceinline__ void ar_norm(const ARNORM &an, const float (&v)[4], c
 template <int DT>
 __global__ void __launch_bounds__(1024, 1)
     k_all_reduce(gp_cuda_ar_peers a, const unsigned char *in, unsigned char *out,
-                 unsigned long long bytes, unsigned per_block, int vec, ARNORM an)
+                 unsigned long long bytes, unsigned per_block, int vec, ARNORM an, int not_after)
 {
     typedef typename ar_type<DT>::U U;
     enum { L = 16 / sizeof(U) };
@@ -210,9 +211,16 @@ __global__ void __launch_bounds__(1024, 1)
             bs[k] = bits_f(bb[k], an.nm.b.t);
         }
     }
+    /* The epoch: only all-reduces read and write seq. Through L2: the one before may have run
+     * block b on another multiprocessor. With not_after, that one is at least two launches
+     * back, so it has finished once this kernel runs at all (the launch before it waited for it
+     * before letting this one start): the read need not wait. */
+    if (not_after && threadIdx.x == 0) {
+        sh_e = __ldcg(a.seq + b) + 1;
+        __stcg(a.seq + b, sh_e);
+    }
     pdl_begin(); /* in is the kernel before's output: nothing is read before it finished */
-    if (threadIdx.x == 0) {
-        /* Through L2: the kernel before this one may have run block b on another multiprocessor. */
+    if (!not_after && threadIdx.x == 0) {
         sh_e = __ldcg(a.seq + b) + 1;
         __stcg(a.seq + b, sh_e);
     }
@@ -307,7 +315,7 @@ static KT row_kt(const void *p, gp_dtype t, int64_t n)
 
 extern "C" int gp_cuda_ar_launch(const gp_cuda_ar_peers *p, const void *in, void *out,
                                  size_t count, gp_dtype dt, cudaStream_t s, int pdl,
-                                 const gp_cuda_ar_norm *norm)
+                                 const gp_cuda_ar_norm *norm, int not_after)
 {
     size_t bytes = count * gp_dtype_size(dt);
     if (bytes == 0)
@@ -351,13 +359,13 @@ extern "C" int gp_cuda_ar_launch(const gp_cuda_ar_peers *p, const void *in, void
     switch (dt) {
     case GP_F32:
         return gp_cu_launch_on(s, pdl, k_all_reduce<GP_F32>, grid, block, smem, *p, i8, o8, nb,
-                               pb, vec, an);
+                               pb, vec, an, not_after);
     case GP_F16:
         return gp_cu_launch_on(s, pdl, k_all_reduce<GP_F16>, grid, block, smem, *p, i8, o8, nb,
-                               pb, vec, an);
+                               pb, vec, an, not_after);
     case GP_BF16:
         return gp_cu_launch_on(s, pdl, k_all_reduce<GP_BF16>, grid, block, smem, *p, i8, o8, nb,
-                               pb, vec, an);
+                               pb, vec, an, not_after);
     default:
         return cudaErrorInvalidValue;
     }

@@ -6,6 +6,7 @@
  * gp_cuda_attention_decode. */
 #include <atomic>
 #include <stdio.h>
+#include <string.h>
 
 #include "cuda/cuda_attention.cuh"
 
@@ -167,7 +168,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
             prefetch_kv(a.kc, a.vc, h / (H / G), a.q.ne[3], st.s0, min(st.s1, (int64_t)st.p));
         }
     }
-    pdl_begin();
+    pdl_wait();
+    if (!a.late)
+        pdl_trigger();
     if (!early)
         decode_begin(a, sm, nsplit, split, st);
     decode_run(a, sm, h, nsplit, split, st);
@@ -231,8 +234,13 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
     dim3 grid((unsigned)H, 1, (unsigned)nsplit);
     int J = (int)((D + 31) / 32);
     J = J <= 2 ? 2 : J <= 4 ? 4 : ATT_MAXJ;
-    DecArgs d = {(float)a->scale, o, q, kx, vx, kc, vc, p, a->rope_q, a->rope_k, part, counters};
-    if (c->mk && (nsplit == 1 || counters) && gp_cu_mk_attention(c, d, nsplit, J)) {
+    DecArgs d = {(float)a->scale, o, q, kx, vx, kc, vc, p, a->rope_q, a->rope_k, part, counters,
+                 a->rope_q.on ? a->tab_q : NULL, a->rope_k.on ? a->tab_k : NULL,
+                 !!(c->late & GP_LATE_ATT)};
+    DecArgs dm = d; /* the persistent kernel's stages compute their angles */
+    dm.tq = dm.tk = NULL;
+    dm.late = 0;
+    if (c->mk && (nsplit == 1 || counters) && gp_cu_mk_attention(c, dm, nsplit, J)) {
         decode_launches++;
         return 0;
     }
@@ -250,4 +258,50 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
     gp_cu_launch(c, k_attention_combine, dim3((unsigned)H, 1), 64, 0, nsplit, o, p, kc.ne[1],
                  (const float *)part, (int64_t)1, c->d_syms);
     return gp_cu_check_launch(c, "attention_combine");
+}
+
+/* ---- the eval's rope tables ---- */
+
+struct RopeTabs {
+    gp_cu_rope r[GP_CU_ROPE_TABS];
+    KT pos[GP_CU_ROPE_TABS];
+    float *out[GP_CU_ROPE_TABS];
+};
+
+/* Block b: table b, one pair per thread (rope_cos_sin: the bits the attention's blocks compute).
+ * A position out of range makes no table: the attention reads none then. */
+__global__ void k_rope_tables(RopeTabs t, const int64_t *syms)
+{
+    pdl_begin();
+    const gp_cu_rope &r = t.r[blockIdx.x];
+    int32_t p = *(const int32_t *)t.pos[blockIdx.x].p;
+    if (p < 0)
+        return;
+    float *out = t.out[blockIdx.x];
+    for (int64_t i = threadIdx.x; i < r.n / 2; i += blockDim.x)
+        rope_cos_sin(r.theta, r.n, (double)p, i, &out[i], &out[r.n / 2 + i]);
+    (void)syms;
+}
+
+extern "C" int gp_cuda_rope_tables(gp_cu_ctx *c, const gp_cu_rope_tab *t, int n)
+{
+    if (n < 1 || n > GP_CU_ROPE_TABS) {
+        snprintf(c->err, sizeof c->err, "rope_tables: %d tables (1 to %d)", n, GP_CU_ROPE_TABS);
+        return -1;
+    }
+    RopeTabs rt;
+    memset(&rt, 0, sizeof rt);
+    for (int i = 0; i < n; i++) {
+        if (!t[i].rope.on || t[i].rope.n < 2 || t[i].rope.n % 2 || t[i].pos.dtype != GP_I32 ||
+            !t[i].out) {
+            snprintf(c->err, sizeof c->err, "rope_tables: table %d: needs a rope with an even n "
+                     "and an i32 pos", i);
+            return -1;
+        }
+        rt.r[i] = t[i].rope;
+        rt.pos[i] = gp_kt_of(c, &t[i].pos);
+        rt.out[i] = t[i].out;
+    }
+    gp_cu_launch(c, k_rope_tables, dim3((unsigned)n), 64, 0, rt, c->d_syms);
+    return gp_cu_check_launch(c, "rope_tables");
 }

@@ -313,19 +313,23 @@ __device__ __forceinline__ void rope_angle(const gp_cu_rope &r, const float *cs,
 }
 
 /* Dims d = lane + 32 j < D of row x (stride nb, dtype t; 0 past D) after rope r, in two steps so
- * that the loads of several rows can be in flight at once: rope_load issues the loads, rope_mix
- * computes, with r's angles by pair in cs, sn. Pairs (u, v) = (i, i + n/2), or (2i, 2i + 1)
+ * that the loads of several rows can be in flight at once: rope_load issues the loads (with r's
+ * angles by pair from cs, sn), rope_mix computes. Pairs (u, v) = (i, i + n/2), or (2i, 2i + 1)
  * interleaved, become (u cs - v sn, u sn + v cs), rounded to the rope's output dtype; dims past n
  * are only rounded; with r off, x as it is. The products and sums are rounded one by one (no FMA),
  * as the CPU's rope. */
 template <int J> struct RopeRow {
     uint32_t u[J], v[J]; /* the bits of each dim and of its pair's other element */
     int second[J];       /* the dim is its pair's second element */
+    float c[J], s[J];    /* its angle's cos and sin */
 };
 
+/* rope_load also reads each dim's angle from r's table cs, sn (shared memory, or the eval's table
+ * in global memory), so those loads are in flight with the row's. */
 template <int J>
-__device__ __forceinline__ void rope_load(RopeRow<J> &x, const gp_cu_rope &r, const char *px,
-                                          int64_t nb, int t, int64_t D)
+__device__ __forceinline__ void rope_load(RopeRow<J> &x, const gp_cu_rope &r, const float *cs,
+                                          const float *sn, const char *px, int64_t nb, int t,
+                                          int64_t D)
 {
     int lane = threadIdx.x & 31;
     int64_t off = r.interleaved ? 1 : r.n / 2;
@@ -341,19 +345,19 @@ __device__ __forceinline__ void rope_load(RopeRow<J> &x, const gp_cu_rope &r, co
             if (rot)
                 x.v[j] = ld_bits(px + (du + off) * nb, t);
         }
+        rope_angle(r, cs, sn, d, &x.c[j], &x.s[j]);
     }
 }
 
 template <int J>
-__device__ __forceinline__ void rope_mix(const RopeRow<J> &x, const gp_cu_rope &r, const float *cs,
-                                         const float *sn, int t, int64_t D, float (&y)[J])
+__device__ __forceinline__ void rope_mix(const RopeRow<J> &x, const gp_cu_rope &r, int t, int64_t D,
+                                         float (&y)[J])
 {
     int lane = threadIdx.x & 31;
 #pragma unroll
     for (int j = 0; j < J; j++) {
         int64_t d = lane + 32 * j;
-        float u = bits_f(x.u[j], t), v = bits_f(x.v[j], t), c, sa;
-        rope_angle(r, cs, sn, d, &c, &sa);
+        float u = bits_f(x.u[j], t), v = bits_f(x.v[j], t), c = x.c[j], sa = x.s[j];
         float z = x.second[j] ? __fadd_rn(__fmul_rn(u, sa), __fmul_rn(v, c))
                               : __fsub_rn(__fmul_rn(u, c), __fmul_rn(v, sa));
         y[j] = d >= D ? 0.0f : !r.on ? u : d >= r.n ? round_to(u, r.dtype) : round_to(z, r.dtype);
@@ -374,7 +378,24 @@ struct DecArgs {
     gp_cu_rope rq, rk;
     float *part;        /* split partials [nsplit, 1, H, D + 2] */
     unsigned *counters; /* [H], zero between launches: the last split block combines */
+    const float *tq, *tk; /* rq's and rk's angles for this eval (gp_cu_decode_att.tab_q, tab_k):
+                             cos [n/2], then sin [n/2]; NULL: each block computes them */
+    int late;             /* the next kernel may start once the rows are attended, not before */
 };
+
+/* The angles (cos, sin by pair) block (h, split) reads for rope q (k: the new key's). */
+__device__ __forceinline__ const float *dec_cos(const DecArgs &a, const float *smc, int k)
+{
+    const float *t = k && !same_angles(a.rq, a.rk) ? a.tk : a.tq;
+    return t ? t : smc;
+}
+
+__device__ __forceinline__ const float *dec_sin(const DecArgs &a, const float *sms, int k)
+{
+    const float *t = k && !same_angles(a.rq, a.rk) ? a.tk : a.tq;
+    const gp_cu_rope &r = k ? a.rk : a.rq;
+    return t ? t + r.n / 2 : sms;
+}
 
 /* What block (h, split) of a one-token attention knows once it has read pos: p, its rows [s0, s1),
  * whether row p is among them and which warp takes it. */
@@ -400,22 +421,23 @@ __device__ __forceinline__ void decode_begin(const DecArgs &a, AttSmem<J> &sm, i
         split_rows(st.p, nsplit, split, &st.s0, &st.s1);
         st.has_new = st.s0 < st.s1 && st.s1 == (int64_t)st.p + 1;
         st.wnew = (int)((st.p - st.s0) % ATT_WARPS);
-        if (st.s0 < st.s1)
+        if (st.s0 < st.s1 && !a.tq)
             rope_table(a.rq, st.p, sm.qcs, sm.qsn);
-        if (st.has_new && !same_angles(a.rq, a.rk))
+        if (st.has_new && !same_angles(a.rq, a.rk) && !a.tk)
             rope_table(a.rk, st.p, sm.kcs, sm.ksn);
     }
     __syncthreads();
 }
 
-/* The loads of the new row: its key's (rope_load, rope rk) and its value's bits (vb). */
+/* The loads of the new row: its key's (rope_load, rope rk, angles cs and sn) and its value's bits
+ * (vb). */
 template <int J>
 __device__ __forceinline__ void new_row_load(RopeRow<J> &kr, uint32_t (&vb)[J], const gp_cu_rope &rk,
-                                             const char *pkx, const KT &kx, const char *pvx,
-                                             const KT &vx, int64_t D)
+                                             const float *cs, const float *sn, const char *pkx,
+                                             const KT &kx, const char *pvx, const KT &vx, int64_t D)
 {
     int lane = threadIdx.x & 31;
-    rope_load(kr, rk, pkx, kx.nb[3], kx.t, D);
+    rope_load(kr, rk, cs, sn, pkx, kx.nb[3], kx.t, D);
 #pragma unroll
     for (int j = 0; j < J; j++) {
         int64_t d = lane + 32 * j;
@@ -446,21 +468,25 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
     const char *pkx = kx.p + g * kx.nb[2], *pvx = vx.p + g * vx.nb[2];
     int64_t s1 = st.has_new ? (int64_t)p : st.s1;
     int takes_new = st.has_new && w == st.wnew, same = same_angles(a.rq, a.rk);
+    const float *kcs = same ? sm.qcs : sm.kcs, *ksn = same ? sm.qsn : sm.ksn;
+    kcs = dec_cos(a, kcs, 1);
+    ksn = dec_sin(a, ksn, 1);
     RopeRow<J> qr, kr;
     KvRows<J> first;
     uint32_t vb[J];
     if (st.s0 < st.s1)
-        rope_load(qr, a.rq, q.p + h * q.nb[2], q.nb[3], q.t, D);
+        rope_load(qr, a.rq, dec_cos(a, sm.qcs, 0), dec_sin(a, sm.qsn, 0), q.p + h * q.nb[2],
+                  q.nb[3], q.t, D);
     if (pipe)
         kv_load(first, pk, pv, kc, vc, D, st.s0 + w, s1);
     if (pipe && takes_new)
-        new_row_load(kr, vb, a.rk, pkx, kx, pvx, vx, D);
+        new_row_load(kr, vb, a.rk, kcs, ksn, pkx, kx, pvx, vx, D);
     float qv[J], acc[J];
 #pragma unroll
     for (int j = 0; j < J; j++)
         qv[j] = acc[j] = 0.0f;
     if (st.s0 < st.s1)
-        rope_mix(qr, a.rq, sm.qcs, sm.qsn, q.t, D, qv);
+        rope_mix(qr, a.rq, q.t, D, qv);
     float m = -INFINITY, l = 0.0f;
     attend_rows<J, pipe>(qv, first, pk, pv, kc, vc, D, st.s0 + w, s1, a.scale, m, l, acc);
     if (takes_new) {
@@ -469,8 +495,8 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
         float kn[J], vn[J];
         int writer = h % (H / G) == 0;
         if (!pipe)
-            new_row_load(kr, vb, a.rk, pkx, kx, pvx, vx, D);
-        rope_mix(kr, a.rk, same ? sm.qcs : sm.kcs, same ? sm.qsn : sm.ksn, kx.t, D, kn);
+            new_row_load(kr, vb, a.rk, kcs, ksn, pkx, kx, pvx, vx, D);
+        rope_mix(kr, a.rk, kx.t, D, kn);
 #pragma unroll
         for (int j = 0; j < J; j++) {
             int64_t d = lane + 32 * j;
@@ -486,6 +512,8 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
         }
         attend_regs(qv, kn, vn, a.scale, m, l, acc);
     }
+    if (a.late)
+        pdl_trigger();
     attend_finish(sm, m, l, acc, a.o, h, 0, nsplit, split, a.part, 1, a.counters);
 }
 

@@ -8,7 +8,8 @@
  * (one-row matmuls of the same x in one launch: q, k and v; gate and up with their swiglu),
  * "attnfuse" (one-token attention with its ropes and K/V cache stores in one launch,
  * plan_decode_attention), "arnorm" (the P2P all-reduce kernel computes the norm after it, one
- * block summing the whole row), and, not a fusion, "early" (matvecs load their first weights
+ * block summing the whole row), "ropetab" (those attentions' rope angles computed once per eval,
+ * plan_rope_tables), and, not a fusion, "early" (matvecs load their first weights
  * before waiting for the kernel before them).
  * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
  * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
@@ -22,6 +23,8 @@
  * GPLAN_CUDA_DISABLE). GPLAN_CUDA_SKIP (op names; timing experiments only: wrong results) leaves
  * those ops' kernels out. GPLAN_CUDA_MATVEC=1: the first (version 1) matrix-vector kernels;
  * GPLAN_CUDA_MV_BPS=n: the [K, N] matvec's target blocks per multiprocessor (default 4).
+ * GPLAN_CUDA_LATE: the kernels that let the next one start only once their loads are done, not
+ * right after their wait (a comma list of "norm" and "att"; default "norm"; "none": none).
  * Tensor-parallel plans: one instance per rank, each on its device and called from its own thread;
  * all_reduce nodes are the one-shot P2P kernel (up to 256 KiB) or NCCL all-reduces
  * (cuda/cuda_comm.h) captured in the graphs with the rest; GPLAN_NCCL_REGISTER=1 registers the
@@ -96,7 +99,10 @@ typedef struct {
     unsigned char *pin_io;          /* else: a pinned staging copy of it */
     void *raw[GP_REGION_COUNT];     /* the regions' allocations */
     unsigned char *dev[GP_REGION_COUNT]; /* their bases, aligned as the plan asks */
-    void *dparam;                   /* device: int64 syms [n_syms], then unsigned counters */
+    void *dparam;                   /* device: int64 syms [n_syms], unsigned counters, then the
+                                       rope tables' floats [GP_CU_ROPE_TABS][ROPE_TAB_FLOATS] */
+    gp_cu_rope_tab rope_tabs[GP_CU_ROPE_TABS]; /* made at the start of one-token evals */
+    int n_rope_tabs;
     int64_t *pin_syms;              /* pinned host [n_syms]: this eval's sizes, copied in each eval */
     int64_t *launch;                /* host [n_syms]: sizes launches are made for */
     int *sym_tensor, *sym_dim;      /* [n_syms]: where each size is read from the extras */
@@ -105,6 +111,7 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t blas;
     gp_cu_ctx kc;
+    int64_t ar_at;                  /* kc.launches right after the last all-reduce's launch */
     cu_graph graphs[MAX_GRAPHS];
     int n_graphs;
     int buckets;                    /* 1: pad the token count to a power of two (cuBLAS safe) */
@@ -122,7 +129,17 @@ typedef struct {
 
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
        FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64, FUSE_GROUP = 128, FUSE_TAIL = 256,
-       FUSE_ATTN = 512, FUSE_MEGA = 1024, FUSE_EARLY = 2048, FUSE_ARNORM = 4096 };
+       FUSE_ATTN = 512, FUSE_MEGA = 1024, FUSE_EARLY = 2048, FUSE_ARNORM = 4096,
+       FUSE_ROPETAB = 8192 };
+
+/* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
+enum { ROPE_TAB_FLOATS = 256 };
+
+/* Where the rope tables start in the param block (after the sizes and the counters). */
+static size_t param_tabs_at(const gp_plan *p)
+{
+    return sizeof(int64_t) * (size_t)(p->n_syms + 1) + sizeof(unsigned) * GP_CU_COUNTERS;
+}
 
 /* 1 when `name` is an item of the comma list `list`. */
 static int in_list(const char *list, const char *name)
@@ -143,7 +160,7 @@ static void read_switches(cuda_be *b)
 {
     static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch",
                                         "transpose", "group", "tail", "attnfuse", "mega", "early",
-                                        "arnorm"};
+                                        "arnorm", "ropetab"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -183,6 +200,13 @@ static void read_switches(cuda_be *b)
     const char *pf = getenv("GPLAN_CUDA_PREFETCH");
     b->kc.prefetch = pf && *pf == '1' && !(b->disable & FUSE_PREFETCH);
     b->kc.kv_prefetch = !(b->disable & FUSE_PREFETCH);
+    /* Measured 2026-11-30 (H200, ms per token, bench/gpu-notes.md): the norm's late trigger
+     * -0.04 on Llama-7B (one GPU), -0.02 on GPT-2 1558M, +-0 elsewhere; the attention's -0.02 to
+     * -0.04 on one GPU but +0.02 to +0.04 on Llama-7B on two. Default: the norm's only. */
+    const char *late = getenv("GPLAN_CUDA_LATE");
+    b->kc.late = !late ? GP_LATE_NORM
+                       : (in_list(late, "norm") ? GP_LATE_NORM : 0) |
+                             (in_list(late, "att") ? GP_LATE_ATT : 0);
     b->kc.no_early = !!(b->disable & FUSE_EARLY);
 }
 
@@ -292,17 +316,30 @@ static int all_reduce(cuda_be *b, const cu_node *cn, const gp_plan_node *nd, int
     } else if (added) {
         src = cn->out.data;
     }
-    b->kc.launches++;
+    /* Something launched since the last all-reduce: this one may read its epochs early. */
+    int not_after = b->kc.launches != b->ar_at;
+    b->ar_at = ++b->kc.launches;
     return gp_cuda_comm_all_reduce_norm(b->comm, b->rank, src, cn->out.data,
                                         launch_numel(b, &cn->out), cn->out.dtype, b->stream,
-                                        cn->has_arnorm ? &cn->arnorm : NULL, norm_done, b->kc.err,
-                                        sizeof b->kc.err);
+                                        cn->has_arnorm ? &cn->arnorm : NULL, not_after, norm_done,
+                                        b->kc.err, sizeof b->kc.err);
 }
 
 /* attnfuse: node cn is an attention whose fused launch serves this launch (one token). */
 static int decode_now(const cuda_be *b, const cu_node *cn)
 {
     return cn->dec_on && (cn->dec_tsym < 0 || b->launch[cn->dec_tsym] == 1);
+}
+
+/* 1 when this launch runs a one-token attention that reads the rope tables. */
+static int rope_tabs_now(const cuda_be *b)
+{
+    for (int i = 0; i < b->p->n_nodes; i++) {
+        const cu_node *cn = &b->nodes[i];
+        if (decode_now(b, cn) && (cn->dec.tab_q || cn->dec.tab_k))
+            return 1;
+    }
+    return 0;
 }
 
 /* Group g, whose first matmul is node first, in one launch when it serves (one row): *ran is 1,
@@ -335,6 +372,11 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
         size_t n = (size_t)(numel_at(t, b->launch) * (int64_t)gp_dtype_size(t->dtype));
         CU_TRY(cudaMemcpyAsync(b->dev[GP_REGION_IO] + t->offset, hio + t->offset, n,
                                cudaMemcpyHostToDevice, b->stream));
+    }
+    if (b->n_rope_tabs && !b->kc.mk && rope_tabs_now(b) &&
+        gp_cuda_rope_tables(&b->kc, b->rope_tabs, b->n_rope_tabs)) {
+        snprintf(err, err_len, "cuda: %s", b->kc.err);
+        return -1;
     }
     for (int i = 0; i < p->n_nodes; i++) {
         const gp_plan_node *nd = &p->nodes[i];
@@ -1195,6 +1237,45 @@ static void plan_decode_attention(cuda_be *b, const int *uses)
 }
 
 /*
+ * ropetab. The one-token attentions' rope angles depend only on the position and the rope (every
+ * layer's are the same), yet each block of each attention computed them: pow, cos and sin in
+ * double on its critical path. Instead, one launch before the first node makes a table per
+ * distinct (pos, theta, n) in the param block (gp_cuda_rope_tables: the same bits), and the
+ * attentions read their angles from it with their other loads. At most GP_CU_ROPE_TABS tables;
+ * ropes past them, or wider than a table, keep computing their own.
+ */
+static void plan_rope_tables(cuda_be *b, float *tabs)
+{
+    b->n_rope_tabs = 0;
+    for (int i = 0; i < b->p->n_nodes; i++) {
+        cu_node *cn = &b->nodes[i];
+        for (int k = 0; k < 2 && cn->dec_on; k++) {
+            const gp_cu_rope *r = k ? &cn->dec.rope_k : &cn->dec.rope_q;
+            const float **tab = k ? &cn->dec.tab_k : &cn->dec.tab_q;
+            *tab = NULL;
+            if ((b->disable & FUSE_ROPETAB) || !r->on || r->n > ROPE_TAB_FLOATS)
+                continue;
+            int j = 0;
+            for (; j < b->n_rope_tabs; j++) {
+                const gp_cu_rope_tab *t = &b->rope_tabs[j];
+                if (t->rope.theta == r->theta && t->rope.n == r->n &&
+                    t->pos.data == cn->dec.pos.data)
+                    break;
+            }
+            if (j == GP_CU_ROPE_TABS)
+                continue;
+            if (j == b->n_rope_tabs) {
+                b->rope_tabs[j].rope = *r;
+                b->rope_tabs[j].pos = cn->dec.pos;
+                b->rope_tabs[j].out = tabs + (size_t)j * ROPE_TAB_FLOATS;
+                b->n_rope_tabs++;
+            }
+            *tab = b->rope_tabs[j].out;
+        }
+    }
+}
+
+/*
  * 1 when weight `id` may be stored transposed: a contiguous 2-D f16/bf16/f32 [K, N] with fixed dims
  * whose every reader is a matmul taking it as b, not transposed (GPT-2's Conv1D weights), and which
  * no view reads. Its readers then see it through swapped strides ([K, N] with K contiguous), which
@@ -1387,8 +1468,8 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     CU_TRY(cudaMemset(b->dev[GP_REGION_STATE], 0, (size_t)p->regions[GP_REGION_STATE].size));
     CU_TRY(cudaMemset(b->dev[GP_REGION_ARENA], 0, (size_t)p->regions[GP_REGION_ARENA].size));
     CU_TRY(cudaMemset(b->dev[GP_REGION_IO], 0, (size_t)p->regions[GP_REGION_IO].size));
-    /* The param block: sizes, then split-K counters (zero between launches). */
-    size_t psz = sizeof(int64_t) * (size_t)(p->n_syms + 1) + sizeof(unsigned) * GP_CU_COUNTERS;
+    /* The param block: sizes, split-K counters (zero between launches), rope tables. */
+    size_t psz = param_tabs_at(p) + sizeof(float) * GP_CU_ROPE_TABS * ROPE_TAB_FLOATS;
     CU_TRY(be_malloc(b, &b->dparam, psz));
     CU_TRY(cudaMemset(b->dparam, 0, psz));
     CU_TRY(be_host_alloc(b, (void **)&b->pin_syms, sizeof(int64_t) * (size_t)(p->n_syms + 1)));
@@ -1508,6 +1589,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         plan_matvec_groups(b, uses);
     if (!(b->disable & FUSE_ATTN))
         plan_decode_attention(b, uses);
+    plan_rope_tables(b, (float *)((char *)b->dparam + param_tabs_at(p)));
     free(uses);
     if (check_all_reduces(b, err, err_len))
         goto fail;

@@ -270,7 +270,7 @@ static int p2p_warm_up(gp_cuda_comm *c, char *err, size_t err_len)
             if (e == cudaSuccess)
                 e = (cudaError_t)gp_cuda_ar_launch(&c->peers[r], s.a[r], s.b[r],
                                                    dts[k] == GP_F32 ? COUNT : 1, dts[k], s.st[r],
-                                                   0, NULL);
+                                                   0, NULL, 0);
         }
     if (e == cudaSuccess)
         e = sync_ranks(c, s.st);
@@ -473,12 +473,13 @@ int gp_cuda_comm_all_reduce(gp_cuda_comm *c, int rank, const void *in, void *out
                             gp_dtype dt, cudaStream_t s, char *err, size_t err_len)
 {
     int done;
-    return gp_cuda_comm_all_reduce_norm(c, rank, in, out, count, dt, s, NULL, &done, err, err_len);
+    return gp_cuda_comm_all_reduce_norm(c, rank, in, out, count, dt, s, NULL, 0, &done, err,
+                                        err_len);
 }
 
 int gp_cuda_comm_all_reduce_norm(gp_cuda_comm *c, int rank, const void *in, void *out, size_t count,
                                  gp_dtype dt, cudaStream_t s, const gp_cuda_ar_norm *norm,
-                                 int *norm_done, char *err, size_t err_len)
+                                 int not_after, int *norm_done, char *err, size_t err_len)
 {
     *norm_done = 0;
     ncclDataType_t t = dt == GP_F32 ? ncclFloat : dt == GP_F16 ? ncclHalf : ncclBfloat16;
@@ -489,7 +490,8 @@ int gp_cuda_comm_all_reduce_norm(gp_cuda_comm *c, int rank, const void *in, void
     }
     size_t bytes = count * gp_dtype_size(dt);
     if (gp_cuda_comm_uses_p2p(c, bytes)) {
-        int e = gp_cuda_ar_launch(&c->peers[rank], in, out, count, dt, s, c->pdl, norm);
+        int e = gp_cuda_ar_launch(&c->peers[rank], in, out, count, dt, s, c->pdl, norm,
+                                  not_after);
         if (e != cudaSuccess) {
             cudaGetLastError();
             snprintf(err, err_len, "cuda: P2P all-reduce (rank %d, %zu bytes): %s", rank, bytes,
@@ -680,7 +682,7 @@ int gp_cuda_comm_all_reduce(gp_cuda_comm *c, int rank, const void *in, void *out
 
 int gp_cuda_comm_all_reduce_norm(gp_cuda_comm *c, int rank, const void *in, void *out, size_t count,
                                  gp_dtype dt, cudaStream_t s, const gp_cuda_ar_norm *norm,
-                                 int *norm_done, char *err, size_t err_len)
+                                 int not_after, int *norm_done, char *err, size_t err_len)
 {
     (void)norm;
     *norm_done = 0;

@@ -85,10 +85,12 @@ typedef struct {
 } gp_cuda_ar_norm;
 
 /* gp_cuda_comm_all_reduce, and when the P2P kernel serves it and the sum is one f32 row
- * (count == norm->n), norm (may be NULL) too: *norm_done = 1 (else 0: the caller runs the norm). */
+ * (count == norm->n), norm (may be NULL) too: *norm_done = 1 (else 0: the caller runs the norm).
+ * not_after: 1 when the last work enqueued on s before this is not an all-reduce (the P2P kernel
+ * may then read its epochs before waiting for that work); 0 when unknown. */
 int gp_cuda_comm_all_reduce_norm(gp_cuda_comm *c, int rank, const void *in, void *out, size_t count,
                                  gp_dtype dt, cudaStream_t s, const gp_cuda_ar_norm *norm,
-                                 int *norm_done, char *err, size_t err_len);
+                                 int not_after, int *norm_done, char *err, size_t err_len);
 
 /*
  * Waits until stream s (rank's eval) has finished, like cudaStreamSynchronize, but gives up when
@@ -137,7 +139,8 @@ typedef struct {
  * on s; pdl: the launch may overlap the kernel before it (which the kernel waits for). A CUDA
  * error code (0: cudaSuccess). */
 int gp_cuda_ar_launch(const gp_cuda_ar_peers *p, const void *in, void *out, size_t count,
-                      gp_dtype dt, cudaStream_t s, int pdl, const gp_cuda_ar_norm *norm);
+                      gp_dtype dt, cudaStream_t s, int pdl, const gp_cuda_ar_norm *norm,
+                      int not_after);
 /* 1 when gp_cuda_ar_launch computes norm for a sum of count elements of dt. */
 int gp_cuda_ar_norm_ok(const gp_cuda_ar_norm *norm, size_t count, gp_dtype dt);
 

@@ -150,12 +150,24 @@ __device__ __forceinline__ float block_reduce(float v, float *sh, int is_max)
  * launch did not ask for overlap), then lets the next kernel be scheduled, so that kernel's
  * launch and block setup overlap this one's run. Nothing may touch memory before it.
  */
-__device__ __forceinline__ void pdl_begin()
+__device__ __forceinline__ void pdl_wait()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+__device__ __forceinline__ void pdl_begin()
+{
+    pdl_wait();
+    pdl_trigger();
 }
 
 /* A hint to bring the line at p into L2 (no effect on results: safe before pdl_begin, since the

@@ -29,6 +29,8 @@ typedef struct {
     int64_t nb[GP_MAX_DIMS]; /* [ndim] strides in bytes (0 allowed: a broadcast) */
 } gp_cu_tensor;
 
+enum { GP_LATE_NORM = 1, GP_LATE_ATT = 2 };
+
 /* What every launch needs. Owned by the caller (the backend, or a test). */
 typedef struct {
     cudaStream_t stream;
@@ -44,6 +46,8 @@ typedef struct {
     int prefetch;            /* 1: the version-1 matvecs prefetch their weights into L2 before
                                 waiting for the kernel before them (with pdl) */
     int kv_prefetch;         /* 1: attention kernels prefetch their cache rows likewise */
+    int late;                /* GP_LATE_* bits: those kernels let the next one start only once
+                                their loads are done, not at their start (measurements) */
     int no_early;            /* 1: matvecs load no weights before that wait (for benchmarks) */
     const void *const_lo;    /* device bytes [const_lo, const_hi) that no kernel writes during */
     const void *const_hi;    /* evals (the weights): matvecs load them before the wait above */
@@ -165,7 +169,25 @@ typedef struct {
     double scale;
     int pos_const;        /* 1: no kernel of the eval writes pos (an input): it may be read before
                              the wait for the kernel before */
+    const float *tab_q;   /* rope_q's angles at pos, made earlier in the eval by
+                             gp_cuda_rope_tables (cos [n/2], then sin [n/2]); NULL: the kernel's
+                             blocks compute them */
+    const float *tab_k;   /* rope_k's likewise */
 } gp_cu_decode_att;
+
+/* A rope's angles at a position, computed once per eval for the one-token attentions that read
+ * them (gp_cu_decode_att.tab_q, tab_k): out = cos [n/2], then sin [n/2], of rope's angles at pos
+ * (i32 [1]), the same bits as those kernels compute. */
+typedef struct {
+    gp_cu_rope rope;
+    gp_cu_tensor pos;
+    float *out;
+} gp_cu_rope_tab;
+
+enum { GP_CU_ROPE_TABS = 4 }; /* the most tables one launch makes */
+
+/* Enqueues the n <= GP_CU_ROPE_TABS tables t (one kernel); 0, or -1 with err. */
+int gp_cuda_rope_tables(gp_cu_ctx *ctx, const gp_cu_rope_tab *t, int n);
 
 /*
  * Enqueues that attention for one token (q's token dim must be 1 at the launch sizes): one kernel

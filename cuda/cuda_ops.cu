@@ -69,6 +69,20 @@ __device__ __forceinline__ void copy_elem(char *dst, int dt, const char *src, in
     }
 }
 
+/* An element of dtype st whose bits are u (ld_bits) stored at dst as dtype dt: copy_elem in two
+ * steps. */
+__device__ __forceinline__ void st_bits(char *dst, int dt, uint32_t u, int st)
+{
+    if (dt == st) {
+        if (dt == GP_F16 || dt == GP_BF16)
+            *(uint16_t *)dst = (uint16_t)u;
+        else
+            *(uint32_t *)dst = u;
+    } else {
+        st_f(dst, dt, bits_f(u, st));
+    }
+}
+
 /* ---- elementwise: unary, binary with broadcasting, copies ---- */
 
 enum { EW_COPY = -1 };
@@ -143,11 +157,13 @@ enum { NORM_REG = 8, NORM_MAX_THREADS = 512 };
  * costs one memory round trip, not one per loop iteration. Wider rows loop (two passes over x).
  */
 __global__ void __launch_bounds__(NORM_MAX_THREADS)
-    k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, const int64_t *syms)
+    k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, int late, const int64_t *syms)
 {
     NORM nm = {is_ln, has_b, eps, w, b};
     prefetch_norm(nm, 0, w.ne[3]); /* w and b are [n]: one row for every row of x */
-    pdl_begin();
+    pdl_wait();
+    if (!late)
+        pdl_trigger();
     __shared__ float sh[32];
     kt_resolve(o, syms);
     kt_resolve(x, syms);
@@ -158,16 +174,27 @@ __global__ void __launch_bounds__(NORM_MAX_THREADS)
         char *po = o.p + kt_row_off(o, o, r);
         float mean = 0.0f, acc = 0.0f;
         if (in_regs) {
-            float v[NORM_REG], wv[NORM_REG], bv[NORM_REG];
+            /* Every load first (ld_bits), then the conversions: with ld_f, each conversion's
+             * switch made the next load wait for this one. */
+            uint32_t xb[NORM_REG], wb[NORM_REG], bb[NORM_REG];
 #pragma unroll
             for (int j = 0; j < NORM_REG; j++) {
                 int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
-                v[j] = i < n ? ld_f(px + i * x.nb[3], x.t) : 0.0f;
-                wv[j] = i < n ? ld_f(w.p + i * w.nb[3], w.t) : 0.0f;
-                bv[j] = has_b && i < n ? ld_f(b.p + i * b.nb[3], b.t) : 0.0f;
+                xb[j] = i < n ? ld_bits(px + i * x.nb[3], x.t) : 0;
+                wb[j] = i < n ? ld_bits(w.p + i * w.nb[3], w.t) : 0;
+                bb[j] = has_b && i < n ? ld_bits(b.p + i * b.nb[3], b.t) : 0;
+            }
+            float v[NORM_REG], wv[NORM_REG], bv[NORM_REG];
+#pragma unroll
+            for (int j = 0; j < NORM_REG; j++) {
+                v[j] = bits_f(xb[j], x.t);
+                wv[j] = bits_f(wb[j], w.t);
+                bv[j] = bits_f(bb[j], b.t);
             }
             acc = norm_sq_regs(v, n, is_ln, sh, &mean, threadIdx.x, blockDim.x);
             float inv = 1.0f / sqrtf(block_reduce(acc, sh, 0) / (float)n + eps);
+            if (late)
+                pdl_trigger();
 #pragma unroll
             for (int j = 0; j < NORM_REG; j++) {
                 int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
@@ -271,7 +298,11 @@ __global__ void k_rope(int interleaved, int64_t n, double theta, KT o, KT x, KT 
 
 /* ---- lookups, concat, store ---- */
 
-/* out [T, C] = table[ids[t]]; ids out of range leave their row unwritten. */
+/* out [T, C] = table[ids[t]]; ids out of range leave their row unwritten. Each thread loads
+ * GR_REG elements of the row at once, then stores them: a loop of copy_elem waited a memory round
+ * trip per element (its store could alias the next load, which then cannot go first), 10 us for
+ * a row of 4096 read from HBM. */
+enum { GR_REG = 16 };
 __global__ void k_get_rows(KT o, KT table, KT ids, const int64_t *syms)
 {
     pdl_begin();
@@ -283,8 +314,20 @@ __global__ void k_get_rows(KT o, KT table, KT ids, const int64_t *syms)
             continue;
         const char *src = table.p + id * table.nb[2];
         char *dst = o.p + t * o.nb[2];
-        for (int64_t i = threadIdx.x; i < C; i += blockDim.x)
-            copy_elem(dst + i * o.nb[3], o.t, src + i * table.nb[3], table.t);
+        for (int64_t i0 = threadIdx.x; i0 < C; i0 += GR_REG * (int64_t)blockDim.x) {
+            uint32_t u[GR_REG];
+#pragma unroll
+            for (int j = 0; j < GR_REG; j++) {
+                int64_t i = i0 + j * (int64_t)blockDim.x;
+                u[j] = i < C ? ld_bits(src + i * table.nb[3], table.t) : 0;
+            }
+#pragma unroll
+            for (int j = 0; j < GR_REG; j++) {
+                int64_t i = i0 + j * (int64_t)blockDim.x;
+                if (i < C)
+                    st_bits(dst + i * o.nb[3], o.t, u[j], table.t);
+            }
+        }
     }
 }
 
@@ -503,7 +546,7 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
             if (gp_cu_mk_norm(c, nm, (const float *)x.p, o.ne[3], o))
                 return 0;
         }
-        gp_cu_launch(c, k_norm, rows_grid(o), norm_threads(o.ne[3]), 0, ln, (float)a->f[0], o, x, w, b, has_b,
+        gp_cu_launch(c, k_norm, rows_grid(o), norm_threads(o.ne[3]), 0, ln, (float)a->f[0], o, x, w, b, has_b, !!(c->late & GP_LATE_NORM),
                      c->d_syms);
         return gp_cu_check_launch(c, "norm");
     }

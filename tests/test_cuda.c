@@ -870,8 +870,9 @@ static const gp_ktensor *cpu_rope(const gp_cu_rope *r, const gp_ktensor *x, cons
  * nothing else written), the output within 1e-5. q, k and v are column blocks of one row (as
  * GPT-2's qkv); caches f32 and f16, grouped (H = 4, G = 2) or not, D 64 and 128, pos 0, inside
  * the first split and past 16 times the split rows; each rope on or off (rotate-half and
- * interleaved, n < D); the combine in the last block or a second kernel, one split or 16, pos read
- * before or after the PDL wait.
+ * interleaved, n < D), their angles computed by the blocks or read from tables that
+ * gp_cuda_rope_tables made; the combine in the last block or a second kernel, one split or 16, pos
+ * read before or after the PDL wait.
  */
 static void test_attention_decode(void)
 {
@@ -925,13 +926,32 @@ static void test_attention_decode(void)
                     gp_cpu_compute(GP_OP_ATTENTION, &aa, &out.h, ain, 4, hws, wsz, 0, 1);
                     free(hws);
                     /* The GPU, in one launch. */
-                    gp_cu_decode_att a = {dq, dk, dv, kc.d, vc.d, pos.d, rq, rk, aa.f[0], idx % 2};
+                    gp_cu_decode_att a = {dq,  dk, dv,      kc.d,     vc.d, pos.d,
+                                          rq,  rk, aa.f[0], idx % 2,  NULL, NULL};
                     size_t dws = idx % 7 == 3 ? 0 : (size_t)GP_WS_ATTN_SPLITS * H * (D + 2) * 4;
                     void *ws = NULL;
                     if (dws)
                         cudaMalloc(&ws, dws);
                     k.c.att_combine = idx % 4 < 2;
                     k.c.pdl = k.c.prefetch = k.c.kv_prefetch = idx % 2;
+                    /* Every third case: the angles from tables made before the launch. */
+                    float *tabs = NULL;
+                    int use_tab = idx % 3 == 1 && (rq.on || rk.on);
+                    if (use_tab) {
+                        CU_ASSERT_EQUAL(cudaMalloc((void **)&tabs, sizeof(float) * 2 * D), cudaSuccess);
+                        cudaMemset(tabs, 0xff, sizeof(float) * 2 * D);
+                        gp_cu_rope_tab t[2];
+                        int nt = 0;
+                        if (rq.on) {
+                            t[nt++] = (gp_cu_rope_tab){rq, pos.d, tabs};
+                            a.tab_q = tabs;
+                        }
+                        if (rk.on) {
+                            t[nt++] = (gp_cu_rope_tab){rk, pos.d, tabs + D};
+                            a.tab_k = tabs + D;
+                        }
+                        CU_ASSERT_EQUAL(gp_cuda_rope_tables(&k.c, t, nt), 0);
+                    }
                     cudaMemset(out.d.data, 0xff, out.bytes);
                     int64_t n0 = gp_cuda_attention_decode_count();
                     CU_ASSERT_EQUAL(gp_cuda_attention_decode_ok(&a, &out.d), 1);
@@ -942,8 +962,9 @@ static void test_attention_decode(void)
                     CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
                     CU_ASSERT_EQUAL(gp_cuda_attention_decode_count(), n0 + 1);
                     char name[96];
-                    snprintf(name, sizeof name, "attention_decode %s H %d G %d D %d pos %d rope %d",
-                             dt ? "f16" : "f32", (int)H, (int)G, (int)D, (int)P, rv);
+                    snprintf(name, sizeof name, "attention_decode %s H %d G %d D %d pos %d rope %d%s",
+                             dt ? "f16" : "f32", (int)H, (int)G, (int)D, (int)P, rv,
+                             use_tab ? " tables" : "");
                     int same_k = same_on_device(&kc), same_v = same_on_device(&vc);
                     if (!same_k || !same_v)
                         fprintf(stderr, "\n  %s: caches differ from the CPU's stores (k %d, v %d)\n",
@@ -955,6 +976,7 @@ static void test_attention_decode(void)
                     CHECK_ERR(name, rel_err(&g, &out.h), 1e-5);
                     free(g.data);
                     cudaFree(ws);
+                    cudaFree(tabs);
                     tt_free(&qkv);
                     tt_free(&kc);
                     tt_free(&vc);
@@ -986,7 +1008,7 @@ static void test_attention_decode_edges(void)
     tt_new(&kr, GP_F32, 3, sk, 1.0f);
     tt_new(&out, GP_F32, 3, sq, 1.0f);
     gp_cu_rope rope = {1, 0, D, 10000.0, GP_F32};
-    gp_cu_decode_att a = {q.d, kx.d, vx.d, kc.d, vc.d, pos.d, rope, rope, 0.125, 1};
+    gp_cu_decode_att a = {q.d, kx.d, vx.d, kc.d, vc.d, pos.d, rope, rope, 0.125, 1, NULL, NULL};
     size_t dws = (size_t)GP_WS_ATTN_SPLITS * H * (D + 2) * 4;
     void *ws = NULL;
     cudaMalloc(&ws, dws);
@@ -1042,6 +1064,25 @@ static void test_attention_decode_edges(void)
     b = a;
     b.q.ne[1] = 7;
     CU_ASSERT_EQUAL(gp_cuda_attention_decode_ok(&b, &out.d), 0);
+    /* Rope tables refused: none, too many, a rope off, an odd n, a pos not i32. */
+    gp_cu_rope_tab t[GP_CU_ROPE_TABS + 1];
+    for (int i = 0; i <= GP_CU_ROPE_TABS; i++)
+        t[i] = (gp_cu_rope_tab){rope, pos.d, (float *)ws};
+    CU_ASSERT_EQUAL(gp_cuda_rope_tables(&k.c, t, 0), -1);
+    CU_ASSERT_STRING_EQUAL(k.c.err, "rope_tables: 0 tables (1 to 4)");
+    CU_ASSERT_EQUAL(gp_cuda_rope_tables(&k.c, t, GP_CU_ROPE_TABS + 1), -1);
+    const char *bad = "rope_tables: table 1: needs a rope with an even n and an i32 pos";
+    t[1].rope.on = 0;
+    CU_ASSERT_EQUAL(gp_cuda_rope_tables(&k.c, t, 2), -1);
+    CU_ASSERT_STRING_EQUAL(k.c.err, bad);
+    t[1] = t[0];
+    t[1].rope.n = 33;
+    CU_ASSERT_EQUAL(gp_cuda_rope_tables(&k.c, t, 2), -1);
+    CU_ASSERT_STRING_EQUAL(k.c.err, bad);
+    t[1] = t[0];
+    t[1].pos.dtype = GP_F32;
+    CU_ASSERT_EQUAL(gp_cuda_rope_tables(&k.c, t, 2), -1);
+    CU_ASSERT_STRING_EQUAL(k.c.err, bad);
     CU_ASSERT_EQUAL(cudaGetLastError(), cudaSuccess);
     cudaFree(ws);
     tt_free(&q);

@@ -497,10 +497,14 @@ static void *norm_rank_main(void *arg)
     cudaMemset(h, 0xff, sizeof hx);
     gp_cuda_ar_norm nm = {j->is_ln, 1e-5f, w, j->is_ln ? b : NULL, GP_F16, GP_F16, h, GP_F32,
                           (size_t)j->n};
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 2; k++) {
+        /* The second after other work (a memset): its epochs may be read before its wait. */
+        if (k == 1)
+            cudaMemsetAsync(h, 0xff, sizeof hx, s);
         if (gp_cuda_comm_all_reduce_norm(j->comm, j->rank, x, y, (size_t)j->count, GP_F32, s, &nm,
-                                         &j->done[k], j->err, sizeof j->err))
+                                         k, &j->done[k], j->err, sizeof j->err))
             goto done;
+    }
     if (gp_cuda_comm_wait(j->comm, j->rank, s, j->err, sizeof j->err))
         goto done;
     cudaMemcpy(j->sum, y, sizeof hx, cudaMemcpyDeviceToHost);
