@@ -114,6 +114,24 @@ __device__ __forceinline__ void st_f(char *p, int t, float v)
     }
 }
 
+/* Four consecutive elements of dtype t at p, aligned to four of them, in one store (st_f four
+ * times). */
+__device__ __forceinline__ void st_f4(char *p, int t, const float (&y)[4])
+{
+    if (t == GP_F16 || t == GP_BF16) {
+        uint32_t h[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            h[k] = t == GP_F16 ? __half_as_ushort(__float2half_rn(y[k]))
+                               : __bfloat16_as_ushort(__float2bfloat16_rn(y[k]));
+        *(uint2 *)p = make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
+    } else if (t == GP_F32) {
+        *(float4 *)p = make_float4(y[0], y[1], y[2], y[3]);
+    } else {
+        *(int4 *)p = make_int4(f2i_sat(y[0]), f2i_sat(y[1]), f2i_sat(y[2]), f2i_sat(y[3]));
+    }
+}
+
 __device__ __forceinline__ float warp_sum(float v)
 {
 #pragma unroll
