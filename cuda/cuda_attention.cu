@@ -179,7 +179,55 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 
 template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, const gp_cu_ctx *c)
 {
-    gp_cu_launch(c, k_attention_decode<J>, grid, ATT_WARPS * 32, 0, d, early, c->pdl && c->kv_prefetch);
+    if (!d.cluster) {
+        gp_cu_launch(c, k_attention_decode<J>, grid, ATT_WARPS * 32, 0, d, early,
+                     c->pdl && c->kv_prefetch);
+        return;
+    }
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = grid.z;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(ATT_WARPS * 32);
+    cfg.stream = c->stream;
+    cfg.attrs = at;
+    cfg.numAttrs = c->pdl ? 2 : 1;
+    (void)cudaLaunchKernelEx(&cfg, k_attention_decode<J>, d, early, c->pdl && c->kv_prefetch);
+}
+
+/* 1 when a one-token attention kernel can run clusters of n blocks (n <= 8 is portable; 16 is
+ * allowed here where the device can). */
+template <int J> static int cluster_fits(int n)
+{
+    if (n > 8 && cudaFuncSetAttribute(k_attention_decode<J>,
+                                      cudaFuncAttributeNonPortableClusterSizeAllowed, 1))
+        return 0;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = (unsigned)n;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, 1, (unsigned)n);
+    cfg.blockDim = dim3(ATT_WARPS * 32);
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    return cudaOccupancyMaxActiveClusters(&clusters, k_attention_decode<J>, &cfg) == cudaSuccess &&
+           clusters > 0;
+}
+
+extern "C" int gp_cuda_attention_cluster_ok(int n)
+{
+    int ok = n >= 2 && n <= GP_WS_ATTN_SPLITS && cluster_fits<2>(n) && cluster_fits<4>(n) &&
+             cluster_fits<ATT_MAXJ>(n);
+    cudaGetLastError();
+    return ok;
 }
 
 /* Why the operands of a one-token attention are not supported, or NULL (T not checked). */
@@ -228,15 +276,19 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
         return -1;
     }
     int64_t H = q.ne[2], D = q.ne[3];
-    int nsplit = att_splits(1, H, D, ws, ws_size);
-    unsigned *counters = att_counters(c, nsplit, 1, H);
+    /* With clusters (not in the persistent kernel), the splits combine in shared memory: no
+     * workspace, no counters. */
+    int cl = c->att_cluster > 1 ? c->att_cluster : D <= 64 ? c->att_cluster_small : 0;
+    int cluster = cl > 1 && !c->mk;
+    int nsplit = cluster ? cl : att_splits(1, H, D, ws, ws_size);
+    unsigned *counters = cluster ? NULL : att_counters(c, nsplit, 1, H);
     float *part = (float *)ws;
     dim3 grid((unsigned)H, 1, (unsigned)nsplit);
     int J = (int)((D + 31) / 32);
     J = J <= 2 ? 2 : J <= 4 ? 4 : ATT_MAXJ;
     DecArgs d = {(float)a->scale, o, q, kx, vx, kc, vc, p, a->rope_q, a->rope_k, part, counters,
                  a->rope_q.on ? a->tab_q : NULL, a->rope_k.on ? a->tab_k : NULL,
-                 !!(c->late & GP_LATE_ATT)};
+                 !!(c->late & GP_LATE_ATT), cluster};
     DecArgs dm = d; /* the persistent kernel's stages compute their angles */
     dm.tq = dm.tk = NULL;
     dm.late = 0;
@@ -253,7 +305,7 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
     if (gp_cu_check_launch(c, "attention_decode"))
         return -1;
     decode_launches++;
-    if (nsplit == 1 || counters)
+    if (nsplit == 1 || counters || cluster)
         return 0;
     gp_cu_launch(c, k_attention_combine, dim3((unsigned)H, 1), 64, 0, nsplit, o, p, kc.ne[1],
                  (const float *)part, (int64_t)1, c->d_syms);

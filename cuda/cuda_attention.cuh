@@ -4,6 +4,7 @@
 #ifndef GP_CUDA_ATTENTION_CUH
 #define GP_CUDA_ATTENTION_CUH
 
+#include <cooperative_groups.h>
 #include <math.h>
 
 #include "cuda/cuda_internal.cuh"
@@ -21,6 +22,7 @@ struct AttSmem {
     float inv_l;
     int last;
     float qcs[16 * J], qsn[16 * J], kcs[16 * J], ksn[16 * J];
+    float pacc[32 * J], pm, pl; /* the block's partial, for its cluster (cluster_finish) */
 };
 
 /* Combines the nsplit partials of (h, t) into out: each thread's first dim's partials are loaded
@@ -218,15 +220,65 @@ __device__ __forceinline__ void attend_regs(const float (&qv)[J], const float (&
 }
 
 /*
+ * The splits of (h, t) combined through distributed shared memory, when they were launched as one
+ * cluster (one block per split, block rank = split): every block's partial (its sm.pacc, pm, pl,
+ * set) is read by the others, block r combining dims [r c, r c + c) for c = ceil(D / nsplit), as
+ * combine_partials does (the same weights and order). Two cluster barriers: the partials are
+ * written before anyone reads, and read before any block exits. Every thread of every block of
+ * the cluster calls it.
+ */
+template <int J>
+__device__ __forceinline__ void cluster_finish(AttSmem<J> &sm, const KT &o, int64_t h, int64_t t)
+{
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    int64_t D = o.ne[3];
+    unsigned ns = cl.num_blocks(), r = cl.block_rank();
+    int64_t c = (D + ns - 1) / ns, d = r * c + threadIdx.x;
+    if (threadIdx.x < c && d < D && ns <= GP_WS_ATTN_SPLITS) {
+        float m[GP_WS_ATTN_SPLITS], l[GP_WS_ATTN_SPLITS], x[GP_WS_ATTN_SPLITS];
+        float M = -INFINITY;
+#pragma unroll
+        for (unsigned i = 0; i < GP_WS_ATTN_SPLITS; i++) {
+            m[i] = -INFINITY;
+            l[i] = x[i] = 0.0f;
+            if (i < ns) {
+                const AttSmem<J> *ps = cl.map_shared_rank(&sm, i);
+                m[i] = ps->pm;
+                l[i] = ps->pl;
+                x[i] = ps->pacc[d];
+            }
+        }
+#pragma unroll
+        for (unsigned i = 0; i < GP_WS_ATTN_SPLITS; i++) {
+            if (!(l[i] > 0.0f))
+                m[i] = -INFINITY;
+            M = fmaxf(M, m[i]);
+        }
+        float L = 0.0f, a = 0.0f;
+#pragma unroll
+        for (unsigned i = 0; i < GP_WS_ATTN_SPLITS; i++) {
+            float w = m[i] == -INFINITY ? 0.0f : expf(m[i] - M);
+            L += l[i] * w;
+            if (w != 0.0f)
+                a += x[i] * w;
+        }
+        st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a * (1.0f / L));
+    }
+    cl.sync();
+}
+
+/*
  * The end of an attention block: its warps' results combined; nsplit == 1: the normalized result
- * to out; else partials to part (f32 [nsplit, Tl, H, D + 2]) and, with counters, the last split
+ * to out; cluster: the partial to shared memory, then cluster_finish; else partials to part (f32 [nsplit, Tl, H, D + 2]) and, with counters, the last split
  * block of (h, t) to get here combines them into out and resets its counter.
  */
 template <int J>
 __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
                                               const float (&acc)[J], const KT &o, int64_t h,
                                               int64_t t, int nsplit, int split, float *part,
-                                              int64_t Tl, unsigned *counters)
+                                              int64_t Tl, unsigned *counters, int cluster = 0)
 {
     int64_t H = o.ne[2], D = o.ne[3];
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -252,6 +304,12 @@ __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
             a += sm.acc[i][d] * f[i];
         if (nsplit == 1) {
             st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a / L);
+        } else if (cluster) {
+            sm.pacc[d] = a;
+            if (d == 0) {
+                sm.pm = M;
+                sm.pl = L;
+            }
         } else {
             float *pp = part + ((split * Tl + t) * H + h) * (D + 2);
             pp[d] = a;
@@ -260,6 +318,10 @@ __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
                 pp[D + 1] = L;
             }
         }
+    }
+    if (cluster && nsplit > 1) {
+        cluster_finish(sm, o, h, t);
+        return;
     }
     if (nsplit == 1 || !counters)
         return;
@@ -381,6 +443,7 @@ struct DecArgs {
     const float *tq, *tk; /* rq's and rk's angles for this eval (gp_cu_decode_att.tab_q, tab_k):
                              cos [n/2], then sin [n/2]; NULL: each block computes them */
     int late;             /* the next kernel may start once the rows are attended, not before */
+    int cluster;          /* the nsplit blocks of a head are one cluster: cluster_finish combines */
 };
 
 /* The angles (cos, sin by pair) block (h, split) reads for rope q (k: the new key's). */
@@ -514,7 +577,7 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
     }
     if (a.late)
         pdl_trigger();
-    attend_finish(sm, m, l, acc, a.o, h, 0, nsplit, split, a.part, 1, a.counters);
+    attend_finish(sm, m, l, acc, a.o, h, 0, nsplit, split, a.part, 1, a.counters, a.cluster);
 }
 
 /* Records a one-token attention as a stage of ctx->mk (cuda_mega.cu); 1 when recorded. */

@@ -23,6 +23,9 @@
  * GPLAN_CUDA_DISABLE). GPLAN_CUDA_SKIP (op names; timing experiments only: wrong results) leaves
  * those ops' kernels out. GPLAN_CUDA_MATVEC=1: the first (version 1) matrix-vector kernels;
  * GPLAN_CUDA_MV_BPS=n: the [K, N] matvec's target blocks per multiprocessor (default 4).
+ * GPLAN_CUDA_ATT_CLUSTER=n (2..16): the one-token attention's n splits of a head run as one
+ * cluster and combine in distributed shared memory, where the device can (default: 16 for head
+ * dims <= 64, none above; 0: none).
  * GPLAN_CUDA_LATE: the kernels that let the next one start only once their loads are done, not
  * right after their wait (a comma list of "norm" and "att"; default "norm"; "none": none).
  * Tensor-parallel plans: one instance per rank, each on its device and called from its own thread;
@@ -194,6 +197,14 @@ static void read_switches(cuda_be *b)
     const char *pdl = getenv("GPLAN_CUDA_PDL");
     b->kc.pdl = !(pdl && *pdl == '0');
     b->kc.att_combine = !(b->disable & FUSE_COMBINE);
+    /* Measured 2026-11-30 (H200, ms per token, bench/gpu-notes.md, run G): clusters of 16
+     * -0.04 on GPT-2 1558M and -0.008 on 117M (head dims 64), but +0.13 on Llama-7B on one GPU
+     * and +0.02 on two (head dims 128; of 8: +-0 and +0.02). Default: 16, for head dims <= 64. */
+    const char *ac = getenv("GPLAN_CUDA_ATT_CLUSTER");
+    b->kc.att_cluster = ac ? atoi(ac) : 0;
+    if (b->kc.att_cluster && !gp_cuda_attention_cluster_ok(b->kc.att_cluster))
+        b->kc.att_cluster = 0;
+    b->kc.att_cluster_small = !ac && gp_cuda_attention_cluster_ok(16) ? 16 : 0;
     /* Measured 2026-11-30 (H200): -5% for GPT-2 117M, +4% for 1558M (its 5-20 MB matrices'
      * prefetches compete with the kernel before): off unless asked for. The attention's cache
      * rows are on the critical path and small: on unless "prefetch" is disabled. */

@@ -43,6 +43,9 @@ typedef struct {
     int no_matvec;           /* 1: M == 1 matmuls go to cuBLAS too (for benchmarks) */
     int pdl;                 /* 1: launches ask for programmatic dependent launch (overlap) */
     int att_combine;         /* 1: split attention combines in its last block (no 2nd kernel) */
+    int att_cluster;         /* > 1: a one-token attention's splits are that many blocks of one
+                                cluster, combined in shared memory (gp_cuda_attention_cluster_ok) */
+    int att_cluster_small;   /* the same for head dims <= 64 only, when att_cluster is 0 */
     int prefetch;            /* 1: the version-1 matvecs prefetch their weights into L2 before
                                 waiting for the kernel before them (with pdl) */
     int kv_prefetch;         /* 1: attention kernels prefetch their cache rows likewise */
@@ -185,6 +188,10 @@ typedef struct {
 } gp_cu_rope_tab;
 
 enum { GP_CU_ROPE_TABS = 4 }; /* the most tables one launch makes */
+
+/* 1 when this device runs the one-token attention's splits as clusters of n blocks (2 <= n <=
+ * GP_WS_ATTN_SPLITS), for gp_cu_ctx.att_cluster. */
+int gp_cuda_attention_cluster_ok(int n);
 
 /* Enqueues the n <= GP_CU_ROPE_TABS tables t (one kernel); 0, or -1 with err. */
 int gp_cuda_rope_tables(gp_cu_ctx *ctx, const gp_cu_rope_tab *t, int n);

@@ -878,6 +878,13 @@ static void test_attention_decode(void)
 {
     kctx k;
     kctx_new(&k, NULL, NULL, 0);
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (major >= 9) /* clusters of 8 are portable from sm_90 on */
+        CU_ASSERT_EQUAL(gp_cuda_attention_cluster_ok(8), 1);
+    CU_ASSERT_EQUAL(gp_cuda_attention_cluster_ok(1), 0);
+    CU_ASSERT_EQUAL(gp_cuda_attention_cluster_ok(GP_WS_ATTN_SPLITS + 1), 0);
     const int64_t S = 400;
     const int32_t poss[3] = {0, 9, 350};
     int idx = 0;
@@ -934,6 +941,10 @@ static void test_attention_decode(void)
                         cudaMalloc(&ws, dws);
                     k.c.att_combine = idx % 4 < 2;
                     k.c.pdl = k.c.prefetch = k.c.kv_prefetch = idx % 2;
+                    /* Every third case (another third than the tables'): the splits as one
+                     * cluster, of 16 or 8 blocks, where the device can. */
+                    int cl = idx % 3 == 2 ? (idx % 2 ? 16 : 8) : 0;
+                    k.c.att_cluster = cl && gp_cuda_attention_cluster_ok(cl) ? cl : 0;
                     /* Every third case: the angles from tables made before the launch. */
                     float *tabs = NULL;
                     int use_tab = idx % 3 == 1 && (rq.on || rk.on);
@@ -961,10 +972,11 @@ static void test_attention_decode(void)
                     CU_ASSERT_EQUAL(r, 0);
                     CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
                     CU_ASSERT_EQUAL(gp_cuda_attention_decode_count(), n0 + 1);
-                    char name[96];
-                    snprintf(name, sizeof name, "attention_decode %s H %d G %d D %d pos %d rope %d%s",
+                    char name[128];
+                    snprintf(name, sizeof name,
+                             "attention_decode %s H %d G %d D %d pos %d rope %d%s cluster %d",
                              dt ? "f16" : "f32", (int)H, (int)G, (int)D, (int)P, rv,
-                             use_tab ? " tables" : "");
+                             use_tab ? " tables" : "", k.c.att_cluster);
                     int same_k = same_on_device(&kc), same_v = same_on_device(&vc);
                     if (!same_k || !same_v)
                         fprintf(stderr, "\n  %s: caches differ from the CPU's stores (k %d, v %d)\n",
