@@ -230,6 +230,9 @@ __device__ __forceinline__ void attend_regs(const float (&qv)[J], const float (&
 template <int J>
 __device__ __forceinline__ void cluster_finish(AttSmem<J> &sm, const KT &o, int64_t h, int64_t t)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap(); /* no clusters before sm_90: gp_cuda_attention_cluster_ok keeps them off there */
+#elif defined(__CUDA_ARCH__)
     namespace cg = cooperative_groups;
     cg::cluster_group cl = cg::this_cluster();
     cl.sync();
@@ -267,6 +270,7 @@ __device__ __forceinline__ void cluster_finish(AttSmem<J> &sm, const KT &o, int6
         st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a * (1.0f / L));
     }
     cl.sync();
+#endif
 }
 
 /*
