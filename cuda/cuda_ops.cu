@@ -56,21 +56,8 @@ __device__ __forceinline__ int64_t kt_row_off(const KT &t, const KT &o, int64_t 
     return kt_off(t, q / o.ne[1], q % o.ne[1], i2, 0);
 }
 
-/* One element from src (dtype st) to dst (dt): the raw bytes when the dtypes match, else via f32. */
-__device__ __forceinline__ void copy_elem(char *dst, int dt, const char *src, int st)
-{
-    if (dt == st) {
-        if (dt == GP_F16 || dt == GP_BF16)
-            *(uint16_t *)dst = *(const uint16_t *)src;
-        else
-            *(uint32_t *)dst = *(const uint32_t *)src;
-    } else {
-        st_f(dst, dt, ld_f(src, st));
-    }
-}
-
-/* An element of dtype st whose bits are u (ld_bits) stored at dst as dtype dt: copy_elem in two
- * steps. */
+/* An element of dtype st whose bits are u (ld_bits) stored at dst as dtype dt: the raw bytes when
+ * the dtypes match, else via f32. */
 __device__ __forceinline__ void st_bits(char *dst, int dt, uint32_t u, int st)
 {
     if (dt == st) {
@@ -81,6 +68,12 @@ __device__ __forceinline__ void st_bits(char *dst, int dt, uint32_t u, int st)
     } else {
         st_f(dst, dt, bits_f(u, st));
     }
+}
+
+/* One element from src (dtype st) to dst (dt). */
+__device__ __forceinline__ void copy_elem(char *dst, int dt, const char *src, int st)
+{
+    st_bits(dst, dt, ld_bits(src, st), st);
 }
 
 /* ---- elementwise: unary, binary with broadcasting, copies ---- */
