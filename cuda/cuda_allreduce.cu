@@ -146,6 +146,17 @@ __device__ unsigned ar_wait(const gp_cuda_ar_peers &a, unsigned b, unsigned long
     return GP_AR_OK;
 }
 
+/* Thread 0: *e = ++seq[b], this launch's epoch of block b. Only all-reduces read and write seq;
+ * through L2, since the one before may have run block b on another multiprocessor. */
+__device__ __forceinline__ void next_epoch(const gp_cuda_ar_peers &a, unsigned b,
+                                           unsigned long long *e)
+{
+    if (threadIdx.x == 0) {
+        *e = __ldcg(a.seq + b) + 1;
+        __stcg(a.seq + b, *e);
+    }
+}
+
 /* The norm after an all-reduce (gp_cuda_ar_norm), when one block sums the whole f32 row: out =
  * norm(sum). */
 struct ARNORM {
@@ -221,19 +232,14 @@ __global__ void __launch_bounds__(1024, 1)
             bs[k] = bits_f(bb[k], an.nm.b.t);
         }
     }
-    /* The epoch: only all-reduces read and write seq. Through L2: the one before may have run
-     * block b on another multiprocessor. With not_after, that one is at least two launches
-     * back, so it has finished once this kernel runs at all (the launch before it waited for it
-     * before letting this one start): the read need not wait. */
-    if (not_after && threadIdx.x == 0) {
-        sh_e = __ldcg(a.seq + b) + 1;
-        __stcg(a.seq + b, sh_e);
-    }
+    /* With not_after, the all-reduce before this one is at least two launches back, so it has
+     * finished once this kernel runs at all (the launch before it waited for it before letting
+     * this one start): the epoch need not wait. */
+    if (not_after)
+        next_epoch(a, b, &sh_e);
     pdl_begin(); /* in is the kernel before's output: nothing is read before it finished */
-    if (!not_after && threadIdx.x == 0) {
-        sh_e = __ldcg(a.seq + b) + 1;
-        __stcg(a.seq + b, sh_e);
-    }
+    if (!not_after)
+        next_epoch(a, b, &sh_e);
     ar_chunk<U> mine;
     mine.v = have ? ar_load<U>(in + off, len, vec) : make_uint4(0, 0, 0, 0);
     __syncthreads();
