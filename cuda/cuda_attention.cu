@@ -179,25 +179,12 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 
 template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, const gp_cu_ctx *c)
 {
-    if (!d.cluster) {
-        gp_cu_launch(c, k_attention_decode<J>, grid, ATT_WARPS * 32, 0, d, early,
-                     c->pdl && c->kv_prefetch);
-        return;
-    }
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = grid.z;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(ATT_WARPS * 32);
-    cfg.stream = c->stream;
-    cfg.attrs = at;
-    cfg.numAttrs = c->pdl ? 2 : 1;
-    (void)cudaLaunchKernelEx(&cfg, k_attention_decode<J>, d, early, c->pdl && c->kv_prefetch);
+    int pf = c->pdl && c->kv_prefetch;
+    if (d.cluster) /* never with c->mk (no stages to flush) */
+        (void)gp_cu_launch_cl(c->stream, c->pdl, grid.z, k_attention_decode<J>, grid,
+                              ATT_WARPS * 32, 0, d, early, pf);
+    else
+        gp_cu_launch(c, k_attention_decode<J>, grid, ATT_WARPS * 32, 0, d, early, pf);
 }
 
 /* 1 when a one-token attention kernel can run clusters of n blocks (n <= 8 is portable; 16 is
@@ -207,16 +194,9 @@ template <int J> static int cluster_fits(int n)
     if (n > 8 && cudaFuncSetAttribute(k_attention_decode<J>,
                                       cudaFuncAttributeNonPortableClusterSizeAllowed, 1))
         return 0;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = (unsigned)n;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1, 1, (unsigned)n);
-    cfg.blockDim = dim3(ATT_WARPS * 32);
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute at[2];
+    cudaLaunchConfig_t cfg =
+        gp_cu_config(NULL, 0, (unsigned)n, dim3(1, 1, (unsigned)n), dim3(ATT_WARPS * 32), 0, at);
     int clusters = 0;
     return cudaOccupancyMaxActiveClusters(&clusters, k_attention_decode<J>, &cfg) == cudaSuccess &&
            clusters > 0;

@@ -352,23 +352,51 @@ __device__ __forceinline__ void tail_norm(const TAIL &tl, const float *row, int6
         *tl.counter = 0;
 }
 
-/* Host: launches kernel k on stream s, asking for programmatic dependent launch when pdl; CUDA's
- * launch status. */
-template <typename... P, typename... A>
-static inline cudaError_t gp_cu_launch_on(cudaStream_t s, int pdl, void (*k)(P...), dim3 grid,
-                                          dim3 block, size_t smem, A... args)
+/* Host: the configuration of a launch on stream s: programmatic dependent launch when pdl,
+ * clusters of cluster_z blocks along z when cluster_z > 1; at holds its attributes. */
+static inline cudaLaunchConfig_t gp_cu_config(cudaStream_t s, int pdl, unsigned cluster_z,
+                                              dim3 grid, dim3 block, size_t smem,
+                                              cudaLaunchAttribute (&at)[2])
 {
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
+    if (cluster_z > 1) {
+        cudaLaunchAttribute &c = at[cfg.numAttrs++];
+        c.id = cudaLaunchAttributeClusterDimension;
+        c.val.clusterDim.x = 1;
+        c.val.clusterDim.y = 1;
+        c.val.clusterDim.z = cluster_z;
+    }
+    if (pdl) {
+        cudaLaunchAttribute &p = at[cfg.numAttrs++];
+        p.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        p.val.programmaticStreamSerializationAllowed = 1;
+    }
+    return cfg;
+}
+
+/* Host: launches kernel k on stream s as gp_cu_config configures it; CUDA's launch status. */
+template <typename... P, typename... A>
+static inline cudaError_t gp_cu_launch_cl(cudaStream_t s, int pdl, unsigned cluster_z,
+                                          void (*k)(P...), dim3 grid, dim3 block, size_t smem,
+                                          A... args)
+{
+    cudaLaunchAttribute at[2];
+    cudaLaunchConfig_t cfg = gp_cu_config(s, pdl, cluster_z, grid, block, smem, at);
     return cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...);
+}
+
+/* Host: launches kernel k on stream s, asking for programmatic dependent launch when pdl; CUDA's
+ * launch status. */
+template <typename... P, typename... A>
+static inline cudaError_t gp_cu_launch_on(cudaStream_t s, int pdl, void (*k)(P...), dim3 grid,
+                                          dim3 block, size_t smem, A... args)
+{
+    return gp_cu_launch_cl(s, pdl, 0, k, grid, block, smem, args...);
 }
 
 /* Host: gp_cu_launch_on for a kernel context (c->stream, c->pdl). Errors are read back with
