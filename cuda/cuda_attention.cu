@@ -302,7 +302,7 @@ struct RopeTabs {
 
 /* Block b: table b, one pair per thread (rope_cos_sin: the bits the attention's blocks compute).
  * A position out of range makes no table: the attention reads none then. */
-__global__ void k_rope_tables(RopeTabs t, const int64_t *syms)
+__global__ void k_rope_tables(RopeTabs t)
 {
     pdl_begin();
     const gp_cu_rope &r = t.r[blockIdx.x];
@@ -312,7 +312,6 @@ __global__ void k_rope_tables(RopeTabs t, const int64_t *syms)
     float *out = t.out[blockIdx.x];
     for (int64_t i = threadIdx.x; i < r.n / 2; i += blockDim.x)
         rope_cos_sin(r.theta, r.n, (double)p, i, &out[i], &out[r.n / 2 + i]);
-    (void)syms;
 }
 
 extern "C" int gp_cuda_rope_tables(gp_cu_ctx *c, const gp_cu_rope_tab *t, int n)
@@ -334,6 +333,6 @@ extern "C" int gp_cuda_rope_tables(gp_cu_ctx *c, const gp_cu_rope_tab *t, int n)
         rt.pos[i] = gp_kt_of(c, &t[i].pos);
         rt.out[i] = t[i].out;
     }
-    gp_cu_launch(c, k_rope_tables, dim3((unsigned)n), 64, 0, rt, c->d_syms);
+    gp_cu_launch(c, k_rope_tables, dim3((unsigned)n), 64, 0, rt);
     return gp_cu_check_launch(c, "rope_tables");
 }

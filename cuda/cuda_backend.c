@@ -1258,13 +1258,13 @@ static void plan_decode_attention(cuda_be *b, const int *uses)
 static void plan_rope_tables(cuda_be *b, float *tabs)
 {
     b->n_rope_tabs = 0;
+    if (b->disable & FUSE_ROPETAB)
+        return; /* plan_decode_attention left every table pointer NULL */
     for (int i = 0; i < b->p->n_nodes; i++) {
         cu_node *cn = &b->nodes[i];
         for (int k = 0; k < 2 && cn->dec_on; k++) {
             const gp_cu_rope *r = k ? &cn->dec.rope_k : &cn->dec.rope_q;
-            const float **tab = k ? &cn->dec.tab_k : &cn->dec.tab_q;
-            *tab = NULL;
-            if ((b->disable & FUSE_ROPETAB) || !r->on || r->n > ROPE_TAB_FLOATS)
+            if (!r->on || r->n > ROPE_TAB_FLOATS)
                 continue;
             int j = 0;
             for (; j < b->n_rope_tabs; j++) {
@@ -1281,7 +1281,7 @@ static void plan_rope_tables(cuda_be *b, float *tabs)
                 b->rope_tabs[j].out = tabs + (size_t)j * ROPE_TAB_FLOATS;
                 b->n_rope_tabs++;
             }
-            *tab = b->rope_tabs[j].out;
+            *(k ? &cn->dec.tab_k : &cn->dec.tab_q) = b->rope_tabs[j].out;
         }
     }
 }
