@@ -450,18 +450,17 @@ struct DecArgs {
     int cluster;          /* the nsplit blocks of a head are one cluster: cluster_finish combines */
 };
 
-/* The angles (cos, sin by pair) block (h, split) reads for rope q (k: the new key's). */
-__device__ __forceinline__ const float *dec_cos(const DecArgs &a, const float *smc, int k)
+/* Where block (h, split) reads the angles (cos, sin by pair) of rope q, or with k the new key's:
+ * the eval's table, else its shared memory's (the key's are q's when the angles are the same). */
+template <int J>
+__device__ __forceinline__ void dec_angles(const DecArgs &a, const AttSmem<J> &sm, int k,
+                                           const float **cs, const float **sn)
 {
-    const float *t = k && !same_angles(a.rq, a.rk) ? a.tk : a.tq;
-    return t ? t : smc;
-}
-
-__device__ __forceinline__ const float *dec_sin(const DecArgs &a, const float *sms, int k)
-{
-    const float *t = k && !same_angles(a.rq, a.rk) ? a.tk : a.tq;
-    const gp_cu_rope &r = k ? a.rk : a.rq;
-    return t ? t + r.n / 2 : sms;
+    int own = k && !same_angles(a.rq, a.rk); /* the key's angles are its own */
+    const float *t = own ? a.tk : a.tq;
+    const gp_cu_rope &r = k ? a.rk : a.rq; /* the same n as q's when not own */
+    *cs = t ? t : own ? sm.kcs : sm.qcs;
+    *sn = t ? t + r.n / 2 : own ? sm.ksn : sm.qsn;
 }
 
 /* What block (h, split) of a one-token attention knows once it has read pos: p, its rows [s0, s1),
@@ -534,16 +533,17 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
     const char *pk = kc.p + g * kc.nb[2], *pv = vc.p + g * vc.nb[2];
     const char *pkx = kx.p + g * kx.nb[2], *pvx = vx.p + g * vx.nb[2];
     int64_t s1 = st.has_new ? (int64_t)p : st.s1;
-    int takes_new = st.has_new && w == st.wnew, same = same_angles(a.rq, a.rk);
-    const float *kcs = same ? sm.qcs : sm.kcs, *ksn = same ? sm.qsn : sm.ksn;
-    kcs = dec_cos(a, kcs, 1);
-    ksn = dec_sin(a, ksn, 1);
+    int takes_new = st.has_new && w == st.wnew;
+    const float *kcs, *ksn;
+    dec_angles(a, sm, 1, &kcs, &ksn);
     RopeRow<J> qr, kr;
     KvRows<J> first;
     uint32_t vb[J];
-    if (st.s0 < st.s1)
-        rope_load(qr, a.rq, dec_cos(a, sm.qcs, 0), dec_sin(a, sm.qsn, 0), q.p + h * q.nb[2],
-                  q.nb[3], q.t, D);
+    if (st.s0 < st.s1) {
+        const float *qcs, *qsn;
+        dec_angles(a, sm, 0, &qcs, &qsn);
+        rope_load(qr, a.rq, qcs, qsn, q.p + h * q.nb[2], q.nb[3], q.t, D);
+    }
     if (pipe)
         kv_load(first, pk, pv, kc, vc, D, st.s0 + w, s1);
     if (pipe && takes_new)
