@@ -25,6 +25,18 @@ struct AttSmem {
     float pacc[32 * J], pm, pl; /* the block's partial, for its cluster (cluster_finish) */
 };
 
+/* A split's maximum as the combine counts it: none (-inf) when it attended no row (sum 0). */
+__device__ __forceinline__ float split_max(float m, float l)
+{
+    return l > 0.0f ? m : -INFINITY;
+}
+
+/* The weight of a split of maximum m (split_max) against the largest, M. */
+__device__ __forceinline__ float split_weight(float m, float M)
+{
+    return m == -INFINITY ? 0.0f : expf(m - M);
+}
+
 /* Combines the nsplit partials of (h, t) into out: each thread's first dim's partials are loaded
  * with the splits' maxima and sums (one round trip), then every thread adds its dims over the
  * splits. Partials are read past L1 (other blocks of this launch may have written them). */
@@ -42,13 +54,11 @@ __device__ __forceinline__ void combine_partials(int nsplit, const KT &o, int64_
         float m = -INFINITY, l = 0.0f;
         if (i < nsplit) {
             const float *pp = part + ((i * Tl + t) * H + h) * (D + 2);
-            m = __ldcg(pp + D);
             l = __ldcg(pp + D + 1);
-            if (!(l > 0.0f))
-                m = -INFINITY;
+            m = split_max(__ldcg(pp + D), l);
         }
         float M = warp_max(m);
-        float w = m == -INFINITY ? 0.0f : expf(m - M);
+        float w = split_weight(m, M);
         float L = warp_sum(l * w);
         if (i < nsplit)
             wgt[i] = w;
@@ -255,14 +265,13 @@ __device__ __forceinline__ void cluster_finish(AttSmem<J> &sm, const KT &o, int6
         }
 #pragma unroll
         for (unsigned i = 0; i < GP_WS_ATTN_SPLITS; i++) {
-            if (!(l[i] > 0.0f))
-                m[i] = -INFINITY;
+            m[i] = split_max(m[i], l[i]);
             M = fmaxf(M, m[i]);
         }
         float L = 0.0f, a = 0.0f;
 #pragma unroll
         for (unsigned i = 0; i < GP_WS_ATTN_SPLITS; i++) {
-            float w = m[i] == -INFINITY ? 0.0f : expf(m[i] - M);
+            float w = split_weight(m[i], M);
             L += l[i] * w;
             if (w != 0.0f)
                 a += x[i] * w;
