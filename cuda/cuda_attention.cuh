@@ -284,8 +284,9 @@ __device__ __forceinline__ void cluster_finish(AttSmem<J> &sm, const KT &o, int6
 
 /*
  * The end of an attention block: its warps' results combined; nsplit == 1: the normalized result
- * to out; cluster: the partial to shared memory, then cluster_finish; else partials to part (f32 [nsplit, Tl, H, D + 2]) and, with counters, the last split
- * block of (h, t) to get here combines them into out and resets its counter.
+ * to out; cluster: the partial to shared memory, then cluster_finish; else partials to part (f32
+ * [nsplit, Tl, H, D + 2]) and, with counters, the last split block of (h, t) to get here combines
+ * them into out and resets its counter.
  */
 template <int J>
 __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,

@@ -539,8 +539,8 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
             if (gp_cu_mk_norm(c, nm, (const float *)x.p, o.ne[3], o))
                 return 0;
         }
-        gp_cu_launch(c, k_norm, rows_grid(o), norm_threads(o.ne[3]), 0, ln, (float)a->f[0], o, x, w, b, has_b, !!(c->late & GP_LATE_NORM),
-                     c->d_syms);
+        gp_cu_launch(c, k_norm, rows_grid(o), norm_threads(o.ne[3]), 0, ln, (float)a->f[0], o, x,
+                     w, b, has_b, !!(c->late & GP_LATE_NORM), c->d_syms);
         return gp_cu_check_launch(c, "norm");
     }
     case GP_OP_SOFTMAX: {
