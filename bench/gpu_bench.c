@@ -217,6 +217,7 @@ typedef struct {
 static const config configs[] = {
     {"default", ""},
     {"+transpose", "GPLAN_CUDA_TRANSPOSE=1"},
+    {"+stream", "GPLAN_CUDA_STREAM=1"},
     {"matvec-v1", "GPLAN_CUDA_MATVEC=1"},
     {"+prefetch", "GPLAN_CUDA_PREFETCH=1"},
     {"no-pdl", "GPLAN_CUDA_PDL=0"},

@@ -179,7 +179,8 @@ static void read_switches(cuda_be *b)
         b->disable |= FUSE_MEGA;
     /* The persistent decode kernel takes [N, K] weights only: with it, they are transposed by
      * default (GPLAN_CUDA_TRANSPOSE=0 keeps them as they are). */
-    const char *tr = getenv("GPLAN_CUDA_TRANSPOSE");
+    const char *tr = getenv("GPLAN_CUDA_TRANSPOSE"), *st = getenv("GPLAN_CUDA_STREAM");
+    b->kc.mv_stream = st && *st == '1';
     if (tr ? *tr != '1' : (b->disable & FUSE_MEGA) != 0)
         b->disable |= FUSE_TRANSPOSE;
     /* Measured 2026-11-30 (H200, Llama-7B shape): 5.22 -> 5.82 ms a token on one GPU (every

@@ -418,6 +418,342 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
     }
 }
 
+/* ---- matrix-vector, streamed through shared memory: [N, K] weights that no kernel writes are
+ * copied (cp.async, 16 bytes per thread per step) into a ring in shared memory, the first ring-full
+ * before the wait for the kernel before. The kernel holds few registers and one block per
+ * multiprocessor, so the next launch's blocks fit beside it: their first ring-full is on its way
+ * while this kernel still computes, and the weight stream does not stop between kernels. ---- */
+
+enum {
+    ST_WARPS = 16,
+    ST_U = 2,                 /* steps per copy group */
+    ST_D = 5,                 /* copy groups in flight per thread */
+    ST_SLOTS = ST_U * ST_D,   /* 16-byte ring slots per thread: 80 KiB per block */
+    ST_SMEM_MAX = 112 * 1024, /* two blocks per multiprocessor (228 KiB) */
+};
+
+/* Shared memory of k_matvec_st: the ring, x [K] as floats, each row's partial sum per warp. */
+static size_t st_smem(int64_t K, int64_t rpb)
+{
+    return (size_t)ST_SLOTS * ST_WARPS * 32 * 16 + (size_t)K * 4 + (size_t)rpb * ST_WARPS * 4;
+}
+
+/*
+ * A warp's walk over its steps. The block's weights are nr rows of nc 16-byte chunks; a step is 32
+ * chunks of one row (the last of a row may be short), numbered row by row, and each warp takes a
+ * contiguous share of the steps. At a step, lane l is at chunk c = 32 s + l of row `row`; src is
+ * that chunk's address. The copies and the products walk the same way, a ring apart.
+ */
+struct StWalk {
+    int row, s, left;
+    const char *src;
+};
+
+__device__ __forceinline__ StWalk st_walk(const char *w, int64_t ldw, int spr, int g0, int g1)
+{
+    StWalk k;
+    k.row = g0 / spr;
+    k.s = g0 % spr;
+    k.left = g1 - g0;
+    k.src = w + k.row * ldw + (int64_t)(32 * k.s + (threadIdx.x & 31)) * 16;
+    return k;
+}
+
+__device__ __forceinline__ void st_next(StWalk &k, const char *w, int64_t ldw, int spr)
+{
+    k.left--;
+    k.src += 32 * 16;
+    if (++k.s == spr) {
+        k.s = 0;
+        k.row++;
+        k.src = w + k.row * ldw + (int64_t)(threadIdx.x & 31) * 16;
+    }
+}
+
+/* The copies of the walk's next ST_U steps into ring slots sb .. sb + ST_U - 1, as one group (an
+ * empty one past the walk's end). */
+__device__ __forceinline__ void st_issue(uint4 *ring, int sb, StWalk &k, const char *w, int64_t ldw,
+                                         int spr, int nc)
+{
+#pragma unroll
+    for (int u = 0; u < ST_U; u++) {
+        if (k.left <= 0)
+            break;
+        if (32 * k.s + (threadIdx.x & 31) < nc) {
+            unsigned dst =
+                (unsigned)__cvta_generic_to_shared(ring + (sb + u) * (ST_WARPS * 32) + threadIdx.x);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(k.src)
+                         : "memory");
+        }
+        st_next(k, w, ldw, spr);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* x (normalized with PRE) into shared memory as F float4 planes of nc each: chunk c's elements
+ * 4 j .. 4 j + 3 at xs[j * nc + c], so that a warp's loads of 32 chunks' x are contiguous. */
+template <int F, bool PRE>
+__device__ __forceinline__ void st_stage(float4 *xs, const float *x, const NORM &nm, int64_t K,
+                                         int nc)
+{
+    float mean = 0.0f, inv = 1.0f;
+    if (PRE)
+        norm_stats(nm, x, K, &mean, &inv);
+    for (int q = threadIdx.x; q < nc * F; q += blockDim.x) {
+        float4 f;
+        if (PRE) {
+            f.x = norm_one(nm, x, 4 * q, mean, inv);
+            f.y = norm_one(nm, x, 4 * q + 1, mean, inv);
+            f.z = norm_one(nm, x, 4 * q + 2, mean, inv);
+            f.w = norm_one(nm, x, 4 * q + 3, mean, inv);
+        } else {
+            f = __ldg((const float4 *)x + q);
+        }
+        xs[(q % F) * nc + q / F] = f;
+    }
+    __syncthreads();
+}
+
+/*
+ * out[n] = sum_k x[k] w[n][k] for rows [n0, n0 + rpb) of block blockIdx.x (n0 = blockIdx.x * rpb).
+ * Each lane adds its chunks' products; at the end of a row (or of its share) the warp adds its
+ * lanes (a butterfly) into part[row][warp]; after a barrier, row r is the sum of its ST_WARPS
+ * partials in warp order: a fixed order, so the same bits every run. x (normalized with PRE) is
+ * staged in shared memory (st_stage).
+ */
+template <typename W, bool PRE>
+__global__ void __launch_bounds__(ST_WARPS * 32, 2)
+    k_matvec_st(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int64_t K,
+                int64_t N, int64_t rpb)
+{
+    typedef vec16<W> V;
+    extern __shared__ uint4 st_sm[];
+    uint4 *ring = st_sm;
+    float *xs = (float *)(st_sm + ST_SLOTS * ST_WARPS * 32), *part = xs + K;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t n0 = (int64_t)blockIdx.x * rpb;
+    int nr = (int)min(rpb, N - n0), nc = (int)(K / V::N), spr = (nc + 31) / 32, steps = nr * spr;
+    w += n0 * ldw;
+    int g0 = (int)((int64_t)steps * warp / ST_WARPS), g1 = (int)((int64_t)steps * (warp + 1) / ST_WARPS);
+    StWalk in = st_walk(w, ldw, spr, g0, g1), at = in;
+    /* Before the wait: the weights (no kernel writes them), the norm's weights into L2. */
+#pragma unroll
+    for (int sb = 0; sb < ST_SLOTS; sb += ST_U)
+        st_issue(ring, sb, in, w, ldw, spr, nc);
+    if (PRE)
+        prefetch_norm(nm, 0, K);
+    for (int i = threadIdx.x; i < nr * ST_WARPS; i += blockDim.x)
+        part[i] = 0.0f;
+    pdl_begin();
+    st_stage<V::N / 4, PRE>((float4 *)xs, x, nm, K, nc);
+    float acc = 0.0f;
+    int row = at.row;
+    for (int sb = 0; at.left > 0; sb = sb + ST_U == ST_SLOTS ? 0 : sb + ST_U) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(ST_D - 1) : "memory");
+#pragma unroll
+        for (int u = 0; u < ST_U; u++) {
+            if (at.left <= 0)
+                break;
+            if (at.row != row) { /* warp-uniform */
+                float s = warp_sum(acc);
+                if (lane == 0)
+                    part[row * ST_WARPS + warp] = s;
+                row = at.row;
+                acc = 0.0f;
+            }
+            int c = 32 * at.s + lane;
+            if (c < nc) {
+                float wv[V::N];
+                V::unpack(ring[(sb + u) * (ST_WARPS * 32) + threadIdx.x], wv);
+#pragma unroll
+                for (int j = 0; j < V::N / 4; j++) {
+                    float4 f = ((const float4 *)xs)[j * nc + c];
+                    acc += wv[4 * j] * f.x;
+                    acc += wv[4 * j + 1] * f.y;
+                    acc += wv[4 * j + 2] * f.z;
+                    acc += wv[4 * j + 3] * f.w;
+                }
+            }
+            st_next(at, w, ldw, spr);
+        }
+        /* The slots just read (their values are in registers) take the steps a ring later. */
+        st_issue(ring, sb, in, w, ldw, spr, nc);
+    }
+    if (g1 > g0) {
+        float s = warp_sum(acc);
+        if (lane == 0)
+            part[row * ST_WARPS + warp] = s;
+    }
+    __syncthreads();
+    for (int r = threadIdx.x; r < nr; r += blockDim.x) {
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < ST_WARPS; k++)
+            s += part[r * ST_WARPS + k];
+        st_f(o.p + (n0 + r) * o.nb[3], o.t, epi_apply(e, n0 + r, s));
+    }
+}
+
+/*
+ * The same stream for [K, N] weights (row k at w + k * ldw, N contiguous; GPT-2's Conv1D): a block
+ * covers a tile of 32 chunks of columns (32 * V::N) and a split [k0, k1) of the rows; lane l holds
+ * chunk l of the tile, and warp y rows k0 + y, k0 + y + ST_WARPS, ... (one step: ST_WARPS rows).
+ * Each tile's rows are split in about n_sm / tiles parts so that the grid is one block per
+ * multiprocessor: tile t takes q + 1 splits for t < r, else q (q, r: gridDim.x over tiles). The
+ * splits' sums go to part [splits, N] and the last block of a tile adds them in split order
+ * (counters[t], reset by it), as k_matvec_kn2. Every block loads its columns' epilogue operands
+ * right after the wait, so the last block does not wait for them.
+ */
+__device__ __forceinline__ void kst_issue(uint4 *ring, int sb, const char *&src, int64_t &k,
+                                          int64_t k1, int64_t step, bool ok)
+{
+#pragma unroll
+    for (int u = 0; u < ST_U; u++) {
+        if (ok && k < k1) {
+            unsigned dst =
+                (unsigned)__cvta_generic_to_shared(ring + (sb + u) * (ST_WARPS * 32) + threadIdx.x);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src)
+                         : "memory");
+        }
+        src += step;
+        k += ST_WARPS;
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* The epilogue's operands at column col, loaded ahead (epi_apply's other operands, in order). */
+struct EpiVals {
+    float v[GP_CU_MAX_EPI];
+};
+
+__device__ __forceinline__ EpiVals epi_load(const EPI &e, int64_t col)
+{
+    EpiVals r;
+#pragma unroll
+    for (int k = 0; k < GP_CU_MAX_EPI; k++) {
+        r.v[k] = 0.0f;
+        if (k < e.n && e.op[k] != GP_OP_GELU) {
+            const KT &o = e.other[k];
+            r.v[k] = ld_f(o.p + (o.ne[3] == 1 ? 0 : col * o.nb[3]), o.t);
+        }
+    }
+    return r;
+}
+
+/* epi_apply with the operands epi_load gave. */
+__device__ __forceinline__ float epi_apply_vals(const EPI &e, const EpiVals &ev, float v)
+{
+#pragma unroll
+    for (int k = 0; k < GP_CU_MAX_EPI; k++) {
+        if (k >= e.n)
+            break;
+        if (e.op[k] == GP_OP_GELU)
+            v = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+        else
+            v = e.op[k] == GP_OP_ADD ? v + ev.v[k] : v * ev.v[k];
+    }
+    return v;
+}
+
+template <typename W, bool PRE>
+__global__ void __launch_bounds__(ST_WARPS * 32, 2)
+    k_matvec_kst(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int64_t K,
+                 int64_t N, int tiles, float *part, unsigned *counters)
+{
+    typedef vec16<W> V;
+    enum { TW = 32 * V::N }; /* a tile's columns */
+    extern __shared__ uint4 st_sm[];
+    __shared__ int last;
+    uint4 *ring = st_sm;
+    float *xs = (float *)(st_sm + ST_SLOTS * ST_WARPS * 32);
+    int ty = threadIdx.x >> 5, tx = threadIdx.x & 31;
+    int q = (int)gridDim.x / tiles, r = (int)gridDim.x % tiles, b = (int)blockIdx.x, t, s, ns;
+    if (b < r * (q + 1)) {
+        t = b / (q + 1);
+        s = b % (q + 1);
+        ns = q + 1;
+    } else {
+        b -= r * (q + 1);
+        t = r + b / q;
+        s = b % q;
+        ns = q;
+    }
+    int64_t per = (K + ns - 1) / ns, k0 = s * per, k1 = min(K, k0 + per), tile0 = (int64_t)t * TW;
+    int64_t col = tile0 + tx * V::N, step = ST_WARPS * ldw;
+    bool ok = col < N;
+    const char *src = w + (k0 + ty) * ldw + (ok ? col : 0) * (int64_t)sizeof(W);
+    int64_t kin = k0 + ty;
+    /* Before the wait: the weights (no kernel writes them), the norm's weights into L2. */
+#pragma unroll
+    for (int sb = 0; sb < ST_SLOTS; sb += ST_U)
+        kst_issue(ring, sb, src, kin, k1, step, ok);
+    if (PRE)
+        prefetch_norm(nm, k0, k1);
+    pdl_begin();
+    int64_t ecol = tile0 + threadIdx.x; /* the column this thread finishes, if any */
+    bool fin = threadIdx.x < TW && ecol < N;
+    EpiVals ev = epi_load(e, fin ? ecol : 0);
+    float mean = 0.0f, inv = 1.0f;
+    if (PRE)
+        norm_stats(nm, x, K, &mean, &inv);
+    for (int64_t j = threadIdx.x; j < k1 - k0; j += blockDim.x)
+        xs[j] = PRE ? norm_one(nm, x, k0 + j, mean, inv) : __ldg(x + k0 + j);
+    __syncthreads();
+    float acc[V::N];
+#pragma unroll
+    for (int i = 0; i < V::N; i++)
+        acc[i] = 0.0f;
+    int64_t kat = k0 + ty;
+    for (int sb = 0; kat < k1; sb = sb + ST_U == ST_SLOTS ? 0 : sb + ST_U) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(ST_D - 1) : "memory");
+#pragma unroll
+        for (int u = 0; u < ST_U; u++) {
+            if (kat >= k1)
+                break;
+            if (ok) {
+                float wv[V::N], xk = xs[kat - k0];
+                V::unpack(ring[(sb + u) * (ST_WARPS * 32) + threadIdx.x], wv);
+#pragma unroll
+                for (int i = 0; i < V::N; i++)
+                    acc[i] += wv[i] * xk;
+            }
+            kat += ST_WARPS;
+        }
+        kst_issue(ring, sb, src, kin, k1, step, ok);
+    }
+    /* The warps' sums, added in warp order; the ring is free once every warp is past it. */
+    __syncthreads();
+    float *red = (float *)ring; /* [ST_WARPS][TW] */
+#pragma unroll
+    for (int i = 0; i < V::N; i++)
+        red[ty * TW + tx * V::N + i] = acc[i];
+    __syncthreads();
+    float sum = 0.0f;
+    if (threadIdx.x < TW) {
+#pragma unroll
+        for (int y = 0; y < ST_WARPS; y++)
+            sum += red[y * TW + threadIdx.x];
+    }
+    if (ns == 1) {
+        if (fin)
+            st_f(o.p + ecol * o.nb[3], o.t, epi_apply_vals(e, ev, sum));
+        return;
+    }
+    if (fin)
+        part[(int64_t)s * N + ecol] = sum;
+    if (!last_of(&counters[t], (unsigned)ns, &last))
+        return;
+    if (fin) {
+        float tot = 0.0f;
+#pragma unroll 8
+        for (int i = 0; i < ns; i++)
+            tot += __ldcg(&part[(int64_t)i * N + ecol]);
+        st_f(o.p + ecol * o.nb[3], o.t, epi_apply_vals(e, ev, tot));
+    }
+    if (threadIdx.x == 0)
+        counters[t] = 0;
+}
+
 /* ---- grouped matrix-vector: several [N, K] products of one x in one launch ---- */
 
 /* Up to GP_CU_MAX_GROUP products out_s = x w_s^T, the blocks of product s being
@@ -696,6 +1032,87 @@ static void launch_kn2(const gp_cu_ctx *c, dim3 grid, const char *w, int64_t ldw
                      ksym, K, N, per, part, c->d_counters, early, c->d_syms);
 }
 
+/* Where k_matvec_st can take a [N, K] product: *rpb rows per block, one block per multiprocessor;
+ * 0 when its shared memory would not leave room for a second block beside it. */
+static int st_rows(const gp_cu_ctx *c, int64_t K, int64_t N, int64_t vn, int64_t *rpb)
+{
+    int64_t nsm = c->n_sm > 0 ? c->n_sm : 132, r = (N + nsm - 1) / nsm;
+    int64_t nc = K / vn, steps = r * ((nc + 31) / 32);
+    if (N <= 0 || K <= 0 || steps > (1 << 30) || st_smem(K, r) > ST_SMEM_MAX)
+        return 0;
+    *rpb = r;
+    return 1;
+}
+
+/* Host: lets kernel k use the shared memory of a streamed matvec, all of it shared memory (the
+ * carveout), on the current device. */
+template <typename... P> static void st_allow(void (*k)(P...))
+{
+    (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_SMEM_MAX);
+    (void)cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               cudaSharedmemCarveoutMaxShared);
+}
+
+/*
+ * Where k_matvec_kst can take a [K, N] product: *grid blocks (one per multiprocessor, at least one
+ * per tile of 32 chunks of columns), *smem bytes of shared memory; 0 when the workspace, the
+ * counters or the shared memory can't take it.
+ */
+static int kst_grid(const gp_cu_ctx *c, int64_t K, int64_t N, int64_t vn, size_t ws_size,
+                    const void *ws, unsigned *grid, size_t *smem)
+{
+    int64_t nsm = c->n_sm > 0 ? c->n_sm : 132, tiles = (N + 32 * vn - 1) / (32 * vn);
+    if (K <= 0 || N <= 0 || tiles > nsm)
+        return 0;
+    int64_t q = nsm / tiles, r = nsm % tiles, steps = (K + ST_WARPS - 1) / ST_WARPS;
+    if (q >= steps) { /* splits of one step of rows at least */
+        q = steps;
+        r = 0;
+    }
+    int64_t nmax = r ? q + 1 : q, per = (K + q - 1) / q;
+    size_t sm = (size_t)ST_SLOTS * ST_WARPS * 32 * 16 + (size_t)per * 4;
+    if (sm > ST_SMEM_MAX || (nmax > 1 && (!ws || (size_t)(nmax * N) * sizeof(float) > ws_size ||
+                                          tiles > c->n_counters || !c->d_counters)))
+        return 0;
+    *grid = (unsigned)(tiles * q + r);
+    *smem = sm;
+    return 1;
+}
+
+template <typename W>
+static void launch_kst(const gp_cu_ctx *c, unsigned grid, size_t smem, const char *w, int64_t ldw,
+                       const float *x, const KT &o, const EPI &e, const NORM *nm, int64_t K,
+                       int64_t N, float *part)
+{
+    int tiles = (int)((N + 32 * (16 / sizeof(W)) - 1) / (32 * (16 / sizeof(W))));
+    if (nm) {
+        st_allow(k_matvec_kst<W, true>);
+        gp_cu_launch(c, k_matvec_kst<W, true>, grid, ST_WARPS * 32, smem, w, ldw, x, o, e, *nm,
+                     K, N, tiles, part, c->d_counters);
+    } else {
+        st_allow(k_matvec_kst<W, false>);
+        gp_cu_launch(c, k_matvec_kst<W, false>, grid, ST_WARPS * 32, smem, w, ldw, x, o, e,
+                     NORM(), K, N, tiles, part, c->d_counters);
+    }
+}
+
+template <typename W>
+static void launch_st(const gp_cu_ctx *c, const char *w, int64_t ldw, const float *x, const KT &o,
+                      const EPI &e, const NORM *nm, int64_t K, int64_t N, int64_t rpb)
+{
+    unsigned grid = (unsigned)((N + rpb - 1) / rpb);
+    size_t smem = st_smem(K, rpb);
+    if (nm) {
+        st_allow(k_matvec_st<W, true>);
+        gp_cu_launch(c, k_matvec_st<W, true>, grid, ST_WARPS * 32, smem, w, ldw, x, o, e, *nm, K,
+                     N, rpb);
+    } else {
+        st_allow(k_matvec_st<W, false>);
+        gp_cu_launch(c, k_matvec_st<W, false>, grid, ST_WARPS * 32, smem, w, ldw, x, o, e, NORM(),
+                     K, N, rpb);
+    }
+}
+
 /* 1 when bytes [p, p + n) lie in the constant range (weights), which kernels may read early. */
 static int is_const(const gp_cu_ctx *c, const char *p, int64_t n)
 {
@@ -818,13 +1235,24 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
     }
     if (B.sr == es && B.sc % 16 == 0 && K % vn == 0) {
         /* [N, K]: K contiguous, rows B.sc bytes apart. */
+        int early = ksym < 0 && is_const(c, B.p, (N - 1) * B.sc + K * es);
+        int64_t rpb;
+        if (!c->matvec_v1 && c->mv_stream && !c->mk && early && !tl.on && st_rows(c, K, N, vn, &rpb)) {
+            if (kb.t == GP_F16)
+                launch_st<__half>(c, B.p, B.sc, x, ot, e, pn, K, N, rpb);
+            else if (kb.t == GP_BF16)
+                launch_st<__nv_bfloat16>(c, B.p, B.sc, x, ot, e, pn, K, N, rpb);
+            else
+                launch_st<float>(c, B.p, B.sc, x, ot, e, pn, K, N, rpb);
+            c->streamed++;
+            return gp_cu_check_launch(c, "matvec_st") ? -1 : 1;
+        }
         unsigned grid = (unsigned)((N + MV_WARPS * MV_ROWS - 1) / (MV_WARPS * MV_ROWS));
         /* Every block normalizes all of x: past a few waves of blocks (an LM head) that costs
          * more than the norm's own launch. */
         if (pn && grid > 2048)
             return 0;
         if (!c->matvec_v1) {
-            int early = ksym < 0 && is_const(c, B.p, (N - 1) * B.sc + K * es);
             if (c->mk && early && !tl.on && gp_cu_mk_matvec(c, kb.t, B.p, B.sc, K, N, x, pn, ot, e))
                 return 1;
             unsigned rows = (unsigned)(MV2_WARPS / nk_split(K / vn));
@@ -848,9 +1276,22 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
     if (B.sc == es && B.sr % 16 == 0 && N % vn == 0) {
         /* [K, N]: N contiguous, rows B.sr bytes apart; split K until the GPU has ~4 blocks per
          * multiprocessor. */
+        int early = ksym < 0 && is_const(c, B.p, (K - 1) * B.sr + N * es);
+        unsigned sg;
+        size_t ssm;
+        if (!c->matvec_v1 && c->mv_stream && !c->mk && early &&
+            kst_grid(c, K, N, vn, ws_size, ws, &sg, &ssm)) {
+            if (kb.t == GP_F16)
+                launch_kst<__half>(c, sg, ssm, B.p, B.sr, x, ot, e, pn, K, N, (float *)ws);
+            else if (kb.t == GP_BF16)
+                launch_kst<__nv_bfloat16>(c, sg, ssm, B.p, B.sr, x, ot, e, pn, K, N, (float *)ws);
+            else
+                launch_kst<float>(c, sg, ssm, B.p, B.sr, x, ot, e, pn, K, N, (float *)ws);
+            c->streamed++;
+            return gp_cu_check_launch(c, "matvec_kst") ? -1 : 1;
+        }
         int64_t tiles = (N + KN_TX * vn - 1) / (KN_TX * vn), per2, ns2;
         if (!c->matvec_v1 && kn2_split(c, K, N, tiles, ws_size, ws, &per2, &ns2)) {
-            int early = ksym < 0 && is_const(c, B.p, (K - 1) * B.sr + N * es);
             dim3 g2((unsigned)tiles, (unsigned)ns2);
             float *part = (float *)ws;
             if (kb.t == GP_F16)
