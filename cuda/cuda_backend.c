@@ -9,8 +9,10 @@
  * "attnfuse" (one-token attention with its ropes and K/V cache stores in one launch,
  * plan_decode_attention), "arnorm" (the P2P all-reduce kernel computes the norm after it, one
  * block summing the whole row), "ropetab" (those attentions' rope angles computed once per eval,
- * plan_rope_tables), and, not a fusion, "early" (matvecs load their first weights
- * before waiting for the kernel before them).
+ * plan_rope_tables), and, not fusions, "early" (matvecs load their first weights
+ * before waiting for the kernel before them), "epiload" (the version-2 matvecs load their
+ * epilogue's operands right after that wait, ahead of their sums) and "normload" (the [K, N]
+ * matvec loads a staged norm's weights before that wait).
  * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
  * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
  * wins over it); GPLAN_CUDA_TRANSPOSE=1
@@ -26,6 +28,8 @@
  * GPLAN_CUDA_ATT_CLUSTER=n (2..16): the one-token attention's n splits of a head run as one
  * cluster and combine in distributed shared memory, where the device can (default: 16 for head
  * dims <= 64, none above; 0: none).
+ * GPLAN_CUDA_STREAM=1: one-row products with constant weights stream them through shared memory
+ * (k_matvec_st, k_matvec_kst; measured slower, see read_switches).
  * GPLAN_CUDA_LATE: the kernels that let the next one start only once their loads are done, not
  * right after their wait (a comma list of "norm" and "att"; default "norm"; "none": none).
  * Tensor-parallel plans: one instance per rank, each on its device and called from its own thread;
@@ -133,7 +137,7 @@ typedef struct {
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
        FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64, FUSE_GROUP = 128, FUSE_TAIL = 256,
        FUSE_ATTN = 512, FUSE_MEGA = 1024, FUSE_EARLY = 2048, FUSE_ARNORM = 4096,
-       FUSE_ROPETAB = 8192 };
+       FUSE_ROPETAB = 8192, FUSE_EPILOAD = 16384, FUSE_NORMLOAD = 32768 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -163,7 +167,7 @@ static void read_switches(cuda_be *b)
 {
     static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch",
                                         "transpose", "group", "tail", "attnfuse", "mega", "early",
-                                        "arnorm", "ropetab"};
+                                        "arnorm", "ropetab", "epiload", "normload"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -180,6 +184,10 @@ static void read_switches(cuda_be *b)
     /* The persistent decode kernel takes [N, K] weights only: with it, they are transposed by
      * default (GPLAN_CUDA_TRANSPOSE=0 keeps them as they are). */
     const char *tr = getenv("GPLAN_CUDA_TRANSPOSE"), *st = getenv("GPLAN_CUDA_STREAM");
+    /* Measured 2026-11-30 (H200, ms per one-token eval): GPT-2 1558M 2.09 -> 2.58, 117M 0.40 ->
+     * 0.50 (the next launch's ring-fulls queue in front of this one's loads of x, its epilogue
+     * and its split sums; and a ring of cp.async copies per thread stays near 2 TB/s even
+     * alone, in an LM head): off unless asked for. */
     b->kc.mv_stream = st && *st == '1';
     if (tr ? *tr != '1' : (b->disable & FUSE_MEGA) != 0)
         b->disable |= FUSE_TRANSPOSE;
@@ -198,6 +206,8 @@ static void read_switches(cuda_be *b)
     const char *pdl = getenv("GPLAN_CUDA_PDL");
     b->kc.pdl = !(pdl && *pdl == '0');
     b->kc.att_combine = !(b->disable & FUSE_COMBINE);
+    b->kc.epi_early = !(b->disable & FUSE_EPILOAD);
+    b->kc.norm_early = !(b->disable & FUSE_NORMLOAD);
     /* Measured 2026-11-30 (H200, ms per token, bench/gpu-notes.md, run G): clusters of 16
      * -0.04 on GPT-2 1558M and -0.008 on 117M (head dims 64), but +0.13 on Llama-7B on one GPU
      * and +0.02 on two (head dims 128; of 8: +-0 and +0.02). Default: 16, for head dims <= 64. */

@@ -285,13 +285,30 @@ __device__ __forceinline__ void norm_stats(const NORM &nm, const float *x, int64
     *inv_out = 1.0f / sqrtf(block_reduce(acc, red, 0) / (float)K + nm.eps);
 }
 
+/* One element: xi normalized, times the weight wi, plus the bias bi (with one). */
+__device__ __forceinline__ float norm_val(const NORM &nm, float xi, float mean, float inv, float wi,
+                                          float bi)
+{
+    float y = (xi - mean) * inv * wi;
+    if (nm.has_b)
+        y += bi;
+    return y;
+}
+
+/* Element i's weight and bias (0 without one). */
+__device__ __forceinline__ float norm_w(const NORM &nm, int64_t i)
+{
+    return ld_f(nm.w.p + i * nm.w.nb[3], nm.w.t);
+}
+__device__ __forceinline__ float norm_b(const NORM &nm, int64_t i)
+{
+    return nm.has_b ? ld_f(nm.b.p + i * nm.b.nb[3], nm.b.t) : 0.0f;
+}
+
 __device__ __forceinline__ float norm_one(const NORM &nm, const float *x, int64_t i, float mean,
                                           float inv)
 {
-    float y = (x[i] - mean) * inv * ld_f(nm.w.p + i * nm.w.nb[3], nm.w.t);
-    if (nm.has_b)
-        y += ld_f(nm.b.p + i * nm.b.nb[3], nm.b.t);
-    return y;
+    return norm_val(nm, x[i], mean, inv, norm_w(nm, i), norm_b(nm, i));
 }
 
 /*

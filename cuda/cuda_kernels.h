@@ -52,6 +52,9 @@ typedef struct {
     int late;                /* GP_LATE_* bits: those kernels let the next one start only once
                                 their loads are done, not at their start (measurements) */
     int no_early;            /* 1: matvecs load no weights before that wait (for benchmarks) */
+    int epi_early;           /* 1: matvecs load their epilogue's operands right after that wait,
+                                not after their sums */
+    int norm_early;          /* 1: [K, N] matvecs load a staged norm's weights before that wait */
     const void *const_lo;    /* device bytes [const_lo, const_hi) that no kernel writes during */
     const void *const_hi;    /* evals (the weights): matvecs load them before the wait above */
     int n_sm;                /* multiprocessors (0: 132, an H100/H200) */

@@ -273,6 +273,11 @@ __global__ void __launch_bounds__(KN_TX *KN_TY)
 
 enum { MV2_WARPS = 8, MV2_U = 8 };
 
+/* The version-2 kernels' `early` bits: EARLY_W, the first weights are loaded before the PDL wait
+ * (constant weights); EARLY_EPI, the epilogue's operands right after it, ahead of the sums;
+ * EARLY_NORM, a staged norm's weights before it (constant too). */
+enum { EARLY_W = 1, EARLY_EPI = 2, EARLY_NORM = 4 };
+
 /*
  * Warps per row of the [N, K] kernels: enough that one batch of loads (MV2_U chunks of 16 bytes per
  * lane) covers a warp's share of the row, so no warp waits for a second batch (a K = 6400 f16 row
@@ -384,11 +389,16 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
     uint4 u[MV2_U];
     if (PRE && ksym < 0)
         prefetch_norm(nm, 0, K);
-    if (early) { /* weights: no kernel writes them, and ksym < 0 (K is the launch's) */
+    if (early & EARLY_W) { /* weights: no kernel writes them, and ksym < 0 (K is the launch's) */
         nk_share(r, K / V::N);
         nk_load<MV2_U>(u, row, r.cb + r.lane, r.ce);
     }
     pdl_begin();
+    /* Not with PRE: its registers would spill (H200 build: 4 -> 20 bytes). */
+    bool epi_ahead = !PRE && (early & EARLY_EPI);
+    EpiVals ev;
+    if (epi_ahead)
+        ev = epi_load(e, r.n < N ? r.n : N - 1);
     if (ksym >= 0)
         K = syms[ksym];
     if (PRE) {
@@ -396,7 +406,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
         x = (const float *)xs_nk2;
     }
     int64_t nc = K / V::N; /* K % V::N == 0 (checked by the launcher) */
-    if (!early) {
+    if (!(early & EARLY_W)) {
         nk_share(r, nc);
         nk_load<MV2_U>(u, row, r.cb + r.lane, r.ce);
     }
@@ -410,7 +420,8 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
     }
     float sum = nk_total(r, acc, red);
     if (r.lane == 0 && r.ks == 0 && r.n < N)
-        st_f(o.p + r.n * o.nb[3], o.t, epi_apply(e, r.n, sum));
+        st_f(o.p + r.n * o.nb[3], o.t,
+             epi_apply_vals(e, epi_ahead ? ev : epi_load(e, r.n), sum));
     if (tl.on) {
         if (PRE)
             __syncthreads(); /* every warp is done with the staged x in xs_nk2 */
@@ -619,40 +630,6 @@ __device__ __forceinline__ void kst_issue(uint4 *ring, int sb, const char *&src,
         k += ST_WARPS;
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-/* The epilogue's operands at column col, loaded ahead (epi_apply's other operands, in order). */
-struct EpiVals {
-    float v[GP_CU_MAX_EPI];
-};
-
-__device__ __forceinline__ EpiVals epi_load(const EPI &e, int64_t col)
-{
-    EpiVals r;
-#pragma unroll
-    for (int k = 0; k < GP_CU_MAX_EPI; k++) {
-        r.v[k] = 0.0f;
-        if (k < e.n && e.op[k] != GP_OP_GELU) {
-            const KT &o = e.other[k];
-            r.v[k] = ld_f(o.p + (o.ne[3] == 1 ? 0 : col * o.nb[3]), o.t);
-        }
-    }
-    return r;
-}
-
-/* epi_apply with the operands epi_load gave. */
-__device__ __forceinline__ float epi_apply_vals(const EPI &e, const EpiVals &ev, float v)
-{
-#pragma unroll
-    for (int k = 0; k < GP_CU_MAX_EPI; k++) {
-        if (k >= e.n)
-            break;
-        if (e.op[k] == GP_OP_GELU)
-            v = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
-        else
-            v = e.op[k] == GP_OP_ADD ? v + ev.v[k] : v * ev.v[k];
-    }
-    return v;
 }
 
 template <typename W, bool PRE>
@@ -873,11 +850,23 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
     int64_t cb = (ok ? col : 0) * (int64_t)sizeof(W);
     int64_t k0 = blockIdx.y * per, k1 = min(K, k0 + per);
     uint4 u[MV2_U];
-    if (PRE && ksym < 0)
+    /* EARLY_NORM: the norm's weights of the split, one element per thread, before the wait. */
+    bool norm_ahead = PRE && (early & EARLY_NORM) && per <= (int64_t)blockDim.x;
+    float gw = 0.0f, gb = 0.0f;
+    if (norm_ahead && k0 + (int64_t)threadIdx.x < k1) {
+        gw = norm_w(nm, k0 + threadIdx.x);
+        gb = norm_b(nm, k0 + threadIdx.x);
+    } else if (PRE && ksym < 0) {
         prefetch_norm(nm, k0, k1);
-    if (early) /* weights: no kernel writes them, and ksym < 0 */
+    }
+    if (early & EARLY_W) /* weights: no kernel writes them, and ksym < 0 */
         kn2_load(u, w, ldw, cb, k0 + ty, k1, ok);
     pdl_begin();
+    /* Thread j < KN2_TX * V::N (<= blockDim.x) finishes column tile0 + j. */
+    int64_t tile0 = (int64_t)blockIdx.x * KN2_TX * V::N;
+    EpiVals ev;
+    if (early & EARLY_EPI)
+        ev = epi_load(e, min(tile0 + (int64_t)threadIdx.x, N - 1));
     if (ksym >= 0) {
         K = syms[ksym];
         k1 = min(K, k0 + per);
@@ -886,9 +875,11 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
     if (PRE)
         norm_stats(nm, x, K, &mean, &inv);
     for (int64_t j = threadIdx.x; j < k1 - k0; j += blockDim.x)
-        xs_kn2[j] = PRE ? norm_one(nm, x, k0 + j, mean, inv) : __ldg(x + k0 + j);
+        xs_kn2[j] = !PRE       ? __ldg(x + k0 + j)
+                    : norm_ahead ? norm_val(nm, x[k0 + j], mean, inv, gw, gb) /* j == threadIdx.x */
+                                 : norm_one(nm, x, k0 + j, mean, inv);
     __syncthreads();
-    if (!early)
+    if (!(early & EARLY_W))
         kn2_load(u, w, ldw, cb, k0 + ty, k1, ok);
     float acc[V::N];
 #pragma unroll
@@ -915,16 +906,15 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
     for (int q = 0; q < V::N; q++)
         red[ty][tx * V::N + q] = acc[q];
     __syncthreads();
-    int64_t tile0 = (int64_t)blockIdx.x * KN2_TX * V::N;
-    for (int j = threadIdx.x; j < KN2_TX * V::N; j += blockDim.x) {
+    int j = threadIdx.x;
+    if (j < KN2_TX * V::N && tile0 + j < N) {
         float s = 0.0f;
 #pragma unroll
         for (int r = 0; r < KN2_TY; r++)
             s += red[r][j];
-        if (tile0 + j >= N)
-            continue;
         if (nsplit == 1)
-            st_f(o.p + (tile0 + j) * o.nb[3], o.t, epi_apply(e, tile0 + j, s));
+            st_f(o.p + (tile0 + j) * o.nb[3], o.t,
+                 epi_apply_vals(e, early & EARLY_EPI ? ev : epi_load(e, tile0 + j), s));
         else
             part[blockIdx.y * N + tile0 + j] = s;
     }
@@ -954,13 +944,13 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
     for (int q = 0; q < V::N; q++)
         red[ty][tx * V::N + q] = s[q];
     __syncthreads();
-    for (int j = threadIdx.x; j < KN2_TX * V::N; j += blockDim.x) {
+    if (j < KN2_TX * V::N && tile0 + j < N) {
         float t = 0.0f;
 #pragma unroll
         for (int r = 0; r < KN2_TY; r++)
             t += red[r][j];
-        if (tile0 + j < N)
-            st_f(o.p + (tile0 + j) * o.nb[3], o.t, epi_apply(e, tile0 + j, t));
+        st_f(o.p + (tile0 + j) * o.nb[3], o.t,
+             epi_apply_vals(e, early & EARLY_EPI ? ev : epi_load(e, tile0 + j), t));
     }
     if (threadIdx.x == 0)
         counters[blockIdx.x] = 0;
@@ -1257,12 +1247,13 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
                 return 1;
             unsigned rows = (unsigned)(MV2_WARPS / nk_split(K / vn));
             unsigned g2 = (unsigned)((N + rows - 1) / rows);
+            int fl = (early ? EARLY_W : 0) | (c->epi_early ? EARLY_EPI : 0);
             if (kb.t == GP_F16)
-                launch_nk2<__half>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, early, tl);
+                launch_nk2<__half>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, fl, tl);
             else if (kb.t == GP_BF16)
-                launch_nk2<__nv_bfloat16>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, early, tl);
+                launch_nk2<__nv_bfloat16>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, fl, tl);
             else
-                launch_nk2<float>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, early, tl);
+                launch_nk2<float>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, fl, tl);
             return gp_cu_check_launch(c, "matvec_nk2") ? -1 : 1 + tl.on;
         }
         if (kb.t == GP_F16)
@@ -1294,13 +1285,17 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
         if (!c->matvec_v1 && kn2_split(c, K, N, tiles, ws_size, ws, &per2, &ns2)) {
             dim3 g2((unsigned)tiles, (unsigned)ns2);
             float *part = (float *)ws;
+            int fl = (early ? EARLY_W : 0) | (c->epi_early ? EARLY_EPI : 0);
+            if (pn && c->norm_early && is_const(c, pn->w.p, K * pn->w.nb[3]) &&
+                (!pn->has_b || is_const(c, pn->b.p, K * pn->b.nb[3])))
+                fl |= EARLY_NORM;
             if (kb.t == GP_F16)
-                launch_kn2<__half>(c, g2, B.p, B.sr, x, ot, e, pn, ksym, K, N, per2, part, early);
+                launch_kn2<__half>(c, g2, B.p, B.sr, x, ot, e, pn, ksym, K, N, per2, part, fl);
             else if (kb.t == GP_BF16)
                 launch_kn2<__nv_bfloat16>(c, g2, B.p, B.sr, x, ot, e, pn, ksym, K, N, per2, part,
-                                          early);
+                                          fl);
             else
-                launch_kn2<float>(c, g2, B.p, B.sr, x, ot, e, pn, ksym, K, N, per2, part, early);
+                launch_kn2<float>(c, g2, B.p, B.sr, x, ot, e, pn, ksym, K, N, per2, part, fl);
             return gp_cu_check_launch(c, "matvec_kn2") ? -1 : 1;
         }
         /* About two blocks per multiprocessor, each at least two chunks of KN_ROWS rows deep. */

@@ -13,21 +13,44 @@ struct EPI {
     KT other[GP_CU_MAX_EPI];
 };
 
-__device__ __forceinline__ float epi_apply(const EPI &e, int64_t col, float v)
+/* The epilogue's operands at column col (the other operands of its ADDs and MULs, in order): a
+ * kernel may load them ahead of its sum, so that they are not a round trip after it. */
+struct EpiVals {
+    float v[GP_CU_MAX_EPI];
+};
+
+__device__ __forceinline__ EpiVals epi_load(const EPI &e, int64_t col)
+{
+    EpiVals r;
+#pragma unroll
+    for (int k = 0; k < GP_CU_MAX_EPI; k++) {
+        r.v[k] = 0.0f;
+        if (k < e.n && e.op[k] != GP_OP_GELU) {
+            const KT &o = e.other[k];
+            r.v[k] = ld_f(o.p + (o.ne[3] == 1 ? 0 : col * o.nb[3]), o.t);
+        }
+    }
+    return r;
+}
+
+/* v through the epilogue, with the operands epi_load gave. */
+__device__ __forceinline__ float epi_apply_vals(const EPI &e, const EpiVals &ev, float v)
 {
 #pragma unroll
     for (int k = 0; k < GP_CU_MAX_EPI; k++) {
         if (k >= e.n)
             break;
-        if (e.op[k] == GP_OP_GELU) {
+        if (e.op[k] == GP_OP_GELU)
             v = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
-        } else {
-            const KT &o = e.other[k];
-            float y = ld_f(o.p + (o.ne[3] == 1 ? 0 : col * o.nb[3]), o.t);
-            v = e.op[k] == GP_OP_ADD ? v + y : v * y;
-        }
+        else
+            v = e.op[k] == GP_OP_ADD ? v + ev.v[k] : v * ev.v[k];
     }
     return v;
+}
+
+__device__ __forceinline__ float epi_apply(const EPI &e, int64_t col, float v)
+{
+    return epi_apply_vals(e, epi_load(e, col), v);
 }
 
 __device__ __forceinline__ void stage_norm(const NORM &nm, const float *x, int64_t K, float *xs)

@@ -125,6 +125,7 @@ static void kctx_new(kctx *k, const int64_t *syms_exact, int64_t *syms_launch, i
     cudaMemset(k->counters, 0, sizeof(unsigned) * GP_CU_COUNTERS);
     k->c.d_counters = k->counters;
     k->c.n_counters = GP_CU_COUNTERS;
+    k->c.epi_early = k->c.norm_early = 1; /* as the backend has them by default */
     if (n_syms) {
         cudaMalloc((void **)&k->d_syms, sizeof(int64_t) * (size_t)n_syms);
         cudaMemcpy(k->d_syms, syms_exact, sizeof(int64_t) * (size_t)n_syms, cudaMemcpyHostToDevice);
@@ -501,8 +502,10 @@ static void test_matvec_prenorm(void)
         gp_cu_epilogue epi;
         memset(&epi, 0, sizeof epi);
         k.c.pdl = k.c.prefetch = (int)(i % 2);
-        k.c.const_lo = i % 2 ? NULL : w.d.data; /* even cases: weights loaded before the wait */
-        k.c.const_hi = i % 2 ? NULL : (char *)w.d.data + w.bytes;
+        /* even cases: weights and the norm's weights loaded before the wait (nothing written
+         * during the launch is read before it) */
+        k.c.const_lo = i % 2 ? NULL : (const void *)1;
+        k.c.const_hi = i % 2 ? NULL : (const void *)UINTPTR_MAX;
         CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, &out.d, din, ws, (size_t)GP_WS_CUBLAS_BYTES,
                                              &epi, &pre, &fused, &used), 0);
         CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
@@ -876,6 +879,7 @@ static void test_matvec_tail(void)
         gp_cu_tensor din[2] = {a.d, w.d};
         int fused = -1;
         k.c.pdl = (int)(i % 2);
+        k.c.epi_early = i % 3 != 2; /* the residual loaded after the sums or ahead of them */
         /* twice: the counter must be back at zero after the first launch */
         for (int rep = 0; rep < 2; rep++)
             CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, &prod.d, din, ws,
