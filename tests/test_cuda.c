@@ -1129,6 +1129,153 @@ static void test_attention_decode(void)
     kctx_free(&k);
 }
 
+/* The matmul after a one-token attention in its launch (gp_cuda_attention_decode_proj): the heads'
+ * output times w, then the epilogue, against the CPU's attention, matmul and elementwise ops;
+ * the attention's own output and the caches as without it. Twice the same bits, the counters back
+ * at zero. Refused (nothing written, *proj_ran 0): without clusters, with a workspace too small
+ * for the heads' sums, with weights outside the constant range. */
+static void test_attention_decode_proj(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    enum { NONE, BIAS_RES, BIAS_GELU };
+    enum { OK, NO_CLUSTER, SMALL_WS, NOT_CONST };
+    const struct {
+        int64_t H, D, N;
+        gp_dtype wt;
+        int epi, cl, why;
+        int32_t pos;
+    } cs[] = {{12, 64, 768, GP_F16, BIAS_RES, 16, OK, 9},    /* GPT-2 117M */
+              {25, 64, 1600, GP_F16, BIAS_RES, 16, OK, 350}, /* GPT-2 1558M */
+              {4, 64, 200, GP_BF16, BIAS_GELU, 8, OK, 0},    /* 25 chunks over 8 blocks */
+              {4, 32, 72, GP_F32, NONE, 16, OK, 40},         /* 1 or 2 chunks a block */
+              {12, 64, 768, GP_F16, BIAS_RES, 0, NO_CLUSTER, 9},
+              {12, 64, 768, GP_F16, BIAS_RES, 16, SMALL_WS, 9},
+              {12, 64, 768, GP_F16, BIAS_RES, 16, NOT_CONST, 9}};
+    const int64_t S = 400;
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        int64_t H = cs[i].H, D = cs[i].D, N = cs[i].N, HD = H * D;
+        int cl = cs[i].cl && gp_cuda_attention_cluster_ok(cs[i].cl) ? cs[i].cl : 0;
+        int runs = cs[i].why == OK && cl;
+        int64_t sw[2] = {1, 3 * HD}, sc[3] = {S, H, D}, sq[3] = {1, H, D}, sp[1] = {1};
+        int64_t swt[2] = {HD, N}, so[2] = {1, N}, sn[1] = {N};
+        tt qkv, kc, vc, pos, out, w, prod, bias, res, fin;
+        tt_new(&qkv, GP_F32, 2, sw, 1.0f);
+        tt_new(&kc, GP_F16, 3, sc, 1.0f);
+        tt_new(&vc, GP_F16, 3, sc, 1.0f);
+        tt_new(&pos, GP_I32, 1, sp, 1.0f);
+        tt_new(&out, GP_F32, 3, sq, 1.0f);
+        tt_new(&w, cs[i].wt, 2, swt, 0.2f);
+        tt_new(&prod, GP_F32, 2, so, 1.0f);
+        tt_new(&bias, GP_F16, 1, sn, 1.0f);
+        tt_new(&res, GP_F32, 2, so, 2.0f);
+        tt_new(&fin, GP_F32, 2, so, 1.0f);
+        int32_t P = cs[i].pos;
+        memcpy(pos.h.data, &P, 4);
+        cudaMemcpy(pos.d.data, &P, 4, cudaMemcpyHostToDevice);
+        gp_ktensor hq, hk, hv;
+        gp_cu_tensor dq, dk, dv;
+        row_view(&qkv, 0, H, D, &hq, &dq);
+        row_view(&qkv, HD, H, D, &hk, &dk);
+        row_view(&qkv, 2 * HD, H, D, &hv, &dv);
+        /* The CPU: the stores, attention, matmul over the heads' output as one row, epilogue. */
+        gp_attrs none = {{0}, {0}}, aa = {{0}, {1.0 / sqrt((double)D), 0}}, am = {{0}, {0}};
+        gp_ktensor s0[3] = {kc.h, pos.h, hk}, s1[3] = {vc.h, pos.h, hv};
+        gp_cpu_compute(GP_OP_STORE, &none, &kc.h, s0, 3, NULL, 0, 0, 1);
+        gp_cpu_compute(GP_OP_STORE, &none, &vc.h, s1, 3, NULL, 0, 0, 1);
+        gp_ktensor ain[4] = {hq, kc.h, vc.h, pos.h};
+        size_t wsz = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &out.h, ain, 4, 1);
+        void *hws = malloc(wsz);
+        gp_cpu_compute(GP_OP_ATTENTION, &aa, &out.h, ain, 4, hws, wsz, 0, 1);
+        free(hws);
+        gp_ktensor row = out.h;
+        row.ndim = 2;
+        row.ne[0] = 1;
+        row.ne[1] = HD;
+        row.nb[0] = HD * 4;
+        row.nb[1] = 4;
+        gp_ktensor min[2] = {row, w.h};
+        gp_cpu_compute(GP_OP_MATMUL, &am, cs[i].epi == NONE ? &fin.h : &prod.h, min, 2, NULL, 0, 0,
+                       1);
+        if (cs[i].epi != NONE) {
+            gp_ktensor bin[2] = {prod.h, bias.h};
+            gp_cpu_compute(GP_OP_ADD, &none, &prod.h, bin, 2, NULL, 0, 0, 1);
+            gp_ktensor rin[2] = {prod.h, res.h};
+            if (cs[i].epi == BIAS_RES)
+                gp_cpu_compute(GP_OP_ADD, &none, &fin.h, rin, 2, NULL, 0, 0, 1);
+            else
+                gp_cpu_compute(GP_OP_GELU, &none, &fin.h, &prod.h, 1, NULL, 0, 0, 1);
+        }
+        /* The GPU: one launch, twice. */
+        gp_cu_decode_att a = {dq, dk, dv, kc.d, vc.d, pos.d, {0}, {0}, aa.f[0], 1, NULL, NULL};
+        gp_cu_dec_proj pr;
+        memset(&pr, 0, sizeof pr);
+        pr.w = w.d;
+        pr.epi.out = fin.d;
+        if (cs[i].epi != NONE) {
+            pr.epi.n = 2;
+            pr.epi.op[0] = GP_OP_ADD;
+            pr.epi.other[0] = bias.d;
+            pr.epi.op[1] = cs[i].epi == BIAS_RES ? GP_OP_ADD : GP_OP_GELU;
+            pr.epi.other[1] = res.d;
+        }
+        size_t dws = (size_t)(H * N) * 4 - (cs[i].why == SMALL_WS ? 16 : 0);
+        void *ws = NULL;
+        CU_ASSERT_EQUAL_FATAL(cudaMalloc(&ws, dws), cudaSuccess);
+        k.c.att_cluster = cl;
+        k.c.pdl = (int)(i % 2);
+        k.c.const_lo = cs[i].why == NOT_CONST ? NULL : (const void *)1;
+        k.c.const_hi = cs[i].why == NOT_CONST ? NULL : (const void *)UINTPTR_MAX;
+        float *bits[2];
+        for (int rep = 0; rep < 2; rep++) {
+            cudaMemset(fin.d.data, 0xff, fin.bytes);
+            int ran = -1;
+            int r = gp_cuda_attention_decode_proj(&k.c, &a, &out.d, ws, dws, &pr, &ran);
+            if (r)
+                fprintf(stderr, "\n  attention_decode_proj: %s\n", k.c.err);
+            CU_ASSERT_EQUAL(r, 0);
+            CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+            CU_ASSERT_EQUAL(ran, runs);
+            bits[rep] = malloc(fin.bytes);
+            cudaMemcpy(bits[rep], fin.d.data, fin.bytes, cudaMemcpyDeviceToHost);
+        }
+        char name[96];
+        snprintf(name, sizeof name, "attention + projection, case %zu (H %d, N %d, cluster %d)", i,
+                 (int)H, (int)N, cl);
+        CU_ASSERT(same_on_device(&kc) && same_on_device(&vc));
+        gp_ktensor g = out.h;
+        g.data = malloc(out.bytes);
+        cudaMemcpy(g.data, out.d.data, out.bytes, cudaMemcpyDeviceToHost);
+        CHECK_ERR(name, rel_err(&g, &out.h), 1e-5);
+        free(g.data);
+        if (runs) {
+            CHECK_ERR(name, device_err(&fin), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
+            CU_ASSERT(memcmp(bits[0], bits[1], fin.bytes) == 0);
+        } else {
+            CU_ASSERT(device_untouched(&fin));
+        }
+        unsigned cnt[GP_CU_COUNTERS], left = 0;
+        cudaMemcpy(cnt, k.counters, sizeof cnt, cudaMemcpyDeviceToHost);
+        for (int c = 0; c < GP_CU_COUNTERS; c++)
+            left += cnt[c];
+        CU_ASSERT_EQUAL(left, 0);
+        free(bits[0]);
+        free(bits[1]);
+        cudaFree(ws);
+        tt_free(&qkv);
+        tt_free(&kc);
+        tt_free(&vc);
+        tt_free(&pos);
+        tt_free(&out);
+        tt_free(&w);
+        tt_free(&prod);
+        tt_free(&bias);
+        tt_free(&res);
+        tt_free(&fin);
+    }
+    kctx_free(&k);
+}
+
 /* The one-token attention writing its output over q's own elements (the planner may place it
  * there: GPT-2's q read straight from qkv) gives the same result; pos out of range writes
  * nothing; operands it cannot take are refused. */
@@ -1661,6 +1808,8 @@ void gp_suite_cuda(void)
     CU_add_test(s, "matvec tail: the norm of the residual sum in the last block", test_matvec_tail);
     CU_add_test(s, "attention: split-KV decode and prompts", test_attention);
     CU_add_test(s, "one-token attention with ropes and K/V stores inside", test_attention_decode);
+    CU_add_test(s, "one-token attention with the matmul after it in its launch",
+                test_attention_decode_proj);
     CU_add_test(s, "one-token attention: output over q, pos out of range, refusals",
                 test_attention_decode_edges);
     CU_add_test(s, "matmul: matvec, cuBLAS, batched, fallback", test_matmul);
