@@ -6,7 +6,6 @@
  * gp_cuda_attention_decode. */
 #include <atomic>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_attention.cuh"
@@ -159,12 +158,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attention_decode(DecArgs a, int early, int pf)
 {
     __shared__ AttSmem<J> sm;
-    extern __shared__ uint4 att_proj[]; /* proj_run's weights [D][pcw], then its sums */
     int64_t h = blockIdx.x;
     int nsplit = gridDim.z, split = blockIdx.z;
     DecState st;
-    if (a.pw && !a.pfetch_late)
-        proj_fetch(a, h, att_proj);
     if (early) {
         decode_begin(a, sm, nsplit, split, st);
         if (pf && st.p >= 0) {
@@ -177,75 +173,18 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         pdl_trigger();
     if (!early)
         decode_begin(a, sm, nsplit, split, st);
-    EpiVals ev = {};
-    if (a.pw && a.pfetch_late)
-        proj_fetch(a, h, att_proj);
-    if (a.pw)
-        ev = proj_epi(a);
     decode_run(a, sm, h, nsplit, split, st);
-    if (a.pw && st.p >= 0)
-        proj_run(a, sm, h, att_proj, (float *)(att_proj + a.q.ne[3] * a.pcw), ev);
 }
 
 
-template <int J>
-static void launch_dec(dim3 grid, const DecArgs &d, int early, const gp_cu_ctx *c, size_t smem)
+template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, const gp_cu_ctx *c)
 {
     int pf = c->pdl && c->kv_prefetch;
     if (d.cluster) /* never with c->mk (no stages to flush) */
         (void)gp_cu_launch_cl(c->stream, c->pdl, grid.z, k_attention_decode<J>, grid,
-                              ATT_WARPS * 32, smem, d, early, pf);
+                              ATT_WARPS * 32, 0, d, early, pf);
     else
-        gp_cu_launch(c, k_attention_decode<J>, grid, ATT_WARPS * 32, smem, d, early, pf);
-}
-
-/*
- * The output projection's operands into d (proj_run) for a launch of nsplit-block clusters; its
- * dynamic shared memory, or 0 with d.pw NULL when it can't be done in the launch: no clusters,
- * weights other than constant f16 / bf16 / f32 [H D, N] with N contiguous in 16-byte chunks, too
- * many columns per block, a workspace too small for the per-head sums, an epilogue it can't take.
- */
-static size_t plan_proj(const gp_cu_ctx *c, DecArgs &d, const gp_cu_dec_proj *pr, int nsplit,
-                        int64_t H, int64_t D, void *ws, size_t ws_size)
-{
-    d.pw = NULL;
-    if (!pr || !d.cluster || c->mk || !c->d_counters || c->n_counters < nsplit || pr->w.ndim != 2)
-        return 0;
-    KT w = gp_kt_of(c, &pr->w), ot = gp_kt_of(c, &pr->epi.out);
-    int64_t es = w.t == GP_F16 || w.t == GP_BF16 ? 2 : w.t == GP_F32 ? 4 : 0;
-    if (!es)
-        return 0;
-    int64_t K = w.ne[2], N = w.ne[3], vn = 16 / es, pcw = (N / vn + nsplit - 1) / nsplit;
-    size_t smem = (size_t)D * (size_t)pcw * 16 + (size_t)ATT_WARPS * 32 * 8 * sizeof(float);
-    if (K != H * D || w.nb[3] != es || w.nb[2] % 16 || ((uintptr_t)w.p & 15) || N % vn ||
-        pcw < 1 || pcw * vn > ATT_WARPS * 32 || smem > 48 * 1024 ||
-        !gp_cu_is_const(c, w.p, (K - 1) * w.nb[2] + N * es) || !ws || ((uintptr_t)ws & 15) ||
-        ws_size < (size_t)(H * N) * sizeof(float) || kt_count(ot, 3) != 1 || ot.ne[3] != N ||
-        pr->epi.n < 0 || pr->epi.n > GP_CU_MAX_EPI)
-        return 0;
-    EPI e;
-    e.n = pr->epi.n;
-    for (int k = 0; k < e.n; k++) {
-        e.op[k] = pr->epi.op[k];
-        if (e.op[k] == GP_OP_GELU)
-            continue;
-        e.other[k] = gp_kt_of(c, &pr->epi.other[k]);
-        if ((e.op[k] != GP_OP_ADD && e.op[k] != GP_OP_MUL) || kt_count(e.other[k], 3) != 1 ||
-            (e.other[k].ne[3] != N && e.other[k].ne[3] != 1))
-            return 0;
-    }
-    d.pw = w.p;
-    d.pldw = w.nb[2];
-    d.pN = N;
-    d.pwt = w.t;
-    d.pcw = (int)pcw;
-    d.pe = e;
-    d.pout = ot;
-    d.ppart = (float *)ws;
-    d.pcnt = c->d_counters;
-    const char *late = getenv("GPLAN_CUDA_PROJ_LATE"); /* experiment */
-    d.pfetch_late = late && *late == '1';
-    return smem;
+        gp_cu_launch(c, k_attention_decode<J>, grid, ATT_WARPS * 32, 0, d, early, pf);
 }
 
 /* 1 when a one-token attention kernel can run clusters of n blocks (n <= 8 is portable; 16 is
@@ -306,15 +245,6 @@ extern "C" int64_t gp_cuda_attention_decode_count(void)
 extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
                                         const gp_cu_tensor *out, void *ws, size_t ws_size)
 {
-    return gp_cuda_attention_decode_proj(c, a, out, ws, ws_size, NULL, NULL);
-}
-
-extern "C" int gp_cuda_attention_decode_proj(gp_cu_ctx *c, const gp_cu_decode_att *a,
-                                             const gp_cu_tensor *out, void *ws, size_t ws_size,
-                                             const gp_cu_dec_proj *proj, int *proj_ran)
-{
-    if (proj_ran)
-        *proj_ran = 0;
     const char *why = decode_unsupported(a, out);
     KT o = gp_kt_of(c, out), q = gp_kt_of(c, &a->q), kx = gp_kt_of(c, &a->k);
     KT vx = gp_kt_of(c, &a->v), kc = gp_kt_of(c, &a->k_cache), vc = gp_kt_of(c, &a->v_cache);
@@ -336,25 +266,9 @@ extern "C" int gp_cuda_attention_decode_proj(gp_cu_ctx *c, const gp_cu_decode_at
     dim3 grid((unsigned)H, 1, (unsigned)nsplit);
     int J = (int)((D + 31) / 32);
     J = J <= 2 ? 2 : J <= 4 ? 4 : ATT_MAXJ;
-    DecArgs d;
-    memset(&d, 0, sizeof d);
-    d.scale = (float)a->scale;
-    d.o = o;
-    d.q = q;
-    d.kx = kx;
-    d.vx = vx;
-    d.kc = kc;
-    d.vc = vc;
-    d.pos = p;
-    d.rq = a->rope_q;
-    d.rk = a->rope_k;
-    d.part = part;
-    d.counters = counters;
-    d.tq = a->rope_q.on ? a->tab_q : NULL;
-    d.tk = a->rope_k.on ? a->tab_k : NULL;
-    d.late = !!(c->late & GP_LATE_ATT);
-    d.cluster = cluster;
-    size_t smem = plan_proj(c, d, proj, nsplit, H, D, ws, ws_size);
+    DecArgs d = {(float)a->scale, o, q, kx, vx, kc, vc, p, a->rope_q, a->rope_k, part, counters,
+                 a->rope_q.on ? a->tab_q : NULL, a->rope_k.on ? a->tab_k : NULL,
+                 !!(c->late & GP_LATE_ATT), cluster};
     DecArgs dm = d; /* the persistent kernel's stages compute their angles */
     dm.tq = dm.tk = NULL;
     dm.late = 0;
@@ -363,16 +277,14 @@ extern "C" int gp_cuda_attention_decode_proj(gp_cu_ctx *c, const gp_cu_decode_at
         return 0;
     }
     if (J == 2)
-        launch_dec<2>(grid, d, a->pos_const, c, smem);
+        launch_dec<2>(grid, d, a->pos_const, c);
     else if (J == 4)
-        launch_dec<4>(grid, d, a->pos_const, c, smem);
+        launch_dec<4>(grid, d, a->pos_const, c);
     else
-        launch_dec<ATT_MAXJ>(grid, d, a->pos_const, c, smem);
+        launch_dec<ATT_MAXJ>(grid, d, a->pos_const, c);
     if (gp_cu_check_launch(c, "attention_decode"))
         return -1;
     decode_launches++;
-    if (proj_ran)
-        *proj_ran = d.pw != NULL;
     if (nsplit == 1 || counters || cluster)
         return 0;
     gp_cu_launch(c, k_attention_combine, dim3((unsigned)H, 1), 64, 0, nsplit, o, p, kc.ne[1],

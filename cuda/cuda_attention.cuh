@@ -7,7 +7,7 @@
 #include <cooperative_groups.h>
 #include <math.h>
 
-#include "cuda/cuda_matvec.cuh"
+#include "cuda/cuda_internal.cuh"
 #include "runtime/plan.h"
 
 enum { ATT_WARPS = 4, ATT_MAXJ = 8 }; /* D <= 32 * ATT_MAXJ */
@@ -23,7 +23,6 @@ struct AttSmem {
     int last;
     float qcs[16 * J], qsn[16 * J], kcs[16 * J], ksn[16 * J];
     float pacc[32 * J], pm, pl; /* the block's partial, for its cluster (cluster_finish) */
-    float pout[32 * J], hv[32 * J]; /* the dims it combined; all of the head's (proj_run) */
 };
 
 /* A split's maximum as the combine counts it: none (-inf) when it attended no row (sum 0). */
@@ -234,9 +233,9 @@ __device__ __forceinline__ void attend_regs(const float (&qv)[J], const float (&
  * The splits of (h, t) combined through distributed shared memory, when they were launched as one
  * cluster (one block per split, block rank = split): every block's partial (its sm.pacc, pm, pl,
  * set) is read by the others, block r combining dims [r c, r c + c) for c = ceil(D / nsplit), as
- * combine_partials does (the same weights and order), into out and its pout. Two cluster barriers:
- * the partials are written before anyone reads, and read before any block exits. Every thread of
- * every block of the cluster calls it.
+ * combine_partials does (the same weights and order). Two cluster barriers: the partials are
+ * written before anyone reads, and read before any block exits. Every thread of every block of
+ * the cluster calls it.
  */
 template <int J>
 __device__ __forceinline__ void cluster_finish(AttSmem<J> &sm, const KT &o, int64_t h, int64_t t)
@@ -277,8 +276,7 @@ __device__ __forceinline__ void cluster_finish(AttSmem<J> &sm, const KT &o, int6
             if (w != 0.0f)
                 a += x[i] * w;
         }
-        sm.pout[d] = a * (1.0f / L);
-        st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, sm.pout[d]);
+        st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a * (1.0f / L));
     }
     cl.sync();
 #endif
@@ -460,19 +458,6 @@ struct DecArgs {
                              cos [n/2], then sin [n/2]; NULL: each block computes them */
     int late;             /* the next kernel may start once the rows are attended, not before */
     int cluster;          /* the nsplit blocks of a head are one cluster: cluster_finish combines */
-    /* The output projection in the same launch (pw != NULL, clusters only: proj_run): pout = the
-     * epilogue pe of (the heads' outputs [H D] x pw), pw [H D, pN] of dtype pwt, rows pldw bytes
-     * apart, 16-byte chunks of columns; cluster rank r takes chunks [r NC / ns, (r + 1) NC / ns)
-     * (NC = pN / chunk, ns the cluster's blocks), at most pcw. Per-head sums go to ppart [H, pN];
-     * pcnt [ns], zero between launches, counts the heads done per rank. */
-    const char *pw;
-    int64_t pldw, pN;
-    int pwt, pcw;
-    EPI pe;
-    KT pout;
-    float *ppart;
-    unsigned *pcnt;
-    int pfetch_late;
 };
 
 /* Where block (h, split) reads the angles (cos, sin by pair) of rope q, or with k the new key's:
@@ -607,139 +592,6 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
     if (a.late)
         pdl_trigger();
     attend_finish(sm, m, l, acc, a.o, h, 0, nsplit, split, a.part, 1, a.counters, a.cluster);
-}
-
-/* ---- the output projection after a one-token attention, in its launch ---- */
-
-/* Element size of the projection's weights (f16, bf16 or f32) and their chunk's columns. */
-__device__ __forceinline__ int proj_vn(const DecArgs &a)
-{
-    return a.pwt == GP_F32 ? 4 : 8;
-}
-
-/* Chunks [c0, c1) of columns that cluster rank r of ns takes. */
-__device__ __forceinline__ void proj_cols(const DecArgs &a, unsigned r, unsigned ns, int64_t *c0,
-                                          int64_t *c1)
-{
-    int64_t nc = a.pN / proj_vn(a);
-    *c0 = (int64_t)r * nc / ns;
-    *c1 = (int64_t)(r + 1) * nc / ns;
-}
-
-/* Block (h, r)'s weights, rows h D .. h D + D - 1 and its chunks, into ws [D][pcw] (every thread;
- * asynchronous: cp.async.wait_all and a barrier come before ws is read). No kernel writes them:
- * this runs before the wait for the kernel before. */
-__device__ __forceinline__ void proj_fetch(const DecArgs &a, int64_t h, uint4 *ws)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    cg::cluster_group cl = cg::this_cluster();
-    int64_t c0, c1, D = a.q.ne[3];
-    proj_cols(a, cl.block_rank(), cl.num_blocks(), &c0, &c1);
-    int cw = (int)(c1 - c0);
-    for (int i = threadIdx.x; i < D * cw; i += blockDim.x) {
-        int64_t d = i / cw, j = i % cw;
-        unsigned dst = (unsigned)__cvta_generic_to_shared(ws + d * a.pcw + j);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst),
-                     "l"(a.pw + (h * D + d) * a.pldw + (c0 + j) * 16)
-                     : "memory");
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-
-/* acc += the rows d = g, g + G, ... < D of chunk j (in ws) times the head's output hv. */
-template <typename W>
-__device__ __forceinline__ void proj_rows(const uint4 *ws, int pcw, int j, int g, int G, int64_t D,
-                                          const float *hv, float (&acc)[8])
-{
-    typedef vec16<W> V;
-    for (int64_t d = g; d < D; d += G) {
-        float wv[V::N];
-        V::unpack(ws[d * pcw + j], wv);
-#pragma unroll
-        for (int e = 0; e < V::N; e++)
-            acc[e] += wv[e] * hv[d];
-    }
-}
-
-/* The epilogue's operands of the column this thread finishes in proj_run (any, past them). */
-__device__ __forceinline__ EpiVals proj_epi(const DecArgs &a)
-{
-    EpiVals ev = {};
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    cg::cluster_group cl = cg::this_cluster();
-    int64_t c0, c1;
-    proj_cols(a, cl.block_rank(), cl.num_blocks(), &c0, &c1);
-    ev = epi_load(a.pe, min(c0 * proj_vn(a) + (int64_t)threadIdx.x, a.pN - 1));
-#endif
-    return ev;
-}
-
-/*
- * After cluster_finish: block (h, r) reads the head's D outputs from the ranks that combined them,
- * multiplies them by its weights (ws, from proj_fetch), adds the rows in a fixed order (each
- * thread a chunk and every G-th row, then the G row groups in order through red [G * chunk
- * columns]) and stores the head's sums for its columns in ppart[h]. The last head block of rank r
- * to finish adds the H heads' sums in head order, applies the epilogue (operands ev, loaded
- * ahead for column c0 chunk + threadIdx.x) and writes pout, then resets its counter. Every thread
- * of every block of the cluster calls it.
- */
-template <int J>
-__device__ __forceinline__ void proj_run(const DecArgs &a, AttSmem<J> &sm, int64_t h, const uint4 *ws,
-                                         float *red, const EpiVals &ev)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    cg::cluster_group cl = cg::this_cluster();
-    unsigned ns = cl.num_blocks(), r = cl.block_rank();
-    int64_t H = a.q.ne[2], D = a.q.ne[3], N = a.pN, c = (D + ns - 1) / ns, c0, c1;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
-        sm.hv[d] = *cl.map_shared_rank(&sm.pout[d], (unsigned)(d / c));
-    cl.barrier_arrive(); /* this block's reads of the others are done */
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads();
-    proj_cols(a, r, ns, &c0, &c1);
-    int vn = proj_vn(a), cw = (int)(c1 - c0), G = (int)blockDim.x / cw, j = threadIdx.x % cw;
-    int g = threadIdx.x / cw, ncol = cw * vn;
-    float acc[8];
-#pragma unroll
-    for (int e = 0; e < 8; e++)
-        acc[e] = 0.0f;
-    if (g < G) {
-        if (a.pwt == GP_F16)
-            proj_rows<__half>(ws, a.pcw, j, g, G, D, sm.hv, acc);
-        else if (a.pwt == GP_BF16)
-            proj_rows<__nv_bfloat16>(ws, a.pcw, j, g, G, D, sm.hv, acc);
-        else
-            proj_rows<float>(ws, a.pcw, j, g, G, D, sm.hv, acc);
-#pragma unroll
-        for (int e = 0; e < 8; e++)
-            if (e < vn)
-                red[g * ncol + j * vn + e] = acc[e];
-    }
-    __syncthreads();
-    int u = threadIdx.x;
-    int64_t col = c0 * vn + u;
-    if (u < ncol) {
-        float s = 0.0f;
-        for (int i = 0; i < G; i++)
-            s += red[i * ncol + u];
-        a.ppart[h * N + col] = s;
-    }
-    cl.barrier_wait(); /* the others are done reading this block's pout */
-    if (!last_of(&a.pcnt[r], (unsigned)H, &sm.last))
-        return;
-    if (u < ncol) {
-        float t = 0.0f;
-        for (int64_t i = 0; i < H; i++)
-            t += __ldcg(&a.ppart[i * N + col]);
-        st_f(a.pout.p + col * a.pout.nb[3], a.pout.t, epi_apply_vals(a.pe, ev, t));
-    }
-    if (threadIdx.x == 0)
-        a.pcnt[r] = 0;
-#endif
 }
 
 /* Records a one-token attention as a stage of ctx->mk (cuda_mega.cu); 1 when recorded. */

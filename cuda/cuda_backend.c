@@ -85,11 +85,6 @@ typedef struct {
     int dec_on;                      /* an attention: one-token launches run dec instead */
     int dec_tsym;                    /* its token dim's symbol, or -1 (fixed at 1) */
     gp_cu_decode_att dec;
-    int proj_node;                   /* such an attention: the matmul its launch may run too
-                                        (attnproj: proj), else 0 */
-    gp_cu_dec_proj proj;
-    int proj_ran;                    /* it did, in this enqueue */
-    int proj_by;                     /* that matmul: its attention + 1, else 0 */
 } cu_node;
 
 typedef struct {
@@ -142,7 +137,7 @@ typedef struct {
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
        FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64, FUSE_GROUP = 128, FUSE_TAIL = 256,
        FUSE_ATTN = 512, FUSE_MEGA = 1024, FUSE_EARLY = 2048, FUSE_ARNORM = 4096,
-       FUSE_ROPETAB = 8192, FUSE_EPILOAD = 16384, FUSE_NORMLOAD = 32768, FUSE_ATTNPROJ = 65536 };
+       FUSE_ROPETAB = 8192, FUSE_EPILOAD = 16384, FUSE_NORMLOAD = 32768 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -172,8 +167,7 @@ static void read_switches(cuda_be *b)
 {
     static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch",
                                         "transpose", "group", "tail", "attnfuse", "mega", "early",
-                                        "arnorm", "ropetab", "epiload", "normload",
-                                        "attnproj"};
+                                        "arnorm", "ropetab", "epiload", "normload"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -414,11 +408,6 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
             cudaEventRecord(b->ev[i], b->stream);
         if (cn->dec_att && decode_now(b, &b->nodes[cn->dec_att - 1]))
             continue; /* attnfuse: that attention's one-token launch runs it */
-        if (cn->proj_by && b->nodes[cn->proj_by - 1].proj_ran) {
-            i += cn->epi.n; /* attnproj: it ran, with its epilogue, in the attention's launch */
-            continue;
-        }
-        cn->proj_ran = 0;
         if (cn->skip || (b->skip_ops >> nd->op & 1))
             continue;
         if (cn->prenorm) {
@@ -456,8 +445,7 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
         if (!r && nd->op == GP_OP_ALL_REDUCE && b->comm && !b->warming)
             r = all_reduce(b, cn, nd, 0, &norm_done);
         else if (!r && decode_now(b, cn))
-            r = gp_cuda_attention_decode_proj(&b->kc, &cn->dec, &cn->out, cn->ws, cn->ws_size,
-                                              cn->proj_node ? &cn->proj : NULL, &cn->proj_ran);
+            r = gp_cuda_attention_decode(&b->kc, &cn->dec, &cn->out, cn->ws, cn->ws_size);
         else if (!r && cn->pair >= 0)
             r = gp_cuda_store2(&b->kc, cn->in, b->nodes[cn->pair].in);
         else if (!r && nd->op == GP_OP_MATMUL && cn->epi.n > 0)
@@ -1271,71 +1259,6 @@ static void plan_decode_attention(cuda_be *b, const int *uses)
 }
 
 /*
- * attnproj. The matmul right after a one-token attention (through views of its output that only
- * it reads: GPT-2's reshape), with its planned epilogue, runs in the attention's launch
- * (gp_cuda_attention_decode_proj: each cluster block multiplies its head's output by its share of
- * the weights): one launch, and one wait for the kernel before, less per layer. Taken when the
- * matmul reads those bytes as a contiguous a, not transposed, its b is a weight not stored
- * transposed, its epilogue has no tail, and what the launch then also writes (the final output)
- * meets nothing the attention reads or writes, nor the epilogue's operands (in place aside).
- */
-static void plan_attn_proj(cuda_be *b, const int *uses)
-{
-    const gp_plan *p = b->p;
-    for (int a = 0; a < p->n_nodes; a++) {
-        cu_node *an = &b->nodes[a];
-        if (!an->dec_on)
-            continue;
-        int prev = p->nodes[a].output, m = a + 1;
-        while (m < p->n_nodes && uses[prev] == 1 && p->nodes[m].op != GP_OP_STORE &&
-               gp_op_get(p->nodes[m].op)->is_view && p->nodes[m].inputs[0] == prev)
-            prev = p->nodes[m++].output;
-        if (m >= p->n_nodes || uses[prev] != 1)
-            continue;
-        const gp_plan_node *mm = &p->nodes[m];
-        cu_node *mn = &b->nodes[m];
-        const gp_cu_tensor *x = &mn->in[0], *o = &an->out;
-        int64_t hd = o->ndim == 3 ? o->ne[1] * o->ne[2] : 0;
-        if (mm->op != GP_OP_MATMUL || mm->inputs[0] != prev || mm->attrs.i[0] || mm->attrs.i[1] ||
-            b->transposed[mm->inputs[1]] || root_of(p, mm->inputs[1])->kind != GP_TENSOR_WEIGHT ||
-            mn->epi.has_tail || mn->grp.n > 1 || x->ndim != 2 || x->data != o->data ||
-            x->dtype != o->dtype || x->ne[1] != hd || x->nb[1] != o->nb[2] ||
-            o->nb[1] != o->ne[2] * o->nb[2] || x->nb[0] != hd * x->nb[1])
-            continue;
-        gp_cu_dec_proj pr;
-        memset(&pr, 0, sizeof pr);
-        pr.w = mn->in[1];
-        pr.epi = mn->epi;
-        if (pr.epi.n == 0)
-            pr.epi.out = mn->out;
-        const gp_cu_tensor *reads[7] = {&an->dec.q, &an->dec.k, &an->dec.v, &an->dec.pos,
-                                        &an->dec.k_cache, &an->dec.v_cache, o};
-        int tsym = an->dec_tsym, ok = 1;
-        dev_span os = span_one_token(&pr.epi.out, tsym), ws = {0, 0};
-        if (an->ws && an->ws_size) {
-            ws.lo = (uintptr_t)an->ws;
-            ws.hi = ws.lo + an->ws_size;
-        }
-        for (int i = 0; i < 7 && ok; i++)
-            ok = !spans_meet(os, span_one_token(reads[i], tsym));
-        ok = ok && !spans_meet(os, ws);
-        for (int k = 0; k < pr.epi.n && ok; k++) {
-            if (pr.epi.op[k] == GP_OP_GELU)
-                continue;
-            dev_span e = span_one_token(&pr.epi.other[k], tsym);
-            ok = !spans_meet(e, ws) && !spans_meet(e, span_one_token(o, tsym)) &&
-                 (!spans_meet(e, os) || (e.lo == os.lo && e.hi == os.hi &&
-                                         pr.epi.other[k].dtype == pr.epi.out.dtype));
-        }
-        if (!ok)
-            continue;
-        an->proj = pr;
-        an->proj_node = m;
-        mn->proj_by = a + 1;
-    }
-}
-
-/*
  * ropetab. The one-token attentions' rope angles depend only on the position and the rope (every
  * layer's are the same), yet each block of each attention computed them: pow, cos and sin in
  * double on its critical path. Instead, one launch before the first node makes a table per
@@ -1688,8 +1611,6 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         plan_matvec_groups(b, uses);
     if (!(b->disable & FUSE_ATTN))
         plan_decode_attention(b, uses);
-    if (!(b->disable & (FUSE_ATTN | FUSE_ATTNPROJ)))
-        plan_attn_proj(b, uses);
     plan_rope_tables(b, (float *)((char *)b->dparam + param_tabs_at(p)));
     free(uses);
     if (check_all_reduces(b, err, err_len))
@@ -1801,7 +1722,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     if (env && *env == '1') {
         /* What the fusions did, once at creation (for benchmarks). */
         int elided = 0, pairs = 0, norms = 0, epis = 0, transposed = 0, groups = 0, tails = 0, arnorms = 0;
-        int attns = 0, projs = 0;
+        int attns = 0;
         for (int i = 0; i < p->n_tensors; i++)
             transposed += b->transposed[i];
         for (int i = 0; i < p->n_nodes; i++) {
@@ -1813,13 +1734,11 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             tails += b->nodes[i].tailed;
             arnorms += b->nodes[i].has_arnorm;
             attns += b->nodes[i].dec_on;
-            projs += b->nodes[i].proj_node > 0;
         }
         fprintf(stderr, "cuda: %d nodes: %d conts elided, %d store pairs, %d norms for matvecs, "
-                "%d matmul epilogues, %d matmul groups, %d tail norms (%d in all-reduces), "
-                "%d one-token attentions fused (%d with the matmul after), %d weights transposed, "
-                "pdl %d; %lld launches in the one-token graph\n", p->n_nodes, elided, pairs, norms,
-                epis, groups, tails, arnorms, attns, projs, transposed, b->kc.pdl,
+                "%d matmul epilogues, %d matmul groups, %d tail norms (%d in all-reduces), %d one-token attentions fused, "
+                "%d weights transposed, pdl %d; %lld launches in the one-token graph\n", p->n_nodes,
+                elided, pairs, norms, epis, groups, tails, arnorms, attns, transposed, b->kc.pdl,
                 (long long)launches1);
         if (b->mk)
             fprintf(stderr, "cuda: persistent decode kernel: %d stages in %d launches, %d blocks\n",

@@ -427,14 +427,6 @@ static inline void gp_cu_launch(const gp_cu_ctx *c, void (*k)(P...), dim3 grid, 
     (void)gp_cu_launch_on(c->stream, c->pdl, k, grid, block, smem, args...);
 }
 
-/* Host: 1 when bytes [p, p + n) lie in the constant range (weights), which kernels may read before
- * their PDL wait. */
-static inline int gp_cu_is_const(const gp_cu_ctx *c, const char *p, int64_t n)
-{
-    return !c->no_early && c->const_hi && p >= (const char *)c->const_lo && n >= 0 &&
-           (uintptr_t)p + (uintptr_t)n <= (uintptr_t)c->const_hi;
-}
-
 /* Host: records a launch error in ctx; 0 when fine. */
 int gp_cu_check_launch(gp_cu_ctx *c, const char *what);
 

@@ -213,24 +213,6 @@ int gp_cuda_rope_tables(gp_cu_ctx *ctx, const gp_cu_rope_tab *t, int n);
  */
 int gp_cuda_attention_decode(gp_cu_ctx *ctx, const gp_cu_decode_att *a, const gp_cu_tensor *out,
                              void *ws, size_t ws_size);
-/*
- * The matmul after a one-token attention in the same launch: w [H D, N] (the matmul's b, N
- * contiguous: not transposed), the attention's output [1, H, D] taken as one row of H D, then
- * epi's n ops (as gp_cuda_matmul_fused's; no tail), the result in epi.out (the matmul's output
- * when n is 0). gp_cuda_attention_decode_proj enqueues the attention and, when it can (clusters,
- * constant f16 / bf16 / f32 weights, a workspace of H N floats, at most 128 columns per block:
- * *proj_ran = 1), the product: each cluster block multiplies its head's output by its share of
- * w's columns, and the last head to finish a share adds the heads' sums in head order, applies
- * the epilogue and writes it. *proj_ran = 0: the caller runs the matmul and its epilogue. epi.out
- * must not overlap anything the attention reads, nor its workspace (the heads' sums).
- */
-typedef struct {
-    gp_cu_tensor w;
-    gp_cu_epilogue epi;
-} gp_cu_dec_proj;
-int gp_cuda_attention_decode_proj(gp_cu_ctx *ctx, const gp_cu_decode_att *a,
-                                  const gp_cu_tensor *out, void *ws, size_t ws_size,
-                                  const gp_cu_dec_proj *proj, int *proj_ran);
 /* 1 when gp_cuda_attention_decode takes these operands (shapes, ropes; the token count aside). */
 int gp_cuda_attention_decode_ok(const gp_cu_decode_att *a, const gp_cu_tensor *out);
 /* gp_cuda_attention_decode calls enqueued in this process so far (tests: was it used). */

@@ -1103,6 +1103,12 @@ static void launch_st(const gp_cu_ctx *c, const char *w, int64_t ldw, const floa
     }
 }
 
+/* 1 when bytes [p, p + n) lie in the constant range (weights), which kernels may read early. */
+static int is_const(const gp_cu_ctx *c, const char *p, int64_t n)
+{
+    return !c->no_early && c->const_hi && p >= (const char *)c->const_lo && n >= 0 &&
+           (uintptr_t)p + (uintptr_t)n <= (uintptr_t)c->const_hi;
+}
 
 /*
  * The version-2 split of K for [K, N] weights: about mv_bps blocks per multiprocessor in all,
@@ -1219,7 +1225,7 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
     }
     if (B.sr == es && B.sc % 16 == 0 && K % vn == 0) {
         /* [N, K]: K contiguous, rows B.sc bytes apart. */
-        int early = ksym < 0 && gp_cu_is_const(c, B.p, (N - 1) * B.sc + K * es);
+        int early = ksym < 0 && is_const(c, B.p, (N - 1) * B.sc + K * es);
         int64_t rpb;
         if (!c->matvec_v1 && c->mv_stream && !c->mk && early && !tl.on && st_rows(c, K, N, vn, &rpb)) {
             if (kb.t == GP_F16)
@@ -1261,7 +1267,7 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
     if (B.sc == es && B.sr % 16 == 0 && N % vn == 0) {
         /* [K, N]: N contiguous, rows B.sr bytes apart; split K until the GPU has ~4 blocks per
          * multiprocessor. */
-        int early = ksym < 0 && gp_cu_is_const(c, B.p, (K - 1) * B.sr + N * es);
+        int early = ksym < 0 && is_const(c, B.p, (K - 1) * B.sr + N * es);
         unsigned sg;
         size_t ssm;
         if (!c->matvec_v1 && c->mv_stream && !c->mk && early &&
@@ -1280,8 +1286,8 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
             dim3 g2((unsigned)tiles, (unsigned)ns2);
             float *part = (float *)ws;
             int fl = (early ? EARLY_W : 0) | (c->epi_early ? EARLY_EPI : 0);
-            if (pn && c->norm_early && gp_cu_is_const(c, pn->w.p, K * pn->w.nb[3]) &&
-                (!pn->has_b || gp_cu_is_const(c, pn->b.p, K * pn->b.nb[3])))
+            if (pn && c->norm_early && is_const(c, pn->w.p, K * pn->w.nb[3]) &&
+                (!pn->has_b || is_const(c, pn->b.p, K * pn->b.nb[3])))
                 fl |= EARLY_NORM;
             if (kb.t == GP_F16)
                 launch_kn2<__half>(c, g2, B.p, B.sr, x, ot, e, pn, ksym, K, N, per2, part, fl);
@@ -1566,7 +1572,7 @@ extern "C" int gp_cuda_matvec_group(gp_cu_ctx *c, const gp_cu_group *g, int *lau
         m.ldw[s] = B.sc;
         m.N[s] = N;
         m.o[s] = o;
-        m.early &= gp_cu_is_const(c, B.p, (N - 1) * B.sc + K * es);
+        m.early &= is_const(c, B.p, (N - 1) * B.sc + K * es);
         m.block0[s] = blocks;
         if (!g->glu || s == 0)
             blocks += (unsigned)((N + rows - 1) / rows);
