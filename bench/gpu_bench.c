@@ -217,7 +217,6 @@ typedef struct {
 static const config configs[] = {
     {"default", ""},
     {"+transpose", "GPLAN_CUDA_TRANSPOSE=1"},
-    {"+stream", "GPLAN_CUDA_STREAM=1"},
     {"no-epiload", "GPLAN_CUDA_DISABLE=epiload"},
     {"no-normload", "GPLAN_CUDA_DISABLE=normload"},
     {"no-epi-norm-load", "GPLAN_CUDA_DISABLE=epiload,normload"},

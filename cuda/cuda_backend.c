@@ -28,8 +28,6 @@
  * GPLAN_CUDA_ATT_CLUSTER=n (2..16): the one-token attention's n splits of a head run as one
  * cluster and combine in distributed shared memory, where the device can (default: 16 for head
  * dims <= 64, none above; 0: none).
- * GPLAN_CUDA_STREAM=1: one-row products with constant weights stream them through shared memory
- * (k_matvec_st, k_matvec_kst; measured slower, see read_switches).
  * GPLAN_CUDA_LATE: the kernels that let the next one start only once their loads are done, not
  * right after their wait (a comma list of "norm" and "att"; default "norm"; "none": none).
  * Tensor-parallel plans: one instance per rank, each on its device and called from its own thread;
@@ -183,12 +181,7 @@ static void read_switches(cuda_be *b)
         b->disable |= FUSE_MEGA;
     /* The persistent decode kernel takes [N, K] weights only: with it, they are transposed by
      * default (GPLAN_CUDA_TRANSPOSE=0 keeps them as they are). */
-    const char *tr = getenv("GPLAN_CUDA_TRANSPOSE"), *st = getenv("GPLAN_CUDA_STREAM");
-    /* Measured 2026-11-30 (H200, ms per one-token eval): GPT-2 1558M 2.09 -> 2.58, 117M 0.40 ->
-     * 0.50 (the next launch's ring-fulls queue in front of this one's loads of x, its epilogue
-     * and its split sums; and a ring of cp.async copies per thread stays near 2 TB/s even
-     * alone, in an LM head): off unless asked for. */
-    b->kc.mv_stream = st && *st == '1';
+    const char *tr = getenv("GPLAN_CUDA_TRANSPOSE");
     if (tr ? *tr != '1' : (b->disable & FUSE_MEGA) != 0)
         b->disable |= FUSE_TRANSPOSE;
     /* Measured 2026-11-30 (H200, Llama-7B shape): 5.22 -> 5.82 ms a token on one GPU (every

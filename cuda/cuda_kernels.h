@@ -60,14 +60,11 @@ typedef struct {
     int n_sm;                /* multiprocessors (0: 132, an H100/H200) */
     int mv_bps;              /* matvec target blocks per multiprocessor (0: 4) */
     int matvec_v1;           /* 1: the first matrix-vector kernels (for benchmarks) */
-    int mv_stream;           /* 1: one-row products with [N, K] weights from the constant range
-                                stream them through shared memory (k_matvec_st) */
     void *blas_ws;           /* the workspace cuBLAS was last given (cublasSetWorkspace) */
     size_t blas_ws_size;
     struct gp_cu_mk *mk;     /* non-NULL: the persistent decode kernel records what it can take
                                 (cuda_mega.cu) instead of launching it; else NULL */
     int64_t launches;        /* kernels and library calls enqueued so far */
-    int64_t streamed;        /* of them, products k_matvec_st served */
     char err[256];           /* the last error */
 } gp_cu_ctx;
 

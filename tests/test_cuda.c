@@ -528,131 +528,6 @@ static void test_matvec_prenorm(void)
     kctx_free(&k);
 }
 
-/* The streamed matvecs (k_matvec_st for [N, K] weights, k_matvec_kst for [K, N]: copied through a
- * ring in shared memory) against the CPU: norms staged before them, epilogues after, rows of
- * partial steps, blocks that go round the ring many times (an LM head), fewer rows or columns
- * than multiprocessors, split-K sums. Two launches give the same bits (a fixed order of sums) and
- * leave the split counters at zero. What they can't take is refused and the version-2 kernels
- * serve it, as right: x too wide for the shared memory beside the ring, more column tiles than
- * multiprocessors. */
-static void test_matvec_stream(void)
-{
-    kctx k;
-    kctx_new(&k, NULL, NULL, 0);
-    k.c.mv_stream = 1;
-    k.c.n_sm = 132; /* the grids do not depend on the device the test runs on */
-    enum { PLAIN, LN, RMS };
-    enum { NONE, BIAS_GELU, RESIDUAL };
-    const struct {
-        gp_dtype wt;
-        int tb;
-        int64_t K, N;
-        int norm, epi, streams;
-    } cs[] = {{GP_F16, 1, 1600, 4800, LN, BIAS_GELU, 1}, /* GPT-2 1558M c_attn, with fc's gelu */
-              {GP_F16, 1, 6400, 1600, PLAIN, RESIDUAL, 1},
-              {GP_BF16, 1, 768, 40000, LN, NONE, 1}, /* ~300 rows a block: the ring many times */
-              {GP_F32, 1, 200, 72, RMS, BIAS_GELU, 1},  /* 50 chunks a row: a short second step */
-              {GP_F16, 1, 64, 7, PLAIN, NONE, 1},       /* 7 blocks of one row, one short step */
-              {GP_F16, 1, 1600, 50257, LN, NONE, 1},    /* GPT-2's LM head */
-              {GP_F16, 1, 8192, 300, LN, RESIDUAL, 0},  /* x's 32 KiB leave no room: refused */
-              {GP_F16, 0, 1600, 4800, LN, BIAS_GELU, 1}, /* [K, N]: 19 tiles of 6-7 splits */
-              {GP_F16, 0, 6400, 1600, PLAIN, RESIDUAL, 1},
-              {GP_BF16, 0, 768, 3072, RMS, BIAS_GELU, 1},
-              {GP_F32, 0, 200, 72, LN, NONE, 1},        /* one tile, 13 splits of 16 rows */
-              {GP_F16, 0, 40, 8, PLAIN, RESIDUAL, 1},   /* one tile, three splits, short rows */
-              {GP_F16, 0, 64, 40000, PLAIN, NONE, 0}};  /* 157 tiles: refused */
-    void *ws = NULL;
-    CU_ASSERT_EQUAL_FATAL(cudaMalloc(&ws, (size_t)GP_WS_CUBLAS_BYTES), cudaSuccess);
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-        int64_t K = cs[i].K, N = cs[i].N;
-        int64_t sx[2] = {1, K}, sk[1] = {K}, so[2] = {1, N}, sn[1] = {N};
-        int64_t sw[2] = {cs[i].tb ? N : K, cs[i].tb ? K : N};
-        tt x, g, gb, h, w, prod, bias, res, out;
-        tt_new(&x, GP_F32, 2, sx, 3.0f);
-        tt_new(&g, GP_F16, 1, sk, 1.0f);
-        tt_new(&gb, GP_F16, 1, sk, 1.0f);
-        tt_new(&h, GP_F32, 2, sx, 1.0f);
-        tt_new(&w, cs[i].wt, 2, sw, 1.0f);
-        tt_new(&prod, GP_F32, 2, so, 1.0f);
-        tt_new(&bias, GP_F16, 1, sn, 1.0f);
-        tt_new(&res, GP_F32, 2, so, 2.0f);
-        tt_new(&out, GP_F32, 2, so, 1.0f);
-        /* CPU: norm, product, epilogue, each its own op */
-        gp_attrs an = {{0}, {1e-5, 0}}, am = {{0, cs[i].tb, 0, 0}, {0}}, none = {{0}, {0}};
-        gp_ktensor nin[3] = {x.h, g.h, gb.h}, min[2] = {cs[i].norm ? h.h : x.h, w.h};
-        if (cs[i].norm)
-            gp_cpu_compute(cs[i].norm == LN ? GP_OP_LAYER_NORM : GP_OP_RMS_NORM, &an, &h.h, nin,
-                           cs[i].norm == LN ? 3 : 2, NULL, 0, 0, 1);
-        gp_cpu_compute(GP_OP_MATMUL, &am, cs[i].epi ? &prod.h : &out.h, min, 2, NULL, 0, 0, 1);
-        if (cs[i].epi == BIAS_GELU) {
-            gp_ktensor ain[2] = {prod.h, bias.h};
-            gp_cpu_compute(GP_OP_ADD, &none, &prod.h, ain, 2, NULL, 0, 0, 1);
-            gp_cpu_compute(GP_OP_GELU, &none, &out.h, &prod.h, 1, NULL, 0, 0, 1);
-        } else if (cs[i].epi == RESIDUAL) {
-            gp_ktensor ain[2] = {prod.h, res.h};
-            gp_cpu_compute(GP_OP_ADD, &none, &out.h, ain, 2, NULL, 0, 0, 1);
-        }
-        /* GPU: one launch */
-        gp_cu_prenorm pre = {cs[i].norm == LN, 1e-5f, x.d, g.d, gb.d};
-        if (cs[i].norm != LN)
-            pre.b.data = NULL;
-        gp_cu_epilogue epi;
-        memset(&epi, 0, sizeof epi);
-        if (cs[i].epi == BIAS_GELU) {
-            epi.n = 2;
-            epi.op[0] = GP_OP_ADD;
-            epi.other[0] = bias.d;
-            epi.op[1] = GP_OP_GELU;
-        } else if (cs[i].epi == RESIDUAL) {
-            epi.n = 1;
-            epi.op[0] = GP_OP_ADD;
-            epi.other[0] = res.d;
-        }
-        epi.out = out.d;
-        gp_cu_tensor din[2] = {cs[i].norm ? h.d : x.d, w.d};
-        k.c.pdl = (int)(i % 2);
-        k.c.const_lo = w.d.data;
-        k.c.const_hi = (char *)w.d.data + w.bytes;
-        float *first = malloc(out.bytes), *second = malloc(out.bytes);
-        int64_t streamed = k.c.streamed;
-        for (int rep = 0; rep < 2; rep++) {
-            cudaMemset(out.d.data, 0xff, out.bytes);
-            int fused = -1, used = -1;
-            CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, cs[i].epi ? &prod.d : &out.d, din,
-                                                 ws, (size_t)GP_WS_CUBLAS_BYTES,
-                                                 cs[i].epi ? &epi : NULL,
-                                                 cs[i].norm ? &pre : NULL, &fused, &used), 0);
-            CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
-            CU_ASSERT_EQUAL(fused, cs[i].epi != NONE);
-            CU_ASSERT_EQUAL(used, cs[i].norm != PLAIN);
-            cudaMemcpy(rep ? second : first, out.d.data, out.bytes, cudaMemcpyDeviceToHost);
-        }
-        CU_ASSERT_EQUAL(k.c.streamed - streamed, 2 * cs[i].streams);
-        CU_ASSERT(memcmp(first, second, out.bytes) == 0);
-        unsigned cnt[GP_CU_COUNTERS], left = 0;
-        cudaMemcpy(cnt, k.counters, sizeof cnt, cudaMemcpyDeviceToHost);
-        for (int c = 0; c < GP_CU_COUNTERS; c++)
-            left += cnt[c];
-        CU_ASSERT_EQUAL(left, 0);
-        char name[64];
-        snprintf(name, sizeof name, "streamed matvec, case %zu", i);
-        CHECK_ERR(name, device_err(&out), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
-        free(first);
-        free(second);
-        tt_free(&x);
-        tt_free(&g);
-        tt_free(&gb);
-        tt_free(&h);
-        tt_free(&w);
-        tt_free(&prod);
-        tt_free(&bias);
-        tt_free(&res);
-        tt_free(&out);
-    }
-    cudaFree(ws);
-    kctx_free(&k);
-}
-
 /* A group test's products of x: for each of the n weights w[s] [N[s], K] of dtype wt (made here),
  * the single-launch product each[s] (checked against the CPU's, kept in each[s].h; `what` names
  * it) and the group's output fused[s] [M, N[s]] (0xff-filled), with g's w, tb and out set; sw_out
@@ -1655,7 +1530,6 @@ void gp_suite_cuda(void)
     CU_add_test(s, "store: the last repeated position wins", test_store);
     CU_add_test(s, "store2: K and V stores in one launch, strided sources", test_store2);
     CU_add_test(s, "matvec computing the norm before it", test_matvec_prenorm);
-    CU_add_test(s, "matvec streamed through shared memory", test_matvec_stream);
     CU_add_test(s, "matvec group: q/k/v and gate/up/swiglu in one launch", test_matvec_group);
     CU_add_test(s, "matvec group computing the rms_norm before it", test_matvec_group_norm);
     CU_add_test(s, "matvec tail: the norm of the residual sum in the last block", test_matvec_tail);
