@@ -220,6 +220,7 @@ static const config configs[] = {
     {"no-epiload", "GPLAN_CUDA_DISABLE=epiload"},
     {"no-normload", "GPLAN_CUDA_DISABLE=normload"},
     {"no-epi-norm-load", "GPLAN_CUDA_DISABLE=epiload,normload"},
+    {"no-embadd", "GPLAN_CUDA_DISABLE=embadd"},
     {"matvec-v1", "GPLAN_CUDA_MATVEC=1"},
     {"+prefetch", "GPLAN_CUDA_PREFETCH=1"},
     {"no-pdl", "GPLAN_CUDA_PDL=0"},

@@ -11,8 +11,9 @@
  * block summing the whole row), "ropetab" (those attentions' rope angles computed once per eval,
  * plan_rope_tables), and, not fusions, "early" (matvecs load their first weights
  * before waiting for the kernel before them), "epiload" (the version-2 matvecs load their
- * epilogue's operands right after that wait, ahead of their sums) and "normload" (the [K, N]
- * matvec loads a staged norm's weights before that wait).
+ * epilogue's operands right after that wait, ahead of their sums), "normload" (the [K, N]
+ * matvec loads a staged norm's weights before that wait) and "embadd" (two lookups and the add
+ * of them in one launch, plan_embed_add).
  * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
  * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
  * wins over it); GPLAN_CUDA_TRANSPOSE=1
@@ -80,6 +81,8 @@ typedef struct {
     gp_cuda_ar_norm arnorm;
     int dec_att;                     /* a rope, cont or store that attention node dec_att - 1 runs
                                         in its one-token launches (attnfuse); else 0 */
+    int embadd[2];                   /* an add of two lookups: their nodes + 1, run by its launch
+                                        (embadd: gp_cuda_get_rows_add); else 0 */
     int dec_on;                      /* an attention: one-token launches run dec instead */
     int dec_tsym;                    /* its token dim's symbol, or -1 (fixed at 1) */
     gp_cu_decode_att dec;
@@ -135,7 +138,7 @@ typedef struct {
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
        FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64, FUSE_GROUP = 128, FUSE_TAIL = 256,
        FUSE_ATTN = 512, FUSE_MEGA = 1024, FUSE_EARLY = 2048, FUSE_ARNORM = 4096,
-       FUSE_ROPETAB = 8192, FUSE_EPILOAD = 16384, FUSE_NORMLOAD = 32768 };
+       FUSE_ROPETAB = 8192, FUSE_EPILOAD = 16384, FUSE_NORMLOAD = 32768, FUSE_EMBADD = 65536 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -165,7 +168,8 @@ static void read_switches(cuda_be *b)
 {
     static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch",
                                         "transpose", "group", "tail", "attnfuse", "mega", "early",
-                                        "arnorm", "ropetab", "epiload", "normload"};
+                                        "arnorm", "ropetab", "epiload", "normload",
+                                        "embadd"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -441,6 +445,11 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
             r = gp_cuda_attention_decode(&b->kc, &cn->dec, &cn->out, cn->ws, cn->ws_size);
         else if (!r && cn->pair >= 0)
             r = gp_cuda_store2(&b->kc, cn->in, b->nodes[cn->pair].in);
+        else if (!r && cn->embadd[0]) {
+            const cu_node *g0 = &b->nodes[cn->embadd[0] - 1], *g1 = &b->nodes[cn->embadd[1] - 1];
+            r = gp_cuda_get_rows_add(&b->kc, &cn->out, &g0->in[0], &g0->in[1], &g1->in[0],
+                                     &g1->in[1]);
+        }
         else if (!r && nd->op == GP_OP_MATMUL && cn->epi.n > 0)
             r = gp_cuda_matmul_fused(&b->kc, &nd->attrs, &cn->out, cn->in, cn->ws, cn->ws_size,
                                      &cn->epi, NULL, &fused, NULL);
@@ -648,6 +657,43 @@ static const gp_plan_tensor *root_of(const gp_plan *p, int id)
     while (p->tensors[id].view_src >= 0)
         id = p->tensors[id].view_src;
     return &p->tensors[id];
+}
+
+/*
+ * embadd. An add of two lookups that only it reads (GPT-2's token and position embeddings) runs
+ * as one launch (gp_cuda_get_rows_add): one kernel and one wait for the kernel before, instead
+ * of three. Taken when both lookups read a weight table by an input's i32 ids (nothing in the
+ * eval writes either), their rows and the sum are f32 of the same shape (the same bits as the
+ * three launches), and the lookups are the two nodes right before the add.
+ */
+static void plan_embed_add(cuda_be *b, const int *uses)
+{
+    const gp_plan *p = b->p;
+    for (int i = 2; i < p->n_nodes; i++) {
+        const gp_plan_node *nd = &p->nodes[i];
+        if (nd->op != GP_OP_ADD || nd->n_inputs != 2)
+            continue;
+        int ok = 1;
+        const gp_plan_tensor *ot = &p->tensors[nd->output];
+        for (int k = 0; k < 2 && ok; k++) {
+            int j = i - 2 + k, in = nd->inputs[k];
+            const gp_plan_node *g = &p->nodes[j];
+            const gp_plan_tensor *gt = &p->tensors[in];
+            ok = g->op == GP_OP_GET_ROWS && g->output == in && uses[in] == 1 &&
+                 gt->kind == GP_TENSOR_INTERMEDIATE && gt->view_src < 0 && gt->dtype == GP_F32 &&
+                 root_of(p, g->inputs[0])->kind == GP_TENSOR_WEIGHT &&
+                 root_of(p, g->inputs[1])->kind == GP_TENSOR_INPUT &&
+                 p->tensors[g->inputs[1]].dtype == GP_I32 && gt->ndim == 2 && ot->ndim == 2 &&
+                 ot->dtype == GP_F32 && b->nodes[j].pair < 0 && !b->nodes[j].skip;
+            for (int d = 0; d < 2 && ok; d++)
+                ok = gt->dims[d] == ot->dims[d] && gt->sym[d] == ot->sym[d];
+        }
+        if (!ok || nd->inputs[0] == nd->inputs[1])
+            continue;
+        b->nodes[i].embadd[0] = i - 1; /* node i - 2, + 1 */
+        b->nodes[i].embadd[1] = i;     /* node i - 1, + 1 */
+        b->nodes[i - 2].skip = b->nodes[i - 1].skip = 1;
+    }
 }
 
 /*
@@ -1604,6 +1650,8 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         plan_matvec_groups(b, uses);
     if (!(b->disable & FUSE_ATTN))
         plan_decode_attention(b, uses);
+    if (!(b->disable & FUSE_EMBADD))
+        plan_embed_add(b, uses);
     plan_rope_tables(b, (float *)((char *)b->dparam + param_tabs_at(p)));
     free(uses);
     if (check_all_reduces(b, err, err_len))
@@ -1715,7 +1763,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     if (env && *env == '1') {
         /* What the fusions did, once at creation (for benchmarks). */
         int elided = 0, pairs = 0, norms = 0, epis = 0, transposed = 0, groups = 0, tails = 0, arnorms = 0;
-        int attns = 0;
+        int attns = 0, embadds = 0;
         for (int i = 0; i < p->n_tensors; i++)
             transposed += b->transposed[i];
         for (int i = 0; i < p->n_nodes; i++) {
@@ -1727,12 +1775,13 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             tails += b->nodes[i].tailed;
             arnorms += b->nodes[i].has_arnorm;
             attns += b->nodes[i].dec_on;
+            embadds += b->nodes[i].embadd[0] > 0;
         }
         fprintf(stderr, "cuda: %d nodes: %d conts elided, %d store pairs, %d norms for matvecs, "
                 "%d matmul epilogues, %d matmul groups, %d tail norms (%d in all-reduces), %d one-token attentions fused, "
-                "%d weights transposed, pdl %d; %lld launches in the one-token graph\n", p->n_nodes,
-                elided, pairs, norms, epis, groups, tails, arnorms, attns, transposed, b->kc.pdl,
-                (long long)launches1);
+                "%d lookup adds, %d weights transposed, pdl %d; %lld launches in the one-token graph\n",
+                p->n_nodes, elided, pairs, norms, epis, groups, tails, arnorms, attns, embadds,
+                transposed, b->kc.pdl, (long long)launches1);
         if (b->mk)
             fprintf(stderr, "cuda: persistent decode kernel: %d stages in %d launches, %d blocks\n",
                     gp_cuda_mk_stages(b->mk), gp_cuda_mk_launches(b->mk), gp_cuda_mk_grid(b->mk));

@@ -153,6 +153,14 @@ int gp_cuda_matvec_group(gp_cu_ctx *ctx, const gp_cu_group *g, int *launched);
  * must have the same rows. 0, or -1 with err. */
 int gp_cuda_store2(gp_cu_ctx *ctx, const gp_cu_tensor *in0, const gp_cu_tensor *in1);
 
+/* Two lookups and their sum in one launch (GPT-2's token and position embeddings): out [T, C] =
+ * t1[ids1[t]] + t2[ids2[t]], tables [V, C] of any dtype, ids i32 (T elements at least), the sum
+ * in f32 as get_rows into f32 rows then add would give it; a row whose id is out of range in
+ * either table is left unwritten. 0, or -1 with err. */
+int gp_cuda_get_rows_add(gp_cu_ctx *ctx, const gp_cu_tensor *out, const gp_cu_tensor *t1,
+                         const gp_cu_tensor *ids1, const gp_cu_tensor *t2,
+                         const gp_cu_tensor *ids2);
+
 /* A rope (GP_OP_ROPE) applied inside a fused kernel, with the rope node's attributes. */
 typedef struct {
     int on;          /* 0: none (the tensor is read as it is) */

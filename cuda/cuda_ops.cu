@@ -294,34 +294,61 @@ __global__ void k_rope(int interleaved, int64_t n, double theta, KT o, KT x, KT 
 /* out [T, C] = table[ids[t]]; ids out of range leave their row unwritten. Each thread loads
  * GR_REG elements of the row at once, then stores them: a loop of copy_elem waited a memory round
  * trip per element (its store could alias the next load, which then cannot go first), 10 us for
- * a row of 4096 read from HBM. */
+ * a row of 4096 read from HBM. ADD: out = table[ids[t]] + table2[ids2[t]] (gp_cuda_get_rows_add),
+ * the sum in f32, rows with either id out of range unwritten. */
 enum { GR_REG = 16 };
-__global__ void k_get_rows(KT o, KT table, KT ids, const int64_t *syms)
+template <bool ADD>
+__global__ void k_get_rows(KT o, KT table, KT ids, KT table2, KT ids2, const int64_t *syms)
 {
     pdl_begin();
     kt_resolve(o, syms);
-    int64_t T = o.ne[2], C = o.ne[3], V = table.ne[2];
+    int64_t T = o.ne[2], C = o.ne[3], V = table.ne[2], V2 = table2.ne[2];
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
         int32_t id = *(const int32_t *)(ids.p + t * ids.nb[3]);
-        if (id < 0 || id >= V)
+        int32_t id2 = ADD ? *(const int32_t *)(ids2.p + t * ids2.nb[3]) : 0;
+        if (id < 0 || id >= V || (ADD && (id2 < 0 || id2 >= V2)))
             continue;
-        const char *src = table.p + id * table.nb[2];
+        const char *src = table.p + id * table.nb[2], *src2 = table2.p + id2 * table2.nb[2];
         char *dst = o.p + t * o.nb[2];
         for (int64_t i0 = threadIdx.x; i0 < C; i0 += GR_REG * (int64_t)blockDim.x) {
-            uint32_t u[GR_REG];
+            uint32_t u[GR_REG], u2[ADD ? GR_REG : 1];
 #pragma unroll
             for (int j = 0; j < GR_REG; j++) {
                 int64_t i = i0 + j * (int64_t)blockDim.x;
                 u[j] = i < C ? ld_bits(src + i * table.nb[3], table.t) : 0;
+                if (ADD)
+                    u2[j] = i < C ? ld_bits(src2 + i * table2.nb[3], table2.t) : 0;
             }
 #pragma unroll
             for (int j = 0; j < GR_REG; j++) {
                 int64_t i = i0 + j * (int64_t)blockDim.x;
-                if (i < C)
+                if (i < C && ADD)
+                    st_f(dst + i * o.nb[3], o.t,
+                         __fadd_rn(bits_f(u[j], table.t), bits_f(u2[ADD ? j : 0], table2.t)));
+                else if (i < C)
                     st_bits(dst + i * o.nb[3], o.t, u[j], table.t);
             }
         }
     }
+}
+
+extern "C" int gp_cuda_get_rows_add(gp_cu_ctx *c, const gp_cu_tensor *out, const gp_cu_tensor *t1,
+                                    const gp_cu_tensor *ids1, const gp_cu_tensor *t2,
+                                    const gp_cu_tensor *ids2)
+{
+    KT o = gp_kt_of(c, out), k1 = gp_kt_of(c, t1), i1 = gp_kt_of(c, ids1);
+    KT k2 = gp_kt_of(c, t2), i2 = gp_kt_of(c, ids2);
+    if (out->ndim != 2 || t1->ndim != 2 || t2->ndim != 2 || ids1->dtype != GP_I32 ||
+        ids2->dtype != GP_I32 || k1.ne[3] != o.ne[3] || k2.ne[3] != o.ne[3] ||
+        kt_count(i1, 4) < o.ne[2] || kt_count(i2, 4) < o.ne[2]) {
+        snprintf(c->err, sizeof c->err,
+                 "get_rows_add: needs tables [V, C], i32 ids [T] and out [T, C]");
+        return -1;
+    }
+    if (kt_count(o, 4) == 0)
+        return 0;
+    gp_cu_launch(c, k_get_rows<true>, rows_grid(o), THREADS, 0, o, k1, i1, k2, i2, c->d_syms);
+    return gp_cu_check_launch(c, "get_rows_add");
 }
 
 __global__ void k_concat(int ax, KT o, KT a, KT b, const int64_t *syms)
@@ -572,7 +599,8 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         }
         if (kt_count(o, 4) == 0)
             return 0;
-        gp_cu_launch(c, k_get_rows, rows_grid(o), THREADS, 0, o, t, ids, c->d_syms);
+        gp_cu_launch(c, k_get_rows<false>, rows_grid(o), THREADS, 0, o, t, ids, t, ids,
+                     c->d_syms);
         return gp_cu_check_launch(c, "get_rows");
     }
     case GP_OP_CONCAT: {

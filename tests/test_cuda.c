@@ -226,6 +226,76 @@ static double run_op(gp_op op, const gp_attrs *a, tt *out, tt **ins, int n_in, s
         CU_ASSERT(e_ <= (tol));                                                   \
     } while (0)
 
+/* Two lookups and their sum in one launch (gp_cuda_get_rows_add) against the CPU's get_rows, get_rows
+ * and add: the same bits, for one token and for a prompt of 7 (f16 and f32 tables; width 2100 is
+ * more than one load batch of a row); a token id out of range leaves its row unwritten; bad operands
+ * are refused with an error. */
+static void test_get_rows_add(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    const struct {
+        int64_t T, C;
+        gp_dtype t1, t2;
+        int bad; /* index of a token id set out of range, or -1 */
+    } cs[] = {{1, 768, GP_F16, GP_F16, -1}, {7, 2100, GP_F16, GP_F32, 3}, {7, 72, GP_F32, GP_F16, -1}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        int64_t T = cs[i].T, C = cs[i].C, V1 = 500, V2 = 64;
+        int64_t s1[2] = {V1, C}, s2[2] = {V2, C}, si[1] = {T}, so[2] = {T, C};
+        tt w1, w2, ids, pos, a, b, out;
+        tt_new(&w1, cs[i].t1, 2, s1, 1.0f);
+        tt_new(&w2, cs[i].t2, 2, s2, 1.0f);
+        tt_new(&ids, GP_I32, 1, si, (float)V1);
+        tt_new(&pos, GP_I32, 1, si, (float)V2);
+        tt_new(&a, GP_F32, 2, so, 1.0f);
+        tt_new(&b, GP_F32, 2, so, 1.0f);
+        tt_new(&out, GP_F32, 2, so, 1.0f);
+        gp_attrs none = {{0}, {0}};
+        gp_ktensor g1[2] = {w1.h, ids.h}, g2[2] = {w2.h, pos.h}, ad[2] = {a.h, b.h};
+        gp_cpu_compute(GP_OP_GET_ROWS, &none, &a.h, g1, 2, NULL, 0, 0, 1);
+        gp_cpu_compute(GP_OP_GET_ROWS, &none, &b.h, g2, 2, NULL, 0, 0, 1);
+        gp_cpu_compute(GP_OP_ADD, &none, &out.h, ad, 2, NULL, 0, 0, 1);
+        if (cs[i].bad >= 0) { /* on the device only (the CPU's lookups assert ids in range) */
+            int32_t past = (int32_t)V1; /* one past the table */
+            cudaMemcpy((int32_t *)ids.d.data + cs[i].bad, &past, 4, cudaMemcpyHostToDevice);
+        }
+        cudaMemset(out.d.data, 0xff, out.bytes);
+        k.c.pdl = (int)(i % 2);
+        CU_ASSERT_EQUAL(gp_cuda_get_rows_add(&k.c, &out.d, &w1.d, &ids.d, &w2.d, &pos.d), 0);
+        CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+        float *g = malloc(out.bytes);
+        cudaMemcpy(g, out.d.data, out.bytes, cudaMemcpyDeviceToHost);
+        int64_t same = 0, untouched = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t c = 0; c < C; c++) {
+                float gv = g[t * C + c], cv = ((const float *)out.h.data)[t * C + c];
+                if (t == cs[i].bad)
+                    untouched += isnan(gv);
+                else
+                    same += memcmp(&gv, &cv, sizeof gv) == 0;
+            }
+        CU_ASSERT_EQUAL(same, (cs[i].bad >= 0 ? T - 1 : T) * C);
+        CU_ASSERT_EQUAL(untouched, cs[i].bad >= 0 ? C : 0);
+        free(g);
+        /* refused: ids of another dtype, a table of another width */
+        gp_cu_tensor f = pos.d;
+        f.dtype = GP_F32;
+        CU_ASSERT_EQUAL(gp_cuda_get_rows_add(&k.c, &out.d, &w1.d, &ids.d, &w2.d, &f), -1);
+        CU_ASSERT_PTR_NOT_NULL(strstr(k.c.err, "get_rows_add"));
+        gp_cu_tensor narrow = w2.d;
+        narrow.ne[1] = C - 8;
+        CU_ASSERT_EQUAL(gp_cuda_get_rows_add(&k.c, &out.d, &w1.d, &ids.d, &narrow, &pos.d), -1);
+        tt_free(&w1);
+        tt_free(&w2);
+        tt_free(&ids);
+        tt_free(&pos);
+        tt_free(&a);
+        tt_free(&b);
+        tt_free(&out);
+    }
+    kctx_free(&k);
+}
+
 /* ---- ops ---- */
 
 static void test_elementwise(void)
@@ -1527,6 +1597,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "elementwise ops and broadcasting", test_elementwise);
     CU_add_test(s, "norms and softmax", test_norms_softmax);
     CU_add_test(s, "rope, get_rows, cont/cast, concat", test_rope_rows_copies);
+    CU_add_test(s, "get_rows_add: two lookups and their sum in one launch", test_get_rows_add);
     CU_add_test(s, "store: the last repeated position wins", test_store);
     CU_add_test(s, "store2: K and V stores in one launch, strided sources", test_store2);
     CU_add_test(s, "matvec computing the norm before it", test_matvec_prenorm);
