@@ -221,6 +221,7 @@ static const config configs[] = {
     {"no-normload", "GPLAN_CUDA_DISABLE=normload"},
     {"no-epi-norm-load", "GPLAN_CUDA_DISABLE=epiload,normload"},
     {"no-embadd", "GPLAN_CUDA_DISABLE=embadd"},
+    {"no-pairs", "GPLAN_CUDA_DISABLE=pairs"},
     {"matvec-v1", "GPLAN_CUDA_MATVEC=1"},
     {"+prefetch", "GPLAN_CUDA_PREFETCH=1"},
     {"no-pdl", "GPLAN_CUDA_PDL=0"},

@@ -55,6 +55,7 @@ typedef struct {
     int epi_early;           /* 1: matvecs load their epilogue's operands right after that wait,
                                 not after their sums */
     int norm_early;          /* 1: [K, N] matvecs load a staged norm's weights before that wait */
+    int mv_pairs;            /* 1: [N, K] matvecs of short rows take two rows per warp */
     const void *const_lo;    /* device bytes [const_lo, const_hi) that no kernel writes during */
     const void *const_hi;    /* evals (the weights): matvecs load them before the wait above */
     int n_sm;                /* multiprocessors (0: 132, an H100/H200) */

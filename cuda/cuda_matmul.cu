@@ -429,6 +429,47 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
     }
 }
 
+/*
+ * Short rows ([N, K], at most 32 * MV2_U / 2 chunks: GPT-2 117M's LM head, K = 768): each warp takes
+ * two rows, MV2_U / 2 chunks of each per lane, so that a thread has as many bytes in flight as
+ * for a long row and the launch needs half the blocks. The sums are k_matvec_nk2's with one warp
+ * per row, in the same order: the same bits.
+ */
+template <typename W>
+__global__ void __launch_bounds__(MV2_WARPS * 32, 4)
+    k_matvec_nk2_pairs(const char *w, int64_t ldw, const float *x, KT o, EPI e, int64_t K,
+                       int64_t N, int early)
+{
+    typedef vec16<W> V;
+    enum { U = MV2_U / 2 };
+    int lane = threadIdx.x & 31;
+    int64_t n0 = ((int64_t)blockIdx.x * MV2_WARPS + (threadIdx.x >> 5)) * 2, nc = K / V::N;
+    const char *row0 = w + min(n0, N - 1) * ldw, *row1 = w + min(n0 + 1, N - 1) * ldw;
+    uint4 u0[U], u1[U];
+    if (early & EARLY_W) { /* weights: no kernel writes them */
+        nk_load<U>(u0, row0, lane, nc);
+        nk_load<U>(u1, row1, lane, nc);
+    }
+    pdl_begin();
+    EpiVals ev0, ev1;
+    if (early & EARLY_EPI) {
+        ev0 = epi_load(e, min(n0, N - 1));
+        ev1 = epi_load(e, min(n0 + 1, N - 1));
+    }
+    if (!(early & EARLY_W)) {
+        nk_load<U>(u0, row0, lane, nc);
+        nk_load<U>(u1, row1, lane, nc);
+    }
+    float s0 = warp_sum(nk_dot<W, U, false>(u0, x, lane, nc, 0.0f));
+    float s1 = warp_sum(nk_dot<W, U, false>(u1, x, lane, nc, 0.0f));
+    if (lane == 0 && n0 < N)
+        st_f(o.p + n0 * o.nb[3], o.t,
+             epi_apply_vals(e, early & EARLY_EPI ? ev0 : epi_load(e, n0), s0));
+    if (lane == 0 && n0 + 1 < N)
+        st_f(o.p + (n0 + 1) * o.nb[3], o.t,
+             epi_apply_vals(e, early & EARLY_EPI ? ev1 : epi_load(e, n0 + 1), s1));
+}
+
 /* ---- grouped matrix-vector: several [N, K] products of one x in one launch ---- */
 
 /* Up to GP_CU_MAX_GROUP products out_s = x w_s^T, the blocks of product s being
@@ -854,6 +895,19 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
             unsigned rows = (unsigned)(MV2_WARPS / nk_split(K / vn));
             unsigned g2 = (unsigned)((N + rows - 1) / rows);
             int fl = (early ? EARLY_W : 0) | (c->epi_early ? EARLY_EPI : 0);
+            if (c->mv_pairs && !pn && !tl.on && ksym < 0 && K / vn <= 32 * MV2_U / 2) {
+                unsigned gp = (unsigned)((N + 2 * MV2_WARPS - 1) / (2 * MV2_WARPS));
+                if (kb.t == GP_F16)
+                    gp_cu_launch(c, k_matvec_nk2_pairs<__half>, gp, MV2_WARPS * 32, 0, B.p, B.sc,
+                                 x, ot, e, K, N, fl);
+                else if (kb.t == GP_BF16)
+                    gp_cu_launch(c, k_matvec_nk2_pairs<__nv_bfloat16>, gp, MV2_WARPS * 32, 0, B.p,
+                                 B.sc, x, ot, e, K, N, fl);
+                else
+                    gp_cu_launch(c, k_matvec_nk2_pairs<float>, gp, MV2_WARPS * 32, 0, B.p, B.sc,
+                                 x, ot, e, K, N, fl);
+                return gp_cu_check_launch(c, "matvec_nk2_pairs") ? -1 : 1;
+            }
             if (kb.t == GP_F16)
                 launch_nk2<__half>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, fl, tl);
             else if (kb.t == GP_BF16)

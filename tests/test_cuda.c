@@ -125,7 +125,7 @@ static void kctx_new(kctx *k, const int64_t *syms_exact, int64_t *syms_launch, i
     cudaMemset(k->counters, 0, sizeof(unsigned) * GP_CU_COUNTERS);
     k->c.d_counters = k->counters;
     k->c.n_counters = GP_CU_COUNTERS;
-    k->c.epi_early = k->c.norm_early = 1; /* as the backend has them by default */
+    k->c.epi_early = k->c.norm_early = k->c.mv_pairs = 1; /* as the backend has them by default */
     if (n_syms) {
         cudaMalloc((void **)&k->d_syms, sizeof(int64_t) * (size_t)n_syms);
         cudaMemcpy(k->d_syms, syms_exact, sizeof(int64_t) * (size_t)n_syms, cudaMemcpyHostToDevice);
@@ -593,6 +593,74 @@ static void test_matvec_prenorm(void)
         tt_free(&bias);
         tt_free(&h);
         tt_free(&w);
+        tt_free(&out);
+    }
+    kctx_free(&k);
+}
+
+/* [N, K] products of short rows, two rows per warp (k_matvec_nk2_pairs): the same bits as one row
+ * per warp, and right against the CPU; GPT-2 117M's LM head, an odd N, a full 128 chunks, f32
+ * rows of 50 chunks, an epilogue, weights loaded before the wait or after. */
+static void test_matvec_pairs(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    const struct {
+        gp_dtype wt;
+        int64_t K, N;
+        int epi;
+    } cs[] = {{GP_F16, 768, 50257, 0}, {GP_F16, 1024, 77, 1}, {GP_BF16, 256, 384, 0},
+              {GP_F32, 200, 9, 1}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        int64_t K = cs[i].K, N = cs[i].N;
+        int64_t sx[2] = {1, K}, sw[2] = {N, K}, so[2] = {1, N}, sn[1] = {N};
+        tt x, w, prod, bias, out;
+        tt_new(&x, GP_F32, 2, sx, 1.0f);
+        tt_new(&w, cs[i].wt, 2, sw, 1.0f);
+        tt_new(&prod, GP_F32, 2, so, 1.0f);
+        tt_new(&bias, GP_F16, 1, sn, 1.0f);
+        tt_new(&out, GP_F32, 2, so, 1.0f);
+        gp_attrs am = {{0, 1, 0, 0}, {0}}, none = {{0}, {0}};
+        gp_ktensor min[2] = {x.h, w.h}, ain[2] = {prod.h, bias.h};
+        gp_cpu_compute(GP_OP_MATMUL, &am, cs[i].epi ? &prod.h : &out.h, min, 2, NULL, 0, 0, 1);
+        if (cs[i].epi) {
+            gp_cpu_compute(GP_OP_ADD, &none, &prod.h, ain, 2, NULL, 0, 0, 1);
+            gp_cpu_compute(GP_OP_GELU, &none, &out.h, &prod.h, 1, NULL, 0, 0, 1);
+        }
+        gp_cu_epilogue epi;
+        memset(&epi, 0, sizeof epi);
+        epi.n = 2;
+        epi.op[0] = GP_OP_ADD;
+        epi.other[0] = bias.d;
+        epi.op[1] = GP_OP_GELU;
+        epi.out = out.d;
+        gp_cu_tensor din[2] = {x.d, w.d};
+        k.c.pdl = (int)(i % 2);
+        k.c.const_lo = i % 2 ? (const void *)1 : NULL;
+        k.c.const_hi = i % 2 ? (const void *)UINTPTR_MAX : NULL;
+        float *bits[2];
+        for (int pairs = 0; pairs < 2; pairs++) {
+            k.c.mv_pairs = pairs;
+            cudaMemset(out.d.data, 0xff, out.bytes);
+            int fused = -1;
+            CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, cs[i].epi ? &prod.d : &out.d, din,
+                                                 NULL, 0, cs[i].epi ? &epi : NULL, NULL, &fused,
+                                                 NULL), 0);
+            CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+            CU_ASSERT_EQUAL(fused, cs[i].epi);
+            bits[pairs] = malloc(out.bytes);
+            cudaMemcpy(bits[pairs], out.d.data, out.bytes, cudaMemcpyDeviceToHost);
+        }
+        CU_ASSERT(memcmp(bits[0], bits[1], out.bytes) == 0);
+        char name[64];
+        snprintf(name, sizeof name, "matvec pairs, case %zu", i);
+        CHECK_ERR(name, device_err(&out), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
+        free(bits[0]);
+        free(bits[1]);
+        tt_free(&x);
+        tt_free(&w);
+        tt_free(&prod);
+        tt_free(&bias);
         tt_free(&out);
     }
     kctx_free(&k);
@@ -1601,6 +1669,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "store: the last repeated position wins", test_store);
     CU_add_test(s, "store2: K and V stores in one launch, strided sources", test_store2);
     CU_add_test(s, "matvec computing the norm before it", test_matvec_prenorm);
+    CU_add_test(s, "matvec pairs: two short rows per warp", test_matvec_pairs);
     CU_add_test(s, "matvec group: q/k/v and gate/up/swiglu in one launch", test_matvec_group);
     CU_add_test(s, "matvec group computing the rms_norm before it", test_matvec_group_norm);
     CU_add_test(s, "matvec tail: the norm of the residual sum in the last block", test_matvec_tail);
