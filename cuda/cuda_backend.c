@@ -1782,7 +1782,8 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         }
         fprintf(stderr, "cuda: %d nodes: %d conts elided, %d store pairs, %d norms for matvecs, "
                 "%d matmul epilogues, %d matmul groups, %d tail norms (%d in all-reduces), %d one-token attentions fused, "
-                "%d lookup adds, %d weights transposed, pdl %d; %lld launches in the one-token graph\n",
+                "%d lookup adds, %d weights transposed, pdl %d; "
+                "%lld launches in the one-token graph\n",
                 p->n_nodes, elided, pairs, norms, epis, groups, tails, arnorms, attns, embadds,
                 transposed, b->kc.pdl, (long long)launches1);
         if (b->mk)

@@ -430,10 +430,10 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
 }
 
 /*
- * Short rows ([N, K], at most 32 * MV2_U / 2 chunks: GPT-2 117M's LM head, K = 768): each warp takes
- * two rows, MV2_U / 2 chunks of each per lane, so that a thread has as many bytes in flight as
- * for a long row and the launch needs half the blocks. The sums are k_matvec_nk2's with one warp
- * per row, in the same order: the same bits.
+ * Short rows ([N, K], at most 32 * MV2_U / 2 chunks: GPT-2 117M's LM head, K = 768): each warp
+ * takes two rows, MV2_U / 2 chunks of each per lane, so that a thread has as many bytes in flight
+ * as for a long row and the launch needs half the blocks. The sums are k_matvec_nk2's with one
+ * warp per row, in the same order: the same bits.
  */
 template <typename W>
 __global__ void __launch_bounds__(MV2_WARPS * 32, 4)

@@ -226,10 +226,10 @@ static double run_op(gp_op op, const gp_attrs *a, tt *out, tt **ins, int n_in, s
         CU_ASSERT(e_ <= (tol));                                                   \
     } while (0)
 
-/* Two lookups and their sum in one launch (gp_cuda_get_rows_add) against the CPU's get_rows, get_rows
- * and add: the same bits, for one token and for a prompt of 7 (f16 and f32 tables; width 2100 is
- * more than one load batch of a row); a token id out of range leaves its row unwritten; bad operands
- * are refused with an error. */
+/* Two lookups and their sum in one launch (gp_cuda_get_rows_add) against the CPU's get_rows,
+ * get_rows and add: the same bits, for one token and for a prompt of 7 (f16 and f32 tables; width
+ * 2100 is more than one load batch of a row); a token id out of range leaves its row unwritten;
+ * bad operands are refused with an error. */
 static void test_get_rows_add(void)
 {
     kctx k;
@@ -238,7 +238,9 @@ static void test_get_rows_add(void)
         int64_t T, C;
         gp_dtype t1, t2;
         int bad; /* index of a token id set out of range, or -1 */
-    } cs[] = {{1, 768, GP_F16, GP_F16, -1}, {7, 2100, GP_F16, GP_F32, 3}, {7, 72, GP_F32, GP_F16, -1}};
+    } cs[] = {{1, 768, GP_F16, GP_F16, -1},
+              {7, 2100, GP_F16, GP_F32, 3},
+              {7, 72, GP_F32, GP_F16, -1}};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         int64_t T = cs[i].T, C = cs[i].C, V1 = 500, V2 = 64;
         int64_t s1[2] = {V1, C}, s2[2] = {V2, C}, si[1] = {T}, so[2] = {T, C};
