@@ -178,11 +178,8 @@ __device__ __forceinline__ void ar_norm(const ARNORM &an, const float (&v)[4], c
     float inv = 1.0f / sqrtf(block_reduce(s, red, 0) / (float)N + an.nm.eps);
     float y[4];
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        y[k] = (v[k] - mean) * inv * w[k];
-        if (an.nm.has_b)
-            y[k] += bs[k];
-    }
+    for (int k = 0; k < 4; k++)
+        y[k] = norm_val(an.nm, v[k], mean, inv, w[k], bs[k]);
     /* One store of the four when they are whole and aligned: four stores cost the late rank
      * ~1 us per all-reduce (clock64 probe, 2 H200s, Llama-7B). */
     if (an.vec4 && n == 4) {

@@ -207,12 +207,9 @@ __global__ void __launch_bounds__(NORM_MAX_THREADS)
             acc += d * d;
         }
         float inv = 1.0f / sqrtf(block_reduce(acc, sh, 0) / (float)n + eps);
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-            float y = (ld_f(px + i * x.nb[3], x.t) - mean) * inv * ld_f(w.p + i * w.nb[3], w.t);
-            if (has_b)
-                y += ld_f(b.p + i * b.nb[3], b.t);
-            st_f(po + i * o.nb[3], o.t, y);
-        }
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+            st_f(po + i * o.nb[3], o.t,
+                 norm_val(nm, ld_f(px + i * x.nb[3], x.t), mean, inv, norm_w(nm, i), norm_b(nm, i)));
     }
 }
 
