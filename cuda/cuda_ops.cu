@@ -308,20 +308,19 @@ __global__ void k_get_rows(KT o, KT table, KT ids, KT table2, KT ids2, const int
         const char *src = table.p + id * table.nb[2], *src2 = table2.p + id2 * table2.nb[2];
         char *dst = o.p + t * o.nb[2];
         for (int64_t i0 = threadIdx.x; i0 < C; i0 += GR_REG * (int64_t)blockDim.x) {
-            uint32_t u[GR_REG], u2[ADD ? GR_REG : 1];
+            uint32_t u[GR_REG], u2[GR_REG];
 #pragma unroll
             for (int j = 0; j < GR_REG; j++) {
                 int64_t i = i0 + j * (int64_t)blockDim.x;
                 u[j] = i < C ? ld_bits(src + i * table.nb[3], table.t) : 0;
-                if (ADD)
-                    u2[j] = i < C ? ld_bits(src2 + i * table2.nb[3], table2.t) : 0;
+                u2[j] = ADD && i < C ? ld_bits(src2 + i * table2.nb[3], table2.t) : 0;
             }
 #pragma unroll
             for (int j = 0; j < GR_REG; j++) {
                 int64_t i = i0 + j * (int64_t)blockDim.x;
                 if (i < C && ADD)
                     st_f(dst + i * o.nb[3], o.t,
-                         __fadd_rn(bits_f(u[j], table.t), bits_f(u2[ADD ? j : 0], table2.t)));
+                         __fadd_rn(bits_f(u[j], table.t), bits_f(u2[j], table2.t)));
                 else if (i < C)
                     st_bits(dst + i * o.nb[3], o.t, u[j], table.t);
             }
