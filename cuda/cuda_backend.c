@@ -82,8 +82,8 @@ typedef struct {
     gp_cuda_ar_norm arnorm;
     int dec_att;                     /* a rope, cont or store that attention node dec_att - 1 runs
                                         in its one-token launches (attnfuse); else 0 */
-    int embadd[2];                   /* an add of two lookups: their nodes + 1, run by its launch
-                                        (embadd: gp_cuda_get_rows_add); else 0 */
+    int embadd;                      /* an add of the two lookups right before it, which its
+                                        launch runs (embadd: gp_cuda_get_rows_add) */
     int dec_on;                      /* an attention: one-token launches run dec instead */
     int dec_tsym;                    /* its token dim's symbol, or -1 (fixed at 1) */
     gp_cu_decode_att dec;
@@ -448,8 +448,8 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
             r = gp_cuda_attention_decode(&b->kc, &cn->dec, &cn->out, cn->ws, cn->ws_size);
         else if (!r && cn->pair >= 0)
             r = gp_cuda_store2(&b->kc, cn->in, b->nodes[cn->pair].in);
-        else if (!r && cn->embadd[0]) {
-            const cu_node *g0 = &b->nodes[cn->embadd[0] - 1], *g1 = &b->nodes[cn->embadd[1] - 1];
+        else if (!r && cn->embadd) {
+            const cu_node *g0 = &b->nodes[i - 2], *g1 = &b->nodes[i - 1];
             r = gp_cuda_get_rows_add(&b->kc, &cn->out, &g0->in[0], &g0->in[1], &g1->in[0],
                                      &g1->in[1]);
         }
@@ -693,8 +693,7 @@ static void plan_embed_add(cuda_be *b, const int *uses)
         }
         if (!ok || nd->inputs[0] == nd->inputs[1])
             continue;
-        b->nodes[i].embadd[0] = i - 1; /* node i - 2, + 1 */
-        b->nodes[i].embadd[1] = i;     /* node i - 1, + 1 */
+        b->nodes[i].embadd = 1;
         b->nodes[i - 2].skip = b->nodes[i - 1].skip = 1;
     }
 }
@@ -1778,7 +1777,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             tails += b->nodes[i].tailed;
             arnorms += b->nodes[i].has_arnorm;
             attns += b->nodes[i].dec_on;
-            embadds += b->nodes[i].embadd[0] > 0;
+            embadds += b->nodes[i].embadd;
         }
         fprintf(stderr, "cuda: %d nodes: %d conts elided, %d store pairs, %d norms for matvecs, "
                 "%d matmul epilogues, %d matmul groups, %d tail norms (%d in all-reduces), %d one-token attentions fused, "
