@@ -11,6 +11,13 @@
 #include "runtime/plan.h"
 
 enum { ATT_WARPS = 4, ATT_MAXJ = 8 }; /* D <= 32 * ATT_MAXJ */
+/* The threads that run an attention block: the block's first ATT_THREADS (every attention kernel's
+ * whole block; the streaming persistent kernel's consumer warps), synchronized by att_sync. */
+enum { ATT_THREADS = ATT_WARPS * 32 };
+__device__ __forceinline__ void att_sync()
+{
+    sync_group<ATT_THREADS>();
+}
 
 /* One block's shared memory: each warp's running max, sum and accumulator [ATT_WARPS, 32 J], what
  * the split combine needs, and a one-token attention's rope angles by pair (q's, and the new key's
@@ -40,6 +47,7 @@ __device__ __forceinline__ float split_weight(float m, float M)
 /* Combines the nsplit partials of (h, t) into out: each thread's first dim's partials are loaded
  * with the splits' maxima and sums (one round trip), then every thread adds its dims over the
  * splits. Partials are read past L1 (other blocks of this launch may have written them). */
+template <int NT = 0>
 __device__ __forceinline__ void combine_partials(int nsplit, const KT &o, int64_t h, int64_t t,
                                                  const float *part, int64_t Tl, float *wgt,
                                                  float *inv_l)
@@ -65,8 +73,8 @@ __device__ __forceinline__ void combine_partials(int nsplit, const KT &o, int64_
         if (i == 0)
             *inv_l = 1.0f / L;
     }
-    __syncthreads();
-    for (int64_t d = d0; d < D; d += blockDim.x) {
+    sync_group<NT>();
+    for (int64_t d = d0; d < D; d += NT ? NT : blockDim.x) {
         if (d != d0) {
 #pragma unroll
             for (int i = 0; i < GP_WS_ATTN_SPLITS; i++)
@@ -303,7 +311,7 @@ __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
 #pragma unroll
     for (int j = 0; j < J; j++)
         sm.acc[w][lane + 32 * j] = acc[j];
-    __syncthreads();
+    att_sync();
     float M = -INFINITY;
     for (int i = 0; i < ATT_WARPS; i++)
         M = fmaxf(M, sm.m[i]);
@@ -312,7 +320,7 @@ __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
         f[i] = sm.m[i] == -INFINITY ? 0.0f : expf(sm.m[i] - M);
         L += sm.l[i] * f[i];
     }
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    for (int64_t d = threadIdx.x; d < D; d += ATT_THREADS) {
         float a = 0.0f;
         for (int i = 0; i < ATT_WARPS; i++)
             a += sm.acc[i][d] * f[i];
@@ -341,9 +349,9 @@ __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
         return;
     /* The last split block of (h, t) to get here combines: its partials are visible to it. */
     unsigned *cnt = counters + t * H + h;
-    if (!last_of(cnt, (unsigned)nsplit, &sm.last))
+    if (!last_of<ATT_THREADS>(cnt, (unsigned)nsplit, &sm.last))
         return;
-    combine_partials(nsplit, o, h, t, part, Tl, sm.wgt, &sm.inv_l);
+    combine_partials<ATT_THREADS>(nsplit, o, h, t, part, Tl, sm.wgt, &sm.inv_l);
     if (threadIdx.x == 0)
         *cnt = 0;
 }
@@ -370,7 +378,7 @@ __device__ __forceinline__ void rope_table(const gp_cu_rope &r, int32_t p, float
 {
     if (!r.on)
         return;
-    for (int64_t i = threadIdx.x; i < r.n / 2; i += blockDim.x)
+    for (int64_t i = threadIdx.x; i < r.n / 2; i += ATT_THREADS)
         rope_cos_sin(r.theta, r.n, (double)p, i, &cs[i], &sn[i]);
 }
 
@@ -502,7 +510,7 @@ __device__ __forceinline__ void decode_begin(const DecArgs &a, AttSmem<J> &sm, i
         if (st.has_new && !same_angles(a.rq, a.rk) && !a.tk)
             rope_table(a.rk, st.p, sm.kcs, sm.ksn);
     }
-    __syncthreads();
+    att_sync();
 }
 
 /* The loads of the new row: its key's (rope_load, rope rk, angles cs and sn) and its value's bits

@@ -311,20 +311,31 @@ __device__ __forceinline__ float norm_one(const NORM &nm, const float *x, int64_
     return norm_val(nm, x[i], mean, inv, norm_w(nm, i), norm_b(nm, i));
 }
 
+/* A barrier of the block's first NT threads (named barrier 1; the rest of the block may be doing
+ * something else), or of the whole block (NT == 0). */
+template <int NT> __device__ __forceinline__ void sync_group()
+{
+    if (NT == 0)
+        __syncthreads();
+    else
+        asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+}
+
 /*
  * The end of split work, called by every thread of a block once its share is stored: counts the
  * block at *counter and returns 1 (in every thread) in the block that brings the count to n, the
  * last of the n blocks sharing the counter. That block sees every other block's stores (each
  * fences before it counts, the last fences after) and resets *counter when it is done with them.
- * flag: an int of shared memory.
+ * flag: an int of shared memory. NT: the threads that call it, as sync_group<NT>.
  */
+template <int NT = 0>
 __device__ __forceinline__ int last_of(unsigned *counter, unsigned n, int *flag)
 {
     __threadfence();
-    __syncthreads();
+    sync_group<NT>();
     if (threadIdx.x == 0)
         *flag = atomicAdd(counter, 1u) == n - 1;
-    __syncthreads();
+    sync_group<NT>();
     if (!*flag)
         return 0;
     __threadfence();
