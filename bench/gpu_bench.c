@@ -254,6 +254,7 @@ static const config configs[] = {
     {"bps2", "GPLAN_CUDA_MV_BPS=2"},
     {"bps8", "GPLAN_CUDA_MV_BPS=8"},
     {"mega", "GPLAN_CUDA_MEGA=1"},
+    {"stream", "GPLAN_CUDA_MEGA=2"},
     {"mega-pf24", "GPLAN_CUDA_MEGA=1 GPLAN_CUDA_MEGA_PF_MB=24"},
     {"mega-bps1", "GPLAN_CUDA_MEGA=1 GPLAN_CUDA_MEGA_BPS=1"},
     {"mega-bps2", "GPLAN_CUDA_MEGA=1 GPLAN_CUDA_MEGA_BPS=2"},

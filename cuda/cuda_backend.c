@@ -20,7 +20,8 @@
  * wins over it); GPLAN_CUDA_TRANSPOSE=1
  * stores weights read only as a matmul's b [K, N] as [N, K] on the device, for the row-per-warp
  * matvec (GPLAN_CUDA_DISABLE=transpose wins over it); GPLAN_CUDA_MEGA=1 runs the one-token graph's
- * matvecs, groups, attentions and norms as stages of a persistent kernel (cuda_mega.cu).
+ * matvecs, groups, attentions and norms as stages of a persistent kernel (cuda_mega.cu);
+ * GPLAN_CUDA_MEGA=2 its streaming variant (a producer warp per block brings the weights).
  * GPLAN_CUDA_PDL=0 turns programmatic dependent launch (kernels overlapping the one before them)
  * off; GPLAN_CUDA_PREFETCH=1 has the version-1 matvec kernels prefetch weights into L2 before that
  * wait (the attention kernels always prefetch their cache rows, unless "prefetch" is in
@@ -183,7 +184,7 @@ static void read_switches(cuda_be *b)
      * a stage waits on a chain of latencies that the kernels overlap: bench/gpu-notes.md): off
      * unless asked for. */
     const char *mg = getenv("GPLAN_CUDA_MEGA");
-    if (!(mg && *mg == '1'))
+    if (!(mg && (*mg == '1' || *mg == '2')))
         b->disable |= FUSE_MEGA;
     /* The persistent decode kernel takes [N, K] weights only: with it, they are transposed by
      * default (GPLAN_CUDA_TRANSPOSE=0 keeps them as they are). */
@@ -1735,8 +1736,9 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         const char *bps = getenv("GPLAN_CUDA_MEGA_BPS"), *pf = getenv("GPLAN_CUDA_MEGA_PF_MB");
         int64_t pf_mb = pf ? atoll(pf) : 0; /* measured slower with it: opt-in */
         char why[256];
+        const char *mg = getenv("GPLAN_CUDA_MEGA");
         b->mk = gp_cuda_mk_create(2 * p->n_nodes + 16, b->kc.n_sm, bps ? atoi(bps) : 0,
-                                  pf_mb << 20, why, sizeof why);
+                                  pf_mb << 20, mg && *mg == '2', why, sizeof why);
         if (!b->mk && getenv("GPLAN_CUDA_VERBOSE"))
             fprintf(stderr, "%s: launching one by one\n", why);
     }

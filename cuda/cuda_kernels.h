@@ -234,9 +234,11 @@ int64_t gp_cuda_attention_decode_count(void);
  */
 typedef struct gp_cu_mk gp_cu_mk;
 /* cap stages; blocks_per_sm 0: as many as fit; pf_bytes: weights prefetched into L2 per stage (0:
- * none). NULL with err when the device cannot run it. Allocates everything it will use. */
-gp_cu_mk *gp_cuda_mk_create(int cap, int n_sm, int blocks_per_sm, int64_t pf_bytes, char *err,
-                            size_t err_len);
+ * none); stream: the streaming variant (a producer warp per block brings the weights through
+ * shared memory; sm_90; blocks_per_sm and pf_bytes do not apply). NULL with err when the device
+ * cannot run it. Allocates everything it will use. */
+gp_cu_mk *gp_cuda_mk_create(int cap, int n_sm, int blocks_per_sm, int64_t pf_bytes, int stream,
+                            char *err, size_t err_len);
 void gp_cuda_mk_destroy(gp_cu_mk *mk);
 /* Launches the pending stages as one kernel on s; 0, or -1 (recording stops: later launches go
  * out one by one). */

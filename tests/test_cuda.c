@@ -1641,16 +1641,25 @@ static void test_model_attnfuse(void)
 }
 
 /*
- * The persistent decode kernel (GPLAN_CUDA_MEGA=1, opt-in) against the launches one by one and the
- * CPU: Llama (groups, glu, rms norms taken into the matmul stages) and GPT-2 (layer norms,
- * epilogues, transposed Conv1D weights); five stages recorded for every layer at least (q/k/v or
- * qkv, attention, o, gate/up or fc, down).
+ * The persistent decode kernel (GPLAN_CUDA_MEGA=1, opt-in) and its streaming variant (=2) against
+ * the launches one by one and the CPU: Llama (groups, glu, rms norms taken into the matmul stages)
+ * and GPT-2 (layer norms, epilogues, transposed Conv1D weights); five stages recorded for every
+ * layer at least (q/k/v or qkv, attention, o, gate/up or fc, down).
  */
 static void test_model_mega(void)
 {
     for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
         const decode_case *c = &decode_cases[i];
         decode_on_vs_off(c->example, c->defs, c->n_defs, "GPLAN_CUDA_MEGA", "1", NULL, NULL,
+                         gp_cuda_mk_stage_count, 5 * c->n_layer);
+    }
+}
+
+static void test_model_mega_stream(void)
+{
+    for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
+        const decode_case *c = &decode_cases[i];
+        decode_on_vs_off(c->example, c->defs, c->n_defs, "GPLAN_CUDA_MEGA", "2", NULL, NULL,
                          gp_cuda_mk_stage_count, 5 * c->n_layer);
     }
 }
@@ -1686,5 +1695,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "tiny model: fusions off, transposed weights, PDL on and off", test_model_switches);
     CU_add_test(s, "Llama and GPT-2 decode: one-token attention fused or not", test_model_attnfuse);
     CU_add_test(s, "Llama and GPT-2 decode: persistent decode kernel or launches", test_model_mega);
+    CU_add_test(s, "Llama and GPT-2 decode: streaming persistent kernel or launches",
+                test_model_mega_stream);
     CU_add_test(s, "LoRA runtime mode: adapters rebound in a live session", test_lora_rebind);
 }
