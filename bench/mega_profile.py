@@ -2,7 +2,8 @@
 """Reads a GPLAN_CUDA_MEGA_PROFILE file (the streaming persistent kernel's stamps) and prints where
 each stage's time goes. Stamps per block and stage (globaltimer ns): 0 start, 1 the stage before
 is done everywhere (seen), 2 x ready, 3 first chunk in, 4 last chunk in, 5 done; producer: 6 first
-chunk issued, 7 last chunk issued. Usage: mega_profile.py FILE [PERIOD]"""
+chunk issued, 7 last chunk issued; 8 to 11 (when present): warp 0's clock cycles in the stage waiting
+for chunks, summing them, finishing units, and between chunks. Usage: mega_profile.py FILE [PERIOD]"""
 import struct
 import sys
 
@@ -12,11 +13,12 @@ def main():
     period = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     data = open(path, 'rb').read()
     grid, cap = struct.unpack_from('<ii', data, 0)
-    n = grid * cap * 8
+    per = (len(data) - 8) // 8 // (grid * cap)
+    n = grid * cap * per
     v = struct.unpack_from('<%dQ' % n, data, 8)
 
     def st(b, i, k):
-        return v[(b * cap + i) * 8 + k]
+        return v[(b * cap + i) * per + k]
 
     stages = 0
     while stages < cap and st(0, stages, 5):
@@ -46,6 +48,9 @@ def main():
             p_first=((sorted(prod_first)[len(prod_first) // 2] - prev_done) / 1e3
                      if prod_first else 0.0),
             p_last=((max(prod_last) - prev_done) / 1e3 if prod_last else 0.0)))
+        cyc = [sorted(st(b, i, 8 + k) for b in range(grid))[grid // 2] / 1e3 if per >= 12 else 0.0
+               for k in range(4)]
+        rows[-1].update(wait=cyc[0], sums=cyc[1], fin=cyc[2], book=cyc[3])
         prev_done = done
     total = (prev_done - t0) / 1e3
     print('grid %d, %d stages, %.1f us from the first start to the last done' %
@@ -60,6 +65,15 @@ def main():
             r['p_last']))
     for r in rows[:2 * period + 1]:
         line(r)
+    if per >= 12:
+        print('warp 0, kilocycles (median over blocks): wait, sums, finish, between chunks')
+        for k in range(period):
+            sel = [r for r in rows[1:] if (r['i'] - 1) % period == k]
+            if sel:
+                print('  +%d %8.2f %8.2f %8.2f %8.2f' % (k, *[sum(r[key] for r in sel) / len(sel)
+                      for key in ('wait', 'sums', 'fin', 'book')]))
+        r = rows[-1]
+        print('  last %6.2f %8.2f %8.2f %8.2f' % (r['wait'], r['sums'], r['fin'], r['book']))
     print('mean by position (stages %d.. in periods of %d):' % (1, period))
     for k in range(period):
         sel = [r for r in rows[1:] if (r['i'] - 1) % period == k]

@@ -181,7 +181,8 @@ static void read_switches(cuda_be *b)
      * norm-fused products are slower row per warp than split-K): off unless asked for. */
     /* Measured 2026-11-30 (H200, ms per one-token eval): 0.41 -> 0.67 for GPT-2 117M, 2.37 ->
      * 4.36 for 1558M, 5.28 -> 6.98 for Llama-7B (a grid barrier of 396 blocks costs ~3.6 us, and
-     * a stage waits on a chain of latencies that the kernels overlap: bench/gpu-notes.md): off
+     * a stage waits on a chain of latencies that the kernels overlap: bench/gpu-notes.md); the
+     * streaming variant (=2), ninth session: 0.39 -> 0.56 for 117M, 2.04 -> 3.93 for 1558M. Off
      * unless asked for. */
     const char *mg = getenv("GPLAN_CUDA_MEGA");
     if (!(mg && (*mg == '1' || *mg == '2')))

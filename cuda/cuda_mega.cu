@@ -621,8 +621,10 @@ __device__ __forceinline__ void bulk_copy(char *dst, const char *src, unsigned b
 }
 
 /* Profiling (GPLAN_CUDA_MEGA_PROFILE=FILE): per block and stage of a launch, ST_PROF globaltimer
- * stamps, written to FILE when the kernel is destroyed (the last launch's). */
-enum { ST_PROF = 8 };
+ * stamps, written to FILE when the kernel is destroyed (the last launch's); 8 to 11: warp 0's
+ * clock cycles in a matmul stage waiting for chunks, summing them, finishing units, and the
+ * chunks. */
+enum { ST_PROF = 12 };
 __device__ uint64_t *st_prof;
 __device__ int st_prof_cap;
 __shared__ uint64_t *st_prof_b; /* this block's stamps (st_prof), or NULL */
@@ -631,6 +633,18 @@ __device__ __forceinline__ void prof(int i, int k)
 {
     if (st_prof_b && i < st_prof_cap)
         st_prof_b[i * ST_PROF + k] = ns_now();
+}
+
+/* The SM's clock when profiling (for durations), else 0. */
+__device__ __forceinline__ uint64_t prof_clock()
+{
+    return st_prof_b ? clock64() : 0;
+}
+
+__device__ __forceinline__ void prof_set(int i, int k, uint64_t v)
+{
+    if (st_prof_b && i < st_prof_cap)
+        st_prof_b[i * ST_PROF + k] = v;
 }
 
 /* The producer (one thread): every chunk of every matmul stage of this block, in order, each into
@@ -833,6 +847,7 @@ __device__ __noinline__ void st_mv(const MkMv &m, const unsigned *dep, StRing &r
     mv_rows(m, &r, &r1);
     int64_t u0 = 0; /* the chunk's first unit in the block's share */
     StChunk c;
+    uint64_t cy[4] = {0, 0, 0, 0}, c0 = prof_clock(), c1;
     for (int first = 1; st_next(m, &r, r1, per, c); rg.q++, u0 += c.rows, first = 0) {
         unsigned slot = rg.q % ST_SLOTS;
         /* This warp's units of the chunk: j0, j0 + ST_CONS, ... < rows. */
@@ -841,9 +856,15 @@ __device__ __noinline__ void st_mv(const MkMv &m, const unsigned *dep, StRing &r
         EpiVals ev = {};
         if (lane < mine && m.n == 1)
             ev = epi_load(m.e, c.local + j0 + lane * ST_CONS);
+        c1 = prof_clock();
+        cy[3] += c1 - c0; /* bookkeeping, epilogue loads */
+        c0 = c1;
         mbar_wait(&rg.full[slot], (rg.q / ST_SLOTS) & 1);
         if (threadIdx.x == 0)
             prof(rg.i, first ? 3 : 4);
+        c1 = prof_clock();
+        cy[0] += c1 - c0;
+        c0 = c1;
         unsigned base = smem_u32(rg.ring + slot * ST_SLOT), xs = smem_u32(rg.xs);
         float a[R], b[R];
 #pragma unroll
@@ -898,6 +919,9 @@ __device__ __noinline__ void st_mv(const MkMv &m, const unsigned *dep, StRing &r
             }
         }
         __syncwarp();
+        c1 = prof_clock();
+        cy[1] += c1 - c0;
+        c0 = c1;
         if (lane == 0)
             mbar_arrive(&rg.empty[slot]); /* this warp is done with the slot */
         float out = 0.0f, outb = 0.0f;
@@ -918,6 +942,15 @@ __device__ __noinline__ void st_mv(const MkMv &m, const unsigned *dep, StRing &r
             const MkVec &o = m.o[m.glu ? 0 : c.s];
             st_f(o.p + (c.local + j0 + lane * ST_CONS) * o.nb, o.t, v);
         }
+        c1 = prof_clock();
+        cy[2] += c1 - c0;
+        c0 = c1;
+    }
+    if (threadIdx.x == 0) {
+        prof_set(rg.i, 8, cy[0]);
+        prof_set(rg.i, 9, cy[1]);
+        prof_set(rg.i, 10, cy[2]);
+        prof_set(rg.i, 11, cy[3]);
     }
 }
 
