@@ -828,11 +828,68 @@ struct StRing {
  * l the 16-byte pieces l + 32 i of each row; lane j stores unit j's result (glu, the epilogue,
  * whose operands it loads before the chunk arrives). Each warp releases a slot for itself.
  */
+enum { ST_R = ST_RMAX / ST_CONS, ST_U = 2 }; /* a warp's units of a chunk; pieces per batch */
+
+/*
+ * This warp's sums of its units j0, j0 + ST_CONS, ... (mine of them) of a chunk at base (rows rb
+ * bytes apart; glu: product 1's rows after product 0's) with x at xs (shared-space addresses):
+ * lane l takes pieces l + 32 i, ST_U at a time with every load of a batch in flight before its
+ * sums. Units past mine load zeros (their sums are not used): no branch inside.
+ */
+template <typename W, int GLU>
+__device__ __forceinline__ void st_sums(unsigned base, unsigned xs, int rb, int nc, int j0, int mine,
+                                        int rows, float (&a)[ST_R], float (&b)[ST_R])
+{
+    typedef vec16<W> V;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int p0 = threadIdx.x & 31; p0 < nc; p0 += 32 * ST_U) {
+        uint4 wa[ST_R][ST_U], wb[ST_R][ST_U];
+#pragma unroll
+        for (int u = 0; u < ST_U; u++) {
+            int p = p0 + 32 * u;
+#pragma unroll
+            for (int k = 0; k < ST_R; k++) {
+                unsigned row = base + (unsigned)((j0 + k * ST_CONS) * rb + p * 16);
+                bool on = k < mine && p < nc;
+                wa[k][u] = on ? lds16(row) : zero;
+                wb[k][u] = GLU && on ? lds16(row + (unsigned)(rows * rb)) : zero;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < ST_U; u++) {
+            int p = p0 + 32 * u < nc ? p0 + 32 * u : 0; /* x of a piece past the row: any */
+            float xv[V::N];
+#pragma unroll
+            for (int q = 0; q < V::N; q += 4) {
+                uint4 x4 = lds16(xs + (unsigned)((p * V::N + q) * sizeof(float)));
+                xv[q] = __uint_as_float(x4.x);
+                xv[q + 1] = __uint_as_float(x4.y);
+                xv[q + 2] = __uint_as_float(x4.z);
+                xv[q + 3] = __uint_as_float(x4.w);
+            }
+#pragma unroll
+            for (int k = 0; k < ST_R; k++) {
+                float f[V::N];
+                V::unpack(wa[k][u], f);
+#pragma unroll
+                for (int q = 0; q < V::N; q++)
+                    a[k] += f[q] * xv[q];
+                if (GLU) {
+                    V::unpack(wb[k][u], f);
+#pragma unroll
+                    for (int q = 0; q < V::N; q++)
+                        b[k] += f[q] * xv[q];
+                }
+            }
+        }
+    }
+}
+
 template <typename W, int XN>
 __device__ __noinline__ void st_mv(const MkMv &m, const unsigned *dep, StRing &rg)
 {
     typedef vec16<W> V;
-    enum { R = ST_RMAX / ST_CONS, U = 4 };
+    enum { R = ST_R };
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     st_wait(dep);
     if (threadIdx.x == 0)
@@ -870,54 +927,11 @@ __device__ __noinline__ void st_mv(const MkMv &m, const unsigned *dep, StRing &r
 #pragma unroll
         for (int k = 0; k < R; k++)
             a[k] = b[k] = 0.0f;
-        /* U pieces of each row at a time: every load of a batch in flight before its sums. A warp
-         * with no unit in the chunk only waits for it and releases it. */
-        for (int64_t p0 = lane; mine > 0 && p0 < nc; p0 += 32 * U) {
-            uint4 wa[R][U], wb[R][U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                int64_t p = p0 + 32 * u;
-#pragma unroll
-                for (int k = 0; k < R; k++) {
-                    unsigned row = base + (unsigned)((j0 + k * ST_CONS) * rb + p * 16);
-                    bool on = k < mine && p < nc;
-                    wa[k][u] = on ? lds16(row) : make_uint4(0, 0, 0, 0);
-                    wb[k][u] = on && m.glu ? lds16(row + (unsigned)(c.rows * rb))
-                                           : make_uint4(0, 0, 0, 0);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                int64_t p = p0 + 32 * u;
-                if (p >= nc)
-                    break;
-                float xv[V::N];
-#pragma unroll
-                for (int q = 0; q < V::N; q += 4) {
-                    uint4 x4 = lds16(xs + (unsigned)((p * V::N + q) * sizeof(float)));
-                    xv[q] = __uint_as_float(x4.x);
-                    xv[q + 1] = __uint_as_float(x4.y);
-                    xv[q + 2] = __uint_as_float(x4.z);
-                    xv[q + 3] = __uint_as_float(x4.w);
-                }
-#pragma unroll
-                for (int k = 0; k < R; k++) {
-                    if (k >= mine)
-                        break;
-                    float f[V::N];
-                    V::unpack(wa[k][u], f);
-#pragma unroll
-                    for (int q = 0; q < V::N; q++)
-                        a[k] += f[q] * xv[q];
-                    if (m.glu) {
-                        V::unpack(wb[k][u], f);
-#pragma unroll
-                        for (int q = 0; q < V::N; q++)
-                            b[k] += f[q] * xv[q];
-                    }
-                }
-            }
-        }
+        /* A warp with no unit in the chunk only waits for it and releases it. */
+        if (mine > 0 && m.glu)
+            st_sums<W, 1>(base, xs, (int)rb, (int)nc, j0, mine, (int)c.rows, a, b);
+        else if (mine > 0)
+            st_sums<W, 0>(base, xs, (int)rb, (int)nc, j0, mine, (int)c.rows, a, b);
         __syncwarp();
         c1 = prof_clock();
         cy[1] += c1 - c0;
