@@ -828,7 +828,7 @@ struct StRing {
  * l the 16-byte pieces l + 32 i of each row; lane j stores unit j's result (glu, the epilogue,
  * whose operands it loads before the chunk arrives). Each warp releases a slot for itself.
  */
-enum { ST_R = ST_RMAX / ST_CONS, ST_U = 2 }; /* a warp's units of a chunk; pieces per batch */
+enum { ST_R = ST_RMAX / ST_CONS, ST_U = 1 }; /* a warp's units of a chunk; pieces per batch */
 
 /*
  * This warp's sums of its units j0, j0 + ST_CONS, ... (mine of them) of a chunk at base (rows rb
