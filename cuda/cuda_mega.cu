@@ -7,6 +7,11 @@
  * a matmul stage runs, its blocks bring the next matmul stage's weights into L2 (one bulk prefetch
  * per block over its own rows), so the weight stream does not stop at the barriers.
  *
+ * The streaming variant (k_mega_stream, below) runs the same stage table with one block per
+ * multiprocessor whose producer warp brings the weights through shared memory, and counters per
+ * stage instead of grid barriers. Both are opt-in: each measured slower than the launches
+ * (bench/gpu-notes.md, fourth and ninth sessions).
+ *
  * Recording happens while a graph is captured (gp_cu_ctx.mk set); the stage table is copied to the
  * device once, after the capture, by gp_cuda_mk_upload. Results equal the separate kernels' up to
  * float reassociation (the rows are split over warps differently); the cache rows are bit for bit.
