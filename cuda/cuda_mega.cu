@@ -93,6 +93,15 @@ __device__ __forceinline__ uint64_t ns_now()
     return t;
 }
 
+/* Polls *count (acquire) until it reaches target; traps after MK_TIMEOUT_NS (never hangs). */
+__device__ __forceinline__ void wait_count(const unsigned *count, unsigned target)
+{
+    uint64_t t0 = ns_now();
+    while (ld_acquire(count) < target)
+        if (ns_now() - t0 > MK_TIMEOUT_NS)
+            __trap();
+}
+
 /* The grid barrier's words, each on a cache line of its own: two arrival counters that barriers
  * use in turn, and the count of blocks that have finished the launch. */
 enum { MK_BAR_A = 0, MK_BAR_B = 32, MK_BAR_EXIT = 64, MK_BAR_WORDS = 96 };
@@ -111,10 +120,7 @@ __device__ __forceinline__ void grid_sync(unsigned *bar, int k)
         unsigned *count = bar + (k & 1 ? MK_BAR_B : MK_BAR_A);
         unsigned target = (unsigned)(k / 2 + 1) * gridDim.x;
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
-        uint64_t t0 = ns_now();
-        while (ld_acquire(count) < target)
-            if (ns_now() - t0 > MK_TIMEOUT_NS)
-                __trap();
+        wait_count(count, target);
     }
     __syncthreads();
 }
@@ -703,12 +709,8 @@ __device__ __forceinline__ void cons_sync()
 /* The consumers wait until every block has finished the stage before (cnt NULL: none). */
 __device__ __forceinline__ void st_wait(const unsigned *cnt)
 {
-    if (cnt && threadIdx.x == 0) {
-        uint64_t t0 = ns_now();
-        while (ld_acquire(cnt) < gridDim.x)
-            if (ns_now() - t0 > MK_TIMEOUT_NS)
-                __trap();
-    }
+    if (cnt && threadIdx.x == 0)
+        wait_count(cnt, gridDim.x);
     cons_sync();
 }
 
@@ -894,7 +896,6 @@ template <typename W, int XN>
 __device__ __noinline__ void st_mv(const MkMv &m, const unsigned *dep, StRing &rg)
 {
     typedef vec16<W> V;
-    enum { R = ST_R };
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     st_wait(dep);
     if (threadIdx.x == 0)
@@ -928,9 +929,9 @@ __device__ __noinline__ void st_mv(const MkMv &m, const unsigned *dep, StRing &r
         cy[0] += c1 - c0;
         c0 = c1;
         unsigned base = smem_u32(rg.ring + slot * ST_SLOT), xs = smem_u32(rg.xs);
-        float a[R], b[R];
+        float a[ST_R], b[ST_R];
 #pragma unroll
-        for (int k = 0; k < R; k++)
+        for (int k = 0; k < ST_R; k++)
             a[k] = b[k] = 0.0f;
         /* A warp with no unit in the chunk only waits for it and releases it. */
         if (mine > 0 && m.glu)
@@ -945,7 +946,7 @@ __device__ __noinline__ void st_mv(const MkMv &m, const unsigned *dep, StRing &r
             mbar_arrive(&rg.empty[slot]); /* this warp is done with the slot */
         float out = 0.0f, outb = 0.0f;
 #pragma unroll
-        for (int k = 0; k < R; k++) {
+        for (int k = 0; k < ST_R; k++) {
             if (k >= mine)
                 break;
             float s = warp_sum(a[k]), sb = m.glu ? warp_sum(b[k]) : 0.0f;
