@@ -1646,22 +1646,23 @@ static void test_model_attnfuse(void)
  * and GPT-2 (layer norms, epilogues, transposed Conv1D weights); five stages recorded for every
  * layer at least (q/k/v or qkv, attention, o, gate/up or fc, down).
  */
-static void test_model_mega(void)
+static void mega_cases(const char *mega)
 {
     for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
         const decode_case *c = &decode_cases[i];
-        decode_on_vs_off(c->example, c->defs, c->n_defs, "GPLAN_CUDA_MEGA", "1", NULL, NULL,
+        decode_on_vs_off(c->example, c->defs, c->n_defs, "GPLAN_CUDA_MEGA", mega, NULL, NULL,
                          gp_cuda_mk_stage_count, 5 * c->n_layer);
     }
 }
 
+static void test_model_mega(void)
+{
+    mega_cases("1");
+}
+
 static void test_model_mega_stream(void)
 {
-    for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
-        const decode_case *c = &decode_cases[i];
-        decode_on_vs_off(c->example, c->defs, c->n_defs, "GPLAN_CUDA_MEGA", "2", NULL, NULL,
-                         gp_cuda_mk_stage_count, 5 * c->n_layer);
-    }
+    mega_cases("2");
 }
 
 void gp_suite_cuda(void)
