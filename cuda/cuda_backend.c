@@ -30,7 +30,11 @@
  * GPLAN_CUDA_MV_BPS=n: the [K, N] matvec's target blocks per multiprocessor (default 4).
  * GPLAN_CUDA_ATT_CLUSTER=n (2..16): the one-token attention's n splits of a head run as one
  * cluster and combine in distributed shared memory, where the device can (default: 16 for head
- * dims <= 64, none above; 0: none).
+ * dims <= 64, none above; 0: none). GPLAN_CUDA_MV_CLUSTER=n (2..16): the [K, N] matvec's splits
+ * of a column tile are at most n blocks of one cluster, combined in distributed shared memory
+ * (k_matvec_kc; default 16 where the device can; 0: none, split-K through global memory), about
+ * GPLAN_CUDA_MV_CLUSTER_BPS blocks per multiprocessor (default 3); products that compute a norm
+ * of x first only with GPLAN_CUDA_MV_CLUSTER_PRE=1.
  * GPLAN_CUDA_LATE: the kernels that let the next one start only once their loads are done, not
  * right after their wait (a comma list of "norm" and "att"; default "norm"; "none": none).
  * Tensor-parallel plans: one instance per rank, each on its device and called from its own thread;
@@ -218,6 +222,16 @@ static void read_switches(cuda_be *b)
     if (b->kc.att_cluster && !gp_cuda_attention_cluster_ok(b->kc.att_cluster))
         b->kc.att_cluster = 0;
     b->kc.att_cluster_small = !ac && gp_cuda_attention_cluster_ok(16) ? 16 : 0;
+    /* [K, N] matvecs combining their splits in a cluster: see bench/gpu-notes.md, tenth
+     * session. Default: clusters of up to 16 where the device can. */
+    const char *mc = getenv("GPLAN_CUDA_MV_CLUSTER"), *mb = getenv("GPLAN_CUDA_MV_CLUSTER_BPS");
+    const char *mp = getenv("GPLAN_CUDA_MV_CLUSTER_PRE");
+    b->kc.mv_cluster = mc ? atoi(mc) : 16;
+    b->kc.mv_cluster_bps = mb ? atoi(mb) : 0;
+    b->kc.mv_cluster_pre = mp && *mp == '1';
+    if (b->kc.mv_cluster > 1 &&
+        !gp_cuda_matvec_cluster_ok(b->kc.mv_cluster, b->kc.mv_cluster_fit))
+        b->kc.mv_cluster = 0;
     /* Measured 2026-11-30 (H200): -5% for GPT-2 117M, +4% for 1558M (its 5-20 MB matrices'
      * prefetches compete with the kernel before): off unless asked for. The attention's cache
      * rows are on the critical path and small: on unless "prefetch" is disabled. */
@@ -1788,6 +1802,13 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
                 "%lld launches in the one-token graph\n",
                 p->n_nodes, elided, pairs, norms, epis, groups, tails, arnorms, attns, embadds,
                 transposed, b->kc.pdl, (long long)launches1);
+        if (b->kc.mv_cluster > 1) {
+            fprintf(stderr, "cuda: [K, N] matvec clusters of up to %d, fitting at once:",
+                    b->kc.mv_cluster);
+            for (int c = 2; c <= b->kc.mv_cluster; c++)
+                fprintf(stderr, " %d", b->kc.mv_cluster_fit[c]);
+            fprintf(stderr, "\n");
+        }
         if (b->mk)
             fprintf(stderr, "cuda: persistent decode kernel: %d stages in %d launches, %d blocks\n",
                     gp_cuda_mk_stages(b->mk), gp_cuda_mk_launches(b->mk), gp_cuda_mk_grid(b->mk));

@@ -56,6 +56,11 @@ typedef struct {
                                 not after their sums */
     int norm_early;          /* 1: [K, N] matvecs load a staged norm's weights before that wait */
     int mv_pairs;            /* 1: [N, K] matvecs of short rows take two rows per warp */
+    int mv_cluster;          /* > 1: [K, N] matvecs split K over at most that many blocks of one
+                                cluster, combined in shared memory (gp_cuda_matvec_cluster_ok) */
+    int mv_cluster_bps;      /* their target blocks per multiprocessor (0: 3) */
+    int mv_cluster_pre;      /* 1: also those computing a norm of x first (else kn2 takes them) */
+    int mv_cluster_fit[17];  /* [C]: how many clusters of C of them fit at once (0: unknown) */
     const void *const_lo;    /* device bytes [const_lo, const_hi) that no kernel writes during */
     const void *const_hi;    /* evals (the weights): matvecs load them before the wait above */
     int n_sm;                /* multiprocessors (0: 132, an H100/H200) */
@@ -204,6 +209,11 @@ enum { GP_CU_ROPE_TABS = 4 }; /* the most tables one launch makes */
 /* 1 when this device runs the one-token attention's splits as clusters of n blocks (2 <= n <=
  * GP_WS_ATTN_SPLITS), for gp_cu_ctx.att_cluster. */
 int gp_cuda_attention_cluster_ok(int n);
+
+/* 1 when this device runs the [K, N] matvec's splits as clusters of up to n blocks (2 <= n <= 16),
+ * for gp_cu_ctx.mv_cluster; fit (NULL, or [n + 1]) gets, for 2 <= C <= n, how many clusters of C
+ * fit on the device at once (gp_cu_ctx.mv_cluster_fit). */
+int gp_cuda_matvec_cluster_ok(int n, int *fit);
 
 /* Enqueues the n <= GP_CU_ROPE_TABS tables t (one kernel); 0, or -1 with err. */
 int gp_cuda_rope_tables(gp_cu_ctx *ctx, const gp_cu_rope_tab *t, int n);

@@ -2,6 +2,7 @@
  * (decode) go to gplan's matrix-vector kernels (16-byte weight loads); the rest to cuBLAS
  * (cublasGemmStridedBatchedEx, f32 compute), converting an f32 operand to the other's 16-bit dtype in
  * the workspace when the dtypes differ; layouts cuBLAS cannot take go to a plain fallback kernel. */
+#include <cooperative_groups.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -555,23 +556,112 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, RMS ? NKG_RMS_BLOCKS : 4)
 
 enum { KN2_TX = 32, KN2_TY = 8, KN2_ROWS = KN2_TY * MV2_U };
 
-/* u[i] = row k + KN2_TY i at column byte offset cb, zero from row k1 on or when !ok. */
+/* u[i] = row k + TY i at column byte offset cb, zero from row k1 on or when !ok. */
+template <int TY = KN2_TY>
 __device__ __forceinline__ void kn2_load(uint4 *u, const char *w, int64_t ldw, int64_t cb, int64_t k,
                                          int64_t k1, bool ok)
 {
 #pragma unroll
     for (int i = 0; i < MV2_U; i++)
-        u[i] = ok && k + KN2_TY * i < k1 ? ld_stream(w + (k + KN2_TY * i) * ldw + cb)
-                                         : make_uint4(0, 0, 0, 0);
+        u[i] = ok && k + TY * i < k1 ? ld_stream(w + (k + TY * i) * ldw + cb)
+                                     : make_uint4(0, 0, 0, 0);
 }
 
 /*
- * Weights [K, N] (row k at w + k * ldw bytes, N contiguous): a block covers 32 * V::N columns and
- * rows [k0, k0 + per) (its split; per a multiple of KN2_ROWS, fixed at launch); thread (tx, ty)
- * holds rows k0 + ty + KN2_TY i of a batch of KN2_ROWS. The split's x (normalized with PRE) is
- * staged in shared memory xs [per]. With several splits, partial sums go to part [nsplit, N] and
- * the last block of a column tile (counters[tile], reset by it) adds them: each ty adds splits ty,
- * ty + KN2_TY, ..., then the ty sums in order. Deterministic for a given (K, per): one launch.
+ * The sums of one split of a [K, N] product (row k of the weights at w + k * ldw bytes, N
+ * contiguous), shared by k_matvec_kn2 and k_matvec_kc. The block (256 threads, TX x TY) covers
+ * columns [tile0, tile0 + TX * V::N) and rows [k0, k0 + per) (fixed at launch; cut at K); thread
+ * (tx, ty) holds rows k0 + ty + TY i of each batch of TY * MV2_U rows. The split's x (normalized
+ * with PRE) is staged in shared memory xs [per]. Returns, to thread j < TX * V::N, the split's sum
+ * for column tile0 + j (red: [TY][TX * V::N] of shared memory, read until the return: a barrier
+ * comes before the caller writes it again). With ecol >= 0 and EARLY_EPI in early, *ev gets the
+ * epilogue's operands at column ecol right after the wait. ksym >= 0: K is read from syms then
+ * (the launch's K is an upper bound).
+ */
+template <typename W, bool PRE, int TX>
+__device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const float *x,
+                                              const NORM &nm, int ksym, int64_t K, int64_t N,
+                                              int64_t tile0, int64_t k0, int64_t per, int early,
+                                              const int64_t *syms, float *xs,
+                                              float (*red)[TX * vec16<W>::N], const EPI &e,
+                                              int64_t ecol, EpiVals *ev)
+{
+    typedef vec16<W> V;
+    enum { TY = 256 / TX, ROWS = TY * MV2_U };
+    int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+    int64_t col = tile0 + (int64_t)tx * V::N;
+    bool ok = col < N;
+    int64_t cb = (ok ? col : 0) * (int64_t)sizeof(W);
+    int64_t k1 = min(K, k0 + per);
+    uint4 u[MV2_U];
+    /* EARLY_NORM: the norm's weights of the split, one element per thread, before the wait. */
+    bool norm_ahead = PRE && (early & EARLY_NORM) && per <= (int64_t)blockDim.x;
+    float gw = 0.0f, gb = 0.0f;
+    if (norm_ahead && k0 + (int64_t)threadIdx.x < k1) {
+        gw = norm_w(nm, k0 + threadIdx.x);
+        gb = norm_b(nm, k0 + threadIdx.x);
+    } else if (PRE && ksym < 0) {
+        prefetch_norm(nm, k0, k1);
+    }
+    if (early & EARLY_W) /* weights: no kernel writes them, and ksym < 0 */
+        kn2_load<TY>(u, w, ldw, cb, k0 + ty, k1, ok);
+    pdl_begin();
+    if ((early & EARLY_EPI) && ecol >= 0)
+        *ev = epi_load(e, ecol);
+    if (ksym >= 0) {
+        K = syms[ksym];
+        k1 = min(K, k0 + per);
+    }
+    float mean = 0.0f, inv = 1.0f;
+    if (PRE)
+        norm_stats(nm, x, K, &mean, &inv);
+    for (int64_t j = threadIdx.x; j < k1 - k0; j += blockDim.x)
+        xs[j] = !PRE       ? __ldg(x + k0 + j)
+                : norm_ahead ? norm_val(nm, x[k0 + j], mean, inv, gw, gb) /* j == threadIdx.x */
+                             : norm_one(nm, x, k0 + j, mean, inv);
+    __syncthreads();
+    if (!(early & EARLY_W))
+        kn2_load<TY>(u, w, ldw, cb, k0 + ty, k1, ok);
+    float acc[V::N];
+#pragma unroll
+    for (int q = 0; q < V::N; q++)
+        acc[q] = 0.0f;
+    for (int64_t kb = k0;;) {
+#pragma unroll
+        for (int i = 0; i < MV2_U; i++) {
+            int64_t k = kb + ty + TY * i;
+            if (k >= k1)
+                break;
+            float wv[V::N], xk = xs[k - k0];
+            V::unpack(u[i], wv);
+#pragma unroll
+            for (int q = 0; q < V::N; q++)
+                acc[q] += wv[q] * xk;
+        }
+        kb += ROWS;
+        if (kb >= k1)
+            break;
+        kn2_load<TY>(u, w, ldw, cb, kb + ty, k1, ok);
+    }
+#pragma unroll
+    for (int q = 0; q < V::N; q++)
+        red[ty][tx * V::N + q] = acc[q];
+    __syncthreads();
+    float s = 0.0f;
+    if (threadIdx.x < TX * V::N) {
+#pragma unroll
+        for (int r = 0; r < TY; r++)
+            s += red[r][threadIdx.x];
+    }
+    return s;
+}
+
+/*
+ * Weights [K, N]: a block covers 32 * V::N columns and rows [k0, k0 + per) (its split; per a
+ * multiple of KN2_ROWS, fixed at launch), summed by kn_split_sum. With several splits, partial
+ * sums go to part [nsplit, N] and the last block of a column tile (counters[tile], reset by it)
+ * adds them: each ty adds splits ty, ty + KN2_TY, ..., then the ty sums in order. Deterministic
+ * for a given (K, per): one launch.
  */
 template <typename W, bool PRE>
 __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
@@ -586,76 +676,19 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
     int tx = threadIdx.x % KN2_TX, ty = threadIdx.x / KN2_TX, nsplit = gridDim.y;
     int64_t col = ((int64_t)blockIdx.x * KN2_TX + tx) * V::N;
     bool ok = col < N;
-    int64_t cb = (ok ? col : 0) * (int64_t)sizeof(W);
-    int64_t k0 = blockIdx.y * per, k1 = min(K, k0 + per);
-    uint4 u[MV2_U];
-    /* EARLY_NORM: the norm's weights of the split, one element per thread, before the wait. */
-    bool norm_ahead = PRE && (early & EARLY_NORM) && per <= (int64_t)blockDim.x;
-    float gw = 0.0f, gb = 0.0f;
-    if (norm_ahead && k0 + (int64_t)threadIdx.x < k1) {
-        gw = norm_w(nm, k0 + threadIdx.x);
-        gb = norm_b(nm, k0 + threadIdx.x);
-    } else if (PRE && ksym < 0) {
-        prefetch_norm(nm, k0, k1);
-    }
-    if (early & EARLY_W) /* weights: no kernel writes them, and ksym < 0 */
-        kn2_load(u, w, ldw, cb, k0 + ty, k1, ok);
-    pdl_begin();
     /* Thread j < KN2_TX * V::N (<= blockDim.x) finishes column tile0 + j. */
     int64_t tile0 = (int64_t)blockIdx.x * KN2_TX * V::N;
     EpiVals ev;
-    if (early & EARLY_EPI)
-        ev = epi_load(e, min(tile0 + (int64_t)threadIdx.x, N - 1));
-    if (ksym >= 0) {
-        K = syms[ksym];
-        k1 = min(K, k0 + per);
-    }
-    float mean = 0.0f, inv = 1.0f;
-    if (PRE)
-        norm_stats(nm, x, K, &mean, &inv);
-    for (int64_t j = threadIdx.x; j < k1 - k0; j += blockDim.x)
-        xs_kn2[j] = !PRE       ? __ldg(x + k0 + j)
-                    : norm_ahead ? norm_val(nm, x[k0 + j], mean, inv, gw, gb) /* j == threadIdx.x */
-                                 : norm_one(nm, x, k0 + j, mean, inv);
-    __syncthreads();
-    if (!(early & EARLY_W))
-        kn2_load(u, w, ldw, cb, k0 + ty, k1, ok);
-    float acc[V::N];
-#pragma unroll
-    for (int q = 0; q < V::N; q++)
-        acc[q] = 0.0f;
-    for (int64_t kb = k0;;) {
-#pragma unroll
-        for (int i = 0; i < MV2_U; i++) {
-            int64_t k = kb + ty + KN2_TY * i;
-            if (k >= k1)
-                break;
-            float wv[V::N], xk = xs_kn2[k - k0];
-            V::unpack(u[i], wv);
-#pragma unroll
-            for (int q = 0; q < V::N; q++)
-                acc[q] += wv[q] * xk;
-        }
-        kb += KN2_ROWS;
-        if (kb >= k1)
-            break;
-        kn2_load(u, w, ldw, cb, kb + ty, k1, ok);
-    }
-#pragma unroll
-    for (int q = 0; q < V::N; q++)
-        red[ty][tx * V::N + q] = acc[q];
-    __syncthreads();
+    float sum = kn_split_sum<W, PRE, KN2_TX>(w, ldw, x, nm, ksym, K, N, tile0, blockIdx.y * per,
+                                             per, early, syms, xs_kn2, red, e,
+                                             min(tile0 + (int64_t)threadIdx.x, N - 1), &ev);
     int j = threadIdx.x;
     if (j < KN2_TX * V::N && tile0 + j < N) {
-        float s = 0.0f;
-#pragma unroll
-        for (int r = 0; r < KN2_TY; r++)
-            s += red[r][j];
         if (nsplit == 1)
             st_f(o.p + (tile0 + j) * o.nb[3], o.t,
-                 epi_apply_vals(e, early & EARLY_EPI ? ev : epi_load(e, tile0 + j), s));
+                 epi_apply_vals(e, early & EARLY_EPI ? ev : epi_load(e, tile0 + j), sum));
         else
-            part[blockIdx.y * N + tile0 + j] = s;
+            part[blockIdx.y * N + tile0 + j] = sum;
     }
     if (nsplit == 1)
         return;
@@ -693,6 +726,61 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
     }
     if (threadIdx.x == 0)
         counters[blockIdx.x] = 0;
+}
+
+enum { KC_MAXC = 16 }; /* the largest cluster k_matvec_kc takes (16 is non-portable) */
+
+/*
+ * Weights [K, N] with the splits of a column tile combined inside a cluster: the grid is
+ * (tiles, 1, C) in clusters of (1, 1, C), so block rank r = blockIdx.z is split r, rows
+ * [r per, (r + 1) per) (cut at K), and the block covers TX * V::N columns (kn_split_sum). Each
+ * block leaves its sums in shared memory (ps); after a cluster barrier, block r finishes the
+ * columns j with j % C == r: the C blocks' sums in rank order through distributed shared memory,
+ * then the epilogue. A second barrier keeps every block's ps alive until it is read. No partials
+ * in global memory and no counter: one round trip less than kn2's last block, and the same bits
+ * for a given (K, per, TX). C == 1 launches without clusters (any architecture).
+ */
+template <typename W, bool PRE, int TX>
+__global__ void __launch_bounds__(256, 4)
+    k_matvec_kc(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int64_t K,
+                int64_t N, int64_t per, int early)
+{
+    typedef vec16<W> V;
+    enum { TC = TX * V::N };
+    __shared__ float red[256 / TX][TC];
+    __shared__ float ps[TC];
+    extern __shared__ float xs_kc[];
+    int C = gridDim.z, r = blockIdx.z, j = threadIdx.x;
+    int64_t tile0 = (int64_t)blockIdx.x * TC;
+    bool fin = j < TC && tile0 + j < N && j % C == r;
+    EpiVals ev;
+    float s = kn_split_sum<W, PRE, TX>(w, ldw, x, nm, -1, K, N, tile0, r * per, per, early, NULL,
+                                       xs_kc, red, e, fin ? tile0 + j : -1, &ev);
+    if (!(early & EARLY_EPI) && fin)
+        ev = epi_load(e, tile0 + j);
+    if (C == 1) {
+        if (fin)
+            st_f(o.p + (tile0 + j) * o.nb[3], o.t, epi_apply_vals(e, ev, s));
+        return;
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap(); /* no clusters before sm_90: gp_cuda_matvec_cluster_ok keeps C at 1 there */
+#elif defined(__CUDA_ARCH__)
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    if (j < TC)
+        ps[j] = s;
+    cl.sync();
+    if (fin) {
+        float t = 0.0f;
+#pragma unroll
+        for (int i = 0; i < KC_MAXC; i++) /* every load issued before the first add */
+            if (i < C)
+                t += *cl.map_shared_rank(&ps[j], i);
+        st_f(o.p + (tile0 + j) * o.nb[3], o.t, epi_apply_vals(e, ev, t));
+    }
+    cl.sync();
+#endif
 }
 
 static int es_of(int t)
@@ -759,6 +847,90 @@ static void launch_kn2(const gp_cu_ctx *c, dim3 grid, const char *w, int64_t ldw
     else
         gp_cu_launch(c, k_matvec_kn2<W, false>, grid, KN2_TX * KN2_TY, smem, w, ldw, x, o, e, NORM(),
                      ksym, K, N, per, part, c->d_counters, early, c->d_syms);
+}
+
+/* k_matvec_kc by weight type, staged norm and tile width (TX = 32, 16 or 8). */
+typedef void (*kc_fn)(const char *, int64_t, const float *, KT, EPI, NORM, int64_t, int64_t,
+                      int64_t, int);
+
+template <typename W, bool PRE> static kc_fn kc_width(int tx)
+{
+    return tx == 32 ? k_matvec_kc<W, PRE, 32> : tx == 16 ? k_matvec_kc<W, PRE, 16>
+                                                         : k_matvec_kc<W, PRE, 8>;
+}
+
+static kc_fn kc_kernel(int wt, bool pre, int tx)
+{
+    if (wt == GP_F16)
+        return pre ? kc_width<__half, true>(tx) : kc_width<__half, false>(tx);
+    if (wt == GP_BF16)
+        return pre ? kc_width<__nv_bfloat16, true>(tx) : kc_width<__nv_bfloat16, false>(tx);
+    return pre ? kc_width<float, true>(tx) : kc_width<float, false>(tx);
+}
+
+extern "C" int gp_cuda_matvec_cluster_ok(int n, int *fit)
+{
+    static const int wts[3] = {GP_F16, GP_BF16, GP_F32};
+    int ok = n >= 2 && n <= KC_MAXC;
+    for (int m = 2; ok && m <= n; m++) {
+        int least = 0;
+        for (int i = 0; ok && i < 3 * 2 * 3; i++) {
+            kc_fn k = kc_kernel(wts[i / 6], (i / 3) % 2, 32 >> (i % 3));
+            if (m > 8 &&
+                cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) {
+                ok = 0;
+                break;
+            }
+            cudaLaunchAttribute at[2];
+            cudaLaunchConfig_t cfg = gp_cu_config(NULL, 0, (unsigned)m, dim3(1, 1, (unsigned)m),
+                                                  dim3(256), norm_smem(8192), at);
+            int clusters = 0;
+            ok = cudaOccupancyMaxActiveClusters(&clusters, k, &cfg) == cudaSuccess && clusters > 0;
+            if (!least || clusters < least)
+                least = clusters;
+        }
+        if (fit)
+            fit[m] = ok ? least : 0;
+    }
+    cudaGetLastError();
+    return ok;
+}
+
+/*
+ * The cluster split of K for [K, N] weights (k_matvec_kc): for each tile width (TX = 32, 16 and 8
+ * threads of vn columns each), C splits of per = ceil(K / C) rows per tile, C at most
+ * c->mv_cluster, for about mv_cluster_bps blocks per multiprocessor in all, and no more clusters
+ * than fit on the device at once (c->mv_cluster_fit). Takes the width whose split is the fewest
+ * batches of rows (the first is loaded before the PDL wait), then the most blocks. 0 when
+ * clusters are off, or every split would be more than 4 batches or 32 KiB of x (kn2 then).
+ */
+static int kc_split(const gp_cu_ctx *c, int64_t K, int64_t N, int64_t vn, int *tx, int64_t *per,
+                    int64_t *ns)
+{
+    if (c->mv_cluster < 2 || K <= 0 || N <= 0)
+        return 0;
+    int64_t target = (int64_t)(c->n_sm > 0 ? c->n_sm : 132) *
+                     (c->mv_cluster_bps > 0 ? c->mv_cluster_bps : 3);
+    int64_t best = 0, best_blocks = 0;
+    for (int t = 32; t >= 8; t /= 2) {
+        int64_t tiles = (N + t * vn - 1) / (t * vn), C = target / tiles, rows = 256 / t * MV2_U;
+        C = C < 1 ? 1 : C > c->mv_cluster ? c->mv_cluster : C;
+        while (C > 1 && c->mv_cluster_fit[C] > 0 && tiles > c->mv_cluster_fit[C])
+            C--;
+        int64_t p = (K + C - 1) / C;
+        C = (K + p - 1) / p;
+        int64_t batches = (p + rows - 1) / rows, blocks = tiles * C;
+        if (p > 8192 || batches > 4)
+            continue;
+        if (!best || batches < best || (batches == best && blocks > best_blocks)) {
+            best = batches;
+            best_blocks = blocks;
+            *tx = t;
+            *per = p;
+            *ns = C;
+        }
+    }
+    return best > 0;
 }
 
 /* 1 when bytes [p, p + n) lie in the constant range (weights), which kernels may read early. */
@@ -928,14 +1100,23 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
         /* [K, N]: N contiguous, rows B.sr bytes apart; split K until the GPU has ~4 blocks per
          * multiprocessor. */
         int64_t tiles = (N + KN_TX * vn - 1) / (KN_TX * vn), per2, ns2;
+        int early = ksym < 0 && is_const(c, B.p, (K - 1) * B.sr + N * es);
+        int fl = (early ? EARLY_W : 0) | (c->epi_early ? EARLY_EPI : 0);
+        if (pn && c->norm_early && is_const(c, pn->w.p, K * pn->w.nb[3]) &&
+            (!pn->has_b || is_const(c, pn->b.p, K * pn->b.nb[3])))
+            fl |= EARLY_NORM;
+        int tx;
+        if (!c->matvec_v1 && !c->mk && ksym < 0 && (!pn || c->mv_cluster_pre) &&
+            kc_split(c, K, N, vn, &tx, &per2, &ns2)) {
+            dim3 g((unsigned)((N + tx * vn - 1) / (tx * vn)), 1, (unsigned)ns2);
+            (void)gp_cu_launch_cl(c->stream, c->pdl, (unsigned)ns2, kc_kernel(kb.t, pn, tx), g,
+                                  dim3(256), norm_smem(per2), B.p, B.sr, x, ot, e,
+                                  pn ? *pn : NORM(), K, N, per2, fl);
+            return gp_cu_check_launch(c, "matvec_kc") ? -1 : 1;
+        }
         if (!c->matvec_v1 && kn2_split(c, K, N, tiles, ws_size, ws, &per2, &ns2)) {
-            int early = ksym < 0 && is_const(c, B.p, (K - 1) * B.sr + N * es);
             dim3 g2((unsigned)tiles, (unsigned)ns2);
             float *part = (float *)ws;
-            int fl = (early ? EARLY_W : 0) | (c->epi_early ? EARLY_EPI : 0);
-            if (pn && c->norm_early && is_const(c, pn->w.p, K * pn->w.nb[3]) &&
-                (!pn->has_b || is_const(c, pn->b.p, K * pn->b.nb[3])))
-                fl |= EARLY_NORM;
             if (kb.t == GP_F16)
                 launch_kn2<__half>(c, g2, B.p, B.sr, x, ot, e, pn, ksym, K, N, per2, part, fl);
             else if (kb.t == GP_BF16)

@@ -600,6 +600,126 @@ static void test_matvec_prenorm(void)
     kctx_free(&k);
 }
 
+/* [K, N] products whose splits combine inside a cluster (k_matvec_kc) against the CPU's matmul,
+ * norm and epilogue: GPT-2 1558M's and 117M's four products (staged layer norm, bias, gelu,
+ * residual), a staged rms norm, f32 and bf16 weights, a K split over 15 blocks of 7 rows; with
+ * clusters of up to 16 and of up to 8, the same bits on a second launch, and the split-K kernel
+ * through global memory (clusters off) right too. The counters stay at zero. */
+static void test_matvec_cluster(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    int ok16 = gp_cuda_matvec_cluster_ok(16, k.c.mv_cluster_fit);
+    CU_ASSERT_EQUAL(ok16, major >= 9); /* clusters: sm_90 on */
+    CU_ASSERT_EQUAL(gp_cuda_matvec_cluster_ok(8, NULL), major >= 9);
+    CU_ASSERT_EQUAL(gp_cuda_matvec_cluster_ok(17, NULL), 0);
+    CU_ASSERT_EQUAL(gp_cuda_matvec_cluster_ok(1, NULL), 0);
+    CU_ASSERT(!ok16 || k.c.mv_cluster_fit[2] >= 1);
+    for (int c = 3; ok16 && c <= 16; c++) /* at least one fits, fewer as they grow */
+        CU_ASSERT(k.c.mv_cluster_fit[c] >= 1 && k.c.mv_cluster_fit[c] <= k.c.mv_cluster_fit[c - 1]);
+    enum { NONE, LN, RMS };
+    enum { E_NONE, E_BIAS, E_GELU, E_RES };
+    const struct {
+        int norm, epi;
+        gp_dtype wt;
+        int64_t K, N;
+    } cs[] = {{LN, E_BIAS, GP_F16, 1600, 4800}, {NONE, E_RES, GP_F16, 1600, 1600},
+              {LN, E_GELU, GP_F16, 1600, 6400}, {NONE, E_RES, GP_F16, 6400, 1600},
+              {LN, E_BIAS, GP_F16, 768, 2304},  {NONE, E_RES, GP_F16, 3072, 768},
+              {RMS, E_NONE, GP_BF16, 768, 2304}, {NONE, E_NONE, GP_F32, 1000, 332},
+              {LN, E_GELU, GP_F16, 100, 40}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        int64_t K = cs[i].K, N = cs[i].N;
+        int64_t sx[2] = {1, K}, sk[1] = {K}, sw[2] = {K, N}, so[2] = {1, N}, sn[1] = {N};
+        tt x, g, nb, h, w, prod, bias, res, out;
+        tt_new(&x, GP_F32, 2, sx, 3.0f);
+        tt_new(&g, GP_F16, 1, sk, 1.0f);
+        tt_new(&nb, GP_F16, 1, sk, 1.0f);
+        tt_new(&h, GP_F32, 2, sx, 1.0f);
+        tt_new(&w, cs[i].wt, 2, sw, 1.0f);
+        tt_new(&prod, GP_F32, 2, so, 1.0f);
+        tt_new(&bias, GP_F16, 1, sn, 1.0f);
+        tt_new(&res, GP_F32, 2, so, 2.0f);
+        tt_new(&out, GP_F32, 2, so, 1.0f);
+        gp_attrs an = {{0}, {1e-5, 0}}, am = {{0, 0, 0, 0}, {0}}, none = {{0}, {0}};
+        gp_ktensor nin[3] = {x.h, g.h, nb.h}, min[2] = {cs[i].norm ? h.h : x.h, w.h};
+        if (cs[i].norm)
+            gp_cpu_compute(cs[i].norm == LN ? GP_OP_LAYER_NORM : GP_OP_RMS_NORM, &an, &h.h, nin,
+                           cs[i].norm == LN ? 3 : 2, NULL, 0, 0, 1);
+        gp_cpu_compute(GP_OP_MATMUL, &am, cs[i].epi ? &prod.h : &out.h, min, 2, NULL, 0, 0, 1);
+        gp_ktensor bin[2] = {prod.h, bias.h}, rin[2] = {prod.h, res.h};
+        if (cs[i].epi == E_BIAS)
+            gp_cpu_compute(GP_OP_ADD, &none, &out.h, bin, 2, NULL, 0, 0, 1);
+        if (cs[i].epi == E_GELU) {
+            gp_cpu_compute(GP_OP_ADD, &none, &prod.h, bin, 2, NULL, 0, 0, 1);
+            gp_cpu_compute(GP_OP_GELU, &none, &out.h, &prod.h, 1, NULL, 0, 0, 1);
+        }
+        if (cs[i].epi == E_RES) {
+            gp_cpu_compute(GP_OP_ADD, &none, &prod.h, bin, 2, NULL, 0, 0, 1);
+            gp_cpu_compute(GP_OP_ADD, &none, &out.h, rin, 2, NULL, 0, 0, 1);
+        }
+        gp_cu_epilogue epi;
+        memset(&epi, 0, sizeof epi);
+        epi.n = cs[i].epi == E_NONE ? 0 : cs[i].epi == E_BIAS ? 1 : 2;
+        epi.op[0] = GP_OP_ADD;
+        epi.other[0] = bias.d;
+        epi.op[1] = cs[i].epi == E_GELU ? GP_OP_GELU : GP_OP_ADD;
+        epi.other[1] = res.d;
+        epi.out = out.d;
+        gp_cu_prenorm pre = {cs[i].norm == LN, 1e-5f, x.d, g.d, nb.d};
+        if (cs[i].norm == RMS)
+            pre.b.data = NULL;
+        gp_cu_tensor din[2] = {cs[i].norm ? h.d : x.d, w.d};
+        void *ws = NULL;
+        cudaMalloc(&ws, (size_t)GP_WS_CUBLAS_BYTES);
+        cudaMemset(h.d.data, 0xff, h.bytes); /* the norm's output is never read */
+        /* odd cases: weights, the norm's weights and the epilogue's operands loaded early */
+        k.c.pdl = (int)(i % 2);
+        k.c.const_lo = i % 2 ? (const void *)1 : NULL;
+        k.c.const_hi = i % 2 ? (const void *)UINTPTR_MAX : NULL;
+        k.c.epi_early = (int)(i % 2);
+        const int cl[3] = {ok16 ? 16 : 0, ok16 ? 8 : 0, 0};
+        k.c.mv_cluster_pre = 1;
+        for (int v = 0; v < 3; v++) {
+            k.c.mv_cluster = cl[v];
+            float *bits[2];
+            for (int rep = 0; rep < 2; rep++) {
+                cudaMemset(out.d.data, 0xff, out.bytes);
+                int fused = -1, used = -1;
+                CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, epi.n ? &prod.d : &out.d, din, ws,
+                                                     (size_t)GP_WS_CUBLAS_BYTES,
+                                                     epi.n ? &epi : NULL,
+                                                     cs[i].norm ? &pre : NULL, &fused, &used),
+                                0);
+                CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+                CU_ASSERT_EQUAL(fused, epi.n > 0);
+                CU_ASSERT_EQUAL(used, cs[i].norm != NONE);
+                bits[rep] = malloc(out.bytes);
+                cudaMemcpy(bits[rep], out.d.data, out.bytes, cudaMemcpyDeviceToHost);
+            }
+            CU_ASSERT(memcmp(bits[0], bits[1], out.bytes) == 0);
+            free(bits[0]);
+            free(bits[1]);
+            char name[80];
+            snprintf(name, sizeof name, "matvec, cluster of up to %d, case %zu", cl[v], i);
+            CHECK_ERR(name, device_err(&out), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
+        }
+        unsigned cnt[GP_CU_COUNTERS], left = 0;
+        cudaMemcpy(cnt, k.counters, sizeof cnt, cudaMemcpyDeviceToHost);
+        for (int c = 0; c < GP_CU_COUNTERS; c++)
+            left += cnt[c];
+        CU_ASSERT_EQUAL(left, 0);
+        cudaFree(ws);
+        tt *all[9] = {&x, &g, &nb, &h, &w, &prod, &bias, &res, &out};
+        for (int t = 0; t < 9; t++)
+            tt_free(all[t]);
+    }
+    k.c.mv_cluster = 0;
+    kctx_free(&k);
+}
+
 /* [N, K] products of short rows, two rows per warp (k_matvec_nk2_pairs): the same bits as one row
  * per warp, and right against the CPU; GPT-2 117M's LM head, an odd N, a full 128 chunks, f32
  * rows of 50 chunks, an epilogue, weights loaded before the wait or after. */
@@ -1682,6 +1802,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "store2: K and V stores in one launch, strided sources", test_store2);
     CU_add_test(s, "matvec computing the norm before it", test_matvec_prenorm);
     CU_add_test(s, "matvec pairs: two short rows per warp", test_matvec_pairs);
+    CU_add_test(s, "matvec cluster: [K, N] splits combined in a cluster", test_matvec_cluster);
     CU_add_test(s, "matvec group: q/k/v and gate/up/swiglu in one launch", test_matvec_group);
     CU_add_test(s, "matvec group computing the rms_norm before it", test_matvec_group_norm);
     CU_add_test(s, "matvec tail: the norm of the residual sum in the last block", test_matvec_tail);
