@@ -748,7 +748,6 @@ __global__ void __launch_bounds__(256, 4)
     typedef vec16<W> V;
     enum { TC = TX * V::N };
     __shared__ float red[256 / TX][TC];
-    __shared__ float ps[TC];
     extern __shared__ float xs_kc[];
     int C = gridDim.z, r = blockIdx.z, j = threadIdx.x;
     int64_t tile0 = (int64_t)blockIdx.x * TC;
@@ -767,6 +766,7 @@ __global__ void __launch_bounds__(256, 4)
     __trap(); /* no clusters before sm_90: gp_cuda_matvec_cluster_ok keeps C at 1 there */
 #elif defined(__CUDA_ARCH__)
     namespace cg = cooperative_groups;
+    __shared__ float ps[TC];
     cg::cluster_group cl = cg::this_cluster();
     if (j < TC)
         ps[j] = s;
