@@ -602,9 +602,10 @@ static void test_matvec_prenorm(void)
 
 /* [K, N] products whose splits combine inside a cluster (k_matvec_kc) against the CPU's matmul,
  * norm and epilogue: GPT-2 1558M's and 117M's four products (staged layer norm, bias, gelu,
- * residual), a staged rms norm, f32 and bf16 weights, a K split over 15 blocks of 7 rows; with
- * clusters of up to 16 and of up to 8, the same bits on a second launch, and the split-K kernel
- * through global memory (clusters off) right too. The counters stay at zero. */
+ * residual), a staged rms norm, f32 and bf16 weights, a K split over 15 blocks of 7 rows, a
+ * product wide enough for one block per column tile (no cluster); with clusters of up to 16 and
+ * of up to 8, the same bits on a second launch, and the split-K kernel through global memory
+ * (clusters off) right too. The counters stay at zero. */
 static void test_matvec_cluster(void)
 {
     kctx k;
@@ -629,7 +630,7 @@ static void test_matvec_cluster(void)
               {LN, E_GELU, GP_F16, 1600, 6400}, {NONE, E_RES, GP_F16, 6400, 1600},
               {LN, E_BIAS, GP_F16, 768, 2304},  {NONE, E_RES, GP_F16, 3072, 768},
               {RMS, E_NONE, GP_BF16, 768, 2304}, {NONE, E_NONE, GP_F32, 1000, 332},
-              {LN, E_GELU, GP_F16, 100, 40}};
+              {LN, E_GELU, GP_F16, 100, 40},    {RMS, E_BIAS, GP_F16, 64, 50000}};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         int64_t K = cs[i].K, N = cs[i].N;
         int64_t sx[2] = {1, K}, sk[1] = {K}, sw[2] = {K, N}, so[2] = {1, N}, sn[1] = {N};
