@@ -34,7 +34,7 @@
  * of a column tile are at most n blocks of one cluster, combined in distributed shared memory
  * (k_matvec_kc; default 16 where the device can; 0: none, split-K through global memory), about
  * GPLAN_CUDA_MV_CLUSTER_BPS blocks per multiprocessor (default 3); products that compute a norm
- * of x first only with GPLAN_CUDA_MV_CLUSTER_PRE=1.
+ * of x first only with GPLAN_CUDA_MV_CLUSTER_PRE=n, for about n blocks per multiprocessor.
  * GPLAN_CUDA_LATE: the kernels that let the next one start only once their loads are done, not
  * right after their wait (a comma list of "norm" and "att"; default "norm"; "none": none).
  * Tensor-parallel plans: one instance per rank, each on its device and called from its own thread;
@@ -228,7 +228,7 @@ static void read_switches(cuda_be *b)
     const char *mp = getenv("GPLAN_CUDA_MV_CLUSTER_PRE");
     b->kc.mv_cluster = mc ? atoi(mc) : 16;
     b->kc.mv_cluster_bps = mb ? atoi(mb) : 0;
-    b->kc.mv_cluster_pre = mp && *mp == '1';
+    b->kc.mv_cluster_pre = mp ? atoi(mp) : 0;
     if (b->kc.mv_cluster > 1 &&
         !gp_cuda_matvec_cluster_ok(b->kc.mv_cluster, b->kc.mv_cluster_fit))
         b->kc.mv_cluster = 0;

@@ -59,7 +59,8 @@ typedef struct {
     int mv_cluster;          /* > 1: [K, N] matvecs split K over at most that many blocks of one
                                 cluster, combined in shared memory (gp_cuda_matvec_cluster_ok) */
     int mv_cluster_bps;      /* their target blocks per multiprocessor (0: 3) */
-    int mv_cluster_pre;      /* 1: also those computing a norm of x first (else kn2 takes them) */
+    int mv_cluster_pre;      /* > 0: also those computing a norm of x first, for about that many
+                                blocks per multiprocessor (0: kn2 takes them) */
     int mv_cluster_fit[17];  /* [C]: how many clusters of C of them fit at once (0: unknown) */
     const void *const_lo;    /* device bytes [const_lo, const_hi) that no kernel writes during */
     const void *const_hi;    /* evals (the weights): matvecs load them before the wait above */

@@ -899,18 +899,17 @@ extern "C" int gp_cuda_matvec_cluster_ok(int n, int *fit)
 /*
  * The cluster split of K for [K, N] weights (k_matvec_kc): for each tile width (TX = 32, 16 and 8
  * threads of vn columns each), C splits of per = ceil(K / C) rows per tile, C at most
- * c->mv_cluster, for about mv_cluster_bps blocks per multiprocessor in all, and no more clusters
+ * c->mv_cluster, for about bps blocks per multiprocessor in all, and no more clusters
  * than fit on the device at once (c->mv_cluster_fit). Takes the width whose split is the fewest
  * batches of rows (the first is loaded before the PDL wait), then the most blocks. 0 when
  * clusters are off, or every split would be more than 4 batches or 32 KiB of x (kn2 then).
  */
-static int kc_split(const gp_cu_ctx *c, int64_t K, int64_t N, int64_t vn, int *tx, int64_t *per,
-                    int64_t *ns)
+static int kc_split(const gp_cu_ctx *c, int64_t K, int64_t N, int64_t vn, int bps, int *tx,
+                    int64_t *per, int64_t *ns)
 {
-    if (c->mv_cluster < 2 || K <= 0 || N <= 0)
+    if (c->mv_cluster < 2 || K <= 0 || N <= 0 || bps < 1)
         return 0;
-    int64_t target = (int64_t)(c->n_sm > 0 ? c->n_sm : 132) *
-                     (c->mv_cluster_bps > 0 ? c->mv_cluster_bps : 3);
+    int64_t target = (int64_t)(c->n_sm > 0 ? c->n_sm : 132) * bps;
     int64_t best = 0, best_blocks = 0;
     for (int t = 32; t >= 8; t /= 2) {
         int64_t tiles = (N + t * vn - 1) / (t * vn), C = target / tiles, rows = 256 / t * MV2_U;
@@ -1106,8 +1105,8 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
             (!pn->has_b || is_const(c, pn->b.p, K * pn->b.nb[3])))
             fl |= EARLY_NORM;
         int tx;
-        if (!c->matvec_v1 && !c->mk && ksym < 0 && (!pn || c->mv_cluster_pre) &&
-            kc_split(c, K, N, vn, &tx, &per2, &ns2)) {
+        int bps = pn ? c->mv_cluster_pre : c->mv_cluster_bps > 0 ? c->mv_cluster_bps : 3;
+        if (!c->matvec_v1 && !c->mk && ksym < 0 && kc_split(c, K, N, vn, bps, &tx, &per2, &ns2)) {
             dim3 g((unsigned)((N + tx * vn - 1) / (tx * vn)), 1, (unsigned)ns2);
             (void)gp_cu_launch_cl(c->stream, c->pdl, (unsigned)ns2, kc_kernel(kb.t, pn, tx), g,
                                   dim3(256), norm_smem(per2), B.p, B.sr, x, ot, e,

@@ -682,7 +682,7 @@ static void test_matvec_cluster(void)
         k.c.const_hi = i % 2 ? (const void *)UINTPTR_MAX : NULL;
         k.c.epi_early = (int)(i % 2);
         const int cl[3] = {ok16 ? 16 : 0, ok16 ? 8 : 0, 0};
-        k.c.mv_cluster_pre = 1;
+        k.c.mv_cluster_pre = 3;
         for (int v = 0; v < 3; v++) {
             k.c.mv_cluster = cl[v];
             float *bits[2];
