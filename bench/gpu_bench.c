@@ -177,20 +177,47 @@ static int eval(gp_session *s, const int32_t *ids, const int32_t *pos, int n, do
     return r;
 }
 
-/* Logits of a 4-token prompt and one decode step on session s (reset first), into out [5, V]. */
-static int session_logits(gp_session *s, float *out, int64_t V)
+/* How many of the last eval's n rows of logits have the argmax that the plan's output "next"
+ * (the argmax op on the device) holds; -1 when the plan has no "next". */
+static int next_agree(gp_session *s, int n, int64_t V)
+{
+    const int32_t *nx = gp_session_output(s, "next", NULL);
+    const float *lg = gp_session_output(s, "logits", NULL);
+    int same = 0;
+    for (int t = 0; nx && t < n; t++)
+        same += nx[t] == gp_argmax(lg + t * V, V);
+    return nx ? same : -1;
+}
+
+/* Logits of a 4-token prompt and one decode step on session s (reset first), into out [5, V];
+ * *dev_same: how many of the 5 rows "next" agrees with (-1: no "next"). */
+static int session_logits(gp_session *s, float *out, int64_t V, int *dev_same)
 {
     int32_t ids[4] = {464 % (int32_t)V, 2068 % (int32_t)V, 7586 % (int32_t)V, 21831 % (int32_t)V};
     int32_t pos[4] = {0, 1, 2, 3}, id5 = 11, p5 = 4;
     double t = 0;
     int r = gp_session_reset(s) || eval(s, ids, pos, 4, &t);
-    if (!r)
+    *dev_same = -1;
+    if (!r) {
         memcpy(out, gp_session_output(s, "logits", NULL), sizeof(float) * 4 * (size_t)V);
+        *dev_same = next_agree(s, 4, V);
+    }
     if (!r)
         r = eval(s, &id5, &p5, 1, &t);
-    if (!r)
+    if (!r) {
         memcpy(out + 4 * V, gp_session_output(s, "logits", NULL), sizeof(float) * (size_t)V);
+        int one = next_agree(s, 1, V);
+        *dev_same = *dev_same < 0 || one < 0 ? -1 : *dev_same + one;
+    }
     return r;
+}
+
+/* Greedy decoding's next token from row t of the last eval: the plan's "next" (computed on the
+ * device) when it has one, else the host's argmax of the logits row. */
+static int32_t next_token(gp_session *s, int64_t t, int64_t V)
+{
+    const int32_t *nx = gp_session_output(s, "next", NULL);
+    return nx ? nx[t] : (int32_t)gp_argmax(gp_session_output(s, "logits", NULL) + t * V, V);
 }
 
 /* ‖g − c‖ / ‖c‖ over n values and how many of the 5 rows' argmax agree. */
@@ -325,12 +352,13 @@ static int run_config(gp_model *m, const char *label, const config *cf, int64_t 
     int r = 0;
     if (ref && strncmp(cf->name, "skip-", 5) && strncmp(cf->name, "only-", 5)) {
         float *lg = malloc(sizeof(float) * 5 * (size_t)V);
-        r = session_logits(s, lg, V);
+        int dev_same = -1;
+        r = session_logits(s, lg, V, &dev_same);
         int same = 0;
         double e = r ? INFINITY : compare(lg, ref, V, &same);
-        int ok = !r && e < 1e-2 && e == e;
-        printf("CHECK %s %s cuda-vs-cpu logits rel_err %.3g argmax_agree %d/5 %s\n", label, cf->name,
-               e, same, ok ? "ok" : "FAIL");
+        int ok = !r && e < 1e-2 && e == e && (dev_same < 0 || dev_same == 5);
+        printf("CHECK %s %s cuda-vs-cpu logits rel_err %.3g argmax_agree %d/5 next_agree %d/5 %s\n",
+               label, cf->name, e, same, dev_same, ok ? "ok" : "FAIL");
         free(lg);
         if (!ok) {
             gp_session_free(s);
@@ -356,7 +384,7 @@ static int run_config(gp_model *m, const char *label, const config *cf, int64_t 
             break;
         if (rep == 1)
             cudaMemGetInfo(&free0, &total);
-        int tok = (int)gp_argmax(gp_session_output(s, "logits", NULL) + (P - 1) * V, V);
+        int tok = next_token(s, P - 1, V);
         te = 0;
         double bs0, bs1;
         int64_t be0, be1;
@@ -368,7 +396,7 @@ static int run_config(gp_model *m, const char *label, const config *cf, int64_t 
             r = eval(s, &tok, &p, 1, &te);
             double a0 = now();
             if (!r)
-                tok = (int)gp_argmax(gp_session_output(s, "logits", NULL), V);
+                tok = next_token(s, 0, V);
             ta += now() - a0;
         }
         argmax_ms = ta / N * 1e3;
@@ -466,8 +494,11 @@ int main(int argc, char **argv)
         gp_session_opts o = {"cpu", nt ? atoi(nt) : 8, 0};
         gp_session *s = gp_session_new(m, &o, err, sizeof err);
         ref = malloc(sizeof(float) * 5 * (size_t)V);
-        if (!s || session_logits(s, ref, V)) {
-            fprintf(stderr, "gpu_bench: cpu reference: %s\n", s ? gp_session_error(s) : err);
+        int cpu_same = -1;
+        if (!s || session_logits(s, ref, V, &cpu_same) || (cpu_same >= 0 && cpu_same != 5)) {
+            fprintf(stderr, "gpu_bench: cpu reference: %s\n",
+                    !s ? err : cpu_same >= 0 && cpu_same != 5 ? "next is not the logits' argmax"
+                                                               : gp_session_error(s));
             gp_session_free(s);
             gp_model_free(m);
             gp_plan_free(pl);

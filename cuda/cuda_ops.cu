@@ -257,6 +257,76 @@ static unsigned rows_grid(const KT &o)
     return (unsigned)(r < 1 ? 1 : r > 65535 ? 65535 : r);
 }
 
+/* ---- argmax: one block per row ---- */
+
+enum { AM_THREADS = 512, AM_BATCH = 8 };
+
+/* Offers element i of value v to the running best (bv, bi; bi < 0: none yet): it wins when it is
+ * a number and larger, or equal at a lower index. NaN never wins; i < 0 is no offer. */
+__device__ __forceinline__ void am_offer(float &bv, int &bi, float v, int i)
+{
+    if (i >= 0 && v == v && (bi < 0 || v > bv || (v == bv && i < bi))) {
+        bv = v;
+        bi = i;
+    }
+}
+
+/* o [rows] (i32, laid out as the rows of x) = the first index of the largest value of each row
+ * of x [..., N], as the CPU's k_argmax: each thread scans a stride of the row, then the block
+ * keeps the largest value's lowest index. */
+__global__ void __launch_bounds__(AM_THREADS) k_argmax(KT o, KT x, const int64_t *syms)
+{
+    pdl_begin();
+    __shared__ float sv[AM_THREADS / 32];
+    __shared__ int si[AM_THREADS / 32];
+    kt_resolve(o, syms);
+    kt_resolve(x, syms);
+    int64_t rows = x.ne[0] * x.ne[1] * x.ne[2], N = x.ne[3];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const char *px = x.p + kt_row_off(x, x, r);
+        float bv = 0.0f;
+        int bi = -1;
+        for (int64_t i0 = threadIdx.x; i0 < N; i0 += AM_BATCH * (int64_t)blockDim.x) {
+            uint32_t u[AM_BATCH]; /* every load of the batch first, then the compares */
+#pragma unroll
+            for (int j = 0; j < AM_BATCH; j++) {
+                int64_t i = i0 + j * (int64_t)blockDim.x;
+                u[j] = i < N ? ld_bits(px + i * x.nb[3], x.t) : 0;
+            }
+#pragma unroll
+            for (int j = 0; j < AM_BATCH; j++) {
+                int64_t i = i0 + j * (int64_t)blockDim.x;
+                am_offer(bv, bi, bits_f(u[j], x.t), i < N ? (int)i : -1);
+            }
+        }
+        for (int s = 16; s > 0; s /= 2) {
+            float v = __shfl_down_sync(0xffffffffu, bv, s);
+            int i = __shfl_down_sync(0xffffffffu, bi, s);
+            am_offer(bv, bi, v, i);
+        }
+        __syncthreads(); /* sv, si free again (the row before) */
+        if (lane == 0) {
+            sv[w] = bv;
+            si[w] = bi;
+        }
+        __syncthreads();
+        if (w == 0) {
+            bv = 0.0f;
+            bi = -1;
+            if (lane < (int)(blockDim.x >> 5))
+                am_offer(bv, bi, sv[lane], si[lane]);
+            for (int s = 16; s > 0; s /= 2) {
+                float v = __shfl_down_sync(0xffffffffu, bv, s);
+                int i = __shfl_down_sync(0xffffffffu, bi, s);
+                am_offer(bv, bi, v, i);
+            }
+            if (lane == 0)
+                *(int32_t *)(o.p + kt_row_off(o, x, r)) = bi < 0 ? 0 : bi;
+        }
+    }
+}
+
 /* ---- rope: one block per (t, h) row of x [T, H, D] ---- */
 
 __global__ void k_rope(int interleaved, int64_t n, double theta, KT o, KT x, KT pos,
@@ -611,6 +681,25 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
             return 0;
         gp_cu_launch(c, k_concat, grid_for(n, THREADS), THREADS, 0, ax, o, ka, kb, c->d_syms);
         return gp_cu_check_launch(c, "concat");
+    }
+    case GP_OP_ARGMAX: {
+        KT o = gp_kt_of(c, out), x = gp_kt_of(c, &in[0]);
+        if (out->dtype != GP_I32 || out->ndim != in[0].ndim - 1 || x.ne[3] > INT32_MAX) {
+            snprintf(c->err, sizeof c->err, "argmax: needs x [..., N] and out i32 [...]");
+            return -1;
+        }
+        /* out's dims as the rows of x: one place to the left */
+        for (int d = 0; d < 3; d++) {
+            o.ne[d] = o.ne[d + 1];
+            o.nb[d] = o.nb[d + 1];
+            o.sym[d] = o.sym[d + 1];
+        }
+        o.ne[3] = 1;
+        o.sym[3] = -1;
+        if (kt_count(x, 3) == 0)
+            return 0;
+        gp_cu_launch(c, k_argmax, rows_grid(x), AM_THREADS, 0, o, x, c->d_syms);
+        return gp_cu_check_launch(c, "argmax");
     }
     case GP_OP_STORE:
         return launch_store(c, in, NULL);

@@ -488,6 +488,7 @@ static const op_spec op_specs[] = {
     {"store", GP_OP_STORE, "ttt", {0}},
     {"attention", GP_OP_ATTENTION, "tttt", {"scale"}},
     {"all_reduce", GP_OP_ALL_REDUCE, "to", {0}},
+    {"argmax", GP_OP_ARGMAX, "t", {0}},
     {"min", GP_OP_NONE, "nn", {0}},
     {"max", GP_OP_NONE, "nn", {0}},
     {"sqrt", GP_OP_NONE, "n", {0}},

@@ -110,6 +110,10 @@ typedef enum {
      * gets the same sum, added in device order), plus y once when given: y is the same on every
      * device (the residual stream), device 0 adds it to its term. x + y on one device. INPLACE x. */
     GP_OP_ALL_REDUCE,
+    /* argmax(x [..., N]) -> i32[...]: the index of the largest element of each row, the first one
+     * on ties; NaN is never the largest (a row of NaN only gives 0). For greedy decoding on the
+     * device: a few bytes to read back instead of the row. */
+    GP_OP_ARGMAX,
     GP_OP_COUNT
 } gp_op;
 

@@ -19,7 +19,7 @@ static const char *const roles[GP_OP_COUNT][GP_MAX_INPUTS] = {
     [GP_OP_VIEW] = {"x"},                 [GP_OP_CONT] = {"x"},
     [GP_OP_CAST] = {"x"},                 [GP_OP_CONCAT] = {"a", "b"},
     [GP_OP_STORE] = {"dst", "pos", "src"}, [GP_OP_ATTENTION] = {"q", "k", "v", "pos"},
-    [GP_OP_ALL_REDUCE] = {"x", "y"},
+    [GP_OP_ALL_REDUCE] = {"x", "y"},      [GP_OP_ARGMAX] = {"x"},
 };
 
 /* What one add_node call works on. */
@@ -513,6 +513,18 @@ static int infer_cast(ctx *c)
     return 0;
 }
 
+static int infer_argmax(ctx *c)
+{
+    const gp_tensor *x = c->in[0];
+    if (need_floats(c) || need_min_ndim(c, 0, 1))
+        return -1;
+    c->out->dtype = GP_I32;
+    c->out->ndim = x->ndim - 1;
+    for (int d = 0; d < x->ndim - 1; d++)
+        c->out->shape[d] = x->shape[d];
+    return 0;
+}
+
 static int infer(ctx *c)
 {
     switch (c->op) {
@@ -538,6 +550,7 @@ static int infer(ctx *c)
     case GP_OP_VIEW: return infer_view(c);
     case GP_OP_CONT: same_shape(c, c->in[0]); return 0;
     case GP_OP_CAST: return infer_cast(c);
+    case GP_OP_ARGMAX: return infer_argmax(c);
     case GP_OP_CONCAT: return infer_concat(c);
     case GP_OP_STORE: return infer_store(c);
     case GP_OP_ATTENTION: return infer_attention(c);

@@ -130,6 +130,12 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
         if (!same_shape(x, out))
             return fail(err, n, op, "out must have the shape of x");
         return 0;
+    case GP_OP_ARGMAX: {
+        int ok = x->ndim >= 1 && out->ndim == x->ndim - 1 && out->dtype == GP_I32;
+        for (int d = 0; ok && d < out->ndim; d++)
+            ok = out->ne[d] == x->ne[d];
+        return ok ? 0 : fail(err, n, op, "expected x [..., N] and out i32 [...]");
+    }
     case GP_OP_MATMUL: {
         const gp_ktensor *y = &in[1];
         if (x->ndim < 2 || y->ndim < 2 || out->ndim < 2)
@@ -240,7 +246,7 @@ int gp_cpu_check(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_kt
             return fail(err, err_size, op, "input %d must be a float tensor, not %s", i,
                         gp_dtype_name(in[i].dtype));
     }
-    if (!is_float(out->dtype) && op != GP_OP_CAST && !info->is_view)
+    if (!is_float(out->dtype) && op != GP_OP_CAST && op != GP_OP_ARGMAX && !info->is_view)
         return fail(err, err_size, op, "out must be a float tensor, not %s",
                     gp_dtype_name(out->dtype));
     return check_shapes(op, a, out, in, n_in, err, err_size);

@@ -497,6 +497,43 @@ static void k_store(const gp_ktensor *in, int ith, int nth)
     }
 }
 
+/* ---- argmax ---- */
+
+/* out [...] (i32) = the first index of the largest value of each row of x [..., N]; NaN never
+ * wins, a row of NaN only gives 0 (gp_argmax's rule). */
+static void k_argmax(const gp_ktensor *out, const gp_ktensor *in, int ith, int nth)
+{
+    gp_t4 x = gp_t4_of(in), o;
+    int off = 3 - out->ndim; /* out's dims are x's rows */
+    o.p = out->data;
+    o.t = out->dtype;
+    for (int d = 0; d < 3; d++) {
+        o.ne[d] = d < off ? 1 : out->ne[d - off];
+        o.nb[d] = d < off ? 0 : out->nb[d - off];
+    }
+    o.ne[3] = 1;
+    o.nb[3] = 4;
+    int64_t N = x.ne[3], r0, r1;
+    float bx[GP_CHUNK];
+    gp_share(gp_t4_rows(&x), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const char *px = x.p + gp_t4_row_off(&x, x.ne, r);
+        float best = -INFINITY;
+        int64_t at = -1;
+        for (int64_t c = 0; c < N; c += GP_CHUNK) {
+            int64_t m = N - c < GP_CHUNK ? N - c : GP_CHUNK;
+            gp_cpu_load_row(bx, px + c * x.nb[3], m, x.nb[3], x.t);
+            for (int64_t i = 0; i < m; i++)
+                if (bx[i] > best || (at < 0 && bx[i] == bx[i])) {
+                    best = bx[i];
+                    at = c + i;
+                }
+        }
+        int32_t v = at < 0 ? 0 : (int32_t)at;
+        memcpy(o.p + gp_t4_row_off(&o, x.ne, r), &v, 4);
+    }
+}
+
 /* ---- entry points ---- */
 
 void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in,
@@ -553,6 +590,9 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
         break;
     case GP_OP_CONCAT:
         k_concat(a, out, in, ith, nth);
+        break;
+    case GP_OP_ARGMAX:
+        k_argmax(out, in, ith, nth);
         break;
     case GP_OP_STORE:
         k_store(in, ith, nth);

@@ -448,6 +448,50 @@ static void test_rope_rows_copies(void)
     kctx_free(&k);
 }
 
+/* argmax against the CPU, index for index: GPT-2's logits rows, f16 and bf16, a row to a scalar,
+ * and rows of ties, infinities and NaN (first of the largest; NaN never wins). */
+static void test_argmax(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    const struct {
+        gp_dtype t;
+        int ndim;
+        int64_t ne[3];
+    } cs[] = {{GP_F32, 2, {5, 50257}}, {GP_F16, 3, {3, 4, 300}}, {GP_BF16, 1, {1000}},
+              {GP_F32, 2, {5, 6}}};
+    static const float special[5][6] = {{1, 3, 2, 3, 0, 3},
+                                        {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, 7},
+                                        {NAN, -INFINITY, NAN, -5, NAN, -INFINITY},
+                                        {NAN, NAN, NAN, NAN, NAN, NAN},
+                                        {NAN, INFINITY, 1, INFINITY, NAN, 2}};
+    const int32_t want[5] = {1, 5, 3, 0, 1};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        tt x, out;
+        tt_new(&x, cs[i].t, cs[i].ndim, cs[i].ne, 4.0f);
+        tt_new(&out, GP_I32, cs[i].ndim - 1, cs[i].ne, 1.0f);
+        if (i == 3) {
+            memcpy(x.h.data, special, sizeof special);
+            cudaMemcpy(x.d.data, x.h.data, x.bytes, cudaMemcpyHostToDevice);
+        }
+        tt *ins[1] = {&x};
+        gp_attrs at = {{0}, {0}};
+        k.c.pdl = (int)(i % 2);
+        char name[48];
+        snprintf(name, sizeof name, "argmax case %zu", i);
+        CHECK_ERR(name, run_op(GP_OP_ARGMAX, &at, &out, ins, 1, 0, &k), 0.0);
+        int32_t *g = malloc(out.bytes);
+        cudaMemcpy(g, out.d.data, out.bytes, cudaMemcpyDeviceToHost);
+        CU_ASSERT_EQUAL(memcmp(g, out.h.data, out.bytes), 0);
+        for (int r = 0; i == 3 && r < 5; r++)
+            CU_ASSERT_EQUAL(g[r], want[r]);
+        free(g);
+        tt_free(&x);
+        tt_free(&out);
+    }
+    kctx_free(&k);
+}
+
 static void test_store(void)
 {
     kctx k;
@@ -1803,6 +1847,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "store2: K and V stores in one launch, strided sources", test_store2);
     CU_add_test(s, "matvec computing the norm before it", test_matvec_prenorm);
     CU_add_test(s, "matvec pairs: two short rows per warp", test_matvec_pairs);
+    CU_add_test(s, "argmax: first of the largest, NaN never", test_argmax);
     CU_add_test(s, "matvec cluster: [K, N] splits combined in a cluster", test_matvec_cluster);
     CU_add_test(s, "matvec group: q/k/v and gate/up/swiglu in one launch", test_matvec_group);
     CU_add_test(s, "matvec group computing the rms_norm before it", test_matvec_group_norm);

@@ -844,14 +844,15 @@ static void check_gpt2(int64_t L, const char **defs, int n_defs)
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     CU_ASSERT_STRING_EQUAL(g->name, "gpt2");
     CU_ASSERT_EQUAL(count_kind(g, GP_TENSOR_INPUT), 2);
-    CU_ASSERT_EQUAL(count_kind(g, GP_TENSOR_OUTPUT), 1);
+    CU_ASSERT_EQUAL(count_kind(g, GP_TENSOR_OUTPUT), 2);
     CU_ASSERT_EQUAL(count_kind(g, GP_TENSOR_STATE), 2);
     CU_ASSERT_EQUAL(count_kind(g, GP_TENSOR_WEIGHT), 4 + 12 * L);
     CU_ASSERT_EQUAL(weight_bytes(g), 4 * gpt2_params(L, 768, 50257, 1024));
     /* per layer: 2 layer norms, 4 matmuls, 3 q/k/v slices+conts+reshapes, 2 cache rows (slice +
      * reshape), 2 stores, attention, a reshape, gelu, 4 bias adds, 2 residual adds = 30;
-     * plus 2 get_rows and an add in front, a layer norm and the LM head matmul at the end. */
-    CU_ASSERT_EQUAL(g->n_nodes, 5 + 30 * L);
+     * plus 2 get_rows and an add in front, a layer norm, the LM head matmul and the argmax of
+     * its rows (next) at the end. */
+    CU_ASSERT_EQUAL(g->n_nodes, 6 + 30 * L);
     CU_ASSERT_EQUAL(count_op(g, GP_OP_ATTENTION), L);
     CU_ASSERT_EQUAL(count_op(g, GP_OP_MATMUL), 4 * L + 1);
     CU_ASSERT_EQUAL(count_op(g, GP_OP_STORE), 2 * L);
@@ -866,16 +867,23 @@ static void check_gpt2(int64_t L, const char **defs, int n_defs)
     CU_ASSERT_EQUAL(g->tensors[w].shape[1].size, 2304);
     w = gp_graph_find_tensor(g, "wte");
     CU_ASSERT_STRING_EQUAL(g->tensors[w].weight_name, "transformer.wte.weight");
-    /* the tied head reads wte transposed */
-    const gp_node *head = &g->nodes[g->n_nodes - 1];
+    /* the tied head reads wte transposed; next is the argmax of its rows */
+    const gp_node *head = &g->nodes[g->n_nodes - 2], *am = &g->nodes[g->n_nodes - 1];
     CU_ASSERT_EQUAL(head->op, GP_OP_MATMUL);
     CU_ASSERT_EQUAL(head->inputs[1], w);
     CU_ASSERT_EQUAL(head->attrs.i[1], 1);
-    int out = gp_graph_find_tensor(g, "logits");
-    CU_ASSERT_FATAL(out >= 0);
+    int out = gp_graph_find_tensor(g, "logits"), next = gp_graph_find_tensor(g, "next");
+    CU_ASSERT_FATAL(out >= 0 && next >= 0);
     CU_ASSERT_EQUAL(g->tensors[out].kind, GP_TENSOR_OUTPUT);
     CU_ASSERT_EQUAL(g->tensors[out].shape[0].sym, 0);
     CU_ASSERT_EQUAL(g->tensors[out].shape[1].size, 50257);
+    CU_ASSERT_EQUAL(am->op, GP_OP_ARGMAX);
+    CU_ASSERT_EQUAL(am->inputs[0], out);
+    CU_ASSERT_EQUAL(am->output, next);
+    CU_ASSERT_EQUAL(g->tensors[next].kind, GP_TENSOR_OUTPUT);
+    CU_ASSERT_EQUAL(g->tensors[next].dtype, GP_I32);
+    CU_ASSERT_EQUAL(g->tensors[next].ndim, 1);
+    CU_ASSERT_EQUAL(g->tensors[next].shape[0].sym, 0);
     CU_ASSERT_DOUBLE_EQUAL(first_node(g, GP_OP_LAYER_NORM)->attrs.f[0], 1e-5, 1e-12);
     gp_graph_free(g);
 }

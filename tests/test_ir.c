@@ -136,7 +136,7 @@ static void test_core_tables(void)
     static const char *const names[] = {
         "get_rows", "add", "sub", "mul", "div", "scale", "matmul", "layer_norm", "rms_norm",
         "softmax", "gelu", "gelu_erf", "silu", "swiglu", "rope", "reshape", "permute", "slice",
-        "view", "cont", "cast", "concat", "store", "attention", "all_reduce"};
+        "view", "cont", "cast", "concat", "store", "attention", "all_reduce", "argmax"};
     CU_ASSERT_EQUAL(sizeof names / sizeof names[0], GP_OP_COUNT - 1);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         gp_op op = GP_OP_NONE;
@@ -677,6 +677,21 @@ static void test_concat(void)
     CHECK_ERR(node(GP_OP_CONCAT, 2, a, a, 0, 0, &ax5), "concat: axis 5 out of range for 2 dims");
 }
 
+static void test_argmax(void)
+{
+    fresh();
+    int x = in("x", GP_F16, 2, SYMT, 50257, 0);
+    int r = node1(GP_OP_ARGMAX, x);
+    CHECK_OUT(r, GP_TENSOR_INTERMEDIATE, GP_I32);
+    CU_ASSERT(shape_is(r, 1, SYMT));
+    int v = in("v", GP_F32, 1, 8, 0, 0);
+    r = node1(GP_OP_ARGMAX, v);
+    CHECK_OUT(r, GP_TENSOR_INTERMEDIATE, GP_I32);
+    CU_ASSERT(shape_is(r, 0)); /* a scalar */
+    int ids = in("ids", GP_I32, 1, SYMT, 0, 0);
+    CHECK_ERR(node1(GP_OP_ARGMAX, ids), "argmax: x ('ids') is i32, expected a float tensor");
+}
+
 static void test_cast_cont(void)
 {
     fresh();
@@ -950,6 +965,7 @@ void gp_suite_ir(void)
     CU_add_test(s, "matmul", test_matmul);
     CU_add_test(s, "norms", test_norms);
     CU_add_test(s, "softmax", test_softmax);
+    CU_add_test(s, "argmax", test_argmax);
     CU_add_test(s, "rope", test_rope);
     CU_add_test(s, "attention", test_attention);
     CU_add_test(s, "get_rows", test_get_rows);

@@ -567,6 +567,83 @@ static void test_softmax(void)
     tt_free(o);
 }
 
+/* ---- argmax ---- */
+
+/* The reference: the first index of the largest value of row r (of n at stride 1 in v); NaN
+ * never wins; 0 when every value is NaN. */
+static int32_t ref_argmax(const double *v, int64_t n)
+{
+    int64_t at = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!isnan(v[i]) && (at < 0 || v[i] > v[at]))
+            at = i;
+    return at < 0 ? 0 : (int32_t)at;
+}
+
+/* argmax over the last dim of x, against ref_argmax, for every row. */
+static void case_argmax(tt *x, const char *name)
+{
+    int nd = x->k.ndim;
+    int64_t N = x->k.ne[nd - 1], rows = tt_count(x) / N;
+    tt *o = tt_new(GP_I32, nd - 1, x->k.ne, 1);
+    gp_attrs at = {{0}, {0}};
+    char err[256];
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ARGMAX, &at, &o->k, &x->k, 1, err, sizeof err), 0);
+    double *row = malloc(sizeof(double) * (size_t)N);
+    for (int nth = 1; nth <= 3; nth += 2) { /* rows shared over threads: the same answers */
+        memset(o->buf, 0xff, o->size);
+        for (int ith = 0; ith < nth; ith++)
+            gp_cpu_compute(GP_OP_ARGMAX, &at, &o->k, &x->k, 1, NULL, 0, ith, nth);
+        int bad = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t i = 0; i < N; i++)
+                row[i] = tt_geti(x, r * N + i);
+            bad += tt_geti(o, r) != ref_argmax(row, N);
+        }
+        if (bad)
+            fprintf(stderr, "\n  %s, %d threads: %d rows wrong\n", name, nth, bad);
+        CU_ASSERT_EQUAL(bad, 0);
+    }
+    free(row);
+    tt_free(o);
+    tt_free(x);
+}
+
+static void test_argmax(void)
+{
+    case_argmax(tt_rand(GP_F32, 2, (int64_t[]){5, 50257}, 0, 0.1, 8), "argmax [5, 50257]");
+    case_argmax(tt_rand(GP_F16, 3, (int64_t[]){2, 3, 300}, 1, 0.1, 8), "argmax f16 strided");
+    case_argmax(tt_rand(GP_BF16, 1, (int64_t[]){77}, 0, 0.1, 8), "argmax bf16 [77]");
+    /* Ties, infinities and NaN, by value: rows of 6. */
+    static const float rows[][6] = {
+        {1, 3, 2, 3, 0, 3},                            /* ties: the first, 1 */
+        {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY}, /* 0 */
+        {NAN, -INFINITY, NAN, -5, NAN, -INFINITY},     /* NaN never wins: 3 */
+        {NAN, NAN, NAN, NAN, NAN, NAN},                /* 0 */
+        {NAN, INFINITY, 1, INFINITY, NAN, 2},          /* 1 */
+    };
+    const int32_t want[5] = {1, 0, 3, 0, 1};
+    int64_t ne[2] = {5, 6};
+    tt *x = tt_new(GP_F32, 2, ne, 1), *o = tt_new(GP_I32, 1, ne, 0);
+    for (int r = 0; r < 5; r++)
+        for (int i = 0; i < 6; i++)
+            tt_set(x, (int64_t[]){r, i}, rows[r][i]);
+    gp_attrs at = {{0}, {0}};
+    gp_cpu_compute(GP_OP_ARGMAX, &at, &o->k, &x->k, 1, NULL, 0, 0, 1);
+    for (int r = 0; r < 5; r++)
+        CU_ASSERT_EQUAL(tt_geti(o, r), want[r]);
+    /* The check: out must be i32 with x's rows. */
+    char err[256];
+    tt *of = tt_new(GP_F32, 1, ne, 0), *o2 = tt_new(GP_I32, 2, ne, 0);
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ARGMAX, &at, &of->k, &x->k, 1, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ARGMAX, &at, &o2->k, &x->k, 1, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ARGMAX, &at, &o->k, &x->k, 1, err, sizeof err), 0);
+    tt_free(x);
+    tt_free(o);
+    tt_free(of);
+    tt_free(o2);
+}
+
 /* ---- rope ---- */
 
 static void case_rope(int mode, int64_t n, double theta, tt *x, int inplace, const char *name)
@@ -1133,6 +1210,7 @@ void gp_suite_kernels(void)
     CU_add_test(s, "matmul", test_matmul);
     CU_add_test(s, "layer_norm rms_norm", test_norms);
     CU_add_test(s, "softmax and the causal mask", test_softmax);
+    CU_add_test(s, "argmax: first of the largest, NaN never", test_argmax);
     CU_add_test(s, "rope both modes", test_rope);
     CU_add_test(s, "cont cast", test_copies);
     CU_add_test(s, "concat", test_concat);

@@ -423,9 +423,11 @@ static uint64_t rng_next(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static int32_t pick(const float *row, int64_t vocab, double temp, uint64_t *rng)
+/* best: the row's argmax when the plan computed it (its "next" output), else -1. */
+static int32_t pick(const float *row, int64_t vocab, int64_t best, double temp, uint64_t *rng)
 {
-    int64_t best = gp_argmax(row, vocab);
+    if (best < 0 || best >= vocab)
+        best = gp_argmax(row, vocab);
     if (temp <= 0)
         return (int32_t)best;
     double max = row[best], sum = 0;
@@ -446,6 +448,7 @@ typedef struct {
     gp_session *s;
     gp_model_info info;
     FILE *logits_out;
+    int64_t next;            /* the last row's argmax from the plan's "next" output, or -1 */
     int64_t evals_prompt, evals_gen, tokens_prompt, tokens_gen;
     double ms_prompt, ms_gen;
 } runner;
@@ -483,6 +486,9 @@ static int eval_chunk(runner *r, const int32_t *ids, int32_t *pos, int64_t n, in
     gp_tensor_info li;
     const float *logits = gp_session_output(r->s, r->info.logits, &li);
     *row = logits + (n - 1) * r->info.vocab;
+    gp_tensor_info ni;
+    const int32_t *next = gp_session_output(r->s, "next", &ni);
+    r->next = next && ni.ndim == 1 && ni.ne[0] == n && ni.bytes == (size_t)n * 4 ? next[n - 1] : -1;
     if (r->logits_out &&
         fwrite(*row, sizeof(float), (size_t)r->info.vocab, r->logits_out) != (size_t)r->info.vocab) {
         fprintf(stderr, "gplan-run: cannot write the logits file\n");
@@ -504,6 +510,7 @@ int main(int argc, char **argv)
     gp_model *m = NULL;
     runner r;
     memset(&r, 0, sizeof r);
+    r.next = -1;
     int32_t *pos = NULL;
 
     m = gp_model_load(o.plan, err, sizeof err);
@@ -572,7 +579,7 @@ int main(int argc, char **argv)
     /* Generation, one token per eval. */
     uint64_t rng = o.seed;
     long rss_start = rss_kib();
-    int32_t tok = o.n_gen > 0 ? pick(row, r.info.vocab, o.temp, &rng) : 0;
+    int32_t tok = o.n_gen > 0 ? pick(row, r.info.vocab, r.next, o.temp, &rng) : 0;
     int64_t made = 0;
     int at_context = 0;
     while (made < o.n_gen) {
@@ -596,7 +603,7 @@ int main(int argc, char **argv)
         if (eval_chunk(&r, &tok, pos, 1, n_past, &row, 0))
             goto done;
         n_past++;
-        tok = pick(row, r.info.vocab, o.temp, &rng);
+        tok = pick(row, r.info.vocab, r.next, o.temp, &rng);
     }
     if (made)
         printf("\n");
