@@ -919,15 +919,18 @@ static void check_llama(const gp_graph *g, int64_t L, int64_t H, int64_t I, int6
     CU_ASSERT_EQUAL(count_kind(g, GP_TENSOR_WEIGHT), 2 + 9 * L + !tied);
     /* per layer: 2 rms norms, 7 matmuls, 4 reshapes (q, k, v, attention output), 2 ropes,
      * 2 cache rows (slice + reshape), 2 stores, attention, swiglu, 2 residual adds = 25; plus
-     * get_rows in front, the final norm and the LM head matmul. k_proj and v_proj are
-     * [H / 8, H] in the configurations tested (kv heads = heads / 8). */
-    CU_ASSERT_EQUAL(g->n_nodes, 3 + 25 * L);
+     * get_rows in front, the final norm, the LM head matmul and the argmax of its rows (next).
+     * k_proj and v_proj are [H / 8, H] in the configurations tested (kv heads = heads / 8). */
+    CU_ASSERT_EQUAL(g->n_nodes, 4 + 25 * L);
     CU_ASSERT_EQUAL(count_op(g, GP_OP_ROPE), 2 * L);
     CU_ASSERT_EQUAL(count_op(g, GP_OP_SWIGLU), L);
     CU_ASSERT_EQUAL(count_op(g, GP_OP_MATMUL), 7 * L + 1);
-    int out = gp_graph_find_tensor(g, "logits");
-    CU_ASSERT_FATAL(out >= 0);
+    int out = gp_graph_find_tensor(g, "logits"), next = gp_graph_find_tensor(g, "next");
+    CU_ASSERT_FATAL(out >= 0 && next >= 0);
     CU_ASSERT_EQUAL(g->tensors[out].shape[1].size, V);
+    CU_ASSERT_EQUAL(g->nodes[g->n_nodes - 1].op, GP_OP_ARGMAX);
+    CU_ASSERT_EQUAL(g->nodes[g->n_nodes - 1].inputs[0], out);
+    CU_ASSERT_EQUAL(g->tensors[next].dtype, GP_I32);
     int64_t n = V * H * (tied ? 1 : 2) + H + L * (2 * H + 2 * H * H + 2 * (H / 8) * H + 3 * H * I);
     CU_ASSERT_EQUAL(weight_bytes(g), wsize * n);
 }
@@ -989,7 +992,7 @@ static void test_config_overrides(void)
     gp_graph *g = compile_example("examples/llama.gplan", NULL, 0, path, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     CU_ASSERT_EQUAL(count_kind(g, GP_TENSOR_WEIGHT), 2 + 9 * 3); /* tied: no lm_head */
-    CU_ASSERT_EQUAL(g->n_nodes, 3 + 25 * 3);
+    CU_ASSERT_EQUAL(g->n_nodes, 4 + 25 * 3);
     CU_ASSERT_EQUAL(weight_bytes(g), 2 * (1000 * 256 + 256 + 3 * (2 * 256 + 2 * 256 * 256 +
                                                                    2 * 32 * 256 + 3 * 256 * 512)));
     CU_ASSERT_DOUBLE_EQUAL(first_node(g, GP_OP_ROPE)->attrs.f[0], 500000.0, 1e-6);
