@@ -227,6 +227,7 @@ static void read_switches(cuda_be *b)
     const char *mc = getenv("GPLAN_CUDA_MV_CLUSTER"), *mb = getenv("GPLAN_CUDA_MV_CLUSTER_BPS");
     const char *mp = getenv("GPLAN_CUDA_MV_CLUSTER_PRE");
     b->kc.mv_cluster = mc ? atoi(mc) : 16;
+    b->kc.clusters = gp_cuda_matvec_cluster_ok(8, NULL);
     b->kc.mv_cluster_bps = mb ? atoi(mb) : 0;
     b->kc.mv_cluster_pre = mp ? atoi(mp) : 0;
     if (b->kc.mv_cluster > 1 &&

@@ -56,6 +56,8 @@ typedef struct {
                                 not after their sums */
     int norm_early;          /* 1: [K, N] matvecs load a staged norm's weights before that wait */
     int mv_pairs;            /* 1: [N, K] matvecs of short rows take two rows per warp */
+    int clusters;            /* 1: the device runs thread block clusters (sm_90 on): argmax
+                                splits a row over a cluster */
     int mv_cluster;          /* > 1: [K, N] matvecs split K over at most that many blocks of one
                                 cluster, combined in shared memory (gp_cuda_matvec_cluster_ok) */
     int mv_cluster_bps;      /* their target blocks per multiprocessor (0: 3) */

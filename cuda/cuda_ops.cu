@@ -1,6 +1,7 @@
 /* CUDA kernels for the row-wise ops (elementwise with broadcasting, norms, softmax, rope, copies,
  * lookups, concat, store) and the dispatcher gp_cuda_compute; matmul and attention have their own
  * files. Kernels are launched at the launch sizes and read the eval's sizes from the param block. */
+#include <cooperative_groups.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -257,9 +258,9 @@ static unsigned rows_grid(const KT &o)
     return (unsigned)(r < 1 ? 1 : r > 65535 ? 65535 : r);
 }
 
-/* ---- argmax: one block per row ---- */
+/* ---- argmax: a row per cluster of AM_CLUSTER blocks (one block per row without clusters) ---- */
 
-enum { AM_THREADS = 512, AM_BATCH = 8 };
+enum { AM_THREADS = 1024, AM_BATCH = 8, AM_CLUSTER = 8 }; /* 8192 threads: a 50257 row in one batch */
 
 /* Offers element i of value v to the running best (bv, bi; bi < 0: none yet): it wins when it is
  * a number and larger, or equal at a lower index. NaN never wins; i < 0 is no offer. */
@@ -271,9 +272,22 @@ __device__ __forceinline__ void am_offer(float &bv, int &bi, float v, int i)
     }
 }
 
-/* o [rows] (i32, laid out as the rows of x) = the first index of the largest value of each row
- * of x [..., N], as the CPU's k_argmax: each thread scans a stride of the row, then the block
- * keeps the largest value's lowest index. */
+/* The best of the 32 lanes' offers, to lane 0. */
+__device__ __forceinline__ void am_warp(float &bv, int &bi)
+{
+    for (int s = 16; s > 0; s /= 2) {
+        float v = __shfl_down_sync(0xffffffffu, bv, s);
+        int i = __shfl_down_sync(0xffffffffu, bi, s);
+        am_offer(bv, bi, v, i);
+    }
+}
+
+/*
+ * o [rows] (i32, laid out as the rows of x) = the first index of the largest value of each row
+ * of x [..., N], as the CPU's k_argmax. The C = gridDim.z blocks of a row (one cluster when C > 1)
+ * take every C-th stretch of blockDim.x elements; each block keeps its best, and block rank 0
+ * takes the best of the C through distributed shared memory.
+ */
 __global__ void __launch_bounds__(AM_THREADS) k_argmax(KT o, KT x, const int64_t *syms)
 {
     pdl_begin();
@@ -282,29 +296,27 @@ __global__ void __launch_bounds__(AM_THREADS) k_argmax(KT o, KT x, const int64_t
     kt_resolve(o, syms);
     kt_resolve(x, syms);
     int64_t rows = x.ne[0] * x.ne[1] * x.ne[2], N = x.ne[3];
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, C = gridDim.z;
+    int64_t step = (int64_t)C * blockDim.x;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const char *px = x.p + kt_row_off(x, x, r);
         float bv = 0.0f;
         int bi = -1;
-        for (int64_t i0 = threadIdx.x; i0 < N; i0 += AM_BATCH * (int64_t)blockDim.x) {
+        for (int64_t i0 = (int64_t)blockIdx.z * blockDim.x + threadIdx.x; i0 < N;
+             i0 += AM_BATCH * step) {
             uint32_t u[AM_BATCH]; /* every load of the batch first, then the compares */
 #pragma unroll
             for (int j = 0; j < AM_BATCH; j++) {
-                int64_t i = i0 + j * (int64_t)blockDim.x;
+                int64_t i = i0 + j * step;
                 u[j] = i < N ? ld_bits(px + i * x.nb[3], x.t) : 0;
             }
 #pragma unroll
             for (int j = 0; j < AM_BATCH; j++) {
-                int64_t i = i0 + j * (int64_t)blockDim.x;
+                int64_t i = i0 + j * step;
                 am_offer(bv, bi, bits_f(u[j], x.t), i < N ? (int)i : -1);
             }
         }
-        for (int s = 16; s > 0; s /= 2) {
-            float v = __shfl_down_sync(0xffffffffu, bv, s);
-            int i = __shfl_down_sync(0xffffffffu, bi, s);
-            am_offer(bv, bi, v, i);
-        }
+        am_warp(bv, bi);
         __syncthreads(); /* sv, si free again (the row before) */
         if (lane == 0) {
             sv[w] = bv;
@@ -316,14 +328,30 @@ __global__ void __launch_bounds__(AM_THREADS) k_argmax(KT o, KT x, const int64_t
             bi = -1;
             if (lane < (int)(blockDim.x >> 5))
                 am_offer(bv, bi, sv[lane], si[lane]);
-            for (int s = 16; s > 0; s /= 2) {
-                float v = __shfl_down_sync(0xffffffffu, bv, s);
-                int i = __shfl_down_sync(0xffffffffu, bi, s);
-                am_offer(bv, bi, v, i);
-            }
-            if (lane == 0)
-                *(int32_t *)(o.p + kt_row_off(o, x, r)) = bi < 0 ? 0 : bi;
+            am_warp(bv, bi);
         }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        if (C > 1) { /* the C blocks' bests: sv[0], si[0] of each */
+            namespace cg = cooperative_groups;
+            cg::cluster_group cl = cg::this_cluster();
+            if (threadIdx.x == 0) {
+                sv[0] = bv;
+                si[0] = bi;
+            }
+            cl.sync();
+            if (w == 0) {
+                bv = 0.0f;
+                bi = -1;
+                if (lane < C && blockIdx.z == 0)
+                    am_offer(bv, bi, *cl.map_shared_rank(&sv[0], lane),
+                             *cl.map_shared_rank(&si[0], lane));
+                am_warp(bv, bi);
+            }
+            cl.sync(); /* every block's sv, si read before the next row writes them */
+        }
+#endif
+        if (threadIdx.x == 0 && blockIdx.z == 0)
+            *(int32_t *)(o.p + kt_row_off(o, x, r)) = bi < 0 ? 0 : bi;
     }
 }
 
@@ -698,7 +726,11 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         o.sym[3] = -1;
         if (kt_count(x, 3) == 0)
             return 0;
-        gp_cu_launch(c, k_argmax, rows_grid(x), AM_THREADS, 0, o, x, c->d_syms);
+        unsigned cl = c->clusters && x.ne[3] > AM_THREADS ? AM_CLUSTER : 1;
+        if (c->mk)
+            (void)gp_cuda_mk_flush(c->mk, c->stream); /* as gp_cu_launch does */
+        (void)gp_cu_launch_cl(c->stream, c->pdl, cl, k_argmax, dim3(rows_grid(x), 1, cl),
+                              dim3(AM_THREADS), 0, o, x, c->d_syms);
         return gp_cu_check_launch(c, "argmax");
     }
     case GP_OP_STORE:

@@ -449,7 +449,8 @@ static void test_rope_rows_copies(void)
 }
 
 /* argmax against the CPU, index for index: GPT-2's logits rows, f16 and bf16, a row to a scalar,
- * and rows of ties, infinities and NaN (first of the largest; NaN never wins). */
+ * and rows of ties, infinities and NaN (first of the largest; NaN never wins); a block per row
+ * and, where the device has clusters, a cluster per row. */
 static void test_argmax(void)
 {
     kctx k;
@@ -459,33 +460,48 @@ static void test_argmax(void)
         int ndim;
         int64_t ne[3];
     } cs[] = {{GP_F32, 2, {5, 50257}}, {GP_F16, 3, {3, 4, 300}}, {GP_BF16, 1, {1000}},
-              {GP_F32, 2, {5, 6}}};
+              {GP_F32, 2, {5, 6}}, {GP_F32, 2, {2, 5000}}};
     static const float special[5][6] = {{1, 3, 2, 3, 0, 3},
                                         {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, 7},
                                         {NAN, -INFINITY, NAN, -5, NAN, -INFINITY},
                                         {NAN, NAN, NAN, NAN, NAN, NAN},
                                         {NAN, INFINITY, 1, INFINITY, NAN, 2}};
     const int32_t want[5] = {1, 5, 3, 0, 1};
+    int clusters = gp_cuda_matvec_cluster_ok(8, NULL);
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         tt x, out;
         tt_new(&x, cs[i].t, cs[i].ndim, cs[i].ne, 4.0f);
         tt_new(&out, GP_I32, cs[i].ndim - 1, cs[i].ne, 1.0f);
-        if (i == 3) {
+        if (i == 3)
             memcpy(x.h.data, special, sizeof special);
-            cudaMemcpy(x.d.data, x.h.data, x.bytes, cudaMemcpyHostToDevice);
+        if (i == 4) { /* ties far apart (other blocks of a cluster); NaN around a -inf and a 2 */
+            float *v = x.h.data;
+            for (int j = 0; j < 5000; j++) {
+                v[j] = 1.0f;
+                v[5000 + j] = NAN;
+            }
+            v[4000] = v[1234] = v[4999] = 7.0f;
+            v[5000 + 3000] = -INFINITY;
+            v[5000 + 4500] = 2.0f;
         }
+        if (i >= 3)
+            cudaMemcpy(x.d.data, x.h.data, x.bytes, cudaMemcpyHostToDevice);
         tt *ins[1] = {&x};
         gp_attrs at = {{0}, {0}};
         k.c.pdl = (int)(i % 2);
-        char name[48];
-        snprintf(name, sizeof name, "argmax case %zu", i);
-        CHECK_ERR(name, run_op(GP_OP_ARGMAX, &at, &out, ins, 1, 0, &k), 0.0);
-        int32_t *g = malloc(out.bytes);
-        cudaMemcpy(g, out.d.data, out.bytes, cudaMemcpyDeviceToHost);
-        CU_ASSERT_EQUAL(memcmp(g, out.h.data, out.bytes), 0);
-        for (int r = 0; i == 3 && r < 5; r++)
-            CU_ASSERT_EQUAL(g[r], want[r]);
-        free(g);
+        for (int cl = 0; cl <= clusters; cl++) {
+            k.c.clusters = cl;
+            char name[48];
+            snprintf(name, sizeof name, "argmax case %zu, clusters %d", i, cl);
+            CHECK_ERR(name, run_op(GP_OP_ARGMAX, &at, &out, ins, 1, 0, &k), 0.0);
+            int32_t *g = malloc(out.bytes);
+            cudaMemcpy(g, out.d.data, out.bytes, cudaMemcpyDeviceToHost);
+            CU_ASSERT_EQUAL(memcmp(g, out.h.data, out.bytes), 0);
+            for (int r = 0; i == 3 && r < 5; r++)
+                CU_ASSERT_EQUAL(g[r], want[r]);
+            CU_ASSERT(i != 4 || (g[0] == 1234 && g[1] == 4500));
+            free(g);
+        }
         tt_free(&x);
         tt_free(&out);
     }
