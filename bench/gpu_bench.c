@@ -250,6 +250,7 @@ static const config configs[] = {
     {"no-embadd", "GPLAN_CUDA_DISABLE=embadd"},
     {"no-pairs", "GPLAN_CUDA_DISABLE=pairs"},
     {"no-mvcluster", "GPLAN_CUDA_MV_CLUSTER=0"},
+    {"no-qkvatt", "GPLAN_CUDA_DISABLE=qkvatt"},
     {"mvcluster8", "GPLAN_CUDA_MV_CLUSTER=8"},
     {"mvcl-bps2", "GPLAN_CUDA_MV_CLUSTER_BPS=2"},
     {"mvcl-bps4", "GPLAN_CUDA_MV_CLUSTER_BPS=4"},

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cuda/cuda_attention.cuh"
+#include "cuda/cuda_matvec.cuh"
 
 /*
  * q (1, T, H, D), k and v (1, S, G, D), pos [T] -> out (1, T, H, D), one block per (h, t, split).
@@ -230,7 +231,196 @@ static const char *decode_unsupported(const gp_cu_decode_att *a, const gp_cu_ten
     return NULL;
 }
 
-static std::atomic<long long> decode_launches(0);
+/* ---- qkvatt: a one-token attention that first computes its head's q, k and v ---- */
+
+/* Head dim 64; a row of a head's 3 x 64 columns is QA_CH 16-byte chunks; a block's 128 threads
+ * take QA_PH rows at a time (threads past QA_PH * QA_CH idle in the sums), QA_U rows each, all
+ * loaded before the PDL wait: a split is at most QA_MAXPER rows (K <= 16 * QA_MAXPER = 1280).
+ * Measured (bench/gpu-notes.md, tenth session): GPT-2 117M (K = 768) -2%; 1558M (K = 1600, a
+ * second batch of loads after the wait) +8%, so wider products are not taken. */
+enum { QA_D = 64, QA_CH = 3 * QA_D / 8, QA_PH = ATT_THREADS / QA_CH, QA_U = 16,
+       QA_MAXPER = QA_PH * QA_U };
+
+struct QkvArgs {
+    const char *w;    /* [K, 3 C] (16-bit), row k at w + k * ldw bytes; q, k, v: columns from 0, C,
+                         2 C, head h's D at h * D within each */
+    int64_t ldw, K, C, per; /* per: the rows of a split */
+    KT bias;          /* [3 C] */
+    NORM nm;          /* the norm of x the product reads */
+    const float *x;   /* [K] */
+};
+
+/* Rows k, k + QA_PH, ... (QA_U of them, below k1) of the 16-byte chunk at column col. */
+template <typename W>
+__device__ __forceinline__ void qa_load(uint4 (&u)[QA_U], const QkvArgs &m, int64_t col, int64_t k,
+                                        int64_t k1, bool on)
+{
+#pragma unroll
+    for (int i = 0; i < QA_U; i++) {
+        int64_t row = k + (int64_t)QA_PH * i;
+        u[i] = on && row < k1 ? ld_stream(m.w + row * m.ldw + col * (int64_t)sizeof(W))
+                              : make_uint4(0, 0, 0, 0);
+    }
+}
+
+/*
+ * Block (h, split)'s share of head h's q, k and v: rows [k0, k1) (k1 - k0 <= QA_MAXPER) of
+ * norm(x) @ w for the head's 3 x 64 columns, into ps (sums, no bias). The weights and the norm's
+ * weights are loaded before the PDL wait, which this does; x after it (as k_matvec_kn2 stages a
+ * norm).
+ */
+template <typename W>
+__device__ __forceinline__ void qa_sums(const QkvArgs &m, int64_t h, int64_t k0, int64_t k1,
+                                        float *xs, float (*red)[3 * QA_D], float *ps)
+{
+    typedef vec16<W> V;
+    int t = threadIdx.x, cc = t % QA_CH, ph = t / QA_CH;
+    bool on = ph < QA_PH;
+    int64_t col = (cc / (QA_D / V::N)) * m.C + h * QA_D + (cc % (QA_D / V::N)) * V::N;
+    bool ahead = k1 - k0 <= (int64_t)blockDim.x;
+    float gw = 0.0f, gb = 0.0f;
+    if (ahead && k0 + t < k1) {
+        gw = norm_w(m.nm, k0 + t);
+        gb = norm_b(m.nm, k0 + t);
+    }
+    uint4 u[QA_U];
+    qa_load<W>(u, m, col, k0 + ph, k1, on);
+    pdl_begin();
+    float mean, inv;
+    norm_stats(m.nm, m.x, m.K, &mean, &inv);
+    for (int64_t j = t; j < k1 - k0; j += blockDim.x)
+        xs[j] = ahead ? norm_val(m.nm, m.x[k0 + j], mean, inv, gw, gb)
+                      : norm_one(m.nm, m.x, k0 + j, mean, inv);
+    __syncthreads();
+    float acc[V::N];
+#pragma unroll
+    for (int q = 0; q < V::N; q++)
+        acc[q] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < QA_U; i++) {
+        int64_t row = k0 + ph + (int64_t)QA_PH * i;
+        if (row >= k1)
+            break;
+        float wv[V::N], xk = xs[row - k0];
+        V::unpack(u[i], wv);
+#pragma unroll
+        for (int q = 0; q < V::N; q++)
+            acc[q] += wv[q] * xk;
+    }
+    if (on) {
+#pragma unroll
+        for (int q = 0; q < V::N; q++)
+            red[ph][cc * V::N + q] = acc[q];
+    }
+    __syncthreads();
+    for (int j = t; j < 3 * QA_D; j += blockDim.x) {
+        float s = 0.0f;
+#pragma unroll
+        for (int p = 0; p < QA_PH; p++)
+            s += red[p][j];
+        ps[j] = s;
+    }
+}
+
+/*
+ * One cluster of S = gridDim.z blocks per head h (block rank = split): each block sums its rows
+ * of the head's q, k and v (qa_sums), then, after a cluster barrier, adds the S blocks' sums in
+ * rank order and the bias into its own shared copy of q, k and v, and attends its split of the
+ * cache rows from it as k_attention_decode does (decode_run: the new row into the caches, the
+ * splits combined in the cluster). q, k and v never go to memory. early: pos is read before the
+ * wait (an input).
+ */
+template <typename W>
+__global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArgs m, int early,
+                                                                int pf)
+{
+    __shared__ AttSmem<2> sm;
+    __shared__ float xs[QA_MAXPER], red[QA_PH][3 * QA_D], ps[3 * QA_D];
+    int64_t h = blockIdx.x;
+    int S = gridDim.z, r = blockIdx.z;
+    DecState st;
+    if (early) {
+        decode_begin(a, sm, S, r, st);
+        if (pf && st.p >= 0)
+            prefetch_kv(a.kc, a.vc, h, QA_D, st.s0, min(st.s1, (int64_t)st.p));
+    }
+    float bias[2]; /* columns threadIdx.x and + blockDim.x: weights, read before the wait */
+    for (int i = 0; i < 2; i++) {
+        int j = threadIdx.x + i * blockDim.x;
+        int64_t col = (j / QA_D) * m.C + h * QA_D + j % QA_D;
+        bias[i] = j < 3 * QA_D ? ld_f(m.bias.p + col * m.bias.nb[3], m.bias.t) : 0.0f;
+    }
+    int64_t k0 = r * m.per, k1 = min(m.K, k0 + m.per);
+    qa_sums<W>(m, h, k0, k1, xs, red, ps);
+    if (!early)
+        decode_begin(a, sm, S, r, st);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap(); /* no clusters before sm_90: gp_cuda_qkv_attention_ok refuses there */
+#elif defined(__CUDA_ARCH__)
+    namespace cg = cooperative_groups;
+    __shared__ float qkv[3 * QA_D];
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    for (int i = 0; i < 2; i++) {
+        int j = threadIdx.x + i * blockDim.x;
+        if (j >= 3 * QA_D)
+            break;
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < GP_WS_ATTN_SPLITS; k++) /* every load issued before the first add */
+            if (k < S)
+                s += *cl.map_shared_rank(&ps[j], k);
+        qkv[j] = s + bias[i];
+    }
+    __syncthreads();
+    if (st.p < 0) { /* no attention (pos out of range): stay until the others have read ps */
+        cl.sync();
+        return;
+    }
+    DecArgs b = a; /* q, k and v from shared memory (f32), the same address for every head */
+    KT *src[3] = {&b.q, &b.kx, &b.vx};
+    for (int i = 0; i < 3; i++) {
+        src[i]->p = (char *)(qkv + i * QA_D);
+        src[i]->t = GP_F32;
+        src[i]->nb[2] = 0;
+        src[i]->nb[3] = 4;
+    }
+    decode_run(b, sm, h, S, r, st);
+#endif
+}
+
+/* 1 when k_qkv_attention<W> runs in clusters of GP_WS_ATTN_SPLITS (16: non-portable) here. */
+template <typename W> static int qa_cluster_fits()
+{
+    if (cudaFuncSetAttribute(k_qkv_attention<W>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1))
+        return 0;
+    cudaLaunchAttribute at[2];
+    unsigned n = GP_WS_ATTN_SPLITS;
+    cudaLaunchConfig_t cfg = gp_cu_config(NULL, 0, n, dim3(1, 1, n), dim3(ATT_THREADS), 0, at);
+    int clusters = 0;
+    return cudaOccupancyMaxActiveClusters(&clusters, k_qkv_attention<W>, &cfg) == cudaSuccess &&
+           clusters > 0;
+}
+
+extern "C" int gp_cuda_qkv_attention_ok(const gp_cu_ctx *c, const gp_cu_decode_att *a,
+                                        const gp_cu_tensor *out)
+{
+    const gp_cu_tensor *w = &a->qkv_w, *bs = &a->qkv_b, *q = &a->q;
+    int64_t K = w->ndim == 2 ? w->ne[0] : 0, H = q->ndim == 3 ? q->ne[1] : 0;
+    int es = (int)gp_dtype_size(w->dtype);
+    int ok = a->has_qkv && !c->mk && c->att_cluster_small == GP_WS_ATTN_SPLITS && !c->att_cluster &&
+           decode_unsupported(a, out) == NULL && !a->rope_q.on && !a->rope_k.on &&
+           q->ne[2] == QA_D && a->k.ne[1] == H && (w->dtype == GP_F16 || w->dtype == GP_BF16) &&
+           w->nb[1] == es && w->nb[0] % 16 == 0 && w->ne[1] == 3 * H * QA_D && K > 0 &&
+           (K + GP_WS_ATTN_SPLITS - 1) / GP_WS_ATTN_SPLITS <= QA_MAXPER && bs->ndim == 1 &&
+           bs->ne[0] == w->ne[1] &&
+           ((uintptr_t)w->data & 15) == 0 && a->qkv_norm.w.ndim >= 1 &&
+           (w->dtype == GP_F16 ? qa_cluster_fits<__half>() : qa_cluster_fits<__nv_bfloat16>());
+    cudaGetLastError();
+    return ok;
+}
+
+static std::atomic<long long> decode_launches(0), qkv_launches(0);
 
 extern "C" int gp_cuda_attention_decode_ok(const gp_cu_decode_att *a, const gp_cu_tensor *out)
 {
@@ -240,6 +430,11 @@ extern "C" int gp_cuda_attention_decode_ok(const gp_cu_decode_att *a, const gp_c
 extern "C" int64_t gp_cuda_attention_decode_count(void)
 {
     return decode_launches.load();
+}
+
+extern "C" int64_t gp_cuda_qkv_attention_count(void)
+{
+    return qkv_launches.load();
 }
 
 extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
@@ -269,6 +464,36 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
     DecArgs d = {(float)a->scale, o, q, kx, vx, kc, vc, p, a->rope_q, a->rope_k, part, counters,
                  a->rope_q.on ? a->tab_q : NULL, a->rope_k.on ? a->tab_k : NULL,
                  !!(c->late & GP_LATE_ATT), cluster};
+    if (a->has_qkv) {
+        if (!gp_cuda_qkv_attention_ok(c, a, out) || !cluster || nsplit != GP_WS_ATTN_SPLITS) {
+            snprintf(c->err, sizeof c->err, "attention_decode: q, k and v computed in the launch: "
+                     "not on this device or with these operands");
+            return -1;
+        }
+        NORM nm;
+        const gp_cu_prenorm *pn = &a->qkv_norm;
+        nm.is_ln = pn->is_ln;
+        nm.eps = pn->eps;
+        nm.w = gp_kt_of(c, &pn->w);
+        nm.has_b = pn->b.data != NULL;
+        nm.b = nm.has_b ? gp_kt_of(c, &pn->b) : nm.w;
+        int64_t K = a->qkv_w.ne[0];
+        QkvArgs m = {(const char *)a->qkv_w.data, a->qkv_w.nb[0], K, H * QA_D,
+                     (K + nsplit - 1) / nsplit, gp_kt_of(c, &a->qkv_b), nm,
+                     (const float *)pn->x.data};
+        int pf = c->pdl && c->kv_prefetch;
+        if (a->qkv_w.dtype == GP_F16)
+            (void)gp_cu_launch_cl(c->stream, c->pdl, grid.z, k_qkv_attention<__half>, grid,
+                                  ATT_THREADS, 0, d, m, a->pos_const, pf);
+        else
+            (void)gp_cu_launch_cl(c->stream, c->pdl, grid.z, k_qkv_attention<__nv_bfloat16>, grid,
+                                  ATT_THREADS, 0, d, m, a->pos_const, pf);
+        if (gp_cu_check_launch(c, "qkv_attention"))
+            return -1;
+        decode_launches++;
+        qkv_launches++;
+        return 0;
+    }
     DecArgs dm = d; /* the persistent kernel's stages compute their angles */
     dm.tq = dm.tk = NULL;
     dm.late = 0;

@@ -13,8 +13,9 @@
  * before waiting for the kernel before them), "epiload" (the version-2 matvecs load their
  * epilogue's operands right after that wait, ahead of their sums), "normload" (the [K, N]
  * matvec loads a staged norm's weights before that wait), "pairs" (the [N, K] matvec of short
- * rows takes two per warp) and "embadd" (two lookups and the add of them in one launch,
- * plan_embed_add).
+ * rows takes two per warp), "embadd" (two lookups and the add of them in one launch,
+ * plan_embed_add) and "qkvatt" (a one-token attention computes its q, k and v itself,
+ * plan_qkv_attention).
  * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
  * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
  * wins over it); GPLAN_CUDA_TRANSPOSE=1
@@ -145,7 +146,7 @@ enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_C
        FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64, FUSE_GROUP = 128, FUSE_TAIL = 256,
        FUSE_ATTN = 512, FUSE_MEGA = 1024, FUSE_EARLY = 2048, FUSE_ARNORM = 4096,
        FUSE_ROPETAB = 8192, FUSE_EPILOAD = 16384, FUSE_NORMLOAD = 32768, FUSE_EMBADD = 65536,
-       FUSE_PAIRS = 131072 };
+       FUSE_PAIRS = 131072, FUSE_QKVATT = 262144 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -176,7 +177,7 @@ static void read_switches(cuda_be *b)
     static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch",
                                         "transpose", "group", "tail", "attnfuse", "mega", "early",
                                         "arnorm", "ropetab", "epiload", "normload",
-                                        "embadd", "pairs"};
+                                        "embadd", "pairs", "qkvatt"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -1207,6 +1208,97 @@ static int over_q_exactly(const gp_cu_tensor *q, const gp_cu_tensor *o)
            q->nb[1] >= q->ne[2] * q->nb[2];
 }
 
+/* The tensor that owns the bytes tensor id reads: its root, or for the reshape of an elided cont
+ * the root of the cont's input. -1 when unknown. */
+static int bytes_root(const cuda_be *b, int id)
+{
+    const gp_plan *p = b->p;
+    if (b->alias[id].ndim > 0) {
+        int c = p->tensors[id].view_src, n = c >= 0 ? p->tensors[c].producer : -1;
+        if (n < 0)
+            return -1;
+        id = p->nodes[n].inputs[0];
+    }
+    return (int)(root_of(p, id) - p->tensors);
+}
+
+/*
+ * qkvatt. The fused one-token attention a (d, its sources' tensors src: q, k, v) whose q, k and v
+ * are columns of one tensor qkv = norm(x) @ w + bias that nothing else reads (GPT-2's c_attn: a
+ * matmul with its prenorm and a bias epilogue, planned before) computes them itself, head by head
+ * (gp_cuda_qkv_attention_ok): the norm, the matmul and the epilogue are absorbed too. Memory: x
+ * may not be written from the norm's step to the attention (absorbed nodes write nothing), nor
+ * by the launch itself.
+ */
+static void plan_qkv_attention(cuda_be *b, int a, gp_cu_decode_att *d, const int *src,
+                               int *absorbed, int *n_abs, int tsym)
+{
+    const gp_plan *p = b->p;
+    int qkv = bytes_root(b, src[0]);
+    if (qkv < 0)
+        return;
+    const gp_plan_tensor *root = &p->tensors[qkv];
+    int e = root->producer, mm = e - 1, nn = e - 2;
+    if ((b->disable & (FUSE_QKVATT | FUSE_NORM | FUSE_EPILOGUE)) || !(b->disable & FUSE_MEGA) ||
+        bytes_root(b, src[1]) != qkv || bytes_root(b, src[2]) != qkv ||
+        root->kind != GP_TENSOR_INTERMEDIATE || nn < 0 || p->nodes[mm].op != GP_OP_MATMUL ||
+        p->nodes[e].output != qkv || !b->nodes[nn].prenorm || b->nodes[mm].epi.n != 1 ||
+        b->nodes[mm].epi.op[0] != GP_OP_ADD || b->nodes[mm].epi.has_tail ||
+        p->nodes[mm].attrs.i[0] || p->nodes[mm].attrs.i[1] || b->nodes[nn].dec_att ||
+        b->nodes[mm].dec_att || b->nodes[e].dec_att)
+        return;
+    /* q, k and v: f32 columns [0, C), [C, 2C), [2C, 3C) of qkv's one row, heads of 64. */
+    const gp_cu_tensor *qt = &b->nodes[e].out, *sv[3] = {&d->q, &d->k, &d->v};
+    int64_t H = d->q.ndim == 3 ? d->q.ne[1] : 0, C = H * 64;
+    int ok = qt->dtype == GP_F32 && qt->ndim == 2 && qt->ne[1] == 3 * C && qt->nb[1] == 4;
+    for (int i = 0; i < 3 && ok; i++)
+        ok = sv[i]->dtype == GP_F32 && sv[i]->ndim == 3 && sv[i]->ne[1] == H &&
+             sv[i]->ne[2] == 64 && sv[i]->nb[1] == 64 * 4 && sv[i]->nb[2] == 4 &&
+             (char *)sv[i]->data == (char *)qt->data + i * C * 4;
+    /* Nothing but the absorbed nodes and the attention reads qkv's bytes (views and elided
+     * conts compute nothing). */
+    for (int j = 0; j < p->n_nodes && ok; j++) {
+        int absorbed_j = j == a || j == e;
+        for (int k = 0; k < *n_abs; k++)
+            absorbed_j |= absorbed[k] == j;
+        if (absorbed_j || gp_op_get(p->nodes[j].op)->is_view ||
+            (p->nodes[j].op == GP_OP_CONT && b->nodes[j].skip))
+            continue;
+        for (int k = 0; k < p->nodes[j].n_inputs && ok; k++)
+            ok = bytes_root(b, p->nodes[j].inputs[k]) != qkv;
+    }
+    if (!ok)
+        return;
+    gp_cu_decode_att t = *d;
+    t.has_qkv = 1;
+    t.qkv_w = b->nodes[mm].in[1];
+    t.qkv_b = b->nodes[mm].epi.other[0];
+    t.qkv_norm = b->nodes[nn].pre;
+    if (!gp_cuda_qkv_attention_ok(&b->kc, &t, &b->nodes[a].out))
+        return;
+    /* x: not written from the norm's step on (absorbed nodes, views and elided conts write
+     * nothing), nor by the launch (its output, caches, workspace). */
+    dev_span xs = span_one_token(&t.qkv_norm.x, tsym), w[4];
+    for (int j = nn; j <= a && ok; j++) {
+        int skipped = j == nn || j == mm || j == e;
+        for (int k = 0; k < *n_abs; k++)
+            skipped |= absorbed[k] == j;
+        int n = skipped ? 0 : node_writes(b, j, tsym, w); /* a: output, workspace */
+        if (j == a) {
+            ok = !spans_meet(span_one_token(&t.k_cache, tsym), xs) &&
+                 !spans_meet(span_one_token(&t.v_cache, tsym), xs);
+        }
+        for (int k = 0; k < n && ok; k++)
+            ok = !spans_meet(w[k], xs);
+    }
+    if (!ok)
+        return;
+    *d = t;
+    absorbed[(*n_abs)++] = nn;
+    absorbed[(*n_abs)++] = mm;
+    absorbed[(*n_abs)++] = e;
+}
+
 /*
  * attnfuse. An attention whose k and v are store outputs (at its pos) that nothing else reads
  * runs, in one-token launches, as one gp_cuda_attention_decode launch that also does the stores;
@@ -1248,7 +1340,7 @@ static void plan_decode_attention(cuda_be *b, const int *uses)
         int tsym = an->in[0].ndim == 3 && an->in[0].sym[0] >= 0 ? an->in[0].sym[0] : -1;
         gp_cu_decode_att d;
         memset(&d, 0, sizeof d);
-        int absorbed[5] = {sk, sv, -1, -1, -1}, n_abs = 2;
+        int absorbed[8] = {sk, sv, -1, -1, -1, -1, -1, -1}, n_abs = 2;
         /* The sources and the tensors whose bytes they are: q, k, v, pos, k cache, v cache. */
         int src[6] = {at->inputs[0], p->nodes[sk].inputs[2], p->nodes[sv].inputs[2], pos,
                       p->nodes[sk].inputs[0], p->nodes[sv].inputs[0]};
@@ -1308,6 +1400,7 @@ static void plan_decode_attention(cuda_be *b, const int *uses)
         }
         if (!ok || !own_ws)
             continue;
+        plan_qkv_attention(b, a, &d, src, absorbed, &n_abs, tsym);
         an->dec = d;
         an->dec_on = 1;
         an->dec_tsym = tsym;
@@ -1783,7 +1876,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     if (env && *env == '1') {
         /* What the fusions did, once at creation (for benchmarks). */
         int elided = 0, pairs = 0, norms = 0, epis = 0, transposed = 0, groups = 0, tails = 0, arnorms = 0;
-        int attns = 0, embadds = 0;
+        int attns = 0, embadds = 0, qkvs = 0;
         for (int i = 0; i < p->n_tensors; i++)
             transposed += b->transposed[i];
         for (int i = 0; i < p->n_nodes; i++) {
@@ -1795,13 +1888,14 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             tails += b->nodes[i].tailed;
             arnorms += b->nodes[i].has_arnorm;
             attns += b->nodes[i].dec_on;
+            qkvs += b->nodes[i].dec_on && b->nodes[i].dec.has_qkv;
             embadds += b->nodes[i].embadd;
         }
         fprintf(stderr, "cuda: %d nodes: %d conts elided, %d store pairs, %d norms for matvecs, "
-                "%d matmul epilogues, %d matmul groups, %d tail norms (%d in all-reduces), %d one-token attentions fused, "
-                "%d lookup adds, %d weights transposed, pdl %d; "
+                "%d matmul epilogues, %d matmul groups, %d tail norms (%d in all-reduces), %d one-token attentions fused "
+                "(%d computing their q, k and v), %d lookup adds, %d weights transposed, pdl %d; "
                 "%lld launches in the one-token graph\n",
-                p->n_nodes, elided, pairs, norms, epis, groups, tails, arnorms, attns, embadds,
+                p->n_nodes, elided, pairs, norms, epis, groups, tails, arnorms, attns, qkvs, embadds,
                 transposed, b->kc.pdl, (long long)launches1);
         if (b->kc.mv_cluster > 1) {
             fprintf(stderr, "cuda: [K, N] matvec clusters of up to %d, fitting at once:",

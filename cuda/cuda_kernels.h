@@ -196,6 +196,12 @@ typedef struct {
                              gp_cuda_rope_tables (cos [n/2], then sin [n/2]); NULL: the kernel's
                              blocks compute them */
     const float *tab_k;   /* rope_k's likewise */
+    int has_qkv;          /* 1: q, k and v are columns of qkv = norm(qkv_norm) @ qkv_w + qkv_b, which
+                             the launch computes itself (gp_cuda_qkv_attention_ok); q, k and v
+                             then only describe where qkv's columns are, and are not read */
+    gp_cu_tensor qkv_w;   /* [K, 3 H D], 16-bit */
+    gp_cu_tensor qkv_b;   /* [3 H D] */
+    gp_cu_prenorm qkv_norm;
 } gp_cu_decode_att;
 
 /* A rope's angles at a position, computed once per eval for the one-token attentions that read
@@ -212,6 +218,11 @@ enum { GP_CU_ROPE_TABS = 4 }; /* the most tables one launch makes */
 /* 1 when this device runs the one-token attention's splits as clusters of n blocks (2 <= n <=
  * GP_WS_ATTN_SPLITS), for gp_cu_ctx.att_cluster. */
 int gp_cuda_attention_cluster_ok(int n);
+
+/* 1 when gp_cuda_attention_decode takes a with has_qkv set (its other fields as they would be
+ * launched): the head dim is 64, no ropes, H == G, 16-bit weights, K <= 1280, clusters of 16. */
+int gp_cuda_qkv_attention_ok(const gp_cu_ctx *ctx, const gp_cu_decode_att *a,
+                             const gp_cu_tensor *out);
 
 /* 1 when this device runs the [K, N] matvec's splits as clusters of up to n blocks (2 <= n <= 16),
  * for gp_cu_ctx.mv_cluster; fit (NULL, or [n + 1]) gets, for 2 <= C <= n, how many clusters of C
@@ -236,6 +247,8 @@ int gp_cuda_attention_decode(gp_cu_ctx *ctx, const gp_cu_decode_att *a, const gp
 int gp_cuda_attention_decode_ok(const gp_cu_decode_att *a, const gp_cu_tensor *out);
 /* gp_cuda_attention_decode calls enqueued in this process so far (tests: was it used). */
 int64_t gp_cuda_attention_decode_count(void);
+/* How many of those launches computed their q, k and v themselves (has_qkv; for tests). */
+int64_t gp_cuda_qkv_attention_count(void);
 
 /*
  * The persistent decode kernel (cuda_mega.cu). While ctx.mk is set, the one-token launches it can
