@@ -296,17 +296,7 @@ __device__ __forceinline__ void qa_sums(const QkvArgs &m, int64_t h, int64_t k0,
 #pragma unroll
     for (int q = 0; q < V::N; q++)
         acc[q] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < QA_U; i++) {
-        int64_t row = k0 + ph + (int64_t)QA_PH * i;
-        if (row >= k1)
-            break;
-        float wv[V::N], xk = xs[row - k0];
-        V::unpack(u[i], wv);
-#pragma unroll
-        for (int q = 0; q < V::N; q++)
-            acc[q] += wv[q] * xk;
-    }
+    rows_fma<W>(u, xs, k0 + ph, QA_PH, k0, k1, acc);
     if (on) {
 #pragma unroll
         for (int q = 0; q < V::N; q++)

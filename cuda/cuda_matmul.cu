@@ -627,17 +627,7 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
     for (int q = 0; q < V::N; q++)
         acc[q] = 0.0f;
     for (int64_t kb = k0;;) {
-#pragma unroll
-        for (int i = 0; i < MV2_U; i++) {
-            int64_t k = kb + ty + TY * i;
-            if (k >= k1)
-                break;
-            float wv[V::N], xk = xs[k - k0];
-            V::unpack(u[i], wv);
-#pragma unroll
-            for (int q = 0; q < V::N; q++)
-                acc[q] += wv[q] * xk;
-        }
+        rows_fma<W>(u, xs, kb + ty, TY, k0, k1, acc);
         kb += ROWS;
         if (kb >= k1)
             break;

@@ -101,6 +101,26 @@ template <> struct vec16<float> {
     }
 };
 
+/* acc[0, vec16<W>::N) += the rows of u (row r0 + step i in u[i]; rows from k1 on are left out)
+ * times their x, xs[row - k0]: a batch of a [K, N] split's weight chunks, in row order. */
+template <typename W, int U>
+__device__ __forceinline__ void rows_fma(const uint4 (&u)[U], const float *xs, int64_t r0,
+                                         int64_t step, int64_t k0, int64_t k1, float *acc)
+{
+    typedef vec16<W> V;
+#pragma unroll
+    for (int i = 0; i < U; i++) {
+        int64_t row = r0 + step * i;
+        if (row >= k1)
+            break;
+        float wv[V::N], xk = xs[row - k0];
+        V::unpack(u[i], wv);
+#pragma unroll
+        for (int q = 0; q < V::N; q++)
+            acc[q] += wv[q] * xk;
+    }
+}
+
 __device__ __forceinline__ uint4 ld_stream(const void *p)
 {
     /* Weights are read once per eval: don't let them evict activations from L1. */
