@@ -1892,11 +1892,11 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             embadds += b->nodes[i].embadd;
         }
         fprintf(stderr, "cuda: %d nodes: %d conts elided, %d store pairs, %d norms for matvecs, "
-                "%d matmul epilogues, %d matmul groups, %d tail norms (%d in all-reduces), %d one-token attentions fused "
-                "(%d computing their q, k and v), %d lookup adds, %d weights transposed, pdl %d; "
-                "%lld launches in the one-token graph\n",
-                p->n_nodes, elided, pairs, norms, epis, groups, tails, arnorms, attns, qkvs, embadds,
-                transposed, b->kc.pdl, (long long)launches1);
+                "%d matmul epilogues, %d matmul groups, %d tail norms (%d in all-reduces), "
+                "%d one-token attentions fused (%d computing their q, k and v), %d lookup adds, "
+                "%d weights transposed, pdl %d; %lld launches in the one-token graph\n",
+                p->n_nodes, elided, pairs, norms, epis, groups, tails, arnorms, attns, qkvs,
+                embadds, transposed, b->kc.pdl, (long long)launches1);
         if (b->kc.mv_cluster > 1) {
             fprintf(stderr, "cuda: [K, N] matvec clusters of up to %d, fitting at once:",
                     b->kc.mv_cluster);

@@ -196,9 +196,9 @@ typedef struct {
                              gp_cuda_rope_tables (cos [n/2], then sin [n/2]); NULL: the kernel's
                              blocks compute them */
     const float *tab_k;   /* rope_k's likewise */
-    int has_qkv;          /* 1: q, k and v are columns of qkv = norm(qkv_norm) @ qkv_w + qkv_b, which
-                             the launch computes itself (gp_cuda_qkv_attention_ok); q, k and v
-                             then only describe where qkv's columns are, and are not read */
+    int has_qkv;          /* 1: q, k and v are columns of qkv = norm(qkv_norm) @ qkv_w + qkv_b,
+                             which the launch computes itself (gp_cuda_qkv_attention_ok); q, k
+                             and v then only describe where qkv's columns are, and are not read */
     gp_cu_tensor qkv_w;   /* [K, 3 H D], 16-bit */
     gp_cu_tensor qkv_b;   /* [3 H D] */
     gp_cu_prenorm qkv_norm;

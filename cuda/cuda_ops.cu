@@ -260,7 +260,8 @@ static unsigned rows_grid(const KT &o)
 
 /* ---- argmax: a row per cluster of AM_CLUSTER blocks (one block per row without clusters) ---- */
 
-enum { AM_THREADS = 1024, AM_BATCH = 8, AM_CLUSTER = 8 }; /* 8192 threads: a 50257 row in one batch */
+/* A cluster's 8192 threads load a row of 50257 in one batch. */
+enum { AM_THREADS = 1024, AM_BATCH = 8, AM_CLUSTER = 8 };
 
 /* Offers element i of value v to the running best (bv, bi; bi < 0: none yet): it wins when it is
  * a number and larger, or equal at a lower index. NaN never wins; i < 0 is no offer. */
