@@ -181,11 +181,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, const gp_cu_ctx *c)
 {
     int pf = c->pdl && c->kv_prefetch;
-    if (d.cluster) /* never with c->mk (no stages to flush) */
-        (void)gp_cu_launch_cl(c->stream, c->pdl, grid.z, k_attention_decode<J>, grid,
-                              ATT_WARPS * 32, 0, d, early, pf);
-    else
-        gp_cu_launch(c, k_attention_decode<J>, grid, ATT_WARPS * 32, 0, d, early, pf);
+    gp_cu_launch_z(c, d.cluster ? grid.z : 0, k_attention_decode<J>, grid, ATT_WARPS * 32, 0, d,
+                   early, pf);
 }
 
 /* 1 when a one-token attention kernel can run clusters of n blocks (n <= 8 is portable; 16 is
@@ -460,24 +457,15 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
                      "not on this device or with these operands");
             return -1;
         }
-        NORM nm;
-        const gp_cu_prenorm *pn = &a->qkv_norm;
-        nm.is_ln = pn->is_ln;
-        nm.eps = pn->eps;
-        nm.w = gp_kt_of(c, &pn->w);
-        nm.has_b = pn->b.data != NULL;
-        nm.b = nm.has_b ? gp_kt_of(c, &pn->b) : nm.w;
         int64_t K = a->qkv_w.ne[0];
         QkvArgs m = {(const char *)a->qkv_w.data, a->qkv_w.nb[0], K, H * QA_D,
-                     (K + nsplit - 1) / nsplit, gp_kt_of(c, &a->qkv_b), nm,
-                     (const float *)pn->x.data};
+                     (K + nsplit - 1) / nsplit, gp_kt_of(c, &a->qkv_b),
+                     norm_params(c, &a->qkv_norm), (const float *)a->qkv_norm.x.data};
         int pf = c->pdl && c->kv_prefetch;
-        if (a->qkv_w.dtype == GP_F16)
-            (void)gp_cu_launch_cl(c->stream, c->pdl, grid.z, k_qkv_attention<__half>, grid,
-                                  ATT_THREADS, 0, d, m, a->pos_const, pf);
-        else
-            (void)gp_cu_launch_cl(c->stream, c->pdl, grid.z, k_qkv_attention<__nv_bfloat16>, grid,
-                                  ATT_THREADS, 0, d, m, a->pos_const, pf);
+        gp_cu_launch_z(c, grid.z,
+                       a->qkv_w.dtype == GP_F16 ? k_qkv_attention<__half>
+                                                : k_qkv_attention<__nv_bfloat16>,
+                       grid, ATT_THREADS, 0, d, m, a->pos_const, pf);
         if (gp_cu_check_launch(c, "qkv_attention"))
             return -1;
         decode_launches++;

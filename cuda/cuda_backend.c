@@ -227,13 +227,12 @@ static void read_switches(cuda_be *b)
      * session. Default: clusters of up to 16 where the device can. */
     const char *mc = getenv("GPLAN_CUDA_MV_CLUSTER"), *mb = getenv("GPLAN_CUDA_MV_CLUSTER_BPS");
     const char *mp = getenv("GPLAN_CUDA_MV_CLUSTER_PRE");
-    b->kc.mv_cluster = mc ? atoi(mc) : 16;
-    b->kc.clusters = gp_cuda_matvec_cluster_ok(8, NULL);
+    int n = mc ? atoi(mc) : 16;
+    (void)gp_cuda_matvec_cluster_ok(16, b->kc.mv_cluster_fit); /* fit[C] > 0: C is taken */
+    b->kc.mv_cluster = n > 1 && n <= 16 && b->kc.mv_cluster_fit[n] > 0 ? n : 0;
+    b->kc.clusters = b->kc.mv_cluster_fit[8] > 0;
     b->kc.mv_cluster_bps = mb ? atoi(mb) : 0;
     b->kc.mv_cluster_pre = mp ? atoi(mp) : 0;
-    if (b->kc.mv_cluster > 1 &&
-        !gp_cuda_matvec_cluster_ok(b->kc.mv_cluster, b->kc.mv_cluster_fit))
-        b->kc.mv_cluster = 0;
     /* Measured 2026-11-30 (H200): -5% for GPT-2 117M, +4% for 1558M (its 5-20 MB matrices'
      * prefetches compete with the kernel before): off unless asked for. The attention's cache
      * rows are on the critical path and small: on unless "prefetch" is disabled. */
@@ -1071,20 +1070,36 @@ static int spans_meet(dev_span a, dev_span b)
     return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
 }
 
-/* The step whose node wrote the bytes tensor id reads (its root's producer; for the reshape of an
- * elided cont, the cont's input's), or -1 (an input, a state or a weight). */
-static int bytes_step(const cuda_be *b, int id)
+/* The tensor that owns the bytes tensor id reads: its root, or for the reshape of an elided cont
+ * the root of the cont's input. -1 when unknown. */
+static int bytes_root(const cuda_be *b, int id)
 {
     const gp_plan *p = b->p;
     if (b->alias[id].ndim > 0) {
         int c = p->tensors[id].view_src, n = c >= 0 ? p->tensors[c].producer : -1;
         if (n < 0)
-            return p->n_nodes; /* unknown: nothing may run before the reader */
+            return -1;
         id = p->nodes[n].inputs[0];
     }
-    while (p->tensors[id].view_src >= 0)
-        id = p->tensors[id].view_src;
-    return p->tensors[id].producer;
+    return (int)(root_of(p, id) - p->tensors);
+}
+
+/* The step whose node wrote the bytes tensor id reads (bytes_root's producer), or -1 (an input, a
+ * state or a weight). */
+static int bytes_step(const cuda_be *b, int id)
+{
+    int r = bytes_root(b, id);
+    return r < 0 ? b->p->n_nodes /* unknown: nothing may run before the reader */
+                 : b->p->tensors[r].producer;
+}
+
+/* 1 when node j is among the n nodes of list (the nodes a fused launch absorbed). */
+static int listed(const int *list, int n, int j)
+{
+    for (int k = 0; k < n; k++)
+        if (list[k] == j)
+            return 1;
+    return 0;
 }
 
 /* What node j may write in a one-token launch, as spans (at most 4): its output (a store: its
@@ -1208,20 +1223,6 @@ static int over_q_exactly(const gp_cu_tensor *q, const gp_cu_tensor *o)
            q->nb[1] >= q->ne[2] * q->nb[2];
 }
 
-/* The tensor that owns the bytes tensor id reads: its root, or for the reshape of an elided cont
- * the root of the cont's input. -1 when unknown. */
-static int bytes_root(const cuda_be *b, int id)
-{
-    const gp_plan *p = b->p;
-    if (b->alias[id].ndim > 0) {
-        int c = p->tensors[id].view_src, n = c >= 0 ? p->tensors[c].producer : -1;
-        if (n < 0)
-            return -1;
-        id = p->nodes[n].inputs[0];
-    }
-    return (int)(root_of(p, id) - p->tensors);
-}
-
 /*
  * qkvatt. The fused one-token attention a (d, its sources' tensors src: q, k, v) whose q, k and v
  * are columns of one tensor qkv = norm(x) @ w + bias that nothing else reads (GPT-2's c_attn: a
@@ -1258,11 +1259,9 @@ static void plan_qkv_attention(cuda_be *b, int a, gp_cu_decode_att *d, const int
     /* Nothing but the absorbed nodes and the attention reads qkv's bytes (views and elided
      * conts compute nothing). */
     for (int j = 0; j < p->n_nodes && ok; j++) {
-        int absorbed_j = j == a || j == e;
-        for (int k = 0; k < *n_abs; k++)
-            absorbed_j |= absorbed[k] == j;
-        if (absorbed_j || gp_op_get(p->nodes[j].op)->is_view ||
-            (p->nodes[j].op == GP_OP_CONT && b->nodes[j].skip))
+        int none = gp_op_get(p->nodes[j].op)->is_view ||
+                   (p->nodes[j].op == GP_OP_CONT && b->nodes[j].skip); /* computes nothing */
+        if (j == a || j == e || none || listed(absorbed, *n_abs, j))
             continue;
         for (int k = 0; k < p->nodes[j].n_inputs && ok; k++)
             ok = bytes_root(b, p->nodes[j].inputs[k]) != qkv;
@@ -1280,9 +1279,7 @@ static void plan_qkv_attention(cuda_be *b, int a, gp_cu_decode_att *d, const int
      * nothing), nor by the launch (its output, caches, workspace). */
     dev_span xs = span_one_token(&t.qkv_norm.x, tsym), w[4];
     for (int j = nn; j <= a && ok; j++) {
-        int skipped = j == nn || j == mm || j == e;
-        for (int k = 0; k < *n_abs; k++)
-            skipped |= absorbed[k] == j;
+        int skipped = j == nn || j == mm || j == e || listed(absorbed, *n_abs, j);
         int n = skipped ? 0 : node_writes(b, j, tsym, w); /* a: output, workspace */
         if (j == a) {
             ok = !spans_meet(span_one_token(&t.k_cache, tsym), xs) &&
@@ -1369,9 +1366,7 @@ static void plan_decode_attention(cuda_be *b, const int *uses)
             rs[i] = span_one_token(reads[i], tsym);
         for (int i = 0; i < 6 && ok; i++)
             for (int j = bytes_step(b, src[i]) + 1; j < a && ok; j++) {
-                int skipped = 0;
-                for (int k = 0; k < n_abs; k++)
-                    skipped |= absorbed[k] == j;
+                int skipped = listed(absorbed, n_abs, j);
                 for (int k = skipped ? 0 : node_writes(b, j, tsym, w); k > 0 && ok; k--)
                     ok = !spans_meet(w[k - 1], rs[i]);
             }

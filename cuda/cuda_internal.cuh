@@ -427,15 +427,23 @@ static inline cudaError_t gp_cu_launch_on(cudaStream_t s, int pdl, void (*k)(P..
     return gp_cu_launch_cl(s, pdl, 0, k, grid, block, smem, args...);
 }
 
-/* Host: gp_cu_launch_on for a kernel context (c->stream, c->pdl). Errors are read back with
- * gp_cu_check_launch, as for <<<>>>. */
+/* Host: gp_cu_launch_cl for a kernel context (c->stream, c->pdl), after the persistent kernel's
+ * stages recorded before it. Errors are read back with gp_cu_check_launch, as for <<<>>>. */
+template <typename... P, typename... A>
+static inline void gp_cu_launch_z(const gp_cu_ctx *c, unsigned cluster_z, void (*k)(P...),
+                                  dim3 grid, dim3 block, size_t smem, A... args)
+{
+    if (c->mk)
+        (void)gp_cuda_mk_flush(c->mk, c->stream);
+    (void)gp_cu_launch_cl(c->stream, c->pdl, cluster_z, k, grid, block, smem, args...);
+}
+
+/* Host: gp_cu_launch_z without clusters. */
 template <typename... P, typename... A>
 static inline void gp_cu_launch(const gp_cu_ctx *c, void (*k)(P...), dim3 grid, dim3 block,
                                 size_t smem, A... args)
 {
-    if (c->mk)
-        (void)gp_cuda_mk_flush(c->mk, c->stream); /* the stages recorded before this launch */
-    (void)gp_cu_launch_on(c->stream, c->pdl, k, grid, block, smem, args...);
+    gp_cu_launch_z(c, 0, k, grid, block, smem, args...);
 }
 
 /* Host: records a launch error in ctx; 0 when fine. */

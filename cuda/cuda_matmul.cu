@@ -862,6 +862,8 @@ extern "C" int gp_cuda_matvec_cluster_ok(int n, int *fit)
 {
     static const int wts[3] = {GP_F16, GP_BF16, GP_F32};
     int ok = n >= 2 && n <= KC_MAXC;
+    for (int m = 2; fit && m <= n && m <= KC_MAXC; m++)
+        fit[m] = 0;
     for (int m = 2; ok && m <= n; m++) {
         int least = 0;
         for (int i = 0; ok && i < 3 * 2 * 3; i++) {
@@ -964,17 +966,11 @@ static int kn2_split(const gp_cu_ctx *c, int64_t K, int64_t N, int64_t tiles, si
  * contiguous f32 row of K, 16-byte aligned; K floats in 32 KiB of shared memory). */
 static int norm_of(gp_cu_ctx *c, const gp_cu_prenorm *pre, int64_t K, NORM *nm, const float **x)
 {
-    KT kx = gp_kt_of(c, &pre->x), kw = gp_kt_of(c, &pre->w);
+    KT kx = gp_kt_of(c, &pre->x);
+    *nm = norm_params(c, pre);
     if (kx.t != GP_F32 || kt_count(kx, 3) != 1 || kx.ne[3] != K || kx.nb[3] != 4 ||
-        ((uintptr_t)kx.p & 15) || kw.ne[3] != K || kt_count(kw, 3) != 1 ||
-        norm_smem(K) > 32 * 1024)
-        return 0;
-    nm->is_ln = pre->is_ln;
-    nm->eps = pre->eps;
-    nm->w = kw;
-    nm->has_b = pre->b.data != NULL;
-    nm->b = nm->has_b ? gp_kt_of(c, &pre->b) : kw;
-    if (nm->has_b && (nm->b.ne[3] != K || kt_count(nm->b, 3) != 1))
+        ((uintptr_t)kx.p & 15) || nm->w.ne[3] != K || kt_count(nm->w, 3) != 1 ||
+        norm_smem(K) > 32 * 1024 || (nm->has_b && (nm->b.ne[3] != K || kt_count(nm->b, 3) != 1)))
         return 0;
     *x = (const float *)kx.p;
     return 1;
@@ -1029,14 +1025,10 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
     memset(&tl, 0, sizeof tl);
     if (epi && epi->n > 0 && epi->has_tail && !c->matvec_v1 && c->d_counters && c->n_counters > 0 &&
         ot.t == GP_F32 && ot.nb[3] == 4 && norm_smem(N) <= 32 * 1024) {
-        const gp_cu_prenorm *tp = &epi->tail.norm;
-        KT kw = gp_kt_of(c, &tp->w), ko = gp_kt_of(c, &epi->tail.out);
+        KT ko = gp_kt_of(c, &epi->tail.out);
+        tl.nm = norm_params(c, &epi->tail.norm);
+        const KT &kw = tl.nm.w;
         tl.on = kw.ne[3] == N && kt_count(kw, 3) == 1 && ko.ne[3] == N && kt_count(ko, 3) == 1;
-        tl.nm.is_ln = tp->is_ln;
-        tl.nm.eps = tp->eps;
-        tl.nm.w = kw;
-        tl.nm.has_b = tp->b.data != NULL;
-        tl.nm.b = tl.nm.has_b ? gp_kt_of(c, &tp->b) : kw;
         if (tl.nm.has_b && (tl.nm.b.ne[3] != N || kt_count(tl.nm.b, 3) != 1))
             tl.on = 0;
         tl.out = ko;
@@ -1098,9 +1090,9 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
         int bps = pn ? c->mv_cluster_pre : c->mv_cluster_bps > 0 ? c->mv_cluster_bps : 3;
         if (!c->matvec_v1 && !c->mk && ksym < 0 && kc_split(c, K, N, vn, bps, &tx, &per2, &ns2)) {
             dim3 g((unsigned)((N + tx * vn - 1) / (tx * vn)), 1, (unsigned)ns2);
-            (void)gp_cu_launch_cl(c->stream, c->pdl, (unsigned)ns2, kc_kernel(kb.t, pn, tx), g,
-                                  dim3(256), norm_smem(per2), B.p, B.sr, x, ot, e,
-                                  pn ? *pn : NORM(), K, N, per2, fl);
+            gp_cu_launch_z(c, (unsigned)ns2, kc_kernel(kb.t, pn, tx), g, dim3(256),
+                           norm_smem(per2), B.p, B.sr, x, ot, e, pn ? *pn : NORM(), K, N, per2,
+                           fl);
             return gp_cu_check_launch(c, "matvec_kc") ? -1 : 1;
         }
         if (!c->matvec_v1 && kn2_split(c, K, N, tiles, ws_size, ws, &per2, &ns2)) {

@@ -5,6 +5,18 @@
 
 #include "cuda/cuda_internal.cuh"
 
+/* Host: a norm's parameters (gp_cu_prenorm; x aside) as kernels read them. */
+static inline NORM norm_params(const gp_cu_ctx *c, const gp_cu_prenorm *p)
+{
+    NORM nm;
+    nm.is_ln = p->is_ln;
+    nm.eps = p->eps;
+    nm.w = gp_kt_of(c, &p->w);
+    nm.has_b = p->b.data != NULL;
+    nm.b = nm.has_b ? gp_kt_of(c, &p->b) : nm.w;
+    return nm;
+}
+
 /* ---- epilogues ---- */
 
 struct EPI {

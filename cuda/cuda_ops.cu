@@ -728,10 +728,8 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         if (kt_count(x, 3) == 0)
             return 0;
         unsigned cl = c->clusters && x.ne[3] > AM_THREADS ? AM_CLUSTER : 1;
-        if (c->mk)
-            (void)gp_cuda_mk_flush(c->mk, c->stream); /* as gp_cu_launch does */
-        (void)gp_cu_launch_cl(c->stream, c->pdl, cl, k_argmax, dim3(rows_grid(x), 1, cl),
-                              dim3(AM_THREADS), 0, o, x, c->d_syms);
+        gp_cu_launch_z(c, cl, k_argmax, dim3(rows_grid(x), 1, cl), dim3(AM_THREADS), 0, o, x,
+                       c->d_syms);
         return gp_cu_check_launch(c, "argmax");
     }
     case GP_OP_STORE:
