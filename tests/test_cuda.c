@@ -593,6 +593,44 @@ static void test_store2(void)
     kctx_free(&k);
 }
 
+/* A norm's operands for the tests of matvecs that compute it: x [M, K] (f32), its weight g and
+ * bias b [K] (f16), h = norm(x) [M, K] on the host unless norm is NORM_NONE (its device copy
+ * poisoned: a kernel computing the norm never reads it), and pre as gp_cuda_matmul_fused takes
+ * it. Made first, in this order, so the random values stay those the tests were written with. */
+enum { NORM_NONE, NORM_LN, NORM_RMS };
+typedef struct {
+    tt x, g, b, h;
+    gp_cu_prenorm pre;
+} tnorm;
+
+static void tnorm_new(tnorm *n, int norm, int64_t M, int64_t K)
+{
+    int64_t sx[2] = {M, K}, sk[1] = {K};
+    tt_new(&n->x, GP_F32, 2, sx, 3.0f);
+    tt_new(&n->g, GP_F16, 1, sk, 1.0f);
+    tt_new(&n->b, GP_F16, 1, sk, 1.0f);
+    tt_new(&n->h, GP_F32, 2, sx, 1.0f);
+    if (norm != NORM_NONE) {
+        gp_attrs an = {{0}, {1e-5, 0}};
+        gp_ktensor nin[3] = {n->x.h, n->g.h, n->b.h};
+        gp_cpu_compute(norm == NORM_LN ? GP_OP_LAYER_NORM : GP_OP_RMS_NORM, &an, &n->h.h, nin,
+                       norm == NORM_LN ? 3 : 2, NULL, 0, 0, 1);
+    }
+    gp_cu_prenorm pre = {norm == NORM_LN, 1e-5f, n->x.d, n->g.d, n->b.d};
+    if (norm != NORM_LN)
+        pre.b.data = NULL;
+    n->pre = pre;
+    cudaMemset(n->h.d.data, 0xff, n->h.bytes);
+}
+
+static void tnorm_free(tnorm *n)
+{
+    tt_free(&n->x);
+    tt_free(&n->g);
+    tt_free(&n->b);
+    tt_free(&n->h);
+}
+
 /* A norm computed inside the matrix-vector kernel (gp_cu_prenorm) against the CPU's norm then
  * matmul: layer norm with bias and rms norm, weights [K, N] and [N, K], f16 and f32; with two
  * rows the matmul refuses the norm and launches nothing. */
@@ -608,25 +646,16 @@ static void test_matvec_prenorm(void)
               {0, 0, GP_BF16, 64, 256, 1}, {1, 0, GP_F16, 128, 256, 2}};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         int64_t K = cs[i].K, N = cs[i].N, M = cs[i].M;
-        int64_t sx[2] = {M, K}, sk[1] = {K}, sw[2] = {cs[i].tb ? N : K, cs[i].tb ? K : N};
-        int64_t so[2] = {M, N};
-        tt x, g, bias, h, w, out;
-        tt_new(&x, GP_F32, 2, sx, 3.0f);
-        tt_new(&g, GP_F16, 1, sk, 1.0f);
-        tt_new(&bias, GP_F16, 1, sk, 1.0f);
-        tt_new(&h, GP_F32, 2, sx, 1.0f);
+        int64_t sw[2] = {cs[i].tb ? N : K, cs[i].tb ? K : N}, so[2] = {M, N};
+        tnorm nm;
+        tt w, out;
+        tnorm_new(&nm, cs[i].is_ln ? NORM_LN : NORM_RMS, M, K);
         tt_new(&w, cs[i].wt, 2, sw, 1.0f);
         tt_new(&out, GP_F32, 2, so, 1.0f);
-        gp_attrs an = {{0}, {1e-5, 0}}, am = {{0, cs[i].tb, 0, 0}, {0}};
-        gp_ktensor nin[3] = {x.h, g.h, bias.h}, min[2] = {h.h, w.h};
-        gp_op nop = cs[i].is_ln ? GP_OP_LAYER_NORM : GP_OP_RMS_NORM;
-        gp_cpu_compute(nop, &an, &h.h, nin, cs[i].is_ln ? 3 : 2, NULL, 0, 0, 1);
+        gp_attrs am = {{0, cs[i].tb, 0, 0}, {0}};
+        gp_ktensor min[2] = {nm.h.h, w.h};
         gp_cpu_compute(GP_OP_MATMUL, &am, &out.h, min, 2, NULL, 0, 0, 1);
-        gp_cu_prenorm pre = {cs[i].is_ln, 1e-5f, x.d, g.d, bias.d};
-        if (!cs[i].is_ln)
-            pre.b.data = NULL;
-        gp_cu_tensor din[2] = {h.d, w.d};
-        cudaMemset(h.d.data, 0xff, h.bytes); /* the norm's output is never read */
+        gp_cu_tensor din[2] = {nm.h.d, w.d};
         cudaMemset(out.d.data, 0xff, out.bytes);
         void *ws = NULL;
         cudaMalloc(&ws, (size_t)GP_WS_CUBLAS_BYTES);
@@ -639,7 +668,7 @@ static void test_matvec_prenorm(void)
         k.c.const_lo = i % 2 ? NULL : (const void *)1;
         k.c.const_hi = i % 2 ? NULL : (const void *)UINTPTR_MAX;
         CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, &out.d, din, ws, (size_t)GP_WS_CUBLAS_BYTES,
-                                             &epi, &pre, &fused, &used), 0);
+                                             &epi, &nm.pre, &fused, &used), 0);
         CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
         CU_ASSERT_EQUAL(used, M == 1);
         if (M == 1) {
@@ -650,10 +679,7 @@ static void test_matvec_prenorm(void)
             CU_ASSERT(device_untouched(&out)); /* nothing launched */
         }
         cudaFree(ws);
-        tt_free(&x);
-        tt_free(&g);
-        tt_free(&bias);
-        tt_free(&h);
+        tnorm_free(&nm);
         tt_free(&w);
         tt_free(&out);
     }
@@ -680,7 +706,7 @@ static void test_matvec_cluster(void)
     CU_ASSERT(!ok16 || k.c.mv_cluster_fit[2] >= 1);
     for (int c = 3; ok16 && c <= 16; c++) /* at least one fits, fewer as they grow */
         CU_ASSERT(k.c.mv_cluster_fit[c] >= 1 && k.c.mv_cluster_fit[c] <= k.c.mv_cluster_fit[c - 1]);
-    enum { NONE, LN, RMS };
+    enum { NONE = NORM_NONE, LN = NORM_LN, RMS = NORM_RMS };
     enum { E_NONE, E_BIAS, E_GELU, E_RES };
     const struct {
         int norm, epi;
@@ -693,22 +719,17 @@ static void test_matvec_cluster(void)
               {LN, E_GELU, GP_F16, 100, 40},    {RMS, E_BIAS, GP_F16, 64, 50000}};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         int64_t K = cs[i].K, N = cs[i].N;
-        int64_t sx[2] = {1, K}, sk[1] = {K}, sw[2] = {K, N}, so[2] = {1, N}, sn[1] = {N};
-        tt x, g, nb, h, w, prod, bias, res, out;
-        tt_new(&x, GP_F32, 2, sx, 3.0f);
-        tt_new(&g, GP_F16, 1, sk, 1.0f);
-        tt_new(&nb, GP_F16, 1, sk, 1.0f);
-        tt_new(&h, GP_F32, 2, sx, 1.0f);
+        int64_t sw[2] = {K, N}, so[2] = {1, N}, sn[1] = {N};
+        tnorm nm;
+        tt w, prod, bias, res, out;
+        tnorm_new(&nm, cs[i].norm, 1, K);
         tt_new(&w, cs[i].wt, 2, sw, 1.0f);
         tt_new(&prod, GP_F32, 2, so, 1.0f);
         tt_new(&bias, GP_F16, 1, sn, 1.0f);
         tt_new(&res, GP_F32, 2, so, 2.0f);
         tt_new(&out, GP_F32, 2, so, 1.0f);
-        gp_attrs an = {{0}, {1e-5, 0}}, am = {{0, 0, 0, 0}, {0}}, none = {{0}, {0}};
-        gp_ktensor nin[3] = {x.h, g.h, nb.h}, min[2] = {cs[i].norm ? h.h : x.h, w.h};
-        if (cs[i].norm)
-            gp_cpu_compute(cs[i].norm == LN ? GP_OP_LAYER_NORM : GP_OP_RMS_NORM, &an, &h.h, nin,
-                           cs[i].norm == LN ? 3 : 2, NULL, 0, 0, 1);
+        gp_attrs am = {{0, 0, 0, 0}, {0}}, none = {{0}, {0}};
+        gp_ktensor min[2] = {cs[i].norm ? nm.h.h : nm.x.h, w.h};
         gp_cpu_compute(GP_OP_MATMUL, &am, cs[i].epi ? &prod.h : &out.h, min, 2, NULL, 0, 0, 1);
         gp_ktensor bin[2] = {prod.h, bias.h}, rin[2] = {prod.h, res.h};
         if (cs[i].epi == E_BIAS)
@@ -729,13 +750,9 @@ static void test_matvec_cluster(void)
         epi.op[1] = cs[i].epi == E_GELU ? GP_OP_GELU : GP_OP_ADD;
         epi.other[1] = res.d;
         epi.out = out.d;
-        gp_cu_prenorm pre = {cs[i].norm == LN, 1e-5f, x.d, g.d, nb.d};
-        if (cs[i].norm == RMS)
-            pre.b.data = NULL;
-        gp_cu_tensor din[2] = {cs[i].norm ? h.d : x.d, w.d};
+        gp_cu_tensor din[2] = {cs[i].norm ? nm.h.d : nm.x.d, w.d};
         void *ws = NULL;
         cudaMalloc(&ws, (size_t)GP_WS_CUBLAS_BYTES);
-        cudaMemset(h.d.data, 0xff, h.bytes); /* the norm's output is never read */
         /* odd cases: weights, the norm's weights and the epilogue's operands loaded early */
         k.c.pdl = (int)(i % 2);
         k.c.const_lo = i % 2 ? (const void *)1 : NULL;
@@ -752,7 +769,7 @@ static void test_matvec_cluster(void)
                 CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, epi.n ? &prod.d : &out.d, din, ws,
                                                      (size_t)GP_WS_CUBLAS_BYTES,
                                                      epi.n ? &epi : NULL,
-                                                     cs[i].norm ? &pre : NULL, &fused, &used),
+                                                     cs[i].norm ? &nm.pre : NULL, &fused, &used),
                                 0);
                 CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
                 CU_ASSERT_EQUAL(fused, epi.n > 0);
@@ -773,8 +790,9 @@ static void test_matvec_cluster(void)
             left += cnt[c];
         CU_ASSERT_EQUAL(left, 0);
         cudaFree(ws);
-        tt *all[9] = {&x, &g, &nb, &h, &w, &prod, &bias, &res, &out};
-        for (int t = 0; t < 9; t++)
+        tnorm_free(&nm);
+        tt *all[5] = {&w, &prod, &bias, &res, &out};
+        for (int t = 0; t < 5; t++)
             tt_free(all[t]);
     }
     k.c.mv_cluster = 0;
