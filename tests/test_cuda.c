@@ -1745,12 +1745,23 @@ static gp_session *session_with(gp_model *m, const char *var, const char *val)
     return s;
 }
 
+/* 1 when the plan has no output "next", or its t rows are the argmax of the t rows of logits l. */
+static int next_agrees(gp_session *s, const float *l, int t, int64_t V)
+{
+    const int32_t *nx = gp_session_output(s, "next", NULL);
+    for (int r = 0; nx && r < t; r++)
+        if (nx[r] != gp_argmax(l + (size_t)r * (size_t)V, V))
+            return 0;
+    return 1;
+}
+
 /*
  * A model through a prompt, one-token steps past 16 cache rows, a 3-token eval and more steps, on a
  * CUDA session with a fusion on (on_var=on_val), one with it off (off_var=off_val) and the CPU: the
  * same logits (on against off within tol, against the CPU within tol_cpu: 1e-4 each for f32
- * weights); count(), what that fusion enqueued in this process, grew by at least min_on while the
- * session with it on was created and not at all for the one with it off.
+ * weights), and each session's "next" (when the plan has it) their argmax; count(), what that
+ * fusion enqueued in this process, grew by at least min_on while the session with it on was
+ * created and not at all for the one with it off.
  */
 static void decode_on_vs_off(const char *example, const char *const *defs, int n_defs,
                              const char *on_var, const char *on_val, const char *off_var,
@@ -1786,6 +1797,9 @@ static void decode_on_vs_off(const char *example, const char *const *defs, int n
             CU_ASSERT_EQUAL_FATAL(step(on, t, start, l_on, V), 0);
             CU_ASSERT_EQUAL_FATAL(step(off, t, start, l_off, V), 0);
             CU_ASSERT_EQUAL_FATAL(step(cpu, t, start, l_cpu, V), 0);
+            CU_ASSERT(next_agrees(on, l_on, t, V));
+            CU_ASSERT(next_agrees(off, l_off, t, V));
+            CU_ASSERT(next_agrees(cpu, l_cpu, t, V));
             double e = max_rel(l_on, l_off, (size_t)t * (size_t)V);
             double ec = max_rel(l_on, l_cpu, (size_t)t * (size_t)V);
             if (!(e <= tol && ec <= tol_cpu))
