@@ -10,7 +10,8 @@
  * session's creation one line per device it uses: "device D: weights W bytes, state S bytes,
  * arena A bytes, io I bytes" (a tensor-parallel plan: every device has the plan's regions, with
  * its share of the weights). The CPU check is skipped for plans of more than 8 GiB of weights
- * over all devices (minutes on the CPU) unless --check. */
+ * over all devices (minutes on the CPU) unless --check. In a build with -DGPLAN_STAMPS=1 (CUDA
+ * flags), GPLAN_STAMPS_OUT=FILE appends the kernels' phase stamps there at the end. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -24,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_kernels.h"
 #include "runtime/gplan.h"
 #include "runtime/plan.h"
 
@@ -526,6 +528,9 @@ int main(int argc, char **argv)
     counting = 0;
     printf("IDLE %s: %ld host allocations in 1.0 s with no eval running\n", label, host_allocs - idle0);
     print_recs(label, "idle");
+    const char *stamps = getenv("GPLAN_STAMPS_OUT"); /* diagnostic builds: -DGPLAN_STAMPS=1 */
+    if (stamps)
+        gp_cuda_stamps_dump(stamps);
     free(ref);
     gp_plan_free(pl);
     gp_model_free(m);

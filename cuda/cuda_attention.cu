@@ -159,6 +159,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attention_decode(DecArgs a, int early, int pf)
 {
     __shared__ AttSmem<J> sm;
+    STAMP_BEGIN(2);
+    if (a.cluster)
+        cluster_started_arrive();
     int64_t h = blockIdx.x;
     int nsplit = gridDim.z, split = blockIdx.z;
     DecState st;
@@ -172,8 +175,10 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     pdl_wait();
     if (!a.late)
         pdl_trigger();
+    STAMP(1);
     if (!early)
         decode_begin(a, sm, nsplit, split, st);
+    STAMP(2);
     decode_run(a, sm, h, nsplit, split, st);
 }
 
@@ -283,6 +288,7 @@ __device__ __forceinline__ void qa_sums(const QkvArgs &m, int64_t h, int64_t k0,
     uint4 u[QA_U];
     qa_load<W>(u, m, col, k0 + ph, k1, on);
     pdl_begin();
+    STAMP(1);
     float mean, inv;
     norm_stats(m.nm, m.x, m.K, &mean, &inv);
     for (int64_t j = t; j < k1 - k0; j += blockDim.x)
@@ -323,6 +329,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
 {
     __shared__ AttSmem<2> sm;
     __shared__ float xs[QA_MAXPER], red[QA_PH][3 * QA_D], ps[3 * QA_D];
+    STAMP_BEGIN(1);
     int64_t h = blockIdx.x;
     int S = gridDim.z, r = blockIdx.z;
     DecState st;
@@ -365,6 +372,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
         return;
     }
     DecArgs b = a; /* q, k and v from shared memory (f32), the same address for every head */
+    b.cluster = 2;  /* its blocks have passed a cluster barrier */
     KT *src[3] = {&b.q, &b.kx, &b.vx};
     for (int i = 0; i < 3; i++) {
         src[i]->p = (char *)(qkv + i * QA_D);
@@ -372,6 +380,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
         src[i]->nb[2] = 0;
         src[i]->nb[3] = 4;
     }
+    STAMP(2);
     decode_run(b, sm, h, S, r, st);
 #endif
 }
@@ -493,6 +502,20 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
     gp_cu_launch(c, k_attention_combine, dim3((unsigned)H, 1), 64, 0, nsplit, o, p, kc.ne[1],
                  (const float *)part, (int64_t)1, c->d_syms);
     return gp_cu_check_launch(c, "attention_combine");
+}
+
+void gp_cu_stamps_attention(void *f)
+{
+#ifdef GPLAN_STAMPS
+    /* Phases (STAMP n: the end of phase n): 1 the wait for the kernel before, 2 ready to attend
+     * (qkvatt: q, k and v summed in the cluster; decode: pos read), 3 q loaded (and roped), 4
+     * the cache rows and the new row attended, 5 the warps combined and the partials pushed, 6
+     * the cluster barrier, 7 the combined dims stored. */
+    static const char *const names[] = {"qkvatt", "decode"};
+    stamps_print((FILE *)f, "attention", names, 2);
+#else
+    (void)f;
+#endif
 }
 
 /* ---- the eval's rope tables ---- */

@@ -29,7 +29,8 @@ struct AttSmem {
     float inv_l;
     int last;
     float qcs[16 * J], qsn[16 * J], kcs[16 * J], ksn[16 * J];
-    float pacc[32 * J], pm, pl; /* the block's partial, for its cluster (cluster_finish) */
+    /* cluster_finish: the splits' partials of this block's dims, written by the splits */
+    float pin[32 * J + GP_WS_ATTN_SPLITS], pin_m[GP_WS_ATTN_SPLITS], pin_l[GP_WS_ATTN_SPLITS];
 };
 
 /* A split's maximum as the combine counts it: none (-inf) when it attended no row (sum 0). */
@@ -239,11 +240,11 @@ __device__ __forceinline__ void attend_regs(const float (&qv)[J], const float (&
 
 /*
  * The splits of (h, t) combined through distributed shared memory, when they were launched as one
- * cluster (one block per split, block rank = split): every block's partial (its sm.pacc, pm, pl,
- * set) is read by the others, block r combining dims [r c, r c + c) for c = ceil(D / nsplit), as
- * combine_partials does (the same weights and order). Two cluster barriers: the partials are
- * written before anyone reads, and read before any block exits. Every thread of every block of
- * the cluster calls it.
+ * cluster (one block per split, block rank = split): block r combines dims [r c, r c + c) for
+ * c = ceil(D / nsplit), as combine_partials does (the same weights and order), from its own
+ * shared memory, where every split wrote its partial of those dims (cluster_push) before one
+ * cluster barrier. Nothing reads another block's memory after it, so no block waits for the others
+ * to leave. Every thread of every block of the cluster calls it.
  */
 template <int J>
 __device__ __forceinline__ void cluster_finish(AttSmem<J> &sm, const KT &o, int64_t h, int64_t t)
@@ -254,6 +255,7 @@ __device__ __forceinline__ void cluster_finish(AttSmem<J> &sm, const KT &o, int6
     namespace cg = cooperative_groups;
     cg::cluster_group cl = cg::this_cluster();
     cl.sync();
+    STAMP(6);
     int64_t D = o.ne[3];
     unsigned ns = cl.num_blocks(), r = cl.block_rank();
     int64_t c = (D + ns - 1) / ns, d = r * c + threadIdx.x;
@@ -265,10 +267,9 @@ __device__ __forceinline__ void cluster_finish(AttSmem<J> &sm, const KT &o, int6
             m[i] = -INFINITY;
             l[i] = x[i] = 0.0f;
             if (i < ns) {
-                const AttSmem<J> *ps = cl.map_shared_rank(&sm, i);
-                m[i] = ps->pm;
-                l[i] = ps->pl;
-                x[i] = ps->pacc[d];
+                m[i] = sm.pin_m[i];
+                l[i] = sm.pin_l[i];
+                x[i] = sm.pin[i * c + threadIdx.x];
             }
         }
 #pragma unroll
@@ -286,15 +287,35 @@ __device__ __forceinline__ void cluster_finish(AttSmem<J> &sm, const KT &o, int6
         }
         st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a * (1.0f / L));
     }
-    cl.sync();
+#endif
+}
+
+/* This split's partial a of dim d into the shared memory of the cluster's block that combines d
+ * (cluster_finish); with d < 0, its max M and sum L into block -1 - d's. */
+template <int J>
+__device__ __forceinline__ void cluster_push(AttSmem<J> &sm, int64_t D, int nsplit, int split,
+                                             int64_t d, float a, float M, float L)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    int64_t c = (D + nsplit - 1) / nsplit;
+    if (d >= 0) {
+        cl.map_shared_rank(&sm, (unsigned)(d / c))->pin[split * c + d % c] = a;
+    } else {
+        AttSmem<J> *to = cl.map_shared_rank(&sm, (unsigned)(-1 - d));
+        to->pin_m[split] = M;
+        to->pin_l[split] = L;
+    }
 #endif
 }
 
 /*
  * The end of an attention block: its warps' results combined; nsplit == 1: the normalized result
- * to out; cluster: the partial to shared memory, then cluster_finish; else partials to part (f32
- * [nsplit, Tl, H, D + 2]) and, with counters, the last split block of (h, t) to get here combines
- * them into out and resets its counter.
+ * to out; cluster: the partial to the blocks that combine it (cluster_push), then cluster_finish
+ * (cluster 1: the kernel called cluster_started_arrive at its start, 2: its blocks have passed a
+ * cluster barrier since); else partials to part (f32 [nsplit, Tl, H, D + 2]) and, with counters,
+ * the last split block of (h, t) to get here combines them into out and resets its counter.
  */
 template <int J>
 __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
@@ -320,6 +341,8 @@ __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
         f[i] = sm.m[i] == -INFINITY ? 0.0f : expf(sm.m[i] - M);
         L += sm.l[i] * f[i];
     }
+    if (cluster == 1 && nsplit > 1)
+        cluster_started_wait();
     for (int64_t d = threadIdx.x; d < D; d += ATT_THREADS) {
         float a = 0.0f;
         for (int i = 0; i < ATT_WARPS; i++)
@@ -327,11 +350,7 @@ __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
         if (nsplit == 1) {
             st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a / L);
         } else if (cluster) {
-            sm.pacc[d] = a;
-            if (d == 0) {
-                sm.pm = M;
-                sm.pl = L;
-            }
+            cluster_push(sm, D, nsplit, split, d, a, M, L);
         } else {
             float *pp = part + ((split * Tl + t) * H + h) * (D + 2);
             pp[d] = a;
@@ -342,6 +361,9 @@ __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
         }
     }
     if (cluster && nsplit > 1) {
+        if (threadIdx.x < nsplit)
+            cluster_push(sm, D, nsplit, split, -1 - (int64_t)threadIdx.x, 0.0f, M, L);
+        STAMP(5);
         cluster_finish(sm, o, h, t);
         return;
     }
@@ -572,6 +594,7 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
         qv[j] = acc[j] = 0.0f;
     if (st.s0 < st.s1)
         rope_mix(qr, a.rq, q.t, D, qv);
+    STAMP(3);
     float m = -INFINITY, l = 0.0f;
     attend_rows<J, pipe>(qv, first, pk, pv, kc, vc, D, st.s0 + w, s1, a.scale, m, l, acc);
     if (takes_new) {
@@ -599,7 +622,9 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
     }
     if (a.late)
         pdl_trigger();
+    STAMP(4);
     attend_finish(sm, m, l, acc, a.o, h, 0, nsplit, split, a.part, 1, a.counters, a.cluster);
+    STAMP(7);
 }
 
 /* Records a one-token attention as a stage of ctx->mk (cuda_mega.cu); 1 when recorded. */

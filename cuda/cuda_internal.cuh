@@ -206,6 +206,72 @@ __device__ __forceinline__ void prefetch_l2_range(const void *p, int64_t n)
         prefetch_l2(q);
 }
 
+/*
+ * Phase stamps, in diagnostic builds only (-DGPLAN_STAMPS=1; none otherwise): thread 0 of block 0
+ * of a launch records clock64() at the kernel's phases into its source file's ring, which
+ * gp_cuda_stamps_dump prints as the mean cycles between phases per kind of kernel.
+ */
+enum { GP_STAMP_SLOTS = 16384, GP_STAMP_PH = 8 };
+#ifdef GPLAN_STAMPS
+#include <stdio.h>
+struct StampRing {
+    unsigned long long t[GP_STAMP_SLOTS][1 + GP_STAMP_PH]; /* [0]: the kind; then the phases */
+    unsigned n;
+};
+static __device__ StampRing gp_ring;
+static __shared__ unsigned gp_stamp_slot;
+__device__ __forceinline__ bool stamp_block()
+{
+    return threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
+}
+#define STAMP_BEGIN(kind)                                                                          \
+    do {                                                                                           \
+        if (stamp_block()) {                                                                       \
+            gp_stamp_slot = atomicAdd(&gp_ring.n, 1u) % GP_STAMP_SLOTS;                            \
+            for (int p_ = 2; p_ <= GP_STAMP_PH; p_++)                                              \
+                gp_ring.t[gp_stamp_slot][p_] = 0;                                                  \
+            gp_ring.t[gp_stamp_slot][0] = (kind);                                                  \
+            gp_ring.t[gp_stamp_slot][1] = clock64();                                               \
+        }                                                                                          \
+    } while (0)
+#define STAMP(ph)                                                                                  \
+    do {                                                                                           \
+        if (stamp_block())                                                                         \
+            gp_ring.t[gp_stamp_slot % GP_STAMP_SLOTS][1 + (ph)] = clock64();                       \
+    } while (0)
+/* Host: prints file's ring (names[kind - 1]) to f. */
+static inline void stamps_print(FILE *f, const char *file, const char *const *names, int n_names)
+{
+    static StampRing h;
+    if (cudaMemcpyFromSymbol(&h, gp_ring, sizeof h) != cudaSuccess)
+        return;
+    for (int k = 1; k <= n_names; k++) {
+        double sum[GP_STAMP_PH] = {0};
+        long n = 0;
+        for (unsigned s = 0; s < GP_STAMP_SLOTS && s < h.n; s++) {
+            const unsigned long long *t = h.t[s];
+            if (t[0] != (unsigned long long)k)
+                continue;
+            int last = 1;
+            while (last < GP_STAMP_PH && t[last + 1] != 0 && t[last + 1] >= t[last])
+                last++;
+            for (int p = 1; p < last; p++)
+                sum[p] += (double)(t[p + 1] - t[p]);
+            n++;
+        }
+        if (!n)
+            continue;
+        fprintf(f, "STAMP %s %s n=%ld cycles:", file, names[k - 1], n);
+        for (int p = 1; p < GP_STAMP_PH; p++)
+            fprintf(f, " %.0f", sum[p] / (double)n);
+        fprintf(f, "\n");
+    }
+}
+#else
+#define STAMP_BEGIN(kind) ((void)0)
+#define STAMP(ph) ((void)0)
+#endif
+
 /* ---- norms (layer_norm and rms_norm of one row) as k_norm computes them, for the kernels that
  * compute a norm inside another op: a matvec, an all-reduce ---- */
 
@@ -319,6 +385,27 @@ template <int NT> __device__ __forceinline__ void sync_group()
         __syncthreads();
     else
         asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+}
+
+/*
+ * Clusters (sm_90): a block may write another's shared memory only once that block has started.
+ * cluster_started_arrive, called by every thread of every block of the cluster at its start,
+ * and cluster_started_wait, before the first such write, make sure of it without a stall where
+ * the blocks started together (a split barrier: the arrival has no memory order, the wait none to
+ * give). Each pair is one phase of the cluster barrier, so cluster.sync() may follow.
+ */
+__device__ __forceinline__ void cluster_started_arrive()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cluster_started_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+#endif
 }
 
 /*
@@ -445,6 +532,11 @@ static inline void gp_cu_launch(const gp_cu_ctx *c, void (*k)(P...), dim3 grid, 
 {
     gp_cu_launch_z(c, 0, k, grid, block, smem, args...);
 }
+
+/* Host: the phase stamps of cuda_matmul.cu's and cuda_attention.cu's kernels, to f (FILE *;
+ * diagnostic builds only). */
+void gp_cu_stamps_matmul(void *f);
+void gp_cu_stamps_attention(void *f);
 
 /* Host: records a launch error in ctx; 0 when fine. */
 int gp_cu_check_launch(gp_cu_ctx *c, const char *what);

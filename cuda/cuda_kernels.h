@@ -219,6 +219,10 @@ enum { GP_CU_ROPE_TABS = 4 }; /* the most tables one launch makes */
  * GP_WS_ATTN_SPLITS), for gp_cu_ctx.att_cluster. */
 int gp_cuda_attention_cluster_ok(int n);
 
+/* Diagnostic builds (-DGPLAN_STAMPS=1): appends the mean cycles between the phases of the
+ * matvec and one-token attention kernels launched so far to the file at path. Else nothing. */
+void gp_cuda_stamps_dump(const char *path);
+
 /* 1 when gp_cuda_attention_decode takes a with has_qkv set (its other fields as they would be
  * launched): the head dim is 64, no ropes, H == G, 16-bit weights, K <= 1280, clusters of 16. */
 int gp_cuda_qkv_attention_ok(const gp_cu_ctx *ctx, const gp_cu_decode_att *a,

@@ -606,6 +606,7 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
     if (early & EARLY_W) /* weights: no kernel writes them, and ksym < 0 */
         kn2_load<TY>(u, w, ldw, cb, k0 + ty, k1, ok);
     pdl_begin();
+    STAMP(1);
     if ((early & EARLY_EPI) && ecol >= 0)
         *ev = epi_load(e, ecol);
     if (ksym >= 0) {
@@ -620,6 +621,7 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
                 : norm_ahead ? norm_val(nm, x[k0 + j], mean, inv, gw, gb) /* j == threadIdx.x */
                              : norm_one(nm, x, k0 + j, mean, inv);
     __syncthreads();
+    STAMP(2);
     if (!(early & EARLY_W))
         kn2_load<TY>(u, w, ldw, cb, k0 + ty, k1, ok);
     float acc[V::N];
@@ -633,10 +635,12 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
             break;
         kn2_load<TY>(u, w, ldw, cb, kb + ty, k1, ok);
     }
+    STAMP(3);
 #pragma unroll
     for (int q = 0; q < V::N; q++)
         red[ty][tx * V::N + q] = acc[q];
     __syncthreads();
+    STAMP(4);
     float s = 0.0f;
     if (threadIdx.x < TX * V::N) {
 #pragma unroll
@@ -663,6 +667,7 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
     __shared__ float red[KN2_TY][KN2_TX * V::N];
     __shared__ int last;
     extern __shared__ float xs_kn2[];
+    STAMP_BEGIN(PRE ? 4 : 3);
     int tx = threadIdx.x % KN2_TX, ty = threadIdx.x / KN2_TX, nsplit = gridDim.y;
     int64_t col = ((int64_t)blockIdx.x * KN2_TX + tx) * V::N;
     bool ok = col < N;
@@ -680,10 +685,12 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
         else
             part[blockIdx.y * N + tile0 + j] = sum;
     }
+    STAMP(5);
     if (nsplit == 1)
         return;
     if (!last_of(&counters[blockIdx.x], (unsigned)nsplit, &last))
         return;
+    STAMP(6);
     /* Splits ty, ty + KN2_TY, ... of this thread's V::N columns (16-byte aligned: N % V::N == 0). */
     float s[V::N];
 #pragma unroll
@@ -716,6 +723,7 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
     }
     if (threadIdx.x == 0)
         counters[blockIdx.x] = 0;
+    STAMP(7);
 }
 
 enum { KC_MAXC = 16 }; /* the largest cluster k_matvec_kc takes (16 is non-portable) */
@@ -723,12 +731,13 @@ enum { KC_MAXC = 16 }; /* the largest cluster k_matvec_kc takes (16 is non-porta
 /*
  * Weights [K, N] with the splits of a column tile combined inside a cluster: the grid is
  * (tiles, 1, C) in clusters of (1, 1, C), so block rank r = blockIdx.z is split r, rows
- * [r per, (r + 1) per) (cut at K), and the block covers TX * V::N columns (kn_split_sum). Each
- * block leaves its sums in shared memory (ps); after a cluster barrier, block r finishes the
- * columns j with j % C == r: the C blocks' sums in rank order through distributed shared memory,
- * then the epilogue. A second barrier keeps every block's ps alive until it is read. No partials
- * in global memory and no counter: one round trip less than kn2's last block, and the same bits
- * for a given (K, per, TX). C == 1 launches without clusters (any architecture).
+ * [r per, (r + 1) per) (cut at K), and the block covers TX * V::N columns (kn_split_sum). Block r
+ * finishes the columns j with j % C == r: every block writes its sum of column j into that
+ * block's shared memory (pin, through distributed shared memory), and after one cluster barrier
+ * block r adds the C sums of each of its columns in rank order from its own shared memory, then
+ * the epilogue. No partials in global memory, no counter, and no read of another block's memory
+ * after the barrier (so none waits for the others before it exits): the same bits for a given
+ * (K, per, TX). C == 1 launches without clusters (any architecture).
  */
 template <typename W, bool PRE, int TX>
 __global__ void __launch_bounds__(256, 4)
@@ -739,7 +748,10 @@ __global__ void __launch_bounds__(256, 4)
     enum { TC = TX * V::N };
     __shared__ float red[256 / TX][TC];
     extern __shared__ float xs_kc[];
+    STAMP_BEGIN(PRE ? 2 : 1);
     int C = gridDim.z, r = blockIdx.z, j = threadIdx.x;
+    if (C > 1)
+        cluster_started_arrive();
     int64_t tile0 = (int64_t)blockIdx.x * TC;
     bool fin = j < TC && tile0 + j < N && j % C == r;
     EpiVals ev;
@@ -756,20 +768,49 @@ __global__ void __launch_bounds__(256, 4)
     __trap(); /* no clusters before sm_90: gp_cuda_matvec_cluster_ok keeps C at 1 there */
 #elif defined(__CUDA_ARCH__)
     namespace cg = cooperative_groups;
-    __shared__ float ps[TC];
+    __shared__ float pin[TC + KC_MAXC]; /* [C][own]: split i's sum of column r + C k at i own + k */
     cg::cluster_group cl = cg::this_cluster();
+    int own = (TC + C - 1) / C;
+    cluster_started_wait();
     if (j < TC)
-        ps[j] = s;
+        cl.map_shared_rank(pin, j % C)[r * own + j / C] = s;
     cl.sync();
+    STAMP(5);
     if (fin) {
         float t = 0.0f;
-#pragma unroll
-        for (int i = 0; i < KC_MAXC; i++) /* every load issued before the first add */
-            if (i < C)
-                t += *cl.map_shared_rank(&ps[j], i);
+        for (int i = 0; i < C; i++)
+            t += pin[i * own + j / C];
         st_f(o.p + (tile0 + j) * o.nb[3], o.t, epi_apply_vals(e, ev, t));
     }
-    cl.sync();
+    STAMP(6);
+#endif
+}
+
+void gp_cu_stamps_matmul(void *f)
+{
+#ifdef GPLAN_STAMPS
+    /* Phases (STAMP n: the end of phase n; 0 is the kernel's start): 1 the wait for the kernel
+     * before, 2 x staged (normalized with _pre), 3 the sums of the split, 4 the block's sums;
+     * kc: 5 the cluster barrier, 6 the columns stored; kn2: 5 stored (or the split's partials),
+     * 6 the last block's count, 7 its sums stored. */
+    static const char *const names[] = {"kc", "kc_pre", "kn2", "kn2_pre"};
+    stamps_print((FILE *)f, "matmul", names, 4);
+#else
+    (void)f;
+#endif
+}
+
+extern "C" void gp_cuda_stamps_dump(const char *path)
+{
+#ifdef GPLAN_STAMPS
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return;
+    gp_cu_stamps_matmul(f);
+    gp_cu_stamps_attention(f);
+    fclose(f);
+#else
+    (void)path;
 #endif
 }
 
