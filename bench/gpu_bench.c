@@ -288,6 +288,7 @@ static const config configs[] = {
     {"no-arnorm", "GPLAN_CUDA_DISABLE=arnorm"},
     {"no-ropetab", "GPLAN_CUDA_DISABLE=ropetab"},
     {"late-none", "GPLAN_CUDA_LATE=none"},
+    {"late-norm", "GPLAN_CUDA_LATE=norm"},
     {"cl8", "GPLAN_CUDA_ATT_CLUSTER=8"},
     {"cl16", "GPLAN_CUDA_ATT_CLUSTER=16"},
     {"late-all", "GPLAN_CUDA_LATE=norm,att"},

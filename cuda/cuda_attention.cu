@@ -471,6 +471,7 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
                      (K + nsplit - 1) / nsplit, gp_kt_of(c, &a->qkv_b),
                      norm_params(c, &a->qkv_norm), (const float *)a->qkv_norm.x.data};
         int pf = c->pdl && c->kv_prefetch;
+        d.late = 0; /* measured slower late (GPT-2 117M, eleventh session) */
         gp_cu_launch_z(c, grid.z,
                        a->qkv_w.dtype == GP_F16 ? k_qkv_attention<__half>
                                                 : k_qkv_attention<__nv_bfloat16>,

@@ -241,9 +241,10 @@ static void read_switches(cuda_be *b)
     b->kc.kv_prefetch = !(b->disable & FUSE_PREFETCH);
     /* Measured 2026-11-30 (H200, ms per token, bench/gpu-notes.md): the norm's late trigger
      * -0.04 on Llama-7B (one GPU), -0.02 on GPT-2 1558M, +-0 elsewhere; the attention's -0.02 to
-     * -0.04 on one GPU but +0.02 to +0.04 on Llama-7B on two. Default: the norm's only. */
+     * -0.04 on one GPU but +0.02 to +0.04 on Llama-7B on two (seventh session), and -0.015 to
+     * -0.04 on GPT-2 1558M (eleventh). Default: the norm's, and the attention's on one device. */
     const char *late = getenv("GPLAN_CUDA_LATE");
-    b->kc.late = !late ? GP_LATE_NORM
+    b->kc.late = !late ? GP_LATE_NORM | (b->n_ranks == 1 ? GP_LATE_ATT : 0)
                        : (in_list(late, "norm") ? GP_LATE_NORM : 0) |
                              (in_list(late, "att") ? GP_LATE_ATT : 0);
     b->kc.no_early = !!(b->disable & FUSE_EARLY);

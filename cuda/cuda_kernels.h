@@ -50,7 +50,8 @@ typedef struct {
                                 waiting for the kernel before them (with pdl) */
     int kv_prefetch;         /* 1: attention kernels prefetch their cache rows likewise */
     int late;                /* GP_LATE_* bits: those kernels let the next one start only once
-                                their loads are done, not at their start (measurements) */
+                                their loads are done, not at their start (the norm; the
+                                one-token attention without qkvatt) */
     int no_early;            /* 1: matvecs load no weights before that wait (for benchmarks) */
     int epi_early;           /* 1: matvecs load their epilogue's operands right after that wait,
                                 not after their sums */
