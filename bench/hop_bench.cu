@@ -83,9 +83,10 @@ __global__ void __launch_bounds__(THREADS) k_hop(int variant, int i, unsigned *b
             while (ld_acquire(prev + threadIdx.x) < want)
                 ;
         }
-        for (unsigned k = threadIdx.x; i > 0 && variant == FLAGS && k < B; k += blockDim.x)
-            while (ld_acquire(prev + k) == 0)
-                ;
+        if (i > 0 && variant == FLAGS)
+            for (unsigned k = threadIdx.x; k < B; k += blockDim.x)
+                while (ld_acquire(prev + k) == 0)
+                    ;
         __syncthreads();
     }
     __shared__ unsigned got;

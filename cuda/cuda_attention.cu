@@ -178,6 +178,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     STAMP(1);
     if (!early)
         decode_begin(a, sm, nsplit, split, st);
+    if (a.cluster) /* decode_run writes the other blocks' shared memory */
+        cluster_started_wait();
     STAMP(2);
     decode_run(a, sm, h, nsplit, split, st);
 }
@@ -372,7 +374,6 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
         return;
     }
     DecArgs b = a; /* q, k and v from shared memory (f32), the same address for every head */
-    b.cluster = 2;  /* its blocks have passed a cluster barrier */
     KT *src[3] = {&b.q, &b.kx, &b.vx};
     for (int i = 0; i < 3; i++) {
         src[i]->p = (char *)(qkv + i * QA_D);
@@ -459,7 +460,8 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
     J = J <= 2 ? 2 : J <= 4 ? 4 : ATT_MAXJ;
     DecArgs d = {(float)a->scale, o, q, kx, vx, kc, vc, p, a->rope_q, a->rope_k, part, counters,
                  a->rope_q.on ? a->tab_q : NULL, a->rope_k.on ? a->tab_k : NULL,
-                 !!(c->late & GP_LATE_ATT), cluster};
+                 /* qkvatt measured slower late (GPT-2 117M, eleventh session) */
+                 !a->has_qkv && (c->late & GP_LATE_ATT), cluster};
     if (a->has_qkv) {
         if (!gp_cuda_qkv_attention_ok(c, a, out) || !cluster || nsplit != GP_WS_ATTN_SPLITS) {
             snprintf(c->err, sizeof c->err, "attention_decode: q, k and v computed in the launch: "
@@ -471,7 +473,6 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
                      (K + nsplit - 1) / nsplit, gp_kt_of(c, &a->qkv_b),
                      norm_params(c, &a->qkv_norm), (const float *)a->qkv_norm.x.data};
         int pf = c->pdl && c->kv_prefetch;
-        d.late = 0; /* measured slower late (GPT-2 117M, eleventh session) */
         gp_cu_launch_z(c, grid.z,
                        a->qkv_w.dtype == GP_F16 ? k_qkv_attention<__half>
                                                 : k_qkv_attention<__nv_bfloat16>,

@@ -291,31 +291,36 @@ __device__ __forceinline__ void cluster_finish(AttSmem<J> &sm, const KT &o, int6
 }
 
 /* This split's partial a of dim d into the shared memory of the cluster's block that combines d
- * (cluster_finish); with d < 0, its max M and sum L into block -1 - d's. */
+ * (cluster_finish). */
 template <int J>
 __device__ __forceinline__ void cluster_push(AttSmem<J> &sm, int64_t D, int nsplit, int split,
-                                             int64_t d, float a, float M, float L)
+                                             int64_t d, float a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    cg::cluster_group cl = cg::this_cluster();
+    cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
     int64_t c = (D + nsplit - 1) / nsplit;
-    if (d >= 0) {
-        cl.map_shared_rank(&sm, (unsigned)(d / c))->pin[split * c + d % c] = a;
-    } else {
-        AttSmem<J> *to = cl.map_shared_rank(&sm, (unsigned)(-1 - d));
-        to->pin_m[split] = M;
-        to->pin_l[split] = L;
-    }
+    cl.map_shared_rank(&sm, (unsigned)(d / c))->pin[split * c + d % c] = a;
+#endif
+}
+
+/* This split's max M and sum L into block `to`'s shared memory (cluster_finish). */
+template <int J>
+__device__ __forceinline__ void cluster_push_stats(AttSmem<J> &sm, int split, unsigned to, float M,
+                                                   float L)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    AttSmem<J> *b = cooperative_groups::this_cluster().map_shared_rank(&sm, to);
+    b->pin_m[split] = M;
+    b->pin_l[split] = L;
 #endif
 }
 
 /*
  * The end of an attention block: its warps' results combined; nsplit == 1: the normalized result
- * to out; cluster: the partial to the blocks that combine it (cluster_push), then cluster_finish
- * (cluster 1: the kernel called cluster_started_arrive at its start, 2: its blocks have passed a
- * cluster barrier since); else partials to part (f32 [nsplit, Tl, H, D + 2]) and, with counters,
- * the last split block of (h, t) to get here combines them into out and resets its counter.
+ * to out; cluster: the partial to the blocks that combine it (cluster_push; every block of the
+ * cluster has started, which the caller made sure of), then cluster_finish; else partials to part
+ * (f32 [nsplit, Tl, H, D + 2]) and, with counters, the last split block of (h, t) to get here
+ * combines them into out and resets its counter.
  */
 template <int J>
 __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
@@ -341,8 +346,6 @@ __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
         f[i] = sm.m[i] == -INFINITY ? 0.0f : expf(sm.m[i] - M);
         L += sm.l[i] * f[i];
     }
-    if (cluster == 1 && nsplit > 1)
-        cluster_started_wait();
     for (int64_t d = threadIdx.x; d < D; d += ATT_THREADS) {
         float a = 0.0f;
         for (int i = 0; i < ATT_WARPS; i++)
@@ -350,7 +353,7 @@ __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
         if (nsplit == 1) {
             st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a / L);
         } else if (cluster) {
-            cluster_push(sm, D, nsplit, split, d, a, M, L);
+            cluster_push(sm, D, nsplit, split, d, a);
         } else {
             float *pp = part + ((split * Tl + t) * H + h) * (D + 2);
             pp[d] = a;
@@ -362,7 +365,7 @@ __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
     }
     if (cluster && nsplit > 1) {
         if (threadIdx.x < nsplit)
-            cluster_push(sm, D, nsplit, split, -1 - (int64_t)threadIdx.x, 0.0f, M, L);
+            cluster_push_stats(sm, split, threadIdx.x, M, L);
         STAMP(5);
         cluster_finish(sm, o, h, t);
         return;
