@@ -25,15 +25,7 @@
 #include <string.h>
 
 #include "cuda/cuda_internal.cuh"
-
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "hop_bench: %s: %s\n", #x, cudaGetErrorString(e_));                    \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "bench/cuda_check.h"
 
 enum { PLAIN, PDL, COUNT, COUNT8, FLAGS, VARIANTS };
 static const char *const names[VARIANTS] = {"plain", "pdl", "count", "count8", "flags"};

@@ -21,14 +21,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "icache_bench: %s: %s\n", #x, cudaGetErrorString(e_));                 \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "bench/cuda_check.h"
 
 enum { THREADS = 256, CHASE = 16, TABLE = 1024, SMEM = 120 * 1024 };
 static const size_t SHARE = (size_t)8 << 20; /* bytes a block streams through, again and again */

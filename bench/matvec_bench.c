@@ -11,15 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/cuda_kernels.h"
-
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "matvec_bench: %s: %s\n", #x, cudaGetErrorString(e_));                 \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "bench/cuda_check.h"
 
 typedef struct {
     const char *name;
