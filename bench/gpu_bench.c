@@ -253,6 +253,7 @@ static const config configs[] = {
     {"no-pairs", "GPLAN_CUDA_DISABLE=pairs"},
     {"no-mvcluster", "GPLAN_CUDA_MV_CLUSTER=0"},
     {"no-qkvatt", "GPLAN_CUDA_DISABLE=qkvatt"},
+    {"no-tiles", "GPLAN_CUDA_DISABLE=tiles"},
     {"mvcluster8", "GPLAN_CUDA_MV_CLUSTER=8"},
     {"mvcl-bps2", "GPLAN_CUDA_MV_CLUSTER_BPS=2"},
     {"mvcl-bps4", "GPLAN_CUDA_MV_CLUSTER_BPS=4"},
@@ -333,6 +334,35 @@ static void print_devices(void)
         printf("device %d: weights %lld bytes, state %lld bytes, arena %lld bytes, io %lld bytes\n",
                d, (long long)rg[GP_REGION_WEIGHTS].size, (long long)rg[GP_REGION_STATE].size,
                (long long)rg[GP_REGION_ARENA].size, (long long)rg[GP_REGION_IO].size);
+}
+
+/* The logits of the first configuration's timed prompt: the others' are compared with them. */
+static float *prompt_ref;
+
+/* Prints how far the last prompt's T rows of logits are from the first configuration's
+ * (normalized error, rows with the same argmax): a kernel for prompts against the one before it. */
+static void prompt_diff(gp_session *s, const char *label, const char *name, int64_t T, int64_t V)
+{
+    const float *lg = gp_session_output(s, "logits", NULL);
+    size_t n = (size_t)T * (size_t)V;
+    if (!lg)
+        return;
+    if (!prompt_ref) {
+        prompt_ref = malloc(sizeof(float) * n);
+        if (prompt_ref)
+            memcpy(prompt_ref, lg, sizeof(float) * n);
+        return;
+    }
+    double num = 0, den = 0;
+    int same = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)lg[i] - prompt_ref[i]) * ((double)lg[i] - prompt_ref[i]);
+        den += (double)prompt_ref[i] * prompt_ref[i];
+    }
+    for (int64_t t = 0; t < T; t++)
+        same += gp_argmax(lg + t * V, V) == gp_argmax(prompt_ref + t * V, V);
+    printf("PROMPTDIFF %s %s rel_err %.3g argmax_same %d/%lld\n", label, name,
+           den > 0 ? sqrt(num / den) : sqrt(num), same, (long long)T);
 }
 
 /* One configuration: the check against the CPU logits `ref` (when given), then decode and prompt
@@ -423,6 +453,8 @@ static int run_config(gp_model *m, const char *label, const config *cf, int64_t 
                         best[a] = best[b];
                         best[b] = x;
                     }
+            if (!r)
+                prompt_diff(s, label, cf->name, T, V);
             if (!r)
                 printf("RESULT %s %s decode_ms %.4f eval_ms %.4f backend_ms %.4f prompt%lld_ms %.3f prompt_tok_s %.0f "
                        "backend_allocs %lld host_allocs %ld cuda_calls %ld free_mem_delta %lld "

@@ -1,8 +1,9 @@
 /* CUDA attention: causal scaled-dot-product attention of new queries over a KV cache (grouped-query),
  * with an online softmax. Few queries (decode): the cache rows 0..pos[t] are split over
  * GP_WS_ATTN_SPLITS blocks whose partial results go to the planned workspace and are combined by
- * the last of those blocks to finish (or by a second kernel); many queries (a prompt): one block per
- * (query, head). One token with its K/V cache stores (and the ropes before them) inside:
+ * the last of those blocks to finish (or by a second kernel); many queries (a prompt): tiles of 64
+ * queries of a head against tiles of 64 cache rows (k_attention_tiles), or one block per (query,
+ * head). One token with its K/V cache stores (and the ropes before them) inside:
  * gp_cuda_attention_decode. */
 #include <atomic>
 #include <stdio.h>
@@ -85,6 +86,220 @@ static void launch_att(dim3 grid, float scale, KT o, KT q, KT k, KT v, KT p, flo
                  counters, c->pdl && c->kv_prefetch, c->d_syms);
 }
 
+/* ---- prompts: tiles of queries against tiles of keys ---- */
+
+/*
+ * Many queries (a prompt): a block takes FA_BQ queries of one head and walks the cache rows
+ * 0..max(pos) of its KV head FA_BK at a time, as in flash attention: the scores of the query
+ * tile against a key tile, the online softmax per query row, the value tile times the
+ * probabilities into the accumulator; shared memory holds the four tiles in f32, nothing goes to
+ * global memory but out. The FA_THREADS threads are a 16 x 16 grid: thread (ty, tx) owns queries
+ * 4 ty .. 4 ty + 3, keys tx + 16 j of a tile (j < 4) in the scores and dims 4 tx .. 4 tx + 3
+ * (+ 64 per DP / 64) in the accumulator, so that a query row's 16 threads are one half-warp (its
+ * max and sum: four shuffles). DP: D padded to 64 or 128. Query t attends rows 0..pos[t], as
+ * k_attention; its sums come in another order (f32 throughout).
+ */
+enum { FA_BQ = 64, FA_BK = 64, FA_THREADS = 256, FA_PAD = 4 };
+
+template <int DP> struct FaSmem {
+    enum { QK = DP + FA_PAD, /* a Q or K row (queries, keys: rows of DP dims) */
+           P = FA_BQ + FA_PAD, /* a row of the probabilities, [key][query], over K's */
+           FLOATS = FA_BQ * QK + FA_BK * QK + FA_BK * QK };
+};
+
+/* Rows [r0, r0 + 64) of x's head `hd` (x: [rows, heads, D]; rows from `rows` on and dims from D
+ * on are zeros)
+ * into s[64][stride], f32. All of a thread's loads are issued before the first conversion. */
+template <int DP>
+__device__ __forceinline__ void fa_load_tile(float *s, int stride, const KT &x, int64_t r0,
+                                             int64_t rows, int64_t hd, int64_t D)
+{
+    enum { STEP = FA_THREADS / DP, PER = 64 / STEP }; /* a thread: dim d of rows r + STEP i */
+    int r = threadIdx.x / DP, d = threadIdx.x % DP;
+    const char *p = x.p + hd * x.nb[2] + (r0 + r) * x.nb[1] + d * x.nb[3];
+    int64_t adv = STEP * x.nb[1], left = d < D ? rows - r0 - r : 0;
+    uint32_t b[PER];
+#pragma unroll
+    for (int i = 0; i < PER; i++)
+        b[i] = STEP * i < left ? ld_bits(p + i * adv, x.t) : 0;
+#pragma unroll
+    for (int i = 0; i < PER; i++)
+        s[(r + STEP * i) * stride + d] = bits_f(b[i], x.t); /* 0 bits: 0.0f */
+}
+
+template <int DP>
+__global__ void __launch_bounds__(FA_THREADS, 2)
+    k_attention_tiles(float scale, KT o, KT q, KT k, KT v, KT pos, const int64_t *syms)
+{
+    typedef FaSmem<DP> L;
+    enum { NJ = DP / 64 }; /* accumulator dims per thread: 4 NJ */
+    extern __shared__ float4 fa_raw[];
+    float *qs = (float *)fa_raw, *ks = qs + FA_BQ * L::QK, *vs = ks + FA_BK * L::QK;
+    float *ps = ks; /* the probabilities, once the scores are taken */
+    __shared__ int32_t qpos[FA_BQ];
+    __shared__ int32_t kend;
+    pdl_begin();
+    kt_resolve(o, syms);
+    kt_resolve(q, syms);
+    kt_resolve(pos, syms);
+    int64_t T = q.ne[1], H = q.ne[2], D = q.ne[3], S = k.ne[1], G = k.ne[2];
+    int64_t h = blockIdx.x, g = h / (H / G);
+    int64_t t0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * FA_BQ; /* the longest tiles first */
+    if (t0 >= T)
+        return;
+    int tid = threadIdx.x, ty = tid >> 4, tx = tid & 15;
+    if (tid == 0)
+        kend = -1;
+    __syncthreads();
+    if (tid < FA_BQ) {
+        int32_t p = t0 + tid < T ? *(const int32_t *)(pos.p + (t0 + tid) * pos.nb[3]) : -1;
+        qpos[tid] = p >= 0 && p < S ? p : -1; /* the runtime checks pos before the eval */
+        atomicMax(&kend, qpos[tid]);
+    }
+    fa_load_tile<DP>(qs, L::QK, q, t0, T, h, D);
+    __syncthreads();
+    int32_t pr[4];
+    float m[4], l[4], acc[4][4 * NJ];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        pr[i] = qpos[4 * ty + i];
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4 * NJ; j++)
+            acc[i][j] = 0.0f;
+    }
+    for (int64_t s0 = 0; s0 <= kend; s0 += FA_BK) {
+        /* Rows past the block's last position are zeros: no query attends them, and a cache
+         * row not written yet must not bring a NaN into 0 * v. */
+        fa_load_tile<DP>(ks, L::QK, k, s0, kend + 1, g, D);
+        fa_load_tile<DP>(vs, L::QK, v, s0, kend + 1, g, D);
+        __syncthreads();
+        float sc[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                sc[i][j] = 0.0f;
+#pragma unroll 4
+        for (int d = 0; d < DP; d += 4) {
+            float4 qa[4], kb[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                qa[i] = *(const float4 *)(qs + (4 * ty + i) * L::QK + d);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                kb[j] = *(const float4 *)(ks + (tx + 16 * j) * L::QK + d);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    sc[i][j] += qa[i].x * kb[j].x + qa[i].y * kb[j].y + qa[i].z * kb[j].z +
+                                qa[i].w * kb[j].w;
+        }
+        __syncthreads(); /* every thread's scores are taken: P goes over K */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                sc[i][j] = s0 + tx + 16 * j <= pr[i] ? sc[i][j] * scale : -INFINITY;
+                mx = fmaxf(mx, sc[i][j]);
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            float mn = fmaxf(m[i], mx), base = mn == -INFINITY ? 0.0f : mn;
+            float corr = expf(m[i] - base), sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                sc[i][j] = expf(sc[i][j] - base);
+                sum += sc[i][j];
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1)
+                sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            l[i] = l[i] * corr + sum;
+            m[i] = mn;
+#pragma unroll
+            for (int j = 0; j < 4 * NJ; j++)
+                acc[i][j] *= corr;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            *(float4 *)(ps + (tx + 16 * j) * L::P + 4 * ty) =
+                make_float4(sc[0][j], sc[1][j], sc[2][j], sc[3][j]);
+        __syncthreads();
+#pragma unroll 4
+        for (int c = 0; c < FA_BK; c++) {
+            float4 pa = *(const float4 *)(ps + c * L::P + 4 * ty);
+            float pv[4] = {pa.x, pa.y, pa.z, pa.w};
+#pragma unroll
+            for (int n = 0; n < NJ; n++) {
+                float4 vb = *(const float4 *)(vs + c * L::QK + 64 * n + 4 * tx);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    acc[i][4 * n] += pv[i] * vb.x;
+                    acc[i][4 * n + 1] += pv[i] * vb.y;
+                    acc[i][4 * n + 2] += pv[i] * vb.z;
+                    acc[i][4 * n + 3] += pv[i] * vb.w;
+                }
+            }
+        }
+        __syncthreads(); /* K (under P) and V are loaded again */
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int64_t t = t0 + 4 * ty + i;
+        if (pr[i] < 0)
+            continue;
+        char *po = o.p + t * o.nb[1] + h * o.nb[2];
+#pragma unroll
+        for (int n = 0; n < NJ; n++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int64_t d = 64 * n + 4 * tx + j;
+                if (d < D)
+                    st_f(po + d * o.nb[3], o.t, acc[i][4 * n + j] / l[i]);
+            }
+    }
+}
+
+static std::atomic<long long> tiles_launches(0);
+
+extern "C" int64_t gp_cuda_attention_tiles_count(void)
+{
+    return tiles_launches.load();
+}
+
+/* 1 when the tiled kernel for DP takes its shared memory (set once per process). */
+template <int DP> static int tiles_ready()
+{
+    static std::atomic<int> ok(0);
+    if (ok.load())
+        return 1;
+    size_t smem = sizeof(float) * (size_t)FaSmem<DP>::FLOATS;
+    if (cudaFuncSetAttribute(k_attention_tiles<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    ok.store(1);
+    return 1;
+}
+
+template <int DP>
+static int launch_tiles(float scale, KT o, KT q, KT k, KT v, KT p, const gp_cu_ctx *c)
+{
+    if (!tiles_ready<DP>())
+        return 0;
+    dim3 grid((unsigned)q.ne[2], (unsigned)((q.ne[1] + FA_BQ - 1) / FA_BQ));
+    gp_cu_launch(c, k_attention_tiles<DP>, grid, FA_THREADS,
+                 sizeof(float) * (size_t)FaSmem<DP>::FLOATS, scale, o, q, k, v, p, c->d_syms);
+    tiles_launches++;
+    return 1;
+}
+
 /* How many splits a launch for T queries of H heads of D dims gets from a workspace of ws_size. */
 static int att_splits(int64_t T, int64_t H, int64_t D, const void *ws, size_t ws_size)
 {
@@ -127,6 +342,10 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
     /* Combining in the last block needs a counter per (t, h). */
     unsigned *counters = att_counters(c, nsplit, T, H);
     int J = (int)((D + 31) / 32);
+    if (nsplit == 1 && c->att_tiles && D <= 128 &&
+        (D <= 64 ? launch_tiles<64>(scale, o, q, k, v, p, c)
+                 : launch_tiles<128>(scale, o, q, k, v, p, c)))
+        return gp_cu_check_launch(c, "attention (tiles)");
     if (J <= 2)
         launch_att<2>(grid, scale, o, q, k, v, p, part, T, counters, c);
     else if (J <= 4)

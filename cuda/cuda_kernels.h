@@ -46,6 +46,8 @@ typedef struct {
     int att_cluster;         /* > 1: a one-token attention's splits are that many blocks of one
                                 cluster, combined in shared memory (gp_cuda_attention_cluster_ok) */
     int att_cluster_small;   /* the same for head dims <= 64 only, when att_cluster is 0 */
+    int att_tiles;           /* 1: prompts' attention (no split) in tiles of queries and keys,
+                                for head dims <= 128 (k_attention_tiles) */
     int prefetch;            /* 1: the version-1 matvecs prefetch their weights into L2 before
                                 waiting for the kernel before them (with pdl) */
     int kv_prefetch;         /* 1: attention kernels prefetch their cache rows likewise */
@@ -254,6 +256,8 @@ int gp_cuda_attention_decode_ok(const gp_cu_decode_att *a, const gp_cu_tensor *o
 int64_t gp_cuda_attention_decode_count(void);
 /* How many of those launches computed their q, k and v themselves (has_qkv; for tests). */
 int64_t gp_cuda_qkv_attention_count(void);
+/* Prompt attentions launched as tiles (k_attention_tiles) so far, for tests. */
+int64_t gp_cuda_attention_tiles_count(void);
 
 /*
  * The persistent decode kernel (cuda_mega.cu). While ctx.mk is set, the one-token launches it can

@@ -1128,15 +1128,29 @@ static void test_matvec_tail(void)
     kctx_free(&k);
 }
 
+/* Sets t's i32 element i to v on both copies. */
+static void set_i32(tt *t, int64_t i, int32_t v)
+{
+    memcpy((char *)t->h.data + 4 * i, &v, 4);
+    cudaMemcpy((char *)t->d.data + 4 * i, &v, 4, cudaMemcpyHostToDevice);
+}
+
 static void test_attention(void)
 {
     kctx k;
     kctx_new(&k, NULL, NULL, 0);
-    /* T, H, G, D, S: decode (split over the cache), a few tokens, a prompt, odd D */
-    const int64_t cases[5][5] = {
-        {1, 8, 2, 64, 300}, {3, 4, 4, 64, 64}, {24, 6, 3, 64, 50}, {2, 2, 1, 80, 33}, {1, 25, 25, 64, 1024}};
-    for (int i = 0; i < 5; i++) {
+    /* T, H, G, D, S, positions: 0 random in [0, S), 1 causal at the cache's end (pos[t] = S - T +
+     * t), 2 causal from 10 with the cache rows from 60 on NaN (no query reaches them), 3 the last
+     * row. Decode (split over the cache), a few tokens, prompts (in tiles: three query tiles, the
+     * last partial; head dims 16 and 80 padded, 128; one KV head), odd D, D > 128 (no tiles). */
+    const int64_t cases[][6] = {{1, 8, 2, 64, 300, 0},   {3, 4, 4, 64, 64, 0},
+                                {24, 6, 3, 64, 50, 0},   {2, 2, 1, 80, 33, 0},
+                                {1, 25, 25, 64, 1024, 3}, {130, 4, 2, 64, 200, 1},
+                                {70, 2, 2, 128, 100, 0}, {40, 3, 1, 80, 90, 2},
+                                {33, 2, 2, 16, 64, 1},   {20, 2, 1, 200, 40, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int64_t T = cases[i][0], H = cases[i][1], G = cases[i][2], D = cases[i][3], S = cases[i][4];
+        int how = (int)cases[i][5];
         int64_t sq[3] = {T, H, D}, skv[3] = {S, G, D}, sp[1] = {T};
         tt q, kk, v, pos, out;
         tt_new(&q, GP_F32, 3, sq, 1.0f);
@@ -1144,21 +1158,33 @@ static void test_attention(void)
         tt_new(&v, GP_F16, 3, skv, 1.0f);
         tt_new(&pos, GP_I32, 1, sp, (float)S);
         tt_new(&out, GP_F32, 3, sq, 1.0f);
-        if (i == 4) { /* the last cache row: every split has keys */
-            int32_t last = (int32_t)S - 1;
-            memcpy(pos.h.data, &last, 4);
-            cudaMemcpy(pos.d.data, &last, 4, cudaMemcpyHostToDevice);
+        for (int64_t t = 0; how && t < T; t++)
+            set_i32(&pos, t, how == 1 ? (int32_t)(S - T + t) : how == 2 ? (int32_t)(10 + t)
+                                                                       : (int32_t)S - 1);
+        if (how == 2) { /* rows 60.. NaN in both caches (f16 0x7e00) */
+            size_t row = (size_t)(G * D) * 2, n = (size_t)(S - 60) * row;
+            memset((char *)kk.h.data + 60 * row, 0x7e, n);
+            memset((char *)v.h.data + 60 * row, 0x7e, n);
+            cudaMemcpy(kk.d.data, kk.h.data, kk.bytes, cudaMemcpyHostToDevice);
+            cudaMemcpy(v.d.data, v.h.data, v.bytes, cudaMemcpyHostToDevice);
         }
         tt *ins[4] = {&q, &kk, &v, &pos};
         gp_attrs at = {{0}, {1.0 / sqrt((double)D), 0}};
         size_t ws = (size_t)16 * (size_t)(T < 16 ? T : 16) * (size_t)H * (size_t)(D + 2) * 4;
         /* The split combine in a second kernel, then in the last block (counters), with
-         * programmatic dependent launches. */
-        for (int mode = 0; mode < 2; mode++) {
-            k.c.att_combine = mode;
-            k.c.pdl = k.c.prefetch = k.c.kv_prefetch = mode;
-            CHECK_ERR(mode ? "attention (combine in last block)" : "attention",
-                      run_op(GP_OP_ATTENTION, &at, &out, ins, 4, ws, &k), 1e-5);
+         * programmatic dependent launches; then prompts in tiles. */
+        for (int mode = 0; mode < 3; mode++) {
+            k.c.att_combine = mode > 0;
+            k.c.pdl = k.c.prefetch = k.c.kv_prefetch = mode > 0;
+            k.c.att_tiles = mode == 2;
+            int64_t n0 = gp_cuda_attention_tiles_count();
+            char name[96];
+            snprintf(name, sizeof name, "attention T %lld H %lld G %lld D %lld mode %d",
+                     (long long)T, (long long)H, (long long)G, (long long)D, mode);
+            CHECK_ERR(name, run_op(GP_OP_ATTENTION, &at, &out, ins, 4, ws, &k), 1e-5);
+            /* Tiles for the prompts (no split past 16 queries), when asked, for D <= 128. */
+            CU_ASSERT_EQUAL(gp_cuda_attention_tiles_count() - n0,
+                            mode == 2 && T > GP_WS_ATTN_SPLIT_MAX_T && D <= 128);
         }
         tt_free(&q);
         tt_free(&kk);
@@ -1601,6 +1627,7 @@ static void model_parity(const char *wtype, double tol)
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     char err[1024];
     gp_session_opts oc = {"cpu", 1, 0}, og = {"cuda", 1, 0};
+    int64_t tiles0 = gp_cuda_attention_tiles_count(); /* graphs are captured at creation */
     gp_session *sc = gp_session_new(m, &oc, err, sizeof err);
     gp_session *sg = gp_session_new(m, &og, err, sizeof err);
     if (!sg)
@@ -1613,10 +1640,12 @@ static void model_parity(const char *wtype, double tol)
         int64_t V = info.vocab;
         float *lc = malloc(sizeof(float) * 64 * (size_t)V), *lg = malloc(sizeof(float) * 64 * (size_t)V);
         /* A 5-token prompt (bucket 8: padded launches), 3 decode steps, then 3 tokens (bucket 4),
-         * then a reset and the prompt again. */
-        const int plan[][2] = {{5, 0}, {1, 5}, {1, 6}, {1, 7}, {3, 8}, {5, 0}};
+         * then a reset and the prompt again; a reset, a 40-token prompt (bucket 64: the
+         * attention in tiles), a step, 20 tokens (bucket 32). */
+        const int plan[][2] = {{5, 0}, {1, 5}, {1, 6}, {1, 7}, {3, 8}, {5, 0},
+                               {40, 0}, {1, 40}, {20, 41}};
         for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
-            if (i == 5) {
+            if (i == 5 || i == 6) {
                 CU_ASSERT_EQUAL(gp_session_reset(sc), 0);
                 CU_ASSERT_EQUAL(gp_session_reset(sg), 0);
             }
@@ -1629,6 +1658,12 @@ static void model_parity(const char *wtype, double tol)
             CU_ASSERT(e <= tol);
         }
         CU_ASSERT_EQUAL(gp_session_backend_allocs(sg), 0);
+        /* The attentions of buckets 32 and 64 (one per layer) are in tiles, unless switched
+         * off. */
+        const char *off = getenv("GPLAN_CUDA_DISABLE");
+        int64_t tiles = gp_cuda_attention_tiles_count() - tiles0;
+        int tiles_off = off && (strstr(off, "all") || strstr(off, "tiles"));
+        CU_ASSERT(tiles_off ? tiles == 0 : tiles >= 2 * 2);
         free(lc);
         free(lg);
     }
