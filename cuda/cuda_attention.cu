@@ -2,8 +2,8 @@
  * with an online softmax. Few queries (decode): the cache rows 0..pos[t] are split over
  * GP_WS_ATTN_SPLITS blocks whose partial results go to the planned workspace and are combined by
  * the last of those blocks to finish (or by a second kernel); many queries (a prompt): tiles of 64
- * queries of a head against tiles of 64 cache rows (k_attention_tiles), or one block per (query,
- * head). One token with its K/V cache stores (and the ropes before them) inside:
+ * queries of a head against tiles of 64 cache rows, on tensor cores for f16 caches
+ * (k_attention_mma), else in f32 (k_attention_tiles), or one block per (query, head). One token with its K/V cache stores (and the ropes before them) inside:
  * gp_cuda_attention_decode. */
 #include <atomic>
 #include <stdio.h>
@@ -265,11 +265,296 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     }
 }
 
-static std::atomic<long long> tiles_launches(0);
+
+/*
+ * The same on tensor cores, for f16 caches (k_attention_mma): a block's 4 warps take 16 queries
+ * each; per tile of 64 cache rows, S = q k^T and acc += P v are m16n8k16 products (f16 inputs,
+ * f32 sums). q and P are f32: each is split into an f16 part and the f16 rest (x - f16(x)), and
+ * both parts are multiplied, so the products keep ~22 bits of q and P (the cache's f16 values are
+ * exact): about f32's accuracy, at twice the products. The tiles of K and V come into shared
+ * memory with cp.async, the next while the current one is used. P stays in registers (a product's
+ * result is laid out as the next product's operand). Needs D % 8 == 0, D <= 128, f16 rows of
+ * 16-byte aligned chunks (tc_ok).
+ */
+enum { TC_WARPS = 4, TC_BQ = 16 * TC_WARPS, TC_BK = 64 };
+
+template <int DP> struct TcSmem {
+    enum { ROW = DP + 8, /* halves per K or V row: rows 16-byte aligned, conflict-free reads */
+           TILE = TC_BK * ROW, /* halves of a K or V tile */
+           BYTES = 2 * 2 * TILE * 2 /* two stages of K and V */ };
+};
+
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+/* x as f16 (hi) and the f16 of what that leaves (lo), two columns packed per register. */
+__device__ __forceinline__ void split2(float x0, float x1, uint32_t *hi, uint32_t *lo)
+{
+    __half h0 = __float2half_rn(x0), h1 = __float2half_rn(x1);
+    __half l0 = __float2half_rn(x0 - __half2float(h0)), l1 = __float2half_rn(x1 - __half2float(h1));
+    __half2 ph = __halves2half2(h0, h1), pl = __halves2half2(l0, l1);
+    *hi = *(uint32_t *)&ph;
+    *lo = *(uint32_t *)&pl;
+}
+
+/* Rows [s0, s0 + TC_BK) of a cache's KV head (its bytes at base, rows nb1 apart) into dst
+ * [TC_BK][ROW] halves with cp.async; rows from `rows` on and dims from D on are zeros. */
+template <int DP>
+__device__ __forceinline__ void tc_copy(__half *dst, const char *base, int64_t nb1, int64_t s0,
+                                        int64_t rows, int64_t D)
+{
+    enum { CH = DP / 8, N = TC_BK * CH / (TC_WARPS * 32) }; /* 16-byte chunks: a row, a thread */
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        int c = threadIdx.x + TC_WARPS * 32 * i, r = c / CH, ch = c % CH;
+        int ok = s0 + r < rows && ch * 8 < D;
+        const char *src = ok ? base + (s0 + r) * nb1 + ch * 16 : base;
+        unsigned d = (unsigned)__cvta_generic_to_shared(dst + r * TcSmem<DP>::ROW + ch * 8);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+                     "r"(ok ? 16 : 0)
+                     : "memory");
+#endif
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+template <int DP>
+__global__ void __launch_bounds__(TC_WARPS * 32)
+    k_attention_mma(float scale, KT o, KT q, KT k, KT v, KT pos, const int64_t *syms)
+{
+    typedef TcSmem<DP> L;
+    enum { KS = DP / 16, NT = TC_BK / 8, DT = DP / 8 };
+    extern __shared__ uint4 tc_raw[];
+    __half *sm = (__half *)tc_raw; /* stage s: K at sm + 2 s TILE, V after it */
+    pdl_begin();
+    kt_resolve(o, syms);
+    kt_resolve(q, syms);
+    kt_resolve(pos, syms);
+    int64_t T = q.ne[1], H = q.ne[2], D = q.ne[3], S = k.ne[1], G = k.ne[2];
+    int64_t h = blockIdx.x, hk = h / (H / G);
+    int64_t t0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * TC_BQ; /* the longest tiles first */
+    if (t0 >= T)
+        return;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tg = lane & 3;
+    /* This thread's rows: r[0] = 16 w + g and r[1] = r[0] + 8 of the block's queries. */
+    int32_t pr[2];
+    int64_t tr[2];
+    int32_t bmax = -1;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        tr[i] = t0 + 16 * w + g + 8 * i;
+        int32_t p = tr[i] < T ? *(const int32_t *)(pos.p + tr[i] * pos.nb[3]) : -1;
+        pr[i] = p >= 0 && p < S ? p : -1; /* the runtime checks pos before the eval */
+    }
+    /* The block's last row (every thread reads the 64 positions: no barrier needed). */
+    for (int r = 0; r < TC_BQ; r++) {
+        int32_t p = t0 + r < T ? *(const int32_t *)(pos.p + (t0 + r) * pos.nb[3]) : -1;
+        bmax = p >= 0 && p < S && p > bmax ? p : bmax;
+    }
+    int32_t wmax = max(pr[0], pr[1]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, off));
+    const char *kb = k.p + hk * k.nb[2], *vb = v.p + hk * v.nb[2];
+    int64_t rows = (int64_t)bmax + 1; /* rows past it: zeros (no NaN of an unwritten row) */
+    if (bmax >= 0) {
+        tc_copy<DP>(sm, kb, k.nb[1], 0, rows, D);
+        tc_copy<DP>(sm + L::TILE, vb, v.nb[1], 0, rows, D);
+    }
+    /* q's fragments (rows g, g + 8; dims 16 ks + 2 tg (+1) and + 8), split in two f16 parts. */
+    uint32_t qh[KS][4], ql[KS][4];
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int i = j & 1, d = 16 * ks + 2 * tg + 8 * (j >> 1);
+            const char *pq = q.p + tr[i] * q.nb[1] + h * q.nb[2];
+            int ok = pr[i] >= 0;
+            float x0 = ok && d < D ? bits_f(ld_bits(pq + d * q.nb[3], q.t), q.t) : 0.0f;
+            float x1 = ok && d + 1 < D ? bits_f(ld_bits(pq + (d + 1) * q.nb[3], q.t), q.t) : 0.0f;
+            split2(x0, x1, &qh[ks][j], &ql[ks][j]);
+        }
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, acc[DT][4];
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            acc[dt][j] = 0.0f;
+    int stage = 0;
+    for (int64_t s0 = 0; s0 <= bmax; s0 += TC_BK, stage ^= 1) {
+        if (s0 + TC_BK <= bmax) { /* the next tile into the other stage */
+            __half *nx = sm + 2 * (stage ^ 1) * L::TILE;
+            tc_copy<DP>(nx, kb, k.nb[1], s0 + TC_BK, rows, D);
+            tc_copy<DP>(nx + L::TILE, vb, v.nb[1], s0 + TC_BK, rows, D);
+            cp_async_wait<2>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const __half *ks_ = sm + 2 * stage * L::TILE, *vs_ = ks_ + L::TILE;
+        if (s0 <= wmax) { /* else no row of this warp reaches the tile */
+            float sc[NT][4];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    sc[nt][j] = 0.0f;
+                const __half *kr = ks_ + (8 * nt + g) * L::ROW + 2 * tg;
+#pragma unroll
+                for (int ks = 0; ks < KS; ks++) {
+                    uint32_t b0 = *(const uint32_t *)(kr + 16 * ks);
+                    uint32_t b1 = *(const uint32_t *)(kr + 16 * ks + 8);
+                    mma16816(sc[nt], qh[ks], b0, b1);
+                    mma16816(sc[nt], ql[ks], b0, b1);
+                }
+            }
+            /* The online softmax of rows g (j = 0, 1) and g + 8 (j = 2, 3): a row is a quad. */
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float &x = sc[nt][2 * i + e];
+                        x = s0 + 8 * nt + 2 * tg + e <= pr[i] ? x * scale : -INFINITY;
+                        mx = fmaxf(mx, x);
+                    }
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                float mn = fmaxf(m[i], mx), base = mn == -INFINITY ? 0.0f : mn;
+                float corr = expf(m[i] - base), sum = 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float &x = sc[nt][2 * i + e];
+                        x = expf(x - base);
+                        sum += x;
+                    }
+                sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+                sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+                l[i] = l[i] * corr + sum;
+                m[i] = mn;
+#pragma unroll
+                for (int dt = 0; dt < DT; dt++) {
+                    acc[dt][2 * i] *= corr;
+                    acc[dt][2 * i + 1] *= corr;
+                }
+            }
+            /* acc += P v, 16 cache rows at a time; v's operands through ldmatrix.trans. */
+#pragma unroll
+            for (int kk = 0; kk < TC_BK / 16; kk++) {
+                uint32_t ph[4], pl[4];
+                split2(sc[2 * kk][0], sc[2 * kk][1], &ph[0], &pl[0]);
+                split2(sc[2 * kk][2], sc[2 * kk][3], &ph[1], &pl[1]);
+                split2(sc[2 * kk + 1][0], sc[2 * kk + 1][1], &ph[2], &pl[2]);
+                split2(sc[2 * kk + 1][2], sc[2 * kk + 1][3], &ph[3], &pl[3]);
+                /* lanes 0-7: rows 16 kk + 0..7, 8-15: + 8..15 (dims 8 dt), 16-31: dims 8 dt + 8 */
+                const __half *vr = vs_ + (16 * kk + (lane & 15)) * L::ROW + 8 * (lane >> 4);
+#pragma unroll
+                for (int dt = 0; dt < DT; dt += 2) {
+                    uint32_t b[4];
+                    unsigned a = (unsigned)__cvta_generic_to_shared(vr + 8 * dt);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+                    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, "
+                                 "[%4];"
+                                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                                 : "r"(a));
+#endif
+                    mma16816(acc[dt], ph, b[0], b[1]);
+                    mma16816(acc[dt], pl, b[0], b[1]);
+                    mma16816(acc[dt + 1], ph, b[2], b[3]);
+                    mma16816(acc[dt + 1], pl, b[2], b[3]);
+                }
+            }
+        }
+        __syncthreads(); /* this stage is copied over next */
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        if (pr[i] < 0)
+            continue;
+        char *po = o.p + tr[i] * o.nb[1] + h * o.nb[2];
+#pragma unroll
+        for (int dt = 0; dt < DT; dt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int64_t d = 8 * dt + 2 * tg + e;
+                if (d < D)
+                    st_f(po + d * o.nb[3], o.t, acc[dt][2 * i + e] / l[i]);
+            }
+    }
+}
+
+static std::atomic<long long> tiles_launches(0), mma_launches(0);
 
 extern "C" int64_t gp_cuda_attention_tiles_count(void)
 {
     return tiles_launches.load();
+}
+
+extern "C" int64_t gp_cuda_attention_mma_count(void)
+{
+    return mma_launches.load();
+}
+
+/* 1 when the tensor-core kernel takes these operands: f16 caches of 16-byte aligned rows. */
+static int tc_ok(const KT &k, const KT &v, int64_t D)
+{
+    const KT *x[2] = {&k, &v};
+    for (int i = 0; i < 2; i++)
+        if (x[i]->t != GP_F16 || x[i]->nb[3] != 2 || ((uintptr_t)x[i]->p & 15) ||
+            x[i]->nb[1] % 16 || x[i]->nb[2] % 16)
+            return 0;
+    return D % 8 == 0 && D <= 128;
+}
+
+/* 1 when the tensor-core kernel for DP runs on this device (built for sm_80 or later) and takes
+ * its shared memory (checked once per process). */
+template <int DP> static int mma_ready()
+{
+    static std::atomic<int> ok(-1);
+    int r = ok.load();
+    if (r >= 0)
+        return r;
+    cudaFuncAttributes fa;
+    r = cudaFuncGetAttributes(&fa, k_attention_mma<DP>) == cudaSuccess && fa.binaryVersion >= 80 &&
+        cudaFuncSetAttribute(k_attention_mma<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)TcSmem<DP>::BYTES) == cudaSuccess;
+    cudaGetLastError();
+    ok.store(r);
+    return r;
+}
+
+template <int DP>
+static int launch_mma(float scale, KT o, KT q, KT k, KT v, KT p, const gp_cu_ctx *c)
+{
+    if (!mma_ready<DP>())
+        return 0;
+    dim3 grid((unsigned)q.ne[2], (unsigned)((q.ne[1] + TC_BQ - 1) / TC_BQ));
+    gp_cu_launch(c, k_attention_mma<DP>, grid, TC_WARPS * 32, (size_t)TcSmem<DP>::BYTES, scale, o,
+                 q, k, v, p, c->d_syms);
+    mma_launches++;
+    return 1;
 }
 
 /* 1 when the tiled kernel for DP takes its shared memory (set once per process). */
@@ -342,6 +627,10 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
     /* Combining in the last block needs a counter per (t, h). */
     unsigned *counters = att_counters(c, nsplit, T, H);
     int J = (int)((D + 31) / 32);
+    if (nsplit == 1 && c->att_mma && tc_ok(k, v, D) &&
+        (D <= 64 ? launch_mma<64>(scale, o, q, k, v, p, c)
+                 : launch_mma<128>(scale, o, q, k, v, p, c)))
+        return gp_cu_check_launch(c, "attention (tensor cores)");
     if (nsplit == 1 && c->att_tiles && D <= 128 &&
         (D <= 64 ? launch_tiles<64>(scale, o, q, k, v, p, c)
                  : launch_tiles<128>(scale, o, q, k, v, p, c)))

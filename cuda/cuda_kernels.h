@@ -48,6 +48,8 @@ typedef struct {
     int att_cluster_small;   /* the same for head dims <= 64 only, when att_cluster is 0 */
     int att_tiles;           /* 1: prompts' attention (no split) in tiles of queries and keys,
                                 for head dims <= 128 (k_attention_tiles) */
+    int att_mma;             /* 1: those tiles on tensor cores where the caches are f16
+                                (k_attention_mma) */
     int prefetch;            /* 1: the version-1 matvecs prefetch their weights into L2 before
                                 waiting for the kernel before them (with pdl) */
     int kv_prefetch;         /* 1: attention kernels prefetch their cache rows likewise */
@@ -258,6 +260,8 @@ int64_t gp_cuda_attention_decode_count(void);
 int64_t gp_cuda_qkv_attention_count(void);
 /* Prompt attentions launched as tiles (k_attention_tiles) so far, for tests. */
 int64_t gp_cuda_attention_tiles_count(void);
+/* Those launched on tensor cores (k_attention_mma), for tests. */
+int64_t gp_cuda_attention_mma_count(void);
 
 /*
  * The persistent decode kernel (cuda_mega.cu). While ctx.mk is set, the one-token launches it can

@@ -1142,26 +1142,29 @@ static void test_attention(void)
     /* T, H, G, D, S, positions: 0 random in [0, S), 1 causal at the cache's end (pos[t] = S - T +
      * t), 2 causal from 10 with the cache rows from 60 on NaN (no query reaches them), 3 the last
      * row. Decode (split over the cache), a few tokens, prompts (in tiles: three query tiles, the
-     * last partial; head dims 16 and 80 padded, 128; one KV head), odd D, D > 128 (no tiles). */
-    const int64_t cases[][6] = {{1, 8, 2, 64, 300, 0},   {3, 4, 4, 64, 64, 0},
-                                {24, 6, 3, 64, 50, 0},   {2, 2, 1, 80, 33, 0},
-                                {1, 25, 25, 64, 1024, 3}, {130, 4, 2, 64, 200, 1},
-                                {70, 2, 2, 128, 100, 0}, {40, 3, 1, 80, 90, 2},
-                                {33, 2, 2, 16, 64, 1},   {20, 2, 1, 200, 40, 1}};
+     * last partial; head dims 16 and 80 padded, 128; one KV head), odd D, D > 128 (no tiles); the
+     * last column: f32 caches (1, no tensor cores) or f16. */
+    const int64_t cases[][7] = {{1, 8, 2, 64, 300, 0, 0},    {3, 4, 4, 64, 64, 0, 0},
+                                {24, 6, 3, 64, 50, 0, 0},    {2, 2, 1, 80, 33, 0, 0},
+                                {1, 25, 25, 64, 1024, 3, 0}, {130, 4, 2, 64, 200, 1, 0},
+                                {70, 2, 2, 128, 100, 0, 0},  {40, 3, 1, 80, 90, 2, 0},
+                                {33, 2, 2, 16, 64, 1, 0},    {20, 2, 1, 200, 40, 1, 0},
+                                {40, 2, 2, 64, 60, 1, 1},    {150, 2, 1, 64, 400, 1, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int64_t T = cases[i][0], H = cases[i][1], G = cases[i][2], D = cases[i][3], S = cases[i][4];
         int how = (int)cases[i][5];
+        gp_dtype kvt = cases[i][6] ? GP_F32 : GP_F16;
         int64_t sq[3] = {T, H, D}, skv[3] = {S, G, D}, sp[1] = {T};
         tt q, kk, v, pos, out;
         tt_new(&q, GP_F32, 3, sq, 1.0f);
-        tt_new(&kk, GP_F16, 3, skv, 1.0f);
-        tt_new(&v, GP_F16, 3, skv, 1.0f);
+        tt_new(&kk, kvt, 3, skv, 1.0f);
+        tt_new(&v, kvt, 3, skv, 1.0f);
         tt_new(&pos, GP_I32, 1, sp, (float)S);
         tt_new(&out, GP_F32, 3, sq, 1.0f);
         for (int64_t t = 0; how && t < T; t++)
             set_i32(&pos, t, how == 1 ? (int32_t)(S - T + t) : how == 2 ? (int32_t)(10 + t)
                                                                        : (int32_t)S - 1);
-        if (how == 2) { /* rows 60.. NaN in both caches (f16 0x7e00) */
+        if (how == 2) { /* rows 60.. NaN in both caches (f16 0x7e7e) */
             size_t row = (size_t)(G * D) * 2, n = (size_t)(S - 60) * row;
             memset((char *)kk.h.data + 60 * row, 0x7e, n);
             memset((char *)v.h.data + 60 * row, 0x7e, n);
@@ -1172,19 +1175,23 @@ static void test_attention(void)
         gp_attrs at = {{0}, {1.0 / sqrt((double)D), 0}};
         size_t ws = (size_t)16 * (size_t)(T < 16 ? T : 16) * (size_t)H * (size_t)(D + 2) * 4;
         /* The split combine in a second kernel, then in the last block (counters), with
-         * programmatic dependent launches; then prompts in tiles. */
-        for (int mode = 0; mode < 3; mode++) {
+         * programmatic dependent launches; then prompts in tiles, in f32 and on tensor cores. */
+        for (int mode = 0; mode < 4; mode++) {
             k.c.att_combine = mode > 0;
             k.c.pdl = k.c.prefetch = k.c.kv_prefetch = mode > 0;
-            k.c.att_tiles = mode == 2;
-            int64_t n0 = gp_cuda_attention_tiles_count();
+            k.c.att_tiles = mode >= 2;
+            k.c.att_mma = mode == 3;
+            int64_t n0 = gp_cuda_attention_tiles_count(), m0 = gp_cuda_attention_mma_count();
             char name[96];
             snprintf(name, sizeof name, "attention T %lld H %lld G %lld D %lld mode %d",
                      (long long)T, (long long)H, (long long)G, (long long)D, mode);
             CHECK_ERR(name, run_op(GP_OP_ATTENTION, &at, &out, ins, 4, ws, &k), 1e-5);
-            /* Tiles for the prompts (no split past 16 queries), when asked, for D <= 128. */
-            CU_ASSERT_EQUAL(gp_cuda_attention_tiles_count() - n0,
-                            mode == 2 && T > GP_WS_ATTN_SPLIT_MAX_T && D <= 128);
+            /* Tiles for the prompts (no split past 16 queries), when asked, for D <= 128; on
+             * tensor cores when asked, for f16 caches and D % 8 == 0. */
+            int tiles = T > GP_WS_ATTN_SPLIT_MAX_T && D <= 128;
+            int mma = mode == 3 && tiles && kvt == GP_F16 && D % 8 == 0;
+            CU_ASSERT_EQUAL(gp_cuda_attention_mma_count() - m0, mma);
+            CU_ASSERT_EQUAL(gp_cuda_attention_tiles_count() - n0, mode >= 2 && tiles && !mma);
         }
         tt_free(&q);
         tt_free(&kk);
@@ -1883,6 +1890,65 @@ static const decode_case decode_cases[] = {
     {"examples/gpt2.gplan", {TINY_GPT2, "kv_type=f16"}, 7, 2},
 };
 
+/*
+ * A prompt's attention in tiles on tensor cores (the default for f16 caches), in f32 tiles
+ * (GPLAN_CUDA_DISABLE=tensor) and one block per query (=tiles), against the CPU: a 40-token
+ * prompt (bucket 64), a step, 20 tokens (bucket 32), a step, with f16 caches (Llama's grouped
+ * heads and ropes, GPT-2). Every session's graphs are captured at its creation: the tensor-core
+ * kernel is in those of buckets 32 and 64 of the first session only, for every layer.
+ */
+static void test_model_prompt_tiles(void)
+{
+    static const char *const off[3] = {NULL, "tensor", "tiles"};
+    for (size_t c = 0; c < sizeof decode_cases / sizeof decode_cases[0]; c++) {
+        const decode_case *dc = &decode_cases[c];
+        if (strcmp(dc->defs[dc->n_defs - 1], "kv_type=f16"))
+            continue;
+        gp_test_model_opts o = {dc->defs, dc->n_defs, NULL, 1, 42};
+        gp_model *m = gp_test_model(dc->example, &o, NULL);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+        char err[1024];
+        gp_session_opts oc = {"cpu", 1, 0};
+        gp_session *s[3], *cpu = gp_session_new(m, &oc, err, sizeof err);
+        int64_t made[3];
+        for (int i = 0; i < 3; i++) {
+            int64_t m0 = gp_cuda_attention_mma_count();
+            s[i] = session_with(m, off[i] ? "GPLAN_CUDA_DISABLE" : NULL, off[i]);
+            made[i] = gp_cuda_attention_mma_count() - m0;
+            CU_ASSERT_PTR_NOT_NULL_FATAL(s[i]);
+        }
+        CU_ASSERT(made[0] >= 2 * dc->n_layer);
+        CU_ASSERT_EQUAL(made[1], 0);
+        CU_ASSERT_EQUAL(made[2], 0);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(cpu);
+        gp_model_info info;
+        gp_model_get_info(m, &info);
+        int64_t V = info.vocab;
+        float *lc = malloc(sizeof(float) * 40 * (size_t)V), *lg = malloc(sizeof(float) * 40 * (size_t)V);
+        const int plan[][2] = {{40, 0}, {1, 40}, {20, 41}, {1, 61}};
+        for (size_t p = 0; p < sizeof plan / sizeof plan[0]; p++) {
+            int n = plan[p][0];
+            CU_ASSERT_EQUAL_FATAL(step(cpu, n, plan[p][1], lc, V), 0);
+            for (int i = 0; i < 3; i++) {
+                CU_ASSERT_EQUAL_FATAL(step(s[i], n, plan[p][1], lg, V), 0);
+                double e = max_rel(lg, lc, (size_t)n * (size_t)V);
+                if (!(e <= 1e-4))
+                    fprintf(stderr, "\n  %s prompt tiles (off: %s) step %zu: vs CPU %.3g\n",
+                            dc->example, off[i] ? off[i] : "-", p, e);
+                CU_ASSERT(e <= 1e-4);
+            }
+        }
+        for (int i = 0; i < 3; i++) {
+            CU_ASSERT_EQUAL(gp_session_backend_allocs(s[i]), 0);
+            gp_session_free(s[i]);
+        }
+        free(lc);
+        free(lg);
+        gp_session_free(cpu);
+        gp_model_free(m);
+    }
+}
+
 /* attnfuse: the one-token attention fused (the default) or not; enqueued for every layer. */
 static void test_model_attnfuse(void)
 {
@@ -1958,6 +2024,8 @@ void gp_suite_cuda(void)
     CU_add_test(s, "matvec tail: the norm of the residual sum in the last block", test_matvec_tail);
     CU_add_test(s, "attention: split-KV decode and prompts", test_attention);
     CU_add_test(s, "one-token attention with ropes and K/V stores inside", test_attention_decode);
+    CU_add_test(s, "prompts: attention in tiles, on tensor cores, against the CPU",
+                test_model_prompt_tiles);
     CU_add_test(s, "one-token attention: output over q, pos out of range, refusals",
                 test_attention_decode_edges);
     CU_add_test(s, "matmul: matvec, cuBLAS, batched, fallback", test_matmul);
