@@ -255,6 +255,7 @@ static const config configs[] = {
     {"no-qkvatt", "GPLAN_CUDA_DISABLE=qkvatt"},
     {"no-tiles", "GPLAN_CUDA_DISABLE=tiles"},
     {"no-tensor", "GPLAN_CUDA_DISABLE=tensor"},
+    {"no-blasepi", "GPLAN_CUDA_DISABLE=blasepi"},
     {"mvcluster8", "GPLAN_CUDA_MV_CLUSTER=8"},
     {"mvcl-bps2", "GPLAN_CUDA_MV_CLUSTER_BPS=2"},
     {"mvcl-bps4", "GPLAN_CUDA_MV_CLUSTER_BPS=4"},

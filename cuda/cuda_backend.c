@@ -15,8 +15,9 @@
  * matvec loads a staged norm's weights before that wait), "pairs" (the [N, K] matvec of short
  * rows takes two per warp), "embadd" (two lookups and the add of them in one launch,
  * plan_embed_add), "qkvatt" (a one-token attention computes its q, k and v itself,
- * plan_qkv_attention), "tiles" (a prompt's attention in tiles of queries and keys) and "tensor"
- * (those tiles on tensor cores, for f16 caches).
+ * plan_qkv_attention), "tiles" (a prompt's attention in tiles of queries and keys), "tensor"
+ * (those tiles on tensor cores, for f16 caches) and "blasepi" (a cuBLAS product's epilogue in one
+ * launch after it).
  * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
  * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
  * wins over it); GPLAN_CUDA_TRANSPOSE=1
@@ -148,7 +149,7 @@ enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_C
        FUSE_ATTN = 512, FUSE_MEGA = 1024, FUSE_EARLY = 2048, FUSE_ARNORM = 4096,
        FUSE_ROPETAB = 8192, FUSE_EPILOAD = 16384, FUSE_NORMLOAD = 32768, FUSE_EMBADD = 65536,
        FUSE_PAIRS = 131072, FUSE_QKVATT = 262144, FUSE_TILES = 524288,
-       FUSE_TENSOR = 1048576 };
+       FUSE_TENSOR = 1048576, FUSE_BLASEPI = 2097152 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -179,7 +180,8 @@ static void read_switches(cuda_be *b)
     static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch",
                                         "transpose", "group", "tail", "attnfuse", "mega", "early",
                                         "arnorm", "ropetab", "epiload", "normload",
-                                        "embadd", "pairs", "qkvatt", "tiles", "tensor"};
+                                        "embadd", "pairs", "qkvatt", "tiles", "tensor",
+                                        "blasepi"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -219,6 +221,7 @@ static void read_switches(cuda_be *b)
     b->kc.mv_pairs = !(b->disable & FUSE_PAIRS);
     b->kc.att_tiles = !(b->disable & FUSE_TILES);
     b->kc.att_mma = !(b->disable & (FUSE_TILES | FUSE_TENSOR));
+    b->kc.blas_epi = !(b->disable & FUSE_BLASEPI);
     /* Measured 2026-11-30 (H200, ms per token, bench/gpu-notes.md, run G): clusters of 16
      * -0.04 on GPT-2 1558M and -0.008 on 117M (head dims 64), but +0.13 on Llama-7B on one GPU
      * and +0.02 on two (head dims 128; of 8: +-0 and +0.02). Default: 16, for head dims <= 64. */

@@ -38,6 +38,21 @@ __device__ __forceinline__ void kt_resolve(KT &k, const int64_t *syms)
             k.ne[d] = syms[k.sym[d]];
 }
 
+/* Byte offset of element (i0, i1, i2, i3) of t, whose dims of 1 broadcast. */
+__device__ __forceinline__ int64_t kt_off(const KT &t, int64_t i0, int64_t i1, int64_t i2,
+                                          int64_t i3)
+{
+    return (t.ne[0] == 1 ? 0 : i0 * t.nb[0]) + (t.ne[1] == 1 ? 0 : i1 * t.nb[1]) +
+           (t.ne[2] == 1 ? 0 : i2 * t.nb[2]) + (t.ne[3] == 1 ? 0 : i3 * t.nb[3]);
+}
+
+/* Byte offset of row r (all dims but the last) of shape o within t. */
+__device__ __forceinline__ int64_t kt_row_off(const KT &t, const KT &o, int64_t r)
+{
+    int64_t i2 = r % o.ne[2], q = r / o.ne[2];
+    return kt_off(t, q / o.ne[1], q % o.ne[1], i2, 0);
+}
+
 __device__ __forceinline__ float ld_f(const char *p, int t)
 {
     switch (t) {

@@ -50,6 +50,8 @@ typedef struct {
                                 for head dims <= 128 (k_attention_tiles) */
     int att_mma;             /* 1: those tiles on tensor cores where the caches are f16
                                 (k_attention_mma) */
+    int blas_epi;            /* 1: the epilogue of a product cuBLAS computes (prompts) in one
+                                launch after it (k_epilogue) */
     int prefetch;            /* 1: the version-1 matvecs prefetch their weights into L2 before
                                 waiting for the kernel before them (with pdl) */
     int kv_prefetch;         /* 1: attention kernels prefetch their cache rows likewise */
@@ -262,6 +264,8 @@ int64_t gp_cuda_qkv_attention_count(void);
 int64_t gp_cuda_attention_tiles_count(void);
 /* Those launched on tensor cores (k_attention_mma), for tests. */
 int64_t gp_cuda_attention_mma_count(void);
+/* Epilogues run in one launch after a cuBLAS product (k_epilogue) so far, for tests. */
+int64_t gp_cuda_blas_epilogue_count(void);
 
 /*
  * The persistent decode kernel (cuda_mega.cu). While ctx.mk is set, the one-token launches it can

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <atomic>
+
 #include "cuda/cuda_matvec.cuh"
 
 /* Logical operands: A[b0][b1][m][k] at a + b0 * sa0 + b1 * sa1 + m * sm + k * sk (bytes). */
@@ -1174,17 +1176,162 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
 
 /* ---- cuBLAS ---- */
 
-/* dst [n0, n1, R, C] contiguous in dtype dt from the logical operand m (launch sizes). */
+/* Elements of a row that one block of k_convert or k_epilogue takes at a time: CONV_U per
+ * thread, all loaded before the first is stored (their round trips overlap). */
+enum { CONV_THREADS = 256, CONV_U = 4, CONV_SPAN = CONV_U * CONV_THREADS };
+
+/* dst [n0, n1, R, C] contiguous in dtype dt from the logical operand m (launch sizes). A block
+ * takes CONV_SPAN elements of one row at a time; thread 0 finds the row (its divisions once per
+ * span). */
 __global__ void k_convert(char *dst, int dt, mat m, int64_t R, int64_t C)
 {
+    __shared__ int64_t off;
     pdl_begin();
-    int64_t n = m.n0 * m.n1 * R * C, es = dt == GP_F32 ? 4 : 2;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t cc = i % C, r = (i / C) % R, b = i / (R * C);
-        int64_t b1 = b % m.n1, b0 = b / m.n1;
-        st_f(dst + i * es, dt, ld_f(m.p + b0 * m.s0 + b1 * m.s1 + r * m.sr + cc * m.sc, m.t));
+    int64_t rows = m.n0 * m.n1 * R, per = (C + CONV_SPAN - 1) / CONV_SPAN, es = dt == GP_F32 ? 4 : 2;
+    for (int64_t b = blockIdx.x; b < rows * per; b += gridDim.x) {
+        int64_t rr = b / per, c0 = (b - rr * per) * CONV_SPAN + threadIdx.x;
+        __syncthreads(); /* the last span's offset is read */
+        if (threadIdx.x == 0)
+            off = rr / R / m.n1 * m.s0 + rr / R % m.n1 * m.s1 + rr % R * m.sr;
+        __syncthreads();
+        const char *src = m.p + off;
+        char *out = dst + rr * C * es;
+        uint32_t v[CONV_U];
+#pragma unroll
+        for (int u = 0; u < CONV_U; u++) {
+            int64_t cc = c0 + u * CONV_THREADS;
+            v[u] = cc < C ? ld_bits(src + cc * m.sc, m.t) : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < CONV_U; u++) {
+            int64_t cc = c0 + u * CONV_THREADS;
+            if (cc < C)
+                st_f(out + cc * es, dt, bits_f(v[u], m.t));
+        }
     }
+}
+
+/*
+ * out = the epilogue e applied to o element by element: the elementwise nodes after a product
+ * that cuBLAS wrote (a prompt's bias, gelu, residual) in one pass instead of a launch and a pass
+ * each; e's operands broadcast over dims of 1. A block takes CONV_SPAN elements of one row at a
+ * time; a thread of each of its first warps finds the row in one tensor. out is o itself or
+ * disjoint from it (blas_epilogue), and each element is read and written by one thread.
+ */
+__global__ void k_epilogue(KT o, EPI e, KT out, const int64_t *syms)
+{
+    __shared__ int64_t off[2 + GP_CU_MAX_EPI];
+    pdl_begin();
+    kt_resolve(o, syms);
+    kt_resolve(out, syms);
+    int64_t cs[GP_CU_MAX_EPI];
+    int has[GP_CU_MAX_EPI];
+#pragma unroll
+    for (int k = 0; k < GP_CU_MAX_EPI; k++) {
+        has[k] = k < e.n && e.op[k] != GP_OP_GELU;
+        cs[k] = 0;
+        if (has[k]) {
+            kt_resolve(e.other[k], syms);
+            cs[k] = e.other[k].ne[3] == 1 ? 0 : e.other[k].nb[3];
+        }
+    }
+    int64_t C = out.ne[3], rows = out.ne[0] * out.ne[1] * out.ne[2];
+    int64_t per = (C + CONV_SPAN - 1) / CONV_SPAN;
+    for (int64_t b = blockIdx.x; b < rows * per; b += gridDim.x) {
+        int64_t r = b / per, c0 = (b - r * per) * CONV_SPAN + threadIdx.x;
+        __syncthreads(); /* the last span's offsets are read */
+        if (threadIdx.x == 0) /* one thread of a warp each: the divisions run side by side */
+            off[0] = kt_row_off(out, out, r);
+        if (threadIdx.x == 32)
+            off[1] = kt_row_off(o, out, r);
+#pragma unroll
+        for (int k = 0; k < GP_CU_MAX_EPI; k++)
+            if (threadIdx.x == 64 + 32 * k && has[k])
+                off[2 + k] = kt_row_off(e.other[k], out, r);
+        __syncthreads();
+        char *po = out.p + off[0];
+        const char *pi = o.p + off[1];
+        uint32_t bi[CONV_U], bk[CONV_U][GP_CU_MAX_EPI];
+#pragma unroll
+        for (int u = 0; u < CONV_U; u++) {
+            int64_t c = c0 + u * CONV_THREADS;
+            bi[u] = c < C ? ld_bits(pi + c * o.nb[3], o.t) : 0;
+#pragma unroll
+            for (int k = 0; k < GP_CU_MAX_EPI; k++)
+                bk[u][k] = c < C && has[k] ? ld_bits(e.other[k].p + off[2 + k] + c * cs[k],
+                                                     e.other[k].t)
+                                           : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < CONV_U; u++) {
+            int64_t c = c0 + u * CONV_THREADS;
+            if (c >= C)
+                break;
+            EpiVals ev;
+#pragma unroll
+            for (int k = 0; k < GP_CU_MAX_EPI; k++)
+                ev.v[k] = has[k] ? bits_f(bk[u][k], e.other[k].t) : 0.0f;
+            st_f(po + c * out.nb[3], out.t, epi_apply_vals(e, ev, bits_f(bi[u], o.t)));
+        }
+    }
+}
+
+static std::atomic<long long> blas_epilogues(0);
+
+extern "C" int64_t gp_cuda_blas_epilogue_count(void)
+{
+    return blas_epilogues.load();
+}
+
+/* The bytes [lo, hi) that t's elements span (launch sizes). */
+static void kt_span(const KT &t, uintptr_t *lo, uintptr_t *hi)
+{
+    int64_t ext = es_of(t.t);
+    for (int d = 0; d < 4; d++)
+        ext += (t.ne[d] - 1) * t.nb[d];
+    *lo = (uintptr_t)t.p;
+    *hi = (uintptr_t)t.p + (uintptr_t)ext;
+}
+
+/* After cuBLAS wrote o: the epilogue in one launch (k_epilogue). 1 when launched, 0 when it
+ * doesn't fit (the caller runs the nodes one by one), -1 on a launch error. */
+static int blas_epilogue(gp_cu_ctx *c, const KT &o, const gp_cu_epilogue *epi)
+{
+    if (!c->blas_epi || epi->n < 1 || epi->n > GP_CU_MAX_EPI)
+        return 0;
+    KT out = gp_kt_of(c, &epi->out);
+    uintptr_t olo, ohi, lo, hi;
+    kt_span(o, &olo, &ohi);
+    kt_span(out, &lo, &hi);
+    int same = out.p == o.p && out.t == o.t;
+    for (int d = 0; d < 4; d++) {
+        if (out.ne[d] != o.ne[d] || out.sym[d] != o.sym[d])
+            return 0;
+        same &= out.nb[d] == o.nb[d];
+    }
+    if (!same && lo < ohi && olo < hi) /* a thread would read what another one wrote */
+        return 0;
+    EPI e;
+    e.n = epi->n;
+    for (int k = 0; k < epi->n; k++) {
+        e.op[k] = epi->op[k];
+        if (epi->op[k] == GP_OP_GELU)
+            continue;
+        if (epi->op[k] != GP_OP_ADD && epi->op[k] != GP_OP_MUL)
+            return 0;
+        e.other[k] = gp_kt_of(c, &epi->other[k]);
+        for (int d = 0; d < 4; d++)
+            if (e.other[k].ne[d] != 1 &&
+                (e.other[k].ne[d] != out.ne[d] || e.other[k].sym[d] != out.sym[d]))
+                return 0;
+    }
+    int64_t spans = kt_count(out, 3) * ((out.ne[3] + CONV_SPAN - 1) / CONV_SPAN);
+    gp_cu_launch(c, k_epilogue, (unsigned)(spans < 1 ? 1 : spans > 8192 ? 8192 : spans),
+                 CONV_THREADS, 0, o, e, out, c->d_syms);
+    if (gp_cu_check_launch(c, "matmul epilogue"))
+        return -1;
+    blas_epilogues++;
+    return 1;
 }
 
 static cudaDataType_t cu_type(int t)
@@ -1195,9 +1342,9 @@ static cudaDataType_t cu_type(int t)
 /* Converts operand *m ([R, C] per batch) to dtype dt at dst, and points *m at the copy. */
 static int convert_operand(gp_cu_ctx *c, mat *m, int dt, int64_t R, int64_t C, char *dst)
 {
-    int64_t n = m->n0 * m->n1 * R * C, es = es_of(dt);
-    int64_t b = (n + 255) / 256;
-    gp_cu_launch(c, k_convert, (unsigned)(b < 1 ? 1 : b > 8192 ? 8192 : b), 256, 0, dst, dt, *m, R, C);
+    int64_t es = es_of(dt), b = m->n0 * m->n1 * R * ((C + CONV_SPAN - 1) / CONV_SPAN);
+    gp_cu_launch(c, k_convert, (unsigned)(b < 1 ? 1 : b > 8192 ? 8192 : b), CONV_THREADS, 0, dst,
+                 dt, *m, R, C);
     if (gp_cu_check_launch(c, "matmul_convert"))
         return -1;
     m->p = dst;
@@ -1353,6 +1500,13 @@ int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const
         r = try_blas(c, o, ka, kb, ta, tb, ws, ws_size);
     if (r < 0)
         return -1;
+    if (r > 0 && epi && epi->n > 0 && fused) {
+        r = blas_epilogue(c, o, epi);
+        if (r < 0)
+            return -1;
+        *fused = r;
+        return 0;
+    }
     if (r > 0)
         return 0;
     int64_t n = kt_count(o, 4), b = (n + 255) / 256;

@@ -43,20 +43,6 @@ static unsigned grid_for(int64_t n, int threads)
     return (unsigned)(b < 1 ? 1 : b > (int64_t)MAX_BLOCKS ? (int64_t)MAX_BLOCKS : b);
 }
 
-/* Byte offset of element (i0, i1, i2, i3) of t, whose dims of 1 broadcast. */
-__device__ __forceinline__ int64_t kt_off(const KT &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)
-{
-    return (t.ne[0] == 1 ? 0 : i0 * t.nb[0]) + (t.ne[1] == 1 ? 0 : i1 * t.nb[1]) +
-           (t.ne[2] == 1 ? 0 : i2 * t.nb[2]) + (t.ne[3] == 1 ? 0 : i3 * t.nb[3]);
-}
-
-/* Byte offset of row r (all dims but the last) of shape o within t. */
-__device__ __forceinline__ int64_t kt_row_off(const KT &t, const KT &o, int64_t r)
-{
-    int64_t i2 = r % o.ne[2], q = r / o.ne[2];
-    return kt_off(t, q / o.ne[1], q % o.ne[1], i2, 0);
-}
-
 /* An element of dtype st whose bits are u (ld_bits) stored at dst as dtype dt: the raw bytes when
  * the dtypes match, else via f32. */
 __device__ __forceinline__ void st_bits(char *dst, int dt, uint32_t u, int st)
@@ -102,29 +88,56 @@ __device__ __forceinline__ float ew_apply(int op, float fa, float x, float y)
     }
 }
 
-/* out = op(x[, y]) over out's elements; x and y broadcast. op EW_COPY: cont and cast. */
+/* Elements of a row that one block takes at a time: EW_U per thread. */
+enum { EW_U = 4, EW_SPAN = EW_U * THREADS };
+
+/*
+ * out = op(x[, y]) over out's elements; x and y broadcast. op EW_COPY: cont and cast. A block
+ * takes EW_SPAN elements of one row at a time (grid-stride over rows x spans); a thread of each
+ * of its first three warps finds the row in o, x or y (divisions once per span, not per element),
+ * and each thread loads its EW_U elements before it converts and stores them, so that their
+ * round trips overlap (each element is read and written by one thread: in place is safe).
+ */
 __global__ void k_elementwise(int op, float fa, KT o, KT x, KT y, int has_y, const int64_t *syms)
 {
+    __shared__ int64_t off[3];
     pdl_begin();
     kt_resolve(o, syms);
     kt_resolve(x, syms);
     if (has_y)
         kt_resolve(y, syms);
-    int64_t n = o.ne[0] * o.ne[1] * o.ne[2] * o.ne[3];
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i3 = i % o.ne[3], r = i / o.ne[3];
-        int64_t i2 = r % o.ne[2];
-        r /= o.ne[2];
-        int64_t i1 = r % o.ne[1], i0 = r / o.ne[1];
-        char *po = o.p + i0 * o.nb[0] + i1 * o.nb[1] + i2 * o.nb[2] + i3 * o.nb[3];
-        const char *px = x.p + kt_off(x, i0, i1, i2, i3);
-        if (op == EW_COPY) {
-            copy_elem(po, o.t, px, x.t);
-            continue;
+    int64_t C = o.ne[3], rows = o.ne[0] * o.ne[1] * o.ne[2], per = (C + EW_SPAN - 1) / EW_SPAN;
+    int64_t xs = x.ne[3] == 1 ? 0 : x.nb[3], ys = y.ne[3] == 1 ? 0 : y.nb[3];
+    for (int64_t b = blockIdx.x; b < rows * per; b += gridDim.x) {
+        int64_t r = b / per, c0 = (b - r * per) * EW_SPAN + threadIdx.x;
+        __syncthreads(); /* the last span's offsets are read */
+        if (threadIdx.x == 0) /* one thread of a warp each: the divisions run side by side */
+            off[0] = kt_row_off(o, o, r);
+        if (threadIdx.x == 32)
+            off[1] = kt_row_off(x, o, r);
+        if (threadIdx.x == 64)
+            off[2] = kt_row_off(y, o, r);
+        __syncthreads();
+        char *po = o.p + off[0];
+        const char *px = x.p + off[1], *py = y.p + off[2];
+        uint32_t bx[EW_U], by[EW_U];
+#pragma unroll
+        for (int u = 0; u < EW_U; u++) {
+            int64_t c = c0 + u * THREADS;
+            bx[u] = c < C ? ld_bits(px + c * xs, x.t) : 0;
+            by[u] = c < C && has_y ? ld_bits(py + c * ys, y.t) : 0;
         }
-        float vy = has_y ? ld_f(y.p + kt_off(y, i0, i1, i2, i3), y.t) : 0.0f;
-        st_f(po, o.t, ew_apply(op, fa, ld_f(px, x.t), vy));
+#pragma unroll
+        for (int u = 0; u < EW_U; u++) {
+            int64_t c = c0 + u * THREADS;
+            if (c >= C)
+                break;
+            if (op == EW_COPY)
+                st_bits(po + c * o.nb[3], o.t, bx[u], x.t);
+            else
+                st_f(po + c * o.nb[3], o.t,
+                     ew_apply(op, fa, bits_f(bx[u], x.t), has_y ? bits_f(by[u], y.t) : 0.0f));
+        }
     }
 }
 
@@ -135,7 +148,8 @@ static int launch_elementwise(gp_cu_ctx *c, int op, float fa, const gp_cu_tensor
     int64_t n = kt_count(o, 4);
     if (n == 0)
         return 0;
-    gp_cu_launch(c, k_elementwise, grid_for(n, THREADS), THREADS, 0, op, fa, o, kx, ky, y != NULL,
+    int64_t spans = n / o.ne[3] * ((o.ne[3] + EW_SPAN - 1) / EW_SPAN);
+    gp_cu_launch(c, k_elementwise, grid_for(spans, 1), THREADS, 0, op, fa, o, kx, ky, y != NULL,
                  c->d_syms);
     return gp_cu_check_launch(c, "elementwise");
 }

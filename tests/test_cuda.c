@@ -326,6 +326,25 @@ static void test_elementwise(void)
         tt_free(&b);
         tt_free(&out);
     }
+    /* Rows longer than a block's span (1024), with b a column (its last dim broadcast) or a
+     * row. */
+    for (int i = 0; i < 2; i++) {
+        int64_t sa[3] = {2, 3, 2500}, sb[3] = {2, 3, 1}, sr[1] = {2500};
+        tt a, b, out;
+        tt_new(&a, GP_F32, 3, sa, 2.0f);
+        if (i)
+            tt_new(&b, GP_F32, 1, sr, 2.0f);
+        else
+            tt_new(&b, GP_F32, 3, sb, 2.0f);
+        tt_new(&out, GP_F32, 3, sa, 1.0f);
+        tt *ins[2] = {&a, &b};
+        gp_attrs at = {{0}, {0}};
+        CHECK_ERR(i ? "add, long rows, row vector" : "add, long rows, column",
+                  run_op(GP_OP_ADD, &at, &out, ins, 2, 0, &k), 0.0);
+        tt_free(&a);
+        tt_free(&b);
+        tt_free(&out);
+    }
     const gp_op un[] = {GP_OP_SCALE, GP_OP_GELU, GP_OP_GELU_ERF, GP_OP_SILU};
     for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) {
         int64_t s[2] = {7, 300};
@@ -683,6 +702,93 @@ static void test_matvec_prenorm(void)
         tt_free(&w);
         tt_free(&out);
     }
+    kctx_free(&k);
+}
+
+/*
+ * A prompt's product (cuBLAS, 37 rows) with its epilogue in one launch after it (k_epilogue)
+ * against the CPU's matmul and elementwise nodes: bias and gelu into another tensor; bias and a
+ * residual written over the residual; bias written over the product itself; rows of 1500 (two
+ * spans of a block). Not fused: when switched off, and when out overlaps the product at an offset
+ * (a thread would read what another wrote), where the product alone is written.
+ */
+static void test_blas_epilogue(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    enum { M = 37, K = 96, N = 1500 };
+    int64_t sa[2] = {M, K}, sw[2] = {K, N}, so[2] = {M, N}, sn[1] = {N};
+    tt a, w, prod, bias, res, out;
+    tt_new(&a, GP_F32, 2, sa, 1.0f);
+    tt_new(&w, GP_F16, 2, sw, 1.0f);
+    tt_new(&bias, GP_F16, 1, sn, 1.0f);
+    void *ws = NULL;
+    cudaMalloc(&ws, (size_t)GP_WS_CUBLAS_BYTES);
+    gp_attrs am = {{0, 0, 0, 0}, {0}}, none = {{0}, {0}};
+    gp_cu_tensor din[2] = {a.d, w.d};
+    /* 0 bias, gelu; 1 bias, + residual over it; 2 bias over the product; 3 switched off; 4 out at
+     * an offset into the product */
+    for (int cs = 0; cs < 5; cs++) {
+        tt_new(&prod, GP_F32, 2, so, 1.0f);
+        tt_new(&res, GP_F32, 2, so, 2.0f);
+        tt_new(&out, GP_F32, 2, so, 1.0f);
+        /* The product alone first: the reference is the CPU's epilogue of the device's product
+         * (cuBLAS multiplies a in f16), so that the epilogue's own error shows. */
+        int fused = -1;
+        k.c.blas_epi = 1;
+        CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, &prod.d, din, ws,
+                                             (size_t)GP_WS_CUBLAS_BYTES, NULL, NULL, &fused, NULL),
+                        0);
+        CU_ASSERT_EQUAL(fused, 0);
+        tt_download(&prod);
+        gp_ktensor bin[2] = {prod.h, bias.h};
+        gp_cpu_compute(GP_OP_ADD, &none, &out.h, bin, 2, NULL, 0, 0, 1); /* out = prod + bias */
+        gp_cu_epilogue epi;
+        memset(&epi, 0, sizeof epi);
+        epi.n = cs == 0 || cs == 1 ? 2 : 1;
+        epi.op[0] = GP_OP_ADD;
+        epi.other[0] = bias.d;
+        epi.out = out.d;
+        tt *want = &out;
+        if (cs == 0) {
+            epi.op[1] = GP_OP_GELU;
+            gp_cpu_compute(GP_OP_GELU, &none, &out.h, &out.h, 1, NULL, 0, 0, 1);
+        } else if (cs == 1) {
+            epi.op[1] = GP_OP_ADD;
+            epi.other[1] = res.d;
+            epi.out = res.d;
+            gp_ktensor rin[2] = {out.h, res.h};
+            gp_cpu_compute(GP_OP_ADD, &none, &res.h, rin, 2, NULL, 0, 0, 1);
+            want = &res;
+        } else if (cs == 2) {
+            epi.out = prod.d;
+            memcpy(prod.h.data, out.h.data, prod.bytes);
+            want = &prod;
+        } else if (cs == 4) {
+            /* the product's shape from row 1, column 1 (only looked at: nothing is written) */
+            epi.out.data = (char *)prod.d.data + 4 * N + 4;
+        }
+        if (cs >= 3) /* the product alone, again */
+            want = &prod;
+        k.c.blas_epi = cs != 3;
+        int64_t n0 = gp_cuda_blas_epilogue_count();
+        CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, &prod.d, din, ws,
+                                             (size_t)GP_WS_CUBLAS_BYTES, &epi, NULL, &fused, NULL),
+                        0);
+        CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+        CU_ASSERT_EQUAL(fused, cs < 3);
+        CU_ASSERT_EQUAL(gp_cuda_blas_epilogue_count() - n0, cs < 3);
+        char name[64];
+        snprintf(name, sizeof name, "cuBLAS product with its epilogue, case %d", cs);
+        CHECK_ERR(name, device_err(want), 1e-6);
+        tt_free(&prod);
+        tt_free(&res);
+        tt_free(&out);
+    }
+    cudaFree(ws);
+    tt_free(&a);
+    tt_free(&w);
+    tt_free(&bias);
     kctx_free(&k);
 }
 
@@ -1634,7 +1740,8 @@ static void model_parity(const char *wtype, double tol)
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     char err[1024];
     gp_session_opts oc = {"cpu", 1, 0}, og = {"cuda", 1, 0};
-    int64_t tiles0 = gp_cuda_attention_tiles_count(); /* graphs are captured at creation */
+    /* graphs are captured at creation */
+    int64_t tiles0 = gp_cuda_attention_tiles_count(), epi0 = gp_cuda_blas_epilogue_count();
     gp_session *sc = gp_session_new(m, &oc, err, sizeof err);
     gp_session *sg = gp_session_new(m, &og, err, sizeof err);
     if (!sg)
@@ -1671,6 +1778,11 @@ static void model_parity(const char *wtype, double tol)
         int64_t tiles = gp_cuda_attention_tiles_count() - tiles0;
         int tiles_off = off && (strstr(off, "all") || strstr(off, "tiles"));
         CU_ASSERT(tiles_off ? tiles == 0 : tiles >= 2 * 2);
+        /* and the prompts' products their epilogues (bias, gelu, residual) in one launch */
+        int64_t epis = gp_cuda_blas_epilogue_count() - epi0;
+        int epi_off = off && (strstr(off, "all") || strstr(off, "epilogue") ||
+                              strstr(off, "blasepi"));
+        CU_ASSERT(epi_off ? epis == 0 : epis >= 2 * 4);
         free(lc);
         free(lg);
     }
@@ -2024,6 +2136,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "matvec tail: the norm of the residual sum in the last block", test_matvec_tail);
     CU_add_test(s, "attention: split-KV decode and prompts", test_attention);
     CU_add_test(s, "one-token attention with ropes and K/V stores inside", test_attention_decode);
+    CU_add_test(s, "prompts: a cuBLAS product's epilogue in one launch", test_blas_epilogue);
     CU_add_test(s, "prompts: attention in tiles, on tensor cores, against the CPU",
                 test_model_prompt_tiles);
     CU_add_test(s, "one-token attention: output over q, pos out of range, refusals",
