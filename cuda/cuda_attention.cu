@@ -355,24 +355,26 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
         return;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tg = lane & 3;
     /* This thread's rows: r[0] = 16 w + g and r[1] = r[0] + 8 of the block's queries. */
+    __shared__ int32_t warp_max[TC_WARPS];
     int32_t pr[2];
     int64_t tr[2];
-    int32_t bmax = -1;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         tr[i] = t0 + 16 * w + g + 8 * i;
         int32_t p = tr[i] < T ? *(const int32_t *)(pos.p + tr[i] * pos.nb[3]) : -1;
         pr[i] = p >= 0 && p < S ? p : -1; /* the runtime checks pos before the eval */
     }
-    /* The block's last row (every thread reads the 64 positions: no barrier needed). */
-    for (int r = 0; r < TC_BQ; r++) {
-        int32_t p = t0 + r < T ? *(const int32_t *)(pos.p + (t0 + r) * pos.nb[3]) : -1;
-        bmax = p >= 0 && p < S && p > bmax ? p : bmax;
-    }
-    int32_t wmax = max(pr[0], pr[1]);
+    /* The last row a warp's queries attend, and the block's. */
+    int32_t wmax = max(pr[0], pr[1]), bmax = -1;
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1)
         wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, off));
+    if (lane == 0)
+        warp_max[w] = wmax;
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < TC_WARPS; i++)
+        bmax = max(bmax, warp_max[i]);
     const char *kb = k.p + hk * k.nb[2], *vb = v.p + hk * v.nb[2];
     int64_t rows = (int64_t)bmax + 1; /* rows past it: zeros (no NaN of an unwritten row) */
     if (bmax >= 0) {

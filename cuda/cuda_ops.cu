@@ -527,10 +527,11 @@ __global__ void k_store(StoreOp st0, StoreOp st1, int64_t T, int tsym, KT pos, c
                 doff[u] = -1;
                 if (i >= n)
                     continue;
-                int64_t i3 = i % srow.ne[3], r = i / srow.ne[3];
-                int64_t i2 = r % srow.ne[2];
-                r /= srow.ne[2];
-                int64_t i1 = r % srow.ne[1], j0 = r / srow.ne[1];
+                /* 32-bit divisions: a row has fewer than 2^31 elements (store_op) */
+                uint32_t ui = (uint32_t)i, n3 = (uint32_t)srow.ne[3], n2 = (uint32_t)srow.ne[2];
+                uint32_t i3 = ui % n3, r = ui / n3, i2 = r % n2;
+                r /= n2;
+                uint32_t i1 = r % (uint32_t)srow.ne[1], j0 = r / (uint32_t)srow.ne[1];
                 doff[u] = j0 * drow.nb[0] + i1 * drow.nb[1] + i2 * drow.nb[2] + i3 * drow.nb[3];
                 const char *ps = s + j0 * srow.nb[0] + i1 * srow.nb[1] + i2 * srow.nb[2] + i3 * srow.nb[3];
                 if (same) /* the raw bits, as copy_elem */
@@ -577,6 +578,11 @@ static int store_op(gp_cu_ctx *c, const gp_cu_tensor *in, StoreOp *st, int64_t *
     gp_cu_tensor dr = drop_dim0(dst), sr = drop_dim0(src);
     st->drow = gp_kt_of(c, &dr);
     st->srow = gp_kt_of(c, &sr);
+    if (kt_count(st->srow, 4) > INT32_MAX) {
+        snprintf(c->err, sizeof c->err, "store: a row of %lld elements (at most %d)",
+                 (long long)kt_count(st->srow, 4), INT32_MAX);
+        return -1;
+    }
     st->dst0 = dst->nb[0];
     st->src0 = src->nb[0];
     st->S = dst->ne[0];
