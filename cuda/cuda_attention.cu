@@ -3,8 +3,8 @@
  * GP_WS_ATTN_SPLITS blocks whose partial results go to the planned workspace and are combined by
  * the last of those blocks to finish (or by a second kernel); many queries (a prompt): tiles of 64
  * queries of a head against tiles of 64 cache rows, on tensor cores for f16 caches
- * (k_attention_mma), else in f32 (k_attention_tiles), or one block per (query, head). One token with its K/V cache stores (and the ropes before them) inside:
- * gp_cuda_attention_decode. */
+ * (k_attention_mma), else in f32 (k_attention_tiles), or one block per (query, head). One token
+ * with its K/V cache stores (and the ropes before them) inside: gp_cuda_attention_decode. */
 #include <atomic>
 #include <stdio.h>
 #include <string.h>

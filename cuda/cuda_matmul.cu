@@ -1187,7 +1187,8 @@ __global__ void k_convert(char *dst, int dt, mat m, int64_t R, int64_t C)
 {
     __shared__ int64_t off;
     pdl_begin();
-    int64_t rows = m.n0 * m.n1 * R, per = (C + CONV_SPAN - 1) / CONV_SPAN, es = dt == GP_F32 ? 4 : 2;
+    int64_t rows = m.n0 * m.n1 * R, per = (C + CONV_SPAN - 1) / CONV_SPAN;
+    int64_t es = dt == GP_F32 ? 4 : 2;
     for (int64_t b = blockIdx.x; b < rows * per; b += gridDim.x) {
         int64_t rr = b / per, c0 = (b - rr * per) * CONV_SPAN + threadIdx.x;
         __syncthreads(); /* the last span's offset is read */

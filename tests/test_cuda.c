@@ -2036,7 +2036,8 @@ static void test_model_prompt_tiles(void)
         gp_model_info info;
         gp_model_get_info(m, &info);
         int64_t V = info.vocab;
-        float *lc = malloc(sizeof(float) * 40 * (size_t)V), *lg = malloc(sizeof(float) * 40 * (size_t)V);
+        size_t bytes = sizeof(float) * 40 * (size_t)V;
+        float *lc = malloc(bytes), *lg = malloc(bytes);
         const int plan[][2] = {{40, 0}, {1, 40}, {20, 41}, {1, 61}};
         for (size_t p = 0; p < sizeof plan / sizeof plan[0]; p++) {
             int n = plan[p][0];
