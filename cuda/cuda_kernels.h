@@ -264,8 +264,9 @@ int64_t gp_cuda_qkv_attention_count(void);
 int64_t gp_cuda_attention_tiles_count(void);
 /* Those launched on tensor cores (k_attention_mma), for tests. */
 int64_t gp_cuda_attention_mma_count(void);
-/* Epilogues run in one launch after a cuBLAS product (k_epilogue) so far, for tests. */
-int64_t gp_cuda_blas_epilogue_count(void);
+/* Epilogues run in one launch after a cuBLAS product (k_epilogue) so far, for tests; vec: those
+ * in vectors of 4. */
+int64_t gp_cuda_blas_epilogue_count(int vec);
 
 /*
  * The persistent decode kernel (cuda_mega.cu). While ctx.mk is set, the one-token launches it can

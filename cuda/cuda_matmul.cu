@@ -1217,9 +1217,12 @@ __global__ void k_convert(char *dst, int dt, mat m, int64_t R, int64_t C)
  * that cuBLAS wrote (a prompt's bias, gelu, residual) in one pass instead of a launch and a pass
  * each; e's operands broadcast over dims of 1. A block takes CONV_SPAN elements of one row at a
  * time; a thread of each of its first warps finds the row in one tensor. out is o itself or
- * disjoint from it (blas_epilogue), and each element is read and written by one thread.
+ * disjoint from it (blas_epilogue), and each element is read and written by one thread. VEC:
+ * o and out are f32 rows of 16-byte aligned vectors of 4, each operand such rows (f32) or rows
+ * of 8-byte aligned vectors (16-bit) or one value per row (epi_vec_ok): a thread's CONV_U
+ * elements are one vector, loaded and stored at once.
  */
-__global__ void k_epilogue(KT o, EPI e, KT out, const int64_t *syms)
+template <bool VEC> __global__ void k_epilogue(KT o, EPI e, KT out, const int64_t *syms)
 {
     __shared__ int64_t off[2 + GP_CU_MAX_EPI];
     pdl_begin();
@@ -1252,36 +1255,97 @@ __global__ void k_epilogue(KT o, EPI e, KT out, const int64_t *syms)
         __syncthreads();
         char *po = out.p + off[0];
         const char *pi = o.p + off[1];
-        uint32_t bi[CONV_U], bk[CONV_U][GP_CU_MAX_EPI];
-#pragma unroll
-        for (int u = 0; u < CONV_U; u++) {
-            int64_t c = c0 + u * CONV_THREADS;
-            bi[u] = c < C ? ld_bits(pi + c * o.nb[3], o.t) : 0;
-#pragma unroll
-            for (int k = 0; k < GP_CU_MAX_EPI; k++)
-                bk[u][k] = c < C && has[k] ? ld_bits(e.other[k].p + off[2 + k] + c * cs[k],
-                                                     e.other[k].t)
-                                           : 0;
-        }
-#pragma unroll
-        for (int u = 0; u < CONV_U; u++) {
-            int64_t c = c0 + u * CONV_THREADS;
+        if (VEC) {
+            int64_t c = (b - r * per) * CONV_SPAN + CONV_U * threadIdx.x;
             if (c >= C)
-                break;
-            EpiVals ev;
+                continue;
+            float4 x4 = *(const float4 *)(pi + 4 * c);
+            float x[CONV_U] = {x4.x, x4.y, x4.z, x4.w}, ov[GP_CU_MAX_EPI][CONV_U];
 #pragma unroll
-            for (int k = 0; k < GP_CU_MAX_EPI; k++)
-                ev.v[k] = has[k] ? bits_f(bk[u][k], e.other[k].t) : 0.0f;
-            st_f(po + c * out.nb[3], out.t, epi_apply_vals(e, ev, bits_f(bi[u], o.t)));
+            for (int k = 0; k < GP_CU_MAX_EPI; k++) {
+                const char *pk = has[k] ? e.other[k].p + off[2 + k] : NULL;
+                int t = e.other[k].t;
+                if (!has[k] || cs[k] == 0) {
+                    float s = has[k] ? ld_f(pk, t) : 0.0f;
+                    for (int j = 0; j < CONV_U; j++)
+                        ov[k][j] = s;
+                } else if (t == GP_F32) {
+                    float4 w = *(const float4 *)(pk + 4 * c);
+                    ov[k][0] = w.x, ov[k][1] = w.y, ov[k][2] = w.z, ov[k][3] = w.w;
+                } else {
+                    uint2 u = *(const uint2 *)(pk + 2 * c);
+                    uint32_t h[CONV_U] = {u.x & 0xffff, u.x >> 16, u.y & 0xffff, u.y >> 16};
+                    for (int j = 0; j < CONV_U; j++)
+                        ov[k][j] = bits_f(h[j], t);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < CONV_U; j++) {
+                EpiVals ev;
+#pragma unroll
+                for (int k = 0; k < GP_CU_MAX_EPI; k++)
+                    ev.v[k] = ov[k][j];
+                x[j] = epi_apply_vals(e, ev, x[j]);
+            }
+            *(float4 *)(po + 4 * c) = make_float4(x[0], x[1], x[2], x[3]);
+        } else {
+            uint32_t bi[CONV_U], bk[CONV_U][GP_CU_MAX_EPI];
+#pragma unroll
+            for (int u = 0; u < CONV_U; u++) {
+                int64_t c = c0 + u * CONV_THREADS;
+                bi[u] = c < C ? ld_bits(pi + c * o.nb[3], o.t) : 0;
+#pragma unroll
+                for (int k = 0; k < GP_CU_MAX_EPI; k++)
+                    bk[u][k] = c < C && has[k] ? ld_bits(e.other[k].p + off[2 + k] + c * cs[k],
+                                                         e.other[k].t)
+                                               : 0;
+            }
+#pragma unroll
+            for (int u = 0; u < CONV_U; u++) {
+                int64_t c = c0 + u * CONV_THREADS;
+                if (c >= C)
+                    break;
+                EpiVals ev;
+#pragma unroll
+                for (int k = 0; k < GP_CU_MAX_EPI; k++)
+                    ev.v[k] = has[k] ? bits_f(bk[u][k], e.other[k].t) : 0.0f;
+                st_f(po + c * out.nb[3], out.t, epi_apply_vals(e, ev, bits_f(bi[u], o.t)));
+            }
         }
     }
 }
 
-static std::atomic<long long> blas_epilogues(0);
+static std::atomic<long long> blas_epilogues(0), blas_epilogues_vec(0);
 
-extern "C" int64_t gp_cuda_blas_epilogue_count(void)
+extern "C" int64_t gp_cuda_blas_epilogue_count(int vec)
 {
-    return blas_epilogues.load();
+    return vec ? blas_epilogues_vec.load() : blas_epilogues.load();
+}
+
+/* 1 when t's rows (dims 0-2, those of more than one element) and its start are al-byte aligned. */
+static int rows_aligned(const KT &t, int64_t al)
+{
+    int ok = (uintptr_t)t.p % (uintptr_t)al == 0;
+    for (int d = 0; d < 3; d++)
+        ok &= t.ne[d] == 1 || t.nb[d] % al == 0;
+    return ok;
+}
+
+/* 1 when k_epilogue<true> takes these tensors (its comment). */
+static int epi_vec_ok(const KT &o, const KT &out, const EPI &e)
+{
+    if (o.t != GP_F32 || out.t != GP_F32 || o.nb[3] != 4 || out.nb[3] != 4 ||
+        out.ne[3] % CONV_U || !rows_aligned(o, 16) || !rows_aligned(out, 16))
+        return 0;
+    for (int k = 0; k < e.n; k++) {
+        const KT &x = e.other[k];
+        if (e.op[k] == GP_OP_GELU || x.ne[3] == 1)
+            continue;
+        int es = x.t == GP_F32 ? 4 : x.t == GP_F16 || x.t == GP_BF16 ? 2 : 0;
+        if (!es || x.nb[3] != es || !rows_aligned(x, CONV_U * es))
+            return 0;
+    }
+    return 1;
 }
 
 /* The bytes [lo, hi) that t's elements span (launch sizes). */
@@ -1327,11 +1391,16 @@ static int blas_epilogue(gp_cu_ctx *c, const KT &o, const gp_cu_epilogue *epi)
                 return 0;
     }
     int64_t spans = kt_count(out, 3) * ((out.ne[3] + CONV_SPAN - 1) / CONV_SPAN);
-    gp_cu_launch(c, k_epilogue, (unsigned)(spans < 1 ? 1 : spans > 8192 ? 8192 : spans),
-                 CONV_THREADS, 0, o, e, out, c->d_syms);
+    unsigned grid = (unsigned)(spans < 1 ? 1 : spans > 8192 ? 8192 : spans);
+    int vec = epi_vec_ok(o, out, e);
+    if (vec)
+        gp_cu_launch(c, k_epilogue<true>, grid, CONV_THREADS, 0, o, e, out, c->d_syms);
+    else
+        gp_cu_launch(c, k_epilogue<false>, grid, CONV_THREADS, 0, o, e, out, c->d_syms);
     if (gp_cu_check_launch(c, "matmul epilogue"))
         return -1;
     blas_epilogues++;
+    blas_epilogues_vec += vec;
     return 1;
 }
 
