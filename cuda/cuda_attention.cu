@@ -530,20 +530,17 @@ static int tc_ok(const KT &k, const KT &v, int64_t D)
     return D % 8 == 0 && D <= 128;
 }
 
-/* 1 when the tensor-core kernel for DP runs on this device (built for sm_80 or later) and takes
- * its shared memory (checked once per process). */
+/* 1 when the tensor-core kernel for DP runs on the current device (built for sm_80 or later) and
+ * takes its shared memory there (an attribute of each device's copy of the kernel: set at each
+ * launch, as the decode kernels' cluster attributes). */
 template <int DP> static int mma_ready()
 {
-    static std::atomic<int> ok(-1);
-    int r = ok.load();
-    if (r >= 0)
-        return r;
     cudaFuncAttributes fa;
-    r = cudaFuncGetAttributes(&fa, k_attention_mma<DP>) == cudaSuccess && fa.binaryVersion >= 80 &&
-        cudaFuncSetAttribute(k_attention_mma<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)TcSmem<DP>::BYTES) == cudaSuccess;
+    int r = cudaFuncGetAttributes(&fa, k_attention_mma<DP>) == cudaSuccess &&
+            fa.binaryVersion >= 80 &&
+            cudaFuncSetAttribute(k_attention_mma<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)TcSmem<DP>::BYTES) == cudaSuccess;
     cudaGetLastError();
-    ok.store(r);
     return r;
 }
 
@@ -559,19 +556,15 @@ static int launch_mma(float scale, KT o, KT q, KT k, KT v, KT p, const gp_cu_ctx
     return 1;
 }
 
-/* 1 when the tiled kernel for DP takes its shared memory (set once per process). */
+/* 1 when the tiled kernel for DP takes its shared memory on the current device (mma_ready). */
 template <int DP> static int tiles_ready()
 {
-    static std::atomic<int> ok(0);
-    if (ok.load())
-        return 1;
     size_t smem = sizeof(float) * (size_t)FaSmem<DP>::FLOATS;
     if (cudaFuncSetAttribute(k_attention_tiles<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
-    ok.store(1);
     return 1;
 }
 
