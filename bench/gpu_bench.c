@@ -567,6 +567,7 @@ int main(int argc, char **argv)
     if (stamps)
         gp_cuda_stamps_dump(stamps);
     free(ref);
+    free(prompt_ref);
     gp_plan_free(pl);
     gp_model_free(m);
     return rc;

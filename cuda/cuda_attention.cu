@@ -99,6 +99,32 @@ static void launch_att(dim3 grid, float scale, KT o, KT q, KT k, KT v, KT p, flo
  * max and sum: four shuffles). DP: D padded to 64 or 128. Query t attends rows 0..pos[t], as
  * k_attention; its sums come in another order (f32 throughout).
  */
+/*
+ * One key tile's step of a query row's online softmax, the row spread over W lanes: x, this
+ * thread's N scores of it (-INFINITY where masked), becomes exp(x - max); the row's running max
+ * m and sum l move on. Returns the factor that rescales the row's accumulator (0 while m is
+ * -INFINITY, when the accumulator holds nothing yet).
+ */
+template <int W, int N>
+__device__ __forceinline__ float softmax_step(float (&x)[N], float &m, float &l)
+{
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        mx = fmaxf(mx, x[j]);
+    mx = lanes_max<W>(mx);
+    float mn = fmaxf(m, mx), base = mn == -INFINITY ? 0.0f : mn;
+    float corr = expf(m - base), sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        x[j] = expf(x[j] - base);
+        sum += x[j];
+    }
+    l = l * corr + lanes_sum<W>(sum);
+    m = mn;
+    return corr;
+}
+
 enum { FA_BQ = 64, FA_BK = 64, FA_THREADS = 256, FA_PAD = 4 };
 
 template <int DP> struct FaSmem {
@@ -200,27 +226,10 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
         __syncthreads(); /* every thread's scores are taken: P goes over K */
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            float mx = -INFINITY;
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
+            for (int j = 0; j < 4; j++)
                 sc[i][j] = s0 + tx + 16 * j <= pr[i] ? sc[i][j] * scale : -INFINITY;
-                mx = fmaxf(mx, sc[i][j]);
-            }
-#pragma unroll
-            for (int off = 8; off > 0; off >>= 1)
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-            float mn = fmaxf(m[i], mx), base = mn == -INFINITY ? 0.0f : mn;
-            float corr = expf(m[i] - base), sum = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                sc[i][j] = expf(sc[i][j] - base);
-                sum += sc[i][j];
-            }
-#pragma unroll
-            for (int off = 8; off > 0; off >>= 1)
-                sum += __shfl_xor_sync(0xffffffffu, sum, off);
-            l[i] = l[i] * corr + sum;
-            m[i] = mn;
+            float corr = softmax_step<16>(sc[i], m[i], l[i]);
 #pragma unroll
             for (int j = 0; j < 4 * NJ; j++)
                 acc[i][j] *= corr;
@@ -431,31 +440,20 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
             /* The online softmax of rows g (j = 0, 1) and g + 8 (j = 2, 3): a row is a quad. */
 #pragma unroll
             for (int i = 0; i < 2; i++) {
-                float mx = -INFINITY;
+                float x[2 * NT]; /* the row's scores in this thread, key order */
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float &x = sc[nt][2 * i + e];
-                        x = s0 + 8 * nt + 2 * tg + e <= pr[i] ? x * scale : -INFINITY;
-                        mx = fmaxf(mx, x);
-                    }
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                float mn = fmaxf(m[i], mx), base = mn == -INFINITY ? 0.0f : mn;
-                float corr = expf(m[i] - base), sum = 0.0f;
+                    for (int e = 0; e < 2; e++)
+                        x[2 * nt + e] = s0 + 8 * nt + 2 * tg + e <= pr[i]
+                                            ? sc[nt][2 * i + e] * scale
+                                            : -INFINITY;
+                float corr = softmax_step<4>(x, m[i], l[i]);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float &x = sc[nt][2 * i + e];
-                        x = expf(x - base);
-                        sum += x;
-                    }
-                sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-                sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-                l[i] = l[i] * corr + sum;
-                m[i] = mn;
+                    for (int e = 0; e < 2; e++)
+                        sc[nt][2 * i + e] = x[2 * nt + e];
 #pragma unroll
                 for (int dt = 0; dt < DT; dt++) {
                     acc[dt][2 * i] *= corr;

@@ -53,6 +53,26 @@ __device__ __forceinline__ int64_t kt_row_off(const KT &t, const KT &o, int64_t 
     return kt_off(t, q / o.ne[1], q % o.ne[1], i2, 0);
 }
 
+/*
+ * Row-span kernels (k_elementwise, k_convert, k_epilogue): a block of SPAN_THREADS takes SPAN
+ * elements of one row at a time, grid-stride over rows x spans, so that a row's offsets are found
+ * once per span, not per element; each thread loads its SPAN_U elements before it stores them,
+ * so that their round trips overlap.
+ */
+enum { SPAN_THREADS = 256, SPAN_U = 4, SPAN = SPAN_U * SPAN_THREADS };
+
+/* Host: blocks for n units of a grid-stride loop: n, within [1, 8192]. */
+static inline unsigned gp_cu_blocks(int64_t n)
+{
+    return (unsigned)(n < 1 ? 1 : n > 8192 ? 8192 : n);
+}
+
+/* Host: a row-span kernel's blocks for `rows` rows of C elements. */
+static inline unsigned span_blocks(int64_t rows, int64_t C)
+{
+    return gp_cu_blocks(rows * ((C + SPAN - 1) / SPAN));
+}
+
 __device__ __forceinline__ float ld_f(const char *p, int t)
 {
     switch (t) {
@@ -147,20 +167,32 @@ __device__ __forceinline__ void st_f4(char *p, int t, const float (&y)[4])
     }
 }
 
-__device__ __forceinline__ float warp_sum(float v)
+/* Sum or maximum over each group of W lanes (W a power of two up to 32: lanes that differ only
+ * in their low log2(W) bits); every lane of a group gets its group's. */
+template <int W> __device__ __forceinline__ float lanes_sum(float v)
 {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
+    for (int o = W / 2; o > 0; o >>= 1)
         v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
-__device__ __forceinline__ float warp_max(float v)
+template <int W> __device__ __forceinline__ float lanes_max(float v)
 {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
+    for (int o = W / 2; o > 0; o >>= 1)
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    return lanes_sum<32>(v);
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    return lanes_max<32>(v);
 }
 
 /* Sum (is_max 0) or maximum over the block; every thread gets the result. sh: 32 floats of shared

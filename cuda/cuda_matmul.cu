@@ -1176,36 +1176,31 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
 
 /* ---- cuBLAS ---- */
 
-/* Elements of a row that one block of k_convert or k_epilogue takes at a time: CONV_U per
- * thread, all loaded before the first is stored (their round trips overlap). */
-enum { CONV_THREADS = 256, CONV_U = 4, CONV_SPAN = CONV_U * CONV_THREADS };
-
-/* dst [n0, n1, R, C] contiguous in dtype dt from the logical operand m (launch sizes). A block
- * takes CONV_SPAN elements of one row at a time; thread 0 finds the row (its divisions once per
- * span). */
+/* dst [n0, n1, R, C] contiguous in dtype dt from the logical operand m (launch sizes). A row-span
+ * kernel (cuda_internal.cuh); thread 0 finds the span's row. */
 __global__ void k_convert(char *dst, int dt, mat m, int64_t R, int64_t C)
 {
     __shared__ int64_t off;
     pdl_begin();
-    int64_t rows = m.n0 * m.n1 * R, per = (C + CONV_SPAN - 1) / CONV_SPAN;
+    int64_t rows = m.n0 * m.n1 * R, per = (C + SPAN - 1) / SPAN;
     int64_t es = dt == GP_F32 ? 4 : 2;
     for (int64_t b = blockIdx.x; b < rows * per; b += gridDim.x) {
-        int64_t rr = b / per, c0 = (b - rr * per) * CONV_SPAN + threadIdx.x;
+        int64_t rr = b / per, c0 = (b - rr * per) * SPAN + threadIdx.x;
         __syncthreads(); /* the last span's offset is read */
         if (threadIdx.x == 0)
             off = rr / R / m.n1 * m.s0 + rr / R % m.n1 * m.s1 + rr % R * m.sr;
         __syncthreads();
         const char *src = m.p + off;
         char *out = dst + rr * C * es;
-        uint32_t v[CONV_U];
+        uint32_t v[SPAN_U];
 #pragma unroll
-        for (int u = 0; u < CONV_U; u++) {
-            int64_t cc = c0 + u * CONV_THREADS;
+        for (int u = 0; u < SPAN_U; u++) {
+            int64_t cc = c0 + u * SPAN_THREADS;
             v[u] = cc < C ? ld_bits(src + cc * m.sc, m.t) : 0;
         }
 #pragma unroll
-        for (int u = 0; u < CONV_U; u++) {
-            int64_t cc = c0 + u * CONV_THREADS;
+        for (int u = 0; u < SPAN_U; u++) {
+            int64_t cc = c0 + u * SPAN_THREADS;
             if (cc < C)
                 st_f(out + cc * es, dt, bits_f(v[u], m.t));
         }
@@ -1215,12 +1210,12 @@ __global__ void k_convert(char *dst, int dt, mat m, int64_t R, int64_t C)
 /*
  * out = the epilogue e applied to o element by element: the elementwise nodes after a product
  * that cuBLAS wrote (a prompt's bias, gelu, residual) in one pass instead of a launch and a pass
- * each; e's operands broadcast over dims of 1. A block takes CONV_SPAN elements of one row at a
- * time; a thread of each of its first warps finds the row in one tensor. out is o itself or
- * disjoint from it (blas_epilogue), and each element is read and written by one thread. VEC:
- * o and out are f32 rows of 16-byte aligned vectors of 4, each operand such rows (f32) or rows
- * of 8-byte aligned vectors (16-bit) or one value per row (epi_vec_ok): a thread's CONV_U
- * elements are one vector, loaded and stored at once.
+ * each; e's operands broadcast over dims of 1. A row-span kernel (cuda_internal.cuh); a thread
+ * of each of its first warps finds the span's row in one tensor. out is o itself or disjoint
+ * from it (blas_epilogue), and each element is read and written by one thread. VEC: o and out
+ * are f32 rows of 16-byte aligned vectors of 4, each operand such rows (f32) or rows of 8-byte
+ * aligned vectors (16-bit) or one value per row (epi_vec_ok): a thread's SPAN_U elements are one
+ * vector, loaded and stored at once.
  */
 template <bool VEC> __global__ void k_epilogue(KT o, EPI e, KT out, const int64_t *syms)
 {
@@ -1240,9 +1235,9 @@ template <bool VEC> __global__ void k_epilogue(KT o, EPI e, KT out, const int64_
         }
     }
     int64_t C = out.ne[3], rows = out.ne[0] * out.ne[1] * out.ne[2];
-    int64_t per = (C + CONV_SPAN - 1) / CONV_SPAN;
+    int64_t per = (C + SPAN - 1) / SPAN;
     for (int64_t b = blockIdx.x; b < rows * per; b += gridDim.x) {
-        int64_t r = b / per, c0 = (b - r * per) * CONV_SPAN + threadIdx.x;
+        int64_t r = b / per, c0 = (b - r * per) * SPAN + threadIdx.x;
         __syncthreads(); /* the last span's offsets are read */
         if (threadIdx.x == 0) /* one thread of a warp each: the divisions run side by side */
             off[0] = kt_row_off(out, out, r);
@@ -1256,31 +1251,31 @@ template <bool VEC> __global__ void k_epilogue(KT o, EPI e, KT out, const int64_
         char *po = out.p + off[0];
         const char *pi = o.p + off[1];
         if (VEC) {
-            int64_t c = (b - r * per) * CONV_SPAN + CONV_U * threadIdx.x;
+            int64_t c = (b - r * per) * SPAN + SPAN_U * threadIdx.x;
             if (c >= C)
                 continue;
             float4 x4 = *(const float4 *)(pi + 4 * c);
-            float x[CONV_U] = {x4.x, x4.y, x4.z, x4.w}, ov[GP_CU_MAX_EPI][CONV_U];
+            float x[SPAN_U] = {x4.x, x4.y, x4.z, x4.w}, ov[GP_CU_MAX_EPI][SPAN_U];
 #pragma unroll
             for (int k = 0; k < GP_CU_MAX_EPI; k++) {
                 const char *pk = has[k] ? e.other[k].p + off[2 + k] : NULL;
                 int t = e.other[k].t;
                 if (!has[k] || cs[k] == 0) {
                     float s = has[k] ? ld_f(pk, t) : 0.0f;
-                    for (int j = 0; j < CONV_U; j++)
+                    for (int j = 0; j < SPAN_U; j++)
                         ov[k][j] = s;
                 } else if (t == GP_F32) {
                     float4 w = *(const float4 *)(pk + 4 * c);
                     ov[k][0] = w.x, ov[k][1] = w.y, ov[k][2] = w.z, ov[k][3] = w.w;
                 } else {
                     uint2 u = *(const uint2 *)(pk + 2 * c);
-                    uint32_t h[CONV_U] = {u.x & 0xffff, u.x >> 16, u.y & 0xffff, u.y >> 16};
-                    for (int j = 0; j < CONV_U; j++)
+                    uint32_t h[SPAN_U] = {u.x & 0xffff, u.x >> 16, u.y & 0xffff, u.y >> 16};
+                    for (int j = 0; j < SPAN_U; j++)
                         ov[k][j] = bits_f(h[j], t);
                 }
             }
 #pragma unroll
-            for (int j = 0; j < CONV_U; j++) {
+            for (int j = 0; j < SPAN_U; j++) {
                 EpiVals ev;
 #pragma unroll
                 for (int k = 0; k < GP_CU_MAX_EPI; k++)
@@ -1289,10 +1284,10 @@ template <bool VEC> __global__ void k_epilogue(KT o, EPI e, KT out, const int64_
             }
             *(float4 *)(po + 4 * c) = make_float4(x[0], x[1], x[2], x[3]);
         } else {
-            uint32_t bi[CONV_U], bk[CONV_U][GP_CU_MAX_EPI];
+            uint32_t bi[SPAN_U], bk[SPAN_U][GP_CU_MAX_EPI];
 #pragma unroll
-            for (int u = 0; u < CONV_U; u++) {
-                int64_t c = c0 + u * CONV_THREADS;
+            for (int u = 0; u < SPAN_U; u++) {
+                int64_t c = c0 + u * SPAN_THREADS;
                 bi[u] = c < C ? ld_bits(pi + c * o.nb[3], o.t) : 0;
 #pragma unroll
                 for (int k = 0; k < GP_CU_MAX_EPI; k++)
@@ -1301,8 +1296,8 @@ template <bool VEC> __global__ void k_epilogue(KT o, EPI e, KT out, const int64_
                                                : 0;
             }
 #pragma unroll
-            for (int u = 0; u < CONV_U; u++) {
-                int64_t c = c0 + u * CONV_THREADS;
+            for (int u = 0; u < SPAN_U; u++) {
+                int64_t c = c0 + u * SPAN_THREADS;
                 if (c >= C)
                     break;
                 EpiVals ev;
@@ -1335,14 +1330,14 @@ static int rows_aligned(const KT &t, int64_t al)
 static int epi_vec_ok(const KT &o, const KT &out, const EPI &e)
 {
     if (o.t != GP_F32 || out.t != GP_F32 || o.nb[3] != 4 || out.nb[3] != 4 ||
-        out.ne[3] % CONV_U || !rows_aligned(o, 16) || !rows_aligned(out, 16))
+        out.ne[3] % SPAN_U || !rows_aligned(o, 16) || !rows_aligned(out, 16))
         return 0;
     for (int k = 0; k < e.n; k++) {
         const KT &x = e.other[k];
         if (e.op[k] == GP_OP_GELU || x.ne[3] == 1)
             continue;
         int es = x.t == GP_F32 ? 4 : x.t == GP_F16 || x.t == GP_BF16 ? 2 : 0;
-        if (!es || x.nb[3] != es || !rows_aligned(x, CONV_U * es))
+        if (!es || x.nb[3] != es || !rows_aligned(x, SPAN_U * es))
             return 0;
     }
     return 1;
@@ -1390,13 +1385,12 @@ static int blas_epilogue(gp_cu_ctx *c, const KT &o, const gp_cu_epilogue *epi)
                 (e.other[k].ne[d] != out.ne[d] || e.other[k].sym[d] != out.sym[d]))
                 return 0;
     }
-    int64_t spans = kt_count(out, 3) * ((out.ne[3] + CONV_SPAN - 1) / CONV_SPAN);
-    unsigned grid = (unsigned)(spans < 1 ? 1 : spans > 8192 ? 8192 : spans);
+    unsigned grid = span_blocks(kt_count(out, 3), out.ne[3]);
     int vec = epi_vec_ok(o, out, e);
     if (vec)
-        gp_cu_launch(c, k_epilogue<true>, grid, CONV_THREADS, 0, o, e, out, c->d_syms);
+        gp_cu_launch(c, k_epilogue<true>, grid, SPAN_THREADS, 0, o, e, out, c->d_syms);
     else
-        gp_cu_launch(c, k_epilogue<false>, grid, CONV_THREADS, 0, o, e, out, c->d_syms);
+        gp_cu_launch(c, k_epilogue<false>, grid, SPAN_THREADS, 0, o, e, out, c->d_syms);
     if (gp_cu_check_launch(c, "matmul epilogue"))
         return -1;
     blas_epilogues++;
@@ -1412,9 +1406,9 @@ static cudaDataType_t cu_type(int t)
 /* Converts operand *m ([R, C] per batch) to dtype dt at dst, and points *m at the copy. */
 static int convert_operand(gp_cu_ctx *c, mat *m, int dt, int64_t R, int64_t C, char *dst)
 {
-    int64_t es = es_of(dt), b = m->n0 * m->n1 * R * ((C + CONV_SPAN - 1) / CONV_SPAN);
-    gp_cu_launch(c, k_convert, (unsigned)(b < 1 ? 1 : b > 8192 ? 8192 : b), CONV_THREADS, 0, dst,
-                 dt, *m, R, C);
+    int64_t es = es_of(dt);
+    gp_cu_launch(c, k_convert, span_blocks(m->n0 * m->n1 * R, C), SPAN_THREADS, 0, dst, dt, *m, R,
+                 C);
     if (gp_cu_check_launch(c, "matmul_convert"))
         return -1;
     m->p = dst;

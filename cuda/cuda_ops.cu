@@ -8,7 +8,7 @@
 
 #include "cuda/cuda_matvec.cuh"
 
-enum { THREADS = 256, MAX_BLOCKS = 8192 };
+enum { THREADS = 256 };
 
 KT gp_kt_of(const gp_cu_ctx *c, const gp_cu_tensor *k)
 {
@@ -39,8 +39,7 @@ int gp_cu_check_launch(gp_cu_ctx *c, const char *what)
 
 static unsigned grid_for(int64_t n, int threads)
 {
-    int64_t b = (n + threads - 1) / threads;
-    return (unsigned)(b < 1 ? 1 : b > (int64_t)MAX_BLOCKS ? (int64_t)MAX_BLOCKS : b);
+    return gp_cu_blocks((n + threads - 1) / threads);
 }
 
 /* An element of dtype st whose bits are u (ld_bits) stored at dst as dtype dt: the raw bytes when
@@ -88,15 +87,10 @@ __device__ __forceinline__ float ew_apply(int op, float fa, float x, float y)
     }
 }
 
-/* Elements of a row that one block takes at a time: EW_U per thread. */
-enum { EW_U = 4, EW_SPAN = EW_U * THREADS };
-
 /*
- * out = op(x[, y]) over out's elements; x and y broadcast. op EW_COPY: cont and cast. A block
- * takes EW_SPAN elements of one row at a time (grid-stride over rows x spans); a thread of each
- * of its first three warps finds the row in o, x or y (divisions once per span, not per element),
- * and each thread loads its EW_U elements before it converts and stores them, so that their
- * round trips overlap (each element is read and written by one thread: in place is safe).
+ * out = op(x[, y]) over out's elements; x and y broadcast. op EW_COPY: cont and cast. A
+ * row-span kernel (cuda_internal.cuh); a thread of each of its first three warps finds the
+ * span's row in o, x or y. Each element is read and written by one thread: in place is safe.
  */
 __global__ void k_elementwise(int op, float fa, KT o, KT x, KT y, int has_y, const int64_t *syms)
 {
@@ -106,10 +100,10 @@ __global__ void k_elementwise(int op, float fa, KT o, KT x, KT y, int has_y, con
     kt_resolve(x, syms);
     if (has_y)
         kt_resolve(y, syms);
-    int64_t C = o.ne[3], rows = o.ne[0] * o.ne[1] * o.ne[2], per = (C + EW_SPAN - 1) / EW_SPAN;
+    int64_t C = o.ne[3], rows = o.ne[0] * o.ne[1] * o.ne[2], per = (C + SPAN - 1) / SPAN;
     int64_t xs = x.ne[3] == 1 ? 0 : x.nb[3], ys = y.ne[3] == 1 ? 0 : y.nb[3];
     for (int64_t b = blockIdx.x; b < rows * per; b += gridDim.x) {
-        int64_t r = b / per, c0 = (b - r * per) * EW_SPAN + threadIdx.x;
+        int64_t r = b / per, c0 = (b - r * per) * SPAN + threadIdx.x;
         __syncthreads(); /* the last span's offsets are read */
         if (threadIdx.x == 0) /* one thread of a warp each: the divisions run side by side */
             off[0] = kt_row_off(o, o, r);
@@ -120,16 +114,16 @@ __global__ void k_elementwise(int op, float fa, KT o, KT x, KT y, int has_y, con
         __syncthreads();
         char *po = o.p + off[0];
         const char *px = x.p + off[1], *py = y.p + off[2];
-        uint32_t bx[EW_U], by[EW_U];
+        uint32_t bx[SPAN_U], by[SPAN_U];
 #pragma unroll
-        for (int u = 0; u < EW_U; u++) {
-            int64_t c = c0 + u * THREADS;
+        for (int u = 0; u < SPAN_U; u++) {
+            int64_t c = c0 + u * SPAN_THREADS;
             bx[u] = c < C ? ld_bits(px + c * xs, x.t) : 0;
             by[u] = c < C && has_y ? ld_bits(py + c * ys, y.t) : 0;
         }
 #pragma unroll
-        for (int u = 0; u < EW_U; u++) {
-            int64_t c = c0 + u * THREADS;
+        for (int u = 0; u < SPAN_U; u++) {
+            int64_t c = c0 + u * SPAN_THREADS;
             if (c >= C)
                 break;
             if (op == EW_COPY)
@@ -148,9 +142,8 @@ static int launch_elementwise(gp_cu_ctx *c, int op, float fa, const gp_cu_tensor
     int64_t n = kt_count(o, 4);
     if (n == 0)
         return 0;
-    int64_t spans = n / o.ne[3] * ((o.ne[3] + EW_SPAN - 1) / EW_SPAN);
-    gp_cu_launch(c, k_elementwise, grid_for(spans, 1), THREADS, 0, op, fa, o, kx, ky, y != NULL,
-                 c->d_syms);
+    gp_cu_launch(c, k_elementwise, span_blocks(n / o.ne[3], o.ne[3]), SPAN_THREADS, 0, op, fa, o,
+                 kx, ky, y != NULL, c->d_syms);
     return gp_cu_check_launch(c, "elementwise");
 }
 
