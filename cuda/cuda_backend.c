@@ -16,8 +16,9 @@
  * rows takes two per warp), "embadd" (two lookups and the add of them in one launch,
  * plan_embed_add), "qkvatt" (a one-token attention computes its q, k and v itself,
  * plan_qkv_attention), "tiles" (a prompt's attention in tiles of queries and keys), "tensor"
- * (those tiles on tensor cores, for f16 caches) and "blasepi" (a cuBLAS product's epilogue in one
- * launch after it).
+ * (those tiles on tensor cores, for f16 caches), "blasepi" (a cuBLAS product's epilogue in one
+ * launch after it) and "atomic" (a one-row product added into a residual in place: its splits add
+ * with atomics, k_matvec_kc; not bit-reproducible from run to run).
  * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
  * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
  * wins over it); GPLAN_CUDA_TRANSPOSE=1
@@ -149,7 +150,7 @@ enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_C
        FUSE_ATTN = 512, FUSE_MEGA = 1024, FUSE_EARLY = 2048, FUSE_ARNORM = 4096,
        FUSE_ROPETAB = 8192, FUSE_EPILOAD = 16384, FUSE_NORMLOAD = 32768, FUSE_EMBADD = 65536,
        FUSE_PAIRS = 131072, FUSE_QKVATT = 262144, FUSE_TILES = 524288,
-       FUSE_TENSOR = 1048576, FUSE_BLASEPI = 2097152 };
+       FUSE_TENSOR = 1048576, FUSE_BLASEPI = 2097152, FUSE_ATOMIC = 4194304 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -181,7 +182,7 @@ static void read_switches(cuda_be *b)
                                         "transpose", "group", "tail", "attnfuse", "mega", "early",
                                         "arnorm", "ropetab", "epiload", "normload",
                                         "embadd", "pairs", "qkvatt", "tiles", "tensor",
-                                        "blasepi"};
+                                        "blasepi", "atomic"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -240,6 +241,13 @@ static void read_switches(cuda_be *b)
     b->kc.clusters = b->kc.mv_cluster_fit[8] > 0;
     b->kc.mv_cluster_bps = mb ? atoi(mb) : 0;
     b->kc.mv_cluster_pre = mp ? atoi(mp) : 0;
+    /* Those adding into a residual in place with atomics instead (bench/gpu-notes.md, fourteenth
+     * session): at most GPLAN_CUDA_MV_ADD splits (default 16; 0 or "atomic" disabled: none), and
+     * GPLAN_CUDA_MV_ADD_NARROW for rows of N <= 1024 (default 8: GPT-2 117M's c_proj and proj,
+     * -3% against 16; 1558M's, N = 1600, lose 1-7% below 16). */
+    const char *ma = getenv("GPLAN_CUDA_MV_ADD"), *mn = getenv("GPLAN_CUDA_MV_ADD_NARROW");
+    b->kc.mv_add = b->disable & FUSE_ATOMIC ? 0 : ma ? atoi(ma) : 16;
+    b->kc.mv_add_narrow = ma && !mn ? 0 : mn ? atoi(mn) : 8;
     /* Measured 2026-11-30 (H200): -5% for GPT-2 117M, +4% for 1558M (its 5-20 MB matrices'
      * prefetches compete with the kernel before): off unless asked for. The attention's cache
      * rows are on the critical path and small: on unless "prefetch" is disabled. */

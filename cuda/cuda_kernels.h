@@ -71,6 +71,10 @@ typedef struct {
     int mv_cluster_pre;      /* > 0: also those computing a norm of x first, for about that many
                                 blocks per multiprocessor (0: kn2 takes them) */
     int mv_cluster_fit[17];  /* [C]: how many clusters of C of them fit at once (0: unknown) */
+    int mv_add;              /* > 1: those whose result is added into a residual in place split K
+                                over at most that many blocks that add their sums into it with
+                                atomics (no cluster; last bits vary between runs) */
+    int mv_add_narrow;       /* > 1: at most that many instead for N <= 1024 */
     const void *const_lo;    /* device bytes [const_lo, const_hi) that no kernel writes during */
     const void *const_hi;    /* evals (the weights): matvecs load them before the wait above */
     int n_sm;                /* multiprocessors (0: 132, an H100/H200) */
@@ -267,6 +271,8 @@ int64_t gp_cuda_attention_mma_count(void);
 /* Epilogues run in one launch after a cuBLAS product (k_epilogue) so far, for tests; vec: those
  * in vectors of 4. */
 int64_t gp_cuda_blas_epilogue_count(int vec);
+/* One-row products whose splits added into their output with atomics (mv_add) so far, for tests. */
+int64_t gp_cuda_matvec_add_count(void);
 
 /*
  * The persistent decode kernel (cuda_mega.cu). While ctx.mk is set, the one-token launches it can

@@ -740,11 +740,16 @@ enum { KC_MAXC = 16 }; /* the largest cluster k_matvec_kc takes (16 is non-porta
  * the epilogue. No partials in global memory, no counter, and no read of another block's memory
  * after the barrier (so none waits for the others before it exits): the same bits for a given
  * (K, per, TX). C == 1 launches without clusters (any architecture).
+ *
+ * With add, no cluster: o already holds an addend of the result (a residual written in
+ * place) and every block adds its split's sums into it with atomics, split 0 with the epilogue e
+ * (then adds only: o + its split's sums + e's operands). The order of the adds varies from launch
+ * to launch: the last bits may too.
  */
 template <typename W, bool PRE, int TX>
 __global__ void __launch_bounds__(256, 4)
     k_matvec_kc(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int64_t K,
-                int64_t N, int64_t per, int early)
+                int64_t N, int64_t per, int early, int add)
 {
     typedef vec16<W> V;
     enum { TC = TX * V::N };
@@ -752,15 +757,21 @@ __global__ void __launch_bounds__(256, 4)
     extern __shared__ float xs_kc[];
     STAMP_BEGIN(PRE ? 2 : 1);
     int C = gridDim.z, r = blockIdx.z, j = threadIdx.x;
-    if (C > 1)
+    if (C > 1 && !add)
         cluster_started_arrive();
     int64_t tile0 = (int64_t)blockIdx.x * TC;
-    bool fin = j < TC && tile0 + j < N && j % C == r;
+    bool fin = j < TC && tile0 + j < N && (add || j % C == r);
+    bool epi = fin && (!add || r == 0);
     EpiVals ev;
     float s = kn_split_sum<W, PRE, TX>(w, ldw, x, nm, -1, K, N, tile0, r * per, per, early, NULL,
-                                       xs_kc, red, e, fin ? tile0 + j : -1, &ev);
-    if (!(early & EARLY_EPI) && fin)
+                                       xs_kc, red, e, epi ? tile0 + j : -1, &ev);
+    if (!(early & EARLY_EPI) && epi)
         ev = epi_load(e, tile0 + j);
+    if (add) {
+        if (fin)
+            atomicAdd((float *)(o.p + (tile0 + j) * o.nb[3]), epi ? epi_apply_vals(e, ev, s) : s);
+        return;
+    }
     if (C == 1) {
         if (fin)
             st_f(o.p + (tile0 + j) * o.nb[3], o.t, epi_apply_vals(e, ev, s));
@@ -884,7 +895,7 @@ static void launch_kn2(const gp_cu_ctx *c, dim3 grid, const char *w, int64_t ldw
 
 /* k_matvec_kc by weight type, staged norm and tile width (TX = 32, 16 or 8). */
 typedef void (*kc_fn)(const char *, int64_t, const float *, KT, EPI, NORM, int64_t, int64_t,
-                      int64_t, int);
+                      int64_t, int, int);
 
 template <typename W, bool PRE> static kc_fn kc_width(int tx)
 {
@@ -938,18 +949,22 @@ extern "C" int gp_cuda_matvec_cluster_ok(int n, int *fit)
  * than fit on the device at once (c->mv_cluster_fit). Takes the width whose split is the fewest
  * batches of rows (the first is loaded before the PDL wait), then the most blocks. 0 when
  * clusters are off, or every split would be more than 4 batches or 32 KiB of x (kn2 then).
+ * With add, splits that add into the output with atomics (no clusters): C at most c->mv_add, or
+ * c->mv_add_narrow for N <= 1024.
  */
-static int kc_split(const gp_cu_ctx *c, int64_t K, int64_t N, int64_t vn, int bps, int *tx,
-                    int64_t *per, int64_t *ns)
+static int kc_split(const gp_cu_ctx *c, int64_t K, int64_t N, int64_t vn, int bps, int add,
+                    int *tx, int64_t *per, int64_t *ns)
 {
-    if (c->mv_cluster < 2 || K <= 0 || N <= 0 || bps < 1)
+    int maxc = !add ? c->mv_cluster : N <= 1024 && c->mv_add_narrow > 1 ? c->mv_add_narrow
+                                                                        : c->mv_add;
+    if (maxc < 2 || K <= 0 || N <= 0 || bps < 1)
         return 0;
     int64_t target = (int64_t)(c->n_sm > 0 ? c->n_sm : 132) * bps;
     int64_t best = 0, best_blocks = 0;
     for (int t = 32; t >= 8; t /= 2) {
         int64_t tiles = (N + t * vn - 1) / (t * vn), C = target / tiles, rows = 256 / t * MV2_U;
-        C = C < 1 ? 1 : C > c->mv_cluster ? c->mv_cluster : C;
-        while (C > 1 && c->mv_cluster_fit[C] > 0 && tiles > c->mv_cluster_fit[C])
+        C = C < 1 ? 1 : C > maxc ? maxc : C;
+        while (!add && C > 1 && c->mv_cluster_fit[C] > 0 && tiles > c->mv_cluster_fit[C])
             C--;
         int64_t p = (K + C - 1) / C;
         C = (K + p - 1) / p;
@@ -972,6 +987,54 @@ static int is_const(const gp_cu_ctx *c, const char *p, int64_t n)
 {
     return !c->no_early && c->const_hi && p >= (const char *)c->const_lo && n >= 0 &&
            (uintptr_t)p + (uintptr_t)n <= (uintptr_t)c->const_hi;
+}
+
+static std::atomic<int64_t> mv_adds(0);
+
+extern "C" int64_t gp_cuda_matvec_add_count(void)
+{
+    return mv_adds.load();
+}
+
+/* 1 when device bytes [a, a + na) and [b, b + nb) meet. */
+static int bytes_meet(const void *a, int64_t na, const void *b, int64_t nb)
+{
+    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return pa < pb + (uintptr_t)nb && pb < pa + (uintptr_t)na;
+}
+
+/*
+ * 1 when a one-row product's epilogue e ends in the sum of the product, o itself (a residual
+ * written in place: an ADD whose operand is o, f32, the same row) and other rows or scalars, so
+ * that the product's splits may add into o with atomics (k_matvec_kc's add); *rest is then e
+ * without that ADD. Not when x or another operand shares bytes with o: blocks still read them
+ * while others add.
+ */
+static int adds_in_place(const EPI &e, const KT &o, const float *x, int64_t K, int64_t N,
+                         EPI *rest)
+{
+    int64_t ob = (N - 1) * o.nb[3] + 4;
+    int self = -1;
+    if (o.t != GP_F32 || e.n < 1 || bytes_meet(x, K * (int64_t)sizeof(float), o.p, ob))
+        return 0;
+    for (int k = 0; k < e.n; k++) {
+        const KT &t = e.other[k];
+        if (e.op[k] != GP_OP_ADD)
+            return 0;
+        if (t.p == o.p && t.t == GP_F32 && t.ne[3] == N && t.nb[3] == o.nb[3] && self < 0)
+            self = k;
+        else if (bytes_meet(t.p, (t.ne[3] - 1) * t.nb[3] + gp_dtype_size((gp_dtype)t.t), o.p, ob))
+            return 0;
+    }
+    if (self < 0)
+        return 0;
+    rest->n = 0;
+    for (int k = 0; k < e.n; k++)
+        if (k != self) {
+            rest->op[rest->n] = e.op[k];
+            rest->other[rest->n++] = e.other[k];
+        }
+    return 1;
 }
 
 /*
@@ -1131,11 +1194,16 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
             fl |= EARLY_NORM;
         int tx;
         int bps = pn ? c->mv_cluster_pre : c->mv_cluster_bps > 0 ? c->mv_cluster_bps : 3;
-        if (!c->matvec_v1 && !c->mk && ksym < 0 && kc_split(c, K, N, vn, bps, &tx, &per2, &ns2)) {
+        EPI rest;
+        int add = c->mv_add > 1 && !c->mk && ksym < 0 && adds_in_place(e, ot, x, K, N, &rest);
+        if (!c->matvec_v1 && !c->mk && ksym < 0 &&
+            kc_split(c, K, N, vn, bps, add, &tx, &per2, &ns2)) {
             dim3 g((unsigned)((N + tx * vn - 1) / (tx * vn)), 1, (unsigned)ns2);
-            gp_cu_launch_z(c, (unsigned)ns2, kc_kernel(kb.t, pn, tx), g, dim3(256),
-                           norm_smem(per2), B.p, B.sr, x, ot, e, pn ? *pn : NORM(), K, N, per2,
-                           fl);
+            gp_cu_launch_z(c, add ? 0 : (unsigned)ns2, kc_kernel(kb.t, pn, tx), g, dim3(256),
+                           norm_smem(per2), B.p, B.sr, x, ot, add ? rest : e, pn ? *pn : NORM(),
+                           K, N, per2, fl, add);
+            if (add)
+                mv_adds++;
             return gp_cu_check_launch(c, "matvec_kc") ? -1 : 1;
         }
         if (!c->matvec_v1 && kn2_split(c, K, N, tiles, ws_size, ws, &per2, &ns2)) {

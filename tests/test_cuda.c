@@ -915,6 +915,102 @@ static void test_matvec_cluster(void)
     kctx_free(&k);
 }
 
+/*
+ * [K, N] products added into a residual in place (out = x W + bias + out, k_matvec_kc's add: every
+ * split adds its sums with atomics) against the CPU: GPT-2 1558M's and 117M's c_proj and proj, f32
+ * weights with the residual alone, bf16 with the residual added first; with clusters or without,
+ * weights and operands early or not, at most 16 or 8 splits (right each time; the bits may
+ * differ between runs). Refused, and still right by the cluster kernel: a residual in another
+ * buffer, a MUL in the epilogue.
+ */
+static void test_matvec_add(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    int ok16 = gp_cuda_matvec_cluster_ok(16, k.c.mv_cluster_fit);
+    enum { BIAS_RES, RES, RES_BIAS, APART, MUL };
+    const struct {
+        int kind;
+        gp_dtype wt;
+        int64_t K, N;
+    } cs[] = {{BIAS_RES, GP_F16, 1600, 1600}, {BIAS_RES, GP_F16, 6400, 1600},
+              {BIAS_RES, GP_F16, 768, 768},   {BIAS_RES, GP_F16, 3072, 768},
+              {RES, GP_F32, 1000, 332},       {RES_BIAS, GP_BF16, 2048, 512},
+              {APART, GP_F16, 1600, 1600},    {MUL, GP_F16, 1600, 1600}};
+    void *ws = NULL;
+    cudaMalloc(&ws, (size_t)GP_WS_CUBLAS_BYTES);
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        int kind = cs[i].kind, takes = kind <= RES_BIAS;
+        int64_t K = cs[i].K, N = cs[i].N;
+        int64_t sw[2] = {K, N}, sx[2] = {1, K}, so[2] = {1, N}, sn[1] = {N};
+        tt w, x, prod, bias, res, out, scale;
+        tt_new(&w, cs[i].wt, 2, sw, 1.0f);
+        tt_new(&x, GP_F32, 2, sx, 1.0f);
+        tt_new(&prod, GP_F32, 2, so, 1.0f);
+        tt_new(&bias, GP_F16, 1, sn, 1.0f);
+        tt_new(&res, GP_F32, 2, so, 2.0f);
+        tt_new(&out, GP_F32, 2, so, 1.0f);
+        tt_new(&scale, GP_F32, 1, sn, 1.0f);
+        gp_attrs am = {{0, 0, 0, 0}, {0}}, none = {{0}, {0}};
+        gp_ktensor min[2] = {x.h, w.h};
+        gp_cpu_compute(GP_OP_MATMUL, &am, &prod.h, min, 2, NULL, 0, 0, 1);
+        gp_ktensor bin[2] = {prod.h, bias.h}, rin[2] = {prod.h, res.h};
+        if (kind != RES)
+            gp_cpu_compute(GP_OP_ADD, &none, &prod.h, kind == RES_BIAS ? rin : bin, 2, NULL, 0, 0,
+                           1);
+        gp_cpu_compute(GP_OP_ADD, &none, &out.h, kind == RES_BIAS ? bin : rin, 2, NULL, 0, 0, 1);
+        if (kind == MUL) {
+            memcpy(prod.h.data, out.h.data, out.bytes);
+            gp_ktensor m2[2] = {prod.h, scale.h};
+            gp_cpu_compute(GP_OP_MUL, &none, &out.h, m2, 2, NULL, 0, 0, 1);
+        }
+        /* The device's output: res's bytes (in place) except for APART. */
+        gp_cu_tensor dout = kind == APART ? out.d : res.d, dres = res.d;
+        gp_cu_epilogue epi;
+        memset(&epi, 0, sizeof epi);
+        epi.n = kind == RES ? 1 : kind == MUL ? 3 : 2;
+        epi.op[0] = epi.op[1] = epi.op[2] = GP_OP_ADD;
+        epi.other[0] = kind == RES || kind == RES_BIAS ? dres : bias.d;
+        epi.other[1] = kind == RES_BIAS ? bias.d : dres;
+        if (kind == MUL) {
+            epi.op[2] = GP_OP_MUL;
+            epi.other[2] = scale.d;
+        }
+        epi.out = dout;
+        gp_cu_tensor din[2] = {x.d, w.d};
+        for (int v = 0; v < 4; v++) {
+            k.c.pdl = v % 2;
+            k.c.const_lo = v % 2 ? (const void *)1 : NULL;
+            k.c.const_hi = v % 2 ? (const void *)UINTPTR_MAX : NULL;
+            k.c.epi_early = v % 2;
+            k.c.mv_cluster = v / 2 && ok16 ? 16 : 0;
+            k.c.mv_add = 16;
+            k.c.mv_add_narrow = v == 3 ? 8 : 0; /* at most 8 splits for N <= 1024 */
+            cudaMemcpy(res.d.data, res.h.data, res.bytes, cudaMemcpyHostToDevice);
+            cudaMemset(out.d.data, 0xff, out.bytes);
+            int64_t n0 = gp_cuda_matvec_add_count();
+            int fused = -1;
+            CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, &prod.d, din, ws,
+                                                 (size_t)GP_WS_CUBLAS_BYTES, &epi, NULL, &fused,
+                                                 NULL),
+                            0);
+            CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+            CU_ASSERT_EQUAL(fused, 1);
+            CU_ASSERT_EQUAL(gp_cuda_matvec_add_count() - n0, takes);
+            tt got = out;
+            got.d = dout;
+            char name[80];
+            snprintf(name, sizeof name, "matvec add, case %zu, variant %d", i, v);
+            CHECK_ERR(name, device_err(&got), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
+        }
+        tt *all[7] = {&w, &x, &prod, &bias, &res, &out, &scale};
+        for (int t = 0; t < 7; t++)
+            tt_free(all[t]);
+    }
+    cudaFree(ws);
+    kctx_free(&k);
+}
+
 /* [N, K] products of short rows, two rows per warp (k_matvec_nk2_pairs): the same bits as one row
  * per warp, and right against the CPU; GPT-2 117M's LM head, an odd N, a full 128 chunks, f32
  * rows of 50 chunks, an epilogue, weights loaded before the wait or after. */
@@ -2113,6 +2209,23 @@ static void test_model_qkvatt(void)
                          i ? 1e-2 : 2e-3);
 }
 
+/* atomic: GPT-2's c_proj and mlp.c_proj, added into the residual in place, add their splits with
+ * atomics (the default) or combine them in a cluster; both for every layer, f32 and f16 caches,
+ * and a 1280-wide layer of bf16 weights. Llama's o and down ([N, K] weights) take other kernels. */
+static void test_model_atomic(void)
+{
+    static const char *const wide[7] = {"n_layer=1", "n_embd=1280", "n_head=20", "vocab_size=512",
+                                        "n_positions=64", "wtype=bf16", "kv_type=f16"};
+    for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
+        const decode_case *c = &decode_cases[i];
+        if (strstr(c->example, "gpt2"))
+            decode_on_vs_off(c->example, c->defs, c->n_defs, NULL, NULL, "GPLAN_CUDA_DISABLE",
+                             "atomic", gp_cuda_matvec_add_count, 2 * c->n_layer, 1e-4, 1e-4);
+    }
+    decode_on_vs_off("examples/gpt2.gplan", wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", "atomic",
+                     gp_cuda_matvec_add_count, 2, 5e-3, 1e-2);
+}
+
 static void test_model_mega(void)
 {
     mega_cases("1");
@@ -2142,6 +2255,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "matvec pairs: two short rows per warp", test_matvec_pairs);
     CU_add_test(s, "argmax: first of the largest, NaN never", test_argmax);
     CU_add_test(s, "matvec cluster: [K, N] splits combined in a cluster", test_matvec_cluster);
+    CU_add_test(s, "matvec add: splits added into a residual in place", test_matvec_add);
     CU_add_test(s, "matvec group: q/k/v and gate/up/swiglu in one launch", test_matvec_group);
     CU_add_test(s, "matvec group computing the rms_norm before it", test_matvec_group_norm);
     CU_add_test(s, "matvec tail: the norm of the residual sum in the last block", test_matvec_tail);
@@ -2159,6 +2273,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "tiny model: fusions off, transposed weights, PDL on and off", test_model_switches);
     CU_add_test(s, "Llama and GPT-2 decode: one-token attention fused or not", test_model_attnfuse);
     CU_add_test(s, "GPT-2 decode: c_attn inside the one-token attention or not", test_model_qkvatt);
+    CU_add_test(s, "GPT-2 decode: residual products adding with atomics or not", test_model_atomic);
     CU_add_test(s, "Llama and GPT-2 decode: persistent decode kernel or launches", test_model_mega);
     CU_add_test(s, "Llama and GPT-2 decode: streaming persistent kernel or launches",
                 test_model_mega_stream);
