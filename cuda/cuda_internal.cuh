@@ -209,6 +209,23 @@ __device__ __forceinline__ float block_reduce(float v, float *sh, int is_max)
     return is_max ? warp_max(v) : warp_sum(v);
 }
 
+/* a and b each summed over the block, to every thread (one barrier pair for both). sh: 64
+ * floats of shared memory. */
+__device__ __forceinline__ void block_reduce2(float &a, float &b, float *sh)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    a = warp_sum(a);
+    b = warp_sum(b);
+    __syncthreads();
+    if (lane == 0) {
+        sh[w] = a;
+        sh[32 + w] = b;
+    }
+    __syncthreads();
+    a = warp_sum(lane < nw ? sh[lane] : 0.0f);
+    b = warp_sum(lane < nw ? sh[32 + lane] : 0.0f);
+}
+
 /*
  * Programmatic dependent launch (Hopper): every kernel starts with this. It waits until the
  * kernel before it in the stream has finished and its writes are visible (a no-op when the
@@ -372,7 +389,7 @@ __device__ __forceinline__ void norm_stats(const NORM &nm, const float *x, int64
                                            float *inv_out)
 {
     enum { REG = 8 }; /* x up to REG * blockDim.x: read once, every load in flight at once */
-    __shared__ float red[32];
+    __shared__ float red[64];
     float acc = 0.0f, mean = 0.0f;
     if (K <= REG * (int64_t)blockDim.x) {
         float v[REG];
@@ -381,7 +398,26 @@ __device__ __forceinline__ void norm_stats(const NORM &nm, const float *x, int64
             int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
             v[j] = i < K ? x[i] : 0.0f;
         }
-        acc = norm_sq_regs(v, K, nm.is_ln, red, &mean, threadIdx.x, blockDim.x);
+        if (nm.is_ln) {
+            /* One reduction of the sums and squares of x - x[0] instead of two, one after the
+             * other (the mean, then the squares about it): GPT-2 117M -1%, 1558M -0.6%
+             * (bench/gpu-notes.md, fourteenth session). Shifted by x[0], the variance loses
+             * about eps_f32 (x[0] - mean)^2 / var of itself to cancellation, and x[0] being one
+             * of the K values, (x[0] - mean)^2 <= K var: at most ~1e-4 of it for K = 1600. */
+            float s0 = K > 0 ? x[0] : 0.0f, a = 0.0f, b = 0.0f;
+#pragma unroll
+            for (int j = 0; j < REG; j++) {
+                float d = threadIdx.x + (int64_t)j * blockDim.x < K ? v[j] - s0 : 0.0f;
+                a += d;
+                b += d * d;
+            }
+            block_reduce2(a, b, red);
+            float m = a / (float)K;
+            *mean_out = s0 + m;
+            *inv_out = 1.0f / sqrtf(fmaxf(b / (float)K - m * m, 0.0f) + nm.eps);
+            return;
+        }
+        acc = norm_sq_regs(v, K, 0, red, &mean, threadIdx.x, blockDim.x);
     } else {
         if (nm.is_ln) {
             for (int64_t i = threadIdx.x; i < K; i += blockDim.x)

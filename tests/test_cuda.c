@@ -651,24 +651,42 @@ static void tnorm_free(tnorm *n)
 }
 
 /* A norm computed inside the matrix-vector kernel (gp_cu_prenorm) against the CPU's norm then
- * matmul: layer norm with bias and rms norm, weights [K, N] and [N, K], f16 and f32; with two
+ * matmul: layer norm with bias and rms norm, weights [K, N] and [N, K], f16 and f32, a layer
+ * norm of x far from 0 and of x whose first element carries nearly all its variance; with two
  * rows the matmul refuses the norm and launches nothing. */
 static void test_matvec_prenorm(void)
 {
     kctx k;
     kctx_new(&k, NULL, NULL, 0);
+    enum { PLAIN, OFFSET, OUTLIER };
     const struct {
         int is_ln, tb;
         gp_dtype wt;
         int64_t K, N, M;
-    } cs[] = {{1, 0, GP_F16, 1600, 4800, 1}, {0, 1, GP_F32, 256, 72, 1}, {1, 1, GP_F16, 768, 200, 1},
-              {0, 0, GP_BF16, 64, 256, 1}, {1, 0, GP_F16, 128, 256, 2}};
+        int x;
+    } cs[] = {{1, 0, GP_F16, 1600, 4800, 1, PLAIN}, {0, 1, GP_F32, 256, 72, 1, PLAIN},
+              {1, 1, GP_F16, 768, 200, 1, PLAIN},   {0, 0, GP_BF16, 64, 256, 1, PLAIN},
+              {1, 0, GP_F16, 128, 256, 2, PLAIN},   {1, 0, GP_F16, 1600, 4800, 1, OFFSET},
+              {1, 1, GP_F16, 1600, 200, 1, OUTLIER}};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         int64_t K = cs[i].K, N = cs[i].N, M = cs[i].M;
         int64_t sw[2] = {cs[i].tb ? N : K, cs[i].tb ? K : N}, so[2] = {M, N};
         tnorm nm;
         tt w, out;
         tnorm_new(&nm, cs[i].is_ln ? NORM_LN : NORM_RMS, M, K);
+        if (cs[i].x != PLAIN) {
+            /* x far from 0 (1000 + [-3, 3)), or x[0] an outlier carrying nearly all the variance
+             * (3000 among [-3, 3)): the worst case for the layer norm's shifted sums */
+            float *xv = nm.x.h.data;
+            for (int64_t j = 0; j < M * K; j++)
+                xv[j] += cs[i].x == OFFSET ? 1000.0f : 0.0f;
+            if (cs[i].x == OUTLIER)
+                xv[0] = 3000.0f;
+            cudaMemcpy(nm.x.d.data, xv, nm.x.bytes, cudaMemcpyHostToDevice);
+            gp_attrs an = {{0}, {1e-5, 0}};
+            gp_ktensor nin[3] = {nm.x.h, nm.g.h, nm.b.h};
+            gp_cpu_compute(GP_OP_LAYER_NORM, &an, &nm.h.h, nin, 3, NULL, 0, 0, 1);
+        }
         tt_new(&w, cs[i].wt, 2, sw, 1.0f);
         tt_new(&out, GP_F32, 2, so, 1.0f);
         gp_attrs am = {{0, cs[i].tb, 0, 0}, {0}};
