@@ -257,6 +257,7 @@ static const config configs[] = {
     {"no-tensor", "GPLAN_CUDA_DISABLE=tensor"},
     {"no-blasepi", "GPLAN_CUDA_DISABLE=blasepi"},
     {"no-atomic", "GPLAN_CUDA_DISABLE=atomic"},
+    {"att-nocl", "GPLAN_CUDA_ATT_CLUSTER=0"},
     {"add8", "GPLAN_CUDA_MV_ADD=8"},
     {"add12", "GPLAN_CUDA_MV_ADD=12"},
     {"add16", "GPLAN_CUDA_MV_ADD=16"},
