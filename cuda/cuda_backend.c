@@ -244,7 +244,7 @@ static void read_switches(cuda_be *b)
     /* Those adding into a residual in place with atomics instead (bench/gpu-notes.md, fourteenth
      * session): at most GPLAN_CUDA_MV_ADD splits (default 16; 0 or "atomic" disabled: none), and
      * GPLAN_CUDA_MV_ADD_NARROW for rows of N <= 1024 (default 8: GPT-2 117M's c_proj and proj,
-     * -3% against 16; 1558M's, N = 1600, lose 1-7% below 16). */
+     * -3% against 16; 1558M's, N = 1600, lose 8-16% at 8 or 12). */
     const char *ma = getenv("GPLAN_CUDA_MV_ADD"), *mn = getenv("GPLAN_CUDA_MV_ADD_NARROW");
     b->kc.mv_add = b->disable & FUSE_ATOMIC ? 0 : ma ? atoi(ma) : 16;
     b->kc.mv_add_narrow = ma && !mn ? 0 : mn ? atoi(mn) : 8;
