@@ -39,6 +39,8 @@
  * (k_matvec_kc; default 16 where the device can; 0: none, split-K through global memory), about
  * GPLAN_CUDA_MV_CLUSTER_BPS blocks per multiprocessor (default 3); products that compute a norm
  * of x first only with GPLAN_CUDA_MV_CLUSTER_PRE=n, for about n blocks per multiprocessor.
+ * Those added into a residual in place ("atomic") split K over at most GPLAN_CUDA_MV_ADD blocks
+ * (default 16) that add with atomics, GPLAN_CUDA_MV_ADD_NARROW (default 8) for rows of N <= 1024.
  * GPLAN_CUDA_LATE: the kernels that let the next one start only once their loads are done, not
  * right after their wait (a comma list of "norm" and "att"; default "norm"; "none": none).
  * Tensor-parallel plans: one instance per rank, each on its device and called from its own thread;
