@@ -955,8 +955,9 @@ extern "C" int gp_cuda_matvec_cluster_ok(int n, int *fit)
 static int kc_split(const gp_cu_ctx *c, int64_t K, int64_t N, int64_t vn, int bps, int add,
                     int *tx, int64_t *per, int64_t *ns)
 {
-    int maxc = !add ? c->mv_cluster : N <= 1024 && c->mv_add_narrow > 1 ? c->mv_add_narrow
-                                                                        : c->mv_add;
+    int maxc = c->mv_cluster;
+    if (add)
+        maxc = N <= 1024 && c->mv_add_narrow > 1 ? c->mv_add_narrow : c->mv_add;
     if (maxc < 2 || K <= 0 || N <= 0 || bps < 1)
         return 0;
     int64_t target = (int64_t)(c->n_sm > 0 ? c->n_sm : 132) * bps;
@@ -996,11 +997,22 @@ extern "C" int64_t gp_cuda_matvec_add_count(void)
     return mv_adds.load();
 }
 
-/* 1 when device bytes [a, a + na) and [b, b + nb) meet. */
-static int bytes_meet(const void *a, int64_t na, const void *b, int64_t nb)
+/* The bytes [lo, hi) that t's elements span (launch sizes). */
+static void kt_span(const KT &t, uintptr_t *lo, uintptr_t *hi)
 {
-    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
-    return pa < pb + (uintptr_t)nb && pb < pa + (uintptr_t)na;
+    int64_t ext = es_of(t.t);
+    for (int d = 0; d < 4; d++)
+        ext += (t.ne[d] - 1) * t.nb[d];
+    *lo = (uintptr_t)t.p;
+    *hi = (uintptr_t)t.p + (uintptr_t)ext;
+}
+
+/* 1 when the bytes t's elements span meet [lo, hi). */
+static int kt_meets(const KT &t, uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t a, b;
+    kt_span(t, &a, &b);
+    return a < hi && lo < b;
 }
 
 /*
@@ -1013,9 +1025,10 @@ static int bytes_meet(const void *a, int64_t na, const void *b, int64_t nb)
 static int adds_in_place(const EPI &e, const KT &o, const float *x, int64_t K, int64_t N,
                          EPI *rest)
 {
-    int64_t ob = (N - 1) * o.nb[3] + 4;
+    uintptr_t olo, ohi, xlo = (uintptr_t)x, xhi = (uintptr_t)(x + K);
+    kt_span(o, &olo, &ohi);
     int self = -1;
-    if (o.t != GP_F32 || e.n < 1 || bytes_meet(x, K * (int64_t)sizeof(float), o.p, ob))
+    if (o.t != GP_F32 || e.n < 1 || (xlo < ohi && olo < xhi))
         return 0;
     for (int k = 0; k < e.n; k++) {
         const KT &t = e.other[k];
@@ -1023,7 +1036,7 @@ static int adds_in_place(const EPI &e, const KT &o, const float *x, int64_t K, i
             return 0;
         if (t.p == o.p && t.t == GP_F32 && t.ne[3] == N && t.nb[3] == o.nb[3] && self < 0)
             self = k;
-        else if (bytes_meet(t.p, (t.ne[3] - 1) * t.nb[3] + gp_dtype_size((gp_dtype)t.t), o.p, ob))
+        else if (kt_meets(t, olo, ohi))
             return 0;
     }
     if (self < 0)
@@ -1411,16 +1424,6 @@ static int epi_vec_ok(const KT &o, const KT &out, const EPI &e)
     return 1;
 }
 
-/* The bytes [lo, hi) that t's elements span (launch sizes). */
-static void kt_span(const KT &t, uintptr_t *lo, uintptr_t *hi)
-{
-    int64_t ext = es_of(t.t);
-    for (int d = 0; d < 4; d++)
-        ext += (t.ne[d] - 1) * t.nb[d];
-    *lo = (uintptr_t)t.p;
-    *hi = (uintptr_t)t.p + (uintptr_t)ext;
-}
-
 /* After cuBLAS wrote o: the epilogue in one launch (k_epilogue). 1 when launched, 0 when it
  * doesn't fit (the caller runs the nodes one by one), -1 on a launch error. */
 static int blas_epilogue(gp_cu_ctx *c, const KT &o, const gp_cu_epilogue *epi)
@@ -1428,16 +1431,15 @@ static int blas_epilogue(gp_cu_ctx *c, const KT &o, const gp_cu_epilogue *epi)
     if (!c->blas_epi || epi->n < 1 || epi->n > GP_CU_MAX_EPI)
         return 0;
     KT out = gp_kt_of(c, &epi->out);
-    uintptr_t olo, ohi, lo, hi;
+    uintptr_t olo, ohi;
     kt_span(o, &olo, &ohi);
-    kt_span(out, &lo, &hi);
     int same = out.p == o.p && out.t == o.t;
     for (int d = 0; d < 4; d++) {
         if (out.ne[d] != o.ne[d] || out.sym[d] != o.sym[d])
             return 0;
         same &= out.nb[d] == o.nb[d];
     }
-    if (!same && lo < ohi && olo < hi) /* a thread would read what another one wrote */
+    if (!same && kt_meets(out, olo, ohi)) /* a thread would read what another one wrote */
         return 0;
     EPI e;
     e.n = epi->n;
