@@ -17,8 +17,10 @@
  * plan_embed_add), "qkvatt" (a one-token attention computes its q, k and v itself,
  * plan_qkv_attention), "tiles" (a prompt's attention in tiles of queries and keys), "tensor"
  * (those tiles on tensor cores, for f16 caches), "blasepi" (a cuBLAS product's epilogue in one
- * launch after it) and "atomic" (a one-row product added into a residual in place: its splits add
- * with atomics, k_matvec_kc; not bit-reproducible from run to run).
+ * launch after it), "atomic" (a one-row product added into a residual in place: its splits add
+ * with atomics, k_matvec_kc; not bit-reproducible from run to run) and "fold" (a layer norm
+ * planned into the [K, N] product after it is folded into its sums, with constants computed at
+ * creation, plan_folds).
  * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
  * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
  * wins over it); GPLAN_CUDA_TRANSPOSE=1
@@ -145,6 +147,7 @@ typedef struct {
     uint64_t skip_ops;              /* bit per gp_op: kernels left out (timing experiments) */
     const void *const *weight_data; /* [n_tensors] the host weights uploaded at creation */
     gp_cu_mk *mk;                   /* mega: the persistent decode kernel's stages, or NULL */
+    float *dfold;                   /* the folded layer norms' constants (plan_folds), or NULL */
 } cuda_be;
 
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
@@ -152,7 +155,8 @@ enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_C
        FUSE_ATTN = 512, FUSE_MEGA = 1024, FUSE_EARLY = 2048, FUSE_ARNORM = 4096,
        FUSE_ROPETAB = 8192, FUSE_EPILOAD = 16384, FUSE_NORMLOAD = 32768, FUSE_EMBADD = 65536,
        FUSE_PAIRS = 131072, FUSE_QKVATT = 262144, FUSE_TILES = 524288,
-       FUSE_TENSOR = 1048576, FUSE_BLASEPI = 2097152, FUSE_ATOMIC = 4194304 };
+       FUSE_TENSOR = 1048576, FUSE_BLASEPI = 2097152, FUSE_ATOMIC = 4194304,
+       FUSE_FOLD = 8388608 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -184,7 +188,7 @@ static void read_switches(cuda_be *b)
                                         "transpose", "group", "tail", "attnfuse", "mega", "early",
                                         "arnorm", "ropetab", "epiload", "normload",
                                         "embadd", "pairs", "qkvatt", "tiles", "tensor",
-                                        "blasepi", "atomic"};
+                                        "blasepi", "atomic", "fold"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -225,6 +229,7 @@ static void read_switches(cuda_be *b)
     b->kc.att_tiles = !(b->disable & FUSE_TILES);
     b->kc.att_mma = !(b->disable & (FUSE_TILES | FUSE_TENSOR));
     b->kc.blas_epi = !(b->disable & FUSE_BLASEPI);
+    b->kc.no_fold = !!(b->disable & FUSE_FOLD);
     /* Measured 2026-11-30 (H200, ms per token, bench/gpu-notes.md, run G): clusters of 16
      * -0.04 on GPT-2 1558M and -0.008 on 117M (head dims 64), but +0.13 on Llama-7B on one GPU
      * and +0.02 on two (head dims 128; of 8: +-0 and +0.02). Default: 16, for head dims <= 64. */
@@ -1054,6 +1059,55 @@ static void plan_prenorms(cuda_be *b, const int *uses)
     }
 }
 
+/*
+ * The layer norms planned into the matmul after them whose weights, and the matmul's, are the
+ * model's: folded (gp_cuda_fold), so that the one-row product sums x while it reduces the norm's
+ * statistics. Their constants (2 N floats each) are computed here, once, into one allocation of
+ * their own. 0, or -1 with err set.
+ */
+static int plan_folds(cuda_be *b, char *err, size_t err_len)
+{
+    const gp_plan *p = b->p;
+    int64_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t at = 0;
+        for (int i = 0; i + 1 < p->n_nodes; i++) {
+            const gp_plan_node *nd = &p->nodes[i], *mm = &p->nodes[i + 1];
+            cu_node *cn = &b->nodes[i];
+            if (!cn->prenorm || !cn->pre.is_ln ||
+                root_of(p, mm->inputs[1])->kind != GP_TENSOR_WEIGHT ||
+                root_of(p, nd->inputs[1])->kind != GP_TENSOR_WEIGHT ||
+                (nd->n_inputs > 2 && root_of(p, nd->inputs[2])->kind != GP_TENSOR_WEIGHT))
+                continue;
+            int64_t n = gp_cuda_fold(&b->kc, &cn->pre, &mm->attrs, &b->nodes[i + 1].in[1],
+                                     pass ? b->dfold + at : NULL);
+            if (n < 0) {
+                snprintf(err, err_len, "cuda: %s", b->kc.err);
+                return -1;
+            }
+            if (pass && n > 0)
+                cn->pre.fold = b->dfold + at;
+            at += n;
+        }
+        if (!pass) {
+            if (!at)
+                return 0;
+            total = at;
+            cudaError_t e = be_malloc(b, (void **)&b->dfold, (size_t)total * sizeof(float));
+            if (e != cudaSuccess) {
+                snprintf(err, err_len, "cuda: %s", cudaGetErrorString(e));
+                return -1;
+            }
+        }
+    }
+    cudaError_t e = cudaStreamSynchronize(b->stream);
+    if (e != cudaSuccess) {
+        snprintf(err, err_len, "cuda: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- attnfuse: a one-token attention with its ropes and K/V cache stores in one launch ---- */
 
 typedef struct {
@@ -1781,6 +1835,8 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     free(uses);
     if (check_all_reduces(b, err, err_len))
         goto fail;
+    if (!(b->disable & FUSE_FOLD) && plan_folds(b, err, err_len))
+        goto fail;
     register_arena(b);
 
     /* cuBLAS: created here, on our stream, working only in planned workspaces (set per node). */
@@ -2098,6 +2154,7 @@ static void be_destroy(void *ctx)
     cudaFreeHost(b->pin_io);
     cudaFreeHost(b->pin_syms);
     cudaFree(b->dparam);
+    cudaFree(b->dfold);
     for (int r = 0; r < GP_REGION_COUNT; r++)
         cudaFree(b->raw[r]);
     if (b->stream)

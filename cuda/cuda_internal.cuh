@@ -343,7 +343,8 @@ static inline void stamps_print(FILE *f, const char *file, const char *const *na
 struct NORM {
     int is_ln, has_b;
     float eps;
-    KT w, b; /* [K] each */
+    KT w, b;           /* [K] each */
+    const float *fold; /* gp_cu_prenorm.fold: [2 N] */
 };
 
 /* The norm's weights (and bias) for elements [i0, i1) into L2, before the kernel's wait. */

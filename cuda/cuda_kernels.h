@@ -75,6 +75,7 @@ typedef struct {
                                 over at most that many blocks that add their sums into it with
                                 atomics (no cluster; last bits vary between runs) */
     int mv_add_narrow;       /* > 1: at most that many instead for N <= 1024 */
+    int no_fold;             /* 1: [K, N] matvecs ignore gp_cu_prenorm.fold (normalize x first) */
     const void *const_lo;    /* device bytes [const_lo, const_hi) that no kernel writes during */
     const void *const_hi;    /* evals (the weights): matvecs load them before the wait above */
     int n_sm;                /* multiprocessors (0: 132, an H100/H200) */
@@ -110,6 +111,8 @@ typedef struct {
     gp_cu_tensor x;          /* the norm's input [1, K] (or [K]), f32 contiguous */
     gp_cu_tensor w;          /* [K] */
     gp_cu_tensor b;          /* [K]; data NULL: none */
+    const float *fold;       /* a layer norm's constants for the [K, N] product after it
+                                (gp_cuda_fold; device, never written during evals); NULL: none */
 } gp_cu_prenorm;
 
 /* A norm of the epilogue's result (a residual sum x), computed by the last block of the [N, K]
@@ -273,6 +276,20 @@ int64_t gp_cuda_attention_mma_count(void);
 int64_t gp_cuda_blas_epilogue_count(int vec);
 /* One-row products whose splits added into their output with atomics (mv_add) so far, for tests. */
 int64_t gp_cuda_matvec_add_count(void);
+/* One-row products that took their layer norm folded (gp_cu_prenorm.fold) so far, for tests. */
+int64_t gp_cuda_matvec_fold_count(void);
+/*
+ * A layer norm folded into the one-row product after it, a = layer_norm(x, w, b) times weights
+ * W [K, N] (attrs as the matmul's; W as its second operand): a W = inv ((x - s) w W - (mean - s)
+ * c) + d, with c_j = sum_k w_k W_kj and d_j = sum_k b_k W_kj (0 without b) fixed by the weights,
+ * so that the product's kernel sums x itself while it reduces the norm's statistics, and scales
+ * the sums by them at the end. Enqueues dst [2 N] (device f32) = c, then d, and returns 2 N; 0
+ * when the product's kernels would not take it (not a layer norm, W not [K, N] with N
+ * contiguous, K over 2048); dst NULL: nothing enqueued, the count only. -1 with ctx->err set on
+ * a launch error. Allocates nothing.
+ */
+int64_t gp_cuda_fold(gp_cu_ctx *ctx, const gp_cu_prenorm *pre, const gp_attrs *a,
+                     const gp_cu_tensor *w, float *dst);
 
 /*
  * The persistent decode kernel (cuda_mega.cu). While ctx.mk is set, the one-token launches it can

@@ -569,41 +569,98 @@ __device__ __forceinline__ void kn2_load(uint4 *u, const char *w, int64_t ldw, i
                                      : make_uint4(0, 0, 0, 0);
 }
 
+/* How a [K, N] matvec meets a norm of x before its product: none, x normalized into shared memory
+ * first (STAGE), or the layer norm folded into the sums (FOLD: NORM.fold, gp_cuda_fold). */
+enum { PRE_NONE = 0, PRE_STAGE = 1, PRE_FOLD = 2 };
+
+/* A folded layer norm's statistics (m: mean - x[0], inv: 1 / rms) and one column's constants c and
+ * d (NORM.fold); the product is fold_apply of the sums of (x - x[0]) w W. */
+struct FOLDV {
+    float m, inv, c, d;
+};
+
+__device__ __forceinline__ float fold_apply(const FOLDV &f, float s)
+{
+    return f.inv * (s - f.m * f.c) + f.d;
+}
+
+/* FOLD's x: the split's (x - x[0]) w into xs (thread t: rows k0 + t + i blockDim.x, gw the norm
+ * weight of the first), and each warp's sums of x - x[0] and their squares over all of x (K <= 8
+ * blockDim.x) into st[warp]. Up to a row per thread, every load is issued before the first use:
+ * one round trip. */
+__device__ __forceinline__ void fold_stage(const NORM &nm, const float *x, int64_t K, int64_t k0,
+                                           int64_t k1, float gw, float *xs, float2 *st)
+{
+    enum { REG = 8 };
+    int t = threadIdx.x;
+    float s0 = x[0], v[REG];
+#pragma unroll
+    for (int j = 0; j < REG; j++) {
+        int64_t i = t + (int64_t)j * blockDim.x;
+        v[j] = i < K ? x[i] : 0.0f;
+    }
+    float xk = k0 + t < k1 ? x[k0 + t] : 0.0f;
+    float a = 0.0f, b = 0.0f;
+#pragma unroll
+    for (int j = 0; j < REG; j++) {
+        float d = t + (int64_t)j * blockDim.x < K ? v[j] - s0 : 0.0f;
+        a += d;
+        b += d * d;
+    }
+    if (k0 + t < k1)
+        xs[t] = (xk - s0) * gw;
+    for (int64_t j = t + blockDim.x; j < k1 - k0; j += blockDim.x)
+        xs[j] = (x[k0 + j] - s0) * norm_w(nm, k0 + j);
+    a = warp_sum(a);
+    b = warp_sum(b);
+    if ((t & 31) == 0)
+        st[t >> 5] = make_float2(a, b);
+}
+
 /*
  * The sums of one split of a [K, N] product (row k of the weights at w + k * ldw bytes, N
  * contiguous), shared by k_matvec_kn2 and k_matvec_kc. The block (256 threads, TX x TY) covers
  * columns [tile0, tile0 + TX * V::N) and rows [k0, k0 + per) (fixed at launch; cut at K); thread
  * (tx, ty) holds rows k0 + ty + TY i of each batch of TY * MV2_U rows. The split's x (normalized
- * with PRE) is staged in shared memory xs [per]. Returns, to thread j < TX * V::N, the split's sum
- * for column tile0 + j (red: [TY][TX * V::N] of shared memory, read until the return: a barrier
- * comes before the caller writes it again). With ecol >= 0 and EARLY_EPI in early, *ev gets the
- * epilogue's operands at column ecol right after the wait. ksym >= 0: K is read from syms then
- * (the launch's K is an upper bound).
+ * with PRE_STAGE) is staged in shared memory xs [per]. Returns, to thread j < TX * V::N, the
+ * split's sum for column tile0 + j (red: [TY][TX * V::N] of shared memory, read until the return:
+ * a barrier comes before the caller writes it again). With ecol >= 0 and EARLY_EPI in early, *ev
+ * gets the epilogue's operands at column ecol right after the wait. ksym >= 0: K is read from
+ * syms then (the launch's K is an upper bound). PRE_FOLD (K <= 8 blockDim.x, ksym < 0): the sums
+ * are of (x - x[0]) w, and *fo gets the norm's statistics (every block the same bits) and, with
+ * ecol >= 0, column ecol's constants, for fold_apply.
  */
-template <typename W, bool PRE, int TX>
+template <typename W, int PRE, int TX>
 __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const float *x,
                                               const NORM &nm, int ksym, int64_t K, int64_t N,
                                               int64_t tile0, int64_t k0, int64_t per, int early,
                                               const int64_t *syms, float *xs,
                                               float (*red)[TX * vec16<W>::N], const EPI &e,
-                                              int64_t ecol, EpiVals *ev)
+                                              int64_t ecol, EpiVals *ev, FOLDV *fo)
 {
     typedef vec16<W> V;
     enum { TY = 256 / TX, ROWS = TY * MV2_U };
+    __shared__ float2 st[PRE == PRE_FOLD ? 8 : 1];
     int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
     int64_t col = tile0 + (int64_t)tx * V::N;
     bool ok = col < N;
     int64_t cb = (ok ? col : 0) * (int64_t)sizeof(W);
     int64_t k1 = min(K, k0 + per);
     uint4 u[MV2_U];
-    /* EARLY_NORM: the norm's weights of the split, one element per thread, before the wait. */
-    bool norm_ahead = PRE && (early & EARLY_NORM) && per <= (int64_t)blockDim.x;
+    /* EARLY_NORM: the norm's weights of the split, one element per thread, before the wait (and
+     * FOLD's constants, which only gp_cuda_fold writes). */
+    bool norm_ahead = PRE && (early & EARLY_NORM) && (PRE == PRE_FOLD || per <= blockDim.x);
     float gw = 0.0f, gb = 0.0f;
     if (norm_ahead && k0 + (int64_t)threadIdx.x < k1) {
         gw = norm_w(nm, k0 + threadIdx.x);
-        gb = norm_b(nm, k0 + threadIdx.x);
-    } else if (PRE && ksym < 0) {
+        if (PRE == PRE_STAGE)
+            gb = norm_b(nm, k0 + threadIdx.x);
+    } else if (PRE == PRE_STAGE && ksym < 0) {
         prefetch_norm(nm, k0, k1);
+    }
+    if (PRE == PRE_FOLD && (early & EARLY_NORM) && ecol >= 0) {
+        fo->c = nm.fold[ecol];
+        fo->d = nm.fold[N + ecol];
     }
     if (early & EARLY_W) /* weights: no kernel writes them, and ksym < 0 */
         kn2_load<TY>(u, w, ldw, cb, k0 + ty, k1, ok);
@@ -615,13 +672,25 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
         K = syms[ksym];
         k1 = min(K, k0 + per);
     }
-    float mean = 0.0f, inv = 1.0f;
-    if (PRE)
-        norm_stats(nm, x, K, &mean, &inv);
-    for (int64_t j = threadIdx.x; j < k1 - k0; j += blockDim.x)
-        xs[j] = !PRE       ? __ldg(x + k0 + j)
-                : norm_ahead ? norm_val(nm, x[k0 + j], mean, inv, gw, gb) /* j == threadIdx.x */
-                             : norm_one(nm, x, k0 + j, mean, inv);
+    if (PRE == PRE_FOLD) {
+        if (!(early & EARLY_NORM)) {
+            if (k0 + (int64_t)threadIdx.x < k1)
+                gw = norm_w(nm, k0 + threadIdx.x);
+            if (ecol >= 0) {
+                fo->c = nm.fold[ecol];
+                fo->d = nm.fold[N + ecol];
+            }
+        }
+        fold_stage(nm, x, K, k0, k1, gw, xs, st);
+    } else {
+        float mean = 0.0f, inv = 1.0f;
+        if (PRE)
+            norm_stats(nm, x, K, &mean, &inv);
+        for (int64_t j = threadIdx.x; j < k1 - k0; j += blockDim.x)
+            xs[j] = !PRE       ? __ldg(x + k0 + j)
+                    : norm_ahead ? norm_val(nm, x[k0 + j], mean, inv, gw, gb) /* j == threadIdx.x */
+                                 : norm_one(nm, x, k0 + j, mean, inv);
+    }
     __syncthreads();
     STAMP(2);
     if (!(early & EARLY_W))
@@ -649,6 +718,17 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
         for (int r = 0; r < TY; r++)
             s += red[r][threadIdx.x];
     }
+    if (PRE == PRE_FOLD) {
+        float a = 0.0f, b = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            a += st[i].x;
+            b += st[i].y;
+        }
+        float m = a / (float)K;
+        fo->m = m;
+        fo->inv = 1.0f / sqrtf(fmaxf(b / (float)K - m * m, 0.0f) + nm.eps);
+    }
     return s;
 }
 
@@ -659,7 +739,7 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
  * adds them: each ty adds splits ty, ty + KN2_TY, ..., then the ty sums in order. Deterministic
  * for a given (K, per): one launch.
  */
-template <typename W, bool PRE>
+template <typename W, int PRE>
 __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
     k_matvec_kn2(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int ksym,
                  int64_t K, int64_t N, int64_t per, float *part, unsigned *counters, int early,
@@ -676,14 +756,16 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
     /* Thread j < KN2_TX * V::N (<= blockDim.x) finishes column tile0 + j. */
     int64_t tile0 = (int64_t)blockIdx.x * KN2_TX * V::N;
     EpiVals ev;
+    FOLDV fo;
     float sum = kn_split_sum<W, PRE, KN2_TX>(w, ldw, x, nm, ksym, K, N, tile0, blockIdx.y * per,
                                              per, early, syms, xs_kn2, red, e,
-                                             min(tile0 + (int64_t)threadIdx.x, N - 1), &ev);
+                                             min(tile0 + (int64_t)threadIdx.x, N - 1), &ev, &fo);
     int j = threadIdx.x;
     if (j < KN2_TX * V::N && tile0 + j < N) {
         if (nsplit == 1)
             st_f(o.p + (tile0 + j) * o.nb[3], o.t,
-                 epi_apply_vals(e, early & EARLY_EPI ? ev : epi_load(e, tile0 + j), sum));
+                 epi_apply_vals(e, early & EARLY_EPI ? ev : epi_load(e, tile0 + j),
+                                PRE == PRE_FOLD ? fold_apply(fo, sum) : sum));
         else
             part[blockIdx.y * N + tile0 + j] = sum;
     }
@@ -720,6 +802,8 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
 #pragma unroll
         for (int r = 0; r < KN2_TY; r++)
             t += red[r][j];
+        if (PRE == PRE_FOLD)
+            t = fold_apply(fo, t);
         st_f(o.p + (tile0 + j) * o.nb[3], o.t,
              epi_apply_vals(e, early & EARLY_EPI ? ev : epi_load(e, tile0 + j), t));
     }
@@ -746,7 +830,7 @@ enum { KC_MAXC = 16 }; /* the largest cluster k_matvec_kc takes (16 is non-porta
  * (then adds only: o + its split's sums + e's operands). The order of the adds varies from launch
  * to launch: the last bits may too.
  */
-template <typename W, bool PRE, int TX>
+template <typename W, int PRE, int TX>
 __global__ void __launch_bounds__(256, 4)
     k_matvec_kc(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int64_t K,
                 int64_t N, int64_t per, int early, int add)
@@ -763,18 +847,23 @@ __global__ void __launch_bounds__(256, 4)
     bool fin = j < TC && tile0 + j < N && (add || j % C == r);
     bool epi = fin && (!add || r == 0);
     EpiVals ev;
+    FOLDV fo;
     float s = kn_split_sum<W, PRE, TX>(w, ldw, x, nm, -1, K, N, tile0, r * per, per, early, NULL,
-                                       xs_kc, red, e, epi ? tile0 + j : -1, &ev);
+                                       xs_kc, red, e, epi ? tile0 + j : -1, &ev, &fo);
     if (!(early & EARLY_EPI) && epi)
         ev = epi_load(e, tile0 + j);
     if (add) {
+        /* split 0 adds the fold's constants too; the others their sums scaled */
+        if (PRE == PRE_FOLD)
+            s = epi ? fold_apply(fo, s) : fo.inv * s;
         if (fin)
             atomicAdd((float *)(o.p + (tile0 + j) * o.nb[3]), epi ? epi_apply_vals(e, ev, s) : s);
         return;
     }
     if (C == 1) {
         if (fin)
-            st_f(o.p + (tile0 + j) * o.nb[3], o.t, epi_apply_vals(e, ev, s));
+            st_f(o.p + (tile0 + j) * o.nb[3], o.t,
+                 epi_apply_vals(e, ev, PRE == PRE_FOLD ? fold_apply(fo, s) : s));
         return;
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -793,6 +882,8 @@ __global__ void __launch_bounds__(256, 4)
         float t = 0.0f;
         for (int i = 0; i < C; i++)
             t += pin[i * own + j / C];
+        if (PRE == PRE_FOLD)
+            t = fold_apply(fo, t);
         st_f(o.p + (tile0 + j) * o.nb[3], o.t, epi_apply_vals(e, ev, t));
     }
     STAMP(6);
@@ -881,35 +972,45 @@ static void launch_nk2(const gp_cu_ctx *c, unsigned grid, const char *w, int64_t
 
 template <typename W>
 static void launch_kn2(const gp_cu_ctx *c, dim3 grid, const char *w, int64_t ldw, const float *x,
-                       const KT &o, const EPI &e, const NORM *nm, int ksym, int64_t K, int64_t N,
-                       int64_t per, float *part, int early)
+                       const KT &o, const EPI &e, const NORM *nm, int pm, int ksym, int64_t K,
+                       int64_t N, int64_t per, float *part, int early)
 {
     size_t smem = (size_t)per * sizeof(float);
-    if (nm)
-        gp_cu_launch(c, k_matvec_kn2<W, true>, grid, KN2_TX * KN2_TY, smem, w, ldw, x, o, e, *nm,
-                     ksym, K, N, per, part, c->d_counters, early, c->d_syms);
+    if (pm == PRE_FOLD)
+        gp_cu_launch(c, k_matvec_kn2<W, PRE_FOLD>, grid, KN2_TX * KN2_TY, smem, w, ldw, x, o, e,
+                     *nm, ksym, K, N, per, part, c->d_counters, early, c->d_syms);
+    else if (nm)
+        gp_cu_launch(c, k_matvec_kn2<W, PRE_STAGE>, grid, KN2_TX * KN2_TY, smem, w, ldw, x, o, e,
+                     *nm, ksym, K, N, per, part, c->d_counters, early, c->d_syms);
     else
-        gp_cu_launch(c, k_matvec_kn2<W, false>, grid, KN2_TX * KN2_TY, smem, w, ldw, x, o, e, NORM(),
-                     ksym, K, N, per, part, c->d_counters, early, c->d_syms);
+        gp_cu_launch(c, k_matvec_kn2<W, PRE_NONE>, grid, KN2_TX * KN2_TY, smem, w, ldw, x, o, e,
+                     NORM(), ksym, K, N, per, part, c->d_counters, early, c->d_syms);
 }
 
-/* k_matvec_kc by weight type, staged norm and tile width (TX = 32, 16 or 8). */
+/* k_matvec_kc by weight type, norm (PRE_*) and tile width (TX = 32, 16 or 8). */
 typedef void (*kc_fn)(const char *, int64_t, const float *, KT, EPI, NORM, int64_t, int64_t,
                       int64_t, int, int);
 
-template <typename W, bool PRE> static kc_fn kc_width(int tx)
+template <typename W, int PRE> static kc_fn kc_width(int tx)
 {
     return tx == 32 ? k_matvec_kc<W, PRE, 32> : tx == 16 ? k_matvec_kc<W, PRE, 16>
                                                          : k_matvec_kc<W, PRE, 8>;
 }
 
-static kc_fn kc_kernel(int wt, bool pre, int tx)
+template <typename W> static kc_fn kc_pre(int pm, int tx)
+{
+    return pm == PRE_FOLD    ? kc_width<W, PRE_FOLD>(tx)
+           : pm == PRE_STAGE ? kc_width<W, PRE_STAGE>(tx)
+                             : kc_width<W, PRE_NONE>(tx);
+}
+
+static kc_fn kc_kernel(int wt, int pm, int tx)
 {
     if (wt == GP_F16)
-        return pre ? kc_width<__half, true>(tx) : kc_width<__half, false>(tx);
+        return kc_pre<__half>(pm, tx);
     if (wt == GP_BF16)
-        return pre ? kc_width<__nv_bfloat16, true>(tx) : kc_width<__nv_bfloat16, false>(tx);
-    return pre ? kc_width<float, true>(tx) : kc_width<float, false>(tx);
+        return kc_pre<__nv_bfloat16>(pm, tx);
+    return kc_pre<float>(pm, tx);
 }
 
 extern "C" int gp_cuda_matvec_cluster_ok(int n, int *fit)
@@ -920,8 +1021,8 @@ extern "C" int gp_cuda_matvec_cluster_ok(int n, int *fit)
         fit[m] = 0;
     for (int m = 2; ok && m <= n; m++) {
         int least = 0;
-        for (int i = 0; ok && i < 3 * 2 * 3; i++) {
-            kc_fn k = kc_kernel(wts[i / 6], (i / 3) % 2, 32 >> (i % 3));
+        for (int i = 0; ok && i < 3 * 3 * 3; i++) {
+            kc_fn k = kc_kernel(wts[i / 9], (i / 3) % 3, 32 >> (i % 3));
             if (m > 8 &&
                 cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) {
                 ok = 0;
@@ -990,11 +1091,46 @@ static int is_const(const gp_cu_ctx *c, const char *p, int64_t n)
            (uintptr_t)p + (uintptr_t)n <= (uintptr_t)c->const_hi;
 }
 
-static std::atomic<int64_t> mv_adds(0);
+static std::atomic<int64_t> mv_adds(0), mv_folds(0);
 
 extern "C" int64_t gp_cuda_matvec_add_count(void)
 {
     return mv_adds.load();
+}
+
+extern "C" int64_t gp_cuda_matvec_fold_count(void)
+{
+    return mv_folds.load();
+}
+
+/* A [K, N] split's PRE_* for norm nm (NULL: none): FOLD where the norm comes folded and x fits
+ * the statistics' registers (kn_split_sum). */
+static int pre_mode(const NORM *nm, int ksym, int64_t K)
+{
+    if (!nm)
+        return PRE_NONE;
+    return nm->fold && nm->is_ln && ksym < 0 && K <= 8 * 256 ? PRE_FOLD : PRE_STAGE;
+}
+
+/* gp_cuda_fold's constants, a thread per column j: dst[j] = sum_k w_k W_kj, dst[N + j] = sum_k
+ * b_k W_kj, in the order of k. */
+__global__ void k_fold(const char *wt, int dt, int es, int64_t ldw, int64_t K, int64_t N, NORM nm,
+                       float *dst)
+{
+    pdl_begin();
+    int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= N)
+        return;
+    const char *p = wt + j * es;
+    float c = 0.0f, d = 0.0f;
+#pragma unroll 8
+    for (int64_t k = 0; k < K; k++) {
+        float v = ld_f(p + k * ldw, dt);
+        c += norm_w(nm, k) * v;
+        d += norm_b(nm, k) * v;
+    }
+    dst[j] = c;
+    dst[N + j] = d;
 }
 
 /* The bytes [lo, hi) that t's elements span (launch sizes). */
@@ -1212,23 +1348,26 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
         if (!c->matvec_v1 && !c->mk && ksym < 0 &&
             kc_split(c, K, N, vn, bps, add, &tx, &per2, &ns2)) {
             dim3 g((unsigned)((N + tx * vn - 1) / (tx * vn)), 1, (unsigned)ns2);
-            gp_cu_launch_z(c, add ? 0 : (unsigned)ns2, kc_kernel(kb.t, pn, tx), g, dim3(256),
+            int pm = pre_mode(pn, ksym, K);
+            gp_cu_launch_z(c, add ? 0 : (unsigned)ns2, kc_kernel(kb.t, pm, tx), g, dim3(256),
                            norm_smem(per2), B.p, B.sr, x, ot, add ? rest : e, pn ? *pn : NORM(),
                            K, N, per2, fl, add);
-            if (add)
-                mv_adds++;
+            mv_adds += add;
+            mv_folds += pm == PRE_FOLD;
             return gp_cu_check_launch(c, "matvec_kc") ? -1 : 1;
         }
         if (!c->matvec_v1 && kn2_split(c, K, N, tiles, ws_size, ws, &per2, &ns2)) {
             dim3 g2((unsigned)tiles, (unsigned)ns2);
             float *part = (float *)ws;
+            int pm = pre_mode(pn, ksym, K);
             if (kb.t == GP_F16)
-                launch_kn2<__half>(c, g2, B.p, B.sr, x, ot, e, pn, ksym, K, N, per2, part, fl);
+                launch_kn2<__half>(c, g2, B.p, B.sr, x, ot, e, pn, pm, ksym, K, N, per2, part, fl);
             else if (kb.t == GP_BF16)
-                launch_kn2<__nv_bfloat16>(c, g2, B.p, B.sr, x, ot, e, pn, ksym, K, N, per2, part,
-                                          fl);
+                launch_kn2<__nv_bfloat16>(c, g2, B.p, B.sr, x, ot, e, pn, pm, ksym, K, N, per2,
+                                          part, fl);
             else
-                launch_kn2<float>(c, g2, B.p, B.sr, x, ot, e, pn, ksym, K, N, per2, part, fl);
+                launch_kn2<float>(c, g2, B.p, B.sr, x, ot, e, pn, pm, ksym, K, N, per2, part, fl);
+            mv_folds += pm == PRE_FOLD;
             return gp_cu_check_launch(c, "matvec_kn2") ? -1 : 1;
         }
         /* About two blocks per multiprocessor, each at least two chunks of KN_ROWS rows deep. */
@@ -1733,6 +1872,26 @@ extern "C" int gp_cuda_matvec_group(gp_cu_ctx *c, const gp_cu_group *g, int *lau
         return -1;
     *launched = 1;
     return 0;
+}
+
+extern "C" int64_t gp_cuda_fold(gp_cu_ctx *c, const gp_cu_prenorm *pre, const gp_attrs *a,
+                                const gp_cu_tensor *w, float *dst)
+{
+    KT kb = gp_kt_of(c, w);
+    int tb = a->i[1] != 0;
+    mat B = mat_of(kb, tb);
+    int64_t K = tb ? kb.ne[3] : kb.ne[2], N = tb ? kb.ne[2] : kb.ne[3];
+    int64_t es = kb.t == GP_F16 || kb.t == GP_BF16 ? 2 : kb.t == GP_F32 ? 4 : 0;
+    NORM nm = norm_params(c, pre);
+    /* try_matvec's [K, N] case, and pre_mode's FOLD */
+    if (!pre->is_ln || w->ndim != 2 || !es || B.sc != es || B.sr % 16 || N % (16 / es) ||
+        K < 1 || K > 8 * 256 || nm.w.ne[3] != K || (nm.has_b && nm.b.ne[3] != K))
+        return 0;
+    if (!dst)
+        return 2 * N;
+    gp_cu_launch(c, k_fold, (unsigned)((N + 127) / 128), 128, 0, (const char *)B.p, kb.t, (int)es,
+                 B.sr, K, N, nm, dst);
+    return gp_cu_check_launch(c, "fold") ? -1 : 2 * N;
 }
 
 extern "C" int gp_cuda_matmul_fused(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,

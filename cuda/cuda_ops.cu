@@ -160,7 +160,7 @@ enum { NORM_REG = 8, NORM_MAX_THREADS = 512 };
 __global__ void __launch_bounds__(NORM_MAX_THREADS)
     k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, int late, const int64_t *syms)
 {
-    NORM nm = {is_ln, has_b, eps, w, b};
+    NORM nm = {is_ln, has_b, eps, w, b, NULL};
     prefetch_norm(nm, 0, w.ne[3]); /* w and b are [n]: one row for every row of x */
     pdl_wait();
     if (!late)
@@ -670,7 +670,7 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         if (c->mk && kt_count(o, 3) == 1 && kt_count(x, 3) == 1 && x.t == GP_F32 && x.nb[3] == 4 &&
             x.sym[3] < 0 && w.ne[3] == o.ne[3] && kt_count(w, 3) == 1 &&
             (!has_b || (b.ne[3] == o.ne[3] && kt_count(b, 3) == 1))) {
-            NORM nm = {ln, has_b, (float)a->f[0], w, b};
+            NORM nm = {ln, has_b, (float)a->f[0], w, b, NULL};
             if (gp_cu_mk_norm(c, nm, (const float *)x.p, o.ne[3], o))
                 return 0;
         }

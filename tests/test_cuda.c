@@ -635,7 +635,7 @@ static void tnorm_new(tnorm *n, int norm, int64_t M, int64_t K)
         gp_cpu_compute(norm == NORM_LN ? GP_OP_LAYER_NORM : GP_OP_RMS_NORM, &an, &n->h.h, nin,
                        norm == NORM_LN ? 3 : 2, NULL, 0, 0, 1);
     }
-    gp_cu_prenorm pre = {norm == NORM_LN, 1e-5f, n->x.d, n->g.d, n->b.d};
+    gp_cu_prenorm pre = {norm == NORM_LN, 1e-5f, n->x.d, n->g.d, n->b.d, NULL};
     if (norm != NORM_LN)
         pre.b.data = NULL;
     n->pre = pre;
@@ -648,12 +648,30 @@ static void tnorm_free(tnorm *n)
     tt_free(&n->g);
     tt_free(&n->b);
     tt_free(&n->h);
+    cudaFree((void *)n->pre.fold);
+}
+
+/* n's layer norm folded into the product with w (gp_cuda_fold): the constants in a buffer of their
+ * own in n->pre.fold (tnorm_free frees it). Returns gp_cuda_fold's count (0: not taken). */
+static int64_t tnorm_fold(kctx *k, tnorm *n, const gp_attrs *am, const tt *w)
+{
+    int64_t cnt = gp_cuda_fold(&k->c, &n->pre, am, &w->d, NULL);
+    CU_ASSERT(cnt >= 0);
+    if (cnt <= 0)
+        return cnt;
+    float *d = NULL;
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&d, (size_t)cnt * sizeof(float)), cudaSuccess);
+    CU_ASSERT_EQUAL(gp_cuda_fold(&k->c, &n->pre, am, &w->d, d), cnt);
+    CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+    n->pre.fold = d;
+    return cnt;
 }
 
 /* A norm computed inside the matrix-vector kernel (gp_cu_prenorm) against the CPU's norm then
- * matmul: layer norm with bias and rms norm, weights [K, N] and [N, K], f16 and f32, a layer
- * norm of x far from 0 and of x whose first element carries nearly all its variance; with two
- * rows the matmul refuses the norm and launches nothing. */
+ * matmul: layer norm with bias and rms norm, weights [K, N] and [N, K], f16, bf16 and f32, a
+ * layer norm of x far from 0 and of x whose first element carries nearly all its variance; with
+ * two rows the matmul refuses the norm and launches nothing. Each layer norm before [K, N]
+ * weights of K <= 2048 again folded (gp_cuda_fold), which the others refuse. */
 static void test_matvec_prenorm(void)
 {
     kctx k;
@@ -667,7 +685,9 @@ static void test_matvec_prenorm(void)
     } cs[] = {{1, 0, GP_F16, 1600, 4800, 1, PLAIN}, {0, 1, GP_F32, 256, 72, 1, PLAIN},
               {1, 1, GP_F16, 768, 200, 1, PLAIN},   {0, 0, GP_BF16, 64, 256, 1, PLAIN},
               {1, 0, GP_F16, 128, 256, 2, PLAIN},   {1, 0, GP_F16, 1600, 4800, 1, OFFSET},
-              {1, 1, GP_F16, 1600, 200, 1, OUTLIER}};
+              {1, 1, GP_F16, 1600, 200, 1, OUTLIER}, {1, 0, GP_F16, 1600, 4800, 1, OUTLIER},
+              {1, 0, GP_BF16, 1000, 320, 1, PLAIN}, {1, 0, GP_F32, 2048, 96, 1, PLAIN},
+              {1, 0, GP_F16, 2560, 512, 1, PLAIN}};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         int64_t K = cs[i].K, N = cs[i].N, M = cs[i].M;
         int64_t sw[2] = {cs[i].tb ? N : K, cs[i].tb ? K : N}, so[2] = {M, N};
@@ -693,27 +713,39 @@ static void test_matvec_prenorm(void)
         gp_ktensor min[2] = {nm.h.h, w.h};
         gp_cpu_compute(GP_OP_MATMUL, &am, &out.h, min, 2, NULL, 0, 0, 1);
         gp_cu_tensor din[2] = {nm.h.d, w.d};
-        cudaMemset(out.d.data, 0xff, out.bytes);
         void *ws = NULL;
         cudaMalloc(&ws, (size_t)GP_WS_CUBLAS_BYTES);
-        int fused = -1, used = -1;
-        gp_cu_epilogue epi;
-        memset(&epi, 0, sizeof epi);
-        k.c.pdl = k.c.prefetch = (int)(i % 2);
-        /* even cases: weights and the norm's weights loaded before the wait (nothing written
-         * during the launch is read before it) */
-        k.c.const_lo = i % 2 ? NULL : (const void *)1;
-        k.c.const_hi = i % 2 ? NULL : (const void *)UINTPTR_MAX;
-        CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, &out.d, din, ws, (size_t)GP_WS_CUBLAS_BYTES,
-                                             &epi, &nm.pre, &fused, &used), 0);
-        CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
-        CU_ASSERT_EQUAL(used, M == 1);
-        if (M == 1) {
-            char name[64];
-            snprintf(name, sizeof name, "matvec with norm, case %zu", i);
-            CHECK_ERR(name, device_err(&out), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
-        } else {
-            CU_ASSERT(device_untouched(&out)); /* nothing launched */
+        int folds = cs[i].is_ln && !cs[i].tb && K <= 2048;
+        for (int f = 0; f <= folds; f++) {
+            int64_t want = folds ? 2 * N : 0;
+            CU_ASSERT_EQUAL(f ? tnorm_fold(&k, &nm, &am, &w)
+                              : gp_cuda_fold(&k.c, &nm.pre, &am, &w.d, NULL),
+                            want);
+            cudaMemset(out.d.data, 0xff, out.bytes);
+            int fused = -1, used = -1;
+            gp_cu_epilogue epi;
+            memset(&epi, 0, sizeof epi);
+            k.c.pdl = k.c.prefetch = (int)(i % 2);
+            /* even cases: weights and the norm's weights loaded before the wait (nothing
+             * written during the launch is read before it) */
+            k.c.const_lo = i % 2 ? NULL : (const void *)1;
+            k.c.const_hi = i % 2 ? NULL : (const void *)UINTPTR_MAX;
+            int64_t f0 = gp_cuda_matvec_fold_count();
+            CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, &out.d, din, ws,
+                                                 (size_t)GP_WS_CUBLAS_BYTES, &epi, &nm.pre, &fused,
+                                                 &used),
+                            0);
+            CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+            CU_ASSERT_EQUAL(used, M == 1);
+            CU_ASSERT_EQUAL(gp_cuda_matvec_fold_count() - f0, f && M == 1);
+            if (M == 1) {
+                char name[64];
+                snprintf(name, sizeof name, "matvec with norm, case %zu%s", i,
+                         f ? ", folded" : "");
+                CHECK_ERR(name, device_err(&out), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
+            } else {
+                CU_ASSERT(device_untouched(&out)); /* nothing launched */
+            }
         }
         cudaFree(ws);
         tnorm_free(&nm);
@@ -825,7 +857,8 @@ static void test_blas_epilogue(void)
  * residual), a staged rms norm, f32 and bf16 weights, a K split over 15 blocks of 7 rows, a
  * product wide enough for one block per column tile (no cluster); with clusters of up to 16 and
  * of up to 8, the same bits on a second launch, and the split-K kernel through global memory
- * (clusters off) right too. The counters stay at zero. */
+ * (clusters off) right too; the layer norms again folded (gp_cuda_fold). The counters stay at
+ * zero. */
 static void test_matvec_cluster(void)
 {
     kctx k;
@@ -894,9 +927,14 @@ static void test_matvec_cluster(void)
         k.c.epi_early = (int)(i % 2);
         const int cl[3] = {ok16 ? 16 : 0, ok16 ? 8 : 0, 0};
         k.c.mv_cluster_pre = 3;
-        for (int v = 0; v < 3; v++) {
-            k.c.mv_cluster = cl[v];
+        /* layer norms: then folded (gp_cuda_fold), in clusters and in kn2 */
+        int folds = cs[i].norm == LN;
+        for (int v = 0; v < 3 * (1 + folds); v++) {
+            if (v == 3)
+                CU_ASSERT_EQUAL(tnorm_fold(&k, &nm, &am, &w), 2 * N);
+            k.c.mv_cluster = cl[v % 3];
             float *bits[2];
+            int64_t f0 = gp_cuda_matvec_fold_count();
             for (int rep = 0; rep < 2; rep++) {
                 cudaMemset(out.d.data, 0xff, out.bytes);
                 int fused = -1, used = -1;
@@ -911,11 +949,13 @@ static void test_matvec_cluster(void)
                 bits[rep] = malloc(out.bytes);
                 cudaMemcpy(bits[rep], out.d.data, out.bytes, cudaMemcpyDeviceToHost);
             }
+            CU_ASSERT_EQUAL(gp_cuda_matvec_fold_count() - f0, v >= 3 ? 2 : 0);
             CU_ASSERT(memcmp(bits[0], bits[1], out.bytes) == 0);
             free(bits[0]);
             free(bits[1]);
             char name[80];
-            snprintf(name, sizeof name, "matvec, cluster of up to %d, case %zu", cl[v], i);
+            snprintf(name, sizeof name, "matvec, cluster of up to %d, case %zu%s", cl[v % 3], i,
+                     v >= 3 ? ", folded" : "");
             CHECK_ERR(name, device_err(&out), cs[i].wt == GP_F32 ? 1e-5 : 1e-4);
         }
         unsigned cnt[GP_CU_COUNTERS], left = 0;
@@ -936,7 +976,8 @@ static void test_matvec_cluster(void)
 /*
  * [K, N] products added into a residual in place (out = x W + bias + out, k_matvec_kc's add: every
  * split adds its sums with atomics) against the CPU: GPT-2 1558M's and 117M's c_proj and proj, f32
- * weights with the residual alone, bf16 with the residual added first; with clusters or without,
+ * weights with the residual alone, bf16 with the residual added first, the product of a layer norm
+ * folded into it (gp_cuda_fold: split 0 adds the fold's constants); with clusters or without,
  * weights and operands early or not, at most 16 or 8 splits (right each time; the bits may
  * differ between runs). Refused, and still right by the cluster kernel: a residual in another
  * buffer, a MUL in the epilogue.
@@ -946,7 +987,7 @@ static void test_matvec_add(void)
     kctx k;
     kctx_new(&k, NULL, NULL, 0);
     int ok16 = gp_cuda_matvec_cluster_ok(16, k.c.mv_cluster_fit);
-    enum { BIAS_RES, RES, RES_BIAS, APART, MUL };
+    enum { BIAS_RES, RES, RES_BIAS, APART, MUL, LN_BIAS_RES };
     const struct {
         int kind;
         gp_dtype wt;
@@ -954,11 +995,12 @@ static void test_matvec_add(void)
     } cs[] = {{BIAS_RES, GP_F16, 1600, 1600}, {BIAS_RES, GP_F16, 6400, 1600},
               {BIAS_RES, GP_F16, 768, 768},   {BIAS_RES, GP_F16, 3072, 768},
               {RES, GP_F32, 1000, 332},       {RES_BIAS, GP_BF16, 2048, 512},
-              {APART, GP_F16, 1600, 1600},    {MUL, GP_F16, 1600, 1600}};
+              {APART, GP_F16, 1600, 1600},    {MUL, GP_F16, 1600, 1600},
+              {LN_BIAS_RES, GP_F16, 1600, 1600}};
     void *ws = NULL;
     cudaMalloc(&ws, (size_t)GP_WS_CUBLAS_BYTES);
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-        int kind = cs[i].kind, takes = kind <= RES_BIAS;
+        int kind = cs[i].kind, takes = kind <= RES_BIAS || kind == LN_BIAS_RES;
         int64_t K = cs[i].K, N = cs[i].N;
         int64_t sw[2] = {K, N}, sx[2] = {1, K}, so[2] = {1, N}, sn[1] = {N};
         tt w, x, prod, bias, res, out, scale;
@@ -970,7 +1012,12 @@ static void test_matvec_add(void)
         tt_new(&out, GP_F32, 2, so, 1.0f);
         tt_new(&scale, GP_F32, 1, sn, 1.0f);
         gp_attrs am = {{0, 0, 0, 0}, {0}}, none = {{0}, {0}};
-        gp_ktensor min[2] = {x.h, w.h};
+        /* LN_BIAS_RES: the product of x's layer norm, folded (gp_cuda_fold) */
+        tnorm nm;
+        tnorm_new(&nm, kind == LN_BIAS_RES ? NORM_LN : NORM_NONE, 1, K);
+        if (kind == LN_BIAS_RES)
+            CU_ASSERT_EQUAL(tnorm_fold(&k, &nm, &am, &w), 2 * N);
+        gp_ktensor min[2] = {kind == LN_BIAS_RES ? nm.h.h : x.h, w.h};
         gp_cpu_compute(GP_OP_MATMUL, &am, &prod.h, min, 2, NULL, 0, 0, 1);
         gp_ktensor bin[2] = {prod.h, bias.h}, rin[2] = {prod.h, res.h};
         if (kind != RES)
@@ -995,7 +1042,7 @@ static void test_matvec_add(void)
             epi.other[2] = scale.d;
         }
         epi.out = dout;
-        gp_cu_tensor din[2] = {x.d, w.d};
+        gp_cu_tensor din[2] = {kind == LN_BIAS_RES ? nm.h.d : x.d, w.d};
         for (int v = 0; v < 4; v++) {
             k.c.pdl = v % 2;
             k.c.const_lo = v % 2 ? (const void *)1 : NULL;
@@ -1004,17 +1051,21 @@ static void test_matvec_add(void)
             k.c.mv_cluster = v / 2 && ok16 ? 16 : 0;
             k.c.mv_add = 16;
             k.c.mv_add_narrow = v == 3 ? 8 : 0; /* at most 8 splits for N <= 1024 */
+            k.c.mv_cluster_pre = 3;              /* LN_BIAS_RES: the norm's product in kc too */
             cudaMemcpy(res.d.data, res.h.data, res.bytes, cudaMemcpyHostToDevice);
             cudaMemset(out.d.data, 0xff, out.bytes);
-            int64_t n0 = gp_cuda_matvec_add_count();
-            int fused = -1;
+            int64_t n0 = gp_cuda_matvec_add_count(), f0 = gp_cuda_matvec_fold_count();
+            int fused = -1, used = -1;
             CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, &prod.d, din, ws,
-                                                 (size_t)GP_WS_CUBLAS_BYTES, &epi, NULL, &fused,
-                                                 NULL),
+                                                 (size_t)GP_WS_CUBLAS_BYTES, &epi,
+                                                 kind == LN_BIAS_RES ? &nm.pre : NULL, &fused,
+                                                 &used),
                             0);
             CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
             CU_ASSERT_EQUAL(fused, 1);
+            CU_ASSERT_EQUAL(used, kind == LN_BIAS_RES);
             CU_ASSERT_EQUAL(gp_cuda_matvec_add_count() - n0, takes);
+            CU_ASSERT_EQUAL(gp_cuda_matvec_fold_count() - f0, kind == LN_BIAS_RES);
             tt got = out;
             got.d = dout;
             char name[80];
@@ -1024,6 +1075,7 @@ static void test_matvec_add(void)
         tt *all[7] = {&w, &x, &prod, &bias, &res, &out, &scale};
         for (int t = 0; t < 7; t++)
             tt_free(all[t]);
+        tnorm_free(&nm);
     }
     cudaFree(ws);
     kctx_free(&k);
