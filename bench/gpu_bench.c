@@ -306,6 +306,8 @@ static const config configs[] = {
     {"late-all", "GPLAN_CUDA_LATE=norm,att"},
     {"bps2", "GPLAN_CUDA_MV_BPS=2"},
     {"bps8", "GPLAN_CUDA_MV_BPS=8"},
+    {"bps3", "GPLAN_CUDA_MV_BPS=3"},
+    {"bps6", "GPLAN_CUDA_MV_BPS=6"},
     {"mega", "GPLAN_CUDA_MEGA=1"},
     {"stream", "GPLAN_CUDA_MEGA=2"},
     {"mega-pf24", "GPLAN_CUDA_MEGA=1 GPLAN_CUDA_MEGA_PF_MB=24"},

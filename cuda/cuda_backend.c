@@ -1069,6 +1069,7 @@ static int plan_folds(cuda_be *b, char *err, size_t err_len)
 {
     const gp_plan *p = b->p;
     int64_t total = 0;
+    b->kc.stream = b->stream; /* not yet set: the constants must be there before the first eval */
     for (int pass = 0; pass < 2; pass++) {
         int64_t at = 0;
         for (int i = 0; i + 1 < p->n_nodes; i++) {
@@ -1823,6 +1824,10 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         plan_ar_norms(b);
     if (!(b->disable & FUSE_NORM))
         plan_prenorms(b, uses);
+    if (!(b->disable & FUSE_FOLD) && plan_folds(b, err, err_len)) {
+        free(uses);
+        goto fail;
+    }
     if (!(b->disable & FUSE_STORE2))
         plan_store_pairs(b);
     if (!(b->disable & FUSE_GROUP))
@@ -1834,8 +1839,6 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     plan_rope_tables(b, (float *)((char *)b->dparam + param_tabs_at(p)));
     free(uses);
     if (check_all_reduces(b, err, err_len))
-        goto fail;
-    if (!(b->disable & FUSE_FOLD) && plan_folds(b, err, err_len))
         goto fail;
     register_arena(b);
 

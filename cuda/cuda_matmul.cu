@@ -617,6 +617,22 @@ __device__ __forceinline__ void fold_stage(const NORM &nm, const float *x, int64
         st[t >> 5] = make_float2(a, b);
 }
 
+/* The statistics into fo from fold_stage's st (NW warps), after a barrier: every thread, and
+ * every block over the same x, the same bits. */
+template <int NW>
+__device__ __forceinline__ void fold_stats(const float2 (&st)[NW], int64_t K, float eps, FOLDV *fo)
+{
+    float a = 0.0f, b = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NW; i++) {
+        a += st[i].x;
+        b += st[i].y;
+    }
+    float m = a / (float)K;
+    fo->m = m;
+    fo->inv = 1.0f / sqrtf(fmaxf(b / (float)K - m * m, 0.0f) + eps);
+}
+
 /*
  * The sums of one split of a [K, N] product (row k of the weights at w + k * ldw bytes, N
  * contiguous), shared by k_matvec_kn2 and k_matvec_kc. The block (256 threads, TX x TY) covers
@@ -718,17 +734,8 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
         for (int r = 0; r < TY; r++)
             s += red[r][threadIdx.x];
     }
-    if (PRE == PRE_FOLD) {
-        float a = 0.0f, b = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            a += st[i].x;
-            b += st[i].y;
-        }
-        float m = a / (float)K;
-        fo->m = m;
-        fo->inv = 1.0f / sqrtf(fmaxf(b / (float)K - m * m, 0.0f) + nm.eps);
-    }
+    if (PRE == PRE_FOLD)
+        fold_stats(st, K, nm.eps, fo);
     return s;
 }
 

@@ -2296,6 +2296,31 @@ static void test_model_atomic(void)
                      gp_cuda_matvec_add_count, 2, 5e-3, 1e-2);
 }
 
+/* fold: the layer norms before GPT-2's c_attn and c_fc folded into their one-row products (the
+ * default) against the same model unfolded and the CPU: f32 weights, f32 and f16 caches; f16
+ * weights with qkvatt off (c_attn in the matvec); a 1280-wide layer of bf16 weights, where qkvatt
+ * takes c_attn and normalizes x itself, and only c_fc folds. */
+static void test_model_fold(void)
+{
+    static const char *const heads64[7] = {"n_layer=2", "n_embd=128", "n_head=2",
+                                           "vocab_size=512", "n_positions=64", "wtype=f16",
+                                           "kv_type=f32"};
+    static const char *const wide[7] = {"n_layer=1", "n_embd=1280", "n_head=20", "vocab_size=512",
+                                        "n_positions=64", "wtype=bf16", "kv_type=f16"};
+    for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
+        const decode_case *c = &decode_cases[i];
+        if (strstr(c->example, "gpt2"))
+            decode_on_vs_off(c->example, c->defs, c->n_defs, NULL, NULL, "GPLAN_CUDA_DISABLE",
+                             "fold", gp_cuda_matvec_fold_count, 2 * c->n_layer, 1e-4, 1e-4);
+    }
+    decode_on_vs_off("examples/gpt2.gplan", heads64, 7, "GPLAN_CUDA_DISABLE", "qkvatt",
+                     "GPLAN_CUDA_DISABLE", "qkvatt,fold", gp_cuda_matvec_fold_count, 4, 1e-4, 2e-3);
+    int64_t q0 = gp_cuda_qkv_attention_count();
+    decode_on_vs_off("examples/gpt2.gplan", wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", "fold",
+                     gp_cuda_matvec_fold_count, 1, 5e-3, 1e-2);
+    CU_ASSERT(gp_cuda_qkv_attention_count() - q0 >= 2); /* c_attn in qkvatt, on and off */
+}
+
 static void test_model_mega(void)
 {
     mega_cases("1");
@@ -2344,6 +2369,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "Llama and GPT-2 decode: one-token attention fused or not", test_model_attnfuse);
     CU_add_test(s, "GPT-2 decode: c_attn inside the one-token attention or not", test_model_qkvatt);
     CU_add_test(s, "GPT-2 decode: residual products adding with atomics or not", test_model_atomic);
+    CU_add_test(s, "GPT-2 decode: layer norms folded into their products or not", test_model_fold);
     CU_add_test(s, "Llama and GPT-2 decode: persistent decode kernel or launches", test_model_mega);
     CU_add_test(s, "Llama and GPT-2 decode: streaming persistent kernel or launches",
                 test_model_mega_stream);
