@@ -1062,46 +1062,52 @@ static void plan_prenorms(cuda_be *b, const int *uses)
 /*
  * The layer norms planned into the matmul after them whose weights, and the matmul's, are the
  * model's: folded (gp_cuda_fold), so that the one-row product sums x while it reduces the norm's
- * statistics. Their constants (2 N floats each) are computed here, once, into one allocation of
- * their own. 0, or -1 with err set.
+ * statistics. Enqueues their constants (2 N floats each) one after the other from dst on and sets
+ * each norm's pre.fold; dst NULL: nothing enqueued. Returns the floats they take, or -1 with
+ * b->kc.err set.
  */
-static int plan_folds(cuda_be *b, char *err, size_t err_len)
+static int64_t fold_all(cuda_be *b, float *dst)
 {
     const gp_plan *p = b->p;
-    int64_t total = 0;
-    b->kc.stream = b->stream; /* not yet set: the constants must be there before the first eval */
-    for (int pass = 0; pass < 2; pass++) {
-        int64_t at = 0;
-        for (int i = 0; i + 1 < p->n_nodes; i++) {
-            const gp_plan_node *nd = &p->nodes[i], *mm = &p->nodes[i + 1];
-            cu_node *cn = &b->nodes[i];
-            if (!cn->prenorm || !cn->pre.is_ln ||
-                root_of(p, mm->inputs[1])->kind != GP_TENSOR_WEIGHT ||
-                root_of(p, nd->inputs[1])->kind != GP_TENSOR_WEIGHT ||
-                (nd->n_inputs > 2 && root_of(p, nd->inputs[2])->kind != GP_TENSOR_WEIGHT))
-                continue;
-            int64_t n = gp_cuda_fold(&b->kc, &cn->pre, &mm->attrs, &b->nodes[i + 1].in[1],
-                                     pass ? b->dfold + at : NULL);
-            if (n < 0) {
-                snprintf(err, err_len, "cuda: %s", b->kc.err);
-                return -1;
-            }
-            if (pass && n > 0)
-                cn->pre.fold = b->dfold + at;
-            at += n;
-        }
-        if (!pass) {
-            if (!at)
-                return 0;
-            total = at;
-            cudaError_t e = be_malloc(b, (void **)&b->dfold, (size_t)total * sizeof(float));
-            if (e != cudaSuccess) {
-                snprintf(err, err_len, "cuda: %s", cudaGetErrorString(e));
-                return -1;
-            }
-        }
+    int64_t at = 0;
+    for (int i = 0; i + 1 < p->n_nodes; i++) {
+        const gp_plan_node *nd = &p->nodes[i], *mm = &p->nodes[i + 1];
+        cu_node *cn = &b->nodes[i];
+        if (!cn->prenorm || !cn->pre.is_ln ||
+            root_of(p, mm->inputs[1])->kind != GP_TENSOR_WEIGHT ||
+            root_of(p, nd->inputs[1])->kind != GP_TENSOR_WEIGHT ||
+            (nd->n_inputs > 2 && root_of(p, nd->inputs[2])->kind != GP_TENSOR_WEIGHT))
+            continue;
+        int64_t n = gp_cuda_fold(&b->kc, &cn->pre, &mm->attrs, &b->nodes[i + 1].in[1],
+                                 dst ? dst + at : NULL);
+        if (n < 0)
+            return -1;
+        if (dst && n > 0)
+            cn->pre.fold = dst + at;
+        at += n;
     }
-    cudaError_t e = cudaStreamSynchronize(b->stream);
+    return at;
+}
+
+/* fold_all at creation, into one allocation of its own, done before the first eval. 0, or -1
+ * with err set. Reloaded weights (be_reload_weights) are LoRA slots, which no folded product
+ * reads: a slot's A reads a norm that the base matmul reads too, so that norm is no prenorm. */
+static int plan_folds(cuda_be *b, char *err, size_t err_len)
+{
+    b->kc.stream = b->stream; /* not yet set: the constants must be there before the first eval */
+    int64_t n = fold_all(b, NULL);
+    if (n <= 0) {
+        if (n < 0)
+            snprintf(err, err_len, "cuda: %s", b->kc.err);
+        return n < 0 ? -1 : 0;
+    }
+    cudaError_t e = be_malloc(b, (void **)&b->dfold, (size_t)n * sizeof(float));
+    if (e == cudaSuccess && fold_all(b, b->dfold) < 0) {
+        snprintf(err, err_len, "cuda: %s", b->kc.err);
+        return -1;
+    }
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(b->stream);
     if (e != cudaSuccess) {
         snprintf(err, err_len, "cuda: %s", cudaGetErrorString(e));
         return -1;

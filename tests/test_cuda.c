@@ -2279,21 +2279,30 @@ static void test_model_qkvatt(void)
                          i ? 1e-2 : 2e-3);
 }
 
+/* One GPT-2 layer 1280 wide, bf16 weights and an f16 cache. */
+static const char *const gpt2_wide[7] = {"n_layer=1", "n_embd=1280", "n_head=20", "vocab_size=512",
+                                         "n_positions=64", "wtype=bf16", "kv_type=f16"};
+
+/* decode_on_vs_off for each GPT-2 model of decode_cases (f32 weights, within 1e-4), the fusion off
+ * with GPLAN_CUDA_DISABLE=off and count() growing by at least per_layer a layer with it on. */
+static void gpt2_cases_on_vs_off(const char *off, int64_t (*count)(void), int per_layer)
+{
+    for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
+        const decode_case *c = &decode_cases[i];
+        if (strstr(c->example, "gpt2"))
+            decode_on_vs_off(c->example, c->defs, c->n_defs, NULL, NULL, "GPLAN_CUDA_DISABLE", off,
+                             count, per_layer * c->n_layer, 1e-4, 1e-4);
+    }
+}
+
 /* atomic: GPT-2's c_proj and mlp.c_proj, added into the residual in place, add their splits with
  * atomics (the default) or combine them in a cluster; both for every layer, f32 and f16 caches,
  * and a 1280-wide layer of bf16 weights. Llama's o and down ([N, K] weights) take other kernels. */
 static void test_model_atomic(void)
 {
-    static const char *const wide[7] = {"n_layer=1", "n_embd=1280", "n_head=20", "vocab_size=512",
-                                        "n_positions=64", "wtype=bf16", "kv_type=f16"};
-    for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
-        const decode_case *c = &decode_cases[i];
-        if (strstr(c->example, "gpt2"))
-            decode_on_vs_off(c->example, c->defs, c->n_defs, NULL, NULL, "GPLAN_CUDA_DISABLE",
-                             "atomic", gp_cuda_matvec_add_count, 2 * c->n_layer, 1e-4, 1e-4);
-    }
-    decode_on_vs_off("examples/gpt2.gplan", wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", "atomic",
-                     gp_cuda_matvec_add_count, 2, 5e-3, 1e-2);
+    gpt2_cases_on_vs_off("atomic", gp_cuda_matvec_add_count, 2);
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
+                     "atomic", gp_cuda_matvec_add_count, 2, 5e-3, 1e-2);
 }
 
 /* fold: the layer norms before GPT-2's c_attn and c_fc folded into their one-row products (the
@@ -2305,18 +2314,11 @@ static void test_model_fold(void)
     static const char *const heads64[7] = {"n_layer=2", "n_embd=128", "n_head=2",
                                            "vocab_size=512", "n_positions=64", "wtype=f16",
                                            "kv_type=f32"};
-    static const char *const wide[7] = {"n_layer=1", "n_embd=1280", "n_head=20", "vocab_size=512",
-                                        "n_positions=64", "wtype=bf16", "kv_type=f16"};
-    for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
-        const decode_case *c = &decode_cases[i];
-        if (strstr(c->example, "gpt2"))
-            decode_on_vs_off(c->example, c->defs, c->n_defs, NULL, NULL, "GPLAN_CUDA_DISABLE",
-                             "fold", gp_cuda_matvec_fold_count, 2 * c->n_layer, 1e-4, 1e-4);
-    }
+    gpt2_cases_on_vs_off("fold", gp_cuda_matvec_fold_count, 2);
     decode_on_vs_off("examples/gpt2.gplan", heads64, 7, "GPLAN_CUDA_DISABLE", "qkvatt",
                      "GPLAN_CUDA_DISABLE", "qkvatt,fold", gp_cuda_matvec_fold_count, 4, 1e-4, 2e-3);
     int64_t q0 = gp_cuda_qkv_attention_count();
-    decode_on_vs_off("examples/gpt2.gplan", wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", "fold",
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", "fold",
                      gp_cuda_matvec_fold_count, 1, 5e-3, 1e-2);
     CU_ASSERT(gp_cuda_qkv_attention_count() - q0 >= 2); /* c_attn in qkvatt, on and off */
 }
