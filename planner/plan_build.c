@@ -82,6 +82,7 @@ typedef struct {
     gp_liveness *lv;
     int *parent;     /* [n_tensors of the plan] in-place groups */
     int *group_last; /* [n_tensors of the plan] for a group's root: its last step */
+    unsigned backends; /* GP_BACKEND_BIT()s the plan is built for */
 } builder;
 
 /*
@@ -121,6 +122,31 @@ static int inplace_ok(const builder *b, int s, int *input_out)
     return 1;
 }
 
+/* 1 when node s is a matmul of the output of the layer or rms norm right before it (a backend may
+ * compute such a norm inside the matmul's kernel). */
+static int normed_matmul(const gp_graph *g, int s)
+{
+    return s > 0 && g->nodes[s].op == GP_OP_MATMUL &&
+           (g->nodes[s - 1].op == GP_OP_LAYER_NORM || g->nodes[s - 1].op == GP_OP_RMS_NORM) &&
+           g->nodes[s].inputs[0] == g->nodes[s - 1].output;
+}
+
+/*
+ * The first step of a normed matmul's output on CUDA (docs/plan-format.md, "Accumulated
+ * outputs"): the step of the matmul before it in the schedule, or of its norm when that one is
+ * normed too. That matmul's kernel may zero the output's bytes, so that the splits of a one-row
+ * product add into them; none earlier: the producer's step.
+ */
+static int accumulated_from(const gp_graph *g, int s)
+{
+    int m = s - 2;
+    while (m >= 0 && g->nodes[m].op != GP_OP_MATMUL)
+        m--;
+    if (m < 0)
+        return s;
+    return normed_matmul(g, m) ? m - 1 : m;
+}
+
 /* Copies the graph's tensors into the plan (shapes, kinds, lifetimes, sizes); offsets come later. */
 static int fill_tensors(builder *b)
 {
@@ -147,6 +173,10 @@ static int fill_tensors(builder *b)
         t->inplace_of = -1;
         t->producer = src->producer;
         t->first = b->lv->first[i];
+        if ((b->backends & GP_BACKEND_BIT(GP_BACKEND_CUDA)) && src->producer >= 0 &&
+            normed_matmul(g, src->producer) && src->kind == GP_TENSOR_INTERMEDIATE &&
+            src->view_src < 0)
+            t->first = accumulated_from(g, src->producer);
         /* A root keeps its bytes until the last read of anything on its storage. */
         t->last = src->view_src >= 0 ? b->lv->last[i] : b->lv->storage_last[i];
         t->size = gp_plan_tensor_span(t);
@@ -429,7 +459,7 @@ int gp_plan_build(const gp_graph *g, const gp_plan_opts *opts, gp_plan **out, gp
     int64_t rec = GP_EXTRAS_RECORD_BYTES(o.n_devices);
     char why[256];
     gp_plan *p = NULL;
-    builder b = {.g = g};
+    builder b = {.g = g, .backends = o.backends};
     b.lv = gp_liveness_new(g, d);
     if (!b.lv)
         return -1;

@@ -812,6 +812,80 @@ static gp_plan *fixture_plan(void)
     return p;
 }
 
+/*
+ * Accumulated outputs (docs/plan-format.md): in plans for CUDA the output of a matmul of the norm
+ * right before it lives from the matmul before it (or that one's norm, when it has one), so that
+ * matmul's kernel may zero its bytes; in CPU plans, and for other matmuls, from its own step.
+ */
+static void test_accumulated_outputs(void)
+{
+    /* n1 = rms_norm(x) at 0, a = n1 w at 1, n2 = rms_norm(a) at 2, m = n2 w2 at 3, b = a w3 at
+     * 4, n3 = rms_norm(b) at 5, k = n3 w4 at 6, out = k + m at 7 */
+    gp_graph *g = gp_graph_new("normed");
+    gp_diag *d = gp_diag_new(NULL);
+    int x = leaf2(g, d, "x", GP_TENSOR_INPUT, C(4), C(8));
+    gp_dim sk[1] = {C(8)};
+    int gw = gp_graph_add_tensor(g, d, "g", GP_TENSOR_WEIGHT, GP_F32, 1, sk, NULL, here);
+    int w[4];
+    for (int i = 0; i < 4; i++) {
+        char nm[8];
+        snprintf(nm, sizeof nm, "w%d", i);
+        w[i] = leaf2(g, d, nm, GP_TENSOR_WEIGHT, C(8), C(8));
+    }
+    gp_attrs an;
+    memset(&an, 0, sizeof an);
+    an.f[0] = 1e-5;
+    int in1[2] = {x, gw};
+    int n1 = gp_graph_add_node(g, d, GP_OP_RMS_NORM, in1, 2, &an, NULL, 0, GP_F32, "n1", here);
+    int a = op(g, d, GP_OP_MATMUL, "a", 2, n1, w[0]);
+    int in2[2] = {a, gw};
+    int n2 = gp_graph_add_node(g, d, GP_OP_RMS_NORM, in2, 2, &an, NULL, 0, GP_F32, "n2", here);
+    int m = op(g, d, GP_OP_MATMUL, "m", 2, n2, w[1]);
+    int b = op(g, d, GP_OP_MATMUL, "b", 2, a, w[2]);
+    int in3[2] = {b, gw};
+    int n3 = gp_graph_add_node(g, d, GP_OP_RMS_NORM, in3, 2, &an, NULL, 0, GP_F32, "n3", here);
+    int k = op(g, d, GP_OP_MATMUL, "k", 2, n3, w[3]);
+    int e = op(g, d, GP_OP_ADD, "e", 2, k, m);
+    gp_dim s[2] = {C(4), C(8)};
+    CU_ASSERT(gp_graph_make_output(g, d, e, "out", GP_F32, 2, s, here) >= 0);
+    CU_ASSERT_EQUAL(gp_diag_count(d), 0);
+    gp_plan_opts cpu = {.backends = GP_BACKEND_BIT(GP_BACKEND_CPU)};
+    gp_plan_opts cuda = {.backends = GP_BACKEND_BIT(GP_BACKEND_CUDA)};
+    gp_plan *pc = build(g, &cpu), *pg = build(g, &cuda), *pa = build(g, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pc);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pg);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pa);
+    const struct {
+        int t, cpu, cuda;
+    } want[] = {{a, 1, 1},  /* normed, no matmul before it: its own step */
+                {m, 3, 0},  /* normed, after a, whose norm is at step 0 */
+                {b, 4, 4},  /* not normed */
+                {k, 6, 4},  /* normed, after b, which is not */
+                {n2, 2, 2}, {e, 7, 7}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        CU_ASSERT_EQUAL(pc->tensors[want[i].t].first, want[i].cpu);
+        CU_ASSERT_EQUAL(pg->tensors[want[i].t].first, want[i].cuda);
+        CU_ASSERT_EQUAL(pa->tensors[want[i].t].first, want[i].cuda); /* "any" serves CUDA too */
+    }
+    /* m's and k's bytes lie over nothing else alive meanwhile */
+    for (int t = 0; t < pg->n_tensors; t++) {
+        const gp_plan_tensor *pt = &pg->tensors[t];
+        if (pt->region != GP_REGION_ARENA || pt->view_src >= 0)
+            continue;
+        if (t != m && pt->last >= 0 && pt->first <= 3)
+            CU_ASSERT_FALSE(bytes_meet(pt, &pg->tensors[m]));
+        if (t != k && t != m && pt->last >= 4 && pt->first <= 6)
+            CU_ASSERT_FALSE(bytes_meet(pt, &pg->tensors[k]));
+    }
+    char why[256];
+    CU_ASSERT_EQUAL(gp_plan_validate(pg, why, sizeof why), 0);
+    gp_plan_free(pc);
+    gp_plan_free(pg);
+    gp_plan_free(pa);
+    gp_graph_free(g);
+    gp_diag_free(d);
+}
+
 static void assert_plans_equal(const gp_plan *a, const gp_plan *b)
 {
     CU_ASSERT_EQUAL(a->version_major, b->version_major);
@@ -1455,6 +1529,10 @@ static void test_corrupt_tensors(void)
     char why_wsm[64];
     snprintf(why_wsm, sizeof why_wsm, "first step %u is not its producer %u", wsm_step - 1, wsm_step);
     expect_bad_fixed(b, why_wsm);
+    /* A matmul's output may start earlier (accumulated outputs), never later; another node's
+     * output never earlier. */
+    b = copy_good(); set32(tensor_rec(b, FX_M) + 24, 6); expect_bad_fixed(b, "tensor 9 (m): first step 6 is not its producer 5");
+    b = copy_good(); set32(tensor_rec(b, FX_OUT) + 24, 5); expect_bad_fixed(b, "(logits): first step 5 is not its producer 6");
     b = copy_good(); set32(tensor_rec(b, FX_A) + 28, 7); expect_bad_fixed(b, "lifetime [0, 7] outside the 7 steps");
     b = copy_good(); set32(tensor_rec(b, FX_C) + 24, 6); expect_bad_fixed(b, "lifetime [6, 5]");
     b = copy_good(); set32(tensor_rec(b, FX_A) + 24, (uint32_t)-1); expect_bad_fixed(b, "lifetime [-1,");
@@ -1588,6 +1666,7 @@ void gp_suite_plan(void)
     CU_pSuite s = CU_add_suite("plan", NULL, NULL);
     CU_add_test(s, "liveness: exact first/last, regions, in-place, extras", test_liveness_exact);
     CU_add_test(s, "liveness: views extend their root's life", test_view_lifetime);
+    CU_add_test(s, "liveness: accumulated outputs in plans for CUDA", test_accumulated_outputs);
     CU_add_test(s, "in-place: chains", test_inplace_chain);
     CU_add_test(s, "in-place: every refusal rule", test_inplace_refused);
     CU_add_test(s, "in-place: through a reshape view", test_inplace_through_view);
