@@ -258,6 +258,7 @@ static const config configs[] = {
     {"no-blasepi", "GPLAN_CUDA_DISABLE=blasepi"},
     {"no-atomic", "GPLAN_CUDA_DISABLE=atomic"},
     {"no-fold", "GPLAN_CUDA_DISABLE=fold"},
+    {"no-accum", "GPLAN_CUDA_DISABLE=accum"},
     {"att-nocl", "GPLAN_CUDA_ATT_CLUSTER=0"},
     {"add8", "GPLAN_CUDA_MV_ADD=8"},
     {"add12", "GPLAN_CUDA_MV_ADD=12"},

@@ -20,7 +20,9 @@
  * launch after it), "atomic" (a one-row product added into a residual in place: its splits add
  * with atomics, k_matvec_kc; not bit-reproducible from run to run) and "fold" (a layer norm
  * planned into the [K, N] product after it is folded into its sums, with constants computed at
- * creation, plan_folds).
+ * creation, plan_folds) and "accum" (such a product adds its splits into its output with atomics,
+ * the matmul launched before it having zeroed those bytes, and leaves a trailing gelu to the
+ * matmul reading it; plan_accumulate).
  * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
  * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
  * wins over it); GPLAN_CUDA_TRANSPOSE=1
@@ -100,6 +102,11 @@ typedef struct {
     int dec_on;                      /* an attention: one-token launches run dec instead */
     int dec_tsym;                    /* its token dim's symbol, or -1 (fixed at 1) */
     gp_cu_decode_att dec;
+    /* accumulated outputs (plan_accumulate): a matmul whose one-row launch zeroes the output of
+     * matmul zero_for (else -1); one that may add its splits into its zeroed output (acc), left
+     * zeroed by this enqueue's launch of the earlier one (zeroed), its trailing gelu then left
+     * to matmul gelu_to, which reads its output (else -1) */
+    int zero_for, acc, zeroed, gelu_to;
 } cu_node;
 
 typedef struct {
@@ -147,6 +154,8 @@ typedef struct {
     uint64_t skip_ops;              /* bit per gp_op: kernels left out (timing experiments) */
     const void *const *weight_data; /* [n_tensors] the host weights uploaded at creation */
     gp_cu_mk *mk;                   /* mega: the persistent decode kernel's stages, or NULL */
+    int gelu_for;                   /* while enqueuing: the matmul node that reads its x as
+                                       gelu(x) (plan_accumulate), or -1 */
     float *dfold;                   /* the folded layer norms' constants (plan_folds), or NULL */
 } cuda_be;
 
@@ -156,7 +165,7 @@ enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_C
        FUSE_ROPETAB = 8192, FUSE_EPILOAD = 16384, FUSE_NORMLOAD = 32768, FUSE_EMBADD = 65536,
        FUSE_PAIRS = 131072, FUSE_QKVATT = 262144, FUSE_TILES = 524288,
        FUSE_TENSOR = 1048576, FUSE_BLASEPI = 2097152, FUSE_ATOMIC = 4194304,
-       FUSE_FOLD = 8388608 };
+       FUSE_FOLD = 8388608, FUSE_ACCUM = 16777216 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -188,7 +197,7 @@ static void read_switches(cuda_be *b)
                                         "transpose", "group", "tail", "attnfuse", "mega", "early",
                                         "arnorm", "ropetab", "epiload", "normload",
                                         "embadd", "pairs", "qkvatt", "tiles", "tensor",
-                                        "blasepi", "atomic", "fold"};
+                                        "blasepi", "atomic", "fold", "accum"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -404,6 +413,41 @@ static int rope_tabs_now(const cuda_be *b)
     return 0;
 }
 
+/* Matmul node m (its epilogue fused when it serves; pre: the norm before it, as
+ * gp_cuda_matmul_fused takes it) with the requests of accumulated outputs around it
+ * (plan_accumulate): it zeroes a later matmul's output, adds into its own zeroed output, or reads
+ * its x as gelu(x). 0, or -1 with the context's error. */
+static int matmul_node(cuda_be *b, int m, const gp_cu_prenorm *pre, int *fused, int *pre_used)
+{
+    cu_node *mn = &b->nodes[m];
+    gp_cu_ctx *c = &b->kc;
+    if (mn->zero_for >= 0) {
+        const gp_cu_tensor *t = &b->nodes[mn->zero_for].epi.out;
+        c->zero_p = (float *)t->data;
+        c->zero_n = t->ne[t->ndim - 1]; /* one row: the matvec kernels take it with one row */
+    }
+    c->acc = mn->acc && mn->zeroed;
+    c->acc_gelu = c->acc && mn->gelu_to >= 0;
+    c->x_gelu = b->gelu_for == m;
+    int r = gp_cuda_matmul_fused(c, &b->p->nodes[m].attrs, &mn->out, mn->in, mn->ws,
+                                 mn->ws_size, &mn->epi, pre, fused, pre_used);
+    if (mn->zero_for >= 0)
+        b->nodes[mn->zero_for].zeroed = !r && c->zero_done;
+    if (!r && c->x_gelu && !pre) {
+        snprintf(c->err, sizeof c->err, "matmul: gelu(x) not applied");
+        r = -1;
+    }
+    if (c->x_gelu == 0 && b->gelu_for == m)
+        b->gelu_for = -1;
+    if (c->acc_gelu_done)
+        b->gelu_for = mn->gelu_to;
+    c->zero_p = NULL;
+    c->zero_n = 0;
+    c->acc = c->acc_gelu = c->x_gelu = 0;
+    c->zero_done = c->acc_done = c->acc_gelu_done = 0;
+    return r;
+}
+
 /* Group g, whose first matmul is node first, in one launch when it serves (one row): *ran is 1,
  * *i (the node being enqueued, whose event is recorded) becomes the last node the launch ran, and
  * the events of the nodes after it up to that one are recorded; else *ran is 0. 0, or -1. */
@@ -440,6 +484,9 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
         snprintf(err, err_len, "cuda: %s", b->kc.err);
         return -1;
     }
+    b->gelu_for = -1;
+    for (int i = 0; i < p->n_nodes; i++)
+        b->nodes[i].zeroed = 0;
     for (int i = 0; i < p->n_nodes; i++) {
         const gp_plan_node *nd = &p->nodes[i];
         cu_node *cn = &b->nodes[i];
@@ -454,8 +501,7 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
             /* The matmul after this norm computes it when its matrix-vector kernel serves. */
             cu_node *mn = &b->nodes[i + 1];
             const gp_plan_node *mm = &p->nodes[i + 1];
-            r = gp_cuda_matmul_fused(&b->kc, &mm->attrs, &mn->out, mn->in, mn->ws, mn->ws_size,
-                                     &mn->epi, &cn->pre, &fused, &pre_used);
+            r = matmul_node(b, i + 1, &cn->pre, &fused, &pre_used);
             if (!r && pre_used) {
                 if (b->ev)
                     cudaEventRecord(b->ev[i + 1], b->stream);
@@ -494,8 +540,7 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
                                      &g1->in[1]);
         }
         else if (!r && nd->op == GP_OP_MATMUL && cn->epi.n > 0)
-            r = gp_cuda_matmul_fused(&b->kc, &nd->attrs, &cn->out, cn->in, cn->ws, cn->ws_size,
-                                     &cn->epi, NULL, &fused, NULL);
+            r = matmul_node(b, i, NULL, &fused, NULL);
         else if (!r)
             r = gp_cuda_compute(&b->kc, nd->op, &nd->attrs, &cn->out, cn->in, nd->n_inputs, cn->ws,
                                 cn->ws_size);
@@ -1113,6 +1158,73 @@ static int plan_folds(cuda_be *b, char *err, size_t err_len)
         return -1;
     }
     return 0;
+}
+
+/* The first step from which tensor t's bytes are its own or those of the tensors it is written
+ * over in place (their lifetimes, docs/plan-format.md). */
+static int bytes_first(const gp_plan *p, int t)
+{
+    int first = p->tensors[t].first;
+    for (int n = 0; p->tensors[t].inplace_of >= 0 && n < p->n_tensors; n++) {
+        t = p->tensors[t].inplace_of;
+        if (p->tensors[t].first < first)
+            first = p->tensors[t].first;
+    }
+    return first;
+}
+
+/*
+ * Accumulated outputs (docs/plan-format.md): a one-row product of a folded layer norm whose
+ * epilogue adds only (maybe ending in a gelu) may add its splits into its output with atomics
+ * (k_matvec_kc's add) when the matmul launched before it has zeroed those bytes after its wait.
+ * That is safe when the plan keeps the bytes the output is written to from that launch's first
+ * step on (gplan-compile does, for CUDA): nothing else lies there meanwhile. A trailing gelu is
+ * then left to the only reader of the output, a matmul reading it as x (matmul_node). One device
+ * only (tensor-parallel plans are not measured with it).
+ */
+static void plan_accumulate(cuda_be *b, const int *uses)
+{
+    const gp_plan *p = b->p;
+    for (int i = 0; i < p->n_nodes; i++) {
+        b->nodes[i].zero_for = b->nodes[i].gelu_to = -1;
+        b->nodes[i].acc = 0;
+    }
+    if ((b->disable & FUSE_ACCUM) || p->n_devices > 1 || b->kc.mv_add < 2)
+        return;
+    for (int j = 1; j < p->n_nodes; j++) {
+        cu_node *cj = &b->nodes[j];
+        const gp_cu_epilogue *e = &cj->epi;
+        if (p->nodes[j].op != GP_OP_MATMUL || !b->nodes[j - 1].prenorm ||
+            !b->nodes[j - 1].pre.fold || e->n < 1 || e->has_tail || cj->skip || cj->dec_att ||
+            cj->grp.n > 1)
+            continue;
+        int n = e->n, gelu = e->op[n - 1] == GP_OP_GELU, ok = 1;
+        for (int k = 0; k < n - gelu; k++)
+            ok &= e->op[k] == GP_OP_ADD;
+        /* the matmul launched before it, which zeroes its output */
+        int i = j - 2;
+        while (i >= 0 && p->nodes[i].op != GP_OP_MATMUL)
+            i--;
+        if (!ok || i < 0 || b->nodes[i].skip || b->nodes[i].dec_att || b->nodes[i].grp.n > 1 ||
+            b->nodes[i].epi.n < 1 || b->nodes[i].zero_for >= 0)
+            continue;
+        int out = p->nodes[j + n].output, from = i > 0 && b->nodes[i - 1].prenorm ? i - 1 : i;
+        if (p->tensors[out].kind != GP_TENSOR_INTERMEDIATE || bytes_first(p, out) > from)
+            continue;
+        int k = -1; /* with gelu: the matmul that reads out as its x */
+        for (int s = j + n + 1; gelu && s < p->n_nodes && k < 0; s++)
+            for (int q = 0; q < p->nodes[s].n_inputs; q++)
+                if (p->nodes[s].inputs[q] == out)
+                    k = s;
+        if (gelu && (k < 0 || uses[out] != 1 || p->nodes[k].op != GP_OP_MATMUL ||
+                     p->nodes[k].inputs[0] != out || p->nodes[k].attrs.i[0] ||
+                     b->nodes[k].epi.n < 1 || b->nodes[k].skip || b->nodes[k].dec_att ||
+                     b->nodes[k].grp.n > 1))
+            continue;
+        b->nodes[i].zero_for = j;
+        cj->acc = 1;
+        cj->gelu_to = k;
+    }
 }
 
 /* ---- attnfuse: a one-token attention with its ropes and K/V cache stores in one launch ---- */
@@ -1843,6 +1955,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     if (!(b->disable & FUSE_EMBADD))
         plan_embed_add(b, uses);
     plan_rope_tables(b, (float *)((char *)b->dparam + param_tabs_at(p)));
+    plan_accumulate(b, uses);
     free(uses);
     if (check_all_reduces(b, err, err_len))
         goto fail;

@@ -76,6 +76,16 @@ typedef struct {
                                 atomics (no cluster; last bits vary between runs) */
     int mv_add_narrow;       /* > 1: at most that many instead for N <= 1024 */
     int no_fold;             /* 1: [K, N] matvecs ignore gp_cu_prenorm.fold (normalize x first) */
+    /* Requests to the next matmul, set by the caller around one gp_cuda_matmul_fused call (the
+     * backend's accumulated outputs, docs/plan-format.md): zero_p, zero_n floats its [K, N]
+     * matvec kernel zeroes after its wait (zero_done: it did); acc, its output holds zeros, so
+     * its splits may add into it with atomics, leaving a trailing gelu of its epilogue to the
+     * output's reader when acc_gelu (acc_done, acc_gelu_done: they did); x_gelu, its x is to be
+     * read as gelu(x) (cleared once done: staged by the kernel, or x in place first). */
+    float *zero_p;
+    int64_t zero_n;
+    int acc, acc_gelu, x_gelu;
+    int zero_done, acc_done, acc_gelu_done;
     const void *const_lo;    /* device bytes [const_lo, const_hi) that no kernel writes during */
     const void *const_hi;    /* evals (the weights): matvecs load them before the wait above */
     int n_sm;                /* multiprocessors (0: 132, an H100/H200) */
@@ -278,6 +288,9 @@ int64_t gp_cuda_blas_epilogue_count(int vec);
 int64_t gp_cuda_matvec_add_count(void);
 /* One-row products that took their layer norm folded (gp_cu_prenorm.fold) so far, for tests. */
 int64_t gp_cuda_matvec_fold_count(void);
+/* For tests, so far: which 0, one-row products that added into zeroed outputs (gp_cu_ctx.acc);
+ * 1, [K, N] matvecs that staged gelu(x) (x_gelu); 2, x made gelu(x) in place instead. */
+int64_t gp_cuda_matvec_acc_count(int which);
 /*
  * A layer norm folded into the one-row product after it, a = layer_norm(x, w, b) times weights
  * W [K, N] (attrs as the matmul's; W as its second operand): a W = inv ((x - s) w W - (mean - s)

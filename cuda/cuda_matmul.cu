@@ -278,8 +278,19 @@ enum { MV2_WARPS = 8, MV2_U = 8 };
 
 /* The version-2 kernels' `early` bits: EARLY_W, the first weights are loaded before the PDL wait
  * (constant weights); EARLY_EPI, the epilogue's operands right after it, ahead of the sums;
- * EARLY_NORM, a staged norm's weights before it (constant too). */
-enum { EARLY_W = 1, EARLY_EPI = 2, EARLY_NORM = 4 };
+ * EARLY_NORM, a staged norm's weights before it (constant too). And X_GELU: the [K, N] kernels
+ * stage gelu(x), not x (the product before them left its gelu to them, gp_cu_ctx.acc_gelu). */
+enum { EARLY_W = 1, EARLY_EPI = 2, EARLY_NORM = 4, X_GELU = 8 };
+
+/* Zeroes n floats at p, spread over every thread of the grid: a later launch adds into them
+ * (gp_cu_ctx.zero_p). */
+__device__ __forceinline__ void zero_span(float *p, int64_t n)
+{
+    int64_t blk = blockIdx.x + (int64_t)gridDim.x * (blockIdx.y + (int64_t)gridDim.y * blockIdx.z);
+    int64_t step = (int64_t)blockDim.x * gridDim.x * gridDim.y * gridDim.z;
+    for (int64_t i = blk * blockDim.x + threadIdx.x; i < n; i += step)
+        p[i] = 0.0f;
+}
 
 /*
  * Warps per row of the [N, K] kernels: enough that one batch of loads (MV2_U chunks of 16 bytes per
@@ -644,7 +655,8 @@ __device__ __forceinline__ void fold_stats(const float2 (&st)[NW], int64_t K, fl
  * gets the epilogue's operands at column ecol right after the wait. ksym >= 0: K is read from
  * syms then (the launch's K is an upper bound). PRE_FOLD (K <= 8 blockDim.x, ksym < 0): the sums
  * are of (x - x[0]) w, and *fo gets the norm's statistics (every block the same bits) and, with
- * ecol >= 0, column ecol's constants, for fold_apply.
+ * ecol >= 0, column ecol's constants, for fold_apply. zp: zn floats that this launch zeroes
+ * right after the wait (gp_cu_ctx.zero_p; NULL: none).
  */
 template <typename W, int PRE, int TX>
 __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const float *x,
@@ -652,7 +664,8 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
                                               int64_t tile0, int64_t k0, int64_t per, int early,
                                               const int64_t *syms, float *xs,
                                               float (*red)[TX * vec16<W>::N], const EPI &e,
-                                              int64_t ecol, EpiVals *ev, FOLDV *fo)
+                                              int64_t ecol, EpiVals *ev, FOLDV *fo, float *zp,
+                                              int64_t zn)
 {
     typedef vec16<W> V;
     enum { TY = 256 / TX, ROWS = TY * MV2_U };
@@ -688,6 +701,8 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
         K = syms[ksym];
         k1 = min(K, k0 + per);
     }
+    if (zp)
+        zero_span(zp, zn);
     if (PRE == PRE_FOLD) {
         if (!(early & EARLY_NORM)) {
             if (k0 + (int64_t)threadIdx.x < k1)
@@ -703,7 +718,7 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
         if (PRE)
             norm_stats(nm, x, K, &mean, &inv);
         for (int64_t j = threadIdx.x; j < k1 - k0; j += blockDim.x)
-            xs[j] = !PRE       ? __ldg(x + k0 + j)
+            xs[j] = !PRE ? (early & X_GELU ? gelu_tanh(x[k0 + j]) : __ldg(x + k0 + j))
                     : norm_ahead ? norm_val(nm, x[k0 + j], mean, inv, gw, gb) /* j == threadIdx.x */
                                  : norm_one(nm, x, k0 + j, mean, inv);
     }
@@ -750,7 +765,7 @@ template <typename W, int PRE>
 __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
     k_matvec_kn2(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int ksym,
                  int64_t K, int64_t N, int64_t per, float *part, unsigned *counters, int early,
-                 const int64_t *syms)
+                 const int64_t *syms, float *zp, int64_t zn)
 {
     typedef vec16<W> V;
     __shared__ float red[KN2_TY][KN2_TX * V::N];
@@ -766,7 +781,8 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
     FOLDV fo;
     float sum = kn_split_sum<W, PRE, KN2_TX>(w, ldw, x, nm, ksym, K, N, tile0, blockIdx.y * per,
                                              per, early, syms, xs_kn2, red, e,
-                                             min(tile0 + (int64_t)threadIdx.x, N - 1), &ev, &fo);
+                                             min(tile0 + (int64_t)threadIdx.x, N - 1), &ev, &fo,
+                                             zp, zn);
     int j = threadIdx.x;
     if (j < KN2_TX * V::N && tile0 + j < N) {
         if (nsplit == 1)
@@ -840,7 +856,7 @@ enum { KC_MAXC = 16 }; /* the largest cluster k_matvec_kc takes (16 is non-porta
 template <typename W, int PRE, int TX>
 __global__ void __launch_bounds__(256, 4)
     k_matvec_kc(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int64_t K,
-                int64_t N, int64_t per, int early, int add)
+                int64_t N, int64_t per, int early, int add, float *zp, int64_t zn)
 {
     typedef vec16<W> V;
     enum { TC = TX * V::N };
@@ -856,7 +872,7 @@ __global__ void __launch_bounds__(256, 4)
     EpiVals ev;
     FOLDV fo;
     float s = kn_split_sum<W, PRE, TX>(w, ldw, x, nm, -1, K, N, tile0, r * per, per, early, NULL,
-                                       xs_kc, red, e, epi ? tile0 + j : -1, &ev, &fo);
+                                       xs_kc, red, e, epi ? tile0 + j : -1, &ev, &fo, zp, zn);
     if (!(early & EARLY_EPI) && epi)
         ev = epi_load(e, tile0 + j);
     if (add) {
@@ -985,18 +1001,21 @@ static void launch_kn2(const gp_cu_ctx *c, dim3 grid, const char *w, int64_t ldw
     size_t smem = (size_t)per * sizeof(float);
     if (pm == PRE_FOLD)
         gp_cu_launch(c, k_matvec_kn2<W, PRE_FOLD>, grid, KN2_TX * KN2_TY, smem, w, ldw, x, o, e,
-                     *nm, ksym, K, N, per, part, c->d_counters, early, c->d_syms);
+                     *nm, ksym, K, N, per, part, c->d_counters, early, c->d_syms, c->zero_p,
+                     c->zero_n);
     else if (nm)
         gp_cu_launch(c, k_matvec_kn2<W, PRE_STAGE>, grid, KN2_TX * KN2_TY, smem, w, ldw, x, o, e,
-                     *nm, ksym, K, N, per, part, c->d_counters, early, c->d_syms);
+                     *nm, ksym, K, N, per, part, c->d_counters, early, c->d_syms, c->zero_p,
+                     c->zero_n);
     else
         gp_cu_launch(c, k_matvec_kn2<W, PRE_NONE>, grid, KN2_TX * KN2_TY, smem, w, ldw, x, o, e,
-                     NORM(), ksym, K, N, per, part, c->d_counters, early, c->d_syms);
+                     NORM(), ksym, K, N, per, part, c->d_counters, early, c->d_syms, c->zero_p,
+                     c->zero_n);
 }
 
 /* k_matvec_kc by weight type, norm (PRE_*) and tile width (TX = 32, 16 or 8). */
 typedef void (*kc_fn)(const char *, int64_t, const float *, KT, EPI, NORM, int64_t, int64_t,
-                      int64_t, int, int);
+                      int64_t, int, int, float *, int64_t);
 
 template <typename W, int PRE> static kc_fn kc_width(int tx)
 {
@@ -1098,7 +1117,7 @@ static int is_const(const gp_cu_ctx *c, const char *p, int64_t n)
            (uintptr_t)p + (uintptr_t)n <= (uintptr_t)c->const_hi;
 }
 
-static std::atomic<int64_t> mv_adds(0), mv_folds(0);
+static std::atomic<int64_t> mv_adds(0), mv_folds(0), mv_accs(0), x_gelus(0), x_gelus_apart(0);
 
 extern "C" int64_t gp_cuda_matvec_add_count(void)
 {
@@ -1108,6 +1127,11 @@ extern "C" int64_t gp_cuda_matvec_add_count(void)
 extern "C" int64_t gp_cuda_matvec_fold_count(void)
 {
     return mv_folds.load();
+}
+
+extern "C" int64_t gp_cuda_matvec_acc_count(int which)
+{
+    return which == 0 ? mv_accs.load() : which == 1 ? x_gelus.load() : x_gelus_apart.load();
 }
 
 /* A [K, N] split's PRE_* for norm nm (NULL: none): FOLD where the norm comes folded and x fits
@@ -1239,6 +1263,62 @@ static int norm_of(gp_cu_ctx *c, const gp_cu_prenorm *pre, int64_t K, NORM *nm, 
 }
 
 /*
+ * 1 when o holds zeros (c->acc: an earlier launch zeroed it) and e is ADDs of operands that share
+ * no bytes with o, nor x with it, maybe ending in a GELU when gelu_ok (then *gelu = 1 and o's
+ * reader applies it): the product's splits may add into o with atomics (k_matvec_kc's add); *rest
+ * is e without that GELU.
+ */
+static int adds_into_zero(const EPI &e, const KT &o, const float *x, int64_t K, int gelu_ok,
+                          EPI *rest, int *gelu)
+{
+    uintptr_t olo, ohi, xlo = (uintptr_t)x, xhi = (uintptr_t)(x + K);
+    kt_span(o, &olo, &ohi);
+    int n = e.n;
+    *gelu = gelu_ok && n > 0 && e.op[n - 1] == GP_OP_GELU;
+    n -= *gelu;
+    if (o.t != GP_F32 || (xlo < ohi && olo < xhi))
+        return 0;
+    for (int k = 0; k < n; k++)
+        if (e.op[k] != GP_OP_ADD || kt_meets(e.other[k], olo, ohi))
+            return 0;
+    *rest = e;
+    rest->n = n;
+    return 1;
+}
+
+__global__ void k_gelu_inplace(float *x, int64_t n)
+{
+    pdl_begin();
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)blockDim.x * gridDim.x)
+        x[i] = gelu_tanh(x[i]);
+}
+
+/* c->x_gelu where the product's kernel cannot stage gelu(x): x [n] (f32, contiguous) becomes
+ * gelu(x) in place first (only the product reads it). 0, or -1 with c->err set. */
+static int x_gelu_now(gp_cu_ctx *c, const float *x, int64_t n)
+{
+    c->x_gelu = 0;
+    unsigned blocks = (unsigned)((n + 255) / 256 < 1024 ? (n + 255) / 256 : 1024);
+    gp_cu_launch(c, k_gelu_inplace, blocks > 0 ? blocks : 1, 256, 0, (float *)x, n);
+    x_gelus_apart++;
+    return gp_cu_check_launch(c, "gelu_inplace");
+}
+
+/* What a [K, N] kernel launch took of the context's requests: the zeroing, the accumulation
+ * (with its gelu left to the reader), gelu(x). */
+static void launched_kn(gp_cu_ctx *c, int fl, int acc, int gelu)
+{
+    c->zero_done = c->zero_p != NULL;
+    c->acc_done = acc;
+    c->acc_gelu_done = gelu;
+    if (fl & X_GELU) {
+        c->x_gelu = 0;
+        x_gelus++;
+    }
+}
+
+/*
  * Tries the matrix-vector kernels; 1 when launched, 0 when the shapes don't fit (nothing launched),
  * -1 on error. With pre: a is the norm's output, computed in the kernel from pre->x.
  */
@@ -1298,6 +1378,8 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
     }
     if (B.sr == es && B.sc % 16 == 0 && K % vn == 0) {
         /* [N, K]: K contiguous, rows B.sc bytes apart. */
+        if (c->x_gelu && x_gelu_now(c, x, K))
+            return -1;
         unsigned grid = (unsigned)((N + MV_WARPS * MV_ROWS - 1) / (MV_WARPS * MV_ROWS));
         /* Every block normalizes all of x: past a few waves of blocks (an LM head) that costs
          * more than the norm's own launch. */
@@ -1349,21 +1431,36 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
             (!pn->has_b || is_const(c, pn->b.p, K * pn->b.nb[3])))
             fl |= EARLY_NORM;
         int tx;
-        int bps = pn ? c->mv_cluster_pre : c->mv_cluster_bps > 0 ? c->mv_cluster_bps : 3;
+        /* add: the splits add into o with atomics, o holding a residual (adds_in_place) or zeros
+         * (c->acc: an earlier launch zeroed it; its trailing gelu may be left to o's reader) */
         EPI rest;
-        int add = c->mv_add > 1 && !c->mk && ksym < 0 && adds_in_place(e, ot, x, K, N, &rest);
-        if (!c->matvec_v1 && !c->mk && ksym < 0 &&
-            kc_split(c, K, N, vn, bps, add, &tx, &per2, &ns2)) {
+        int add = 0, acc = 0, gelu = 0;
+        if (c->mv_add > 1 && !c->mk && ksym < 0) {
+            add = adds_in_place(e, ot, x, K, N, &rest);
+            if (!add && c->acc)
+                add = acc = adds_into_zero(e, ot, x, K, c->acc_gelu, &rest, &gelu);
+        }
+        int bps = pn && !add ? c->mv_cluster_pre : c->mv_cluster_bps > 0 ? c->mv_cluster_bps : 3;
+        int kc = !c->matvec_v1 && !c->mk && ksym < 0 &&
+                 kc_split(c, K, N, vn, bps, add, &tx, &per2, &ns2);
+        int kn2 = !kc && !c->matvec_v1 && kn2_split(c, K, N, tiles, ws_size, ws, &per2, &ns2);
+        if (c->x_gelu && !(kc || kn2) && x_gelu_now(c, x, K))
+            return -1;
+        if (c->x_gelu) /* staged by the kernel below */
+            fl |= X_GELU;
+        if (kc) {
             dim3 g((unsigned)((N + tx * vn - 1) / (tx * vn)), 1, (unsigned)ns2);
             int pm = pre_mode(pn, ksym, K);
             gp_cu_launch_z(c, add ? 0 : (unsigned)ns2, kc_kernel(kb.t, pm, tx), g, dim3(256),
                            norm_smem(per2), B.p, B.sr, x, ot, add ? rest : e, pn ? *pn : NORM(),
-                           K, N, per2, fl, add);
-            mv_adds += add;
+                           K, N, per2, fl, add, c->zero_p, c->zero_n);
+            mv_adds += add && !acc;
+            mv_accs += acc;
             mv_folds += pm == PRE_FOLD;
+            launched_kn(c, fl, acc, gelu);
             return gp_cu_check_launch(c, "matvec_kc") ? -1 : 1;
         }
-        if (!c->matvec_v1 && kn2_split(c, K, N, tiles, ws_size, ws, &per2, &ns2)) {
+        if (kn2) {
             dim3 g2((unsigned)tiles, (unsigned)ns2);
             float *part = (float *)ws;
             int pm = pre_mode(pn, ksym, K);
@@ -1375,6 +1472,7 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
             else
                 launch_kn2<float>(c, g2, B.p, B.sr, x, ot, e, pn, pm, ksym, K, N, per2, part, fl);
             mv_folds += pm == PRE_FOLD;
+            launched_kn(c, fl, 0, 0);
             return gp_cu_check_launch(c, "matvec_kn2") ? -1 : 1;
         }
         /* About two blocks per multiprocessor, each at least two chunks of KN_ROWS rows deep. */
@@ -1759,8 +1857,14 @@ int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const
     }
     if (pre && !pre_used)
         pre = NULL;
-    if (kt_count(o, 4) == 0)
+    if (c->x_gelu && pre) {
+        snprintf(c->err, sizeof c->err, "matmul: gelu(x) asked for with a norm of x");
+        return -1;
+    }
+    if (kt_count(o, 4) == 0) {
+        c->x_gelu = 0; /* x is not read */
         return 0; /* with pre: not used, so the caller runs the norm as it would */
+    }
     int r = epi ? try_matvec(c, o, ka, kb, ta, tb, in, ws, ws_size, epi, pre) : 0;
     if (r > 0) {
         *fused = r; /* 2: the tail norm ran too */
@@ -1775,6 +1879,16 @@ int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const
         if (r > 0)
             *pre_used = 1;
         return r < 0 ? -1 : 0;
+    }
+    if (r == 0 && c->x_gelu) {
+        /* x is read whole by cuBLAS: gelu(x) in place first (f32, contiguous) */
+        if (ka.t != GP_F32 || ka.nb[3] != 4 || ka.nb[2] != ka.ne[3] * 4 ||
+            ka.nb[1] != ka.ne[2] * ka.nb[2] || ka.nb[0] != ka.ne[1] * ka.nb[1]) {
+            snprintf(c->err, sizeof c->err, "matmul: gelu(x) asked for a strided x");
+            return -1;
+        }
+        if (x_gelu_now(c, (const float *)ka.p, kt_count(ka, 4)))
+            return -1;
     }
     if (r == 0)
         r = try_blas(c, o, ka, kb, ta, tb, ws, ws_size);

@@ -47,6 +47,12 @@ __device__ __forceinline__ EpiVals epi_load(const EPI &e, int64_t col)
 }
 
 /* v through the epilogue, with the operands epi_load gave. */
+/* GP_OP_GELU (the tanh approximation), as the CPU and k_unary compute it. */
+__device__ __forceinline__ float gelu_tanh(float v)
+{
+    return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+}
+
 __device__ __forceinline__ float epi_apply_vals(const EPI &e, const EpiVals &ev, float v)
 {
 #pragma unroll
@@ -54,7 +60,7 @@ __device__ __forceinline__ float epi_apply_vals(const EPI &e, const EpiVals &ev,
         if (k >= e.n)
             break;
         if (e.op[k] == GP_OP_GELU)
-            v = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+            v = gelu_tanh(v);
         else
             v = e.op[k] == GP_OP_ADD ? v + ev.v[k] : v * ev.v[k];
     }

@@ -1081,6 +1081,147 @@ static void test_matvec_add(void)
     kctx_free(&k);
 }
 
+/*
+ * Accumulated outputs, as plan_accumulate asks for them around gp_cuda_matmul_fused (gp_cu_ctx's
+ * zero_p, acc, x_gelu), against the CPU: a [K, N] product zeroes the bytes a later one adds into
+ * (an [N, K] one does not); that product, of a folded layer norm, adds its splits into them with
+ * its bias and leaves its gelu to the next (GPT-2 1558M's and 117M's c_fc); the next (mlp.c_proj,
+ * into the residual in place) stages gelu(x), or, with the version-1 matvecs, gets x made gelu(x)
+ * in place first. Asked without the gelu left, the product writes gelu itself.
+ */
+static void test_matvec_acc(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    k.c.mv_add = 16;
+    const struct {
+        int64_t K, N;
+        int v1, gelu_left;
+    } cs[] = {{1600, 6400, 0, 1}, {768, 3072, 0, 1}, {768, 3072, 1, 1}, {768, 3072, 0, 0}};
+    void *ws = NULL;
+    cudaMalloc(&ws, (size_t)GP_WS_CUBLAS_BYTES);
+    gp_attrs am = {{0, 0, 0, 0}, {0}}, at = {{0, 1, 0, 0}, {0}}, none = {{0}, {0}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        int64_t K = cs[i].K, N = cs[i].N;
+        int64_t s1[2] = {K, N}, s2[2] = {N, K}, sh[2] = {1, N}, sk[2] = {1, K}, sn[1] = {N},
+                sb[1] = {K}, sz[2] = {K, K};
+        tnorm nm;
+        tnorm_new(&nm, NORM_LN, 1, K);
+        tt w1, b1, h, hg, w2, b2, res, x0, w0, o0;
+        tt_new(&w1, GP_F16, 2, s1, 1.0f);
+        tt_new(&b1, GP_F16, 1, sn, 1.0f);
+        tt_new(&h, GP_F32, 2, sh, 1.0f);
+        tt_new(&hg, GP_F32, 2, sh, 1.0f);
+        tt_new(&w2, GP_F16, 2, s2, 0.1f);
+        tt_new(&b2, GP_F16, 1, sb, 1.0f);
+        tt_new(&res, GP_F32, 2, sk, 2.0f);
+        tt_new(&x0, GP_F32, 2, sk, 1.0f);
+        tt_new(&w0, GP_F16, 2, sz, 1.0f);
+        tt_new(&o0, GP_F32, 2, sk, 1.0f);
+        /* the CPU: h = norm(x) w1 + b1, hg = gelu(h), res = hg w2 + b2 + res */
+        gp_ktensor m1[2] = {nm.h.h, w1.h}, a1[2] = {h.h, b1.h};
+        gp_cpu_compute(GP_OP_MATMUL, &am, &h.h, m1, 2, NULL, 0, 0, 1);
+        gp_cpu_compute(GP_OP_ADD, &none, &h.h, a1, 2, NULL, 0, 0, 1);
+        gp_cpu_compute(GP_OP_GELU, &none, &hg.h, &h.h, 1, NULL, 0, 0, 1);
+        tt y;
+        tt_new(&y, GP_F32, 2, sk, 1.0f);
+        gp_ktensor m2[2] = {hg.h, w2.h}, a2[2] = {y.h, b2.h}, a3[2] = {y.h, res.h};
+        gp_cpu_compute(GP_OP_MATMUL, &am, &y.h, m2, 2, NULL, 0, 0, 1);
+        gp_cpu_compute(GP_OP_ADD, &none, &y.h, a2, 2, NULL, 0, 0, 1);
+        gp_cpu_compute(GP_OP_ADD, &none, &y.h, a3, 2, NULL, 0, 0, 1);
+        int fused = -1, used = -1;
+        char name[80];
+        /* 1. A [N, K] product leaves h alone; a [K, N] one zeroes it. */
+        cudaMemset(h.d.data, 0xff, h.bytes);
+        gp_cu_epilogue e0;
+        memset(&e0, 0, sizeof e0);
+        gp_cu_tensor d0[2] = {x0.d, w0.d};
+        for (int tr = 1; tr >= 0; tr--) {
+            k.c.zero_p = (float *)h.d.data;
+            k.c.zero_n = N;
+            CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, tr ? &at : &am, &o0.d, d0, ws,
+                                                 (size_t)GP_WS_CUBLAS_BYTES, &e0, NULL, &fused,
+                                                 NULL),
+                            0);
+            CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+            CU_ASSERT_EQUAL(k.c.zero_done, !tr);
+            if (tr)
+                CU_ASSERT(device_untouched(&h));
+            k.c.zero_p = NULL;
+            k.c.zero_n = k.c.zero_done = 0;
+        }
+        int zeros = 1;
+        {
+            float *z = malloc(h.bytes);
+            cudaMemcpy(z, h.d.data, h.bytes, cudaMemcpyDeviceToHost);
+            for (int64_t j = 0; j < N; j++)
+                zeros &= z[j] == 0.0f;
+            free(z);
+        }
+        CU_ASSERT(zeros);
+        /* 2. The folded product adds into the zeros: h = norm(x) w1 + b1, its gelu left. */
+        CU_ASSERT_EQUAL(tnorm_fold(&k, &nm, &am, &w1), 2 * N);
+        gp_cu_epilogue e1;
+        memset(&e1, 0, sizeof e1);
+        e1.n = 2;
+        e1.op[0] = GP_OP_ADD;
+        e1.other[0] = b1.d;
+        e1.op[1] = GP_OP_GELU;
+        e1.out = h.d;
+        gp_cu_tensor d1[2] = {nm.h.d, w1.d};
+        k.c.acc = 1;
+        k.c.acc_gelu = cs[i].gelu_left;
+        int64_t n_acc = gp_cuda_matvec_acc_count(0);
+        CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, &h.d, d1, ws, (size_t)GP_WS_CUBLAS_BYTES,
+                                             &e1, &nm.pre, &fused, &used),
+                        0);
+        CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+        CU_ASSERT_EQUAL(used, 1);
+        CU_ASSERT_EQUAL(k.c.acc_done, cs[i].gelu_left); /* a GELU not left: no adds only */
+        CU_ASSERT_EQUAL(k.c.acc_gelu_done, cs[i].gelu_left);
+        CU_ASSERT_EQUAL(gp_cuda_matvec_acc_count(0) - n_acc, cs[i].gelu_left);
+        snprintf(name, sizeof name, "accumulated c_fc, case %zu", i);
+        if (cs[i].gelu_left) {
+            CHECK_ERR(name, device_err(&h), 1e-4);
+        } else {
+            tt hgd = hg;
+            hgd.d = h.d; /* written whole, gelu included */
+            CHECK_ERR(name, device_err(&hgd), 1e-4);
+        }
+        k.c.acc = k.c.acc_gelu = k.c.acc_done = k.c.acc_gelu_done = 0;
+        /* 3. The next product reads gelu(h): staged by its kernel, or h made gelu(h) first. */
+        gp_cu_epilogue e2;
+        memset(&e2, 0, sizeof e2);
+        e2.n = 2;
+        e2.op[0] = e2.op[1] = GP_OP_ADD;
+        e2.other[0] = b2.d;
+        e2.other[1] = res.d;
+        e2.out = res.d;
+        gp_cu_tensor d2[2] = {h.d, w2.d};
+        k.c.x_gelu = cs[i].gelu_left;
+        k.c.matvec_v1 = cs[i].v1;
+        int64_t n_st = gp_cuda_matvec_acc_count(1), n_in = gp_cuda_matvec_acc_count(2);
+        CU_ASSERT_EQUAL(gp_cuda_matmul_fused(&k.c, &am, &res.d, d2, ws,
+                                             (size_t)GP_WS_CUBLAS_BYTES, &e2, NULL, &fused, NULL),
+                        0);
+        CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+        CU_ASSERT_EQUAL(k.c.x_gelu, 0);
+        CU_ASSERT_EQUAL(gp_cuda_matvec_acc_count(1) - n_st, cs[i].gelu_left && !cs[i].v1);
+        CU_ASSERT_EQUAL(gp_cuda_matvec_acc_count(2) - n_in, cs[i].gelu_left && cs[i].v1);
+        k.c.matvec_v1 = 0;
+        tt yd = y;
+        yd.d = res.d;
+        snprintf(name, sizeof name, "mlp.c_proj of gelu(x), case %zu", i);
+        CHECK_ERR(name, device_err(&yd), 1e-4);
+        tt *all[11] = {&w1, &b1, &h, &hg, &w2, &b2, &res, &x0, &w0, &o0, &y};
+        for (int t = 0; t < 11; t++)
+            tt_free(all[t]);
+        tnorm_free(&nm);
+    }
+    cudaFree(ws);
+    kctx_free(&k);
+}
+
 /* [N, K] products of short rows, two rows per warp (k_matvec_nk2_pairs): the same bits as one row
  * per warp, and right against the CPU; GPT-2 117M's LM head, an odd N, a full 128 chunks, f32
  * rows of 50 chunks, an epilogue, weights loaded before the wait or after. */
@@ -2323,6 +2464,27 @@ static void test_model_fold(void)
     CU_ASSERT(gp_cuda_qkv_attention_count() - q0 >= 2); /* c_attn in qkvatt, on and off */
 }
 
+static int64_t acc_count(void)
+{
+    return gp_cuda_matvec_acc_count(0);
+}
+
+/* accum: GPT-2's c_attn and c_fc add their splits into outputs the matmul before them zeroed
+ * (c_fc leaving its gelu to mlp.c_proj), or not, against the CPU: every layer's c_fc and every
+ * c_attn but the first layer's (no matmul before it), f32 and f16 caches; with qkvatt (c_fc only)
+ * at head dims 64, f16 weights, and in a 1280-wide layer of bf16 weights. */
+static void test_model_accum(void)
+{
+    static const char *const heads64[7] = {"n_layer=2", "n_embd=128", "n_head=2",
+                                           "vocab_size=512", "n_positions=64", "wtype=f16",
+                                           "kv_type=f32"};
+    gpt2_cases_on_vs_off("accum", acc_count, 1);
+    decode_on_vs_off("examples/gpt2.gplan", heads64, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", "accum",
+                     acc_count, 2, 1e-4, 2e-3);
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
+                     "accum", acc_count, 1, 5e-3, 1e-2);
+}
+
 static void test_model_mega(void)
 {
     mega_cases("1");
@@ -2353,6 +2515,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "argmax: first of the largest, NaN never", test_argmax);
     CU_add_test(s, "matvec cluster: [K, N] splits combined in a cluster", test_matvec_cluster);
     CU_add_test(s, "matvec add: splits added into a residual in place", test_matvec_add);
+    CU_add_test(s, "matvec acc: zeroed outputs added into, gelu(x) staged", test_matvec_acc);
     CU_add_test(s, "matvec group: q/k/v and gate/up/swiglu in one launch", test_matvec_group);
     CU_add_test(s, "matvec group computing the rms_norm before it", test_matvec_group_norm);
     CU_add_test(s, "matvec tail: the norm of the residual sum in the last block", test_matvec_tail);
@@ -2372,6 +2535,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "GPT-2 decode: c_attn inside the one-token attention or not", test_model_qkvatt);
     CU_add_test(s, "GPT-2 decode: residual products adding with atomics or not", test_model_atomic);
     CU_add_test(s, "GPT-2 decode: layer norms folded into their products or not", test_model_fold);
+    CU_add_test(s, "GPT-2 decode: products adding into zeroed outputs or not", test_model_accum);
     CU_add_test(s, "Llama and GPT-2 decode: persistent decode kernel or launches", test_model_mega);
     CU_add_test(s, "Llama and GPT-2 decode: streaming persistent kernel or launches",
                 test_model_mega_stream);
