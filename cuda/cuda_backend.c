@@ -18,7 +18,7 @@
  * plan_qkv_attention), "tiles" (a prompt's attention in tiles of queries and keys), "tensor"
  * (those tiles on tensor cores, for f16 caches), "blasepi" (a cuBLAS product's epilogue in one
  * launch after it), "atomic" (a one-row product added into a residual in place: its splits add
- * with atomics, k_matvec_kc; not bit-reproducible from run to run) and "fold" (a layer norm
+ * with atomics, k_matvec_kc; not bit-reproducible from run to run), "fold" (a layer norm
  * planned into the [K, N] product after it is folded into its sums, with constants computed at
  * creation, plan_folds) and "accum" (such a product adds its splits into its output with atomics,
  * the matmul launched before it having zeroed those bytes, and leaves a trailing gelu to the

@@ -612,6 +612,19 @@ static void test_store2(void)
     kctx_free(&k);
 }
 
+/* The epilogue v + bias, then gelu (GPT-2's c_fc), into out. */
+static gp_cu_epilogue epi_bias_gelu(gp_cu_tensor bias, gp_cu_tensor out)
+{
+    gp_cu_epilogue e;
+    memset(&e, 0, sizeof e);
+    e.n = 2;
+    e.op[0] = GP_OP_ADD;
+    e.other[0] = bias;
+    e.op[1] = GP_OP_GELU;
+    e.out = out;
+    return e;
+}
+
 /* A norm's operands for the tests of matvecs that compute it: x [M, K] (f32), its weight g and
  * bias b [K] (f16), h = norm(x) [M, K] on the host unless norm is NORM_NONE (its device copy
  * poisoned: a kernel computing the norm never reads it), and pre as gp_cuda_matmul_fused takes
@@ -1161,13 +1174,7 @@ static void test_matvec_acc(void)
         CU_ASSERT(zeros);
         /* 2. The folded product adds into the zeros: h = norm(x) w1 + b1, its gelu left. */
         CU_ASSERT_EQUAL(tnorm_fold(&k, &nm, &am, &w1), 2 * N);
-        gp_cu_epilogue e1;
-        memset(&e1, 0, sizeof e1);
-        e1.n = 2;
-        e1.op[0] = GP_OP_ADD;
-        e1.other[0] = b1.d;
-        e1.op[1] = GP_OP_GELU;
-        e1.out = h.d;
+        gp_cu_epilogue e1 = epi_bias_gelu(b1.d, h.d);
         gp_cu_tensor d1[2] = {nm.h.d, w1.d};
         k.c.acc = 1;
         k.c.acc_gelu = cs[i].gelu_left;
@@ -1251,13 +1258,7 @@ static void test_matvec_pairs(void)
             gp_cpu_compute(GP_OP_ADD, &none, &prod.h, ain, 2, NULL, 0, 0, 1);
             gp_cpu_compute(GP_OP_GELU, &none, &out.h, &prod.h, 1, NULL, 0, 0, 1);
         }
-        gp_cu_epilogue epi;
-        memset(&epi, 0, sizeof epi);
-        epi.n = 2;
-        epi.op[0] = GP_OP_ADD;
-        epi.other[0] = bias.d;
-        epi.op[1] = GP_OP_GELU;
-        epi.out = out.d;
+        gp_cu_epilogue epi = epi_bias_gelu(bias.d, out.d);
         gp_cu_tensor din[2] = {x.d, w.d};
         k.c.pdl = (int)(i % 2);
         k.c.const_lo = i % 2 ? (const void *)1 : NULL;
