@@ -1211,6 +1211,12 @@ static void plan_accumulate(cuda_be *b, const int *uses)
         int out = p->nodes[j + n].output, from = i > 0 && b->nodes[i - 1].prenorm ? i - 1 : i;
         if (p->tensors[out].kind != GP_TENSOR_INTERMEDIATE || bytes_first(p, out) > from)
             continue;
+        /* A node before the zeroing that an attention after it runs (attnfuse) reads its sources
+         * past their planned last step, maybe over these bytes. */
+        for (int s = 0; s < from && ok; s++)
+            ok = !b->nodes[s].dec_att || b->nodes[s].dec_att - 1 < from;
+        if (!ok)
+            continue;
         int k = -1; /* with gelu: the matmul that reads out as its x */
         for (int s = j + n + 1; gelu && s < p->n_nodes && k < 0; s++)
             for (int q = 0; q < p->nodes[s].n_inputs; q++)
