@@ -238,7 +238,6 @@ static void read_switches(cuda_be *b)
     b->kc.att_tiles = !(b->disable & FUSE_TILES);
     b->kc.att_mma = !(b->disable & (FUSE_TILES | FUSE_TENSOR));
     b->kc.blas_epi = !(b->disable & FUSE_BLASEPI);
-    b->kc.no_fold = !!(b->disable & FUSE_FOLD);
     /* Measured 2026-11-30 (H200, ms per token, bench/gpu-notes.md, run G): clusters of 16
      * -0.04 on GPT-2 1558M and -0.008 on 117M (head dims 64), but +0.13 on Llama-7B on one GPU
      * and +0.02 on two (head dims 128; of 8: +-0 and +0.02). Default: 16, for head dims <= 64. */

@@ -75,7 +75,6 @@ typedef struct {
                                 over at most that many blocks that add their sums into it with
                                 atomics (no cluster; last bits vary between runs) */
     int mv_add_narrow;       /* > 1: at most that many instead for N <= 1024 */
-    int no_fold;             /* 1: [K, N] matvecs ignore gp_cu_prenorm.fold (normalize x first) */
     /* Requests to the next matmul, set by the caller around one gp_cuda_matmul_fused call (the
      * backend's accumulated outputs, docs/plan-format.md): zero_p, zero_n floats its [K, N]
      * matvec kernel zeroes after its wait (zero_done: it did); acc, its output holds zeros, so

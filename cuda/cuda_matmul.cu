@@ -1183,33 +1183,36 @@ static int kt_meets(const KT &t, uintptr_t lo, uintptr_t hi)
 }
 
 /*
- * 1 when a one-row product's epilogue e ends in the sum of the product, o itself (a residual
- * written in place: an ADD whose operand is o, f32, the same row) and other rows or scalars, so
- * that the product's splits may add into o with atomics (k_matvec_kc's add); *rest is then e
- * without that ADD. Not when x or another operand shares bytes with o: blocks still read them
- * while others add.
+ * 1 when a one-row product's splits may add into o with atomics (k_matvec_kc's add): o is f32, x
+ * shares no bytes with it (blocks still read x while others add), and e is ADDs of operands that
+ * share none either, except, when o is not zero, one ADD of o itself (a residual written in place:
+ * f32, the same row); with gelu_ok, e may end in a GELU, left to o's reader (*gelu = 1). *rest is
+ * e without that ADD and that GELU. zero: o holds zeros (c->acc: an earlier launch zeroed it).
  */
-static int adds_in_place(const EPI &e, const KT &o, const float *x, int64_t K, int64_t N,
-                         EPI *rest)
+static int adds_into(const EPI &e, const KT &o, const float *x, int64_t K, int64_t N, int zero,
+                     int gelu_ok, EPI *rest, int *gelu)
 {
     uintptr_t olo, ohi, xlo = (uintptr_t)x, xhi = (uintptr_t)(x + K);
     kt_span(o, &olo, &ohi);
-    int self = -1;
-    if (o.t != GP_F32 || e.n < 1 || (xlo < ohi && olo < xhi))
+    int n = e.n, self = -1;
+    *gelu = gelu_ok && n > 0 && e.op[n - 1] == GP_OP_GELU;
+    n -= *gelu;
+    if (o.t != GP_F32 || n < (zero ? 0 : 1) || (xlo < ohi && olo < xhi))
         return 0;
-    for (int k = 0; k < e.n; k++) {
+    for (int k = 0; k < n; k++) {
         const KT &t = e.other[k];
         if (e.op[k] != GP_OP_ADD)
             return 0;
-        if (t.p == o.p && t.t == GP_F32 && t.ne[3] == N && t.nb[3] == o.nb[3] && self < 0)
+        if (!zero && self < 0 && t.p == o.p && t.t == GP_F32 && t.ne[3] == N && t.nb[3] == o.nb[3])
             self = k;
         else if (kt_meets(t, olo, ohi))
             return 0;
     }
-    if (self < 0)
+    if (!zero && self < 0)
         return 0;
+    *rest = e;
     rest->n = 0;
-    for (int k = 0; k < e.n; k++)
+    for (int k = 0; k < n; k++)
         if (k != self) {
             rest->op[rest->n] = e.op[k];
             rest->other[rest->n++] = e.other[k];
@@ -1259,30 +1262,6 @@ static int norm_of(gp_cu_ctx *c, const gp_cu_prenorm *pre, int64_t K, NORM *nm, 
         norm_smem(K) > 32 * 1024 || (nm->has_b && (nm->b.ne[3] != K || kt_count(nm->b, 3) != 1)))
         return 0;
     *x = (const float *)kx.p;
-    return 1;
-}
-
-/*
- * 1 when o holds zeros (c->acc: an earlier launch zeroed it) and e is ADDs of operands that share
- * no bytes with o, nor x with it, maybe ending in a GELU when gelu_ok (then *gelu = 1 and o's
- * reader applies it): the product's splits may add into o with atomics (k_matvec_kc's add); *rest
- * is e without that GELU.
- */
-static int adds_into_zero(const EPI &e, const KT &o, const float *x, int64_t K, int gelu_ok,
-                          EPI *rest, int *gelu)
-{
-    uintptr_t olo, ohi, xlo = (uintptr_t)x, xhi = (uintptr_t)(x + K);
-    kt_span(o, &olo, &ohi);
-    int n = e.n;
-    *gelu = gelu_ok && n > 0 && e.op[n - 1] == GP_OP_GELU;
-    n -= *gelu;
-    if (o.t != GP_F32 || (xlo < ohi && olo < xhi))
-        return 0;
-    for (int k = 0; k < n; k++)
-        if (e.op[k] != GP_OP_ADD || kt_meets(e.other[k], olo, ohi))
-            return 0;
-    *rest = e;
-    rest->n = n;
     return 1;
 }
 
@@ -1431,14 +1410,13 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
             (!pn->has_b || is_const(c, pn->b.p, K * pn->b.nb[3])))
             fl |= EARLY_NORM;
         int tx;
-        /* add: the splits add into o with atomics, o holding a residual (adds_in_place) or zeros
-         * (c->acc: an earlier launch zeroed it; its trailing gelu may be left to o's reader) */
+        /* add: the splits add into o with atomics, o holding a residual or zeros (acc) */
         EPI rest;
         int add = 0, acc = 0, gelu = 0;
         if (c->mv_add > 1 && !c->mk && ksym < 0) {
-            add = adds_in_place(e, ot, x, K, N, &rest);
+            add = adds_into(e, ot, x, K, N, 0, 0, &rest, &gelu);
             if (!add && c->acc)
-                add = acc = adds_into_zero(e, ot, x, K, c->acc_gelu, &rest, &gelu);
+                add = acc = adds_into(e, ot, x, K, N, 1, c->acc_gelu, &rest, &gelu);
         }
         int bps = pn && !add ? c->mv_cluster_pre : c->mv_cluster_bps > 0 ? c->mv_cluster_bps : 3;
         int kc = !c->matvec_v1 && !c->mk && ksym < 0 &&

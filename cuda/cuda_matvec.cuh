@@ -14,7 +14,7 @@ static inline NORM norm_params(const gp_cu_ctx *c, const gp_cu_prenorm *p)
     nm.w = gp_kt_of(c, &p->w);
     nm.has_b = p->b.data != NULL;
     nm.b = nm.has_b ? gp_kt_of(c, &p->b) : nm.w;
-    nm.fold = c->no_fold ? NULL : p->fold;
+    nm.fold = p->fold;
     return nm;
 }
 

@@ -80,7 +80,7 @@ __device__ __forceinline__ float ew_apply(int op, float fa, float x, float y)
     case GP_OP_DIV: return x / y;
     case GP_OP_SWIGLU: return silu_f(x) * y;
     case GP_OP_SCALE: return x * fa;
-    case GP_OP_GELU: return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+    case GP_OP_GELU: return gelu_tanh(x);
     case GP_OP_GELU_ERF: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
     case GP_OP_SILU: return silu_f(x);
     default: return x;
