@@ -107,10 +107,6 @@ typedef struct {
      * zeroed by this enqueue's launch of the earlier one (zeroed), its trailing gelu then left
      * to matmul gelu_to, which reads its output (else -1) */
     int zero_for, acc, zeroed, gelu_to;
-    /* a layer norm whose MLP (plan_mlp) one-token launches run in one gp_cuda_mlp launch: the
-     * nodes up to mlp_last, mlp_m2 the matmul of w2 (whose zero_for and zeroed serve it) */
-    int mlp_on, mlp_m2, mlp_last, mlp_w1;
-    gp_cu_mlp mlp;
 } cu_node;
 
 typedef struct {
@@ -169,7 +165,7 @@ enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_C
        FUSE_ROPETAB = 8192, FUSE_EPILOAD = 16384, FUSE_NORMLOAD = 32768, FUSE_EMBADD = 65536,
        FUSE_PAIRS = 131072, FUSE_QKVATT = 262144, FUSE_TILES = 524288,
        FUSE_TENSOR = 1048576, FUSE_BLASEPI = 2097152, FUSE_ATOMIC = 4194304,
-       FUSE_FOLD = 8388608, FUSE_ACCUM = 16777216, FUSE_MLP = 33554432 };
+       FUSE_FOLD = 8388608, FUSE_ACCUM = 16777216 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -201,7 +197,7 @@ static void read_switches(cuda_be *b)
                                         "transpose", "group", "tail", "attnfuse", "mega", "early",
                                         "arnorm", "ropetab", "epiload", "normload",
                                         "embadd", "pairs", "qkvatt", "tiles", "tensor",
-                                        "blasepi", "atomic", "fold", "accum", "mlp"};
+                                        "blasepi", "atomic", "fold", "accum"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -282,12 +278,6 @@ static void read_switches(cuda_be *b)
                        : (in_list(late, "norm") ? GP_LATE_NORM : 0) |
                              (in_list(late, "att") ? GP_LATE_ATT : 0);
     b->kc.no_early = !!(b->disable & FUSE_EARLY);
-    /* gp_cuda_mlp's units per block (GPLAN_CUDA_MLP_UNITS, 8 to 32) and its rows of w2 in L2
-     * (GPLAN_CUDA_MLP_PF: early, late or none) */
-    const char *mt = getenv("GPLAN_CUDA_MLP_UNITS"), *mf = getenv("GPLAN_CUDA_MLP_PF");
-    b->kc.mlp_units = mt ? atoi(mt) : 0;
-    b->kc.mlp_smem = getenv("GPLAN_CUDA_MLP_SMEM") != NULL;
-    b->kc.mlp_pf = !mf ? 0 : !strcmp(mf, "early") ? 1 : !strcmp(mf, "late") ? 2 : 3;
 }
 
 /* Time inside the backend's evals, process-wide (cuda/cuda_backend.h). */
@@ -473,8 +463,6 @@ static int run_group(cuda_be *b, const gp_cu_group *g, int first, int *i, int *r
     return 0;
 }
 
-static int mlp_node(cuda_be *b, int i, int *ran);
-
 static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
 {
     const gp_plan *p = b->p;
@@ -508,18 +496,7 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
             continue; /* attnfuse: that attention's one-token launch runs it */
         if (cn->skip || (b->skip_ops >> nd->op & 1))
             continue;
-        if (cn->mlp_on) {
-            /* This norm's MLP in one launch when it serves (one token). */
-            int ran = 0;
-            r = mlp_node(b, i, &ran);
-            if (!r && ran) {
-                for (int k = i + 1; b->ev && k <= cn->mlp_last; k++)
-                    cudaEventRecord(b->ev[k], b->stream);
-                i = cn->mlp_last;
-                continue;
-            }
-        }
-        if (!r && cn->prenorm) {
+        if (cn->prenorm) {
             /* The matmul after this norm computes it when its matrix-vector kernel serves. */
             cu_node *mn = &b->nodes[i + 1];
             const gp_plan_node *mm = &p->nodes[i + 1];
@@ -1204,20 +1181,15 @@ static int bytes_first(const gp_plan *p, int t)
  * then left to the only reader of the output, a matmul reading it as x (matmul_node). One device
  * only (tensor-parallel plans are not measured with it).
  */
-static void plan_mlp(cuda_be *b, const int *uses);
-static int transposable(const gp_plan *p, int id);
-
 static void plan_accumulate(cuda_be *b, const int *uses)
 {
     const gp_plan *p = b->p;
     for (int i = 0; i < p->n_nodes; i++) {
         b->nodes[i].zero_for = b->nodes[i].gelu_to = -1;
-        b->nodes[i].mlp_on = 0;
         b->nodes[i].acc = 0;
     }
     if ((b->disable & FUSE_ACCUM) || p->n_devices > 1 || b->kc.mv_add < 2)
         return;
-    plan_mlp(b, uses);
     for (int j = 1; j < p->n_nodes; j++) {
         cu_node *cj = &b->nodes[j];
         const gp_cu_epilogue *e = &cj->epi;
@@ -1258,152 +1230,6 @@ static void plan_accumulate(cuda_be *b, const int *uses)
         cj->acc = 1;
         cj->gelu_to = k;
     }
-}
-
-/*
- * MLPs in one launch (gp_cuda_mlp): a layer norm folded into the matmul after it (c_fc), whose
- * epilogue is ADDs ending in a GELU read only by the next matmul (mlp.c_proj), whose epilogue is
- * ADDs into a result with bytes of its own from the step of the matmul launched before the MLP
- * (gplan-compile plans a normed MLP's residual sum so for CUDA, docs/plan-format.md). That matmul
- * zeroes the result (zero_for), and the MLP's launch adds into it. The zeroing the second matmul
- * would do for a later product (plan_accumulate) is done by the MLP's launch when the later
- * product's output is free from the norm's step on. Unfused (a prompt), the second matmul adds
- * into the zeroed result instead. Called by plan_accumulate, which then leaves the first
- * matmul's output alone (the launch before the MLP zeroes one output only).
- */
-static void plan_mlp(cuda_be *b, const int *uses)
-{
-    const gp_plan *p = b->p;
-    if ((b->disable & FUSE_MLP) || !(b->disable & FUSE_MEGA))
-        return;
-    for (int i = 0; i + 1 < p->n_nodes; i++) {
-        cu_node *cn = &b->nodes[i], *c1 = &b->nodes[i + 1];
-        const gp_cu_epilogue *e1 = &c1->epi;
-        if (!cn->prenorm || !cn->pre.fold || e1->n < 1 || e1->op[e1->n - 1] != GP_OP_GELU ||
-            e1->has_tail || c1->skip || c1->dec_att || c1->grp.n > 1)
-            continue;
-        int ok = 1;
-        for (int k = 0; k + 1 < e1->n; k++)
-            ok &= e1->op[k] == GP_OP_ADD;
-        int f = p->nodes[i + 1 + e1->n].output, m2 = i + 2 + e1->n;
-        if (!ok || m2 >= p->n_nodes || p->nodes[m2].op != GP_OP_MATMUL || uses[f] != 1 ||
-            p->nodes[m2].inputs[0] != f || p->nodes[m2].attrs.i[0] || p->nodes[m2].attrs.i[1] ||
-            p->nodes[i + 1].attrs.i[1] || b->nodes[m2].epi.n < 1 || b->nodes[m2].epi.has_tail ||
-            b->nodes[m2].skip || b->nodes[m2].dec_att || b->nodes[m2].grp.n > 1)
-            continue;
-        const gp_cu_epilogue *e2 = &b->nodes[m2].epi;
-        for (int k = 0; k < e2->n; k++)
-            ok &= e2->op[k] == GP_OP_ADD;
-        int out = p->nodes[m2 + e2->n].output, w1 = p->nodes[i + 1].inputs[1];
-        if (!transposable(p, w1))
-            continue; /* gp_cuda_mlp reads w1 [H, K] */
-        /* the matmul launched before the MLP, which zeroes its result */
-        int z = i - 1;
-        while (z >= 0 && p->nodes[z].op != GP_OP_MATMUL)
-            z--;
-        if (!ok || z < 0 || b->nodes[z].skip || b->nodes[z].dec_att || b->nodes[z].grp.n > 1 ||
-            b->nodes[z].epi.n < 1 || b->nodes[z].zero_for >= 0)
-            continue;
-        int from = z > 0 && b->nodes[z - 1].prenorm ? z - 1 : z;
-        if (p->tensors[out].kind != GP_TENSOR_INTERMEDIATE || p->tensors[out].inplace_of >= 0 ||
-            bytes_first(p, out) > from)
-            continue;
-        for (int s = 0; s < from && ok; s++) /* as in plan_accumulate */
-            ok = !b->nodes[s].dec_att || b->nodes[s].dec_att - 1 < from;
-        if (!ok)
-            continue;
-        b->nodes[z].zero_for = m2;
-        b->nodes[m2].acc = 1; /* unfused, the second matmul adds into it */
-        cn->mlp_on = 1;
-        cn->mlp_m2 = m2;
-        cn->mlp_last = m2 + e2->n;
-        cn->mlp_w1 = w1;
-        cn->mlp.norm = cn->pre;
-        cn->mlp.w2 = b->nodes[m2].in[1];
-        cn->mlp.e1 = *e1;
-        cn->mlp.e2 = *e2;
-    }
-}
-
-/* b [K, N] of matmul node i stored as [N, K]: element (k, n) at k * es + n * K * es. */
-static void swap_strides(cuda_be *b, int i)
-{
-    gp_cu_tensor *w = &b->nodes[i].in[1];
-    int64_t es = (int64_t)gp_dtype_size(w->dtype);
-    w->nb[0] = es;
-    w->nb[1] = w->ne[0] * es;
-}
-
-/* The first weights of the MLPs plan_mlp found, stored transposed on the device ([H, K], what
- * gp_cuda_mlp reads) through one scratch allocation as large as the largest, made and freed
- * here; every reader (a matmul taking it as b, transposable) gets the swapped strides. 0, or -1
- * with err set. */
-static int mlp_transpose(cuda_be *b, char *err, size_t err_len)
-{
-    const gp_plan *p = b->p;
-    size_t most = 0;
-    void *tmp = NULL;
-    for (int i = 0; i < p->n_nodes; i++)
-        if (b->nodes[i].mlp_on && !b->transposed[b->nodes[i].mlp_w1] &&
-            (size_t)p->tensors[b->nodes[i].mlp_w1].size > most)
-            most = (size_t)p->tensors[b->nodes[i].mlp_w1].size;
-    b->kc.stream = b->stream;
-    if (most)
-        CU_TRY(be_malloc(b, &tmp, most));
-    for (int i = 0; i < p->n_nodes; i++) {
-        int id = b->nodes[i].mlp_w1;
-        if (!b->nodes[i].mlp_on || b->transposed[id])
-            continue;
-        const gp_plan_tensor *t = &p->tensors[id];
-        CU_TRY(cudaMemcpyAsync(tmp, tensor_addr(b, t), (size_t)t->size, cudaMemcpyDeviceToDevice,
-                               b->stream));
-        if (gp_cuda_transpose(&b->kc, tensor_addr(b, t), tmp, t->dims[0], t->dims[1],
-                              (int)gp_dtype_size(t->dtype))) {
-            snprintf(err, err_len, "cuda: %s", b->kc.err);
-            goto fail;
-        }
-        b->transposed[id] = 1;
-        for (int n = 0; n < p->n_nodes; n++)
-            if (p->nodes[n].op == GP_OP_MATMUL && p->nodes[n].inputs[1] == id)
-                swap_strides(b, n);
-    }
-    for (int i = 0; i < p->n_nodes; i++)
-        if (b->nodes[i].mlp_on)
-            b->nodes[i].mlp.w1 = b->nodes[i + 1].in[1];
-    CU_TRY(cudaStreamSynchronize(b->stream));
-    cudaFree(tmp);
-    return 0;
-fail:
-    cudaFree(tmp);
-    return -1;
-}
-
-/* Norm node i's MLP (plan_mlp) in one launch, with the requests around it as matmul_node's: the
- * zeroing its second matmul was asked for, and its result zeroed by the launch before. *ran: 1
- * when launched; else nothing was and the nodes run one by one. 0, or -1 with the context's
- * error. */
-static int mlp_node(cuda_be *b, int i, int *ran)
-{
-    cu_node *cn = &b->nodes[i], *m2 = &b->nodes[cn->mlp_m2];
-    gp_cu_ctx *c = &b->kc;
-    *ran = 0;
-    if (!m2->zeroed)
-        return 0;
-    int later = m2->zero_for; /* a later product's output, free from step i on or not */
-    if (later >= 0 && bytes_first(b->p, b->p->nodes[later + b->nodes[later].epi.n].output) <= i) {
-        const gp_cu_tensor *t = &b->nodes[m2->zero_for].epi.out;
-        c->zero_p = (float *)t->data;
-        c->zero_n = t->ne[t->ndim - 1];
-    }
-    c->acc = 1;
-    int r = gp_cuda_mlp(c, &cn->mlp, ran);
-    if (later >= 0)
-        b->nodes[later].zeroed = !r && *ran && c->zero_done;
-    c->zero_p = NULL;
-    c->zero_n = 0;
-    c->acc = 0;
-    c->zero_done = c->acc_done = c->acc_gelu_done = 0;
-    return r;
 }
 
 /* ---- attnfuse: a one-token attention with its ropes and K/V cache stores in one launch ---- */
@@ -2099,8 +1925,13 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         tensor_of(b, nd->output, &b->nodes[i].out);
         for (int j = 0; j < nd->n_inputs; j++)
             tensor_of(b, nd->inputs[j], &b->nodes[i].in[j]);
-        if (nd->op == GP_OP_MATMUL && b->transposed[nd->inputs[1]])
-            swap_strides(b, i);
+        if (nd->op == GP_OP_MATMUL && b->transposed[nd->inputs[1]]) {
+            /* b [K, N] stored as [N, K]: element (k, n) at k * es + n * K * es. */
+            gp_cu_tensor *w = &b->nodes[i].in[1];
+            int64_t es = (int64_t)gp_dtype_size(w->dtype);
+            w->nb[0] = es;
+            w->nb[1] = w->ne[0] * es;
+        }
         if (nd->workspace >= 0) {
             const gp_plan_tensor *w = &p->tensors[nd->workspace];
             b->nodes[i].ws = tensor_addr(b, w);
@@ -2130,10 +1961,6 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         plan_embed_add(b, uses);
     plan_rope_tables(b, (float *)((char *)b->dparam + param_tabs_at(p)));
     plan_accumulate(b, uses);
-    if (mlp_transpose(b, err, err_len)) {
-        free(uses);
-        goto fail;
-    }
     free(uses);
     if (check_all_reduces(b, err, err_len))
         goto fail;

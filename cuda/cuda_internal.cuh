@@ -260,18 +260,6 @@ __device__ __forceinline__ void prefetch_l2(const void *p)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-/* n bytes from p into L2 as one bulk request (sm_90; p and n multiples of 16): a hint as
- * prefetch_l2, from one thread. */
-__device__ __forceinline__ void prefetch_bulk_l2(const void *p, unsigned n)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
-#else
-    (void)p;
-    (void)n;
-#endif
-}
-
 /* prefetch_l2 over bytes [p, p + n), one 128-byte line per thread of the block. Kernels on the
  * critical path use it before their wait for small bytes that are likely not in L2 (a norm's
  * weights): once the next kernel's weight loads are queued, a miss waits behind them. */

@@ -75,12 +75,6 @@ typedef struct {
                                 over at most that many blocks that add their sums into it with
                                 atomics (no cluster; last bits vary between runs) */
     int mv_add_narrow;       /* > 1: at most that many instead for N <= 1024 */
-    int mlp_units;           /* gp_cuda_mlp's units per block, 8 to 32, a divisor of the hidden
-                                width (0: about 3 blocks per multiprocessor) */
-    int mlp_smem;            /* 1: gp_cuda_mlp copies its rows of w2 into shared memory (with
-                                mlp_units set) */
-    int mlp_pf;              /* gp_cuda_mlp brings its rows of w2 into L2 when it starts (1),
-                                right after its wait (2) or not (0, 3) */
     /* Requests to the next matmul, set by the caller around one gp_cuda_matmul_fused call (the
      * backend's accumulated outputs, docs/plan-format.md): zero_p, zero_n floats its [K, N]
      * matvec kernel zeroes after its wait (zero_done: it did); acc, its output holds zeros, so
@@ -185,34 +179,6 @@ typedef struct {
 } gp_cu_group;
 
 int gp_cuda_matvec_group(gp_cu_ctx *ctx, const gp_cu_group *g, int *launched);
-
-/*
- * A one-row MLP in one launch: out = e2(gelu(e1(layer_norm(x) w1)) w2), where norm is a layer norm
- * folded for w1 (norm.fold, gp_cuda_fold), w1 [K, H] is stored transposed ([H, K]: the strides of
- * m->w1 say so) and w2 [H, N] as it is (rows contiguous, 16-byte aligned), in one dtype; e1 is ADDs
- * of [H] rows ending
- * in a GELU, and e2 is ADDs of [N] rows whose result e2.out is one f32 row that holds zeros when the
- * launch starts (the launch before zeroed it: ctx->acc) and shares no bytes with x or e2's
- * operands. The hidden row gelu(...) is never stored: each block computes its units over all of
- * K, then adds their share of the product with w2 into e2.out with atomics (not bit-reproducible
- * from run to run). ctx->zero_p is zeroed after the wait as by the matvec kernels (zero_done).
- * *launched = 0 when it does not fit (more rows: a prompt; other layouts): nothing launched. 0,
- * or -1 with err.
- */
-typedef struct {
-    gp_cu_prenorm norm;
-    gp_cu_tensor w1, w2;
-    gp_cu_epilogue e1, e2;
-} gp_cu_mlp;
-
-int gp_cuda_mlp(gp_cu_ctx *ctx, const gp_cu_mlp *m, int *launched);
-
-/* dst [N, K] = src [K, N] (device, elements of es = 2 or 4 bytes; not overlapping): a weight
- * stored transposed at creation. 0, or -1 with err. */
-int gp_cuda_transpose(gp_cu_ctx *ctx, void *dst, const void *src, int64_t K, int64_t N, int es);
-
-/* One-row MLPs launched by gp_cuda_mlp since the process started. */
-int64_t gp_cuda_mlp_count(void);
 
 /* Two store nodes with the same positions in one launch (the K and V cache writes of a layer):
  * in0 and in1 are each store's inputs (dst, pos, src), as gp_cuda_compute takes them. Both srcs

@@ -644,15 +644,6 @@ __device__ __forceinline__ void fold_stats(const float2 (&st)[NW], int64_t K, fl
     fo->inv = 1.0f / sqrtf(fmaxf(b / (float)K - m * m, 0.0f) + eps);
 }
 
-/* Rows a kernel brings into L2 right after its wait (kn_split_sum): thread i < n asks for bytes
- * [p + i ld, p + i ld + bytes) in one bulk request. p NULL: none. */
-struct L2PF {
-    const char *p;
-    int64_t ld;
-    unsigned bytes;
-    int n;
-};
-
 /*
  * The sums of one split of a [K, N] product (row k of the weights at w + k * ldw bytes, N
  * contiguous), shared by k_matvec_kn2 and k_matvec_kc. The block (256 threads, TX x TY) covers
@@ -665,7 +656,7 @@ struct L2PF {
  * syms then (the launch's K is an upper bound). PRE_FOLD (K <= 8 blockDim.x, ksym < 0): the sums
  * are of (x - x[0]) w, and *fo gets the norm's statistics (every block the same bits) and, with
  * ecol >= 0, column ecol's constants, for fold_apply. zp: zn floats that this launch zeroes
- * right after the wait (gp_cu_ctx.zero_p; NULL: none), and pf the rows it then brings into L2.
+ * right after the wait (gp_cu_ctx.zero_p; NULL: none).
  */
 template <typename W, int PRE, int TX>
 __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const float *x,
@@ -674,7 +665,7 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
                                               const int64_t *syms, float *xs,
                                               float (*red)[TX * vec16<W>::N], const EPI &e,
                                               int64_t ecol, EpiVals *ev, FOLDV *fo, float *zp,
-                                              int64_t zn, L2PF pf = L2PF())
+                                              int64_t zn)
 {
     typedef vec16<W> V;
     enum { TY = 256 / TX, ROWS = TY * MV2_U };
@@ -712,8 +703,6 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
     }
     if (zp)
         zero_span(zp, zn);
-    if (pf.p && (int)threadIdx.x < pf.n)
-        prefetch_bulk_l2(pf.p + threadIdx.x * pf.ld, pf.bytes);
     if (PRE == PRE_FOLD) {
         if (!(early & EARLY_NORM)) {
             if (k0 + (int64_t)threadIdx.x < k1)
@@ -924,269 +913,6 @@ __global__ void __launch_bounds__(256, 4)
 #endif
 }
 
-/* How k_mlp brings its rows of W2 into L2: when it starts (before its wait), right after its
- * wait, or not at all (gp_cu_ctx.mlp_pf). */
-enum { MLP_PF_NONE = 0, MLP_PF_EARLY = 1, MLP_PF_LATE = 2 };
-
-__device__ __forceinline__ void cp_async_wait_all()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-}
-
-/* o += a and b's V::N floats (one or two float4 atomics from sm_90 on, else one per float). */
-template <int NV> __device__ __forceinline__ void add_floats(float *o, const float *v)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#pragma unroll
-    for (int q = 0; q < NV; q += 4)
-        atomicAdd((float4 *)(o + q), make_float4(v[q], v[q + 1], v[q + 2], v[q + 3]));
-#else
-#pragma unroll
-    for (int q = 0; q < NV; q++)
-        atomicAdd(o + q, v[q]);
-#endif
-}
-
-/* The most units a block of k_mlp takes (its gs), and over a warp (MLP_G / 8). */
-enum { MLP_G = 32, MLP_WU = MLP_G / 8, MLP_CU = 8 };
-
-/*
- * A one-row MLP in one launch (gp_cuda_mlp): o += gelu(e1(norm(x) W1)) W2, then e2's operands,
- * with the layer norm folded (NORM.fold: the sums are of (x - x[0]) w, FOLDV), W1 stored [H, K]
- * (unit j's K weights contiguous, rows ld1 bytes apart; the backend transposes GPT-2's c_fc) and
- * W2 [H, N] (ld2), o holding zeros (its own bytes, zeroed by the launch before). The grid is
- * (1, 1, B) in clusters of (1, 1, C) (C == 1: none). Block b owns the G units [b G, b G + G):
- * warp w sums units w, w + 8, ... over all of K (lane l chunks l, l + 32, ...; its first unit's
- * loaded before the wait), so no sums cross blocks; e1 (ADDs, then the GELU) goes to gs. Then
- * thread t multiplies W2's rows of those units by gs for V::N columns (chunk t mod NC of NC,
- * units t / NC, t / NC + UG, ...: UG groups of threads when a row has fewer than 256 chunks).
- * Those partial sums meet in the cluster, as k_matvec_kc's splits do: the block of rank c mod C
- * adds chunk c's C UG partials (distributed shared memory, rank order) and adds the sum into o
- * with atomics, the first cluster adding e2's operands too; so B / C adds land on each float of
- * o (without clusters every block adds its own). The order of the adds varies: o's last bits may
- * too.
- */
-template <typename W, bool S2>
-__global__ void __launch_bounds__(256, 3)
-    k_mlp(const char *w1, int64_t ld1, const float *x, NORM nm, EPI e1, const char *w2,
-          int64_t ld2, KT o, EPI e2, int64_t K, int64_t H, int64_t N, int G, int C, int early,
-          int pf_mode, float *zp, int64_t zn)
-{
-    typedef vec16<W> V;
-    enum { U2 = 8 };
-    __shared__ float gs[MLP_G];
-    __shared__ float2 st[8];
-    extern __shared__ float xs_mlp[];
-    int j = threadIdx.x, lane = j & 31, warp = j >> 5, r = (int)(blockIdx.z % (unsigned)C);
-    STAMP_BEGIN(5);
-    if (C > 1)
-        cluster_started_arrive();
-    int64_t u0 = (int64_t)blockIdx.z * G, KC = K / V::N;
-    unsigned row_bytes = (unsigned)(N * (int64_t)sizeof(W));
-    if (pf_mode == MLP_PF_EARLY && j < G)
-        prefetch_bulk_l2(w2 + (u0 + j) * ld2, row_bytes);
-    /* the first unit's chunks, weights: before the wait when they may be */
-    uint4 u[MLP_CU];
-    const char *r1 = w1 + (u0 + warp) * ld1;
-    bool mine = warp < G;
-    if (early & EARLY_W)
-#pragma unroll
-        for (int i = 0; i < MLP_CU; i++)
-            u[i] = mine && lane + 32 * i < KC ? ld_stream(r1 + (lane + 32 * i) * 16)
-                                              : make_uint4(0, 0, 0, 0);
-    float gw = (early & EARLY_NORM) && j < K ? norm_w(nm, j) : 0.0f;
-    pdl_begin();
-    STAMP(1);
-    if (zp)
-        zero_span(zp, zn);
-    /* S2: the block's rows of W2 into shared memory after x and the partials, asynchronously */
-    int64_t NC = N / V::N;
-    char *w2s = (char *)(xs_mlp + K) + (C > 1 ? (NC + C - 1) / C * C * (NC >= 256 ? 1 : 256 / NC) *
-                                                    V::N * 4
-                                              : 0);
-    if (S2) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-        for (int64_t q = j; q < G * NC; q += blockDim.x) {
-            unsigned d = (unsigned)__cvta_generic_to_shared(w2s + q * 16);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d),
-                         "l"(w2 + (u0 + q / NC) * ld2 + (q % NC) * 16)
-                         : "memory");
-        }
-        asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-    }
-    if (pf_mode == MLP_PF_LATE && j < G)
-        prefetch_bulk_l2(w2 + (u0 + j) * ld2, row_bytes);
-    /* each warp's units' fold constants and e1 operands, by lane k < MLP_WU for unit warp + 8 k */
-    FOLDV fo;
-    EpiVals ev;
-    int64_t uk = u0 + warp + 8 * lane;
-    bool has = lane < MLP_WU && warp + 8 * lane < G;
-    if (has) {
-        fo.c = nm.fold[uk];
-        fo.d = nm.fold[H + uk];
-        ev = epi_load(e1, uk);
-    }
-    if (!(early & EARLY_NORM) && j < K)
-        gw = norm_w(nm, j);
-    fold_stage(nm, x, K, 0, K, gw, xs_mlp, st);
-    __syncthreads();
-    STAMP(2);
-    fold_stats(st, K, nm.eps, &fo);
-    float mine_s = 0.0f; /* lane k: the sum of unit warp + 8 k */
-    for (int k = 0; warp + 8 * k < G; k++) {
-        const char *r = w1 + (u0 + warp + 8 * k) * ld1;
-        if (k > 0 || !(early & EARLY_W))
-#pragma unroll
-            for (int i = 0; i < MLP_CU; i++)
-                u[i] = lane + 32 * i < KC ? ld_stream(r + (lane + 32 * i) * 16)
-                                          : make_uint4(0, 0, 0, 0);
-        float acc = 0.0f;
-        for (int64_t c0 = 0;;) {
-#pragma unroll
-            for (int i = 0; i < MLP_CU; i++) {
-                int64_t c = c0 + lane + 32 * i;
-                if (c >= KC)
-                    break;
-                float wv[V::N];
-                V::unpack(u[i], wv);
-                const float4 *xv = (const float4 *)(xs_mlp + c * V::N);
-#pragma unroll
-                for (int q = 0; q < V::N; q += 4) {
-                    float4 f = xv[q / 4];
-                    acc += wv[q] * f.x + wv[q + 1] * f.y + wv[q + 2] * f.z + wv[q + 3] * f.w;
-                }
-            }
-            c0 += 32 * MLP_CU;
-            if (c0 >= KC)
-                break;
-#pragma unroll
-            for (int i = 0; i < MLP_CU; i++) /* rows of more than 32 MLP_CU chunks (f32) */
-                u[i] = c0 + lane + 32 * i < KC ? ld_stream(r + (c0 + lane + 32 * i) * 16)
-                                               : make_uint4(0, 0, 0, 0);
-        }
-        acc = warp_sum(acc);
-        if (lane == k)
-            mine_s = acc;
-    }
-    STAMP(3);
-    if (has)
-        gs[warp + 8 * lane] = epi_apply_vals(e1, ev, fold_apply(fo, mine_s));
-    int ug = NC >= 256 ? 1 : 256 / (int)NC, grp = NC >= 256 ? 0 : j / (int)NC;
-    int64_t c0 = NC >= 256 ? j : j % NC, cstep = NC >= 256 ? 256 : NC;
-    bool act = grp < ug && c0 < NC;
-    /* the first batch of W2's rows ahead of gs: they do not depend on it */
-    uint4 v[U2];
-    const char *wr = w2 + (u0 + grp) * ld2;
-#pragma unroll
-    for (int i = 0; i < U2 && !S2; i++)
-        v[i] = act && grp + ug * i < G ? ld_stream(wr + ug * i * ld2 + c0 * 16)
-                                       : make_uint4(0, 0, 0, 0);
-    if (S2) {
-        cp_async_wait_all();
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < U2; i++)
-            v[i] = act && grp + ug * i < G ? *(const uint4 *)(w2s + ((grp + ug * i) * NC + c0) * 16)
-                                           : make_uint4(0, 0, 0, 0);
-    }
-    __syncthreads();
-    STAMP(4);
-    if (C > 1)
-        cluster_started_wait(); /* every thread: the wait is warp-aligned */
-    float *pin = xs_mlp + K; /* C > 1: [owned chunk q][C ug partials][V::N] */
-    int pslot = r * ug + grp, np = C * ug;
-    for (int64_t c = c0; act && c < NC; c += cstep) {
-        float acc[V::N];
-#pragma unroll
-        for (int q = 0; q < V::N; q++)
-            acc[q] = 0.0f;
-        for (int r0 = grp;;) {
-#pragma unroll
-            for (int i = 0; i < U2; i++) {
-                int rr = r0 + ug * i;
-                if (rr >= G)
-                    break;
-                float wv[V::N], g = gs[rr];
-                V::unpack(v[i], wv);
-#pragma unroll
-                for (int q = 0; q < V::N; q++)
-                    acc[q] += wv[q] * g;
-            }
-            r0 += ug * U2;
-            if (r0 >= G)
-                break;
-#pragma unroll
-            for (int i = 0; i < U2; i++)
-                v[i] = r0 + ug * i >= G ? make_uint4(0, 0, 0, 0)
-                       : S2 ? *(const uint4 *)(w2s + ((r0 + ug * i) * NC + c) * 16)
-                            : ld_stream(w2 + (u0 + r0 + ug * i) * ld2 + c * 16);
-        }
-        if (c + cstep < NC) { /* the next chunk's first batch (rows of 256 chunks or more) */
-#pragma unroll
-            for (int i = 0; i < U2; i++)
-                v[i] = grp + ug * i >= G ? make_uint4(0, 0, 0, 0)
-                       : S2 ? *(const uint4 *)(w2s + ((grp + ug * i) * NC + c + cstep) * 16)
-                            : ld_stream(wr + ug * i * ld2 + (c + cstep) * 16);
-        }
-        if (C == 1) {
-            if (blockIdx.z == 0 && grp == 0) {
-#pragma unroll
-                for (int q = 0; q < V::N; q++)
-                    acc[q] = epi_apply(e2, c * V::N + q, acc[q]);
-            }
-            add_floats<V::N>((float *)o.p + c * V::N, acc);
-            continue;
-        }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        /* to the block finishing chunk c, rank c mod C, in its pin */
-        namespace cg = cooperative_groups;
-        float *dst = cg::this_cluster().map_shared_rank(pin, (int)(c % C)) +
-                     ((c / C) * np + pslot) * V::N;
-#pragma unroll
-        for (int q = 0; q < V::N; q += 4)
-            *(float4 *)(dst + q) = make_float4(acc[q], acc[q + 1], acc[q + 2], acc[q + 3]);
-#endif
-    }
-    STAMP(5);
-    if (C == 1)
-        return;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-    __trap(); /* no clusters before sm_90: gp_cuda_mlp launches C == 1 there */
-#elif defined(__CUDA_ARCH__)
-    cooperative_groups::this_cluster().sync();
-    STAMP(6);
-    /* this block's chunks c = q C + r: the C ug partials in rank order, then the atomics */
-    for (int64_t q = j; q * C + r < NC; q += blockDim.x) {
-        int64_t c = q * C + r;
-        float acc[V::N];
-#pragma unroll
-        for (int e = 0; e < V::N; e++)
-            acc[e] = 0.0f;
-        for (int i = 0; i < np; i++) {
-            const float *src = pin + (q * np + i) * V::N;
-#pragma unroll
-            for (int e = 0; e < V::N; e += 4) {
-                float4 f = *(const float4 *)(src + e);
-                acc[e] += f.x;
-                acc[e + 1] += f.y;
-                acc[e + 2] += f.z;
-                acc[e + 3] += f.w;
-            }
-        }
-        if (blockIdx.z < (unsigned)C) {
-#pragma unroll
-            for (int e = 0; e < V::N; e++)
-                acc[e] = epi_apply(e2, c * V::N + e, acc[e]);
-        }
-        add_floats<V::N>((float *)o.p + c * V::N, acc);
-    }
-    STAMP(7);
-#endif
-}
-
 void gp_cu_stamps_matmul(void *f)
 {
 #ifdef GPLAN_STAMPS
@@ -1194,8 +920,8 @@ void gp_cu_stamps_matmul(void *f)
      * before, 2 x staged (normalized with _pre), 3 the sums of the split, 4 the block's sums;
      * kc: 5 the cluster barrier, 6 the columns stored; kn2: 5 stored (or the split's partials),
      * 6 the last block's count, 7 its sums stored. */
-    static const char *const names[] = {"kc", "kc_pre", "kn2", "kn2_pre", "mlp"};
-    stamps_print((FILE *)f, "matmul", names, 5);
+    static const char *const names[] = {"kc", "kc_pre", "kn2", "kn2_pre"};
+    stamps_print((FILE *)f, "matmul", names, 4);
 #else
     (void)f;
 #endif
@@ -2265,159 +1991,6 @@ extern "C" int64_t gp_cuda_fold(gp_cu_ctx *c, const gp_cu_prenorm *pre, const gp
     gp_cu_launch(c, k_fold, (unsigned)((N + 127) / 128), 128, 0, (const char *)B.p, kb.t, (int)es,
                  B.sr, K, N, nm, dst);
     return gp_cu_check_launch(c, "fold") ? -1 : 2 * N;
-}
-
-/* dst [N, K] = src [K, N] transposed, elements of 2 or 4 bytes (T), through 32 x 32 tiles. */
-template <typename T> __global__ void k_transpose(T *dst, const T *src, int64_t K, int64_t N)
-{
-    __shared__ T tile[32][33];
-    pdl_begin();
-    int64_t k0 = (int64_t)blockIdx.y * 32, n0 = (int64_t)blockIdx.x * 32;
-    for (int r = threadIdx.y; r < 32; r += blockDim.y)
-        if (k0 + r < K && n0 + threadIdx.x < N)
-            tile[r][threadIdx.x] = src[(k0 + r) * N + n0 + threadIdx.x];
-    __syncthreads();
-    for (int r = threadIdx.y; r < 32; r += blockDim.y)
-        if (n0 + r < N && k0 + threadIdx.x < K)
-            dst[(n0 + r) * K + k0 + threadIdx.x] = tile[threadIdx.x][r];
-}
-
-extern "C" int gp_cuda_transpose(gp_cu_ctx *c, void *dst, const void *src, int64_t K, int64_t N,
-                                 int es)
-{
-    dim3 grid((unsigned)((N + 31) / 32), (unsigned)((K + 31) / 32)), block(32, 8);
-    if ((es != 2 && es != 4) || K < 1 || N < 1 || grid.y > 65535) {
-        snprintf(c->err, sizeof c->err, "transpose: %lld x %lld of %d bytes not taken",
-                 (long long)K, (long long)N, es);
-        return -1;
-    }
-    if (es == 2)
-        gp_cu_launch(c, k_transpose<uint16_t>, grid, block, 0, (uint16_t *)dst,
-                     (const uint16_t *)src, K, N);
-    else
-        gp_cu_launch(c, k_transpose<uint32_t>, grid, block, 0, (uint32_t *)dst,
-                     (const uint32_t *)src, K, N);
-    return gp_cu_check_launch(c, "transpose");
-}
-
-static std::atomic<int64_t> mlps(0);
-
-extern "C" int64_t gp_cuda_mlp_count(void)
-{
-    return mlps.load();
-}
-
-/* An epilogue as the kernels take it: ADDs (and MULs with muls) of one row of n (or a scalar)
- * and GELUs, at most GP_CU_MAX_EPI; 0 when it is not one. */
-static int epi_of(gp_cu_ctx *c, const gp_cu_epilogue *g, int64_t n, int muls, EPI *e)
-{
-    if (g->n < 0 || g->n > GP_CU_MAX_EPI)
-        return 0;
-    e->n = g->n;
-    for (int k = 0; k < g->n; k++) {
-        e->op[k] = g->op[k];
-        if (g->op[k] == GP_OP_GELU)
-            continue;
-        e->other[k] = gp_kt_of(c, &g->other[k]);
-        if ((g->op[k] != GP_OP_ADD && !(muls && g->op[k] == GP_OP_MUL)) ||
-            kt_count(e->other[k], 3) != 1 || (e->other[k].ne[3] != n && e->other[k].ne[3] != 1))
-            return 0;
-    }
-    return 1;
-}
-
-typedef void (*mlp_fn)(const char *, int64_t, const float *, NORM, EPI, const char *, int64_t, KT,
-                       EPI, int64_t, int64_t, int64_t, int, int, int, int, float *, int64_t);
-
-/* How many clusters of C blocks of k_mlp<W> (dynamic shared memory smem) fit at once: 0 when
- * none do. */
-static int mlp_fit(mlp_fn k, int C, size_t smem)
-{
-    if (C > 8 && cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1))
-        return cudaGetLastError(), 0;
-    cudaLaunchAttribute at[2];
-    cudaLaunchConfig_t cfg = gp_cu_config(NULL, 0, (unsigned)C, dim3(1, 1, (unsigned)C), dim3(256),
-                                          smem, at);
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, k, &cfg) != cudaSuccess)
-        return cudaGetLastError(), 0;
-    return n;
-}
-
-/* gp_cuda_mlp's units per block for H units in clusters of C: c->mlp_units when set, else the
- * smallest divisor from 8 to MLP_G whose blocks are a whole number of clusters that all fit at
- * once (fit of them), else the largest such divisor (0: none). */
-static int mlp_units(const gp_cu_ctx *c, int64_t H, int C, int fit)
-{
-    int best = 0;
-    for (int g = 8; g <= MLP_G; g++) {
-        if (H % g || (H / g) % C)
-            continue;
-        if (c->mlp_units > 0 ? g == c->mlp_units : H / g / C <= fit)
-            return g;
-        best = g;
-    }
-    return c->mlp_units > 0 ? 0 : best;
-}
-
-extern "C" int gp_cuda_mlp(gp_cu_ctx *c, const gp_cu_mlp *m, int *launched)
-{
-    *launched = 0;
-    KT k1 = gp_kt_of(c, &m->w1), k2 = gp_kt_of(c, &m->w2), o = gp_kt_of(c, &m->e2.out);
-    mat A = mat_of(k1, 0), B = mat_of(k2, 0);
-    int64_t K = k1.ne[2], H = k1.ne[3], N = k2.ne[3], es = es_of(k1.t), vn = 16 / (es ? es : 1);
-    int S2 = c->mlp_smem && c->mlp_units > 0;
-    mlp_fn k = k1.t == GP_F16    ? (S2 ? k_mlp<__half, true> : k_mlp<__half, false>)
-               : k1.t == GP_BF16 ? (S2 ? k_mlp<__nv_bfloat16, true> : k_mlp<__nv_bfloat16, false>)
-                                 : (S2 ? k_mlp<float, true> : k_mlp<float, false>);
-    /* clusters of the matvecs' size; the partials of a block's chunks after x; S2: W2's rows */
-    int C = c->mv_cluster > 1 ? c->mv_cluster : 1, ug = N / vn >= 256 ? 1 : 256 / (int)(N / vn);
-    size_t smem = norm_smem(K) + (C > 1 ? (size_t)((N / vn + C - 1) / C * C * ug * vn) * 4 : 0);
-    if (S2)
-        smem += (size_t)(c->mlp_units * N * es);
-    if (smem > 48 * 1024 && smem <= 200 * 1024)
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    static int fits[6][KC_MAXC + 1][2]; /* [type][C]: {fit + 1 once known, smem it was for} */
-    int ti = (k1.t == GP_F16 ? 0 : k1.t == GP_BF16 ? 1 : 2) + 3 * S2;
-    if (C > 1 && (!fits[ti][C][0] || fits[ti][C][1] != (int)smem)) {
-        fits[ti][C][0] = mlp_fit(k, C, smem) + 1;
-        fits[ti][C][1] = (int)smem;
-    }
-    int G = mlp_units(c, H, C, C > 1 ? fits[ti][C][0] - 1 : 1 << 30);
-    const float *x;
-    NORM nm;
-    EPI e1, e2, rest;
-    int gelu = 0;
-    /* w1 stored [H, K]: A.sr (along K) is es, A.sc (along H) the row stride */
-    if (c->matvec_v1 || c->mk || !c->acc || m->w1.ndim != 2 || m->w2.ndim != 2 ||
-        k1.t != k2.t || (k1.t != GP_F16 && k1.t != GP_BF16 && k1.t != GP_F32) || !G ||
-        k2.ne[2] != H || A.sr != es || B.sc != es || A.sc % 16 || B.sr % 16 || K % vn ||
-        K / vn > 32 * MLP_CU * 2 || ((uintptr_t)A.p & 15) || ((uintptr_t)B.p & 15) ||
-        N % vn || N < 1 || N * es > 0xffffffffLL || m->e1.n < 1 ||
-        m->e1.op[m->e1.n - 1] != GP_OP_GELU || m->e2.has_tail || !m->norm.fold ||
-        !m->norm.is_ln || !norm_of(c, &m->norm, K, &nm, &x) || pre_mode(&nm, -1, K) != PRE_FOLD ||
-        kt_count(o, 3) != 1 || o.ne[3] != N || o.nb[3] != 4 || ((uintptr_t)o.p & 15) ||
-        !epi_of(c, &m->e1, H, 0, &e1) || !epi_of(c, &m->e2, N, 0, &e2) ||
-        !adds_into(e2, o, x, K, N, 1, 0, &rest, &gelu) || H / G > 65535 || smem > 200 * 1024 ||
-        (C > 1 && fits[ti][C][0] <= 1))
-        return 0;
-    int early = (is_const(c, A.p, (H - 1) * A.sc + K * es) ? EARLY_W : 0);
-    if (c->norm_early && is_const(c, nm.w.p, K * nm.w.nb[3]) &&
-        (!nm.has_b || is_const(c, nm.b.p, K * nm.b.nb[3])))
-        early |= EARLY_NORM;
-    int pf = c->mlp_pf == 1 ? MLP_PF_EARLY : c->mlp_pf == 2 ? MLP_PF_LATE : MLP_PF_NONE;
-    if (pf == MLP_PF_EARLY && !is_const(c, B.p, (H - 1) * B.sr + N * es))
-        pf = MLP_PF_LATE;
-    gp_cu_launch_z(c, C > 1 ? (unsigned)C : 0, k, dim3(1, 1, (unsigned)(H / G)), dim3(256), smem,
-                   A.p, A.sc, x, nm, e1, B.p, B.sr, o, rest, K, H, N, G, C, early, pf, c->zero_p,
-                   c->zero_n);
-    c->zero_done = c->zero_p != NULL;
-    c->acc_done = 1;
-    mlps++;
-    mv_folds++;
-    mv_accs++;
-    *launched = 1;
-    return gp_cu_check_launch(c, "mlp");
 }
 
 extern "C" int gp_cuda_matmul_fused(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,

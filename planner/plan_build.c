@@ -131,62 +131,11 @@ static int normed_matmul(const gp_graph *g, int s)
            g->nodes[s].inputs[0] == g->nodes[s - 1].output;
 }
 
-/* The node that produced input 0 of ADD or GELU node s's chain: for an ADD, its one input that a
- * node produced (-1 when both or neither were: not a chain of one value). */
-static int chain_up(const gp_graph *g, int s)
-{
-    const gp_node *nd = &g->nodes[s];
-    if (nd->op == GP_OP_GELU)
-        return g->tensors[nd->inputs[0]].producer;
-    if (nd->op != GP_OP_ADD || nd->n_inputs != 2)
-        return -1;
-    int a = g->tensors[nd->inputs[0]].producer, b = g->tensors[nd->inputs[1]].producer;
-    return (a >= 0) == (b >= 0) ? -1 : a >= 0 ? a : b;
-}
-
-/* For matmul m of gelu(y W1 + ...) (an MLP: through at most 4 ADDs and GELUs), the matmul of W1;
- * else -1. */
-static int mlp_first(const gp_graph *g, int m)
-{
-    int s = g->tensors[g->nodes[m].inputs[0]].producer;
-    for (int depth = 0, gelu = 0; s >= 0 && depth < 4; depth++) {
-        if (g->nodes[s].op == GP_OP_MATMUL)
-            return gelu ? s : -1;
-        gelu |= g->nodes[s].op == GP_OP_GELU;
-        s = chain_up(g, s);
-    }
-    return -1;
-}
-
-/*
- * The residual sum of a normed MLP, x + (gelu(norm(x) W1 + ...) W2 + ...): node s an ADD of x and
- * the end of at most 4 ADDs after the matmul of W2. Returns the matmul of W1 (its norm is right
- * before it), or -1.
- */
-static int mlp_residual(const gp_graph *g, int s)
-{
-    const gp_node *nd = &g->nodes[s];
-    if (nd->op != GP_OP_ADD || nd->n_inputs != 2)
-        return -1;
-    for (int k = 0; k < 2; k++) {
-        int x = nd->inputs[k], m = g->tensors[nd->inputs[1 - k]].producer;
-        for (int depth = 0; m >= 0 && depth < 4 && g->nodes[m].op == GP_OP_ADD; depth++)
-            m = chain_up(g, m);
-        if (m < 0 || g->nodes[m].op != GP_OP_MATMUL)
-            continue;
-        int m1 = mlp_first(g, m);
-        if (m1 >= 0 && normed_matmul(g, m1) && g->nodes[m1 - 1].inputs[0] == x)
-            return m1;
-    }
-    return -1;
-}
-
 /*
  * The first step of a normed matmul's output on CUDA (docs/plan-format.md, "Accumulated
  * outputs"): the step of the matmul before it in the schedule, or of its norm when that one is
- * normed too, or of the norm of the MLP it ends (mlp_first). That step's kernel may zero the
- * output's bytes, so that the splits of a one-row product add into them; none earlier: the
- * producer's step.
+ * normed too. That matmul's kernel may zero the output's bytes, so that the splits of a one-row
+ * product add into them; none earlier: the producer's step.
  */
 static int accumulated_from(const gp_graph *g, int s)
 {
@@ -195,19 +144,7 @@ static int accumulated_from(const gp_graph *g, int s)
         m--;
     if (m < 0)
         return s;
-    if (normed_matmul(g, m))
-        return m - 1;
-    int m1 = mlp_first(g, m);
-    return m1 >= 0 && normed_matmul(g, m1) ? m1 - 1 : m;
-}
-
-/* 1 when plans for CUDA give node s's output bytes of its own from an earlier step: a normed
- * matmul's, or a normed MLP's residual sum (from where the MLP's first matmul's output starts),
- * which is then never written over its x. */
-static int accumulated(const builder *b, int s)
-{
-    return (b->backends & GP_BACKEND_BIT(GP_BACKEND_CUDA)) &&
-           (normed_matmul(b->g, s) || mlp_residual(b->g, s) >= 0);
+    return normed_matmul(g, m) ? m - 1 : m;
 }
 
 /* Copies the graph's tensors into the plan (shapes, kinds, lifetimes, sizes); offsets come later. */
@@ -236,11 +173,10 @@ static int fill_tensors(builder *b)
         t->inplace_of = -1;
         t->producer = src->producer;
         t->first = b->lv->first[i];
-        if (src->producer >= 0 && accumulated(b, src->producer) &&
-            src->kind == GP_TENSOR_INTERMEDIATE && src->view_src < 0) {
-            int m1 = mlp_residual(g, src->producer);
-            t->first = accumulated_from(g, m1 >= 0 ? m1 : src->producer);
-        }
+        if ((b->backends & GP_BACKEND_BIT(GP_BACKEND_CUDA)) && src->producer >= 0 &&
+            normed_matmul(g, src->producer) && src->kind == GP_TENSOR_INTERMEDIATE &&
+            src->view_src < 0)
+            t->first = accumulated_from(g, src->producer);
         /* A root keeps its bytes until the last read of anything on its storage. */
         t->last = src->view_src >= 0 ? b->lv->last[i] : b->lv->storage_last[i];
         t->size = gp_plan_tensor_span(t);
@@ -341,8 +277,7 @@ static void decide_inplace(builder *b)
     const gp_graph *g = b->g;
     for (int s = 0; s < g->n_nodes; s++) {
         int x;
-        /* an accumulated residual sum is added into zeros of its own, not over its x */
-        if (accumulated(b, s) || !inplace_ok(b, s, &x))
+        if (!inplace_ok(b, s, &x))
             continue;
         int y = g->nodes[s].output;
         int grp = find(b->parent, b->lv->root[x]);

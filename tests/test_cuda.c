@@ -1229,125 +1229,6 @@ static void test_matvec_acc(void)
     kctx_free(&k);
 }
 
-/*
- * A one-row MLP in one launch (gp_cuda_mlp) against the CPU's layer norm, matmul, add, gelu,
- * matmul, adds: out = gelu(norm(x) w1 + b1) w2 + b2 + r, into zeros of its own, w1 transposed on
- * the device first (gp_cuda_transpose). GPT-2 1558M's and 117M's widths, bf16 and f32 weights
- * (K = 2048 of f32: two batches of loads a row), 8 to 32 units a block, their partial sums
- * combined in clusters of 16 or 8 or not, w2's rows in L2 early, late or not, an output row of fewer than 256 chunks (several groups of threads a chunk) and of
- * more (a thread over two chunks); the zeroing asked of it, and what it refuses (nothing
- * launched).
- */
-static void test_mlp(void)
-{
-    kctx k;
-    kctx_new(&k, NULL, NULL, 0);
-    const struct {
-        int64_t K, H, N;
-        gp_dtype wt;
-        int units, pf;
-    } cs[] = {{1600, 6400, 1600, GP_F16, 0, 0}, {768, 3072, 768, GP_F16, 32, 1},
-              {768, 3072, 768, GP_BF16, 8, 3},  {256, 1024, 256, GP_F32, 16, 2},
-              {1280, 5120, 1280, GP_BF16, 0, 1}, {128, 512, 384, GP_F16, 0, 0},
-              {512, 1024, 4096, GP_F16, 32, 2}, {2048, 2048, 2048, GP_F32, 0, 2},
-              {1600, 6400, 1600, GP_F16, 20, 2}};
-    gp_attrs am = {{0, 0, 0, 0}, {0}}, none = {{0}, {0}};
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-        int64_t K = cs[i].K, H = cs[i].H, N = cs[i].N;
-        int64_t s1[2] = {K, H}, s2[2] = {H, N}, sh[2] = {1, H}, sn[2] = {1, N}, sb1[1] = {H},
-                sb2[1] = {N}, sz[1] = {100};
-        tnorm nm;
-        tnorm_new(&nm, NORM_LN, 1, K);
-        tt w1, b1, h, w2, b2, r, y, z;
-        tt_new(&w1, cs[i].wt, 2, s1, 1.0f);
-        tt_new(&b1, GP_F16, 1, sb1, 1.0f);
-        tt_new(&h, GP_F32, 2, sh, 1.0f);
-        tt_new(&w2, cs[i].wt, 2, s2, 0.1f);
-        tt_new(&b2, GP_F16, 1, sb2, 1.0f);
-        tt_new(&r, GP_F32, 2, sn, 2.0f);
-        tt_new(&y, GP_F32, 2, sn, 1.0f);
-        tt_new(&z, GP_F32, 1, sz, 1.0f);
-        /* the CPU: h = gelu(norm(x) w1 + b1), y = h w2 + b2 + r */
-        gp_ktensor m1[2] = {nm.h.h, w1.h}, a1[2] = {h.h, b1.h};
-        gp_cpu_compute(GP_OP_MATMUL, &am, &h.h, m1, 2, NULL, 0, 0, 1);
-        gp_cpu_compute(GP_OP_ADD, &none, &h.h, a1, 2, NULL, 0, 0, 1);
-        gp_cpu_compute(GP_OP_GELU, &none, &h.h, &h.h, 1, NULL, 0, 0, 1);
-        gp_ktensor m2[2] = {h.h, w2.h}, a2[2] = {y.h, b2.h}, a3[2] = {y.h, r.h};
-        gp_cpu_compute(GP_OP_MATMUL, &am, &y.h, m2, 2, NULL, 0, 0, 1);
-        gp_cpu_compute(GP_OP_ADD, &none, &y.h, a2, 2, NULL, 0, 0, 1);
-        gp_cpu_compute(GP_OP_ADD, &none, &y.h, a3, 2, NULL, 0, 0, 1);
-        CU_ASSERT_EQUAL(tnorm_fold(&k, &nm, &am, &w1), 2 * H);
-        /* w1 stored [H, K] on the device, as the backend stores an MLP's (gp_cuda_transpose) */
-        int es = (int)gp_dtype_size(cs[i].wt);
-        void *tmp = NULL;
-        CU_ASSERT_EQUAL_FATAL(cudaMalloc(&tmp, w1.bytes), cudaSuccess);
-        cudaMemcpy(tmp, w1.d.data, w1.bytes, cudaMemcpyDeviceToDevice);
-        CU_ASSERT_EQUAL(gp_cuda_transpose(&k.c, w1.d.data, tmp, K, H, es), 0);
-        CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
-        cudaFree(tmp);
-        gp_cu_mlp m;
-        memset(&m, 0, sizeof m);
-        m.norm = nm.pre;
-        m.w1 = w1.d;
-        m.w1.nb[0] = es;
-        m.w1.nb[1] = K * es;
-        m.w2 = w2.d;
-        m.e1 = epi_bias_gelu(b1.d, h.d);
-        m.e2.n = 2;
-        m.e2.op[0] = m.e2.op[1] = GP_OP_ADD;
-        m.e2.other[0] = b2.d;
-        m.e2.other[1] = r.d;
-        m.e2.out = y.d;
-        k.c.mlp_units = cs[i].units;
-        k.c.mlp_smem = i % 2 || i == 8; /* w2's rows through shared memory (units set) */
-        /* partials combined in clusters of 16 or 8 (where the device has them), or none */
-        k.c.mv_cluster = i % 3 == 2 || !gp_cuda_matvec_cluster_ok(16, NULL) ? 0 : i % 3 ? 8 : 16;
-        k.c.mlp_pf = cs[i].pf;
-        k.c.const_hi = i % 2 ? (const void *)UINTPTR_MAX : NULL;
-        int launched = -1;
-        /* refused: the output not known to hold zeros, an output over x, no fold, no gelu, w1
-         * as [K, H] */
-        gp_cu_mlp bad[4] = {m, m, m, m};
-        bad[0].e2.out = nm.x.d;
-        bad[1].norm.fold = NULL;
-        bad[2].e1.n = 1;
-        bad[3].w1 = w1.d;
-        for (int b = -1; b < 4; b++) {
-            k.c.acc = b >= 0;
-            CU_ASSERT_EQUAL(gp_cuda_mlp(&k.c, b < 0 ? &m : &bad[b], &launched), 0);
-            CU_ASSERT_EQUAL(launched, 0);
-        }
-        CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
-        cudaMemset(y.d.data, 0, y.bytes);
-        cudaMemset(h.d.data, 0xff, h.bytes);
-        k.c.zero_p = (float *)z.d.data;
-        k.c.zero_n = 100;
-        int64_t n0 = gp_cuda_mlp_count();
-        CU_ASSERT_EQUAL(gp_cuda_mlp(&k.c, &m, &launched), 0);
-        CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
-        CU_ASSERT_EQUAL(launched, 1);
-        CU_ASSERT_EQUAL(k.c.zero_done, 1);
-        CU_ASSERT_EQUAL(gp_cuda_mlp_count() - n0, 1);
-        char name[80];
-        snprintf(name, sizeof name, "mlp, case %zu", i);
-        CHECK_ERR(name, device_err(&y), 1e-4);
-        CU_ASSERT(device_untouched(&h)); /* the hidden row is never stored */
-        float zs[100];
-        cudaMemcpy(zs, z.d.data, sizeof zs, cudaMemcpyDeviceToHost);
-        int zeros = 1;
-        for (int j = 0; j < 100; j++)
-            zeros &= zs[j] == 0.0f;
-        CU_ASSERT(zeros);
-        k.c.zero_p = NULL;
-        k.c.zero_n = k.c.zero_done = k.c.acc = k.c.acc_done = 0;
-        tt *all[8] = {&w1, &b1, &h, &w2, &b2, &r, &y, &z};
-        for (int t = 0; t < 8; t++)
-            tt_free(all[t]);
-        tnorm_free(&nm);
-    }
-    kctx_free(&k);
-}
-
 /* [N, K] products of short rows, two rows per warp (k_matvec_nk2_pairs): the same bits as one row
  * per warp, and right against the CPU; GPT-2 117M's LM head, an odd N, a full 128 chunks, f32
  * rows of 50 chunks, an epilogue, weights loaded before the wait or after. */
@@ -2540,11 +2421,6 @@ static void test_model_qkvatt(void)
                          i ? 1e-2 : 2e-3);
 }
 
-/* Two GPT-2 layers of heads of 64, f16 weights and an f32 cache. */
-static const char *const gpt2_heads64[7] = {"n_layer=2", "n_embd=128", "n_head=2",
-                                            "vocab_size=512", "n_positions=64", "wtype=f16",
-                                            "kv_type=f32"};
-
 /* One GPT-2 layer 1280 wide, bf16 weights and an f16 cache. */
 static const char *const gpt2_wide[7] = {"n_layer=1", "n_embd=1280", "n_head=20", "vocab_size=512",
                                          "n_positions=64", "wtype=bf16", "kv_type=f16"};
@@ -2561,15 +2437,14 @@ static void gpt2_cases_on_vs_off(const char *off, int64_t (*count)(void), int pe
     }
 }
 
-/* atomic: GPT-2's c_proj, added into the residual in place, adds its splits with atomics (the
- * default) or combines them in a cluster, for every layer (mlp.c_proj's result has bytes of its
- * own in plans for CUDA: it runs in the MLP's launch, or adds into zeros); f32 and f16 caches,
+/* atomic: GPT-2's c_proj and mlp.c_proj, added into the residual in place, add their splits with
+ * atomics (the default) or combine them in a cluster; both for every layer, f32 and f16 caches,
  * and a 1280-wide layer of bf16 weights. Llama's o and down ([N, K] weights) take other kernels. */
 static void test_model_atomic(void)
 {
-    gpt2_cases_on_vs_off("atomic", gp_cuda_matvec_add_count, 1);
+    gpt2_cases_on_vs_off("atomic", gp_cuda_matvec_add_count, 2);
     decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
-                     "atomic", gp_cuda_matvec_add_count, 1, 5e-3, 1e-2);
+                     "atomic", gp_cuda_matvec_add_count, 2, 5e-3, 1e-2);
 }
 
 /* fold: the layer norms before GPT-2's c_attn and c_fc folded into their one-row products (the
@@ -2578,8 +2453,11 @@ static void test_model_atomic(void)
  * takes c_attn and normalizes x itself, and only c_fc folds. */
 static void test_model_fold(void)
 {
+    static const char *const heads64[7] = {"n_layer=2", "n_embd=128", "n_head=2",
+                                           "vocab_size=512", "n_positions=64", "wtype=f16",
+                                           "kv_type=f32"};
     gpt2_cases_on_vs_off("fold", gp_cuda_matvec_fold_count, 2);
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, "GPLAN_CUDA_DISABLE", "qkvatt",
+    decode_on_vs_off("examples/gpt2.gplan", heads64, 7, "GPLAN_CUDA_DISABLE", "qkvatt",
                      "GPLAN_CUDA_DISABLE", "qkvatt,fold", gp_cuda_matvec_fold_count, 4, 1e-4, 2e-3);
     int64_t q0 = gp_cuda_qkv_attention_count();
     decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", "fold",
@@ -2598,23 +2476,14 @@ static int64_t acc_count(void)
  * at head dims 64, f16 weights, and in a 1280-wide layer of bf16 weights. */
 static void test_model_accum(void)
 {
+    static const char *const heads64[7] = {"n_layer=2", "n_embd=128", "n_head=2",
+                                           "vocab_size=512", "n_positions=64", "wtype=f16",
+                                           "kv_type=f32"};
     gpt2_cases_on_vs_off("accum", acc_count, 1);
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", "accum",
+    decode_on_vs_off("examples/gpt2.gplan", heads64, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", "accum",
                      acc_count, 2, 1e-4, 2e-3);
     decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
                      "accum", acc_count, 1, 5e-3, 1e-2);
-}
-
-/* mlp: GPT-2's MLPs (layer norm, c_fc, gelu, mlp.c_proj, residual) in one launch each (the
- * default) or not, against the CPU: every layer, f32 weights with f32 and f16 caches, f16 weights,
- * and a 1280-wide layer of bf16 weights. */
-static void test_model_mlp(void)
-{
-    gpt2_cases_on_vs_off("mlp", gp_cuda_mlp_count, 1);
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
-                     "mlp", gp_cuda_mlp_count, 2, 1e-4, 2e-3);
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", "mlp",
-                     gp_cuda_mlp_count, 1, 5e-3, 1e-2);
 }
 
 static void test_model_mega(void)
@@ -2648,7 +2517,6 @@ void gp_suite_cuda(void)
     CU_add_test(s, "matvec cluster: [K, N] splits combined in a cluster", test_matvec_cluster);
     CU_add_test(s, "matvec add: splits added into a residual in place", test_matvec_add);
     CU_add_test(s, "matvec acc: zeroed outputs added into, gelu(x) staged", test_matvec_acc);
-    CU_add_test(s, "mlp: a one-row MLP in one launch, refusals", test_mlp);
     CU_add_test(s, "matvec group: q/k/v and gate/up/swiglu in one launch", test_matvec_group);
     CU_add_test(s, "matvec group computing the rms_norm before it", test_matvec_group_norm);
     CU_add_test(s, "matvec tail: the norm of the residual sum in the last block", test_matvec_tail);
@@ -2669,7 +2537,6 @@ void gp_suite_cuda(void)
     CU_add_test(s, "GPT-2 decode: residual products adding with atomics or not", test_model_atomic);
     CU_add_test(s, "GPT-2 decode: layer norms folded into their products or not", test_model_fold);
     CU_add_test(s, "GPT-2 decode: products adding into zeroed outputs or not", test_model_accum);
-    CU_add_test(s, "GPT-2 decode: MLPs in one launch or not", test_model_mlp);
     CU_add_test(s, "Llama and GPT-2 decode: persistent decode kernel or launches", test_model_mega);
     CU_add_test(s, "Llama and GPT-2 decode: streaming persistent kernel or launches",
                 test_model_mega_stream);
