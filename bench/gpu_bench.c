@@ -259,6 +259,7 @@ static const config configs[] = {
     {"no-atomic", "GPLAN_CUDA_DISABLE=atomic"},
     {"no-fold", "GPLAN_CUDA_DISABLE=fold"},
     {"no-accum", "GPLAN_CUDA_DISABLE=accum"},
+    {"no-atttyped", "GPLAN_CUDA_DISABLE=atttyped"},
     {"att-nocl", "GPLAN_CUDA_ATT_CLUSTER=0"},
     {"add8", "GPLAN_CUDA_MV_ADD=8"},
     {"add12", "GPLAN_CUDA_MV_ADD=12"},

@@ -646,6 +646,33 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
 /* ---- one token, with the K/V cache stores and the ropes before them inside ---- */
 
 /*
+ * Instances of the one-token kernels for GPT-2's operands, with them as constants: the generic
+ * kernel switches at run time on each dtype and on the ropes and clusters it may have, ~100 KB
+ * of code (J = 2) that runs cold from the instruction caches every launch (bench/gpu-notes.md,
+ * twelfth session); with the switches folded it is ~56 KB. att_kv (host) gives the caches'
+ * dtype when an instance takes the operands (both caches f16, or both f32; for the attention
+ * kernel (act) q, the new rows and the output f32, no ropes, a cluster per head), else -1 (the
+ * generic kernel); dec_typed (device) sets those in a's copy, so that the compiler folds them.
+ */
+static int att_kv(const gp_cu_ctx *c, const DecArgs &d, int act)
+{
+    int kv = d.kc.t == d.vc.t && (d.kc.t == GP_F16 || d.kc.t == GP_F32) ? d.kc.t : -1;
+    if (c->att_generic || (act && (d.q.t != GP_F32 || d.kx.t != GP_F32 || d.vx.t != GP_F32 ||
+                                   d.o.t != GP_F32 || d.rq.on || d.rk.on || !d.cluster)))
+        return -1;
+    return kv;
+}
+
+__device__ __forceinline__ DecArgs dec_typed(DecArgs a, int kv)
+{
+    a.kc.t = a.vc.t = kv;
+    a.q.t = a.kx.t = a.vx.t = a.o.t = GP_F32;
+    a.rq.on = a.rk.on = 0;
+    a.cluster = 1;
+    return a;
+}
+
+/*
  * One token (T = 1): q (1, 1, H, D) and the new key and value rows kx, vx (1, 1, G, D) from their
  * sources; the caches kc, vc (1, S, G, D); pos [1] -> out (1, 1, H, D); one block per (h, split),
  * as k_attention with T = 1 (same partials, counters and combine). q and kx are rotated here when
@@ -655,12 +682,14 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
  * from the caches. early: pos is written by no kernel of the eval, so it is read (and the angles
  * computed, the rows prefetched when pf) before the wait for the kernel before this one.
  */
-template <int J>
+template <int J, int KV>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attention_decode(DecArgs a, int early, int pf)
 {
     __shared__ AttSmem<J> sm;
     STAMP_BEGIN(2);
+    if (KV >= 0) /* dtypes the host checked, as constants (att_kv) */
+        a = dec_typed(a, KV);
     if (a.cluster)
         cluster_started_arrive();
     int64_t h = blockIdx.x;
@@ -688,30 +717,40 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 
 template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, const gp_cu_ctx *c)
 {
-    int pf = c->pdl && c->kv_prefetch;
-    gp_cu_launch_z(c, d.cluster ? grid.z : 0, k_attention_decode<J>, grid, ATT_WARPS * 32, 0, d,
-                   early, pf);
+    int pf = c->pdl && c->kv_prefetch, kv = att_kv(c, d, 1);
+    gp_cu_launch_z(c, d.cluster ? grid.z : 0,
+                   kv == GP_F16   ? k_attention_decode<J, GP_F16>
+                   : kv == GP_F32 ? k_attention_decode<J, GP_F32>
+                                  : k_attention_decode<J, -1>,
+                   grid, ATT_WARPS * 32, 0, d, early, pf);
 }
 
 /* 1 when a one-token attention kernel can run clusters of n blocks (n <= 8 is portable; 16 is
  * allowed here where the device can). */
-template <int J> static int cluster_fits(int n)
+template <int J, int KV> static int cluster_fits(int n)
 {
-    if (n > 8 && cudaFuncSetAttribute(k_attention_decode<J>,
+    if (n > 8 && cudaFuncSetAttribute(k_attention_decode<J, KV>,
                                       cudaFuncAttributeNonPortableClusterSizeAllowed, 1))
         return 0;
     cudaLaunchAttribute at[2];
     cudaLaunchConfig_t cfg =
         gp_cu_config(NULL, 0, (unsigned)n, dim3(1, 1, (unsigned)n), dim3(ATT_WARPS * 32), 0, at);
     int clusters = 0;
-    return cudaOccupancyMaxActiveClusters(&clusters, k_attention_decode<J>, &cfg) == cudaSuccess &&
+    return cudaOccupancyMaxActiveClusters(&clusters, k_attention_decode<J, KV>, &cfg) ==
+               cudaSuccess &&
            clusters > 0;
+}
+
+/* cluster_fits for each dtype instance */
+template <int J> static int cluster_fits_all(int n)
+{
+    return cluster_fits<J, -1>(n) && cluster_fits<J, GP_F16>(n) && cluster_fits<J, GP_F32>(n);
 }
 
 extern "C" int gp_cuda_attention_cluster_ok(int n)
 {
-    int ok = n >= 2 && n <= GP_WS_ATTN_SPLITS && cluster_fits<2>(n) && cluster_fits<4>(n) &&
-             cluster_fits<ATT_MAXJ>(n);
+    int ok = n >= 2 && n <= GP_WS_ATTN_SPLITS && cluster_fits_all<2>(n) &&
+             cluster_fits_all<4>(n) && cluster_fits_all<ATT_MAXJ>(n);
     cudaGetLastError();
     return ok;
 }
@@ -826,13 +865,17 @@ __device__ __forceinline__ void qa_sums(const QkvArgs &m, int64_t h, int64_t k0,
  * splits combined in the cluster). q, k and v never go to memory. early: pos is read before the
  * wait (an input).
  */
-template <typename W>
+template <typename W, int KV>
 __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArgs m, int early,
                                                                 int pf)
 {
     __shared__ AttSmem<2> sm;
     __shared__ float xs[QA_MAXPER], red[QA_PH][3 * QA_D], ps[3 * QA_D];
     STAMP_BEGIN(1);
+    if (KV >= 0) /* the caches' dtype the host checked, as a constant (att_kv) */
+        a.kc.t = a.vc.t = KV;
+    a.rq.on = a.rk.on = 0; /* never with ropes, always in a cluster (qkvatt's conditions) */
+    a.cluster = 1;
     int64_t h = blockIdx.x;
     int S = gridDim.z, r = blockIdx.z;
     DecState st;
@@ -888,16 +931,32 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
 }
 
 /* 1 when k_qkv_attention<W> runs in clusters of GP_WS_ATTN_SPLITS (16: non-portable) here. */
-template <typename W> static int qa_cluster_fits()
+template <typename W, int KV> static int qa_cluster_fits1()
 {
-    if (cudaFuncSetAttribute(k_qkv_attention<W>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1))
+    if (cudaFuncSetAttribute(k_qkv_attention<W, KV>, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                             1))
         return 0;
     cudaLaunchAttribute at[2];
     unsigned n = GP_WS_ATTN_SPLITS;
     cudaLaunchConfig_t cfg = gp_cu_config(NULL, 0, n, dim3(1, 1, n), dim3(ATT_THREADS), 0, at);
     int clusters = 0;
-    return cudaOccupancyMaxActiveClusters(&clusters, k_qkv_attention<W>, &cfg) == cudaSuccess &&
+    return cudaOccupancyMaxActiveClusters(&clusters, k_qkv_attention<W, KV>, &cfg) ==
+               cudaSuccess &&
            clusters > 0;
+}
+
+template <typename W> static int qa_cluster_fits()
+{
+    return qa_cluster_fits1<W, -1>() && qa_cluster_fits1<W, GP_F16>() &&
+           qa_cluster_fits1<W, GP_F32>();
+}
+
+/* k_qkv_attention by weight and cache dtype (att_kv) */
+template <typename W> static void (*qa_kernel(int kv))(DecArgs, QkvArgs, int, int)
+{
+    return kv == GP_F16 ? k_qkv_attention<W, GP_F16>
+           : kv == GP_F32 ? k_qkv_attention<W, GP_F32>
+                          : k_qkv_attention<W, -1>;
 }
 
 extern "C" int gp_cuda_qkv_attention_ok(const gp_cu_ctx *c, const gp_cu_decode_att *a,
@@ -974,9 +1033,10 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
                      (K + nsplit - 1) / nsplit, gp_kt_of(c, &a->qkv_b),
                      norm_params(c, &a->qkv_norm), (const float *)a->qkv_norm.x.data};
         int pf = c->pdl && c->kv_prefetch;
+        int kv = att_kv(c, d, 0);
         gp_cu_launch_z(c, grid.z,
-                       a->qkv_w.dtype == GP_F16 ? k_qkv_attention<__half>
-                                                : k_qkv_attention<__nv_bfloat16>,
+                       a->qkv_w.dtype == GP_F16 ? qa_kernel<__half>(kv)
+                                                : qa_kernel<__nv_bfloat16>(kv),
                        grid, ATT_THREADS, 0, d, m, a->pos_const, pf);
         if (gp_cu_check_launch(c, "qkv_attention"))
             return -1;

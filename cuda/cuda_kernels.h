@@ -46,6 +46,8 @@ typedef struct {
     int att_cluster;         /* > 1: a one-token attention's splits are that many blocks of one
                                 cluster, combined in shared memory (gp_cuda_attention_cluster_ok) */
     int att_cluster_small;   /* the same for head dims <= 64 only, when att_cluster is 0 */
+    int att_generic;         /* 1: one-token attentions always run their generic kernel (no
+                                instance for the operands' dtypes; for measurements) */
     int att_tiles;           /* 1: prompts' attention (no split) in tiles of queries and keys,
                                 for head dims <= 128 (k_attention_tiles) */
     int att_mma;             /* 1: those tiles on tensor cores where the caches are f16
