@@ -654,6 +654,8 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
  * kernel (act) q, the new rows and the output f32, no ropes, a cluster per head), else -1 (the
  * generic kernel); dec_typed (device) sets those in a's copy, so that the compiler folds them.
  */
+static std::atomic<long long> typed_launches(0); /* launches of those instances */
+
 static int att_kv(const gp_cu_ctx *c, const DecArgs &d, int act)
 {
     int kv = d.kc.t == d.vc.t && (d.kc.t == GP_F16 || d.kc.t == GP_F32) ? d.kc.t : -1;
@@ -718,6 +720,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, const gp_cu_ctx *c)
 {
     int pf = c->pdl && c->kv_prefetch, kv = att_kv(c, d, 1);
+    typed_launches += kv >= 0;
     gp_cu_launch_z(c, d.cluster ? grid.z : 0,
                    kv == GP_F16   ? k_attention_decode<J, GP_F16>
                    : kv == GP_F32 ? k_attention_decode<J, GP_F32>
@@ -979,6 +982,11 @@ extern "C" int gp_cuda_qkv_attention_ok(const gp_cu_ctx *c, const gp_cu_decode_a
 
 static std::atomic<long long> decode_launches(0), qkv_launches(0);
 
+extern "C" int64_t gp_cuda_attention_typed_count(void)
+{
+    return typed_launches.load();
+}
+
 extern "C" int gp_cuda_attention_decode_ok(const gp_cu_decode_att *a, const gp_cu_tensor *out)
 {
     return decode_unsupported(a, out) == NULL;
@@ -1034,6 +1042,7 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
                      norm_params(c, &a->qkv_norm), (const float *)a->qkv_norm.x.data};
         int pf = c->pdl && c->kv_prefetch;
         int kv = att_kv(c, d, 0);
+        typed_launches += kv >= 0;
         gp_cu_launch_z(c, grid.z,
                        a->qkv_w.dtype == GP_F16 ? qa_kernel<__half>(kv)
                                                 : qa_kernel<__nv_bfloat16>(kv),

@@ -165,7 +165,8 @@ enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_C
        FUSE_ROPETAB = 8192, FUSE_EPILOAD = 16384, FUSE_NORMLOAD = 32768, FUSE_EMBADD = 65536,
        FUSE_PAIRS = 131072, FUSE_QKVATT = 262144, FUSE_TILES = 524288,
        FUSE_TENSOR = 1048576, FUSE_BLASEPI = 2097152, FUSE_ATOMIC = 4194304,
-       FUSE_FOLD = 8388608, FUSE_ACCUM = 16777216, FUSE_ATTTYPED = 33554432 };
+       FUSE_FOLD = 8388608, FUSE_ACCUM = 16777216, FUSE_ATTTYPED = 33554432,
+       FUSE_KCTYPED = 67108864 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -197,7 +198,8 @@ static void read_switches(cuda_be *b)
                                         "transpose", "group", "tail", "attnfuse", "mega", "early",
                                         "arnorm", "ropetab", "epiload", "normload",
                                         "embadd", "pairs", "qkvatt", "tiles", "tensor",
-                                        "blasepi", "atomic", "fold", "accum", "atttyped"};
+                                        "blasepi", "atomic", "fold", "accum", "atttyped",
+                                        "kctyped"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -237,6 +239,7 @@ static void read_switches(cuda_be *b)
     b->kc.mv_pairs = !(b->disable & FUSE_PAIRS);
     b->kc.att_tiles = !(b->disable & FUSE_TILES);
     b->kc.att_generic = !!(b->disable & FUSE_ATTTYPED);
+    b->kc.kc_generic = !!(b->disable & FUSE_KCTYPED);
     b->kc.att_mma = !(b->disable & (FUSE_TILES | FUSE_TENSOR));
     b->kc.blas_epi = !(b->disable & FUSE_BLASEPI);
     /* Measured 2026-11-30 (H200, ms per token, bench/gpu-notes.md, run G): clusters of 16

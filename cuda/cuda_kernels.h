@@ -46,6 +46,8 @@ typedef struct {
     int att_cluster;         /* > 1: a one-token attention's splits are that many blocks of one
                                 cluster, combined in shared memory (gp_cuda_attention_cluster_ok) */
     int att_cluster_small;   /* the same for head dims <= 64 only, when att_cluster is 0 */
+    int kc_generic;          /* 1: k_matvec_kc's adds run its generic instances (no instance
+                                for the operands' dtypes; for measurements) */
     int att_generic;         /* 1: one-token attentions always run their generic kernel (no
                                 instance for the operands' dtypes; for measurements) */
     int att_tiles;           /* 1: prompts' attention (no split) in tiles of queries and keys,
@@ -292,6 +294,10 @@ int64_t gp_cuda_matvec_fold_count(void);
 /* For tests, so far: which 0, one-row products that added into zeroed outputs (gp_cu_ctx.acc);
  * 1, [K, N] matvecs that staged gelu(x) (x_gelu); 2, x made gelu(x) in place instead. */
 int64_t gp_cuda_matvec_acc_count(int which);
+/* One-row [K, N] products that added with k_matvec_kc's instance for their operands' dtypes
+ * (kc_typed), and one-token attentions launched as the instance for GPT-2's operands (att_kv). */
+int64_t gp_cuda_matvec_typed_count(void);
+int64_t gp_cuda_attention_typed_count(void);
 /*
  * A layer norm folded into the one-row product after it, a = layer_norm(x, w, b) times weights
  * W [K, N] (attrs as the matmul's; W as its second operand): a W = inv ((x - s) w W - (mean - s)

@@ -837,6 +837,30 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
 
 enum { KC_MAXC = 16 }; /* the largest cluster k_matvec_kc takes (16 is non-portable) */
 
+/* The dtype of W as a gp_dtype. */
+template <typename W> struct wtype_of {
+    enum { T = GP_F32 };
+};
+template <> struct wtype_of<__half> {
+    enum { T = GP_F16 };
+};
+template <> struct wtype_of<__nv_bfloat16> {
+    enum { T = GP_BF16 };
+};
+
+/* k_matvec_kc's instance for adds: its epilogue ADDs of operands of W's dtype and the norm's
+ * weights of W's dtype, set as constants so that the compiler folds their switches (a smaller
+ * kernel, run cold every launch; see att_kv in cuda_attention.cu). kc_kernel checks them. */
+template <typename W> __device__ __forceinline__ void kc_typed(EPI &e, NORM &nm)
+{
+#pragma unroll
+    for (int k = 0; k < GP_CU_MAX_EPI; k++) {
+        e.op[k] = GP_OP_ADD;
+        e.other[k].t = wtype_of<W>::T;
+    }
+    nm.w.t = nm.b.t = wtype_of<W>::T;
+}
+
 /*
  * Weights [K, N] with the splits of a column tile combined inside a cluster: the grid is
  * (tiles, 1, C) in clusters of (1, 1, C), so block rank r = blockIdx.z is split r, rows
@@ -853,13 +877,17 @@ enum { KC_MAXC = 16 }; /* the largest cluster k_matvec_kc takes (16 is non-porta
  * (then adds only: o + its split's sums + e's operands). The order of the adds varies from launch
  * to launch: the last bits may too.
  */
-template <typename W, int PRE, int TX>
+template <typename W, int PRE, int TX, bool ADD>
 __global__ void __launch_bounds__(256, 4)
     k_matvec_kc(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int64_t K,
                 int64_t N, int64_t per, int early, int add, float *zp, int64_t zn)
 {
     typedef vec16<W> V;
     enum { TC = TX * V::N };
+    if (ADD) { /* the instance for adds (kc_kernel): the operands' dtypes as constants */
+        add = 1;
+        kc_typed<W>(e, nm);
+    }
     __shared__ float red[256 / TX][TC];
     extern __shared__ float xs_kc[];
     STAMP_BEGIN(PRE ? 2 : 1);
@@ -1013,30 +1041,43 @@ static void launch_kn2(const gp_cu_ctx *c, dim3 grid, const char *w, int64_t ldw
                      c->zero_n);
 }
 
-/* k_matvec_kc by weight type, norm (PRE_*) and tile width (TX = 32, 16 or 8). */
+/* k_matvec_kc by weight type, norm (PRE_*), tile width (TX = 32, 16 or 8) and, for PRE_NONE and
+ * PRE_FOLD, the instance for adds (typed: kc_typed's dtypes hold). */
 typedef void (*kc_fn)(const char *, int64_t, const float *, KT, EPI, NORM, int64_t, int64_t,
                       int64_t, int, int, float *, int64_t);
 
-template <typename W, int PRE> static kc_fn kc_width(int tx)
+template <typename W, int PRE, bool ADD> static kc_fn kc_width(int tx)
 {
-    return tx == 32 ? k_matvec_kc<W, PRE, 32> : tx == 16 ? k_matvec_kc<W, PRE, 16>
-                                                         : k_matvec_kc<W, PRE, 8>;
+    return tx == 32 ? k_matvec_kc<W, PRE, 32, ADD> : tx == 16 ? k_matvec_kc<W, PRE, 16, ADD>
+                                                              : k_matvec_kc<W, PRE, 8, ADD>;
 }
 
-template <typename W> static kc_fn kc_pre(int pm, int tx)
+template <typename W> static kc_fn kc_pre(int pm, int tx, int typed)
 {
-    return pm == PRE_FOLD    ? kc_width<W, PRE_FOLD>(tx)
-           : pm == PRE_STAGE ? kc_width<W, PRE_STAGE>(tx)
-                             : kc_width<W, PRE_NONE>(tx);
+    return pm == PRE_FOLD    ? typed ? kc_width<W, PRE_FOLD, true>(tx)
+                                     : kc_width<W, PRE_FOLD, false>(tx)
+           : pm == PRE_STAGE ? kc_width<W, PRE_STAGE, false>(tx)
+           : typed           ? kc_width<W, PRE_NONE, true>(tx)
+                             : kc_width<W, PRE_NONE, false>(tx);
 }
 
-static kc_fn kc_kernel(int wt, int pm, int tx)
+static kc_fn kc_kernel(int wt, int pm, int tx, int typed)
 {
     if (wt == GP_F16)
-        return kc_pre<__half>(pm, tx);
+        return kc_pre<__half>(pm, tx, typed);
     if (wt == GP_BF16)
-        return kc_pre<__nv_bfloat16>(pm, tx);
-    return kc_pre<float>(pm, tx);
+        return kc_pre<__nv_bfloat16>(pm, tx, typed);
+    return kc_pre<float>(pm, tx, typed);
+}
+
+/* 1 when k_matvec_kc's instance for adds takes a launch of weights of dtype wt: it adds (add),
+ * e is ADDs of operands of dtype wt, the norm's weights (nm, maybe NULL) are of dtype wt. */
+static int kc_typed_ok(const gp_cu_ctx *c, int wt, int add, const EPI &e, const NORM *nm)
+{
+    int ok = add && !c->kc_generic;
+    for (int k = 0; k < e.n; k++)
+        ok &= e.op[k] == GP_OP_ADD && e.other[k].t == wt;
+    return ok && (!nm || (nm->w.t == wt && (!nm->has_b || nm->b.t == wt)));
 }
 
 extern "C" int gp_cuda_matvec_cluster_ok(int n, int *fit)
@@ -1048,7 +1089,7 @@ extern "C" int gp_cuda_matvec_cluster_ok(int n, int *fit)
     for (int m = 2; ok && m <= n; m++) {
         int least = 0;
         for (int i = 0; ok && i < 3 * 3 * 3; i++) {
-            kc_fn k = kc_kernel(wts[i / 9], (i / 3) % 3, 32 >> (i % 3));
+            kc_fn k = kc_kernel(wts[i / 9], (i / 3) % 3, 32 >> (i % 3), 0);
             if (m > 8 &&
                 cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) {
                 ok = 0;
@@ -1117,7 +1158,14 @@ static int is_const(const gp_cu_ctx *c, const char *p, int64_t n)
            (uintptr_t)p + (uintptr_t)n <= (uintptr_t)c->const_hi;
 }
 
-static std::atomic<int64_t> mv_adds(0), mv_folds(0), mv_accs(0), x_gelus(0), x_gelus_apart(0);
+static std::atomic<int64_t> mv_adds(0), mv_folds(0), mv_accs(0), x_gelus(0), x_gelus_apart(0),
+    kc_typeds(0);
+
+extern "C" int64_t gp_cuda_matvec_typed_count(void)
+{
+    return kc_typeds.load();
+}
+
 
 extern "C" int64_t gp_cuda_matvec_add_count(void)
 {
@@ -1429,10 +1477,12 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
         if (kc) {
             dim3 g((unsigned)((N + tx * vn - 1) / (tx * vn)), 1, (unsigned)ns2);
             int pm = pre_mode(pn, ksym, K);
-            gp_cu_launch_z(c, add ? 0 : (unsigned)ns2, kc_kernel(kb.t, pm, tx), g, dim3(256),
-                           norm_smem(per2), B.p, B.sr, x, ot, add ? rest : e, pn ? *pn : NORM(),
-                           K, N, per2, fl, add, c->zero_p, c->zero_n);
+            int typed = kc_typed_ok(c, kb.t, add, add ? rest : e, pn) && pm != PRE_STAGE;
+            gp_cu_launch_z(c, add ? 0 : (unsigned)ns2, kc_kernel(kb.t, pm, tx, typed), g,
+                           dim3(256), norm_smem(per2), B.p, B.sr, x, ot, add ? rest : e,
+                           pn ? *pn : NORM(), K, N, per2, fl, add, c->zero_p, c->zero_n);
             mv_adds += add && !acc;
+            kc_typeds += typed;
             mv_accs += acc;
             mv_folds += pm == PRE_FOLD;
             launched_kn(c, fl, acc, gelu);

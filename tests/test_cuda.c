@@ -2421,6 +2421,11 @@ static void test_model_qkvatt(void)
                          i ? 1e-2 : 2e-3);
 }
 
+/* Two GPT-2 layers of heads of 64, f16 weights and an f32 cache. */
+static const char *const gpt2_heads64[7] = {"n_layer=2", "n_embd=128", "n_head=2",
+                                            "vocab_size=512", "n_positions=64", "wtype=f16",
+                                            "kv_type=f32"};
+
 /* One GPT-2 layer 1280 wide, bf16 weights and an f16 cache. */
 static const char *const gpt2_wide[7] = {"n_layer=1", "n_embd=1280", "n_head=20", "vocab_size=512",
                                          "n_positions=64", "wtype=bf16", "kv_type=f16"};
@@ -2453,11 +2458,8 @@ static void test_model_atomic(void)
  * takes c_attn and normalizes x itself, and only c_fc folds. */
 static void test_model_fold(void)
 {
-    static const char *const heads64[7] = {"n_layer=2", "n_embd=128", "n_head=2",
-                                           "vocab_size=512", "n_positions=64", "wtype=f16",
-                                           "kv_type=f32"};
     gpt2_cases_on_vs_off("fold", gp_cuda_matvec_fold_count, 2);
-    decode_on_vs_off("examples/gpt2.gplan", heads64, 7, "GPLAN_CUDA_DISABLE", "qkvatt",
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, "GPLAN_CUDA_DISABLE", "qkvatt",
                      "GPLAN_CUDA_DISABLE", "qkvatt,fold", gp_cuda_matvec_fold_count, 4, 1e-4, 2e-3);
     int64_t q0 = gp_cuda_qkv_attention_count();
     decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", "fold",
@@ -2476,14 +2478,30 @@ static int64_t acc_count(void)
  * at head dims 64, f16 weights, and in a 1280-wide layer of bf16 weights. */
 static void test_model_accum(void)
 {
-    static const char *const heads64[7] = {"n_layer=2", "n_embd=128", "n_head=2",
-                                           "vocab_size=512", "n_positions=64", "wtype=f16",
-                                           "kv_type=f32"};
     gpt2_cases_on_vs_off("accum", acc_count, 1);
-    decode_on_vs_off("examples/gpt2.gplan", heads64, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", "accum",
-                     acc_count, 2, 1e-4, 2e-3);
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
+                     "accum", acc_count, 2, 1e-4, 2e-3);
     decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
                      "accum", acc_count, 1, 5e-3, 1e-2);
+}
+
+static int64_t typed_count(void)
+{
+    return gp_cuda_matvec_typed_count() + gp_cuda_attention_typed_count();
+}
+
+/* atttyped and kctyped: the instances of the one-token attention (qkvatt too) and of the adding
+ * [K, N] matvecs for their operands' dtypes (the default) against the generic kernels and the CPU:
+ * GPT-2 with f32 weights, f32 and f16 caches (the attention and at least one product a layer);
+ * f16 weights with qkvatt at head dims 64 and an f32 cache; a 1280-wide layer of bf16 weights and
+ * an f16 cache. */
+static void test_model_typed(void)
+{
+    gpt2_cases_on_vs_off("atttyped,kctyped", typed_count, 2);
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
+                     "atttyped,kctyped", typed_count, 4, 1e-4, 2e-3);
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
+                     "atttyped,kctyped", typed_count, 2, 5e-3, 1e-2);
 }
 
 static void test_model_mega(void)
@@ -2537,6 +2555,8 @@ void gp_suite_cuda(void)
     CU_add_test(s, "GPT-2 decode: residual products adding with atomics or not", test_model_atomic);
     CU_add_test(s, "GPT-2 decode: layer norms folded into their products or not", test_model_fold);
     CU_add_test(s, "GPT-2 decode: products adding into zeroed outputs or not", test_model_accum);
+    CU_add_test(s, "GPT-2 decode: kernel instances for the operands' dtypes or generic ones",
+                test_model_typed);
     CU_add_test(s, "Llama and GPT-2 decode: persistent decode kernel or launches", test_model_mega);
     CU_add_test(s, "Llama and GPT-2 decode: streaming persistent kernel or launches",
                 test_model_mega_stream);
