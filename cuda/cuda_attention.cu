@@ -651,16 +651,18 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
  * of code (J = 2) that runs cold from the instruction caches every launch (bench/gpu-notes.md,
  * twelfth session); with the switches folded it is ~56 KB. att_kv (host) gives the caches'
  * dtype when an instance takes the operands (both caches f16, or both f32; for the attention
- * kernel (act) q, the new rows and the output f32, no ropes, a cluster per head), else -1 (the
- * generic kernel); dec_typed (device) sets those in a's copy, so that the compiler folds them.
+ * kernel (act) q, the new rows and the output f32, no ropes, a cluster per head; pos read before
+ * the wait, early), else -1 (the generic kernel); dec_typed (device) sets those in a's copy, so
+ * that the compiler folds them.
  */
 static std::atomic<long long> typed_launches(0); /* launches of those instances */
 
-static int att_kv(const gp_cu_ctx *c, const DecArgs &d, int act)
+static int att_kv(const gp_cu_ctx *c, const DecArgs &d, int act, int early)
 {
     int kv = d.kc.t == d.vc.t && (d.kc.t == GP_F16 || d.kc.t == GP_F32) ? d.kc.t : -1;
-    if (c->att_generic || (act && (d.q.t != GP_F32 || d.kx.t != GP_F32 || d.vx.t != GP_F32 ||
-                                   d.o.t != GP_F32 || d.rq.on || d.rk.on || !d.cluster)))
+    if (c->att_generic || !early ||
+        (act && (d.q.t != GP_F32 || d.kx.t != GP_F32 || d.vx.t != GP_F32 || d.o.t != GP_F32 ||
+                 d.rq.on || d.rk.on || !d.cluster)))
         return -1;
     return kv;
 }
@@ -690,8 +692,10 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 {
     __shared__ AttSmem<J> sm;
     STAMP_BEGIN(2);
-    if (KV >= 0) /* dtypes the host checked, as constants (att_kv) */
+    if (KV >= 0) { /* what the host checked, as constants (att_kv) */
         a = dec_typed(a, KV);
+        early = 1;
+    }
     if (a.cluster)
         cluster_started_arrive();
     int64_t h = blockIdx.x;
@@ -719,7 +723,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 
 template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, const gp_cu_ctx *c)
 {
-    int pf = c->pdl && c->kv_prefetch, kv = att_kv(c, d, 1);
+    int pf = c->pdl && c->kv_prefetch, kv = att_kv(c, d, 1, early);
     typed_launches += kv >= 0;
     gp_cu_launch_z(c, d.cluster ? grid.z : 0,
                    kv == GP_F16   ? k_attention_decode<J, GP_F16>
@@ -875,10 +879,14 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
     __shared__ AttSmem<2> sm;
     __shared__ float xs[QA_MAXPER], red[QA_PH][3 * QA_D], ps[3 * QA_D];
     STAMP_BEGIN(1);
-    if (KV >= 0) /* the caches' dtype the host checked, as a constant (att_kv) */
+    if (KV >= 0) { /* what the host checked, as constants (att_kv) */
         a.kc.t = a.vc.t = KV;
-    a.rq.on = a.rk.on = 0; /* never with ropes, always in a cluster (qkvatt's conditions) */
+        m.nm.w.t = m.nm.b.t = m.bias.t = wtype_of<W>::T;
+        early = 1;
+    }
+    a.rq.on = a.rk.on = 0; /* never with ropes, always in a cluster, never late (its conditions) */
     a.cluster = 1;
+    a.late = 0;
     int64_t h = blockIdx.x;
     int S = gridDim.z, r = blockIdx.z;
     DecState st;
@@ -1041,7 +1049,10 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
                      (K + nsplit - 1) / nsplit, gp_kt_of(c, &a->qkv_b),
                      norm_params(c, &a->qkv_norm), (const float *)a->qkv_norm.x.data};
         int pf = c->pdl && c->kv_prefetch;
-        int kv = att_kv(c, d, 0);
+        int kv = att_kv(c, d, 0, a->pos_const);
+        if (m.nm.w.t != a->qkv_w.dtype || (m.nm.has_b && m.nm.b.t != a->qkv_w.dtype) ||
+            m.bias.t != a->qkv_w.dtype)
+            kv = -1; /* the instances take the norm's weights and the bias in W's dtype */
         typed_launches += kv >= 0;
         gp_cu_launch_z(c, grid.z,
                        a->qkv_w.dtype == GP_F16 ? qa_kernel<__half>(kv)

@@ -837,17 +837,6 @@ __global__ void __launch_bounds__(KN2_TX *KN2_TY, 4)
 
 enum { KC_MAXC = 16 }; /* the largest cluster k_matvec_kc takes (16 is non-portable) */
 
-/* The dtype of W as a gp_dtype. */
-template <typename W> struct wtype_of {
-    enum { T = GP_F32 };
-};
-template <> struct wtype_of<__half> {
-    enum { T = GP_F16 };
-};
-template <> struct wtype_of<__nv_bfloat16> {
-    enum { T = GP_BF16 };
-};
-
 /* k_matvec_kc's instance for adds: its epilogue ADDs of operands of W's dtype and the norm's
  * weights of W's dtype, set as constants so that the compiler folds their switches (a smaller
  * kernel, run cold every launch; see att_kv in cuda_attention.cu). kc_kernel checks them. */

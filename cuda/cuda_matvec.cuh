@@ -120,6 +120,17 @@ template <> struct vec16<float> {
     }
 };
 
+/* The dtype of W as a gp_dtype (instances with their operands' dtypes as constants). */
+template <typename W> struct wtype_of {
+    enum { T = GP_F32 };
+};
+template <> struct wtype_of<__half> {
+    enum { T = GP_F16 };
+};
+template <> struct wtype_of<__nv_bfloat16> {
+    enum { T = GP_BF16 };
+};
+
 /* acc[0, vec16<W>::N) += the rows of u (row r0 + step i in u[i]; rows from k1 on are left out)
  * times their x, xs[row - k0]: a batch of a [K, N] split's weight chunks, in row order. */
 template <typename W, int U>
