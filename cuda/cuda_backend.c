@@ -20,9 +20,12 @@
  * launch after it), "atomic" (a one-row product added into a residual in place: its splits add
  * with atomics, k_matvec_kc; not bit-reproducible from run to run), "fold" (a layer norm
  * planned into the [K, N] product after it is folded into its sums, with constants computed at
- * creation, plan_folds) and "accum" (such a product adds its splits into its output with atomics,
+ * creation, plan_folds), "accum" (such a product adds its splits into its output with atomics,
  * the matmul launched before it having zeroed those bytes, and leaves a trailing gelu to the
- * matmul reading it; plan_accumulate).
+ * matmul reading it; plan_accumulate), and, not fusions, "atttyped" (one-token attentions whose
+ * operands are GPT-2's run an instance with their dtypes, ropes and clusters as constants: a
+ * smaller kernel, att_kv in cuda_attention.cu) and "kctyped" (the same for k_matvec_kc's adds,
+ * kc_typed).
  * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
  * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
  * wins over it); GPLAN_CUDA_TRANSPOSE=1

@@ -2442,6 +2442,18 @@ static void gpt2_cases_on_vs_off(const char *off, int64_t (*count)(void), int pe
     }
 }
 
+/* gpt2_cases_on_vs_off, then two layers of heads of 64 with f16 weights and a 1280-wide layer of
+ * bf16 weights (tolerances for 16-bit weights), count() growing by at least n64 and nwide. */
+static void gpt2_all_on_vs_off(const char *off, int64_t (*count)(void), int per_layer, int n64,
+                               int nwide)
+{
+    gpt2_cases_on_vs_off(off, count, per_layer);
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", off,
+                     count, n64, 1e-4, 2e-3);
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", off,
+                     count, nwide, 5e-3, 1e-2);
+}
+
 /* atomic: GPT-2's c_proj and mlp.c_proj, added into the residual in place, add their splits with
  * atomics (the default) or combine them in a cluster; both for every layer, f32 and f16 caches,
  * and a 1280-wide layer of bf16 weights. Llama's o and down ([N, K] weights) take other kernels. */
@@ -2478,11 +2490,7 @@ static int64_t acc_count(void)
  * at head dims 64, f16 weights, and in a 1280-wide layer of bf16 weights. */
 static void test_model_accum(void)
 {
-    gpt2_cases_on_vs_off("accum", acc_count, 1);
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
-                     "accum", acc_count, 2, 1e-4, 2e-3);
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
-                     "accum", acc_count, 1, 5e-3, 1e-2);
+    gpt2_all_on_vs_off("accum", acc_count, 1, 2, 1);
 }
 
 static int64_t typed_count(void)
@@ -2497,11 +2505,7 @@ static int64_t typed_count(void)
  * an f16 cache. */
 static void test_model_typed(void)
 {
-    gpt2_cases_on_vs_off("atttyped,kctyped", typed_count, 2);
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
-                     "atttyped,kctyped", typed_count, 4, 1e-4, 2e-3);
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
-                     "atttyped,kctyped", typed_count, 2, 5e-3, 1e-2);
+    gpt2_all_on_vs_off("atttyped,kctyped", typed_count, 2, 4, 2);
 }
 
 static void test_model_mega(void)
