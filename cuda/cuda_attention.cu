@@ -881,7 +881,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
     STAMP_BEGIN(1);
     if (KV >= 0) { /* what the host checked, as constants (att_kv) */
         a.kc.t = a.vc.t = KV;
-        m.nm.w.t = m.nm.b.t = m.bias.t = wtype_of<W>::T;
+        m.nm.w.t = m.nm.b.t = m.bias.t = vec16<W>::T;
         early = 1;
     }
     a.rq.on = a.rk.on = 0; /* never with ropes, always in a cluster, never late (its conditions) */

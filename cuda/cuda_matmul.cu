@@ -845,9 +845,9 @@ template <typename W> __device__ __forceinline__ void kc_typed(EPI &e, NORM &nm)
 #pragma unroll
     for (int k = 0; k < GP_CU_MAX_EPI; k++) {
         e.op[k] = GP_OP_ADD;
-        e.other[k].t = wtype_of<W>::T;
+        e.other[k].t = vec16<W>::T;
     }
-    nm.w.t = nm.b.t = wtype_of<W>::T;
+    nm.w.t = nm.b.t = vec16<W>::T;
 }
 
 /*
@@ -1059,11 +1059,12 @@ static kc_fn kc_kernel(int wt, int pm, int tx, int typed)
     return kc_pre<float>(pm, tx, typed);
 }
 
-/* 1 when k_matvec_kc's instance for adds takes a launch of weights of dtype wt: it adds (add),
- * e is ADDs of operands of dtype wt, the norm's weights (nm, maybe NULL) are of dtype wt. */
-static int kc_typed_ok(const gp_cu_ctx *c, int wt, int add, const EPI &e, const NORM *nm)
+/* 1 when k_matvec_kc's instance for adds takes a launch of weights of dtype wt: it adds (add)
+ * without a staged norm (pm), e is ADDs of operands of dtype wt, the norm's weights (nm, maybe
+ * NULL) are of dtype wt. */
+static int kc_typed_ok(const gp_cu_ctx *c, int wt, int pm, int add, const EPI &e, const NORM *nm)
 {
-    int ok = add && !c->kc_generic;
+    int ok = add && pm != PRE_STAGE && !c->kc_generic;
     for (int k = 0; k < e.n; k++)
         ok &= e.op[k] == GP_OP_ADD && e.other[k].t == wt;
     return ok && (!nm || (nm->w.t == wt && (!nm->has_b || nm->b.t == wt)));
@@ -1154,7 +1155,6 @@ extern "C" int64_t gp_cuda_matvec_typed_count(void)
 {
     return kc_typeds.load();
 }
-
 
 extern "C" int64_t gp_cuda_matvec_add_count(void)
 {
@@ -1466,7 +1466,7 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
         if (kc) {
             dim3 g((unsigned)((N + tx * vn - 1) / (tx * vn)), 1, (unsigned)ns2);
             int pm = pre_mode(pn, ksym, K);
-            int typed = kc_typed_ok(c, kb.t, add, add ? rest : e, pn) && pm != PRE_STAGE;
+            int typed = kc_typed_ok(c, kb.t, pm, add, add ? rest : e, pn);
             gp_cu_launch_z(c, add ? 0 : (unsigned)ns2, kc_kernel(kb.t, pm, tx, typed), g,
                            dim3(256), norm_smem(per2), B.p, B.sr, x, ot, add ? rest : e,
                            pn ? *pn : NORM(), K, N, per2, fl, add, c->zero_p, c->zero_n);

@@ -81,7 +81,8 @@ __device__ __forceinline__ void stage_norm(const NORM &nm, const float *x, int64
     __syncthreads();
 }
 
-/* 16 bytes of weights as floats: vec16<W>::N elements of type W, unpacked in order. */
+/* 16 bytes of weights as floats: vec16<W>::N elements of type W, unpacked in order; T: W's
+ * gp_dtype (for instances that take their operands' dtypes as constants). */
 __device__ __forceinline__ float2 pair_f2(__half2 h)
 {
     return __half22float2(h);
@@ -91,9 +92,9 @@ __device__ __forceinline__ float2 pair_f2(__nv_bfloat162 h)
     return __bfloat1622float2(h);
 }
 
-/* The 16-bit types, through their pair type P (__half2, __nv_bfloat162). */
-template <typename P> struct vec16_pairs {
-    enum { N = 8 };
+/* The 16-bit types, through their pair type P (__half2, __nv_bfloat162), of gp_dtype DT. */
+template <typename P, int DT> struct vec16_pairs {
+    enum { N = 8, T = DT };
     static __device__ __forceinline__ void unpack(uint4 u, float *f)
     {
         const P *h = (const P *)&u;
@@ -107,10 +108,10 @@ template <typename P> struct vec16_pairs {
 };
 
 template <typename W> struct vec16;
-template <> struct vec16<__half> : vec16_pairs<__half2> {};
-template <> struct vec16<__nv_bfloat16> : vec16_pairs<__nv_bfloat162> {};
+template <> struct vec16<__half> : vec16_pairs<__half2, GP_F16> {};
+template <> struct vec16<__nv_bfloat16> : vec16_pairs<__nv_bfloat162, GP_BF16> {};
 template <> struct vec16<float> {
-    enum { N = 4 };
+    enum { N = 4, T = GP_F32 };
     static __device__ __forceinline__ void unpack(uint4 u, float *f)
     {
         f[0] = __uint_as_float(u.x);
@@ -118,17 +119,6 @@ template <> struct vec16<float> {
         f[2] = __uint_as_float(u.z);
         f[3] = __uint_as_float(u.w);
     }
-};
-
-/* The dtype of W as a gp_dtype (instances with their operands' dtypes as constants). */
-template <typename W> struct wtype_of {
-    enum { T = GP_F32 };
-};
-template <> struct wtype_of<__half> {
-    enum { T = GP_F16 };
-};
-template <> struct wtype_of<__nv_bfloat16> {
-    enum { T = GP_BF16 };
 };
 
 /* acc[0, vec16<W>::N) += the rows of u (row r0 + step i in u[i]; rows from k1 on are left out)
