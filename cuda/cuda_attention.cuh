@@ -241,10 +241,13 @@ __device__ __forceinline__ void attend_regs(const float (&qv)[J], const float (&
 /*
  * The splits of (h, t) combined through distributed shared memory, when they were launched as one
  * cluster (one block per split, block rank = split): block r combines dims [r c, r c + c) for
- * c = ceil(D / nsplit), as combine_partials does (the same weights and order), from its own
- * shared memory, where every split wrote its partial of those dims (cluster_push) before one
- * cluster barrier. Nothing reads another block's memory after it, so no block waits for the others
- * to leave. Every thread of every block of the cluster calls it.
+ * c = ceil(D / nsplit) from its own shared memory, where every split wrote its partial of those
+ * dims (cluster_push) before one cluster barrier. A group of P lanes (nsplit <= P, a power of
+ * two) takes one dim, a lane per split: the splits' maximum, weights and sums are reduced across
+ * the group with shuffles, so each thread computes one weight, not every split's. (The unrolled
+ * loop over the splits that this replaces was ~8 KB of the kernel's code, which every launch
+ * fetches cold.) Nothing reads another block's memory after the barrier, so no block waits for
+ * the others to leave. Every thread of every block of the cluster calls it.
  */
 template <int J>
 __device__ __forceinline__ void cluster_finish(AttSmem<J> &sm, const KT &o, int64_t h, int64_t t)
@@ -256,36 +259,30 @@ __device__ __forceinline__ void cluster_finish(AttSmem<J> &sm, const KT &o, int6
     cg::cluster_group cl = cg::this_cluster();
     cl.sync();
     STAMP(6);
-    int64_t D = o.ne[3];
-    unsigned ns = cl.num_blocks(), r = cl.block_rank();
-    int64_t c = (D + ns - 1) / ns, d = r * c + threadIdx.x;
-    if (threadIdx.x < c && d < D && ns <= GP_WS_ATTN_SPLITS) {
-        float m[GP_WS_ATTN_SPLITS], l[GP_WS_ATTN_SPLITS], x[GP_WS_ATTN_SPLITS];
-        float M = -INFINITY;
-#pragma unroll
-        for (unsigned i = 0; i < GP_WS_ATTN_SPLITS; i++) {
-            m[i] = -INFINITY;
-            l[i] = x[i] = 0.0f;
-            if (i < ns) {
-                m[i] = sm.pin_m[i];
-                l[i] = sm.pin_l[i];
-                x[i] = sm.pin[i * c + threadIdx.x];
-            }
-        }
-#pragma unroll
-        for (unsigned i = 0; i < GP_WS_ATTN_SPLITS; i++) {
-            m[i] = split_max(m[i], l[i]);
-            M = fmaxf(M, m[i]);
-        }
-        float L = 0.0f, a = 0.0f;
-#pragma unroll
-        for (unsigned i = 0; i < GP_WS_ATTN_SPLITS; i++) {
-            float w = split_weight(m[i], M);
-            L += l[i] * w;
-            if (w != 0.0f)
-                a += x[i] * w;
-        }
-        st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a * (1.0f / L));
+    int D = (int)o.ne[3], ns = (int)cl.num_blocks(), r = (int)cl.block_rank();
+    int c = (D + ns - 1) / ns, P = ns <= 2 ? 2 : ns <= 4 ? 4 : ns <= 8 ? 8 : 16;
+    int i = threadIdx.x & (P - 1);
+    if (threadIdx.x >= ATT_THREADS || ns > GP_WS_ATTN_SPLITS)
+        return;
+    float m = -INFINITY, l = 0.0f;
+    if (i < ns) {
+        l = sm.pin_l[i];
+        m = split_max(sm.pin_m[i], l);
+    }
+    float M = m;
+    for (int off = P / 2; off > 0; off >>= 1)
+        M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+    float w = split_weight(m, M), L = l * w;
+    for (int off = P / 2; off > 0; off >>= 1)
+        L += __shfl_xor_sync(0xffffffffu, L, off);
+    /* every lane runs every step (the shuffles), whether its dim exists or not */
+    for (int j0 = 0; j0 < c; j0 += ATT_THREADS / P) {
+        int j = j0 + (int)threadIdx.x / P, d = r * c + j;
+        float a = i < ns && j < c && w != 0.0f ? sm.pin[i * c + j] * w : 0.0f;
+        for (int off = P / 2; off > 0; off >>= 1)
+            a += __shfl_xor_sync(0xffffffffu, a, off);
+        if (i == 0 && j < c && d < D)
+            st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a * (1.0f / L));
     }
 #endif
 }
@@ -293,12 +290,12 @@ __device__ __forceinline__ void cluster_finish(AttSmem<J> &sm, const KT &o, int6
 /* This split's partial a of dim d into the shared memory of the cluster's block that combines d
  * (cluster_finish). */
 template <int J>
-__device__ __forceinline__ void cluster_push(AttSmem<J> &sm, int64_t D, int nsplit, int split,
-                                             int64_t d, float a)
+__device__ __forceinline__ void cluster_push(AttSmem<J> &sm, int D, int nsplit, int split, int d,
+                                             float a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
-    int64_t c = (D + nsplit - 1) / nsplit;
+    int c = (D + nsplit - 1) / nsplit;
     cl.map_shared_rank(&sm, (unsigned)(d / c))->pin[split * c + d % c] = a;
 #endif
 }
@@ -316,11 +313,12 @@ __device__ __forceinline__ void cluster_push_stats(AttSmem<J> &sm, int split, un
 }
 
 /*
- * The end of an attention block: its warps' results combined; nsplit == 1: the normalized result
- * to out; cluster: the partial to the blocks that combine it (cluster_push; every block of the
- * cluster has started, which the caller made sure of), then cluster_finish; else partials to part
- * (f32 [nsplit, Tl, H, D + 2]) and, with counters, the last split block of (h, t) to get here
- * combines them into out and resets its counter.
+ * The end of an attention block: its warps' results combined; cluster (nsplit > 1 then): the
+ * partial to the blocks that combine it (cluster_push; every block of the cluster has started,
+ * which the caller made sure of), then cluster_finish; nsplit == 1: the normalized result to out;
+ * else partials to part (f32 [nsplit, Tl, H, D + 2]) and, with counters, the last split block of
+ * (h, t) to get here combines them into out and resets its counter. Lane i < ATT_WARPS of every
+ * warp computes warp i's weight, which the lanes then share.
  */
 template <int J>
 __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
@@ -328,8 +326,8 @@ __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
                                               int64_t t, int nsplit, int split, float *part,
                                               int64_t Tl, unsigned *counters, int cluster = 0)
 {
-    int64_t H = o.ne[2], D = o.ne[3];
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int64_t H = o.ne[2];
+    int D = (int)o.ne[3], lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     if (lane == 0) {
         sm.m[w] = m;
         sm.l[w] = l;
@@ -339,21 +337,31 @@ __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
         sm.acc[w][lane + 32 * j] = acc[j];
     att_sync();
     float M = -INFINITY;
+#pragma unroll
     for (int i = 0; i < ATT_WARPS; i++)
         M = fmaxf(M, sm.m[i]);
-    float L = 0.0f, f[ATT_WARPS];
-    for (int i = 0; i < ATT_WARPS; i++) {
-        f[i] = sm.m[i] == -INFINITY ? 0.0f : expf(sm.m[i] - M);
-        L += sm.l[i] * f[i];
+    float fi = 0.0f, li = 0.0f;
+    if (lane < ATT_WARPS) {
+        li = sm.l[lane];
+        fi = sm.m[lane] == -INFINITY ? 0.0f : expf(sm.m[lane] - M);
     }
-    for (int64_t d = threadIdx.x; d < D; d += ATT_THREADS) {
+    float L = li * fi, f[ATT_WARPS];
+    for (int off = ATT_WARPS / 2; off > 0; off >>= 1)
+        L += __shfl_xor_sync(0xffffffffu, L, off);
+    L = __shfl_sync(0xffffffffu, L, 0);
+#pragma unroll
+    for (int i = 0; i < ATT_WARPS; i++)
+        f[i] = __shfl_sync(0xffffffffu, fi, i);
+#pragma unroll 1 /* one step where D <= ATT_THREADS */
+    for (int d = threadIdx.x; d < D; d += ATT_THREADS) {
         float a = 0.0f;
+#pragma unroll
         for (int i = 0; i < ATT_WARPS; i++)
             a += sm.acc[i][d] * f[i];
-        if (nsplit == 1) {
-            st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a / L);
-        } else if (cluster) {
+        if (cluster) {
             cluster_push(sm, D, nsplit, split, d, a);
+        } else if (nsplit == 1) {
+            st_f(o.p + t * o.nb[1] + h * o.nb[2] + d * o.nb[3], o.t, a / L);
         } else {
             float *pp = part + ((split * Tl + t) * H + h) * (D + 2);
             pp[d] = a;
@@ -363,7 +371,7 @@ __device__ __forceinline__ void attend_finish(AttSmem<J> &sm, float m, float l,
             }
         }
     }
-    if (cluster && nsplit > 1) {
+    if (cluster) {
         if (threadIdx.x < nsplit)
             cluster_push_stats(sm, split, threadIdx.x, M, L);
         STAMP(5);
