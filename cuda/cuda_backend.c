@@ -24,8 +24,8 @@
  * the matmul launched before it having zeroed those bytes, and leaves a trailing gelu to the
  * matmul reading it; plan_accumulate), and, not fusions, "atttyped" (one-token attentions whose
  * operands are GPT-2's run an instance with their dtypes, ropes and clusters as constants: a
- * smaller kernel, att_kv in cuda_attention.cu) and "kctyped" (the same for k_matvec_kc's adds,
- * kc_typed).
+ * smaller kernel, att_kv in cuda_attention.cu), "kctyped" (the same for k_matvec_kc's adds,
+ * kc_typed) and "optyped" (the same for the norms and lookups, ops_typed).
  * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
  * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
  * wins over it); GPLAN_CUDA_TRANSPOSE=1
@@ -169,7 +169,7 @@ enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_C
        FUSE_PAIRS = 131072, FUSE_QKVATT = 262144, FUSE_TILES = 524288,
        FUSE_TENSOR = 1048576, FUSE_BLASEPI = 2097152, FUSE_ATOMIC = 4194304,
        FUSE_FOLD = 8388608, FUSE_ACCUM = 16777216, FUSE_ATTTYPED = 33554432,
-       FUSE_KCTYPED = 67108864 };
+       FUSE_KCTYPED = 67108864, FUSE_OPTYPED = 134217728 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -202,7 +202,7 @@ static void read_switches(cuda_be *b)
                                         "arnorm", "ropetab", "epiload", "normload",
                                         "embadd", "pairs", "qkvatt", "tiles", "tensor",
                                         "blasepi", "atomic", "fold", "accum", "atttyped",
-                                        "kctyped"};
+                                        "kctyped", "optyped"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -243,6 +243,7 @@ static void read_switches(cuda_be *b)
     b->kc.att_tiles = !(b->disable & FUSE_TILES);
     b->kc.att_generic = !!(b->disable & FUSE_ATTTYPED);
     b->kc.kc_generic = !!(b->disable & FUSE_KCTYPED);
+    b->kc.ops_generic = !!(b->disable & FUSE_OPTYPED);
     b->kc.att_mma = !(b->disable & (FUSE_TILES | FUSE_TENSOR));
     b->kc.blas_epi = !(b->disable & FUSE_BLASEPI);
     /* Measured 2026-11-30 (H200, ms per token, bench/gpu-notes.md, run G): clusters of 16

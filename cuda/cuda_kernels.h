@@ -50,6 +50,8 @@ typedef struct {
                                 for the operands' dtypes; for measurements) */
     int att_generic;         /* 1: one-token attentions always run their generic kernel (no
                                 instance for the operands' dtypes; for measurements) */
+    int ops_generic;         /* 1: norms and lookups always run their generic kernels (no
+                                instance for the operands' dtypes; for measurements) */
     int att_tiles;           /* 1: prompts' attention (no split) in tiles of queries and keys,
                                 for head dims <= 128 (k_attention_tiles) */
     int att_mma;             /* 1: those tiles on tensor cores where the caches are f16
@@ -295,9 +297,11 @@ int64_t gp_cuda_matvec_fold_count(void);
  * 1, [K, N] matvecs that staged gelu(x) (x_gelu); 2, x made gelu(x) in place instead. */
 int64_t gp_cuda_matvec_acc_count(int which);
 /* One-row [K, N] products that added with k_matvec_kc's instance for their operands' dtypes
- * (kc_typed), and one-token attentions launched as the instance for GPT-2's operands (att_kv). */
+ * (kc_typed), one-token attentions launched as the instance for GPT-2's operands (att_kv), and
+ * norms and lookups launched as the instance for their dtypes (ops_typed). */
 int64_t gp_cuda_matvec_typed_count(void);
 int64_t gp_cuda_attention_typed_count(void);
+int64_t gp_cuda_ops_typed_count(void);
 /*
  * A layer norm folded into the one-row product after it, a = layer_norm(x, w, b) times weights
  * W [K, N] (attrs as the matmul's; W as its second operand): a W = inv ((x - s) w W - (mean - s)

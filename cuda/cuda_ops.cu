@@ -1,6 +1,7 @@
 /* CUDA kernels for the row-wise ops (elementwise with broadcasting, norms, softmax, rope, copies,
  * lookups, concat, store) and the dispatcher gp_cuda_compute; matmul and attention have their own
  * files. Kernels are launched at the launch sizes and read the eval's sizes from the param block. */
+#include <atomic>
 #include <cooperative_groups.h>
 #include <math.h>
 #include <stdio.h>
@@ -147,6 +148,27 @@ static int launch_elementwise(gp_cu_ctx *c, int op, float fa, const gp_cu_tensor
     return gp_cu_check_launch(c, "elementwise");
 }
 
+/* ---- instances for one-per-eval ops (ops_typed) ---- */
+
+/* The norm and the lookups have instances for f32 activations and one weight dtype, set as
+ * constants in their copies of the arguments, so that the compiler folds every switch on a dtype:
+ * k_get_rows' add is 124 KB of code generic and 13 as an instance, k_norm 58 and 24, and every
+ * launch fetches its code cold (bench/gpu-notes.md, twelfth session). */
+static std::atomic<long long> ops_typed_launches(0);
+
+extern "C" int64_t gp_cuda_ops_typed_count(void)
+{
+    return ops_typed_launches.load();
+}
+
+/* t when an instance takes it (f16, bf16, f32) and they are on, counting the launch; else -1. */
+static int ops_typed(gp_cu_ctx *c, int t)
+{
+    int ok = !c->ops_generic && (t == GP_F16 || t == GP_BF16 || t == GP_F32);
+    ops_typed_launches += ok;
+    return ok ? t : -1;
+}
+
 /* ---- norms and softmax: one block per row ---- */
 
 /* Rows up to NORM_REG * blockDim.x elements stay in registers; blocks of up to NORM_MAX_THREADS. */
@@ -156,10 +178,16 @@ enum { NORM_REG = 8, NORM_MAX_THREADS = 512 };
  * One block per row (grid-stride over rows). A row that fits in registers is read in one pass:
  * each thread issues all of its loads of x, w and b at once, then the block reduces, so a row
  * costs one memory round trip, not one per loop iteration. Wider rows loop (two passes over x).
+ * WT >= 0: the instance for x and o in f32 and w and b in dtype WT (ops_typed), as constants.
  */
+template <int WT>
 __global__ void __launch_bounds__(NORM_MAX_THREADS)
     k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, int late, const int64_t *syms)
 {
+    if (WT >= 0) { /* what the host checked, as constants (ops_typed) */
+        x.t = o.t = GP_F32;
+        w.t = b.t = WT;
+    }
     NORM nm = {is_ln, has_b, eps, w, b, NULL};
     prefetch_norm(nm, 0, w.ne[3]); /* w and b are [n]: one row for every row of x */
     pdl_wait();
@@ -398,11 +426,16 @@ __global__ void k_rope(int interleaved, int64_t n, double theta, KT o, KT x, KT 
  * GR_REG elements of the row at once, then stores them: a loop of copy_elem waited a memory round
  * trip per element (its store could alias the next load, which then cannot go first), 10 us for
  * a row of 4096 read from HBM. ADD: out = table[ids[t]] + table2[ids2[t]] (gp_cuda_get_rows_add),
- * the sum in f32, rows with either id out of range unwritten. */
+ * the sum in f32, rows with either id out of range unwritten. TT >= 0: the instance for tables of
+ * dtype TT and an f32 out (ops_typed). */
 enum { GR_REG = 16 };
-template <bool ADD>
+template <bool ADD, int TT>
 __global__ void k_get_rows(KT o, KT table, KT ids, KT table2, KT ids2, const int64_t *syms)
 {
+    if (TT >= 0) { /* what the host checked, as constants (ops_typed) */
+        table.t = table2.t = TT;
+        o.t = GP_F32;
+    }
     pdl_begin();
     kt_resolve(o, syms);
     int64_t T = o.ne[2], C = o.ne[3], V = table.ne[2], V2 = table2.ne[2];
@@ -434,6 +467,20 @@ __global__ void k_get_rows(KT o, KT table, KT ids, KT table2, KT ids2, const int
     }
 }
 
+/* A launch of k_get_rows<ADD>: its instance for the tables' dtype where there is one. */
+template <bool ADD>
+static void launch_rows(gp_cu_ctx *c, const KT &o, const KT &t1, const KT &i1, const KT &t2,
+                        const KT &i2)
+{
+    int tt = o.t == GP_F32 && t2.t == t1.t ? ops_typed(c, t1.t) : -1;
+    gp_cu_launch(c,
+                 tt == GP_F16    ? k_get_rows<ADD, GP_F16>
+                 : tt == GP_BF16 ? k_get_rows<ADD, GP_BF16>
+                 : tt == GP_F32  ? k_get_rows<ADD, GP_F32>
+                                 : k_get_rows<ADD, -1>,
+                 rows_grid(o), THREADS, 0, o, t1, i1, t2, i2, c->d_syms);
+}
+
 extern "C" int gp_cuda_get_rows_add(gp_cu_ctx *c, const gp_cu_tensor *out, const gp_cu_tensor *t1,
                                     const gp_cu_tensor *ids1, const gp_cu_tensor *t2,
                                     const gp_cu_tensor *ids2)
@@ -449,7 +496,7 @@ extern "C" int gp_cuda_get_rows_add(gp_cu_ctx *c, const gp_cu_tensor *out, const
     }
     if (kt_count(o, 4) == 0)
         return 0;
-    gp_cu_launch(c, k_get_rows<true>, rows_grid(o), THREADS, 0, o, k1, i1, k2, i2, c->d_syms);
+    launch_rows<true>(c, o, k1, i1, k2, i2);
     return gp_cu_check_launch(c, "get_rows_add");
 }
 
@@ -674,8 +721,14 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
             if (gp_cu_mk_norm(c, nm, (const float *)x.p, o.ne[3], o))
                 return 0;
         }
-        gp_cu_launch(c, k_norm, rows_grid(o), norm_threads(o.ne[3]), 0, ln, (float)a->f[0], o, x,
-                     w, b, has_b, !!(c->late & GP_LATE_NORM), c->d_syms);
+        int wt = x.t == GP_F32 && o.t == GP_F32 && b.t == w.t ? ops_typed(c, w.t) : -1;
+        gp_cu_launch(c,
+                     wt == GP_F16    ? k_norm<GP_F16>
+                     : wt == GP_BF16 ? k_norm<GP_BF16>
+                     : wt == GP_F32  ? k_norm<GP_F32>
+                                     : k_norm<-1>,
+                     rows_grid(o), norm_threads(o.ne[3]), 0, ln, (float)a->f[0], o, x, w, b, has_b,
+                     !!(c->late & GP_LATE_NORM), c->d_syms);
         return gp_cu_check_launch(c, "norm");
     }
     case GP_OP_SOFTMAX: {
@@ -707,8 +760,7 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         }
         if (kt_count(o, 4) == 0)
             return 0;
-        gp_cu_launch(c, k_get_rows<false>, rows_grid(o), THREADS, 0, o, t, ids, t, ids,
-                     c->d_syms);
+        launch_rows<false>(c, o, t, ids, t, ids);
         return gp_cu_check_launch(c, "get_rows");
     }
     case GP_OP_CONCAT: {

@@ -2495,17 +2495,19 @@ static void test_model_accum(void)
 
 static int64_t typed_count(void)
 {
-    return gp_cuda_matvec_typed_count() + gp_cuda_attention_typed_count();
+    return gp_cuda_matvec_typed_count() + gp_cuda_attention_typed_count() +
+           gp_cuda_ops_typed_count();
 }
 
-/* atttyped and kctyped: the instances of the one-token attention (qkvatt too) and of the adding
- * [K, N] matvecs for their operands' dtypes (the default) against the generic kernels and the CPU:
+/* atttyped, kctyped and optyped: the instances of the one-token attention (qkvatt too), of the
+ * adding [K, N] matvecs and of the lookups for their operands' dtypes (the default) against the
+ * generic kernels and the CPU:
  * GPT-2 with f32 weights, f32 and f16 caches (the attention and at least one product a layer);
  * f16 weights with qkvatt at head dims 64 and an f32 cache; a 1280-wide layer of bf16 weights and
  * an f16 cache. */
 static void test_model_typed(void)
 {
-    gpt2_all_on_vs_off("atttyped,kctyped", typed_count, 2, 4, 2);
+    gpt2_all_on_vs_off("atttyped,kctyped,optyped", typed_count, 2, 4, 2);
 }
 
 static void test_model_mega(void)
