@@ -1,8 +1,9 @@
 /* A kernel timeline for benchmarks on machines without Nsight Systems: a CUPTI injection library.
  * Load it with CUDA_INJECTION64_PATH=libgp_kernel_trace.so (the driver calls InitializeInjection
- * at cuInit); every kernel, graph nodes included, is recorded, and at exit one line per kernel
- * goes to $GPLAN_TRACE_OUT (default kernel_trace.csv):
+ * at cuInit); every kernel and copy, graph nodes included, is recorded, and at exit one line per
+ * kernel or copy goes to $GPLAN_TRACE_OUT (default kernel_trace.csv):
  *   device,start_ns,end_ns,correlation,grid_blocks,name
+ * (a copy: name memcpy_HtoD, memcpy_DtoH or memcpy_other, its bytes as grid_blocks)
  * Kernels of one graph launch share the launch's correlation id; bench/kernel_trace.py sums the
  * one-token evals by kernel. A measuring tool: not linked into anything gplan ships. */
 #include <stdint.h>
@@ -49,14 +50,34 @@ static void keep(const CUpti_ActivityKernel10 *k)
     r->name = k->name;
 }
 
+/* A copy as a record of its own: named by its direction, its bytes in the blocks column. */
+static void keep_copy(const CUpti_ActivityMemcpy6 *m)
+{
+    CUpti_ActivityKernel10 k;
+    memset(&k, 0, sizeof k);
+    k.deviceId = m->deviceId;
+    k.correlationId = m->correlationId;
+    k.start = m->start;
+    k.end = m->end;
+    k.gridX = (int32_t)m->bytes;
+    k.gridY = k.gridZ = 1;
+    k.name = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "memcpy_HtoD"
+             : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "memcpy_DtoH"
+                                                              : "memcpy_other";
+    keep(&k);
+}
+
 static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size,
                                    size_t valid)
 {
     (void)ctx, (void)stream, (void)size;
     CUpti_Activity *a = NULL;
-    while (cuptiActivityGetNextRecord(buf, valid, &a) == CUPTI_SUCCESS)
+    while (cuptiActivityGetNextRecord(buf, valid, &a) == CUPTI_SUCCESS) {
         if (a->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
             keep((const CUpti_ActivityKernel10 *)a);
+        else if (a->kind == CUPTI_ACTIVITY_KIND_MEMCPY)
+            keep_copy((const CUpti_ActivityMemcpy6 *)a);
+    }
     free(buf);
 }
 
@@ -95,7 +116,8 @@ static void dump(void)
 int InitializeInjection(void)
 {
     if (cuptiActivityRegisterCallbacks(buf_requested, buf_completed) != CUPTI_SUCCESS ||
-        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
+        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS ||
+        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS) {
         fprintf(stderr, "kernel_trace: CUPTI activity tracing unavailable\n");
         return 0;
     }
