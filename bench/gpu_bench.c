@@ -262,6 +262,7 @@ static const config configs[] = {
     {"no-atttyped", "GPLAN_CUDA_DISABLE=atttyped"},
     {"no-kctyped", "GPLAN_CUDA_DISABLE=kctyped"},
     {"no-optyped", "GPLAN_CUDA_DISABLE=optyped"},
+    {"no-kvregs", "GPLAN_CUDA_DISABLE=kvregs"},
     {"no-typed", "GPLAN_CUDA_DISABLE=atttyped,kctyped,optyped"},
     {"att-nocl", "GPLAN_CUDA_ATT_CLUSTER=0"},
     {"add8", "GPLAN_CUDA_MV_ADD=8"},

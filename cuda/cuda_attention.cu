@@ -645,6 +645,16 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
 
 /* ---- one token, with the K/V cache stores and the ropes before them inside ---- */
 
+/* What the one-token kernels load before their PDL wait (pf, a bit set): PF_L2 their cache rows
+ * into L2, PF_REGS each warp's first two rows into registers (decode_first), when pos is read
+ * early. */
+enum { PF_L2 = 1, PF_REGS = 2 };
+
+static int att_pf(const gp_cu_ctx *c)
+{
+    return c->pdl ? (c->kv_prefetch ? PF_L2 : 0) | (c->kv_regs ? PF_REGS : 0) : 0;
+}
+
 /*
  * Instances of the one-token kernels for GPT-2's operands, with them as constants: the generic
  * kernel switches at run time on each dtype and on the ropes and clusters it may have, ~100 KB
@@ -684,7 +694,8 @@ __device__ __forceinline__ DecArgs dec_typed(DecArgs a, int kv)
  * sources, in registers (rounded to the cache's dtype, as the store would have written it), while
  * the block of each KV group's first head writes it into both caches; every other row is read
  * from the caches. early: pos is written by no kernel of the eval, so it is read (and the angles
- * computed, the rows prefetched when pf) before the wait for the kernel before this one.
+ * computed, the rows prefetched into L2 when pf & PF_L2, each warp's first two rows loaded when
+ * pf & PF_REGS) before the wait for the kernel before this one.
  */
 template <int J, int KV>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
@@ -701,12 +712,16 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     int64_t h = blockIdx.x;
     int nsplit = gridDim.z, split = blockIdx.z;
     DecState st;
+    KvRows<J> first;
+    int regs = early && (pf & PF_REGS) && AttPipe<J>::on;
     if (early) {
         decode_begin(a, sm, nsplit, split, st);
-        if (pf && st.p >= 0) {
+        if ((pf & PF_L2) && st.p >= 0) {
             int64_t H = a.q.ne[2], G = a.kc.ne[2];
             prefetch_kv(a.kc, a.vc, h / (H / G), a.q.ne[3], st.s0, min(st.s1, (int64_t)st.p));
         }
+        if (regs)
+            decode_first(a, h, st, first);
     }
     pdl_wait();
     if (!a.late)
@@ -717,13 +732,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     if (a.cluster) /* decode_run writes the other blocks' shared memory */
         cluster_started_wait();
     STAMP(2);
-    decode_run(a, sm, h, nsplit, split, st);
+    decode_run(a, sm, h, nsplit, split, st, first, regs);
 }
 
 
 template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, const gp_cu_ctx *c)
 {
-    int pf = c->pdl && c->kv_prefetch, kv = att_kv(c, d, 1, early);
+    int pf = att_pf(c), kv = att_kv(c, d, 1, early);
     typed_launches += kv >= 0;
     gp_cu_launch_z(c, d.cluster ? grid.z : 0,
                    kv == GP_F16   ? k_attention_decode<J, GP_F16>
@@ -890,10 +905,14 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
     int64_t h = blockIdx.x;
     int S = gridDim.z, r = blockIdx.z;
     DecState st;
+    KvRows<2> first;
+    int regs = early && (pf & PF_REGS);
     if (early) {
         decode_begin(a, sm, S, r, st);
-        if (pf && st.p >= 0)
+        if ((pf & PF_L2) && st.p >= 0)
             prefetch_kv(a.kc, a.vc, h, QA_D, st.s0, min(st.s1, (int64_t)st.p));
+        if (regs)
+            decode_first(a, h, st, first);
     }
     float bias[2]; /* columns threadIdx.x and + blockDim.x: weights, read before the wait */
     for (int i = 0; i < 2; i++) {
@@ -937,7 +956,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
         src[i]->nb[3] = 4;
     }
     STAMP(2);
-    decode_run(b, sm, h, S, r, st);
+    decode_run(b, sm, h, S, r, st, first, regs);
 #endif
 }
 
@@ -1048,7 +1067,7 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
         QkvArgs m = {(const char *)a->qkv_w.data, a->qkv_w.nb[0], K, H * QA_D,
                      (K + nsplit - 1) / nsplit, gp_kt_of(c, &a->qkv_b),
                      norm_params(c, &a->qkv_norm), (const float *)a->qkv_norm.x.data};
-        int pf = c->pdl && c->kv_prefetch;
+        int pf = att_pf(c);
         int kv = att_kv(c, d, 0, a->pos_const);
         if (m.nm.w.t != a->qkv_w.dtype || (m.nm.has_b && m.nm.b.t != a->qkv_w.dtype) ||
             m.bias.t != a->qkv_w.dtype)

@@ -562,14 +562,31 @@ __device__ __forceinline__ void new_row_load(RopeRow<J> &kr, uint32_t (&vb)[J], 
     }
 }
 
+/* The cache rows a warp of block (h, split) attends first (AttPipe): its first two of the block's
+ * rows before the new one. No kernel of the eval writes them, so a caller that has read pos early
+ * issues these loads before its PDL wait (decode_run then takes them, `first`); zero when the
+ * block has no rows. */
+template <int J>
+__device__ __forceinline__ void decode_first(const DecArgs &a, int64_t h, const DecState &st,
+                                             KvRows<J> &first)
+{
+    int64_t H = a.q.ne[2], G = a.kc.ne[2], g = h / (H / G);
+    int w = threadIdx.x >> 5;
+    int64_t s1 = st.p < 0 ? 0 : st.has_new ? (int64_t)st.p : st.s1;
+    kv_load(first, a.kc.p + g * a.kc.nb[2], a.vc.p + g * a.vc.nb[2], a.kc, a.vc, a.q.ne[3],
+            st.s0 + w, s1);
+}
+
 /*
  * The rest of block (h, split): q rotated, rows [s0, s1) attended (row p, when among them, from
  * the sources, and written into both caches by the block of each KV group's first head), then
- * attend_finish. Every thread of the block (ATT_WARPS warps) calls it.
+ * attend_finish. Every thread of the block (ATT_WARPS warps) calls it. With loaded, first holds
+ * the rows of decode_first, loaded by the caller; else it is scratch.
  */
 template <int J>
 __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int64_t h, int nsplit,
-                                           int split, const DecState &st)
+                                           int split, const DecState &st, KvRows<J> &first,
+                                           bool loaded)
 {
     const KT &q = a.q, &kx = a.kx, &vx = a.vx, &kc = a.kc, &vc = a.vc;
     int64_t H = q.ne[2], D = q.ne[3], G = kc.ne[2], g = h / (H / G);
@@ -588,15 +605,14 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
     const float *kcs, *ksn;
     dec_angles(a, sm, 1, &kcs, &ksn);
     RopeRow<J> qr, kr;
-    KvRows<J> first;
     uint32_t vb[J];
     if (st.s0 < st.s1) {
         const float *qcs, *qsn;
         dec_angles(a, sm, 0, &qcs, &qsn);
         rope_load(qr, a.rq, qcs, qsn, q.p + h * q.nb[2], q.nb[3], q.t, D);
     }
-    if (pipe)
-        kv_load(first, pk, pv, kc, vc, D, st.s0 + w, s1);
+    if (pipe && !loaded)
+        decode_first(a, h, st, first);
     if (pipe && takes_new)
         new_row_load(kr, vb, a.rk, kcs, ksn, pkx, kx, pvx, vx, D);
     float qv[J], acc[J];

@@ -36,7 +36,8 @@
  * GPLAN_CUDA_PDL=0 turns programmatic dependent launch (kernels overlapping the one before them)
  * off; GPLAN_CUDA_PREFETCH=1 has the version-1 matvec kernels prefetch weights into L2 before that
  * wait (the attention kernels always prefetch their cache rows, unless "prefetch" is in
- * GPLAN_CUDA_DISABLE). GPLAN_CUDA_SKIP (op names; timing experiments only: wrong results) leaves
+ * GPLAN_CUDA_DISABLE, and the one-token ones load their first rows into registers, unless
+ * "kvregs" is). GPLAN_CUDA_SKIP (op names; timing experiments only: wrong results) leaves
  * those ops' kernels out. GPLAN_CUDA_MATVEC=1: the first (version 1) matrix-vector kernels;
  * GPLAN_CUDA_MV_BPS=n: the [K, N] matvec's target blocks per multiprocessor (default 4).
  * GPLAN_CUDA_ATT_CLUSTER=n (2..16): the one-token attention's n splits of a head run as one
@@ -169,7 +170,7 @@ enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_C
        FUSE_PAIRS = 131072, FUSE_QKVATT = 262144, FUSE_TILES = 524288,
        FUSE_TENSOR = 1048576, FUSE_BLASEPI = 2097152, FUSE_ATOMIC = 4194304,
        FUSE_FOLD = 8388608, FUSE_ACCUM = 16777216, FUSE_ATTTYPED = 33554432,
-       FUSE_KCTYPED = 67108864, FUSE_OPTYPED = 134217728 };
+       FUSE_KCTYPED = 67108864, FUSE_OPTYPED = 134217728, FUSE_KVREGS = 268435456 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -202,7 +203,7 @@ static void read_switches(cuda_be *b)
                                         "arnorm", "ropetab", "epiload", "normload",
                                         "embadd", "pairs", "qkvatt", "tiles", "tensor",
                                         "blasepi", "atomic", "fold", "accum", "atttyped",
-                                        "kctyped", "optyped"};
+                                        "kctyped", "optyped", "kvregs"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -277,6 +278,7 @@ static void read_switches(cuda_be *b)
     const char *pf = getenv("GPLAN_CUDA_PREFETCH");
     b->kc.prefetch = pf && *pf == '1' && !(b->disable & FUSE_PREFETCH);
     b->kc.kv_prefetch = !(b->disable & FUSE_PREFETCH);
+    b->kc.kv_regs = !(b->disable & FUSE_KVREGS);
     /* Measured 2026-11-30 (H200, ms per token, bench/gpu-notes.md): the norm's late trigger
      * -0.04 on Llama-7B (one GPU), -0.02 on GPT-2 1558M, +-0 elsewhere; the attention's -0.02 to
      * -0.04 on one GPU but +0.02 to +0.04 on Llama-7B on two (seventh session), and -0.015 to

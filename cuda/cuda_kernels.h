@@ -61,6 +61,8 @@ typedef struct {
     int prefetch;            /* 1: the version-1 matvecs prefetch their weights into L2 before
                                 waiting for the kernel before them (with pdl) */
     int kv_prefetch;         /* 1: attention kernels prefetch their cache rows likewise */
+    int kv_regs;             /* 1: one-token attentions load their first cache rows before
+                                their PDL wait, into registers (decode_first) */
     int late;                /* GP_LATE_* bits: those kernels let the next one start only once
                                 their loads are done, not at their start (the norm; the
                                 one-token attention without qkvatt) */

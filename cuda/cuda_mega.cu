@@ -393,7 +393,8 @@ __device__ __noinline__ void att_stage(const MkStage &s, AttSmem<J> &sm)
         DecState st;
         att_sync(); /* the block before in this loop is done with sm */
         decode_begin(s.att, sm, s.nsplit, split, st);
-        decode_run(s.att, sm, h, s.nsplit, split, st);
+        KvRows<J> first;
+        decode_run(s.att, sm, h, s.nsplit, split, st, first, false);
     }
 }
 

@@ -1742,6 +1742,7 @@ static void test_attention_decode(void)
                         cudaMalloc(&ws, dws);
                     k.c.att_combine = idx % 4 < 2;
                     k.c.pdl = k.c.prefetch = k.c.kv_prefetch = idx % 2;
+                    k.c.kv_regs = idx / 2 % 2; /* with pos early (pdl): first rows loaded then */
                     /* Every third case (another third than the tables'): the splits as one
                      * cluster, of 16 or 8 blocks, where the device can. */
                     int cl = idx % 3 == 2 ? (idx % 2 ? 16 : 8) : 0;
