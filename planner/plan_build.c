@@ -210,9 +210,7 @@ static int absorbed_from(const gp_graph *g, int t, int first, int depth)
 /*
  * One arena tensor per node that needs a workspace, named ws.<output>, live at that step only; an
  * attention's from the first node a backend may run inside it (absorbed_from), since the fused
- * kernel reads those nodes' sources while it uses its workspace, and, in plans for CUDA, until the
- * last read of its output: a one-token attention may leave its splits' partials in the workspace
- * for the matmul reading its output to combine (docs/plan-format.md, "Workspaces").
+ * kernel reads those nodes' sources while it uses its workspace.
  */
 static int add_workspaces(builder *b, unsigned backends)
 {
@@ -249,10 +247,6 @@ static int add_workspaces(builder *b, unsigned backends)
         t->first = t->last = s;
         for (int i = 0; g->nodes[s].op == GP_OP_ATTENTION && i < g->nodes[s].n_inputs; i++)
             t->first = absorbed_from(g, g->nodes[s].inputs[i], t->first, 8);
-        int out_last = b->lv->storage_last[g->nodes[s].output];
-        if (g->nodes[s].op == GP_OP_ATTENTION && (backends & GP_BACKEND_BIT(GP_BACKEND_CUDA)) &&
-            out_last > s)
-            t->last = out_last;
         t->size = gp_plan_tensor_span(t);
         t->line = g->nodes[s].loc.line;
         t->col = g->nodes[s].loc.col;

@@ -565,11 +565,8 @@ static int check_nodes(const gp_plan *p, char *why, size_t n)
             if (check_tensor_ref(p, i, "workspace", nd->workspace, why, n))
                 return -1;
             const gp_plan_tensor *w = &p->tensors[nd->workspace];
-            /* an attention's may live on until the last read of its output */
-            int last_ok = w->last == i || (nd->op == GP_OP_ATTENTION && w->last > i &&
-                                           w->last < p->n_nodes);
             if (nd->workspace == nd->output || w->kind != GP_TENSOR_INTERMEDIATE ||
-                w->producer != i || !last_ok) {
+                w->producer != i || w->last != i) {
                 gp_errf(why, n, "node %d: workspace %s is not an arena tensor live at step %d only",
                         i, w->name, i);
                 return -1;
