@@ -11,7 +11,8 @@
  * block summing the whole row), "ropetab" (those attentions' rope angles computed once per eval,
  * plan_rope_tables), and, not fusions, "early" (matvecs load their first weights
  * before waiting for the kernel before them), "epiload" (the version-2 matvecs load their
- * epilogue's operands right after that wait, ahead of their sums), "normload" (the [K, N]
+ * epilogue's operands right after that wait, ahead of their sums), "epiconst" (the [K, N] ones
+ * load them before that wait when they are all weights, a bias), "normload" (the [K, N]
  * matvec loads a staged norm's weights before that wait), "pairs" (the [N, K] matvec of short
  * rows takes two per warp), "embadd" (two lookups and the add of them in one launch,
  * plan_embed_add), "qkvatt" (a one-token attention computes its q, k and v itself,
@@ -170,7 +171,8 @@ enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_C
        FUSE_PAIRS = 131072, FUSE_QKVATT = 262144, FUSE_TILES = 524288,
        FUSE_TENSOR = 1048576, FUSE_BLASEPI = 2097152, FUSE_ATOMIC = 4194304,
        FUSE_FOLD = 8388608, FUSE_ACCUM = 16777216, FUSE_ATTTYPED = 33554432,
-       FUSE_KCTYPED = 67108864, FUSE_OPTYPED = 134217728, FUSE_KVREGS = 268435456 };
+       FUSE_KCTYPED = 67108864, FUSE_OPTYPED = 134217728, FUSE_KVREGS = 268435456,
+       FUSE_EPICONST = 536870912 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -203,7 +205,7 @@ static void read_switches(cuda_be *b)
                                         "arnorm", "ropetab", "epiload", "normload",
                                         "embadd", "pairs", "qkvatt", "tiles", "tensor",
                                         "blasepi", "atomic", "fold", "accum", "atttyped",
-                                        "kctyped", "optyped", "kvregs"};
+                                        "kctyped", "optyped", "kvregs", "epiconst"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -239,6 +241,7 @@ static void read_switches(cuda_be *b)
     b->kc.pdl = !(pdl && *pdl == '0');
     b->kc.att_combine = !(b->disable & FUSE_COMBINE);
     b->kc.epi_early = !(b->disable & FUSE_EPILOAD);
+    b->kc.epi_const = !(b->disable & FUSE_EPICONST);
     b->kc.norm_early = !(b->disable & FUSE_NORMLOAD);
     b->kc.mv_pairs = !(b->disable & FUSE_PAIRS);
     b->kc.att_tiles = !(b->disable & FUSE_TILES);

@@ -67,6 +67,8 @@ typedef struct {
                                 their loads are done, not at their start (the norm; the
                                 one-token attention without qkvatt) */
     int no_early;            /* 1: matvecs load no weights before that wait (for benchmarks) */
+    int epi_const;           /* 1: [K, N] matvecs whose epilogue's operands are all weights (a
+                                bias) load them before that wait (EARLY_EPIC) */
     int epi_early;           /* 1: matvecs load their epilogue's operands right after that wait,
                                 not after their sums */
     int norm_early;          /* 1: [K, N] matvecs load a staged norm's weights before that wait */

@@ -278,9 +278,11 @@ enum { MV2_WARPS = 8, MV2_U = 8 };
 
 /* The version-2 kernels' `early` bits: EARLY_W, the first weights are loaded before the PDL wait
  * (constant weights); EARLY_EPI, the epilogue's operands right after it, ahead of the sums;
- * EARLY_NORM, a staged norm's weights before it (constant too). And X_GELU: the [K, N] kernels
- * stage gelu(x), not x (the product before them left its gelu to them, gp_cu_ctx.acc_gelu). */
-enum { EARLY_W = 1, EARLY_EPI = 2, EARLY_NORM = 4, X_GELU = 8 };
+ * EARLY_NORM, a staged norm's weights before it (constant too); EARLY_EPIC (with EARLY_EPI, [K, N]
+ * kernels): the epilogue's operands are all weights (a bias), loaded before the wait too. And
+ * X_GELU: the [K, N] kernels stage gelu(x), not x (the product before them left its gelu to them,
+ * gp_cu_ctx.acc_gelu). */
+enum { EARLY_W = 1, EARLY_EPI = 2, EARLY_NORM = 4, X_GELU = 8, EARLY_EPIC = 16 };
 
 /* Zeroes n floats at p, spread over every thread of the grid: a later launch adds into them
  * (gp_cu_ctx.zero_p). */
@@ -693,9 +695,11 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
     }
     if (early & EARLY_W) /* weights: no kernel writes them, and ksym < 0 */
         kn2_load<TY>(u, w, ldw, cb, k0 + ty, k1, ok);
+    if ((early & EARLY_EPIC) && ecol >= 0) /* a bias: from HBM, not a round trip after the wait */
+        *ev = epi_load(e, ecol);
     pdl_begin();
     STAMP(1);
-    if ((early & EARLY_EPI) && ecol >= 0)
+    if ((early & EARLY_EPI) && !(early & EARLY_EPIC) && ecol >= 0)
         *ev = epi_load(e, ecol);
     if (ksym >= 0) {
         K = syms[ksym];
@@ -1321,6 +1325,19 @@ static int x_gelu_now(gp_cu_ctx *c, const float *x, int64_t n)
     return gp_cu_check_launch(c, "gelu_inplace");
 }
 
+/* EARLY_EPIC when every operand of e (of N columns, or one) is a weight (the constant range):
+ * a [K, N] kernel then loads them before its wait; else 0. */
+static int epi_const(const gp_cu_ctx *c, const EPI &e, int64_t N)
+{
+    int ok = e.n > 0;
+    for (int k = 0; k < e.n && ok; k++) {
+        const KT &t = e.other[k];
+        ok = e.op[k] == GP_OP_GELU ||
+             is_const(c, t.p, (t.ne[3] == 1 ? 0 : N - 1) * t.nb[3] + es_of(t.t));
+    }
+    return ok && c->epi_const ? EARLY_EPIC : 0;
+}
+
 /* What a [K, N] kernel launch took of the context's requests: the zeroing, the accumulation
  * (with its gelu left to the reader), gelu(x). */
 static void launched_kn(gp_cu_ctx *c, int fl, int acc, int gelu)
@@ -1467,6 +1484,8 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
             dim3 g((unsigned)((N + tx * vn - 1) / (tx * vn)), 1, (unsigned)ns2);
             int pm = pre_mode(pn, ksym, K);
             int typed = kc_typed_ok(c, kb.t, pm, add, add ? rest : e, pn);
+            if (fl & EARLY_EPI)
+                fl |= epi_const(c, add ? rest : e, N);
             gp_cu_launch_z(c, add ? 0 : (unsigned)ns2, kc_kernel(kb.t, pm, tx, typed), g,
                            dim3(256), norm_smem(per2), B.p, B.sr, x, ot, add ? rest : e,
                            pn ? *pn : NORM(), K, N, per2, fl, add, c->zero_p, c->zero_n);
@@ -1481,6 +1500,8 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
             dim3 g2((unsigned)tiles, (unsigned)ns2);
             float *part = (float *)ws;
             int pm = pre_mode(pn, ksym, K);
+            if (fl & EARLY_EPI)
+                fl |= epi_const(c, e, N);
             if (kb.t == GP_F16)
                 launch_kn2<__half>(c, g2, B.p, B.sr, x, ot, e, pn, pm, ksym, K, N, per2, part, fl);
             else if (kb.t == GP_BF16)
