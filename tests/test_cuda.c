@@ -125,7 +125,8 @@ static void kctx_new(kctx *k, const int64_t *syms_exact, int64_t *syms_launch, i
     cudaMemset(k->counters, 0, sizeof(unsigned) * GP_CU_COUNTERS);
     k->c.d_counters = k->counters;
     k->c.n_counters = GP_CU_COUNTERS;
-    k->c.epi_early = k->c.norm_early = k->c.mv_pairs = 1; /* as the backend has them by default */
+    /* as the backend has them by default */
+    k->c.epi_early = k->c.epi_const = k->c.norm_early = k->c.mv_pairs = k->c.kv_regs = 1;
     if (n_syms) {
         cudaMalloc((void **)&k->d_syms, sizeof(int64_t) * (size_t)n_syms);
         cudaMemcpy(k->d_syms, syms_exact, sizeof(int64_t) * (size_t)n_syms, cudaMemcpyHostToDevice);
@@ -2501,8 +2502,8 @@ static int64_t typed_count(void)
 }
 
 /* atttyped, kctyped and optyped: the instances of the one-token attention (qkvatt too), of the
- * adding [K, N] matvecs and of the lookups for their operands' dtypes (the default) against the
- * generic kernels and the CPU:
+ * adding [K, N] matvecs and of the norms and lookups for their operands' dtypes (the default)
+ * against the generic kernels and the CPU:
  * GPT-2 with f32 weights, f32 and f16 caches (the attention and at least one product a layer);
  * f16 weights with qkvatt at head dims 64 and an f32 cache; a 1280-wide layer of bf16 weights and
  * an f16 cache. */
