@@ -805,7 +805,7 @@ static const char *decode_unsupported(const gp_cu_decode_att *a, const gp_cu_ten
  * Measured (bench/gpu-notes.md, tenth session): GPT-2 117M (K = 768) -2%; 1558M (K = 1600, a
  * second batch of loads after the wait) +8%, so wider products are not taken. */
 enum { QA_D = 64, QA_CH = 3 * QA_D / 8, QA_PH = ATT_THREADS / QA_CH, QA_U = 16,
-       QA_MAXPER = QA_PH * QA_U };
+       QA_MAXPER = QA_PH * QA_U, QA_V4 = 3 * QA_D / 4 };
 
 struct QkvArgs {
     const char *w;    /* [K, 3 C] (16-bit), row k at w + k * ldw bytes; q, k, v: columns from 0, C,
@@ -892,7 +892,8 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
                                                                 int pf)
 {
     __shared__ AttSmem<2> sm;
-    __shared__ float xs[QA_MAXPER], red[QA_PH][3 * QA_D], ps[3 * QA_D];
+    __shared__ float xs[QA_MAXPER], red[QA_PH][3 * QA_D];
+    __shared__ __align__(16) float ps[3 * QA_D];
     STAMP_BEGIN(1);
     if (KV >= 0) { /* what the host checked, as constants (att_kv) */
         a.kc.t = a.vc.t = KV;
@@ -914,9 +915,11 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
         if (regs)
             decode_first(a, h, st, first);
     }
-    float bias[2]; /* columns threadIdx.x and + blockDim.x: weights, read before the wait */
-    for (int i = 0; i < 2; i++) {
-        int j = threadIdx.x + i * blockDim.x;
+    /* thread t < QA_V4 sums columns [4 t, 4 t + 4) of q, k and v over the cluster (below); their
+     * bias: weights, read before the wait */
+    float bias[4];
+    for (int i = 0; i < 4; i++) {
+        int j = 4 * threadIdx.x + i;
         int64_t col = (j / QA_D) * m.C + h * QA_D + j % QA_D;
         bias[i] = j < 3 * QA_D ? ld_f(m.bias.p + col * m.bias.nb[3], m.bias.t) : 0.0f;
     }
@@ -931,16 +934,28 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
     __shared__ float qkv[3 * QA_D];
     cg::cluster_group cl = cg::this_cluster();
     cl.sync();
-    for (int i = 0; i < 2; i++) {
-        int j = threadIdx.x + i * blockDim.x;
-        if (j >= 3 * QA_D)
-            break;
-        float s = 0.0f;
+    /* Distributed shared memory serves a request at a time, however wide: ps's 3 D columns from
+     * each of the S blocks go as float4s, four columns a thread (a float a thread made 3,072
+     * requests a block, ~3,700 cycles in stamps on an H200), with no branch between the loads
+     * (ranks past S read rank 0 and count nothing). */
+    if (threadIdx.x < QA_V4) {
+        float4 v[GP_WS_ATTN_SPLITS];
 #pragma unroll
-        for (int k = 0; k < GP_WS_ATTN_SPLITS; k++) /* every load issued before the first add */
-            if (k < S)
-                s += *cl.map_shared_rank(&ps[j], k);
-        qkv[j] = s + bias[i];
+        for (int k = 0; k < GP_WS_ATTN_SPLITS; k++)
+            v[k] = *(const float4 *)cl.map_shared_rank(&ps[4 * threadIdx.x], k < S ? k : 0);
+        float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int k = 0; k < GP_WS_ATTN_SPLITS; k++)
+            if (k < S) {
+                s.x += v[k].x;
+                s.y += v[k].y;
+                s.z += v[k].z;
+                s.w += v[k].w;
+            }
+        qkv[4 * threadIdx.x] = s.x + bias[0];
+        qkv[4 * threadIdx.x + 1] = s.y + bias[1];
+        qkv[4 * threadIdx.x + 2] = s.z + bias[2];
+        qkv[4 * threadIdx.x + 3] = s.w + bias[3];
     }
     __syncthreads();
     if (st.p < 0) { /* no attention (pos out of range): stay until the others have read ps */
