@@ -18,7 +18,7 @@ enum { BUF_BYTES = 8 << 20 };
 typedef struct {
     uint32_t dev, corr;
     uint64_t start, end, blocks;
-    const char *name; /* CUPTI's: lives until the process ends */
+    const char *name; /* CUPTI's (or a literal): lives until the process ends */
 } rec;
 
 static rec *recs;
@@ -31,7 +31,7 @@ static void CUPTIAPI buf_requested(uint8_t **buf, size_t *size, size_t *max_reco
     *max_records = 0;
 }
 
-static void keep(const CUpti_ActivityKernel10 *k)
+static void keep(rec x)
 {
     if (n_recs == cap_recs) {
         size_t cap = cap_recs ? 2 * cap_recs : 1 << 16;
@@ -41,30 +41,22 @@ static void keep(const CUpti_ActivityKernel10 *k)
         recs = r;
         cap_recs = cap;
     }
-    rec *r = &recs[n_recs++];
-    r->dev = k->deviceId;
-    r->corr = k->correlationId;
-    r->start = k->start;
-    r->end = k->end;
-    r->blocks = (uint64_t)k->gridX * k->gridY * k->gridZ;
-    r->name = k->name;
+    recs[n_recs++] = x;
 }
 
-/* A copy as a record of its own: named by its direction, its bytes in the blocks column. */
+static void keep_kernel(const CUpti_ActivityKernel10 *k)
+{
+    keep((rec){k->deviceId, k->correlationId, k->start, k->end,
+               (uint64_t)k->gridX * k->gridY * k->gridZ, k->name});
+}
+
+/* A copy: named by its direction, its bytes in the blocks column. */
 static void keep_copy(const CUpti_ActivityMemcpy6 *m)
 {
-    CUpti_ActivityKernel10 k;
-    memset(&k, 0, sizeof k);
-    k.deviceId = m->deviceId;
-    k.correlationId = m->correlationId;
-    k.start = m->start;
-    k.end = m->end;
-    k.gridX = (int32_t)m->bytes;
-    k.gridY = k.gridZ = 1;
-    k.name = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "memcpy_HtoD"
-             : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "memcpy_DtoH"
-                                                              : "memcpy_other";
-    keep(&k);
+    keep((rec){m->deviceId, m->correlationId, m->start, m->end, m->bytes,
+               m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "memcpy_HtoD"
+               : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "memcpy_DtoH"
+                                                                : "memcpy_other"});
 }
 
 static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size,
@@ -74,7 +66,7 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf,
     CUpti_Activity *a = NULL;
     while (cuptiActivityGetNextRecord(buf, valid, &a) == CUPTI_SUCCESS) {
         if (a->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
-            keep((const CUpti_ActivityKernel10 *)a);
+            keep_kernel((const CUpti_ActivityKernel10 *)a);
         else if (a->kind == CUPTI_ACTIVITY_KIND_MEMCPY)
             keep_copy((const CUpti_ActivityMemcpy6 *)a);
     }

@@ -659,7 +659,7 @@ static int att_pf(const gp_cu_ctx *c)
  * Instances of the one-token kernels for GPT-2's operands, with them as constants: the generic
  * kernel switches at run time on each dtype and on the ropes and clusters it may have, ~100 KB
  * of code (J = 2) that runs cold from the instruction caches every launch (bench/gpu-notes.md,
- * twelfth session); with the switches folded it is ~56 KB. att_kv (host) gives the caches'
+ * twelfth session); with the switches folded it is ~31 KB. att_kv (host) gives the caches'
  * dtype when an instance takes the operands (both caches f16, or both f32; for the attention
  * kernel (act) q, the new rows and the output f32, no ropes, a cluster per head; pos read before
  * the wait, early), else -1 (the generic kernel); dec_typed (device) sets those in a's copy, so

@@ -843,7 +843,7 @@ enum { KC_MAXC = 16 }; /* the largest cluster k_matvec_kc takes (16 is non-porta
 
 /* k_matvec_kc's instance for adds: its epilogue ADDs of operands of W's dtype and the norm's
  * weights of W's dtype, set as constants so that the compiler folds their switches (a smaller
- * kernel, run cold every launch; see att_kv in cuda_attention.cu). kc_kernel checks them. */
+ * kernel, run cold every launch; see att_kv in cuda_attention.cu). kc_typed_ok checks them. */
 template <typename W> __device__ __forceinline__ void kc_typed(EPI &e, NORM &nm)
 {
 #pragma unroll
@@ -877,7 +877,7 @@ __global__ void __launch_bounds__(256, 4)
 {
     typedef vec16<W> V;
     enum { TC = TX * V::N };
-    if (ADD) { /* the instance for adds (kc_kernel): the operands' dtypes as constants */
+    if (ADD) { /* the instance for adds (kc_typed_ok): the operands' dtypes as constants */
         add = 1;
         kc_typed<W>(e, nm);
     }
@@ -1325,17 +1325,17 @@ static int x_gelu_now(gp_cu_ctx *c, const float *x, int64_t n)
     return gp_cu_check_launch(c, "gelu_inplace");
 }
 
-/* EARLY_EPIC when every operand of e (of N columns, or one) is a weight (the constant range):
- * a [K, N] kernel then loads them before its wait; else 0. */
+/* EARLY_EPIC when epilogues load early (EARLY_EPI) and every operand of e (of N columns, or one)
+ * is a weight (the constant range): a [K, N] kernel then loads them before its wait; else 0. */
 static int epi_const(const gp_cu_ctx *c, const EPI &e, int64_t N)
 {
-    int ok = e.n > 0;
+    int ok = c->epi_early && c->epi_const && e.n > 0;
     for (int k = 0; k < e.n && ok; k++) {
         const KT &t = e.other[k];
         ok = e.op[k] == GP_OP_GELU ||
              is_const(c, t.p, (t.ne[3] == 1 ? 0 : N - 1) * t.nb[3] + es_of(t.t));
     }
-    return ok && c->epi_const ? EARLY_EPIC : 0;
+    return ok ? EARLY_EPIC : 0;
 }
 
 /* What a [K, N] kernel launch took of the context's requests: the zeroing, the accumulation
@@ -1484,8 +1484,7 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
             dim3 g((unsigned)((N + tx * vn - 1) / (tx * vn)), 1, (unsigned)ns2);
             int pm = pre_mode(pn, ksym, K);
             int typed = kc_typed_ok(c, kb.t, pm, add, add ? rest : e, pn);
-            if (fl & EARLY_EPI)
-                fl |= epi_const(c, add ? rest : e, N);
+            fl |= epi_const(c, add ? rest : e, N);
             gp_cu_launch_z(c, add ? 0 : (unsigned)ns2, kc_kernel(kb.t, pm, tx, typed), g,
                            dim3(256), norm_smem(per2), B.p, B.sr, x, ot, add ? rest : e,
                            pn ? *pn : NORM(), K, N, per2, fl, add, c->zero_p, c->zero_n);
@@ -1500,8 +1499,7 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
             dim3 g2((unsigned)tiles, (unsigned)ns2);
             float *part = (float *)ws;
             int pm = pre_mode(pn, ksym, K);
-            if (fl & EARLY_EPI)
-                fl |= epi_const(c, e, N);
+            fl |= epi_const(c, e, N);
             if (kb.t == GP_F16)
                 launch_kn2<__half>(c, g2, B.p, B.sr, x, ot, e, pn, pm, ksym, K, N, per2, part, fl);
             else if (kb.t == GP_BF16)
