@@ -288,10 +288,25 @@ static void decide_inplace(builder *b)
     }
 }
 
-/* Weights, state and io: packed one after another (all live for the whole session or eval). */
+/* The io region's order: the inputs first, then the outputs, smallest first (ties in id order).
+ * Each direction's tensors are then adjacent, and a small output's rows lie next to the large
+ * one's, so a backend can move each direction in one copy (cuda/cuda_backend.c, "Copies"). */
+static int io_before(const gp_plan_tensor *a, int ia, const gp_plan_tensor *b, int ib)
+{
+    int oa = a->kind == GP_TENSOR_OUTPUT, ob = b->kind == GP_TENSOR_OUTPUT;
+    if (oa != ob)
+        return ob;
+    if (oa && a->size != b->size)
+        return a->size < b->size;
+    return ia < ib;
+}
+
+/* Weights, state and io: packed one after another (all live for the whole session or eval);
+ * weights and state in id order, io in io_before's. */
 static int place_fixed_regions(builder *b, int64_t align, gp_diag *d)
 {
     gp_plan *p = b->p;
+    int n_io = 0;
     for (int i = 0; i < p->n_tensors; i++) {
         gp_plan_tensor *t = &p->tensors[i];
         if (t->view_src >= 0)
@@ -309,10 +324,35 @@ static int place_fixed_regions(builder *b, int64_t align, gp_diag *d)
             return -1;
         }
         }
+        if (t->region == GP_REGION_IO) {
+            n_io++;
+            continue;
+        }
         gp_plan_region *r = &p->regions[t->region];
         t->offset = r->size;
         r->size += round_up(t->size, align);
     }
+    int *io = malloc((size_t)(n_io ? n_io : 1) * sizeof *io);
+    if (!io) {
+        gp_loc nowhere = {0};
+        gp_diag_error(d, nowhere, "plan: out of memory");
+        return -1;
+    }
+    n_io = 0;
+    for (int i = 0; i < p->n_tensors; i++) /* insertion sort: a graph has a few io tensors */
+        if (p->tensors[i].view_src < 0 && p->tensors[i].region == GP_REGION_IO) {
+            int k = n_io++;
+            for (; k > 0 && io_before(&p->tensors[i], i, &p->tensors[io[k - 1]], io[k - 1]); k--)
+                io[k] = io[k - 1];
+            io[k] = i;
+        }
+    gp_plan_region *r = &p->regions[GP_REGION_IO];
+    for (int k = 0; k < n_io; k++) {
+        gp_plan_tensor *t = &p->tensors[io[k]];
+        t->offset = r->size;
+        r->size += round_up(t->size, align);
+    }
+    free(io);
     return 0;
 }
 

@@ -164,6 +164,40 @@ static void test_liveness_exact(void)
     gp_graph_free(g);
 }
 
+/* The io region: the inputs first (in id order, an input declared after an output too), then the
+ * outputs smallest first, so that each direction is one span a backend can copy at once. */
+static void test_io_order(void)
+{
+    gp_graph *g = gp_graph_new("io");
+    gp_diag *d = gp_diag_new(NULL);
+    int x = leaf2(g, d, "x", GP_TENSOR_INPUT, C(4), C(8));    /* 128 B */
+    int w = leaf2(g, d, "w", GP_TENSOR_WEIGHT, C(8), C(16));
+    int a = op(g, d, GP_OP_MATMUL, "a", 2, x, w);
+    gp_dim sa[2] = {C(4), C(16)}, se[2] = {C(4), C(8)}, sv[1] = {C(4)};
+    int big = gp_graph_make_output(g, d, a, "big", GP_F32, 2, sa, here); /* 256 B */
+    int late = leaf2(g, d, "late", GP_TENSOR_INPUT, C(4), C(8));
+    int e = op(g, d, GP_OP_ADD, "e", 2, x, late);
+    int mid = gp_graph_make_output(g, d, e, "mid", GP_F32, 2, se, here); /* 128 B */
+    gp_attrs a0;
+    memset(&a0, 0, sizeof a0);
+    int am = gp_graph_add_node(g, d, GP_OP_ARGMAX, &big, 1, &a0, NULL, 0, GP_I32, "am", here);
+    int small = gp_graph_make_output(g, d, am, "small", GP_I32, 1, sv, here); /* 16 B */
+    if (gp_diag_count(d))
+        fprintf(stderr, "%s", gp_diag_text(d));
+    CU_ASSERT_EQUAL_FATAL(gp_diag_count(d), 0);
+    gp_plan *p = build(g, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    int ids[5] = {x, late, small, mid, big};
+    for (int k = 0; k < 5; k++) {
+        CU_ASSERT_EQUAL(p->tensors[ids[k]].region, GP_REGION_IO);
+        CU_ASSERT_EQUAL(p->tensors[ids[k]].offset, 256 * k);
+    }
+    CU_ASSERT_EQUAL(p->regions[GP_REGION_IO].size, 5 * 256);
+    gp_plan_free(p);
+    gp_graph_free(g);
+    gp_diag_free(d);
+}
+
 static void test_view_lifetime(void)
 {
     gp_graph *g = gp_graph_new("views");
@@ -1666,6 +1700,7 @@ void gp_suite_plan(void)
     CU_pSuite s = CU_add_suite("plan", NULL, NULL);
     CU_add_test(s, "liveness: exact first/last, regions, in-place, extras", test_liveness_exact);
     CU_add_test(s, "liveness: views extend their root's life", test_view_lifetime);
+    CU_add_test(s, "regions: io inputs first, then outputs smallest first", test_io_order);
     CU_add_test(s, "liveness: accumulated outputs in plans for CUDA", test_accumulated_outputs);
     CU_add_test(s, "in-place: chains", test_inplace_chain);
     CU_add_test(s, "in-place: every refusal rule", test_inplace_refused);
