@@ -26,7 +26,9 @@
  * matmul reading it; plan_accumulate), and, not fusions, "atttyped" (one-token attentions whose
  * operands are GPT-2's run an instance with their dtypes, ropes and clusters as constants: a
  * smaller kernel, att_kv in cuda_attention.cu), "kctyped" (the same for k_matvec_kc's adds,
- * kc_typed) and "optyped" (the same for the norms and lookups, ops_typed).
+ * kc_typed) and "optyped" (the same for the norms and lookups, ops_typed); "copies" (an eval's
+ * sizes and inputs go to the device in one copy, its outputs come back in as few as their
+ * offsets allow: see "Copies" below).
  * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
  * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
  * wins over it); GPLAN_CUDA_TRANSPOSE=1
@@ -56,6 +58,7 @@
  * all_reduce nodes are the one-shot P2P kernel (up to 256 KiB) or NCCL all-reduces
  * (cuda/cuda_comm.h) captured in the graphs with the rest; GPLAN_NCCL_REGISTER=1 registers the
  * arena with NCCL at creation (off by default: see register_arena). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,11 +136,19 @@ typedef struct {
     unsigned char *pin_io;          /* else: a pinned staging copy of it */
     void *raw[GP_REGION_COUNT];     /* the regions' allocations */
     unsigned char *dev[GP_REGION_COUNT]; /* their bases, aligned as the plan asks */
-    void *dparam;                   /* device: int64 syms [n_syms], unsigned counters, then the
-                                       rope tables' floats [GP_CU_ROPE_TABS][ROPE_TAB_FLOATS] */
+    void *dparam;                   /* device: unsigned counters, then the rope tables' floats
+                                       [GP_CU_ROPE_TABS][ROPE_TAB_FLOATS] */
     gp_cu_rope_tab rope_tabs[GP_CU_ROPE_TABS]; /* made at the start of one-token evals */
     int n_rope_tabs;
-    int64_t *pin_syms;              /* pinned host [n_syms]: this eval's sizes, copied in each eval */
+    size_t io_hdr;                  /* bytes in front of the io region's device base; this eval's
+                                       sizes (int64 [n_syms]) are its last (kc.d_syms) */
+    unsigned char *pin_in;          /* pinned host [io_hdr + in_span]: the header, then the inputs
+                                       staged for the one copy that carries both ("copies") */
+    int64_t in_span;                /* io bytes [0, in_span) hold every input and nothing else;
+                                       0 when they do not (their copies are one by one) */
+    int64_t *pin_syms;              /* pin_in's [n_syms] sizes, right before its inputs */
+    int *io_out;                    /* [n_io_out] the outputs, by region and offset */
+    int n_io_out;
     int64_t *launch;                /* host [n_syms]: sizes launches are made for */
     int *sym_tensor, *sym_dim;      /* [n_syms]: where each size is read from the extras */
     cu_node *nodes;                 /* [n_nodes] */
@@ -172,15 +183,15 @@ enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_C
        FUSE_TENSOR = 1048576, FUSE_BLASEPI = 2097152, FUSE_ATOMIC = 4194304,
        FUSE_FOLD = 8388608, FUSE_ACCUM = 16777216, FUSE_ATTTYPED = 33554432,
        FUSE_KCTYPED = 67108864, FUSE_OPTYPED = 134217728, FUSE_KVREGS = 268435456,
-       FUSE_EPICONST = 536870912 };
+       FUSE_EPICONST = 536870912, FUSE_COPIES = 1073741824 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
 
-/* Where the rope tables start in the param block (after the sizes and the counters). */
-static size_t param_tabs_at(const gp_plan *p)
+/* Where the rope tables start in the param block (after the counters). */
+static size_t param_tabs_at(void)
 {
-    return sizeof(int64_t) * (size_t)(p->n_syms + 1) + sizeof(unsigned) * GP_CU_COUNTERS;
+    return sizeof(unsigned) * GP_CU_COUNTERS;
 }
 
 /* 1 when `name` is an item of the comma list `list`. */
@@ -205,7 +216,7 @@ static void read_switches(cuda_be *b)
                                         "arnorm", "ropetab", "epiload", "normload",
                                         "embadd", "pairs", "qkvatt", "tiles", "tensor",
                                         "blasepi", "atomic", "fold", "accum", "atttyped",
-                                        "kctyped", "optyped", "kvregs", "epiconst"};
+                                        "kctyped", "optyped", "kvregs", "epiconst", "copies"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -476,21 +487,146 @@ static int run_group(cuda_be *b, const gp_cu_group *g, int first, int *i, int *r
     return 0;
 }
 
-static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
+/* ---- Copies ----
+ * A copy in a graph costs more than its bytes: each is a node the copy engine runs after the one
+ * before it. So, with "copies" on, an eval's sizes and inputs go to the device in one copy: the
+ * sizes sit in the header right before the io region's device base, the inputs at the start of
+ * the region (the planner's order), and be_eval stages both in pin_in. The outputs come back in
+ * one copy per run of them whose gaps are each a tensor's unused rows (GPT-2's next, then its
+ * logits, in one). Off: a copy per size block and per tensor, from and into the io block. */
+
+/* Bytes of a run's gap a merged copy may carry: at PCIe rates, ~0.3 us. */
+enum { COPY_GAP = 16384 };
+
+static atomic_llong merged_copies; /* copies carrying more than one transfer, every session */
+
+int64_t gp_cuda_copies_merged_count(void)
+{
+    return atomic_load(&merged_copies);
+}
+
+static size_t used_bytes(const gp_plan_tensor *t, const int64_t *syms)
+{
+    return (size_t)(numel_at(t, syms) * (int64_t)gp_dtype_size(t->dtype));
+}
+
+/* The inputs at launch sizes `at`, copied into pin_in where the one copy carries them. */
+static void stage_inputs(cuda_be *b, const int64_t *at)
 {
     const gp_plan *p = b->p;
-    unsigned char *hio = b->io_registered ? b->host_io : b->pin_io;
-    if (p->n_syms)
-        CU_TRY(cudaMemcpyAsync(b->dparam, b->pin_syms, sizeof(int64_t) * p->n_syms,
-                               cudaMemcpyHostToDevice, b->stream));
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (t->kind == GP_TENSOR_INPUT && t->view_src < 0 && t->size > 0)
+            memcpy(b->pin_in + b->io_hdr + t->offset, b->host_io + t->offset, used_bytes(t, at));
+    }
+}
+
+static int copy_inputs(cuda_be *b, const unsigned char *hio, char *err, size_t err_len)
+{
+    const gp_plan *p = b->p;
+    size_t nsym = sizeof(int64_t) * (size_t)p->n_syms, end = 0;
+    int one = b->in_span > 0 && !(b->disable & FUSE_COPIES), n = 0;
     for (int i = 0; i < p->n_tensors; i++) {
         const gp_plan_tensor *t = &p->tensors[i];
         if (t->kind != GP_TENSOR_INPUT || t->view_src >= 0 || t->size <= 0)
             continue;
-        size_t n = (size_t)(numel_at(t, b->launch) * (int64_t)gp_dtype_size(t->dtype));
-        CU_TRY(cudaMemcpyAsync(b->dev[GP_REGION_IO] + t->offset, hio + t->offset, n,
+        size_t used = used_bytes(t, b->launch);
+        if (one && (size_t)t->offset + used > end)
+            end = (size_t)t->offset + used;
+        else if (!one)
+            CU_TRY(cudaMemcpyAsync(b->dev[GP_REGION_IO] + t->offset, hio + t->offset, used,
+                                   cudaMemcpyHostToDevice, b->stream));
+        n++;
+    }
+    if (one && (nsym || end)) {
+        CU_TRY(cudaMemcpyAsync(b->dev[GP_REGION_IO] - nsym, b->pin_in + b->io_hdr - nsym,
+                               nsym + end, cudaMemcpyHostToDevice, b->stream));
+        if (n + (nsym > 0) > 1)
+            atomic_fetch_add(&merged_copies, 1);
+    } else if (nsym) {
+        CU_TRY(cudaMemcpyAsync(b->dev[GP_REGION_IO] - nsym, b->pin_syms, nsym,
                                cudaMemcpyHostToDevice, b->stream));
     }
+    return 0;
+fail:
+    return -1;
+}
+
+/* Rank 0's outputs (runtime/backend.h, "Several devices": the others' are the same bytes, so
+ * they stay on their devices), by offset: a run of them in one copy when "copies" is on. */
+static int copy_outputs(cuda_be *b, unsigned char *hio, char *err, size_t err_len)
+{
+    const gp_plan *p = b->p;
+    int64_t align = p->regions[GP_REGION_IO].alignment > 0 ? p->regions[GP_REGION_IO].alignment : 1;
+    for (int k = 0; k < b->n_io_out && b->rank == 0;) {
+        const gp_plan_tensor *t = &p->tensors[b->io_out[k]];
+        size_t start = (size_t)t->offset, end = start + used_bytes(t, b->launch);
+        int n = 1;
+        for (; !(b->disable & FUSE_COPIES) && t->region == GP_REGION_IO && k + n < b->n_io_out;
+             n++) {
+            const gp_plan_tensor *prev = &p->tensors[b->io_out[k + n - 1]];
+            const gp_plan_tensor *u = &p->tensors[b->io_out[k + n]];
+            /* the gap: prev's unused rows and padding, at most COPY_GAP bytes */
+            if (u->region != GP_REGION_IO || (size_t)u->offset < end ||
+                (size_t)u->offset - end > COPY_GAP ||
+                u->offset > prev->offset + (prev->size + align - 1) / align * align)
+                break;
+            end = (size_t)u->offset + used_bytes(u, b->launch);
+        }
+        CU_TRY(cudaMemcpyAsync(hio + start, (unsigned char *)tensor_addr(b, t), end - start,
+                               cudaMemcpyDeviceToHost, b->stream));
+        if (n > 1)
+            atomic_fetch_add(&merged_copies, 1);
+        k += n;
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+/* in_span, when the inputs are io's first bytes with no other tensor among them, and io_out. */
+static int plan_copies(cuda_be *b, char *err, size_t err_len)
+{
+    const gp_plan *p = b->p;
+    int64_t align = p->regions[GP_REGION_IO].alignment > 0 ? p->regions[GP_REGION_IO].alignment : 1;
+    int64_t end = 0, covered = 0, first = -1;
+    b->io_out = malloc(sizeof(int) * (size_t)(p->n_tensors + 1));
+    if (!b->io_out) {
+        snprintf(err, err_len, "cuda: out of memory");
+        return -1;
+    }
+    b->n_io_out = 0;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (t->kind == GP_TENSOR_INPUT && t->view_src < 0 && t->size > 0) {
+            int64_t ext = (t->size + align - 1) / align * align;
+            end = t->offset + ext > end ? t->offset + ext : end;
+            covered += ext;
+            first = first < 0 || t->offset < first ? t->offset : first;
+        } else if (t->kind == GP_TENSOR_OUTPUT && t->size > 0) {
+            int k = b->n_io_out++; /* insertion sort by region, then offset */
+            for (; k > 0; k--) {
+                const gp_plan_tensor *u = &p->tensors[b->io_out[k - 1]];
+                if (u->region < t->region || (u->region == t->region && u->offset <= t->offset))
+                    break;
+                b->io_out[k] = b->io_out[k - 1];
+            }
+            b->io_out[k] = i;
+        }
+    }
+    /* The inputs' extents, starting at 0 and adding up to end, leave no room in [0, end) for
+     * another tensor when io tensors do not overlap (the planner's plans); in any plan, the one
+     * copy writes only bytes of the device's io region. */
+    b->in_span = first == 0 && covered == end ? end : 0;
+    return 0;
+}
+
+static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
+{
+    const gp_plan *p = b->p;
+    unsigned char *hio = b->io_registered ? b->host_io : b->pin_io;
+    if (copy_inputs(b, hio, err, err_len))
+        return -1;
     if (b->n_rope_tabs && !b->kc.mk && rope_tabs_now(b) &&
         gp_cuda_rope_tables(&b->kc, b->rope_tabs, b->n_rope_tabs)) {
         snprintf(err, err_len, "cuda: %s", b->kc.err);
@@ -589,19 +725,7 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
         snprintf(err, err_len, "cuda: %s", b->kc.err);
         return -1;
     }
-    for (int i = 0; i < p->n_tensors && b->rank == 0; i++) {
-        /* Only rank 0's outputs are read (runtime/backend.h, "Several devices"); the others'
-         * are the same bytes, so they stay on their devices. */
-        const gp_plan_tensor *t = &p->tensors[i];
-        if (t->kind != GP_TENSOR_OUTPUT || t->size <= 0)
-            continue;
-        size_t n = (size_t)(numel_at(t, b->launch) * (int64_t)gp_dtype_size(t->dtype));
-        CU_TRY(cudaMemcpyAsync(hio + t->offset, tensor_addr(b, t), n, cudaMemcpyDeviceToHost,
-                               b->stream));
-    }
-    return 0;
-fail:
-    return -1;
+    return copy_outputs(b, hio, err, err_len);
 }
 
 /* Captures one eval at launch sizes `top` (for the plan's one symbolic dim) into a graph. */
@@ -1832,24 +1956,31 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     CU_TRY(cudaSetDevice(init->device));
     CU_TRY(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
 
-    /* One allocation per region, aligned up to the plan's alignment (cudaMalloc gives 256). */
+    /* One allocation per region, aligned up to the plan's alignment (cudaMalloc gives 256); the
+     * io region's has the sizes' header in front ("Copies"). */
+    b->io_hdr = (sizeof(int64_t) * (size_t)p->n_syms + 255) / 256 * 256;
     for (int r = 0; r < GP_REGION_COUNT; r++) {
         if (r == GP_REGION_EXTRAS)
             continue;
         int64_t al = p->regions[r].alignment > 256 ? p->regions[r].alignment : 0;
-        CU_TRY(be_malloc(b, &b->raw[r], (size_t)(p->regions[r].size + al)));
-        uintptr_t a = (uintptr_t)b->raw[r];
+        size_t hdr = r == GP_REGION_IO ? b->io_hdr : 0;
+        CU_TRY(be_malloc(b, &b->raw[r], (size_t)(p->regions[r].size + al) + hdr));
+        uintptr_t a = (uintptr_t)b->raw[r] + hdr;
         b->dev[r] = (unsigned char *)(al ? (a + (uintptr_t)al - 1) & ~((uintptr_t)al - 1) : a);
     }
     /* The arena too starts zeroed, so rows a padded launch reads are finite at first. */
     CU_TRY(cudaMemset(b->dev[GP_REGION_STATE], 0, (size_t)p->regions[GP_REGION_STATE].size));
     CU_TRY(cudaMemset(b->dev[GP_REGION_ARENA], 0, (size_t)p->regions[GP_REGION_ARENA].size));
     CU_TRY(cudaMemset(b->dev[GP_REGION_IO], 0, (size_t)p->regions[GP_REGION_IO].size));
-    /* The param block: sizes, split-K counters (zero between launches), rope tables. */
-    size_t psz = param_tabs_at(p) + sizeof(float) * GP_CU_ROPE_TABS * ROPE_TAB_FLOATS;
+    /* The param block: split-K counters (zero between launches), rope tables. */
+    size_t psz = param_tabs_at() + sizeof(float) * GP_CU_ROPE_TABS * ROPE_TAB_FLOATS;
     CU_TRY(be_malloc(b, &b->dparam, psz));
     CU_TRY(cudaMemset(b->dparam, 0, psz));
-    CU_TRY(be_host_alloc(b, (void **)&b->pin_syms, sizeof(int64_t) * (size_t)(p->n_syms + 1)));
+    if (plan_copies(b, err, err_len))
+        goto fail;
+    CU_TRY(be_host_alloc(b, (void **)&b->pin_in, b->io_hdr + (size_t)b->in_span));
+    memset(b->pin_in, 0, b->io_hdr + (size_t)b->in_span);
+    b->pin_syms = (int64_t *)(b->pin_in + b->io_hdr) - p->n_syms;
     /* Inputs and outputs move straight from and to the session's io block, page-locked here. */
     size_t io_size = (size_t)p->regions[GP_REGION_IO].size;
     if (io_size && cudaHostRegister(b->host_io, io_size, cudaHostRegisterDefault) == cudaSuccess) {
@@ -1972,7 +2103,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         plan_decode_attention(b, uses);
     if (!(b->disable & FUSE_EMBADD))
         plan_embed_add(b, uses);
-    plan_rope_tables(b, (float *)((char *)b->dparam + param_tabs_at(p)));
+    plan_rope_tables(b, (float *)((char *)b->dparam + param_tabs_at()));
     plan_accumulate(b, uses);
     free(uses);
     if (check_all_reduces(b, err, err_len))
@@ -2002,10 +2133,10 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         }
     b->kc.stream = b->stream;
     b->kc.blas = b->blas;
-    b->kc.d_syms = (const int64_t *)b->dparam;
+    b->kc.d_syms = (const int64_t *)b->dev[GP_REGION_IO] - p->n_syms;
     b->kc.h_syms = b->launch;
     b->kc.n_syms = p->n_syms;
-    b->kc.d_counters = (unsigned *)((char *)b->dparam + sizeof(int64_t) * (size_t)(p->n_syms + 1));
+    b->kc.d_counters = (unsigned *)b->dparam;
     b->kc.n_counters = GP_CU_COUNTERS;
     const char *env = getenv("GPLAN_CUDA_NO_MATVEC");
     b->kc.no_matvec = env && *env == '1';
@@ -2173,6 +2304,8 @@ static int be_eval(void *ctx, const unsigned char *extras, char *err, size_t err
     if (!b->io_registered)
         memcpy(b->pin_io, b->host_io, (size_t)p->regions[GP_REGION_IO].size);
     cu_graph *g = pick_graph(b, b->pin_syms);
+    if (b->in_span && !(b->disable & FUSE_COPIES))
+        stage_inputs(b, g ? &g->top : b->pin_syms); /* at the sizes the copy has */
     if (g) {
         cudaError_t e = cudaGraphLaunch(g->exec, b->stream);
         if (e != cudaSuccess) {
@@ -2292,7 +2425,8 @@ static void be_destroy(void *ctx)
     if (b->io_registered)
         cudaHostUnregister(b->host_io);
     cudaFreeHost(b->pin_io);
-    cudaFreeHost(b->pin_syms);
+    cudaFreeHost(b->pin_in);
+    free(b->io_out);
     cudaFree(b->dparam);
     cudaFree(b->dfold);
     for (int r = 0; r < GP_REGION_COUNT; r++)

@@ -10,6 +10,7 @@
 #include <CUnit/CUnit.h>
 #include <cuda_runtime_api.h>
 
+#include "cuda/cuda_backend.h"
 #include "cuda/cuda_kernels.h"
 #include "dsl/dsl.h"
 #include "planner/planner.h"
@@ -2393,6 +2394,46 @@ static void test_model_attnfuse(void)
 }
 
 /*
+ * "copies": an eval's sizes and inputs go to the device in one copy, and GPT-2's next and logits
+ * (placed next to each other by the planner) come back in one (the default), or each in its own
+ * (GPLAN_CUDA_DISABLE=copies): the same logits and tokens, and the CPU's. Eager evals
+ * (GPLAN_CUDA_GRAPHS=0) enqueue their copies at every eval: exactly two merged ones a GPT-2 eval
+ * with it on, whatever the token count, and none with it off.
+ */
+static void test_model_copies(void)
+{
+    for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
+        const decode_case *c = &decode_cases[i];
+        decode_on_vs_off(c->example, c->defs, c->n_defs, NULL, NULL, "GPLAN_CUDA_DISABLE",
+                         "copies", gp_cuda_copies_merged_count, 2, 1e-4, 1e-4);
+    }
+    const decode_case *c = &decode_cases[1];
+    gp_test_model_opts o = {c->defs, c->n_defs, NULL, 1, 42};
+    gp_model *m = gp_test_model(c->example, &o, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    gp_model_info info;
+    gp_model_get_info(m, &info);
+    float *l = malloc(sizeof(float) * 8 * (size_t)info.vocab);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(l);
+    setenv("GPLAN_CUDA_GRAPHS", "0", 1);
+    for (int on = 1; on >= 0; on--) {
+        gp_session *s = session_with(m, on ? NULL : "GPLAN_CUDA_DISABLE", "copies");
+        CU_ASSERT_PTR_NOT_NULL(s);
+        static const int tokens[4] = {5, 1, 1, 3};
+        for (int k = 0, start = 0; s && k < 4; start += tokens[k++]) {
+            int64_t c0 = gp_cuda_copies_merged_count();
+            CU_ASSERT_EQUAL(step(s, tokens[k], start, l, info.vocab), 0);
+            CU_ASSERT_EQUAL(gp_cuda_copies_merged_count() - c0, on ? 2 : 0);
+            CU_ASSERT(next_agrees(s, l, tokens[k], info.vocab));
+        }
+        gp_session_free(s);
+    }
+    unsetenv("GPLAN_CUDA_GRAPHS");
+    free(l);
+    gp_model_free(m);
+}
+
+/*
  * The persistent decode kernel (GPLAN_CUDA_MEGA=1, opt-in) and its streaming variant (=2) against
  * the launches one by one and the CPU: Llama (groups, glu, rms norms taken into the matmul stages)
  * and GPT-2 (layer norms, epilogues, transposed Conv1D weights); five stages recorded for every
@@ -2565,6 +2606,8 @@ void gp_suite_cuda(void)
     CU_add_test(s, "GPT-2 decode: products adding into zeroed outputs or not", test_model_accum);
     CU_add_test(s, "GPT-2 decode: kernel instances for the operands' dtypes or generic ones",
                 test_model_typed);
+    CU_add_test(s, "Llama and GPT-2 decode: inputs and outputs in one copy each or not",
+                test_model_copies);
     CU_add_test(s, "Llama and GPT-2 decode: persistent decode kernel or launches", test_model_mega);
     CU_add_test(s, "Llama and GPT-2 decode: streaming persistent kernel or launches",
                 test_model_mega_stream);
