@@ -28,7 +28,8 @@
  * smaller kernel, att_kv in cuda_attention.cu), "kctyped" (the same for k_matvec_kc's adds,
  * kc_typed) and "optyped" (the same for the norms and lookups, ops_typed); "copies" (an eval's
  * sizes and inputs go to the device in one copy, its outputs come back in as few as their
- * offsets allow: see "Copies" below).
+ * offsets allow, and a final argmax writes its logits and tokens to the host itself: see
+ * "Copies" below).
  * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
  * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
  * wins over it); GPLAN_CUDA_TRANSPOSE=1
@@ -149,6 +150,10 @@ typedef struct {
     int64_t *pin_syms;              /* pin_in's [n_syms] sizes, right before its inputs */
     int *io_out;                    /* [n_io_out] the outputs, by region and offset */
     int n_io_out;
+    int argmax_copy;                /* the argmax node whose kernel may write its input and output
+                                       (both outputs) to the host io block, or -1 ("copies") */
+    int argmax_now;                 /* while enqueuing: it does, at these launch sizes */
+    unsigned char *hio_dev;         /* then: the device's address of that block */
     int64_t *launch;                /* host [n_syms]: sizes launches are made for */
     int *sym_tensor, *sym_dim;      /* [n_syms]: where each size is read from the extras */
     cu_node *nodes;                 /* [n_nodes] */
@@ -493,16 +498,31 @@ static int run_group(cuda_be *b, const gp_cu_group *g, int first, int *i, int *r
  * sizes sit in the header right before the io region's device base, the inputs at the start of
  * the region (the planner's order), and be_eval stages both in pin_in. The outputs come back in
  * one copy per run of them whose gaps are each a tensor's unused rows (GPT-2's next, then its
- * logits, in one). Off: a copy per size block and per tensor, from and into the io block. */
+ * logits, in one), or, in one-token evals, with none: the argmax kernel writes them to the host
+ * (plan_argmax_copy). Off: a copy per size block and per tensor, from and into the io block. */
 
-/* Bytes of a run's gap a merged copy may carry: at PCIe rates, ~0.3 us. */
-enum { COPY_GAP = 16384 };
+/* Bytes of a run's gap a merged copy may carry: at PCIe rates, ~0.3 us. The most bytes an
+ * argmax writes to the host as it reads them (plan_argmax_copy): for a 512-token prompt's 103 MB
+ * of logits, a copy after it is faster (H200: 3.93 against 4.70 ms a prompt). */
+enum { COPY_GAP = 16384, ARGMAX_COPY_MAX = 524288 };
 
-static atomic_llong merged_copies; /* copies carrying more than one transfer, every session */
+/* Copies enqueued by evals, every session: all of them, and those carrying more than one
+ * transfer. */
+static atomic_llong all_copies, merged_copies;
 
-int64_t gp_cuda_copies_merged_count(void)
+int64_t gp_cuda_copies_count(int merged)
 {
-    return atomic_load(&merged_copies);
+    return atomic_load(merged ? &merged_copies : &all_copies);
+}
+
+/* cudaMemcpyAsync on b's stream, counted. */
+static cudaError_t copy(cuda_be *b, void *dst, const void *src, size_t n, enum cudaMemcpyKind k,
+                        int merged)
+{
+    atomic_fetch_add(&all_copies, 1);
+    if (merged)
+        atomic_fetch_add(&merged_copies, 1);
+    return cudaMemcpyAsync(dst, src, n, k, b->stream);
 }
 
 static size_t used_bytes(const gp_plan_tensor *t, const int64_t *syms)
@@ -534,22 +554,27 @@ static int copy_inputs(cuda_be *b, const unsigned char *hio, char *err, size_t e
         if (one && (size_t)t->offset + used > end)
             end = (size_t)t->offset + used;
         else if (!one)
-            CU_TRY(cudaMemcpyAsync(b->dev[GP_REGION_IO] + t->offset, hio + t->offset, used,
-                                   cudaMemcpyHostToDevice, b->stream));
+            CU_TRY(copy(b, b->dev[GP_REGION_IO] + t->offset, hio + t->offset, used,
+                        cudaMemcpyHostToDevice, 0));
         n++;
     }
     if (one && (nsym || end)) {
-        CU_TRY(cudaMemcpyAsync(b->dev[GP_REGION_IO] - nsym, b->pin_in + b->io_hdr - nsym,
-                               nsym + end, cudaMemcpyHostToDevice, b->stream));
-        if (n + (nsym > 0) > 1)
-            atomic_fetch_add(&merged_copies, 1);
+        CU_TRY(copy(b, b->dev[GP_REGION_IO] - nsym, b->pin_in + b->io_hdr - nsym, nsym + end,
+                    cudaMemcpyHostToDevice, n + (nsym > 0) > 1));
     } else if (nsym) {
-        CU_TRY(cudaMemcpyAsync(b->dev[GP_REGION_IO] - nsym, b->pin_syms, nsym,
-                               cudaMemcpyHostToDevice, b->stream));
+        CU_TRY(copy(b, b->dev[GP_REGION_IO] - nsym, b->pin_syms, nsym, cudaMemcpyHostToDevice,
+                    0));
     }
     return 0;
 fail:
     return -1;
+}
+
+/* 1 when output `id` reaches the host without a copy: argmax_copy's input or output. */
+static int on_host(const cuda_be *b, int id)
+{
+    const gp_plan_node *nd = b->argmax_now ? &b->p->nodes[b->argmax_copy] : NULL;
+    return nd && (id == nd->inputs[0] || id == nd->output);
 }
 
 /* Rank 0's outputs (runtime/backend.h, "Several devices": the others' are the same bytes, so
@@ -559,6 +584,10 @@ static int copy_outputs(cuda_be *b, unsigned char *hio, char *err, size_t err_le
     const gp_plan *p = b->p;
     int64_t align = p->regions[GP_REGION_IO].alignment > 0 ? p->regions[GP_REGION_IO].alignment : 1;
     for (int k = 0; k < b->n_io_out && b->rank == 0;) {
+        if (on_host(b, b->io_out[k])) {
+            k++;
+            continue;
+        }
         const gp_plan_tensor *t = &p->tensors[b->io_out[k]];
         size_t start = (size_t)t->offset, end = start + used_bytes(t, b->launch);
         int n = 1;
@@ -567,16 +596,15 @@ static int copy_outputs(cuda_be *b, unsigned char *hio, char *err, size_t err_le
             const gp_plan_tensor *prev = &p->tensors[b->io_out[k + n - 1]];
             const gp_plan_tensor *u = &p->tensors[b->io_out[k + n]];
             /* the gap: prev's unused rows and padding, at most COPY_GAP bytes */
-            if (u->region != GP_REGION_IO || (size_t)u->offset < end ||
+            if (on_host(b, b->io_out[k + n]) || u->region != GP_REGION_IO ||
+                (size_t)u->offset < end ||
                 (size_t)u->offset - end > COPY_GAP ||
                 u->offset > prev->offset + (prev->size + align - 1) / align * align)
                 break;
             end = (size_t)u->offset + used_bytes(u, b->launch);
         }
-        CU_TRY(cudaMemcpyAsync(hio + start, (unsigned char *)tensor_addr(b, t), end - start,
-                               cudaMemcpyDeviceToHost, b->stream));
-        if (n > 1)
-            atomic_fetch_add(&merged_copies, 1);
+        CU_TRY(copy(b, hio + start, tensor_addr(b, t), end - start, cudaMemcpyDeviceToHost,
+                    n > 1));
         k += n;
     }
     return 0;
@@ -627,6 +655,9 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
     unsigned char *hio = b->io_registered ? b->host_io : b->pin_io;
     if (copy_inputs(b, hio, err, err_len))
         return -1;
+    b->argmax_now = b->argmax_copy >= 0 &&
+                    used_bytes(&p->tensors[p->nodes[b->argmax_copy].inputs[0]], b->launch) <=
+                        ARGMAX_COPY_MAX;
     if (b->n_rope_tabs && !b->kc.mk && rope_tabs_now(b) &&
         gp_cuda_rope_tables(&b->kc, b->rope_tabs, b->n_rope_tabs)) {
         snprintf(err, err_len, "cuda: %s", b->kc.err);
@@ -687,7 +718,12 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
             r = gp_cuda_get_rows_add(&b->kc, &cn->out, &g0->in[0], &g0->in[1], &g1->in[0],
                                      &g1->in[1]);
         }
-        else if (!r && nd->op == GP_OP_MATMUL && cn->epi.n > 0)
+        else if (!r && i == b->argmax_copy && b->argmax_now) {
+            gp_cu_tensor o = cn->out;
+            o.data = b->hio_dev + p->tensors[nd->output].offset;
+            r = gp_cuda_argmax_copy(&b->kc, &o, &cn->in[0],
+                                    b->hio_dev + p->tensors[nd->inputs[0]].offset);
+        } else if (!r && nd->op == GP_OP_MATMUL && cn->epi.n > 0)
             r = matmul_node(b, i, NULL, &fused, NULL);
         else if (!r)
             r = gp_cuda_compute(&b->kc, nd->op, &nd->attrs, &cn->out, cn->in, nd->n_inputs, cn->ws,
@@ -916,6 +952,41 @@ static void plan_embed_add(cuda_be *b, const int *uses)
             continue;
         b->nodes[i].embadd = 1;
         b->nodes[i - 2].skip = b->nodes[i - 1].skip = 1;
+    }
+}
+
+/*
+ * copies, on rank 0: an argmax of an output into an output (GPT-2's next = argmax(logits)) runs
+ * a kernel that writes both into the host's io block as it goes (gp_cuda_argmax_copy), through
+ * the block's device address, so neither is copied back after it: the logits reach the host
+ * while the argmax reads them, not in a copy of 201 KB after it (one of its two extra costs;
+ * the other is a copy node's own). Taken for f32 rows, at launch sizes of at most
+ * ARGMAX_COPY_MAX bytes of them (one-token evals).
+ */
+static void plan_argmax_copy(cuda_be *b)
+{
+    const gp_plan *p = b->p;
+    unsigned char *hio = b->io_registered ? b->host_io : b->pin_io;
+    void *dev = NULL;
+    b->argmax_copy = -1;
+    if (b->rank != 0 || (b->disable & FUSE_COPIES) ||
+        cudaHostGetDevicePointer(&dev, hio, 0) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    for (int i = 0; i < p->n_nodes; i++) {
+        const gp_plan_node *nd = &p->nodes[i];
+        if (nd->op != GP_OP_ARGMAX)
+            continue;
+        const gp_plan_tensor *x = &p->tensors[nd->inputs[0]], *o = &p->tensors[nd->output];
+        int ok = x->kind == GP_TENSOR_OUTPUT && o->kind == GP_TENSOR_OUTPUT &&
+                 x->view_src < 0 && o->view_src < 0 && x->region == GP_REGION_IO &&
+                 o->region == GP_REGION_IO && x->dtype == GP_F32;
+        if (ok) {
+            b->argmax_copy = i;
+            b->hio_dev = dev;
+            return;
+        }
     }
 }
 
@@ -1938,6 +2009,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         return -1;
     }
     b->p = p;
+    b->argmax_copy = -1;
     b->slot = init->slot;
     b->weight_data = init->weight_data;
     b->device = init->device;
@@ -2103,6 +2175,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         plan_decode_attention(b, uses);
     if (!(b->disable & FUSE_EMBADD))
         plan_embed_add(b, uses);
+    plan_argmax_copy(b);
     plan_rope_tables(b, (float *)((char *)b->dparam + param_tabs_at()));
     plan_accumulate(b, uses);
     free(uses);

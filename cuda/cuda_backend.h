@@ -9,8 +9,9 @@
  * benchmark subtracts from gp_session_eval's time to see the session's own overhead. */
 void gp_cuda_eval_stats(double *seconds, int64_t *evals);
 
-/* Copies enqueued that carry more than one of an eval's transfers (its sizes and inputs in one,
- * or a run of outputs: "copies" in cuda/cuda_backend.c), summed over every session. */
-int64_t gp_cuda_copies_merged_count(void);
+/* Copies evals enqueued (into graphs too), summed over every session: all of them, or (merged)
+ * those carrying more than one of an eval's transfers (its sizes and inputs in one, or a run of
+ * outputs: "copies" in cuda/cuda_backend.c). */
+int64_t gp_cuda_copies_count(int merged);
 
 #endif

@@ -195,6 +195,13 @@ int gp_cuda_matvec_group(gp_cu_ctx *ctx, const gp_cu_group *g, int *launched);
  * must have the same rows. 0, or -1 with err. */
 int gp_cuda_store2(gp_cu_ctx *ctx, const gp_cu_tensor *in0, const gp_cu_tensor *in1);
 
+/* argmax (GP_OP_ARGMAX, as gp_cuda_compute) whose kernel also writes each value of x as it reads
+ * it to x_copy, at x's byte offsets: f32 x; x_copy and out's data may be any memory the device
+ * writes, such as mapped host memory (the CUDA backend's "copies": GPT-2's logits and next reach
+ * the host with no copy after the kernel). 0, or -1 with err. */
+int gp_cuda_argmax_copy(gp_cu_ctx *ctx, const gp_cu_tensor *out, const gp_cu_tensor *x,
+                        void *x_copy);
+
 /* Two lookups and their sum in one launch (GPT-2's token and position embeddings): out [T, C] =
  * t1[ids1[t]] + t2[ids2[t]], tables [V, C] of any dtype, ids i32 (T elements at least), the sum
  * in f32 as get_rows into f32 rows then add would give it; a row whose id is out of range in

@@ -322,9 +322,10 @@ __device__ __forceinline__ void am_warp(float &bv, int &bi)
  * o [rows] (i32, laid out as the rows of x) = the first index of the largest value of each row
  * of x [..., N], as the CPU's k_argmax. The C = gridDim.z blocks of a row (one cluster when C > 1)
  * take every C-th stretch of blockDim.x elements; each block keeps its best, and block rank 0
- * takes the best of the C through distributed shared memory.
+ * takes the best of the C through distributed shared memory. copy (NULL: none) gets every value
+ * of x as it is read, at x's byte offsets (4-byte elements: f32 x).
  */
-__global__ void __launch_bounds__(AM_THREADS) k_argmax(KT o, KT x, const int64_t *syms)
+__global__ void __launch_bounds__(AM_THREADS) k_argmax(KT o, KT x, char *copy, const int64_t *syms)
 {
     pdl_begin();
     __shared__ float sv[AM_THREADS / 32];
@@ -336,6 +337,7 @@ __global__ void __launch_bounds__(AM_THREADS) k_argmax(KT o, KT x, const int64_t
     int64_t step = (int64_t)C * blockDim.x;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const char *px = x.p + kt_row_off(x, x, r);
+        char *pc = copy ? copy + (px - x.p) : NULL;
         float bv = 0.0f;
         int bi = -1;
         for (int64_t i0 = (int64_t)blockIdx.z * blockDim.x + threadIdx.x; i0 < N;
@@ -346,6 +348,11 @@ __global__ void __launch_bounds__(AM_THREADS) k_argmax(KT o, KT x, const int64_t
                 int64_t i = i0 + j * step;
                 u[j] = i < N ? ld_bits(px + i * x.nb[3], x.t) : 0;
             }
+            if (pc) /* stores that nothing waits for, issued with the batch's loads in flight */
+#pragma unroll
+                for (int j = 0; j < AM_BATCH; j++)
+                    if (i0 + j * step < N)
+                        *(uint32_t *)(pc + (i0 + j * step) * x.nb[3]) = u[j];
 #pragma unroll
             for (int j = 0; j < AM_BATCH; j++) {
                 int64_t i = i0 + j * step;
@@ -665,6 +672,43 @@ static int uses_syms(const gp_cu_tensor *t)
     return 0;
 }
 
+static int launch_argmax(gp_cu_ctx *c, const gp_cu_tensor *out, const gp_cu_tensor *in, void *copy)
+{
+    KT o = gp_kt_of(c, out), x = gp_kt_of(c, in);
+    if (out->dtype != GP_I32 || out->ndim != in->ndim - 1 || x.ne[3] > INT32_MAX ||
+        (copy && in->dtype != GP_F32)) {
+        snprintf(c->err, sizeof c->err, "argmax: needs x [..., N] and out i32 [...]%s",
+                 copy ? ", and f32 x for a copy" : "");
+        return -1;
+    }
+    /* out's dims as the rows of x: one place to the left */
+    for (int d = 0; d < 3; d++) {
+        o.ne[d] = o.ne[d + 1];
+        o.nb[d] = o.nb[d + 1];
+        o.sym[d] = o.sym[d + 1];
+    }
+    o.ne[3] = 1;
+    o.sym[3] = -1;
+    if (kt_count(x, 3) == 0)
+        return 0;
+    unsigned cl = c->clusters && x.ne[3] > AM_THREADS ? AM_CLUSTER : 1;
+    gp_cu_launch_z(c, cl, k_argmax, dim3(rows_grid(x), 1, cl), dim3(AM_THREADS), 0, o, x,
+                   (char *)copy, c->d_syms);
+    return gp_cu_check_launch(c, "argmax");
+}
+
+extern "C" int gp_cuda_argmax_copy(gp_cu_ctx *c, const gp_cu_tensor *out, const gp_cu_tensor *x,
+                                   void *x_copy)
+{
+    if (uses_syms(out) || uses_syms(x)) {
+        if (!c->d_syms || !c->h_syms) {
+            snprintf(c->err, sizeof c->err, "argmax: symbolic dims but no param block");
+            return -1;
+        }
+    }
+    return launch_argmax(c, out, x, x_copy);
+}
+
 extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const gp_cu_tensor *out,
                                const gp_cu_tensor *in, int n_in, void *ws, size_t ws_size)
 {
@@ -776,27 +820,8 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         gp_cu_launch(c, k_concat, grid_for(n, THREADS), THREADS, 0, ax, o, ka, kb, c->d_syms);
         return gp_cu_check_launch(c, "concat");
     }
-    case GP_OP_ARGMAX: {
-        KT o = gp_kt_of(c, out), x = gp_kt_of(c, &in[0]);
-        if (out->dtype != GP_I32 || out->ndim != in[0].ndim - 1 || x.ne[3] > INT32_MAX) {
-            snprintf(c->err, sizeof c->err, "argmax: needs x [..., N] and out i32 [...]");
-            return -1;
-        }
-        /* out's dims as the rows of x: one place to the left */
-        for (int d = 0; d < 3; d++) {
-            o.ne[d] = o.ne[d + 1];
-            o.nb[d] = o.nb[d + 1];
-            o.sym[d] = o.sym[d + 1];
-        }
-        o.ne[3] = 1;
-        o.sym[3] = -1;
-        if (kt_count(x, 3) == 0)
-            return 0;
-        unsigned cl = c->clusters && x.ne[3] > AM_THREADS ? AM_CLUSTER : 1;
-        gp_cu_launch_z(c, cl, k_argmax, dim3(rows_grid(x), 1, cl), dim3(AM_THREADS), 0, o, x,
-                       c->d_syms);
-        return gp_cu_check_launch(c, "argmax");
-    }
+    case GP_OP_ARGMAX:
+        return launch_argmax(c, out, &in[0], NULL);
     case GP_OP_STORE:
         return launch_store(c, in, NULL);
     case GP_OP_MATMUL:

@@ -522,6 +522,27 @@ static void test_argmax(void)
                 CU_ASSERT_EQUAL(g[r], want[r]);
             CU_ASSERT(i != 4 || (g[0] == 1234 && g[1] == 4500));
             free(g);
+            /* The argmax that writes x and its result to mapped host memory as it goes: the same
+             * indices and x's bits (NaNs too); f32 x only. */
+            unsigned char *hx = NULL, *ho = NULL;
+            void *dx = NULL, *dout = NULL;
+            CU_ASSERT_EQUAL_FATAL(cudaHostAlloc((void **)&hx, x.bytes, cudaHostAllocMapped), 0);
+            CU_ASSERT_EQUAL_FATAL(cudaHostAlloc((void **)&ho, out.bytes, cudaHostAllocMapped), 0);
+            CU_ASSERT_EQUAL(cudaHostGetDevicePointer(&dx, hx, 0), 0);
+            CU_ASSERT_EQUAL(cudaHostGetDevicePointer(&dout, ho, 0), 0);
+            memset(hx, 0xee, x.bytes);
+            memset(ho, 0xee, out.bytes);
+            gp_cu_tensor oh = out.d;
+            oh.data = dout;
+            int rc = gp_cuda_argmax_copy(&k.c, &oh, &x.d, dx);
+            CU_ASSERT_EQUAL(rc, cs[i].t == GP_F32 ? 0 : -1);
+            CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+            if (cs[i].t == GP_F32) {
+                CU_ASSERT_EQUAL(memcmp(hx, x.h.data, x.bytes), 0);
+                CU_ASSERT_EQUAL(memcmp(ho, out.h.data, out.bytes), 0);
+            }
+            cudaFreeHost(hx);
+            cudaFreeHost(ho);
         }
         tt_free(&x);
         tt_free(&out);
@@ -2395,17 +2416,22 @@ static void test_model_attnfuse(void)
 
 /*
  * "copies": an eval's sizes and inputs go to the device in one copy, and GPT-2's next and logits
- * (placed next to each other by the planner) come back in one (the default), or each in its own
- * (GPLAN_CUDA_DISABLE=copies): the same logits and tokens, and the CPU's. Eager evals
- * (GPLAN_CUDA_GRAPHS=0) enqueue their copies at every eval: exactly two merged ones a GPT-2 eval
- * with it on, whatever the token count, and none with it off.
+ * reach the host from the argmax's kernel, with no copy (the default), or all in copies of their
+ * own (GPLAN_CUDA_DISABLE=copies): the same logits and tokens, and the CPU's. Eager evals
+ * (GPLAN_CUDA_GRAPHS=0) enqueue their copies at every eval: one a GPT-2 eval with it on, whatever
+ * the token count, and five with it off (the sizes, tokens, pos, logits, next).
  */
+static int64_t merged_copies(void)
+{
+    return gp_cuda_copies_count(1);
+}
+
 static void test_model_copies(void)
 {
     for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
         const decode_case *c = &decode_cases[i];
         decode_on_vs_off(c->example, c->defs, c->n_defs, NULL, NULL, "GPLAN_CUDA_DISABLE",
-                         "copies", gp_cuda_copies_merged_count, 2, 1e-4, 1e-4);
+                         "copies", merged_copies, 2, 1e-4, 1e-4);
     }
     const decode_case *c = &decode_cases[1];
     gp_test_model_opts o = {c->defs, c->n_defs, NULL, 1, 42};
@@ -2421,9 +2447,9 @@ static void test_model_copies(void)
         CU_ASSERT_PTR_NOT_NULL(s);
         static const int tokens[4] = {5, 1, 1, 3};
         for (int k = 0, start = 0; s && k < 4; start += tokens[k++]) {
-            int64_t c0 = gp_cuda_copies_merged_count();
+            int64_t c0 = gp_cuda_copies_count(0);
             CU_ASSERT_EQUAL(step(s, tokens[k], start, l, info.vocab), 0);
-            CU_ASSERT_EQUAL(gp_cuda_copies_merged_count() - c0, on ? 2 : 0);
+            CU_ASSERT_EQUAL(gp_cuda_copies_count(0) - c0, on ? 1 : 5);
             CU_ASSERT(next_agrees(s, l, tokens[k], info.vocab));
         }
         gp_session_free(s);
