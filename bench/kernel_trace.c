@@ -1,9 +1,14 @@
 /* A kernel timeline for benchmarks on machines without Nsight Systems: a CUPTI injection library.
  * Load it with CUDA_INJECTION64_PATH=libgp_kernel_trace.so (the driver calls InitializeInjection
- * at cuInit); every kernel and copy, graph nodes included, is recorded, and at exit one line per
- * kernel or copy goes to $GPLAN_TRACE_OUT (default kernel_trace.csv):
+ * at cuInit); every kernel, graph nodes included, is recorded, and with GPLAN_TRACE_COPIES=1
+ * every copy too, and at exit one line per kernel or copy goes to $GPLAN_TRACE_OUT (default
+ * kernel_trace.csv):
  *   device,start_ns,end_ns,correlation,grid_blocks,name
- * (a copy: name memcpy_HtoD, memcpy_DtoH or memcpy_other, its bytes as grid_blocks)
+ * (a copy: name memcpy_HtoD, memcpy_DtoH or memcpy_other, its bytes as grid_blocks). Copies are
+ * opt-in because recording them changes the graph's own timing (a one-token GPT-2 117M graph's
+ * three input copies ran ~25 us apart; H200, eighteenth session), where with kernels alone a
+ * graph spans what an untraced eval takes (1558M: 1348 us against 1357). The host's loop around
+ * the evals is slower under tracing either way.
  * Kernels of one graph launch share the launch's correlation id; bench/kernel_trace.py sums the
  * one-token evals by kernel. A measuring tool: not linked into anything gplan ships. */
 #include <stdint.h>
@@ -107,9 +112,11 @@ static void dump(void)
 
 int InitializeInjection(void)
 {
+    const char *copies = getenv("GPLAN_TRACE_COPIES");
     if (cuptiActivityRegisterCallbacks(buf_requested, buf_completed) != CUPTI_SUCCESS ||
         cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS ||
-        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS) {
+        (copies && *copies == '1' &&
+         cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS)) {
         fprintf(stderr, "kernel_trace: CUPTI activity tracing unavailable\n");
         return 0;
     }
