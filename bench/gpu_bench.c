@@ -275,6 +275,7 @@ static const config configs[] = {
     {"add24", "GPLAN_CUDA_MV_ADD=24"},
     {"mvcluster8", "GPLAN_CUDA_MV_CLUSTER=8"},
     {"mvcl-bps2", "GPLAN_CUDA_MV_CLUSTER_BPS=2"},
+    {"mvcl-bps3", "GPLAN_CUDA_MV_CLUSTER_BPS=3"},
     {"mvcl-bps4", "GPLAN_CUDA_MV_CLUSTER_BPS=4"},
     {"mvcl-pre", "GPLAN_CUDA_MV_CLUSTER_PRE=3"},
     {"mvcl-pre8", "GPLAN_CUDA_MV_CLUSTER_PRE=3 GPLAN_CUDA_MV_CLUSTER=8"},
