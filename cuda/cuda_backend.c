@@ -146,10 +146,11 @@ typedef struct {
     unsigned char *pin_in;          /* pinned host [io_hdr + in_span]: the header, then the inputs
                                        staged for the one copy that carries both ("copies") */
     int64_t in_span;                /* io bytes [0, in_span) hold every input and nothing else;
-                                       0 when they do not (their copies are one by one) */
+                                       0 when they do not, or "copies" is off (their copies are
+                                       one by one) */
     int64_t *pin_syms;              /* pin_in's [n_syms] sizes, right before its inputs */
-    int *io_out;                    /* [n_io_out] the outputs, by region and offset */
-    int n_io_out;
+    int *io_in, n_io_in;            /* the inputs (roots with bytes), in tensor order */
+    int *io_out, n_io_out;          /* the outputs, by region and offset */
     int argmax_copy;                /* the argmax node whose kernel may write its input and output
                                        (both outputs) to the host io block, or -1 ("copies") */
     int argmax_now;                 /* while enqueuing: it does, at these launch sizes */
@@ -530,41 +531,39 @@ static size_t used_bytes(const gp_plan_tensor *t, const int64_t *syms)
     return (size_t)(numel_at(t, syms) * (int64_t)gp_dtype_size(t->dtype));
 }
 
+/* Tensor t's bytes in the io region, padding included. */
+static int64_t io_extent(const gp_plan *p, const gp_plan_tensor *t)
+{
+    int64_t a = p->regions[GP_REGION_IO].alignment > 0 ? p->regions[GP_REGION_IO].alignment : 1;
+    return (t->size + a - 1) / a * a;
+}
+
 /* The inputs at launch sizes `at`, copied into pin_in where the one copy carries them. */
 static void stage_inputs(cuda_be *b, const int64_t *at)
 {
-    const gp_plan *p = b->p;
-    for (int i = 0; i < p->n_tensors; i++) {
-        const gp_plan_tensor *t = &p->tensors[i];
-        if (t->kind == GP_TENSOR_INPUT && t->view_src < 0 && t->size > 0)
-            memcpy(b->pin_in + b->io_hdr + t->offset, b->host_io + t->offset, used_bytes(t, at));
+    for (int k = 0; k < b->n_io_in; k++) {
+        const gp_plan_tensor *t = &b->p->tensors[b->io_in[k]];
+        memcpy(b->pin_in + b->io_hdr + t->offset, b->host_io + t->offset, used_bytes(t, at));
     }
 }
 
+/* The sizes and the inputs: with in_span, one copy of pin_in's bytes from the sizes to the last
+ * input's last used byte; else a copy of the sizes and one per input. */
 static int copy_inputs(cuda_be *b, const unsigned char *hio, char *err, size_t err_len)
 {
-    const gp_plan *p = b->p;
-    size_t nsym = sizeof(int64_t) * (size_t)p->n_syms, end = 0;
-    int one = b->in_span > 0 && !(b->disable & FUSE_COPIES), n = 0;
-    for (int i = 0; i < p->n_tensors; i++) {
-        const gp_plan_tensor *t = &p->tensors[i];
-        if (t->kind != GP_TENSOR_INPUT || t->view_src >= 0 || t->size <= 0)
-            continue;
+    size_t nsym = sizeof(int64_t) * (size_t)b->p->n_syms, end = 0;
+    for (int k = 0; k < b->n_io_in; k++) {
+        const gp_plan_tensor *t = &b->p->tensors[b->io_in[k]];
         size_t used = used_bytes(t, b->launch);
-        if (one && (size_t)t->offset + used > end)
-            end = (size_t)t->offset + used;
-        else if (!one)
+        if (!b->in_span)
             CU_TRY(copy(b, b->dev[GP_REGION_IO] + t->offset, hio + t->offset, used,
                         cudaMemcpyHostToDevice, 0));
-        n++;
+        else if ((size_t)t->offset + used > end)
+            end = (size_t)t->offset + used;
     }
-    if (one && (nsym || end)) {
-        CU_TRY(copy(b, b->dev[GP_REGION_IO] - nsym, b->pin_in + b->io_hdr - nsym, nsym + end,
-                    cudaMemcpyHostToDevice, n + (nsym > 0) > 1));
-    } else if (nsym) {
-        CU_TRY(copy(b, b->dev[GP_REGION_IO] - nsym, b->pin_syms, nsym, cudaMemcpyHostToDevice,
-                    0));
-    }
+    if (nsym + end > 0)
+        CU_TRY(copy(b, b->dev[GP_REGION_IO] - nsym, b->pin_syms, nsym + end,
+                    cudaMemcpyHostToDevice, end > 0 && (nsym > 0 || b->n_io_in > 1)));
     return 0;
 fail:
     return -1;
@@ -577,59 +576,57 @@ static int on_host(const cuda_be *b, int id)
     return nd && (id == nd->inputs[0] || id == nd->output);
 }
 
+/* 1 when io_out[k] may join the copy of io_out[k - 1] whose bytes end at `end`: both in io, it
+ * copied, and the gap between them io_out[k - 1]'s unused rows and padding, COPY_GAP at most. */
+static int joins_copy(const cuda_be *b, int k, size_t end)
+{
+    const gp_plan_tensor *prev = &b->p->tensors[b->io_out[k - 1]];
+    const gp_plan_tensor *u = &b->p->tensors[b->io_out[k]];
+    return !(b->disable & FUSE_COPIES) && !on_host(b, b->io_out[k]) &&
+           prev->region == GP_REGION_IO && u->region == GP_REGION_IO && (size_t)u->offset >= end &&
+           (size_t)u->offset - end <= COPY_GAP && u->offset <= prev->offset + io_extent(b->p, prev);
+}
+
 /* Rank 0's outputs (runtime/backend.h, "Several devices": the others' are the same bytes, so
  * they stay on their devices), by offset: a run of them in one copy when "copies" is on. */
 static int copy_outputs(cuda_be *b, unsigned char *hio, char *err, size_t err_len)
 {
-    const gp_plan *p = b->p;
-    int64_t align = p->regions[GP_REGION_IO].alignment > 0 ? p->regions[GP_REGION_IO].alignment : 1;
-    for (int k = 0; k < b->n_io_out && b->rank == 0;) {
-        if (on_host(b, b->io_out[k])) {
-            k++;
+    for (int k = 0, n; k < b->n_io_out && b->rank == 0; k += n) {
+        const gp_plan_tensor *t = &b->p->tensors[b->io_out[k]];
+        n = 1;
+        if (on_host(b, b->io_out[k]))
             continue;
-        }
-        const gp_plan_tensor *t = &p->tensors[b->io_out[k]];
         size_t start = (size_t)t->offset, end = start + used_bytes(t, b->launch);
-        int n = 1;
-        for (; !(b->disable & FUSE_COPIES) && t->region == GP_REGION_IO && k + n < b->n_io_out;
-             n++) {
-            const gp_plan_tensor *prev = &p->tensors[b->io_out[k + n - 1]];
-            const gp_plan_tensor *u = &p->tensors[b->io_out[k + n]];
-            /* the gap: prev's unused rows and padding, at most COPY_GAP bytes */
-            if (on_host(b, b->io_out[k + n]) || u->region != GP_REGION_IO ||
-                (size_t)u->offset < end ||
-                (size_t)u->offset - end > COPY_GAP ||
-                u->offset > prev->offset + (prev->size + align - 1) / align * align)
-                break;
+        for (; k + n < b->n_io_out && joins_copy(b, k + n, end); n++) {
+            const gp_plan_tensor *u = &b->p->tensors[b->io_out[k + n]];
             end = (size_t)u->offset + used_bytes(u, b->launch);
         }
         CU_TRY(copy(b, hio + start, tensor_addr(b, t), end - start, cudaMemcpyDeviceToHost,
                     n > 1));
-        k += n;
     }
     return 0;
 fail:
     return -1;
 }
 
-/* in_span, when the inputs are io's first bytes with no other tensor among them, and io_out. */
+/* io_in (the inputs, in tensor order), io_out (the outputs, by region and offset), and, with
+ * "copies" on, in_span when the inputs are io's first bytes with no other tensor among them. */
 static int plan_copies(cuda_be *b, char *err, size_t err_len)
 {
     const gp_plan *p = b->p;
-    int64_t align = p->regions[GP_REGION_IO].alignment > 0 ? p->regions[GP_REGION_IO].alignment : 1;
     int64_t end = 0, covered = 0, first = -1;
+    b->io_in = malloc(sizeof(int) * (size_t)(p->n_tensors + 1));
     b->io_out = malloc(sizeof(int) * (size_t)(p->n_tensors + 1));
-    if (!b->io_out) {
+    if (!b->io_in || !b->io_out) {
         snprintf(err, err_len, "cuda: out of memory");
         return -1;
     }
-    b->n_io_out = 0;
     for (int i = 0; i < p->n_tensors; i++) {
         const gp_plan_tensor *t = &p->tensors[i];
         if (t->kind == GP_TENSOR_INPUT && t->view_src < 0 && t->size > 0) {
-            int64_t ext = (t->size + align - 1) / align * align;
-            end = t->offset + ext > end ? t->offset + ext : end;
-            covered += ext;
+            b->io_in[b->n_io_in++] = i;
+            end = t->offset + io_extent(p, t) > end ? t->offset + io_extent(p, t) : end;
+            covered += io_extent(p, t);
             first = first < 0 || t->offset < first ? t->offset : first;
         } else if (t->kind == GP_TENSOR_OUTPUT && t->size > 0) {
             int k = b->n_io_out++; /* insertion sort by region, then offset */
@@ -645,7 +642,7 @@ static int plan_copies(cuda_be *b, char *err, size_t err_len)
     /* The inputs' extents, starting at 0 and adding up to end, leave no room in [0, end) for
      * another tensor when io tensors do not overlap (the planner's plans); in any plan, the one
      * copy writes only bytes of the device's io region. */
-    b->in_span = first == 0 && covered == end ? end : 0;
+    b->in_span = !(b->disable & FUSE_COPIES) && first == 0 && covered == end ? end : 0;
     return 0;
 }
 
@@ -2048,11 +2045,6 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     size_t psz = param_tabs_at() + sizeof(float) * GP_CU_ROPE_TABS * ROPE_TAB_FLOATS;
     CU_TRY(be_malloc(b, &b->dparam, psz));
     CU_TRY(cudaMemset(b->dparam, 0, psz));
-    if (plan_copies(b, err, err_len))
-        goto fail;
-    CU_TRY(be_host_alloc(b, (void **)&b->pin_in, b->io_hdr + (size_t)b->in_span));
-    memset(b->pin_in, 0, b->io_hdr + (size_t)b->in_span);
-    b->pin_syms = (int64_t *)(b->pin_in + b->io_hdr) - p->n_syms;
     /* Inputs and outputs move straight from and to the session's io block, page-locked here. */
     size_t io_size = (size_t)p->regions[GP_REGION_IO].size;
     if (io_size && cudaHostRegister(b->host_io, io_size, cudaHostRegisterDefault) == cudaSuccess) {
@@ -2062,9 +2054,15 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         CU_TRY(be_host_alloc(b, (void **)&b->pin_io, io_size));
     }
 
+    read_switches(b);
+    if (plan_copies(b, err, err_len))
+        goto fail;
+    CU_TRY(be_host_alloc(b, (void **)&b->pin_in, b->io_hdr + (size_t)b->in_span));
+    memset(b->pin_in, 0, b->io_hdr + (size_t)b->in_span);
+    b->pin_syms = (int64_t *)(b->pin_in + b->io_hdr) - p->n_syms;
+
     /* Weights, once; those only matmuls read as b go up transposed, through a host staging
      * buffer (the largest such weight), and their readers get swapped strides below. */
-    read_switches(b);
     b->transposed = calloc((size_t)p->n_tensors + 1, 1);
     if (!b->transposed) {
         snprintf(err, err_len, "cuda: out of memory");
@@ -2377,7 +2375,7 @@ static int be_eval(void *ctx, const unsigned char *extras, char *err, size_t err
     if (!b->io_registered)
         memcpy(b->pin_io, b->host_io, (size_t)p->regions[GP_REGION_IO].size);
     cu_graph *g = pick_graph(b, b->pin_syms);
-    if (b->in_span && !(b->disable & FUSE_COPIES))
+    if (b->in_span)
         stage_inputs(b, g ? &g->top : b->pin_syms); /* at the sizes the copy has */
     if (g) {
         cudaError_t e = cudaGraphLaunch(g->exec, b->stream);
@@ -2499,6 +2497,7 @@ static void be_destroy(void *ctx)
         cudaHostUnregister(b->host_io);
     cudaFreeHost(b->pin_io);
     cudaFreeHost(b->pin_in);
+    free(b->io_in);
     free(b->io_out);
     cudaFree(b->dparam);
     cudaFree(b->dfold);

@@ -672,6 +672,20 @@ static int uses_syms(const gp_cu_tensor *t)
     return 0;
 }
 
+/* 0 when out and in[0..n_in) have no symbolic dims or c has the sizes; else -1 with err. */
+static int syms_ready(gp_cu_ctx *c, const char *fn, const char *op, const gp_cu_tensor *out,
+                      const gp_cu_tensor *in, int n_in)
+{
+    int need = uses_syms(out);
+    for (int i = 0; i < n_in; i++)
+        need |= uses_syms(&in[i]);
+    if (need && (!c->d_syms || !c->h_syms)) {
+        snprintf(c->err, sizeof c->err, "%s: %s: symbolic dims but no param block", fn, op);
+        return -1;
+    }
+    return 0;
+}
+
 static int launch_argmax(gp_cu_ctx *c, const gp_cu_tensor *out, const gp_cu_tensor *in, void *copy)
 {
     KT o = gp_kt_of(c, out), x = gp_kt_of(c, in);
@@ -700,12 +714,8 @@ static int launch_argmax(gp_cu_ctx *c, const gp_cu_tensor *out, const gp_cu_tens
 extern "C" int gp_cuda_argmax_copy(gp_cu_ctx *c, const gp_cu_tensor *out, const gp_cu_tensor *x,
                                    void *x_copy)
 {
-    if (uses_syms(out) || uses_syms(x)) {
-        if (!c->d_syms || !c->h_syms) {
-            snprintf(c->err, sizeof c->err, "argmax: symbolic dims but no param block");
-            return -1;
-        }
-    }
+    if (syms_ready(c, "gp_cuda_argmax_copy", "argmax", out, x, 1))
+        return -1;
     return launch_argmax(c, out, x, x_copy);
 }
 
@@ -717,14 +727,8 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         snprintf(c->err, sizeof c->err, "gp_cuda_compute: op %d with %d inputs", (int)op, n_in);
         return -1;
     }
-    int need_syms = uses_syms(out);
-    for (int i = 0; i < n_in; i++)
-        need_syms |= uses_syms(&in[i]);
-    if (need_syms && (!c->d_syms || !c->h_syms)) {
-        snprintf(c->err, sizeof c->err, "gp_cuda_compute: %s: symbolic dims but no param block",
-                 info->name);
+    if (syms_ready(c, "gp_cuda_compute", info->name, out, in, n_in))
         return -1;
-    }
     switch (op) {
     case GP_OP_NONE:
     case GP_OP_RESHAPE:
