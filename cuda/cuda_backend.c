@@ -2129,7 +2129,6 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     for (int i = 0; i < p->n_nodes; i++)
         for (int j = 0; j < p->nodes[i].n_inputs; j++)
             uses[p->nodes[i].inputs[j]]++;
-    read_switches(b);
     for (int i = 0; i < p->n_nodes; i++)
         b->nodes[i].pair = -1;
     if (!(b->disable & FUSE_ELIDE))
