@@ -265,6 +265,7 @@ static const config configs[] = {
     {"no-kvregs", "GPLAN_CUDA_DISABLE=kvregs"},
     {"no-epiconst", "GPLAN_CUDA_DISABLE=epiconst"},
     {"no-copies", "GPLAN_CUDA_DISABLE=copies"},
+    {"no-atthead", "GPLAN_CUDA_DISABLE=atthead"},
     {"no-typed", "GPLAN_CUDA_DISABLE=atttyped,kctyped,optyped"},
     {"att-nocl", "GPLAN_CUDA_ATT_CLUSTER=0"},
     {"att-cl8", "GPLAN_CUDA_ATT_CLUSTER=8"},

@@ -747,6 +747,248 @@ template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, 
                    grid, ATT_WARPS * 32, 0, d, early, pf);
 }
 
+/* ---- one token, one block per head: no split, no cluster ---- */
+
+/*
+ * A one-token attention of a head of D <= 64 dims (even) in one block of AH_WARPS warps: the
+ * cluster kernel above splits a head's rows over 16 blocks and combines their partials through
+ * distributed shared memory, two cluster barriers that cost about half its time at GPT-2's
+ * lengths (bench/gpu-notes.md, nineteenth session). Here the warps share the rows and combine
+ * in the block's own shared memory, after one barrier.
+ *
+ * Lane l holds dims 2l and 2l + 1 of every row it sees (one 4- or 8-byte load a row). The rows
+ * come in chunks of AhRows::R rows a warp: warp w takes rows c CH + w + AH_WARPS i (i < R) of
+ * chunk c (CH = R AH_WARPS rows); row p = pos[0] is the new one, from the sources, every other
+ * row from the caches. pos is an input (read before the wait), and no kernel of the eval writes
+ * the cache rows before p, so the first two chunks are loaded before the PDL wait: all the rows
+ * up to 2 CH (256 with f16 caches) arrive while the kernel before runs. The next kernel may
+ * start right after the wait (a.late is not read): with a block a head, every block is resident
+ * by then, and the next one's weights load while this one attends (GPT-2 1558M: 1.25-1.26 ms a
+ * token against 1.26 with the trigger after the rows; bench/gpu-notes.md).
+ */
+enum { AH_WARPS = 16, AH_THREADS = 32 * AH_WARPS };
+
+/* Dims 2l and 2l + 1 of a row of dtype KV: their bits, and their values. */
+template <int KV> struct AhBits {
+    typedef uint32_t T; /* f16: a half2 */
+};
+template <> struct AhBits<GP_F32> {
+    typedef uint2 T;
+};
+
+template <int KV> struct AhRows {
+    enum { R = KV == GP_F16 ? 8 : 4 }; /* rows of a chunk a warp (two chunks in registers) */
+};
+
+__device__ __forceinline__ float2 ah_val(uint32_t b)
+{
+    return __half22float2(*(const __half2 *)&b);
+}
+
+__device__ __forceinline__ float2 ah_val(uint2 b)
+{
+    return make_float2(__uint_as_float(b.x), __uint_as_float(b.y));
+}
+
+/* The bits of v (already a value of the cache's dtype). */
+template <int KV> __device__ __forceinline__ typename AhBits<KV>::T ah_bits(float2 v);
+template <> __device__ __forceinline__ uint32_t ah_bits<GP_F16>(float2 v)
+{
+    __half2 h = __floats2half2_rn(v.x, v.y);
+    return *(const uint32_t *)&h;
+}
+template <> __device__ __forceinline__ uint2 ah_bits<GP_F32>(float2 v)
+{
+    return make_uint2(__float_as_uint(v.x), __float_as_uint(v.y));
+}
+
+template <int KV> struct AhChunk {
+    typename AhBits<KV>::T k[AhRows<KV>::R], v[AhRows<KV>::R];
+};
+
+/* Chunk c's rows of this warp below p (the cached ones) from the caches at pk, pv (this warp's
+ * row 0 and this lane's dims; rows nbk and nbv apart); zero elsewhere, and for lanes past D. */
+template <int KV>
+__device__ __forceinline__ void ah_load(AhChunk<KV> &ch, const char *pk, const char *pv, int64_t nbk,
+                                        int64_t nbv, int c, int p, bool on)
+{
+    typedef typename AhBits<KV>::T T;
+    enum { R = AhRows<KV>::R };
+    int r0 = c * R * AH_WARPS + (threadIdx.x >> 5);
+    pk += r0 * nbk;
+    pv += r0 * nbv;
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        ch.k[i] = ch.v[i] = T();
+        if (on && r0 + AH_WARPS * i < p) {
+            ch.k[i] = *(const T *)(pk + i * AH_WARPS * nbk);
+            ch.v[i] = *(const T *)(pv + i * AH_WARPS * nbv);
+        }
+    }
+}
+
+/* Each lane's sums s[i] of R rows -> the warp's sum of row lane / (32 / R), in every lane: a
+ * reduction that halves the rows at each exchange (R - 1 + log2(32 / R) shuffles, not 5 R). */
+template <int R> __device__ __forceinline__ float ah_rows_sum(float (&s)[R])
+{
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int n = R, o = 16; n > 1; n >>= 1, o >>= 1) {
+        bool up = lane & o;
+#pragma unroll
+        for (int i = 0; i < n / 2; i++) {
+            float keep = up ? s[i + n / 2] : s[i], give = up ? s[i] : s[i + n / 2];
+            s[i] = keep + __shfl_xor_sync(0xffffffffu, give, o);
+        }
+    }
+    return lanes_sum<32 / R>(s[0]);
+}
+
+/* Chunk c of this warp into its running max m, sum l and accumulator acc (dims 2l, 2l + 1). */
+template <int KV>
+__device__ __forceinline__ void ah_attend(const AhChunk<KV> &ch, float2 q, float scale, int c,
+                                          int p, float &m, float &l, float2 &acc)
+{
+    enum { R = AhRows<KV>::R, LPR = 32 / R }; /* lanes a row after the reduction */
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    float s[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        float2 k = ah_val(ch.k[i]);
+        s[i] = q.x * k.x + q.y * k.y;
+    }
+    int r = c * R * AH_WARPS + w + AH_WARPS * (lane / LPR);
+    float x = ah_rows_sum<R>(s) * scale; /* every lane: its shuffles take the whole warp */
+    x = r <= p ? x : -INFINITY;
+    float cm = x;
+#pragma unroll
+    for (int o = 16; o >= LPR; o >>= 1)
+        cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+    float mn = fmaxf(m, cm);
+    if (mn == -INFINITY) /* no row of this warp in the chunk (warp-uniform) */
+        return;
+    float corr = expf(m - mn), e = expf(x - mn), es = e;
+#pragma unroll
+    for (int o = 16; o >= LPR; o >>= 1)
+        es += __shfl_xor_sync(0xffffffffu, es, o);
+    l = l * corr + es;
+    acc.x *= corr;
+    acc.y *= corr;
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        float ei = __shfl_sync(0xffffffffu, e, i * LPR);
+        float2 v = ah_val(ch.v[i]);
+        acc.x += ei * v.x;
+        acc.y += ei * v.y;
+    }
+    m = mn;
+}
+
+template <int KV>
+__global__ void __launch_bounds__(AH_THREADS, 1) k_attention_head(DecArgs a)
+{
+    typedef typename AhBits<KV>::T T;
+    enum { R = AhRows<KV>::R, CH = R * AH_WARPS };
+    __shared__ float sm_m[AH_WARPS], sm_l[AH_WARPS];
+    __shared__ float2 sm_acc[AH_WARPS][32];
+    STAMP_BEGIN(3);
+    a = dec_typed(a, KV);
+    const KT &kc = a.kc, &vc = a.vc;
+    int64_t h = blockIdx.x, H = a.q.ne[2], D = a.q.ne[3], G = kc.ne[2], g = h / (H / G);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    bool on = 2 * lane < D;
+    int p = *(const int32_t *)a.pos.p; /* an input: read before the wait */
+    if (p < 0 || p >= kc.ne[1])
+        p = -1;
+    const char *pk = kc.p + g * kc.nb[2] + lane * sizeof(T), *pv = vc.p + g * vc.nb[2] + lane * sizeof(T);
+    AhChunk<KV> cur, nxt;
+    ah_load<KV>(cur, pk, pv, kc.nb[1], vc.nb[1], 0, p, on);
+    ah_load<KV>(nxt, pk, pv, kc.nb[1], vc.nb[1], 1, p, on);
+    pdl_begin(); /* the next kernel's blocks may start: these are all resident by now */
+    STAMP(1);
+    if (p < 0)
+        return;
+    /* q, and the new row for the warp that takes it (chunk p / CH, slot p % CH / AH_WARPS) */
+    float2 q = on ? *(const float2 *)(a.q.p + h * a.q.nb[2] + 8 * lane) : make_float2(0.f, 0.f);
+    int pc = p / CH, pi = p % CH / AH_WARPS;
+    bool takes_new = w == p % AH_WARPS;
+    T kn = T(), vn = T();
+    if (takes_new && on) {
+        float2 kx = *(const float2 *)(a.kx.p + g * a.kx.nb[2] + 8 * lane);
+        float2 vx = *(const float2 *)(a.vx.p + g * a.vx.nb[2] + 8 * lane);
+        kn = ah_bits<KV>(kx); /* rounded to the cache's dtype, as the store writes it */
+        vn = ah_bits<KV>(vx);
+        if (h % (H / G) == 0) { /* the group's first head writes the row */
+            *(T *)(pk + p * kc.nb[1]) = kn;
+            *(T *)(pv + p * vc.nb[1]) = vn;
+        }
+    }
+    STAMP(2);
+    float m = -INFINITY, l = 0.0f;
+    float2 acc = make_float2(0.f, 0.f);
+    for (int c = 0; c <= pc; c++) {
+        if (c == pc && takes_new) {
+#pragma unroll
+            for (int i = 0; i < R; i++)
+                if (i == pi) {
+                    cur.k[i] = kn;
+                    cur.v[i] = vn;
+                }
+        }
+        ah_attend<KV>(cur, q, a.scale, c, p, m, l, acc);
+        cur = nxt;
+        if (c + 2 <= pc)
+            ah_load<KV>(nxt, pk, pv, kc.nb[1], vc.nb[1], c + 2, p, on);
+    }
+    STAMP(3);
+    if (lane == 0) {
+        sm_m[w] = m;
+        sm_l[w] = l;
+    }
+    sm_acc[w][lane] = acc;
+    __syncthreads();
+    if (w != 0 || !on)
+        return;
+    float M = -INFINITY, L = 0.0f;
+    float2 o = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int i = 0; i < AH_WARPS; i++)
+        M = fmaxf(M, sm_m[i]);
+#pragma unroll
+    for (int i = 0; i < AH_WARPS; i++) {
+        float f = split_weight(sm_m[i], M);
+        float2 x = sm_acc[i][lane];
+        L += f * sm_l[i];
+        o.x += f * x.x;
+        o.y += f * x.y;
+    }
+    *(float2 *)(a.o.p + h * a.o.nb[2] + 8 * lane) = make_float2(o.x / L, o.y / L);
+    STAMP(4);
+}
+
+static std::atomic<long long> head_launches(0); /* launches of k_attention_head */
+
+/* The caches' dtype when k_attention_head takes a one-token attention, else -1: att_kv's operands
+ * (caches both f16 or both f32; q, the new rows and the output f32; no ropes; pos an input, read
+ * before the wait), heads of D <= 64 dims, D even, and every row aligned for its two-dim loads. */
+static int head_kv(const gp_cu_ctx *c, const DecArgs &d, int early)
+{
+    int kv = d.kc.t == d.vc.t && (d.kc.t == GP_F16 || d.kc.t == GP_F32) ? d.kc.t : -1;
+    int64_t D = d.q.ne[3], es = kv == GP_F16 ? 2 : 4;
+    if (!c->att_head || c->mk || !early || kv < 0 || d.q.t != GP_F32 || d.kx.t != GP_F32 ||
+        d.vx.t != GP_F32 || d.o.t != GP_F32 || d.rq.on || d.rk.on || D > 64 || D % 2)
+        return -1;
+    const KT *f[4] = {&d.q, &d.kx, &d.vx, &d.o}, *cv[2] = {&d.kc, &d.vc};
+    for (int i = 0; i < 4; i++)
+        if (f[i]->nb[3] != 4 || f[i]->nb[2] % 8 || (uintptr_t)f[i]->p % 8)
+            return -1;
+    for (int i = 0; i < 2; i++)
+        if (cv[i]->nb[3] != es || cv[i]->nb[1] % (2 * es) || cv[i]->nb[2] % (2 * es) ||
+            (uintptr_t)cv[i]->p % (2 * es))
+            return -1;
+    return kv;
+}
+
 /* 1 when a one-token attention kernel can run clusters of n blocks (n <= 8 is portable; 16 is
  * allowed here where the device can). */
 template <int J, int KV> static int cluster_fits(int n)
@@ -1044,6 +1286,11 @@ extern "C" int64_t gp_cuda_qkv_attention_count(void)
     return qkv_launches.load();
 }
 
+extern "C" int64_t gp_cuda_attention_head_count(void)
+{
+    return head_launches.load();
+}
+
 extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
                                         const gp_cu_tensor *out, void *ws, size_t ws_size)
 {
@@ -1105,6 +1352,16 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
         decode_launches++;
         return 0;
     }
+    int hk = head_kv(c, d, a->pos_const);
+    if (hk >= 0) {
+        gp_cu_launch(c, hk == GP_F16 ? k_attention_head<GP_F16> : k_attention_head<GP_F32>,
+                     dim3((unsigned)H), AH_THREADS, 0, d);
+        if (gp_cu_check_launch(c, "attention_head"))
+            return -1;
+        decode_launches++;
+        head_launches++;
+        return 0;
+    }
     if (J == 2)
         launch_dec<2>(grid, d, a->pos_const, c);
     else if (J == 4)
@@ -1127,9 +1384,10 @@ void gp_cu_stamps_attention(void *f)
     /* Phases (STAMP n: the end of phase n): 1 the wait for the kernel before, 2 ready to attend
      * (qkvatt: q, k and v summed in the cluster; decode: pos read), 3 q loaded (and roped), 4
      * the cache rows and the new row attended, 5 the warps combined and the partials pushed, 6
-     * the cluster barrier, 7 the combined dims stored. */
-    static const char *const names[] = {"qkvatt", "decode"};
-    stamps_print((FILE *)f, "attention", names, 2);
+     * the cluster barrier, 7 the combined dims stored; head: 1 the wait, 2 q and the new row
+     * loaded, 3 the rows attended, 4 the warps combined and stored. */
+    static const char *const names[] = {"qkvatt", "decode", "head"};
+    stamps_print((FILE *)f, "attention", names, 3);
 #else
     (void)f;
 #endif

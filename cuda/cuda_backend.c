@@ -29,7 +29,8 @@
  * kc_typed) and "optyped" (the same for the norms and lookups, ops_typed); "copies" (an eval's
  * sizes and inputs go to the device in one copy, its outputs come back in as few as their
  * offsets allow, and a final argmax writes its logits and tokens to the host itself: see
- * "Copies" below).
+ * "Copies" below); "atthead" (a one-token attention of heads of up to 64 dims runs in one block
+ * a head, not in a cluster of 16 splits: k_attention_head in cuda_attention.cu).
  * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
  * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
  * wins over it); GPLAN_CUDA_TRANSPOSE=1
@@ -190,6 +191,7 @@ enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_C
        FUSE_FOLD = 8388608, FUSE_ACCUM = 16777216, FUSE_ATTTYPED = 33554432,
        FUSE_KCTYPED = 67108864, FUSE_OPTYPED = 134217728, FUSE_KVREGS = 268435456,
        FUSE_EPICONST = 536870912, FUSE_COPIES = 1073741824 };
+static const unsigned FUSE_ATTHEAD = 1u << 31; /* past an enum's int */
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -222,7 +224,7 @@ static void read_switches(cuda_be *b)
                                         "arnorm", "ropetab", "epiload", "normload",
                                         "embadd", "pairs", "qkvatt", "tiles", "tensor",
                                         "blasepi", "atomic", "fold", "accum", "atttyped",
-                                        "kctyped", "optyped", "kvregs", "epiconst", "copies"};
+                                        "kctyped", "optyped", "kvregs", "epiconst", "copies", "atthead"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
@@ -299,6 +301,7 @@ static void read_switches(cuda_be *b)
     b->kc.prefetch = pf && *pf == '1' && !(b->disable & FUSE_PREFETCH);
     b->kc.kv_prefetch = !(b->disable & FUSE_PREFETCH);
     b->kc.kv_regs = !(b->disable & FUSE_KVREGS);
+    b->kc.att_head = !(b->disable & FUSE_ATTHEAD);
     /* Measured 2026-11-30 (H200, ms per token, bench/gpu-notes.md): the norm's late trigger
      * -0.04 on Llama-7B (one GPU), -0.02 on GPT-2 1558M, +-0 elsewhere; the attention's -0.02 to
      * -0.04 on one GPU but +0.02 to +0.04 on Llama-7B on two (seventh session), and -0.015 to
@@ -1624,6 +1627,18 @@ static int over_q_exactly(const gp_cu_tensor *q, const gp_cu_tensor *o)
            q->nb[1] >= q->ne[2] * q->nb[2];
 }
 
+/* 1 when "atthead" would run the one-token attention d in one block a head (k_attention_head
+ * checks the rest at launch: f32 q, new rows and output, aligned rows): then qkvatt is not
+ * planned. Measured (H200, bench/gpu-notes.md, nineteenth session): GPT-2 117M 0.208 ms a token
+ * with c_attn launched before the attention's block a head, 0.233 with qkvatt's clusters. */
+static int head_takes(const cuda_be *b, const gp_cu_decode_att *d)
+{
+    gp_dtype kt = d->k_cache.dtype;
+    return !(b->disable & FUSE_ATTHEAD) && d->pos_const && !d->rope_q.on && !d->rope_k.on &&
+           kt == d->v_cache.dtype && (kt == GP_F16 || kt == GP_F32) && d->q.ndim == 3 &&
+           d->q.ne[2] <= 64 && d->q.ne[2] % 2 == 0;
+}
+
 /*
  * qkvatt. The fused one-token attention a (d, its sources' tensors src: q, k, v) whose q, k and v
  * are columns of one tensor qkv = norm(x) @ w + bias that nothing else reads (GPT-2's c_attn: a
@@ -1642,7 +1657,7 @@ static void plan_qkv_attention(cuda_be *b, int a, gp_cu_decode_att *d, const int
     const gp_plan_tensor *root = &p->tensors[qkv];
     int e = root->producer, mm = e - 1, nn = e - 2;
     if ((b->disable & (FUSE_QKVATT | FUSE_NORM | FUSE_EPILOGUE)) || !(b->disable & FUSE_MEGA) ||
-        bytes_root(b, src[1]) != qkv || bytes_root(b, src[2]) != qkv ||
+        head_takes(b, d) || bytes_root(b, src[1]) != qkv || bytes_root(b, src[2]) != qkv ||
         root->kind != GP_TENSOR_INTERMEDIATE || nn < 0 || p->nodes[mm].op != GP_OP_MATMUL ||
         p->nodes[e].output != qkv || !b->nodes[nn].prenorm || b->nodes[mm].epi.n != 1 ||
         b->nodes[mm].epi.op[0] != GP_OP_ADD || b->nodes[mm].epi.has_tail ||

@@ -63,6 +63,8 @@ typedef struct {
     int kv_prefetch;         /* 1: attention kernels prefetch their cache rows likewise */
     int kv_regs;             /* 1: one-token attentions load their first cache rows before
                                 their PDL wait, into registers (decode_first) */
+    int att_head;            /* 1: one-token attentions of heads of up to 64 dims run in one
+                                block a head where they can (k_attention_head), not split */
     int late;                /* GP_LATE_* bits: those kernels let the next one start only once
                                 their loads are done, not at their start (the norm; the
                                 one-token attention without qkvatt) */
@@ -293,6 +295,8 @@ int gp_cuda_attention_decode_ok(const gp_cu_decode_att *a, const gp_cu_tensor *o
 int64_t gp_cuda_attention_decode_count(void);
 /* How many of those launches computed their q, k and v themselves (has_qkv; for tests). */
 int64_t gp_cuda_qkv_attention_count(void);
+/* How many ran in one block a head (k_attention_head; for tests). */
+int64_t gp_cuda_attention_head_count(void);
 /* Prompt attentions launched as tiles (k_attention_tiles) so far, for tests. */
 int64_t gp_cuda_attention_tiles_count(void);
 /* Those launched on tensor cores (k_attention_mma), for tests. */

@@ -1,6 +1,7 @@
 /* The one test driver: registers every suite (or those named on the command line), runs them and
  * exits non-zero when any assertion failed. CU_basic_run_tests alone reports no failures. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <CUnit/Basic.h>
 #include "tests/driver.h"
@@ -37,7 +38,9 @@ int main(int argc, char **argv)
         CU_cleanup_registry();
         return GP_TEST_SKIPPED;
     }
-    CU_basic_set_mode(CU_BRM_NORMAL);
+    /* GPLAN_TEST_VERBOSE=1: each test's name as it starts (which one hangs, on a device) */
+    const char *verbose = getenv("GPLAN_TEST_VERBOSE");
+    CU_basic_set_mode(verbose && *verbose == '1' ? CU_BRM_VERBOSE : CU_BRM_NORMAL);
     CU_basic_run_tests();
     unsigned failed = CU_get_number_of_failures();
     unsigned failed_suites = CU_get_number_of_suites_failed();

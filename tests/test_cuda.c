@@ -1790,6 +1790,8 @@ static void test_attention_decode(void)
                     }
                     cudaMemset(out.d.data, 0xff, out.bytes);
                     int64_t n0 = gp_cuda_attention_decode_count();
+                    int64_t h0 = gp_cuda_attention_head_count();
+                    k.c.att_head = 1; /* never taken here: a rope, D = 128 or pos not early */
                     CU_ASSERT_EQUAL(gp_cuda_attention_decode_ok(&a, &out.d), 1);
                     int r = gp_cuda_attention_decode(&k.c, &a, &out.d, ws, dws);
                     if (r)
@@ -1797,6 +1799,8 @@ static void test_attention_decode(void)
                     CU_ASSERT_EQUAL(r, 0);
                     CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
                     CU_ASSERT_EQUAL(gp_cuda_attention_decode_count(), n0 + 1);
+                    CU_ASSERT_EQUAL(gp_cuda_attention_head_count(),
+                                    h0 + (rv == 0 && D <= 64 && a.pos_const));
                     char name[128];
                     snprintf(name, sizeof name,
                              "attention_decode %s H %d G %d D %d pos %d rope %d%s cluster %d",
@@ -1820,6 +1824,95 @@ static void test_attention_decode(void)
                     tt_free(&pos);
                     tt_free(&qr);
                     tt_free(&kr);
+                    tt_free(&out);
+                }
+    kctx_free(&k);
+}
+
+/*
+ * One-token attention in one block a head (k_attention_head) against the CPU's stores and
+ * attention: caches f32 and f16, grouped (H = 4, G = 2) or not, D 64, 48 and 32, pos from 0 to
+ * past four chunks of rows (a chunk is 64 to 128 rows: the first two are loaded before the PDL
+ * wait, later ones in the loop), the output over q once; the caches bit for bit, the output
+ * within 1e-5, and one launch of that kernel each. (test_attention_decode checks that operands
+ * it does not take, ropes, D = 128 or a pos read after the wait, go to the other kernels.)
+ */
+static void test_attention_head(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    k.c.pdl = 1;
+    const int64_t S = 640, H = 4;
+    const int32_t poss[] = {0, 1, 15, 63, 64, 127, 128, 160, 255, 256, 257, 400, 639};
+    const int np = (int)(sizeof poss / sizeof poss[0]);
+    const int64_t dims[3] = {64, 48, 32};
+    int idx = 0;
+    for (int dt = 0; dt < 2; dt++)
+        for (int gq = 0; gq < 2; gq++)
+            for (int dd = 0; dd < 3; dd++)
+                for (int pi = 0; pi < np; pi++, idx++) {
+                    int64_t G = gq ? 2 : 4, D = dims[dd], W = (H + 2 * G) * D;
+                    int32_t P = poss[pi];
+                    gp_dtype ct = dt ? GP_F16 : GP_F32;
+                    int64_t sw[2] = {1, W}, sc[3] = {S, G, D}, sq[3] = {1, H, D}, sp[1] = {1};
+                    tt qkv, kc, vc, pos, out;
+                    tt_new(&qkv, GP_F32, 2, sw, 1.0f);
+                    tt_new(&kc, ct, 3, sc, 1.0f);
+                    tt_new(&vc, ct, 3, sc, 1.0f);
+                    tt_new(&pos, GP_I32, 1, sp, 1.0f);
+                    tt_new(&out, GP_F32, 3, sq, 1.0f);
+                    memcpy(pos.h.data, &P, 4);
+                    cudaMemcpy(pos.d.data, &P, 4, cudaMemcpyHostToDevice);
+                    gp_ktensor hq, hk, hv;
+                    gp_cu_tensor dq, dk, dv;
+                    row_view(&qkv, 0, H, D, &hq, &dq);
+                    row_view(&qkv, H * D, G, D, &hk, &dk);
+                    row_view(&qkv, (H + G) * D, G, D, &hv, &dv);
+                    gp_attrs none = {{0}, {0}}, aa = {{0}, {1.0 / sqrt((double)D), 0}};
+                    gp_ktensor s0[3] = {kc.h, pos.h, hk}, s1[3] = {vc.h, pos.h, hv};
+                    gp_cpu_compute(GP_OP_STORE, &none, &kc.h, s0, 3, NULL, 0, 0, 1);
+                    gp_cpu_compute(GP_OP_STORE, &none, &vc.h, s1, 3, NULL, 0, 0, 1);
+                    gp_ktensor ain[4] = {hq, kc.h, vc.h, pos.h};
+                    size_t wsz = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &out.h, ain, 4, 1);
+                    void *hws = malloc(wsz);
+                    gp_cpu_compute(GP_OP_ATTENTION, &aa, &out.h, ain, 4, hws, wsz, 0, 1);
+                    free(hws);
+                    gp_cu_decode_att a = {.q = dq, .k = dk, .v = dv, .k_cache = kc.d,
+                                          .v_cache = vc.d, .pos = pos.d, .scale = aa.f[0],
+                                          .pos_const = 1};
+                    /* the last case of each cache type writes its output over q */
+                    int over_q = pi == np - 1 && gq == 1 && dd == 0;
+                    const gp_cu_tensor *o = over_q ? &dq : &out.d;
+                    cudaMemset(out.d.data, 0xff, out.bytes);
+                    k.c.att_head = 1;
+                    int64_t n0 = gp_cuda_attention_head_count();
+                    int r = gp_cuda_attention_decode(&k.c, &a, o, NULL, 0);
+                    if (r)
+                        fprintf(stderr, "\n  attention_head: %s\n", k.c.err);
+                    CU_ASSERT_EQUAL(r, 0);
+                    CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+                    CU_ASSERT_EQUAL(gp_cuda_attention_head_count(), n0 + 1);
+                    char name[128];
+                    snprintf(name, sizeof name, "attention_head %s H %d G %d D %d pos %d%s",
+                             dt ? "f16" : "f32", (int)H, (int)G, (int)D, (int)P,
+                             over_q ? " over q" : "");
+                    int same_k = same_on_device(&kc), same_v = same_on_device(&vc);
+                    if (!same_k || !same_v)
+                        fprintf(stderr, "\n  %s: caches differ from the CPU's stores (k %d, v %d)\n",
+                                name, !same_k, !same_v);
+                    CU_ASSERT(same_k && same_v);
+                    gp_ktensor g = out.h;
+                    g.data = malloc(out.bytes);
+                    if (over_q) /* q's rows are qkv's first H D floats */
+                        cudaMemcpy(g.data, qkv.d.data, out.bytes, cudaMemcpyDeviceToHost);
+                    else
+                        cudaMemcpy(g.data, out.d.data, out.bytes, cudaMemcpyDeviceToHost);
+                    CHECK_ERR(name, rel_err(&g, &out.h), 1e-5);
+                    free(g.data);
+                    tt_free(&qkv);
+                    tt_free(&kc);
+                    tt_free(&vc);
+                    tt_free(&pos);
                     tt_free(&out);
                 }
     kctx_free(&k);
@@ -2475,8 +2568,9 @@ static void mega_cases(const char *mega)
 }
 
 /* qkvatt: GPT-2 heads of 64 with 16-bit weights compute c_attn inside the one-token attention
- * (the default) or not; enqueued for every layer. The CPU reference is looser with 16-bit weights
- * (prompts go through cuBLAS in f16), and with an f16 cache, where a new row rounds either way. */
+ * (with atthead off: by default the attention runs in one block a head, c_attn before it) or not;
+ * enqueued for every layer. The CPU reference is looser with 16-bit weights (prompts go through
+ * cuBLAS in f16), and with an f16 cache, where a new row rounds either way. */
 static void test_model_qkvatt(void)
 {
     static const char *const defs[][7] = {
@@ -2485,9 +2579,9 @@ static void test_model_qkvatt(void)
         {"n_layer=1", "n_embd=1280", "n_head=20", "vocab_size=512", "n_positions=64",
          "wtype=bf16", "kv_type=f16"}};
     for (int i = 0; i < 2; i++)
-        decode_on_vs_off("examples/gpt2.gplan", defs[i], 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
-                         "qkvatt", gp_cuda_qkv_attention_count, i ? 1 : 2, i ? 5e-3 : 1e-4,
-                         i ? 1e-2 : 2e-3);
+        decode_on_vs_off("examples/gpt2.gplan", defs[i], 7, "GPLAN_CUDA_DISABLE", "atthead",
+                         "GPLAN_CUDA_DISABLE", "atthead,qkvatt", gp_cuda_qkv_attention_count,
+                         i ? 1 : 2, i ? 5e-3 : 1e-4, i ? 1e-2 : 2e-3);
 }
 
 /* Two GPT-2 layers of heads of 64, f16 weights and an f32 cache. */
@@ -2500,26 +2594,30 @@ static const char *const gpt2_wide[7] = {"n_layer=1", "n_embd=1280", "n_head=20"
                                          "n_positions=64", "wtype=bf16", "kv_type=f16"};
 
 /* decode_on_vs_off for each GPT-2 model of decode_cases (f32 weights, within 1e-4), the fusion off
- * with GPLAN_CUDA_DISABLE=off and count() growing by at least per_layer a layer with it on. */
-static void gpt2_cases_on_vs_off(const char *off, int64_t (*count)(void), int per_layer)
+ * with GPLAN_CUDA_DISABLE=off and count() growing by at least per_layer a layer with it on (with
+ * GPLAN_CUDA_DISABLE=on when on is not NULL). */
+static void gpt2_cases_on_vs_off(const char *on, const char *off, int64_t (*count)(void),
+                                 int per_layer)
 {
+    const char *on_var = on ? "GPLAN_CUDA_DISABLE" : NULL;
     for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
         const decode_case *c = &decode_cases[i];
         if (strstr(c->example, "gpt2"))
-            decode_on_vs_off(c->example, c->defs, c->n_defs, NULL, NULL, "GPLAN_CUDA_DISABLE", off,
-                             count, per_layer * c->n_layer, 1e-4, 1e-4);
+            decode_on_vs_off(c->example, c->defs, c->n_defs, on_var, on, "GPLAN_CUDA_DISABLE",
+                             off, count, per_layer * c->n_layer, 1e-4, 1e-4);
     }
 }
 
 /* gpt2_cases_on_vs_off, then two layers of heads of 64 with f16 weights and a 1280-wide layer of
  * bf16 weights (tolerances for 16-bit weights), count() growing by at least n64 and nwide. */
-static void gpt2_all_on_vs_off(const char *off, int64_t (*count)(void), int per_layer, int n64,
-                               int nwide)
+static void gpt2_all_on_vs_off(const char *on, const char *off, int64_t (*count)(void),
+                               int per_layer, int n64, int nwide)
 {
-    gpt2_cases_on_vs_off(off, count, per_layer);
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", off,
-                     count, n64, 1e-4, 2e-3);
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", off,
+    const char *on_var = on ? "GPLAN_CUDA_DISABLE" : NULL;
+    gpt2_cases_on_vs_off(on, off, count, per_layer);
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, on_var, on, "GPLAN_CUDA_DISABLE",
+                     off, count, n64, 1e-4, 2e-3);
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, on_var, on, "GPLAN_CUDA_DISABLE", off,
                      count, nwide, 5e-3, 1e-2);
 }
 
@@ -2528,23 +2626,24 @@ static void gpt2_all_on_vs_off(const char *off, int64_t (*count)(void), int per_
  * and a 1280-wide layer of bf16 weights. Llama's o and down ([N, K] weights) take other kernels. */
 static void test_model_atomic(void)
 {
-    gpt2_cases_on_vs_off("atomic", gp_cuda_matvec_add_count, 2);
+    gpt2_cases_on_vs_off(NULL, "atomic", gp_cuda_matvec_add_count, 2);
     decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
                      "atomic", gp_cuda_matvec_add_count, 2, 5e-3, 1e-2);
 }
 
 /* fold: the layer norms before GPT-2's c_attn and c_fc folded into their one-row products (the
  * default) against the same model unfolded and the CPU: f32 weights, f32 and f16 caches; f16
- * weights with qkvatt off (c_attn in the matvec); a 1280-wide layer of bf16 weights, where qkvatt
- * takes c_attn and normalizes x itself, and only c_fc folds. */
+ * weights with qkvatt off (c_attn in the matvec); a 1280-wide layer of bf16 weights with atthead
+ * off, where qkvatt takes c_attn and normalizes x itself, and only c_fc folds. */
 static void test_model_fold(void)
 {
-    gpt2_cases_on_vs_off("fold", gp_cuda_matvec_fold_count, 2);
+    gpt2_cases_on_vs_off(NULL, "fold", gp_cuda_matvec_fold_count, 2);
     decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, "GPLAN_CUDA_DISABLE", "qkvatt",
                      "GPLAN_CUDA_DISABLE", "qkvatt,fold", gp_cuda_matvec_fold_count, 4, 1e-4, 2e-3);
     int64_t q0 = gp_cuda_qkv_attention_count();
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE", "fold",
-                     gp_cuda_matvec_fold_count, 1, 5e-3, 1e-2);
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, "GPLAN_CUDA_DISABLE", "atthead",
+                     "GPLAN_CUDA_DISABLE", "atthead,fold", gp_cuda_matvec_fold_count, 1, 5e-3,
+                     1e-2);
     CU_ASSERT(gp_cuda_qkv_attention_count() - q0 >= 2); /* c_attn in qkvatt, on and off */
 }
 
@@ -2559,7 +2658,7 @@ static int64_t acc_count(void)
  * at head dims 64, f16 weights, and in a 1280-wide layer of bf16 weights. */
 static void test_model_accum(void)
 {
-    gpt2_all_on_vs_off("accum", acc_count, 1, 2, 1);
+    gpt2_all_on_vs_off(NULL, "accum", acc_count, 1, 2, 1);
 }
 
 static int64_t typed_count(void)
@@ -2568,15 +2667,25 @@ static int64_t typed_count(void)
            gp_cuda_ops_typed_count();
 }
 
-/* atttyped, kctyped and optyped: the instances of the one-token attention (qkvatt too), of the
- * adding [K, N] matvecs and of the norms and lookups for their operands' dtypes (the default)
- * against the generic kernels and the CPU:
+/* atttyped, kctyped and optyped: the instances of the one-token attention (qkvatt too; atthead
+ * off, so that the attention runs its cluster kernel), of the adding [K, N] matvecs and of the
+ * norms and lookups for their operands' dtypes (the default) against the generic kernels and the
+ * CPU:
  * GPT-2 with f32 weights, f32 and f16 caches (the attention and at least one product a layer);
  * f16 weights with qkvatt at head dims 64 and an f32 cache; a 1280-wide layer of bf16 weights and
  * an f16 cache. */
 static void test_model_typed(void)
 {
-    gpt2_all_on_vs_off("atttyped,kctyped,optyped", typed_count, 2, 4, 2);
+    gpt2_all_on_vs_off("atthead", "atthead,atttyped,kctyped,optyped", typed_count, 2, 4, 2);
+}
+
+/* atthead: GPT-2's one-token attentions in one block a head (k_attention_head; the default,
+ * where qkvatt is not planned) against the cluster kernel (qkvatt off too) and the CPU, one a
+ * layer: f32 weights with f32 and f16 caches, heads of 64 with f16 weights and an f32 cache, a
+ * 1280-wide layer of bf16 weights and an f16 cache. */
+static void test_model_atthead(void)
+{
+    gpt2_all_on_vs_off(NULL, "atthead,qkvatt", gp_cuda_attention_head_count, 1, 2, 1);
 }
 
 static void test_model_mega(void)
@@ -2615,6 +2724,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "matvec tail: the norm of the residual sum in the last block", test_matvec_tail);
     CU_add_test(s, "attention: split-KV decode and prompts", test_attention);
     CU_add_test(s, "one-token attention with ropes and K/V stores inside", test_attention_decode);
+    CU_add_test(s, "one-token attention in one block a head", test_attention_head);
     CU_add_test(s, "prompts: a cuBLAS product's epilogue in one launch", test_blas_epilogue);
     CU_add_test(s, "prompts: attention in tiles, on tensor cores, against the CPU",
                 test_model_prompt_tiles);
@@ -2632,6 +2742,8 @@ void gp_suite_cuda(void)
     CU_add_test(s, "GPT-2 decode: products adding into zeroed outputs or not", test_model_accum);
     CU_add_test(s, "GPT-2 decode: kernel instances for the operands' dtypes or generic ones",
                 test_model_typed);
+    CU_add_test(s, "GPT-2 decode: one-token attention in one block a head or in a cluster",
+                test_model_atthead);
     CU_add_test(s, "Llama and GPT-2 decode: inputs and outputs in one copy each or not",
                 test_model_copies);
     CU_add_test(s, "Llama and GPT-2 decode: persistent decode kernel or launches", test_model_mega);
