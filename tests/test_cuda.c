@@ -2724,7 +2724,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "matvec tail: the norm of the residual sum in the last block", test_matvec_tail);
     CU_add_test(s, "attention: split-KV decode and prompts", test_attention);
     CU_add_test(s, "one-token attention with ropes and K/V stores inside", test_attention_decode);
-    CU_add_test(s, "one-token attention in one block a head", test_attention_head);
+    CU_add_test(s, "atthead: one-token attention in one block a head", test_attention_head);
     CU_add_test(s, "prompts: a cuBLAS product's epilogue in one launch", test_blas_epilogue);
     CU_add_test(s, "prompts: attention in tiles, on tensor cores, against the CPU",
                 test_model_prompt_tiles);
