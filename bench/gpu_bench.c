@@ -1,7 +1,8 @@
 /* GPU benchmark of one plan on the CUDA backend (bench/gpu.sh runs it): for each configuration
  * (fusion switches, PDL, graphs or eager, timing experiments that leave kernels out), checks the
  * logits of a 4-token prompt and one decode step against the CPU backend, times decode (a 32-token
- * prompt, then 128 tokens fed back by argmax) and a 512-token prompt, and counts allocations during
+ * prompt, or GPLAN_BENCH_PROMPT tokens up to 512, then 128 tokens fed back by argmax) and a
+ * 512-token prompt, and counts allocations during
  * evals: the backend's own count, host mallocs (defined here; by the eval thread and by others,
  * with the callers of the first ones: their return addresses, named with dladdr at the end), CUDA
  * calls (the LD_PRELOAD shim, when loaded) and device free memory.
@@ -425,7 +426,10 @@ static int run_config(gp_model *m, const char *label, const config *cf, int64_t 
             return -1;
         }
     }
-    enum { P = 32, N = 128 };
+    /* GPLAN_BENCH_PROMPT=P: decode after a prompt of P tokens (default 32, at most 512) */
+    enum { N = 128 };
+    const char *pe = getenv("GPLAN_BENCH_PROMPT");
+    int P = pe && atoi(pe) >= 1 && atoi(pe) <= 512 ? atoi(pe) : 32;
     int32_t ids[512], pos[512];
     for (int i = 0; i < 512; i++) {
         ids[i] = (i * 7919) % (int32_t)V;
