@@ -968,6 +968,11 @@ __global__ void __launch_bounds__(AH_THREADS, 1) k_attention_head(DecArgs a)
 
 static std::atomic<long long> head_launches(0); /* launches of k_attention_head */
 
+extern "C" int gp_cuda_attention_head_rows(int kv)
+{
+    return kv == GP_F16 ? 2 * AH_WARPS * AhRows<GP_F16>::R : 2 * AH_WARPS * AhRows<GP_F32>::R;
+}
+
 /* The caches' dtype when k_attention_head takes a one-token attention, else -1: att_kv's operands
  * (caches both f16 or both f32; q, the new rows and the output f32; no ropes; pos an input, read
  * before the wait), heads of D <= 64 dims, D even, and every row aligned for its two-dim loads. */

@@ -30,7 +30,9 @@
  * sizes and inputs go to the device in one copy, its outputs come back in as few as their
  * offsets allow, and a final argmax writes its logits and tokens to the host itself: see
  * "Copies" below); "atthead" (a one-token attention of heads of up to 64 dims runs in one block
- * a head, not in a cluster of 16 splits: k_attention_head in cuda_attention.cu).
+ * a head, not in a cluster of 16 splits: k_attention_head in cuda_attention.cu; at positions
+ * past the rows it loads before its wait, one-token evals replay a second graph with the split
+ * kernel, plan_head_pos).
  * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
  * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
  * wins over it); GPLAN_CUDA_TRANSPOSE=1
@@ -166,6 +168,13 @@ typedef struct {
     int64_t ar_at;                  /* kc.launches right after the last all-reduce's launch */
     cu_graph graphs[MAX_GRAPHS];
     int n_graphs;
+    /* atthead: the one-token attentions run in one block a head up to position head_rows - 1
+     * of their pos input (io bytes at head_pos; -1: no such attention, or several pos inputs),
+     * and from head_rows on split in clusters: from graph long1 (has_long1), captured with
+     * att_head off */
+    int64_t head_pos;
+    int head_rows, has_long1;
+    cu_graph long1;
     int buckets;                    /* 1: pad the token count to a power of two (cuBLAS safe) */
     int created;                    /* create has returned: allocations now count */
     cudaEvent_t *ev;                /* GPLAN_CUDA_PROFILE=1: [n_nodes + 1] events (eager evals) */
@@ -512,7 +521,12 @@ enum { COPY_GAP = 16384, ARGMAX_COPY_MAX = 524288 };
 
 /* Copies enqueued by evals, every session: all of them, and those carrying more than one
  * transfer. */
-static atomic_llong all_copies, merged_copies;
+static atomic_llong all_copies, merged_copies, long_evals;
+
+int64_t gp_cuda_long_evals(void)
+{
+    return atomic_load(&long_evals);
+}
 
 int64_t gp_cuda_copies_count(int merged)
 {
@@ -764,8 +778,8 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
     return copy_outputs(b, hio, err, err_len);
 }
 
-/* Captures one eval at launch sizes `top` (for the plan's one symbolic dim) into a graph. */
-static int capture(cuda_be *b, int64_t top, char *err, size_t err_len)
+/* Captures one eval at launch sizes `top` (for the plan's one symbolic dim) into cg. */
+static int capture(cuda_be *b, cu_graph *cg, int64_t top, char *err, size_t err_len)
 {
     cudaGraph_t g = NULL;
     if (b->p->n_syms)
@@ -780,13 +794,11 @@ static int capture(cuda_be *b, int64_t top, char *err, size_t err_len)
     CU_TRY(e);
     if (gp_cuda_mk_upload(b->mk, err, err_len))
         goto fail;
-    cu_graph *cg = &b->graphs[b->n_graphs];
     CU_TRY(cudaGraphInstantiate(&cg->exec, g, 0));
     /* What the first launch would do (the driver allocates host memory there for graphs holding
      * NCCL's kernels), now: measured on 2 H200s, 2-3 host allocations in the first evals without. */
     CU_TRY(cudaGraphUpload(cg->exec, b->stream));
     cg->top = top;
-    b->n_graphs++;
     cudaGraphDestroy(g);
     return 0;
 fail:
@@ -1639,6 +1651,39 @@ static int head_takes(const cuda_be *b, const gp_cu_decode_att *d)
            d->q.ne[2] <= 64 && d->q.ne[2] % 2 == 0;
 }
 
+/* head_pos and head_rows: where the one-token attentions that atthead takes read their
+ * position (one i32 input for all of them, else none: head_pos -1), and the fewest rows any of
+ * them loads early. */
+static void plan_head_pos(cuda_be *b)
+{
+    b->head_pos = -1;
+    b->head_rows = 0;
+    for (int i = 0; i < b->p->n_nodes; i++) {
+        const gp_cu_decode_att *d = &b->nodes[i].dec;
+        if (!b->nodes[i].dec_on || !head_takes(b, d))
+            continue;
+        int64_t at = (const unsigned char *)d->pos.data - b->dev[GP_REGION_IO];
+        int rows = gp_cuda_attention_head_rows(d->k_cache.dtype);
+        if (at < 0 || at + 4 > b->p->regions[GP_REGION_IO].size ||
+            (b->head_rows && at != b->head_pos)) {
+            b->head_pos = -1;
+            return;
+        }
+        b->head_pos = at;
+        b->head_rows = b->head_rows && b->head_rows < rows ? b->head_rows : rows;
+    }
+}
+
+/* 1 when this eval is one token at a position past head_rows: the long-context graph's. */
+static int long_now(const cuda_be *b)
+{
+    int32_t pos;
+    if (b->head_pos < 0 || (b->p->n_syms == 1 && b->pin_syms[0] != 1))
+        return 0;
+    memcpy(&pos, b->host_io + b->head_pos, 4);
+    return pos >= b->head_rows;
+}
+
 /*
  * qkvatt. The fused one-token attention a (d, its sources' tensors src: q, k, v) whose q, k and v
  * are columns of one tensor qkv = norm(x) @ w + bias that nothing else reads (GPT-2's c_attn: a
@@ -2190,6 +2235,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     plan_argmax_copy(b);
     plan_rope_tables(b, (float *)((char *)b->dparam + param_tabs_at()));
     plan_accumulate(b, uses);
+    plan_head_pos(b);
     free(uses);
     if (check_all_reduces(b, err, err_len))
         goto fail;
@@ -2242,13 +2288,17 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
      * inputs may hold anything here: the kernels skip out-of-range ones. all_reduce only copies
      * (b->warming): the other ranks may not be created yet, and NCCL was warmed up with them. */
     b->warming = 1;
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < 3; w++) { /* the third: one token, the long-context attention */
+        if (w == 2 && b->head_pos < 0)
+            break;
         for (int s = 0; s < p->n_syms; s++)
-            b->launch[s] = b->pin_syms[s] = w ? p->syms[s].bound : 1;
+            b->launch[s] = b->pin_syms[s] = w == 1 ? p->syms[s].bound : 1;
+        b->kc.att_head = w < 2 && !(b->disable & FUSE_ATTHEAD);
         if (enqueue_eval(b, err, err_len))
             goto fail;
         CU_TRY(cudaStreamSynchronize(b->stream));
     }
+    b->kc.att_head = !(b->disable & FUSE_ATTHEAD);
     b->warming = 0;
     CU_TRY(cudaMemset(b->dev[GP_REGION_STATE], 0, (size_t)p->regions[GP_REGION_STATE].size));
 
@@ -2280,20 +2330,30 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     b->buckets = bucket_safe(p);
     if (!(env && *env == '0') && p->n_syms <= 1) {
         if (p->n_syms == 0) {
-            if (capture(b, 0, err, err_len))
+            if (capture(b, &b->graphs[b->n_graphs], 0, err, err_len))
                 goto fail;
+            b->n_graphs++;
         } else {
             int64_t bound = p->syms[0].bound;
             for (int64_t top = 1; b->n_graphs < MAX_GRAPHS; top *= 2) {
                 int64_t t = top < bound ? top : bound;
                 int64_t l0 = b->kc.launches + gp_cuda_mk_launches(b->mk);
-                if (capture(b, t, err, err_len))
+                if (capture(b, &b->graphs[b->n_graphs], t, err, err_len))
                     goto fail;
+                b->n_graphs++;
                 if (top == 1)
                     launches1 = b->kc.launches + gp_cuda_mk_launches(b->mk) - l0;
                 if (t == bound || !b->buckets)
                     break; /* not bucket-safe: only the one-token graph (exact) */
             }
+        }
+        if (b->head_pos >= 0 && !b->mk && (p->n_syms == 0 || b->graphs[0].top == 1)) {
+            b->kc.att_head = 0; /* one token past head_rows: the split attention */
+            int r = capture(b, &b->long1, p->n_syms ? 1 : 0, err, err_len);
+            b->kc.att_head = 1;
+            if (r)
+                goto fail;
+            b->has_long1 = 1;
         }
         CU_TRY(cudaStreamSynchronize(b->stream));
     }
@@ -2389,6 +2449,11 @@ static int be_eval(void *ctx, const unsigned char *extras, char *err, size_t err
     if (!b->io_registered)
         memcpy(b->pin_io, b->host_io, (size_t)p->regions[GP_REGION_IO].size);
     cu_graph *g = pick_graph(b, b->pin_syms);
+    int long_ctx = long_now(b);
+    if (g && long_ctx && b->has_long1 && g == &b->graphs[0]) {
+        g = &b->long1;
+        atomic_fetch_add(&long_evals, 1);
+    }
     if (b->in_span)
         stage_inputs(b, g ? &g->top : b->pin_syms); /* at the sizes the copy has */
     if (g) {
@@ -2401,7 +2466,10 @@ static int be_eval(void *ctx, const unsigned char *extras, char *err, size_t err
     } else {
         for (int s = 0; s < p->n_syms; s++)
             b->launch[s] = b->pin_syms[s];
-        if (enqueue_eval(b, err, err_len))
+        b->kc.att_head = !(b->disable & FUSE_ATTHEAD) && !long_ctx;
+        int r = enqueue_eval(b, err, err_len);
+        b->kc.att_head = !(b->disable & FUSE_ATTHEAD);
+        if (r)
             goto launch_failed;
     }
     /* Several ranks: a wait that gives up when another rank fails (cuda/cuda_comm.h). */
@@ -2504,6 +2572,8 @@ static void be_destroy(void *ctx)
     free(b->ev);
     for (int i = 0; i < b->n_graphs; i++)
         cudaGraphExecDestroy(b->graphs[i].exec);
+    if (b->has_long1)
+        cudaGraphExecDestroy(b->long1.exec);
     gp_cuda_mk_destroy(b->mk);
     if (b->blas)
         cublasDestroy(b->blas);

@@ -14,4 +14,8 @@ void gp_cuda_eval_stats(double *seconds, int64_t *evals);
  * outputs: "copies" in cuda/cuda_backend.c). */
 int64_t gp_cuda_copies_count(int merged);
 
+/* One-token evals that replayed the graph for long contexts (their position past the rows the
+ * block-a-head attention loads early: "atthead" in cuda/cuda_backend.c), every session. */
+int64_t gp_cuda_long_evals(void);
+
 #endif

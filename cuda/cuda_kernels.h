@@ -297,6 +297,10 @@ int64_t gp_cuda_attention_decode_count(void);
 int64_t gp_cuda_qkv_attention_count(void);
 /* How many ran in one block a head (k_attention_head; for tests). */
 int64_t gp_cuda_attention_head_count(void);
+/* The cache rows k_attention_head loads before its PDL wait, for caches of dtype kv (f16 or
+ * f32): it pays up to them; past them its rows' loads are round trips after the wait, and the
+ * split kernel is faster (bench/gpu-notes.md, nineteenth session). */
+int gp_cuda_attention_head_rows(int kv);
 /* Prompt attentions launched as tiles (k_attention_tiles) so far, for tests. */
 int64_t gp_cuda_attention_tiles_count(void);
 /* Those launched on tensor cores (k_attention_mma), for tests. */

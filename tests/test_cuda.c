@@ -2688,6 +2688,66 @@ static void test_model_atthead(void)
     gpt2_all_on_vs_off(NULL, "atthead,qkvatt", gp_cuda_attention_head_count, 1, 2, 1);
 }
 
+/* atthead past the rows it loads early: one-token evals at later positions replay a graph with
+ * the split attention instead (gp_cuda_long_evals counts them). GPT-2 with heads of 64 and f32
+ * weights, an f16 cache (256 rows early) after a 250-token prompt and an f32 cache (128 rows)
+ * after 120, then 12 steps each: logits against the CPU's every step, and exactly the steps at
+ * or past those rows counted, none with atthead off. */
+static void test_model_atthead_long(void)
+{
+    static const char *const defs[2][7] = {
+        {"n_layer=2", "n_embd=128", "n_head=2", "vocab_size=512", "n_positions=320", "wtype=f32",
+         "kv_type=f16"},
+        {"n_layer=2", "n_embd=128", "n_head=2", "vocab_size=512", "n_positions=160", "wtype=f32",
+         "kv_type=f32"}};
+    const int prompt[2] = {250, 120}, rows[2] = {256, 128};
+    for (int c = 0; c < 2; c++) {
+        gp_test_model_opts o = {defs[c], 7, NULL, 1, 42};
+        gp_model *m = gp_test_model("examples/gpt2.gplan", &o, NULL);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+        char err[1024];
+        gp_session_opts oc = {"cpu", 1, 0};
+        gp_session *on = session_with(m, NULL, NULL);
+        gp_session *off = session_with(m, "GPLAN_CUDA_DISABLE", "atthead");
+        gp_session *cpu = gp_session_new(m, &oc, err, sizeof err);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(on);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(off);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(cpu);
+        gp_model_info info;
+        gp_model_get_info(m, &info);
+        int64_t V = info.vocab;
+        size_t n = (size_t)prompt[c] * (size_t)V;
+        float *l_on = malloc(sizeof(float) * n), *l_cpu = malloc(sizeof(float) * n);
+        int start = 0, longs = 0;
+        for (int i = 0; i < 13; i++) {
+            int t = i == 0 ? prompt[c] : 1;
+            CU_ASSERT_EQUAL_FATAL(step(cpu, t, start, l_cpu, V), 0);
+            int64_t l0 = gp_cuda_long_evals();
+            CU_ASSERT_EQUAL_FATAL(step(off, t, start, l_on, V), 0);
+            CU_ASSERT_EQUAL(gp_cuda_long_evals(), l0);
+            CU_ASSERT_EQUAL_FATAL(step(on, t, start, l_on, V), 0);
+            int is_long = t == 1 && start >= rows[c];
+            longs += is_long;
+            CU_ASSERT_EQUAL(gp_cuda_long_evals(), l0 + is_long);
+            CU_ASSERT(next_agrees(on, l_on, t, V));
+            double e = max_rel(l_on, l_cpu, (size_t)t * (size_t)V);
+            if (!(e <= 1e-4))
+                fprintf(stderr, "\n  atthead long: case %d step %d (%d tokens at %d): %.3g\n", c, i,
+                        t, start, e);
+            CU_ASSERT(e <= 1e-4);
+            start += t;
+        }
+        CU_ASSERT_EQUAL(longs, prompt[c] + 12 - rows[c]);
+        CU_ASSERT_EQUAL(gp_session_backend_allocs(on), 0);
+        free(l_on);
+        free(l_cpu);
+        gp_session_free(cpu);
+        gp_session_free(off);
+        gp_session_free(on);
+        gp_model_free(m);
+    }
+}
+
 static void test_model_mega(void)
 {
     mega_cases("1");
@@ -2744,6 +2804,8 @@ void gp_suite_cuda(void)
                 test_model_typed);
     CU_add_test(s, "GPT-2 decode: one-token attention in one block a head or in a cluster",
                 test_model_atthead);
+    CU_add_test(s, "GPT-2 decode: the split attention past the rows atthead loads early",
+                test_model_atthead_long);
     CU_add_test(s, "Llama and GPT-2 decode: inputs and outputs in one copy each or not",
                 test_model_copies);
     CU_add_test(s, "Llama and GPT-2 decode: persistent decode kernel or launches", test_model_mega);
