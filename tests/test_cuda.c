@@ -1687,6 +1687,73 @@ static const gp_ktensor *cpu_rope(const gp_cu_rope *r, const gp_ktensor *x, cons
     return &y->h;
 }
 
+/* A one-token attention's operands and the CPU's result: q, k and v column blocks of one f32 row
+ * (as GPT-2's qkv), caches [S, G, D] of dtype ct, pos = P; the CPU's ropes rq and rk, the two
+ * stores (the caches' host copies then hold what the device's should after the launch) and the
+ * attention into out's host copy. a: the launch's operands (ropes and scale set). */
+typedef struct {
+    tt qkv, kc, vc, pos, qr, kr, out;
+    gp_ktensor hq, hk, hv;
+    gp_cu_tensor dq, dk, dv;
+    gp_cu_decode_att a;
+} dec_case;
+
+static void dec_case_new(dec_case *c, gp_dtype ct, int64_t H, int64_t G, int64_t D, int64_t S,
+                         int32_t P, gp_cu_rope rq, gp_cu_rope rk)
+{
+    int64_t sw[2] = {1, (H + 2 * G) * D}, sc[3] = {S, G, D}, sq[3] = {1, H, D};
+    int64_t sk[3] = {1, G, D}, sp[1] = {1};
+    tt_new(&c->qkv, GP_F32, 2, sw, 1.0f);
+    tt_new(&c->kc, ct, 3, sc, 1.0f);
+    tt_new(&c->vc, ct, 3, sc, 1.0f);
+    tt_new(&c->pos, GP_I32, 1, sp, 1.0f);
+    tt_new(&c->qr, GP_F32, 3, sq, 1.0f);
+    tt_new(&c->kr, GP_F32, 3, sk, 1.0f);
+    tt_new(&c->out, GP_F32, 3, sq, 1.0f);
+    memcpy(c->pos.h.data, &P, 4);
+    cudaMemcpy(c->pos.d.data, &P, 4, cudaMemcpyHostToDevice);
+    row_view(&c->qkv, 0, H, D, &c->hq, &c->dq);
+    row_view(&c->qkv, H * D, G, D, &c->hk, &c->dk);
+    row_view(&c->qkv, (H + G) * D, G, D, &c->hv, &c->dv);
+    const gp_ktensor *q_in = cpu_rope(&rq, &c->hq, &c->pos, &c->qr);
+    const gp_ktensor *k_in = cpu_rope(&rk, &c->hk, &c->pos, &c->kr);
+    gp_attrs none = {{0}, {0}}, aa = {{0}, {1.0 / sqrt((double)D), 0}};
+    gp_ktensor s0[3] = {c->kc.h, c->pos.h, *k_in}, s1[3] = {c->vc.h, c->pos.h, c->hv};
+    gp_cpu_compute(GP_OP_STORE, &none, &c->kc.h, s0, 3, NULL, 0, 0, 1);
+    gp_cpu_compute(GP_OP_STORE, &none, &c->vc.h, s1, 3, NULL, 0, 0, 1);
+    gp_ktensor ain[4] = {*q_in, c->kc.h, c->vc.h, c->pos.h};
+    size_t wsz = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &c->out.h, ain, 4, 1);
+    void *hws = malloc(wsz);
+    gp_cpu_compute(GP_OP_ATTENTION, &aa, &c->out.h, ain, 4, hws, wsz, 0, 1);
+    free(hws);
+    c->a = (gp_cu_decode_att){.q = c->dq, .k = c->dk, .v = c->dv, .k_cache = c->kc.d,
+                              .v_cache = c->vc.d, .pos = c->pos.d, .rope_q = rq, .rope_k = rk,
+                              .scale = aa.f[0]};
+}
+
+/* After the launch: the device's caches hold the CPU's stores bit for bit, and its output (at
+ * dev_out: out's device copy, or q's when written over it) is within 1e-5 of the CPU's. */
+static void dec_case_check(const dec_case *c, const char *name, const void *dev_out)
+{
+    int same_k = same_on_device(&c->kc), same_v = same_on_device(&c->vc);
+    if (!same_k || !same_v)
+        fprintf(stderr, "\n  %s: caches differ from the CPU's stores (k %d, v %d)\n", name, !same_k,
+                !same_v);
+    CU_ASSERT(same_k && same_v);
+    gp_ktensor g = c->out.h;
+    g.data = malloc(c->out.bytes);
+    cudaMemcpy(g.data, dev_out, c->out.bytes, cudaMemcpyDeviceToHost);
+    CHECK_ERR(name, rel_err(&g, &c->out.h), 1e-5);
+    free(g.data);
+}
+
+static void dec_case_free(dec_case *c)
+{
+    tt *t[7] = {&c->qkv, &c->kc, &c->vc, &c->pos, &c->qr, &c->kr, &c->out};
+    for (int i = 0; i < 7; i++)
+        tt_free(t[i]);
+}
+
 /*
  * One-token attention with its ropes and K/V stores inside (gp_cuda_attention_decode) against the
  * CPU's rope, store and attention nodes one by one: the caches bit for bit (the new rows and
@@ -1715,7 +1782,7 @@ static void test_attention_decode(void)
         for (int gq = 0; gq < 2; gq++)
             for (int dd = 0; dd < 2; dd++)
                 for (int pi = 0; pi < 3; pi++, idx++) {
-                    int64_t H = 4, G = gq ? 2 : 4, D = dd ? 128 : 64, W = (H + 2 * G) * D;
+                    int64_t H = 4, G = gq ? 2 : 4, D = dd ? 128 : 64;
                     int32_t P = poss[pi];
                     gp_dtype ct = dt ? GP_F16 : GP_F32;
                     /* ropes: none, both rotate-half, both interleaved, q rotate-half and k
@@ -1726,39 +1793,10 @@ static void test_attention_decode(void)
                     rk2.theta = 500000.0;
                     gp_cu_rope rq = rv == 1 || rv == 3 ? rn : rv == 2 ? ri : off;
                     gp_cu_rope rk = rv == 1 ? rn : rv == 2 ? ri : rv == 3 ? rk2 : rv == 4 ? rn : off;
-                    int64_t sw[2] = {1, W}, sc[3] = {S, G, D}, sq[3] = {1, H, D}, sk[3] = {1, G, D};
-                    int64_t sp[1] = {1};
-                    tt qkv, kc, vc, pos, qr, kr, out;
-                    tt_new(&qkv, GP_F32, 2, sw, 1.0f);
-                    tt_new(&kc, ct, 3, sc, 1.0f);
-                    tt_new(&vc, ct, 3, sc, 1.0f);
-                    tt_new(&pos, GP_I32, 1, sp, 1.0f);
-                    tt_new(&qr, GP_F32, 3, sq, 1.0f);
-                    tt_new(&kr, GP_F32, 3, sk, 1.0f);
-                    tt_new(&out, GP_F32, 3, sq, 1.0f);
-                    memcpy(pos.h.data, &P, 4);
-                    cudaMemcpy(pos.d.data, &P, 4, cudaMemcpyHostToDevice);
-                    gp_ktensor hq, hk, hv;
-                    gp_cu_tensor dq, dk, dv;
-                    row_view(&qkv, 0, H, D, &hq, &dq);
-                    row_view(&qkv, H * D, G, D, &hk, &dk);
-                    row_view(&qkv, (H + G) * D, G, D, &hv, &dv);
-                    /* The CPU: rope(s), the two stores, attention. */
-                    const gp_ktensor *q_in = cpu_rope(&rq, &hq, &pos, &qr);
-                    const gp_ktensor *k_in = cpu_rope(&rk, &hk, &pos, &kr);
-                    gp_attrs none = {{0}, {0}}, aa = {{0}, {1.0 / sqrt((double)D), 0}};
-                    gp_ktensor s0[3] = {kc.h, pos.h, *k_in}, s1[3] = {vc.h, pos.h, hv};
-                    gp_cpu_compute(GP_OP_STORE, &none, &kc.h, s0, 3, NULL, 0, 0, 1);
-                    gp_cpu_compute(GP_OP_STORE, &none, &vc.h, s1, 3, NULL, 0, 0, 1);
-                    gp_ktensor ain[4] = {*q_in, kc.h, vc.h, pos.h};
-                    size_t wsz = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &out.h, ain, 4, 1);
-                    void *hws = malloc(wsz);
-                    gp_cpu_compute(GP_OP_ATTENTION, &aa, &out.h, ain, 4, hws, wsz, 0, 1);
-                    free(hws);
-                    /* The GPU, in one launch. */
-                    gp_cu_decode_att a = {.q = dq, .k = dk, .v = dv, .k_cache = kc.d,
-                                          .v_cache = vc.d, .pos = pos.d, .rope_q = rq,
-                                          .rope_k = rk, .scale = aa.f[0], .pos_const = idx % 2};
+                    dec_case dc;
+                    dec_case_new(&dc, ct, H, G, D, S, P, rq, rk);
+                    gp_cu_decode_att a = dc.a;
+                    a.pos_const = idx % 2;
                     size_t dws = idx % 7 == 3 ? 0 : (size_t)GP_WS_ATTN_SPLITS * H * (D + 2) * 4;
                     void *ws = NULL;
                     if (dws)
@@ -1779,21 +1817,21 @@ static void test_attention_decode(void)
                         gp_cu_rope_tab t[2];
                         int nt = 0;
                         if (rq.on) {
-                            t[nt++] = (gp_cu_rope_tab){rq, pos.d, tabs};
+                            t[nt++] = (gp_cu_rope_tab){rq, dc.pos.d, tabs};
                             a.tab_q = tabs;
                         }
                         if (rk.on) {
-                            t[nt++] = (gp_cu_rope_tab){rk, pos.d, tabs + D};
+                            t[nt++] = (gp_cu_rope_tab){rk, dc.pos.d, tabs + D};
                             a.tab_k = tabs + D;
                         }
                         CU_ASSERT_EQUAL(gp_cuda_rope_tables(&k.c, t, nt), 0);
                     }
-                    cudaMemset(out.d.data, 0xff, out.bytes);
+                    cudaMemset(dc.out.d.data, 0xff, dc.out.bytes);
                     int64_t n0 = gp_cuda_attention_decode_count();
                     int64_t h0 = gp_cuda_attention_head_count();
                     k.c.att_head = 1; /* never taken here: a rope, D = 128 or pos not early */
-                    CU_ASSERT_EQUAL(gp_cuda_attention_decode_ok(&a, &out.d), 1);
-                    int r = gp_cuda_attention_decode(&k.c, &a, &out.d, ws, dws);
+                    CU_ASSERT_EQUAL(gp_cuda_attention_decode_ok(&a, &dc.out.d), 1);
+                    int r = gp_cuda_attention_decode(&k.c, &a, &dc.out.d, ws, dws);
                     if (r)
                         fprintf(stderr, "\n  attention_decode: %s\n", k.c.err);
                     CU_ASSERT_EQUAL(r, 0);
@@ -1806,25 +1844,10 @@ static void test_attention_decode(void)
                              "attention_decode %s H %d G %d D %d pos %d rope %d%s cluster %d",
                              dt ? "f16" : "f32", (int)H, (int)G, (int)D, (int)P, rv,
                              use_tab ? " tables" : "", k.c.att_cluster);
-                    int same_k = same_on_device(&kc), same_v = same_on_device(&vc);
-                    if (!same_k || !same_v)
-                        fprintf(stderr, "\n  %s: caches differ from the CPU's stores (k %d, v %d)\n",
-                                name, !same_k, !same_v);
-                    CU_ASSERT(same_k && same_v);
-                    gp_ktensor g = out.h;
-                    g.data = malloc(out.bytes);
-                    cudaMemcpy(g.data, out.d.data, out.bytes, cudaMemcpyDeviceToHost);
-                    CHECK_ERR(name, rel_err(&g, &out.h), 1e-5);
-                    free(g.data);
+                    dec_case_check(&dc, name, dc.out.d.data);
                     cudaFree(ws);
                     cudaFree(tabs);
-                    tt_free(&qkv);
-                    tt_free(&kc);
-                    tt_free(&vc);
-                    tt_free(&pos);
-                    tt_free(&qr);
-                    tt_free(&kr);
-                    tt_free(&out);
+                    dec_case_free(&dc);
                 }
     kctx_free(&k);
 }
@@ -1851,39 +1874,17 @@ static void test_attention_head(void)
         for (int gq = 0; gq < 2; gq++)
             for (int dd = 0; dd < 3; dd++)
                 for (int pi = 0; pi < np; pi++, idx++) {
-                    int64_t G = gq ? 2 : 4, D = dims[dd], W = (H + 2 * G) * D;
+                    int64_t G = gq ? 2 : 4, D = dims[dd];
                     int32_t P = poss[pi];
-                    gp_dtype ct = dt ? GP_F16 : GP_F32;
-                    int64_t sw[2] = {1, W}, sc[3] = {S, G, D}, sq[3] = {1, H, D}, sp[1] = {1};
-                    tt qkv, kc, vc, pos, out;
-                    tt_new(&qkv, GP_F32, 2, sw, 1.0f);
-                    tt_new(&kc, ct, 3, sc, 1.0f);
-                    tt_new(&vc, ct, 3, sc, 1.0f);
-                    tt_new(&pos, GP_I32, 1, sp, 1.0f);
-                    tt_new(&out, GP_F32, 3, sq, 1.0f);
-                    memcpy(pos.h.data, &P, 4);
-                    cudaMemcpy(pos.d.data, &P, 4, cudaMemcpyHostToDevice);
-                    gp_ktensor hq, hk, hv;
-                    gp_cu_tensor dq, dk, dv;
-                    row_view(&qkv, 0, H, D, &hq, &dq);
-                    row_view(&qkv, H * D, G, D, &hk, &dk);
-                    row_view(&qkv, (H + G) * D, G, D, &hv, &dv);
-                    gp_attrs none = {{0}, {0}}, aa = {{0}, {1.0 / sqrt((double)D), 0}};
-                    gp_ktensor s0[3] = {kc.h, pos.h, hk}, s1[3] = {vc.h, pos.h, hv};
-                    gp_cpu_compute(GP_OP_STORE, &none, &kc.h, s0, 3, NULL, 0, 0, 1);
-                    gp_cpu_compute(GP_OP_STORE, &none, &vc.h, s1, 3, NULL, 0, 0, 1);
-                    gp_ktensor ain[4] = {hq, kc.h, vc.h, pos.h};
-                    size_t wsz = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &out.h, ain, 4, 1);
-                    void *hws = malloc(wsz);
-                    gp_cpu_compute(GP_OP_ATTENTION, &aa, &out.h, ain, 4, hws, wsz, 0, 1);
-                    free(hws);
-                    gp_cu_decode_att a = {.q = dq, .k = dk, .v = dv, .k_cache = kc.d,
-                                          .v_cache = vc.d, .pos = pos.d, .scale = aa.f[0],
-                                          .pos_const = 1};
+                    gp_cu_rope off = {0, 0, 0, 0.0, GP_F32};
+                    dec_case dc;
+                    dec_case_new(&dc, dt ? GP_F16 : GP_F32, H, G, D, S, P, off, off);
+                    gp_cu_decode_att a = dc.a;
+                    a.pos_const = 1;
                     /* the last case of each cache type writes its output over q */
                     int over_q = pi == np - 1 && gq == 1 && dd == 0;
-                    const gp_cu_tensor *o = over_q ? &dq : &out.d;
-                    cudaMemset(out.d.data, 0xff, out.bytes);
+                    const gp_cu_tensor *o = over_q ? &dc.dq : &dc.out.d;
+                    cudaMemset(dc.out.d.data, 0xff, dc.out.bytes);
                     k.c.att_head = 1;
                     int64_t n0 = gp_cuda_attention_head_count();
                     int r = gp_cuda_attention_decode(&k.c, &a, o, NULL, 0);
@@ -1896,24 +1897,9 @@ static void test_attention_head(void)
                     snprintf(name, sizeof name, "attention_head %s H %d G %d D %d pos %d%s",
                              dt ? "f16" : "f32", (int)H, (int)G, (int)D, (int)P,
                              over_q ? " over q" : "");
-                    int same_k = same_on_device(&kc), same_v = same_on_device(&vc);
-                    if (!same_k || !same_v)
-                        fprintf(stderr, "\n  %s: caches differ from the CPU's stores (k %d, v %d)\n",
-                                name, !same_k, !same_v);
-                    CU_ASSERT(same_k && same_v);
-                    gp_ktensor g = out.h;
-                    g.data = malloc(out.bytes);
-                    if (over_q) /* q's rows are qkv's first H D floats */
-                        cudaMemcpy(g.data, qkv.d.data, out.bytes, cudaMemcpyDeviceToHost);
-                    else
-                        cudaMemcpy(g.data, out.d.data, out.bytes, cudaMemcpyDeviceToHost);
-                    CHECK_ERR(name, rel_err(&g, &out.h), 1e-5);
-                    free(g.data);
-                    tt_free(&qkv);
-                    tt_free(&kc);
-                    tt_free(&vc);
-                    tt_free(&pos);
-                    tt_free(&out);
+                    /* over q: q's rows are qkv's first H D floats */
+                    dec_case_check(&dc, name, over_q ? dc.qkv.d.data : dc.out.d.data);
+                    dec_case_free(&dc);
                 }
     kctx_free(&k);
 }
