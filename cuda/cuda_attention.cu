@@ -809,8 +809,8 @@ template <int KV> struct AhChunk {
 /* Chunk c's rows of this warp below p (the cached ones) from the caches at pk, pv (this warp's
  * row 0 and this lane's dims; rows nbk and nbv apart); zero elsewhere, and for lanes past D. */
 template <int KV>
-__device__ __forceinline__ void ah_load(AhChunk<KV> &ch, const char *pk, const char *pv, int64_t nbk,
-                                        int64_t nbv, int c, int p, bool on)
+__device__ __forceinline__ void ah_load(AhChunk<KV> &ch, const char *pk, const char *pv,
+                                        int64_t nbk, int64_t nbv, int c, int p, bool on)
 {
     typedef typename AhBits<KV>::T T;
     enum { R = AhRows<KV>::R };
@@ -900,7 +900,8 @@ __global__ void __launch_bounds__(AH_THREADS, 1) k_attention_head(DecArgs a)
     int p = *(const int32_t *)a.pos.p; /* an input: read before the wait */
     if (p < 0 || p >= kc.ne[1])
         p = -1;
-    const char *pk = kc.p + g * kc.nb[2] + lane * sizeof(T), *pv = vc.p + g * vc.nb[2] + lane * sizeof(T);
+    const char *pk = kc.p + g * kc.nb[2] + lane * sizeof(T);
+    const char *pv = vc.p + g * vc.nb[2] + lane * sizeof(T);
     AhChunk<KV> cur, nxt;
     ah_load<KV>(cur, pk, pv, kc.nb[1], vc.nb[1], 0, p, on);
     ah_load<KV>(nxt, pk, pv, kc.nb[1], vc.nb[1], 1, p, on);

@@ -233,7 +233,8 @@ static void read_switches(cuda_be *b)
                                         "arnorm", "ropetab", "epiload", "normload",
                                         "embadd", "pairs", "qkvatt", "tiles", "tensor",
                                         "blasepi", "atomic", "fold", "accum", "atttyped",
-                                        "kctyped", "optyped", "kvregs", "epiconst", "copies", "atthead"};
+                                        "kctyped", "optyped", "kvregs", "epiconst", "copies",
+                                        "atthead"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
