@@ -764,7 +764,9 @@ template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, 
  * up to 2 CH (256 with f16 caches) arrive while the kernel before runs. The next kernel may
  * start right after the wait (a.late is not read): with a block a head, every block is resident
  * by then, and the next one's weights load while this one attends (GPT-2 1558M: 1.25-1.26 ms a
- * token against 1.26 with the trigger after the rows; bench/gpu-notes.md).
+ * token against 1.26 with the trigger after the rows; bench/gpu-notes.md). Past the first two
+ * chunks each chunk is a round trip after the wait, and the split kernel is faster (5% at
+ * positions 512-639): the backend runs that one there (plan_head_pos in cuda_backend.c).
  */
 enum { AH_WARPS = 16, AH_THREADS = 32 * AH_WARPS };
 
@@ -790,7 +792,7 @@ __device__ __forceinline__ float2 ah_val(uint2 b)
     return make_float2(__uint_as_float(b.x), __uint_as_float(b.y));
 }
 
-/* The bits of v (already a value of the cache's dtype). */
+/* v rounded to the cache's dtype (to nearest, as the store rounds), as its bits. */
 template <int KV> __device__ __forceinline__ typename AhBits<KV>::T ah_bits(float2 v);
 template <> __device__ __forceinline__ uint32_t ah_bits<GP_F16>(float2 v)
 {
