@@ -862,18 +862,11 @@ __device__ __forceinline__ void ah_attend(const AhChunk<KV> &ch, float2 q, float
     int r = c * R * AH_WARPS + w + AH_WARPS * (lane / LPR);
     float x = ah_rows_sum<R>(s) * scale; /* every lane: its shuffles take the whole warp */
     x = r <= p ? x : -INFINITY;
-    float cm = x;
-#pragma unroll
-    for (int o = 16; o >= LPR; o >>= 1)
-        cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
-    float mn = fmaxf(m, cm);
+    float mn = fmaxf(m, across_max<LPR>(x)); /* a row's LPR lanes hold the same x */
     if (mn == -INFINITY) /* no row of this warp in the chunk (warp-uniform) */
         return;
-    float corr = expf(m - mn), e = expf(x - mn), es = e;
-#pragma unroll
-    for (int o = 16; o >= LPR; o >>= 1)
-        es += __shfl_xor_sync(0xffffffffu, es, o);
-    l = l * corr + es;
+    float corr = expf(m - mn), e = expf(x - mn);
+    l = l * corr + across_sum<LPR>(e);
     acc.x *= corr;
     acc.y *= corr;
 #pragma unroll
@@ -976,27 +969,6 @@ extern "C" int gp_cuda_attention_head_rows(int kv)
     return kv == GP_F16 ? 2 * AH_WARPS * AhRows<GP_F16>::R : 2 * AH_WARPS * AhRows<GP_F32>::R;
 }
 
-/* The caches' dtype when k_attention_head takes a one-token attention, else -1: att_kv's operands
- * (caches both f16 or both f32; q, the new rows and the output f32; no ropes; pos an input, read
- * before the wait), heads of D <= 64 dims, D even, and every row aligned for its two-dim loads. */
-static int head_kv(const gp_cu_ctx *c, const DecArgs &d, int early)
-{
-    int kv = d.kc.t == d.vc.t && (d.kc.t == GP_F16 || d.kc.t == GP_F32) ? d.kc.t : -1;
-    int64_t D = d.q.ne[3], es = kv == GP_F16 ? 2 : 4;
-    if (!c->att_head || c->mk || !early || kv < 0 || d.q.t != GP_F32 || d.kx.t != GP_F32 ||
-        d.vx.t != GP_F32 || d.o.t != GP_F32 || d.rq.on || d.rk.on || D > 64 || D % 2)
-        return -1;
-    const KT *f[4] = {&d.q, &d.kx, &d.vx, &d.o}, *cv[2] = {&d.kc, &d.vc};
-    for (int i = 0; i < 4; i++)
-        if (f[i]->nb[3] != 4 || f[i]->nb[2] % 8 || (uintptr_t)f[i]->p % 8)
-            return -1;
-    for (int i = 0; i < 2; i++)
-        if (cv[i]->nb[3] != es || cv[i]->nb[1] % (2 * es) || cv[i]->nb[2] % (2 * es) ||
-            (uintptr_t)cv[i]->p % (2 * es))
-            return -1;
-    return kv;
-}
-
 /* 1 when a one-token attention kernel can run clusters of n blocks (n <= 8 is portable; 16 is
  * allowed here where the device can). */
 template <int J, int KV> static int cluster_fits(int n)
@@ -1045,6 +1017,25 @@ static const char *decode_unsupported(const gp_cu_decode_att *a, const gp_cu_ten
         if (r[i]->on && (r[i]->n < 0 || r[i]->n > D || r[i]->n % 2))
             return "rope: needs an even n <= D";
     return NULL;
+}
+
+extern "C" int gp_cuda_attention_head_kv(const gp_cu_decode_att *a, const gp_cu_tensor *out)
+{
+    const gp_cu_tensor *f[4] = {&a->q, &a->k, &a->v, out}, *cv[2] = {&a->k_cache, &a->v_cache};
+    int t = cv[0]->dtype, kv = t == cv[1]->dtype && (t == GP_F16 || t == GP_F32) ? t : -1;
+    int64_t D = a->q.ne[2], es = kv == GP_F16 ? 2 : 4;
+    if (kv < 0 || decode_unsupported(a, out) || !a->pos_const || a->rope_q.on || a->rope_k.on ||
+        D > 64 || D % 2)
+        return -1;
+    for (int i = 0; i < 4; i++) /* rows of f32, dims in pairs of 8 bytes */
+        if (f[i]->dtype != GP_F32 || f[i]->nb[2] != 4 || f[i]->nb[1] % 8 ||
+            (uintptr_t)f[i]->data % 8)
+            return -1;
+    for (int i = 0; i < 2; i++) /* cache rows [S, G, D]: dims in pairs of 2 es bytes */
+        if (cv[i]->nb[2] != es || cv[i]->nb[0] % (2 * es) || cv[i]->nb[1] % (2 * es) ||
+            (uintptr_t)cv[i]->data % (2 * es))
+            return -1;
+    return kv;
 }
 
 /* ---- qkvatt: a one-token attention that first computes its head's q, k and v ---- */
@@ -1360,7 +1351,7 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
         decode_launches++;
         return 0;
     }
-    int hk = head_kv(c, d, a->pos_const);
+    int hk = c->att_head && !c->mk ? gp_cuda_attention_head_kv(a, out) : -1;
     if (hk >= 0) {
         gp_cu_launch(c, hk == GP_F16 ? k_attention_head<GP_F16> : k_attention_head<GP_F32>,
                      dim3((unsigned)H), AH_THREADS, 0, d);

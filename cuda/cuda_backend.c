@@ -311,7 +311,6 @@ static void read_switches(cuda_be *b)
     b->kc.prefetch = pf && *pf == '1' && !(b->disable & FUSE_PREFETCH);
     b->kc.kv_prefetch = !(b->disable & FUSE_PREFETCH);
     b->kc.kv_regs = !(b->disable & FUSE_KVREGS);
-    b->kc.att_head = !(b->disable & FUSE_ATTHEAD);
     /* Measured 2026-11-30 (H200, ms per token, bench/gpu-notes.md): the norm's late trigger
      * -0.04 on Llama-7B (one GPU), -0.02 on GPT-2 1558M, +-0 elsewhere; the attention's -0.02 to
      * -0.04 on one GPU but +0.02 to +0.04 on Llama-7B on two (seventh session), and -0.015 to
@@ -522,12 +521,7 @@ enum { COPY_GAP = 16384, ARGMAX_COPY_MAX = 524288 };
 
 /* Copies enqueued by evals, every session: all of them, and those carrying more than one
  * transfer. */
-static atomic_llong all_copies, merged_copies, long_evals;
-
-int64_t gp_cuda_long_evals(void)
-{
-    return atomic_load(&long_evals);
-}
+static atomic_llong all_copies, merged_copies;
 
 int64_t gp_cuda_copies_count(int merged)
 {
@@ -664,10 +658,13 @@ static int plan_copies(cuda_be *b, char *err, size_t err_len)
     return 0;
 }
 
-static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
+/* One eval at launch sizes b->launch onto b's stream; long_ctx: a one-token eval past head_rows,
+ * whose attentions run split (atthead off). */
+static int enqueue_eval(cuda_be *b, int long_ctx, char *err, size_t err_len)
 {
     const gp_plan *p = b->p;
     unsigned char *hio = b->io_registered ? b->host_io : b->pin_io;
+    b->kc.att_head = !(b->disable & FUSE_ATTHEAD) && !long_ctx;
     if (copy_inputs(b, hio, err, err_len))
         return -1;
     b->argmax_now = b->argmax_copy >= 0 &&
@@ -779,15 +776,17 @@ static int enqueue_eval(cuda_be *b, char *err, size_t err_len)
     return copy_outputs(b, hio, err, err_len);
 }
 
-/* Captures one eval at launch sizes `top` (for the plan's one symbolic dim) into cg. */
-static int capture(cuda_be *b, cu_graph *cg, int64_t top, char *err, size_t err_len)
+/* Captures one eval at launch sizes `top` (for the plan's one symbolic dim) into cg (long_ctx as
+ * enqueue_eval's). */
+static int capture(cuda_be *b, cu_graph *cg, int64_t top, int long_ctx, char *err,
+                   size_t err_len)
 {
     cudaGraph_t g = NULL;
     if (b->p->n_syms)
         b->launch[0] = top;
     CU_TRY(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
     b->kc.mk = b->mk; /* one-row launches become stages of persistent kernels */
-    int r = enqueue_eval(b, err, err_len);
+    int r = enqueue_eval(b, long_ctx, err, err_len);
     b->kc.mk = NULL;
     cudaError_t e = cudaStreamEndCapture(b->stream, &g);
     if (r)
@@ -1640,16 +1639,13 @@ static int over_q_exactly(const gp_cu_tensor *q, const gp_cu_tensor *o)
            q->nb[1] >= q->ne[2] * q->nb[2];
 }
 
-/* 1 when "atthead" would run the one-token attention d in one block a head (k_attention_head
- * checks the rest at launch: f32 q, new rows and output, aligned rows): then qkvatt is not
- * planned. Measured (H200, bench/gpu-notes.md, nineteenth session): GPT-2 117M 0.208 ms a token
- * with c_attn launched before the attention's block a head, 0.233 with qkvatt's clusters. */
-static int head_takes(const cuda_be *b, const gp_cu_decode_att *d)
+/* The caches' dtype when "atthead" runs the one-token attention d into out in one block a head
+ * (gp_cuda_attention_head_kv), else -1: then qkvatt is not planned. Measured (H200,
+ * bench/gpu-notes.md, nineteenth session): GPT-2 117M 0.208 ms a token with c_attn launched
+ * before the attention's block a head, 0.233 with qkvatt's clusters. */
+static int head_kv(const cuda_be *b, const gp_cu_decode_att *d, const gp_cu_tensor *out)
 {
-    gp_dtype kt = d->k_cache.dtype;
-    return !(b->disable & FUSE_ATTHEAD) && d->pos_const && !d->rope_q.on && !d->rope_k.on &&
-           kt == d->v_cache.dtype && (kt == GP_F16 || kt == GP_F32) && d->q.ndim == 3 &&
-           d->q.ne[2] <= 64 && d->q.ne[2] % 2 == 0;
+    return b->disable & FUSE_ATTHEAD ? -1 : gp_cuda_attention_head_kv(d, out);
 }
 
 /* head_pos and head_rows: where the one-token attentions that atthead takes read their
@@ -1661,10 +1657,11 @@ static void plan_head_pos(cuda_be *b)
     b->head_rows = 0;
     for (int i = 0; i < b->p->n_nodes; i++) {
         const gp_cu_decode_att *d = &b->nodes[i].dec;
-        if (!b->nodes[i].dec_on || !head_takes(b, d))
+        int kv = b->nodes[i].dec_on ? head_kv(b, d, &b->nodes[i].out) : -1;
+        if (kv < 0)
             continue;
         int64_t at = (const unsigned char *)d->pos.data - b->dev[GP_REGION_IO];
-        int rows = gp_cuda_attention_head_rows(d->k_cache.dtype);
+        int rows = gp_cuda_attention_head_rows(kv);
         if (at < 0 || at + 4 > b->p->regions[GP_REGION_IO].size ||
             (b->head_rows && at != b->head_pos)) {
             b->head_pos = -1;
@@ -1673,6 +1670,14 @@ static void plan_head_pos(cuda_be *b)
         b->head_pos = at;
         b->head_rows = b->head_rows && b->head_rows < rows ? b->head_rows : rows;
     }
+}
+
+/* One-token evals that replayed long1, every session. */
+static atomic_llong long_evals;
+
+int64_t gp_cuda_long_evals(void)
+{
+    return atomic_load(&long_evals);
 }
 
 /* 1 when this eval is one token at a position past head_rows: the long-context graph's. */
@@ -1703,7 +1708,7 @@ static void plan_qkv_attention(cuda_be *b, int a, gp_cu_decode_att *d, const int
     const gp_plan_tensor *root = &p->tensors[qkv];
     int e = root->producer, mm = e - 1, nn = e - 2;
     if ((b->disable & (FUSE_QKVATT | FUSE_NORM | FUSE_EPILOGUE)) || !(b->disable & FUSE_MEGA) ||
-        head_takes(b, d) || bytes_root(b, src[1]) != qkv || bytes_root(b, src[2]) != qkv ||
+        head_kv(b, d, &b->nodes[a].out) >= 0 || bytes_root(b, src[1]) != qkv || bytes_root(b, src[2]) != qkv ||
         root->kind != GP_TENSOR_INTERMEDIATE || nn < 0 || p->nodes[mm].op != GP_OP_MATMUL ||
         p->nodes[e].output != qkv || !b->nodes[nn].prenorm || b->nodes[mm].epi.n != 1 ||
         b->nodes[mm].epi.op[0] != GP_OP_ADD || b->nodes[mm].epi.has_tail ||
@@ -2294,12 +2299,10 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             break;
         for (int s = 0; s < p->n_syms; s++)
             b->launch[s] = b->pin_syms[s] = w == 1 ? p->syms[s].bound : 1;
-        b->kc.att_head = w < 2 && !(b->disable & FUSE_ATTHEAD);
-        if (enqueue_eval(b, err, err_len))
+        if (enqueue_eval(b, w == 2, err, err_len))
             goto fail;
         CU_TRY(cudaStreamSynchronize(b->stream));
     }
-    b->kc.att_head = !(b->disable & FUSE_ATTHEAD);
     b->warming = 0;
     CU_TRY(cudaMemset(b->dev[GP_REGION_STATE], 0, (size_t)p->regions[GP_REGION_STATE].size));
 
@@ -2331,7 +2334,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     b->buckets = bucket_safe(p);
     if (!(env && *env == '0') && p->n_syms <= 1) {
         if (p->n_syms == 0) {
-            if (capture(b, &b->graphs[b->n_graphs], 0, err, err_len))
+            if (capture(b, &b->graphs[b->n_graphs], 0, 0, err, err_len))
                 goto fail;
             b->n_graphs++;
         } else {
@@ -2339,7 +2342,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             for (int64_t top = 1; b->n_graphs < MAX_GRAPHS; top *= 2) {
                 int64_t t = top < bound ? top : bound;
                 int64_t l0 = b->kc.launches + gp_cuda_mk_launches(b->mk);
-                if (capture(b, &b->graphs[b->n_graphs], t, err, err_len))
+                if (capture(b, &b->graphs[b->n_graphs], t, 0, err, err_len))
                     goto fail;
                 b->n_graphs++;
                 if (top == 1)
@@ -2349,10 +2352,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             }
         }
         if (b->head_pos >= 0 && !b->mk && (p->n_syms == 0 || b->graphs[0].top == 1)) {
-            b->kc.att_head = 0; /* one token past head_rows: the split attention */
-            int r = capture(b, &b->long1, p->n_syms ? 1 : 0, err, err_len);
-            b->kc.att_head = 1;
-            if (r)
+            if (capture(b, &b->long1, p->n_syms ? 1 : 0, 1, err, err_len))
                 goto fail;
             b->has_long1 = 1;
         }
@@ -2467,10 +2467,7 @@ static int be_eval(void *ctx, const unsigned char *extras, char *err, size_t err
     } else {
         for (int s = 0; s < p->n_syms; s++)
             b->launch[s] = b->pin_syms[s];
-        b->kc.att_head = !(b->disable & FUSE_ATTHEAD) && !long_ctx;
-        int r = enqueue_eval(b, err, err_len);
-        b->kc.att_head = !(b->disable & FUSE_ATTHEAD);
-        if (r)
+        if (enqueue_eval(b, long_ctx, err, err_len))
             goto launch_failed;
     }
     /* Several ranks: a wait that gives up when another rank fails (cuda/cuda_comm.h). */

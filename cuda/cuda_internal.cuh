@@ -185,6 +185,24 @@ template <int W> __device__ __forceinline__ float lanes_max(float v)
     return v;
 }
 
+/* The same across the groups of W lanes: over lanes that differ only in their bits from W on
+ * (the lanes at one place of each group); every lane gets its place's. */
+template <int W> __device__ __forceinline__ float across_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o >= W; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <int W> __device__ __forceinline__ float across_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o >= W; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
 __device__ __forceinline__ float warp_sum(float v)
 {
     return lanes_sum<32>(v);

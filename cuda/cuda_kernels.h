@@ -297,6 +297,11 @@ int64_t gp_cuda_attention_decode_count(void);
 int64_t gp_cuda_qkv_attention_count(void);
 /* How many ran in one block a head (k_attention_head; for tests). */
 int64_t gp_cuda_attention_head_count(void);
+/* The caches' dtype (f16 or f32) when k_attention_head takes the one-token attention a into out,
+ * else -1 (the context's switches aside: gp_cu_ctx.att_head): caches both f16 or both f32; q, the
+ * new rows and out f32; no ropes; pos an input (pos_const); heads of at most 64 dims, an even
+ * number; every row aligned for loads of two dims. */
+int gp_cuda_attention_head_kv(const gp_cu_decode_att *a, const gp_cu_tensor *out);
 /* The cache rows k_attention_head loads before its PDL wait, for caches of dtype kv (f16 or
  * f32): it pays up to them; past them its rows' loads are round trips after the wait, and the
  * split kernel is faster (bench/gpu-notes.md, nineteenth session). */
