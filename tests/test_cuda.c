@@ -2677,8 +2677,8 @@ static void test_model_atthead(void)
 /* atthead past the rows it loads early: one-token evals at later positions replay a graph with
  * the split attention instead (gp_cuda_long_evals counts them). GPT-2 with heads of 64 and f32
  * weights, an f16 cache (256 rows early) after a 250-token prompt and an f32 cache (128 rows)
- * after 120, then 12 steps each: logits against the CPU's every step, and exactly the steps at
- * or past those rows counted, none with atthead off. */
+ * after 120 (in evals of at most 64 tokens), then 12 steps each: logits against the CPU's every
+ * step, and exactly the steps at or past those rows counted, none with atthead off. */
 static void test_model_atthead_long(void)
 {
     static const char *const defs[2][7] = {
@@ -2702,11 +2702,11 @@ static void test_model_atthead_long(void)
         gp_model_info info;
         gp_model_get_info(m, &info);
         int64_t V = info.vocab;
-        size_t n = (size_t)prompt[c] * (size_t)V;
+        size_t n = 64 * (size_t)V; /* gp_test_eval_tokens' most tokens an eval */
         float *l_on = malloc(sizeof(float) * n), *l_cpu = malloc(sizeof(float) * n);
         int start = 0, longs = 0;
-        for (int i = 0; i < 13; i++) {
-            int t = i == 0 ? prompt[c] : 1;
+        for (int i = 0; start < prompt[c] + 12; i++) {
+            int t = start < prompt[c] ? (prompt[c] - start < 64 ? prompt[c] - start : 64) : 1;
             CU_ASSERT_EQUAL_FATAL(step(cpu, t, start, l_cpu, V), 0);
             int64_t l0 = gp_cuda_long_evals();
             CU_ASSERT_EQUAL_FATAL(step(off, t, start, l_on, V), 0);
