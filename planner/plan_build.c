@@ -131,11 +131,58 @@ static int normed_matmul(const gp_graph *g, int s)
            g->nodes[s].inputs[0] == g->nodes[s - 1].output;
 }
 
+/* 1 when a backend may run node op inside the one-token attention it feeds (CUDA's attnfuse: the
+ * ropes, q's copy and the K/V cache stores, and the views between them). */
+static int absorbable(gp_op op)
+{
+    return gp_op_get(op)->is_view || op == GP_OP_ROPE || op == GP_OP_CONT || op == GP_OP_STORE;
+}
+
+/* The first step of the nodes feeding tensor t through absorbable nodes (at most `depth` deep),
+ * or `first` when there is none earlier. */
+static int absorbed_from(const gp_graph *g, int t, int first, int depth)
+{
+    int s = g->tensors[t].producer;
+    if (s < 0 || depth == 0 || !absorbable(g->nodes[s].op))
+        return first;
+    if (s < first)
+        first = s;
+    for (int i = 0; i < g->nodes[s].n_inputs; i++)
+        first = absorbed_from(g, g->nodes[s].inputs[i], first, depth - 1);
+    return first;
+}
+
+/* The first step a backend may run inside attention node a's one-token launch: a's, or that of
+ * the nodes feeding it through absorbable nodes (absorbed_from). */
+static int attention_first(const gp_graph *g, int a)
+{
+    int first = a;
+    for (int i = 0; i < g->nodes[a].n_inputs; i++)
+        first = absorbed_from(g, g->nodes[a].inputs[i], first, 8);
+    return first;
+}
+
+/* The attention node whose output matmul m reads as its x, through views only; else -1. */
+static int attention_into(const gp_graph *g, int m)
+{
+    int t = g->nodes[m].inputs[0];
+    for (int depth = 0; depth < 8; depth++) {
+        int s = g->tensors[t].producer;
+        if (s < 0 || g->nodes[s].op == GP_OP_ATTENTION)
+            return s;
+        if (!gp_op_get(g->nodes[s].op)->is_view)
+            return -1;
+        t = g->nodes[s].inputs[0];
+    }
+    return -1;
+}
+
 /*
  * The first step of a normed matmul's output on CUDA (docs/plan-format.md, "Accumulated
  * outputs"): the step of the matmul before it in the schedule, or of its norm when that one is
- * normed too. That matmul's kernel may zero the output's bytes, so that the splits of a one-row
- * product add into them; none earlier: the producer's step.
+ * normed too, or of the attention whose output that one reads (attention_first). That kernel may
+ * zero the output's bytes, so that the splits of a one-row product add into them; none earlier:
+ * the producer's step.
  */
 static int accumulated_from(const gp_graph *g, int s)
 {
@@ -144,7 +191,8 @@ static int accumulated_from(const gp_graph *g, int s)
         m--;
     if (m < 0)
         return s;
-    return normed_matmul(g, m) ? m - 1 : m;
+    int a = attention_into(g, m);
+    return a >= 0 ? attention_first(g, a) : normed_matmul(g, m) ? m - 1 : m;
 }
 
 /* Copies the graph's tensors into the plan (shapes, kinds, lifetimes, sizes); offsets come later. */
@@ -173,10 +221,12 @@ static int fill_tensors(builder *b)
         t->inplace_of = -1;
         t->producer = src->producer;
         t->first = b->lv->first[i];
-        if ((b->backends & GP_BACKEND_BIT(GP_BACKEND_CUDA)) && src->producer >= 0 &&
-            normed_matmul(g, src->producer) && src->kind == GP_TENSOR_INTERMEDIATE &&
-            src->view_src < 0)
+        int cuda = (b->backends & GP_BACKEND_BIT(GP_BACKEND_CUDA)) && src->producer >= 0 &&
+                   src->kind == GP_TENSOR_INTERMEDIATE && src->view_src < 0;
+        if (cuda && normed_matmul(g, src->producer))
             t->first = accumulated_from(g, src->producer);
+        else if (cuda && g->nodes[src->producer].op == GP_OP_ATTENTION)
+            t->first = attention_first(g, src->producer); /* written in a launch reading those */
         /* A root keeps its bytes until the last read of anything on its storage. */
         t->last = src->view_src >= 0 ? b->lv->last[i] : b->lv->storage_last[i];
         t->size = gp_plan_tensor_span(t);
@@ -184,27 +234,6 @@ static int fill_tensors(builder *b)
         t->col = src->loc.col;
     }
     return 0;
-}
-
-/* 1 when a backend may run node op inside the one-token attention it feeds (CUDA's attnfuse: the
- * ropes, q's copy and the K/V cache stores, and the views between them). */
-static int absorbable(gp_op op)
-{
-    return gp_op_get(op)->is_view || op == GP_OP_ROPE || op == GP_OP_CONT || op == GP_OP_STORE;
-}
-
-/* The first step of the nodes feeding tensor t through absorbable nodes (at most `depth` deep),
- * or `first` when there is none earlier. */
-static int absorbed_from(const gp_graph *g, int t, int first, int depth)
-{
-    int s = g->tensors[t].producer;
-    if (s < 0 || depth == 0 || !absorbable(g->nodes[s].op))
-        return first;
-    if (s < first)
-        first = s;
-    for (int i = 0; i < g->nodes[s].n_inputs; i++)
-        first = absorbed_from(g, g->nodes[s].inputs[i], first, depth - 1);
-    return first;
 }
 
 /*
@@ -245,8 +274,8 @@ static int add_workspaces(builder *b, unsigned backends)
         t->inplace_of = -1;
         t->producer = s;
         t->first = t->last = s;
-        for (int i = 0; g->nodes[s].op == GP_OP_ATTENTION && i < g->nodes[s].n_inputs; i++)
-            t->first = absorbed_from(g, g->nodes[s].inputs[i], t->first, 8);
+        if (g->nodes[s].op == GP_OP_ATTENTION)
+            t->first = attention_first(g, s);
         t->size = gp_plan_tensor_span(t);
         t->line = g->nodes[s].loc.line;
         t->col = g->nodes[s].loc.col;

@@ -583,10 +583,10 @@ static int check_nodes(const gp_plan *p, char *why, size_t n)
         }
         if (t->producer < 0 || t->first == t->producer)
             continue;
-        /* Only an attention's workspace and a matmul's output may start before their node
-         * (docs/plan-format.md). */
+        /* Only an attention's workspace and output and a matmul's output may start before their
+         * node (docs/plan-format.md). */
         const gp_plan_node *pn = &p->nodes[t->producer];
-        int early_ok = (pn->op == GP_OP_ATTENTION && pn->workspace == i) ||
+        int early_ok = (pn->op == GP_OP_ATTENTION && (pn->workspace == i || pn->output == i)) ||
                        (pn->op == GP_OP_MATMUL && pn->output == i);
         if (t->first > t->producer || !early_ok) {
             gp_errf(why, n, "tensor %d (%s): first step %d is not its producer %d", i, t->name,

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "dsl/dsl.h"
 #include "planner/planner.h"
 #include "tests/testutil.h"
 
@@ -920,6 +921,76 @@ static void test_accumulated_outputs(void)
     gp_diag_free(d);
 }
 
+/*
+ * In plans for CUDA a one-token attention's launch may run the nodes feeding it (its q, k and v
+ * conts and the cache stores) and the product after it (c_proj), zeroing the accumulated output
+ * of the product after that (c_fc): GPT-2's attention output, its workspace and c_fc's output all
+ * start at the first of those nodes, the cont of q, so that none lies over qkv, which that
+ * launch reads; in CPU plans each starts at its own node. No two tensors live at one step meet.
+ */
+static void test_attention_lifetimes(void)
+{
+    const char *defs[4] = {"n_layer=2", "n_embd=128", "n_head=4", "vocab_size=512"};
+    gp_diag *d = gp_diag_new(NULL);
+    gp_dsl_opts o = {defs, 4, NULL, NULL, 0};
+    gp_graph *g = gp_dsl_compile_file(gp_test_path("examples/gpt2.gplan"), &o, d);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    gp_plan_opts cpu = {.backends = GP_BACKEND_BIT(GP_BACKEND_CPU)};
+    gp_plan_opts cuda = {.backends = GP_BACKEND_BIT(GP_BACKEND_CUDA)};
+    gp_plan *pc = build(g, &cpu), *pg = build(g, &cuda);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pc);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pg);
+    int seen = 0;
+    for (int a = 0; a < g->n_nodes; a++) {
+        if (g->nodes[a].op != GP_OP_ATTENTION)
+            continue;
+        seen++;
+        /* the first node reading qkv: the slice view under the cont of q; c_fc: the second
+         * matmul after a */
+        int mm = -1, first = -1, fc = -1, qkv = -1;
+        for (int s = a - 1; s >= 0 && mm < 0; s--)
+            if (g->nodes[s].op == GP_OP_MATMUL)
+                mm = s;
+        for (int s = mm + 1; s < a && first < 0; s++)
+            if (g->nodes[s].op == GP_OP_CONT)
+                first = s;
+        for (int s = a + 1, m = 0; s < g->n_nodes && fc < 0; s++)
+            if (g->nodes[s].op == GP_OP_MATMUL && ++m == 2)
+                fc = s;
+        CU_ASSERT_FATAL(mm >= 0 && first >= 0 && fc >= 0);
+        for (qkv = g->nodes[first].inputs[0]; g->tensors[qkv].producer >= 0; ) {
+            int v = g->tensors[qkv].producer;
+            if (!gp_op_get(g->nodes[v].op)->is_view)
+                break;
+            first = v;
+            qkv = g->nodes[v].inputs[0];
+        }
+        int out = g->nodes[a].output, ws = pg->nodes[a].workspace, f = g->nodes[fc].output;
+        CU_ASSERT_EQUAL(pg->tensors[out].first, first);
+        CU_ASSERT_EQUAL(pg->tensors[ws].first, first);
+        CU_ASSERT_EQUAL(pg->tensors[f].first, first);
+        CU_ASSERT_EQUAL(pc->tensors[out].first, a);
+        CU_ASSERT_EQUAL(pc->tensors[f].first, fc);
+        /* qkv lives up to its last cont, past that step */
+        CU_ASSERT(first > mm && pg->tensors[qkv].last > first);
+    }
+    CU_ASSERT_EQUAL(seen, 2);
+    for (int t = 0; t < pg->n_tensors; t++)
+        for (int u = t + 1; u < pg->n_tensors; u++) {
+            const gp_plan_tensor *x = &pg->tensors[t], *y = &pg->tensors[u];
+            if (x->region == GP_REGION_ARENA && y->region == GP_REGION_ARENA &&
+                x->view_src < 0 && y->view_src < 0 && x->inplace_of != u && y->inplace_of != t &&
+                x->first <= y->last && y->first <= x->last)
+                CU_ASSERT_FALSE(bytes_meet(x, y));
+        }
+    char why[256];
+    CU_ASSERT_EQUAL(gp_plan_validate(pg, why, sizeof why), 0);
+    gp_plan_free(pc);
+    gp_plan_free(pg);
+    gp_graph_free(g);
+    gp_diag_free(d);
+}
+
 static void assert_plans_equal(const gp_plan *a, const gp_plan *b)
 {
     CU_ASSERT_EQUAL(a->version_major, b->version_major);
@@ -1702,6 +1773,8 @@ void gp_suite_plan(void)
     CU_add_test(s, "liveness: views extend their root's life", test_view_lifetime);
     CU_add_test(s, "regions: io inputs first, then outputs smallest first", test_io_order);
     CU_add_test(s, "liveness: accumulated outputs in plans for CUDA", test_accumulated_outputs);
+    CU_add_test(s, "liveness: what a one-token attention's launch writes, in plans for CUDA",
+                test_attention_lifetimes);
     CU_add_test(s, "in-place: chains", test_inplace_chain);
     CU_add_test(s, "in-place: every refusal rule", test_inplace_refused);
     CU_add_test(s, "in-place: through a reshape view", test_inplace_through_view);
