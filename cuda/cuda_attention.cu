@@ -6,7 +6,6 @@
  * (k_attention_mma), else in f32 (k_attention_tiles), or one block per (query, head). One token
  * with its K/V cache stores (and the ropes before them) inside: gp_cuda_attention_decode. */
 #include <atomic>
-#include <type_traits>
 #include <stdio.h>
 #include <string.h>
 
@@ -326,10 +325,24 @@ __device__ __forceinline__ void tc_copy(__half *dst, const char *base, int64_t n
     for (int i = 0; i < N; i++) {
         int c = threadIdx.x + TC_WARPS * 32 * i, r = c / CH, ch = c % CH;
         int ok = s0 + r < rows && ch * 8 < D;
-        cp_async16(dst + r * TcSmem<DP>::ROW + ch * 8, ok ? base + (s0 + r) * nb1 + ch * 16 : base,
-                   ok ? 16 : 0);
+        const char *src = ok ? base + (s0 + r) * nb1 + ch * 16 : base;
+        unsigned d = (unsigned)__cvta_generic_to_shared(dst + r * TcSmem<DP>::ROW + ch * 8);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+                     "r"(ok ? 16 : 0)
+                     : "memory");
+#endif
     }
-    cp_async_commit();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
 }
 
 template <int DP>
@@ -866,101 +879,13 @@ __device__ __forceinline__ void ah_attend(const AhChunk<KV> &ch, float2 q, float
     m = mn;
 }
 
-/* headproj's operands as k_attention_head<KV, W> reads them: block (h, j) multiplies head h's
- * output by rows [h D, h D + D) of w, columns [j cols, j cols + cols) (cut at N), and adds the
- * products into out with atomics, head 0's blocks with the bias. */
-struct HeadProj {
-    const char *w;   /* row r at w + r ldw bytes, N elements of W */
-    int64_t ldw, N, cols;
-    const char *b;   /* [N] of dtype bt, or NULL */
-    int bt;
-    float *out;      /* [N] */
-    float *zp;       /* zn floats the blocks zero after the wait, or NULL */
-    int64_t zn;
-    const char *pf;  /* pfn bytes brought into L2 before the wait, or NULL */
-    int64_t pfn;
-};
-
-/* headproj's shared memory: a block's [D][cols] weights, [slices][cols] partial sums, then
- * [cols] of the bias. */
-static size_t head_proj_smem(int64_t D, int64_t cols, int64_t es)
-{
-    int64_t g = cols * es / 16, sl = AH_THREADS / g < D ? AH_THREADS / g : D;
-    return (size_t)(D * cols * es + sl * cols * 4 + cols * 4);
-}
-
-/* Block (h, j)'s columns of w (rows of head h) into shared memory, asynchronously: constants,
- * so before the wait. */
-template <typename W>
-__device__ __forceinline__ void head_proj_load(const HeadProj &pj, int64_t h, int64_t D,
-                                               unsigned char *dyn)
-{
-    int64_t c0 = blockIdx.y * pj.cols, have = min(pj.cols, pj.N - c0);
-    int chunks = (int)(pj.cols * (int64_t)sizeof(W) / 16), n = (int)D * chunks;
-    int valid = (int)(have * (int64_t)sizeof(W) / 16);
-    const char *row0 = pj.w + h * D * pj.ldw + c0 * (int64_t)sizeof(W);
-    for (int i = threadIdx.x; i < n; i += AH_THREADS) {
-        int r = i / chunks, ch = i % chunks;
-        bool ok = ch < valid;
-        cp_async16(dyn + 16 * (int64_t)i, ok ? row0 + r * pj.ldw + 16 * ch : pj.w, ok ? 16 : 0);
-    }
-    cp_async_commit();
-}
-
-/* out[c] += sum_k o[k] w[h D + k][c] (+ bias, head 0), for block (h, j)'s columns c: thread t
- * takes the 16 bytes g = t % G of each row k = t / G + i SL (G chunks a row, SL = AH_THREADS / G
- * slices, at most D), the slices' sums meet in shared memory, and thread t < cols adds column
- * c0 + t's in slice order. Every thread of the block calls it. */
-template <typename W>
-__device__ __forceinline__ void head_proj(const HeadProj &pj, const float *o, int64_t D,
-                                          int64_t h, unsigned char *dyn)
-{
-    typedef vec16<W> V;
-    int cols = (int)pj.cols, G = cols / V::N, SL = min((int)D, AH_THREADS / G);
-    const uint4 *wt = (const uint4 *)dyn;
-    float *red = (float *)(dyn + D * cols * (int64_t)sizeof(W)), *sb = red + SL * cols;
-    cp_async_wait<0>();
-    __syncthreads(); /* the weights, and o */
-    int t = threadIdx.x, g = t % G, s = t / G;
-    if (s < SL) {
-        float acc[V::N];
-#pragma unroll
-        for (int q = 0; q < V::N; q++)
-            acc[q] = 0.0f;
-        for (int k = s; k < D; k += SL) {
-            float wv[V::N], x = o[k];
-            V::unpack(wt[k * G + g], wv);
-#pragma unroll
-            for (int q = 0; q < V::N; q++)
-                acc[q] += x * wv[q];
-        }
-#pragma unroll
-        for (int q = 0; q < V::N; q += 4)
-            *(float4 *)&red[s * cols + g * V::N + q] =
-                make_float4(acc[q], acc[q + 1], acc[q + 2], acc[q + 3]);
-    }
-    __syncthreads();
-    for (int64_t col = blockIdx.y * pj.cols + t; t < cols && col < pj.N;
-         t += AH_THREADS, col += AH_THREADS) {
-        float sum = 0.0f;
-        for (int i = 0; i < SL; i++)
-            sum += red[i * cols + t];
-        atomicAdd(pj.out + col, h == 0 && pj.b ? sum + sb[t] : sum);
-    }
-}
-
-/* The attention of head blockIdx.x; with W not void (headproj), its product too, gridDim.y
- * blocks a head, each with a share of the columns (the attention repeated in each). */
-template <int KV, typename W>
-__global__ void __launch_bounds__(AH_THREADS, 1) k_attention_head(DecArgs a, HeadProj pj)
+template <int KV>
+__global__ void __launch_bounds__(AH_THREADS, 1) k_attention_head(DecArgs a)
 {
     typedef typename AhBits<KV>::T T;
     enum { R = AhRows<KV>::R, CH = R * AH_WARPS };
-    constexpr bool PROJ = !std::is_void<W>::value;
     __shared__ float sm_m[AH_WARPS], sm_l[AH_WARPS];
     __shared__ float2 sm_acc[AH_WARPS][32];
-    __shared__ __align__(8) float sm_o[64];
-    extern __shared__ __align__(16) unsigned char ah_dyn[];
     STAMP_BEGIN(3);
     a = dec_typed(a, KV);
     const KT &kc = a.kc, &vc = a.vc;
@@ -975,27 +900,10 @@ __global__ void __launch_bounds__(AH_THREADS, 1) k_attention_head(DecArgs a, Hea
     AhChunk<KV> cur, nxt;
     ah_load<KV>(cur, pk, pv, kc.nb[1], vc.nb[1], 0, p, on);
     ah_load<KV>(nxt, pk, pv, kc.nb[1], vc.nb[1], 1, p, on);
-    if constexpr (PROJ) { /* after the rows: the attention needs them first */
-        head_proj_load<W>(pj, h, D, ah_dyn);
-        int cols = (int)pj.cols, SL = min((int)D, AH_THREADS / (cols / vec16<W>::N));
-        float *sb = (float *)(ah_dyn + D * cols * (int64_t)sizeof(W)) + SL * cols;
-        int64_t c0 = blockIdx.y * pj.cols;
-        for (int t = threadIdx.x; h == 0 && pj.b && t < cols && c0 + t < pj.N; t += AH_THREADS)
-            sb[t] = ld_f(pj.b + (c0 + t) * (pj.bt == GP_F32 ? 4 : 2), pj.bt);
-        prefetch_l2_share(pj.pf, pj.pfn);
-    }
     pdl_begin(); /* the next kernel's blocks may start: these are all resident by now */
     STAMP(1);
-    if (PROJ && pj.zp) { /* this block's share of the accumulated output to zero */
-        int64_t nb = (int64_t)gridDim.x * gridDim.y, bi = blockIdx.y * gridDim.x + blockIdx.x;
-        int64_t per = (pj.zn + nb - 1) / nb, i1 = min(pj.zn, bi * per + per);
-        for (int64_t i = bi * per + threadIdx.x; i < i1; i += AH_THREADS)
-            pj.zp[i] = 0.0f;
-    }
-    if (p < 0) {
-        cp_async_wait<0>();
+    if (p < 0)
         return;
-    }
     /* q, and the new row for the warp that takes it (chunk p / CH, slot p % CH / AH_WARPS) */
     float2 q = on ? *(const float2 *)(a.q.p + h * a.q.nb[2] + 8 * lane) : make_float2(0.f, 0.f);
     int pc = p / CH, pi = p % CH / AH_WARPS;
@@ -1006,7 +914,7 @@ __global__ void __launch_bounds__(AH_THREADS, 1) k_attention_head(DecArgs a, Hea
         float2 vx = *(const float2 *)(a.vx.p + g * a.vx.nb[2] + 8 * lane);
         kn = ah_bits<KV>(kx); /* rounded to the cache's dtype, as the store writes it */
         vn = ah_bits<KV>(vx);
-        if (h % (H / G) == 0 && blockIdx.y == 0) { /* the group's first head writes the row */
+        if (h % (H / G) == 0) { /* the group's first head writes the row */
             *(T *)(pk + p * kc.nb[1]) = kn;
             *(T *)(pv + p * vc.nb[1]) = vn;
         }
@@ -1035,29 +943,23 @@ __global__ void __launch_bounds__(AH_THREADS, 1) k_attention_head(DecArgs a, Hea
     }
     sm_acc[w][lane] = acc;
     __syncthreads();
-    if (w == 0 && on) {
-        float M = -INFINITY, L = 0.0f;
-        float2 o = make_float2(0.f, 0.f);
+    if (w != 0 || !on)
+        return;
+    float M = -INFINITY, L = 0.0f;
+    float2 o = make_float2(0.f, 0.f);
 #pragma unroll
-        for (int i = 0; i < AH_WARPS; i++)
-            M = fmaxf(M, sm_m[i]);
+    for (int i = 0; i < AH_WARPS; i++)
+        M = fmaxf(M, sm_m[i]);
 #pragma unroll
-        for (int i = 0; i < AH_WARPS; i++) {
-            float f = split_weight(sm_m[i], M);
-            float2 x = sm_acc[i][lane];
-            L += f * sm_l[i];
-            o.x += f * x.x;
-            o.y += f * x.y;
-        }
-        o = make_float2(o.x / L, o.y / L);
-        if (blockIdx.y == 0)
-            *(float2 *)(a.o.p + h * a.o.nb[2] + 8 * lane) = o;
-        if (PROJ)
-            *(float2 *)&sm_o[2 * lane] = o;
+    for (int i = 0; i < AH_WARPS; i++) {
+        float f = split_weight(sm_m[i], M);
+        float2 x = sm_acc[i][lane];
+        L += f * sm_l[i];
+        o.x += f * x.x;
+        o.y += f * x.y;
     }
+    *(float2 *)(a.o.p + h * a.o.nb[2] + 8 * lane) = make_float2(o.x / L, o.y / L);
     STAMP(4);
-    if constexpr (PROJ)
-        head_proj<W>(pj, sm_o, D, h, ah_dyn);
 }
 
 static std::atomic<long long> head_launches(0); /* launches of k_attention_head */
@@ -1134,94 +1036,6 @@ extern "C" int gp_cuda_attention_head_kv(const gp_cu_decode_att *a, const gp_cu_
             (uintptr_t)cv[i]->data % (2 * es))
             return -1;
     return kv;
-}
-
-/* 1 when t is one row of n contiguous elements (leading dims 1), of dtype dt (-1: any). */
-static int one_row(const gp_cu_tensor *t, int64_t n, int dt)
-{
-    int ok = t->ndim >= 1 && t->ne[t->ndim - 1] == n && (dt < 0 || (int)t->dtype == dt) &&
-             t->nb[t->ndim - 1] == (int64_t)gp_dtype_size(t->dtype);
-    for (int d = 0; d + 1 < t->ndim && ok; d++)
-        ok = t->ne[d] == 1;
-    return ok;
-}
-
-/* headproj's launch for a: *S blocks a head of *cols columns each, *smem bytes of dynamic
- * shared memory (head_proj_smem); 0 when the operands don't fit the kernel. Blocks a head: as
- * many as fit one a multiprocessor (gp_cu_ctx.head_proj_split unless 0). */
-static int head_proj_shape(const gp_cu_ctx *c, const gp_cu_decode_att *a, const gp_cu_tensor *out,
-                           int64_t *S, int64_t *cols, size_t *smem)
-{
-    const gp_cu_head_proj *pj = &a->proj;
-    const gp_cu_tensor *w = &pj->w, *b = &pj->b;
-    int wt = w->dtype, bt = b->dtype;
-    int64_t es = wt == GP_F32 ? 4 : wt == GP_F16 || wt == GP_BF16 ? 2 : 0;
-    if (!a->has_proj || !es || gp_cuda_attention_head_kv(a, out) < 0 || w->ndim != 2)
-        return 0;
-    int64_t H = a->q.ne[1], D = a->q.ne[2], N = w->ne[1], V = 16 / es;
-    if (w->ne[0] != H * D || N < 1 || N % V || w->nb[1] != es || w->nb[0] % 16 ||
-        (uintptr_t)w->data % 16 || !one_row(&pj->out, N, GP_F32) ||
-        (b->data && (!one_row(b, N, -1) || (bt != GP_F32 && bt != GP_F16 && bt != GP_BF16))) ||
-        pj->zero_n < 0 || (pj->zero_n > 0 && !pj->zero_p))
-        return 0;
-    static int optin; /* the device's most dynamic shared memory a block, less the static */
-    if (!optin) {
-        int dev = 0, v = 0;
-        if (cudaGetDevice(&dev) || cudaDeviceGetAttribute(
-                                       &v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev))
-            cudaGetLastError();
-        optin = v > 16384 ? v - 8192 : 48 * 1024 - 8192;
-    }
-    int64_t s = c->head_proj_split > 0 ? c->head_proj_split : (c->n_sm > 0 ? c->n_sm : 132) / H;
-    *cols = 0;
-    *smem = 0;
-    for (s = s < 1 ? 1 : s > N / V ? N / V : s; s <= N / V; s++) { /* shares until one fits */
-        *cols = ((N + s - 1) / s + V - 1) / V * V;
-        *smem = head_proj_smem(D, *cols, es);
-        if (*cols / V <= AH_THREADS && *smem <= (size_t)optin)
-            break;
-    }
-    *S = (N + *cols - 1) / *cols;
-    return s <= N / V && *S <= 65535;
-}
-
-typedef void (*HeadKernel)(DecArgs, HeadProj);
-
-/* k_attention_head's instance for caches of dtype kv and headproj's weights of dtype wt (-1:
- * none). */
-static HeadKernel head_kernel(int kv, int wt)
-{
-    if (kv == GP_F16)
-        return wt == GP_F16    ? k_attention_head<GP_F16, __half>
-               : wt == GP_BF16 ? k_attention_head<GP_F16, __nv_bfloat16>
-               : wt == GP_F32  ? k_attention_head<GP_F16, float>
-                               : k_attention_head<GP_F16, void>;
-    return wt == GP_F16    ? k_attention_head<GP_F32, __half>
-           : wt == GP_BF16 ? k_attention_head<GP_F32, __nv_bfloat16>
-           : wt == GP_F32  ? k_attention_head<GP_F32, float>
-                           : k_attention_head<GP_F32, void>;
-}
-
-static std::atomic<long long> head_proj_launches(0);
-
-extern "C" int gp_cuda_attention_head_proj_ok(const gp_cu_ctx *c, const gp_cu_decode_att *a,
-                                              const gp_cu_tensor *out)
-{
-    int64_t S, cols;
-    size_t smem;
-    if (!head_proj_shape(c, a, out, &S, &cols, &smem))
-        return 0;
-    HeadKernel k = head_kernel(gp_cuda_attention_head_kv(a, out), a->proj.w.dtype);
-    if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) {
-        cudaGetLastError();
-        return 0;
-    }
-    return 1;
-}
-
-extern "C" int64_t gp_cuda_attention_head_proj_count(void)
-{
-    return head_proj_launches.load();
 }
 
 /* ---- qkvatt: a one-token attention that first computes its head's q, k and v ---- */
@@ -1480,7 +1294,6 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
                                         const gp_cu_tensor *out, void *ws, size_t ws_size)
 {
     const char *why = decode_unsupported(a, out);
-    c->head_proj_done = 0;
     KT o = gp_kt_of(c, out), q = gp_kt_of(c, &a->q), kx = gp_kt_of(c, &a->k);
     KT vx = gp_kt_of(c, &a->v), kc = gp_kt_of(c, &a->k_cache), vc = gp_kt_of(c, &a->v_cache);
     KT p = gp_kt_of(c, &a->pos);
@@ -1540,37 +1353,12 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
     }
     int hk = c->att_head && !c->mk ? gp_cuda_attention_head_kv(a, out) : -1;
     if (hk >= 0) {
-        int64_t S = 1, cols = 0;
-        size_t smem = 0;
-        HeadProj pj;
-        memset(&pj, 0, sizeof pj);
-        if (a->has_proj) {
-            if (!head_proj_shape(c, a, out, &S, &cols, &smem)) {
-                snprintf(c->err, sizeof c->err, "attention_decode: its product (headproj): "
-                         "operands the kernel does not take");
-                return -1;
-            }
-            const gp_cu_head_proj *hp = &a->proj;
-            pj.w = (const char *)hp->w.data;
-            pj.ldw = hp->w.nb[0];
-            pj.N = hp->w.ne[1];
-            pj.cols = cols;
-            pj.b = (const char *)hp->b.data;
-            pj.bt = hp->b.dtype;
-            pj.out = (float *)hp->out.data;
-            pj.zp = hp->zero_p;
-            pj.zn = hp->zero_p ? hp->zero_n : 0;
-            pj.pf = (const char *)hp->l2_next;
-            pj.pfn = hp->l2_next ? hp->l2_next_n : 0;
-        }
-        gp_cu_launch(c, head_kernel(hk, a->has_proj ? (int)a->proj.w.dtype : -1),
-                     dim3((unsigned)H, (unsigned)S), AH_THREADS, smem, d, pj);
+        gp_cu_launch(c, hk == GP_F16 ? k_attention_head<GP_F16> : k_attention_head<GP_F32>,
+                     dim3((unsigned)H), AH_THREADS, 0, d);
         if (gp_cu_check_launch(c, "attention_head"))
             return -1;
         decode_launches++;
         head_launches++;
-        head_proj_launches += a->has_proj;
-        c->head_proj_done = a->has_proj;
         return 0;
     }
     if (J == 2)

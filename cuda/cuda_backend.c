@@ -119,14 +119,6 @@ typedef struct {
      * zeroed by this enqueue's launch of the earlier one (zeroed), its trailing gelu then left
      * to matmul gelu_to, which reads its output (else -1) */
     int zero_for, acc, zeroed, gelu_to;
-    /* headproj (plan_head_proj): an attention whose one-token launch, in one block a head, runs
-     * matmul proj (else -1) and its epilogue too; a matmul that this enqueue's launch of the
-     * attention ran (proj_ran) */
-    int proj, proj_ran;
-    /* l2next (plan_l2_next): a matmul whose launch brings l2_n bytes at l2_p (the next matmul's
-     * weights) into L2 before its wait, or l2_p NULL */
-    const void *l2_p;
-    int64_t l2_n;
 } cu_node;
 
 typedef struct {
@@ -189,7 +181,7 @@ typedef struct {
     double prof_ms[GP_OP_COUNT];    /* one-token evals: GPU time per op */
     int64_t prof_n[GP_OP_COUNT], prof_evals;
     int64_t allocs;                 /* allocations made after create returned (0 by design) */
-    uint64_t disable;               /* FUSE_* bits switched off */
+    unsigned disable;               /* FUSE_* bits switched off */
     unsigned char *transposed;      /* [n_tensors]: 1 for a weight stored [N, K] on the device */
     uint64_t skip_ops;              /* bit per gp_op: kernels left out (timing experiments) */
     const void *const *weight_data; /* [n_tensors] the host weights uploaded at creation */
@@ -197,7 +189,6 @@ typedef struct {
     int gelu_for;                   /* while enqueuing: the matmul node that reads its x as
                                        gelu(x) (plan_accumulate), or -1 */
     float *dfold;                   /* the folded layer norms' constants (plan_folds), or NULL */
-    int l2next;                     /* GPLAN_CUDA_L2NEXT=1: plan_l2_next (opt-in) */
 } cuda_be;
 
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
@@ -209,8 +200,7 @@ enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_C
        FUSE_FOLD = 8388608, FUSE_ACCUM = 16777216, FUSE_ATTTYPED = 33554432,
        FUSE_KCTYPED = 67108864, FUSE_OPTYPED = 134217728, FUSE_KVREGS = 268435456,
        FUSE_EPICONST = 536870912, FUSE_COPIES = 1073741824 };
-/* past an enum's int */
-static const uint64_t FUSE_ATTHEAD = (uint64_t)1 << 31, FUSE_HEADPROJ = (uint64_t)1 << 32;
+static const unsigned FUSE_ATTHEAD = 1u << 31; /* past an enum's int */
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -244,11 +234,11 @@ static void read_switches(cuda_be *b)
                                         "embadd", "pairs", "qkvatt", "tiles", "tensor",
                                         "blasepi", "atomic", "fold", "accum", "atttyped",
                                         "kctyped", "optyped", "kvregs", "epiconst", "copies",
-                                        "atthead", "headproj"};
+                                        "atthead"};
     const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
-            b->disable |= (uint64_t)1 << i;
+            b->disable |= 1u << i;
     /* Measured 2026-11-30 (H200): -8% for GPT-2 117M, +31% for 1558M (its K = 6400 and
      * norm-fused products are slower row per warp than split-K): off unless asked for. */
     /* Measured 2026-11-30 (H200, ms per one-token eval): 0.41 -> 0.67 for GPT-2 117M, 2.37 ->
@@ -330,10 +320,6 @@ static void read_switches(cuda_be *b)
                        : (in_list(late, "norm") ? GP_LATE_NORM : 0) |
                              (in_list(late, "att") ? GP_LATE_ATT : 0);
     b->kc.no_early = !!(b->disable & FUSE_EARLY);
-    const char *l2 = getenv("GPLAN_CUDA_L2NEXT");
-    b->l2next = l2 && *l2 == '1';
-    const char *hs = getenv("GPLAN_CUDA_HEAD_PROJ_SPLIT");
-    b->kc.head_proj_split = hs ? atoi(hs) : 0;
 }
 
 /* Time inside the backend's evals, process-wide (cuda/cuda_backend.h). */
@@ -481,8 +467,6 @@ static int matmul_node(cuda_be *b, int m, const gp_cu_prenorm *pre, int *fused, 
         c->zero_p = (float *)t->data;
         c->zero_n = t->ne[t->ndim - 1]; /* one row: the matvec kernels take it with one row */
     }
-    c->l2_next = mn->l2_p;
-    c->l2_next_n = mn->l2_n;
     c->acc = mn->acc && mn->zeroed;
     c->acc_gelu = c->acc && mn->gelu_to >= 0;
     c->x_gelu = b->gelu_for == m;
@@ -500,8 +484,6 @@ static int matmul_node(cuda_be *b, int m, const gp_cu_prenorm *pre, int *fused, 
         b->gelu_for = mn->gelu_to;
     c->zero_p = NULL;
     c->zero_n = 0;
-    c->l2_next = NULL;
-    c->l2_next_n = 0;
     c->acc = c->acc_gelu = c->x_gelu = 0;
     c->zero_done = c->acc_done = c->acc_gelu_done = 0;
     return r;
@@ -695,7 +677,7 @@ static int enqueue_eval(cuda_be *b, int long_ctx, char *err, size_t err_len)
     }
     b->gelu_for = -1;
     for (int i = 0; i < p->n_nodes; i++)
-        b->nodes[i].zeroed = b->nodes[i].proj_ran = 0;
+        b->nodes[i].zeroed = 0;
     for (int i = 0; i < p->n_nodes; i++) {
         const gp_plan_node *nd = &p->nodes[i];
         cu_node *cn = &b->nodes[i];
@@ -706,10 +688,6 @@ static int enqueue_eval(cuda_be *b, int long_ctx, char *err, size_t err_len)
             continue; /* attnfuse: that attention's one-token launch runs it */
         if (cn->skip || (b->skip_ops >> nd->op & 1))
             continue;
-        if (cn->proj_ran) { /* headproj: it and its epilogue ran in the attention's launch */
-            i += cn->epi.n;
-            continue;
-        }
         if (cn->prenorm) {
             /* The matmul after this norm computes it when its matrix-vector kernel serves. */
             cu_node *mn = &b->nodes[i + 1];
@@ -743,15 +721,8 @@ static int enqueue_eval(cuda_be *b, int long_ctx, char *err, size_t err_len)
         }
         if (!r && nd->op == GP_OP_ALL_REDUCE && b->comm && !b->warming)
             r = all_reduce(b, cn, nd, 0, &norm_done);
-        else if (!r && decode_now(b, cn)) {
+        else if (!r && decode_now(b, cn))
             r = gp_cuda_attention_decode(&b->kc, &cn->dec, &cn->out, cn->ws, cn->ws_size);
-            if (!r && cn->proj >= 0 && b->kc.head_proj_done) {
-                cu_node *cm = &b->nodes[cn->proj];
-                cm->proj_ran = 1;
-                if (cm->zero_for >= 0)
-                    b->nodes[cm->zero_for].zeroed = 1;
-            }
-        }
         else if (!r && cn->pair >= 0)
             r = gp_cuda_store2(&b->kc, cn->in, b->nodes[cn->pair].in);
         else if (!r && cn->embadd) {
@@ -1701,156 +1672,6 @@ static void plan_head_pos(cuda_be *b)
     }
 }
 
-/* A one-row view of the first row of t (f32, its last dim contiguous): where a one-token
- * launch adds into it. */
-static gp_cu_tensor first_row(const gp_cu_tensor *t)
-{
-    gp_cu_tensor r;
-    memset(&r, 0, sizeof r);
-    r.data = t->data;
-    r.dtype = t->dtype;
-    r.ndim = 1;
-    r.ne[0] = t->ndim > 0 ? t->ne[t->ndim - 1] : 0;
-    r.nb[0] = t->ndim > 0 ? t->nb[t->ndim - 1] : 0;
-    r.sym[0] = -1;
-    return r;
-}
-
-/*
- * l2next (opt-in, GPLAN_CUDA_L2NEXT=1): the matmul right after a one-token attention (views
- * between them; GPT-2's c_proj) brings the weights of the next matmul (c_fc) into L2 before its
- * wait, after its own: the attention and that product leave HBM mostly idle, and the next
- * product then streams its weights from L2.
- */
-static void plan_l2_next(cuda_be *b)
-{
-    const gp_plan *p = b->p;
-    for (int i = 0; i < p->n_nodes; i++) {
-        b->nodes[i].l2_p = NULL;
-        b->nodes[i].l2_n = 0;
-    }
-    for (int a = 0; a < p->n_nodes && b->l2next; a++) {
-        if (p->nodes[a].op != GP_OP_ATTENTION || !b->nodes[a].dec_on)
-            continue;
-        int c = a + 1, n;
-        while (c < p->n_nodes && gp_op_get(p->nodes[c].op)->is_view)
-            c++;
-        for (n = c + 1; n < p->n_nodes && p->nodes[n].op != GP_OP_MATMUL; n++)
-            ;
-        if (n >= p->n_nodes || p->nodes[c].op != GP_OP_MATMUL)
-            continue;
-        const gp_plan_tensor *w = &p->tensors[p->nodes[n].inputs[1]];
-        const void *at = b->nodes[n].in[1].data;
-        if (w->kind != GP_TENSOR_WEIGHT || w->view_src >= 0 || (uintptr_t)at % 16)
-            continue;
-        b->nodes[c].l2_p = at;
-        b->nodes[c].l2_n = w->size;
-    }
-}
-
-/*
- * headproj. A one-token attention that atthead runs in one block a head, whose output is x of
- * the matmul right after it (views between them) with an epilogue that adds it into a residual
- * in place (GPT-2's c_proj: x = x + (o @ w + b)), adds that product into the residual in its own
- * launch (gp_cuda_attention_head_proj_ok): c's launch and its epilogue's are then left out of
- * that eval (proj_ran). The output the matmul would have zeroed for the product after it
- * (zero_for, plan_accumulate) is zeroed by the attention's blocks after their wait: the plan must
- * keep its bytes from the first step that launch runs (docs/plan-format.md, "Accumulated
- * outputs"). Memory: the residual and those bytes meet nothing else the launch reads or writes.
- * Measured (H200, bench/gpu-notes.md, twentieth session).
- */
-static void plan_head_proj(cuda_be *b)
-{
-    const gp_plan *p = b->p;
-    for (int i = 0; i < p->n_nodes; i++)
-        b->nodes[i].proj = -1;
-    if ((b->disable & (FUSE_HEADPROJ | FUSE_EPILOGUE)) || !(b->disable & FUSE_MEGA) ||
-        p->n_devices > 1)
-        return;
-    const unsigned char *wlo = b->dev[GP_REGION_WEIGHTS];
-    const unsigned char *whi = wlo + p->regions[GP_REGION_WEIGHTS].size;
-    for (int a = 0; a < p->n_nodes; a++) {
-        cu_node *an = &b->nodes[a];
-        gp_cu_decode_att d = an->dec;
-        if (p->nodes[a].op != GP_OP_ATTENTION || !an->dec_on || d.has_qkv ||
-            head_kv(b, &d, &an->out) < 0)
-            continue;
-        int c = a + 1;
-        while (c < p->n_nodes && gp_op_get(p->nodes[c].op)->is_view)
-            c++;
-        if (c >= p->n_nodes || p->nodes[c].op != GP_OP_MATMUL)
-            continue;
-        const cu_node *cm = &b->nodes[c];
-        const gp_cu_epilogue *e = &cm->epi;
-        const gp_cu_tensor *x = &cm->in[0], *o = &an->out;
-        int tsym = an->dec_tsym, w = p->nodes[c].inputs[1];
-        if (bytes_root(b, p->nodes[c].inputs[0]) != p->nodes[a].output || cm->skip ||
-            cm->dec_att || cm->grp.n > 1 || b->nodes[c - 1].prenorm || e->n < 1 || e->n > 2 ||
-            e->has_tail || p->nodes[c].attrs.i[0] || p->nodes[c].attrs.i[1] ||
-            (b->transposed && b->transposed[w]) || x->data != o->data || o->ndim != 3 ||
-            o->nb[2] != 4 || o->nb[1] != 4 * o->ne[2] || x->ndim != 2 || x->nb[1] != 4 ||
-            !token_dim(x, tsym) || !token_dim(&e->out, tsym))
-            continue;
-        /* The epilogue: adds of the output itself (the residual) and at most one weight. */
-        int self = -1, bias = -1;
-        for (int k = 0; k < e->n; k++) {
-            const unsigned char *at = e->other[k].data;
-            if (e->op[k] != GP_OP_ADD)
-                self = bias = -2;
-            else if (self == -1 && same_desc(&e->other[k], &e->out))
-                self = k;
-            else if (bias == -1 && at >= wlo && at < whi)
-                bias = k;
-            else
-                self = bias = -2;
-        }
-        if (self < 0)
-            continue;
-        d.has_proj = 1;
-        d.proj.l2_next = cm->l2_p;
-        d.proj.l2_next_n = cm->l2_n;
-        d.proj.w = cm->in[1];
-        d.proj.out = first_row(&e->out);
-        if (bias >= 0)
-            d.proj.b = e->other[bias];
-        /* The bytes the matmul would zero: planned from the launch's first step on. */
-        int from = a, zf = cm->zero_for;
-        for (int j = 0; j < a; j++)
-            if (b->nodes[j].dec_att == a + 1 && j < from)
-                from = j;
-        dev_span zs = {0, 0};
-        if (zf >= 0) {
-            const gp_cu_tensor *zt = &b->nodes[zf].epi.out;
-            if (bytes_first(p, p->nodes[zf + b->nodes[zf].epi.n].output) > from)
-                continue;
-            d.proj.zero_p = zt->data;
-            d.proj.zero_n = zt->ne[zt->ndim - 1]; /* one row, as matmul_node zeroes it */
-            zs.lo = (uintptr_t)zt->data;
-            zs.hi = zs.lo + 4 * (uintptr_t)d.proj.zero_n;
-        }
-        /* What the launch reads and writes: q, k, v, pos, the caches, the output, the
-         * workspace; then the residual, the weights, the bias and the zeroed bytes. */
-        const gp_cu_tensor *t[10] = {&d.q, &d.k, &d.v, &d.pos, &d.k_cache, &d.v_cache, o, NULL,
-                                     &d.proj.out, &d.proj.w};
-        dev_span sp[12];
-        for (int i = 0; i < 10; i++)
-            sp[i] = t[i] ? span_one_token(t[i], tsym) : (dev_span){0, 0};
-        sp[7].lo = (uintptr_t)an->ws;
-        sp[7].hi = sp[7].lo + (an->ws ? an->ws_size : 0);
-        sp[10] = bias >= 0 ? span_one_token(&d.proj.b, tsym) : (dev_span){0, 0};
-        sp[11] = zs;
-        int ok = 1; /* its new writes (8, 11) against all; its new reads against its writes */
-        for (int i = 0; i < 12 && ok; i++)
-            ok = (i == 8 || !spans_meet(sp[8], sp[i])) && (i == 11 || !spans_meet(sp[11], sp[i]));
-        for (int i = 4; i < 8 && ok; i++)
-            ok = !spans_meet(sp[9], sp[i]) && !spans_meet(sp[10], sp[i]);
-        if (!ok || !gp_cuda_attention_head_proj_ok(&b->kc, &d, o))
-            continue;
-        an->dec = d;
-        an->proj = c;
-    }
-}
-
 /* One-token evals that replayed long1, every session. */
 static atomic_llong long_evals;
 
@@ -2421,8 +2242,6 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     plan_rope_tables(b, (float *)((char *)b->dparam + param_tabs_at()));
     plan_accumulate(b, uses);
     plan_head_pos(b);
-    plan_l2_next(b);
-    plan_head_proj(b);
     free(uses);
     if (check_all_reduces(b, err, err_len))
         goto fail;

@@ -270,53 +270,6 @@ __device__ __forceinline__ void pdl_begin()
     pdl_trigger();
 }
 
-/* cp.async (sm_80 on): 16 bytes from global src to shared dst, the last 16 - bytes of them
- * zeros (bytes 0: no read of src); committed as a group by cp_async_commit, awaited by
- * cp_async_wait<N> (at most N groups still in flight), each by the threads that issued them. */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes)
-                 : "memory");
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-
-template <int N> __device__ __forceinline__ void cp_async_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
-
-/* This block's share (by its linear index in the grid) of bytes [p, p + n) brought into L2 in
- * bulk by its thread 0 (sm_90 on; a hint: no effect on results, so safe before the PDL wait for
- * bytes no kernel writes, a later kernel's weights). p and n multiples of 16. */
-__device__ __forceinline__ void prefetch_l2_share(const char *p, int64_t n)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (threadIdx.x || !p)
-        return;
-    int64_t nb = (int64_t)gridDim.x * gridDim.y * gridDim.z;
-    int64_t bi = blockIdx.x + (int64_t)gridDim.x * (blockIdx.y + (int64_t)gridDim.y * blockIdx.z);
-    int64_t per = ((n + nb - 1) / nb + 15) & ~(int64_t)15, lo = bi * per;
-    int64_t hi = lo + per < n ? lo + per : n;
-    for (int64_t off = lo; off < hi; off += 65536) {
-        unsigned len = (unsigned)(hi - off < 65536 ? hi - off : 65536) & ~15u;
-        if (len)
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(len)
-                         : "memory");
-    }
-#endif
-}
-
 /* A hint to bring the line at p into L2 (no effect on results: safe before pdl_begin, since the
  * real loads come after it). Kernels use it for bytes no earlier kernel writes (weights, the KV
  * cache rows of earlier evals) while the kernel before them still runs. */

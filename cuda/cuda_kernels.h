@@ -65,10 +65,6 @@ typedef struct {
                                 their PDL wait, into registers (decode_first) */
     int att_head;            /* 1: one-token attentions of heads of up to 64 dims run in one
                                 block a head where they can (k_attention_head), not split */
-    int head_proj_split;     /* > 0: headproj's blocks a head, each a share of the product's
-                                columns (0: as many as the multiprocessors allow) */
-    int head_proj_done;      /* set by gp_cuda_attention_decode: 1 when its launch added the
-                                attention's product (has_proj) */
     int late;                /* GP_LATE_* bits: those kernels let the next one start only once
                                 their loads are done, not at their start (the norm; the
                                 one-token attention without qkvatt) */
@@ -99,11 +95,6 @@ typedef struct {
      * read as gelu(x) (cleared once done: staged by the kernel, or x in place first). */
     float *zero_p;
     int64_t zero_n;
-    /* l2_next, l2_next_n bytes (weights of a later launch) that the next matmul's [K, N] kernel
-     * with cluster or atomic splits brings into L2 before its wait, after its own loads (a
-     * hint; NULL: none) */
-    const void *l2_next;
-    int64_t l2_next_n;
     int acc, acc_gelu, x_gelu;
     int zero_done, acc_done, acc_gelu_done;
     const void *const_lo;    /* device bytes [const_lo, const_hi) that no kernel writes during */
@@ -230,19 +221,6 @@ typedef struct {
     gp_dtype dtype;  /* the rope's output dtype: each result is rounded to it */
 } gp_cu_rope;
 
-/* headproj: the product of a one-token attention's output [1, H D] (heads in order) that the
- * attention's launch adds into a residual itself: out += o @ w (+ b), GPT-2's c_proj. */
-typedef struct {
-    gp_cu_tensor w;   /* [H D, N] f16, bf16 or f32, N contiguous */
-    gp_cu_tensor b;   /* [N] of any float dtype, added once; data NULL: none */
-    gp_cu_tensor out; /* f32 [1, N] or [N], contiguous: the residual, added into with atomics */
-    float *zero_p;    /* zero_n floats the launch zeroes after its wait (an accumulated output the
-                         matmul's launch would have zeroed: gp_cu_ctx.zero_p), or NULL */
-    int64_t zero_n;
-    const void *l2_next; /* l2_next_n bytes brought into L2 before the wait (gp_cu_ctx.l2_next) */
-    int64_t l2_next_n;
-} gp_cu_head_proj;
-
 /* A one-token decode attention with the K and V cache stores (and the ropes before them) inside:
  * out = attention(rope_q(q), store(k_cache, pos, rope_k(k)), store(v_cache, pos, v), pos). */
 typedef struct {
@@ -266,10 +244,6 @@ typedef struct {
     gp_cu_tensor qkv_w;   /* [K, 3 H D], 16-bit */
     gp_cu_tensor qkv_b;   /* [3 H D] */
     gp_cu_prenorm qkv_norm;
-    int has_proj;         /* 1: where the launch runs k_attention_head, it adds the output's
-                             product into proj.out too (gp_cuda_attention_head_proj_ok), and
-                             sets gp_cu_ctx.head_proj_done */
-    gp_cu_head_proj proj;
 } gp_cu_decode_att;
 
 /* A rope's angles at a position, computed once per eval for the one-token attentions that read
@@ -332,14 +306,6 @@ int gp_cuda_attention_head_kv(const gp_cu_decode_att *a, const gp_cu_tensor *out
  * f32): it pays up to them; past them its rows' loads are round trips after the wait, and the
  * split kernel is faster (bench/gpu-notes.md, nineteenth session). */
 int gp_cuda_attention_head_rows(int kv);
-/* 1 when gp_cuda_attention_decode runs a (has_proj set, its other fields as they would be
- * launched) in k_attention_head with its product (headproj): gp_cuda_attention_head_kv takes it,
- * w is [H D, N] with 16-byte rows of N % (16 / its element size) == 0, b [N], out f32 [N], none
- * of them over what the attention reads or writes. Sets the kernel's shared memory limit. */
-int gp_cuda_attention_head_proj_ok(const gp_cu_ctx *ctx, const gp_cu_decode_att *a,
-                                   const gp_cu_tensor *out);
-/* Launches of k_attention_head that added their product (headproj) so far, for tests. */
-int64_t gp_cuda_attention_head_proj_count(void);
 /* Prompt attentions launched as tiles (k_attention_tiles) so far, for tests. */
 int64_t gp_cuda_attention_tiles_count(void);
 /* Those launched on tensor cores (k_attention_mma), for tests. */

@@ -667,8 +667,7 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
                                               const int64_t *syms, float *xs,
                                               float (*red)[TX * vec16<W>::N], const EPI &e,
                                               int64_t ecol, EpiVals *ev, FOLDV *fo, float *zp,
-                                              int64_t zn, const char *pf = NULL,
-                                              int64_t pfn = 0)
+                                              int64_t zn)
 {
     typedef vec16<W> V;
     enum { TY = 256 / TX, ROWS = TY * MV2_U };
@@ -698,8 +697,6 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
         kn2_load<TY>(u, w, ldw, cb, k0 + ty, k1, ok);
     if ((early & EARLY_EPIC) && ecol >= 0) /* a bias: from HBM, not a round trip after the wait */
         *ev = epi_load(e, ecol);
-    if (pf) /* after this block's own loads */
-        prefetch_l2_share(pf, pfn);
     pdl_begin();
     STAMP(1);
     if ((early & EARLY_EPI) && !(early & EARLY_EPIC) && ecol >= 0)
@@ -876,8 +873,7 @@ template <typename W> __device__ __forceinline__ void kc_typed(EPI &e, NORM &nm)
 template <typename W, int PRE, int TX, bool ADD>
 __global__ void __launch_bounds__(256, 4)
     k_matvec_kc(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int64_t K,
-                int64_t N, int64_t per, int early, int add, float *zp, int64_t zn,
-                const char *pf, int64_t pfn)
+                int64_t N, int64_t per, int early, int add, float *zp, int64_t zn)
 {
     typedef vec16<W> V;
     enum { TC = TX * V::N };
@@ -897,8 +893,7 @@ __global__ void __launch_bounds__(256, 4)
     EpiVals ev;
     FOLDV fo;
     float s = kn_split_sum<W, PRE, TX>(w, ldw, x, nm, -1, K, N, tile0, r * per, per, early, NULL,
-                                       xs_kc, red, e, epi ? tile0 + j : -1, &ev, &fo, zp, zn,
-                                       pf, pfn);
+                                       xs_kc, red, e, epi ? tile0 + j : -1, &ev, &fo, zp, zn);
     if (!(early & EARLY_EPI) && epi)
         ev = epi_load(e, tile0 + j);
     if (add) {
@@ -1042,7 +1037,7 @@ static void launch_kn2(const gp_cu_ctx *c, dim3 grid, const char *w, int64_t ldw
 /* k_matvec_kc by weight type, norm (PRE_*), tile width (TX = 32, 16 or 8) and, for PRE_NONE and
  * PRE_FOLD, the instance for adds (typed: kc_typed's dtypes hold). */
 typedef void (*kc_fn)(const char *, int64_t, const float *, KT, EPI, NORM, int64_t, int64_t,
-                      int64_t, int, int, float *, int64_t, const char *, int64_t);
+                      int64_t, int, int, float *, int64_t);
 
 template <typename W, int PRE, bool ADD> static kc_fn kc_width(int tx)
 {
@@ -1508,8 +1503,7 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
             fl |= epi_const(c, add ? rest : e, N);
             gp_cu_launch_z(c, add ? 0 : (unsigned)ns2, kc_kernel(kb.t, pm, tx, typed), g,
                            dim3(256), norm_smem(per2), B.p, B.sr, x, ot, add ? rest : e,
-                           pn ? *pn : NORM(), K, N, per2, fl, add, c->zero_p, c->zero_n,
-                           (const char *)c->l2_next, c->l2_next_n);
+                           pn ? *pn : NORM(), K, N, per2, fl, add, c->zero_p, c->zero_n);
             mv_adds += add && !acc;
             kc_typeds += typed;
             mv_accs += acc;

@@ -162,27 +162,11 @@ static int attention_first(const gp_graph *g, int a)
     return first;
 }
 
-/* The attention node whose output matmul m reads as its x, through views only; else -1. */
-static int attention_into(const gp_graph *g, int m)
-{
-    int t = g->nodes[m].inputs[0];
-    for (int depth = 0; depth < 8; depth++) {
-        int s = g->tensors[t].producer;
-        if (s < 0 || g->nodes[s].op == GP_OP_ATTENTION)
-            return s;
-        if (!gp_op_get(g->nodes[s].op)->is_view)
-            return -1;
-        t = g->nodes[s].inputs[0];
-    }
-    return -1;
-}
-
 /*
  * The first step of a normed matmul's output on CUDA (docs/plan-format.md, "Accumulated
  * outputs"): the step of the matmul before it in the schedule, or of its norm when that one is
- * normed too, or of the attention whose output that one reads (attention_first). That kernel may
- * zero the output's bytes, so that the splits of a one-row product add into them; none earlier:
- * the producer's step.
+ * normed too. That matmul's kernel may zero the output's bytes, so that the splits of a one-row
+ * product add into them; none earlier: the producer's step.
  */
 static int accumulated_from(const gp_graph *g, int s)
 {
@@ -191,8 +175,7 @@ static int accumulated_from(const gp_graph *g, int s)
         m--;
     if (m < 0)
         return s;
-    int a = attention_into(g, m);
-    return a >= 0 ? attention_first(g, a) : normed_matmul(g, m) ? m - 1 : m;
+    return normed_matmul(g, m) ? m - 1 : m;
 }
 
 /* Copies the graph's tensors into the plan (shapes, kinds, lifetimes, sizes); offsets come later. */

@@ -1904,130 +1904,6 @@ static void test_attention_head(void)
     kctx_free(&k);
 }
 
-/* headproj's residual out = r + o w (+ b) on the host, in double: o the CPU's attention (heads
- * in order), r the residual before the launch. */
-static void head_proj_want(const dec_case *dc, const tt *w, const tt *b, const float *r,
-                           double *want)
-{
-    int64_t K = w->h.ne[0], N = w->h.ne[1], we = (int64_t)gp_dtype_size(w->h.dtype);
-    const float *o = dc->out.h.data;
-    for (int64_t n = 0; n < N; n++) {
-        double v = r[n] + (b ? load_val((char *)b->h.data + n * we, b->h.dtype) : 0.0);
-        for (int64_t k = 0; k < K; k++)
-            v += (double)o[k] * load_val((char *)w->h.data + (k * N + n) * we, w->h.dtype);
-        want[n] = v;
-    }
-}
-
-/*
- * headproj: k_attention_head adding the product of its output into a residual in the same launch
- * (gp_cu_decode_att.has_proj; GPT-2's c_proj) against the host: out = r + o w (+ b) within 1e-5
- * (normalized), the attention's output and caches as test_attention_head checks them, and the
- * zeroed floats all zero with the floats on either side untouched. Weights f16, bf16 and f32;
- * caches f16 and f32; D 64 and 32, grouped heads or not; N of one share a block (40), shares
- * cut at N (200), and GPT-2 1558M's 1600; blocks a head from the multiprocessors, 1 or 3
- * (head_proj_split); with and without the bias and the zeroed floats. Then: operands it does
- * not take are refused, and with att_head off the launch leaves the residual alone.
- */
-static void test_attention_head_proj(void)
-{
-    kctx k;
-    kctx_new(&k, NULL, NULL, 0);
-    k.c.pdl = 1;
-    const int64_t S = 300, H = 4, Ns[3] = {40, 200, 1600};
-    const gp_dtype wts[3] = {GP_F16, GP_BF16, GP_F32};
-    const int32_t poss[4] = {0, 5, 130, 299};
-    int idx = 0;
-    for (int wi = 0; wi < 3; wi++)
-        for (int ni = 0; ni < 3; ni++)
-            for (int ci = 0; ci < 2; ci++, idx++) {
-                int64_t D = idx % 2 ? 32 : 64, G = idx % 3 ? 4 : 2, N = Ns[ni];
-                int64_t zn = 6400 + idx % 7, sw[2] = {H * D, N}, sn[1] = {N}, sz[1] = {zn + 2};
-                int with_bias = idx % 3 != 1, with_zero = idx % 4 < 2;
-                gp_cu_rope off = {0, 0, 0, 0.0, GP_F32};
-                dec_case dc;
-                dec_case_new(&dc, ci ? GP_F16 : GP_F32, H, G, D, S, poss[idx % 4], off, off);
-                tt w, b, r, z;
-                tt_new(&w, wts[wi], 2, sw, 0.5f);
-                tt_new(&b, wts[wi], 1, sn, 1.0f);
-                tt_new(&r, GP_F32, 1, sn, 1.0f);
-                tt_new(&z, GP_F32, 1, sz, 1.0f);
-                gp_cu_decode_att a = dc.a;
-                a.pos_const = 1;
-                a.has_proj = 1;
-                a.proj.w = w.d;
-                if (with_bias)
-                    a.proj.b = b.d;
-                a.proj.out = r.d;
-                if (with_zero) {
-                    a.proj.zero_p = (float *)z.d.data + 1;
-                    a.proj.zero_n = zn;
-                }
-                k.c.att_head = 1;
-                k.c.head_proj_split = idx % 3 == 0 ? 0 : idx % 3 == 1 ? 1 : 3;
-                CU_ASSERT_EQUAL(gp_cuda_attention_head_proj_ok(&k.c, &a, &dc.out.d), 1);
-                double *want = malloc(sizeof(double) * (size_t)N);
-                head_proj_want(&dc, &w, with_bias ? &b : NULL, r.h.data, want);
-                int64_t n0 = gp_cuda_attention_head_proj_count();
-                int rc = gp_cuda_attention_decode(&k.c, &a, &dc.out.d, NULL, 0);
-                if (rc)
-                    fprintf(stderr, "\n  attention_head_proj: %s\n", k.c.err);
-                CU_ASSERT_EQUAL(rc, 0);
-                CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
-                CU_ASSERT_EQUAL(gp_cuda_attention_head_proj_count(), n0 + 1);
-                CU_ASSERT_EQUAL(k.c.head_proj_done, 1);
-                char name[128];
-                snprintf(name, sizeof name, "headproj w %s N %d cache %s D %d G %d split %d%s%s",
-                         gp_dtype_name(wts[wi]), (int)N, ci ? "f16" : "f32", (int)D, (int)G,
-                         k.c.head_proj_split, with_bias ? " bias" : "", with_zero ? " zero" : "");
-                dec_case_check(&dc, name, dc.out.d.data);
-                float z0 = ((float *)z.h.data)[0], z1 = ((float *)z.h.data)[zn + 1];
-                tt_download(&r);
-                tt_download(&z);
-                double num = 0, den = 0;
-                for (int64_t n = 0; n < N; n++) {
-                    double d = ((float *)r.h.data)[n] - want[n];
-                    num += d * d;
-                    den += want[n] * want[n];
-                }
-                CHECK_ERR(name, sqrt(num / den), 1e-5);
-                const float *zh = z.h.data;
-                int zeros = 0;
-                for (int64_t i = 1; i <= zn; i++)
-                    zeros += zh[i] == 0.0f;
-                CU_ASSERT_EQUAL(zeros, with_zero ? zn : 0);
-                CU_ASSERT(zh[0] == z0 && zh[zn + 1] == z1);
-                /* refused: N not a whole number of 16-byte chunks; rows not H D; out not f32 */
-                gp_cu_decode_att bad = a;
-                bad.proj.w.ne[1] = N - 2;
-                CU_ASSERT_EQUAL(gp_cuda_attention_head_proj_ok(&k.c, &bad, &dc.out.d), 0);
-                bad = a;
-                bad.proj.w.ne[0] = H * D - 2;
-                CU_ASSERT_EQUAL(gp_cuda_attention_head_proj_ok(&k.c, &bad, &dc.out.d), 0);
-                bad = a;
-                bad.proj.out.dtype = GP_F16;
-                CU_ASSERT_EQUAL(gp_cuda_attention_head_proj_ok(&k.c, &bad, &dc.out.d), 0);
-                /* att_head off: the split kernel, no product */
-                k.c.att_head = 0;
-                cudaMemcpy(r.d.data, r.h.data, r.bytes, cudaMemcpyHostToDevice);
-                size_t dws = (size_t)GP_WS_ATTN_SPLITS * H * (D + 2) * 4;
-                void *ws = NULL;
-                cudaMalloc(&ws, dws);
-                CU_ASSERT_EQUAL(gp_cuda_attention_decode(&k.c, &a, &dc.out.d, ws, dws), 0);
-                CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
-                CU_ASSERT_EQUAL(k.c.head_proj_done, 0);
-                CU_ASSERT(same_on_device(&r));
-                cudaFree(ws);
-                free(want);
-                tt_free(&w);
-                tt_free(&b);
-                tt_free(&r);
-                tt_free(&z);
-                dec_case_free(&dc);
-            }
-    kctx_free(&k);
-}
-
 /* The one-token attention writing its output over q's own elements (the planner may place it
  * there: GPT-2's q read straight from qkv) gives the same result; pos out of range writes
  * nothing; operands it cannot take are refused. */
@@ -2736,15 +2612,13 @@ static void gpt2_all_on_vs_off(const char *on, const char *off, int64_t (*count)
 }
 
 /* atomic: GPT-2's c_proj and mlp.c_proj, added into the residual in place, add their splits with
- * atomics (the default) or combine them in a cluster; both for every layer (headproj off, which
- * runs c_proj in the attention's launch), f32 and f16 caches, and a 1280-wide layer of bf16
- * weights. Llama's o and down ([N, K] weights) take other kernels. */
+ * atomics (the default) or combine them in a cluster; both for every layer, f32 and f16 caches,
+ * and a 1280-wide layer of bf16 weights. Llama's o and down ([N, K] weights) take other kernels. */
 static void test_model_atomic(void)
 {
-    gpt2_cases_on_vs_off("headproj", "atomic,headproj", gp_cuda_matvec_add_count, 2);
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, "GPLAN_CUDA_DISABLE", "headproj",
-                     "GPLAN_CUDA_DISABLE", "atomic,headproj", gp_cuda_matvec_add_count, 2, 5e-3,
-                     1e-2);
+    gpt2_cases_on_vs_off(NULL, "atomic", gp_cuda_matvec_add_count, 2);
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
+                     "atomic", gp_cuda_matvec_add_count, 2, 5e-3, 1e-2);
 }
 
 /* fold: the layer norms before GPT-2's c_attn and c_fc folded into their one-row products (the
@@ -2864,15 +2738,6 @@ static void test_model_atthead_long(void)
     }
 }
 
-/* headproj: GPT-2's c_proj (with its bias, added into the residual) and the zeroing of c_fc's
- * output in the launch of the attention before it, a block a head (the default), against c_proj
- * launched on its own and the CPU, every layer: f32 weights with f32 and f16 caches, f16 weights
- * with heads of 64, a 1280-wide layer of bf16 weights. */
-static void test_model_headproj(void)
-{
-    gpt2_all_on_vs_off(NULL, "headproj", gp_cuda_attention_head_proj_count, 1, 2, 1);
-}
-
 static void test_model_mega(void)
 {
     mega_cases("1");
@@ -2910,8 +2775,6 @@ void gp_suite_cuda(void)
     CU_add_test(s, "attention: split-KV decode and prompts", test_attention);
     CU_add_test(s, "one-token attention with ropes and K/V stores inside", test_attention_decode);
     CU_add_test(s, "atthead: one-token attention in one block a head", test_attention_head);
-    CU_add_test(s, "headproj: the attention's product added in its launch",
-                test_attention_head_proj);
     CU_add_test(s, "prompts: a cuBLAS product's epilogue in one launch", test_blas_epilogue);
     CU_add_test(s, "prompts: attention in tiles, on tensor cores, against the CPU",
                 test_model_prompt_tiles);
@@ -2933,8 +2796,6 @@ void gp_suite_cuda(void)
                 test_model_atthead);
     CU_add_test(s, "GPT-2 decode: the split attention past the rows atthead loads early",
                 test_model_atthead_long);
-    CU_add_test(s, "GPT-2 decode: c_proj in the attention's launch or on its own",
-                test_model_headproj);
     CU_add_test(s, "Llama and GPT-2 decode: inputs and outputs in one copy each or not",
                 test_model_copies);
     CU_add_test(s, "Llama and GPT-2 decode: persistent decode kernel or launches", test_model_mega);
