@@ -58,6 +58,8 @@
  * (default 16) that add with atomics, GPLAN_CUDA_MV_ADD_NARROW (default 8) for rows of N <= 1024.
  * GPLAN_CUDA_LATE: the kernels that let the next one start only once their loads are done, not
  * right after their wait (a comma list of "norm" and "att"; default "norm"; "none": none).
+ * GPLAN_CUDA_TRIG: the matmuls whose next launch is a matmul of at least that many MiB of weights
+ * let it start at their own start, before their wait (default 8; "none": none; plan_trig).
  * Tensor-parallel plans: one instance per rank, each on its device and called from its own thread;
  * all_reduce nodes are the one-shot P2P kernel (up to 256 KiB) or NCCL all-reduces
  * (cuda/cuda_comm.h) captured in the graphs with the rest; GPLAN_NCCL_REGISTER=1 registers the
@@ -119,6 +121,8 @@ typedef struct {
      * zeroed by this enqueue's launch of the earlier one (zeroed), its trailing gelu then left
      * to matmul gelu_to, which reads its output (else -1) */
     int zero_for, acc, zeroed, gelu_to;
+    int trig;                        /* a matmul whose launch lets the next start at once
+                                        (plan_trig) */
 } cu_node;
 
 typedef struct {
@@ -189,6 +193,8 @@ typedef struct {
     int gelu_for;                   /* while enqueuing: the matmul node that reads its x as
                                        gelu(x) (plan_accumulate), or -1 */
     float *dfold;                   /* the folded layer norms' constants (plan_folds), or NULL */
+    int64_t trig_bytes;             /* plan_trig: the least weights of the next launch for an
+                                       early trigger (-1: none) */
 } cuda_be;
 
 enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
@@ -320,6 +326,11 @@ static void read_switches(cuda_be *b)
                        : (in_list(late, "norm") ? GP_LATE_NORM : 0) |
                              (in_list(late, "att") ? GP_LATE_ATT : 0);
     b->kc.no_early = !!(b->disable & FUSE_EARLY);
+    /* Measured (H200, bench/gpu-notes.md, twentieth session), ms a token: GPT-2 1558M 1.244 ->
+     * 1.197 at 8 MiB (0 MiB: 1.196; every matmul, also before the attention: 1.206), 117M
+     * (whose products are under 8 MiB) 0.204 -> 0.217 with every matmul. */
+    const char *tg = getenv("GPLAN_CUDA_TRIG");
+    b->trig_bytes = !tg ? (int64_t)8 << 20 : !strcmp(tg, "none") ? -1 : (int64_t)atoi(tg) << 20;
 }
 
 /* Time inside the backend's evals, process-wide (cuda/cuda_backend.h). */
@@ -467,6 +478,7 @@ static int matmul_node(cuda_be *b, int m, const gp_cu_prenorm *pre, int *fused, 
         c->zero_p = (float *)t->data;
         c->zero_n = t->ne[t->ndim - 1]; /* one row: the matvec kernels take it with one row */
     }
+    c->trig_early = mn->trig;
     c->acc = mn->acc && mn->zeroed;
     c->acc_gelu = c->acc && mn->gelu_to >= 0;
     c->x_gelu = b->gelu_for == m;
@@ -484,6 +496,7 @@ static int matmul_node(cuda_be *b, int m, const gp_cu_prenorm *pre, int *fused, 
         b->gelu_for = mn->gelu_to;
     c->zero_p = NULL;
     c->zero_n = 0;
+    c->trig_early = 0;
     c->acc = c->acc_gelu = c->x_gelu = 0;
     c->zero_done = c->acc_done = c->acc_gelu_done = 0;
     return r;
@@ -1672,6 +1685,34 @@ static void plan_head_pos(cuda_be *b)
     }
 }
 
+/*
+ * Early triggers. A matmul's [K, N] kernel lets the next kernel start at its own start, not after
+ * its PDL wait, when that next launch is a matmul of at least trig_bytes of weights (GPT-2
+ * 1558M's c_proj, c_fc and mlp.c_proj; 117M's products are smaller): that launch's blocks then
+ * take the room this one leaves and load their first weights while the attention before runs,
+ * or this product does. Its own wait still waits for this kernel, which waited for the one
+ * before. GPLAN_CUDA_TRIG=n sets the threshold (MiB), "none" none.
+ */
+static void plan_trig(cuda_be *b)
+{
+    const gp_plan *p = b->p;
+    for (int i = 0; i < p->n_nodes; i++) {
+        b->nodes[i].trig = 0;
+        if (p->nodes[i].op != GP_OP_MATMUL || b->trig_bytes < 0)
+            continue;
+        /* the next launch: past the epilogue, views, skipped nodes, nodes an attention runs
+         * and norms the matmul after them computes */
+        int j = i + 1 + b->nodes[i].epi.n;
+        while (j < p->n_nodes && (gp_op_get(p->nodes[j].op)->is_view || b->nodes[j].skip ||
+                                  b->nodes[j].dec_att || b->nodes[j].prenorm))
+            j++;
+        const gp_plan_tensor *w = j < p->n_nodes && p->nodes[j].op == GP_OP_MATMUL
+                                      ? &p->tensors[p->nodes[j].inputs[1]]
+                                      : NULL;
+        b->nodes[i].trig = w && w->kind == GP_TENSOR_WEIGHT && w->size >= b->trig_bytes;
+    }
+}
+
 /* One-token evals that replayed long1, every session. */
 static atomic_llong long_evals;
 
@@ -2242,6 +2283,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     plan_rope_tables(b, (float *)((char *)b->dparam + param_tabs_at()));
     plan_accumulate(b, uses);
     plan_head_pos(b);
+    plan_trig(b);
     free(uses);
     if (check_all_reduces(b, err, err_len))
         goto fail;

@@ -95,6 +95,8 @@ typedef struct {
      * read as gelu(x) (cleared once done: staged by the kernel, or x in place first). */
     float *zero_p;
     int64_t zero_n;
+    int trig_early;          /* 1: its [K, N] kernel lets the next kernel start at its own start,
+                                not after its wait (the next one's wait still waits for it) */
     int acc, acc_gelu, x_gelu;
     int zero_done, acc_done, acc_gelu_done;
     const void *const_lo;    /* device bytes [const_lo, const_hi) that no kernel writes during */
@@ -320,6 +322,9 @@ int64_t gp_cuda_matvec_fold_count(void);
 /* For tests, so far: which 0, one-row products that added into zeroed outputs (gp_cu_ctx.acc);
  * 1, [K, N] matvecs that staged gelu(x) (x_gelu); 2, x made gelu(x) in place instead. */
 int64_t gp_cuda_matvec_acc_count(int which);
+/* [K, N] matvecs launched to let the next kernel start at their start (gp_cu_ctx.trig_early) so
+ * far, for tests. */
+int64_t gp_cuda_matvec_trig_count(void);
 /* One-row [K, N] products that added with k_matvec_kc's instance for their operands' dtypes
  * (kc_typed), one-token attentions launched as the instance for GPT-2's operands (att_kv), and
  * norms and lookups launched as the instance for their dtypes (ops_typed). */

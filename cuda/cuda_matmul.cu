@@ -281,8 +281,9 @@ enum { MV2_WARPS = 8, MV2_U = 8 };
  * EARLY_NORM, a staged norm's weights before it (constant too); EARLY_EPIC (with EARLY_EPI, [K, N]
  * kernels): the epilogue's operands are all weights (a bias), loaded before the wait too. And
  * X_GELU: the [K, N] kernels stage gelu(x), not x (the product before them left its gelu to them,
- * gp_cu_ctx.acc_gelu). */
-enum { EARLY_W = 1, EARLY_EPI = 2, EARLY_NORM = 4, X_GELU = 8, EARLY_EPIC = 16 };
+ * gp_cu_ctx.acc_gelu). EARLY_TRIG: they let the next kernel start at their start
+ * (gp_cu_ctx.trig_early). */
+enum { EARLY_W = 1, EARLY_EPI = 2, EARLY_NORM = 4, X_GELU = 8, EARLY_EPIC = 16, EARLY_TRIG = 32 };
 
 /* Zeroes n floats at p, spread over every thread of the grid: a later launch adds into them
  * (gp_cu_ctx.zero_p). */
@@ -671,6 +672,8 @@ __device__ __forceinline__ float kn_split_sum(const char *w, int64_t ldw, const 
 {
     typedef vec16<W> V;
     enum { TY = 256 / TX, ROWS = TY * MV2_U };
+    if (early & EARLY_TRIG) /* the next kernel may start now (its wait still waits for ours) */
+        pdl_trigger();
     __shared__ float2 st[PRE == PRE_FOLD ? 8 : 1];
     int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
     int64_t col = tile0 + (int64_t)tx * V::N;
@@ -1167,7 +1170,7 @@ static int is_const(const gp_cu_ctx *c, const char *p, int64_t n)
 }
 
 static std::atomic<int64_t> mv_adds(0), mv_folds(0), mv_accs(0), x_gelus(0), x_gelus_apart(0),
-    kc_typeds(0);
+    kc_typeds(0), mv_trigs(0);
 
 extern "C" int64_t gp_cuda_matvec_typed_count(void)
 {
@@ -1187,6 +1190,11 @@ extern "C" int64_t gp_cuda_matvec_fold_count(void)
 extern "C" int64_t gp_cuda_matvec_acc_count(int which)
 {
     return which == 0 ? mv_accs.load() : which == 1 ? x_gelus.load() : x_gelus_apart.load();
+}
+
+extern "C" int64_t gp_cuda_matvec_trig_count(void)
+{
+    return mv_trigs.load();
 }
 
 /* A [K, N] split's PRE_* for norm nm (NULL: none): FOLD where the norm comes folded and x fits
@@ -1359,6 +1367,7 @@ static void launched_kn(gp_cu_ctx *c, int fl, int acc, int gelu)
     c->zero_done = c->zero_p != NULL;
     c->acc_done = acc;
     c->acc_gelu_done = gelu;
+    mv_trigs += (fl & EARLY_TRIG) != 0;
     if (fl & X_GELU) {
         c->x_gelu = 0;
         x_gelus++;
@@ -1473,7 +1482,8 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
          * multiprocessor. */
         int64_t tiles = (N + KN_TX * vn - 1) / (KN_TX * vn), per2, ns2;
         int early = ksym < 0 && is_const(c, B.p, (K - 1) * B.sr + N * es);
-        int fl = (early ? EARLY_W : 0) | (c->epi_early ? EARLY_EPI : 0);
+        int fl = (early ? EARLY_W : 0) | (c->epi_early ? EARLY_EPI : 0) |
+                 (c->trig_early ? EARLY_TRIG : 0);
         if (pn && c->norm_early && is_const(c, pn->w.p, K * pn->w.nb[3]) &&
             (!pn->has_b || is_const(c, pn->b.p, K * pn->b.nb[3])))
             fl |= EARLY_NORM;

@@ -2738,6 +2738,26 @@ static void test_model_atthead_long(void)
     }
 }
 
+/* Early triggers (plan_trig): the [K, N] products whose next launch is a product let it start at
+ * their own start (GPLAN_CUDA_TRIG=0: whatever its size; by default only past 8 MiB of weights,
+ * which these models don't reach) or not (none), against the CPU: GPT-2's c_proj, c_fc and
+ * mlp.c_proj (the last layer's at least before the LM head), f32 and f16 caches, heads of 64
+ * with f16 weights and a 1280-wide layer of bf16 weights. */
+static void test_model_trig(void)
+{
+    for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
+        const decode_case *c = &decode_cases[i];
+        if (strstr(c->example, "gpt2"))
+            decode_on_vs_off(c->example, c->defs, c->n_defs, "GPLAN_CUDA_TRIG", "0",
+                             "GPLAN_CUDA_TRIG", "none", gp_cuda_matvec_trig_count,
+                             3 * c->n_layer - 1, 1e-4, 1e-4);
+    }
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, "GPLAN_CUDA_TRIG", "0",
+                     "GPLAN_CUDA_TRIG", "none", gp_cuda_matvec_trig_count, 5, 1e-4, 2e-3);
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, "GPLAN_CUDA_TRIG", "0",
+                     "GPLAN_CUDA_TRIG", "none", gp_cuda_matvec_trig_count, 2, 5e-3, 1e-2);
+}
+
 static void test_model_mega(void)
 {
     mega_cases("1");
@@ -2796,6 +2816,8 @@ void gp_suite_cuda(void)
                 test_model_atthead);
     CU_add_test(s, "GPT-2 decode: the split attention past the rows atthead loads early",
                 test_model_atthead_long);
+    CU_add_test(s, "GPT-2 decode: products letting the next one start at their start or not",
+                test_model_trig);
     CU_add_test(s, "Llama and GPT-2 decode: inputs and outputs in one copy each or not",
                 test_model_copies);
     CU_add_test(s, "Llama and GPT-2 decode: persistent decode kernel or launches", test_model_mega);
