@@ -2583,32 +2583,31 @@ static const char *const gpt2_heads64[7] = {"n_layer=2", "n_embd=128", "n_head=2
 static const char *const gpt2_wide[7] = {"n_layer=1", "n_embd=1280", "n_head=20", "vocab_size=512",
                                          "n_positions=64", "wtype=bf16", "kv_type=f16"};
 
-/* decode_on_vs_off for each GPT-2 model of decode_cases (f32 weights, within 1e-4), the fusion off
- * with GPLAN_CUDA_DISABLE=off and count() growing by at least per_layer a layer with it on (with
- * GPLAN_CUDA_DISABLE=on when on is not NULL). */
-static void gpt2_cases_on_vs_off(const char *on, const char *off, int64_t (*count)(void),
-                                 int per_layer)
+/* decode_on_vs_off for each GPT-2 model of decode_cases (f32 weights, within 1e-4), with
+ * environment variable var=off in one session and var=on in the other (on NULL: var unset), and
+ * count() growing by at least per_layer a layer, less `less`, with it on. */
+static void gpt2_cases_on_vs_off(const char *var, const char *on, const char *off,
+                                 int64_t (*count)(void), int per_layer, int less)
 {
-    const char *on_var = on ? "GPLAN_CUDA_DISABLE" : NULL;
     for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
         const decode_case *c = &decode_cases[i];
         if (strstr(c->example, "gpt2"))
-            decode_on_vs_off(c->example, c->defs, c->n_defs, on_var, on, "GPLAN_CUDA_DISABLE",
-                             off, count, per_layer * c->n_layer, 1e-4, 1e-4);
+            decode_on_vs_off(c->example, c->defs, c->n_defs, on ? var : NULL, on, var, off, count,
+                             per_layer * c->n_layer - less, 1e-4, 1e-4);
     }
 }
 
 /* gpt2_cases_on_vs_off, then two layers of heads of 64 with f16 weights and a 1280-wide layer of
  * bf16 weights (tolerances for 16-bit weights), count() growing by at least n64 and nwide. */
-static void gpt2_all_on_vs_off(const char *on, const char *off, int64_t (*count)(void),
-                               int per_layer, int n64, int nwide)
+static void gpt2_all_on_vs_off(const char *var, const char *on, const char *off,
+                               int64_t (*count)(void), int per_layer, int less, int n64,
+                               int nwide)
 {
-    const char *on_var = on ? "GPLAN_CUDA_DISABLE" : NULL;
-    gpt2_cases_on_vs_off(on, off, count, per_layer);
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, on_var, on, "GPLAN_CUDA_DISABLE",
-                     off, count, n64, 1e-4, 2e-3);
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, on_var, on, "GPLAN_CUDA_DISABLE", off,
-                     count, nwide, 5e-3, 1e-2);
+    gpt2_cases_on_vs_off(var, on, off, count, per_layer, less);
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, on ? var : NULL, on, var, off, count,
+                     n64, 1e-4, 2e-3);
+    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, on ? var : NULL, on, var, off, count,
+                     nwide, 5e-3, 1e-2);
 }
 
 /* atomic: GPT-2's c_proj and mlp.c_proj, added into the residual in place, add their splits with
@@ -2616,7 +2615,7 @@ static void gpt2_all_on_vs_off(const char *on, const char *off, int64_t (*count)
  * and a 1280-wide layer of bf16 weights. Llama's o and down ([N, K] weights) take other kernels. */
 static void test_model_atomic(void)
 {
-    gpt2_cases_on_vs_off(NULL, "atomic", gp_cuda_matvec_add_count, 2);
+    gpt2_cases_on_vs_off("GPLAN_CUDA_DISABLE", NULL, "atomic", gp_cuda_matvec_add_count, 2, 0);
     decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, NULL, NULL, "GPLAN_CUDA_DISABLE",
                      "atomic", gp_cuda_matvec_add_count, 2, 5e-3, 1e-2);
 }
@@ -2627,7 +2626,7 @@ static void test_model_atomic(void)
  * off, where qkvatt takes c_attn and normalizes x itself, and only c_fc folds. */
 static void test_model_fold(void)
 {
-    gpt2_cases_on_vs_off(NULL, "fold", gp_cuda_matvec_fold_count, 2);
+    gpt2_cases_on_vs_off("GPLAN_CUDA_DISABLE", NULL, "fold", gp_cuda_matvec_fold_count, 2, 0);
     decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, "GPLAN_CUDA_DISABLE", "qkvatt",
                      "GPLAN_CUDA_DISABLE", "qkvatt,fold", gp_cuda_matvec_fold_count, 4, 1e-4, 2e-3);
     int64_t q0 = gp_cuda_qkv_attention_count();
@@ -2648,7 +2647,7 @@ static int64_t acc_count(void)
  * at head dims 64, f16 weights, and in a 1280-wide layer of bf16 weights. */
 static void test_model_accum(void)
 {
-    gpt2_all_on_vs_off(NULL, "accum", acc_count, 1, 2, 1);
+    gpt2_all_on_vs_off("GPLAN_CUDA_DISABLE", NULL, "accum", acc_count, 1, 0, 2, 1);
 }
 
 static int64_t typed_count(void)
@@ -2666,7 +2665,8 @@ static int64_t typed_count(void)
  * an f16 cache. */
 static void test_model_typed(void)
 {
-    gpt2_all_on_vs_off("atthead", "atthead,atttyped,kctyped,optyped", typed_count, 2, 4, 2);
+    gpt2_all_on_vs_off("GPLAN_CUDA_DISABLE", "atthead", "atthead,atttyped,kctyped,optyped",
+                       typed_count, 2, 0, 4, 2);
 }
 
 /* atthead: GPT-2's one-token attentions in one block a head (k_attention_head; the default,
@@ -2675,7 +2675,8 @@ static void test_model_typed(void)
  * 1280-wide layer of bf16 weights and an f16 cache. */
 static void test_model_atthead(void)
 {
-    gpt2_all_on_vs_off(NULL, "atthead,qkvatt", gp_cuda_attention_head_count, 1, 2, 1);
+    gpt2_all_on_vs_off("GPLAN_CUDA_DISABLE", NULL, "atthead,qkvatt",
+                       gp_cuda_attention_head_count, 1, 0, 2, 1);
 }
 
 /* atthead past the rows it loads early: one-token evals at later positions replay a graph with
@@ -2745,17 +2746,7 @@ static void test_model_atthead_long(void)
  * with f16 weights and a 1280-wide layer of bf16 weights. */
 static void test_model_trig(void)
 {
-    for (size_t i = 0; i < sizeof decode_cases / sizeof decode_cases[0]; i++) {
-        const decode_case *c = &decode_cases[i];
-        if (strstr(c->example, "gpt2"))
-            decode_on_vs_off(c->example, c->defs, c->n_defs, "GPLAN_CUDA_TRIG", "0",
-                             "GPLAN_CUDA_TRIG", "none", gp_cuda_matvec_trig_count,
-                             3 * c->n_layer - 1, 1e-4, 1e-4);
-    }
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_heads64, 7, "GPLAN_CUDA_TRIG", "0",
-                     "GPLAN_CUDA_TRIG", "none", gp_cuda_matvec_trig_count, 5, 1e-4, 2e-3);
-    decode_on_vs_off("examples/gpt2.gplan", gpt2_wide, 7, "GPLAN_CUDA_TRIG", "0",
-                     "GPLAN_CUDA_TRIG", "none", gp_cuda_matvec_trig_count, 2, 5e-3, 1e-2);
+    gpt2_all_on_vs_off("GPLAN_CUDA_TRIG", "0", "none", gp_cuda_matvec_trig_count, 3, 1, 5, 2);
 }
 
 static void test_model_mega(void)
