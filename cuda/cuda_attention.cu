@@ -764,7 +764,11 @@ template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, 
  * up to 2 CH (256 with f16 caches) arrive while the kernel before runs. The next kernel may
  * start right after the wait (a.late is not read): with a block a head, every block is resident
  * by then, and the next one's weights load while this one attends (GPT-2 1558M: 1.25-1.26 ms a
- * token against 1.26 with the trigger after the rows; bench/gpu-notes.md). Past the first two
+ * token against 1.26 with the trigger after the rows; bench/gpu-notes.md), or with a.trig (the
+ * next product triggers early too: plan_trig) at its start, before its wait, so that they load
+ * while the product before this one ends (1558M: 1.176-1.207 against 1.194-1.222 ms in six
+ * pairs on two hosts; 117M, where it is not asked for, 0.209 against 0.203 when forced;
+ * bench/gpu-notes.md, twenty-first session). Past the first two
  * chunks each chunk is a round trip after the wait, and the split kernel is faster (5% at
  * positions 512-639): the backend runs that one there (plan_head_pos in cuda_backend.c).
  */
@@ -898,6 +902,8 @@ __global__ void __launch_bounds__(AH_THREADS, 1) k_attention_head(DecArgs a)
     const char *pk = kc.p + g * kc.nb[2] + lane * sizeof(T);
     const char *pv = vc.p + g * vc.nb[2] + lane * sizeof(T);
     AhChunk<KV> cur, nxt;
+    if (a.trig) /* the next kernel may start now (its wait still waits for this one) */
+        pdl_trigger();
     ah_load<KV>(cur, pk, pv, kc.nb[1], vc.nb[1], 0, p, on);
     ah_load<KV>(nxt, pk, pv, kc.nb[1], vc.nb[1], 1, p, on);
     pdl_begin(); /* the next kernel's blocks may start: these are all resident by now */
@@ -963,6 +969,7 @@ __global__ void __launch_bounds__(AH_THREADS, 1) k_attention_head(DecArgs a)
 }
 
 static std::atomic<long long> head_launches(0); /* launches of k_attention_head */
+static std::atomic<long long> head_trigs(0);    /* those with DecArgs.trig */
 
 extern "C" int gp_cuda_attention_head_rows(int kv)
 {
@@ -1290,6 +1297,11 @@ extern "C" int64_t gp_cuda_attention_head_count(void)
     return head_launches.load();
 }
 
+extern "C" int64_t gp_cuda_attention_trig_count(void)
+{
+    return head_trigs.load();
+}
+
 extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
                                         const gp_cu_tensor *out, void *ws, size_t ws_size)
 {
@@ -1317,7 +1329,7 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
     DecArgs d = {(float)a->scale, o, q, kx, vx, kc, vc, p, a->rope_q, a->rope_k, part, counters,
                  a->rope_q.on ? a->tab_q : NULL, a->rope_k.on ? a->tab_k : NULL,
                  /* qkvatt measured slower late (GPT-2 117M, eleventh session) */
-                 !a->has_qkv && (c->late & GP_LATE_ATT), cluster};
+                 !a->has_qkv && (c->late & GP_LATE_ATT), cluster, 0};
     if (a->has_qkv) {
         if (!gp_cuda_qkv_attention_ok(c, a, out) || !cluster || nsplit != GP_WS_ATTN_SPLITS) {
             snprintf(c->err, sizeof c->err, "attention_decode: q, k and v computed in the launch: "
@@ -1353,6 +1365,8 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
     }
     int hk = c->att_head && !c->mk ? gp_cuda_attention_head_kv(a, out) : -1;
     if (hk >= 0) {
+        d.trig = c->trig_early;
+        head_trigs += d.trig;
         gp_cu_launch(c, hk == GP_F16 ? k_attention_head<GP_F16> : k_attention_head<GP_F32>,
                      dim3((unsigned)H), AH_THREADS, 0, d);
         if (gp_cu_check_launch(c, "attention_head"))

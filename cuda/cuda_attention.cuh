@@ -499,6 +499,8 @@ struct DecArgs {
                              cos [n/2], then sin [n/2]; NULL: each block computes them */
     int late;             /* the next kernel may start once the rows are attended, not before */
     int cluster;          /* the nsplit blocks of a head are one cluster: cluster_finish combines */
+    int trig;             /* k_attention_head: the next kernel may start at this one's start
+                             (gp_cu_ctx.trig_early) */
 };
 
 /* Where block (h, split) reads the angles (cos, sin by pair) of rope q, or with k the new key's:

@@ -121,8 +121,8 @@ typedef struct {
      * zeroed by this enqueue's launch of the earlier one (zeroed), its trailing gelu then left
      * to matmul gelu_to, which reads its output (else -1) */
     int zero_for, acc, zeroed, gelu_to;
-    int trig;                        /* a matmul whose launch lets the next start at once
-                                        (plan_trig) */
+    int trig;                        /* a matmul or attention whose launch lets the next
+                                        start at once (plan_trig) */
 } cu_node;
 
 typedef struct {
@@ -734,8 +734,11 @@ static int enqueue_eval(cuda_be *b, int long_ctx, char *err, size_t err_len)
         }
         if (!r && nd->op == GP_OP_ALL_REDUCE && b->comm && !b->warming)
             r = all_reduce(b, cn, nd, 0, &norm_done);
-        else if (!r && decode_now(b, cn))
+        else if (!r && decode_now(b, cn)) {
+            b->kc.trig_early = cn->trig;
             r = gp_cuda_attention_decode(&b->kc, &cn->dec, &cn->out, cn->ws, cn->ws_size);
+            b->kc.trig_early = 0;
+        }
         else if (!r && cn->pair >= 0)
             r = gp_cuda_store2(&b->kc, cn->in, b->nodes[cn->pair].in);
         else if (!r && cn->embadd) {
@@ -1685,31 +1688,41 @@ static void plan_head_pos(cuda_be *b)
     }
 }
 
+/* The node of the launch after node i's: past its epilogue, views, skipped nodes, nodes an
+ * attention runs and norms the matmul after them computes (p->n_nodes: none). */
+static int next_launch(const cuda_be *b, int i)
+{
+    const gp_plan *p = b->p;
+    int j = i + 1 + (p->nodes[i].op == GP_OP_MATMUL ? b->nodes[i].epi.n : 0);
+    while (j < p->n_nodes && (gp_op_get(p->nodes[j].op)->is_view || b->nodes[j].skip ||
+                              b->nodes[j].dec_att || b->nodes[j].prenorm))
+        j++;
+    return j;
+}
+
 /*
  * Early triggers. A matmul's [K, N] kernel lets the next kernel start at its own start, not after
  * its PDL wait, when that next launch is a matmul of at least trig_bytes of weights (GPT-2
  * 1558M's c_proj, c_fc and mlp.c_proj; 117M's products are smaller): that launch's blocks then
  * take the room this one leaves and load their first weights while the attention before runs,
  * or this product does. Its own wait still waits for this kernel, which waited for the one
- * before. GPLAN_CUDA_TRIG=n sets the threshold (MiB), "none" none.
+ * before. An attention whose next launch is such a matmul (1558M's, before c_proj) does the same
+ * in one block a head: c_proj's weights then load while c_attn ends, and c_fc's during the
+ * attention. GPLAN_CUDA_TRIG=n sets the threshold (MiB), "none" none.
  */
 static void plan_trig(cuda_be *b)
 {
     const gp_plan *p = b->p;
-    for (int i = 0; i < p->n_nodes; i++) {
+    for (int i = p->n_nodes - 1; i >= 0; i--) {
+        int op = p->nodes[i].op, j = next_launch(b, i);
         b->nodes[i].trig = 0;
-        if (p->nodes[i].op != GP_OP_MATMUL || b->trig_bytes < 0)
+        if (b->trig_bytes < 0 || j >= p->n_nodes || p->nodes[j].op != GP_OP_MATMUL)
             continue;
-        /* the next launch: past the epilogue, views, skipped nodes, nodes an attention runs
-         * and norms the matmul after them computes */
-        int j = i + 1 + b->nodes[i].epi.n;
-        while (j < p->n_nodes && (gp_op_get(p->nodes[j].op)->is_view || b->nodes[j].skip ||
-                                  b->nodes[j].dec_att || b->nodes[j].prenorm))
-            j++;
-        const gp_plan_tensor *w = j < p->n_nodes && p->nodes[j].op == GP_OP_MATMUL
-                                      ? &p->tensors[p->nodes[j].inputs[1]]
-                                      : NULL;
-        b->nodes[i].trig = w && w->kind == GP_TENSOR_WEIGHT && w->size >= b->trig_bytes;
+        const gp_plan_tensor *w = &p->tensors[p->nodes[j].inputs[1]];
+        if (op == GP_OP_MATMUL)
+            b->nodes[i].trig = w->kind == GP_TENSOR_WEIGHT && w->size >= b->trig_bytes;
+        else if (op == GP_OP_ATTENTION)
+            b->nodes[i].trig = b->nodes[j].trig;
     }
 }
 

@@ -95,8 +95,9 @@ typedef struct {
      * read as gelu(x) (cleared once done: staged by the kernel, or x in place first). */
     float *zero_p;
     int64_t zero_n;
-    int trig_early;          /* 1: its [K, N] kernel lets the next kernel start at its own start,
-                                not after its wait (the next one's wait still waits for it) */
+    int trig_early;          /* 1: its [K, N] kernel (or block-a-head attention) lets the next
+                                kernel start at its own start, not after its wait (the next
+                                one's wait still waits for it) */
     int acc, acc_gelu, x_gelu;
     int zero_done, acc_done, acc_gelu_done;
     const void *const_lo;    /* device bytes [const_lo, const_hi) that no kernel writes during */
@@ -299,6 +300,8 @@ int64_t gp_cuda_attention_decode_count(void);
 int64_t gp_cuda_qkv_attention_count(void);
 /* How many ran in one block a head (k_attention_head; for tests). */
 int64_t gp_cuda_attention_head_count(void);
+/* Those of them that let the next kernel start at their start (gp_cu_ctx.trig_early). */
+int64_t gp_cuda_attention_trig_count(void);
 /* The caches' dtype (f16 or f32) when k_attention_head takes the one-token attention a into out,
  * else -1 (the context's switches aside: gp_cu_ctx.att_head): caches both f16 or both f32; q, the
  * new rows and out f32; no ropes; pos an input (pos_const); heads of at most 64 dims, an even

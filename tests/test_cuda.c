@@ -2749,6 +2749,14 @@ static void test_model_trig(void)
     gpt2_all_on_vs_off("GPLAN_CUDA_TRIG", "0", "none", gp_cuda_matvec_trig_count, 3, 1, 5, 2);
 }
 
+/* The one-token attention in one block a head lets c_proj start at its start when c_proj does
+ * so for c_fc (threshold 0 MiB: every layer's), or not (none), against the CPU: the cases of
+ * test_model_atthead. */
+static void test_model_atttrig(void)
+{
+    gpt2_all_on_vs_off("GPLAN_CUDA_TRIG", "0", "none", gp_cuda_attention_trig_count, 1, 0, 2, 1);
+}
+
 static void test_model_mega(void)
 {
     mega_cases("1");
@@ -2809,6 +2817,8 @@ void gp_suite_cuda(void)
                 test_model_atthead_long);
     CU_add_test(s, "GPT-2 decode: products letting the next one start at their start or not",
                 test_model_trig);
+    CU_add_test(s, "GPT-2 decode: the attention letting c_proj start at its start or not",
+                test_model_atttrig);
     CU_add_test(s, "Llama and GPT-2 decode: inputs and outputs in one copy each or not",
                 test_model_copies);
     CU_add_test(s, "Llama and GPT-2 decode: persistent decode kernel or launches", test_model_mega);
