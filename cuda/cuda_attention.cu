@@ -761,16 +761,17 @@ template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, 
  * chunk c (CH = R AH_WARPS rows); row p = pos[0] is the new one, from the sources, every other
  * row from the caches. pos is an input (read before the wait), and no kernel of the eval writes
  * the cache rows before p, so the first two chunks are loaded before the PDL wait: all the rows
- * up to 2 CH (256 with f16 caches) arrive while the kernel before runs. The next kernel may
- * start right after the wait (a.late is not read): with a block a head, every block is resident
- * by then, and the next one's weights load while this one attends (GPT-2 1558M: 1.25-1.26 ms a
- * token against 1.26 with the trigger after the rows; bench/gpu-notes.md), or with a.trig (the
- * next product triggers early too: plan_trig) at its start, before its wait, so that they load
- * while the product before this one ends (1558M: 1.176-1.207 against 1.194-1.222 ms in six
- * pairs on two hosts; 117M, where it is not asked for, 0.209 against 0.203 when forced;
- * bench/gpu-notes.md, twenty-first session). Past the first two
+ * up to 2 CH (256 with f16 caches) arrive while the kernel before runs. Past the first two
  * chunks each chunk is a round trip after the wait, and the split kernel is faster (5% at
  * positions 512-639): the backend runs that one there (plan_head_pos in cuda_backend.c).
+ *
+ * The next kernel may start right after the wait (a.late is not read): with a block a head,
+ * every block is resident by then, and the next one's weights load while this one attends
+ * (GPT-2 1558M: 1.25-1.26 ms a token against 1.26 with the trigger after the rows). With a.trig
+ * (the next product triggers early too: plan_trig) it may start at this kernel's start, so that
+ * its weights load while the product before this one ends (1558M: 1.176-1.207 against
+ * 1.194-1.222 in six pairs on two hosts; 117M, where it is not asked for, 0.209 against 0.203
+ * when forced). Figures: bench/gpu-notes.md, nineteenth and twenty-first sessions.
  */
 enum { AH_WARPS = 16, AH_THREADS = 32 * AH_WARPS };
 

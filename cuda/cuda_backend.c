@@ -1713,15 +1713,15 @@ static int next_launch(const cuda_be *b, int i)
 static void plan_trig(cuda_be *b)
 {
     const gp_plan *p = b->p;
-    for (int i = p->n_nodes - 1; i >= 0; i--) {
-        int op = p->nodes[i].op, j = next_launch(b, i);
+    for (int i = p->n_nodes - 1; i >= 0; i--) { /* from the end: an attention reads j's */
+        int j = next_launch(b, i);
         b->nodes[i].trig = 0;
         if (b->trig_bytes < 0 || j >= p->n_nodes || p->nodes[j].op != GP_OP_MATMUL)
             continue;
         const gp_plan_tensor *w = &p->tensors[p->nodes[j].inputs[1]];
-        if (op == GP_OP_MATMUL)
+        if (p->nodes[i].op == GP_OP_MATMUL)
             b->nodes[i].trig = w->kind == GP_TENSOR_WEIGHT && w->size >= b->trig_bytes;
-        else if (op == GP_OP_ATTENTION)
+        else if (p->nodes[i].op == GP_OP_ATTENTION)
             b->nodes[i].trig = b->nodes[j].trig;
     }
 }
@@ -1762,7 +1762,8 @@ static void plan_qkv_attention(cuda_be *b, int a, gp_cu_decode_att *d, const int
     const gp_plan_tensor *root = &p->tensors[qkv];
     int e = root->producer, mm = e - 1, nn = e - 2;
     if ((b->disable & (FUSE_QKVATT | FUSE_NORM | FUSE_EPILOGUE)) || !(b->disable & FUSE_MEGA) ||
-        head_kv(b, d, &b->nodes[a].out) >= 0 || bytes_root(b, src[1]) != qkv || bytes_root(b, src[2]) != qkv ||
+        head_kv(b, d, &b->nodes[a].out) >= 0 || bytes_root(b, src[1]) != qkv ||
+        bytes_root(b, src[2]) != qkv ||
         root->kind != GP_TENSOR_INTERMEDIATE || nn < 0 || p->nodes[mm].op != GP_OP_MATMUL ||
         p->nodes[e].output != qkv || !b->nodes[nn].prenorm || b->nodes[mm].epi.n != 1 ||
         b->nodes[mm].epi.op[0] != GP_OP_ADD || b->nodes[mm].epi.has_tail ||
@@ -2349,9 +2350,8 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
      * inputs may hold anything here: the kernels skip out-of-range ones. all_reduce only copies
      * (b->warming): the other ranks may not be created yet, and NCCL was warmed up with them. */
     b->warming = 1;
-    for (int w = 0; w < 3; w++) { /* the third: one token, the long-context attention */
-        if (w == 2 && b->head_pos < 0)
-            break;
+    /* one token, at most tokens, then with head_pos one token of the long-context attention */
+    for (int w = 0; w < (b->head_pos >= 0 ? 3 : 2); w++) {
         for (int s = 0; s < p->n_syms; s++)
             b->launch[s] = b->pin_syms[s] = w == 1 ? p->syms[s].bound : 1;
         if (enqueue_eval(b, w == 2, err, err_len))
