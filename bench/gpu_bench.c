@@ -155,15 +155,22 @@ static long shim_count(void)
     return fn ? fn() : -1;
 }
 
+/* The CUDA shim's eval marker, or NULL: looked up once at the start (find_mark), since a dlsym in
+ * every eval would be timed with it and a failed one allocates its message. */
+static void (*mark_fn)(int);
+
+static void find_mark(void)
+{
+    void *f = dlsym(RTLD_DEFAULT, "gp_alloc_shim_eval");
+    memcpy(&mark_fn, &f, sizeof mark_fn);
+}
+
 /* Marks evals for the CUDA shim too (the session looks the marker up itself when it is exported;
  * this program calls it directly so the count does not depend on that). */
 static void mark(int on)
 {
-    void *f = dlsym(RTLD_DEFAULT, "gp_alloc_shim_eval");
-    void (*fn)(int) = NULL;
-    memcpy(&fn, &f, sizeof fn);
-    if (fn)
-        fn(on);
+    if (mark_fn)
+        mark_fn(on);
 }
 
 static int eval(gp_session *s, const int32_t *ids, const int32_t *pos, int n, double *secs)
@@ -515,6 +522,7 @@ int main(int argc, char **argv)
         self_base = self.dli_fbase;
     void *warm[4];
     backtrace(warm, 4); /* loads the unwinder now, not inside a counted allocation */
+    find_mark();
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--label") && i + 1 < argc)
             label = argv[++i];

@@ -62,20 +62,34 @@ static int check_index(const gp_ktensor *ids, int64_t want, int64_t bound, const
     return 0;
 }
 
-static int check_tensor(const gp_ktensor *t, const char *what, gp_op op, char *err, size_t n)
+/* "out" (i < 0) or "input i", for messages: formatted only on failure, since every eval checks
+ * the index nodes again. */
+static const char *tensor_what(int i, char *buf, size_t n)
 {
+    if (i < 0)
+        return "out";
+    snprintf(buf, n, "input %d", i);
+    return buf;
+}
+
+/* Tensor t: out (i < 0) or input i. */
+static int check_tensor(const gp_ktensor *t, int i, gp_op op, char *err, size_t n)
+{
+    char w[24];
     if (!t)
-        return fail(err, n, op, "%s is missing", what);
+        return fail(err, n, op, "%s is missing", tensor_what(i, w, sizeof w));
     if (t->ndim < 0 || t->ndim > GP_MAX_DIMS || (int)t->dtype < 0 || t->dtype >= GP_DTYPE_COUNT)
-        return fail(err, n, op, "%s has a bad rank %d or dtype %d", what, t->ndim, (int)t->dtype);
+        return fail(err, n, op, "%s has a bad rank %d or dtype %d", tensor_what(i, w, sizeof w),
+                    t->ndim, (int)t->dtype);
     int64_t count = 1;
     for (int d = 0; d < t->ndim; d++) {
         if (t->ne[d] < 0)
-            return fail(err, n, op, "%s has a negative dim %lld", what, (long long)t->ne[d]);
+            return fail(err, n, op, "%s has a negative dim %lld", tensor_what(i, w, sizeof w),
+                        (long long)t->ne[d]);
         count *= t->ne[d];
     }
     if (count > 0 && !t->data)
-        return fail(err, n, op, "%s has no data", what);
+        return fail(err, n, op, "%s has no data", tensor_what(i, w, sizeof w));
     return 0;
 }
 
@@ -232,12 +246,10 @@ int gp_cpu_check(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_kt
     if (!a || n_in < info->min_inputs || n_in > info->max_inputs || (n_in > 0 && !in))
         return fail(err, err_size, op, "%d inputs, expected %d..%d", n_in, info->min_inputs,
                     info->max_inputs);
-    if (check_tensor(out, "out", op, err, err_size))
+    if (check_tensor(out, -1, op, err, err_size))
         return -1;
     for (int i = 0; i < n_in; i++) {
-        char what[24];
-        snprintf(what, sizeof what, "input %d", i);
-        if (check_tensor(&in[i], what, op, err, err_size))
+        if (check_tensor(&in[i], i, op, err, err_size))
             return -1;
         /* Index inputs are checked per op; every other input and out are floats (cast: any). */
         int index_in = (op == GP_OP_GET_ROWS && i == 1) || (op == GP_OP_ROPE && i == 1) ||

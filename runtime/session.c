@@ -35,6 +35,9 @@ struct gp_model {
     int64_t bytes_mapped, bytes_loaded;
     int tokens, positions, logits; /* tensor ids, or -1 */
     int64_t vocab, context;
+    int *io_ids;               /* [n_io] the inputs and outputs, in tensor order: what the calls
+                                  by name look up, every eval (not all the plan's tensors) */
+    int n_io;
 };
 
 typedef void (*gp_mark_fn)(int in_eval);
@@ -235,12 +238,16 @@ static gp_model *model_from_plan(gp_plan *plan, const char *name, char *err, siz
     m->name = malloc(strlen(name) + 1);
     m->weight_data = calloc((size_t)plan->n_devices * (size_t)plan->n_tensors + 1,
                             sizeof *m->weight_data);
-    if (!m->name || !m->weight_data) {
+    m->io_ids = malloc(sizeof *m->io_ids * ((size_t)plan->n_tensors + 1));
+    if (!m->name || !m->weight_data || !m->io_ids) {
         gp_model_free(m);
         gp_errf(err, err_len, "%s: out of memory", name);
         return NULL;
     }
     strcpy(m->name, name);
+    for (int i = 0; i < plan->n_tensors; i++)
+        if (plan->tensors[i].kind == GP_TENSOR_INPUT || plan->tensors[i].kind == GP_TENSOR_OUTPUT)
+            m->io_ids[m->n_io++] = i;
     char why[512];
     if (analyze(m, why, sizeof why)) {
         gp_errf(err, err_len, "%s: cannot run this plan (%s)", name, why);
@@ -292,6 +299,7 @@ void gp_model_free(gp_model *m)
         return;
     unbind(m);
     free(m->weight_data);
+    free(m->io_ids);
     free(m->name);
     gp_plan_free(m->plan);
     free(m);
@@ -909,11 +917,15 @@ static size_t current_bytes(const gp_session *s, const gp_plan_tensor *t)
     return n;
 }
 
-static int find_tensor(const gp_plan *p, const char *name, gp_tensor_kind kind)
+/* The input or output (kind) named name, or -1. */
+static int find_tensor(const gp_model *m, const char *name, gp_tensor_kind kind)
 {
-    for (int i = 0; i < p->n_tensors; i++)
+    const gp_plan *p = m->plan;
+    for (int k = 0; k < m->n_io; k++) {
+        int i = m->io_ids[k];
         if (p->tensors[i].kind == kind && !strcmp(p->tensors[i].name, name))
             return i;
+    }
     return -1;
 }
 
@@ -934,7 +946,7 @@ int gp_session_set_input(gp_session *s, const char *name, const void *data, size
     if (!s || !name)
         return -1;
     s->err[0] = '\0';
-    int id = find_tensor(s->p, name, GP_TENSOR_INPUT);
+    int id = find_tensor(s->m, name, GP_TENSOR_INPUT);
     if (id < 0)
         return fail(s, "no input named \"%s\"", name);
     if (bytes && !data)
@@ -1124,7 +1136,7 @@ const void *gp_session_output(gp_session *s, const char *name, gp_tensor_info *i
 {
     if (!s || !name)
         return NULL;
-    int id = find_tensor(s->p, name, GP_TENSOR_OUTPUT);
+    int id = find_tensor(s->m, name, GP_TENSOR_OUTPUT);
     if (id < 0) {
         fail(s, "no output named \"%s\"", name);
         return NULL;

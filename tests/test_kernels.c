@@ -942,6 +942,18 @@ static void test_check(void)
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_GET_ROWS, &at, &out->k, in, 2, err, sizeof err), -1);
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_GET_ROWS, &at, &out->k, in, 1, err, sizeof err), -1);
     CU_ASSERT_STRING_EQUAL(err, "get_rows: 1 inputs, expected 2..2");
+    /* the tensor at fault named: an input by its index, or out */
+    in[1] = ids->k;
+    in[1].ne[0] = -3;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_GET_ROWS, &at, &out->k, in, 2, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "get_rows: input 1 has a negative dim -3");
+    in[1] = ids->k;
+    gp_ktensor nodata = out->k;
+    nodata.data = NULL;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_GET_ROWS, &at, &nodata, in, 2, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "get_rows: out has no data");
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_GET_ROWS, &at, NULL, in, 2, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "get_rows: out is missing");
 
     /* Broadcasting: [3, 4] with [4] is fine, with [3] is not. */
     tt *b4 = tt_dims(GP_F32, 0, 1, 4, 0, 0, 0), *b3 = tt_dims(GP_F32, 0, 1, 3, 0, 0, 0);

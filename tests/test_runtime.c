@@ -202,6 +202,9 @@ static void test_input_errors(void)
     CU_ASSERT_EQUAL(gp_session_set_input(s, "nope", ids, 8), -1);
     CU_ASSERT_STRING_EQUAL(gp_session_error(s), "no input named \"nope\"");
     CU_ASSERT_PTR_NULL(gp_session_output(s, "tokens", NULL)); /* an input, not an output */
+    CU_ASSERT_STRING_EQUAL(gp_session_error(s), "no output named \"tokens\"");
+    CU_ASSERT_PTR_NULL(gp_session_output(s, "nope", NULL));
+    CU_ASSERT_STRING_EQUAL(gp_session_error(s), "no output named \"nope\"");
 
     /* Nothing ran: the state is as at creation, so a valid eval matches a fresh reference. */
     pos[0] = 0;
