@@ -62,34 +62,37 @@ static int check_index(const gp_ktensor *ids, int64_t want, int64_t bound, const
     return 0;
 }
 
-/* "out" (i < 0) or "input i", for messages: formatted only on failure, since every eval checks
- * the index nodes again. */
-static const char *tensor_what(int i, char *buf, size_t n)
+/* fail() for tensor i of a node: "out" (i < 0) or "input i" first, its name formatted only here,
+ * on failure, since every eval checks the index nodes again. */
+static int tensor_fail(char *err, size_t n, gp_op op, int i, const char *fmt, ...)
 {
+    char what[24], rest[160];
     if (i < 0)
-        return "out";
-    snprintf(buf, n, "input %d", i);
-    return buf;
+        snprintf(what, sizeof what, "out");
+    else
+        snprintf(what, sizeof what, "input %d", i);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rest, sizeof rest, fmt, ap);
+    va_end(ap);
+    return fail(err, n, op, "%s %s", what, rest);
 }
 
 /* Tensor t: out (i < 0) or input i. */
 static int check_tensor(const gp_ktensor *t, int i, gp_op op, char *err, size_t n)
 {
-    char w[24];
     if (!t)
-        return fail(err, n, op, "%s is missing", tensor_what(i, w, sizeof w));
+        return tensor_fail(err, n, op, i, "is missing");
     if (t->ndim < 0 || t->ndim > GP_MAX_DIMS || (int)t->dtype < 0 || t->dtype >= GP_DTYPE_COUNT)
-        return fail(err, n, op, "%s has a bad rank %d or dtype %d", tensor_what(i, w, sizeof w),
-                    t->ndim, (int)t->dtype);
+        return tensor_fail(err, n, op, i, "has a bad rank %d or dtype %d", t->ndim, (int)t->dtype);
     int64_t count = 1;
     for (int d = 0; d < t->ndim; d++) {
         if (t->ne[d] < 0)
-            return fail(err, n, op, "%s has a negative dim %lld", tensor_what(i, w, sizeof w),
-                        (long long)t->ne[d]);
+            return tensor_fail(err, n, op, i, "has a negative dim %lld", (long long)t->ne[d]);
         count *= t->ne[d];
     }
     if (count > 0 && !t->data)
-        return fail(err, n, op, "%s has no data", tensor_what(i, w, sizeof w));
+        return tensor_fail(err, n, op, i, "has no data");
     return 0;
 }
 

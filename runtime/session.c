@@ -36,7 +36,8 @@ struct gp_model {
     int tokens, positions, logits; /* tensor ids, or -1 */
     int64_t vocab, context;
     int *io_ids;               /* [n_io] the inputs and outputs, in tensor order: what the calls
-                                  by name look up, every eval (not all the plan's tensors) */
+                                  by name and each eval's input copies go over (not all the
+                                  plan's tensors) */
     int n_io;
 };
 
@@ -194,9 +195,9 @@ static int analyze(gp_model *m, char *why, size_t n)
 {
     const gp_plan *p = m->plan;
     m->tokens = m->positions = m->logits = -1;
-    for (int i = 0; i < p->n_tensors; i++)
-        if (p->tensors[i].kind == GP_TENSOR_OUTPUT && m->logits < 0)
-            m->logits = i;
+    for (int k = 0; k < m->n_io && m->logits < 0; k++)
+        if (p->tensors[m->io_ids[k]].kind == GP_TENSOR_OUTPUT)
+            m->logits = m->io_ids[k];
     for (int k = 0; k < p->n_nodes; k++) {
         const gp_plan_node *nd = &p->nodes[k];
         int idx = index_input(nd->op);
@@ -601,9 +602,9 @@ void gp_model_get_info(const gp_model *m, gp_model_info *o)
         return;
     const gp_plan *p = m->plan;
     o->graph_name = p->graph_name;
-    for (int i = 0; i < p->n_tensors; i++) {
-        o->n_inputs += p->tensors[i].kind == GP_TENSOR_INPUT;
-        o->n_outputs += p->tensors[i].kind == GP_TENSOR_OUTPUT;
+    for (int k = 0; k < m->n_io; k++) {
+        o->n_inputs += p->tensors[m->io_ids[k]].kind == GP_TENSOR_INPUT;
+        o->n_outputs += p->tensors[m->io_ids[k]].kind == GP_TENSOR_OUTPUT;
     }
     if (m->tokens >= 0) {
         const gp_plan_tensor *t = &p->tensors[m->tokens];
@@ -1101,8 +1102,8 @@ static void eval_rank(void *vs, int ith, int nth)
 static int eval_ranks(gp_session *s)
 {
     const gp_plan *p = s->p;
-    for (int i = 0; i < p->n_tensors && p->n_devices > 1; i++) {
-        const gp_plan_tensor *t = &p->tensors[i];
+    for (int k = 0; k < s->m->n_io && p->n_devices > 1; k++) {
+        const gp_plan_tensor *t = &p->tensors[s->m->io_ids[k]];
         if (t->kind != GP_TENSOR_INPUT)
             continue;
         size_t bytes = current_bytes(s, t);
