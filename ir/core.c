@@ -8,12 +8,22 @@
 
 static const struct {
     const char *name;
-    size_t size;
+    size_t size;        /* bytes of an element; 0 for block formats */
+    int block;          /* elements per block */
+    size_t block_bytes; /* bytes per block */
 } dtypes[GP_DTYPE_COUNT] = {
-    [GP_F32] = {"f32", 4},
-    [GP_F16] = {"f16", 2},
-    [GP_BF16] = {"bf16", 2},
-    [GP_I32] = {"i32", 4},
+    [GP_F32] = {"f32", 4, 1, 4},
+    [GP_F16] = {"f16", 2, 1, 2},
+    [GP_BF16] = {"bf16", 2, 1, 2},
+    [GP_I32] = {"i32", 4, 1, 4},
+    [GP_Q4_0] = {"q4_0", 0, 32, 2 + 16},
+    [GP_Q4_1] = {"q4_1", 0, 32, 2 + 2 + 16},
+    [GP_Q5_0] = {"q5_0", 0, 32, 2 + 4 + 16},
+    [GP_Q5_1] = {"q5_1", 0, 32, 2 + 2 + 4 + 16},
+    [GP_Q8_0] = {"q8_0", 0, 32, 2 + 32},
+    [GP_Q4_K] = {"q4_k", 0, 256, 2 + 2 + 12 + 128},
+    [GP_Q5_K] = {"q5_k", 0, 256, 2 + 2 + 12 + 32 + 128},
+    [GP_Q6_K] = {"q6_k", 0, 256, 128 + 64 + 16 + 2},
 };
 
 size_t gp_dtype_size(gp_dtype t)
@@ -21,6 +31,33 @@ size_t gp_dtype_size(gp_dtype t)
     if ((int)t < 0 || t >= GP_DTYPE_COUNT)
         return 0;
     return dtypes[t].size;
+}
+
+int gp_dtype_block(gp_dtype t)
+{
+    if ((int)t < 0 || t >= GP_DTYPE_COUNT)
+        return 0;
+    return dtypes[t].block;
+}
+
+size_t gp_dtype_block_bytes(gp_dtype t)
+{
+    if ((int)t < 0 || t >= GP_DTYPE_COUNT)
+        return 0;
+    return dtypes[t].block_bytes;
+}
+
+int gp_dtype_is_quant(gp_dtype t)
+{
+    return gp_dtype_block(t) > 1;
+}
+
+size_t gp_dtype_row_bytes(gp_dtype t, int64_t n)
+{
+    int b = gp_dtype_block(t);
+    if (b <= 0 || n < 0 || n % b)
+        return 0;
+    return (size_t)(n / b) * dtypes[t].block_bytes;
 }
 
 const char *gp_dtype_name(gp_dtype t)
@@ -35,6 +72,8 @@ int gp_dtype_from_name(const char *name, gp_dtype *out)
     if (!name)
         return -1;
     for (int t = 0; t < GP_DTYPE_COUNT; t++) {
+        if (dtypes[t].block > 1)
+            continue; /* not yet accepted by the front end and planner */
         if (strcmp(name, dtypes[t].name) == 0) {
             if (out)
                 *out = (gp_dtype)t;

@@ -225,7 +225,7 @@ static int check_tensor_fields(const gp_plan *p, int i, char *why, size_t n)
         gp_errf(why, n, "tensor %d (%s): kind %d out of range", i, nm, (int)t->kind);
         return -1;
     }
-    if ((int)t->dtype < 0 || t->dtype >= GP_DTYPE_COUNT) {
+    if ((int)t->dtype < 0 || t->dtype >= GP_DTYPE_COUNT || gp_dtype_is_quant(t->dtype)) {
         gp_errf(why, n, "tensor %d (%s): dtype %d out of range", i, nm, (int)t->dtype);
         return -1;
     }
