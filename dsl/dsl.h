@@ -14,6 +14,15 @@ typedef struct {
     char **params_out;       /* if not NULL: receives the resolved parameters as text,
                                 "n_layer=12 n_embd=768 ..." (malloc'd, caller frees; NULL on error) */
     int devices;             /* the builtin `devices` (tensor parallelism); <= 0 means 1 */
+    const char *const *file_params; /* n_file_params "NAME=VALUE" values read from a checkpoint's
+                                       metadata (gplan-compile --gguf): they set the parameters
+                                       the graph declares (others are ignored), after the config
+                                       file and before -D */
+    int n_file_params;
+    /* If not NULL: the dtype a weight gets, given its checkpoint name and declared dtype (e.g. the
+     * dtype of the tensor in a GGUF file: gplan-compile --gguf). */
+    gp_dtype (*weight_dtype)(void *ctx, const char *checkpoint_name, gp_dtype declared);
+    void *weight_dtype_ctx;
 } gp_dsl_opts;
 
 /* Compiles the graph in `path`. Overrides from the config file apply first, then -D ones.

@@ -50,6 +50,7 @@ typedef struct {
     gp_dsl_params *overrides; /* -D and config.json values: string values point into it, so it
                                  lives as long as the bindings */
     int devices;          /* the builtin `devices`: tensor-parallel devices the graph is cut for */
+    const gp_dsl_opts *opts; /* for the weights' dtype hook, or NULL */
 } lower;
 
 static const value ERR = {V_ERR, 0, 0, NULL};
@@ -494,6 +495,7 @@ static const op_spec op_specs[] = {
     {"sqrt", GP_OP_NONE, "n", {0}},
     {"cdiv", GP_OP_NONE, "nn", {0}},
     {"exact_div", GP_OP_NONE, "nn", {0}},
+    {"dense", GP_OP_NONE, "d", {0}},
 };
 
 #define MAX_ARGS 8
@@ -698,6 +700,8 @@ static value compile_time_call(lower *L, call *c)
 {
     const char *nm = c->spec->name;
     value a = c->pos[0];
+    if (strcmp(nm, "dense") == 0) /* the dtype itself, or f32 for a block-quantized one */
+        return gp_dtype_is_quant((gp_dtype)a.i) ? (value){V_DTYPE, GP_F32, 0, NULL} : a;
     if (strcmp(nm, "sqrt") == 0) {
         if (num(a) < 0) {
             error(L, c->pos_loc[0], "sqrt of a negative number (%g)", num(a));
@@ -887,7 +891,8 @@ static int dtype_of(lower *L, const ast_stmt *s, gp_dtype *out)
 {
     int k = lookup(L, s->dtype);
     if (k < 0) {
-        error(L, s->dtype_loc, "unknown dtype '%s' (expected f32, f16, bf16 or i32)", s->dtype);
+        error(L, s->dtype_loc, "unknown dtype '%s' (expected f32, f16, bf16, i32 or a weight "
+              "format: q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k)", s->dtype);
         return -1;
     }
     value v = L->b[k].v;
@@ -1149,6 +1154,8 @@ static void exec_decl(lower *L, const ast_stmt *s)
             return;
         }
     }
+    if (ckpt && L->opts && L->opts->weight_dtype)
+        dt = L->opts->weight_dtype(L->opts->weight_dtype_ctx, ckpt, dt);
     gp_split split = {0, 0, 0, 0};
     if (s->split && split_of(L, s, ndim, shape, &split)) {
         free(ckpt);
@@ -1360,11 +1367,16 @@ static gp_graph *lower_graph(const ast_graph *ag, const gp_dsl_opts *o, gp_diag 
     } builtins[] = {
         {"f32", {V_DTYPE, GP_F32, 0, NULL}}, {"f16", {V_DTYPE, GP_F16, 0, NULL}},
         {"bf16", {V_DTYPE, GP_BF16, 0, NULL}}, {"i32", {V_DTYPE, GP_I32, 0, NULL}},
+        {"q4_0", {V_DTYPE, GP_Q4_0, 0, NULL}}, {"q4_1", {V_DTYPE, GP_Q4_1, 0, NULL}},
+        {"q5_0", {V_DTYPE, GP_Q5_0, 0, NULL}}, {"q5_1", {V_DTYPE, GP_Q5_1, 0, NULL}},
+        {"q8_0", {V_DTYPE, GP_Q8_0, 0, NULL}}, {"q4_k", {V_DTYPE, GP_Q4_K, 0, NULL}},
+        {"q5_k", {V_DTYPE, GP_Q5_K, 0, NULL}}, {"q6_k", {V_DTYPE, GP_Q6_K, 0, NULL}},
         {"true", {V_INT, 1, 0, NULL}}, {"false", {V_INT, 0, 0, NULL}},
     };
     for (size_t k = 0; k < sizeof builtins / sizeof builtins[0]; k++)
         define(&L, builtins[k].name, B_BUILTIN, builtins[k].v, (gp_loc){NULL, 0, 0});
     L.devices = o && o->devices > 0 ? o->devices : 1;
+    L.opts = o;
     define(&L, "devices", B_BUILTIN, vint(L.devices), (gp_loc){NULL, 0, 0});
 
     char *params_text = NULL;

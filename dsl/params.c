@@ -13,6 +13,8 @@ struct gp_dsl_params {
     gp_diag *d;
     const char *const *defines; /* n_defines "NAME=VALUE" texts, owned by the options */
     int n_defines;
+    const char *const *file_params; /* n_file_params the same, from a checkpoint's metadata */
+    int n_file_params;
     json_t *cfg;                /* the config's top-level object, or NULL */
     const char *cfg_file;       /* its name in d */
     char *cfg_text;             /* [cfg_len] its text, for the keys' locations */
@@ -199,6 +201,8 @@ gp_dsl_params *gp_dsl_params_new(gp_diag *d, const ast_graph *ag, const gp_dsl_o
     p->d = d;
     p->defines = o ? o->defines : NULL;
     p->n_defines = o ? o->n_defines : 0;
+    p->file_params = o ? o->file_params : NULL;
+    p->n_file_params = o ? o->n_file_params : 0;
     gp_loc none = {NULL, 0, 0};
     /* -D: syntax, and names that are no parameter. */
     for (int k = 0; k < p->n_defines; k++) {
@@ -229,6 +233,14 @@ value gp_dsl_params_resolve(gp_dsl_params *p, const char *name, value def)
         v = from_json(p->d, v, name, j, json_key_loc(p->cfg_file, p->cfg_text, p->cfg_len, name));
     const char *text = NULL;
     size_t kl = strlen(name);
+    for (int k = 0; k < p->n_file_params; k++) {
+        const char *d = p->file_params[k];
+        if (d && strncmp(d, name, kl) == 0 && d[kl] == '=')
+            text = d + kl + 1;
+    }
+    if (text && v.k != V_ERR)
+        v = from_text(p->d, v, name, text);
+    text = NULL;
     for (int k = 0; k < p->n_defines; k++) {
         const char *d = p->defines[k];
         if (d && strncmp(d, name, kl) == 0 && d[kl] == '=')

@@ -72,8 +72,6 @@ int gp_dtype_from_name(const char *name, gp_dtype *out)
     if (!name)
         return -1;
     for (int t = 0; t < GP_DTYPE_COUNT; t++) {
-        if (dtypes[t].block > 1)
-            continue; /* not yet accepted by the front end and planner */
         if (strcmp(name, dtypes[t].name) == 0) {
             if (out)
                 *out = (gp_dtype)t;

@@ -227,7 +227,18 @@ int gp_ir_check_shape(const gp_graph *g, gp_diag *d, gp_loc loc, const char *wha
         gp_diag_error(d, loc, "%s: missing shape", what);
         return -1;
     }
-    int64_t bytes = (int64_t)gp_dtype_size(dtype);
+    int64_t bytes = (int64_t)gp_dtype_size(dtype), block = gp_dtype_block(dtype);
+    if (block > 1) {
+        /* A block-quantized tensor: a [..., K] of rows, K a whole number of blocks. */
+        if (ndim < 1 || shape[ndim - 1].sym >= 0 || shape[ndim - 1].size % block) {
+            char s[GP_SHAPE_STR];
+            gp_diag_error(d, loc, "%s: %s rows are blocks of %lld elements, shape %s has a last "
+                          "dim that is not a multiple of %lld", what, gp_dtype_name(dtype),
+                          (long long)block, gp_ir_shape_str(g, ndim, shape, s), (long long)block);
+            return -1;
+        }
+        bytes = (int64_t)gp_dtype_block_bytes(dtype);
+    }
     if (bytes == 0) {
         gp_diag_error(d, loc, "%s: bad dtype %d", what, (int)dtype);
         return -1;
@@ -256,7 +267,7 @@ int gp_ir_check_shape(const gp_graph *g, gp_diag *d, gp_loc loc, const char *wha
                           gp_ir_shape_str(g, ndim, shape, s));
             return -1;
         }
-        bytes *= tmp[i].size;
+        bytes *= i == ndim - 1 && block > 1 ? tmp[i].size / block : tmp[i].size;
     }
     for (int i = 0; i < ndim; i++)
         out[i] = tmp[i];
@@ -298,6 +309,11 @@ int gp_graph_add_tensor(gp_graph *g, gp_diag *d, const char *name, gp_tensor_kin
     }
     char what[128];
     snprintf(what, sizeof what, "tensor '%s'", name ? name : "?");
+    if (gp_dtype_is_quant(dtype) && kind != GP_TENSOR_WEIGHT) {
+        gp_diag_error(d, loc, "%s: %s is a weight format: only weights can be %s", what,
+                      gp_dtype_name(dtype), gp_dtype_name(dtype));
+        return -1;
+    }
     gp_tensor t;
     memset(&t, 0, sizeof t);
     if (gp_ir_check_shape(g, d, loc, what, dtype, ndim, shape, t.shape))
@@ -329,6 +345,9 @@ int64_t gp_tensor_nbytes(const gp_tensor *t)
     int64_t last = 0;
     for (int i = 0; i < t->ndim; i++)
         last += (t->shape[i].size - 1) * t->stride[i];
+    if (gp_dtype_is_quant(t->dtype)) /* always contiguous (only weights are quantized) */
+        return (last + 1) / t->shape[t->ndim - 1].size *
+               (int64_t)gp_dtype_row_bytes(t->dtype, t->shape[t->ndim - 1].size);
     return (last + 1) * (int64_t)gp_dtype_size(t->dtype);
 }
 

@@ -199,6 +199,9 @@ static int infer_matmul(ctx *c)
     int ta = c->attrs->i[0] != 0, tb = c->attrs->i[1] != 0;
     if (need_floats(c) || need_min_ndim(c, 0, 2) || need_min_ndim(c, 1, 2))
         return -1;
+    if (gp_dtype_is_quant(b->dtype) && (a->ndim != 2 || ta || a->dtype != GP_F32))
+        return ERR(c, "matmul: a %s b needs an f32 a [M, K] (not transposed), got %s a %s",
+                   gp_dtype_name(b->dtype), gp_dtype_name(a->dtype), shp(c, a, s1));
     gp_dim m = a->shape[a->ndim - (ta ? 1 : 2)], ka = a->shape[a->ndim - (ta ? 2 : 1)];
     gp_dim kb = b->shape[b->ndim - (tb ? 1 : 2)], n = b->shape[b->ndim - (tb ? 2 : 1)];
     if (!gp_ir_dim_eq(ka, kb)) {
@@ -597,6 +600,15 @@ int gp_graph_add_node(gp_graph *g, gp_diag *d, gp_op op, const int *inputs, int 
         }
         node.inputs[i] = inputs[i];
         c.in[i] = &g->tensors[inputs[i]];
+        /* Quantized weights are read by the products and lookups that have kernels for them. */
+        if (gp_dtype_is_quant(c.in[i]->dtype) &&
+            !(op == GP_OP_GET_ROWS && i == 0) &&
+            !(op == GP_OP_MATMUL && i == 1 && node.attrs.i[1] && c.in[i]->ndim == 2)) {
+            gp_diag_error(d, loc, "%s: %s ('%s') is %s: quantized weights are read only by "
+                          "get_rows (the table) and matmul (a 2-dim b with tb=1)", info->name,
+                          roles[op][i], c.in[i]->name, gp_dtype_name(c.in[i]->dtype));
+            return -1;
+        }
     }
 
     out.dtype = c.in[0]->dtype;

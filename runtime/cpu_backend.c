@@ -8,6 +8,7 @@
 #include "runtime/backend.h"
 #include "runtime/comm.h"
 #include "runtime/cpu_kernels.h"
+#include "runtime/cpu_internal.h"
 #include "runtime/threadpool.h"
 
 #define GP_CPU_MAX_THREADS 256
@@ -133,6 +134,11 @@ static void run_nodes(void *vctx, int ith, int nth)
             const gp_plan_tensor *w = &p->tensors[nd->workspace];
             ws = c->arena + w->offset;
             ws_size = (size_t)w->size;
+        }
+        if (nd->op == GP_OP_MATMUL && gp_dtype_is_quant(in[1].dtype)) {
+            /* Its first phase: the activations to 8 bits, which every thread's share reads. */
+            gp_cpu_quantize_act(in, ws, ith, nth);
+            gp_threadpool_barrier(c->pool);
         }
         gp_cpu_compute(nd->op, &nd->attrs, &out, in,
                        gp_cpu_device_inputs(nd->op, nd->n_inputs, c->slot), ws, ws_size, ith, nth);

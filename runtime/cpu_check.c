@@ -176,6 +176,16 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
         }
         if (out->dtype != GP_F32)
             return fail(err, n, op, "out must be f32");
+        if (gp_dtype_is_quant(y->dtype)) {
+            /* The quantized path: x [M, K] f32 rows, W [N, K] rows of blocks, out packed. */
+            if (ta || !tb || x->ndim != 2 || y->ndim != 2 || x->dtype != GP_F32 ||
+                x->nb[1] != 4 || x->nb[0] % 4 || out->nb[1] != 4 || out->nb[0] % 4)
+                return fail(err, n, op, "a %s b needs an f32 a [M, K] with contiguous rows and "
+                            "b [N, K] (tb=1)", gp_dtype_name(y->dtype));
+            if (K % gp_dtype_block(y->dtype))
+                return fail(err, n, op, "K = %lld is not a multiple of %s's block of %d",
+                            (long long)K, gp_dtype_name(y->dtype), gp_dtype_block(y->dtype));
+        }
         return 0;
     }
     case GP_OP_LAYER_NORM:
@@ -257,7 +267,11 @@ int gp_cpu_check(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_kt
         /* Index inputs are checked per op; every other input and out are floats (cast: any). */
         int index_in = (op == GP_OP_GET_ROWS && i == 1) || (op == GP_OP_ROPE && i == 1) ||
                        (op == GP_OP_STORE && i == 1) || (op == GP_OP_ATTENTION && i == 3);
-        if (!index_in && !is_float(in[i].dtype) && op != GP_OP_CAST && !info->is_view)
+        /* Quantized weights: get_rows' table and matmul's b (checked with the shapes). */
+        int quant_in = gp_dtype_is_quant(in[i].dtype) &&
+                       ((op == GP_OP_GET_ROWS && i == 0) || (op == GP_OP_MATMUL && i == 1));
+        if (!index_in && !quant_in && !is_float(in[i].dtype) && op != GP_OP_CAST &&
+            !info->is_view)
             return fail(err, err_size, op, "input %d must be a float tensor, not %s", i,
                         gp_dtype_name(in[i].dtype));
     }

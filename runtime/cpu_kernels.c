@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "runtime/cpu_internal.h"
+#include "runtime/quant.h"
 #include "runtime/plan.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -435,6 +436,21 @@ static void k_get_rows(const gp_ktensor *out, const gp_ktensor *in, int ith, int
     for (int64_t t = r0; t < r1; t++) {
         int32_t id = load_i32((const char *)ids->data + t * ids->nb[0]);
         GP_ASSERT(id >= 0 && id < table->ne[0]);
+        if (gp_dtype_is_quant(table->dtype)) { /* a row of blocks, dequantized */
+            char *o = (char *)out->data + t * out->nb[0];
+            int64_t n = out->ne[1], done = 0;
+            float buf[1024];
+            GP_ASSERT(n % gp_dtype_block(table->dtype) == 0);
+            const char *row = (const char *)table->data + id * table->nb[0];
+            size_t bb = gp_dtype_block_bytes(table->dtype), per = (size_t)gp_dtype_block(table->dtype);
+            while (done < n) { /* in slices of whole blocks that fit buf */
+                int64_t c = n - done < 1024 ? n - done : 1024;
+                gp_quant_dequantize_row(table->dtype, row + (size_t)done / per * bb, buf, c);
+                gp_cpu_store_row(o + done * out->nb[1], out->nb[1], out->dtype, buf, c);
+                done += c;
+            }
+            continue;
+        }
         copy_row((char *)out->data + t * out->nb[0], out->nb[1], out->dtype,
                  (const char *)table->data + id * table->nb[0], table->nb[1], table->dtype,
                  out->ne[1]);
@@ -566,7 +582,10 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
         k_elementwise(op, a, out, &in[0], NULL, ith, nth);
         break;
     case GP_OP_MATMUL:
-        gp_cpu_matmul(a, out, in, ith, nth);
+        if (gp_dtype_is_quant(in[1].dtype))
+            gp_cpu_matmul_quant(out, in, ws, ith, nth);
+        else
+            gp_cpu_matmul(a, out, in, ith, nth);
         break;
     case GP_OP_LAYER_NORM:
     case GP_OP_RMS_NORM:
@@ -615,5 +634,7 @@ size_t gp_cpu_workspace_bytes(gp_op op, const gp_ktensor *out, const gp_ktensor 
         nth = GP_WS_CPU_MAX_THREADS;
     if (op == GP_OP_ATTENTION && n_in >= 2 && nth > 0 && in[1].ne[0] > 0)
         return (size_t)nth * (size_t)in[1].ne[0] * sizeof(float);
+    if (op == GP_OP_MATMUL && n_in >= 2 && gp_dtype_is_quant(in[1].dtype))
+        return (size_t)in[0].ne[0] * gp_quant_act_row_bytes(in[1].dtype, in[0].ne[1]);
     return 0;
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "runtime/cpu_internal.h"
+#include "runtime/quant.h"
 
 /* Block sizes: an A block [MB, KB] (32 KiB) and a B block [KB, NB] (32 KiB) fit in L2, one B
  * panel [KB, NR] (8 KiB) in L1. Stack use: (MB KB + KB NB + MB NB + KB) floats = 80.5 KiB. */
@@ -287,4 +288,31 @@ void gp_cpu_matmul(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *
         mm_dot(&q, ith, nth);
     else
         mm_gemm(&q, ith, nth);
+}
+
+/* ---- quantized weights (runtime/quant.h) ----
+ * Rows of x are quantized once per node into the workspace (a phase of its own, with a barrier
+ * after it: every thread's columns need every row), then each thread computes its columns. The
+ * column split changes no result (quant.h), so results are the same for every thread count. */
+
+void gp_cpu_quantize_act(const gp_ktensor *in, void *xq, int ith, int nth)
+{
+    const gp_ktensor *x = &in[0], *w = &in[1];
+    int64_t m0, m1;
+    gp_share(x->ne[0], ith, nth, &m0, &m1);
+    gp_quant_act_quantize(w->dtype, x->data, m0, m1, x->ne[1], x->nb[0] / (int64_t)sizeof(float),
+                          xq);
+}
+
+void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, void *xq, int ith, int nth)
+{
+    const gp_ktensor *x = &in[0], *w = &in[1];
+    int64_t n0, n1, N = w->ne[0];
+    /* Shares of whole 16-column groups, so the SIMD paths see full tiles. */
+    gp_share((N + 15) / 16, ith, nth, &n0, &n1);
+    n0 *= 16;
+    n1 = n1 * 16 < N ? n1 * 16 : N;
+    if (n0 < n1)
+        gp_quant_matmul(w->dtype, w->data, n0, n1, xq, x->ne[0], x->ne[1], out->data,
+                        out->nb[0] / (int64_t)sizeof(float));
 }

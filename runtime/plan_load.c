@@ -118,9 +118,32 @@ static int mul_ok(int64_t a, int64_t b, int64_t *out)
     return 0;
 }
 
+/* A block-quantized tensor is packed rows of whole blocks (ir/core.h): contiguous strides, the last
+ * dim a multiple of the block; its bytes are rows * row bytes. */
+static int64_t quant_span(const gp_plan_tensor *t)
+{
+    if (t->ndim < 1 || t->ndim > GP_MAX_DIMS)
+        return -1;
+    int64_t rows = 1, want = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->dims[d] < 1 || t->dims[d] > GP_PLAN_MAX_DIM || t->stride[d] != want)
+            return -1;
+        if (d < t->ndim - 1 && mul_ok(rows, t->dims[d], &rows))
+            return -1;
+        if (mul_ok(want, t->dims[d], &want))
+            return -1;
+    }
+    int64_t row = (int64_t)gp_dtype_row_bytes(t->dtype, t->dims[t->ndim - 1]), bytes;
+    if (row <= 0 || mul_ok(rows, row, &bytes))
+        return -1;
+    return bytes;
+}
+
 int64_t gp_plan_tensor_span(const gp_plan_tensor *t)
 {
     int64_t es = (int64_t)gp_dtype_size(t->dtype);
+    if (gp_dtype_is_quant(t->dtype))
+        return quant_span(t);
     if (es == 0 || t->ndim < 0 || t->ndim > GP_MAX_DIMS)
         return -1;
     int64_t last = 0; /* index of the last element, in elements */
@@ -225,8 +248,13 @@ static int check_tensor_fields(const gp_plan *p, int i, char *why, size_t n)
         gp_errf(why, n, "tensor %d (%s): kind %d out of range", i, nm, (int)t->kind);
         return -1;
     }
-    if ((int)t->dtype < 0 || t->dtype >= GP_DTYPE_COUNT || gp_dtype_is_quant(t->dtype)) {
+    if ((int)t->dtype < 0 || t->dtype >= GP_DTYPE_COUNT) {
         gp_errf(why, n, "tensor %d (%s): dtype %d out of range", i, nm, (int)t->dtype);
+        return -1;
+    }
+    if (gp_dtype_is_quant(t->dtype) && (t->kind != GP_TENSOR_WEIGHT || t->split.groups)) {
+        gp_errf(why, n, "tensor %d (%s): a %s %s (only whole weights are quantized)", i, nm,
+                gp_dtype_name(t->dtype), gp_tensor_kind_name(t->kind));
         return -1;
     }
     if (t->ndim < 0 || t->ndim > GP_MAX_DIMS) {
@@ -543,6 +571,14 @@ static int check_nodes(const gp_plan *p, char *why, size_t n)
             if (check_tensor_ref(p, i, "input", nd->inputs[k], why, n))
                 return -1;
             const gp_plan_tensor *in = &p->tensors[nd->inputs[k]];
+            /* The kernels that read quantized weights: get_rows' table, matmul's [N, K] b. */
+            if (gp_dtype_is_quant(in->dtype) && !(nd->op == GP_OP_GET_ROWS && k == 0) &&
+                !(nd->op == GP_OP_MATMUL && k == 1 && nd->attrs.i[1] && !nd->attrs.i[0] &&
+                  in->ndim == 2)) {
+                gp_errf(why, n, "node %d: op %s reads %s tensor %s as input %d", i, info->name,
+                        gp_dtype_name(in->dtype), in->name, k);
+                return -1;
+            }
             if (in->producer >= i) {
                 gp_errf(why, n, "node %d: reads tensor %s before step %d produces it", i, in->name,
                         in->producer);

@@ -14,6 +14,7 @@
 #include "runtime/cpu_kernels.h"
 #include "runtime/lora.h"
 #include "runtime/plan.h"
+#include "runtime/quant.h"
 #include "runtime/split.h"
 #include "runtime/threadpool.h"
 #include "runtime/weights.h"
@@ -329,7 +330,57 @@ static int same_weight(const gp_plan *p, int i)
 
 static size_t weight_bytes(const gp_plan_tensor *t)
 {
+    if (gp_dtype_is_quant(t->dtype)) /* rows of whole blocks (plan_load checked) */
+        return (size_t)(numel_at_bounds(t) / t->dims[t->ndim - 1]) *
+               gp_dtype_row_bytes(t->dtype, t->dims[t->ndim - 1]);
     return (size_t)numel_at_bounds(t) * gp_dtype_size(t->dtype);
+}
+
+/* Fills quantized weight t's bytes at dst (weight_bytes long) from f32 values, made a slice of
+ * rows at a time by fill(ctx, first element, count, f32 out). The slice buffer is the one
+ * allocation; -1 when it fails. */
+typedef int (*f32_source)(void *ctx, int64_t first, int64_t n, float *out);
+
+static int quantize_weight(const gp_plan_tensor *t, void *dst, f32_source fill, void *ctx)
+{
+    int64_t k = t->dims[t->ndim - 1], rows = numel_at_bounds(t) / k;
+    int64_t chunk = (((int64_t)1 << 20) + k - 1) / k; /* ~4 MiB of f32 at a time */
+    size_t row = gp_dtype_row_bytes(t->dtype, k);
+    float *buf = malloc((size_t)(chunk < rows ? chunk : rows) * (size_t)k * sizeof *buf);
+    if (!buf)
+        return -1;
+    for (int64_t r = 0; r < rows; r += chunk) {
+        int64_t nr = rows - r < chunk ? rows - r : chunk;
+        if (fill(ctx, r * k, nr * k, buf)) {
+            free(buf);
+            return -1;
+        }
+        for (int64_t i = 0; i < nr; i++)
+            gp_quant_quantize_row(t->dtype, buf + i * k, (char *)dst + (size_t)(r + i) * row, k);
+    }
+    free(buf);
+    return 0;
+}
+
+/* f32_source over a checkpoint tensor already read as f32 whole (reading it in slices would need
+ * a reader by range: a load-time cost only). */
+static int from_f32(void *ctx, int64_t first, int64_t n, float *out)
+{
+    memcpy(out, (const float *)ctx + first, (size_t)n * sizeof *out);
+    return 0;
+}
+
+typedef struct {
+    uint64_t seed;
+    uint64_t key;
+    gp_weights_init init;
+} random_src;
+
+static int from_random(void *ctx, int64_t first, int64_t n, float *out)
+{
+    const random_src *r = ctx;
+    gp_weights_random_fill(out, GP_F32, first, n, r->seed, r->key, r->init.center, r->init.scale);
+    return 0;
 }
 
 static size_t round_up(size_t x, size_t a)
@@ -430,7 +481,7 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
     for (int k = 0; k < n; k++) {
         const gp_plan_tensor *t = &p->tensors[ids[k]];
         const gp_st_tensor *st = gp_weights_find(w, decls[k].name);
-        size_t es = gp_dtype_size(t->dtype);
+        size_t es = gp_dtype_is_quant(t->dtype) ? 2 : gp_dtype_size(t->dtype); /* f16 scales */
         if (!t->split.groups && !convert[k] && st->dtype == t->dtype &&
             st->nbytes == weight_bytes(t) && (uintptr_t)st->data % es == 0) {
             place_weight(m, ids[k], st->data, NULL);
@@ -474,9 +525,23 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
         size_t bytes = t->split.groups
                            ? (size_t)gp_split_full_numel(t) * gp_dtype_size(t->dtype)
                            : weight_bytes(t);
-        if (k < n_ckpt && gp_weights_read(gp_weights_find(w, decls[k].name), t->dtype, into,
-                                          bytes, err, err_len))
+        if (k < n_ckpt && gp_dtype_is_quant(t->dtype) && convert[k]) {
+            /* A float checkpoint tensor declared quantized (-D wtype=q8_0): f32, then blocks. */
+            const gp_st_tensor *st = gp_weights_find(w, decls[k].name);
+            size_t nf = (size_t)gp_st_numel(st) * sizeof(float);
+            float *f = malloc(nf ? nf : 1);
+            int bad = !f || gp_weights_read(st, GP_F32, f, nf, err, err_len) ||
+                      quantize_weight(t, into, from_f32, f);
+            if (bad && !f)
+                gp_errf(err, err_len, "%s: cannot allocate %zu bytes to quantize %s", path, nf,
+                        decls[k].name);
+            free(f);
+            if (bad)
+                goto done;
+        } else if (k < n_ckpt && gp_weights_read(gp_weights_find(w, decls[k].name), t->dtype,
+                                                 into, bytes, err, err_len)) {
             goto done;
+        }
         place_weight(m, ids[k], k < n_ckpt ? into : NULL, dst);
         m->bytes_loaded += (int64_t)block_bytes(p, t);
         off += block_bytes(p, t);
@@ -539,8 +604,20 @@ int gp_model_random_weights(gp_model *m, uint64_t seed, char *err, size_t err_le
         unsigned char *dst = (unsigned char *)m->weight_block + off;
         void *into = t->split.groups ? full : dst;
         int slot = gp_lora_is_slot(weight_name(t)); /* adapter slots stay zero: no adapter */
-        if (!slot)
+        if (!slot && gp_dtype_is_quant(t->dtype)) {
+            /* The f32 stream of the name, quantized: the same values a float plan gets. */
+            random_src r = {seed, gp_weights_name_key(weight_name(t)),
+                            gp_weights_init_for(weight_name(t))};
+            if (quantize_weight(t, into, from_random, &r)) {
+                gp_errf(err, err_len, "%s: cannot allocate memory to quantize random weights",
+                        m->name);
+                free(full);
+                unbind(m);
+                return -1;
+            }
+        } else if (!slot) {
             gp_weights_random_named(into, t->dtype, gp_split_full_numel(t), seed, weight_name(t));
+        }
         place_weight(m, i, slot ? NULL : into, dst);
         m->bytes_loaded += (int64_t)block_bytes(p, t);
         off += block_bytes(p, t);
@@ -823,6 +900,14 @@ gp_session *gp_session_new(const gp_model *m, const gp_session_opts *o, char *er
     }
     const gp_plan *p = m->plan;
     gp_backend kind = strcmp(bname, "cuda") == 0 ? GP_BACKEND_CUDA : GP_BACKEND_CPU;
+    for (int i = 0; kind == GP_BACKEND_CUDA && i < p->n_tensors; i++) {
+        if (gp_dtype_is_quant(p->tensors[i].dtype)) {
+            gp_errf(err, err_len, "backend cuda: weight %s is %s: quantized weights run on the "
+                    "cpu backend only, for now", p->tensors[i].name,
+                    gp_dtype_name(p->tensors[i].dtype));
+            return NULL;
+        }
+    }
     if (gp_plan_check_workspaces(p, kind, err, err_len))
         return NULL;
     gp_session *s = calloc(1, sizeof *s);

@@ -39,6 +39,12 @@ void gp_extras_set_data(unsigned char *extras, const gp_plan *p, int tensor, int
 
 int64_t gp_extras_packed_bytes(const gp_plan_tensor *t, const gp_extras_view *v)
 {
+    if (gp_dtype_is_quant(t->dtype)) { /* rows of whole blocks */
+        int64_t n = (int64_t)gp_dtype_row_bytes(t->dtype, v->ne[t->ndim - 1]);
+        for (int d = 0; d < t->ndim - 1; d++)
+            n *= v->ne[d];
+        return n;
+    }
     int64_t n = (int64_t)gp_dtype_size(t->dtype);
     for (int d = 0; d < t->ndim; d++)
         n *= v->ne[d];
@@ -121,7 +127,13 @@ void gp_views_update(const gp_plan *p, const int64_t *sym_values, unsigned char 
         unsigned char *rec = extras + t->extras_offset;
         int64_t ne[GP_MAX_DIMS], nb[GP_MAX_DIMS];
         runtime_shape(t, sym_values, ne);
-        if (t->region == GP_REGION_WEIGHTS || t->region == GP_REGION_STATE) {
+        if (gp_dtype_is_quant(t->dtype)) {
+            /* Packed rows of blocks (plan_load checked): nb of the last dim is 0, as elements
+             * inside a row have no byte stride; the kernels read whole rows. */
+            int64_t row = (int64_t)gp_dtype_row_bytes(t->dtype, t->dims[t->ndim - 1]);
+            for (int d = GP_MAX_DIMS - 1; d >= 0; d--)
+                nb[d] = d >= t->ndim - 1 ? 0 : d == t->ndim - 2 ? row : nb[d + 1] * t->dims[d + 1];
+        } else if (t->region == GP_REGION_WEIGHTS || t->region == GP_REGION_STATE) {
             int64_t es = (int64_t)gp_dtype_size(t->dtype);
             for (int d = 0; d < GP_MAX_DIMS; d++)
                 nb[d] = d < t->ndim ? t->stride[d] * es : 0;

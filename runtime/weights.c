@@ -283,9 +283,11 @@ static int is_float(gp_dtype t)
     return t == GP_F32 || t == GP_F16 || t == GP_BF16;
 }
 
+/* gp_weights_read converts among f32, f16 and bf16; a float tensor declared quantized is read as
+ * f32 and quantized by the runtime (runtime/session.c), so it passes the check too. */
 static int convertible(gp_dtype from, gp_dtype to)
 {
-    return from == to || (is_float(from) && is_float(to));
+    return from == to || (is_float(from) && (is_float(to) || gp_dtype_is_quant(to)));
 }
 
 /* "[50257, 768]" into buf. */
@@ -396,15 +398,22 @@ static void store_float(unsigned char *p, gp_dtype t, float f)
 int gp_weights_read(const gp_st_tensor *t, gp_dtype dtype, void *dst, size_t dst_bytes, char *err,
                     size_t errlen)
 {
-    if (!t->supported || !convertible(t->dtype, dtype)) {
+    if (!t->supported || !convertible(t->dtype, dtype) ||
+        (gp_dtype_is_quant(dtype) && t->dtype != dtype)) {
         gp_errf(err, errlen, "weights: \"%s\": cannot read %s data (rank %d) as %s", t->name,
                 t->file_dtype, t->ndim, gp_dtype_name(dtype));
         return -1;
     }
     size_t n = (size_t)gp_st_numel(t);
-    if (n * gp_dtype_size(dtype) != dst_bytes) {
+    size_t need = n * gp_dtype_size(dtype);
+    if (gp_dtype_is_quant(dtype)) /* rows of whole blocks, as the file has them */
+        need = t->ndim > 0 && t->shape[t->ndim - 1] > 0
+                   ? n / (size_t)t->shape[t->ndim - 1] *
+                         gp_dtype_row_bytes(dtype, t->shape[t->ndim - 1])
+                   : 0;
+    if (need != dst_bytes || (gp_dtype_is_quant(dtype) && need != t->nbytes)) {
         gp_errf(err, errlen, "weights: \"%s\": %zu elements of %s need %zu bytes, buffer has %zu",
-                t->name, n, gp_dtype_name(dtype), n * gp_dtype_size(dtype), dst_bytes);
+                t->name, n, gp_dtype_name(dtype), need, dst_bytes);
         return -1;
     }
     if (t->dtype == dtype) {

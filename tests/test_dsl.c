@@ -18,7 +18,7 @@ static gp_graph *compile(const char *src, const char **defines, int n_defines, c
                          gp_diag **d)
 {
     *d = gp_diag_new(NULL);
-    gp_dsl_opts o = {defines, n_defines, config, NULL, 0};
+    gp_dsl_opts o = {.defines = defines, .n_defines = n_defines, .config_path = config};
     return gp_dsl_compile_string("t.gplan", src, strlen(src), &o, *d);
 }
 
@@ -605,7 +605,7 @@ static const golden goldens[] = {
 static gp_graph *compile_devices(const char *example, const char **defs, int n_defs, int devices)
 {
     gp_diag *d = gp_diag_new(NULL);
-    gp_dsl_opts o = {defs, n_defs, NULL, NULL, devices};
+    gp_dsl_opts o = {.defines = defs, .n_defines = n_defs, .devices = devices};
     gp_graph *g = gp_dsl_compile_file(gp_test_path(example), &o, d);
     if (!g)
         fprintf(stderr, "%s: %s\n", example, gp_diag_text(d));
@@ -672,7 +672,7 @@ static void test_devices(void)
     }
     /* Llama cuts heads exactly: 3 devices do not divide 32 heads, and the error says where. */
     gp_diag *d = gp_diag_new(NULL);
-    gp_dsl_opts o = {NULL, 0, NULL, NULL, 3};
+    gp_dsl_opts o = {.devices = 3};
     gp_graph *g = gp_dsl_compile_file(gp_test_path("examples/llama.gplan"), &o, d);
     CU_ASSERT_PTR_NULL(g);
     CU_ASSERT_PTR_NOT_NULL(strstr(gp_diag_text(d), "exact_div: 32 is not a multiple of 3"));
@@ -704,7 +704,7 @@ static void test_golden(void)
 static void check_text(const char *src, size_t len, const char *config, const char *want)
 {
     gp_diag *d = gp_diag_new(NULL);
-    gp_dsl_opts o = {NULL, 0, config, NULL, 0};
+    gp_dsl_opts o = {.config_path = config};
     gp_graph *g = gp_dsl_compile_string("t.gplan", src, len, &o, d);
     CU_ASSERT_PTR_NULL(g);
     if (strcmp(gp_diag_text(d), want) != 0)
@@ -821,7 +821,10 @@ static gp_graph *compile_example(const char *rel, const char **defs, int n_defs,
                                  char **params)
 {
     gp_diag *d = gp_diag_new(NULL);
-    gp_dsl_opts o = {defs, n_defs, config, params, 0};
+    gp_dsl_opts o = {.defines = defs,
+                        .n_defines = n_defs,
+                        .config_path = config,
+                        .params_out = params};
     gp_graph *g = gp_dsl_compile_file(gp_test_path(rel), &o, d);
     if (!g)
         fprintf(stderr, "\n%s", gp_diag_text(d));

@@ -932,7 +932,7 @@ static void test_attention_lifetimes(void)
 {
     const char *defs[4] = {"n_layer=2", "n_embd=128", "n_head=4", "vocab_size=512"};
     gp_diag *d = gp_diag_new(NULL);
-    gp_dsl_opts o = {defs, 4, NULL, NULL, 0};
+    gp_dsl_opts o = {.defines = defs, .n_defines = 4};
     gp_graph *g = gp_dsl_compile_file(gp_test_path("examples/gpt2.gplan"), &o, d);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     gp_plan_opts cpu = {.backends = GP_BACKEND_BIT(GP_BACKEND_CPU)};

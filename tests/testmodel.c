@@ -16,7 +16,10 @@ gp_model *gp_test_model(const char *example, const gp_test_model_opts *o, gp_gra
         o = &none;
     char err[1024] = "";
     gp_diag *d = gp_diag_new(NULL);
-    gp_dsl_opts dopts = {(const char **)o->defines, o->n_defines, o->config, NULL, o->devices};
+    gp_dsl_opts dopts = {.defines = (const char **)o->defines,
+                        .n_defines = o->n_defines,
+                        .config_path = o->config,
+                        .devices = o->devices};
     gp_plan_opts popts = {0};
     popts.n_devices = o->devices > 0 ? o->devices : 1;
     gp_graph *g = gp_dsl_compile_file(gp_test_path(example), &dopts, d);

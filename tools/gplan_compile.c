@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dsl/dsl.h"
+#include "tools/gguf_params.h"
 #include "ir/ir.h"
 #include "planner/csv.h"
 #include "planner/lora_merge.h"
@@ -30,6 +31,7 @@ typedef struct {
     const char **defines;      /* [n_defines] "NAME=VALUE" */
     int n_defines;
     const char *config;        /* --config FILE or NULL */
+    const char *gguf;          /* --gguf FILE or NULL */
     const char *output;        /* -o: the plan file, or the solution CSV */
     gp_plan_opts plan;         /* --strategy, --time-limit, --alignment, --devices */
     int64_t capacity;          /* --capacity for --buffers; 0: minimize */
@@ -67,6 +69,9 @@ static void usage(FILE *out)
             "                      as the parameter's default is\n"
             "  --config FILE       override parameters from a Hugging Face config.json: keys\n"
             "                      matching a parameter name apply, others are ignored; -D wins\n"
+            "  --gguf FILE         parameters from a GGUF file's metadata (llama, gpt2; named as\n"
+            "                      the config.json keys), and every weight's dtype as the file\n"
+            "                      stores it (q4_0, q8_0, ...); -D wins (docs/gguf.md)\n"
             "  --lora-merge        compile, print or plan the graph's LoRA merge graph instead\n"
             "                      (needs -D lora_r=R): per adapter target W += lora_scale * B A,\n"
             "                      planned for the CPU; gplan-run --lora-merge-plan runs it\n"
@@ -176,6 +181,11 @@ static int parse_args(int argc, char **argv, options *o)
             if (!next)
                 return usage_error("%s needs a FILE", a);
             o->config = next;
+            i++;
+        } else if (strcmp(a, "--gguf") == 0) {
+            if (!next)
+                return usage_error("%s needs a FILE", a);
+            o->gguf = next;
             i++;
         }
         else if (strcmp(a, "--buffers") == 0) {
@@ -323,8 +333,28 @@ int main(int argc, char **argv)
         return EXIT_INPUT;
     }
     char *params = NULL;
-    gp_dsl_opts dopts = {o.defines, o.n_defines, o.config, &params, o.plan.n_devices};
+    gp_dsl_opts dopts = {.defines = o.defines, .n_defines = o.n_defines, .config_path = o.config,
+                         .params_out = &params, .devices = o.plan.n_devices};
+    gp_gguf_params gparams = {{0}, 0};
+    gp_weights *gw = NULL;
+    if (o.gguf) {
+        char err[1024];
+        if (gp_gguf_params_read(o.gguf, &gparams, err, sizeof err) ||
+            !(gw = gp_weights_open(o.gguf, err, sizeof err))) {
+            fprintf(stderr, "%s\n", err);
+            gp_gguf_params_free(&gparams);
+            gp_diag_free(d);
+            free(o.defines);
+            return EXIT_INPUT;
+        }
+        dopts.file_params = (const char *const *)gparams.text;
+        dopts.n_file_params = gparams.n;
+        dopts.weight_dtype = gp_gguf_weight_dtype;
+        dopts.weight_dtype_ctx = gw;
+    }
     gp_graph *g = gp_dsl_compile_file(o.input, &dopts, d);
+    gp_weights_close(gw);
+    gp_gguf_params_free(&gparams);
     if (g && o.lora_merge) {
         gp_graph *mg = gp_lora_merge_graph(g, d);
         gp_graph_free(g);

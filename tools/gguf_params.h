@@ -1,0 +1,26 @@
+/* gplan-compile --gguf: graph parameters and weight dtypes from a GGUF file (gguf_params.c). */
+#ifndef GP_TOOLS_GGUF_PARAMS_H
+#define GP_TOOLS_GGUF_PARAMS_H
+
+#include "runtime/gguf.h"
+#include "runtime/weights.h"
+
+#define GP_GGUF_MAX_PARAMS 32
+
+typedef struct {
+    char *text[GP_GGUF_MAX_PARAMS]; /* [n] "NAME=VALUE", for gp_dsl_opts.file_params */
+    int n;
+} gp_gguf_params;
+
+/* Reads the parameters of a llama or gpt2 GGUF file: its ARCH.* metadata under the transformers
+ * config names, vocab_size from token_embd.weight, tie_word_embeddings when there is no
+ * output.weight, and for llama rope_mode = gptj (the converter permutes q and k). 0, or -1 with
+ * err set. */
+int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t errlen);
+void gp_gguf_params_free(gp_gguf_params *p);
+
+/* gp_dsl_opts.weight_dtype over an open gp_weights (ctx): the file tensor's dtype, found by its
+ * checkpoint name or GGUF alias, else the declared one. */
+gp_dtype gp_gguf_weight_dtype(void *ctx, const char *checkpoint_name, gp_dtype declared);
+
+#endif
