@@ -8,13 +8,26 @@ add_library(gp_cpu STATIC
   ${CMAKE_SOURCE_DIR}/runtime/cpu_attention.c
   ${CMAKE_SOURCE_DIR}/runtime/cpu_check.c
   ${CMAKE_SOURCE_DIR}/runtime/threadpool.c
+  ${CMAKE_SOURCE_DIR}/runtime/quant.c
 )
+# The quantized products' SIMD paths (runtime/quant_x86.h): one file per path with its own flags,
+# chosen at run time (runtime/quant.c), so the rest of the library stays baseline x86-64.
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
+  set(gp_quant_avx2 -mavx2 -mfma -mf16c)
+  set(gp_quant_avx512 ${gp_quant_avx2} -mavx512f -mavx512bw -mavx512vl)
+  target_sources(gp_cpu PRIVATE ${CMAKE_SOURCE_DIR}/runtime/quant_avx2.c
+    ${CMAKE_SOURCE_DIR}/runtime/quant_avx512.c ${CMAKE_SOURCE_DIR}/runtime/quant_vnni.c)
+  set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_avx2.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx2}")
+  set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_avx512.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx512}")
+  set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_vnni.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx512};-mavx512vnni")
+endif()
 gp_target_flags(gp_cpu)
 target_compile_options(gp_cpu PRIVATE -ffp-contract=off
   $<$<NOT:$<CONFIG:Debug>>:-O3>)
 target_link_libraries(gp_cpu PUBLIC gp_core m Threads::Threads)
 
 gp_add_suite(NAME kernels SOURCES ${CMAKE_SOURCE_DIR}/tests/test_kernels.c LIBS gp_cpu)
+gp_add_suite(NAME quant SOURCES ${CMAKE_SOURCE_DIR}/tests/test_quant.c LIBS gp_cpu)
 
 if(EXISTS ${CMAKE_SOURCE_DIR}/bench/cpu_kernels.c)
   add_executable(bench_cpu_kernels ${CMAKE_SOURCE_DIR}/bench/cpu_kernels.c)

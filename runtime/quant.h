@@ -1,0 +1,89 @@
+/* ggml's block-quantized weight formats (q4_0 ... q6_k, ir/core.h): dequantize and quantize rows,
+ * and the CPU products of f32 activations with quantized weights (activations quantized to 8 bits).
+ * Nothing here allocates; the SIMD paths (AVX2, AVX-512, AVX-512 VNNI) are chosen at run time. */
+#ifndef GP_RUNTIME_QUANT_H
+#define GP_RUNTIME_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/core.h"
+
+/*
+ * Block layouts (little-endian; "d" and "m" are IEEE binary16; element i of a block):
+ *   q4_0 (32, 18 B): d, qs[16]; q = qs[i % 16] >> 4 * (i / 16) & 15; x = d * (q - 8)
+ *   q4_1 (32, 20 B): d, m, qs[16]; q as q4_0; x = d * q + m
+ *   q5_0 (32, 22 B): d, qh[4] (u32: bit i is bit 4 of q_i), qs[16]; x = d * (q - 16)
+ *   q5_1 (32, 24 B): d, m, qh[4], qs[16]; x = d * q + m
+ *   q8_0 (32, 34 B): d, int8 q[32]; x = d * q
+ *   q4_k (256, 144 B): d, dmin, scales[12] (eight 6-bit scales sc_j and mins m_j, packed:
+ *        j < 4: sc = s[j] & 63, m = s[j + 4] & 63; j >= 4: sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4,
+ *        m = (s[j + 4] >> 4) | (s[j] >> 6) << 4), qs[128]; sub-block j = i / 32 takes the
+ *        low (j even) or high (j odd) nibbles of qs[32 * (j / 2) + i % 32]; x = d sc_j q - dmin m_j
+ *   q5_k (256, 176 B): d, dmin, scales[12], qh[32] (bit j of qh[i % 32] is bit 4 of q_i), qs[128]
+ *   q6_k (256, 210 B): ql[128], qh[64], int8 scales[16] (one per 16), d. With i = 128 h + 32 k + l:
+ *        q = (ql[64 h + 32 (k & 1) + l] >> 4 (k >> 1) & 15) | (qh[32 h + l] >> 2 k & 3) << 4;
+ *        x = d * scales[i / 16] * (q - 32)
+ * Dequantization computes in f32 in the order the python gguf package does (for example
+ * (d * sc) * q - (dmin * m) for q4_k), so its values are bit for bit the package's.
+ */
+
+/* x[n] from a row of n / gp_dtype_block(t) blocks; n a multiple of the block. */
+void gp_quant_dequantize_row(gp_dtype t, const void *src, float *dst, int64_t n);
+
+/*
+ * A row of n floats (n a multiple of the block) into blocks of type t. Round to nearest throughout.
+ *  - q8_0, q4_0, q4_1, q5_0, q5_1: ggml's reference rules, byte for byte those of gguf.quants
+ *    (q8_0: d = absmax / 127; q4_0/q5_0: d = (the element of largest magnitude) / -8 or / -16;
+ *    q4_1/q5_1: d = (max - min) / 15 or / 31, m = min).
+ *  - q4_k, q5_k: per sub-block of 32 the range [min(0, min x), max x] gives a scale (range / 15 or
+ *    / 31) and a min (-min(0, min x)); d and dmin are the largest scale and min / 63, each sub-block's
+ *    6-bit scale and min round to nearest against the stored f16 d and dmin, and the q round to
+ *    nearest against the resulting d sc and dmin m.
+ *  - q6_k: per 16 the scale is absmax / 31 (q - 32 in -31..31, symmetric), d = largest scale / 127,
+ *    int8 scales and then q round to nearest against the stored d.
+ */
+void gp_quant_quantize_row(gp_dtype t, const float *src, void *dst, int64_t n);
+
+/*
+ * Products y[M, N] = x[M, K] W[N, K]^T with W quantized (type wt). x is first quantized to 8 bits:
+ * for the 32-element types per block of 32 (an f32 scale = absmax / 127 and the block's scale times
+ * its sum of q); for the k-quants per 256 (an f32 scale and 16 int16 sums of q per 16). A row of xq:
+ *   32-blocks: int8 q[K], float d[K / 32], float ds[K / 32] (ds = d * sum of the block's q)
+ *   k-quants:  int8 q[K], float d[K / 256], int16 bsum[K / 16]
+ * K must be a multiple of gp_dtype_block(wt).
+ */
+size_t gp_quant_act_row_bytes(gp_dtype wt, int64_t K);
+
+/* Rows [m0, m1) of x (row m at x + m * ldx floats) into xq (row m at m * act_row_bytes bytes; xq
+ * 4-byte aligned, 64 for speed). Threads may quantize disjoint row ranges. */
+void gp_quant_act_quantize(gp_dtype wt, const float *x, int64_t m0, int64_t m1, int64_t K,
+                           int64_t ldx, void *xq);
+
+/* y[m * ldy + n] = sum_k x[m, k] W[n, k] for n in [n0, n1) and every m < M. w: [N] rows of
+ * gp_dtype_row_bytes(wt, K) bytes; xq: M rows from gp_quant_act_quantize. The result of one output
+ * does not depend on n0, n1 (threads may split the columns any way and get the same bits), but does
+ * depend on the ISA path. */
+void gp_quant_matmul(gp_dtype wt, const void *w, int64_t n0, int64_t n1, const void *xq, int64_t M,
+                     int64_t K, float *y, int64_t ldy);
+
+/* The kernel paths. GP_QUANT_ISA_AUTO picks the best one the CPU has (the default). */
+enum {
+    GP_QUANT_ISA_AUTO = -1,
+    GP_QUANT_ISA_PORTABLE = 0, /* plain C */
+    GP_QUANT_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C, 256-bit maddubs */
+    GP_QUANT_ISA_AVX512 = 2,   /* AVX-512 F/BW/VL, 512-bit maddubs */
+    GP_QUANT_ISA_VNNI = 3,     /* AVX-512 F/BW/VL + VNNI, 512-bit dpbusd */
+    GP_QUANT_ISA_COUNT
+};
+
+/* 1 when this build and CPU can run path isa, else 0. */
+int gp_quant_isa_supported(int isa);
+/* Makes every later gp_quant_matmul use path isa (or AUTO); -1 and no change when unsupported.
+ * Meant for tests and benchmarks, not to be called while products run. */
+int gp_quant_force_isa(int isa);
+/* The path gp_quant_matmul uses now, and a name for one ("portable", "avx2", "avx512", "vnni"). */
+int gp_quant_isa(void);
+const char *gp_quant_isa_name(int isa);
+
+#endif
