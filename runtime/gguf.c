@@ -429,8 +429,9 @@ static int read_tensor_info(cursor *c, gp_gguf_tensor *t, int64_t i)
     if ((uint64_t)t->ne[0] % block != 0)
         return bad(g, "tensor \"%.64s\": ne[0] = %lld is not a multiple of %s's block of %llu",
                    name, (long long)t->ne[0], ggml_types[type].name, (unsigned long long)block);
-    uint64_t row = (uint64_t)t->ne[0] / block * (uint64_t)ggml_types[type].bytes;
-    if (row > (uint64_t)INT64_MAX / rows)
+    uint64_t blocks = (uint64_t)t->ne[0] / block, bpb = (uint64_t)ggml_types[type].bytes;
+    uint64_t row = blocks * bpb;
+    if (blocks > (uint64_t)INT64_MAX / bpb || row > (uint64_t)INT64_MAX / rows)
         return bad(g, "tensor \"%.64s\": byte size overflows 63 bits", name);
     t->nbytes = (size_t)(row * rows);
     if (t->offset % g->alignment != 0)

@@ -9,3 +9,5 @@ gp_target_flags(gp_weights)
 target_link_libraries(gp_weights PUBLIC gp_core PkgConfig::JANSSON m)
 
 gp_add_suite(NAME weights SOURCES ${CMAKE_SOURCE_DIR}/tests/test_weights.c LIBS gp_weights)
+gp_add_suite(NAME gguf SOURCES ${CMAKE_SOURCE_DIR}/tests/test_gguf.c ${CMAKE_SOURCE_DIR}/tests/gguf_writer.c
+             LIBS gp_weights)
