@@ -11,7 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/f16.h"
 #include "runtime/gguf.h"
+#include "runtime/weights.h"
 #include "tests/gguf_writer.h"
 #include "tests/testutil.h"
 
@@ -808,6 +810,237 @@ static void test_vocab_files(void)
     }
 }
 
+/* ---- GGUF files as checkpoints ---- */
+
+static void test_name_aliases(void)
+{
+    static const struct {
+        const char *arch, *gguf, *hf;
+    } pairs[] = {
+        {"llama", "token_embd.weight", "model.embed_tokens.weight"},
+        {"llama", "output_norm.weight", "model.norm.weight"},
+        {"llama", "output.weight", "lm_head.weight"},
+        {"llama", "blk.0.attn_norm.weight", "model.layers.0.input_layernorm.weight"},
+        {"llama", "blk.3.attn_q.weight", "model.layers.3.self_attn.q_proj.weight"},
+        {"llama", "blk.3.attn_q.bias", "model.layers.3.self_attn.q_proj.bias"},
+        {"llama", "blk.12.attn_k.weight", "model.layers.12.self_attn.k_proj.weight"},
+        {"llama", "blk.29.attn_v.weight", "model.layers.29.self_attn.v_proj.weight"},
+        {"llama", "blk.7.attn_output.weight", "model.layers.7.self_attn.o_proj.weight"},
+        {"llama", "blk.7.ffn_norm.weight", "model.layers.7.post_attention_layernorm.weight"},
+        {"llama", "blk.100.ffn_gate.weight", "model.layers.100.mlp.gate_proj.weight"},
+        {"llama", "blk.1.ffn_up.weight", "model.layers.1.mlp.up_proj.weight"},
+        {"llama", "blk.1.ffn_down.weight", "model.layers.1.mlp.down_proj.weight"},
+        {NULL, "blk.2.attn_q.weight", "model.layers.2.self_attn.q_proj.weight"},
+        {"qwen2", "blk.2.attn_k.bias", "model.layers.2.self_attn.k_proj.bias"},
+        {"gpt2", "token_embd.weight", "transformer.wte.weight"},
+        {"gpt2", "position_embd.weight", "transformer.wpe.weight"},
+        {"gpt2", "output_norm.weight", "transformer.ln_f.weight"},
+        {"gpt2", "output_norm.bias", "transformer.ln_f.bias"},
+        {"gpt2", "output.weight", "lm_head.weight"},
+        {"gpt2", "blk.0.attn_norm.weight", "transformer.h.0.ln_1.weight"},
+        {"gpt2", "blk.0.attn_norm.bias", "transformer.h.0.ln_1.bias"},
+        {"gpt2", "blk.11.attn_qkv.weight", "transformer.h.11.attn.c_attn.weight"},
+        {"gpt2", "blk.11.attn_qkv.bias", "transformer.h.11.attn.c_attn.bias"},
+        {"gpt2", "blk.4.attn_output.weight", "transformer.h.4.attn.c_proj.weight"},
+        {"gpt2", "blk.4.ffn_norm.bias", "transformer.h.4.ln_2.bias"},
+        {"gpt2", "blk.4.ffn_up.weight", "transformer.h.4.mlp.c_fc.weight"},
+        {"gpt2", "blk.4.ffn_down.bias", "transformer.h.4.mlp.c_proj.bias"},
+    };
+    char out[256];
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        out[0] = '\0';
+        CU_ASSERT_EQUAL(gp_gguf_name_to_hf(pairs[i].arch, pairs[i].gguf, out, sizeof out), 0);
+        if (strcmp(out, pairs[i].hf) != 0)
+            fprintf(stderr, "\n%s -> %s, expected %s\n", pairs[i].gguf, out, pairs[i].hf);
+        CU_ASSERT_STRING_EQUAL(out, pairs[i].hf);
+        out[0] = '\0';
+        CU_ASSERT_EQUAL(gp_gguf_name_from_hf(pairs[i].arch, pairs[i].hf, out, sizeof out), 0);
+        CU_ASSERT_STRING_EQUAL(out, pairs[i].gguf);
+    }
+    static const char *const none[] = {
+        "blk.x.attn_q.weight", "blk.01.attn_q.weight", "blk.3.attn_q", "blk.3.attn_q.scale",
+        "blk..attn_q.weight",  "blk.3.attn_qkv.weight", "token_embd.weight.weight", "",
+        "blk.1234567890.attn_q.weight", "model.layers.3.self_attn.q_proj.weight",
+    };
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+        CU_ASSERT_EQUAL(gp_gguf_name_to_hf("llama", none[i], out, sizeof out), -1);
+    CU_ASSERT_EQUAL(gp_gguf_name_from_hf("llama", "transformer.h.0.ln_1.weight", out, sizeof out),
+                    -1);
+    CU_ASSERT_EQUAL(gp_gguf_name_from_hf("gpt2", "model.norm.weight", out, sizeof out), -1);
+    CU_ASSERT_EQUAL(gp_gguf_name_to_hf("llama", NULL, out, sizeof out), -1);
+    /* an alias that does not fit */
+    CU_ASSERT_EQUAL(gp_gguf_name_to_hf("llama", "blk.3.attn_q.weight", out, 20), -1);
+    CU_ASSERT_EQUAL(gp_gguf_name_to_hf("llama", "blk.3.attn_q.weight", out, 38), -1); /* 38 chars */
+    CU_ASSERT_EQUAL(gp_gguf_name_to_hf("llama", "blk.3.attn_q.weight", out, 39), 0);
+}
+
+/* Bytes 0, 1, 2, ... of n. */
+static unsigned char *pattern(size_t n, unsigned seed)
+{
+    unsigned char *p = malloc(n);
+    GP_ASSERT(p != NULL);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)(i * 7 + seed);
+    return p;
+}
+
+static void test_weights_gguf(void)
+{
+    uint16_t emb[16 * 8]; /* f16 [16, 8], ne {8, 16} */
+    for (int i = 0; i < 16 * 8; i++)
+        emb[i] = gp_f32_to_f16((float)i * 0.25f - 3.0f);
+    float norm[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    unsigned char *q41 = pattern(4 * 20, 1);     /* q4_1 ne {32, 4}: 4 rows of one block */
+    unsigned char *q80 = pattern(3 * 2 * 34, 2); /* q8_0 ne {64, 3} */
+    unsigned char *q2k = pattern(2 * 84, 3);     /* q2_k ne {256, 2}: listed, not usable */
+    uint16_t onorm[8];
+    for (int i = 0; i < 8; i++)
+        onorm[i] = gp_f32_to_bf16((float)i);
+    const gp_gw_tensor ts[] = {
+        {"token_embd.weight", 1, 2, {8, 16}, emb, sizeof emb},
+        {"blk.0.attn_norm.weight", 0, 1, {8}, norm, sizeof norm},
+        {"blk.0.attn_q.weight", 3, 2, {32, 4}, q41, 4 * 20},
+        {"blk.1.ffn_down.weight", 8, 2, {64, 3}, q80, 3 * 2 * 34},
+        {"blk.0.ffn_up.weight", 10, 2, {256, 2}, q2k, 2 * 84},
+        {"output_norm.weight", 30, 1, {8}, onorm, sizeof onorm},
+    };
+    gp_gw w;
+    gp_gw_init(&w);
+    gp_gw_model(&w, "llama", 32, ts, 6);
+    const char *p = gp_test_tmpfile(".bin"); /* told by its magic, not its name */
+    char path[4200];
+    snprintf(path, sizeof path, "%s", p);
+    CU_ASSERT_EQUAL_FATAL(gp_gw_save(&w, path), 0);
+    gp_gw_free(&w);
+
+    gp_weights *wt = gp_weights_open(path, err, sizeof err);
+    if (!wt)
+        fprintf(stderr, "\n%s\n", err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(wt);
+    CU_ASSERT_EQUAL(gp_weights_count(wt), 6);
+    CU_ASSERT_EQUAL(gp_weights_shard_count(wt), 1);
+    /* listed in name order, by their GGUF names */
+    CU_ASSERT_STRING_EQUAL(gp_weights_get(wt, 0)->name, "blk.0.attn_norm.weight");
+    CU_ASSERT_STRING_EQUAL(gp_weights_get(wt, 5)->name, "token_embd.weight");
+    CU_ASSERT_PTR_NULL(gp_weights_get(wt, 6));
+    static const struct {
+        const char *gguf, *hf;
+        int supported;
+        gp_dtype dtype;
+        const char *file_dtype;
+        int ndim;
+        int64_t shape[2];
+        int src; /* index into ts */
+    } want[] = {
+        {"token_embd.weight", "model.embed_tokens.weight", 1, GP_F16, "f16", 2, {16, 8}, 0},
+        {"blk.0.attn_norm.weight", "model.layers.0.input_layernorm.weight", 1, GP_F32, "f32", 1,
+         {8}, 1},
+        {"blk.0.attn_q.weight", "model.layers.0.self_attn.q_proj.weight", 1, GP_Q4_1, "q4_1", 2,
+         {4, 32}, 2},
+        {"blk.1.ffn_down.weight", "model.layers.1.mlp.down_proj.weight", 1, GP_Q8_0, "q8_0", 2,
+         {3, 64}, 3},
+        {"blk.0.ffn_up.weight", "model.layers.0.mlp.up_proj.weight", 0, GP_F32, "q2_k", 2,
+         {2, 256}, 4},
+        {"output_norm.weight", "model.norm.weight", 1, GP_BF16, "bf16", 1, {8}, 5},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const gp_st_tensor *t = gp_weights_find(wt, want[i].gguf);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+        CU_ASSERT_PTR_EQUAL(gp_weights_find(wt, want[i].hf), t);
+        CU_ASSERT_STRING_EQUAL(t->name, want[i].gguf);
+        CU_ASSERT_EQUAL(t->supported, want[i].supported);
+        if (t->supported)
+            CU_ASSERT_EQUAL(t->dtype, want[i].dtype);
+        CU_ASSERT_STRING_EQUAL(t->file_dtype, want[i].file_dtype);
+        CU_ASSERT_EQUAL(t->ndim, want[i].ndim);
+        CU_ASSERT_EQUAL(t->shape[0], want[i].shape[0]);
+        if (t->ndim > 1)
+            CU_ASSERT_EQUAL(t->shape[1], want[i].shape[1]);
+        CU_ASSERT_EQUAL(t->nbytes, ts[want[i].src].nbytes);
+        CU_ASSERT_EQUAL(memcmp(t->data, ts[want[i].src].data, t->nbytes), 0);
+        CU_ASSERT_EQUAL((uintptr_t)t->data % 32, 0); /* the mapping is page-aligned */
+    }
+    CU_ASSERT_PTR_NULL(gp_weights_find(wt, "model.layers.2.self_attn.q_proj.weight"));
+    CU_ASSERT_PTR_NULL(gp_weights_find(wt, "transformer.wte.weight")); /* a gpt2 name */
+
+    /* declarations by Hugging Face names */
+    gp_weight_decl ok[] = {
+        {"model.embed_tokens.weight", GP_F32, 2, {16, 8}},
+        {"model.layers.0.input_layernorm.weight", GP_F32, 1, {8}},
+        {"model.layers.0.self_attn.q_proj.weight", GP_Q4_1, 2, {4, 32}},
+        {"blk.1.ffn_down.weight", GP_Q8_0, 2, {3, 64}},
+        {"model.norm.weight", GP_F16, 1, {8}},
+    };
+    unsigned char convert[5];
+    CU_ASSERT_EQUAL(gp_weights_check(wt, ok, 5, convert, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(err, "");
+    CU_ASSERT(convert[0] == 1 && convert[1] == 0 && convert[2] == 0 && convert[3] == 0 &&
+              convert[4] == 1);
+    gp_weight_decl badd[] = {
+        {"model.embed_tokens.weight", GP_F16, 2, {8, 16}},
+        {"model.layers.0.self_attn.q_proj.weight", GP_F32, 2, {4, 32}},
+        {"model.layers.1.mlp.down_proj.weight", GP_Q4_0, 2, {3, 64}},
+        {"model.layers.0.mlp.up_proj.weight", GP_F32, 2, {2, 256}},
+        {"model.layers.5.mlp.up_proj.weight", GP_F32, 2, {2, 256}},
+    };
+    CU_ASSERT_EQUAL(gp_weights_check(wt, badd, 5, NULL, err, sizeof err), 5);
+    CU_ASSERT_STRING_EQUAL(
+        err, "weights: \"model.embed_tokens.weight\": expected shape [8, 16] f16, file has [16, 8] "
+             "f16\n"
+             "weights: \"model.layers.0.self_attn.q_proj.weight\": expected shape [4, 32] f32, "
+             "file has [4, 32] q4_1\n"
+             "weights: \"model.layers.1.mlp.down_proj.weight\": expected shape [3, 64] q4_0, file "
+             "has [3, 64] q8_0\n"
+             "weights: \"model.layers.0.mlp.up_proj.weight\": expected shape [2, 256] f32, file "
+             "has [2, 256] q2_k (unsupported dtype)\n"
+             "weights: missing tensor \"model.layers.5.mlp.up_proj.weight\"");
+
+    /* reads: quantized as itself is a copy; into f32 is refused; floats convert */
+    const gp_st_tensor *tq = gp_weights_find(wt, "model.layers.0.self_attn.q_proj.weight");
+    unsigned char qbuf[80];
+    CU_ASSERT_EQUAL(gp_weights_read(tq, GP_Q4_1, qbuf, sizeof qbuf, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(memcmp(qbuf, q41, 80), 0);
+    CU_ASSERT_EQUAL(gp_weights_read(tq, GP_Q4_1, qbuf, 79, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "weights: \"blk.0.attn_q.weight\": 80 bytes of q4_1, buffer has 79");
+    float f[128];
+    CU_ASSERT_EQUAL(gp_weights_read(tq, GP_F32, f, 4 * 32 * 4, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "weights: \"blk.0.attn_q.weight\": reading q4_1 data as f32 needs "
+                                "a dequantizer, not connected yet");
+    const gp_st_tensor *te = gp_weights_find(wt, "model.embed_tokens.weight");
+    CU_ASSERT_EQUAL(gp_weights_read(te, GP_F32, f, sizeof f, err, sizeof err), 0);
+    CU_ASSERT(f[0] == -3.0f && f[9] == -0.75f && f[127] == 28.75f);
+    const gp_st_tensor *tu = gp_weights_find(wt, "blk.0.ffn_up.weight");
+    CU_ASSERT_EQUAL(gp_weights_read(tu, GP_F32, f, 4, err, sizeof err), -1);
+    gp_weights_close(wt);
+    remove(path);
+
+    /* a gpt2 file answers to the gpt2 names; a damaged one gets the GGUF message */
+    float bias[4] = {1, 2, 3, 4};
+    const gp_gw_tensor g2[] = {{"blk.0.attn_qkv.bias", 0, 1, {4}, bias, sizeof bias}};
+    gp_gw_init(&w);
+    gp_gw_model(&w, "gpt2", 32, g2, 1);
+    CU_ASSERT_EQUAL_FATAL(gp_gw_save(&w, path), 0);
+    wt = gp_weights_open(path, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(wt);
+    CU_ASSERT_PTR_NOT_NULL(gp_weights_find(wt, "transformer.h.0.attn.c_attn.bias"));
+    CU_ASSERT_PTR_NULL(gp_weights_find(wt, "model.layers.0.self_attn.q_proj.bias"));
+    gp_weights_close(wt);
+    w.len -= 1;
+    CU_ASSERT_EQUAL_FATAL(gp_gw_save(&w, path), 0);
+    CU_ASSERT_PTR_NULL(gp_weights_open(path, err, sizeof err));
+    char want_err[4400];
+    snprintf(want_err, sizeof want_err,
+             "%s: bad GGUF file (tensor \"blk.0.attn_qkv.bias\": bytes [0, 16) past the end of "
+             "the data section (15 bytes))",
+             path);
+    CU_ASSERT_STRING_EQUAL(err, want_err);
+    gp_gw_free(&w);
+    remove(path);
+    free(q41);
+    free(q80);
+    free(q2k);
+}
+
 void gp_suite_gguf(void)
 {
     CU_pSuite s = CU_add_suite("gguf", NULL, NULL);
@@ -820,4 +1053,6 @@ void gp_suite_gguf(void)
     CU_add_test(s, "missing, folder and empty files", test_not_files);
     CU_add_test(s, "gguf-py's GGUFWriter output (tests/gguf/fixture.gguf)", test_fixture);
     CU_add_test(s, "llama.cpp's vocabulary files", test_vocab_files);
+    CU_add_test(s, "GGUF <-> Hugging Face name aliases", test_name_aliases);
+    CU_add_test(s, "a GGUF file as a checkpoint: both names, shapes, check, read", test_weights_gguf);
 }
