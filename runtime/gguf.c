@@ -50,8 +50,9 @@ struct gp_gguf {
     size_t errlen;
 };
 
-/* Every ggml type id gguf-py 0.19 lists (ggml.h's enum ggml_type): 4, 5, 31-33 and 36-38 were
- * removed and are unknown, as is anything past the table. */
+/* Every ggml type id of ggml.h's enum ggml_type (llama.cpp as vendored by llama-cpp-python 0.3.36;
+ * gguf-py 0.19 lists the same up to 41): 4, 5, 31-33 and 36-38 were removed and are unknown, as is
+ * anything past the table. */
 static const struct {
     const char *name; /* NULL: no such id */
     int block;        /* elements per block */
@@ -75,6 +76,7 @@ static const struct {
     [30] = {"bf16", 1, 2, GP_BF16},       [34] = {"tq1_0", 256, 54, -1},
     [35] = {"tq2_0", 256, 66, -1},        [39] = {"mxfp4", 32, 17, -1},
     [40] = {"nvfp4", 64, 36, -1},         [41] = {"q1_0", 128, 18, -1},
+    [42] = {"q2_0", 64, 18, -1},
 };
 #define N_GGML_TYPES (sizeof ggml_types / sizeof ggml_types[0])
 
@@ -429,8 +431,9 @@ static int read_tensor_info(cursor *c, gp_gguf_tensor *t, int64_t i)
     if ((uint64_t)t->ne[0] % block != 0)
         return bad(g, "tensor \"%.64s\": ne[0] = %lld is not a multiple of %s's block of %llu",
                    name, (long long)t->ne[0], ggml_types[type].name, (unsigned long long)block);
-    uint64_t row = (uint64_t)t->ne[0] / block * (uint64_t)ggml_types[type].bytes;
-    if (row > (uint64_t)INT64_MAX / rows)
+    uint64_t blocks = (uint64_t)t->ne[0] / block, bpb = (uint64_t)ggml_types[type].bytes;
+    uint64_t row = blocks * bpb;
+    if (blocks > (uint64_t)INT64_MAX / bpb || row > (uint64_t)INT64_MAX / rows)
         return bad(g, "tensor \"%.64s\": byte size overflows 63 bits", name);
     t->nbytes = (size_t)(row * rows);
     if (t->offset % g->alignment != 0)
