@@ -242,6 +242,7 @@ static void test_diag_copies_and_prints(void)
     CU_ASSERT_STRING_EQUAL(got, "error: to the file 7\n");
     CU_ASSERT_STRING_EQUAL(gp_diag_text(dg), got);
     free(got);
+    remove(path);
     gp_diag_free(dg);
 }
 
@@ -945,6 +946,7 @@ static void test_print(void)
                                  "%2 = matmul(%0, %1) tb=1 -> [T, 2304] f32   # m.gplan:12\n"
                                  "%3 = slice(%2) axis=1 start=768 len=768 -> [T, 768] f32\n");
     free(text);
+    remove(path);
     gp_diag_free(dg);
     gp_graph_print(NULL, stdout); /* no-op */
     gp_graph_free(NULL);
