@@ -339,16 +339,15 @@ int gp_dsl_check_text(gp_diag *d, const char *file, const char *text, size_t len
     int line = 1;
     size_t line_start = 0;
     for (size_t k = 0; k < len; k++) {
-        /* Reported without quoting the line: it is binary or enormous. */
+        /* The diagnostics leave such a line unquoted: it is binary or enormous. */
         if (text[k] == '\0') {
-            gp_diag_error(d, (gp_loc){file, 0, 0},
-                          "NUL byte at line %d, column %d (is this a binary file?)", line,
-                          (int)(k - line_start) + 1);
+            gp_diag_error(d, (gp_loc){file, line, (int)(k - line_start) + 1},
+                          "NUL byte (is this a binary file?)");
             return -1;
         }
         if (k - line_start >= GP_DSL_MAX_LINE) {
-            gp_diag_error(d, (gp_loc){file, 0, 0}, "line %d is longer than %d bytes", line,
-                          GP_DSL_MAX_LINE);
+            gp_diag_error(d, (gp_loc){file, line, GP_DSL_MAX_LINE + 1},
+                          "line longer than %d bytes", GP_DSL_MAX_LINE);
             return -1;
         }
         if (text[k] == '\n') {

@@ -73,25 +73,93 @@ static value from_text(gp_diag *d, value def, const char *name, const char *text
     return (value){V_STR, 0, 0, text};
 }
 
-/* Where "key": first appears in a JSON text, for messages (0 when not found). */
-static gp_loc json_key_loc(const char *file, const char *text, size_t len, const char *key)
+/* ---- Locations in config.json: jansson keeps none for values, so messages find the keys in the
+ * text (already parsed, so well formed). ---- */
+
+#define NPOS ((size_t)-1)
+
+static int json_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+static size_t skip_ws(const char *t, size_t len, size_t k)
+{
+    while (k < len && json_ws(t[k]))
+        k++;
+    return k;
+}
+
+/* The offset of member `key`'s opening quote in the object whose '{' is at obj, or NPOS (also for
+ * a key spelled with escapes). */
+static size_t json_member_at(const char *t, size_t len, size_t obj, const char *key)
 {
     size_t kl = strlen(key);
+    int depth = 0;
+    for (size_t k = obj + 1; k < len; k++) {
+        char c = t[k];
+        if (c == '"') {
+            size_t open = k++;
+            while (k < len && t[k] != '"')
+                k += t[k] == '\\' ? 2 : 1;
+            if (k >= len)
+                return NPOS;
+            size_t colon = skip_ws(t, len, k + 1);
+            if (depth == 0 && colon < len && t[colon] == ':' && k - open - 1 == kl &&
+                memcmp(t + open + 1, key, kl) == 0)
+                return open;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (depth-- == 0)
+                return NPOS;
+        }
+    }
+    return NPOS;
+}
+
+/* The offset of the '{' of member `key`'s value in the object at obj, or NPOS. */
+static size_t json_object_at(const char *t, size_t len, size_t obj, const char *key)
+{
+    size_t at = json_member_at(t, len, obj, key);
+    if (at == NPOS)
+        return NPOS;
+    size_t k = at + 1;
+    while (k < len && t[k] != '"')
+        k += t[k] == '\\' ? 2 : 1;
+    k = skip_ws(t, len, k + 1);                 /* the ':' */
+    k = k < len ? skip_ws(t, len, k + 1) : len; /* the value */
+    return k < len && t[k] == '{' ? k : NPOS;
+}
+
+/* The line and byte column of offset `at` in text (1-based). */
+static gp_loc offset_loc(const char *file, const char *text, size_t len, size_t at)
+{
     int line = 1;
     size_t line_start = 0;
-    for (size_t k = 0; k + kl + 2 <= len; k++) {
+    for (size_t k = 0; k < at && k < len; k++)
         if (text[k] == '\n') {
             line++;
             line_start = k + 1;
-        } else if (text[k] == '"' && text[k + kl + 1] == '"' && memcmp(text + k + 1, key, kl) == 0) {
-            size_t j = k + kl + 2;
-            while (j < len && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r' || text[j] == '\n'))
-                j++;
-            if (j < len && text[j] == ':')
-                return (gp_loc){file, line, (int)(k - line_start) + 1};
         }
-    }
-    return (gp_loc){file, 0, 0};
+    return (gp_loc){file, line, (int)(at - line_start) + 1};
+}
+
+/* Where the config's value for `key` is (config_value's search, in its order): its key, or the
+ * '{' of the object holding it when the key is spelled with escapes. */
+static gp_loc config_loc(const gp_dsl_params *p, const char *key)
+{
+    static const char *const nested[] = {"rope_parameters", "text_config"};
+    size_t top = skip_ws(p->cfg_text, p->cfg_len, 0), obj = top, at = NPOS;
+    if (!json_object_get(p->cfg, key))
+        for (size_t i = 0; i < sizeof nested / sizeof nested[0]; i++) {
+            const json_t *sub = json_object_get(p->cfg, nested[i]);
+            if (json_is_object(sub) && json_object_get(sub, key)) {
+                obj = json_object_at(p->cfg_text, p->cfg_len, top, nested[i]);
+                break;
+            }
+        }
+    if (obj != NPOS)
+        at = json_member_at(p->cfg_text, p->cfg_len, obj, key);
+    return offset_loc(p->cfg_file, p->cfg_text, p->cfg_len,
+                      at != NPOS ? at : obj != NPOS ? obj : top);
 }
 
 static const char *json_kind(const json_t *j, char *buf, size_t cap)
@@ -178,13 +246,19 @@ static json_t *load_config(gp_diag *d, const char *path, const char **file, char
     json_error_t je;
     json_t *root = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        gp_diag_error(d, (gp_loc){*file, je.line > 0 ? je.line : 0, je.column > 0 ? je.column : 0},
-              "bad JSON: %s", je.text);
+        /* jansson's line, and a byte column (its own counts characters) from its position: the
+         * byte after the offending one, or the end of the text. */
+        size_t pos = je.position > 0 ? (size_t)je.position : 0;
+        gp_loc at = offset_loc(*file, buf, n, pos > 0 ? pos - 1 : 0);
+        if (je.line > at.line) /* the position is at a newline that ends the text */
+            at = (gp_loc){*file, je.line, 1};
+        gp_diag_error(d, at, "bad JSON: %s", je.text);
         free(buf);
         return NULL;
     }
     if (!json_is_object(root)) {
-        gp_diag_error(d, (gp_loc){*file, 0, 0}, "expected a JSON object at the top level");
+        gp_diag_error(d, offset_loc(*file, buf, n, skip_ws(buf, n, 0)),
+                      "expected a JSON object at the top level");
         json_decref(root);
         free(buf);
         return NULL;
@@ -230,7 +304,7 @@ value gp_dsl_params_resolve(gp_dsl_params *p, const char *name, value def)
     value v = def;
     const json_t *j = config_value(p->cfg, name);
     if (j)
-        v = from_json(p->d, v, name, j, json_key_loc(p->cfg_file, p->cfg_text, p->cfg_len, name));
+        v = from_json(p->d, v, name, j, config_loc(p, name));
     const char *text = NULL;
     size_t kl = strlen(name);
     for (int k = 0; k < p->n_file_params; k++) {

@@ -9,6 +9,7 @@
 #include "ir/core.h"
 
 #define GP_DIAG_MAX_KEPT 100
+#define GP_DIAG_MAX_QUOTE 4096 /* bytes of a source line quoted under a message */
 
 typedef struct {
     char *name; /* the stable name handed out as gp_loc.file */
@@ -124,6 +125,20 @@ static int find_line(const diag_source *s, int line, const char **start, size_t 
     return 1;
 }
 
+/* A line worth quoting: no control bytes but tabs (a NUL, a terminal escape: binary data) and not
+ * enormous. Bytes from 0x80 up are left to the terminal (UTF-8 text). */
+static int printable(const char *line, size_t len)
+{
+    if (len > GP_DIAG_MAX_QUOTE)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)line[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return 0;
+    }
+    return 1;
+}
+
 static void emit(gp_diag *d, const char *s, size_t n)
 {
     if (d->len + n + 1 > d->cap) {
@@ -188,19 +203,24 @@ void gp_diag_verror(gp_diag *d, gp_loc loc, const char *fmt, va_list ap)
     const diag_source *s = loc.file && loc.line > 0 ? find_source(d, loc.file) : NULL;
     const char *line;
     size_t len;
-    if (!s || !find_line(s, loc.line, &line, &len))
+    if (!s || !find_line(s, loc.line, &line, &len) || !printable(line, len))
         return;
     emit(d, line, len);
     emits(d, "\n");
     if (loc.col <= 0)
         return;
-    /* Tabs are copied so that the caret lines up however the terminal expands them. A column past
-     * the end of the line (a bad location) puts the caret just after it. */
+    /* Columns count bytes. Tabs are copied so that the caret lines up however the terminal expands
+     * them, and a UTF-8 character takes one space, not one per byte. A column past the end of the
+     * line (a bad location) puts the caret just after it. */
     size_t col = (size_t)loc.col;
     if (col > len + 1)
         col = len + 1;
-    for (size_t i = 0; i + 1 < col; i++)
-        emits(d, i < len && line[i] == '\t' ? "\t" : " ");
+    for (size_t i = 0; i + 1 < col; i++) {
+        unsigned char c = i < len ? (unsigned char)line[i] : ' ';
+        if (c >= 0x80 && c < 0xc0)
+            continue; /* a continuation byte */
+        emits(d, c == '\t' ? "\t" : " ");
+    }
     emits(d, "^\n");
 }
 

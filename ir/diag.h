@@ -22,7 +22,10 @@ void gp_diag_free(gp_diag *d);
  * name to put in gp_loc.file. */
 const char *gp_diag_add_source(gp_diag *d, const char *file, const char *text, size_t len);
 
-/* Reports an error at loc (printf-style). Messages past a limit (100) are counted, not kept. */
+/* Reports an error at loc (printf-style): `FILE:LINE:COL: error: MESSAGE` (the parts of loc that are
+ * unknown left out), then, when loc.file's text was registered and the line is printable (no
+ * control bytes but tabs, at most 4096 bytes), the line and a caret under the column. Messages
+ * past a limit (100) are counted, not kept. */
 void gp_diag_error(gp_diag *d, gp_loc loc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void gp_diag_verror(gp_diag *d, gp_loc loc, const char *fmt, va_list ap);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/diag.h"
+
 enum { COL_ID, COL_LOWER, COL_UPPER, COL_SIZE, COL_OFFSET, NUM_COLS };
 static const char *const col_names[NUM_COLS] = {"id", "lower", "upper", "size", "offset"};
 enum { MAX_COLS = 16 };
@@ -23,7 +25,12 @@ void gp_csv_free(gp_csv *c)
     free(c);
 }
 
-static void fail(char *err, size_t err_len, const char *name, size_t line, const char *fmt, ...)
+/* The message `NAME:LINE:COL: error: REASON` (LINE 0: `NAME: error: REASON`), then the line and a
+ * caret as ir/diag.h formats them when the whole of it fits in err. */
+static void fail(char *err, size_t err_len, const char *name, const char *text, size_t len,
+                 size_t line, size_t col, const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+static void fail(char *err, size_t err_len, const char *name, const char *text, size_t len,
+                 size_t line, size_t col, const char *fmt, ...)
 {
     if (!err || !err_len)
         return;
@@ -32,21 +39,42 @@ static void fail(char *err, size_t err_len, const char *name, size_t line, const
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
-    snprintf(err, err_len, "%s:%zu: bad CSV (%s)", name, line, reason);
+    gp_diag *d = gp_diag_new(NULL);
+    const char *file = d ? gp_diag_add_source(d, name, text, len) : NULL;
+    if (!file) { /* out of memory: the message alone */
+        if (line)
+            snprintf(err, err_len, "%s:%zu:%zu: error: %s", name, line, col, reason);
+        else
+            snprintf(err, err_len, "%s: error: %s", name, reason);
+        gp_diag_free(d);
+        return;
+    }
+    gp_diag_error(d, (gp_loc){file, (int)line, (int)col}, "%s", reason);
+    const char *t = gp_diag_text(d);
+    size_t n = strlen(t);
+    if (n >= err_len) /* too long to quote the line: the first line only */
+        n = (size_t)(strchr(t, '\n') - t);
+    if (n >= err_len)
+        n = err_len - 1;
+    while (n > 0 && t[n - 1] == '\n')
+        n--;
+    memcpy(err, t, n);
+    err[n] = '\0';
+    gp_diag_free(d);
 }
 
-/* Splits line[0..len) at commas into fields (pointers into line, which gets NULs); returns the
- * count, or MAX_COLS + 1 when there are too many. */
+/* Splits line[0..len) at commas into fields (pointers into line, which gets NULs) and returns how
+ * many there are; only the first MAX_COLS + 1 are stored. */
 static int split(char *line, size_t len, char **field, size_t *flen)
 {
     int nf = 0;
     size_t start = 0;
     for (size_t k = 0; k <= len; k++)
         if (k == len || line[k] == ',') {
-            if (nf == MAX_COLS)
-                return MAX_COLS + 1;
-            field[nf] = line + start;
-            flen[nf] = k - start;
+            if (nf <= MAX_COLS) {
+                field[nf] = line + start;
+                flen[nf] = k - start;
+            }
             nf++;
             start = k + 1;
         }
@@ -71,7 +99,7 @@ static int parse_i64(const char *s, size_t len, int64_t *v)
 
 typedef struct {
     const char *id;
-    size_t line;
+    size_t line, col;
 } id_line;
 
 static int id_line_cmp(const void *pa, const void *pb)
@@ -86,22 +114,27 @@ static int id_line_cmp(const void *pa, const void *pb)
 int gp_csv_parse(const char *text, size_t len, const char *name, gp_csv **out, char *err,
                  size_t err_len)
 {
+#define FAIL(line, col, ...) fail(err, err_len, name, text, len, (line), (col), __VA_ARGS__)
     *out = NULL;
     if (err && err_len)
         err[0] = '\0';
-    if (memchr(text, '\0', len)) {
-        size_t line = 1;
-        for (const char *q = text; *q; q++)
-            line += *q == '\n';
-        fail(err, err_len, name, line, "NUL byte in the text");
+    const char *nul = memchr(text, '\0', len);
+    if (nul) {
+        size_t line = 1, line_start = 0;
+        for (size_t k = 0; text + k < nul; k++)
+            if (text[k] == '\n') {
+                line++;
+                line_start = k + 1;
+            }
+        FAIL(line, (size_t)(nul - text) - line_start + 1, "NUL byte (is this a binary file?)");
         return -1;
     }
     char *copy = malloc(len + 1);
     gp_csv *c = calloc(1, sizeof *c);
-    size_t cap = 0, *lines = NULL;
-    id_line *order = NULL;
+    size_t cap = 0;
+    id_line *at = NULL, *order = NULL; /* each buffer's line and the column of its id */
     if (!copy || !c) {
-        fail(err, err_len, name, 0, "out of memory");
+        FAIL(0, 0, "out of memory");
         goto bad;
     }
     memcpy(copy, text, len);
@@ -118,16 +151,17 @@ int gp_csv_parse(const char *text, size_t len, const char *name, gp_csv **out, c
         if (llen > 0 && line[llen - 1] == '\r')
             llen--;
         line[llen] = '\0';
-        char *field[MAX_COLS];
-        size_t flen[MAX_COLS];
+        char *field[MAX_COLS + 1];
+        size_t flen[MAX_COLS + 1];
+#define COL(f) ((size_t)(field[f] - line) + 1) /* field f's column */
         if (lineno == 1) {
             if (llen == 0) {
-                fail(err, err_len, name, lineno, "missing header line id,lower,upper,size");
+                FAIL(lineno, 1, "missing header line id,lower,upper,size");
                 goto bad;
             }
             ncols = split(line, llen, field, flen);
             if (ncols > MAX_COLS) {
-                fail(err, err_len, name, lineno, "too many columns in the header");
+                FAIL(lineno, COL(MAX_COLS), "more than %d columns in the header", MAX_COLS);
                 goto bad;
             }
             for (int f = 0; f < ncols; f++) {
@@ -136,19 +170,19 @@ int gp_csv_parse(const char *text, size_t len, const char *name, gp_csv **out, c
                     if (strlen(col_names[k]) == flen[f] && memcmp(col_names[k], field[f], flen[f]) == 0)
                         which = k;
                 if (which < 0) {
-                    fail(err, err_len, name, lineno, "unknown column '%.*s' in the header; expected id,lower,upper,size[,offset]",
+                    FAIL(lineno, COL(f), "unknown column '%.*s' in the header; expected id,lower,upper,size[,offset]",
                          (int)(flen[f] > 40 ? 40 : flen[f]), field[f]);
                     goto bad;
                 }
                 if (col_of[which] >= 0) {
-                    fail(err, err_len, name, lineno, "column '%s' appears twice", col_names[which]);
+                    FAIL(lineno, COL(f), "column '%s' appears twice", col_names[which]);
                     goto bad;
                 }
                 col_of[which] = f;
             }
             for (int k = 0; k < COL_OFFSET; k++)
                 if (col_of[k] < 0) {
-                    fail(err, err_len, name, lineno, "the header has no '%s' column", col_names[k]);
+                    FAIL(lineno, llen + 1, "the header has no '%s' column", col_names[k]);
                     goto bad;
                 }
             c->has_offsets = col_of[COL_OFFSET] >= 0;
@@ -159,12 +193,13 @@ int gp_csv_parse(const char *text, size_t len, const char *name, gp_csv **out, c
         if (llen == 0) {
             if (pos >= len)
                 break; /* the final newline */
-            fail(err, err_len, name, lineno, "empty line");
+            FAIL(lineno, 1, "empty line");
             goto bad;
         }
         int nf = split(line, llen, field, flen);
         if (nf != ncols) {
-            fail(err, err_len, name, lineno, "%d fields, the header has %d", nf > MAX_COLS ? MAX_COLS + 1 : nf,
+            /* at the first field too many, or at the end of the line */
+            FAIL(lineno, nf > ncols ? COL(ncols) : llen + 1, "%d fields, the header has %d", nf,
                  ncols);
             goto bad;
         }
@@ -176,12 +211,12 @@ int gp_csv_parse(const char *text, size_t len, const char *name, gp_csv **out, c
             char **ni = nb ? realloc(c->ids, ncap * sizeof *ni) : NULL;
             if (ni)
                 c->ids = ni;
-            size_t *nlines = ni ? realloc(lines, ncap * sizeof *nlines) : NULL;
-            if (!nlines) {
-                fail(err, err_len, name, lineno, "out of memory");
+            id_line *nat = ni ? realloc(at, ncap * sizeof *nat) : NULL;
+            if (!nat) {
+                FAIL(0, 0, "out of memory");
                 goto bad;
             }
-            lines = nlines;
+            at = nat;
             cap = ncap;
         }
         gp_buffer b = {0, 0, 0, 0};
@@ -191,75 +226,75 @@ int gp_csv_parse(const char *text, size_t len, const char *name, gp_csv **out, c
                 continue;
             int f = col_of[k];
             if (parse_i64(field[f], flen[f], dst[k]) != 0) {
-                fail(err, err_len, name, lineno, "%s '%.*s' is not a 64-bit integer", col_names[k],
+                FAIL(lineno, COL(f), "%s '%.*s' is not a 64-bit integer", col_names[k],
                      (int)(flen[f] > 40 ? 40 : flen[f]), field[f]);
                 goto bad;
             }
         }
         if (b.lower >= b.upper) {
-            fail(err, err_len, name, lineno, "empty lifespan: lower %lld >= upper %lld", (long long)b.lower,
-                 (long long)b.upper);
+            FAIL(lineno, COL(col_of[COL_LOWER]), "empty lifespan: lower %lld >= upper %lld",
+                 (long long)b.lower, (long long)b.upper);
             goto bad;
         }
         if (b.size <= 0) {
-            fail(err, err_len, name, lineno, "size %lld is not positive", (long long)b.size);
+            FAIL(lineno, COL(col_of[COL_SIZE]), "size %lld is not positive", (long long)b.size);
             goto bad;
         }
         if (c->has_offsets && b.offset < 0) {
-            fail(err, err_len, name, lineno, "offset %lld is negative", (long long)b.offset);
+            FAIL(lineno, COL(col_of[COL_OFFSET]), "offset %lld is negative", (long long)b.offset);
             goto bad;
         }
         int f = col_of[COL_ID];
         if (flen[f] == 0) {
-            fail(err, err_len, name, lineno, "empty id");
+            FAIL(lineno, COL(f), "empty id");
             goto bad;
         }
         char *id = malloc(flen[f] + 1);
         if (!id) {
-            fail(err, err_len, name, lineno, "out of memory");
+            FAIL(0, 0, "out of memory");
             goto bad;
         }
         memcpy(id, field[f], flen[f]);
         id[flen[f]] = '\0';
         c->buf[c->n] = b;
         c->ids[c->n] = id;
-        lines[c->n] = lineno;
+        at[c->n] = (id_line){id, lineno, COL(f)};
         c->n++;
+#undef COL
     }
     /* Ids name buffers in the solution, so they must be unique. */
     if (c->n > 1) {
         order = malloc(c->n * sizeof *order);
         if (!order) {
-            fail(err, err_len, name, 0, "out of memory");
+            FAIL(0, 0, "out of memory");
             goto bad;
         }
-        for (size_t i = 0; i < c->n; i++)
-            order[i] = (id_line){c->ids[i], lines[i]};
+        memcpy(order, at, c->n * sizeof *order);
         qsort(order, c->n, sizeof *order, id_line_cmp);
-        size_t worst = 0, first = 0;
-        const char *dup = NULL;
+        const id_line *dup = NULL, *first = NULL;
         for (size_t i = 1; i < c->n; i++)
-            if (strcmp(order[i].id, order[i - 1].id) == 0 && (!dup || order[i].line < worst)) {
-                dup = order[i].id;
-                worst = order[i].line;
-                first = order[i - 1].line;
+            if (strcmp(order[i].id, order[i - 1].id) == 0 && (!dup || order[i].line < dup->line)) {
+                dup = &order[i];
+                first = &order[i - 1];
             }
         if (dup) {
-            fail(err, err_len, name, worst, "duplicate id '%.40s', first on line %zu", dup, first);
+            FAIL(dup->line, dup->col, "duplicate id '%.40s', first on line %zu", dup->id,
+                 first->line);
             goto bad;
         }
     }
     free(order);
-    free(lines);
+    free(at);
     free(copy);
     *out = c;
     return 0;
 bad:
     free(order);
-    free(lines);
+    free(at);
     free(copy);
     gp_csv_free(c);
     return -1;
+#undef FAIL
 }
 
 int gp_csv_read(const char *path, gp_csv **out, char *err, size_t err_len)
@@ -327,7 +362,7 @@ int gp_buffers_main(const char *in, const char *out, int64_t capacity, double ti
 {
     if (!log)
         log = stderr;
-    char err[512];
+    char err[3 * 4096]; /* a message, a quoted line and its caret */
     gp_csv *c = NULL;
     if (gp_csv_read(in, &c, err, sizeof err) != 0) {
         fprintf(log, "%s\n", err);

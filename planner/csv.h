@@ -18,11 +18,13 @@ typedef struct {
 } gp_csv;
 
 /* Parses text[0..len) (name is used in messages). On error returns -1, *out = NULL and err holds
- * `NAME:LINE: bad CSV (reason)`. */
+ * `NAME:LINE:COL: error: REASON` (COL: the field's; docs/errors.md lists them), then the line and
+ * a caret under the column (ir/diag.h) when it is printable and all of it fits in err; no final
+ * newline. */
 int gp_csv_parse(const char *text, size_t len, const char *name, gp_csv **out, char *err,
                  size_t err_len);
 
-/* Reads and parses a file; errors as gp_csv_parse, or `PATH: cannot read (reason)`. */
+/* Reads and parses a file; errors as gp_csv_parse, or `PATH: cannot read (REASON)`. */
 int gp_csv_read(const char *path, gp_csv **out, char *err, size_t err_len);
 
 /* Writes `id,lower,upper,size,offset` rows; -1 with `PATH: cannot write (reason)` on failure. */

@@ -63,7 +63,12 @@ int main(int argc, char **argv)
         failed_tests = CU_get_number_of_tests_failed();
     }
     CU_cleanup_registry();
-    if (failed || failed_suites || failed_tests) {
+    /* Every test removes the temporaries it made (gp_test_tmpfile): a run that leaves one fails. */
+    int left = gp_test_tmp_leftovers();
+    if (left)
+        fprintf(stderr, "gplan_tests: %d temporary file%s left in the build tree (removed now)\n",
+                left, left == 1 ? "" : "s");
+    if (failed || failed_suites || failed_tests || left) {
         fprintf(stderr, "gplan_tests: %u failed assertions, %u failed tests, %u suites failed to set up\n",
                 failed, failed_tests, failed_suites);
         return 1;

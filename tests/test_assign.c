@@ -489,31 +489,52 @@ static void test_csv_errors(void)
         const char *text;
         const char *message;
     } cases[] = {
-        {"", "bad.csv:1: bad CSV (missing header line id,lower,upper,size)"},
-        {"\n0,1,2,3\n", "bad.csv:1: bad CSV (missing header line id,lower,upper,size)"},
-        {"id,lower,upper,bytes\n", "bad.csv:1: bad CSV (unknown column 'bytes' in the header; expected id,lower,upper,size[,offset])"},
-        {"id,lower,upper,size,lower\n", "bad.csv:1: bad CSV (column 'lower' appears twice)"},
-        {"id,lower,upper\n", "bad.csv:1: bad CSV (the header has no 'size' column)"},
-        {"id,lower,upper,size\na,0,1\n", "bad.csv:2: bad CSV (3 fields, the header has 4)"},
-        {"id,lower,upper,size\na,0,1,2,3\n", "bad.csv:2: bad CSV (5 fields, the header has 4)"},
-        {"id,lower,upper,size\na,0,1,2\nb,x,1,2\n", "bad.csv:3: bad CSV (lower 'x' is not a 64-bit integer)"},
-        {"id,lower,upper,size\na,0,1,12a\n", "bad.csv:2: bad CSV (size '12a' is not a 64-bit integer)"},
-        {"id,lower,upper,size\na,0,1,\n", "bad.csv:2: bad CSV (size '' is not a 64-bit integer)"},
-        {"id,lower,upper,size\na,0, 1,2\n", "bad.csv:2: bad CSV (upper ' 1' is not a 64-bit integer)"},
+        {"",
+         "bad.csv:1:1: error: missing header line id,lower,upper,size"},
+        {"\n0,1,2,3\n",
+         "bad.csv:1:1: error: missing header line id,lower,upper,size\n\n^"},
+        {"id,lower,upper,bytes\n",
+         "bad.csv:1:16: error: unknown column 'bytes' in the header; expected id,lower,upper,size[,offset]\nid,lower,upper,bytes\n               ^"},
+        {"id,lower,upper,size,lower\n",
+         "bad.csv:1:21: error: column 'lower' appears twice\nid,lower,upper,size,lower\n                    ^"},
+        {"id,lower,upper\n",
+         "bad.csv:1:15: error: the header has no 'size' column\nid,lower,upper\n              ^"},
+        {"id,lower,upper,size\na,0,1\n",
+         "bad.csv:2:6: error: 3 fields, the header has 4\na,0,1\n     ^"},
+        {"id,lower,upper,size\na,0,1,2,3\n",
+         "bad.csv:2:9: error: 5 fields, the header has 4\na,0,1,2,3\n        ^"},
+        {"id,lower,upper,size\na,0,1,2\nb,x,1,2\n",
+         "bad.csv:3:3: error: lower 'x' is not a 64-bit integer\nb,x,1,2\n  ^"},
+        {"id,lower,upper,size\na,0,1,12a\n",
+         "bad.csv:2:7: error: size '12a' is not a 64-bit integer\na,0,1,12a\n      ^"},
+        {"id,lower,upper,size\na,0,1,\n",
+         "bad.csv:2:7: error: size '' is not a 64-bit integer\na,0,1,\n      ^"},
+        {"id,lower,upper,size\na,0, 1,2\n",
+         "bad.csv:2:5: error: upper ' 1' is not a 64-bit integer\na,0, 1,2\n    ^"},
         {"id,lower,upper,size\na,0,1,99999999999999999999\n",
-         "bad.csv:2: bad CSV (size '99999999999999999999' is not a 64-bit integer)"},
-        {"id,lower,upper,size\na,5,5,2\n", "bad.csv:2: bad CSV (empty lifespan: lower 5 >= upper 5)"},
-        {"id,lower,upper,size\na,0,1,0\n", "bad.csv:2: bad CSV (size 0 is not positive)"},
-        {"id,lower,upper,size\na,0,1,-4\n", "bad.csv:2: bad CSV (size -4 is not positive)"},
-        {"id,lower,upper,size,offset\na,0,1,4,-1\n", "bad.csv:2: bad CSV (offset -1 is negative)"},
-        {"id,lower,upper,size\n,0,1,4\n", "bad.csv:2: bad CSV (empty id)"},
-        {"id,lower,upper,size\na,0,1,4\nb,0,1,4\na,2,3,4\n", "bad.csv:4: bad CSV (duplicate id 'a', first on line 2)"},
-        {"id,lower,upper,size\na,0,1,4\n\nb,0,1,4\n", "bad.csv:3: bad CSV (empty line)"},
-        {"id,lower,upper,size\na,0,1,4\n\n\n", "bad.csv:3: bad CSV (empty line)"},
-        {"a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q\n", "bad.csv:1: bad CSV (too many columns in the header)"},
-        {"id,lower,upper,size\na,0,1,4,,,,,,,,,,,,,,,,,,\n", "bad.csv:2: bad CSV (17 fields, the header has 4)"},
+         "bad.csv:2:7: error: size '99999999999999999999' is not a 64-bit integer\na,0,1,99999999999999999999\n      ^"},
+        {"id,lower,upper,size\na,5,5,2\n",
+         "bad.csv:2:3: error: empty lifespan: lower 5 >= upper 5\na,5,5,2\n  ^"},
+        {"id,lower,upper,size\na,0,1,0\n",
+         "bad.csv:2:7: error: size 0 is not positive\na,0,1,0\n      ^"},
+        {"id,lower,upper,size\na,0,1,-4\n",
+         "bad.csv:2:7: error: size -4 is not positive\na,0,1,-4\n      ^"},
+        {"id,lower,upper,size,offset\na,0,1,4,-1\n",
+         "bad.csv:2:9: error: offset -1 is negative\na,0,1,4,-1\n        ^"},
+        {"id,lower,upper,size\n,0,1,4\n",
+         "bad.csv:2:1: error: empty id\n,0,1,4\n^"},
+        {"id,lower,upper,size\na,0,1,4\nb,0,1,4\na,2,3,4\n",
+         "bad.csv:4:1: error: duplicate id 'a', first on line 2\na,2,3,4\n^"},
+        {"id,lower,upper,size\na,0,1,4\n\nb,0,1,4\n",
+         "bad.csv:3:1: error: empty line\n\n^"},
+        {"id,lower,upper,size\na,0,1,4\n\n\n",
+         "bad.csv:3:1: error: empty line\n\n^"},
+        {"a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q\n",
+         "bad.csv:1:33: error: more than 16 columns in the header\na,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q\n                                ^"},
+        {"id,lower,upper,size\na,0,1,4,,,,,,,,,,,,,,,,,,\n",
+         "bad.csv:2:9: error: 22 fields, the header has 4\na,0,1,4,,,,,,,,,,,,,,,,,,\n        ^"},
     };
-    char err[256];
+    char err[1024];
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         gp_csv *c = (gp_csv *)1;
         int rc = gp_csv_parse(cases[k].text, strlen(cases[k].text), "bad.csv", &c, err, sizeof err);
@@ -527,7 +548,12 @@ static void test_csv_errors(void)
     const char nul[] = "id,lower,upper,size\na,0,1,4\nb,0\0,1,4\n";
     gp_csv *c = NULL;
     CU_ASSERT_EQUAL(gp_csv_parse(nul, sizeof nul - 1, "bad.csv", &c, err, sizeof err), -1);
-    CU_ASSERT_STRING_EQUAL(err, "bad.csv:3: bad CSV (NUL byte in the text)");
+    CU_ASSERT_STRING_EQUAL(err, "bad.csv:3:4: error: NUL byte (is this a binary file?)"); /* the line is not quoted */
+    /* An err too small for the quoted line and its caret: the message alone. */
+    char small[64];
+    const char *xl = "id,lower,upper,size\na,0,1,2\nb,x,1,2\n";
+    CU_ASSERT_EQUAL(gp_csv_parse(xl, strlen(xl), "bad.csv", &c, small, sizeof small), -1);
+    CU_ASSERT_STRING_EQUAL(small, "bad.csv:3:3: error: lower 'x' is not a 64-bit integer");
     /* A missing file. */
     CU_ASSERT_EQUAL(gp_csv_read("/nonexistent/dir/x.csv", &c, err, sizeof err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "/nonexistent/dir/x.csv: cannot read ("));
@@ -599,7 +625,7 @@ static void test_buffers_main(void)
     CU_ASSERT_EQUAL(gp_buffers_main(in, out, 0, 1.0, GP_STRATEGY_AUTO, lf), 1);
     fclose(lf);
     text = gp_test_read_file(log, NULL);
-    CU_ASSERT_PTR_NOT_NULL(text ? strstr(text, ":2: bad CSV (empty lifespan: lower 3 >= upper 1)") : NULL);
+    CU_ASSERT_PTR_NOT_NULL(text ? strstr(text, ":2:3: error: empty lifespan: lower 3 >= upper 1\na,3,1,4\n  ^\n") : NULL);
     free(text);
     lf = fopen(log, "w");
     CU_ASSERT_EQUAL(gp_buffers_main("/nonexistent/x.csv", out, 0, 1.0, GP_STRATEGY_AUTO, lf), 1);

@@ -720,13 +720,13 @@ static void test_golden_limits(void)
     /* NUL byte */
     const char nul[] = "graph g() {\n  let x\0 = 1;\n}";
     check_text(nul, sizeof nul - 1, NULL,
-               "t.gplan: error: NUL byte at line 2, column 8 (is this a binary file?)\n");
+               "t.gplan:2:8: error: NUL byte (is this a binary file?)\n"); /* no quote: binary */
 
     /* enormous line */
     memset(src, ' ', 70000);
     memcpy(src, "graph g() {\n", 12);
     src[70000] = '\0';
-    check_text(src, strlen(src), NULL, "t.gplan: error: line 2 is longer than 65536 bytes\n");
+    check_text(src, strlen(src), NULL, "t.gplan:2:65537: error: line longer than 65536 bytes\n");
 
     /* brackets nested too deep: the 201st '(' is reported */
     int pos = sprintf(src, "graph g() { let x = ");
@@ -797,7 +797,34 @@ static void test_golden_config(void)
 
     cfg = "[1, 2]";
     CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfg, strlen(cfg)), 0);
-    snprintf(want, sizeof want, "%s: error: expected a JSON object at the top level\n", path);
+    snprintf(want, sizeof want, "%s:1:1: error: expected a JSON object at the top level\n[1, 2]\n^\n",
+             path);
+    check_text(src, strlen(src), path, want);
+
+    /* The end of the text; an empty file */
+    cfg = "{\n  \"n\": 2\n";
+    CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfg, strlen(cfg)), 0);
+    snprintf(want, sizeof want, "%s:3:1: error: bad JSON: '}' expected near end of file\n", path);
+    check_text(src, strlen(src), path, want);
+    CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, "", 0), 0);
+    snprintf(want, sizeof want, "%s:1:1: error: bad JSON: '[' or '{' expected near end of file\n",
+             path);
+    check_text(src, strlen(src), path, want);
+
+    /* A key found in a nested object (rope_parameters) is located there, not at a same-named key
+     * inside another value; a key spelled with an escape, at its object's '{'. */
+    cfg = "{\"text_config\": {\"eps\": 1},\n \"rope_parameters\": {\"x\": [\"eps\"], \"eps\": \"e\"}}";
+    CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfg, strlen(cfg)), 0);
+    snprintf(want, sizeof want,
+             "%s:2:36: error: config key 'eps': expected a number, got the string \"e\"\n"
+             " \"rope_parameters\": {\"x\": [\"eps\"], \"eps\": \"e\"}}\n"
+             "                                   ^\n", path);
+    check_text(src, strlen(src), path, want);
+    cfg = "{\"\\u006e\": \"two\"}";
+    CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfg, strlen(cfg)), 0);
+    snprintf(want, sizeof want,
+             "%s:1:1: error: config key 'n': expected an integer, got the string \"two\"\n%s\n^\n",
+             path, cfg);
     check_text(src, strlen(src), path, want);
     remove(path);
 

@@ -217,6 +217,28 @@ static void test_diag_format(void)
     CU_ASSERT_EQUAL(gp_diag_count(dg), 6);
     gp_diag_free(dg);
     gp_diag_free(NULL);
+
+    /* Lines with control bytes (binary data) or of more than 4096 bytes are not quoted; a UTF-8
+     * character before the column takes one space under it, the column counting its bytes. */
+    static char big[5000];
+    memset(big, 'x', sizeof big - 1);
+    const char bin[] = "ok\na\x01b\nc\x7f\nd\0e\n\xc3\xa9t\xc3\xa9 = 1\n";
+    dg = gp_diag_new(NULL);
+    f = gp_diag_add_source(dg, "b.gplan", bin, sizeof bin - 1);
+    const char *fb = gp_diag_add_source(dg, "big.gplan", big, strlen(big));
+    gp_diag_error(dg, (gp_loc){f, 2, 2}, "control");
+    gp_diag_error(dg, (gp_loc){f, 3, 2}, "delete");
+    gp_diag_error(dg, (gp_loc){f, 4, 2}, "nul");
+    gp_diag_error(dg, (gp_loc){f, 5, 7}, "utf-8");
+    gp_diag_error(dg, (gp_loc){fb, 1, 4097}, "long");
+    CU_ASSERT_STRING_EQUAL(gp_diag_text(dg), "b.gplan:2:2: error: control\n"
+                                             "b.gplan:3:2: error: delete\n"
+                                             "b.gplan:4:2: error: nul\n"
+                                             "b.gplan:5:7: error: utf-8\n"
+                                             "\xc3\xa9t\xc3\xa9 = 1\n"
+                                             "    ^\n"
+                                             "big.gplan:1:4097: error: long\n");
+    gp_diag_free(dg);
 }
 
 static void test_diag_copies_and_prints(void)
@@ -242,6 +264,7 @@ static void test_diag_copies_and_prints(void)
     CU_ASSERT_STRING_EQUAL(got, "error: to the file 7\n");
     CU_ASSERT_STRING_EQUAL(gp_diag_text(dg), got);
     free(got);
+    remove(path);
     gp_diag_free(dg);
 }
 
@@ -945,6 +968,7 @@ static void test_print(void)
                                  "%2 = matmul(%0, %1) tb=1 -> [T, 2304] f32   # m.gplan:12\n"
                                  "%3 = slice(%2) axis=1 start=768 len=768 -> [T, 768] f32\n");
     free(text);
+    remove(path);
     gp_diag_free(dg);
     gp_graph_print(NULL, stdout); /* no-op */
     gp_graph_free(NULL);

@@ -969,10 +969,17 @@ static void test_runtime_errors(void)
     gp_graph_free(g);
 }
 
+/* The tests share adapter folders and plan files (tmpdir, plan_file): removed after the suite. */
+static int suite_clean(void)
+{
+    gp_test_tmp_remove_all();
+    return 0;
+}
+
 void gp_suite_lora(void);
 void gp_suite_lora(void)
 {
-    CU_pSuite s = CU_add_suite("lora", NULL, NULL);
+    CU_pSuite s = CU_add_suite("lora", NULL, suite_clean);
     CU_add_test(s, "merge graph: 3 nodes per target, one arena for all layers", test_merge_graph);
     CU_add_test(s, "tiny GPT-2 (Conv1D): merged = double-precision reference", test_gpt2_merge);
     CU_add_test(s, "fan_in_fan_out: transposed delta by value", test_fan_in_fan_out);

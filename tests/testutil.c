@@ -1,8 +1,12 @@
 /* Small helpers shared by the test suites. */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include "tests/testutil.h"
 
+#include <dirent.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 const char *gp_test_path(const char *rel)
@@ -19,6 +23,65 @@ const char *gp_test_tmpfile(const char *suffix)
     snprintf(buf, sizeof buf, "%s/tests/tmp-%ld-%u%s", GP_BINARY_DIR, (long)getpid(), counter++,
              suffix ? suffix : "");
     return buf;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* Calls visit(path) on each build/tests/tmp-PID-* of this process; returns the count. */
+static int each_tmp(void (*visit)(const char *path))
+{
+    char dir[4096], prefix[64], path[8192];
+    snprintf(dir, sizeof dir, "%s/tests", GP_BINARY_DIR);
+    snprintf(prefix, sizeof prefix, "tmp-%ld-", (long)getpid());
+    DIR *dp = opendir(dir);
+    if (!dp)
+        return 0;
+    int n = 0;
+    /* Removing entries while reading the folder may hide others from readdir: collect, then act. */
+    char **names = NULL;
+    struct dirent *e;
+    while ((e = readdir(dp)) != NULL) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+            continue;
+        char **nn = realloc(names, (size_t)(n + 1) * sizeof *nn);
+        if (!nn)
+            break;
+        names = nn;
+        names[n] = strdup(e->d_name);
+        if (names[n])
+            n++;
+    }
+    closedir(dp);
+    for (int k = 0; k < n; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[k]);
+        if (visit)
+            visit(path);
+        nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        free(names[k]);
+    }
+    free(names);
+    return n;
+}
+
+int gp_test_tmp_remove_all(void)
+{
+    return each_tmp(NULL);
+}
+
+static void report_left(const char *path)
+{
+    fprintf(stderr, "gplan_tests: a test left %s behind\n", path);
+}
+
+int gp_test_tmp_leftovers(void)
+{
+    return each_tmp(report_left);
 }
 
 char *gp_test_read_file(const char *path, size_t *len)

@@ -8,8 +8,18 @@
 /* Path of a file in the source tree, e.g. gp_test_path("examples/gpt2.gplan"); a static buffer. */
 const char *gp_test_path(const char *rel);
 
-/* A fresh temporary file path under the build tree (unique per call); a static buffer. */
+/* A fresh temporary file path under the build tree (unique per call): build/tests/tmp-PID-N.SUFFIX,
+ * in a static buffer. The test that asks for one removes it (or a folder made there) when done. */
 const char *gp_test_tmpfile(const char *suffix);
+
+/* Removes everything under build/tests whose name starts with this process's tmp-PID- (files, and
+ * folders with what they hold); returns how many were removed. For a suite's cleanup function when
+ * its tests share temporaries (adapter folders, plan files). */
+int gp_test_tmp_remove_all(void);
+
+/* The driver's check at exit: prints each tmp-PID-* this process left under build/tests, removes
+ * them, and returns how many there were (a run that leaves any fails). */
+int gp_test_tmp_leftovers(void);
 
 /* Reads a whole file; the caller frees; NULL on error. *len may be NULL. */
 char *gp_test_read_file(const char *path, size_t *len);

@@ -75,7 +75,7 @@ ex=$src/examples
 printf 'graph g() { let x = 1 $; }\n' >lex.gplan
 check E101 1 "lex.gplan:1:23: error: unexpected character '\$'" compile --check lex.gplan
 printf 'graph g() { let x = 1; \000 }\n' >nul.gplan
-check E102 1 "nul.gplan: error: NUL byte at line 1, column 24 (is this a binary file?)" compile --check nul.gplan
+check E102 1 "nul.gplan:1:24: error: NUL byte (is this a binary file?)" compile --check nul.gplan
 printf 'graph g() {\n  let x = 1\n  let y = 2;\n}\n' >syntax.gplan
 check E103 1 "syntax.gplan:3:3: error: syntax error, unexpected 'let'" compile --check syntax.gplan
 printf 'graph g() { input a: f32[2, 3]; output o: f32[2, 3]; o = a + b; }\n' >name.gplan
@@ -114,11 +114,11 @@ check E210 1 "gplan-compile: /nonexistent/x.plan.tmp: cannot create: No such fil
 
 # ---- gplan-compile --buffers: the CSV problem ----
 printf 'id,lower,upper\nb,0,1\n' >nosize.csv
-check E221 1 "nosize.csv:1: bad CSV (the header has no 'size' column)" compile --buffers nosize.csv -o s.csv
+check E221 1 "nosize.csv:1:15: error: the header has no 'size' column" compile --buffers nosize.csv -o s.csv
 printf 'id,lower,upper,size\nb,5,3,4\n' >span.csv
-check E222 1 "span.csv:2: bad CSV (empty lifespan: lower 5 >= upper 3)" compile --buffers span.csv -o s.csv
+check E222 1 "span.csv:2:3: error: empty lifespan: lower 5 >= upper 3" compile --buffers span.csv -o s.csv
 printf 'id,lower,upper,size\nb,0,1,4\nb,1,2,4\n' >dup.csv
-check E223 1 "dup.csv:3: bad CSV (duplicate id 'b', first on line 2)" compile --buffers dup.csv -o s.csv
+check E223 1 "dup.csv:3:1: error: duplicate id 'b', first on line 2" compile --buffers dup.csv -o s.csv
 check E224 1 "missing.csv: cannot read (No such file or directory)" compile --buffers missing.csv -o s.csv
 printf 'id,lower,upper,size\nb1,0,3,4\nb2,3,9,4\nb3,0,9,4\nb4,9,21,4\nb5,0,21,4\n' >p12.csv
 check E225 3 "p12.csv: no placement within capacity 11 found in the time limit" compile --buffers p12.csv -o s.csv --capacity 11 --time-limit 1

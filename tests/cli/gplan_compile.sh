@@ -75,7 +75,7 @@ expect 3 "" --buffers "$tmp/p12.csv" --capacity 11 -o "$tmp/s11.csv" --time-limi
 printf 'id,lower,upper,size
 b1,5,3,4
 ' > "$tmp/pbad.csv"
-expect 1 "$tmp/pbad.csv:2: bad CSV" --buffers "$tmp/pbad.csv" -o "$tmp/sbad.csv"
+expect 1 "$tmp/pbad.csv:2:4: error: empty lifespan: lower 5 >= upper 3" --buffers "$tmp/pbad.csv" -o "$tmp/sbad.csv"
 
 if [ "$failed" -ne 0 ]; then
   exit 1
