@@ -1,0 +1,52 @@
+/* Picking the next token from a row of logits: repetition penalty, temperature, top-k, top-p,
+ * min-p and a seeded PRNG; greedy at temperature 0. Every buffer is allocated by gp_sampler_new
+ * (vocabulary size and options known then): sampling allocates nothing. Part of gp_runtime. */
+#ifndef GP_RUNTIME_SAMPLE_H
+#define GP_RUNTIME_SAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct gp_sampler gp_sampler;
+
+/* The filters run in Hugging Face's order: repetition penalty on the logits, then temperature,
+ * top-k, top-p (over what top-k kept), min-p. Each filter off at its default value. */
+typedef struct {
+    double temp;           /* > 0 scales the logits by 1 / temp; 0: greedy (argmax) */
+    int64_t top_k;         /* keep the k most likely; 0: off */
+    double top_p;          /* keep the smallest most-likely prefix whose mass >= top_p; 1: off */
+    double min_p;          /* keep tokens with p >= min_p * p(most likely); 0: off */
+    double repeat_penalty; /* > 0; the logit l of a recently seen id becomes l / penalty when
+                              l > 0, l * penalty otherwise (CTRL's rule); 1: off */
+    int64_t repeat_last_n; /* how many of the last accepted ids the penalty looks at; 0: none */
+    uint64_t seed;         /* the PRNG's seed: the same seed and logits give the same ids */
+} gp_sampler_opts;
+
+/* The defaults: greedy, every filter off, repeat_last_n 64, seed 1. */
+gp_sampler_opts gp_sampler_defaults(void);
+
+/* vocab: the logits row's length. NULL with err set for bad options (temp < 0, top_p outside
+ * (0, 1], min_p outside [0, 1], repeat_penalty <= 0, negative counts) or no memory. */
+gp_sampler *gp_sampler_new(int64_t vocab, const gp_sampler_opts *o, char *err, size_t err_len);
+void gp_sampler_free(gp_sampler *s); /* NULL is a no-op */
+
+/* 1 when a pick is the argmax of the raw logits (temp 0 and no penalty in effect): a caller may use
+ * the argmax it already has. */
+int gp_sampler_is_greedy(const gp_sampler *s);
+
+/* Records an id as seen (prompt or generated) for the repetition penalty's window. */
+void gp_sampler_accept(gp_sampler *s, int32_t id);
+/* Forgets the seen ids and restarts the PRNG from the seed. */
+void gp_sampler_reset(gp_sampler *s);
+
+/* Picks an id from logits[vocab] (not modified); does not accept it. NaN logits never win. */
+int32_t gp_sampler_sample(gp_sampler *s, const float *logits);
+
+/* What sample draws from, for tests and tools: the candidates left after the filters, most
+ * likely first (ties: lower id first), and their probabilities renormalized over them. Returns the
+ * count n (>= 1); *ids and *probs point into the sampler, valid until its next call. At temp 0 the
+ * one candidate is the argmax (penalized). */
+int64_t gp_sampler_candidates(gp_sampler *s, const float *logits, const int32_t **ids,
+                              const float **probs);
+
+#endif
