@@ -212,6 +212,14 @@ elseif(NOT GPLAN_SANITIZE)
   message(STATUS "gplan: help2man not found: no man pages (apt-get install help2man)")
 endif()
 
+# Everything the install rules take, and nothing else (no tests): scripts/package.sh builds this
+# target, with -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON so that cpack does not build the rest.
+add_custom_target(gplan-dist)
+add_dependencies(gplan-dist gplan gplan_static ${GP_TOOL_TARGETS})
+if(TARGET gplan-man)
+  add_dependencies(gplan-dist gplan-man)
+endif()
+
 # ---- Debian package (cd BUILD && cpack -G DEB): the library, headers, pkg-config and CMake files,
 # tools and man pages, in one package "gplan" under /usr ----
 set(CPACK_GENERATOR DEB)
@@ -222,6 +230,7 @@ set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
 set(CPACK_PACKAGE_CONTACT "gplan developers <gplan@localhost>")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_PACKAGE_SECTION devel)
 # Depends from the binaries' own needs (dpkg-shlibdeps), a shlibs file and the ldconfig trigger
 # for libgplan.so.0.
