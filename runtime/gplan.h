@@ -20,6 +20,9 @@
  * backend's arena and state regions, the thread pool); after it, set_* / eval / output allocate
  * nothing, create no thread and print nothing; errors go to a buffer inside the session.
  * Threads: a model may be shared by sessions; one session is used by one thread at a time.
+ *
+ * Installed as <gplan/gplan.h> (libgplan, pkg-config gplan, CMake find_package(gplan) -> gplan::gplan);
+ * it needs no internal header.
  */
 #ifndef GP_RUNTIME_GPLAN_H
 #define GP_RUNTIME_GPLAN_H
@@ -27,7 +30,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ir/core.h"
+/* Public: the element types and the version (installed beside this header as gplan/). */
+#include "gplan_types.h"
+#include "gplan_version.h"
 
 typedef struct gp_model gp_model;     /* a loaded plan plus its weights (read-only after binding) */
 typedef struct gp_session gp_session; /* one running instance: its own state (KV cache) and buffers */

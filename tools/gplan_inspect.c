@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "planner/planner.h"
+#include "gplan_version.h" /* generated from runtime/gplan_version.h.in */
 
 enum { EXIT_OK = 0, EXIT_BAD = 1, EXIT_USAGE = 2 };
 
@@ -40,6 +41,7 @@ static void usage(FILE *out)
             "                  rectangle per tensor (blue intermediate, green in-place, orange\n"
             "                  workspace; hover for its name), the lower bound as a red line\n"
             "  -h, --help      print this help and exit\n"
+            "  --version       print the version and exit\n"
             "\n"
             "exit status: 0 success, 1 bad plan file (or FILE cannot be written), 2 bad usage\n");
 }
@@ -418,6 +420,9 @@ int main(int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
+            return EXIT_OK;
+        } else if (!strcmp(a, "--version")) {
+            printf("gplan-inspect %s\n", GPLAN_VERSION_STRING);
             return EXIT_OK;
         } else if (!strcmp(a, "--timeline")) {
             o.timeline = 1;

@@ -213,6 +213,7 @@ static void usage(FILE *out)
             "  --loop                at the end of the planned context start again at position 0\n"
             "                        (without it generation stops there)\n"
             "  -h, --help            print this help\n"
+            "  --version             print the version\n"
             "\n"
             "exit status: 0 success, 1 bad input (plan, weights, token ids, prompt longer than the\n"
             "context), 2 bad usage\n");
@@ -294,6 +295,9 @@ static int parse_args(int argc, char **argv, options *o)
         int64_t x;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
+            exit(EXIT_OK);
+        } else if (!strcmp(a, "--version")) {
+            printf("gplan-run %s\n", GPLAN_VERSION_STRING);
             exit(EXIT_OK);
         } else if (!strcmp(a, "--ignore-eos")) {
             o->ignore_eos = 1;
