@@ -1,65 +1,19 @@
 /* The CUDA backend (gp_backend_cuda, runtime/backend.h): one device allocation per region made at
  * creation, the weights uploaded once, a cuBLAS handle working in the planned workspace, and each
  * eval replayed from a CUDA graph captured at creation per bucket of the token count.
- * Fusions planned at creation (each can be switched off for measurements, GPLAN_CUDA_DISABLE, a
- * comma list): "elide" (conts read in place), "epilogue" (elementwise ops in the matvec), "norm"
- * (a norm computed in the matvec, or an rms_norm in the group, after it), "store2" (the K and V
- * stores in one launch), "combine" (attention's split combine in its last block), "group"
- * (one-row matmuls of the same x in one launch: q, k and v; gate and up with their swiglu),
- * "attnfuse" (one-token attention with its ropes and K/V cache stores in one launch,
- * plan_decode_attention), "arnorm" (the P2P all-reduce kernel computes the norm after it, one
- * block summing the whole row), "ropetab" (those attentions' rope angles computed once per eval,
- * plan_rope_tables), and, not fusions, "early" (matvecs load their first weights
- * before waiting for the kernel before them), "epiload" (the version-2 matvecs load their
- * epilogue's operands right after that wait, ahead of their sums), "epiconst" (the [K, N] ones
- * load them before that wait when they are all weights, a bias), "normload" (the [K, N]
- * matvec loads a staged norm's weights before that wait), "pairs" (the [N, K] matvec of short
- * rows takes two per warp), "embadd" (two lookups and the add of them in one launch,
- * plan_embed_add), "qkvatt" (a one-token attention computes its q, k and v itself,
- * plan_qkv_attention), "tiles" (a prompt's attention in tiles of queries and keys), "tensor"
- * (those tiles on tensor cores, for f16 caches), "blasepi" (a cuBLAS product's epilogue in one
- * launch after it), "atomic" (a one-row product added into a residual in place: its splits add
- * with atomics, k_matvec_kc; not bit-reproducible from run to run), "fold" (a layer norm
- * planned into the [K, N] product after it is folded into its sums, with constants computed at
- * creation, plan_folds), "accum" (such a product adds its splits into its output with atomics,
- * the matmul launched before it having zeroed those bytes, and leaves a trailing gelu to the
- * matmul reading it; plan_accumulate), and, not fusions, "atttyped" (one-token attentions whose
- * operands are GPT-2's run an instance with their dtypes, ropes and clusters as constants: a
- * smaller kernel, att_kv in cuda_attention.cu), "kctyped" (the same for k_matvec_kc's adds,
- * kc_typed) and "optyped" (the same for the norms and lookups, ops_typed); "copies" (an eval's
- * sizes and inputs go to the device in one copy, its outputs come back in as few as their
- * offsets allow, and a final argmax writes its logits and tokens to the host itself: see
- * "Copies" below); "atthead" (a one-token attention of heads of up to 64 dims runs in one block
- * a head, not in a cluster of 16 splits: k_attention_head in cuda_attention.cu; at positions
- * past the rows it loads before its wait, one-token evals replay a second graph with the split
- * kernel, plan_head_pos).
- * Opt-in, each measured slower by default (see read_switches): GPLAN_CUDA_TAIL=1 has the last
- * block of a [N, K] matvec compute the norm of its residual sum ("tail" in GPLAN_CUDA_DISABLE
- * wins over it); GPLAN_CUDA_TRANSPOSE=1
- * stores weights read only as a matmul's b [K, N] as [N, K] on the device, for the row-per-warp
- * matvec (GPLAN_CUDA_DISABLE=transpose wins over it); GPLAN_CUDA_MEGA=1 runs the one-token graph's
- * matvecs, groups, attentions and norms as stages of a persistent kernel (cuda_mega.cu);
- * GPLAN_CUDA_MEGA=2 its streaming variant (a producer warp per block brings the weights).
- * GPLAN_CUDA_PDL=0 turns programmatic dependent launch (kernels overlapping the one before them)
- * off; GPLAN_CUDA_PREFETCH=1 has the version-1 matvec kernels prefetch weights into L2 before that
- * wait (the attention kernels always prefetch their cache rows, unless "prefetch" is in
- * GPLAN_CUDA_DISABLE, and the one-token ones load their first rows into registers, unless
- * "kvregs" is). GPLAN_CUDA_SKIP (op names; timing experiments only: wrong results) leaves
- * those ops' kernels out. GPLAN_CUDA_MATVEC=1: the first (version 1) matrix-vector kernels;
- * GPLAN_CUDA_MV_BPS=n: the [K, N] matvec's target blocks per multiprocessor (default 4).
- * GPLAN_CUDA_ATT_CLUSTER=n (2..16): the one-token attention's n splits of a head run as one
- * cluster and combine in distributed shared memory, where the device can (default: 16 for head
- * dims <= 64, none above; 0: none). GPLAN_CUDA_MV_CLUSTER=n (2..16): the [K, N] matvec's splits
- * of a column tile are at most n blocks of one cluster, combined in distributed shared memory
- * (k_matvec_kc; default 16 where the device can; 0: none, split-K through global memory), about
- * GPLAN_CUDA_MV_CLUSTER_BPS blocks per multiprocessor (default 3); products that compute a norm
- * of x first only with GPLAN_CUDA_MV_CLUSTER_PRE=n, for about n blocks per multiprocessor.
- * Those added into a residual in place ("atomic") split K over at most GPLAN_CUDA_MV_ADD blocks
- * (default 16) that add with atomics, GPLAN_CUDA_MV_ADD_NARROW (default 8) for rows of N <= 1024.
- * GPLAN_CUDA_LATE: the kernels that let the next one start only once their loads are done, not
- * right after their wait (a comma list of "norm" and "att"; default "norm"; "none": none).
- * GPLAN_CUDA_TRIG: the matmuls whose next launch is a matmul of at least that many MiB of weights
- * let it start at their own start, before their wait (default 8; "none": none; plan_trig).
+ * Fusions planned at creation: conts read in place, elementwise ops in the matvec's epilogue, a
+ * norm computed in the matvec after it (or an rms_norm in the group after it), the K and V stores
+ * in one launch, one-row matmuls of the same x in one launch (q, k and v; gate and up with their
+ * swiglu), a one-token attention with its ropes and K/V cache stores in one launch
+ * (plan_decode_attention; "attnfuse") and its q, k and v computed in it (plan_qkv_attention;
+ * "qkvatt"), the norm after a P2P all-reduce in its kernel, those attentions' rope angles once
+ * per eval (plan_rope_tables), two lookups and their add in one launch (plan_embed_add), a layer
+ * norm folded into the [K, N] product after it (plan_folds; "fold"), products adding their splits
+ * with atomics into a residual ("atomic") or into an output the matmul before zeroed
+ * (plan_accumulate; "accum"), early triggers (plan_trig), the copies of an eval's inputs and
+ * outputs merged ("copies"). The quoted names, and "all" (every fusion planned here off), are
+ * the entries of GPLAN_CUDA_DISABLE that tests compare against the CPU; docs/cuda.md lists every
+ * switch.
  * Tensor-parallel plans: one instance per rank, each on its device and called from its own thread;
  * all_reduce nodes are the one-shot P2P kernel (up to 256 KiB) or NCCL all-reduces
  * (cuda/cuda_comm.h) captured in the graphs with the rest; GPLAN_NCCL_REGISTER=1 registers the
@@ -105,8 +59,7 @@ typedef struct {
     gp_cu_group grp;                 /* a matmul: grp.n > 0 when it and the next grp.n - 1 matmuls
                                         of its x (and, glu, their swiglu) run in one launch when
                                         one row */
-    int tailed;                      /* a norm the node before it may compute (a matmul's
-                                        epi.tail, an all_reduce's arnorm) */
+    int tailed;                      /* a norm the all_reduce before it computes (its arnorm) */
     int has_arnorm;                  /* an all_reduce: the norm after it, in its kernel */
     gp_cuda_ar_norm arnorm;
     int dec_att;                     /* a rope, cont or store that attention node dec_att - 1 runs
@@ -186,10 +139,7 @@ typedef struct {
     int64_t prof_n[GP_OP_COUNT], prof_evals;
     int64_t allocs;                 /* allocations made after create returned (0 by design) */
     unsigned disable;               /* FUSE_* bits switched off */
-    unsigned char *transposed;      /* [n_tensors]: 1 for a weight stored [N, K] on the device */
-    uint64_t skip_ops;              /* bit per gp_op: kernels left out (timing experiments) */
     const void *const *weight_data; /* [n_tensors] the host weights uploaded at creation */
-    gp_cu_mk *mk;                   /* mega: the persistent decode kernel's stages, or NULL */
     int gelu_for;                   /* while enqueuing: the matmul node that reads its x as
                                        gelu(x) (plan_accumulate), or -1 */
     float *dfold;                   /* the folded layer norms' constants (plan_folds), or NULL */
@@ -197,16 +147,11 @@ typedef struct {
                                        early trigger (-1: none) */
 } cuda_be;
 
-enum { FUSE_ELIDE = 1, FUSE_EPILOGUE = 2, FUSE_NORM = 4, FUSE_STORE2 = 8, FUSE_COMBINE = 16,
-       FUSE_PREFETCH = 32, FUSE_TRANSPOSE = 64, FUSE_GROUP = 128, FUSE_TAIL = 256,
-       FUSE_ATTN = 512, FUSE_MEGA = 1024, FUSE_EARLY = 2048, FUSE_ARNORM = 4096,
-       FUSE_ROPETAB = 8192, FUSE_EPILOAD = 16384, FUSE_NORMLOAD = 32768, FUSE_EMBADD = 65536,
-       FUSE_PAIRS = 131072, FUSE_QKVATT = 262144, FUSE_TILES = 524288,
-       FUSE_TENSOR = 1048576, FUSE_BLASEPI = 2097152, FUSE_ATOMIC = 4194304,
-       FUSE_FOLD = 8388608, FUSE_ACCUM = 16777216, FUSE_ATTTYPED = 33554432,
-       FUSE_KCTYPED = 67108864, FUSE_OPTYPED = 134217728, FUSE_KVREGS = 268435456,
-       FUSE_EPICONST = 536870912, FUSE_COPIES = 1073741824 };
-static const unsigned FUSE_ATTHEAD = 1u << 31; /* past an enum's int */
+/* GPLAN_CUDA_DISABLE's entries, a bit each in the order of read_switches' names; FUSE_PLANS
+ * ("all" only) is every other fusion planned at creation. */
+enum { FUSE_ATTN = 1, FUSE_QKVATT = 2, FUSE_TILES = 4, FUSE_TENSOR = 8, FUSE_ATOMIC = 16,
+       FUSE_FOLD = 32, FUSE_ACCUM = 64, FUSE_ATTTYPED = 128, FUSE_KCTYPED = 256,
+       FUSE_OPTYPED = 512, FUSE_COPIES = 1024, FUSE_ATTHEAD = 2048, FUSE_PLANS = 4096 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -231,104 +176,51 @@ static int in_list(const char *list, const char *name)
     return 0;
 }
 
-/* The switches read from the environment at creation (see the top of this file). */
+/* The switches read from the environment at creation (docs/cuda.md, "Switches"); what the kernels
+ * do by default was measured on an H200 (bench/gpu-notes.md). */
 static void read_switches(cuda_be *b)
 {
-    static const char *const names[] = {"elide", "epilogue", "norm", "store2", "combine", "prefetch",
-                                        "transpose", "group", "tail", "attnfuse", "mega", "early",
-                                        "arnorm", "ropetab", "epiload", "normload",
-                                        "embadd", "pairs", "qkvatt", "tiles", "tensor",
-                                        "blasepi", "atomic", "fold", "accum", "atttyped",
-                                        "kctyped", "optyped", "kvregs", "epiconst", "copies",
-                                        "atthead"};
-    const char *off = getenv("GPLAN_CUDA_DISABLE"), *nofuse = getenv("GPLAN_CUDA_NO_FUSE");
+    static const char *const names[] = {"attnfuse", "qkvatt", "tiles", "tensor", "atomic",
+                                        "fold", "accum", "atttyped", "kctyped", "optyped",
+                                        "copies", "atthead"};
+    const char *off = getenv("GPLAN_CUDA_DISABLE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (in_list(off, names[i]) || in_list(off, "all") || (nofuse && *nofuse == '1'))
+        if (in_list(off, names[i]))
             b->disable |= 1u << i;
-    /* Measured 2026-11-30 (H200): -8% for GPT-2 117M, +31% for 1558M (its K = 6400 and
-     * norm-fused products are slower row per warp than split-K): off unless asked for. */
-    /* Measured 2026-11-30 (H200, ms per one-token eval): 0.41 -> 0.67 for GPT-2 117M, 2.37 ->
-     * 4.36 for 1558M, 5.28 -> 6.98 for Llama-7B (a grid barrier of 396 blocks costs ~3.6 us, and
-     * a stage waits on a chain of latencies that the kernels overlap: bench/gpu-notes.md); the
-     * streaming variant (=2), ninth session: 0.39 -> 0.56 for 117M, 2.04 -> 3.93 for 1558M. Off
-     * unless asked for. */
-    const char *mg = getenv("GPLAN_CUDA_MEGA");
-    if (!(mg && (*mg == '1' || *mg == '2')))
-        b->disable |= FUSE_MEGA;
-    /* The persistent decode kernel takes [N, K] weights only: with it, they are transposed by
-     * default (GPLAN_CUDA_TRANSPOSE=0 keeps them as they are). */
-    const char *tr = getenv("GPLAN_CUDA_TRANSPOSE");
-    if (tr ? *tr != '1' : (b->disable & FUSE_MEGA) != 0)
-        b->disable |= FUSE_TRANSPOSE;
-    /* Measured 2026-11-30 (H200, Llama-7B shape): 5.22 -> 5.82 ms a token on one GPU (every
-     * block of the matvec waits for its fence and count, thousands of blocks): off unless asked
-     * for. */
-    const char *tl = getenv("GPLAN_CUDA_TAIL");
-    if (!(tl && *tl == '1'))
-        b->disable |= FUSE_TAIL;
-    const char *skip = getenv("GPLAN_CUDA_SKIP");
-    for (int op = 0; skip && op < GP_OP_COUNT && op < 64; op++) {
-        const gp_op_info *info = gp_op_get((gp_op)op);
-        if (info && info->name && in_list(skip, info->name))
-            b->skip_ops |= (uint64_t)1 << op;
-    }
+    if (in_list(off, "all"))
+        b->disable = ~0u;
     const char *pdl = getenv("GPLAN_CUDA_PDL");
     b->kc.pdl = !(pdl && *pdl == '0');
-    b->kc.att_combine = !(b->disable & FUSE_COMBINE);
-    b->kc.epi_early = !(b->disable & FUSE_EPILOAD);
-    b->kc.epi_const = !(b->disable & FUSE_EPICONST);
-    b->kc.norm_early = !(b->disable & FUSE_NORMLOAD);
-    b->kc.mv_pairs = !(b->disable & FUSE_PAIRS);
+    b->kc.att_combine = 1;
+    b->kc.epi_early = 1;
+    b->kc.epi_const = 1;
+    b->kc.norm_early = 1;
+    b->kc.mv_pairs = 1;
     b->kc.att_tiles = !(b->disable & FUSE_TILES);
     b->kc.att_generic = !!(b->disable & FUSE_ATTTYPED);
     b->kc.kc_generic = !!(b->disable & FUSE_KCTYPED);
     b->kc.ops_generic = !!(b->disable & FUSE_OPTYPED);
     b->kc.att_mma = !(b->disable & (FUSE_TILES | FUSE_TENSOR));
-    b->kc.blas_epi = !(b->disable & FUSE_BLASEPI);
-    /* Measured 2026-11-30 (H200, ms per token, bench/gpu-notes.md, run G): clusters of 16
-     * -0.04 on GPT-2 1558M and -0.008 on 117M (head dims 64), but +0.13 on Llama-7B on one GPU
-     * and +0.02 on two (head dims 128; of 8: +-0 and +0.02). Default: 16, for head dims <= 64. */
-    const char *ac = getenv("GPLAN_CUDA_ATT_CLUSTER");
-    b->kc.att_cluster = ac ? atoi(ac) : 0;
-    if (b->kc.att_cluster && !gp_cuda_attention_cluster_ok(b->kc.att_cluster))
-        b->kc.att_cluster = 0;
-    b->kc.att_cluster_small = !ac && gp_cuda_attention_cluster_ok(16) ? 16 : 0;
-    /* [K, N] matvecs combining their splits in a cluster: see bench/gpu-notes.md, tenth
-     * session. Default: clusters of up to 16 where the device can. */
-    const char *mc = getenv("GPLAN_CUDA_MV_CLUSTER"), *mb = getenv("GPLAN_CUDA_MV_CLUSTER_BPS");
-    const char *mp = getenv("GPLAN_CUDA_MV_CLUSTER_PRE");
-    int n = mc ? atoi(mc) : 16;
+    b->kc.blas_epi = 1;
+    /* One-token attentions of head dims <= 64: their splits in a cluster of 16 where the device
+     * can (tenth session: -0.04 ms a token on GPT-2 1558M, +0.13 on Llama-7B's heads of 128). */
+    b->kc.att_cluster_small = gp_cuda_attention_cluster_ok(16) ? 16 : 0;
+    /* [K, N] matvecs combining their splits in clusters of up to 16 where the device can. */
     (void)gp_cuda_matvec_cluster_ok(16, b->kc.mv_cluster_fit); /* fit[C] > 0: C is taken */
-    b->kc.mv_cluster = n > 1 && n <= 16 && b->kc.mv_cluster_fit[n] > 0 ? n : 0;
+    b->kc.mv_cluster = b->kc.mv_cluster_fit[16] > 0 ? 16 : 0;
     b->kc.clusters = b->kc.mv_cluster_fit[8] > 0;
-    b->kc.mv_cluster_bps = mb ? atoi(mb) : 0;
-    b->kc.mv_cluster_pre = mp ? atoi(mp) : 0;
-    /* Those adding into a residual in place with atomics instead (bench/gpu-notes.md, fourteenth
-     * session): at most GPLAN_CUDA_MV_ADD splits (default 16; 0 or "atomic" disabled: none), and
-     * GPLAN_CUDA_MV_ADD_NARROW for rows of N <= 1024 (default 8: GPT-2 117M's c_proj and proj,
-     * -3% against 16; 1558M's, N = 1600, lose 8-16% at 8 or 12). */
-    const char *ma = getenv("GPLAN_CUDA_MV_ADD"), *mn = getenv("GPLAN_CUDA_MV_ADD_NARROW");
-    b->kc.mv_add = b->disable & FUSE_ATOMIC ? 0 : ma ? atoi(ma) : 16;
-    b->kc.mv_add_narrow = ma && !mn ? 0 : mn ? atoi(mn) : 8;
-    /* Measured 2026-11-30 (H200): -5% for GPT-2 117M, +4% for 1558M (its 5-20 MB matrices'
-     * prefetches compete with the kernel before): off unless asked for. The attention's cache
-     * rows are on the critical path and small: on unless "prefetch" is disabled. */
-    const char *pf = getenv("GPLAN_CUDA_PREFETCH");
-    b->kc.prefetch = pf && *pf == '1' && !(b->disable & FUSE_PREFETCH);
-    b->kc.kv_prefetch = !(b->disable & FUSE_PREFETCH);
-    b->kc.kv_regs = !(b->disable & FUSE_KVREGS);
-    /* Measured 2026-11-30 (H200, ms per token, bench/gpu-notes.md): the norm's late trigger
-     * -0.04 on Llama-7B (one GPU), -0.02 on GPT-2 1558M, +-0 elsewhere; the attention's -0.02 to
-     * -0.04 on one GPU but +0.02 to +0.04 on Llama-7B on two (seventh session), and -0.015 to
-     * -0.04 on GPT-2 1558M (eleventh). Default: the norm's, and the attention's on one device. */
-    const char *late = getenv("GPLAN_CUDA_LATE");
-    b->kc.late = !late ? GP_LATE_NORM | (b->n_ranks == 1 ? GP_LATE_ATT : 0)
-                       : (in_list(late, "norm") ? GP_LATE_NORM : 0) |
-                             (in_list(late, "att") ? GP_LATE_ATT : 0);
-    b->kc.no_early = !!(b->disable & FUSE_EARLY);
-    /* Measured (H200, bench/gpu-notes.md, twentieth session), ms a token: GPT-2 1558M 1.244 ->
-     * 1.197 at 8 MiB (0 MiB: 1.196; every matmul, also before the attention: 1.206), 117M
-     * (whose products are under 8 MiB) 0.204 -> 0.217 with every matmul. */
+    /* Those adding into a residual in place with atomics ("atomic"; fourteenth session): at most
+     * 16 splits, 8 for rows of N <= 1024 (GPT-2 117M's c_proj and proj, -3% against 16). */
+    b->kc.mv_add = b->disable & FUSE_ATOMIC ? 0 : 16;
+    b->kc.mv_add_narrow = 8;
+    b->kc.kv_prefetch = 1;
+    b->kc.kv_regs = 1;
+    /* Late triggers (seventh and eleventh sessions): the norm's, and the attention's on one
+     * device (on two, Llama-7B +0.02 to +0.04 ms a token). */
+    b->kc.late = GP_LATE_NORM | (b->n_ranks == 1 ? GP_LATE_ATT : 0);
+    /* Early triggers (twentieth session): GPT-2 1558M 1.244 -> 1.197 ms a token at 8 MiB, 117M
+     * (whose products are under 8 MiB) 0.204 -> 0.217 with every matmul. GPLAN_CUDA_TRIG=n MiB,
+     * or "none". */
     const char *tg = getenv("GPLAN_CUDA_TRIG");
     b->trig_bytes = !tg ? (int64_t)8 << 20 : !strcmp(tg, "none") ? -1 : (int64_t)atoi(tg) << 20;
 }
@@ -410,17 +302,6 @@ static size_t launch_numel(const cuda_be *b, const gp_cu_tensor *k)
     return (size_t)n;
 }
 
-/* Launches the persistent decode kernel's pending stages (mega), if any. 0, or -1 with
- * b->kc.err. */
-static int flush_mk(cuda_be *b)
-{
-    if (!b->kc.mk || !gp_cuda_mk_flush(b->kc.mk, b->stream))
-        return 0;
-    snprintf(b->kc.err, sizeof b->kc.err, "persistent decode kernel: launch failed: %s",
-             cudaGetErrorString(cudaGetLastError()));
-    return -1;
-}
-
 /* An all_reduce node over the ranks (the P2P kernel or NCCL), on the planned (contiguous, checked
  * at creation) buffers; rows a padded launch adds are summed too, and nothing reads them.
  * all_reduce(x, y): device 0 adds y to its term first (in out), unless the matmul before it
@@ -430,8 +311,6 @@ static int all_reduce(cuda_be *b, const cu_node *cn, const gp_plan_node *nd, int
                       int *norm_done)
 {
     const void *src = cn->in[0].data;
-    if (flush_mk(b))
-        return -1;
     if (nd->n_inputs > 1 && b->rank == 0 && !added) {
         if (gp_cuda_compute(&b->kc, GP_OP_ADD, &nd->attrs, &cn->out, cn->in, 2, NULL, 0))
             return -1;
@@ -683,7 +562,7 @@ static int enqueue_eval(cuda_be *b, int long_ctx, char *err, size_t err_len)
     b->argmax_now = b->argmax_copy >= 0 &&
                     used_bytes(&p->tensors[p->nodes[b->argmax_copy].inputs[0]], b->launch) <=
                         ARGMAX_COPY_MAX;
-    if (b->n_rope_tabs && !b->kc.mk && rope_tabs_now(b) &&
+    if (b->n_rope_tabs && rope_tabs_now(b) &&
         gp_cuda_rope_tables(&b->kc, b->rope_tabs, b->n_rope_tabs)) {
         snprintf(err, err_len, "cuda: %s", b->kc.err);
         return -1;
@@ -699,7 +578,7 @@ static int enqueue_eval(cuda_be *b, int long_ctx, char *err, size_t err_len)
             cudaEventRecord(b->ev[i], b->stream);
         if (cn->dec_att && decode_now(b, &b->nodes[cn->dec_att - 1]))
             continue; /* attnfuse: that attention's one-token launch runs it */
-        if (cn->skip || (b->skip_ops >> nd->op & 1))
+        if (cn->skip)
             continue;
         if (cn->prenorm) {
             /* The matmul after this norm computes it when its matrix-vector kernel serves. */
@@ -762,11 +641,6 @@ static int enqueue_eval(cuda_be *b, int long_ctx, char *err, size_t err_len)
                 cudaEventRecord(b->ev[i + k], b->stream);
 
             i += cn->epi.n; /* those nodes ran inside the matmul's kernel */
-            if (fused == 2) { /* and the norm after them, in its last block */
-                i++;
-                if (b->ev)
-                    cudaEventRecord(b->ev[i], b->stream);
-            }
             /* An all_reduce(x, y) ending the epilogue: its + y ran there, the sum over devices
              * has not. */
             if (!r && p->nodes[i].op == GP_OP_ALL_REDUCE && b->comm && !b->warming)
@@ -785,10 +659,6 @@ static int enqueue_eval(cuda_be *b, int long_ctx, char *err, size_t err_len)
     }
     if (b->ev)
         cudaEventRecord(b->ev[p->n_nodes], b->stream);
-    if (flush_mk(b)) {
-        snprintf(err, err_len, "cuda: %s", b->kc.err);
-        return -1;
-    }
     return copy_outputs(b, hio, err, err_len);
 }
 
@@ -801,15 +671,11 @@ static int capture(cuda_be *b, cu_graph *cg, int64_t top, int long_ctx, char *er
     if (b->p->n_syms)
         b->launch[0] = top;
     CU_TRY(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
-    b->kc.mk = b->mk; /* one-row launches become stages of persistent kernels */
     int r = enqueue_eval(b, long_ctx, err, err_len);
-    b->kc.mk = NULL;
     cudaError_t e = cudaStreamEndCapture(b->stream, &g);
     if (r)
         goto fail;
     CU_TRY(e);
-    if (gp_cuda_mk_upload(b->mk, err, err_len))
-        goto fail;
     CU_TRY(cudaGraphInstantiate(&cg->exec, g, 0));
     /* What the first launch would do (the driver allocates host memory there for graphs holding
      * NCCL's kernels), now: measured on 2 H200s, 2-3 host allocations in the first evals without. */
@@ -1217,47 +1083,9 @@ static void plan_matvec_groups(cuda_be *b, const int *uses)
         }
         g->n = n;
         g->x = b->nodes[i].in[0];
-        if (!(b->disable & FUSE_NORM) && i > 0)
+        if (i > 0)
             plan_group_norm(b, uses, i - 1, n);
         i += n - 1;
-    }
-}
-
-/*
- * Norms right after a matmul's epilogue that read its result (Llama's rms_norm after each residual
- * add): the [N, K] matrix-vector kernel's last block computes them (the products with [K, N]
- * weights keep the norm in the next matvec instead, plan_prenorms). The norm's output must not
- * overlap the row it reads; everything else the matmul reads is no longer read by then.
- */
-static void plan_tail_norms(cuda_be *b)
-{
-    const gp_plan *p = b->p;
-    for (int i = 0; i < p->n_nodes; i++) {
-        const gp_plan_node *mm = &p->nodes[i];
-        cu_node *cn = &b->nodes[i];
-        int e = cn->epi.n, j = i + e + 1;
-        if (mm->op != GP_OP_MATMUL || e == 0 || j >= p->n_nodes || cn->skip ||
-            p->nodes[i + e].op == GP_OP_ALL_REDUCE)
-            continue;
-        const gp_plan_node *nd = &p->nodes[j];
-        const gp_cu_tensor *w = &cn->in[1];
-        int tb = mm->attrs.i[1] != 0, nk = w->ndim >= 2 &&
-            w->nb[w->ndim - (tb ? 1 : 2)] == (int64_t)gp_dtype_size(w->dtype);
-        const gp_plan_tensor *x = &p->tensors[p->nodes[i + e].output], *h = &p->tensors[nd->output];
-        if ((nd->op != GP_OP_LAYER_NORM && nd->op != GP_OP_RMS_NORM) || !nk ||
-            nd->inputs[0] != p->nodes[i + e].output || x->dtype != GP_F32 || x->view_src >= 0 ||
-            h->view_src >= 0 || h->kind != GP_TENSOR_INTERMEDIATE || overlaps(h, x) ||
-            b->nodes[j].skip)
-            continue;
-        gp_cu_tailnorm *t = &cn->epi.tail;
-        t->norm.is_ln = nd->op == GP_OP_LAYER_NORM;
-        t->norm.eps = (float)nd->attrs.f[0];
-        tensor_of(b, nd->inputs[1], &t->norm.w);
-        if (t->norm.is_ln && nd->n_inputs > 2)
-            tensor_of(b, nd->inputs[2], &t->norm.b);
-        tensor_of(b, nd->output, &t->out);
-        cn->epi.has_tail = 1;
-        b->nodes[j].tailed = 1;
     }
 }
 
@@ -1430,7 +1258,7 @@ static void plan_accumulate(cuda_be *b, const int *uses)
         cu_node *cj = &b->nodes[j];
         const gp_cu_epilogue *e = &cj->epi;
         if (p->nodes[j].op != GP_OP_MATMUL || !b->nodes[j - 1].prenorm ||
-            !b->nodes[j - 1].pre.fold || e->n < 1 || e->has_tail || cj->skip || cj->dec_att ||
+            !b->nodes[j - 1].pre.fold || e->n < 1 || cj->skip || cj->dec_att ||
             cj->grp.n > 1)
             continue;
         int n = e->n, gelu = e->op[n - 1] == GP_OP_GELU, ok = 1;
@@ -1761,12 +1589,12 @@ static void plan_qkv_attention(cuda_be *b, int a, gp_cu_decode_att *d, const int
         return;
     const gp_plan_tensor *root = &p->tensors[qkv];
     int e = root->producer, mm = e - 1, nn = e - 2;
-    if ((b->disable & (FUSE_QKVATT | FUSE_NORM | FUSE_EPILOGUE)) || !(b->disable & FUSE_MEGA) ||
+    if ((b->disable & (FUSE_QKVATT | FUSE_PLANS)) ||
         head_kv(b, d, &b->nodes[a].out) >= 0 || bytes_root(b, src[1]) != qkv ||
         bytes_root(b, src[2]) != qkv ||
         root->kind != GP_TENSOR_INTERMEDIATE || nn < 0 || p->nodes[mm].op != GP_OP_MATMUL ||
         p->nodes[e].output != qkv || !b->nodes[nn].prenorm || b->nodes[mm].epi.n != 1 ||
-        b->nodes[mm].epi.op[0] != GP_OP_ADD || b->nodes[mm].epi.has_tail ||
+        b->nodes[mm].epi.op[0] != GP_OP_ADD ||
         p->nodes[mm].attrs.i[0] || p->nodes[mm].attrs.i[1] || b->nodes[nn].dec_att ||
         b->nodes[mm].dec_att || b->nodes[e].dec_att)
         return;
@@ -1937,7 +1765,7 @@ static void plan_decode_attention(cuda_be *b, const int *uses)
 static void plan_rope_tables(cuda_be *b, float *tabs)
 {
     b->n_rope_tabs = 0;
-    if (b->disable & FUSE_ROPETAB)
+    if (b->disable & FUSE_PLANS)
         return; /* plan_decode_attention left every table pointer NULL */
     for (int i = 0; i < b->p->n_nodes; i++) {
         cu_node *cn = &b->nodes[i];
@@ -1963,64 +1791,6 @@ static void plan_rope_tables(cuda_be *b, float *tabs)
             *(k ? &cn->dec.tab_k : &cn->dec.tab_q) = b->rope_tabs[j].out;
         }
     }
-}
-
-/*
- * 1 when weight `id` may be stored transposed: a contiguous 2-D f16/bf16/f32 [K, N] with fixed dims
- * whose every reader is a matmul taking it as b, not transposed (GPT-2's Conv1D weights), and which
- * no view reads. Its readers then see it through swapped strides ([K, N] with K contiguous), which
- * sends one-row products to the [N, K] matrix-vector kernel and the rest to cuBLAS as op T.
- */
-static int transposable(const gp_plan *p, int id)
-{
-    const gp_plan_tensor *t = &p->tensors[id];
-    if (t->kind != GP_TENSOR_WEIGHT || t->view_src >= 0 || t->size <= 0 || t->ndim != 2 ||
-        (t->dtype != GP_F16 && t->dtype != GP_BF16 && t->dtype != GP_F32) || t->sym[0] >= 0 ||
-        t->sym[1] >= 0 || t->dims[0] < 1 || t->dims[1] < 1 || t->stride[1] != 1 ||
-        t->stride[0] != t->dims[1])
-        return 0;
-    for (int i = 0; i < p->n_tensors; i++)
-        if (p->tensors[i].view_src == id)
-            return 0;
-    int readers = 0;
-    for (int i = 0; i < p->n_nodes; i++) {
-        const gp_plan_node *nd = &p->nodes[i];
-        for (int j = 0; j < nd->n_inputs; j++) {
-            if (nd->inputs[j] != id)
-                continue;
-            if (nd->op != GP_OP_MATMUL || j != 1 || nd->attrs.i[1] != 0)
-                return 0;
-            readers++;
-        }
-    }
-    return readers > 0;
-}
-
-/* dst [N, K] = src [K, N] transposed, elements of es bytes, in 32 x 32 tiles (cache friendly). */
-static void transpose_host(unsigned char *dst, const unsigned char *src, int64_t K, int64_t N,
-                           size_t es)
-{
-/* Typed 32 x 32 tiles: a memcpy per element made 1558M's creation take 5.7 s. */
-#define TRANSPOSE_TILES(T)                                                                         \
-    do {                                                                                           \
-        const T *s_ = (const T *)src;                                                              \
-        T *d_ = (T *)dst;                                                                          \
-        for (int64_t k0 = 0; k0 < K; k0 += 32)                                                     \
-            for (int64_t n0 = 0; n0 < N; n0 += 32)                                                 \
-                for (int64_t k = k0; k < K && k < k0 + 32; k++)                                    \
-                    for (int64_t n = n0; n < N && n < n0 + 32; n++)                                \
-                        d_[(size_t)n * (size_t)K + (size_t)k] = s_[(size_t)k * (size_t)N + (size_t)n]; \
-    } while (0)
-    if (es == 2)
-        TRANSPOSE_TILES(uint16_t);
-    else if (es == 4)
-        TRANSPOSE_TILES(uint32_t);
-    else
-        for (int64_t k = 0; k < K; k++)
-            for (int64_t n = 0; n < N; n++)
-                memcpy(dst + ((size_t)n * (size_t)K + (size_t)k) * es,
-                       src + ((size_t)k * (size_t)N + (size_t)n) * es, es);
-#undef TRANSPOSE_TILES
 }
 
 /* all_reduce nodes go to NCCL as flat arrays: input and output contiguous at every size (packed
@@ -2119,8 +1889,6 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
                  init->rank, init->device, gp_cuda_comm_device(init->comm, init->rank));
         return -1;
     }
-    unsigned char *stage = NULL; /* host [K * N] weights being transposed */
-    size_t stage_size = 0;
     cuda_be *b = calloc(1, sizeof *b);
     if (!b) {
         snprintf(err, err_len, "cuda: out of memory");
@@ -2182,13 +1950,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     memset(b->pin_in, 0, b->io_hdr + (size_t)b->in_span);
     b->pin_syms = (int64_t *)(b->pin_in + b->io_hdr) - p->n_syms;
 
-    /* Weights, once; those only matmuls read as b go up transposed, through a host staging
-     * buffer (the largest such weight), and their readers get swapped strides below. */
-    b->transposed = calloc((size_t)p->n_tensors + 1, 1);
-    if (!b->transposed) {
-        snprintf(err, err_len, "cuda: out of memory");
-        goto fail;
-    }
+    /* Weights, once. */
     for (int i = 0; i < p->n_tensors; i++) {
         const gp_plan_tensor *t = &p->tensors[i];
         if (t->kind != GP_TENSOR_WEIGHT || t->view_src >= 0 || t->size <= 0)
@@ -2198,26 +1960,8 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             goto fail;
         }
         size_t n = (size_t)(numel_at(t, NULL) * (int64_t)gp_dtype_size(t->dtype));
-        const void *src = init->weight_data[i];
-        if (!(b->disable & FUSE_TRANSPOSE) && transposable(p, i)) {
-            if (n > stage_size) {
-                free(stage);
-                stage = malloc(n);
-                stage_size = stage ? n : 0;
-                if (!stage) {
-                    snprintf(err, err_len, "cuda: out of memory (%zu bytes to transpose %s)", n,
-                             t->name);
-                    goto fail;
-                }
-            }
-            transpose_host(stage, src, t->dims[0], t->dims[1], gp_dtype_size(t->dtype));
-            src = stage;
-            b->transposed[i] = 1;
-        }
-        CU_TRY(cudaMemcpy(tensor_addr(b, t), src, n, cudaMemcpyHostToDevice));
+        CU_TRY(cudaMemcpy(tensor_addr(b, t), init->weight_data[i], n, cudaMemcpyHostToDevice));
     }
-    free(stage);
-    stage = NULL;
     /* Device addresses of every tensor that is not a view, in this backend's extras slot. */
     for (int i = 0; i < p->n_tensors; i++) {
         const gp_plan_tensor *t = &p->tensors[i];
@@ -2252,20 +1996,13 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             uses[p->nodes[i].inputs[j]]++;
     for (int i = 0; i < p->n_nodes; i++)
         b->nodes[i].pair = -1;
-    if (!(b->disable & FUSE_ELIDE))
+    if (!(b->disable & FUSE_PLANS))
         plan_cont_elision(b, uses);
     for (int i = 0; i < p->n_nodes; i++) {
         const gp_plan_node *nd = &p->nodes[i];
         tensor_of(b, nd->output, &b->nodes[i].out);
         for (int j = 0; j < nd->n_inputs; j++)
             tensor_of(b, nd->inputs[j], &b->nodes[i].in[j]);
-        if (nd->op == GP_OP_MATMUL && b->transposed[nd->inputs[1]]) {
-            /* b [K, N] stored as [N, K]: element (k, n) at k * es + n * K * es. */
-            gp_cu_tensor *w = &b->nodes[i].in[1];
-            int64_t es = (int64_t)gp_dtype_size(w->dtype);
-            w->nb[0] = es;
-            w->nb[1] = w->ne[0] * es;
-        }
         if (nd->workspace >= 0) {
             const gp_plan_tensor *w = &p->tensors[nd->workspace];
             b->nodes[i].ws = tensor_addr(b, w);
@@ -2273,25 +2010,22 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         }
     }
 
-    if (!(b->disable & FUSE_EPILOGUE))
+    if (!(b->disable & FUSE_PLANS)) {
         plan_epilogues(b, uses);
-    if (!(b->disable & FUSE_TAIL) && !(b->disable & FUSE_EPILOGUE))
-        plan_tail_norms(b);
-    if (!(b->disable & FUSE_ARNORM))
         plan_ar_norms(b);
-    if (!(b->disable & FUSE_NORM))
         plan_prenorms(b, uses);
+    }
     if (!(b->disable & FUSE_FOLD) && plan_folds(b, err, err_len)) {
         free(uses);
         goto fail;
     }
-    if (!(b->disable & FUSE_STORE2))
+    if (!(b->disable & FUSE_PLANS)) {
         plan_store_pairs(b);
-    if (!(b->disable & FUSE_GROUP))
         plan_matvec_groups(b, uses);
+    }
     if (!(b->disable & FUSE_ATTN))
         plan_decode_attention(b, uses);
-    if (!(b->disable & FUSE_EMBADD))
+    if (!(b->disable & FUSE_PLANS))
         plan_embed_add(b, uses);
     plan_argmax_copy(b);
     plan_rope_tables(b, (float *)((char *)b->dparam + param_tabs_at()));
@@ -2331,12 +2065,6 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     b->kc.n_syms = p->n_syms;
     b->kc.d_counters = (unsigned *)b->dparam;
     b->kc.n_counters = GP_CU_COUNTERS;
-    const char *env = getenv("GPLAN_CUDA_NO_MATVEC");
-    b->kc.no_matvec = env && *env == '1';
-    env = getenv("GPLAN_CUDA_MATVEC");
-    b->kc.matvec_v1 = env && *env == '1';
-    env = getenv("GPLAN_CUDA_MV_BPS");
-    b->kc.mv_bps = env ? atoi(env) : 0;
     int dev = 0, nsm = 0;
     if (cudaGetDevice(&dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
@@ -2363,7 +2091,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
 
     /* Graphs: one per power-of-two bucket of the token count, captured now so that an eval only
      * replays. Plans with several symbolic dims run eagerly (launches at each eval's sizes). */
-    env = getenv("GPLAN_CUDA_PROFILE");
+    const char *env = getenv("GPLAN_CUDA_PROFILE");
     if (env && *env == '1') {
         /* Profiling: eager evals with an event before each node (no graphs). */
         b->ev = calloc((size_t)p->n_nodes + 1, sizeof *b->ev);
@@ -2375,16 +2103,6 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             CU_TRY(cudaEventCreate(&b->ev[i]));
     }
     env = b->ev ? "0" : getenv("GPLAN_CUDA_GRAPHS");
-    if (!(b->disable & FUSE_MEGA) && !(env && *env == '0')) {
-        const char *bps = getenv("GPLAN_CUDA_MEGA_BPS"), *pf = getenv("GPLAN_CUDA_MEGA_PF_MB");
-        int64_t pf_mb = pf ? atoll(pf) : 0; /* measured slower with it: opt-in */
-        char why[256];
-        const char *mg = getenv("GPLAN_CUDA_MEGA");
-        b->mk = gp_cuda_mk_create(2 * p->n_nodes + 16, b->kc.n_sm, bps ? atoi(bps) : 0,
-                                  pf_mb << 20, mg && *mg == '2', why, sizeof why);
-        if (!b->mk && getenv("GPLAN_CUDA_VERBOSE"))
-            fprintf(stderr, "%s: launching one by one\n", why);
-    }
     int64_t launches1 = -1;
     b->buckets = bucket_safe(p);
     if (!(env && *env == '0') && p->n_syms <= 1) {
@@ -2396,17 +2114,17 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             int64_t bound = p->syms[0].bound;
             for (int64_t top = 1; b->n_graphs < MAX_GRAPHS; top *= 2) {
                 int64_t t = top < bound ? top : bound;
-                int64_t l0 = b->kc.launches + gp_cuda_mk_launches(b->mk);
+                int64_t l0 = b->kc.launches;
                 if (capture(b, &b->graphs[b->n_graphs], t, 0, err, err_len))
                     goto fail;
                 b->n_graphs++;
                 if (top == 1)
-                    launches1 = b->kc.launches + gp_cuda_mk_launches(b->mk) - l0;
+                    launches1 = b->kc.launches - l0;
                 if (t == bound || !b->buckets)
                     break; /* not bucket-safe: only the one-token graph (exact) */
             }
         }
-        if (b->head_pos >= 0 && !b->mk && (p->n_syms == 0 || b->graphs[0].top == 1)) {
+        if (b->head_pos >= 0 && (p->n_syms == 0 || b->graphs[0].top == 1)) {
             if (capture(b, &b->long1, p->n_syms ? 1 : 0, 1, err, err_len))
                 goto fail;
             b->has_long1 = 1;
@@ -2416,28 +2134,25 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     env = getenv("GPLAN_CUDA_VERBOSE");
     if (env && *env == '1') {
         /* What the fusions did, once at creation (for benchmarks). */
-        int elided = 0, pairs = 0, norms = 0, epis = 0, transposed = 0, groups = 0, tails = 0, arnorms = 0;
+        int elided = 0, pairs = 0, norms = 0, epis = 0, groups = 0, arnorms = 0;
         int attns = 0, embadds = 0, qkvs = 0;
-        for (int i = 0; i < p->n_tensors; i++)
-            transposed += b->transposed[i];
         for (int i = 0; i < p->n_nodes; i++) {
             elided += p->nodes[i].op == GP_OP_CONT && b->nodes[i].skip;
             pairs += b->nodes[i].pair >= 0;
             norms += b->nodes[i].prenorm + b->nodes[i].grpnorm;
             epis += b->nodes[i].epi.n > 0;
             groups += b->nodes[i].grp.n > 0;
-            tails += b->nodes[i].tailed;
             arnorms += b->nodes[i].has_arnorm;
             attns += b->nodes[i].dec_on;
             qkvs += b->nodes[i].dec_on && b->nodes[i].dec.has_qkv;
             embadds += b->nodes[i].embadd;
         }
         fprintf(stderr, "cuda: %d nodes: %d conts elided, %d store pairs, %d norms for matvecs, "
-                "%d matmul epilogues, %d matmul groups, %d tail norms (%d in all-reduces), "
+                "%d matmul epilogues, %d matmul groups, %d norms in all-reduces, "
                 "%d one-token attentions fused (%d computing their q, k and v), %d lookup adds, "
-                "%d weights transposed, pdl %d; %lld launches in the one-token graph\n",
-                p->n_nodes, elided, pairs, norms, epis, groups, tails, arnorms, attns, qkvs,
-                embadds, transposed, b->kc.pdl, (long long)launches1);
+                "pdl %d; %lld launches in the one-token graph\n",
+                p->n_nodes, elided, pairs, norms, epis, groups, arnorms, attns, qkvs, embadds,
+                b->kc.pdl, (long long)launches1);
         if (b->kc.mv_cluster > 1) {
             fprintf(stderr, "cuda: [K, N] matvec clusters of up to %d, fitting at once:",
                     b->kc.mv_cluster);
@@ -2445,15 +2160,11 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
                 fprintf(stderr, " %d", b->kc.mv_cluster_fit[c]);
             fprintf(stderr, "\n");
         }
-        if (b->mk)
-            fprintf(stderr, "cuda: persistent decode kernel: %d stages in %d launches, %d blocks\n",
-                    gp_cuda_mk_stages(b->mk), gp_cuda_mk_launches(b->mk), gp_cuda_mk_grid(b->mk));
     }
     b->created = 1;
     *out = b;
     return 0;
 fail:
-    free(stage);
     be_destroy(b);
     return -1;
 }
@@ -2569,11 +2280,6 @@ static int be_reload_weights(void *ctx, const int *ids, int n, char *err, size_t
     CU_TRY(cudaSetDevice(b->device));
     for (int k = 0; k < n; k++) {
         const gp_plan_tensor *t = &b->p->tensors[ids[k]];
-        if (b->transposed[ids[k]]) {
-            snprintf(err, err_len, "cuda: %s is stored transposed (GPLAN_CUDA_TRANSPOSE=1) and "
-                     "cannot be reloaded", t->name);
-            return -1;
-        }
         size_t bytes = (size_t)(numel_at(t, NULL) * (int64_t)gp_dtype_size(t->dtype));
         CU_TRY(cudaMemcpyAsync(tensor_addr(b, t), b->weight_data[ids[k]], bytes,
                                cudaMemcpyHostToDevice, b->stream));
@@ -2627,7 +2333,6 @@ static void be_destroy(void *ctx)
         cudaGraphExecDestroy(b->graphs[i].exec);
     if (b->has_long1)
         cudaGraphExecDestroy(b->long1.exec);
-    gp_cuda_mk_destroy(b->mk);
     if (b->blas)
         cublasDestroy(b->blas);
     if (b->io_registered)
@@ -2645,7 +2350,6 @@ static void be_destroy(void *ctx)
     cudaGetLastError();
     free(b->nodes);
     free(b->alias);
-    free(b->transposed);
     free(b->launch);
     free(b->sym_tensor);
     free(b->sym_dim);
