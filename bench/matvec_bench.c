@@ -1,5 +1,5 @@
 /* Microbenchmark of the decode matrix-vector product at GPT-2 1558M shapes (f16 weights, f32 x):
- * gplan's version-2 kernels (weights loaded before the PDL wait, and not), version 1, and cuBLAS,
+ * gplan's version-2 kernels (weights loaded before the PDL wait, and not) and cuBLAS,
  * each as a CUDA graph of back-to-back products over enough weight copies that L2 holds none, plus
  * the device copy rate for reference. usage: matvec_bench [REPS]   (bench/gpu.sh runs it)
  * Prints "MV shape variant us_per_product GB_per_s" lines and "COPY GB/s". */
@@ -142,11 +142,10 @@ int main(int argc, char **argv)
     }
     const struct {
         const char *name;
-        int v1, no_matvec, early, bps, pdl;
+        int no_matvec, early, bps, pdl;
     } vs[] = {
-        {"v2", 0, 0, 1, 4, 1},         {"v2-no-early", 0, 0, 0, 4, 1}, {"v2-bps2", 0, 0, 1, 2, 1},
-        {"v2-bps8", 0, 0, 1, 8, 1},    {"v2-no-pdl", 0, 0, 1, 4, 0},   {"v1", 1, 0, 0, 0, 1},
-        {"cublas", 0, 1, 0, 0, 0},
+        {"v2", 0, 1, 4, 1},      {"v2-no-early", 0, 0, 4, 1}, {"v2-bps2", 0, 1, 2, 1},
+        {"v2-bps8", 0, 1, 8, 1}, {"v2-no-pdl", 0, 1, 4, 0},   {"cublas", 1, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape *s = &shapes[i];
@@ -155,9 +154,8 @@ int main(int argc, char **argv)
         if (copies < 1)
             return fprintf(stderr, "matvec_bench: pool too small\n"), 1;
         for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
-            if (s->nk && vs[v].bps != 4 && !vs[v].v1 && !vs[v].no_matvec)
+            if (s->nk && vs[v].bps != 4 && !vs[v].no_matvec)
                 continue; /* blocks per multiprocessor: the [K, N] split only */
-            c.matvec_v1 = vs[v].v1;
             c.no_matvec = vs[v].no_matvec;
             c.mv_bps = vs[v].bps;
             c.pdl = vs[v].pdl;

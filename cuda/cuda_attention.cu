@@ -1259,7 +1259,7 @@ extern "C" int gp_cuda_qkv_attention_ok(const gp_cu_ctx *c, const gp_cu_decode_a
     const gp_cu_tensor *w = &a->qkv_w, *bs = &a->qkv_b, *q = &a->q;
     int64_t K = w->ndim == 2 ? w->ne[0] : 0, H = q->ndim == 3 ? q->ne[1] : 0;
     int es = (int)gp_dtype_size(w->dtype);
-    int ok = a->has_qkv && !c->mk && c->att_cluster_small == GP_WS_ATTN_SPLITS && !c->att_cluster &&
+    int ok = a->has_qkv && c->att_cluster_small == GP_WS_ATTN_SPLITS && !c->att_cluster &&
            decode_unsupported(a, out) == NULL && !a->rope_q.on && !a->rope_k.on &&
            q->ne[2] == QA_D && a->k.ne[1] == H && (w->dtype == GP_F16 || w->dtype == GP_BF16) &&
            w->nb[1] == es && w->nb[0] % 16 == 0 && w->ne[1] == 3 * H * QA_D && K > 0 &&
@@ -1317,10 +1317,9 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
         return -1;
     }
     int64_t H = q.ne[2], D = q.ne[3];
-    /* With clusters (not in the persistent kernel), the splits combine in shared memory: no
-     * workspace, no counters. */
+    /* With clusters, the splits combine in shared memory: no workspace, no counters. */
     int cl = c->att_cluster > 1 ? c->att_cluster : D <= 64 ? c->att_cluster_small : 0;
-    int cluster = cl > 1 && !c->mk;
+    int cluster = cl > 1;
     int nsplit = cluster ? cl : att_splits(1, H, D, ws, ws_size);
     unsigned *counters = cluster ? NULL : att_counters(c, nsplit, 1, H);
     float *part = (float *)ws;
@@ -1357,14 +1356,7 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
         qkv_launches++;
         return 0;
     }
-    DecArgs dm = d; /* the persistent kernel's stages compute their angles */
-    dm.tq = dm.tk = NULL;
-    dm.late = 0;
-    if (c->mk && (nsplit == 1 || counters) && gp_cu_mk_attention(c, dm, nsplit, J)) {
-        decode_launches++;
-        return 0;
-    }
-    int hk = c->att_head && !c->mk ? gp_cuda_attention_head_kv(a, out) : -1;
+    int hk = c->att_head ? gp_cuda_attention_head_kv(a, out) : -1;
     if (hk >= 0) {
         d.trig = c->trig_early;
         head_trigs += d.trig;

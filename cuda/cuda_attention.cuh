@@ -1,6 +1,6 @@
-/* Device code of the attention kernels (cuda_attention.cu), shared with the persistent decode
- * kernel (cuda_mega.cu): the online softmax over cache rows, the split partials and their combine,
- * and the one-token attention with its ropes and cache stores (decode_begin, decode_run). */
+/* Device code of the attention kernels (cuda_attention.cu): the online softmax over cache rows,
+ * the split partials and their combine, and the one-token attention with its ropes and cache
+ * stores (decode_begin, decode_run). */
 #ifndef GP_CUDA_ATTENTION_CUH
 #define GP_CUDA_ATTENTION_CUH
 
@@ -11,8 +11,8 @@
 #include "runtime/plan.h"
 
 enum { ATT_WARPS = 4, ATT_MAXJ = 8 }; /* D <= 32 * ATT_MAXJ */
-/* The threads that run an attention block: the block's first ATT_THREADS (every attention kernel's
- * whole block; the streaming persistent kernel's consumer warps), synchronized by att_sync. */
+/* The threads that run an attention block (every attention kernel's whole block), synchronized
+ * by att_sync. */
 enum { ATT_THREADS = ATT_WARPS * 32 };
 __device__ __forceinline__ void att_sync()
 {
@@ -656,7 +656,5 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
     STAMP(7);
 }
 
-/* Records a one-token attention as a stage of ctx->mk (cuda_mega.cu); 1 when recorded. */
-int gp_cu_mk_attention(gp_cu_ctx *c, const DecArgs &a, int nsplit, int J);
 
 #endif

@@ -357,7 +357,7 @@ static inline void stamps_print(FILE *f, const char *file, const char *const *na
 /* ---- norms (layer_norm and rms_norm of one row) as k_norm computes them, for the kernels that
  * compute a norm inside another op: a matvec, an all-reduce ---- */
 
-/* A norm's weights (gp_cu_prenorm, gp_cu_tailnorm): out = (x - mean) / rms * w (+ b). */
+/* A norm's weights (gp_cu_prenorm): out = (x - mean) / rms * w (+ b). */
 struct NORM {
     int is_ln, has_b;
     float eps;
@@ -531,44 +531,6 @@ __device__ __forceinline__ int last_of(unsigned *counter, unsigned n, int *flag)
     return 1;
 }
 
-/* A norm of a kernel's finished output row, computed by the block that finishes last
- * (gp_cu_tailnorm: a matvec's residual sum; an all-reduce's sum): out = norm(row). counter
- * [GP_CU_TAIL_COUNTERS], zero between launches: [0] counts the groups of blocks that are done,
- * [1 + g] the blocks of group g (a single counter for thousands of blocks cost ~8 us a launch in
- * atomics on one address). */
-struct TAIL {
-    int on;
-    NORM nm;
-    KT out;            /* [N] */
-    unsigned *counter;
-};
-
-/* Called by every thread of every block after its rows are stored: the last block to get here reads
- * the whole row (f32 [N] at row, written by all blocks: past L1) into xs [N] and writes the norm. */
-__device__ __forceinline__ void tail_norm(const TAIL &tl, const float *row, int64_t N, float *xs)
-{
-    __shared__ int last;
-    const unsigned groups = GP_CU_TAIL_COUNTERS - 1;
-    unsigned nb = gridDim.x, gs = (nb + groups - 1) / groups, g = blockIdx.x / gs;
-    unsigned ng = (nb + gs - 1) / gs, in_g = min(gs, nb - g * gs);
-    /* The group's last block, which sees its group's stores, passes them on to the top count. */
-    if (!last_of(tl.counter + 1 + g, in_g, &last))
-        return;
-    if (threadIdx.x == 0)
-        tl.counter[1 + g] = 0;
-    if (!last_of(tl.counter, ng, &last))
-        return;
-    for (int64_t i = threadIdx.x; i < N; i += blockDim.x)
-        xs[i] = __ldcg(row + i);
-    __syncthreads();
-    float mean, inv;
-    norm_stats(tl.nm, xs, N, &mean, &inv);
-    for (int64_t i = threadIdx.x; i < N; i += blockDim.x)
-        st_f(tl.out.p + i * tl.out.nb[3], tl.out.t, norm_one(tl.nm, xs, i, mean, inv));
-    if (threadIdx.x == 0)
-        *tl.counter = 0;
-}
-
 /* Host: the configuration of a launch on stream s: programmatic dependent launch when pdl,
  * clusters of cluster_z blocks along z when cluster_z > 1; at holds its attributes. */
 static inline cudaLaunchConfig_t gp_cu_config(cudaStream_t s, int pdl, unsigned cluster_z,
@@ -616,14 +578,12 @@ static inline cudaError_t gp_cu_launch_on(cudaStream_t s, int pdl, void (*k)(P..
     return gp_cu_launch_cl(s, pdl, 0, k, grid, block, smem, args...);
 }
 
-/* Host: gp_cu_launch_cl for a kernel context (c->stream, c->pdl), after the persistent kernel's
- * stages recorded before it. Errors are read back with gp_cu_check_launch, as for <<<>>>. */
+/* Host: gp_cu_launch_cl for a kernel context (c->stream, c->pdl). Errors are read back with
+ * gp_cu_check_launch, as for <<<>>>. */
 template <typename... P, typename... A>
 static inline void gp_cu_launch_z(const gp_cu_ctx *c, unsigned cluster_z, void (*k)(P...),
                                   dim3 grid, dim3 block, size_t smem, A... args)
 {
-    if (c->mk)
-        (void)gp_cuda_mk_flush(c->mk, c->stream);
     (void)gp_cu_launch_cl(c->stream, c->pdl, cluster_z, k, grid, block, smem, args...);
 }
 

@@ -58,8 +58,6 @@ typedef struct {
                                 (k_attention_mma) */
     int blas_epi;            /* 1: the epilogue of a product cuBLAS computes (prompts) in one
                                 launch after it (k_epilogue) */
-    int prefetch;            /* 1: the version-1 matvecs prefetch their weights into L2 before
-                                waiting for the kernel before them (with pdl) */
     int kv_prefetch;         /* 1: attention kernels prefetch their cache rows likewise */
     int kv_regs;             /* 1: one-token attentions load their first cache rows before
                                 their PDL wait, into registers (decode_first) */
@@ -104,11 +102,8 @@ typedef struct {
     const void *const_hi;    /* evals (the weights): matvecs load them before the wait above */
     int n_sm;                /* multiprocessors (0: 132, an H100/H200) */
     int mv_bps;              /* matvec target blocks per multiprocessor (0: 4) */
-    int matvec_v1;           /* 1: the first matrix-vector kernels (for benchmarks) */
     void *blas_ws;           /* the workspace cuBLAS was last given (cublasSetWorkspace) */
     size_t blas_ws_size;
-    struct gp_cu_mk *mk;     /* non-NULL: the persistent decode kernel records what it can take
-                                (cuda_mega.cu) instead of launching it; else NULL */
     int64_t launches;        /* kernels and library calls enqueued so far */
     char err[256];           /* the last error */
 } gp_cu_ctx;
@@ -139,28 +134,17 @@ typedef struct {
                                 (gp_cuda_fold; device, never written during evals); NULL: none */
 } gp_cu_prenorm;
 
-/* A norm of the epilogue's result (a residual sum x), computed by the last block of the [N, K]
- * matrix-vector kernel to finish, so that the next layer's input needs no launch of its own:
- * norm.x is unused (the row is epi.out), out is the norm's output [1, N]. */
-typedef struct {
-    gp_cu_prenorm norm;
-    gp_cu_tensor out;
-} gp_cu_tailnorm;
-
 #define GP_CU_MAX_EPI 3
 typedef struct {
     int n;
     gp_op op[GP_CU_MAX_EPI];
     gp_cu_tensor other[GP_CU_MAX_EPI]; /* for ADD and MUL */
     gp_cu_tensor out;                  /* where the last result goes */
-    int has_tail;                      /* 1: tail may be computed too (*fused = 2 when it was) */
-    gp_cu_tailnorm tail;
 } gp_cu_epilogue;
 
 /*
- * A matmul with its epilogue fused when it can be (*fused = 1: only epi->out is written; 2: and
- * epi->tail's norm into its out), else the plain matmul into `out` (*fused = 0: the caller runs the
- * epilogue's nodes). With pre (may be
+ * A matmul with its epilogue fused when it can be (*fused = 1: only epi->out is written), else
+ * the plain matmul into `out` (*fused = 0: the caller runs the epilogue's nodes). With pre (may be
  * NULL): in[0] is the norm's output, which the kernel computes from pre->x itself when the
  * matrix-vector path serves the product (*pre_used = 1); when it cannot, nothing is launched and
  * *pre_used = 0: the caller runs the norm, then calls again without pre. 0, or -1 with err.
@@ -347,38 +331,7 @@ int64_t gp_cuda_ops_typed_count(void);
 int64_t gp_cuda_fold(gp_cu_ctx *ctx, const gp_cu_prenorm *pre, const gp_attrs *a,
                      const gp_cu_tensor *w, float *dst);
 
-/*
- * The persistent decode kernel (cuda_mega.cu). While ctx.mk is set, the one-token launches it can
- * take (one-row matmuls with their norms and epilogues, matmul groups, the fused one-token
- * attention, one-row norms) are recorded as stages; any other launch first launches the stages
- * pending before it as one cooperative kernel (gp_cuda_mk_flush), so the order on the stream is
- * kept. Meant for graph capture: the stage table reaches the device with gp_cuda_mk_upload, after
- * the capture and before the first replay.
- */
-typedef struct gp_cu_mk gp_cu_mk;
-/* cap stages; blocks_per_sm 0: as many as fit; pf_bytes: weights prefetched into L2 per stage (0:
- * none); stream: the streaming variant (a producer warp per block brings the weights through
- * shared memory; sm_90; blocks_per_sm and pf_bytes do not apply). NULL with err when the device
- * cannot run it. Allocates everything it will use. */
-gp_cu_mk *gp_cuda_mk_create(int cap, int n_sm, int blocks_per_sm, int64_t pf_bytes, int stream,
-                            char *err, size_t err_len);
-void gp_cuda_mk_destroy(gp_cu_mk *mk);
-/* Launches the pending stages as one kernel on s; 0, or -1 (recording stops: later launches go
- * out one by one). */
-int gp_cuda_mk_flush(gp_cu_mk *mk, cudaStream_t s);
-/* Copies the stage table to the device (synchronous); 0, or -1 with err. */
-int gp_cuda_mk_upload(gp_cu_mk *mk, char *err, size_t err_len);
-int gp_cuda_mk_grid(const gp_cu_mk *mk);     /* blocks of its launches */
-int gp_cuda_mk_launches(const gp_cu_mk *mk); /* kernels launched so far */
-int gp_cuda_mk_stages(const gp_cu_mk *mk);   /* stages recorded so far */
-/* Stages recorded in this process so far, by every recorder (tests: was it used). */
-int64_t gp_cuda_mk_stage_count(void);
-
-/* Counters a norm computed in a matvec's last block takes (gp_cu_tailnorm). */
-#define GP_CU_TAIL_COUNTERS 65
-
-/* Counters gp_cuda_compute may use at once (the size d_counters must have); a matvec's tail norm
- * takes the last GP_CU_TAIL_COUNTERS of them. */
+/* Counters gp_cuda_compute may use at once (the size d_counters must have). */
 #define GP_CU_COUNTERS 4096
 
 #ifdef __cplusplus

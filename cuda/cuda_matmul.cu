@@ -87,85 +87,9 @@ template <int n, bool PRE> __device__ __forceinline__ void ld_xn(float *xv, cons
 
 /* ---- matrix-vector: M == 1, x f32 contiguous, weights 16-bit or f32 with 16-byte rows ---- */
 
-enum { MV_WARPS = 4, MV_ROWS = 2, MV_UNROLL = 4 };
-
-/*
- * Weights [N, K] (row n at w + n * ldw bytes, K contiguous): out[n] = sum_k x[k] w[n][k].
- * A warp computes MV_ROWS rows; lanes stride over 16-byte chunks of the row. PRE: x is the input
- * of norm nm, normalized into shared memory first (dynamic, K floats).
- */
-template <typename W, bool PRE>
-__global__ void __launch_bounds__(MV_WARPS * 32)
-    k_matvec_nk(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int ksym, int64_t K,
-                int64_t N, int pf, const int64_t *syms)
-{
-    typedef vec16<W> V;
-    extern __shared__ float4 xs_nk[];
-    if (pf) {
-        /* This warp's rows at the launch K, into L2 while the kernel before still runs. */
-        int64_t r0 = ((int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * MV_ROWS;
-        for (int r = 0; r < MV_ROWS && r0 + r < N; r++)
-            for (int64_t c = threadIdx.x & 31; c < K / V::N; c += 32)
-                prefetch_l2(w + (r0 + r) * ldw + c * 16);
-    }
-    pdl_begin();
-    if (ksym >= 0)
-        K = syms[ksym];
-    if (PRE) {
-        stage_norm(nm, x, K, (float *)xs_nk);
-        x = (const float *)xs_nk;
-    }
-    int lane = threadIdx.x & 31;
-    int64_t n0 = ((int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * MV_ROWS;
-    if (n0 >= N)
-        return;
-    int64_t nc = K / V::N; /* K % V::N == 0 (checked by the launcher) */
-    float acc[MV_ROWS];
-    const char *row[MV_ROWS];
-#pragma unroll
-    for (int r = 0; r < MV_ROWS; r++) {
-        acc[r] = 0.0f;
-        row[r] = w + (n0 + r < N ? n0 + r : n0) * ldw;
-    }
-    int64_t c = lane;
-    for (; c + 32 * (MV_UNROLL - 1) < nc; c += 32 * MV_UNROLL) {
-        uint4 u[MV_UNROLL][MV_ROWS];
-#pragma unroll
-        for (int i = 0; i < MV_UNROLL; i++)
-#pragma unroll
-            for (int r = 0; r < MV_ROWS; r++)
-                u[i][r] = ld_stream(row[r] + (c + 32 * i) * 16);
-#pragma unroll
-        for (int i = 0; i < MV_UNROLL; i++) {
-            float xv[V::N], wv[V::N];
-            ld_xn<V::N, PRE>(xv, x + (c + 32 * i) * V::N);
-#pragma unroll
-            for (int r = 0; r < MV_ROWS; r++) {
-                V::unpack(u[i][r], wv);
-#pragma unroll
-                for (int e = 0; e < V::N; e++)
-                    acc[r] += wv[e] * xv[e];
-            }
-        }
-    }
-    for (; c < nc; c += 32) {
-        float xv[V::N], wv[V::N];
-        ld_xn<V::N, PRE>(xv, x + c * V::N);
-#pragma unroll
-        for (int r = 0; r < MV_ROWS; r++) {
-            V::unpack(ld_stream(row[r] + c * 16), wv);
-#pragma unroll
-            for (int e = 0; e < V::N; e++)
-                acc[r] += wv[e] * xv[e];
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < MV_ROWS; r++) {
-        float s = warp_sum(acc[r]);
-        if (lane == 0 && n0 + r < N)
-            st_f(o.p + (n0 + r) * o.nb[3], o.t, epi_apply(e, n0 + r, s));
-    }
-}
+/* Rows of an [N, K] product per block of the first matvec kernel (since removed): try_matvec still
+ * counts blocks of that many rows for its limit on products normalizing all of x in every block. */
+enum { MV_ROWS_PER_BLOCK = 8 };
 
 enum { KN_TX = 32, KN_TY = 8, KN_UNROLL = 8, KN_ROWS = KN_TY * KN_UNROLL };
 
@@ -174,25 +98,18 @@ enum { KN_TX = 32, KN_TY = 8, KN_UNROLL = 8, KN_ROWS = KN_TY * KN_UNROLL };
  * and the rows of its K split; each warp takes every KN_TY-th row. With several splits, partial
  * sums go to part [nsplit, N] and the last block of a column tile to finish (counted in
  * counters[tile], reset by that block) adds them in split order: deterministic, one launch. PRE: as
- * k_matvec_nk (every block normalizes all of x: K floats, from L2).
+ * x is the input of norm nm, normalized into shared memory first (every block normalizes all of
+ * x: K floats, from L2).
  */
 template <typename W, bool PRE>
 __global__ void __launch_bounds__(KN_TX *KN_TY)
     k_matvec_kn(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int ksym, int64_t K,
-                int64_t N, float *part, unsigned *counters, int pf, const int64_t *syms)
+                int64_t N, float *part, unsigned *counters, const int64_t *syms)
 {
     typedef vec16<W> V;
     __shared__ float red[KN_TY][KN_TX * V::N];
     __shared__ int last;
     extern __shared__ float4 xs_kn[];
-    if (pf) {
-        /* This thread's weight rows at the launch K, into L2 while the kernel before still runs. */
-        int64_t c0 = ((int64_t)blockIdx.x * KN_TX + threadIdx.x % KN_TX) * V::N;
-        int64_t per = ((K + gridDim.y - 1) / gridDim.y + KN_ROWS - 1) / KN_ROWS * KN_ROWS;
-        int64_t a = blockIdx.y * per, z = min(K, a + per);
-        for (int64_t k = a + threadIdx.x / KN_TX; c0 < N && k < z; k += KN_TY)
-            prefetch_l2(w + k * ldw + c0 * sizeof(W));
-    }
     pdl_begin();
     if (ksym >= 0)
         K = syms[ksym];
@@ -390,13 +307,13 @@ __device__ __forceinline__ float nk_total(const NKW &r, float acc, float *red)
  * Weights [N, K] (row n at w + n * ldw bytes, K contiguous): out[n] = sum_k x[k] w[n][k]. S warps
  * per row (nk_split), each over a contiguous share of the row's chunks; lane l holds chunks
  * cb + l + 32 i. Sums in a fixed order (batch, i, element, the warp's butterfly, then the S
- * partials). PRE: as k_matvec_nk. With tl.on, the last block normalizes the finished row (o
- * contiguous f32) into tl.out. Every thread runs to the end (rows past N are clamped, not stored).
+ * partials). PRE: x is the input of norm nm, normalized into shared memory first (dynamic, K
+ * floats). Every thread runs to the end (rows past N are clamped, not stored).
  */
 template <typename W, bool PRE>
 __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
     k_matvec_nk2(const char *w, int64_t ldw, const float *x, KT o, EPI e, NORM nm, int ksym,
-                 int64_t K, int64_t N, int early, TAIL tl, const int64_t *syms)
+                 int64_t K, int64_t N, int early, const int64_t *syms)
 {
     typedef vec16<W> V;
     extern __shared__ float4 xs_nk2[];
@@ -439,11 +356,6 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
     if (r.lane == 0 && r.ks == 0 && r.n < N)
         st_f(o.p + r.n * o.nb[3], o.t,
              epi_apply_vals(e, epi_ahead ? ev : epi_load(e, r.n), sum));
-    if (tl.on) {
-        if (PRE)
-            __syncthreads(); /* every warp is done with the staged x in xs_nk2 */
-        tail_norm(tl, (const float *)o.p, N, (float *)xs_nk2);
-    }
 }
 
 /*
@@ -977,44 +889,30 @@ static size_t norm_smem(int64_t K)
 }
 
 template <typename W>
-static void launch_nk(const gp_cu_ctx *c, unsigned grid, const char *w, int64_t ldw, const float *x,
-                      const KT &o, const EPI &e, const NORM *nm, int ksym, int64_t K, int64_t N)
-{
-    if (nm)
-        gp_cu_launch(c, k_matvec_nk<W, true>, grid, MV_WARPS * 32, norm_smem(K), w, ldw, x, o, e, *nm,
-                     ksym, K, N, c->pdl && c->prefetch, c->d_syms);
-    else
-        gp_cu_launch(c, k_matvec_nk<W, false>, grid, MV_WARPS * 32, 0, w, ldw, x, o, e, NORM(), ksym,
-                     K, N, c->pdl && c->prefetch, c->d_syms);
-}
-
-template <typename W>
 static void launch_kn(const gp_cu_ctx *c, dim3 grid, const char *w, int64_t ldw, const float *x,
                       const KT &o, const EPI &e, const NORM *nm, int ksym, int64_t K, int64_t N,
                       float *part)
 {
     if (nm)
         gp_cu_launch(c, k_matvec_kn<W, true>, grid, KN_TX * KN_TY, norm_smem(K), w, ldw, x, o, e, *nm,
-                     ksym, K, N, part, c->d_counters, c->pdl && c->prefetch, c->d_syms);
+                     ksym, K, N, part, c->d_counters, c->d_syms);
     else
         gp_cu_launch(c, k_matvec_kn<W, false>, grid, KN_TX * KN_TY, 0, w, ldw, x, o, e, NORM(), ksym,
-                     K, N, part, c->d_counters, c->pdl && c->prefetch, c->d_syms);
+                     K, N, part, c->d_counters, c->d_syms);
 }
 
 template <typename W>
 static void launch_nk2(const gp_cu_ctx *c, unsigned grid, const char *w, int64_t ldw, const float *x,
                        const KT &o, const EPI &e, const NORM *nm, int ksym, int64_t K, int64_t N,
-                       int early, const TAIL &tl)
+                       int early)
 {
     size_t smem = nm ? norm_smem(K) : 0;
-    if (tl.on && norm_smem(N) > smem)
-        smem = norm_smem(N);
     if (nm)
         gp_cu_launch(c, k_matvec_nk2<W, true>, grid, MV2_WARPS * 32, smem, w, ldw, x, o, e, *nm,
-                     ksym, K, N, early, tl, c->d_syms);
+                     ksym, K, N, early, c->d_syms);
     else
         gp_cu_launch(c, k_matvec_nk2<W, false>, grid, MV2_WARPS * 32, smem, w, ldw, x, o, e, NORM(),
-                     ksym, K, N, early, tl, c->d_syms);
+                     ksym, K, N, early, c->d_syms);
 }
 
 template <typename W>
@@ -1418,64 +1316,39 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
         }
     }
     const NORM *pn = pre ? &nm : NULL;
-    /* The norm after the epilogue (fused == 2), when the row it reads is one contiguous f32 row. */
-    TAIL tl;
-    memset(&tl, 0, sizeof tl);
-    if (epi && epi->n > 0 && epi->has_tail && !c->matvec_v1 && c->d_counters && c->n_counters > 0 &&
-        ot.t == GP_F32 && ot.nb[3] == 4 && norm_smem(N) <= 32 * 1024) {
-        KT ko = gp_kt_of(c, &epi->tail.out);
-        tl.nm = norm_params(c, &epi->tail.norm);
-        const KT &kw = tl.nm.w;
-        tl.on = kw.ne[3] == N && kt_count(kw, 3) == 1 && ko.ne[3] == N && kt_count(ko, 3) == 1;
-        if (tl.nm.has_b && (tl.nm.b.ne[3] != N || kt_count(tl.nm.b, 3) != 1))
-            tl.on = 0;
-        tl.out = ko;
-        tl.counter = c->d_counters + c->n_counters - GP_CU_TAIL_COUNTERS;
-    }
     if (B.sr == es && B.sc % 16 == 0 && K % vn == 0) {
         /* [N, K]: K contiguous, rows B.sc bytes apart. */
         if (c->x_gelu && x_gelu_now(c, x, K))
             return -1;
-        unsigned grid = (unsigned)((N + MV_WARPS * MV_ROWS - 1) / (MV_WARPS * MV_ROWS));
+        unsigned grid = (unsigned)((N + MV_ROWS_PER_BLOCK - 1) / MV_ROWS_PER_BLOCK);
         /* Every block normalizes all of x: past a few waves of blocks (an LM head) that costs
          * more than the norm's own launch. */
         if (pn && grid > 2048)
             return 0;
-        if (!c->matvec_v1) {
-            int early = ksym < 0 && is_const(c, B.p, (N - 1) * B.sc + K * es);
-            if (c->mk && early && !tl.on && gp_cu_mk_matvec(c, kb.t, B.p, B.sc, K, N, x, pn, ot, e))
-                return 1;
-            unsigned rows = (unsigned)(MV2_WARPS / nk_split(K / vn));
-            unsigned g2 = (unsigned)((N + rows - 1) / rows);
-            int fl = (early ? EARLY_W : 0) | (c->epi_early ? EARLY_EPI : 0);
-            if (c->mv_pairs && !pn && !tl.on && ksym < 0 && K / vn <= 32 * MV2_U / 2) {
-                unsigned gp = (unsigned)((N + 2 * MV2_WARPS - 1) / (2 * MV2_WARPS));
-                if (kb.t == GP_F16)
-                    gp_cu_launch(c, k_matvec_nk2_pairs<__half>, gp, MV2_WARPS * 32, 0, B.p, B.sc,
-                                 x, ot, e, K, N, fl);
-                else if (kb.t == GP_BF16)
-                    gp_cu_launch(c, k_matvec_nk2_pairs<__nv_bfloat16>, gp, MV2_WARPS * 32, 0, B.p,
-                                 B.sc, x, ot, e, K, N, fl);
-                else
-                    gp_cu_launch(c, k_matvec_nk2_pairs<float>, gp, MV2_WARPS * 32, 0, B.p, B.sc,
-                                 x, ot, e, K, N, fl);
-                return gp_cu_check_launch(c, "matvec_nk2_pairs") ? -1 : 1;
-            }
+        int early = ksym < 0 && is_const(c, B.p, (N - 1) * B.sc + K * es);
+        unsigned rows = (unsigned)(MV2_WARPS / nk_split(K / vn));
+        unsigned g2 = (unsigned)((N + rows - 1) / rows);
+        int fl = (early ? EARLY_W : 0) | (c->epi_early ? EARLY_EPI : 0);
+        if (c->mv_pairs && !pn && ksym < 0 && K / vn <= 32 * MV2_U / 2) {
+            unsigned gp = (unsigned)((N + 2 * MV2_WARPS - 1) / (2 * MV2_WARPS));
             if (kb.t == GP_F16)
-                launch_nk2<__half>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, fl, tl);
+                gp_cu_launch(c, k_matvec_nk2_pairs<__half>, gp, MV2_WARPS * 32, 0, B.p, B.sc,
+                             x, ot, e, K, N, fl);
             else if (kb.t == GP_BF16)
-                launch_nk2<__nv_bfloat16>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, fl, tl);
+                gp_cu_launch(c, k_matvec_nk2_pairs<__nv_bfloat16>, gp, MV2_WARPS * 32, 0, B.p,
+                             B.sc, x, ot, e, K, N, fl);
             else
-                launch_nk2<float>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, fl, tl);
-            return gp_cu_check_launch(c, "matvec_nk2") ? -1 : 1 + tl.on;
+                gp_cu_launch(c, k_matvec_nk2_pairs<float>, gp, MV2_WARPS * 32, 0, B.p, B.sc,
+                             x, ot, e, K, N, fl);
+            return gp_cu_check_launch(c, "matvec_nk2_pairs") ? -1 : 1;
         }
         if (kb.t == GP_F16)
-            launch_nk<__half>(c, grid, B.p, B.sc, x, ot, e, pn, ksym, K, N);
+            launch_nk2<__half>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, fl);
         else if (kb.t == GP_BF16)
-            launch_nk<__nv_bfloat16>(c, grid, B.p, B.sc, x, ot, e, pn, ksym, K, N);
+            launch_nk2<__nv_bfloat16>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, fl);
         else
-            launch_nk<float>(c, grid, B.p, B.sc, x, ot, e, pn, ksym, K, N);
-        return gp_cu_check_launch(c, "matvec_nk") ? -1 : 1;
+            launch_nk2<float>(c, g2, B.p, B.sc, x, ot, e, pn, ksym, K, N, fl);
+        return gp_cu_check_launch(c, "matvec_nk2") ? -1 : 1;
     }
     if (B.sc == es && B.sr % 16 == 0 && N % vn == 0) {
         /* [K, N]: N contiguous, rows B.sr bytes apart; split K until the GPU has ~4 blocks per
@@ -1491,7 +1364,7 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
         /* add: the splits add into o with atomics, o holding a residual or zeros (acc) */
         EPI rest;
         int add = 0, acc = 0, gelu = 0;
-        if (c->mv_add > 1 && !c->mk && ksym < 0) {
+        if (c->mv_add > 1 && ksym < 0) {
             add = adds_into(e, ot, x, K, N, 0, 0, &rest, &gelu);
             if (!add && c->acc)
                 add = acc = adds_into(e, ot, x, K, N, 1, c->acc_gelu, &rest, &gelu);
@@ -1499,9 +1372,9 @@ static int try_matvec(gp_cu_ctx *c, const KT &o0, const KT &ka, const KT &kb, in
         int bps = pn && !add ? c->mv_cluster_pre : c->mv_cluster_bps > 0 ? c->mv_cluster_bps : 3;
         if (acc && c->mv_cluster_bps <= 0)
             bps = acc_bps(c, K * N * es);
-        int kc = !c->matvec_v1 && !c->mk && ksym < 0 &&
+        int kc = ksym < 0 &&
                  kc_split(c, K, N, vn, bps, add, &tx, &per2, &ns2);
-        int kn2 = !kc && !c->matvec_v1 && kn2_split(c, K, N, tiles, ws_size, ws, &per2, &ns2);
+        int kn2 = !kc && kn2_split(c, K, N, tiles, ws_size, ws, &per2, &ns2);
         if (c->x_gelu && !(kc || kn2) && x_gelu_now(c, x, K))
             return -1;
         if (c->x_gelu) /* staged by the kernel below */
@@ -1836,8 +1709,6 @@ static int set_blas_ws(gp_cu_ctx *c, void *ws, size_t size)
 static int try_blas(gp_cu_ctx *c, const KT &o, const KT &ka, const KT &kb, int ta, int tb, void *ws,
                     size_t ws_size)
 {
-    if (c->mk && gp_cuda_mk_flush(c->mk, c->stream)) /* the stages recorded before this call */
-        return -1;
     if (!c->blas || ka.t == GP_I32 || kb.t == GP_I32 || o.t == GP_I32)
         return 0;
     mat A = mat_of(ka, ta), B = mat_of(kb, tb);
@@ -1929,7 +1800,7 @@ int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const
     }
     int r = epi ? try_matvec(c, o, ka, kb, ta, tb, in, ws, ws_size, epi, pre) : 0;
     if (r > 0) {
-        *fused = r; /* 2: the tail norm ran too */
+        *fused = 1;
         if (pre)
             *pre_used = 1;
         return 0;
@@ -1990,11 +1861,11 @@ static void launch_nkg(const gp_cu_ctx *c, unsigned blocks, const MVG &m, const 
 extern "C" int gp_cuda_matvec_group(gp_cu_ctx *c, const gp_cu_group *g, int *launched)
 {
     *launched = 0;
-    if (c->no_matvec || c->matvec_v1 || g->n < 2 || g->n > GP_CU_MAX_GROUP || (g->glu && g->n != 2))
+    if (c->no_matvec || g->n < 2 || g->n > GP_CU_MAX_GROUP || (g->glu && g->n != 2))
         return 0;
-    /* With the norm: rms only, and not into the persistent kernel (which takes the norm apart) */
+    /* With the norm: rms only */
     int rms = g->has_norm;
-    if (rms && (g->norm.is_ln || c->mk))
+    if (rms && g->norm.is_ln)
         return 0;
     const gp_cu_tensor *xt = rms ? &g->norm.x : &g->x;
     KT kx = gp_kt_of(c, xt);
@@ -2041,10 +1912,6 @@ extern "C" int gp_cuda_matvec_group(gp_cu_ctx *c, const gp_cu_group *g, int *lau
     if (g->glu)
         m.block0[1] = blocks; /* every block is in product 0's range */
     const float *x = (const float *)kx.p;
-    if (c->mk && m.early && gp_cu_mk_group(c, wt, m.n, m.glu, m.w, m.ldw, m.N, m.o, x, K)) {
-        *launched = 1;
-        return 0;
-    }
     if (wt == GP_F16)
         launch_nkg<__half>(c, blocks, m, x, K, g->glu, rms);
     else if (wt == GP_BF16)

@@ -1,5 +1,5 @@
-/* Device code of the matrix-vector kernels (cuda_matmul.cu), shared with the persistent decode
- * kernel (cuda_mega.cu): epilogues, a staged norm of x, 16-byte weight chunks. */
+/* Device code of the matrix-vector kernels (cuda_matmul.cu): epilogues, a staged norm of x,
+ * 16-byte weight chunks. */
 #ifndef GP_CUDA_MATVEC_CUH
 #define GP_CUDA_MATVEC_CUH
 
@@ -147,12 +147,5 @@ __device__ __forceinline__ uint4 ld_stream(const void *p)
     return __ldcs((const uint4 *)p);
 }
 
-/* The persistent decode kernel's recorders (cuda_mega.cu): 1 when the product, group or norm was
- * recorded as a stage of ctx->mk (nothing launched), 0 when it cannot take it. */
-int gp_cu_mk_matvec(gp_cu_ctx *c, int wt, const char *w, int64_t ldw, int64_t K, int64_t N,
-                    const float *x, const NORM *nm, const KT &o, const EPI &e);
-int gp_cu_mk_group(gp_cu_ctx *c, int wt, int n, int glu, const char *const *w, const int64_t *ldw,
-                   const int64_t *N, const KT *o, const float *x, int64_t K);
-int gp_cu_mk_norm(gp_cu_ctx *c, const NORM &nm, const float *x, int64_t K, const KT &o);
 
 #endif

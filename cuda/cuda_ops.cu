@@ -762,13 +762,6 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         KT b = has_b ? gp_kt_of(c, &in[2]) : w;
         if (kt_count(o, 4) == 0)
             return 0;
-        if (c->mk && kt_count(o, 3) == 1 && kt_count(x, 3) == 1 && x.t == GP_F32 && x.nb[3] == 4 &&
-            x.sym[3] < 0 && w.ne[3] == o.ne[3] && kt_count(w, 3) == 1 &&
-            (!has_b || (b.ne[3] == o.ne[3] && kt_count(b, 3) == 1))) {
-            NORM nm = {ln, has_b, (float)a->f[0], w, b, NULL};
-            if (gp_cu_mk_norm(c, nm, (const float *)x.p, o.ne[3], o))
-                return 0;
-        }
         int wt = x.t == GP_F32 && o.t == GP_F32 && b.t == w.t ? ops_typed(c, w.t) : -1;
         gp_cu_launch(c,
                      wt == GP_F16    ? k_norm<GP_F16>
