@@ -232,9 +232,9 @@ int gp_ir_check_shape(const gp_graph *g, gp_diag *d, gp_loc loc, const char *wha
         /* A block-quantized tensor: a [..., K] of rows, K a whole number of blocks. */
         if (ndim < 1 || shape[ndim - 1].sym >= 0 || shape[ndim - 1].size % block) {
             char s[GP_SHAPE_STR];
-            gp_diag_error(d, loc, "%s: %s rows are blocks of %lld elements, shape %s has a last "
-                          "dim that is not a multiple of %lld", what, gp_dtype_name(dtype),
-                          (long long)block, gp_ir_shape_str(g, ndim, shape, s), (long long)block);
+            gp_diag_error(d, loc, "%s: %s packs rows in blocks of %lld: the last dim of %s must "
+                          "be a multiple of %lld", what, gp_dtype_name(dtype), (long long)block,
+                          gp_ir_shape_str(g, ndim, shape, s), (long long)block);
             return -1;
         }
         bytes = (int64_t)gp_dtype_block_bytes(dtype);

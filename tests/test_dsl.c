@@ -437,7 +437,32 @@ static const golden goldens[] = {
     {"unknown dtype",
      "graph g() { input a: f64[2]; }",
      {},
-     "t.gplan:1:22: error: unknown dtype 'f64' (expected f32, f16, bf16 or i32)\ngraph g() { input a: f64[2]; }\n                     ^\n"},
+     "t.gplan:1:22: error: unknown dtype 'f64' (expected f32, f16, bf16, i32 or a weight format: "
+     "q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k)\ngraph g() { input a: f64[2]; }\n"
+     "                     ^\n"},
+    {"quantized row not whole blocks",
+     "graph g() { weight w: q4_0[4, 30]; }",
+     {},
+     "t.gplan:1:20: error: tensor 'w': q4_0 packs rows in blocks of 32: the last dim of [4, 30] "
+     "must be a multiple of 32\ngraph g() { weight w: q4_0[4, 30]; }\n                   ^\n"},
+    {"quantized state",
+     "graph g() { state s: q8_0[2, 32]; }",
+     {},
+     "t.gplan:1:19: error: tensor 's': q8_0 is a weight format: only weights can be q8_0\n"
+     "graph g() { state s: q8_0[2, 32]; }\n                  ^\n"},
+    {"quantized weight read by add",
+     "graph g() { weight w: q8_0[2, 32]; input x: f32[2, 32]; output y: f32[2, 32]; y = x + w; }",
+     {},
+     "t.gplan:1:85: error: add: b ('w') is q8_0: quantized weights are read only by get_rows (the "
+     "table) and matmul (a 2-dim b with tb=1)\n"
+     "graph g() { weight w: q8_0[2, 32]; input x: f32[2, 32]; output y: f32[2, 32]; y = x + w; }\n"
+     "                                                                                    ^\n"},
+    {"quantized matmul with a transposed a",
+     "graph g() { weight w: q8_0[2, 32]; input x: f32[32, 2]; output y: f32[2, 2];\n"
+     "  y = matmul(x, w, ta=1, tb=1); }",
+     {},
+     "t.gplan:2:7: error: matmul: a q8_0 b needs an f32 a [M, K] (not transposed), got f32 a "
+     "[32, 2]\n  y = matmul(x, w, ta=1, tb=1); }\n      ^\n"},
     {"not a dtype",
      "graph g(n = 2) { input a: n[2]; }",
      {},
