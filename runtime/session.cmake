@@ -17,6 +17,10 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_runtime.c)
                LIBS gp_runtime gp_planner gp_dsl gp_alloc_wrap)
 endif()
 
+# Quantized weights through compile, plan, load and eval (tests/test_quant_model.c).
+gp_add_suite(NAME quant_model SOURCES ${CMAKE_SOURCE_DIR}/tests/test_quant_model.c
+             ${CMAKE_SOURCE_DIR}/tests/testmodel.c LIBS gp_runtime gp_planner gp_dsl)
+
 # Tensor parallelism on the CPU: cutting weights, the host all-reduce, N devices = 1 device.
 gp_add_suite(NAME tp SOURCES ${CMAKE_SOURCE_DIR}/tests/test_tp.c
              ${CMAKE_SOURCE_DIR}/tests/testmodel.c

@@ -1,0 +1,181 @@
+/* Quantized weights through the whole stack: the Llama graph compiled with -D wtype=TYPE, random
+ * weights quantized at load, against the same graph in f32 bound to those weights dequantized
+ * (written to a safetensors file). The products compute in f32 from dequantized blocks, so the two
+ * differ by summation order only. Also: the same bits for 1 and 2 threads and the reference
+ * executor, and a float checkpoint quantized at load equal to random weights quantized. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <CUnit/CUnit.h>
+
+#include "runtime/lora.h"
+#include "runtime/plan.h"
+#include "runtime/quant.h"
+#include "runtime/safetensors.h"
+#include "tests/testmodel.h"
+#include "tests/testutil.h"
+
+#define VOCAB 96
+
+static const char *const shape_defs[] = {
+    "num_hidden_layers=2", "hidden_size=256", "intermediate_size=512", "num_attention_heads=4",
+    "num_key_value_heads=2", "vocab_size=96", "max_position_embeddings=32", "n_batch=8",
+};
+enum { N_SHAPE = sizeof shape_defs / sizeof shape_defs[0] };
+
+static gp_model *model_of(const char *wtype, uint64_t seed)
+{
+    const char *defs[N_SHAPE + 1];
+    char w[32];
+    memcpy(defs, shape_defs, sizeof shape_defs);
+    snprintf(w, sizeof w, "wtype=%s", wtype);
+    defs[N_SHAPE] = w;
+    gp_test_model_opts o = {defs, N_SHAPE + 1, NULL, 1, seed};
+    return gp_test_model("examples/llama.gplan", &o, NULL);
+}
+
+/* Writes m's weights as f32 (quantized ones dequantized) to a safetensors file; its path, or NULL. */
+static const char *write_dequantized(const gp_model *m)
+{
+    const gp_plan *p = gp_model_plan(m);
+    gp_st_tensor *ts = calloc((size_t)p->n_tensors, sizeof *ts);
+    float **bufs = calloc((size_t)p->n_tensors, sizeof *bufs);
+    int n = 0;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (t->kind != GP_TENSOR_WEIGHT || gp_lora_is_slot(t->weight_name))
+            continue;
+        int dup = 0;
+        for (int k = 0; k < n && !dup; k++)
+            dup = !strcmp(ts[k].name, t->weight_name ? t->weight_name : t->name);
+        if (dup)
+            continue;
+        int64_t numel = 1;
+        for (int d = 0; d < t->ndim; d++)
+            numel *= t->dims[d];
+        float *f = malloc((size_t)numel * sizeof *f);
+        const char *src = gp_model_weight_data(m, i);
+        if (gp_dtype_is_quant(t->dtype)) {
+            int64_t k = t->dims[t->ndim - 1];
+            size_t row = gp_dtype_row_bytes(t->dtype, k);
+            for (int64_t r = 0; r < numel / k; r++)
+                gp_quant_dequantize_row(t->dtype, src + r * row, f + r * k, k);
+        } else {
+            CU_ASSERT_EQUAL_FATAL(t->dtype, GP_F32);
+            memcpy(f, src, (size_t)numel * sizeof *f);
+        }
+        bufs[n] = f;
+        ts[n].name = t->weight_name ? t->weight_name : t->name;
+        ts[n].dtype = GP_F32;
+        ts[n].ndim = t->ndim;
+        memcpy(ts[n].shape, t->dims, sizeof t->dims);
+        ts[n].data = f;
+        ts[n].nbytes = (size_t)numel * sizeof *f;
+        n++;
+    }
+    const char *path = gp_test_tmpfile(".safetensors");
+    char err[512];
+    int rc = gp_st_write(path, ts, n, NULL, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "write_dequantized: %s\n", err);
+    for (int k = 0; k < n; k++)
+        free(bufs[k]);
+    free(bufs);
+    free(ts);
+    return rc ? NULL : path;
+}
+
+/* Logits of a 5-token prompt then 3 single tokens: out [8, VOCAB]. */
+static int run(const gp_model *m, const char *backend, int threads, float *out)
+{
+    char err[512];
+    gp_session_opts o = {backend, threads, 0};
+    gp_session *s = gp_session_new(m, &o, err, sizeof err);
+    if (!s) {
+        fprintf(stderr, "session: %s\n", err);
+        return -1;
+    }
+    float rows[5 * VOCAB];
+    int rc = gp_test_eval_tokens(s, 5, 0, 7, rows, VOCAB);
+    if (!rc)
+        memcpy(out, rows + 4 * VOCAB, VOCAB * sizeof *out);
+    for (int i = 0; i < 3 && !rc; i++)
+        rc = gp_test_eval_tokens(s, 1, 5 + i, 7, out + (1 + i) * VOCAB, VOCAB);
+    gp_session_free(s);
+    return rc;
+}
+
+static const char *const types[] = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"};
+
+static void test_against_dequantized(void)
+{
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        gp_model *q = model_of(types[k], 11);
+        gp_model *f = model_of("f32", 0);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(q);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+        const char *path = write_dequantized(q);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+        char err[2048];
+        CU_ASSERT_EQUAL_FATAL(gp_model_bind_weights(f, path, err, sizeof err), 0);
+        float lq[4 * VOCAB], lf[4 * VOCAB], l1[4 * VOCAB], lr[4 * VOCAB];
+        CU_ASSERT_EQUAL_FATAL(run(q, "cpu", 2, lq), 0);
+        CU_ASSERT_EQUAL_FATAL(run(f, "cpu", 2, lf), 0);
+        CU_ASSERT_EQUAL_FATAL(run(q, "cpu", 1, l1), 0);
+        CU_ASSERT_EQUAL_FATAL(run(q, "reference", 1, lr), 0);
+        double err_max = 0, scale = 0;
+        for (int i = 0; i < 4 * VOCAB; i++) {
+            err_max = fmax(err_max, fabs((double)lq[i] - lf[i]));
+            scale = fmax(scale, fabs((double)lf[i]));
+        }
+        /* f32 sums in another order over K = 256..512, 2 layers: a few ulps of the largest terms. */
+        if (!(err_max <= 1e-4 * scale))
+            fprintf(stderr, "%s: logits differ from the dequantized f32 model by %.3e (scale %.3e)\n",
+                    types[k], err_max, scale);
+        CU_ASSERT(err_max <= 1e-4 * scale);
+        CU_ASSERT(scale > 0);
+        CU_ASSERT_EQUAL(memcmp(lq, l1, sizeof lq), 0); /* 1 and 2 threads */
+        CU_ASSERT_EQUAL(memcmp(lq, lr, sizeof lq), 0); /* planned and reference */
+        remove(path);
+        gp_model_free(q);
+        gp_model_free(f);
+    }
+}
+
+/* A float checkpoint bound to a plan declaring q8_0 is quantized at load: the same bytes as the
+ * random weights quantized from the same f32 values. */
+static void test_quantize_at_load(void)
+{
+    gp_model *f = model_of("f32", 5), *q = model_of("q8_0", 5), *qb = model_of("q8_0", 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(q);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(qb);
+    const char *path = write_dequantized(f); /* f32 as it is */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    char err[2048];
+    CU_ASSERT_EQUAL_FATAL(gp_model_bind_weights(qb, path, err, sizeof err), 0);
+    const gp_plan *p = gp_model_plan(q);
+    int quantized = 0;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (t->kind != GP_TENSOR_WEIGHT)
+            continue;
+        quantized += gp_dtype_is_quant(t->dtype);
+        CU_ASSERT_EQUAL(memcmp(gp_model_weight_data(q, i), gp_model_weight_data(qb, i),
+                               (size_t)t->size), 0);
+    }
+    CU_ASSERT(quantized >= 8); /* embed and the products; norms stay f32 */
+    remove(path);
+    gp_model_free(f);
+    gp_model_free(q);
+    gp_model_free(qb);
+}
+
+void gp_suite_quant_model(void)
+{
+    CU_pSuite s = CU_add_suite("quant_model", NULL, NULL);
+    CU_add_test(s, "quantized llama against its weights dequantized in f32", test_against_dequantized);
+    CU_add_test(s, "a float checkpoint quantized at load", test_quantize_at_load);
+}
