@@ -2,6 +2,7 @@
 # library gp_weights, included from runtime/CMakeLists.txt.
 add_library(gp_weights STATIC
   ${CMAKE_CURRENT_LIST_DIR}/safetensors.c
+  ${CMAKE_CURRENT_LIST_DIR}/gguf.c
   ${CMAKE_CURRENT_LIST_DIR}/weights.c
   ${CMAKE_CURRENT_LIST_DIR}/weights_random.c)
 gp_target_flags(gp_weights)

@@ -10,6 +10,7 @@ if [ "${1:-}" != "--quick" ]; then
 fi
 gp_setup
 cd "$GP_ROOT"
+export GPLAN_VOCAB_DIR=${GPLAN_VOCAB_DIR:-$("$GP_ROOT/scripts/fetch_vocab.sh" || true)}  # llama.cpp's vocabulary test files
 
 echo "== build (warnings are errors)"
 gp_build build-test -DGPLAN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
