@@ -16,6 +16,7 @@ if model=$(scripts/fetch_models.sh); then
 else
   echo "note: SmolLM2 could not be fetched: its parity test is skipped"
 fi
+export GPLAN_VOCAB_DIR=${GPLAN_VOCAB_DIR:-$("$GP_ROOT/scripts/fetch_vocab.sh" || true)}  # llama.cpp's vocabulary test files
 
 echo "== build (warnings are errors)"
 gp_build build-test -DGPLAN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
