@@ -107,31 +107,19 @@ const char *gp_gguf_type_name(uint32_t ggml_type)
     return ggml_known(ggml_type) ? ggml_types[ggml_type].name : "unknown";
 }
 
-/* Bytes of one scalar value type; 0 for string and array. */
+/* The metadata value types: name, and bytes of a scalar (0 for string and array). */
+static const struct {
+    const char *name;
+    size_t size;
+} value_types[GP_GGUF_TYPE_COUNT] = {
+    {"uint8", 1},  {"int8", 1},    {"uint16", 2},  {"int16", 2},  {"uint32", 4},
+    {"int32", 4},  {"float32", 4}, {"bool", 1},    {"string", 0}, {"array", 0},
+    {"uint64", 8}, {"int64", 8},   {"float64", 8},
+};
+
 static size_t scalar_size(gp_gguf_type t)
 {
-    switch (t) {
-    case GP_GGUF_UINT8:
-    case GP_GGUF_INT8:
-    case GP_GGUF_BOOL: return 1;
-    case GP_GGUF_UINT16:
-    case GP_GGUF_INT16: return 2;
-    case GP_GGUF_UINT32:
-    case GP_GGUF_INT32:
-    case GP_GGUF_FLOAT32: return 4;
-    case GP_GGUF_UINT64:
-    case GP_GGUF_INT64:
-    case GP_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
-static const char *value_type_name(gp_gguf_type t)
-{
-    static const char *const names[GP_GGUF_TYPE_COUNT] = {
-        "uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
-        "bool",  "string", "array",  "uint64", "int64",  "float64"};
-    return (unsigned)t < GP_GGUF_TYPE_COUNT ? names[t] : "unknown";
+    return (unsigned)t < GP_GGUF_TYPE_COUNT ? value_types[t].size : 0;
 }
 
 /* The one error function: "PATH: bad GGUF file (REASON)". Returns -1. */
@@ -399,7 +387,7 @@ static int read_alignment(gp_gguf *g)
         return 0;
     if (g->kv[i].type != GP_GGUF_UINT32)
         return bad(g, "general.alignment must be a uint32, not a %s",
-                   value_type_name(g->kv[i].type));
+                   value_types[g->kv[i].type].name);
     uint32_t a = (uint32_t)le(g->kv[i].val, 4);
     if (a == 0 || (a & (a - 1)) != 0)
         return bad(g, "general.alignment %u is not a power of two", a);
