@@ -17,7 +17,7 @@ struct gp_weights {
     char *path;
     gp_st_file **shards; /* [n_shards] */
     int n_shards;
-    const gp_st_tensor **by_name; /* [count] sorted by name; point into the shards or gguf_tensors */
+    const gp_st_tensor **by_name; /* [count] sorted by name; into the shards or gguf_tensors */
     int count;
     gp_gguf *gguf;              /* a GGUF source (then n_shards is 0), else NULL */
     gp_st_tensor *gguf_tensors; /* [count] the GGUF tensors as records; names and data in gguf */

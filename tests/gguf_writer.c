@@ -1,4 +1,5 @@
-/* The test-only GGUF writer (tests/gguf_writer.h): every field appended one by one, little-endian. */
+/* The test-only GGUF writer (tests/gguf_writer.h): every field appended one by one, little-endian.
+ */
 #include "tests/gguf_writer.h"
 
 #include <stdio.h>

@@ -24,7 +24,7 @@ void gp_gw_u32(gp_gw *w, uint32_t v);
 void gp_gw_u64(gp_gw *w, uint64_t v);
 void gp_gw_f32(gp_gw *w, float v);
 void gp_gw_f64(gp_gw *w, double v);
-void gp_gw_str(gp_gw *w, const char *s); /* u64 length, then the bytes (no NUL) */
+void gp_gw_str(gp_gw *w, const char *s);    /* u64 length, then the bytes (no NUL) */
 void gp_gw_pad(gp_gw *w, size_t alignment); /* zero bytes up to a multiple of alignment */
 
 /* "GGUF", version, tensor count, kv count. */

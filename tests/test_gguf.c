@@ -129,9 +129,9 @@ static void check_everything(const gp_gguf *g, uint32_t version)
     static const struct {
         const char *key;
         int64_t v;
-    } ints[] = {{"v.u8", 250},         {"v.i8", -7},         {"v.u16", 65535},
-                {"v.i16", -32768},     {"v.u32", 4000000000}, {"v.i32", -123456789},
-                {"v.bool", 1},         {"v.i64", INT64_MIN}};
+    } ints[] = {{"v.u8", 250},     {"v.i8", -7},          {"v.u16", 65535},
+                {"v.i16", -32768}, {"v.u32", 4000000000}, {"v.i32", -123456789},
+                {"v.bool", 1},     {"v.i64", INT64_MIN}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         iv = 0;
         CU_ASSERT_EQUAL(gp_gguf_get_int(g, ints[i].key, &iv), 0);
@@ -174,10 +174,14 @@ static void check_everything(const gp_gguf *g, uint32_t version)
         uint64_t n;
         int64_t v[3]; /* as int64 where they fit */
     } arrs[] = {
-        {"a.u8", GP_GGUF_UINT8, 3, {1, 2, 255}},   {"a.i8", GP_GGUF_INT8, 2, {-128, 127}},
-        {"a.u16", GP_GGUF_UINT16, 1, {513}},       {"a.i16", GP_GGUF_INT16, 2, {-1, 2}},
-        {"a.u32", GP_GGUF_UINT32, 2, {7, 4294967295}}, {"a.i32", GP_GGUF_INT32, 3, {1, -2, 3}},
-        {"a.bool", GP_GGUF_BOOL, 3, {0, 1, 0}},    {"a.i64", GP_GGUF_INT64, 1, {-9}},
+        {"a.u8", GP_GGUF_UINT8, 3, {1, 2, 255}},
+        {"a.i8", GP_GGUF_INT8, 2, {-128, 127}},
+        {"a.u16", GP_GGUF_UINT16, 1, {513}},
+        {"a.i16", GP_GGUF_INT16, 2, {-1, 2}},
+        {"a.u32", GP_GGUF_UINT32, 2, {7, 4294967295}},
+        {"a.i32", GP_GGUF_INT32, 3, {1, -2, 3}},
+        {"a.bool", GP_GGUF_BOOL, 3, {0, 1, 0}},
+        {"a.i64", GP_GGUF_INT64, 1, {-9}},
         {"a.empty", GP_GGUF_INT32, 0, {0}},
     };
     for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) {
@@ -373,7 +377,8 @@ static const struct {
      "little-endian files only)"},
     {"tensor count 2^60",
      "tensor count 1152921504606846976 is too large: the 100 bytes left hold at most 3"},
-    {"kv count 2^60", "kv count 1152921504606846976 is too large: the 100 bytes left hold at most 7"},
+    {"kv count 2^60",
+     "kv count 1152921504606846976 is too large: the 100 bytes left hold at most 7"},
     {"key length 2^62",
      "kv 0 key at offset 32 needs 4611686018427387904 bytes, the file has 6 left"},
     {"empty key", "kv 0: empty name"},
@@ -412,12 +417,15 @@ static const struct {
     {"offset not aligned", "tensor \"x\": offset 4 is not a multiple of the alignment 32"},
     {"offset past the end",
      "tensor \"x\": bytes [64, 80) past the end of the data section (16 bytes)"},
-    {"size past the end", "tensor \"x\": bytes [0, 16) past the end of the data section (15 bytes)"},
-    {"data section past the end", "data section at offset 128 is past the end of the file (102 bytes)"},
+    {"size past the end",
+     "tensor \"x\": bytes [0, 16) past the end of the data section (15 bytes)"},
+    {"data section past the end",
+     "data section at offset 128 is past the end of the file (102 bytes)"},
     {"overlapping tensors", "tensors \"a\" [0, 64) and \"b\" [32, 96) overlap"},
     {"duplicate tensor name", "tensor info 1: duplicate name \"a\" (also tensor info 0)"},
     {"empty file", "magic at offset 0 needs 4 bytes, the file has 0 left"},
-    {"header cut in the tensor count", "tensor count at offset 8 needs 8 bytes, the file has 3 left"},
+    {"header cut in the tensor count",
+     "tensor count at offset 8 needs 8 bytes, the file has 3 left"},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -433,7 +441,8 @@ static void build_case(int k, gp_gw *w)
     } else if (IS("big-endian version 3")) {
         gp_gw_header(w, 0x03000000u, 0, 0);
     } else if (IS("tensor count 2^60") || IS("kv count 2^60")) {
-        gp_gw_header(w, 3, IS("kv count 2^60") ? 0 : 1ull << 60, IS("kv count 2^60") ? 1ull << 60 : 0);
+        gp_gw_header(w, 3, IS("kv count 2^60") ? 0 : 1ull << 60,
+                     IS("kv count 2^60") ? 1ull << 60 : 0);
         for (int i = 0; i < 100; i++)
             gp_gw_u8(w, 0);
     } else if (IS("key length 2^62")) {
@@ -447,7 +456,8 @@ static void build_case(int k, gp_gw *w)
         gp_gw_header(w, 3, 0, 1), gp_gw_key(w, "general.name", GP_GGUF_STRING);
         gp_gw_u64(w, 1ull << 62), gp_gw_u32(w, 0);
     } else if (IS("array count 2^60")) {
-        gp_gw_header(w, 3, 0, 1), gp_gw_kv_arr(w, "tokenizer.ggml.tokens", GP_GGUF_STRING, 1ull << 60);
+        gp_gw_header(w, 3, 0, 1),
+            gp_gw_kv_arr(w, "tokenizer.ggml.tokens", GP_GGUF_STRING, 1ull << 60);
         gp_gw_str(w, "abcdefghijklmnop");
     } else if (IS("array string length 2^62")) {
         gp_gw_header(w, 3, 0, 1), gp_gw_kv_arr(w, "tokenizer.ggml.tokens", GP_GGUF_STRING, 2);
@@ -633,8 +643,8 @@ static void test_not_files(void)
     const char *empty = gp_test_tmpfile(".gguf");
     CU_ASSERT_EQUAL_FATAL(gp_test_write_file(empty, "", 0), 0);
     CU_ASSERT_PTR_NULL(gp_gguf_open(empty, err, sizeof err));
-    snprintf(want, sizeof want, "%s: bad GGUF file (magic at offset 0 needs 4 bytes, the file has 0 left)",
-             empty);
+    snprintf(want, sizeof want,
+             "%s: bad GGUF file (magic at offset 0 needs 4 bytes, the file has 0 left)", empty);
     CU_ASSERT_STRING_EQUAL(err, want);
     remove(empty);
     /* a NULL or tiny error buffer is fine */
@@ -680,12 +690,9 @@ static void test_fixture(void)
         const char *key;
         gp_gguf_type type;
         int64_t v;
-    } ints[] = {{"test.u8", GP_GGUF_UINT8, 200},
-                {"test.i8", GP_GGUF_INT8, -100},
-                {"test.u16", GP_GGUF_UINT16, 60000},
-                {"test.i16", GP_GGUF_INT16, -30000},
-                {"test.i32", GP_GGUF_INT32, -2000000000},
-                {"test.u64", GP_GGUF_UINT64, 1ll << 40},
+    } ints[] = {{"test.u8", GP_GGUF_UINT8, 200},          {"test.i8", GP_GGUF_INT8, -100},
+                {"test.u16", GP_GGUF_UINT16, 60000},      {"test.i16", GP_GGUF_INT16, -30000},
+                {"test.i32", GP_GGUF_INT32, -2000000000}, {"test.u64", GP_GGUF_UINT64, 1ll << 40},
                 {"test.i64", GP_GGUF_INT64, -(1ll << 50)}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         CU_ASSERT_EQUAL(gp_gguf_kv_type(g, gp_gguf_find(g, ints[i].key)), ints[i].type);
@@ -751,17 +758,51 @@ static void test_vocab_files(void)
         const char *merge[3];
         int64_t type1000;
     } v[] = {
-        {"ggml-vocab-gpt-2.gguf", "gpt2", "gpt2", 16, 50257, 50256, 50256,
-         {"!", "\"", "#", "\xc2\xa7", "ale"}, 50000,
-         {"\xc4\xa0 t", "\xc4\xa0 a", "h e"}, 1},
-        {"ggml-vocab-llama-bpe.gguf", "llama", "gpt2", 20, 128256, 128000, 128001,
-         {"!", "\"", "#", "\xc2\xa7", "indow"}, 280147,
-         {"\xc4\xa0 \xc4\xa0", "\xc4\xa0 \xc4\xa0\xc4\xa0\xc4\xa0", "\xc4\xa0\xc4\xa0 \xc4\xa0\xc4\xa0"},
+        {"ggml-vocab-gpt-2.gguf",
+         "gpt2",
+         "gpt2",
+         16,
+         50257,
+         50256,
+         50256,
+         {"!", "\"", "#", "\xc2\xa7", "ale"},
+         50000,
+         {"\xc4\xa0 t", "\xc4\xa0 a", "h e"},
          1},
-        {"ggml-vocab-llama-spm.gguf", "llama", "llama", 22, 32000, 1, 2,
-         {"<unk>", "<s>", "</s>", "<0x61>", "ied"}, -1, {0}, 1},
-        {"ggml-vocab-phi-3.gguf", "phi3", "llama", 26, 32064, 1, 32000,
-         {"<unk>", "<s>", "</s>", "<0x61>", "ied"}, -1, {0}, 1},
+        {"ggml-vocab-llama-bpe.gguf",
+         "llama",
+         "gpt2",
+         20,
+         128256,
+         128000,
+         128001,
+         {"!", "\"", "#", "\xc2\xa7", "indow"},
+         280147,
+         {"\xc4\xa0 \xc4\xa0", "\xc4\xa0 \xc4\xa0\xc4\xa0\xc4\xa0",
+          "\xc4\xa0\xc4\xa0 \xc4\xa0\xc4\xa0"},
+         1},
+        {"ggml-vocab-llama-spm.gguf",
+         "llama",
+         "llama",
+         22,
+         32000,
+         1,
+         2,
+         {"<unk>", "<s>", "</s>", "<0x61>", "ied"},
+         -1,
+         {0},
+         1},
+        {"ggml-vocab-phi-3.gguf",
+         "phi3",
+         "llama",
+         26,
+         32064,
+         1,
+         32000,
+         {"<unk>", "<s>", "</s>", "<0x61>", "ied"},
+         -1,
+         {0},
+         1},
     };
     char path[4200];
     snprintf(path, sizeof path, "%s/../shared/data/vocab/%s", GP_SOURCE_DIR, v[0].file);
@@ -858,9 +899,16 @@ static void test_name_aliases(void)
         CU_ASSERT_STRING_EQUAL(out, pairs[i].gguf);
     }
     static const char *const none[] = {
-        "blk.x.attn_q.weight", "blk.01.attn_q.weight", "blk.3.attn_q", "blk.3.attn_q.scale",
-        "blk..attn_q.weight",  "blk.3.attn_qkv.weight", "token_embd.weight.weight", "",
-        "blk.1234567890.attn_q.weight", "model.layers.3.self_attn.q_proj.weight",
+        "blk.x.attn_q.weight",
+        "blk.01.attn_q.weight",
+        "blk.3.attn_q",
+        "blk.3.attn_q.scale",
+        "blk..attn_q.weight",
+        "blk.3.attn_qkv.weight",
+        "token_embd.weight.weight",
+        "",
+        "blk.1234567890.attn_q.weight",
+        "model.layers.3.self_attn.q_proj.weight",
     };
     for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
         CU_ASSERT_EQUAL(gp_gguf_name_to_hf("llama", none[i], out, sizeof out), -1);
@@ -933,14 +981,38 @@ static void test_weights_gguf(void)
         int src; /* index into ts */
     } want[] = {
         {"token_embd.weight", "model.embed_tokens.weight", 1, GP_F16, "f16", 2, {16, 8}, 0},
-        {"blk.0.attn_norm.weight", "model.layers.0.input_layernorm.weight", 1, GP_F32, "f32", 1,
-         {8}, 1},
-        {"blk.0.attn_q.weight", "model.layers.0.self_attn.q_proj.weight", 1, GP_Q4_1, "q4_1", 2,
-         {4, 32}, 2},
-        {"blk.1.ffn_down.weight", "model.layers.1.mlp.down_proj.weight", 1, GP_Q8_0, "q8_0", 2,
-         {3, 64}, 3},
-        {"blk.0.ffn_up.weight", "model.layers.0.mlp.up_proj.weight", 0, GP_F32, "q2_k", 2,
-         {2, 256}, 4},
+        {"blk.0.attn_norm.weight",
+         "model.layers.0.input_layernorm.weight",
+         1,
+         GP_F32,
+         "f32",
+         1,
+         {8},
+         1},
+        {"blk.0.attn_q.weight",
+         "model.layers.0.self_attn.q_proj.weight",
+         1,
+         GP_Q4_1,
+         "q4_1",
+         2,
+         {4, 32},
+         2},
+        {"blk.1.ffn_down.weight",
+         "model.layers.1.mlp.down_proj.weight",
+         1,
+         GP_Q8_0,
+         "q8_0",
+         2,
+         {3, 64},
+         3},
+        {"blk.0.ffn_up.weight",
+         "model.layers.0.mlp.up_proj.weight",
+         0,
+         GP_F32,
+         "q2_k",
+         2,
+         {2, 256},
+         4},
         {"output_norm.weight", "model.norm.weight", 1, GP_BF16, "bf16", 1, {8}, 5},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -1001,7 +1073,8 @@ static void test_weights_gguf(void)
     CU_ASSERT_EQUAL(gp_weights_read(tq, GP_Q4_1, qbuf, sizeof qbuf, err, sizeof err), 0);
     CU_ASSERT_EQUAL(memcmp(qbuf, q41, 80), 0);
     CU_ASSERT_EQUAL(gp_weights_read(tq, GP_Q4_1, qbuf, 79, err, sizeof err), -1);
-    CU_ASSERT_STRING_EQUAL(err, "weights: \"blk.0.attn_q.weight\": 80 bytes of q4_1, buffer has 79");
+    CU_ASSERT_STRING_EQUAL(err,
+                           "weights: \"blk.0.attn_q.weight\": 80 bytes of q4_1, buffer has 79");
     float f[128];
     CU_ASSERT_EQUAL(gp_weights_read(tq, GP_F32, f, 4 * 32 * 4, err, sizeof err), -1);
     CU_ASSERT_STRING_EQUAL(err, "weights: \"blk.0.attn_q.weight\": reading q4_1 data as f32 needs "
@@ -1054,5 +1127,6 @@ void gp_suite_gguf(void)
     CU_add_test(s, "gguf-py's GGUFWriter output (tests/gguf/fixture.gguf)", test_fixture);
     CU_add_test(s, "llama.cpp's vocabulary files", test_vocab_files);
     CU_add_test(s, "GGUF <-> Hugging Face name aliases", test_name_aliases);
-    CU_add_test(s, "a GGUF file as a checkpoint: both names, shapes, check, read", test_weights_gguf);
+    CU_add_test(s, "a GGUF file as a checkpoint: both names, shapes, check, read",
+                test_weights_gguf);
 }
