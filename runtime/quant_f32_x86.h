@@ -156,7 +156,36 @@ static uint32_t ld32(const uint8_t *p)
  * q4_k / q5_k d sc_j and dmin m_j (s[j], o[j]); q6_k d * scales[i] (s[i]). */
 typedef struct {
     float s[16], o[8];
+#if QF_BITS == 512
+    vf T0, T1;                             /* q4 / q5 value tables, by q (below) */
+    int8_t qb[256] __attribute__((aligned(64))); /* q6_k: q - 32 of the whole block */
+#endif
 } bctx;
+
+#if QF_BITS == 512
+/* 0, 1, ..., 15 as f32 */
+AI vf iota(void) { return _mm512_cvtepi32_ps(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)); }
+
+/* q6_k: the 256 q - 32 as bytes in element order, 64 at a time (byte ops on 64 lanes are far
+ * cheaper than unpacking 16 at a time) */
+AI void q6_bytes(const uint8_t *b, int8_t *qb)
+{
+    const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(3), o32 = _mm512_set1_epi8(32);
+    /* qh's 2-bit fields: k = 0, 1 in the low and high 256 bits of A, k = 2, 3 of B */
+    const __m512i ca = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+    const __m512i cb = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+    for (int h = 0; h < 2; h++) {
+        __m512i ql = _mm512_loadu_si512((const void *)(b + 64 * h));
+        __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const void *)(b + 128 + 32 * h)));
+        __m512i ha = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, ca), m2), 4);
+        __m512i hb = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, cb), m2), 4);
+        __m512i qa = _mm512_or_si512(_mm512_and_si512(ql, m4), ha);
+        __m512i qb4 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), hb);
+        _mm512_store_si512((void *)(qb + 128 * h), _mm512_sub_epi8(qa, o32));
+        _mm512_store_si512((void *)(qb + 128 * h + 64), _mm512_sub_epi8(qb4, o32));
+    }
+}
+#endif
 
 AI void prep(gp_dtype t, const uint8_t *b, bctx *c)
 {
@@ -173,6 +202,24 @@ AI void prep(gp_dtype t, const uint8_t *b, bctx *c)
         break;
     case GP_Q4_K:
     case GP_Q5_K: {
+#if QF_BITS == 512
+        /* the 6-bit scales and mins of quant_internal.h's table, all 16 at once: lane j < 8 sc_j,
+         * lane 8 + j m_j, from the packed bytes s[0..11] */
+        const __m512i ia = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11);
+        const __m512i ib = _mm512_setr_epi32(0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 0, 0, 4, 5, 6, 7);
+        const __m512i sh = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4);
+        const __m512i mk = _mm512_setr_epi32(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15,
+                                             15, 15, 15);
+        __m512i B = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(b + 4)));
+        __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(ia, B), sh), mk);
+        __m512i hi = _mm512_slli_epi32(
+            _mm512_srli_epi32(_mm512_maskz_permutexvar_epi32(0xf0f0, ib, B), 6), 4);
+        __m512 dm = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(f16(b)), _mm512_set1_ps(f16(b + 2)));
+        __m512 v = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_or_si512(lo, hi)));
+        _mm256_storeu_ps(c->s, _mm512_castps512_ps256(v));
+        _mm256_storeu_ps(c->o, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        break;
+#else
         float d = f16(b), dmin = f16(b + 2);
         const uint8_t *s = b + 4;
         for (int j = 0; j < 4; j++) {
@@ -182,19 +229,78 @@ AI void prep(gp_dtype t, const uint8_t *b, bctx *c)
             c->o[j + 4] = dmin * (float)((s[j + 8] >> 4) | (s[j + 4] >> 6) << 4);
         }
         break;
+#endif
     }
     default: { /* q6_k */
         float d = f16(b + 208);
         for (int i = 0; i < 16; i++)
             c->s[i] = d * (float)(int8_t)b[192 + i];
+#if QF_BITS == 512
+        q6_bytes(b, c->qb);
+#endif
         break;
     }
     }
+#if QF_BITS == 512
+    /* the 16 (q4) or 32 (q5) values a block can take: each weight is then one permute of its q.
+     * d q is exact in f32 (an f16's 11 significant bits times a 5-bit integer), so d q + m rounds
+     * once either way and one fused multiply-add gives dequantization's d * q + m bit for bit */
+    vf d = vset(c->s[0]), i16 = iota();
+    switch (t) {
+    case GP_Q4_0: c->T0 = vmul(d, vsub(i16, vset(8))); break;
+    case GP_Q4_1: c->T0 = vfma(d, i16, vset(c->o[0])); break;
+    case GP_Q5_0:
+        c->T0 = vmul(d, vsub(i16, vset(16)));
+        c->T1 = vmul(d, i16);
+        break;
+    case GP_Q5_1:
+        c->T0 = vfma(d, i16, vset(c->o[0]));
+        c->T1 = vfma(d, vadd(i16, vset(16)), vset(c->o[0]));
+        break;
+    default: break;
+    }
+#endif
 }
 
 /* Values 32 g .. 32 g + 31 of block b (g < QK / 32), exactly gp_quant_dequantize_row's. */
 AI void deq(gp_dtype t, const uint8_t *b, const bctx *c, int g, vf *w0, vf *w1)
 {
+#if QF_BITS == 512
+    /* q - 8 etc. are exact small integers in f32, so the tables hold exactly the values the
+     * arithmetic below would give */
+    if (t == GP_Q4_0 || t == GP_Q4_1) { /* permutes read only the low 4 bits of an index */
+        vi q = vu8(b + (t == GP_Q4_0 ? 2 : 4));
+        *w0 = _mm512_permutexvar_ps(q, c->T0);
+        *w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), c->T0);
+        return;
+    }
+    if (t == GP_Q5_0 || t == GP_Q5_1) {
+        vi q = vu8(b + (t == GP_Q5_0 ? 6 : 8));
+        uint32_t qh = ld32(b + (t == GP_Q5_0 ? 2 : 4));
+        vi lo = vibit16(viand(q, 15), qh), hi = vibit16(_mm512_srli_epi32(q, 4), qh >> 16);
+        *w0 = _mm512_permutex2var_ps(c->T0, lo, c->T1);
+        *w1 = _mm512_permutex2var_ps(c->T0, hi, c->T1);
+        return;
+    }
+    if (t == GP_Q4_K) {
+        const uint8_t *qs = b + 16 + 32 * (g >> 1);
+        /* d sc_j q and dmin m_j are exact (17 + 4 significant bits): one rounding, as fmsub */
+        vf T = _mm512_fmsub_ps(vset(c->s[g]), iota(), vset(c->o[g]));
+        vi lo = vu8(qs), hi = vu8(qs + 16);
+        if (g & 1) {
+            lo = _mm512_srli_epi32(lo, 4);
+            hi = _mm512_srli_epi32(hi, 4);
+        }
+        *w0 = _mm512_permutexvar_ps(lo, T);
+        *w1 = _mm512_permutexvar_ps(hi, T);
+        return;
+    }
+    if (t == GP_Q6_K) {
+        *w0 = vmul(vset(c->s[2 * g]), vcvt(vs8((const uint8_t *)c->qb + 32 * g)));
+        *w1 = vmul(vset(c->s[2 * g + 1]), vcvt(vs8((const uint8_t *)c->qb + 32 * g + 16)));
+        return;
+    }
+#endif
     switch (t) {
     case GP_Q4_0:
     case GP_Q4_1:
@@ -257,6 +363,9 @@ AI void deq(gp_dtype t, const uint8_t *b, const bctx *c, int g, vf *w0, vf *w1)
 
 #define MAXM 4
 #define MAXR 4
+#ifndef QF_PF
+#define QF_PF 16 /* rows ahead to prefetch */
+#endif
 
 /* outputs n .. n + NR - 1 of rows 0 .. MR - 1 */
 AI void dec_tile(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int NR, const float *x,
@@ -267,13 +376,21 @@ AI void dec_tile(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int NR, con
         for (int r = 0; r < NR; r++)
             acc[m][r][0] = acc[m][r][1] = vzero();
     const int64_t ns = K / QK(t);
+    const size_t pfo = (6144 / rb < 4 ? 4 : 6144 / rb + 1) * rb;
     const uint8_t *row[MAXR];
     for (int r = 0; r < NR; r++)
         row[r] = w + (size_t)(n + r) * rb;
     for (int64_t s = 0; s < ns; s++) {
         bctx c[MAXR];
-        for (int r = 0; r < NR; r++)
+        for (int r = 0; r < NR; r++) {
+            /* the same place some 6 KiB of rows on: measured best on the dev VM (half or twice
+             * as far lose up to 20% when the weights come from memory); prefetches never fault,
+             * past the matrix they are only wasted */
+            const char *pf = (const char *)row[r] + pfo + (size_t)s * BB(t);
+            for (int l = 0; l < BB(t); l += 64)
+                _mm_prefetch(pf + l, _MM_HINT_T0);
             prep(t, row[r] + (size_t)s * BB(t), &c[r]);
+        }
         for (int g = 0; g < QK(t) / 32; g++) {
             vf w0[MAXR], w1[MAXR];
             for (int r = 0; r < NR; r++)
