@@ -9,6 +9,7 @@ add_library(gp_cpu STATIC
   ${CMAKE_SOURCE_DIR}/runtime/cpu_check.c
   ${CMAKE_SOURCE_DIR}/runtime/threadpool.c
   ${CMAKE_SOURCE_DIR}/runtime/quant.c
+  ${CMAKE_SOURCE_DIR}/runtime/quant_f32.c
 )
 # The quantized products' SIMD paths (runtime/quant_x86.h): one file per path with its own flags,
 # chosen at run time (runtime/quant.c), so the rest of the library stays baseline x86-64.
@@ -20,6 +21,9 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
   set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_avx2.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx2}")
   set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_avx512.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx512}")
   set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_vnni.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx512};-mavx512vnni")
+  target_sources(gp_cpu PRIVATE ${CMAKE_SOURCE_DIR}/runtime/quant_f32_avx2.c ${CMAKE_SOURCE_DIR}/runtime/quant_f32_avx512.c)
+  set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_f32_avx2.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx2}")
+  set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_f32_avx512.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx512}")
 endif()
 gp_target_flags(gp_cpu)
 target_compile_options(gp_cpu PRIVATE -ffp-contract=off
@@ -28,6 +32,7 @@ target_link_libraries(gp_cpu PUBLIC gp_core m Threads::Threads)
 
 gp_add_suite(NAME kernels SOURCES ${CMAKE_SOURCE_DIR}/tests/test_kernels.c LIBS gp_cpu)
 gp_add_suite(NAME quant SOURCES ${CMAKE_SOURCE_DIR}/tests/test_quant.c LIBS gp_cpu)
+gp_add_suite(NAME quant_f32 SOURCES ${CMAKE_SOURCE_DIR}/tests/test_quant_f32.c LIBS gp_cpu)
 
 if(EXISTS ${CMAKE_SOURCE_DIR}/bench/cpu_kernels.c)
   add_executable(bench_cpu_kernels ${CMAKE_SOURCE_DIR}/bench/cpu_kernels.c)

@@ -67,6 +67,16 @@ void gp_quant_act_quantize(gp_dtype wt, const float *x, int64_t m0, int64_t m1, 
 void gp_quant_matmul(gp_dtype wt, const void *w, int64_t n0, int64_t n1, const void *xq, int64_t M,
                      int64_t K, float *y, int64_t ldy);
 
+/* Products with f32 activations (no 8-bit rounding of x; runtime/quant_f32.c):
+ * y[m * ldy + n] = sum_k x[m * ldx + k] W[n, k] for n in [n0, n1) and every m < M, W's values those
+ * of gp_quant_dequantize_row and the sum in f32 in one fixed order per output
+ * (runtime/quant_f32_internal.h): bit for bit the same for every split of [n0, n1) and every M
+ * (decode and prompt agree), and the same on the AVX2 and AVX-512 paths (the portable one rounds
+ * each product, so it differs in the last bits). w: [N] rows of gp_dtype_row_bytes(wt, K) bytes;
+ * K a multiple of gp_dtype_block(wt). The path follows gp_quant_force_isa (vnni runs avx512's). */
+void gp_quant_matmul_f32(gp_dtype wt, const void *w, int64_t n0, int64_t n1, const float *x,
+                         int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy);
+
 /* The kernel paths. GP_QUANT_ISA_AUTO picks the best one the CPU has (the default). */
 enum {
     GP_QUANT_ISA_AUTO = -1,

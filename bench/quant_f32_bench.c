@@ -1,0 +1,214 @@
+/* Speed of gp_quant_matmul_f32 (runtime/quant.h): decode (M = 1, GB/s of weights read) and prompt
+ * (M = 128, GFLOP/s) on transformer shapes, 1 and 2 threads splitting the columns; notes in
+ * bench/quant-notes.md. Usage: quant-f32-bench [ROUNDS] [ISA|-] [cpu] [TYPE]: ISA portable, avx2,
+ * avx512, vnni; "cpu": one thread only, timed by its CPU time (for a loaded machine); TYPE: only it. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/quant.h"
+
+static clockid_t clk = CLOCK_MONOTONIC;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- a spinning two-thread pool: thread creation would cost more than a small product ---- */
+
+typedef struct {
+    gp_dtype t;
+    const unsigned char *w;
+    int64_t N, K, M;
+    const float *x;
+    float *y;
+    int q8; /* 1: the 8-bit activation product (gp_quant_matmul) instead, for comparison */
+    void *xq;
+} job;
+
+static job cur;
+static atomic_int go, done, quit;
+static int nthreads;
+
+static void part(int i)
+{
+    /* column ranges on multiples of 4 rows, as a runtime's split would be */
+    int64_t n0 = cur.N * i / nthreads / 4 * 4, n1 = i + 1 == nthreads ? cur.N : cur.N * (i + 1) / nthreads / 4 * 4;
+    if (cur.q8)
+        gp_quant_matmul(cur.t, cur.w, n0, n1, cur.xq, cur.M, cur.K, cur.y, cur.N);
+    else
+        gp_quant_matmul_f32(cur.t, cur.w, n0, n1, cur.x, cur.K, cur.M, cur.K, cur.y, cur.N);
+}
+
+static void *worker(void *arg)
+{
+    (void)arg;
+    int seen = 0;
+    for (;;) {
+        int g;
+        while ((g = atomic_load_explicit(&go, memory_order_acquire)) == seen && !atomic_load(&quit))
+            sched_yield(); /* the machine may be shared: spinning alone would starve the caller */
+        if (atomic_load(&quit))
+            return NULL;
+        seen = g;
+        part(1);
+        atomic_fetch_add_explicit(&done, 1, memory_order_release);
+    }
+}
+
+static void call(void)
+{
+    if (cur.q8) /* the 8-bit path pays for quantizing x on every call */
+        gp_quant_act_quantize(cur.t, cur.x, 0, cur.M, cur.K, cur.K, cur.xq);
+    if (nthreads == 1) {
+        part(0);
+        return;
+    }
+    int d0 = atomic_load(&done);
+    atomic_fetch_add_explicit(&go, 1, memory_order_release);
+    part(0);
+    while (atomic_load_explicit(&done, memory_order_acquire) == d0)
+        sched_yield();
+}
+
+/* ---- measurement ---- */
+
+typedef struct {
+    double best, worst; /* seconds per call: min and max over rounds of each round's mean */
+} timing;
+
+/* copies: the matrix is replicated so that successive calls read different memory (decode reads a
+ * whole model per token, far beyond the caches) */
+static timing measure(job j, const unsigned char *wbase, size_t wbytes, int copies, int rounds)
+{
+    timing tm = {1e30, 0};
+    cur = j;
+    int iters = 1;
+    for (;;) { /* a round of at least ~30 ms */
+        double t0 = now();
+        for (int i = 0; i < iters; i++) {
+            cur.w = wbase + (size_t)(i % copies) * wbytes;
+            call();
+        }
+        if (now() - t0 > 0.03 || iters > (1 << 20))
+            break;
+        iters *= 2;
+    }
+    for (int r = 0; r < rounds; r++) {
+        double t0 = now();
+        for (int i = 0; i < iters; i++) {
+            cur.w = wbase + (size_t)(i % copies) * wbytes;
+            call();
+        }
+        double s = (now() - t0) / iters;
+        tm.best = s < tm.best ? s : tm.best;
+        tm.worst = s > tm.worst ? s : tm.worst;
+    }
+    return tm;
+}
+
+static unsigned long long rng = 88172645463325252ull;
+
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) * 0x1p-53 * 2 - 1);
+}
+
+int main(int argc, char **argv)
+{
+    int rounds = argc > 1 ? atoi(argv[1]) : 7;
+    int only_cpu = argc > 3 && strcmp(argv[3], "cpu") == 0;
+    const char *only = argc > 4 ? argv[4] : NULL;
+    if (only_cpu)
+        clk = CLOCK_THREAD_CPUTIME_ID;
+    if (argc > 2 && strcmp(argv[2], "-") != 0) {
+        int isa = -1;
+        for (int i = 0; i < GP_QUANT_ISA_COUNT; i++)
+            if (strcmp(argv[2], gp_quant_isa_name(i)) == 0)
+                isa = i;
+        if (isa < 0 || gp_quant_force_isa(isa) != 0) {
+            fprintf(stderr, "quant_f32_bench: ISA %s not available here\n", argv[2]);
+            return 1;
+        }
+    }
+    static const gp_dtype types[] = {GP_Q4_1, GP_Q4_0, GP_Q8_0, GP_Q4_K, GP_Q6_K};
+    static const char *const names[] = {"q4_1", "q4_0", "q8_0", "q4_k", "q6_k"};
+    static const int64_t shapes[][2] = {{576, 1536}, {1536, 576}, {2048, 5632}}; /* N x K */
+    printf("path %s; rounds %d; seconds per call: min over rounds, spread = max/min - 1\n",
+           gp_quant_isa_name(gp_quant_isa()), rounds);
+    printf("%-5s %-10s %3s %4s | %8s %6s | %8s %6s | %9s %6s\n", "type", "N x K", "thr", "M",
+           "hot", "spread", "cold", "spread", "8-bit hot", "");
+    pthread_t th;
+    for (int s = 0; s < 3; s++) {
+        int64_t N = shapes[s][0], K = shapes[s][1];
+        float *wf = malloc((size_t)(N * K) * sizeof *wf);
+        for (int64_t i = 0; i < N * K; i++)
+            wf[i] = frand() * 0.05f;
+        float *x = malloc((size_t)(128 * K) * sizeof *x), *y = malloc((size_t)(128 * N) * sizeof *y);
+        for (int64_t i = 0; i < 128 * K; i++)
+            x[i] = frand();
+        for (int ti = 0; ti < 5; ti++) {
+            gp_dtype t = types[ti];
+            if (K % gp_dtype_block(t) != 0 || (only && strcmp(only, names[ti]) != 0))
+                continue; /* the k-quants need K a multiple of 256 */
+            size_t rb = gp_dtype_row_bytes(t, K), wbytes = (size_t)N * rb;
+            int copies = (int)((256u << 20) / wbytes) + 1; /* 256 MiB of copies for the cold column */
+            unsigned char *w = malloc(wbytes * (size_t)copies);
+            for (int64_t n = 0; n < N; n++)
+                gp_quant_quantize_row(t, wf + n * K, w + n * rb, K);
+            for (int c = 1; c < copies; c++)
+                memcpy(w + (size_t)c * wbytes, w, wbytes);
+            void *xq = aligned_alloc(64, (gp_quant_act_row_bytes(t, K) * 128 + 63) / 64 * 64);
+            for (nthreads = 1; nthreads <= (only_cpu ? 1 : 2); nthreads++) {
+                atomic_store(&quit, 0);
+                atomic_store(&go, 0);
+                atomic_store(&done, 0);
+                if (nthreads == 2)
+                    pthread_create(&th, NULL, worker, NULL);
+                for (int M = 1; M <= 128; M *= 128) {
+                    job j = {t, w, N, K, M, x, y, 0, xq};
+                    timing hot = measure(j, w, wbytes, 1, rounds);
+                    timing cold = M == 1 ? measure(j, w, wbytes, copies, rounds) : hot;
+                    j.q8 = 1;
+                    timing q8 = measure(j, w, wbytes, 1, rounds);
+                    char tag[32];
+                    snprintf(tag, sizeof tag, "%lldx%lld", (long long)N, (long long)K);
+                    if (M == 1)
+                        printf("%-5s %-10s %3d %4d | %6.1f GB/s %5.0f%% | %6.1f GB/s %5.0f%% | %7.1f GB/s"
+                               "   (%.1f us)\n",
+                               names[ti], tag, nthreads, M, wbytes / hot.best * 1e-9,
+                               100 * (hot.worst / hot.best - 1), wbytes / cold.best * 1e-9,
+                               100 * (cold.worst / cold.best - 1), wbytes / q8.best * 1e-9,
+                               hot.best * 1e6);
+                    else
+                        printf("%-5s %-10s %3d %4d | %6.1f GFLOP/s %2.0f%% | %17s | %7.1f GFLOP/s"
+                               " (%.2f ms)\n",
+                               names[ti], tag, nthreads, M, 2.0 * M * N * K / hot.best * 1e-9,
+                               100 * (hot.worst / hot.best - 1), "", 2.0 * M * N * K / q8.best * 1e-9,
+                               hot.best * 1e3);
+                    fflush(stdout);
+                }
+                if (nthreads == 2) {
+                    atomic_store(&quit, 1);
+                    pthread_join(th, NULL);
+                }
+            }
+            free(xq);
+            free(w);
+        }
+        free(wf);
+        free(x);
+        free(y);
+    }
+    return 0;
+}

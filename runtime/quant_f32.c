@@ -1,0 +1,71 @@
+/* Products of f32 activations with block-quantized weights dequantized on the fly
+ * (gp_quant_matmul_f32, runtime/quant.h): the portable path and the selector of the SIMD ones. */
+#include <string.h>
+
+#include "runtime/quant.h"
+#include "runtime/quant_f32_internal.h"
+
+/* The fixed tree of quant_f32_internal.h over 32 lane sums. */
+static float red32(const float *l)
+{
+    float s16[16], s8[8], s4[4], s2[2];
+    for (int i = 0; i < 16; i++)
+        s16[i] = l[i] + l[16 + i];
+    for (int i = 0; i < 8; i++)
+        s8[i] = s16[i] + s16[8 + i];
+    for (int i = 0; i < 4; i++)
+        s4[i] = s8[i] + s8[4 + i];
+    for (int i = 0; i < 2; i++)
+        s2[i] = s4[i] + s4[2 + i];
+    return s2[0] + s2[1];
+}
+
+/* Plain C: a row's values come from gp_quant_dequantize_row 256 columns at a time (a whole number
+ * of blocks of every type), then x * w rounded and added into the 32 lanes. */
+#define PCH 256
+#define PM 8
+
+static void qf32_portable(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, const float *x,
+                          int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy)
+{
+    size_t rb = gp_dtype_row_bytes(wt, K), bb = gp_dtype_block_bytes(wt);
+    int64_t qk = gp_dtype_block(wt);
+    float wv[PCH], acc[PM][GP_QF32_LANES];
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = w + (size_t)n * rb;
+        for (int64_t m0 = 0; m0 < M; m0 += PM) {
+            int mm = M - m0 < PM ? (int)(M - m0) : PM;
+            memset(acc, 0, sizeof acc);
+            for (int64_t k0 = 0; k0 < K; k0 += PCH) {
+                int64_t kc = K - k0 < PCH ? K - k0 : PCH;
+                gp_quant_dequantize_row(wt, row + (size_t)(k0 / qk) * bb, wv, kc);
+                for (int m = 0; m < mm; m++) {
+                    const float *xr = x + (m0 + m) * ldx + k0;
+                    for (int64_t j = 0; j < kc; j += GP_QF32_LANES)
+                        for (int l = 0; l < GP_QF32_LANES; l++) {
+                            float p = xr[j + l] * wv[j + l];
+                            acc[m][l] = acc[m][l] + p;
+                        }
+                }
+            }
+            for (int m = 0; m < mm; m++)
+                y[(m0 + m) * ldy + n] = red32(acc[m]);
+        }
+    }
+}
+
+void gp_quant_matmul_f32(gp_dtype wt, const void *w, int64_t n0, int64_t n1, const float *x,
+                         int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy)
+{
+    GP_ASSERT(gp_dtype_is_quant(wt) && K > 0 && K % gp_dtype_block(wt) == 0);
+    GP_ASSERT(0 <= n0 && n0 <= n1 && M >= 0 && ldx >= K && (M <= 1 || ldy >= n1));
+    if (n0 == n1 || M == 0)
+        return;
+    gp_qf32_fn fn = qf32_portable;
+#if defined(__x86_64__) && defined(__GNUC__)
+    static const gp_qf32_fn fns[GP_QUANT_ISA_COUNT] = {qf32_portable, gp_qf32_avx2, gp_qf32_avx512,
+                                                       gp_qf32_avx512};
+    fn = fns[gp_quant_isa()];
+#endif
+    fn(wt, w, n0, n1, x, ldx, M, K, y, ldy);
+}

@@ -1,0 +1,30 @@
+/* Inside runtime/quant_f32*.c: the one arithmetic every path of gp_quant_matmul_f32 follows, and
+ * the per-ISA entry points the selector in quant_f32.c picks. */
+#ifndef GP_RUNTIME_QUANT_F32_INTERNAL_H
+#define GP_RUNTIME_QUANT_F32_INTERNAL_H
+
+#include <stdint.h>
+
+#include "ir/core.h"
+
+/*
+ * The order of operations of one output y = x . W[n] (runtime/quant.h): W[n]'s values are those of
+ * gp_quant_dequantize_row, bit for bit; 32 lane sums, lane l = the products x[k] W[n, k] for k = l
+ * mod 32 added in increasing k (SIMD paths: one fused multiply-add each, starting from 0; portable:
+ * a rounded product, then a rounded add); then s16[i] = lane[i] + lane[16 + i], s8[i] = s16[i] +
+ * s16[8 + i], s4[i] = s8[i] + s8[4 + i], s2[i] = s4[i] + s4[2 + i], y = s2[0] + s2[1]. Nothing in it
+ * depends on n0, n1 or M, so every split of the columns and every batch of rows gives the same bits;
+ * the AVX2 and AVX-512 paths give the same bits as each other.
+ */
+#define GP_QF32_LANES 32
+
+/* Same contract as gp_quant_matmul_f32; w is the whole matrix (row n at n * row bytes). */
+typedef void (*gp_qf32_fn)(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, const float *x,
+                           int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy);
+
+void gp_qf32_avx2(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, const float *x,
+                  int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy);
+void gp_qf32_avx512(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, const float *x,
+                    int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy);
+
+#endif

@@ -1,0 +1,263 @@
+/* Tests of gp_quant_matmul_f32 (runtime/quant.h): every type and ISA path against a double
+ * reference, the documented summation order bit for bit, and the same bits for every column split
+ * and every batch size (decode M = 1 against prompt M = 37). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <CUnit/CUnit.h>
+
+#include "runtime/quant.h"
+#include "tests/testutil.h"
+
+static const gp_dtype types[] = {GP_Q4_0, GP_Q4_1, GP_Q5_0, GP_Q5_1,
+                                 GP_Q8_0, GP_Q4_K, GP_Q5_K, GP_Q6_K};
+static const char *const tname[] = {"q4_0", "q4_1", "q5_0", "q5_1",
+                                    "q8_0", "q4_k", "q5_k", "q6_k"};
+#define NTYPES 8
+
+static uint64_t rng = 0x13198a2e03707344ull;
+
+static float nrand(void) /* standard normal (Box-Muller) */
+{
+    double u = (double)(gp_test_rand(&rng) >> 11) * 0x1p-53 + 0x1p-60;
+    double v = (double)(gp_test_rand(&rng) >> 11) * 0x1p-53;
+    return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
+}
+
+/* The order runtime/quant_f32_internal.h documents: 32 lanes (k mod 32) in increasing k, fused
+ * (SIMD paths) or product-then-add (portable), then the fixed tree. */
+static float emulate(const float *x, const float *w, int K, int fused)
+{
+    float l[32] = {0}, s16[16], s8[8], s4[4], s2[2];
+    for (int k = 0; k < K; k++) {
+        if (fused) {
+            l[k % 32] = fmaf(x[k], w[k], l[k % 32]);
+        } else {
+            float p = x[k] * w[k];
+            l[k % 32] = l[k % 32] + p;
+        }
+    }
+    for (int i = 0; i < 16; i++)
+        s16[i] = l[i] + l[16 + i];
+    for (int i = 0; i < 8; i++)
+        s8[i] = s16[i] + s16[8 + i];
+    for (int i = 0; i < 4; i++)
+        s4[i] = s8[i] + s8[4 + i];
+    for (int i = 0; i < 2; i++)
+        s2[i] = s4[i] + s4[2 + i];
+    return s2[0] + s2[1];
+}
+
+typedef struct {
+    gp_dtype t;
+    int N, K, M, ldx, ldy;
+    unsigned char *w; /* [N] rows of rb bytes */
+    float *wf;        /* [N, K] W's values (gp_quant_dequantize_row) */
+    float *x;         /* [M, ldx] */
+    double *ref;      /* [M, N] the exact-ish dot in double */
+    double *mag;      /* [M, N] sum |x| |w| */
+} problem;
+
+static void problem_make(problem *p, gp_dtype t, int N, int K, int M)
+{
+    p->t = t;
+    p->N = N;
+    p->K = K;
+    p->M = M;
+    p->ldx = K + 5; /* strides wider than the rows: nothing may read or write past them */
+    p->ldy = N + 3;
+    size_t rb = gp_dtype_row_bytes(t, K);
+    p->wf = malloc((size_t)N * K * sizeof *p->wf);
+    p->w = malloc((size_t)N * rb);
+    for (int i = 0; i < N * K; i++)
+        p->wf[i] = nrand() * 0.05f + (i % 97 == 0 ? 0.3f : 0.0f);
+    for (int n = 0; n < N; n++)
+        gp_quant_quantize_row(t, p->wf + (size_t)n * K, p->w + n * rb, K);
+    for (int n = 0; n < N; n++)
+        gp_quant_dequantize_row(t, p->w + n * rb, p->wf + (size_t)n * K, K);
+    p->x = malloc((size_t)M * p->ldx * sizeof *p->x);
+    for (int i = 0; i < M * p->ldx; i++)
+        p->x[i] = nrand() * (i % 61 == 0 ? 8.0f : 1.0f);
+    p->ref = malloc((size_t)M * N * sizeof *p->ref);
+    p->mag = malloc((size_t)M * N * sizeof *p->mag);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double s = 0, a = 0;
+            for (int k = 0; k < K; k++) {
+                double v = (double)p->x[(size_t)m * p->ldx + k] * p->wf[(size_t)n * K + k];
+                s += v;
+                a += fabs(v);
+            }
+            p->ref[m * N + n] = s;
+            p->mag[m * N + n] = a;
+        }
+}
+
+static void problem_free(problem *p)
+{
+    free(p->w);
+    free(p->wf);
+    free(p->x);
+    free(p->ref);
+    free(p->mag);
+}
+
+static float *run(const problem *p, int M, const float *x, const int *cuts, int ncuts)
+{
+    float *y = malloc((size_t)M * p->ldy * sizeof *y);
+    for (int i = 0; i < M * p->ldy; i++)
+        y[i] = -1234.5f;
+    for (int c = 0; c + 1 < ncuts; c++)
+        gp_quant_matmul_f32(p->t, p->w, cuts[c], cuts[c + 1], x, p->ldx, M, p->K, y, p->ldy);
+    return y;
+}
+
+/*
+ * Bound: W's values are the reference's, so the only error is the f32 sum. Each of the 32 lanes
+ * adds K / 32 terms and the tree 5 more levels; with a rounded product (portable) that is at most
+ * K / 32 + 6 roundings on any term, |y - ref| <= gamma(K / 32 + 6) sum |x||w|, gamma(n) = n u /
+ * (1 - n u), u = 2^-24: for K = 2048 that is 70 * 6e-8 = 4.2e-6, under the 1e-5 the test allows.
+ */
+static void test_reference(void)
+{
+    static const int Ms[] = {1, 2, 5, 37}, Ks[] = {256, 768, 2048, 1536};
+    enum { N = 29 }; /* odd: every decode and prompt tile shape has a ragged tail */
+    const int cuts_all[] = {0, N}, cuts_a[] = {0, 1, 6, 13, 14, 27, N}, cuts_b[] = {0, 3, 16, N};
+    int checked = 0;
+    for (int t = 0; t < NTYPES; t++) {
+        for (int ki = 0; ki < 4; ki++) {
+            problem p;
+            problem_make(&p, types[t], N, Ks[ki], 37);
+            CU_ASSERT_FATAL(gp_quant_force_isa(GP_QUANT_ISA_PORTABLE) == 0);
+            float *ypor = run(&p, 37, p.x, cuts_all, 2);
+            for (int isa = 0; isa < GP_QUANT_ISA_COUNT; isa++) {
+                if (gp_quant_force_isa(isa) != 0)
+                    continue;
+                for (int mi = 0; mi < 4; mi++) {
+                    int M = Ms[mi], bad = 0, order = 0, split = 0, vs = 0, pad = 0, batch = 0;
+                    float *y = run(&p, M, p.x, cuts_all, 2);
+                    float *ya = run(&p, M, p.x, cuts_a, 7), *yb = run(&p, M, p.x, cuts_b, 4);
+                    for (int m = 0; m < M; m++) {
+                        /* the same rows as decode (M = 1) and inside the batch of 37 */
+                        float *y1 = run(&p, 1, p.x + (size_t)m * p.ldx, cuts_a, 7);
+                        for (int n = 0; n < N; n++) {
+                            float v = y[m * p.ldy + n];
+                            double tol = 1e-5 * p.mag[m * N + n] + 1e-30;
+                            bad += !(fabs(v - p.ref[m * N + n]) <= tol);
+                            vs += !(fabs(v - ypor[m * p.ldy + n]) <= tol);
+                            float e = emulate(p.x + (size_t)m * p.ldx, p.wf + (size_t)n * p.K,
+                                              p.K, isa != GP_QUANT_ISA_PORTABLE);
+                            order += memcmp(&v, &e, sizeof v) != 0;
+                            split += memcmp(&v, &ya[m * p.ldy + n], sizeof v) != 0;
+                            split += memcmp(&v, &yb[m * p.ldy + n], sizeof v) != 0;
+                            batch += memcmp(&v, &y1[n], sizeof v) != 0;
+                            checked++;
+                        }
+                        for (int n = N; n < p.ldy; n++)
+                            pad += y[m * p.ldy + n] != -1234.5f || y1[n] != -1234.5f;
+                        free(y1);
+                    }
+                    if (bad || order || split || vs || pad || batch)
+                        printf("\n%s %s M %d K %d: %d off the reference, %d off the order, %d "
+                               "split, %d vs portable, %d batch, %d pad\n",
+                               tname[t], gp_quant_isa_name(isa), M, p.K, bad, order, split, vs,
+                               batch, pad);
+                    CU_ASSERT(bad == 0 && order == 0 && split == 0 && vs == 0 && pad == 0 &&
+                              batch == 0);
+                    free(y);
+                    free(ya);
+                    free(yb);
+                }
+            }
+            free(ypor);
+            problem_free(&p);
+        }
+    }
+    CU_ASSERT(checked > 0);
+    CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
+}
+
+/* Rows of a batch and the same rows alone (bits), and the AVX2 and AVX-512 paths against each
+ * other (the same documented order: the same bits), on a 32-block K that is not a whole number
+ * of the prompt path's 256-column chunks, and on prompt batches of every tail size. */
+static void test_batches_and_paths(void)
+{
+    static const int Ms[] = {4, 5, 6, 7, 8, 13, 24, 25, 49};
+    for (int t = 0; t < NTYPES; t++) {
+        int K = gp_dtype_block(types[t]) == 32 ? 288 + 32 : 512, N = 17, cuts[] = {0, N};
+        problem p;
+        problem_make(&p, types[t], N, K, 49);
+        float *prev = NULL;
+        for (int isa = GP_QUANT_ISA_AVX2; isa <= GP_QUANT_ISA_AVX512; isa++) {
+            if (gp_quant_force_isa(isa) != 0)
+                continue;
+            float *y1 = run(&p, 49, p.x, cuts, 2); /* reference: 49 single rows below */
+            for (int m = 0; m < 49; m++) {
+                float *r = run(&p, 1, p.x + (size_t)m * p.ldx, cuts, 2);
+                memcpy(y1 + m * p.ldy, r, (size_t)N * sizeof *r);
+                free(r);
+            }
+            int diff = 0;
+            for (int mi = 0; mi < 9; mi++) {
+                float *y = run(&p, Ms[mi], p.x, cuts, 2);
+                for (int m = 0; m < Ms[mi]; m++)
+                    diff += memcmp(y + m * p.ldy, y1 + m * p.ldy, (size_t)N * sizeof *y) != 0;
+                free(y);
+            }
+            if (diff)
+                printf("\n%s %s: %d rows differ from M = 1\n", tname[t], gp_quant_isa_name(isa), diff);
+            CU_ASSERT(diff == 0);
+            if (prev) {
+                int paths = 0;
+                for (int m = 0; m < 49; m++)
+                    paths += memcmp(prev + m * p.ldy, y1 + m * p.ldy, (size_t)N * sizeof *y1) != 0;
+                CU_ASSERT(paths == 0);
+                free(prev);
+            }
+            prev = y1;
+        }
+        free(prev);
+        problem_free(&p);
+    }
+    CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
+}
+
+/* Empty ranges write nothing; n0 > 0 writes only [n0, n1). */
+static void test_ranges(void)
+{
+    problem p;
+    problem_make(&p, GP_Q4_1, 8, 64, 3);
+    for (int isa = 0; isa < GP_QUANT_ISA_COUNT; isa++) {
+        if (gp_quant_force_isa(isa) != 0)
+            continue;
+        float y[3 * 11];
+        for (int i = 0; i < 3 * 11; i++)
+            y[i] = 7.0f;
+        gp_quant_matmul_f32(GP_Q4_1, p.w, 5, 5, p.x, p.ldx, 3, 64, y, 11);
+        gp_quant_matmul_f32(GP_Q4_1, p.w, 0, 8, p.x, p.ldx, 0, 64, y, 11);
+        int untouched = 0;
+        for (int i = 0; i < 3 * 11; i++)
+            untouched += y[i] == 7.0f;
+        CU_ASSERT(untouched == 3 * 11);
+        gp_quant_matmul_f32(GP_Q4_1, p.w, 2, 6, p.x, p.ldx, 3, 64, y, 11);
+        for (int m = 0; m < 3; m++)
+            for (int n = 0; n < 11; n++) {
+                float v = y[m * 11 + n];
+                if (n >= 2 && n < 6)
+                    CU_ASSERT(fabs(v - p.ref[m * 8 + n]) <= 1e-5 * p.mag[m * 8 + n])
+                else
+                    CU_ASSERT(v == 7.0f);
+            }
+    }
+    CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
+    problem_free(&p);
+}
+
+void gp_suite_quant_f32(void)
+{
+    CU_pSuite s = CU_add_suite("quant_f32", NULL, NULL);
+    CU_add_test(s, "every type x path x M x K vs double, order, splits", test_reference);
+    CU_add_test(s, "batches = single rows; avx2 = avx512", test_batches_and_paths);
+    CU_add_test(s, "column ranges", test_ranges);
+}
