@@ -32,11 +32,6 @@ static char *dup_str(const char *s)
 int64_t gp_op_workspace_bytes(const gp_node *node, const gp_graph *g, gp_backend backend)
 {
     int64_t t = 0, h = 0, d = 0, s = 0;
-    if (node->op == GP_OP_MATMUL && gp_dtype_is_quant(g->tensors[node->inputs[1]].dtype)) {
-        const gp_tensor *a = &g->tensors[node->inputs[0]]; /* [M, K] (shape.c checked) */
-        return gp_workspace_matmul_quant(backend, g->tensors[node->inputs[1]].dtype,
-                                         a->shape[0].size, a->shape[1].size);
-    }
     if (node->op == GP_OP_ATTENTION) {
         const gp_tensor *q = &g->tensors[node->inputs[0]]; /* [T, H, D] */
         const gp_tensor *k = &g->tensors[node->inputs[1]]; /* [S, G, D] */

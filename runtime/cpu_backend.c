@@ -135,11 +135,6 @@ static void run_nodes(void *vctx, int ith, int nth)
             ws = c->arena + w->offset;
             ws_size = (size_t)w->size;
         }
-        if (nd->op == GP_OP_MATMUL && gp_dtype_is_quant(in[1].dtype)) {
-            /* Its first phase: the activations to 8 bits, which every thread's share reads. */
-            gp_cpu_quantize_act(in, ws, ith, nth);
-            gp_threadpool_barrier(c->pool);
-        }
         gp_cpu_compute(nd->op, &nd->attrs, &out, in,
                        gp_cpu_device_inputs(nd->op, nd->n_inputs, c->slot), ws, ws_size, ith, nth);
         gp_threadpool_barrier(c->pool);

@@ -111,12 +111,9 @@ static inline void gp_acc8_dot(gp_acc8 *a, const float *x, const float *y, int64
 
 void gp_cpu_matmul(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int ith,
                    int nth);
-/* matmul(x [M, K] f32, W [N, K] quantized, tb=1) -> y [M, N] f32 with x already quantized to 8
- * bits into xq (the node's workspace: gp_cpu_quantize_act ran on every thread, then a barrier).
- * Threads split the output columns. */
-void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, void *xq, int ith, int nth);
-/* This thread's share of the rows of x into xq: the first phase of a quantized matmul. */
-void gp_cpu_quantize_act(const gp_ktensor *in, void *xq, int ith, int nth);
+/* matmul(x [M, K] f32, W [N, K] quantized, tb=1) -> y [M, N] f32 (no workspace). Threads split
+ * the output columns. */
+void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, int ith, int nth);
 void gp_cpu_attention(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, void *ws,
                       size_t ws_size, int ith, int nth);
 

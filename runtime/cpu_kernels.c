@@ -583,7 +583,7 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
         break;
     case GP_OP_MATMUL:
         if (gp_dtype_is_quant(in[1].dtype))
-            gp_cpu_matmul_quant(out, in, ws, ith, nth);
+            gp_cpu_matmul_quant(out, in, ith, nth);
         else
             gp_cpu_matmul(a, out, in, ith, nth);
         break;
@@ -634,7 +634,5 @@ size_t gp_cpu_workspace_bytes(gp_op op, const gp_ktensor *out, const gp_ktensor 
         nth = GP_WS_CPU_MAX_THREADS;
     if (op == GP_OP_ATTENTION && n_in >= 2 && nth > 0 && in[1].ne[0] > 0)
         return (size_t)nth * (size_t)in[1].ne[0] * sizeof(float);
-    if (op == GP_OP_MATMUL && n_in >= 2 && gp_dtype_is_quant(in[1].dtype))
-        return (size_t)in[0].ne[0] * gp_quant_act_row_bytes(in[1].dtype, in[0].ne[1]);
     return 0;
 }

@@ -291,20 +291,12 @@ void gp_cpu_matmul(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *
 }
 
 /* ---- quantized weights (runtime/quant.h) ----
- * Rows of x are quantized once per node into the workspace (a phase of its own, with a barrier
- * after it: every thread's columns need every row), then each thread computes its columns. The
- * column split changes no result (quant.h), so results are the same for every thread count. */
+ * f32 activations times blocks dequantized on the fly (gp_quant_matmul_f32): the result is the
+ * dequantized weights' product up to summation order, as transformers computes a GGUF model.
+ * Threads split the output columns; the split changes no result, so every thread count gives the
+ * same bits. */
 
-void gp_cpu_quantize_act(const gp_ktensor *in, void *xq, int ith, int nth)
-{
-    const gp_ktensor *x = &in[0], *w = &in[1];
-    int64_t m0, m1;
-    gp_share(x->ne[0], ith, nth, &m0, &m1);
-    gp_quant_act_quantize(w->dtype, x->data, m0, m1, x->ne[1], x->nb[0] / (int64_t)sizeof(float),
-                          xq);
-}
-
-void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, void *xq, int ith, int nth)
+void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, int ith, int nth)
 {
     const gp_ktensor *x = &in[0], *w = &in[1];
     int64_t n0, n1, N = w->ne[0];
@@ -313,6 +305,6 @@ void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, void *xq, 
     n0 *= 16;
     n1 = n1 * 16 < N ? n1 * 16 : N;
     if (n0 < n1)
-        gp_quant_matmul(w->dtype, w->data, n0, n1, xq, x->ne[0], x->ne[1], out->data,
-                        out->nb[0] / (int64_t)sizeof(float));
+        gp_quant_matmul_f32(w->dtype, w->data, n0, n1, x->data, x->nb[0] / (int64_t)sizeof(float),
+                            x->ne[0], x->ne[1], out->data, out->nb[0] / (int64_t)sizeof(float));
 }

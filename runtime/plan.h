@@ -51,8 +51,7 @@ const char *gp_region_name(gp_region r); /* "arena", ... ; "?" out of range */
 /*
  * Op workspaces, fixed here because planner and backends must agree on them: the planner reserves
  * the maximum over backends so one plan serves CPU and CUDA; a backend uses at most its own share.
- *   matmul:    CUDA: a cuBLAS workspace of GP_WS_CUBLAS_BYTES; CPU: none, except for a quantized b
- *              [N, K]: a [M, K] quantized to 8 bits, M gp_quant_act_row_bytes (runtime/quant.h).
+ *   matmul:    CUDA: a cuBLAS workspace of GP_WS_CUBLAS_BYTES; CPU: none.
  *   attention: CUDA: split-KV partial results for decode, used only when T <= GP_WS_ATTN_SPLIT_MAX_T:
  *              f32 [GP_WS_ATTN_SPLITS, min(T, GP_WS_ATTN_SPLIT_MAX_T), H, D + 2] (output, max, sum);
  *              CPU: per-thread scores f32 [GP_WS_CPU_MAX_THREADS, S]: a CPU backend uses at most
@@ -78,8 +77,6 @@ const char *gp_backend_name(gp_backend b); /* "cpu", "cuda"; "?" out of range */
  * need none. */
 int64_t gp_workspace_bytes(gp_op op, gp_backend backend, int64_t t, int64_t h, int64_t d,
                            int64_t s);
-/* A matmul's workspace on `backend` when b is quantized (type wt), a [m, k] at the bound. */
-int64_t gp_workspace_matmul_quant(gp_backend backend, gp_dtype wt, int64_t m, int64_t k);
 
 typedef struct {
     int64_t size;      /* bytes; a multiple of alignment */

@@ -3,7 +3,6 @@
 #include <stdio.h>
 
 #include "runtime/plan.h"
-#include "runtime/quant.h"
 
 const char *gp_backend_name(gp_backend b)
 {
@@ -32,24 +31,9 @@ int64_t gp_workspace_bytes(gp_op op, gp_backend backend, int64_t t, int64_t h, i
     }
 }
 
-int64_t gp_workspace_matmul_quant(gp_backend backend, gp_dtype wt, int64_t m, int64_t k)
-{
-    if (backend != GP_BACKEND_CPU)
-        return gp_workspace_bytes(GP_OP_MATMUL, backend, 0, 0, 0, 0);
-    return m * (int64_t)gp_quant_act_row_bytes(wt, k);
-}
-
 int64_t gp_plan_workspace_min(const gp_plan *p, int i, gp_backend backend)
 {
     const gp_plan_node *nd = &p->nodes[i];
-    if (nd->op == GP_OP_MATMUL && nd->n_inputs == 2 &&
-        gp_dtype_is_quant(p->tensors[nd->inputs[1]].dtype)) {
-        const gp_plan_tensor *a = &p->tensors[nd->inputs[0]]; /* [M, K] (plan_load checked) */
-        if (a->ndim != 2)
-            return 0;
-        return gp_workspace_matmul_quant(backend, p->tensors[nd->inputs[1]].dtype, a->dims[0],
-                                         a->dims[1]);
-    }
     if (nd->op != GP_OP_ATTENTION)
         return gp_workspace_bytes(nd->op, backend, 0, 0, 0, 0);
     const gp_plan_tensor *q = &p->tensors[nd->inputs[0]]; /* [T, H, D] */

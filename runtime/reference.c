@@ -7,7 +7,6 @@
 
 #include "runtime/backend.h"
 #include "runtime/comm.h"
-#include "runtime/cpu_internal.h"
 #include "runtime/cpu_kernels.h"
 
 typedef struct {
@@ -124,8 +123,6 @@ static int ref_eval(void *vctx, const unsigned char *extras, char *err, size_t e
             ws = c->own[nd->workspace];
             ws_size = (size_t)p->tensors[nd->workspace].size;
         }
-        if (nd->op == GP_OP_MATMUL && gp_dtype_is_quant(in[1].dtype))
-            gp_cpu_quantize_act(in, ws, 0, 1); /* the quantized product's first phase */
         gp_cpu_compute(nd->op, &nd->attrs, &out, in,
                        gp_cpu_device_inputs(nd->op, nd->n_inputs, c->slot), ws, ws_size, 0, 1);
         if (nd->op == GP_OP_ALL_REDUCE && c->comm &&
