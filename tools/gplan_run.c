@@ -207,8 +207,7 @@ static void usage(FILE *out)
             "their ids as they come, or with --prompt or --prompt-file streaming the text.\n"
             "\n"
             "options:\n"
-            "  --weights PATH        a safetensors file, a model.safetensors.index.json, a .gguf\n"
-            "                        or a folder\n"
+            "  --weights PATH        a safetensors file, a model.safetensors.index.json, or a folder\n"
             "  --random-weights SEED deterministic random weights instead of a checkpoint\n"
             "  --lora DIR            merge a PEFT LoRA adapter (adapter_config.json,\n"
             "                        adapter_model.safetensors) into the weights\n"
@@ -249,15 +248,15 @@ static void usage(FILE *out)
             "                        prompt and that turn alone. EOF ends the chat\n"
             "  --system TEXT         the conversation's system prompt (default: the template's own,\n"
             "                        if it has one)\n"
-            "  --chat-format NAME    %s (default: recognized from the\n"
-            "                        model's chat template)\n"
+            "  --chat-format NAME    one of %s\n"
+            "                        (default: recognized from the model's chat template)\n"
             "\n"
             "sampling (filters in this order; each off at its default):\n"
-            "  --temp T              temperature; 0 (default) is greedy\n"
             "  --repeat-penalty P    divide a recent token's positive logit by P, multiply a\n"
             "                        negative one (default 1)\n"
             "  --repeat-last-n N     how many recent tokens (prompt included) the penalty sees\n"
             "                        (default 64)\n"
+            "  --temp T              temperature; 0 (default) is greedy\n"
             "  --top-k K             keep the K most likely tokens (default 0: all)\n"
             "  --top-p P             keep the smallest most-likely set with mass >= P (default 1)\n"
             "  --min-p P             keep tokens at least P times as likely as the best (default 0)\n"
@@ -1034,7 +1033,7 @@ static int64_t chat_fresh(chat *c, const gp_tok *tok, int64_t ctx, const char *f
     int64_t same = 0;
     while (same < k && same < c->n_past && c->fresh[same] == c->ids[same])
         same++;
-    if (same == k) /* one id at least is evaluated: its logits start the reply */
+    if (same == k && same > 0) /* one id at least is evaluated: its logits start the reply */
         same--;
     c->n_past = same;
     memmove(c->fresh, c->fresh + same, (size_t)(k - same) * sizeof *c->fresh);
@@ -1090,6 +1089,13 @@ static int chat_turn(chat *c, runner *r, const options *o, const gp_tok *tok, te
             chat_pop(c);
             return 1;
         }
+    }
+    if (k == 0) { /* only an empty conversation encodes to nothing */
+        fprintf(stderr, "gplan-run: %s: the conversation encodes to no tokens; turn skipped\n",
+                what);
+        free(f);
+        chat_pop(c);
+        return 1;
     }
     const float *row = NULL;
     int64_t cached = c->n_past;
