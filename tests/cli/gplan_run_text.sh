@@ -178,6 +178,33 @@ printf '%s\n' "$out" | grep -qF "gplan-run: the context is full (64 positions): 
 printf '%s\n' "$out" | grep -qF "stats: turn 2: $n2 tokens evaluated (0 already in the cache)" ||
   fail "chat restart (expected $n2 tokens from position 0): $out"
 
+# ---- a GGUF vocabulary with its own template: Phi-3's SentencePiece BPE (../shared/data/vocab) ----
+phi=$src/../shared/data/vocab/ggml-vocab-phi-3.gguf
+if [ -f "$phi" ]; then
+  "$compile" "$src/examples/llama.gplan" -D num_hidden_layers=1 -D hidden_size=64 \
+    -D intermediate_size=128 -D num_attention_heads=4 -D num_key_value_heads=2 \
+    -D vocab_size=32064 -D max_position_embeddings=256 -D n_batch=32 -o "$tmp/phi.plan" \
+    > /dev/null || fail "compile the Phi-3-sized plan"
+  # Its template writes BOS first (bos_token, <s>): <s><|user|>\nHello<|end|>\n<|assistant|>\n.
+  p1=$("$tokenize" "$phi" --parse-special --no-special --count "<s><|user|>
+Hello<|end|>
+<|assistant|>
+")
+  p2=$("$tokenize" "$phi" --parse-special --no-special --count "<|end|>
+<|user|>
+Who are you?<|end|>
+<|assistant|>
+")
+  out=$(printf 'Hello\nWho are you?\n' | "$tool" "$tmp/phi.plan" --random-weights 2 \
+        --tokenizer "$phi" --chat -n 6 --ignore-eos --stats 2>&1 >/dev/null)
+  printf '%s\n' "$out" | grep -qF "stats: turn 1: $p1 tokens evaluated (0 already in the cache), 6 generated" ||
+    fail "phi-3 chat turn 1 (expected $p1): $out"
+  printf '%s\n' "$out" | grep -qF "stats: turn 2: $p2 tokens evaluated ($((p1 + 6)) already in the cache), 6 generated" ||
+    fail "phi-3 chat turn 2 (expected $p2 after $((p1 + 6))): $out"
+else
+  echo "phi-3 chat: skipped (no $phi)"
+fi
+
 # ---- errors ----
 expect 2 "bad --top-p (a number in (0, 1]): 0" "$plan" --random-weights 1 --top-p 0
 expect 2 "bad --top-k (an integer >= 0): -1" "$plan" --random-weights 1 --top-k -1
