@@ -144,20 +144,22 @@ static int64_t reference(const float *l, int64_t V, double temp, int64_t k, doub
     for (int64_t i = 0; i < V; i++)
         all[i] = (zid){l[i], (int32_t)i};
     qsort(all, (size_t)V, sizeof *all, by_z);
+    /* The weights as the sampler computes them (float), summed in double. */
+    float m = all[0].z, inv_t = (float)(1.0 / temp);
     int64_t n = k > 0 && k < V ? k : V;
-    double mass = 0, m = all[0].z;
+    double mass = 0;
     for (int64_t i = 0; i < n; i++)
-        mass += exp((all[i].z - m) / temp);
+        mass += expf((all[i].z - m) * inv_t);
     double cum = 0;
     for (int64_t i = 0; i < n && top_p < 1; i++) {
-        cum += exp((all[i].z - m) / temp) / mass;
-        if (cum >= top_p) {
+        cum += expf((all[i].z - m) * inv_t);
+        if (cum >= top_p * mass) {
             n = i + 1;
             break;
         }
     }
     for (int64_t i = 1; i < n; i++)
-        if (exp((all[i].z - m) / temp) < min_p) {
+        if (expf((all[i].z - m) * inv_t) < (float)min_p) {
             n = i;
             break;
         }
