@@ -31,6 +31,7 @@ small_gpt2="-D n_layer=2 -D n_embd=64 -D n_head=4 -D vocab_size=384 -D n_batch=1
 ids_of() { "$tokenize" "$tok" "$1"; }                      # the ids of a text, comma-separated
 count_of() { "$tokenize" "$tok" --parse-special --no-special --count "$1"; }
 text_of() { "$tokenize" "$tok" --decode "$(printf '%s' "$1" | tr ' ' ,)"; }
+has() { printf '%s\n' "$1" | grep -qF -- "$2"; }               # has OUTPUT TEXT
 
 # ---- greedy text equals the decoded ids of --prompt-ids with the same tokenization ----
 for case in "4|Hello, how are you?" "7|The quick brown fox" "4|Grüße, 世界 🙂 and more"; do
@@ -110,8 +111,8 @@ k1=$("$tool" "$plan" --random-weights 3 --tokenizer "$tok" --prompt "Hello" -n 1
 # ---- no allocation per token (not counted in sanitizer builds) ----
 out=$("$tool" "$plan" --random-weights 3 --tokenizer "$tok" --prompt "Hello" -n 40 --temp 0.8 \
       --top-k 20 --repeat-penalty 1.1 --stop "zzz" --ignore-eos --stats 2>&1 >/dev/null)
-if ! printf '%s\n' "$out" | grep -q "n/a (sanitizer build)"; then
-  printf '%s\n' "$out" | grep -q "during evals: 0 on the eval thread" ||
+if ! has "$out" "n/a (sanitizer build)"; then
+  has "$out" "during evals: 0 on the eval thread" ||
     fail "allocations during evals: $out"
   printf '%s\n' "$out" | grep -q "outside evals (sampling, decoding, printing): 0$" ||
     fail "allocations while generating: $out"
@@ -134,11 +135,11 @@ n1=$(count_of "$sys_default$turn1")
 n2=$(count_of "$turn2")
 out=$(printf 'Hello\nHow are you?\n' | "$tool" "$plan" --random-weights 4 --tokenizer "$tok" \
       --chat -n 6 --ignore-eos --stats 2>&1 >/dev/null)
-printf '%s\n' "$out" | grep -qF "stats: turn 1: $n1 tokens evaluated (0 already in the cache), 6 generated" ||
+has "$out" "stats: turn 1: $n1 tokens evaluated (0 already in the cache), 6 generated" ||
   fail "chat turn 1 (expected $n1 tokens): $out"
-printf '%s\n' "$out" | grep -qF "stats: turn 2: $n2 tokens evaluated ($((n1 + 6)) already in the cache), 6 generated" ||
+has "$out" "stats: turn 2: $n2 tokens evaluated ($((n1 + 6)) already in the cache), 6 generated" ||
   fail "chat turn 2 (expected $n2 new tokens after $((n1 + 6))): $out"
-if ! printf '%s\n' "$out" | grep -q "n/a (sanitizer build)"; then
+if ! has "$out" "n/a (sanitizer build)"; then
   printf '%s\n' "$out" | grep -q "outside evals (sampling, decoding, printing): 0$" ||
     fail "chat allocations while generating: $out"
 fi
@@ -154,7 +155,7 @@ Be brief.<|im_end|>
 $turn1")
 out=$(printf 'Hello\n' | "$tool" "$plan" --random-weights 4 --tokenizer "$tok" --chat -n 2 \
       --stats --system "Be brief." 2>&1 >/dev/null)
-printf '%s\n' "$out" | grep -qF "stats: turn 1: $n1 tokens evaluated" || fail "--system: $out"
+has "$out" "stats: turn 1: $n1 tokens evaluated" || fail "--system: $out"
 n1=$(count_of "<|start_header_id|>user<|end_header_id|>
 
 Hello<|eot_id|><|start_header_id|>assistant<|end_header_id|>
@@ -163,7 +164,7 @@ Hello<|eot_id|><|start_header_id|>assistant<|end_header_id|>
 out=$(printf 'Hello\n' | "$tool" "$plan" --random-weights 4 --tokenizer "$tok" --chat -n 2 \
       --stats --chat-format llama3 2>&1 >/dev/null)
 # Llama 3's BOS is this vocabulary's <|endoftext|>: one more token.
-printf '%s\n' "$out" | grep -qF "stats: turn 1: $((n1 + 1)) tokens evaluated" ||
+has "$out" "stats: turn 1: $((n1 + 1)) tokens evaluated" ||
   fail "--chat-format llama3 (expected $((n1 + 1))): $out"
 # A context of 64: the second turn does not fit and the chat starts over with it alone.
 n2=$(count_of "${sys_default}<|im_start|>user
@@ -173,12 +174,12 @@ Tell me a long story about the fox<|im_end|>
 out=$(printf 'Hello\nTell me a long story about the fox\n' |
       "$tool" "$small" --random-weights 4 --tokenizer "$tok" --chat -n 6 --ignore-eos --stats \
       2>&1 >/dev/null)
-printf '%s\n' "$out" | grep -qF "gplan-run: the context is full (64 positions): starting over with the system prompt and this turn" ||
+has "$out" "gplan-run: the context is full (64 positions): starting over with the system prompt and this turn" ||
   fail "chat restart message: $out"
-printf '%s\n' "$out" | grep -qF "stats: turn 2: $n2 tokens evaluated (0 already in the cache)" ||
+has "$out" "stats: turn 2: $n2 tokens evaluated (0 already in the cache)" ||
   fail "chat restart (expected $n2 tokens from position 0): $out"
 
-# ---- a GGUF vocabulary with its own template: Phi-3's SentencePiece BPE (../shared/data/vocab) ----
+# ---- a GGUF vocabulary with its own template: Phi-3's SentencePiece BPE (../shared) ----
 phi=$src/../shared/data/vocab/ggml-vocab-phi-3.gguf
 if [ -f "$phi" ]; then
   "$compile" "$src/examples/llama.gplan" -D num_hidden_layers=1 -D hidden_size=64 \
@@ -197,9 +198,9 @@ Who are you?<|end|>
 ")
   out=$(printf 'Hello\nWho are you?\n' | "$tool" "$tmp/phi.plan" --random-weights 2 \
         --tokenizer "$phi" --chat -n 6 --ignore-eos --stats 2>&1 >/dev/null)
-  printf '%s\n' "$out" | grep -qF "stats: turn 1: $p1 tokens evaluated (0 already in the cache), 6 generated" ||
+  has "$out" "stats: turn 1: $p1 tokens evaluated (0 already in the cache), 6 generated" ||
     fail "phi-3 chat turn 1 (expected $p1): $out"
-  printf '%s\n' "$out" | grep -qF "stats: turn 2: $p2 tokens evaluated ($((p1 + 6)) already in the cache), 6 generated" ||
+  has "$out" "stats: turn 2: $p2 tokens evaluated ($((p1 + 6)) already in the cache), 6 generated" ||
     fail "phi-3 chat turn 2 (expected $p2 after $((p1 + 6))): $out"
 else
   echo "phi-3 chat: skipped (no $phi)"
@@ -239,7 +240,7 @@ expect 1 "gplan-run: the prompt has $n_long tokens, more than the planned contex
 out=$(printf 'ok\n\377\n' | "$tool" "$plan" --random-weights 1 --tokenizer "$tok" --chat -n 1 2>&1)
 rc=$?
 [ $rc -eq 1 ] || fail "chat with an invalid UTF-8 line: exit status $rc, expected 1"
-printf '%s\n' "$out" | grep -qF "gplan-run: stdin line 2: invalid UTF-8 at byte 0; turn skipped" ||
+has "$out" "gplan-run: stdin line 2: invalid UTF-8 at byte 0; turn skipped" ||
   fail "chat with an invalid UTF-8 line: $out"
 mkdir -p "$tmp/notmpl" "$tmp/othertmpl"
 cp "$tok/tokenizer.json" "$tmp/notmpl/"
@@ -252,7 +253,7 @@ expect 1 "unknown chat template (none of the markers of chatml, llama3, llama2, 
   "$plan" --random-weights 1 --tokenizer "$tmp/othertmpl" --chat
 out=$(printf 'Hi\n' | "$tool" "$plan" --random-weights 1 --tokenizer "$tmp/othertmpl" --chat \
       --chat-format chatml -n 2 --stats 2>&1)
-printf '%s\n' "$out" | grep -qF "stats: turn 1:" || fail "--chat-format over an unknown template: $out"
+has "$out" "stats: turn 1:" || fail "--chat-format over an unknown template: $out"
 
 [ $failed -eq 0 ] && echo "gplan-run text: all checks passed"
 exit $failed
