@@ -149,6 +149,17 @@ replies=$(printf 'Hello\n' | "$tool" "$plan" --random-weights 4 --tokenizer "$to
 single=$("$tool" "$plan" --random-weights 4 --tokenizer "$tok" --prompt "$sys_default$turn1" -n 6 \
          --ignore-eos)
 [ "$replies" = "$single" ] || fail "chat reply '$replies', the same prompt gives '$single'"
+# --stop ends a reply (seed 8 answers 5 newlines, then K after K); the next turn still continues
+# the cache, which holds the reply up to where it stopped (5 newline tokens and two K).
+got=$(printf 'Hello\n' | "$tool" "$plan" --random-weights 8 --tokenizer "$tok" --chat -n 12 \
+      --ignore-eos --stop KK 2>/dev/null | tr '\n' '|')
+[ "$got" = "||||||" ] || fail "chat --stop KK: got '$got', expected 5 newlines and the reply's end"
+out=$(printf 'Hello\nHow are you?\n' | "$tool" "$plan" --random-weights 8 --tokenizer "$tok" \
+      --chat -n 12 --ignore-eos --stop KK --stats 2>&1 >/dev/null)
+has "$out" "stats: turn 1: $n1 tokens evaluated (0 already in the cache), 7 generated" ||
+  fail "chat --stop turn 1: $out"
+has "$out" "stats: turn 2: $n2 tokens evaluated ($((n1 + 7)) already in the cache)" ||
+  fail "chat --stop turn 2 (expected $n2 after $((n1 + 7))): $out"
 # --system replaces the template's default; --chat-format overrides the template.
 n1=$(count_of "<|im_start|>system
 Be brief.<|im_end|>
