@@ -88,6 +88,14 @@ got=$("$tool" "$plan" --random-weights 7 --tokenizer "$tok" --prompt "The quick 
       --ignore-eos --stop "d8")
 [ "$got" = "${full%%d8*}" ] || fail "--stop d8: got '$got', expected '${full%%d8*}'"
 
+# ---- end of generation: seed 4 answers "Hello" with "llo", then <|im_end|> (an end id) ----
+got=$("$tool" "$plan" --random-weights 4 --tokenizer "$tok" --prompt "Hello" -n 16)
+[ "$got" = "llo" ] || fail "end of generation: got '$got', expected 'llo'"
+expect 0 "stats: evals 2 (prompt 1, generation 1)" "$plan" --random-weights 4 --tokenizer "$tok" \
+  --prompt "Hello" -n 16 --stats
+expect 0 "stats: evals 16 (prompt 1, generation 15)" "$plan" --random-weights 4 --tokenizer "$tok" \
+  --prompt "Hello" -n 16 --stats --ignore-eos
+
 # ---- --eos ID: generation stops before printing it ----
 out_ids=$("$tool" "$plan" --random-weights 7 --prompt-ids "$(ids_of "The quick brown fox")" -n 24)
 third=$(echo "$out_ids" | cut -d' ' -f3)
