@@ -71,6 +71,11 @@ int64_t gp_tok_utf8_check(const unsigned char *s, size_t len)
     return -1;
 }
 
+int gp_tok_utf8_valid(const char *s, size_t len)
+{
+    return gp_tok_utf8_check((const unsigned char *)s, len) < 0;
+}
+
 uint32_t gp_tok_byte_cp(unsigned b)
 {
     /* Printable Latin-1 bytes stand for themselves; the others (controls, space, DEL, NBSP,
