@@ -141,18 +141,18 @@ static int reserve_syms(scratch *s, size_t n)
     return 0;
 }
 
-/* Merges sym[0 .. n) pair by pair, the lowest-ranked pair first, leftmost among equals, then
- * emits what is left. A heap entry remembers the pair it was made for: when either side has
+/* Merges sym[base .. base + n) pair by pair, the lowest-ranked pair first, leftmost among equals,
+ * then emits what is left. A heap entry remembers the pair it was made for: when either side has
  * merged since, the entry is stale and skipped. */
-static void merge_emit(const gp_tok *t, scratch *s, int n)
+static void merge_emit(const gp_tok *t, scratch *s, int base, int n)
 {
     int32_t *id = s->sym, *nx = s->next, *pv = s->prev;
-    for (int i = 0; i < n; i++) {
-        nx[i] = i + 1 < n ? i + 1 : -1;
-        pv[i] = i - 1;
+    for (int i = base; i < base + n; i++) {
+        nx[i] = i + 1 < base + n ? i + 1 : -1;
+        pv[i] = i - 1 >= base ? i - 1 : -1;
     }
     s->n_heap = 0;
-    for (int i = 0; i + 1 < n; i++)
+    for (int i = base; i + 1 < base + n; i++)
         try_pair(t, s, i, i + 1);
     while (s->n_heap) {
         hent e = heap_pop(s);
@@ -169,7 +169,7 @@ static void merge_emit(const gp_tok *t, scratch *s, int n)
         if (nx[e.pos] >= 0)
             try_pair(t, s, e.pos, nx[e.pos]);
     }
-    for (int i = 0; i >= 0 && n > 0; i = nx[i])
+    for (int i = base; i >= 0 && n > 0; i = nx[i])
         if (id[i] >= 0)
             emit(s, id[i]);
 }
@@ -235,7 +235,7 @@ static void byte_word(const gp_tok *t, scratch *s, const unsigned char *w, size_
             if (id >= 0)
                 s->sym[n++] = id;
         }
-        merge_emit(t, s, n);
+        merge_emit(t, s, 0, n);
     }
     if (cacheable && s->cache_n < (s->cache_mask + 1) / 2 && !s->oom) {
         uint32_t n = (uint32_t)((size_t)s->n_ids - first);
@@ -354,7 +354,18 @@ static int spm_fragment(const gp_tok *t, scratch *s, const unsigned char *text, 
             }
         i += k;
     }
-    merge_emit(t, s, n);
+    /* A symbol in no merge pair (a byte fallback, often the newline) never joins its neighbours:
+     * the runs between such symbols merge independently, each with a small heap. */
+    for (int a = 0; a < n;) {
+        int b = a;
+        while (b < n && t->in_merge[s->sym[b]])
+            b++;
+        if (b > a)
+            merge_emit(t, s, a, b - a);
+        if (b < n)
+            emit(s, s->sym[b]);
+        a = b + 1;
+    }
     return s->oom ? -1 : 0;
 }
 
