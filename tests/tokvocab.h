@@ -167,7 +167,7 @@ static inline void tv_byte_char(unsigned b, char out[3])
 /* Merges of the byte-level vocabulary, "left right" in the mapped form (\xc4\xa0 is the space). */
 static const char *const tv_bpe_merges[] = {
     "\xc4\xa0 t", "h e", "\xc4\xa0t he", "i n", "in g", "e r", "o n", "\xc4\xa0 a", "a n",
-    "an d", "\xc4\xa0 an", "\xc4\xa0" "an d", "r e", "e s", "o r", "\xc4\xa0 w", "\xc4\xa0w or",
+    "an d", "\xc4\xa0 an", "\u0120an d", "r e", "e s", "o r", "\xc4\xa0 w", "\xc4\xa0w or",
     "l d", "\xc4\xa0wor ld", "H e", "He l", "Hel l", "Hell o", "\xc3\xa2 \xc4\xa2",
 };
 
@@ -228,7 +228,7 @@ static inline tv_buf tv_spm(int flaws)
 {
     static const char *const pieces[] = {
         "\xe2\x96\x81", "e", "t", "a", "o", "h", "l", "n", "s", "r", "d", "w", "H", "i", "g",
-        "\xe2\x96\x81t", "he", "\xe2\x96\x81the", "in", "ing", "\xe2\x96\x81" "a", "er", "ll", "lo",
+        "\xe2\x96\x81t", "he", "\xe2\x96\x81the", "in", "ing", "\u2581a", "er", "ll", "lo",
         "llo", "He", "Hello", "\xe2\x96\x81Hello", "or", "ld", "orld", "\xe2\x96\x81w",
         "\xe2\x96\x81world", "\xe2\x96\x81\xe2\x96\x81", "\xc3\xa9",
     };
