@@ -543,7 +543,7 @@ static void test_bad_vocab(void)
     X(gpt_2, "gpt-2") X(llama_bpe, "llama-bpe") X(llama_spm, "llama-spm") X(phi_3, "phi-3")      \
     X(qwen2, "qwen2") X(qwen35, "qwen35") X(deepseek_llm, "deepseek-llm")                        \
     X(deepseek_coder, "deepseek-coder") X(falcon, "falcon") X(starcoder, "starcoder")            \
-    X(refact, "refact") X(mpt, "mpt") X(command_r, "command-r")
+    X(refact, "refact") X(mpt, "mpt") X(command_r, "command-r") X(gemma_4, "gemma-4")
 
 #define DEF(id, name)                                                                            \
     static void test_gguf_##id(void) { run_vocab(name, 0); }                                     \

@@ -264,11 +264,10 @@ static int push_frag(scratch *s, int k, uint32_t off, uint32_t len)
     return 0;
 }
 
-/* Byte-level BPE over a fragment of plain text: each pattern in turn isolates its matches inside
- * the pieces the previous one left (the text between matches stays a piece too), then each piece
- * is a word. */
-static int byte_fragment(const gp_tok *t, scratch *s, const unsigned char *text, size_t len,
-                         char *err, size_t errlen)
+/* Pre-tokenization: each pattern in turn isolates its matches inside the pieces the previous one
+ * left (the text between matches stays a piece too). The pieces end in s->frag[*which]. */
+static int split(const gp_tok *t, scratch *s, const unsigned char *text, size_t len, int *which,
+                 char *err, size_t errlen)
 {
     s->n_frag[0] = 0;
     if (push_frag(s, 0, 0, (uint32_t)len) != 0)
@@ -309,6 +308,17 @@ static int byte_fragment(const gp_tok *t, scratch *s, const unsigned char *text,
         }
         cur = nxt;
     }
+    *which = cur;
+    return 0;
+}
+
+/* Byte-level BPE over a fragment of plain text: each pre-tokenized piece is a word. */
+static int byte_fragment(const gp_tok *t, scratch *s, const unsigned char *text, size_t len,
+                         char *err, size_t errlen)
+{
+    int cur;
+    if (split(t, s, text, len, &cur, err, errlen) != 0)
+        return -1;
     for (size_t f = 0; f < s->n_frag[cur]; f++)
         byte_word(t, s, text + s->frag[cur][2 * f], s->frag[cur][2 * f + 1]);
     return s->oom ? -1 : 0;
@@ -374,8 +384,15 @@ static int plain(const gp_tok *t, scratch *s, const unsigned char *text, size_t 
 {
     if (!len)
         return 0;
-    int rc;
-    if (t->kind == GP_TOK_SPM)
+    int rc = 0;
+    if (t->kind == GP_TOK_SPM && t->n_re) {
+        /* SentencePiece-style BPE with a split (Gemma 4: newline runs apart from the text) */
+        int cur;
+        rc = split(t, s, text, len, &cur, err, errlen);
+        for (size_t f = 0; !rc && f < s->n_frag[cur]; f++)
+            rc = spm_fragment(t, s, text + s->frag[cur][2 * f], s->frag[cur][2 * f + 1],
+                              t->add_space_prefix && *prev_sp && f == 0);
+    } else if (t->kind == GP_TOK_SPM)
         rc = spm_fragment(t, s, text, len, t->add_space_prefix && *prev_sp);
     else
         rc = byte_fragment(t, s, text, len, err, errlen);
@@ -422,7 +439,7 @@ int64_t gp_tok_encode(const gp_tok *t, const char *text_in, size_t len, int add_
         len = (size_t)n;
     }
     scratch s = {0};
-    if (t->kind == GP_TOK_BYTE_BPE) {
+    if (t->n_re) {
         uint32_t c = 1024;
         while (c < 65536 && c < len / 2)
             c *= 2;
