@@ -567,10 +567,10 @@ void gp_suite_tokenizer(void)
 #define REG(id, name)                                                                            \
     if (vocab_file(name, "")) {                                                                  \
         snprintf(title, sizeof title, "llama.cpp's %s ids (GGUF)", name);                        \
-        CU_add_test(s, strdup(title), test_gguf_##id);                                           \
+        CU_add_test(s, title, test_gguf_##id);                                           \
         if (json_dir(name)) {                                                                    \
             snprintf(title, sizeof title, "llama.cpp's %s ids (tokenizer.json)", name);          \
-            CU_add_test(s, strdup(title), test_json_##id);                                       \
+            CU_add_test(s, title, test_json_##id);                                       \
         } else                                                                                   \
             printf("tokenizer: %s tokenizer.json skipped (not in tests/tokenizer/json or "       \
                    "$GPLAN_VOCAB_DIR/json)\n", name);                                            \
