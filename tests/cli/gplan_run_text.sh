@@ -51,6 +51,22 @@ for case in "4|Hello, how are you?" "7|The quick brown fox" "4|Grüße, 世界 �
 done
 expect 1 "the prompt needs a tokenizer: give --tokenizer PATH" "$plan" --random-weights 1 \
   --prompt "Hi"
+# The tokenizer found beside the weights: a checkpoint folder (the 384-token GPT-2 of
+# tests/parity/gpt2) holding tokenizer.json, given as the folder or as its safetensors file.
+mkdir -p "$tmp/ckpt"
+cp "$src/tests/parity/gpt2/model.safetensors" "$src/tests/parity/gpt2/config.json" \
+  "$tok/tokenizer.json" "$tmp/ckpt/"
+"$compile" "$src/examples/gpt2.gplan" --config "$tmp/ckpt/config.json" -o "$tmp/ckpt.plan" \
+  > /dev/null || fail "compile the parity GPT-2"
+a=$("$tool" "$tmp/ckpt.plan" --weights "$tmp/ckpt" --prompt "Hello, how are you?" -n 12)
+b=$("$tool" "$tmp/ckpt.plan" --weights "$tmp/ckpt/model.safetensors" --prompt "Hello, how are you?" \
+    -n 12)
+c=$("$tool" "$tmp/ckpt.plan" --weights "$src/tests/parity/gpt2" --tokenizer "$tok" \
+    --prompt "Hello, how are you?" -n 12)
+[ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] ||
+  fail "tokenizer beside the weights: folder '$a', file '$b', --tokenizer '$c'"
+expect 1 "the prompt needs a tokenizer: give --tokenizer PATH (a .gguf, a tokenizer.json or a folder holding one); none was found beside the weights" \
+  "$tmp/ckpt.plan" --weights "$src/tests/parity/gpt2" --prompt "Hi"
 
 # ---- -n bounds the tokens; the last is not evaluated ----
 expect 0 "stats: evals 5 (prompt 1, generation 4)" "$plan" --random-weights 1 --tokenizer "$tok" \
