@@ -272,13 +272,13 @@ static int64_t filter(gp_sampler *s, const float *logits, int sorted)
     penalize(s, logits);
     s->by_id = 0;
     int64_t best = gp_argmax(s->z, s->vocab), V = s->vocab;
-    float m = s->z[best];
-    if (s->o.temp <= 0 || !isfinite(m)) {
+    float m = s->z[best], inv_t = (float)(1.0 / s->o.temp);
+    /* Greedy also when 1 / temp overflows a float (0 * inf would make the best's weight NaN). */
+    if (s->o.temp <= 0 || !isfinite(m) || !isfinite(inv_t)) {
         s->cand[0] = (int32_t)best;
         s->prob[0] = 1;
         return 1;
     }
-    float inv_t = (float)(1.0 / s->o.temp);
     const float *z = s->z;
     float *e = s->e; /* exp((z - m) / temp): the most likely weighs 1; set for the candidates */
     int32_t *cand = s->cand;

@@ -406,6 +406,12 @@ static void test_bad_options(void)
     CU_ASSERT_PTR_NULL(gp_sampler_new(0, NULL, err, sizeof err));
     CU_ASSERT_STRING_EQUAL(err, "sampler: vocabulary size outside [1, 2^31)");
     gp_sampler_free(NULL);
+    /* A temperature so small that 1 / temp overflows a float: the argmax. */
+    float tiny[4] = {0.5f, 2, -1, 1.5f};
+    gp_sampler *cold = make(4, 1e-40, 0, 1, 0);
+    for (int i = 0; i < 10; i++)
+        CU_ASSERT_EQUAL(gp_sampler_sample(cold, tiny), 1);
+    gp_sampler_free(cold);
     /* All -inf: still an id in range. */
     float l[3] = {-INFINITY, -INFINITY, -INFINITY};
     gp_sampler *s = make(3, 1, 0, 0.5, 0.1);
