@@ -749,7 +749,7 @@ static gp_tok *open_tokenizer(const options *o, char *err, size_t err_len)
             use = is_file(path) ? o->weights : NULL;
         } else {
             const char *slash = strrchr(o->weights, '/');
-            int dir_len = slash ? (int)(slash - o->weights) : 1;
+            int dir_len = !slash || slash == o->weights ? 1 : (int)(slash - o->weights);
             snprintf(path, sizeof path, "%.*s/tokenizer.json", dir_len, slash ? o->weights : ".");
             if (is_file(path)) {
                 snprintf(path, sizeof path, "%.*s", dir_len, slash ? o->weights : ".");
