@@ -1,5 +1,6 @@
-/* The sampler of runtime/sample.h: filters over a copy of the logits and a heap selection of the
- * most likely ids, in buffers sized by the vocabulary at creation, so a pick allocates nothing. */
+/* The sampler of runtime/sample.h: filters over a copy of the logits, the candidates found by
+ * quickselects (top-k by rank, top-p by mass) rather than a sort, in buffers sized by the
+ * vocabulary at creation, so a pick allocates nothing. */
 #include "runtime/sample.h"
 
 #include <math.h>
@@ -15,11 +16,13 @@ struct gp_sampler {
     float *z;       /* [vocab] the logits of the call, penalized, NaN as -inf */
     int32_t *cand;  /* [vocab] candidate ids, most likely first (a heap while selecting) */
     float *prob;    /* [vocab] the candidates' probabilities, same order */
+    float *e;       /* [vocab] each id's weight exp((z - max) / temp) */
     uint32_t *seen; /* [vocab] the stamp of the last call that penalized the id */
     uint32_t stamp;
     int32_t *hist;  /* [repeat_last_n] ring of the last accepted ids */
     int64_t n_hist, hist_at;
-    int by_id;      /* the last filter left prob[i] as id i's (no filter, all ids candidates) */
+    int by_id;      /* the last filter left every id a candidate, weighing e[id] of total */
+    double total;
     uint64_t rng;
 };
 
@@ -58,11 +61,12 @@ gp_sampler *gp_sampler_new(int64_t vocab, const gp_sampler_opts *o, char *err, s
         s->z = malloc((size_t)vocab * sizeof *s->z);
         s->cand = malloc((size_t)vocab * sizeof *s->cand);
         s->prob = malloc((size_t)vocab * sizeof *s->prob);
+        s->e = malloc((size_t)vocab * sizeof *s->e);
         s->seen = calloc((size_t)vocab, sizeof *s->seen);
         s->hist = malloc((size_t)(d.repeat_last_n ? d.repeat_last_n : 1) * sizeof *s->hist);
         s->rng = d.seed;
     }
-    if (!s || !s->z || !s->cand || !s->prob || !s->seen || !s->hist) {
+    if (!s || !s->z || !s->cand || !s->prob || !s->e || !s->seen || !s->hist) {
         gp_sampler_free(s);
         snprintf(err, err_len, "sampler: out of memory for a vocabulary of %lld",
                  (long long)vocab);
@@ -78,6 +82,7 @@ void gp_sampler_free(gp_sampler *s)
     free(s->z);
     free(s->cand);
     free(s->prob);
+    free(s->e);
     free(s->seen);
     free(s->hist);
     free(s);
@@ -164,106 +169,161 @@ static void sift(const float *z, int32_t *h, int64_t n, int64_t i)
     }
 }
 
-/* cand[0, c) = the c best ids of z, best first: a heap of the c best so far, the worst on top, then
- * sorted by taking the worst off to the end. O(vocab log c). */
-static void select_top(gp_sampler *s, int64_t c)
+/* a[0, n) best first (a heap sort: the worst taken off to the end). */
+static void sort_best_first(const float *z, int32_t *a, int64_t n)
 {
-    const float *z = s->z;
-    int32_t *h = s->cand;
-    for (int64_t i = 0; i < c; i++)
-        h[i] = (int32_t)i;
-    for (int64_t i = c / 2; i-- > 0;)
-        sift(z, h, c, i);
-    for (int64_t i = c; i < s->vocab; i++) {
-        if (better(z, (int32_t)i, h[0])) {
-            h[0] = (int32_t)i;
-            sift(z, h, c, 0);
-        }
-    }
-    for (int64_t end = c - 1; end > 0; end--) {
-        int32_t t = h[0];
-        h[0] = h[end];
-        h[end] = t;
-        sift(z, h, end, 0);
+    for (int64_t i = n / 2; i-- > 0;)
+        sift(z, a, n, i);
+    for (int64_t end = n - 1; end > 0; end--) {
+        int32_t t = a[0];
+        a[0] = a[end];
+        a[end] = t;
+        sift(z, a, end, 0);
     }
 }
 
+static void swap_ids(int32_t *a, int64_t i, int64_t j)
+{
+    int32_t t = a[i];
+    a[i] = a[j];
+    a[j] = t;
+}
+
+/* Partitions a[0, n) around the median of its first, middle and last ids: the ids better than the
+ * pivot first, then the pivot, whose index is returned, then the worse ones. */
+static int64_t partition(const float *z, int32_t *a, int64_t n)
+{
+    int64_t mid = n / 2, last = n - 1;
+    if (better(z, a[mid], a[0]))
+        swap_ids(a, mid, 0);
+    if (better(z, a[last], a[0]))
+        swap_ids(a, last, 0);
+    if (better(z, a[last], a[mid]))
+        swap_ids(a, last, mid);
+    swap_ids(a, mid, last); /* the median of the three, as the pivot, at the end */
+    int32_t pivot = a[last];
+    int64_t store = 0;
+    for (int64_t i = 0; i < last; i++)
+        if (better(z, a[i], pivot))
+            swap_ids(a, i, store++);
+    swap_ids(a, store, last);
+    return store;
+}
+
+/* cand[0, k) = the k best ids of z[0, n), in no order, for k small next to n: a heap of the best
+ * so far with the worst on top, which most ids fail to enter after one compare. */
+static void select_best_heap(const float *z, int32_t *h, int64_t n, int64_t k)
+{
+    for (int64_t i = 0; i < k; i++)
+        h[i] = (int32_t)i;
+    for (int64_t i = k / 2; i-- > 0;)
+        sift(z, h, k, i);
+    for (int64_t i = k; i < n; i++)
+        if (better(z, (int32_t)i, h[0])) {
+            h[0] = (int32_t)i;
+            sift(z, h, k, 0);
+        }
+}
+
+/* a[0, k) = the k best of a[0, n), in no order (quickselect: O(n) expected). */
+static void select_best(const float *z, int32_t *a, int64_t n, int64_t k)
+{
+    int64_t lo = 0, hi = n;
+    while (hi - lo > 1) {
+        int64_t p = lo + partition(z, a + lo, hi - lo);
+        if (p == k)
+            return;
+        if (p < k)
+            lo = p + 1;
+        else
+            hi = p;
+    }
+}
+
+/* The length L of the smallest best-first prefix of a[0, n) whose weights e[id] sum to at least
+ * target, with that prefix moved to a[0, L) in no order: a quickselect on the running mass, O(n)
+ * expected instead of a sort. */
+static int64_t select_mass(const float *z, const float *e, int32_t *a, int64_t n, double target)
+{
+    int64_t lo = 0, hi = n;
+    double acc = 0; /* the mass of a[0, lo), all of it in the prefix; acc < target */
+    while (hi > lo) {
+        int64_t p = lo + partition(z, a + lo, hi - lo);
+        double better_mass = 0;
+        for (int64_t i = lo; i < p; i++)
+            better_mass += e[a[i]];
+        if (acc + better_mass >= target) {
+            hi = p;
+            continue;
+        }
+        acc += better_mass + e[a[p]];
+        if (acc >= target)
+            return p + 1;
+        lo = p + 1;
+    }
+    return lo; /* rounding left the whole mass short of the target: all of it */
+}
+
 /* Fills cand/prob with the filtered candidates; returns their count. sorted = 0 lets the case
- * without filters skip the selection: then n = vocab, cand is unset and prob[i] is id i's. */
+ * without filters skip the candidates: then n = vocab, cand is unset and prob[i] is id i's; else
+ * cand is best first when sorted, in no order otherwise. */
 static int64_t filter(gp_sampler *s, const float *logits, int sorted)
 {
     penalize(s, logits);
     s->by_id = 0;
     int64_t best = gp_argmax(s->z, s->vocab), V = s->vocab;
-    double m = s->z[best];
-    if (s->o.temp <= 0 || !isfinite(m)) {
+    float m = s->z[best], inv_t = (float)(1.0 / s->o.temp);
+    /* Greedy also when 1 / temp overflows a float (0 * inf would make the best's weight NaN). */
+    if (s->o.temp <= 0 || !isfinite(m) || !isfinite(inv_t)) {
         s->cand[0] = (int32_t)best;
         s->prob[0] = 1;
         return 1;
     }
-    double inv_t = 1.0 / s->o.temp;
     const float *z = s->z;
+    float *e = s->e; /* exp((z - m) / temp): the most likely weighs 1; set for the candidates */
+    int32_t *cand = s->cand;
     int by_k = s->o.top_k > 0 && s->o.top_k < V, by_p = s->o.top_p < 1, by_min = s->o.min_p > 0;
-    if (!by_k && !by_p && !by_min && !sorted) {
-        double sum = 0;
-        for (int64_t i = 0; i < V; i++)
-            sum += s->prob[i] = (float)exp((z[i] - m) * inv_t);
-        for (int64_t i = 0; i < V; i++)
-            s->prob[i] = (float)(s->prob[i] / sum);
-        s->by_id = 1;
-        return V;
-    }
-    /* min-p keeps the prefix with (z - m) / temp >= log(min_p): never more than this many. */
-    double log_min = by_min ? log(s->o.min_p) : -INFINITY;
-    int64_t cap = by_k ? s->o.top_k : V;
-    if (by_min && !by_k) {
-        cap = 0;
-        for (int64_t i = 0; i < V; i++)
-            cap += (z[i] - m) * inv_t >= log_min;
-    }
-    /* Top-p's mass is over what top-k keeps: the k selected, else the whole row. */
-    double mass = 0;
-    if (!by_k)
-        for (int64_t i = 0; i < V; i++)
-            mass += exp((z[i] - m) * inv_t);
-    /* Without top-k, top-p usually needs only a few of the most likely: select 256, and more only
-     * when their mass falls short. */
-    int64_t c = by_p && !by_k && cap > 256 ? 256 : cap, n;
-    for (;;) {
-        select_top(s, c);
-        if (by_k) {
-            mass = 0;
-            for (int64_t i = 0; i < c; i++)
-                mass += exp((z[s->cand[i]] - m) * inv_t);
+    int64_t n = V;
+    double total = 0;
+    if (by_k) {
+        n = s->o.top_k;
+        if (n <= V / 16) {
+            select_best_heap(z, cand, V, n);
+        } else {
+            for (int64_t i = 0; i < V; i++)
+                cand[i] = (int32_t)i;
+            select_best(z, cand, V, n);
         }
-        double cum = 0;
-        n = c;
-        for (int64_t i = 0; i < c; i++) {
-            double p = exp((z[s->cand[i]] - m) * inv_t) / mass;
-            s->prob[i] = (float)p;
-            cum += p;
-            if (by_p && cum >= s->o.top_p) {
-                n = i + 1;
-                break;
-            }
+        for (int64_t i = 0; i < n; i++)
+            total += e[cand[i]] = expf((z[cand[i]] - m) * inv_t);
+    } else {
+        for (int64_t i = 0; i < V; i++)
+            total += e[i] = expf((z[i] - m) * inv_t);
+        if (!by_p && !by_min && !sorted) {
+            s->by_id = 1; /* sample draws from e and total itself */
+            s->total = total;
+            return V;
         }
-        if (n < c || !by_p || c == cap)
-            break;
-        c = c > cap / 8 ? cap : c * 8;
+        for (int64_t i = 0; i < V; i++)
+            cand[i] = (int32_t)i;
     }
-    if (by_min) {
-        int64_t keep = 1;
-        while (keep < n && (z[s->cand[keep]] - m) * inv_t >= log_min)
-            keep++;
-        n = keep;
-    }
-    while (n > 1 && s->prob[n - 1] == 0) /* -inf logits */
-        n--;
+    /* Top-p's mass is over what top-k kept. */
+    if (by_p)
+        n = select_mass(z, e, cand, n, s->o.top_p * total);
+    /* min-p and the ids of no weight (-inf logits) drop out; the most likely (weight 1) stays. */
+    float min_w = by_min ? (float)s->o.min_p : 0;
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (e[cand[i]] >= min_w && e[cand[i]] > 0)
+            cand[kept++] = cand[i];
+    n = kept;
+    if (sorted)
+        sort_best_first(z, cand, n);
     double sum = 0;
     for (int64_t i = 0; i < n; i++)
-        sum += s->prob[i];
+        sum += e[cand[i]];
     for (int64_t i = 0; i < n; i++)
-        s->prob[i] = (float)(s->prob[i] / sum);
+        s->prob[i] = (float)(e[cand[i]] / sum);
     return n;
 }
 
@@ -279,18 +339,19 @@ int64_t gp_sampler_candidates(gp_sampler *s, const float *logits, const int32_t 
 int32_t gp_sampler_sample(gp_sampler *s, const float *logits)
 {
     int64_t n = filter(s, logits, 0);
-    int unsorted = s->by_id;
     if (n == 1)
         return s->cand[0];
-    double u = uniform(s), acc = 0;
+    /* Every id (no filter): weights e[id] of total; else the candidates with probabilities. */
+    const float *w = s->by_id ? s->e : s->prob;
+    double u = uniform(s) * (s->by_id ? s->total : 1.0), acc = 0;
     for (int64_t i = 0; i < n; i++) {
-        acc += s->prob[i];
+        acc += w[i];
         if (acc > u)
-            return unsorted ? (int32_t)i : s->cand[i];
+            return s->by_id ? (int32_t)i : s->cand[i];
     }
-    /* Rounding left u above the sum: the last candidate with any mass. */
+    /* Rounding left u above the sum: the last candidate with any weight. */
     for (int64_t i = n; i-- > 0;)
-        if (s->prob[i] > 0)
-            return unsorted ? (int32_t)i : s->cand[i];
-    return unsorted ? 0 : s->cand[0];
+        if (w[i] > 0)
+            return s->by_id ? (int32_t)i : s->cand[i];
+    return s->by_id ? 0 : s->cand[0];
 }

@@ -157,7 +157,8 @@ static void test_errors(void)
     gp_chat_template t = gp_chat_builtin(GP_CHAT_CHATML);
     CU_ASSERT_EQUAL(gp_chat_apply(&t, tool, 2, 1, NULL, NULL, out, sizeof out, err, sizeof err),
                     -1);
-    CU_ASSERT_STRING_EQUAL(err, "chat: role \"tool\" of message 1 is not system, user or assistant");
+    CU_ASSERT_STRING_EQUAL(err,
+                           "chat: role \"tool\" of message 1 is not system, user or assistant");
     const gp_chat_msg twice[2] = {{"user", "U"}, {"user", "V"}};
     t = gp_chat_builtin(GP_CHAT_LLAMA2);
     CU_ASSERT_EQUAL(gp_chat_apply(&t, twice, 2, 1, NULL, NULL, out, sizeof out, err, sizeof err),

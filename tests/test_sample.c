@@ -144,20 +144,22 @@ static int64_t reference(const float *l, int64_t V, double temp, int64_t k, doub
     for (int64_t i = 0; i < V; i++)
         all[i] = (zid){l[i], (int32_t)i};
     qsort(all, (size_t)V, sizeof *all, by_z);
+    /* The weights as the sampler computes them (float), summed in double. */
+    float m = all[0].z, inv_t = (float)(1.0 / temp);
     int64_t n = k > 0 && k < V ? k : V;
-    double mass = 0, m = all[0].z;
+    double mass = 0;
     for (int64_t i = 0; i < n; i++)
-        mass += exp((all[i].z - m) / temp);
+        mass += expf((all[i].z - m) * inv_t);
     double cum = 0;
     for (int64_t i = 0; i < n && top_p < 1; i++) {
-        cum += exp((all[i].z - m) / temp) / mass;
-        if (cum >= top_p) {
+        cum += expf((all[i].z - m) * inv_t);
+        if (cum >= top_p * mass) {
             n = i + 1;
             break;
         }
     }
     for (int64_t i = 1; i < n; i++)
-        if (exp((all[i].z - m) / temp) < min_p) {
+        if (expf((all[i].z - m) * inv_t) < (float)min_p) {
             n = i;
             break;
         }
@@ -404,6 +406,12 @@ static void test_bad_options(void)
     CU_ASSERT_PTR_NULL(gp_sampler_new(0, NULL, err, sizeof err));
     CU_ASSERT_STRING_EQUAL(err, "sampler: vocabulary size outside [1, 2^31)");
     gp_sampler_free(NULL);
+    /* A temperature so small that 1 / temp overflows a float: the argmax. */
+    float tiny[4] = {0.5f, 2, -1, 1.5f};
+    gp_sampler *cold = make(4, 1e-40, 0, 1, 0);
+    for (int i = 0; i < 10; i++)
+        CU_ASSERT_EQUAL(gp_sampler_sample(cold, tiny), 1);
+    gp_sampler_free(cold);
     /* All -inf: still an id in range. */
     float l[3] = {-INFINITY, -INFINITY, -INFINITY};
     gp_sampler *s = make(3, 1, 0, 0.5, 0.1);

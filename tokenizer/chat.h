@@ -49,9 +49,9 @@ gp_chat_template gp_chat_builtin(gp_chat_format f);
  * --chat-format NAME". The result may point into tmpl (the default system prompt). */
 int gp_chat_detect(const char *tmpl, gp_chat_template *out, char *err, size_t err_len);
 
-/* Formats messages[n] and, when add_generation_prompt, the start of the assistant's reply. bos, eos:
- * the vocabulary's BOS/EOS texts (NULL: the family's usual ones). The text holds the special
- * tokens as text: encode it with their texts parsed as special and no BOS/EOS added (HF's
+/* Formats messages[n] and, when add_generation_prompt, the start of the assistant's reply.
+ * bos, eos: the vocabulary's BOS/EOS texts (NULL: the family's usual ones). The text holds the
+ * special tokens as text: encode it with their texts parsed as special and no BOS/EOS added (HF's
  * apply_chat_template does the same). Returns the length of the whole text (it may exceed cap:
  * call again with more), writing at most cap bytes, NUL-terminated when cap > 0; -1 with err for a
  * role the family does not take or messages out of the order it needs. */

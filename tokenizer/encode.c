@@ -141,18 +141,18 @@ static int reserve_syms(scratch *s, size_t n)
     return 0;
 }
 
-/* Merges sym[0 .. n) pair by pair, the lowest-ranked pair first, leftmost among equals, then
- * emits what is left. A heap entry remembers the pair it was made for: when either side has
+/* Merges sym[base .. base + n) pair by pair, the lowest-ranked pair first, leftmost among equals,
+ * then emits what is left. A heap entry remembers the pair it was made for: when either side has
  * merged since, the entry is stale and skipped. */
-static void merge_emit(const gp_tok *t, scratch *s, int n)
+static void merge_emit(const gp_tok *t, scratch *s, int base, int n)
 {
     int32_t *id = s->sym, *nx = s->next, *pv = s->prev;
-    for (int i = 0; i < n; i++) {
-        nx[i] = i + 1 < n ? i + 1 : -1;
-        pv[i] = i - 1;
+    for (int i = base; i < base + n; i++) {
+        nx[i] = i + 1 < base + n ? i + 1 : -1;
+        pv[i] = i - 1 >= base ? i - 1 : -1;
     }
     s->n_heap = 0;
-    for (int i = 0; i + 1 < n; i++)
+    for (int i = base; i + 1 < base + n; i++)
         try_pair(t, s, i, i + 1);
     while (s->n_heap) {
         hent e = heap_pop(s);
@@ -169,7 +169,7 @@ static void merge_emit(const gp_tok *t, scratch *s, int n)
         if (nx[e.pos] >= 0)
             try_pair(t, s, e.pos, nx[e.pos]);
     }
-    for (int i = 0; i >= 0 && n > 0; i = nx[i])
+    for (int i = base; i >= 0 && n > 0; i = nx[i])
         if (id[i] >= 0)
             emit(s, id[i]);
 }
@@ -235,7 +235,7 @@ static void byte_word(const gp_tok *t, scratch *s, const unsigned char *w, size_
             if (id >= 0)
                 s->sym[n++] = id;
         }
-        merge_emit(t, s, n);
+        merge_emit(t, s, 0, n);
     }
     if (cacheable && s->cache_n < (s->cache_mask + 1) / 2 && !s->oom) {
         uint32_t n = (uint32_t)((size_t)s->n_ids - first);
@@ -264,11 +264,10 @@ static int push_frag(scratch *s, int k, uint32_t off, uint32_t len)
     return 0;
 }
 
-/* Byte-level BPE over a fragment of plain text: each pattern in turn isolates its matches inside
- * the pieces the previous one left (the text between matches stays a piece too), then each piece
- * is a word. */
-static int byte_fragment(const gp_tok *t, scratch *s, const unsigned char *text, size_t len,
-                         char *err, size_t errlen)
+/* Pre-tokenization: each pattern in turn isolates its matches inside the pieces the previous one
+ * left (the text between matches stays a piece too). The pieces end in s->frag[*which]. */
+static int split(const gp_tok *t, scratch *s, const unsigned char *text, size_t len, int *which,
+                 char *err, size_t errlen)
 {
     s->n_frag[0] = 0;
     if (push_frag(s, 0, 0, (uint32_t)len) != 0)
@@ -309,6 +308,17 @@ static int byte_fragment(const gp_tok *t, scratch *s, const unsigned char *text,
         }
         cur = nxt;
     }
+    *which = cur;
+    return 0;
+}
+
+/* Byte-level BPE over a fragment of plain text: each pre-tokenized piece is a word. */
+static int byte_fragment(const gp_tok *t, scratch *s, const unsigned char *text, size_t len,
+                         char *err, size_t errlen)
+{
+    int cur;
+    if (split(t, s, text, len, &cur, err, errlen) != 0)
+        return -1;
     for (size_t f = 0; f < s->n_frag[cur]; f++)
         byte_word(t, s, text + s->frag[cur][2 * f], s->frag[cur][2 * f + 1]);
     return s->oom ? -1 : 0;
@@ -354,7 +364,18 @@ static int spm_fragment(const gp_tok *t, scratch *s, const unsigned char *text, 
             }
         i += k;
     }
-    merge_emit(t, s, n);
+    /* A symbol in no merge pair (a byte fallback, often the newline) never joins its neighbours:
+     * the runs between such symbols merge independently, each with a small heap. */
+    for (int a = 0; a < n;) {
+        int b = a;
+        while (b < n && t->in_merge[s->sym[b]])
+            b++;
+        if (b > a)
+            merge_emit(t, s, a, b - a);
+        if (b < n)
+            emit(s, s->sym[b]);
+        a = b + 1;
+    }
     return s->oom ? -1 : 0;
 }
 
@@ -363,8 +384,15 @@ static int plain(const gp_tok *t, scratch *s, const unsigned char *text, size_t 
 {
     if (!len)
         return 0;
-    int rc;
-    if (t->kind == GP_TOK_SPM)
+    int rc = 0;
+    if (t->kind == GP_TOK_SPM && t->n_re) {
+        /* SentencePiece-style BPE with a split (Gemma 4: newline runs apart from the text) */
+        int cur;
+        rc = split(t, s, text, len, &cur, err, errlen);
+        for (size_t f = 0; !rc && f < s->n_frag[cur]; f++)
+            rc = spm_fragment(t, s, text + s->frag[cur][2 * f], s->frag[cur][2 * f + 1],
+                              t->add_space_prefix && *prev_sp && f == 0);
+    } else if (t->kind == GP_TOK_SPM)
         rc = spm_fragment(t, s, text, len, t->add_space_prefix && *prev_sp);
     else
         rc = byte_fragment(t, s, text, len, err, errlen);
@@ -411,7 +439,7 @@ int64_t gp_tok_encode(const gp_tok *t, const char *text_in, size_t len, int add_
         len = (size_t)n;
     }
     scratch s = {0};
-    if (t->kind == GP_TOK_BYTE_BPE) {
+    if (t->n_re) {
         uint32_t c = 1024;
         while (c < 65536 && c < len / 2)
             c *= 2;

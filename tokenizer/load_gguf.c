@@ -67,12 +67,14 @@ gp_tok *gp_tok_from_gguf(const gp_gguf *g, char *err, size_t errlen)
     if (gp_gguf_get_str(g, "tokenizer.ggml.model", &model) != 0)
         return BAD("no tokenizer.ggml.model string");
     gp_tok_kind kind;
+    /* gemma4: SentencePiece-style text (U+2581 spaces, byte fallback) with ranked merges */
+    int ranked_spm = model.len == 6 && memcmp(model.s, "gemma4", 6) == 0;
     if (model.len == 4 && memcmp(model.s, "gpt2", 4) == 0)
         kind = GP_TOK_BYTE_BPE;
-    else if (model.len == 5 && memcmp(model.s, "llama", 5) == 0)
+    else if ((model.len == 5 && memcmp(model.s, "llama", 5) == 0) || ranked_spm)
         kind = GP_TOK_SPM;
     else
-        return BAD("tokenizer.ggml.model '%.*s' is not supported (gpt2 and llama are)",
+        return BAD("tokenizer.ggml.model '%.*s' is not supported (gpt2, llama and gemma4 are)",
                    (int)(model.len > 64 ? 64 : model.len), model.s);
 
     uint64_t n_tok, n_scores, n_types, n_merges;
@@ -95,10 +97,10 @@ gp_tok *gp_tok_from_gguf(const gp_gguf *g, char *err, size_t errlen)
     if (kv_types >= 0 && n_types != n_tok)
         return BAD("%llu tokens but %llu token types", (unsigned long long)n_tok,
                    (unsigned long long)n_types);
-    if (kind == GP_TOK_SPM && kv_scores < 0)
+    if (kind == GP_TOK_SPM && !ranked_spm && kv_scores < 0)
         return BAD("a llama (SentencePiece) vocabulary needs tokenizer.ggml.scores");
-    if (kind == GP_TOK_BYTE_BPE && kv_merges < 0)
-        return BAD("a gpt2 (byte-level BPE) vocabulary needs tokenizer.ggml.merges");
+    if ((kind == GP_TOK_BYTE_BPE || ranked_spm) && kv_merges < 0)
+        return BAD("a %s vocabulary needs tokenizer.ggml.merges", ranked_spm ? "gemma4" : "gpt2");
 
     int32_t n = (int32_t)n_tok;
     gp_tok *t = gp_tok_alloc(n, kind, name);
@@ -137,7 +139,7 @@ gp_tok *gp_tok_from_gguf(const gp_gguf *g, char *err, size_t errlen)
         return NULL;
     }
 
-    if (kind == GP_TOK_BYTE_BPE) {
+    if (kind == GP_TOK_BYTE_BPE || ranked_spm) {
         if (gp_tok_merges_reserve(t, (int64_t)n_merges) != 0)
             goto oom;
         for (uint64_t j = 0; j < n_merges; j++) {
@@ -193,7 +195,14 @@ gp_tok *gp_tok_from_gguf(const gp_gguf *g, char *err, size_t errlen)
         pre_name[pre.len] = '\0';
     }
     t->add_bos = kind == GP_TOK_SPM;
-    t->add_space_prefix = kind == GP_TOK_SPM;
+    t->add_space_prefix = kind == GP_TOK_SPM && !ranked_spm;
+    if (ranked_spm) {
+        static const char *const newlines[] = {"[^\\n]+|[\\n]+"};
+        if (gp_tok_set_pretok(t, newlines, 1, err, errlen) != 0) {
+            gp_tok_free(t);
+            return NULL;
+        }
+    }
     if (kind == GP_TOK_BYTE_BPE) {
         int np = 0;
         const char *const *pats = gp_tok_pre_patterns(pre_name, &np, &t->ignore_merges);

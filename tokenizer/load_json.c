@@ -346,7 +346,7 @@ static gp_tok *from_json(json_t *root, json_t *config, json_t *gen, ctx *c)
     t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
     t->add_space_prefix = sh.prepend;
     t->nfc = sh.nfc;
-    if (kind == GP_TOK_BYTE_BPE && gp_tok_set_pretok(t, sh.pat, sh.n, c->err, c->errlen) != 0)
+    if (gp_tok_set_pretok(t, sh.pat, sh.n, c->err, c->errlen) != 0)
         goto out_fail;
     t->unk = id_of_text(t, json_string_value(json_object_get(model, "unk_token")));
 

@@ -49,6 +49,7 @@ struct gp_tok {
     int32_t *mout;       /* [mmask + 1] the merged token */
     uint32_t mmask;
     int64_t n_merges;
+    uint8_t *in_merge;   /* [n_vocab] 1 when the token is a side of some merge */
 
     int32_t byte_id[256];  /* byte-level: the token of byte b's mapped character; SPM: <0xNN> */
     int32_t unk, bos, eos, eot, eom, pad;

@@ -47,6 +47,9 @@ int gp_tok_piece(const gp_tok *t, int32_t id, int render_special, char *buf, siz
 int64_t gp_tok_decode(const gp_tok *t, const int32_t *ids, int64_t n, int render_special,
                       char *out, size_t cap);
 
+/* 1 when len bytes are valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
+int gp_tok_utf8_valid(const char *s, size_t len);
+
 /* Streaming decode: push ids one at a time; only whole UTF-8 characters come out, a character split
  * across tokens is held until it completes. No allocation. */
 typedef struct {

@@ -71,6 +71,11 @@ int64_t gp_tok_utf8_check(const unsigned char *s, size_t len)
     return -1;
 }
 
+int gp_tok_utf8_valid(const char *s, size_t len)
+{
+    return gp_tok_utf8_check((const unsigned char *)s, len) < 0;
+}
+
 uint32_t gp_tok_byte_cp(unsigned b)
 {
     /* Printable Latin-1 bytes stand for themselves; the others (controls, space, DEL, NBSP,
@@ -451,6 +456,16 @@ int gp_tok_finish(gp_tok *t, char *err, size_t errlen)
     }
     t->piece_off[n] = (uint32_t)pn;
 
+    t->in_merge = calloc((size_t)n + 1, 1);
+    if (!t->in_merge)
+        return TOK_ERR("%s: out of memory", t->name);
+    for (uint64_t i = 0; t->mkey && i <= t->mmask; i++)
+        if (t->mkey[i]) {
+            uint64_t k = t->mkey[i] - 1;
+            t->in_merge[(uint32_t)(k >> 32)] = 1;
+            t->in_merge[(uint32_t)k] = 1;
+        }
+
     /* the tokens the first symbols of a word are */
     for (unsigned b = 0; b < 256; b++) {
         t->byte_id[b] = -1;
@@ -522,6 +537,7 @@ void gp_tok_free(gp_tok *t)
     free(t->mkey);
     free(t->mrank);
     free(t->mout);
+    free(t->in_merge);
     free(t->eog);
     free(t->special);
     for (int i = 0; i < t->n_re; i++)

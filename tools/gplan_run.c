@@ -207,8 +207,7 @@ static void usage(FILE *out)
             "their ids as they come, or with --prompt or --prompt-file streaming the text.\n"
             "\n"
             "options:\n"
-            "  --weights PATH        a safetensors file, a model.safetensors.index.json, a .gguf\n"
-            "                        or a folder\n"
+            "  --weights PATH        a safetensors file, a model.safetensors.index.json, or a folder\n"
             "  --random-weights SEED deterministic random weights instead of a checkpoint\n"
             "  --lora DIR            merge a PEFT LoRA adapter (adapter_config.json,\n"
             "                        adapter_model.safetensors) into the weights\n"
@@ -244,24 +243,25 @@ static void usage(FILE *out)
             "                        (repeatable, up to 16)\n"
             "  --chat                a conversation: each line on stdin is a user turn, the reply\n"
             "                        streams to stdout and ends at the end-of-turn token or -n;\n"
-            "                        the KV cache is kept across turns, so only a turn's new tokens\n"
-            "                        are evaluated. When a turn does not fit in the context left,\n"
-            "                        gplan-run says so on stderr and starts over with the system\n"
-            "                        prompt and that turn alone. EOF ends the chat\n"
-            "  --system TEXT         the conversation's system prompt (default: the template's own,\n"
-            "                        if it has one)\n"
-            "  --chat-format NAME    %s (default: recognized from the\n"
-            "                        model's chat template)\n"
+            "                        the KV cache is kept across turns, so only a turn's new\n"
+            "                        tokens are evaluated. When a turn does not fit in the\n"
+            "                        context left, gplan-run says so on stderr and starts over\n"
+            "                        with the system prompt and that turn alone. EOF ends it\n"
+            "  --system TEXT         the conversation's system prompt (default: the template's\n"
+            "                        own, if it has one)\n"
+            "  --chat-format NAME    one of %s\n"
+            "                        (default: recognized from the model's chat template)\n"
             "\n"
             "sampling (filters in this order; each off at its default):\n"
-            "  --temp T              temperature; 0 (default) is greedy\n"
             "  --repeat-penalty P    divide a recent token's positive logit by P, multiply a\n"
             "                        negative one (default 1)\n"
             "  --repeat-last-n N     how many recent tokens (prompt included) the penalty sees\n"
             "                        (default 64)\n"
+            "  --temp T              temperature; 0 (default) is greedy\n"
             "  --top-k K             keep the K most likely tokens (default 0: all)\n"
             "  --top-p P             keep the smallest most-likely set with mass >= P (default 1)\n"
-            "  --min-p P             keep tokens at least P times as likely as the best (default 0)\n"
+            "  --min-p P             keep tokens at least P times as likely as the best\n"
+            "                        (default 0)\n"
             "  --seed S              seed of the sampler (default 1)\n"
             "\n"
             "exit status: 0 success, 1 bad input (plan, weights, token ids, text, prompt longer\n"
@@ -680,9 +680,10 @@ static int64_t utf8_invalid_at(const char *text, size_t n)
         for (size_t k = 1; k < len; k++)
             if ((s[i + k] & 0xc0) != 0x80)
                 return (int64_t)i;
-        if ((len == 3 && c == 0xe0 && s[i + 1] < 0xa0) || (len == 3 && c == 0xed && s[i + 1] >= 0xa0) ||
-            (len == 4 && c == 0xf0 && s[i + 1] < 0x90) || (len == 4 && (c > 0xf4 ||
-                                                                      (c == 0xf4 && s[i + 1] >= 0x90))))
+        unsigned c1 = len > 1 ? s[i + 1] : 0;
+        if ((c == 0xe0 && c1 < 0xa0) || (c == 0xf0 && c1 < 0x90) || /* overlong */
+            (c == 0xed && c1 >= 0xa0) ||                              /* surrogates */
+            c > 0xf4 || (c == 0xf4 && c1 >= 0x90))                    /* past U+10FFFF */
             return (int64_t)i;
         i += len;
     }
@@ -752,7 +753,7 @@ static gp_tok *open_tokenizer(const options *o, char *err, size_t err_len)
             use = is_file(path) ? o->weights : NULL;
         } else {
             const char *slash = strrchr(o->weights, '/');
-            int dir_len = slash ? (int)(slash - o->weights) : 1;
+            int dir_len = !slash || slash == o->weights ? 1 : (int)(slash - o->weights);
             snprintf(path, sizeof path, "%.*s/tokenizer.json", dir_len, slash ? o->weights : ".");
             if (is_file(path)) {
                 snprintf(path, sizeof path, "%.*s", dir_len, slash ? o->weights : ".");
@@ -770,7 +771,7 @@ static gp_tok *open_tokenizer(const options *o, char *err, size_t err_len)
 }
 
 /* Encodes text with special tokens' texts as their ids; add_special as the vocabulary says (BOS).
- * Returns the count (may exceed cap: nothing beyond cap is written), -1 with the message printed. */
+ * Returns the count (may exceed cap: nothing past cap is written), -1 with the message printed. */
 static int64_t encode_text(const gp_tok *t, const char *text, size_t n, int add_special,
                            int32_t *ids, int64_t cap, const char *what)
 {
@@ -1038,7 +1039,7 @@ static int64_t chat_fresh(chat *c, const gp_tok *tok, int64_t ctx, const char *f
     int64_t same = 0;
     while (same < k && same < c->n_past && c->fresh[same] == c->ids[same])
         same++;
-    if (same == k) /* one id at least is evaluated: its logits start the reply */
+    if (same == k && same > 0) /* one id at least is evaluated: its logits start the reply */
         same--;
     c->n_past = same;
     memmove(c->fresh, c->fresh + same, (size_t)(k - same) * sizeof *c->fresh);
@@ -1094,6 +1095,13 @@ static int chat_turn(chat *c, runner *r, const options *o, const gp_tok *tok, te
             chat_pop(c);
             return 1;
         }
+    }
+    if (k == 0) { /* only an empty conversation encodes to nothing */
+        fprintf(stderr, "gplan-run: %s: the conversation encodes to no tokens; turn skipped\n",
+                what);
+        free(f);
+        chat_pop(c);
+        return 1;
     }
     const float *row = NULL;
     int64_t cached = c->n_past;

@@ -20,7 +20,7 @@ from tokenizers import pre_tokenizers
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRETOK_C = os.path.join(HERE, "..", "..", "tokenizer", "pretok.c")
 NAMES = ["gpt-2", "llama-bpe", "llama-spm", "phi-3", "qwen2", "qwen35", "deepseek-llm",
-         "deepseek-coder", "falcon", "starcoder", "refact", "mpt", "command-r"]
+         "deepseek-coder", "falcon", "starcoder", "refact", "mpt", "command-r", "gemma-4"]
 
 
 def c_strings(body, macros):
@@ -113,6 +113,17 @@ def build(path, table):
         tk.normalizer = normalizers.Sequence(norms)
         tk.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
                                         decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+        add_bos_default = True
+    elif model == "gemma4":
+        # SentencePiece-style text with ranked merges; newline runs split from the rest
+        merges = [tuple(m.split(" ", 1)) for m in field(r, "tokenizer.ggml.merges")]
+        unk = field(r, "tokenizer.ggml.unknown_token_id")
+        tk = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=True,
+                                  unk_token=tokens[unk] if unk is not None else None))
+        tk.normalizer = normalizers.Replace(" ", "\u2581")
+        tk.pre_tokenizer = pre_tokenizers.Split(Regex("[^\n]+|[\n]+"), behavior="isolated")
+        tk.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                        decoders.Fuse()])
         add_bos_default = True
     else:
         raise SystemExit(f"{path}: model {model} not supported")

@@ -31,6 +31,7 @@ small_gpt2="-D n_layer=2 -D n_embd=64 -D n_head=4 -D vocab_size=384 -D n_batch=1
 ids_of() { "$tokenize" "$tok" "$1"; }                      # the ids of a text, comma-separated
 count_of() { "$tokenize" "$tok" --parse-special --no-special --count "$1"; }
 text_of() { "$tokenize" "$tok" --decode "$(printf '%s' "$1" | tr ' ' ,)"; }
+has() { printf '%s\n' "$1" | grep -qF -- "$2"; }               # has OUTPUT TEXT
 
 # ---- greedy text equals the decoded ids of --prompt-ids with the same tokenization ----
 for case in "4|Hello, how are you?" "7|The quick brown fox" "4|Grüße, 世界 🙂 and more"; do
@@ -50,6 +51,22 @@ for case in "4|Hello, how are you?" "7|The quick brown fox" "4|Grüße, 世界 �
 done
 expect 1 "the prompt needs a tokenizer: give --tokenizer PATH" "$plan" --random-weights 1 \
   --prompt "Hi"
+# The tokenizer found beside the weights: a checkpoint folder (the 384-token GPT-2 of
+# tests/parity/gpt2) holding tokenizer.json, given as the folder or as its safetensors file.
+mkdir -p "$tmp/ckpt"
+cp "$src/tests/parity/gpt2/model.safetensors" "$src/tests/parity/gpt2/config.json" \
+  "$tok/tokenizer.json" "$tmp/ckpt/"
+"$compile" "$src/examples/gpt2.gplan" --config "$tmp/ckpt/config.json" -o "$tmp/ckpt.plan" \
+  > /dev/null || fail "compile the parity GPT-2"
+a=$("$tool" "$tmp/ckpt.plan" --weights "$tmp/ckpt" --prompt "Hello, how are you?" -n 12)
+b=$("$tool" "$tmp/ckpt.plan" --weights "$tmp/ckpt/model.safetensors" --prompt "Hello, how are you?" \
+    -n 12)
+c=$("$tool" "$tmp/ckpt.plan" --weights "$src/tests/parity/gpt2" --tokenizer "$tok" \
+    --prompt "Hello, how are you?" -n 12)
+[ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] ||
+  fail "tokenizer beside the weights: folder '$a', file '$b', --tokenizer '$c'"
+expect 1 "the prompt needs a tokenizer: give --tokenizer PATH (a .gguf, a tokenizer.json or a folder holding one); none was found beside the weights" \
+  "$tmp/ckpt.plan" --weights "$src/tests/parity/gpt2" --prompt "Hi"
 
 # ---- -n bounds the tokens; the last is not evaluated ----
 expect 0 "stats: evals 5 (prompt 1, generation 4)" "$plan" --random-weights 1 --tokenizer "$tok" \
@@ -87,6 +104,14 @@ got=$("$tool" "$plan" --random-weights 7 --tokenizer "$tok" --prompt "The quick 
       --ignore-eos --stop "d8")
 [ "$got" = "${full%%d8*}" ] || fail "--stop d8: got '$got', expected '${full%%d8*}'"
 
+# ---- end of generation: seed 4 answers "Hello" with "llo", then <|im_end|> (an end id) ----
+got=$("$tool" "$plan" --random-weights 4 --tokenizer "$tok" --prompt "Hello" -n 16)
+[ "$got" = "llo" ] || fail "end of generation: got '$got', expected 'llo'"
+expect 0 "stats: evals 2 (prompt 1, generation 1)" "$plan" --random-weights 4 --tokenizer "$tok" \
+  --prompt "Hello" -n 16 --stats
+expect 0 "stats: evals 16 (prompt 1, generation 15)" "$plan" --random-weights 4 --tokenizer "$tok" \
+  --prompt "Hello" -n 16 --stats --ignore-eos
+
 # ---- --eos ID: generation stops before printing it ----
 out_ids=$("$tool" "$plan" --random-weights 7 --prompt-ids "$(ids_of "The quick brown fox")" -n 24)
 third=$(echo "$out_ids" | cut -d' ' -f3)
@@ -110,8 +135,8 @@ k1=$("$tool" "$plan" --random-weights 3 --tokenizer "$tok" --prompt "Hello" -n 1
 # ---- no allocation per token (not counted in sanitizer builds) ----
 out=$("$tool" "$plan" --random-weights 3 --tokenizer "$tok" --prompt "Hello" -n 40 --temp 0.8 \
       --top-k 20 --repeat-penalty 1.1 --stop "zzz" --ignore-eos --stats 2>&1 >/dev/null)
-if ! printf '%s\n' "$out" | grep -q "n/a (sanitizer build)"; then
-  printf '%s\n' "$out" | grep -q "during evals: 0 on the eval thread" ||
+if ! has "$out" "n/a (sanitizer build)"; then
+  has "$out" "during evals: 0 on the eval thread" ||
     fail "allocations during evals: $out"
   printf '%s\n' "$out" | grep -q "outside evals (sampling, decoding, printing): 0$" ||
     fail "allocations while generating: $out"
@@ -134,11 +159,11 @@ n1=$(count_of "$sys_default$turn1")
 n2=$(count_of "$turn2")
 out=$(printf 'Hello\nHow are you?\n' | "$tool" "$plan" --random-weights 4 --tokenizer "$tok" \
       --chat -n 6 --ignore-eos --stats 2>&1 >/dev/null)
-printf '%s\n' "$out" | grep -qF "stats: turn 1: $n1 tokens evaluated (0 already in the cache), 6 generated" ||
+has "$out" "stats: turn 1: $n1 tokens evaluated (0 already in the cache), 6 generated" ||
   fail "chat turn 1 (expected $n1 tokens): $out"
-printf '%s\n' "$out" | grep -qF "stats: turn 2: $n2 tokens evaluated ($((n1 + 6)) already in the cache), 6 generated" ||
+has "$out" "stats: turn 2: $n2 tokens evaluated ($((n1 + 6)) already in the cache), 6 generated" ||
   fail "chat turn 2 (expected $n2 new tokens after $((n1 + 6))): $out"
-if ! printf '%s\n' "$out" | grep -q "n/a (sanitizer build)"; then
+if ! has "$out" "n/a (sanitizer build)"; then
   printf '%s\n' "$out" | grep -q "outside evals (sampling, decoding, printing): 0$" ||
     fail "chat allocations while generating: $out"
 fi
@@ -148,13 +173,24 @@ replies=$(printf 'Hello\n' | "$tool" "$plan" --random-weights 4 --tokenizer "$to
 single=$("$tool" "$plan" --random-weights 4 --tokenizer "$tok" --prompt "$sys_default$turn1" -n 6 \
          --ignore-eos)
 [ "$replies" = "$single" ] || fail "chat reply '$replies', the same prompt gives '$single'"
+# --stop ends a reply (seed 8 answers 5 newlines, then K after K); the next turn still continues
+# the cache, which holds the reply up to where it stopped (5 newline tokens and two K).
+got=$(printf 'Hello\n' | "$tool" "$plan" --random-weights 8 --tokenizer "$tok" --chat -n 12 \
+      --ignore-eos --stop KK 2>/dev/null | tr '\n' '|')
+[ "$got" = "||||||" ] || fail "chat --stop KK: got '$got', expected 5 newlines and the reply's end"
+out=$(printf 'Hello\nHow are you?\n' | "$tool" "$plan" --random-weights 8 --tokenizer "$tok" \
+      --chat -n 12 --ignore-eos --stop KK --stats 2>&1 >/dev/null)
+has "$out" "stats: turn 1: $n1 tokens evaluated (0 already in the cache), 7 generated" ||
+  fail "chat --stop turn 1: $out"
+has "$out" "stats: turn 2: $n2 tokens evaluated ($((n1 + 7)) already in the cache)" ||
+  fail "chat --stop turn 2 (expected $n2 after $((n1 + 7))): $out"
 # --system replaces the template's default; --chat-format overrides the template.
 n1=$(count_of "<|im_start|>system
 Be brief.<|im_end|>
 $turn1")
 out=$(printf 'Hello\n' | "$tool" "$plan" --random-weights 4 --tokenizer "$tok" --chat -n 2 \
       --stats --system "Be brief." 2>&1 >/dev/null)
-printf '%s\n' "$out" | grep -qF "stats: turn 1: $n1 tokens evaluated" || fail "--system: $out"
+has "$out" "stats: turn 1: $n1 tokens evaluated" || fail "--system: $out"
 n1=$(count_of "<|start_header_id|>user<|end_header_id|>
 
 Hello<|eot_id|><|start_header_id|>assistant<|end_header_id|>
@@ -163,7 +199,7 @@ Hello<|eot_id|><|start_header_id|>assistant<|end_header_id|>
 out=$(printf 'Hello\n' | "$tool" "$plan" --random-weights 4 --tokenizer "$tok" --chat -n 2 \
       --stats --chat-format llama3 2>&1 >/dev/null)
 # Llama 3's BOS is this vocabulary's <|endoftext|>: one more token.
-printf '%s\n' "$out" | grep -qF "stats: turn 1: $((n1 + 1)) tokens evaluated" ||
+has "$out" "stats: turn 1: $((n1 + 1)) tokens evaluated" ||
   fail "--chat-format llama3 (expected $((n1 + 1))): $out"
 # A context of 64: the second turn does not fit and the chat starts over with it alone.
 n2=$(count_of "${sys_default}<|im_start|>user
@@ -173,10 +209,37 @@ Tell me a long story about the fox<|im_end|>
 out=$(printf 'Hello\nTell me a long story about the fox\n' |
       "$tool" "$small" --random-weights 4 --tokenizer "$tok" --chat -n 6 --ignore-eos --stats \
       2>&1 >/dev/null)
-printf '%s\n' "$out" | grep -qF "gplan-run: the context is full (64 positions): starting over with the system prompt and this turn" ||
+has "$out" "gplan-run: the context is full (64 positions): starting over with the system prompt and this turn" ||
   fail "chat restart message: $out"
-printf '%s\n' "$out" | grep -qF "stats: turn 2: $n2 tokens evaluated (0 already in the cache)" ||
+has "$out" "stats: turn 2: $n2 tokens evaluated (0 already in the cache)" ||
   fail "chat restart (expected $n2 tokens from position 0): $out"
+
+# ---- a GGUF vocabulary with its own template: Phi-3's SentencePiece BPE (../shared) ----
+phi=$src/../shared/data/vocab/ggml-vocab-phi-3.gguf
+if [ -f "$phi" ]; then
+  "$compile" "$src/examples/llama.gplan" -D num_hidden_layers=1 -D hidden_size=64 \
+    -D intermediate_size=128 -D num_attention_heads=4 -D num_key_value_heads=2 \
+    -D vocab_size=32064 -D max_position_embeddings=256 -D n_batch=32 -o "$tmp/phi.plan" \
+    > /dev/null || fail "compile the Phi-3-sized plan"
+  # Its template writes BOS first (bos_token, <s>): <s><|user|>\nHello<|end|>\n<|assistant|>\n.
+  p1=$("$tokenize" "$phi" --parse-special --no-special --count "<s><|user|>
+Hello<|end|>
+<|assistant|>
+")
+  p2=$("$tokenize" "$phi" --parse-special --no-special --count "<|end|>
+<|user|>
+Who are you?<|end|>
+<|assistant|>
+")
+  out=$(printf 'Hello\nWho are you?\n' | "$tool" "$tmp/phi.plan" --random-weights 2 \
+        --tokenizer "$phi" --chat -n 6 --ignore-eos --stats 2>&1 >/dev/null)
+  has "$out" "stats: turn 1: $p1 tokens evaluated (0 already in the cache), 6 generated" ||
+    fail "phi-3 chat turn 1 (expected $p1): $out"
+  has "$out" "stats: turn 2: $p2 tokens evaluated ($((p1 + 6)) already in the cache), 6 generated" ||
+    fail "phi-3 chat turn 2 (expected $p2 after $((p1 + 6))): $out"
+else
+  echo "phi-3 chat: skipped (no $phi)"
+fi
 
 # ---- errors ----
 expect 2 "bad --top-p (a number in (0, 1]): 0" "$plan" --random-weights 1 --top-p 0
@@ -212,7 +275,7 @@ expect 1 "gplan-run: the prompt has $n_long tokens, more than the planned contex
 out=$(printf 'ok\n\377\n' | "$tool" "$plan" --random-weights 1 --tokenizer "$tok" --chat -n 1 2>&1)
 rc=$?
 [ $rc -eq 1 ] || fail "chat with an invalid UTF-8 line: exit status $rc, expected 1"
-printf '%s\n' "$out" | grep -qF "gplan-run: stdin line 2: invalid UTF-8 at byte 0; turn skipped" ||
+has "$out" "gplan-run: stdin line 2: invalid UTF-8 at byte 0; turn skipped" ||
   fail "chat with an invalid UTF-8 line: $out"
 mkdir -p "$tmp/notmpl" "$tmp/othertmpl"
 cp "$tok/tokenizer.json" "$tmp/notmpl/"
@@ -225,7 +288,7 @@ expect 1 "unknown chat template (none of the markers of chatml, llama3, llama2, 
   "$plan" --random-weights 1 --tokenizer "$tmp/othertmpl" --chat
 out=$(printf 'Hi\n' | "$tool" "$plan" --random-weights 1 --tokenizer "$tmp/othertmpl" --chat \
       --chat-format chatml -n 2 --stats 2>&1)
-printf '%s\n' "$out" | grep -qF "stats: turn 1:" || fail "--chat-format over an unknown template: $out"
+has "$out" "stats: turn 1:" || fail "--chat-format over an unknown template: $out"
 
 [ $failed -eq 0 ] && echo "gplan-run text: all checks passed"
 exit $failed
