@@ -126,6 +126,7 @@ endforeach()
 set(GP_LIB_LANGUAGE C)
 if(TARGET gp_cuda AND gp_cuda IN_LIST GP_LIB_PARTS)
   set(GP_LIB_LANGUAGE CUDA)
+  list(APPEND GP_LIB_FLAGS -lstdc++) # the .cu objects' host code is C++
 endif()
 
 add_library(gplan SHARED ${GP_LIB_OBJECTS})
