@@ -34,6 +34,10 @@
 #include "gplan_types.h"
 #include "gplan_version.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct gp_model gp_model;     /* a loaded plan plus its weights (read-only after binding) */
 typedef struct gp_session gp_session; /* one running instance: its own state (KV cache) and buffers */
 
@@ -162,5 +166,9 @@ const char *gp_session_backend(const gp_session *s);
  *     void gp_alloc_shim_eval(int in_eval);
  * gp_session_new looks it up once (dlsym); gp_session_eval then calls it with 1 on entry and 0 on
  * return, so the shim counts only what happens during evals. Without the shim nothing is called. */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -6,6 +6,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define GP_MAX_DIMS 4
 
 /* Element types. The block-quantized ones (ggml's formats, docs/gguf.md) are for weights only: a
@@ -31,5 +35,9 @@ typedef enum {
 size_t gp_dtype_size(gp_dtype t);
 /* "f32", "f16", "bf16", "i32", "q4_0", ... */
 const char *gp_dtype_name(gp_dtype t);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -100,6 +100,15 @@ for how in shared static; do
   check_embed "find_package, $how" "$tmp/embed-cmake-$how/embed" \
     "$([ $how = static ] && echo STATIC || echo SHARED)"
 done
+# C++ programs include the same header (extern "C") and link the same library.
+printf '%s\n' '#include <gplan/gplan.h>' 'int main() {' '  char err[256] = "";' \
+  '  gp_model *m = gp_model_load("/nonexistent.plan", err, sizeof err);' \
+  '  return m == nullptr && err[0] ? 0 : 1;' '}' >"$tmp/cxx.cc"
+c++ -std=c++17 -Wall -Wextra -Werror $(PKG_CONFIG_PATH="$P/lib/pkgconfig" pkg-config --cflags gplan) \
+  "$tmp/cxx.cc" -o "$tmp/cxx" $(PKG_CONFIG_PATH="$P/lib/pkgconfig" pkg-config --libs gplan) ||
+  fail "a C++ program does not build against gplan"
+"$tmp/cxx" || fail "a C++ program does not run against gplan"
+
 # find_package's version check: 0.1 is accepted (above), another minor is not.
 mkdir -p "$tmp/version-check"
 printf '%s\n' 'cmake_minimum_required(VERSION 3.20)' 'project(v NONE)' \

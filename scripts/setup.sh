@@ -7,8 +7,9 @@ GP_PACKAGES=(cmake make gcc pkg-config flex bison libcunit1-dev zlib1g-dev libja
 # runtime for scripts/fuzz.sh (Debian 12's clang is 14).
 GP_TEST_PACKAGES=(valgrind clang libclang-rt-14-dev)
 # What scripts/package.sh needs on top: help2man for the man pages, dpkg-dev for cpack's Depends
-# (dpkg-shlibdeps), Python's venv, pip, setuptools, pytest and numpy for the wheel and its tests.
-GP_PACKAGE_PACKAGES=(help2man dpkg-dev python3-venv python3-pip python3-setuptools python3-wheel
+# (dpkg-shlibdeps), g++ to include the header from C++, Python's venv, pip, setuptools, pytest and
+# numpy for the wheel and its tests.
+GP_PACKAGE_PACKAGES=(help2man dpkg-dev g++ python3-venv python3-pip python3-setuptools python3-wheel
   python3-pytest python3-numpy)
 
 gp_missing_packages() {
