@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/gplan.h"
 #include "tokenizer/tokenizer.h"
 
 enum { EXIT_OK = 0, EXIT_BAD = 1, EXIT_USAGE = 2 };
@@ -28,6 +29,7 @@ static void usage(FILE *out)
             "                    (default: they are plain text); with --decode, print the\n"
             "                    special tokens' texts\n"
             "  --count           print the number of ids instead of the ids\n"
+            "  --version         print the version and exit\n"
             "  -h, --help        print this help and exit\n"
             "\n"
             "exit status: 0 success, 1 bad model, file or input (invalid UTF-8, bad id), 2 bad usage\n");
@@ -120,6 +122,9 @@ int main(int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
+            return EXIT_OK;
+        } else if (!strcmp(a, "--version")) {
+            printf("gplan-tokenize %s\n", GPLAN_VERSION_STRING);
             return EXIT_OK;
         } else if (!strcmp(a, "--no-special"))
             add_special = 0;
