@@ -52,8 +52,9 @@ static void fail(char *err, size_t err_len, const char *name, const char *text, 
     gp_diag_error(d, (gp_loc){file, (int)line, (int)col}, "%s", reason);
     const char *t = gp_diag_text(d);
     size_t n = strlen(t);
-    if (n >= err_len) /* too long to quote the line: the first line only */
-        n = (size_t)(strchr(t, '\n') - t);
+    const char *nl = strchr(t, '\n');
+    if (n >= err_len && nl) /* too long to quote the line: the first line only */
+        n = (size_t)(nl - t);
     if (n >= err_len)
         n = err_len - 1;
     while (n > 0 && t[n - 1] == '\n')
