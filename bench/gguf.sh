@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Quantized GGUF models on the CPU, gplan against llama.cpp's llama-bench on the same files in one
+# run: decode ms a token (32 tokens) and a 128-token prompt's tokens/s, THREADS threads, REPEATS
+# runs each (min and max reported). Models: SmolLM2-135M-Instruct Q4_1 (the real file,
+# scripts/fetch_models.sh) and the TinyLlama-1.1B shape in Q8_0 and Q4_0 (random weights:
+# scripts/bench/make_random_gguf.py writes f16, llama-quantize quantizes it), in $GPLAN_CACHE/bench.
+# usage: bench/gguf.sh LLAMA_CPP_BUILD_BIN [THREADS (2)] [REPEATS (3)]
+#   LLAMA_CPP_BUILD_BIN holds llama-bench and llama-quantize, built from llama-cpp-python 0.3.36's
+#   vendor/llama.cpp (cmake -B build -DGGML_CUDA=OFF; cmake --build build --target llama-bench
+#   llama-quantize). Record the table in bench/gguf-notes.md with the machine and the date.
+set -euo pipefail
+GP_ROOT=$(cd "$(dirname "$0")/.." && pwd)
+lcpp=${1:?usage: bench/gguf.sh LLAMA_CPP_BUILD_BIN [THREADS] [REPEATS]}
+threads=${2:-2} repeats=${3:-3}
+cache=${GPLAN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gplan}
+B=$GP_ROOT/build-bench
+cd "$GP_ROOT"
+. scripts/setup.sh
+gp_build "$B" -DCMAKE_BUILD_TYPE=Release -DGPLAN_CUDA=OFF
+
+mkdir -p "$cache/bench"
+smol=$(scripts/fetch_models.sh)
+f16=$cache/bench/tinyllama-f16.gguf
+if [ ! -s "$f16" ]; then
+  python3 scripts/bench/make_random_gguf.py "$f16" ../shared/data/vocab/ggml-vocab-llama-spm.gguf
+fi
+for q in Q8_0 Q4_0; do
+  [ -s "$cache/bench/tinyllama-$q.gguf" ] ||
+    "$lcpp/llama-quantize" "$f16" "$cache/bench/tinyllama-$q.gguf" "$q" >/dev/null 2>&1
+done
+
+prompt=$(seq -s, 100 227)
+echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores," \
+     "load average $(cut -d' ' -f1-3 /proc/loadavg); $threads threads"
+rows=()
+for m in "smollm2-135m q4_1:$smol" "tinyllama-1.1b q8_0:$cache/bench/tinyllama-Q8_0.gguf" \
+         "tinyllama-1.1b q4_0:$cache/bench/tinyllama-Q4_0.gguf"; do
+  name=${m%%:*} file=${m#*:}
+  plan=$B/$(echo "$name" | tr ' ' _).plan
+  "$B/tools/gplan-compile" examples/llama.gplan --gguf "$file" -D max_position_embeddings=512 \
+    -D n_batch=128 --backend cpu -o "$plan" >/dev/null
+  gd=() gp=() ld=() lp=()
+  for _ in $(seq 1 "$repeats"); do
+    out=$("$B/tools/gplan-run" "$plan" --weights "$file" --prompt-ids "$prompt" -n 33 \
+          --threads "$threads" --stats 2>&1 >/dev/null)
+    gp+=("$(echo "$out" | sed -nE 's/^stats: prompt .* ([0-9.]+) tokens\/s/\1/p')")
+    gd+=("$(echo "$out" | sed -nE 's/^stats: generation .*, ([0-9.]+) ms per eval.*/\1/p')")
+    csv=$("$lcpp/llama-bench" -m "$file" -t "$threads" -p 128 -n 32 -r 1 -o csv 2>/dev/null ||
+          echo crashed)
+    if [ "$csv" = crashed ]; then
+      lp+=(crashed) ld+=(crashed)
+    else
+      lp+=("$(echo "$csv" | awk -F, 'NR==1{for(i=1;i<=NF;i++)if($i~/avg_ts/)c=i} /"128","0"/{gsub(/"/,"",$c);print $c}')")
+      ld+=("$(echo "$csv" | awk -F, 'NR==1{for(i=1;i<=NF;i++)if($i~/avg_ts/)c=i} /"0","32"/{gsub(/"/,"",$c);printf "%.3f", 1000/$c}')")
+    fi
+  done
+  span() { printf '%s\n' "$@" | sort -g | sed -n '1p;$p' | paste -sd- | sed 's/^\(.*\)-\1$/\1/'; }
+  best() { printf '%s\n' "$@" | sort -g | sed -n "$1p"; }
+  rows+=("$(printf '%-20s | %-17s | %-17s | %-17s | %-17s' "$name" "$(span "${gd[@]}")" \
+           "$(span "${ld[@]}")" "$(span "${gp[@]}")" "$(span "${lp[@]}")")")
+done
+echo
+echo "| model | gplan decode ms/token | llama.cpp decode ms/token | gplan prompt-128 tok/s | llama.cpp prompt-128 tok/s |"
+echo "|---|---|---|---|---|"
+for r in "${rows[@]}"; do echo "| $r |"; done
