@@ -2,7 +2,7 @@
 # The GPU benchmark, one command on the GPU machine: runs the CUDA tests, then for GPT-2 117M and
 # 1558M shapes (random fp16 weights) checks CUDA against the CPU backend and times decode (ms/token,
 # 128 tokens after a 32-token prompt) and a 512-token prompt for each configuration (fusion
-# switches, PDL, eager, timing experiments), counts allocations during evals (with the callers of
+# switches, PDL, eager: docs/cuda.md), counts allocations during evals (with the callers of
 # host allocations), runs gplan-run --stats for thousands of CUDA evals under the host allocation
 # shim, LoRA parity with PEFT and the runtime-adapter cost for ranks 8 and 64 (bench/lora_gpu.sh),
 # and prints one table last. PyTorch's figures too with GPU_BENCH_TORCH=1.
@@ -32,7 +32,7 @@ timeout 90 "$B/tests/test_cuda" >"$OUT/test_cuda.log" 2>&1
 TEST_RC=$?
 grep -E "asserts|tests |error|FAIL|cuda:" "$OUT/test_cuda.log" | head -20
 
-# 1b. The matvec microbenchmark at the 1558M shapes (v2, v1, cuBLAS; graphs, L2 cold).
+# 1b. The matvec microbenchmark at the 1558M shapes (v2, cuBLAS; graphs, L2 cold).
 [ -x "$B/cuda/matvec_bench" ] && timeout 60 "$B/cuda/matvec_bench" >"$OUT/matvec.log" 2>&1
 
 # 2. Plans (compiled on the build machine when carried in $B/plans).

@@ -43,7 +43,7 @@ static void read_switches(cuda_be *b)
 {
     static const char *const names[] = {"attnfuse", "qkvatt", "tiles", "tensor", "atomic",
                                         "fold", "accum", "atttyped", "kctyped", "optyped",
-                                        "copies", "atthead"};
+                                        "copies", "atthead", "lora"};
     const char *off = getenv("GPLAN_CUDA_DISABLE");
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (in_list(off, names[i]))
@@ -364,9 +364,9 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         fprintf(stderr, "cuda: %d nodes: %d conts elided, %d store pairs, %d norms for matvecs, "
                 "%d matmul epilogues, %d matmul groups, %d norms in all-reduces, "
                 "%d one-token attentions fused (%d computing their q, k and v), %d lookup adds, "
-                "pdl %d; %lld launches in the one-token graph\n",
+                "%d LoRA branches merged, pdl %d; %lld launches in the one-token graph\n",
                 p->n_nodes, elided, pairs, norms, epis, groups, arnorms, attns, qkvs, embadds,
-                b->kc.pdl, (long long)launches1);
+                b->n_lora, b->kc.pdl, (long long)launches1);
         if (b->kc.mv_cluster > 1) {
             fprintf(stderr, "cuda: [K, N] matvec clusters of up to %d, fitting at once:",
                     b->kc.mv_cluster);
@@ -384,8 +384,8 @@ fail:
 }
 
 /* Uploads weights ids[0..n) again into their places (a LoRA adapter bound into its slots between
- * evals): the graphs keep their addresses, so nothing is captured again. Ordered on the stream
- * before the next eval's work. */
+ * evals), and merges the branches reading them into their products again: the graphs keep their
+ * addresses, so nothing is captured again. Ordered on the stream before the next eval's work. */
 static int be_reload_weights(void *ctx, const int *ids, int n, char *err, size_t err_len)
 {
     cuda_be *b = ctx;
@@ -396,6 +396,9 @@ static int be_reload_weights(void *ctx, const int *ids, int n, char *err, size_t
         CU_TRY(cudaMemcpyAsync(tensor_addr(b, t), b->weight_data[ids[k]], bytes,
                                cudaMemcpyHostToDevice, b->stream));
     }
+    /* A new adapter's branches merged into their products' weights again (plan_lora). */
+    if (gp_cuda_be_lora_remerge(b, ids, n, err, err_len))
+        return -1;
     CU_TRY(cudaStreamSynchronize(b->stream)); /* the host bytes may change again after return */
     return 0;
 fail:
@@ -461,6 +464,7 @@ static void be_destroy(void *ctx)
         cudaStreamDestroy(b->stream);
     cudaGetLastError();
     free(b->nodes);
+    free(b->lora);
     free(b->alias);
     free(b->launch);
     free(b->sym_tensor);

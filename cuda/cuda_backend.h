@@ -14,6 +14,14 @@ void gp_cuda_eval_stats(double *seconds, int64_t *evals);
  * outputs: "copies" in cuda/cuda_backend.c). */
 int64_t gp_cuda_copies_count(int merged);
 
+/* LoRA branches merged into their products' weights at creation ("lora" in cuda/cuda_plan.c),
+ * every session. */
+int64_t gp_cuda_lora_merged_count(void);
+
+/* Kernels and library calls that evals enqueued (eagerly or into graphs at capture), every
+ * session: what a fusion saves, for tests. */
+int64_t gp_cuda_launch_count(void);
+
 /* One-token evals that replayed the graph for long contexts (their position past the rows the
  * block-a-head attention loads early: "atthead" in cuda/cuda_backend.c), every session. */
 int64_t gp_cuda_long_evals(void);

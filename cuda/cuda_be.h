@@ -60,7 +60,19 @@ typedef struct {
     int zero_for, acc, zeroed, gelu_to;
     int trig;                        /* a matmul or attention whose launch lets the next
                                         start at once (plan_trig) */
+    int epi_end;                     /* a matmul: the last node its fused epilogue runs (the
+                                        node itself without one); LoRA nodes may lie between */
+    int lora;                        /* a node of a LoRA branch merged into its product's
+                                        weights (plan_lora): it never runs (skip is set too) */
 } cu_node;
+
+/* A LoRA branch merged into the product it belongs to (plan_lora): weight w (read only by that
+ * product, x op(w) with op(w) [in, out]) holds w + a^T b^T on the device; a [r, in], b [out, r]
+ * the adapter's slots, all tensor ids. */
+typedef struct {
+    int w, a, b, tb;
+    int64_t in, out, r;
+} cu_lora;
 
 typedef struct {
     int64_t top;          /* the bucket's largest token count (0: a plan with no symbolic dim) */
@@ -127,6 +139,8 @@ typedef struct {
     int gelu_for;                   /* while enqueuing: the matmul node that reads its x as
                                        gelu(x) (plan_accumulate), or -1 */
     float *dfold;                   /* the folded layer norms' constants (plan_folds), or NULL */
+    cu_lora *lora;                  /* [n_lora] the LoRA branches merged (plan_lora) */
+    int n_lora;
     int64_t trig_bytes;             /* plan_trig: the least weights of the next launch for an
                                        early trigger (-1: none) */
 } cuda_be;
@@ -135,7 +149,8 @@ typedef struct {
  * FUSE_PLANS ("all" only) is every other fusion planned at creation. */
 enum { FUSE_ATTN = 1, FUSE_QKVATT = 2, FUSE_TILES = 4, FUSE_TENSOR = 8, FUSE_ATOMIC = 16,
        FUSE_FOLD = 32, FUSE_ACCUM = 64, FUSE_ATTTYPED = 128, FUSE_KCTYPED = 256,
-       FUSE_OPTYPED = 512, FUSE_COPIES = 1024, FUSE_ATTHEAD = 2048, FUSE_PLANS = 4096 };
+       FUSE_OPTYPED = 512, FUSE_COPIES = 1024, FUSE_ATTHEAD = 2048, FUSE_LORA = 4096,
+       FUSE_PLANS = 8192 };
 
 /* A rope table's floats: cos and sin of up to 128 pairs (the attention's D <= 256). */
 enum { ROPE_TAB_FLOATS = 256 };
@@ -206,6 +221,11 @@ static inline size_t launch_numel(const cuda_be *b, const gp_cu_tensor *k)
 /* cuda_plan.c: every fusion planned at creation, in the order they depend on each other, from
  * the plan and the switches (b->disable); also the nodes' descriptors. 0, or -1 with err. */
 int gp_cuda_be_plan(cuda_be *b, char *err, size_t err_len);
+
+/* cuda_plan.c, after adapter slots were uploaded again (ids[0..n)): every merged LoRA branch
+ * reading one of them gets its product's weight from the host again and the branch merged in,
+ * and the folded norms' constants are computed again from the weights. 0, or -1 with err. */
+int gp_cuda_be_lora_remerge(cuda_be *b, const int *ids, int n, char *err, size_t err_len);
 
 /* cuda_copies.c (see "Copies" there): the io tensors' lists and in_span, at creation; the
  * inputs staged in pin_in for the sizes at; the copies of one eval; and whether its final argmax

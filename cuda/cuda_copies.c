@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "cuda/cuda_backend.h"
 #include "cuda/cuda_be.h"
 
 /* A copy in a graph costs more than its bytes: each is a node the copy engine runs after the one

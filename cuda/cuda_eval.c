@@ -1,8 +1,10 @@
 /* The CUDA backend's evals: one eval's launches enqueued on the session's stream, node by node
  * with the fusions planned at creation (run eagerly, or captured into a graph by cuda_graphs.c),
  * and gp_cuda_be_eval, which replays a graph or enqueues. */
+#include <stdatomic.h>
 #include <time.h>
 
+#include "cuda/cuda_backend.h"
 #include "cuda/cuda_be.h"
 
 /* Time inside the backend's evals, process-wide (cuda/cuda_backend.h). */
@@ -117,8 +119,27 @@ static int run_group(cuda_be *b, const gp_cu_group *g, int first, int *i, int *r
     return 0;
 }
 
-/* One eval at launch sizes b->launch onto b's stream (cuda_be.h). */
+/* Kernels and library calls enqueued by evals, every session (cuda/cuda_backend.h). */
+static atomic_llong eval_launches;
+
+int64_t gp_cuda_launch_count(void)
+{
+    return atomic_load(&eval_launches);
+}
+
+static int enqueue_nodes(cuda_be *b, int long_ctx, char *err, size_t err_len);
+
+/* One eval at launch sizes b->launch onto b's stream (cuda_be.h), its launches counted. */
 int gp_cuda_be_enqueue(cuda_be *b, int long_ctx, char *err, size_t err_len)
+{
+    int64_t l0 = b->kc.launches;
+    int r = enqueue_nodes(b, long_ctx, err, err_len);
+    atomic_fetch_add(&eval_launches, b->kc.launches - l0);
+    return r;
+}
+
+/* The nodes of one eval, with the fusions planned at creation. */
+static int enqueue_nodes(cuda_be *b, int long_ctx, char *err, size_t err_len)
 {
     const gp_plan *p = b->p;
     unsigned char *hio = b->io_registered ? b->host_io : b->pin_io;
@@ -201,10 +222,11 @@ int gp_cuda_be_enqueue(cuda_be *b, int long_ctx, char *err, size_t err_len)
                                 cn->ws_size);
     ran:
         if (fused) {
-            for (int k = 1; b->ev && k <= cn->epi.n; k++)
-                cudaEventRecord(b->ev[i + k], b->stream);
+            for (int k = i + 1; b->ev && k <= cn->epi_end; k++)
+                cudaEventRecord(b->ev[k], b->stream);
 
-            i += cn->epi.n; /* those nodes ran inside the matmul's kernel */
+            i = cn->epi_end; /* those nodes ran inside the matmul's kernel (merged LoRA nodes
+                                among them never run) */
             /* An all_reduce(x, y) ending the epilogue: its + y ran there, the sum over devices
              * has not. */
             if (!r && p->nodes[i].op == GP_OP_ALL_REDUCE && b->comm && !b->warming)

@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "cuda/cuda_backend.h"
 #include "cuda/cuda_be.h"
 
 /* Captures one eval at launch sizes `top` (for the plan's one symbolic dim) into cg (long_ctx as

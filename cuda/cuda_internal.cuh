@@ -595,7 +595,7 @@ static inline void gp_cu_launch(const gp_cu_ctx *c, void (*k)(P...), dim3 grid, 
     gp_cu_launch_z(c, 0, k, grid, block, smem, args...);
 }
 
-/* Host: the phase stamps of cuda_matmul.cu's and cuda_attention.cu's kernels, to f (FILE *;
+/* Host: the phase stamps of cuda_matvec.cu's and cuda_attention.cu's kernels, to f (FILE *;
  * diagnostic builds only). */
 void gp_cu_stamps_matmul(void *f);
 void gp_cu_stamps_attention(void *f);

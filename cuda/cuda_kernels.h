@@ -331,6 +331,16 @@ int64_t gp_cuda_ops_typed_count(void);
 int64_t gp_cuda_fold(gp_cu_ctx *ctx, const gp_cu_prenorm *pre, const gp_attrs *a,
                      const gp_cu_tensor *w, float *dst);
 
+/*
+ * A LoRA branch merged into its product's weights: the product x op(W) gains (x A^T) B^T, A
+ * [r, in] and B [out, r], so W += the delta with op(W) = W [in, out] (tb 0) or W^T (W [out, in],
+ * tb 1). W, A and B contiguous device arrays of one dtype (f32, f16 or bf16); each element's sum
+ * in f32, then rounded once to W's dtype. Enqueued on ctx->stream, not for graph capture. 0, or
+ * -1 with ctx->err set.
+ */
+int gp_cuda_lora_merge(gp_cu_ctx *ctx, void *w, const void *a, const void *b, gp_dtype dt,
+                       int64_t in, int64_t out, int64_t r, int tb);
+
 /* Counters gp_cuda_compute may use at once (the size d_counters must have). */
 #define GP_CU_COUNTERS 4096
 

@@ -1,9 +1,55 @@
-/* Device code of the matrix-vector kernels (cuda_matmul.cu): epilogues, a staged norm of x,
+/* Device code of the matrix-vector kernels (cuda_matvec.cu): epilogues, a staged norm of x,
  * 16-byte weight chunks. */
 #ifndef GP_CUDA_MATVEC_CUH
 #define GP_CUDA_MATVEC_CUH
 
 #include "cuda/cuda_internal.cuh"
+
+/* Logical operands: A[b0][b1][m][k] at a + b0 * sa0 + b1 * sa1 + m * sm + k * sk (bytes). */
+typedef struct {
+    char *p;
+    int t;
+    int64_t s0, s1; /* batch strides, 0 where the operand broadcasts */
+    int64_t sr, sc; /* row and column strides */
+    int64_t n0, n1; /* the operand's own batch extents (1 when broadcast) */
+} mat;
+
+static inline mat mat_of(const KT &k, int trans)
+{
+    mat r;
+    r.p = k.p;
+    r.t = k.t;
+    r.s0 = k.ne[0] == 1 ? 0 : k.nb[0];
+    r.s1 = k.ne[1] == 1 ? 0 : k.nb[1];
+    r.n0 = k.ne[0];
+    r.n1 = k.ne[1];
+    r.sr = trans ? k.nb[3] : k.nb[2];
+    r.sc = trans ? k.nb[2] : k.nb[3];
+    return r;
+}
+
+static inline int es_of(int t)
+{
+    return (int)gp_dtype_size((gp_dtype)t);
+}
+
+/* The bytes [lo, hi) that t's elements span (launch sizes). */
+static inline void kt_span(const KT &t, uintptr_t *lo, uintptr_t *hi)
+{
+    int64_t ext = es_of(t.t);
+    for (int d = 0; d < 4; d++)
+        ext += (t.ne[d] - 1) * t.nb[d];
+    *lo = (uintptr_t)t.p;
+    *hi = (uintptr_t)t.p + (uintptr_t)ext;
+}
+
+/* 1 when the bytes t's elements span meet [lo, hi). */
+static inline int kt_meets(const KT &t, uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t a, b;
+    kt_span(t, &a, &b);
+    return a < hi && lo < b;
+}
 
 /* Host: a norm's parameters (gp_cu_prenorm; x aside) as kernels read them. */
 static inline NORM norm_params(const gp_cu_ctx *c, const gp_cu_prenorm *p)
@@ -147,5 +193,16 @@ __device__ __forceinline__ uint4 ld_stream(const void *p)
     return __ldcs((const uint4 *)p);
 }
 
+
+/* Host (cuda_matvec.cu): a one-row product o = a b (ta, tb: transposed operands) in a
+ * matrix-vector kernel, its epilogue fused (epi, may be NULL) and, with pre, x = the norm of pre's
+ * input computed in the kernel: 1 when launched, 0 when no kernel takes these operands (nothing
+ * launched), -1 with c->err. */
+int gp_cu_try_matvec(gp_cu_ctx *c, const KT &o, const KT &ka, const KT &kb, int ta, int tb,
+                     const gp_cu_tensor *in, void *ws, size_t ws_size, const gp_cu_epilogue *epi,
+                     const gp_cu_prenorm *pre);
+/* Host: c->x_gelu where the product's kernel cannot stage gelu(x): x [n] (f32, contiguous)
+ * becomes gelu(x) in place (one launch). 0, or -1 with c->err. */
+int gp_cu_x_gelu_now(gp_cu_ctx *c, const float *x, int64_t n);
 
 #endif

@@ -507,6 +507,35 @@ extern "C" int gp_cuda_get_rows_add(gp_cu_ctx *c, const gp_cu_tensor *out, const
     return gp_cu_check_launch(c, "get_rows_add");
 }
 
+/* W += the LoRA delta (gp_cuda_lora_merge): a thread per element of W, in memory order; the delta
+ * of element (k, n) of op(W) [in, out] is sum_j A[j][k] B[n][j] in f32, added once. */
+__global__ void k_lora_merge(char *w, const char *a, const char *b, int dt, int es, int64_t in,
+                             int64_t out, int64_t r, int tb)
+{
+    int64_t total = in * out;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t k = tb ? e % in : e / out, n = tb ? e / in : e % out;
+        float s = 0.0f;
+        for (int64_t j = 0; j < r; j++)
+            s += ld_f(a + (j * in + k) * es, dt) * ld_f(b + (n * r + j) * es, dt);
+        st_f(w + e * es, dt, ld_f(w + e * es, dt) + s);
+    }
+}
+
+extern "C" int gp_cuda_lora_merge(gp_cu_ctx *c, void *w, const void *a, const void *b, gp_dtype dt,
+                                  int64_t in, int64_t out, int64_t r, int tb)
+{
+    if ((dt != GP_F32 && dt != GP_F16 && dt != GP_BF16) || in < 1 || out < 1 || r < 1) {
+        snprintf(c->err, sizeof c->err, "lora_merge: needs f32, f16 or bf16, sizes of 1 or more");
+        return -1;
+    }
+    /* Not a graph's launch: no programmatic dependent launch, ordered after the copies before. */
+    k_lora_merge<<<grid_for(in * out, THREADS), THREADS, 0, c->stream>>>(
+        (char *)w, (const char *)a, (const char *)b, dt, (int)gp_dtype_size(dt), in, out, r, tb);
+    return gp_cu_check_launch(c, "lora_merge");
+}
+
 __global__ void k_concat(int ax, KT o, KT a, KT b, const int64_t *syms)
 {
     pdl_begin();

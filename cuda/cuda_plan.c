@@ -1,8 +1,10 @@
 /* The CUDA backend's planning: the fusions decided at creation from the plan (which nodes one
  * launch runs together, what a kernel may read early, where it may add with atomics), recorded in
  * the session's cu_nodes for cuda_eval.c to launch. */
+#include <stdatomic.h>
 #include <stdlib.h>
 
+#include "cuda/cuda_backend.h"
 #include "cuda/cuda_be.h"
 
 /* Byte ranges of two tensors (at the bounds) overlap: same region and intersecting spans. */
@@ -21,13 +23,20 @@ static void plan_epilogues(cuda_be *b, const int *uses)
     const gp_plan *p = b->p;
     for (int i = 0; i < p->n_nodes; i++) {
         const gp_plan_node *mm = &p->nodes[i];
-        if (mm->op != GP_OP_MATMUL)
+        if (mm->op != GP_OP_MATMUL || b->nodes[i].lora)
             continue;
         gp_cu_epilogue *e = &b->nodes[i].epi;
         int prev = mm->output, n = 0;
-        int other[GP_CU_MAX_EPI];
+        int other[GP_CU_MAX_EPI], at[GP_CU_MAX_EPI]; /* at: the node of each op */
         for (int j = i + 1; j < p->n_nodes && n < GP_CU_MAX_EPI; j++) {
             const gp_plan_node *nd = &p->nodes[j];
+            if (b->nodes[j].lora) {
+                /* A branch merged into this product: its add leaves prev's bytes as they are
+                 * (plan_lora: in place), and its output is what the next op reads. */
+                if (nd->op == GP_OP_ADD && (nd->inputs[0] == prev || nd->inputs[1] == prev))
+                    prev = nd->output;
+                continue;
+            }
             const gp_plan_tensor *pt = &p->tensors[prev], *ot = &p->tensors[nd->output];
             if (uses[prev] != 1 || pt->kind != GP_TENSOR_INTERMEDIATE || pt->view_src >= 0 ||
                 ot->ndim != pt->ndim || ot->view_src >= 0)
@@ -47,18 +56,19 @@ static void plan_epilogues(cuda_be *b, const int *uses)
                 /* Device 0's + y of all_reduce(x, y); the node's all-reduce still runs after
                  * the matmul (gp_cuda_be_enqueue), so nothing may follow it in the epilogue. */
                 other[n] = nd->inputs[1];
+                at[n] = j;
                 e->op[n++] = GP_OP_ADD;
                 break;
             } else {
                 break;
             }
             e->op[n] = nd->op;
-            n++;
+            at[n++] = j;
             prev = nd->output;
         }
         /* Drop trailing ops until the final output is safe to write from inside the kernel. */
         for (; n > 0; n--) {
-            const gp_plan_tensor *out = &p->tensors[p->nodes[i + n].output];
+            const gp_plan_tensor *out = &p->tensors[p->nodes[at[n - 1]].output];
             int ok = !overlaps(out, &p->tensors[mm->inputs[0]]) &&
                      !overlaps(out, &p->tensors[mm->inputs[1]]) &&
                      (mm->workspace < 0 || !overlaps(out, &p->tensors[mm->workspace]));
@@ -73,11 +83,12 @@ static void plan_epilogues(cuda_be *b, const int *uses)
                 break;
         }
         e->n = n;
+        b->nodes[i].epi_end = n ? at[n - 1] : i;
         for (int k = 0; k < n; k++)
             if (other[k] >= 0)
                 tensor_of(b, other[k], &e->other[k]);
         if (n)
-            tensor_of(b, p->nodes[i + n].output, &e->out);
+            tensor_of(b, p->nodes[at[n - 1]].output, &e->out);
     }
 }
 
@@ -428,7 +439,7 @@ static void plan_prenorms(cuda_be *b, const int *uses)
             mm->inputs[0] != nd->output || mm->attrs.i[0] != 0 || b->nodes[i + 1].skip)
             continue;
         const gp_plan_tensor *xr = root_of(p, nd->inputs[0]);
-        int last_out = p->nodes[i + 1 + b->nodes[i + 1].epi.n].output;
+        int last_out = p->nodes[b->nodes[i + 1].epi_end].output;
         if (overlaps(&p->tensors[mm->output], xr) || overlaps(&p->tensors[last_out], xr) ||
             x->dtype != GP_F32)
             continue;
@@ -542,12 +553,12 @@ static void plan_accumulate(cuda_be *b, const int *uses)
             ok &= e->op[k] == GP_OP_ADD;
         /* the matmul launched before it, which zeroes its output */
         int i = j - 2;
-        while (i >= 0 && p->nodes[i].op != GP_OP_MATMUL)
+        while (i >= 0 && (p->nodes[i].op != GP_OP_MATMUL || b->nodes[i].lora))
             i--;
         if (!ok || i < 0 || b->nodes[i].skip || b->nodes[i].dec_att || b->nodes[i].grp.n > 1 ||
             b->nodes[i].epi.n < 1 || b->nodes[i].zero_for >= 0)
             continue;
-        int out = p->nodes[j + n].output, from = i > 0 && b->nodes[i - 1].prenorm ? i - 1 : i;
+        int out = p->nodes[cj->epi_end].output, from = i > 0 && b->nodes[i - 1].prenorm ? i - 1 : i;
         if (p->tensors[out].kind != GP_TENSOR_INTERMEDIATE || bytes_first(p, out) > from)
             continue;
         /* A node before the zeroing that an attention after it runs (attnfuse) reads its sources
@@ -557,8 +568,8 @@ static void plan_accumulate(cuda_be *b, const int *uses)
         if (!ok)
             continue;
         int k = -1; /* with gelu: the matmul that reads out as its x */
-        for (int s = j + n + 1; gelu && s < p->n_nodes && k < 0; s++)
-            for (int q = 0; q < p->nodes[s].n_inputs; q++)
+        for (int s = cj->epi_end + 1; gelu && s < p->n_nodes && k < 0; s++)
+            for (int q = 0; q < p->nodes[s].n_inputs && !b->nodes[s].lora; q++)
                 if (p->nodes[s].inputs[q] == out)
                     k = s;
         if (gelu && (k < 0 || uses[out] != 1 || p->nodes[k].op != GP_OP_MATMUL ||
@@ -639,14 +650,16 @@ static int listed(const int *list, int n, int j)
 }
 
 /* What node j may write in a one-token launch, as spans (at most 4): its output (a store: its
- * destination; a fused attention: also its caches), its workspace. Views and elided conts write
- * nothing. Other fusions only move a write to an earlier step or drop it, so this is a superset
- * of what runs at step j or later. */
+ * destination; a fused attention: also its caches), its workspace. Views, elided conts and merged
+ * LoRA nodes write nothing. Other fusions only move a write to an earlier step or drop it, so this
+ * is a superset of what runs at step j or later. */
 static int node_writes(const cuda_be *b, int j, int tsym, dev_span *w)
 {
     const gp_plan_node *nd = &b->p->nodes[j];
     const cu_node *cn = &b->nodes[j];
     int n = 0;
+    if (cn->lora)
+        return 0; /* merged into its product: never runs */
     if (nd->op == GP_OP_STORE)
         w[n++] = span_one_token(&cn->in[0], tsym);
     else if (!gp_op_get(nd->op)->is_view && !(nd->op == GP_OP_CONT && cn->skip))
@@ -797,7 +810,7 @@ static void plan_head_pos(cuda_be *b)
 static int next_launch(const cuda_be *b, int i)
 {
     const gp_plan *p = b->p;
-    int j = i + 1 + (p->nodes[i].op == GP_OP_MATMUL ? b->nodes[i].epi.n : 0);
+    int j = (p->nodes[i].op == GP_OP_MATMUL ? b->nodes[i].epi_end : i) + 1;
     while (j < p->n_nodes && (gp_op_get(p->nodes[j].op)->is_view || b->nodes[j].skip ||
                               b->nodes[j].dec_att || b->nodes[j].prenorm))
         j++;
@@ -1051,6 +1064,133 @@ static void plan_rope_tables(cuda_be *b, float *tabs)
     }
 }
 
+/* ---- LoRA: a runtime adapter's branch merged into the product it belongs to ----
+ * A branch y = t + (x A^T) B^T on a product t = x op(W) (+ an operand: its bias) costs two small
+ * launches and breaks the product's fusions (x, a norm's output, gains a reader). Added to W
+ * itself on the device, W + A^T B^T, it costs nothing per eval, for prompts too: the branch's
+ * nodes never run, the add left in place (its output is t's bytes) and the epilogue planned
+ * through them. Binding another adapter uploads W from the host again and merges it
+ * (gp_cuda_be_lora_remerge). The sum is W's dtype rounded once, as merge mode's. */
+
+/* Branches merged at creation, every session (cuda/cuda_backend.h). */
+static atomic_llong lora_merged;
+
+int64_t gp_cuda_lora_merged_count(void)
+{
+    return atomic_load(&lora_merged);
+}
+
+/* 1 when weight id is a contiguous 2-D tensor of fixed dims [d0, d1] and dtype dt that no view
+ * reads. */
+static int plain_weight(const gp_plan *p, int id, gp_dtype dt, int64_t d0, int64_t d1)
+{
+    const gp_plan_tensor *t = &p->tensors[id];
+    if (t->kind != GP_TENSOR_WEIGHT || t->view_src >= 0 || t->size <= 0 || t->ndim != 2 ||
+        t->dtype != dt || t->sym[0] >= 0 || t->sym[1] >= 0 || t->dims[0] != d0 ||
+        t->dims[1] != d1 || t->stride[1] != 1 || t->stride[0] != d1)
+        return 0;
+    for (int i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i].view_src == id)
+            return 0;
+    return 1;
+}
+
+/* 1 when tensors y and t are the same bytes seen the same way. */
+static int same_bytes(const gp_plan *p, int y, int t)
+{
+    const gp_plan_tensor *a = &p->tensors[y], *c = &p->tensors[t];
+    if (a->view_src >= 0 || c->view_src >= 0 || a->region != c->region || a->offset != c->offset ||
+        a->size != c->size || a->dtype != c->dtype || a->ndim != c->ndim || a->size <= 0)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->dims[d] != c->dims[d] || a->sym[d] != c->sym[d] || a->stride[d] != c->stride[d])
+            return 0;
+    return 1;
+}
+
+/* The product node whose result t is (t = x op(W), or that plus an operand: its bias), reading x
+ * first, t read only by the branch's add; else -1. */
+static int lora_base(const cuda_be *b, const int *uses, int t, int x)
+{
+    const gp_plan *p = b->p;
+    int m = p->tensors[t].producer;
+    if (m >= 0 && p->nodes[m].op == GP_OP_ADD && p->nodes[m].n_inputs == 2) {
+        const gp_plan_node *ad = &p->nodes[m];
+        int k = p->tensors[ad->inputs[0]].producer >= 0 &&
+                        p->nodes[p->tensors[ad->inputs[0]].producer].op == GP_OP_MATMUL
+                    ? 0
+                    : 1;
+        int prod = ad->inputs[k];
+        if (ad->inputs[1 - k] == prod || uses[prod] != 1)
+            return -1;
+        m = p->tensors[prod].producer;
+    }
+    if (m < 0 || uses[t] != 1)
+        return -1;
+    const gp_plan_node *mm = &p->nodes[m];
+    if (mm->op != GP_OP_MATMUL || mm->inputs[0] != x || mm->attrs.i[0] || b->nodes[m].lora)
+        return -1;
+    return m;
+}
+
+/* The branches: nodes u = matmul(x, A, tb=1), v = matmul(u, B, tb=1), y = t + v in a row after
+ * the product t of x (lora_base), A [r, in] and B [out, r] weights of the product's dtype read
+ * only there, W read only by the product, y in place of t; one device. Their nodes are marked
+ * and their reads dropped from uses. */
+static int plan_lora(cuda_be *b, int *uses, char *err, size_t err_len)
+{
+    const gp_plan *p = b->p;
+    if ((b->disable & FUSE_LORA) || p->n_devices > 1)
+        return 0;
+    for (int ia = 1; ia + 2 < p->n_nodes; ia++) {
+        const gp_plan_node *na = &p->nodes[ia], *nb = &p->nodes[ia + 1], *nc = &p->nodes[ia + 2];
+        if (na->op != GP_OP_MATMUL || nb->op != GP_OP_MATMUL || nc->op != GP_OP_ADD ||
+            nc->n_inputs != 2 || na->attrs.i[0] || !na->attrs.i[1] || nb->attrs.i[0] ||
+            !nb->attrs.i[1] || nb->inputs[0] != na->output || uses[na->output] != 1 ||
+            uses[nb->output] != 1 || (nc->inputs[0] == nb->output) == (nc->inputs[1] == nb->output))
+            continue;
+        int t = nc->inputs[nc->inputs[0] == nb->output ? 1 : 0];
+        int m = lora_base(b, uses, t, na->inputs[0]);
+        if (m < 0 || !same_bytes(p, nc->output, t))
+            continue;
+        const gp_plan_node *mm = &p->nodes[m];
+        int w = mm->inputs[1], a = na->inputs[1], bb = nb->inputs[1], tb = mm->attrs.i[1] != 0;
+        const gp_plan_tensor *wt = &p->tensors[w], *at = &p->tensors[a];
+        if (wt->ndim != 2 || at->ndim != 2)
+            continue;
+        int64_t in = wt->dims[tb ? 1 : 0], out = wt->dims[tb ? 0 : 1], r = at->dims[0];
+        gp_dtype dt = wt->dtype;
+        if ((dt != GP_F32 && dt != GP_F16 && dt != GP_BF16) || uses[w] != 1 || uses[a] != 1 ||
+            uses[bb] != 1 || !plain_weight(p, w, dt, wt->dims[0], wt->dims[1]) ||
+            !plain_weight(p, a, dt, r, in) || !plain_weight(p, bb, dt, out, r))
+            continue;
+        cu_lora *l = realloc(b->lora, sizeof *l * (size_t)(b->n_lora + 1));
+        if (!l) {
+            snprintf(err, err_len, "cuda: out of memory");
+            return -1;
+        }
+        b->lora = l;
+        b->lora[b->n_lora++] = (cu_lora){w, a, bb, tb, in, out, r};
+        for (int k = ia; k < ia + 3; k++) {
+            b->nodes[k].lora = b->nodes[k].skip = 1;
+            for (int q = 0; q < p->nodes[k].n_inputs; q++)
+                uses[p->nodes[k].inputs[q]]--;
+        }
+        ia += 2;
+    }
+    atomic_fetch_add(&lora_merged, b->n_lora);
+    return 0;
+}
+
+/* Merges branch l into its weight on b's stream (its weight's bytes as uploaded). */
+static int lora_merge(cuda_be *b, const cu_lora *l)
+{
+    const gp_plan *p = b->p;
+    return gp_cuda_lora_merge(&b->kc, tensor_addr(b, &p->tensors[l->w]),
+                              tensor_addr(b, &p->tensors[l->a]), tensor_addr(b, &p->tensors[l->b]),
+                              p->tensors[l->w].dtype, l->in, l->out, l->r, l->tb);
+}
+
 /* Every fusion, in the order they depend on each other (cuda_be.h). */
 int gp_cuda_be_plan(cuda_be *b, char *err, size_t err_len)
 {
@@ -1066,8 +1206,22 @@ int gp_cuda_be_plan(cuda_be *b, char *err, size_t err_len)
     for (int i = 0; i < p->n_nodes; i++)
         for (int j = 0; j < p->nodes[i].n_inputs; j++)
             uses[p->nodes[i].inputs[j]]++;
-    for (int i = 0; i < p->n_nodes; i++)
+    for (int i = 0; i < p->n_nodes; i++) {
         b->nodes[i].pair = -1;
+        b->nodes[i].epi_end = i;
+    }
+    /* The LoRA branches first: the other fusions see the products without them. */
+    b->kc.stream = b->stream;
+    if (plan_lora(b, uses, err, err_len)) {
+        free(uses);
+        return -1;
+    }
+    for (int k = 0; k < b->n_lora; k++)
+        if (lora_merge(b, &b->lora[k])) {
+            snprintf(err, err_len, "cuda: %s", b->kc.err);
+            free(uses);
+            return -1;
+        }
     if (!(b->disable & FUSE_PLANS))
         plan_cont_elision(b, uses);
     for (int i = 0; i < p->n_nodes; i++) {
@@ -1106,4 +1260,34 @@ int gp_cuda_be_plan(cuda_be *b, char *err, size_t err_len)
     plan_trig(b);
     free(uses);
     return 0;
+}
+
+/* After adapter slots were uploaded again (cuda_be.h). */
+int gp_cuda_be_lora_remerge(cuda_be *b, const int *ids, int n, char *err, size_t err_len)
+{
+    const gp_plan *p = b->p;
+    int merged = 0;
+    for (int k = 0; k < b->n_lora; k++) {
+        const cu_lora *l = &b->lora[k];
+        int hit = 0;
+        for (int q = 0; q < n && !hit; q++)
+            hit = ids[q] == l->w || ids[q] == l->a || ids[q] == l->b;
+        if (!hit)
+            continue;
+        const gp_plan_tensor *w = &p->tensors[l->w];
+        size_t bytes = (size_t)(numel_at(w, NULL) * (int64_t)gp_dtype_size(w->dtype));
+        CU_TRY(cudaMemcpyAsync(tensor_addr(b, w), b->weight_data[l->w], bytes,
+                               cudaMemcpyHostToDevice, b->stream));
+        if (lora_merge(b, l))
+            goto kernel_failed;
+        merged++;
+    }
+    if (merged && b->dfold && fold_all(b, b->dfold) < 0)
+        goto kernel_failed;
+    CU_TRY(cudaStreamSynchronize(b->stream));
+    return 0;
+kernel_failed:
+    snprintf(err, err_len, "cuda: %s", b->kc.err);
+fail:
+    return -1;
 }
