@@ -29,6 +29,7 @@ typedef __m512 vf;
 #define vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define vsetf(x) _mm512_set1_ps(x)
 #define vhsum(a) _mm512_reduce_add_ps(a)
+#define vaddf(a, b) _mm512_add_ps(a, b)
 #else
 typedef __m256i vi;
 typedef __m256 vf;
@@ -46,6 +47,7 @@ typedef __m256 vf;
 #define vcvt(a) _mm256_cvtepi32_ps(a)
 #define vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define vsetf(x) _mm256_set1_ps(x)
+#define vaddf(a, b) _mm256_add_ps(a, b)
 #endif
 
 static float hsum256(__m256 a)
@@ -65,6 +67,15 @@ static float f16(const uint8_t *p)
     memcpy(&h, p, 2);
     return _cvtsh_ss(h);
 }
+
+#if QV_BITS == 512
+static int ld16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+#endif
 
 static uint32_t ld32(const uint8_t *p)
 {
@@ -174,50 +185,81 @@ static int dot_block_c(gp_dtype t, const uint8_t *b, const int8_t *x)
     return dot;
 }
 
+/* One step of VLEN / 32 blocks from block b into acc (the scaled dots) and cacc / corr (the
+ * offsets' and mins' corrections), for the R activation rows. */
+AI void step32(gp_dtype t, const uint8_t *wr, int64_t b, const gp_qact *a, int R, vf *acc, vf *cacc,
+               float *corr)
+{
+    const uint8_t *blk = wr + (size_t)b * BB(t);
+    vi u = load_w32(t, blk);
+#if QV_BITS == 512
+    /* Both blocks' factors in one 128-bit vector, wf = [dw0, dw1, cw0 / 8, cw1 / 8] with
+     * cw = m - OFF dw, times [dx0, dx1, ds0, ds1], then spread over the blocks' 8 lanes each:
+     * the 8 lanes' copies of cw ds / 8 add up to the correction (/ 8 is exact). */
+    __m128i h = _mm_insert_epi16(_mm_cvtsi32_si128(ld16(blk)), ld16(blk + BB(t)), 1);
+    if (HASMIN(t))
+        h = _mm_insert_epi16(_mm_insert_epi16(h, ld16(blk + 2), 2), ld16(blk + BB(t) + 2), 3);
+    __m128 wf = _mm_cvtph_ps(h);
+    if (HASMIN(t))
+        wf = _mm_mul_ps(wf, _mm_setr_ps(1, 1, 0.125f, 0.125f));
+    else
+        wf = _mm_movelh_ps(wf, _mm_mul_ps(wf, _mm_set1_ps(-(float)OFF(t) / 8)));
+    const __m512i is = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i ic = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    (void)corr;
+    for (int r = 0; r < R; r++) {
+        vi x = vloadu(a[r].q + 32 * b);
+        vi p = t == GP_Q8_0 ? dot_ss(vzero(), u, x) : dot_us(vzero(), u, x);
+        __m128 xf = _mm_castsi128_ps(_mm_unpacklo_epi64(_mm_loadl_epi64((const void *)(a[r].d + b)),
+                                                        _mm_loadl_epi64((const void *)(a[r].ds + b))));
+        __m512 f = _mm512_castps128_ps512(_mm_mul_ps(wf, xf));
+        acc[r] = vfma(vcvt(p), _mm512_permutexvar_ps(is, f), acc[r]);
+        cacc[r] = _mm512_add_ps(cacc[r], _mm512_permutexvar_ps(ic, f));
+    }
+#else
+    float dw0 = f16(blk), cw0 = (HASMIN(t) ? f16(blk + 2) : 0) - (float)OFF(t) * dw0;
+    (void)cacc;
+    for (int r = 0; r < R; r++) {
+        vi x = vloadu(a[r].q + 32 * b);
+        vi p = t == GP_Q8_0 ? dot_ss(vzero(), u, x) : dot_us(vzero(), u, x);
+        corr[r] += cw0 * a[r].ds[b];
+        acc[r] = vfma(vcvt(p), vsetf(dw0 * a[r].d[b]), acc[r]);
+    }
+#endif
+}
+
 AI void rows32(gp_dtype t, const uint8_t *w, size_t rb, int64_t n0, int64_t n1, const uint8_t *xq,
                size_t ab, int R, int64_t K, float *y, int64_t ldy)
 {
-    const int64_t nb = K / 32, nbv = nb - nb % (VLEN / 32);
+    const int64_t S = VLEN / 32, nb = K / 32, nbv = nb - nb % S;
     gp_qact a[4];
     for (int r = 0; r < R; r++)
         a[r] = gp_qact_row(t, xq + (size_t)r * ab, K);
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *wr = w + (size_t)n * rb;
-        vf acc[4];
+        /* two sets of accumulators for alternate steps: two dependency chains */
+        vf acc0[4], acc1[4], cacc0[4], cacc1[4];
         float corr[4];
         for (int r = 0; r < R; r++) {
-            acc[r] = vzerof();
+            acc0[r] = acc1[r] = cacc0[r] = cacc1[r] = vzerof();
             corr[r] = 0;
         }
-        for (int64_t b = 0; b < nbv; b += VLEN / 32) {
-            const uint8_t *blk = wr + (size_t)b * BB(t);
-            vi u = load_w32(t, blk);
-            float dw0 = f16(blk), cw0 = (HASMIN(t) ? f16(blk + 2) : 0) - (float)OFF(t) * dw0;
-#if QV_BITS == 512
-            float dw1 = f16(blk + BB(t)),
-                  cw1 = (HASMIN(t) ? f16(blk + BB(t) + 2) : 0) - (float)OFF(t) * dw1;
-#endif
-            for (int r = 0; r < R; r++) {
-                vi x = vloadu(a[r].q + 32 * b);
-                vi p = t == GP_Q8_0 ? dot_ss(vzero(), u, x) : dot_us(vzero(), u, x);
-#if QV_BITS == 512
-                vf s = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(dw0 * a[r].d[b]),
-                                            _mm512_set1_ps(dw1 * a[r].d[b + 1]));
-                corr[r] += cw0 * a[r].ds[b] + cw1 * a[r].ds[b + 1];
-#else
-                vf s = vsetf(dw0 * a[r].d[b]);
-                corr[r] += cw0 * a[r].ds[b];
-#endif
-                acc[r] = vfma(vcvt(p), s, acc[r]);
-            }
+        int64_t b = 0;
+        for (; b + 2 * S <= nbv; b += 2 * S) {
+            step32(t, wr, b, a, R, acc0, cacc0, corr);
+            step32(t, wr, b + S, a, R, acc1, cacc1, corr);
         }
+        if (b < nbv)
+            step32(t, wr, b, a, R, acc0, cacc0, corr);
         for (int r = 0; r < R; r++) {
-            float sum = vhsum(acc[r]) + corr[r];
-            for (int64_t b = nbv; b < nb; b++) {
-                const uint8_t *blk = wr + (size_t)b * BB(t);
+            float sum = vhsum(vaddf(vaddf(acc0[r], acc1[r]),
+                                                   vaddf(cacc0[r], cacc1[r]))) +
+                        corr[r];
+            for (int64_t i = nbv; i < nb; i++) {
+                const uint8_t *blk = wr + (size_t)i * BB(t);
                 float dw = f16(blk), cw = (HASMIN(t) ? f16(blk + 2) : 0) - (float)OFF(t) * dw;
-                sum += dw * a[r].d[b] * (float)dot_block_c(t, blk, a[r].q + 32 * b) +
-                       cw * a[r].ds[b];
+                sum += dw * a[r].d[i] * (float)dot_block_c(t, blk, a[r].q + 32 * i) +
+                       cw * a[r].ds[i];
             }
             y[r * ldy + n] = sum;
         }
