@@ -56,4 +56,14 @@ static inline void gp_quant_k_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn
     }
 }
 
+/* The same as two u64 of 8 bytes each (byte j = sc_j, m_j), from three u32 of the packed bytes. */
+static inline void gp_quant_k_scales64(const uint8_t *s, uint64_t *sc, uint64_t *mn)
+{
+    uint32_t a = (uint32_t)s[0] | (uint32_t)s[1] << 8 | (uint32_t)s[2] << 16 | (uint32_t)s[3] << 24;
+    uint32_t b = (uint32_t)s[4] | (uint32_t)s[5] << 8 | (uint32_t)s[6] << 16 | (uint32_t)s[7] << 24;
+    uint32_t c = (uint32_t)s[8] | (uint32_t)s[9] << 8 | (uint32_t)s[10] << 16 | (uint32_t)s[11] << 24;
+    *sc = (a & 0x3f3f3f3fu) | (uint64_t)((c & 0x0f0f0f0fu) | (a >> 2 & 0x30303030u)) << 32;
+    *mn = (b & 0x3f3f3f3fu) | (uint64_t)((c >> 4 & 0x0f0f0f0fu) | (b >> 2 & 0x30303030u)) << 32;
+}
+
 #endif

@@ -269,9 +269,9 @@ AI void rows32(gp_dtype t, const uint8_t *w, size_t rb, int64_t n0, int64_t n1, 
 /* ---- k-quants: super-blocks of 256 ---- */
 
 /* The 16 int16 [m0, m0, m1, m1, ..., m7, m7]: madd with the 16 block sums gives m_j * sum_j. */
-AI __m256i mins_x2(const uint8_t *mn)
+AI __m256i mins_x2(uint64_t mn)
 {
-    __m128i v = _mm_cvtepu8_epi16(_mm_loadl_epi64((const void *)mn));
+    __m128i v = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
     return _mm256_set_m128i(_mm_unpackhi_epi16(v, v), _mm_unpacklo_epi16(v, v));
 }
 
@@ -294,8 +294,8 @@ AI void rows_k45(gp_dtype t, const uint8_t *w, size_t rb, int64_t n0, int64_t n1
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *blk = wr + (size_t)b * bb;
             const uint8_t *qs = blk + (t == GP_Q5_K ? 48 : 16);
-            uint8_t sc[8], mn[8];
-            gp_quant_k_scales(blk + 4, sc, mn);
+            uint64_t sc, mn;
+            gp_quant_k_scales64(blk + 4, &sc, &mn);
             float d = f16(blk), dmin = f16(blk + 2);
             vi isum[4];
             for (int r = 0; r < R; r++)
@@ -303,6 +303,7 @@ AI void rows_k45(gp_dtype t, const uint8_t *w, size_t rb, int64_t n0, int64_t n1
 #if QV_BITS == 512
             __m512i qh = t == GP_Q5_K ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const void *)(blk + 16)))
                                       : _mm512_setzero_si512();
+            const __m512i scv = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)); /* sc_j, lane j */
             for (int c = 0; c < 4; c++) {
                 __m256i q = _mm256_loadu_si256((const void *)(qs + 32 * c));
                 __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
@@ -313,8 +314,8 @@ AI void rows_k45(gp_dtype t, const uint8_t *w, size_t rb, int64_t n0, int64_t n1
                     u = _mm512_or_si512(u, _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, sel),
                                                                  vset8(0x10)));
                 }
-                __m512i sv = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(sc[2 * c]),
-                                                     _mm512_set1_epi32(sc[2 * c + 1]));
+                __m512i sv = _mm512_permutexvar_epi32(
+                    _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(2 * c), _mm512_set1_epi32(2 * c + 1)), scv);
                 for (int r = 0; r < R; r++)
                     isum[r] = vadd32(isum[r], vmul32(dot_us(vzero(), u, vloadu(a[r].q + 256 * b + 64 * c)), sv));
             }
@@ -327,7 +328,7 @@ AI void rows_k45(gp_dtype t, const uint8_t *w, size_t rb, int64_t n0, int64_t n1
                     __m256i bit = vset8(1 << c);
                     u = vor(u, vand(_mm256_cmpeq_epi8(vand(qh, bit), bit), vset8(0x10)));
                 }
-                __m256i sv = _mm256_set1_epi32(sc[c]);
+                __m256i sv = _mm256_set1_epi32((int)(sc >> 8 * c & 255));
                 for (int r = 0; r < R; r++)
                     isum[r] = vadd32(isum[r], vmul32(dot_us(vzero(), u, vloadu(a[r].q + 256 * b + 32 * c)), sv));
             }
