@@ -187,34 +187,31 @@ static int dot_block_c(gp_dtype t, const uint8_t *b, const int8_t *x)
 
 /* One step of VLEN / 32 blocks from block b into acc (the scaled dots) and cacc / corr (the
  * offsets' and mins' corrections), for the R activation rows. */
-AI void step32(gp_dtype t, const uint8_t *wr, int64_t b, const gp_qact *a, int R, vf *acc, vf *cacc,
-               float *corr)
+AI void step32(gp_dtype t, const uint8_t *wr, int64_t b, const gp_qact *a, int R, vf *acc,
+               __m128 *cacc, float *corr)
 {
     const uint8_t *blk = wr + (size_t)b * BB(t);
     vi u = load_w32(t, blk);
 #if QV_BITS == 512
-    /* Both blocks' factors in one 128-bit vector, wf = [dw0, dw1, cw0 / 8, cw1 / 8] with
-     * cw = m - OFF dw, times [dx0, dx1, ds0, ds1], then spread over the blocks' 8 lanes each:
-     * the 8 lanes' copies of cw ds / 8 add up to the correction (/ 8 is exact). */
+    /* Both blocks' factors in one 128-bit vector, wf = [dw0, dw1, cw0, cw1] with cw = m - OFF dw,
+     * times [dx0, dx1, ds0, ds1]: lanes 0, 1 spread over the blocks' 8 lanes each scale the dots,
+     * lanes 2, 3 are the corrections, summed in cacc (its lanes 0, 1 are not used). */
     __m128i h = _mm_insert_epi16(_mm_cvtsi32_si128(ld16(blk)), ld16(blk + BB(t)), 1);
     if (HASMIN(t))
         h = _mm_insert_epi16(_mm_insert_epi16(h, ld16(blk + 2), 2), ld16(blk + BB(t) + 2), 3);
     __m128 wf = _mm_cvtph_ps(h);
-    if (HASMIN(t))
-        wf = _mm_mul_ps(wf, _mm_setr_ps(1, 1, 0.125f, 0.125f));
-    else
-        wf = _mm_movelh_ps(wf, _mm_mul_ps(wf, _mm_set1_ps(-(float)OFF(t) / 8)));
+    if (!HASMIN(t))
+        wf = _mm_movelh_ps(wf, _mm_mul_ps(wf, _mm_set1_ps(-(float)OFF(t))));
     const __m512i is = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m512i ic = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     (void)corr;
     for (int r = 0; r < R; r++) {
         vi x = vloadu(a[r].q + 32 * b);
         vi p = t == GP_Q8_0 ? dot_ss(vzero(), u, x) : dot_us(vzero(), u, x);
         __m128 xf = _mm_castsi128_ps(_mm_unpacklo_epi64(_mm_loadl_epi64((const void *)(a[r].d + b)),
                                                         _mm_loadl_epi64((const void *)(a[r].ds + b))));
-        __m512 f = _mm512_castps128_ps512(_mm_mul_ps(wf, xf));
-        acc[r] = vfma(vcvt(p), _mm512_permutexvar_ps(is, f), acc[r]);
-        cacc[r] = _mm512_add_ps(cacc[r], _mm512_permutexvar_ps(ic, f));
+        __m128 f = _mm_mul_ps(wf, xf);
+        acc[r] = vfma(vcvt(p), _mm512_permutexvar_ps(is, _mm512_castps128_ps512(f)), acc[r]);
+        cacc[r] = _mm_add_ps(cacc[r], f);
     }
 #else
     float dw0 = f16(blk), cw0 = (HASMIN(t) ? f16(blk + 2) : 0) - (float)OFF(t) * dw0;
@@ -228,6 +225,45 @@ AI void step32(gp_dtype t, const uint8_t *wr, int64_t b, const gp_qact *a, int R
 #endif
 }
 
+#if QV_BITS == 512
+/* Four blocks from b (two 512-bit dots): their scales in one 128-bit vector each, the dots' spread
+ * over 8 lanes a block by two permutes, the corrections summed 4 lanes wide in cacc. */
+AI void step32x4(gp_dtype t, const uint8_t *wr, int64_t b, const gp_qact *a, int R, vf *acc0,
+                 vf *acc1, __m128 *cacc)
+{
+    const uint8_t *blk = wr + (size_t)b * BB(t);
+    vi u0 = load_w32(t, blk), u1 = load_w32(t, blk + 2 * BB(t));
+    __m128 wd, wc;
+    if (HASMIN(t)) { /* d and m are adjacent: one u32 a block, then d0..d3 and m0..m3 apart */
+        __m128i h = _mm_cvtsi32_si128((int)ld32(blk));
+        h = _mm_insert_epi32(h, (int)ld32(blk + BB(t)), 1);
+        h = _mm_insert_epi32(h, (int)ld32(blk + 2 * BB(t)), 2);
+        h = _mm_insert_epi32(h, (int)ld32(blk + 3 * BB(t)), 3);
+        __m256 w8 = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(h), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+        wd = _mm256_castps256_ps128(w8);
+        wc = _mm256_extractf128_ps(w8, 1);
+    } else {
+        __m128i h = _mm_cvtsi32_si128(ld16(blk));
+        h = _mm_insert_epi16(h, ld16(blk + BB(t)), 1);
+        h = _mm_insert_epi16(h, ld16(blk + 2 * BB(t)), 2);
+        h = _mm_insert_epi16(h, ld16(blk + 3 * BB(t)), 3);
+        wd = _mm_cvtph_ps(h);
+        wc = _mm_mul_ps(wd, _mm_set1_ps(-(float)OFF(t)));
+    }
+    const __m512i i01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i i23 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    for (int r = 0; r < R; r++) {
+        vi x0 = vloadu(a[r].q + 32 * b), x1 = vloadu(a[r].q + 32 * b + 64);
+        vi p0 = t == GP_Q8_0 ? dot_ss(vzero(), u0, x0) : dot_us(vzero(), u0, x0);
+        vi p1 = t == GP_Q8_0 ? dot_ss(vzero(), u1, x1) : dot_us(vzero(), u1, x1);
+        __m512 f = _mm512_castps128_ps512(_mm_mul_ps(wd, _mm_loadu_ps(a[r].d + b)));
+        acc0[r] = vfma(vcvt(p0), _mm512_permutexvar_ps(i01, f), acc0[r]);
+        acc1[r] = vfma(vcvt(p1), _mm512_permutexvar_ps(i23, f), acc1[r]);
+        cacc[r] = _mm_fmadd_ps(wc, _mm_loadu_ps(a[r].ds + b), cacc[r]);
+    }
+}
+#endif
+
 AI void rows32(gp_dtype t, const uint8_t *w, size_t rb, int64_t n0, int64_t n1, const uint8_t *xq,
                size_t ab, int R, int64_t K, float *y, int64_t ldy)
 {
@@ -238,23 +274,34 @@ AI void rows32(gp_dtype t, const uint8_t *w, size_t rb, int64_t n0, int64_t n1, 
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *wr = w + (size_t)n * rb;
         /* two sets of accumulators for alternate steps: two dependency chains */
-        vf acc0[4], acc1[4], cacc0[4], cacc1[4];
+        vf acc0[4], acc1[4];
+        __m128 cacc0[4], cacc1[4];
         float corr[4];
         for (int r = 0; r < R; r++) {
-            acc0[r] = acc1[r] = cacc0[r] = cacc1[r] = vzerof();
+            acc0[r] = acc1[r] = vzerof();
+            cacc0[r] = cacc1[r] = _mm_setzero_ps();
             corr[r] = 0;
         }
         int64_t b = 0;
+#if QV_BITS == 512
+        for (; b + 4 <= nbv; b += 4) /* cacc0: 4 lanes of corrections; cacc1: lanes 2, 3 */
+            step32x4(t, wr, b, a, R, acc0, acc1, cacc0);
+#else
         for (; b + 2 * S <= nbv; b += 2 * S) {
             step32(t, wr, b, a, R, acc0, cacc0, corr);
             step32(t, wr, b + S, a, R, acc1, cacc1, corr);
         }
+#endif
         if (b < nbv)
-            step32(t, wr, b, a, R, acc0, cacc0, corr);
+            step32(t, wr, b, a, R, acc0, cacc1, corr);
         for (int r = 0; r < R; r++) {
-            float sum = vhsum(vaddf(vaddf(acc0[r], acc1[r]),
-                                                   vaddf(cacc0[r], cacc1[r]))) +
-                        corr[r];
+            float sum = vhsum(vaddf(acc0[r], acc1[r])) + corr[r];
+#if QV_BITS == 512
+            __m128 c0 = cacc0[r], c1 = cacc1[r];
+            c0 = _mm_add_ps(c0, _mm_movehl_ps(c0, c0));
+            sum += _mm_cvtss_f32(_mm_add_ss(c0, _mm_shuffle_ps(c0, c0, 1)));
+            sum += _mm_cvtss_f32(_mm_add_ss(_mm_movehl_ps(c1, c1), _mm_shuffle_ps(c1, c1, 3)));
+#endif
             for (int64_t i = nbv; i < nb; i++) {
                 const uint8_t *blk = wr + (size_t)i * BB(t);
                 float dw = f16(blk), cw = (HASMIN(t) ? f16(blk + 2) : 0) - (float)OFF(t) * dw;

@@ -269,7 +269,7 @@ static void test_act_quantize(void)
 
 /* ---- products ---- */
 
-/* y = x W^T on every path present, every type, M in {1, 3, 17}, K in {256, 768, 2048}:
+/* y = x W^T on every path present, every type, M in {1, 3, 17}, K in {256, 768, 2048} (and 608):
  *  - against sum_k deq(W)[n, k] x[m, k] in double, within the activation rounding's worst case
  *    sum_blocks (d_x / 2) sum |w| (d_x = the block's absmax / 127) plus f32 summation error
  *    (1e-5 of sum |w x|); the weights' own error is not counted (the reference uses deq(W));
@@ -278,7 +278,8 @@ static void test_act_quantize(void)
  *  - a split of the columns over two calls (two threads' shares) gives the same bits. */
 static void test_matmul(void)
 {
-    static const int Ms[] = {1, 3, 17}, Ks[] = {256, 768, 2048};
+    /* K = 608 (19 blocks, 32-block types only): the 512-bit paths' 2-block step and scalar block */
+    static const int Ms[] = {1, 3, 17}, Ks[] = {256, 768, 2048, 608};
     enum { N = 21 };
     int paths = 0;
     for (int isa = 0; isa < GP_QUANT_ISA_COUNT; isa++)
@@ -290,8 +291,10 @@ static void test_matmul(void)
     printf("\n");
     CU_ASSERT(paths >= 1);
     for (int t = 0; t < NTYPES; t++) {
-        for (int ki = 0; ki < 3; ki++) {
+        for (int ki = 0; ki < 4; ki++) {
             int K = Ks[ki], qa = types[t] >= GP_Q4_K ? 256 : 32;
+            if (K % qa)
+                continue;
             size_t rb = gp_dtype_row_bytes(types[t], K);
             float *wf = malloc((size_t)N * K * sizeof *wf);
             unsigned char *w = malloc(N * rb);
