@@ -68,14 +68,12 @@ static float f16(const uint8_t *p)
     return _cvtsh_ss(h);
 }
 
-#if QV_BITS == 512
 static int ld16(const uint8_t *p)
 {
     uint16_t v;
     memcpy(&v, p, 2);
     return v;
 }
-#endif
 
 static uint32_t ld32(const uint8_t *p)
 {
@@ -225,31 +223,37 @@ AI void step32(gp_dtype t, const uint8_t *wr, int64_t b, const gp_qact *a, int R
 #endif
 }
 
-#if QV_BITS == 512
-/* Four blocks from b (two 512-bit dots): their scales in one 128-bit vector each, the dots' spread
- * over 8 lanes a block by two permutes, the corrections summed 4 lanes wide in cacc. */
-AI void step32x4(gp_dtype t, const uint8_t *wr, int64_t b, const gp_qact *a, int R, vf *acc0,
-                 vf *acc1, __m128 *cacc)
+/* The scales of four blocks from blk: wd = their d, wc = their corrections' factor m - OFF d. */
+AI void scales4(gp_dtype t, const uint8_t *blk, __m128 *wd, __m128 *wc)
 {
-    const uint8_t *blk = wr + (size_t)b * BB(t);
-    vi u0 = load_w32(t, blk), u1 = load_w32(t, blk + 2 * BB(t));
-    __m128 wd, wc;
     if (HASMIN(t)) { /* d and m are adjacent: one u32 a block, then d0..d3 and m0..m3 apart */
         __m128i h = _mm_cvtsi32_si128((int)ld32(blk));
         h = _mm_insert_epi32(h, (int)ld32(blk + BB(t)), 1);
         h = _mm_insert_epi32(h, (int)ld32(blk + 2 * BB(t)), 2);
         h = _mm_insert_epi32(h, (int)ld32(blk + 3 * BB(t)), 3);
         __m256 w8 = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(h), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-        wd = _mm256_castps256_ps128(w8);
-        wc = _mm256_extractf128_ps(w8, 1);
+        *wd = _mm256_castps256_ps128(w8);
+        *wc = _mm256_extractf128_ps(w8, 1);
     } else {
         __m128i h = _mm_cvtsi32_si128(ld16(blk));
         h = _mm_insert_epi16(h, ld16(blk + BB(t)), 1);
         h = _mm_insert_epi16(h, ld16(blk + 2 * BB(t)), 2);
         h = _mm_insert_epi16(h, ld16(blk + 3 * BB(t)), 3);
-        wd = _mm_cvtph_ps(h);
-        wc = _mm_mul_ps(wd, _mm_set1_ps(-(float)OFF(t)));
+        *wd = _mm_cvtph_ps(h);
+        *wc = _mm_mul_ps(*wd, _mm_set1_ps(-(float)OFF(t)));
     }
+}
+
+/* Four blocks from b: their scales in one 128-bit vector each (times the activations' d and ds),
+ * spread over each block's 8 lanes by permutes; the corrections summed 4 lanes wide in cacc. */
+AI void step32x4(gp_dtype t, const uint8_t *wr, int64_t b, const gp_qact *a, int R, vf *acc0,
+                 vf *acc1, __m128 *cacc)
+{
+    const uint8_t *blk = wr + (size_t)b * BB(t);
+    __m128 wd, wc;
+    scales4(t, blk, &wd, &wc);
+#if QV_BITS == 512
+    vi u0 = load_w32(t, blk), u1 = load_w32(t, blk + 2 * BB(t));
     const __m512i i01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i i23 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     for (int r = 0; r < R; r++) {
@@ -261,8 +265,26 @@ AI void step32x4(gp_dtype t, const uint8_t *wr, int64_t b, const gp_qact *a, int
         acc1[r] = vfma(vcvt(p1), _mm512_permutexvar_ps(i23, f), acc1[r]);
         cacc[r] = _mm_fmadd_ps(wc, _mm_loadu_ps(a[r].ds + b), cacc[r]);
     }
-}
+#else
+    vi u[4];
+    for (int i = 0; i < 4; i++)
+        u[i] = load_w32(t, blk + i * BB(t));
+    for (int r = 0; r < R; r++) {
+        __m128 f4 = _mm_mul_ps(wd, _mm_loadu_ps(a[r].d + b));
+        __m256 f = _mm256_set_m128(f4, f4);
+        for (int i = 0; i < 4; i++) {
+            vi x = vloadu(a[r].q + 32 * (b + i));
+            vi p = t == GP_Q8_0 ? dot_ss(vzero(), u[i], x) : dot_us(vzero(), u[i], x);
+            vf s = _mm256_permutevar8x32_ps(f, _mm256_set1_epi32(i));
+            if (i & 1)
+                acc1[r] = vfma(vcvt(p), s, acc1[r]);
+            else
+                acc0[r] = vfma(vcvt(p), s, acc0[r]);
+        }
+        cacc[r] = _mm_fmadd_ps(wc, _mm_loadu_ps(a[r].ds + b), cacc[r]);
+    }
 #endif
+}
 
 AI void rows32(gp_dtype t, const uint8_t *w, size_t rb, int64_t n0, int64_t n1, const uint8_t *xq,
                size_t ab, int R, int64_t K, float *y, int64_t ldy)
@@ -283,23 +305,17 @@ AI void rows32(gp_dtype t, const uint8_t *w, size_t rb, int64_t n0, int64_t n1, 
             corr[r] = 0;
         }
         int64_t b = 0;
-#if QV_BITS == 512
         for (; b + 4 <= nbv; b += 4) /* cacc0: 4 lanes of corrections; cacc1: lanes 2, 3 */
             step32x4(t, wr, b, a, R, acc0, acc1, cacc0);
-#else
-        for (; b + 2 * S <= nbv; b += 2 * S) {
-            step32(t, wr, b, a, R, acc0, cacc0, corr);
-            step32(t, wr, b + S, a, R, acc1, cacc1, corr);
-        }
-#endif
-        if (b < nbv)
+        for (; b < nbv; b += S)
             step32(t, wr, b, a, R, acc0, cacc1, corr);
         for (int r = 0; r < R; r++) {
             float sum = vhsum(vaddf(acc0[r], acc1[r])) + corr[r];
-#if QV_BITS == 512
-            __m128 c0 = cacc0[r], c1 = cacc1[r];
+            __m128 c0 = cacc0[r];
             c0 = _mm_add_ps(c0, _mm_movehl_ps(c0, c0));
             sum += _mm_cvtss_f32(_mm_add_ss(c0, _mm_shuffle_ps(c0, c0, 1)));
+#if QV_BITS == 512
+            __m128 c1 = cacc1[r];
             sum += _mm_cvtss_f32(_mm_add_ss(_mm_movehl_ps(c1, c1), _mm_shuffle_ps(c1, c1, 3)));
 #endif
             for (int64_t i = nbv; i < nb; i++) {
