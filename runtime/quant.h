@@ -62,8 +62,8 @@ void gp_quant_act_quantize(gp_dtype wt, const float *x, int64_t m0, int64_t m1, 
 
 /* y[m * ldy + n] = sum_k x[m, k] W[n, k] for n in [n0, n1) and every m < M. w: [N] rows of
  * gp_dtype_row_bytes(wt, K) bytes; xq: M rows from gp_quant_act_quantize. The result of one output
- * does not depend on n0, n1 (threads may split the columns any way and get the same bits), but does
- * depend on the ISA path. */
+ * depends on neither n0, n1 nor M (threads may split the columns any way and get the same bits), but
+ * does depend on the ISA path. */
 void gp_quant_matmul(gp_dtype wt, const void *w, int64_t n0, int64_t n1, const void *xq, int64_t M,
                      int64_t K, float *y, int64_t ldy);
 

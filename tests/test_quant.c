@@ -382,38 +382,43 @@ static void test_matmul(void)
 }
 
 /* Several weight tiles (the M > 1 blocking) and an odd number of 32-blocks (the 512-bit paths'
- * scalar last block): the same values as one row at a time. */
+ * scalar last block), every type and path: the same bits as one activation row at a time. */
 static void test_matmul_tiles(void)
 {
-    enum { K = 2080, N = 130, M = 6 }; /* K / 32 = 65 blocks; q8_0 rows of 2210 B: 59 a tile */
-    size_t rb = gp_dtype_row_bytes(GP_Q8_0, K), ab = gp_quant_act_row_bytes(GP_Q8_0, K);
-    float *wf = malloc((size_t)N * K * sizeof *wf), *x = malloc((size_t)M * K * sizeof *x);
-    unsigned char *w = malloc(N * rb), *xq = aligned_alloc(64, (M * ab + 63) / 64 * 64);
-    for (int i = 0; i < N * K; i++)
-        wf[i] = nrand();
-    for (int i = 0; i < M * K; i++)
-        x[i] = nrand();
-    gp_quant_quantize_row(GP_Q8_0, wf, w, (int64_t)N * K);
-    gp_quant_act_quantize(GP_Q8_0, x, 0, M, K, K, xq);
-    float *y = malloc(M * N * sizeof *y), *y1 = malloc(N * sizeof *y1);
-    for (int isa = 0; isa < GP_QUANT_ISA_COUNT; isa++) {
-        if (gp_quant_force_isa(isa) != 0)
-            continue;
-        gp_quant_matmul(GP_Q8_0, w, 0, N, xq, M, K, y, N);
-        int diff = 0;
-        for (int m = 0; m < M; m++) {
-            gp_quant_matmul(GP_Q8_0, w, 0, N, xq + m * ab, 1, K, y1, N);
-            diff += memcmp(y1, y + m * N, N * sizeof *y1) != 0;
+    enum { N = 130, M = 6 }; /* q8_0, K = 2080: rows of 2210 B, 59 a tile */
+    for (int t = 0; t < NTYPES; t++) {
+        int K = types[t] >= GP_Q4_K ? 2304 : 2080; /* 65 32-blocks; 9 super-blocks */
+        size_t rb = gp_dtype_row_bytes(types[t], K), ab = gp_quant_act_row_bytes(types[t], K);
+        float *wf = malloc((size_t)N * K * sizeof *wf), *x = malloc((size_t)M * K * sizeof *x);
+        unsigned char *w = malloc(N * rb), *xq = aligned_alloc(64, (M * ab + 63) / 64 * 64);
+        for (int i = 0; i < N * K; i++)
+            wf[i] = nrand();
+        for (int i = 0; i < M * K; i++)
+            x[i] = nrand();
+        gp_quant_quantize_row(types[t], wf, w, (int64_t)N * K);
+        gp_quant_act_quantize(types[t], x, 0, M, K, K, xq);
+        float *y = malloc(M * N * sizeof *y), *y1 = malloc(N * sizeof *y1);
+        for (int isa = 0; isa < GP_QUANT_ISA_COUNT; isa++) {
+            if (gp_quant_force_isa(isa) != 0)
+                continue;
+            gp_quant_matmul(types[t], w, 0, N, xq, M, K, y, N);
+            int diff = 0;
+            for (int m = 0; m < M; m++) {
+                gp_quant_matmul(types[t], w, 0, N, xq + m * ab, 1, K, y1, N);
+                diff += memcmp(y1, y + m * N, N * sizeof *y1) != 0;
+            }
+            if (diff)
+                printf("\n%s %s: M = %d and M = 1 differ\n", fixture[t], gp_quant_isa_name(isa), M);
+            CU_ASSERT(diff == 0);
         }
-        CU_ASSERT(diff == 0);
+        gp_quant_force_isa(GP_QUANT_ISA_AUTO);
+        free(wf);
+        free(x);
+        free(w);
+        free(xq);
+        free(y);
+        free(y1);
     }
-    gp_quant_force_isa(GP_QUANT_ISA_AUTO);
-    free(wf);
-    free(x);
-    free(w);
-    free(xq);
-    free(y);
-    free(y1);
 }
 
 void gp_suite_quant(void)
