@@ -184,7 +184,8 @@ static int dot_block_c(gp_dtype t, const uint8_t *b, const int8_t *x)
 }
 
 /* One step of VLEN / 32 blocks from block b into acc (the scaled dots) and cacc / corr (the
- * offsets' and mins' corrections), for the R activation rows. */
+ * offsets' and mins' corrections), for the R activation rows: the blocks after the last whole
+ * step32x4 (two on the 512-bit paths, then maybe one by dot_block_c; one to three on AVX2). */
 AI void step32(gp_dtype t, const uint8_t *wr, int64_t b, const gp_qact *a, int R, vf *acc,
                __m128 *cacc, float *corr)
 {
@@ -295,7 +296,7 @@ AI void rows32(gp_dtype t, const uint8_t *w, size_t rb, int64_t n0, int64_t n1, 
         a[r] = gp_qact_row(t, xq + (size_t)r * ab, K);
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *wr = w + (size_t)n * rb;
-        /* two sets of accumulators for alternate steps: two dependency chains */
+        /* acc0, acc1: a step's two halves, two dependency chains */
         vf acc0[4], acc1[4];
         __m128 cacc0[4], cacc1[4];
         float corr[4];
