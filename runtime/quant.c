@@ -476,6 +476,8 @@ int gp_quant_isa_supported(int isa)
     case GP_QUANT_ISA_VNNI:
         return __builtin_cpu_supports("avx512vnni") &&
                gp_quant_isa_supported(GP_QUANT_ISA_AVX512);
+    case GP_QUANT_ISA_AVXVNNI:
+        return __builtin_cpu_supports("avxvnni") && gp_quant_isa_supported(GP_QUANT_ISA_AVX2);
 #endif
     default:
         return 0;
@@ -484,9 +486,11 @@ int gp_quant_isa_supported(int isa)
 
 static int best_isa(void)
 {
-    for (int isa = GP_QUANT_ISA_COUNT - 1; isa > 0; isa--)
-        if (gp_quant_isa_supported(isa))
-            return isa;
+    static const int order[] = {GP_QUANT_ISA_VNNI, GP_QUANT_ISA_AVX512, GP_QUANT_ISA_AVXVNNI,
+                                GP_QUANT_ISA_AVX2};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (gp_quant_isa_supported(order[i]))
+            return order[i];
     return GP_QUANT_ISA_PORTABLE;
 }
 
@@ -512,7 +516,7 @@ int gp_quant_isa(void)
 
 const char *gp_quant_isa_name(int isa)
 {
-    static const char *names[] = {"portable", "avx2", "avx512", "vnni"};
+    static const char *names[] = {"portable", "avx2", "avx512", "vnni", "avxvnni"};
     return isa >= 0 && isa < GP_QUANT_ISA_COUNT ? names[isa] : "auto";
 }
 
@@ -528,7 +532,8 @@ void gp_quant_matmul(gp_dtype wt, const void *w, int64_t n0, int64_t n1, const v
     gp_quant_rows_fn fn = rows_portable;
 #if defined(__x86_64__) && defined(__GNUC__)
     static const gp_quant_rows_fn fns[GP_QUANT_ISA_COUNT] = {
-        rows_portable, gp_quant_rows_avx2, gp_quant_rows_avx512, gp_quant_rows_vnni};
+        rows_portable, gp_quant_rows_avx2, gp_quant_rows_avx512, gp_quant_rows_vnni,
+        gp_quant_rows_avxvnni};
     fn = fns[gp_quant_isa()];
 #endif
     int64_t nt = M == 1 ? n1 - n0 : (int64_t)(TILE_BYTES / rb);

@@ -74,6 +74,7 @@ enum {
     GP_QUANT_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C, 256-bit maddubs */
     GP_QUANT_ISA_AVX512 = 2,   /* AVX-512 F/BW/VL, 512-bit maddubs */
     GP_QUANT_ISA_VNNI = 3,     /* AVX-512 F/BW/VL + VNNI, 512-bit dpbusd */
+    GP_QUANT_ISA_AVXVNNI = 4,  /* AVX2 + AVX-VNNI, 256-bit dpbusd (cores without AVX-512) */
     GP_QUANT_ISA_COUNT
 };
 
@@ -82,7 +83,8 @@ int gp_quant_isa_supported(int isa);
 /* Makes every later gp_quant_matmul use path isa (or AUTO); -1 and no change when unsupported.
  * Meant for tests and benchmarks, not to be called while products run. */
 int gp_quant_force_isa(int isa);
-/* The path gp_quant_matmul uses now, and a name for one ("portable", "avx2", "avx512", "vnni"). */
+/* The path gp_quant_matmul uses now, and a name for one ("portable", "avx2", "avx512", "vnni",
+ * "avxvnni"). AUTO prefers vnni, avx512, avxvnni, avx2, portable, in that order. */
 int gp_quant_isa(void);
 const char *gp_quant_isa_name(int isa);
 

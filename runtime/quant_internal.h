@@ -42,6 +42,8 @@ int gp_quant_rows_avx2(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n0, int
                        const uint8_t *xq, size_t ab, int R, int64_t K, float *y, int64_t ldy);
 int gp_quant_rows_avx512(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n0, int64_t n1,
                          const uint8_t *xq, size_t ab, int R, int64_t K, float *y, int64_t ldy);
+int gp_quant_rows_avxvnni(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n0, int64_t n1,
+                          const uint8_t *xq, size_t ab, int R, int64_t K, float *y, int64_t ldy);
 int gp_quant_rows_vnni(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n0, int64_t n1,
                        const uint8_t *xq, size_t ab, int R, int64_t K, float *y, int64_t ldy);
 

@@ -1,5 +1,6 @@
 /* The x86 product kernels of runtime/quant.c, one body for three paths: included by quant_avx2.c
- * (QV_BITS 256), quant_avx512.c (512) and quant_vnni.c (512, QV_VNNI 1), each compiled with its
+ * (QV_BITS 256), quant_avxvnni.c (256, QV_VNNI 1: AVX-VNNI's 256-bit dpbusd, for cores with it but
+ * no AVX-512), quant_avx512.c (512) and quant_vnni.c (512, QV_VNNI 1), each compiled with its
  * own -m flags. Weights are unpacked to bytes once per activation group (up to 4 rows) and dotted
  * with the int8 activations: unsigned weights x signed activations (maddubs + madd, or dpbusd),
  * offsets (q - 8, q - 16, q - 32) and mins applied through the activations' block sums. */
@@ -88,6 +89,8 @@ AI vi dot_us(vi acc, vi u, vi s)
 {
 #if QV_BITS == 512 && QV_VNNI
     return _mm512_dpbusd_epi32(acc, u, s);
+#elif QV_VNNI
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
 #elif QV_BITS == 512
     return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
 #else
@@ -101,7 +104,11 @@ AI vi dot_us(vi acc, vi u, vi s)
 #define Q8_OFF 128
 AI vi dot_ss(vi acc, vi w, vi s)
 {
+#if QV_BITS == 512
     return dot_us(acc, _mm512_xor_si512(w, vset8(0x80)), s);
+#else
+    return dot_us(acc, _mm256_xor_si256(w, vset8(0x80)), s);
+#endif
 }
 #elif QV_BITS == 512
 #define Q8_OFF 0
