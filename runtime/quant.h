@@ -32,7 +32,8 @@
 void gp_quant_dequantize_row(gp_dtype t, const void *src, float *dst, int64_t n);
 
 /*
- * A row of n floats (n a multiple of the block) into blocks of type t. Round to nearest throughout.
+ * A row of n finite floats (n a multiple of the block) into blocks of type t. Round to nearest
+ * throughout.
  *  - q8_0, q4_0, q4_1, q5_0, q5_1: ggml's reference rules, byte for byte those of gguf.quants
  *    (q8_0: d = absmax / 127; q4_0/q5_0: d = (the element of largest magnitude) / -8 or / -16;
  *    q4_1/q5_1: d = (max - min) / 15 or / 31, m = min).
