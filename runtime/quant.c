@@ -34,13 +34,8 @@ static void wr32(uint8_t *p, uint32_t v)
 
 /* ---- dequantize ---- */
 
-/* The 4-bit q of a 32-block: low nibbles are elements 0..15, high nibbles 16..31. */
-static int nib32(const uint8_t *qs, int i)
-{
-    return qs[i & 15] >> (i >> 4 << 2) & 15;
-}
-
-/* Loops of 16 with fixed shifts (rather than nib32) so the compiler vectorizes them. */
+/* A 32-block's low nibbles are elements 0..15, its high nibbles 16..31. Loops of 16 with fixed
+ * shifts so the compiler vectorizes them. */
 static void deq_block(gp_dtype t, const uint8_t *b, float *y)
 {
     switch (t) {
@@ -383,34 +378,61 @@ void gp_quant_act_quantize(gp_dtype wt, const float *x, int64_t m0, int64_t m1, 
 
 /* ---- the portable product ---- */
 
+/* The integer q of one 32-block of weights (q4_0 / q5_0 with their offsets taken off, so every
+ * type's value is d * q + m), in loops of fixed shape the compiler vectorizes. */
+static void unpack32(gp_dtype t, const uint8_t *w, int8_t *q)
+{
+    switch (t) {
+    case GP_Q4_0:
+    case GP_Q4_1: {
+        const uint8_t *qs = w + (t == GP_Q4_0 ? 2 : 4);
+        int off = t == GP_Q4_0 ? 8 : 0;
+        for (int i = 0; i < 16; i++) {
+            q[i] = (int8_t)((qs[i] & 15) - off);
+            q[i + 16] = (int8_t)((qs[i] >> 4) - off);
+        }
+        break;
+    }
+    case GP_Q5_0:
+    case GP_Q5_1: {
+        uint32_t qh = rd32(w + (t == GP_Q5_0 ? 2 : 4));
+        const uint8_t *qs = w + (t == GP_Q5_0 ? 6 : 8);
+        int off = t == GP_Q5_0 ? 16 : 0;
+        for (int i = 0; i < 16; i++) {
+            q[i] = (int8_t)(((qs[i] & 15) | (int)(qh >> i & 1) << 4) - off);
+            q[i + 16] = (int8_t)(((qs[i] >> 4) | (int)(qh >> (i + 16) & 1) << 4) - off);
+        }
+        break;
+    }
+    default:
+        memcpy(q, w + 2, 32);
+        break;
+    }
+}
+
+static int idot32(const int8_t *a, const int8_t *b)
+{
+    int s = 0;
+    for (int i = 0; i < 32; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
 /* One weight row . one activation row, in the order every path uses: per block an exact integer
  * dot, scaled in f32 and summed over blocks. */
 static float dot_portable(gp_dtype t, const uint8_t *w, const gp_qact *a, int64_t K)
 {
     float sum = 0;
+    size_t bb = gp_dtype_block_bytes(t);
+    int8_t q[32];
     if (!gp_quant_is_k(t)) {
-        size_t bb = gp_dtype_block_bytes(t);
         for (int64_t b = 0; b < K / 32; b++, w += bb) {
-            const int8_t *x = a->q + 32 * b;
-            int dot = 0, q;
-            float dw = rd16(w), m = 0;
-            for (int i = 0; i < 32; i++) {
-                switch (t) {
-                case GP_Q4_0: q = nib32(w + 2, i) - 8; break;
-                case GP_Q4_1: q = nib32(w + 4, i); break;
-                case GP_Q5_0: q = (nib32(w + 6, i) | (int)(rd32(w + 2) >> i & 1) << 4) - 16; break;
-                case GP_Q5_1: q = nib32(w + 8, i) | (int)(rd32(w + 4) >> i & 1) << 4; break;
-                default: q = (int8_t)w[2 + i]; break;
-                }
-                dot += q * x[i];
-            }
-            if (t == GP_Q4_1 || t == GP_Q5_1)
-                m = rd16(w + 2);
-            sum += dw * a->d[b] * (float)dot + m * a->ds[b];
+            unpack32(t, w, q);
+            float m = t == GP_Q4_1 || t == GP_Q5_1 ? rd16(w + 2) : 0;
+            sum += rd16(w) * a->d[b] * (float)idot32(q, a->q + 32 * b) + m * a->ds[b];
         }
         return sum;
     }
-    size_t bb = gp_dtype_block_bytes(t);
     for (int64_t b = 0; b < K / 256; b++, w += bb) {
         const int8_t *x = a->q + 256 * b;
         const int16_t *bs = a->bsum + 16 * b;
@@ -418,15 +440,19 @@ static float dot_portable(gp_dtype t, const uint8_t *w, const gp_qact *a, int64_
             const uint8_t *ql = w, *qh = w + 128;
             const int8_t *sc = (const int8_t *)(w + 192);
             int isum = 0;
-            for (int g = 0; g < 16; g++) {
-                int dot = 0;
-                for (int l = 16 * g; l < 16 * g + 16; l++) {
-                    int h = l >> 7, k = l >> 5 & 3, i = l & 31;
-                    int q = (ql[64 * h + 32 * (k & 1) + i] >> 4 * (k >> 1) & 15) |
-                            (qh[32 * h + i] >> 2 * k & 3) << 4;
-                    dot += (q - 32) * x[l];
+            for (int h = 0; h < 2; h++) {
+                for (int k = 0; k < 4; k++) { /* elements 128 h + 32 k + l */
+                    const uint8_t *lo = ql + 64 * h + 32 * (k & 1), *hi = qh + 32 * h;
+                    for (int l = 0; l < 32; l++)
+                        q[l] = (int8_t)(((lo[l] >> 4 * (k >> 1) & 15) | (hi[l] >> 2 * k & 3) << 4) - 32);
+                    const int8_t *xk = x + 128 * h + 32 * k;
+                    int d0 = 0, d1 = 0;
+                    for (int l = 0; l < 16; l++) {
+                        d0 += q[l] * xk[l];
+                        d1 += q[l + 16] * xk[l + 16];
+                    }
+                    isum += sc[8 * h + 2 * k] * d0 + sc[8 * h + 2 * k + 1] * d1;
                 }
-                isum += sc[g] * dot;
             }
             sum += rd16(w + 208) * a->d[b] * (float)isum;
             continue;
@@ -436,14 +462,10 @@ static float dot_portable(gp_dtype t, const uint8_t *w, const gp_qact *a, int64_
         const uint8_t *qh = w + 16, *qs = t == GP_Q5_K ? w + 48 : w + 16;
         int isum = 0, imin = 0;
         for (int j = 0; j < 8; j++) {
-            int dot = 0;
-            for (int l = 0; l < 32; l++) {
-                int q = qs[32 * (j >> 1) + l] >> 4 * (j & 1) & 15;
-                if (t == GP_Q5_K)
-                    q |= (qh[l] >> j & 1) << 4;
-                dot += q * x[32 * j + l];
-            }
-            isum += sc[j] * dot;
+            const uint8_t *p = qs + 32 * (j >> 1);
+            for (int l = 0; l < 32; l++)
+                q[l] = (int8_t)((p[l] >> 4 * (j & 1) & 15) | (t == GP_Q5_K ? (qh[l] >> j & 1) << 4 : 0));
+            isum += sc[j] * idot32(q, x + 32 * j);
             imin += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
         }
         sum += rd16(w) * a->d[b] * (float)isum - rd16(w + 2) * a->d[b] * (float)imin;
