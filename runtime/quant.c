@@ -34,39 +34,43 @@ static void wr32(uint8_t *p, uint32_t v)
 
 /* ---- dequantize ---- */
 
-/* The 4-bit q of a 32-block: low nibbles are elements 0..15, high nibbles 16..31. */
-static int nib32(const uint8_t *qs, int i)
-{
-    return qs[i & 15] >> (i >> 4 << 2) & 15;
-}
-
+/* A 32-block's low nibbles are elements 0..15, its high nibbles 16..31. Loops of 16 with fixed
+ * shifts so the compiler vectorizes them. */
 static void deq_block(gp_dtype t, const uint8_t *b, float *y)
 {
     switch (t) {
     case GP_Q4_0: {
         float d = rd16(b);
-        for (int i = 0; i < 32; i++)
-            y[i] = d * (float)(nib32(b + 2, i) - 8);
+        for (int i = 0; i < 16; i++) {
+            y[i] = d * (float)((b[2 + i] & 15) - 8);
+            y[i + 16] = d * (float)((b[2 + i] >> 4) - 8);
+        }
         break;
     }
     case GP_Q4_1: {
         float d = rd16(b), m = rd16(b + 2);
-        for (int i = 0; i < 32; i++)
-            y[i] = d * (float)nib32(b + 4, i) + m;
+        for (int i = 0; i < 16; i++) {
+            y[i] = d * (float)(b[4 + i] & 15) + m;
+            y[i + 16] = d * (float)(b[4 + i] >> 4) + m;
+        }
         break;
     }
     case GP_Q5_0: {
         float d = rd16(b);
         uint32_t qh = rd32(b + 2);
-        for (int i = 0; i < 32; i++)
-            y[i] = d * (float)((nib32(b + 6, i) | (int)(qh >> i & 1) << 4) - 16);
+        for (int i = 0; i < 16; i++) {
+            y[i] = d * (float)(((b[6 + i] & 15) | (int)(qh >> i & 1) << 4) - 16);
+            y[i + 16] = d * (float)(((b[6 + i] >> 4) | (int)(qh >> (i + 16) & 1) << 4) - 16);
+        }
         break;
     }
     case GP_Q5_1: {
         float d = rd16(b), m = rd16(b + 2);
         uint32_t qh = rd32(b + 4);
-        for (int i = 0; i < 32; i++)
-            y[i] = d * (float)(nib32(b + 8, i) | (int)(qh >> i & 1) << 4) + m;
+        for (int i = 0; i < 16; i++) {
+            y[i] = d * (float)((b[8 + i] & 15) | (int)(qh >> i & 1) << 4) + m;
+            y[i + 16] = d * (float)((b[8 + i] >> 4) | (int)(qh >> (i + 16) & 1) << 4) + m;
+        }
         break;
     }
     case GP_Q8_0: {
@@ -96,11 +100,16 @@ static void deq_block(gp_dtype t, const uint8_t *b, float *y)
         const uint8_t *ql = b, *qh = b + 128;
         const int8_t *sc = (const int8_t *)(b + 192);
         float d = rd16(b + 208);
-        for (int i = 0; i < 256; i++) {
-            int h = i >> 7, k = i >> 5 & 3, l = i & 31;
-            int q = (ql[64 * h + 32 * (k & 1) + l] >> 4 * (k >> 1) & 15) |
-                    (qh[32 * h + l] >> 2 * k & 3) << 4;
-            y[i] = d * (float)sc[i / 16] * (float)(q - 32);
+        for (int h = 0; h < 2; h++) {
+            for (int k = 0; k < 4; k++) {
+                const uint8_t *lo = ql + 64 * h + 32 * (k & 1), *hi = qh + 32 * h;
+                float *yk = y + 128 * h + 32 * k;
+                float s0 = d * (float)sc[8 * h + 2 * k], s1 = d * (float)sc[8 * h + 2 * k + 1];
+                for (int l = 0; l < 32; l++) {
+                    int q = (lo[l] >> 4 * (k >> 1) & 15) | (hi[l] >> 2 * k & 3) << 4;
+                    yk[l] = (l < 16 ? s0 : s1) * (float)(q - 32);
+                }
+            }
         }
         break;
     }
@@ -316,15 +325,20 @@ size_t gp_quant_act_row_bytes(gp_dtype wt, int64_t K)
     return (size_t)K + 8 * (size_t)(K / 32);
 }
 
-/* n values into int8 q = round(x / d) with d = absmax / 127; returns d. */
+/* n values into int8 q = round(x / d) with d = absmax / 127; returns d. Rounding to nearest even
+ * by adding and taking off 1.5 * 2^23 (exact for |v| <= 2^22; here |v| <= 127 plus a rounding):
+ * nearbyintf's result, in a form the compiler vectorizes without SSE4.1's roundps. */
 static float act_block(const float *x, int n, int8_t *q)
 {
     float amax = 0;
     for (int i = 0; i < n; i++)
         amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
     float d = amax / 127, id = amax != 0 ? 127 / amax : 0;
-    for (int i = 0; i < n; i++)
-        q[i] = (int8_t)clampi((int)nearbyintf(x[i] * id), -127, 127);
+    for (int i = 0; i < n; i++) {
+        float v = x[i] * id, r = (v + 0x1.8p23f) - 0x1.8p23f;
+        r = r > 127 ? 127 : r;
+        q[i] = (int8_t)(r >= -127 ? r : -127); /* a NaN (x not finite) gives -127, not UB */
+    }
     return d;
 }
 
@@ -364,34 +378,61 @@ void gp_quant_act_quantize(gp_dtype wt, const float *x, int64_t m0, int64_t m1, 
 
 /* ---- the portable product ---- */
 
+/* The integer q of one 32-block of weights (q4_0 / q5_0 with their offsets taken off, so every
+ * type's value is d * q + m), in loops of fixed shape the compiler vectorizes. */
+static void unpack32(gp_dtype t, const uint8_t *w, int8_t *q)
+{
+    switch (t) {
+    case GP_Q4_0:
+    case GP_Q4_1: {
+        const uint8_t *qs = w + (t == GP_Q4_0 ? 2 : 4);
+        int off = t == GP_Q4_0 ? 8 : 0;
+        for (int i = 0; i < 16; i++) {
+            q[i] = (int8_t)((qs[i] & 15) - off);
+            q[i + 16] = (int8_t)((qs[i] >> 4) - off);
+        }
+        break;
+    }
+    case GP_Q5_0:
+    case GP_Q5_1: {
+        uint32_t qh = rd32(w + (t == GP_Q5_0 ? 2 : 4));
+        const uint8_t *qs = w + (t == GP_Q5_0 ? 6 : 8);
+        int off = t == GP_Q5_0 ? 16 : 0;
+        for (int i = 0; i < 16; i++) {
+            q[i] = (int8_t)(((qs[i] & 15) | (int)(qh >> i & 1) << 4) - off);
+            q[i + 16] = (int8_t)(((qs[i] >> 4) | (int)(qh >> (i + 16) & 1) << 4) - off);
+        }
+        break;
+    }
+    default:
+        memcpy(q, w + 2, 32);
+        break;
+    }
+}
+
+static int idot32(const int8_t *a, const int8_t *b)
+{
+    int s = 0;
+    for (int i = 0; i < 32; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
 /* One weight row . one activation row, in the order every path uses: per block an exact integer
  * dot, scaled in f32 and summed over blocks. */
 static float dot_portable(gp_dtype t, const uint8_t *w, const gp_qact *a, int64_t K)
 {
     float sum = 0;
+    size_t bb = gp_dtype_block_bytes(t);
+    int8_t q[32];
     if (!gp_quant_is_k(t)) {
-        size_t bb = gp_dtype_block_bytes(t);
         for (int64_t b = 0; b < K / 32; b++, w += bb) {
-            const int8_t *x = a->q + 32 * b;
-            int dot = 0, q;
-            float dw = rd16(w), m = 0;
-            for (int i = 0; i < 32; i++) {
-                switch (t) {
-                case GP_Q4_0: q = nib32(w + 2, i) - 8; break;
-                case GP_Q4_1: q = nib32(w + 4, i); break;
-                case GP_Q5_0: q = (nib32(w + 6, i) | (int)(rd32(w + 2) >> i & 1) << 4) - 16; break;
-                case GP_Q5_1: q = nib32(w + 8, i) | (int)(rd32(w + 4) >> i & 1) << 4; break;
-                default: q = (int8_t)w[2 + i]; break;
-                }
-                dot += q * x[i];
-            }
-            if (t == GP_Q4_1 || t == GP_Q5_1)
-                m = rd16(w + 2);
-            sum += dw * a->d[b] * (float)dot + m * a->ds[b];
+            unpack32(t, w, q);
+            float m = t == GP_Q4_1 || t == GP_Q5_1 ? rd16(w + 2) : 0;
+            sum += rd16(w) * a->d[b] * (float)idot32(q, a->q + 32 * b) + m * a->ds[b];
         }
         return sum;
     }
-    size_t bb = gp_dtype_block_bytes(t);
     for (int64_t b = 0; b < K / 256; b++, w += bb) {
         const int8_t *x = a->q + 256 * b;
         const int16_t *bs = a->bsum + 16 * b;
@@ -399,15 +440,19 @@ static float dot_portable(gp_dtype t, const uint8_t *w, const gp_qact *a, int64_
             const uint8_t *ql = w, *qh = w + 128;
             const int8_t *sc = (const int8_t *)(w + 192);
             int isum = 0;
-            for (int g = 0; g < 16; g++) {
-                int dot = 0;
-                for (int l = 16 * g; l < 16 * g + 16; l++) {
-                    int h = l >> 7, k = l >> 5 & 3, i = l & 31;
-                    int q = (ql[64 * h + 32 * (k & 1) + i] >> 4 * (k >> 1) & 15) |
-                            (qh[32 * h + i] >> 2 * k & 3) << 4;
-                    dot += (q - 32) * x[l];
+            for (int h = 0; h < 2; h++) {
+                for (int k = 0; k < 4; k++) { /* elements 128 h + 32 k + l */
+                    const uint8_t *lo = ql + 64 * h + 32 * (k & 1), *hi = qh + 32 * h;
+                    for (int l = 0; l < 32; l++)
+                        q[l] = (int8_t)(((lo[l] >> 4 * (k >> 1) & 15) | (hi[l] >> 2 * k & 3) << 4) - 32);
+                    const int8_t *xk = x + 128 * h + 32 * k;
+                    int d0 = 0, d1 = 0;
+                    for (int l = 0; l < 16; l++) {
+                        d0 += q[l] * xk[l];
+                        d1 += q[l + 16] * xk[l + 16];
+                    }
+                    isum += sc[8 * h + 2 * k] * d0 + sc[8 * h + 2 * k + 1] * d1;
                 }
-                isum += sc[g] * dot;
             }
             sum += rd16(w + 208) * a->d[b] * (float)isum;
             continue;
@@ -417,14 +462,10 @@ static float dot_portable(gp_dtype t, const uint8_t *w, const gp_qact *a, int64_
         const uint8_t *qh = w + 16, *qs = t == GP_Q5_K ? w + 48 : w + 16;
         int isum = 0, imin = 0;
         for (int j = 0; j < 8; j++) {
-            int dot = 0;
-            for (int l = 0; l < 32; l++) {
-                int q = qs[32 * (j >> 1) + l] >> 4 * (j & 1) & 15;
-                if (t == GP_Q5_K)
-                    q |= (qh[l] >> j & 1) << 4;
-                dot += q * x[32 * j + l];
-            }
-            isum += sc[j] * dot;
+            const uint8_t *p = qs + 32 * (j >> 1);
+            for (int l = 0; l < 32; l++)
+                q[l] = (int8_t)((p[l] >> 4 * (j & 1) & 15) | (t == GP_Q5_K ? (qh[l] >> j & 1) << 4 : 0));
+            isum += sc[j] * idot32(q, x + 32 * j);
             imin += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
         }
         sum += rd16(w) * a->d[b] * (float)isum - rd16(w + 2) * a->d[b] * (float)imin;
@@ -462,6 +503,8 @@ int gp_quant_isa_supported(int isa)
     case GP_QUANT_ISA_VNNI:
         return __builtin_cpu_supports("avx512vnni") &&
                gp_quant_isa_supported(GP_QUANT_ISA_AVX512);
+    case GP_QUANT_ISA_AVXVNNI:
+        return __builtin_cpu_supports("avxvnni") && gp_quant_isa_supported(GP_QUANT_ISA_AVX2);
 #endif
     default:
         return 0;
@@ -470,9 +513,11 @@ int gp_quant_isa_supported(int isa)
 
 static int best_isa(void)
 {
-    for (int isa = GP_QUANT_ISA_COUNT - 1; isa > 0; isa--)
-        if (gp_quant_isa_supported(isa))
-            return isa;
+    static const int order[] = {GP_QUANT_ISA_VNNI, GP_QUANT_ISA_AVX512, GP_QUANT_ISA_AVXVNNI,
+                                GP_QUANT_ISA_AVX2};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (gp_quant_isa_supported(order[i]))
+            return order[i];
     return GP_QUANT_ISA_PORTABLE;
 }
 
@@ -498,7 +543,7 @@ int gp_quant_isa(void)
 
 const char *gp_quant_isa_name(int isa)
 {
-    static const char *names[] = {"portable", "avx2", "avx512", "vnni"};
+    static const char *names[] = {"portable", "avx2", "avx512", "vnni", "avxvnni"};
     return isa >= 0 && isa < GP_QUANT_ISA_COUNT ? names[isa] : "auto";
 }
 
@@ -514,7 +559,8 @@ void gp_quant_matmul(gp_dtype wt, const void *w, int64_t n0, int64_t n1, const v
     gp_quant_rows_fn fn = rows_portable;
 #if defined(__x86_64__) && defined(__GNUC__)
     static const gp_quant_rows_fn fns[GP_QUANT_ISA_COUNT] = {
-        rows_portable, gp_quant_rows_avx2, gp_quant_rows_avx512, gp_quant_rows_vnni};
+        rows_portable, gp_quant_rows_avx2, gp_quant_rows_avx512, gp_quant_rows_vnni,
+        gp_quant_rows_avxvnni};
     fn = fns[gp_quant_isa()];
 #endif
     int64_t nt = M == 1 ? n1 - n0 : (int64_t)(TILE_BYTES / rb);

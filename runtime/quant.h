@@ -32,7 +32,8 @@
 void gp_quant_dequantize_row(gp_dtype t, const void *src, float *dst, int64_t n);
 
 /*
- * A row of n floats (n a multiple of the block) into blocks of type t. Round to nearest throughout.
+ * A row of n finite floats (n a multiple of the block) into blocks of type t. Round to nearest
+ * throughout.
  *  - q8_0, q4_0, q4_1, q5_0, q5_1: ggml's reference rules, byte for byte those of gguf.quants
  *    (q8_0: d = absmax / 127; q4_0/q5_0: d = (the element of largest magnitude) / -8 or / -16;
  *    q4_1/q5_1: d = (max - min) / 15 or / 31, m = min).
@@ -62,8 +63,8 @@ void gp_quant_act_quantize(gp_dtype wt, const float *x, int64_t m0, int64_t m1, 
 
 /* y[m * ldy + n] = sum_k x[m, k] W[n, k] for n in [n0, n1) and every m < M. w: [N] rows of
  * gp_dtype_row_bytes(wt, K) bytes; xq: M rows from gp_quant_act_quantize. The result of one output
- * does not depend on n0, n1 (threads may split the columns any way and get the same bits), but does
- * depend on the ISA path. */
+ * depends on neither n0, n1 nor M (threads may split the columns any way and get the same bits), but
+ * does depend on the ISA path. */
 void gp_quant_matmul(gp_dtype wt, const void *w, int64_t n0, int64_t n1, const void *xq, int64_t M,
                      int64_t K, float *y, int64_t ldy);
 
@@ -84,6 +85,7 @@ enum {
     GP_QUANT_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C, 256-bit maddubs */
     GP_QUANT_ISA_AVX512 = 2,   /* AVX-512 F/BW/VL, 512-bit maddubs */
     GP_QUANT_ISA_VNNI = 3,     /* AVX-512 F/BW/VL + VNNI, 512-bit dpbusd */
+    GP_QUANT_ISA_AVXVNNI = 4,  /* AVX2 + AVX-VNNI, 256-bit dpbusd (cores without AVX-512) */
     GP_QUANT_ISA_COUNT
 };
 
@@ -92,7 +94,8 @@ int gp_quant_isa_supported(int isa);
 /* Makes every later gp_quant_matmul use path isa (or AUTO); -1 and no change when unsupported.
  * Meant for tests and benchmarks, not to be called while products run. */
 int gp_quant_force_isa(int isa);
-/* The path gp_quant_matmul uses now, and a name for one ("portable", "avx2", "avx512", "vnni"). */
+/* The path gp_quant_matmul uses now, and a name for one ("portable", "avx2", "avx512", "vnni",
+ * "avxvnni"). AUTO prefers vnni, avx512, avxvnni, avx2, portable, in that order. */
 int gp_quant_isa(void);
 const char *gp_quant_isa_name(int isa);
 

@@ -42,6 +42,8 @@ int gp_quant_rows_avx2(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n0, int
                        const uint8_t *xq, size_t ab, int R, int64_t K, float *y, int64_t ldy);
 int gp_quant_rows_avx512(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n0, int64_t n1,
                          const uint8_t *xq, size_t ab, int R, int64_t K, float *y, int64_t ldy);
+int gp_quant_rows_avxvnni(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n0, int64_t n1,
+                          const uint8_t *xq, size_t ab, int R, int64_t K, float *y, int64_t ldy);
 int gp_quant_rows_vnni(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n0, int64_t n1,
                        const uint8_t *xq, size_t ab, int R, int64_t K, float *y, int64_t ldy);
 
@@ -54,6 +56,16 @@ static inline void gp_quant_k_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn
         sc[j + 4] = (uint8_t)((s[j + 8] & 15) | (s[j] >> 6) << 4);
         mn[j + 4] = (uint8_t)((s[j + 8] >> 4) | (s[j + 4] >> 6) << 4);
     }
+}
+
+/* The same as two u64 of 8 bytes each (byte j = sc_j, m_j), from three u32 of the packed bytes. */
+static inline void gp_quant_k_scales64(const uint8_t *s, uint64_t *sc, uint64_t *mn)
+{
+    uint32_t a = (uint32_t)s[0] | (uint32_t)s[1] << 8 | (uint32_t)s[2] << 16 | (uint32_t)s[3] << 24;
+    uint32_t b = (uint32_t)s[4] | (uint32_t)s[5] << 8 | (uint32_t)s[6] << 16 | (uint32_t)s[7] << 24;
+    uint32_t c = (uint32_t)s[8] | (uint32_t)s[9] << 8 | (uint32_t)s[10] << 16 | (uint32_t)s[11] << 24;
+    *sc = (a & 0x3f3f3f3fu) | (uint64_t)((c & 0x0f0f0f0fu) | (a >> 2 & 0x30303030u)) << 32;
+    *mn = (b & 0x3f3f3f3fu) | (uint64_t)((c >> 4 & 0x0f0f0f0fu) | (b >> 2 & 0x30303030u)) << 32;
 }
 
 #endif

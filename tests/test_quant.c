@@ -269,7 +269,7 @@ static void test_act_quantize(void)
 
 /* ---- products ---- */
 
-/* y = x W^T on every path present, every type, M in {1, 3, 17}, K in {256, 768, 2048}:
+/* y = x W^T on every path present, every type, M in {1, 3, 17}, K in {256, 768, 2048} (and 608):
  *  - against sum_k deq(W)[n, k] x[m, k] in double, within the activation rounding's worst case
  *    sum_blocks (d_x / 2) sum |w| (d_x = the block's absmax / 127) plus f32 summation error
  *    (1e-5 of sum |w x|); the weights' own error is not counted (the reference uses deq(W));
@@ -278,7 +278,8 @@ static void test_act_quantize(void)
  *  - a split of the columns over two calls (two threads' shares) gives the same bits. */
 static void test_matmul(void)
 {
-    static const int Ms[] = {1, 3, 17}, Ks[] = {256, 768, 2048};
+    /* K = 608 (19 blocks, 32-block types only): the 512-bit paths' 2-block step and scalar block */
+    static const int Ms[] = {1, 3, 17}, Ks[] = {256, 768, 2048, 608};
     enum { N = 21 };
     int paths = 0;
     for (int isa = 0; isa < GP_QUANT_ISA_COUNT; isa++)
@@ -290,8 +291,10 @@ static void test_matmul(void)
     printf("\n");
     CU_ASSERT(paths >= 1);
     for (int t = 0; t < NTYPES; t++) {
-        for (int ki = 0; ki < 3; ki++) {
+        for (int ki = 0; ki < 4; ki++) {
             int K = Ks[ki], qa = types[t] >= GP_Q4_K ? 256 : 32;
+            if (K % qa)
+                continue;
             size_t rb = gp_dtype_row_bytes(types[t], K);
             float *wf = malloc((size_t)N * K * sizeof *wf);
             unsigned char *w = malloc(N * rb);
@@ -379,38 +382,43 @@ static void test_matmul(void)
 }
 
 /* Several weight tiles (the M > 1 blocking) and an odd number of 32-blocks (the 512-bit paths'
- * scalar last block): the same values as one row at a time. */
+ * scalar last block), every type and path: the same bits as one activation row at a time. */
 static void test_matmul_tiles(void)
 {
-    enum { K = 2080, N = 130, M = 6 }; /* K / 32 = 65 blocks; q8_0 rows of 2210 B: 59 a tile */
-    size_t rb = gp_dtype_row_bytes(GP_Q8_0, K), ab = gp_quant_act_row_bytes(GP_Q8_0, K);
-    float *wf = malloc((size_t)N * K * sizeof *wf), *x = malloc((size_t)M * K * sizeof *x);
-    unsigned char *w = malloc(N * rb), *xq = aligned_alloc(64, (M * ab + 63) / 64 * 64);
-    for (int i = 0; i < N * K; i++)
-        wf[i] = nrand();
-    for (int i = 0; i < M * K; i++)
-        x[i] = nrand();
-    gp_quant_quantize_row(GP_Q8_0, wf, w, (int64_t)N * K);
-    gp_quant_act_quantize(GP_Q8_0, x, 0, M, K, K, xq);
-    float *y = malloc(M * N * sizeof *y), *y1 = malloc(N * sizeof *y1);
-    for (int isa = 0; isa < GP_QUANT_ISA_COUNT; isa++) {
-        if (gp_quant_force_isa(isa) != 0)
-            continue;
-        gp_quant_matmul(GP_Q8_0, w, 0, N, xq, M, K, y, N);
-        int diff = 0;
-        for (int m = 0; m < M; m++) {
-            gp_quant_matmul(GP_Q8_0, w, 0, N, xq + m * ab, 1, K, y1, N);
-            diff += memcmp(y1, y + m * N, N * sizeof *y1) != 0;
+    enum { N = 130, M = 6 }; /* q8_0, K = 2080: rows of 2210 B, 59 a tile */
+    for (int t = 0; t < NTYPES; t++) {
+        int K = types[t] >= GP_Q4_K ? 2304 : 2080; /* 65 32-blocks; 9 super-blocks */
+        size_t rb = gp_dtype_row_bytes(types[t], K), ab = gp_quant_act_row_bytes(types[t], K);
+        float *wf = malloc((size_t)N * K * sizeof *wf), *x = malloc((size_t)M * K * sizeof *x);
+        unsigned char *w = malloc(N * rb), *xq = aligned_alloc(64, (M * ab + 63) / 64 * 64);
+        for (int i = 0; i < N * K; i++)
+            wf[i] = nrand();
+        for (int i = 0; i < M * K; i++)
+            x[i] = nrand();
+        gp_quant_quantize_row(types[t], wf, w, (int64_t)N * K);
+        gp_quant_act_quantize(types[t], x, 0, M, K, K, xq);
+        float *y = malloc(M * N * sizeof *y), *y1 = malloc(N * sizeof *y1);
+        for (int isa = 0; isa < GP_QUANT_ISA_COUNT; isa++) {
+            if (gp_quant_force_isa(isa) != 0)
+                continue;
+            gp_quant_matmul(types[t], w, 0, N, xq, M, K, y, N);
+            int diff = 0;
+            for (int m = 0; m < M; m++) {
+                gp_quant_matmul(types[t], w, 0, N, xq + m * ab, 1, K, y1, N);
+                diff += memcmp(y1, y + m * N, N * sizeof *y1) != 0;
+            }
+            if (diff)
+                printf("\n%s %s: M = %d and M = 1 differ\n", fixture[t], gp_quant_isa_name(isa), M);
+            CU_ASSERT(diff == 0);
         }
-        CU_ASSERT(diff == 0);
+        gp_quant_force_isa(GP_QUANT_ISA_AUTO);
+        free(wf);
+        free(x);
+        free(w);
+        free(xq);
+        free(y);
+        free(y1);
     }
-    gp_quant_force_isa(GP_QUANT_ISA_AUTO);
-    free(wf);
-    free(x);
-    free(w);
-    free(xq);
-    free(y);
-    free(y1);
 }
 
 void gp_suite_quant(void)
