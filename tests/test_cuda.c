@@ -2927,6 +2927,8 @@ static void test_quant_matmul_refusals(void)
     cudaMalloc(&dx, 64 * 4);
     cudaMalloc(&dw, 4 * gp_dtype_row_bytes(GP_Q8_0, 64));
     cudaMalloc(&dy, 64 * 4);
+    cudaMemset(dx, 0, 64 * 4);
+    cudaMemcpy(dw, wq, 4 * gp_dtype_row_bytes(GP_Q8_0, 64), cudaMemcpyHostToDevice);
     kctx k;
     kctx_new(&k, NULL, NULL, 0);
     gp_attrs a;
@@ -3088,6 +3090,69 @@ static void test_quant_model(void)
     quant_model_parity("q4_1");
 }
 
+/* Speed of the quantized products on this GPU, printed for the record and asserted on nothing
+ * but success: W [4096, 4096] of random blocks, one token (GB/s of W read) and a prompt of 512
+ * (TFLOP/s), the mean of 20 launches after 3 warm-up ones. */
+static void test_quant_speed(void)
+{
+    const int64_t N = 4096, K = 4096, MP = 512;
+    static const gp_dtype ts[4] = {GP_Q4_0, GP_Q8_0, GP_Q4_K, GP_Q6_K};
+    printf("\n  quant speed, W [%lld, %lld]: one token (M 1) and a prompt (M %lld)\n"
+           "  %-5s %10s %10s %12s %10s\n", (long long)N, (long long)K, (long long)MP, "type",
+           "M1 us", "M1 GB/s", "M512 ms", "TFLOP/s");
+    for (int ti = 0; ti < 4; ti++) {
+        gp_dtype t = ts[ti];
+        size_t rb = gp_dtype_row_bytes(t, K), wb = (size_t)N * rb;
+        unsigned char *h = malloc(wb);
+        for (size_t i = 0; i < wb; i++)
+            h[i] = (unsigned char)gp_test_rand(&rng);
+        void *dw = NULL, *dx = NULL, *dy = NULL;
+        CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dw, wb), cudaSuccess);
+        CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dx, (size_t)(MP * K) * 4), cudaSuccess);
+        CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dy, (size_t)(MP * N) * 4), cudaSuccess);
+        cudaMemcpy(dw, h, wb, cudaMemcpyHostToDevice);
+        cudaMemset(dx, 0, (size_t)(MP * K) * 4);
+        kctx k;
+        kctx_new(&k, NULL, NULL, 0);
+        cudaStreamCreate(&k.c.stream);
+        gp_attrs a;
+        memset(&a, 0, sizeof a);
+        a.i[1] = 1;
+        double us[2];
+        for (int p = 0; p < 2; p++) {
+            int64_t M = p ? MP : 1;
+            gp_cu_tensor in[2] = {dev_2d(dx, GP_F32, M, K, K * 4, 4, -1),
+                                  dev_2d(dw, t, N, K, (int64_t)rb, 0, -1)};
+            gp_cu_tensor out = dev_2d(dy, GP_F32, M, N, N * 4, 4, -1);
+            cudaEvent_t e0, e1;
+            cudaEventCreate(&e0);
+            cudaEventCreate(&e1);
+            int r = 0;
+            for (int i = 0; i < 3; i++)
+                r |= gp_cuda_compute(&k.c, GP_OP_MATMUL, &a, &out, in, 2, NULL, 0);
+            cudaEventRecord(e0, k.c.stream);
+            for (int i = 0; i < 20; i++)
+                r |= gp_cuda_compute(&k.c, GP_OP_MATMUL, &a, &out, in, 2, NULL, 0);
+            cudaEventRecord(e1, k.c.stream);
+            CU_ASSERT_EQUAL(r, 0);
+            CU_ASSERT_EQUAL(cudaEventSynchronize(e1), cudaSuccess);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            us[p] = 1e3 * ms / 20;
+            cudaEventDestroy(e0);
+            cudaEventDestroy(e1);
+        }
+        printf("  %-5s %10.1f %10.0f %12.3f %10.2f\n", gp_dtype_name(t), us[0],
+               (double)wb / (us[0] * 1e3), us[1] / 1e3, 2.0 * MP * N * K / (us[1] * 1e6));
+        cudaStreamDestroy(k.c.stream);
+        kctx_free(&k);
+        cudaFree(dw);
+        cudaFree(dx);
+        cudaFree(dy);
+        free(h);
+    }
+}
+
 void gp_suite_cuda(void)
 {
     int n = 0;
@@ -3147,4 +3212,5 @@ void gp_suite_cuda(void)
     CU_add_test(s, "quant: layouts the products refuse", test_quant_matmul_refusals);
     CU_add_test(s, "quant: Llama q4_k, q8_0, q4_1: CUDA vs CPU, no eval allocations",
                 test_quant_model);
+    CU_add_test(s, "quant: speed of the products (printed)", test_quant_speed);
 }
