@@ -2,9 +2,11 @@
  * the blocks directly, prompt products through tiles dequantized into shared memory, lookups. */
 #include <atomic>
 #include <stdio.h>
+#include <string.h>
 
 #include "cuda/cuda_internal.cuh"
 #include "cuda/cuda_quant.cuh"
+#include "runtime/f16.h"
 
 static std::atomic<int64_t> quant_counts[3];
 
@@ -14,18 +16,58 @@ extern "C" int64_t gp_cuda_quant_count(int which)
 }
 
 /* A little-endian binary16 at p (any alignment: blocks of 18, 22, 34 or 210 bytes). */
-__device__ __forceinline__ float ld_h16(const uint8_t *p)
+__host__ __device__ __forceinline__ float ld_h16(const uint8_t *p)
 {
+#ifdef __CUDA_ARCH__
     return __half2float(__ushort_as_half((unsigned short)(p[0] | p[1] << 8)));
+#else
+    return gp_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+#endif
+}
+
+/* #pragma unroll in code the host compiles too (gcc warns of pragmas it does not know). */
+#ifdef __CUDA_ARCH__
+#define Q_UNROLL _Pragma("unroll")
+#else
+#define Q_UNROLL
+#endif
+
+/* Products, sums and differences rounded on their own (never contracted into fused multiply-adds),
+ * on the device and on the host (gp_cuda_quant_deq8_host; x86-64's baseline has no FMA). */
+__host__ __device__ __forceinline__ float mul_rn(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+__host__ __device__ __forceinline__ float add_rn(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
+__host__ __device__ __forceinline__ float sub_rn(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fsub_rn(a, b);
+#else
+    return a - b;
+#endif
 }
 
 /*
  * Elements e0 .. e0 + 7 of a row of blocks of type T into v, e0 a multiple of 8 (so that they lie
  * in one block, one sub-block of 32 and one group of 16). The arithmetic is runtime/quant.c's
- * deq_block operation for operation, rounded as it is (the _rn intrinsics: no contraction into
- * fused multiply-adds), so the values are gp_quant_dequantize_row's bit for bit.
+ * deq_block operation for operation, rounded as it is (no contraction into fused multiply-adds), so
+ * the values are gp_quant_dequantize_row's bit for bit. Host code too, for gp_cuda_quant_deq8_host.
  */
-template <int T> __device__ __forceinline__ void deq8(const uint8_t *row, int e0, float (&v)[8])
+template <int T> __host__ __device__ __forceinline__ void deq8(const uint8_t *row, int e0, float (&v)[8])
 {
     if (T == GP_Q4_0 || T == GP_Q4_1 || T == GP_Q5_0 || T == GP_Q5_1 || T == GP_Q8_0) {
         const int bytes = T == GP_Q4_0 ? 18 : T == GP_Q4_1 ? 20 : T == GP_Q5_0 ? 22
@@ -34,9 +76,9 @@ template <int T> __device__ __forceinline__ void deq8(const uint8_t *row, int e0
         int j0 = e0 & 31;
         float d = ld_h16(b);
         if (T == GP_Q8_0) {
-#pragma unroll
+            Q_UNROLL
             for (int u = 0; u < 8; u++)
-                v[u] = __fmul_rn((float)(int8_t)b[2 + j0 + u], d);
+                v[u] = mul_rn((float)(int8_t)b[2 + j0 + u], d);
             return;
         }
         float m = T == GP_Q4_1 || T == GP_Q5_1 ? ld_h16(b + 2) : 0.0f;
@@ -45,18 +87,18 @@ template <int T> __device__ __forceinline__ void deq8(const uint8_t *row, int e0
         if (T == GP_Q5_0 || T == GP_Q5_1)
             h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
         const uint8_t *qs = b + (T == GP_Q4_0 ? 2 : T == GP_Q4_1 ? 4 : T == GP_Q5_0 ? 6 : 8);
-#pragma unroll
+        Q_UNROLL
         for (int u = 0; u < 8; u++) {
             int i = j0 + u;
             int q = qs[i & 15] >> (i >> 4 << 2) & 15;
             if (T == GP_Q5_0 || T == GP_Q5_1)
                 q |= (int)(h >> i & 1) << 4;
             if (T == GP_Q4_0)
-                v[u] = __fmul_rn(d, (float)(q - 8));
+                v[u] = mul_rn(d, (float)(q - 8));
             else if (T == GP_Q5_0)
-                v[u] = __fmul_rn(d, (float)(q - 16));
+                v[u] = mul_rn(d, (float)(q - 16));
             else
-                v[u] = __fadd_rn(__fmul_rn(d, (float)q), m);
+                v[u] = add_rn(mul_rn(d, (float)q), m);
         }
     } else if (T == GP_Q4_K || T == GP_Q5_K) {
         const uint8_t *b = row + (size_t)(e0 >> 8) * (T == GP_Q4_K ? 144 : 176);
@@ -71,28 +113,28 @@ template <int T> __device__ __forceinline__ void deq8(const uint8_t *row, int e0
             sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
             mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
         }
-        float dl = __fmul_rn(d, (float)sc), ml = __fmul_rn(dmin, (float)mn);
+        float dl = mul_rn(d, (float)sc), ml = mul_rn(dmin, (float)mn);
         const uint8_t *qh = b + 16, *qs = T == GP_Q5_K ? b + 48 : b + 16;
-#pragma unroll
+        Q_UNROLL
         for (int u = 0; u < 8; u++) {
             int l = l0 + u;
             int q = qs[32 * (j >> 1) + l] >> 4 * (j & 1) & 15;
             if (T == GP_Q5_K)
                 q |= (qh[l] >> j & 1) << 4;
-            v[u] = __fsub_rn(__fmul_rn(dl, (float)q), ml);
+            v[u] = sub_rn(mul_rn(dl, (float)q), ml);
         }
     } else { /* GP_Q6_K */
         const uint8_t *b = row + (size_t)(e0 >> 8) * 210;
         const uint8_t *ql = b, *qh = b + 128;
         const int8_t *sc = (const int8_t *)(b + 192);
         int i0 = e0 & 255;
-        float ds = __fmul_rn(ld_h16(b + 208), (float)sc[i0 >> 4]); /* 8 elements: one group of 16 */
-#pragma unroll
+        float ds = mul_rn(ld_h16(b + 208), (float)sc[i0 >> 4]); /* 8 elements: one group of 16 */
+        Q_UNROLL
         for (int u = 0; u < 8; u++) {
             int i = i0 + u, h = i >> 7, k = i >> 5 & 3, l = i & 31;
             int q = (ql[64 * h + 32 * (k & 1) + l] >> 4 * (k >> 1) & 15) |
                     (qh[32 * h + l] >> 2 * k & 3) << 4;
-            v[u] = __fmul_rn(ds, (float)(q - 32));
+            v[u] = mul_rn(ds, (float)(q - 32));
         }
     }
 }
@@ -252,7 +294,7 @@ __global__ void k_qget_rows(KT o, const uint8_t *tab, size_t rb, int64_t V, KT i
 
 /* ---- host ---- */
 
-/* Calls F<T>::run(args...) for the quantized dtype t; 0, or -1 when t is not one. */
+/* Calls F<T>(args...) for the quantized dtype t; 0, or -1 when t is not one. */
 #define QUANT_DISPATCH(t, F, ...)                                                                  \
     ((t) == GP_Q4_0   ? (F<GP_Q4_0>(__VA_ARGS__), 0)                                               \
      : (t) == GP_Q4_1 ? (F<GP_Q4_1>(__VA_ARGS__), 0)                                               \
@@ -263,6 +305,20 @@ __global__ void k_qget_rows(KT o, const uint8_t *tab, size_t rb, int64_t V, KT i
      : (t) == GP_Q5_K ? (F<GP_Q5_K>(__VA_ARGS__), 0)                                               \
      : (t) == GP_Q6_K ? (F<GP_Q6_K>(__VA_ARGS__), 0)                                               \
                       : -1)
+
+template <int T> static void deq8_host(const void *row, int e0, float *v)
+{
+    float r[8];
+    deq8<T>((const uint8_t *)row, e0, r);
+    memcpy(v, r, sizeof r);
+}
+
+extern "C" int gp_cuda_quant_deq8_host(gp_dtype t, const void *row, int e0, float *v)
+{
+    if (e0 < 0 || e0 % 8)
+        return -1;
+    return QUANT_DISPATCH(t, deq8_host, row, e0, v);
+}
 
 template <int T>
 static void launch_matmul(gp_cu_ctx *c, int vec, const uint8_t *w, size_t rb, const float *x,

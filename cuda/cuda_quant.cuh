@@ -32,6 +32,11 @@ int gp_cu_quant_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
 int gp_cu_quant_get_rows(gp_cu_ctx *c, const gp_cu_tensor *out, const gp_cu_tensor *table,
                          const gp_cu_tensor *ids);
 
+/* The kernels' dequantization run on the host (no GPU needed: tests compare it with
+ * gp_quant_dequantize_row): elements e0 .. e0 + 7 (e0 a multiple of 8) of a row of type t into
+ * v[8]. 0, or -1 when t is not quantized or e0 is not a multiple of 8. */
+int gp_cuda_quant_deq8_host(gp_dtype t, const void *row, int e0, float *v);
+
 /* Launches so far in this process, for tests: which 0, one-token products; 1, tiled products;
  * 2, lookups. */
 int64_t gp_cuda_quant_count(int which);

@@ -3214,3 +3214,56 @@ void gp_suite_cuda(void)
                 test_quant_model);
     CU_add_test(s, "quant: speed of the products (printed)", test_quant_speed);
 }
+
+/* ---- suite cuda_host: what runs without a GPU ---- */
+
+/* The quantized kernels' dequantization (cuda_quant.cu's deq8, compiled for the host) gives
+ * gp_quant_dequantize_row's values bit for bit: rows of every type from real values, and rows of
+ * random bytes (any scales: subnormal, huge, NaN and Inf binary16 included, any q); a bad e0 or
+ * type is refused. */
+static void test_quant_deq8_host(void)
+{
+    const int64_t K = 1536;
+    for (int ti = 0; ti < 8; ti++) {
+        gp_dtype t = quant_types[ti];
+        size_t rb = gp_dtype_row_bytes(t, K);
+        uint8_t *q = malloc(rb);
+        float *f = malloc((size_t)K * sizeof *f), *d = malloc((size_t)K * sizeof *d);
+        int bad = 0;
+        for (int rep = 0; rep < 40; rep++) {
+            if (rep % 2) {
+                for (size_t i = 0; i < rb; i++)
+                    q[i] = (uint8_t)gp_test_rand(&rng);
+            } else {
+                for (int64_t i = 0; i < K; i++)
+                    f[i] = frand() * (float)(1 + rep);
+                gp_quant_quantize_row(t, f, q, K);
+            }
+            gp_quant_dequantize_row(t, q, d, K);
+            for (int e0 = 0; e0 < K; e0 += 8) {
+                float v[8];
+                CU_ASSERT_EQUAL_FATAL(gp_cuda_quant_deq8_host(t, q, e0, v), 0);
+                bad += memcmp(v, d + e0, sizeof v) != 0;
+            }
+        }
+        if (bad)
+            fprintf(stderr, "\n  %s: %d groups of 8 differ from gp_quant_dequantize_row\n",
+                    gp_dtype_name(t), bad);
+        CU_ASSERT_EQUAL(bad, 0);
+        float v[8];
+        CU_ASSERT_EQUAL(gp_cuda_quant_deq8_host(t, q, 4, v), -1);
+        free(q);
+        free(f);
+        free(d);
+    }
+    float v[8];
+    unsigned char row[64] = {0};
+    CU_ASSERT_EQUAL(gp_cuda_quant_deq8_host(GP_F16, row, 0, v), -1);
+}
+
+void gp_suite_cuda_host(void)
+{
+    CU_pSuite s = CU_add_suite("cuda_host", NULL, NULL);
+    CU_add_test(s, "quant: the kernels' dequantization on the host, bit for bit",
+                test_quant_deq8_host);
+}
