@@ -276,7 +276,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             snprintf(err, err_len, "cuda: weight %s has no host data", t->name);
             goto fail;
         }
-        size_t n = (size_t)(numel_at(t, NULL) * (int64_t)gp_dtype_size(t->dtype));
+        size_t n = gp_dtype_row_bytes(t->dtype, numel_at(t, NULL)); /* quantized: the blocks */
         CU_TRY(cudaMemcpy(tensor_addr(b, t), init->weight_data[i], n, cudaMemcpyHostToDevice));
     }
     /* Device addresses of every tensor that is not a view, in this backend's extras slot. */
@@ -392,7 +392,7 @@ static int be_reload_weights(void *ctx, const int *ids, int n, char *err, size_t
     CU_TRY(cudaSetDevice(b->device));
     for (int k = 0; k < n; k++) {
         const gp_plan_tensor *t = &b->p->tensors[ids[k]];
-        size_t bytes = (size_t)(numel_at(t, NULL) * (int64_t)gp_dtype_size(t->dtype));
+        size_t bytes = gp_dtype_row_bytes(t->dtype, numel_at(t, NULL));
         CU_TRY(cudaMemcpyAsync(tensor_addr(b, t), b->weight_data[ids[k]], bytes,
                                cudaMemcpyHostToDevice, b->stream));
     }

@@ -9,6 +9,7 @@
 #include <atomic>
 
 #include "cuda/cuda_matvec.cuh"
+#include "cuda/cuda_quant.cuh"
 
 /* ---- fallback: one thread per output element, k ascending ---- */
 
@@ -386,6 +387,8 @@ int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const
         *fused = 0;
     if (pre_used)
         *pre_used = 0;
+    if (gp_dtype_is_quant(in[1].dtype)) /* cuda_quant.cu: never fused; a norm is left to its node */
+        return pre && pre_used ? 0 : gp_cu_quant_matmul(c, a, out, in);
     KT o = gp_kt_of(c, out), ka = gp_kt_of(c, &in[0]), kb = gp_kt_of(c, &in[1]);
     int ta = a->i[0] != 0, tb = a->i[1] != 0;
     if (in[0].ndim < 2 || in[1].ndim < 2 || out->ndim < 2) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cuda/cuda_matvec.cuh"
+#include "cuda/cuda_quant.cuh"
 
 enum { THREADS = 256 };
 
@@ -823,6 +824,8 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         return gp_cu_check_launch(c, "rope");
     }
     case GP_OP_GET_ROWS: {
+        if (gp_dtype_is_quant(in[0].dtype)) /* blocks dequantized (cuda_quant.cu) */
+            return gp_cu_quant_get_rows(c, out, &in[0], &in[1]);
         KT o = gp_kt_of(c, out), t = gp_kt_of(c, &in[0]), ids = gp_kt_of(c, &in[1]);
         if (out->ndim != 2 || in[0].ndim != 2) {
             snprintf(c->err, sizeof c->err, "get_rows: needs table [V, C] and out [T, C]");

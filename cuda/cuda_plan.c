@@ -23,8 +23,9 @@ static void plan_epilogues(cuda_be *b, const int *uses)
     const gp_plan *p = b->p;
     for (int i = 0; i < p->n_nodes; i++) {
         const gp_plan_node *mm = &p->nodes[i];
-        if (mm->op != GP_OP_MATMUL || b->nodes[i].lora)
-            continue;
+        if (mm->op != GP_OP_MATMUL || b->nodes[i].lora ||
+            gp_dtype_is_quant(p->tensors[mm->inputs[1]].dtype))
+            continue; /* quantized products (cuda_quant.cu) are never fused */
         gp_cu_epilogue *e = &b->nodes[i].epi;
         int prev = mm->output, n = 0;
         int other[GP_CU_MAX_EPI], at[GP_CU_MAX_EPI]; /* at: the node of each op */
@@ -123,6 +124,7 @@ static void plan_embed_add(cuda_be *b, const int *uses)
             ok = g->op == GP_OP_GET_ROWS && g->output == in && uses[in] == 1 &&
                  gt->kind == GP_TENSOR_INTERMEDIATE && gt->view_src < 0 && gt->dtype == GP_F32 &&
                  root_of(p, g->inputs[0])->kind == GP_TENSOR_WEIGHT &&
+                 !gp_dtype_is_quant(p->tensors[g->inputs[0]].dtype) &&
                  root_of(p, g->inputs[1])->kind == GP_TENSOR_INPUT &&
                  p->tensors[g->inputs[1]].dtype == GP_I32 && gt->ndim == 2 && ot->ndim == 2 &&
                  ot->dtype == GP_F32 && b->nodes[j].pair < 0 && !b->nodes[j].skip;
@@ -339,6 +341,7 @@ static void plan_matvec_groups(cuda_be *b, const int *uses)
         while (n < GP_CU_MAX_GROUP && i + n < p->n_nodes) {
             const gp_plan_node *m = &p->nodes[i + n];
             if (m->op != GP_OP_MATMUL || m->inputs[0] != a->inputs[0] || m->attrs.i[0] != 0 ||
+                gp_dtype_is_quant(p->tensors[m->inputs[1]].dtype) ||
                 b->nodes[i + n].epi.n > 0 || b->nodes[i + n].skip ||
                 overlaps(&p->tensors[m->output], xr))
                 break;
@@ -431,7 +434,8 @@ static void plan_prenorms(cuda_be *b, const int *uses)
     const gp_plan *p = b->p;
     for (int i = 0; i + 1 < p->n_nodes; i++) {
         const gp_plan_node *nd = &p->nodes[i], *mm = &p->nodes[i + 1];
-        if ((nd->op != GP_OP_LAYER_NORM && nd->op != GP_OP_RMS_NORM) || mm->op != GP_OP_MATMUL)
+        if ((nd->op != GP_OP_LAYER_NORM && nd->op != GP_OP_RMS_NORM) || mm->op != GP_OP_MATMUL ||
+            gp_dtype_is_quant(p->tensors[mm->inputs[1]].dtype))
             continue;
         const gp_plan_tensor *h = &p->tensors[nd->output], *x = &p->tensors[nd->inputs[0]];
         if (h->kind != GP_TENSOR_INTERMEDIATE || h->view_src >= 0 || uses[nd->output] != 1 ||

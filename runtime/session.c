@@ -900,14 +900,6 @@ gp_session *gp_session_new(const gp_model *m, const gp_session_opts *o, char *er
     }
     const gp_plan *p = m->plan;
     gp_backend kind = strcmp(bname, "cuda") == 0 ? GP_BACKEND_CUDA : GP_BACKEND_CPU;
-    for (int i = 0; kind == GP_BACKEND_CUDA && i < p->n_tensors; i++) {
-        if (gp_dtype_is_quant(p->tensors[i].dtype)) {
-            gp_errf(err, err_len, "backend cuda: weight %s is %s: quantized weights run on the "
-                    "cpu backend only, for now", p->tensors[i].name,
-                    gp_dtype_name(p->tensors[i].dtype));
-            return NULL;
-        }
-    }
     if (gp_plan_check_workspaces(p, kind, err, err_len))
         return NULL;
     gp_session *s = calloc(1, sizeof *s);

@@ -14,11 +14,15 @@
 
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_kernels.h"
+#include "cuda/cuda_quant.cuh"
 #include "dsl/dsl.h"
 #include "planner/planner.h"
 #include "runtime/cpu_kernels.h"
 #include "runtime/f16.h"
 #include "runtime/gplan.h"
+#include "runtime/lora.h"
+#include "runtime/plan.h"
+#include "runtime/quant.h"
 #include "runtime/safetensors.h"
 #include "tests/testmodel.h"
 #include "tests/testutil.h"
@@ -2855,6 +2859,483 @@ static void test_model_atttrig(void)
     gpt2_all_on_vs_off("GPLAN_CUDA_TRIG", "0", "none", gp_cuda_attention_trig_count, 1, 0, 2, 1);
 }
 
+/* ---- quantized weights (cuda/cuda_quant.cu) against the CPU's kernels ---- */
+
+static const gp_dtype quant_types[8] = {GP_Q4_0, GP_Q4_1, GP_Q5_0, GP_Q5_1,
+                                        GP_Q8_0, GP_Q4_K, GP_Q5_K, GP_Q6_K};
+
+/* Random [rows, n] values quantized to t (rows of gp_dtype_row_bytes), each row's scale its own
+ * (1/8 .. 4) so that the blocks' scales differ; *deq gets their values dequantized. */
+static uint8_t *quant_rows(gp_dtype t, int64_t rows, int64_t n, float **deq)
+{
+    size_t rb = gp_dtype_row_bytes(t, n);
+    uint8_t *q = malloc((size_t)rows * rb);
+    float *f = malloc((size_t)n * sizeof *f);
+    *deq = malloc((size_t)(rows * n) * sizeof **deq);
+    for (int64_t r = 0; r < rows; r++) {
+        float s = 0.125f * (float)(1 + r % 32);
+        for (int64_t i = 0; i < n; i++)
+            f[i] = frand() * s;
+        gp_quant_quantize_row(t, f, q + (size_t)r * rb, n);
+        gp_quant_dequantize_row(t, q + (size_t)r * rb, *deq + r * n, n);
+    }
+    free(f);
+    return q;
+}
+
+static gp_cu_tensor dev_2d(void *data, gp_dtype t, int64_t d0, int64_t d1, int64_t nb0,
+                           int64_t nb1, int sym0)
+{
+    gp_cu_tensor k;
+    memset(&k, 0, sizeof k);
+    k.data = data;
+    k.dtype = t;
+    k.ndim = 2;
+    k.ne[0] = d0;
+    k.ne[1] = d1;
+    k.nb[0] = nb0;
+    k.nb[1] = nb1;
+    for (int d = 0; d < GP_MAX_DIMS; d++)
+        k.sym[d] = -1;
+    k.sym[0] = sym0;
+    return k;
+}
+
+/*
+ * One product y [M, N] = x [M, K] W [N, K]^T on the GPU (gp_cuda_compute, as the backend
+ * launches it) against gp_quant_matmul_f32 (the CPU's f32 products on quantized weights) and a
+ * double sum over the dequantized values: every output within 1e-5 of its sum |x| |w| of both.
+ * M_exact < M: M symbolic (the param block says M_exact); rows past it stay unwritten. Returns the
+ * largest error against the CPU over that scale; path gets the kernel used (0 one token, 1
+ * tiles).
+ */
+static double quant_matmul_case(gp_dtype t, int64_t M, int64_t M_exact, int64_t K, int64_t N,
+                                int *path)
+{
+    float *wd, *x = malloc((size_t)(M * K) * sizeof *x);
+    uint8_t *wq = quant_rows(t, N, K, &wd);
+    size_t rb = gp_dtype_row_bytes(t, K);
+    for (int64_t i = 0; i < M * K; i++)
+        x[i] = frand();
+    float *yref = malloc((size_t)(M * N) * sizeof *yref), *yg = malloc((size_t)(M * N) * sizeof *yg);
+    gp_quant_matmul_f32(t, wq, 0, N, x, K, M_exact, K, yref, N);
+    int sym = M_exact < M;
+    int64_t launch[1] = {M}, exact[1] = {M_exact};
+    kctx k;
+    kctx_new(&k, exact, launch, sym ? 1 : 0);
+    void *dx = NULL, *dw = NULL, *dy = NULL;
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dx, (size_t)(M * K) * 4), cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dw, (size_t)N * rb), cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dy, (size_t)(M * N) * 4), cudaSuccess);
+    cudaMemcpy(dx, x, (size_t)(M * K) * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dw, wq, (size_t)N * rb, cudaMemcpyHostToDevice);
+    cudaMemset(dy, 0xff, (size_t)(M * N) * 4);
+    gp_cu_tensor in[2] = {dev_2d(dx, GP_F32, M, K, K * 4, 4, sym ? 0 : -1),
+                          dev_2d(dw, t, N, K, (int64_t)rb, 0, -1)};
+    gp_cu_tensor out = dev_2d(dy, GP_F32, M, N, N * 4, 4, sym ? 0 : -1);
+    gp_attrs a;
+    memset(&a, 0, sizeof a);
+    a.i[1] = 1; /* tb */
+    int64_t c0 = gp_cuda_quant_count(0), c1 = gp_cuda_quant_count(1);
+    int r = gp_cuda_compute(&k.c, GP_OP_MATMUL, &a, &out, in, 2, NULL, 0);
+    if (r)
+        fprintf(stderr, "\n  %s: gp_cuda_compute: %s\n", gp_dtype_name(t), k.c.err);
+    CU_ASSERT_EQUAL(r, 0);
+    CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+    *path = gp_cuda_quant_count(1) > c1 ? 1 : 0;
+    CU_ASSERT_EQUAL(gp_cuda_quant_count(0) - c0 + gp_cuda_quant_count(1) - c1, 1);
+    CU_ASSERT_EQUAL(*path, M > 8); /* the launch size picks the kernel */
+    cudaMemcpy(yg, dy, (size_t)(M * N) * 4, cudaMemcpyDeviceToHost);
+    double worst = 0;
+    int bad = 0, unwritten = 1;
+    for (int64_t m = 0; m < M_exact; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double s = 0, bound = 0;
+            for (int64_t i = 0; i < K; i++) {
+                s += (double)x[m * K + i] * wd[n * K + i];
+                bound += fabs((double)x[m * K + i] * wd[n * K + i]);
+            }
+            double g = yg[m * N + n], e = fabs(g - yref[m * N + n]) / (bound > 0 ? bound : 1);
+            if (!(e <= 1e-5) || !(fabs(g - s) <= 1e-5 * bound + 1e-30))
+                bad++;
+            worst = e > worst || e != e ? e : worst;
+        }
+    for (int64_t i = M_exact * N; i < M * N; i++)
+        unwritten &= isnan(yg[i]);
+    if (bad)
+        fprintf(stderr, "\n  %s M %lld (exact %lld) K %lld N %lld: %d outputs off (worst %.3g)\n",
+                gp_dtype_name(t), (long long)M, (long long)M_exact, (long long)K, (long long)N, bad,
+                worst);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(unwritten);
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(dy);
+    kctx_free(&k);
+    free(x);
+    free(wq);
+    free(wd);
+    free(yref);
+    free(yg);
+    return worst;
+}
+
+/* Every type, M in {1, 3, 17, 64}, K in {256, 576, 1536} (576 for the 32-blocks only), N in {96,
+ * 576}; then M symbolic (3 of a launch of 8, 17 of 64). Prints the worst error per type and
+ * kernel (a table for the GPU run). */
+static void test_quant_matmul(void)
+{
+    static const int64_t Ms[4] = {1, 3, 17, 64}, Ks[3] = {256, 576, 1536}, Ns[2] = {96, 576};
+    printf("\n  quant matmul: worst |gpu - cpu| / sum |x||w| (tolerance 1e-5)\n"
+           "  %-5s %10s %10s %6s\n", "type", "one-token", "tiles", "cases");
+    for (int ti = 0; ti < 8; ti++) {
+        gp_dtype t = quant_types[ti];
+        double worst[2] = {0, 0};
+        int cases = 0;
+        for (int ki = 0; ki < 3; ki++) {
+            if (Ks[ki] % gp_dtype_block(t))
+                continue;
+            for (int ni = 0; ni < 2; ni++)
+                for (int mi = 0; mi < 4; mi++) {
+                    int path = 0;
+                    double e = quant_matmul_case(t, Ms[mi], Ms[mi], Ks[ki], Ns[ni], &path);
+                    worst[path] = e > worst[path] || e != e ? e : worst[path];
+                    cases++;
+                }
+        }
+        for (int s = 0; s < 2; s++) {
+            int path = 0;
+            double e = quant_matmul_case(t, s ? 64 : 8, s ? 17 : 3, 256, 96, &path);
+            worst[path] = e > worst[path] || e != e ? e : worst[path];
+            cases++;
+        }
+        printf("  %-5s %10.3g %10.3g %6d\n", gp_dtype_name(t), worst[0], worst[1], cases);
+    }
+}
+
+/* Lookups in a quantized table [40, 512]: rows of valid ids are gp_quant_dequantize_row's values
+ * bit for bit (f32 out; f16 out: those rounded as gp_f32_to_f16 does), rows of ids out of range
+ * (-1, 40) stay unwritten; a table whose rows are not whole blocks is refused. */
+static void test_quant_get_rows(void)
+{
+    const int64_t V = 40, C = 512, T = 7;
+    const int32_t ids[7] = {3, 39, 0, -1, 17, 40, 3};
+    for (int ti = 0; ti < 8; ti++) {
+        gp_dtype t = quant_types[ti];
+        float *deq;
+        uint8_t *q = quant_rows(t, V, C, &deq);
+        size_t rb = gp_dtype_row_bytes(t, C);
+        void *dt = NULL, *di = NULL, *dout = NULL;
+        CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dt, (size_t)V * rb), cudaSuccess);
+        CU_ASSERT_EQUAL_FATAL(cudaMalloc(&di, sizeof ids), cudaSuccess);
+        CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dout, (size_t)(T * C) * 4), cudaSuccess);
+        cudaMemcpy(dt, q, (size_t)V * rb, cudaMemcpyHostToDevice);
+        cudaMemcpy(di, ids, sizeof ids, cudaMemcpyHostToDevice);
+        kctx k;
+        kctx_new(&k, NULL, NULL, 0);
+        gp_cu_tensor ki;
+        memset(&ki, 0, sizeof ki);
+        ki.data = di;
+        ki.dtype = GP_I32;
+        ki.ndim = 1;
+        ki.ne[0] = T;
+        ki.nb[0] = 4;
+        for (int d = 0; d < GP_MAX_DIMS; d++)
+            ki.sym[d] = -1;
+        for (int f16 = 0; f16 < 2; f16++) {
+            gp_dtype ot = f16 ? GP_F16 : GP_F32;
+            size_t es = f16 ? 2 : 4;
+            gp_cu_tensor in[2] = {dev_2d(dt, t, V, C, (int64_t)rb, 0, -1), ki};
+            gp_cu_tensor out = dev_2d(dout, ot, T, C, C * (int64_t)es, (int64_t)es, -1);
+            cudaMemset(dout, 0xff, (size_t)(T * C) * 4);
+            gp_attrs a;
+            memset(&a, 0, sizeof a);
+            int64_t c2 = gp_cuda_quant_count(2);
+            int r = gp_cuda_compute(&k.c, GP_OP_GET_ROWS, &a, &out, in, 2, NULL, 0);
+            if (r)
+                fprintf(stderr, "\n  %s get_rows: %s\n", gp_dtype_name(t), k.c.err);
+            CU_ASSERT_EQUAL(r, 0);
+            CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+            CU_ASSERT_EQUAL(gp_cuda_quant_count(2), c2 + 1);
+            unsigned char *g = malloc((size_t)(T * C) * es);
+            cudaMemcpy(g, dout, (size_t)(T * C) * es, cudaMemcpyDeviceToHost);
+            int bad = 0;
+            for (int64_t r2 = 0; r2 < T; r2++)
+                for (int64_t i = 0; i < C; i++) {
+                    const unsigned char *e = g + (size_t)(r2 * C + i) * es;
+                    uint16_t h = 0;
+                    float v = 0;
+                    if (f16)
+                        memcpy(&h, e, 2);
+                    else
+                        memcpy(&v, e, 4);
+                    if (ids[r2] < 0 || ids[r2] >= V) {
+                        bad += f16 ? h != 0xffff : !isnan(v);
+                        continue;
+                    }
+                    float want = deq[ids[r2] * C + i];
+                    if (f16)
+                        bad += h != gp_f32_to_f16(want);
+                    else
+                        bad += memcmp(&v, &want, 4) != 0;
+                }
+            if (bad)
+                fprintf(stderr, "\n  %s get_rows (%s out): %d elements off\n", gp_dtype_name(t),
+                        f16 ? "f16" : "f32", bad);
+            CU_ASSERT_EQUAL(bad, 0);
+            free(g);
+        }
+        /* rows of 500 elements: not whole blocks */
+        gp_cu_tensor in[2] = {dev_2d(dt, t, V, 500, (int64_t)rb, 0, -1), ki};
+        gp_cu_tensor out = dev_2d(dout, GP_F32, T, 500, 2000, 4, -1);
+        gp_attrs a;
+        memset(&a, 0, sizeof a);
+        CU_ASSERT_EQUAL(gp_cuda_compute(&k.c, GP_OP_GET_ROWS, &a, &out, in, 2, NULL, 0), -1);
+        CU_ASSERT_PTR_NOT_NULL(strstr(k.c.err, "multiple of"));
+        kctx_free(&k);
+        cudaFree(dt);
+        cudaFree(di);
+        cudaFree(dout);
+        free(q);
+        free(deq);
+    }
+}
+
+/* Layouts the quantized products do not take are refused with an error, nothing launched. */
+static void test_quant_matmul_refusals(void)
+{
+    float *wd;
+    uint8_t *wq = quant_rows(GP_Q8_0, 4, 64, &wd);
+    void *dx = NULL, *dw = NULL, *dy = NULL;
+    cudaMalloc(&dx, 64 * 4);
+    cudaMalloc(&dw, 4 * gp_dtype_row_bytes(GP_Q8_0, 64));
+    cudaMalloc(&dy, 64 * 4);
+    cudaMemset(dx, 0, 64 * 4);
+    cudaMemcpy(dw, wq, 4 * gp_dtype_row_bytes(GP_Q8_0, 64), cudaMemcpyHostToDevice);
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    gp_attrs a;
+    memset(&a, 0, sizeof a);
+    gp_cu_tensor in[2] = {dev_2d(dx, GP_F32, 1, 64, 256, 4, -1),
+                          dev_2d(dw, GP_Q8_0, 4, 64, 68, 0, -1)};
+    gp_cu_tensor out = dev_2d(dy, GP_F32, 1, 4, 16, 4, -1);
+    int64_t c0 = k.c.launches;
+    /* not transposed (W [K, N] is not a form quantized weights take) */
+    CU_ASSERT_EQUAL(gp_cuda_compute(&k.c, GP_OP_MATMUL, &a, &out, in, 2, NULL, 0), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(k.c.err, "q8_0 weight needs"));
+    a.i[1] = 1;
+    in[0].dtype = GP_F16; /* x must be f32 */
+    CU_ASSERT_EQUAL(gp_cuda_compute(&k.c, GP_OP_MATMUL, &a, &out, in, 2, NULL, 0), -1);
+    in[0].dtype = GP_F32;
+    in[0].ne[1] = in[1].ne[1] = 48; /* K not whole blocks */
+    CU_ASSERT_EQUAL(gp_cuda_compute(&k.c, GP_OP_MATMUL, &a, &out, in, 2, NULL, 0), -1);
+    CU_ASSERT_EQUAL(k.c.launches, c0);
+    in[0].ne[1] = in[1].ne[1] = 64;
+    CU_ASSERT_EQUAL(gp_cuda_compute(&k.c, GP_OP_MATMUL, &a, &out, in, 2, NULL, 0), 0);
+    CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+    kctx_free(&k);
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(dy);
+    free(wq);
+    free(wd);
+}
+
+/* examples/llama.gplan with -D wtype=TYPE (random weights quantized at load) on CUDA against the
+ * same graph in f32 on the CPU, bound to those weights dequantized (a safetensors file): the
+ * products compute in f32 from the same values on both, so the logits differ by summation order
+ * only. A prompt of 20 tokens (bucket 32: the tiled kernel), then 8 decode steps (the one-token
+ * kernel); no allocation in evals. */
+static const char *const quant_shape[] = {
+    "num_hidden_layers=2", "hidden_size=256", "intermediate_size=512", "num_attention_heads=4",
+    "num_key_value_heads=2", "vocab_size=96", "max_position_embeddings=64", "n_batch=32",
+};
+enum { N_QSHAPE = sizeof quant_shape / sizeof quant_shape[0] };
+
+static gp_model *quant_llama(const char *wtype, uint64_t seed)
+{
+    const char *defs[N_QSHAPE + 1];
+    char w[32];
+    memcpy(defs, quant_shape, sizeof quant_shape);
+    snprintf(w, sizeof w, "wtype=%s", wtype);
+    defs[N_QSHAPE] = w;
+    gp_test_model_opts o = {defs, N_QSHAPE + 1, NULL, 1, seed};
+    return gp_test_model("examples/llama.gplan", &o, NULL);
+}
+
+/* m's weights in f32 (quantized ones dequantized) into a safetensors file: its path, or NULL. */
+static const char *quant_write_dequantized(const gp_model *m)
+{
+    const gp_plan *p = gp_model_plan(m);
+    gp_st_tensor *ts = calloc((size_t)p->n_tensors, sizeof *ts);
+    float **bufs = calloc((size_t)p->n_tensors, sizeof *bufs);
+    int n = 0;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        const char *name = t->weight_name ? t->weight_name : t->name;
+        if (t->kind != GP_TENSOR_WEIGHT || gp_lora_is_slot(t->weight_name))
+            continue;
+        int dup = 0;
+        for (int k = 0; k < n && !dup; k++)
+            dup = !strcmp(ts[k].name, name);
+        if (dup)
+            continue;
+        int64_t numel = 1;
+        for (int d = 0; d < t->ndim; d++)
+            numel *= t->dims[d];
+        float *f = malloc((size_t)numel * sizeof *f);
+        const char *src = gp_model_weight_data(m, i);
+        if (gp_dtype_is_quant(t->dtype)) {
+            int64_t k = t->dims[t->ndim - 1];
+            size_t row = gp_dtype_row_bytes(t->dtype, k);
+            for (int64_t r = 0; r < numel / k; r++)
+                gp_quant_dequantize_row(t->dtype, src + r * row, f + r * k, k);
+        } else {
+            CU_ASSERT_EQUAL(t->dtype, GP_F32);
+            memcpy(f, src, (size_t)numel * sizeof *f);
+        }
+        bufs[n] = f;
+        ts[n].name = name;
+        ts[n].dtype = GP_F32;
+        ts[n].ndim = t->ndim;
+        memcpy(ts[n].shape, t->dims, sizeof t->dims);
+        ts[n].data = f;
+        ts[n].nbytes = (size_t)numel * sizeof *f;
+        n++;
+    }
+    const char *path = gp_test_tmpfile(".safetensors");
+    char err[512];
+    int rc = gp_st_write(path, ts, n, NULL, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "\n  quant_write_dequantized: %s\n", err);
+    for (int k = 0; k < n; k++)
+        free(bufs[k]);
+    free(bufs);
+    free(ts);
+    return rc ? NULL : path;
+}
+
+static void quant_model_parity(const char *wtype)
+{
+    gp_model *q = quant_llama(wtype, 11), *f = quant_llama("f32", 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(q);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    const char *path = quant_write_dequantized(q);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    char err[2048];
+    CU_ASSERT_EQUAL_FATAL(gp_model_bind_weights(f, path, err, sizeof err), 0);
+    gp_session_opts oc = {"cpu", 2, 0}, og = {"cuda", 1, 0};
+    int64_t c0 = gp_cuda_quant_count(0), c1 = gp_cuda_quant_count(1), c2 = gp_cuda_quant_count(2);
+    gp_session *sc = gp_session_new(f, &oc, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(sc);
+    gp_session *sg = gp_session_new(q, &og, err, sizeof err);
+    if (!sg)
+        fprintf(stderr, "\n  cuda session (%s): %s\n", wtype, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(sg);
+    gp_model_info info;
+    gp_model_get_info(q, &info);
+    int64_t V = info.vocab;
+    float *lc = malloc(sizeof(float) * 20 * (size_t)V), *lg = malloc(sizeof(float) * 20 * (size_t)V);
+    double worst = 0;
+    for (int i = 0; i < 9; i++) {
+        int n = i == 0 ? 20 : 1, start = i == 0 ? 0 : 19 + i;
+        CU_ASSERT_EQUAL_FATAL(step(sc, n, start, lc, V), 0);
+        CU_ASSERT_EQUAL_FATAL(step(sg, n, start, lg, V), 0);
+        double e = max_rel(lg, lc, (size_t)n * (size_t)V);
+        if (!(e <= 1e-4))
+            fprintf(stderr, "\n  llama %s step %d: logits error %.3g > 1e-4\n", wtype, i, e);
+        CU_ASSERT(e <= 1e-4);
+        worst = e > worst || e != e ? e : worst;
+    }
+    int64_t allocs = gp_session_backend_allocs(sg);
+    CU_ASSERT_EQUAL(allocs, 0);
+    /* graphs captured at creation launched both kernels and the lookup */
+    int64_t n0 = gp_cuda_quant_count(0) - c0, n1 = gp_cuda_quant_count(1) - c1;
+    int64_t n2 = gp_cuda_quant_count(2) - c2;
+    CU_ASSERT(n0 > 0 && n1 > 0 && n2 > 0);
+    printf("  llama %-5s CUDA vs CPU f32 (dequantized): worst logits error %.3g (tolerance 1e-4), "
+           "eval allocations %lld, launches: one-token %lld tiles %lld lookups %lld\n",
+           wtype, worst, (long long)allocs, (long long)n0, (long long)n1, (long long)n2);
+    free(lc);
+    free(lg);
+    gp_session_free(sg);
+    gp_session_free(sc);
+    remove(path);
+    gp_model_free(q);
+    gp_model_free(f);
+}
+
+static void test_quant_model(void)
+{
+    printf("\n");
+    quant_model_parity("q4_k");
+    quant_model_parity("q8_0");
+    quant_model_parity("q4_1");
+}
+
+/* Speed of the quantized products on this GPU, printed for the record and asserted on nothing
+ * but success: W [4096, 4096] of random blocks, one token (GB/s of W read) and a prompt of 512
+ * (TFLOP/s), the mean of 20 launches after 3 warm-up ones. */
+static void test_quant_speed(void)
+{
+    const int64_t N = 4096, K = 4096, MP = 512;
+    static const gp_dtype ts[4] = {GP_Q4_0, GP_Q8_0, GP_Q4_K, GP_Q6_K};
+    printf("\n  quant speed, W [%lld, %lld]: one token (M 1) and a prompt (M %lld)\n"
+           "  %-5s %10s %10s %12s %10s\n", (long long)N, (long long)K, (long long)MP, "type",
+           "M1 us", "M1 GB/s", "M512 ms", "TFLOP/s");
+    for (int ti = 0; ti < 4; ti++) {
+        gp_dtype t = ts[ti];
+        size_t rb = gp_dtype_row_bytes(t, K), wb = (size_t)N * rb;
+        unsigned char *h = malloc(wb);
+        for (size_t i = 0; i < wb; i++)
+            h[i] = (unsigned char)gp_test_rand(&rng);
+        void *dw = NULL, *dx = NULL, *dy = NULL;
+        CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dw, wb), cudaSuccess);
+        CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dx, (size_t)(MP * K) * 4), cudaSuccess);
+        CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dy, (size_t)(MP * N) * 4), cudaSuccess);
+        cudaMemcpy(dw, h, wb, cudaMemcpyHostToDevice);
+        cudaMemset(dx, 0, (size_t)(MP * K) * 4);
+        kctx k;
+        kctx_new(&k, NULL, NULL, 0);
+        cudaStreamCreate(&k.c.stream);
+        gp_attrs a;
+        memset(&a, 0, sizeof a);
+        a.i[1] = 1;
+        double us[2];
+        for (int p = 0; p < 2; p++) {
+            int64_t M = p ? MP : 1;
+            gp_cu_tensor in[2] = {dev_2d(dx, GP_F32, M, K, K * 4, 4, -1),
+                                  dev_2d(dw, t, N, K, (int64_t)rb, 0, -1)};
+            gp_cu_tensor out = dev_2d(dy, GP_F32, M, N, N * 4, 4, -1);
+            cudaEvent_t e0, e1;
+            cudaEventCreate(&e0);
+            cudaEventCreate(&e1);
+            int r = 0;
+            for (int i = 0; i < 3; i++)
+                r |= gp_cuda_compute(&k.c, GP_OP_MATMUL, &a, &out, in, 2, NULL, 0);
+            cudaEventRecord(e0, k.c.stream);
+            for (int i = 0; i < 20; i++)
+                r |= gp_cuda_compute(&k.c, GP_OP_MATMUL, &a, &out, in, 2, NULL, 0);
+            cudaEventRecord(e1, k.c.stream);
+            CU_ASSERT_EQUAL(r, 0);
+            CU_ASSERT_EQUAL(cudaEventSynchronize(e1), cudaSuccess);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            us[p] = 1e3 * ms / 20;
+            cudaEventDestroy(e0);
+            cudaEventDestroy(e1);
+        }
+        printf("  %-5s %10.1f %10.0f %12.3f %10.2f\n", gp_dtype_name(t), us[0],
+               (double)wb / (us[0] * 1e3), us[1] / 1e3, 2.0 * MP * N * K / (us[1] * 1e6));
+        cudaStreamDestroy(k.c.stream);
+        kctx_free(&k);
+        cudaFree(dw);
+        cudaFree(dx);
+        cudaFree(dy);
+        free(h);
+    }
+}
+
 void gp_suite_cuda(void)
 {
     int n = 0;
@@ -2911,4 +3392,63 @@ void gp_suite_cuda(void)
     CU_add_test(s, "LoRA runtime mode: adapters rebound in a live session", test_lora_rebind);
     CU_add_test(s, "LoRA runtime mode: branches merged into the products, ranks 8 and 64",
                 test_model_lora);
+    CU_add_test(s, "quant: products on the eight block types against the CPU", test_quant_matmul);
+    CU_add_test(s, "quant: get_rows on quantized tables", test_quant_get_rows);
+    CU_add_test(s, "quant: layouts the products refuse", test_quant_matmul_refusals);
+    CU_add_test(s, "quant: Llama q4_k, q8_0, q4_1: CUDA vs CPU, no eval allocations",
+                test_quant_model);
+    CU_add_test(s, "quant: speed of the products (printed)", test_quant_speed);
+}
+
+/* ---- suite cuda_host: what runs without a GPU ---- */
+
+/* The quantized kernels' dequantization (cuda_quant.cu's deq8, compiled for the host) gives
+ * gp_quant_dequantize_row's values bit for bit: rows of every type from real values, and rows of
+ * random bytes (any scales: subnormal, huge, NaN and Inf binary16 included, any q); a bad e0 or
+ * type is refused. */
+static void test_quant_deq8_host(void)
+{
+    const int64_t K = 1536;
+    for (int ti = 0; ti < 8; ti++) {
+        gp_dtype t = quant_types[ti];
+        size_t rb = gp_dtype_row_bytes(t, K);
+        uint8_t *q = malloc(rb);
+        float *f = malloc((size_t)K * sizeof *f), *d = malloc((size_t)K * sizeof *d);
+        int bad = 0;
+        for (int rep = 0; rep < 40; rep++) {
+            if (rep % 2) {
+                for (size_t i = 0; i < rb; i++)
+                    q[i] = (uint8_t)gp_test_rand(&rng);
+            } else {
+                for (int64_t i = 0; i < K; i++)
+                    f[i] = frand() * (float)(1 + rep);
+                gp_quant_quantize_row(t, f, q, K);
+            }
+            gp_quant_dequantize_row(t, q, d, K);
+            for (int e0 = 0; e0 < K; e0 += 8) {
+                float v[8];
+                CU_ASSERT_EQUAL_FATAL(gp_cuda_quant_deq8_host(t, q, e0, v), 0);
+                bad += memcmp(v, d + e0, sizeof v) != 0;
+            }
+        }
+        if (bad)
+            fprintf(stderr, "\n  %s: %d groups of 8 differ from gp_quant_dequantize_row\n",
+                    gp_dtype_name(t), bad);
+        CU_ASSERT_EQUAL(bad, 0);
+        float v[8];
+        CU_ASSERT_EQUAL(gp_cuda_quant_deq8_host(t, q, 4, v), -1);
+        free(q);
+        free(f);
+        free(d);
+    }
+    float v[8];
+    unsigned char row[64] = {0};
+    CU_ASSERT_EQUAL(gp_cuda_quant_deq8_host(GP_F16, row, 0, v), -1);
+}
+
+void gp_suite_cuda_host(void)
+{
+    CU_pSuite s = CU_add_suite("cuda_host", NULL, NULL);
+    CU_add_test(s, "quant: the kernels' dequantization on the host, bit for bit",
+                test_quant_deq8_host);
 }

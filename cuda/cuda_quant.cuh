@@ -1,0 +1,48 @@
+/* The CUDA kernels on ggml's block-quantized weights (runtime/quant.h's layouts; cuda_quant.cu):
+ * products of f32 activations with quantized [N, K] weights, and lookups in quantized tables.
+ * Plain C declarations, so that the backend's C files and the tests can include it too. */
+#ifndef GP_CUDA_QUANT_CUH
+#define GP_CUDA_QUANT_CUH
+
+#include <stdint.h>
+
+#include "cuda/cuda_kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * y [M, N] = x [M, K] W [N, K]^T (matmul with ta = 0, tb = 1; the only form a quantized weight
+ * takes), x and y f32 with contiguous rows, W the blocks as they are (rows of
+ * gp_dtype_row_bytes(W, K) bytes, contiguous), K a multiple of the block. W's values are those of
+ * gp_quant_dequantize_row (the same bits), the sums in f32 (fused multiply-adds, in an order of
+ * their own). M may be symbolic (read from the param block); at launch sizes M <= 8 one warp
+ * takes each output column and reads each block once (the one-token kernel), else tiles of 64 x
+ * 64 outputs, W's tile dequantized into shared memory. Never fused: no epilogue, no norm of x
+ * (cuda_plan.c plans none; gp_cu_matmul refuses pre). Allocates nothing, needs no workspace.
+ * 0, or -1 with c->err set (layouts it does not take, a launch error).
+ */
+int gp_cu_quant_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
+                       const gp_cu_tensor *in);
+
+/* get_rows on a quantized table [V, C]: out [T, C] (f32, f16 or bf16) = the rows ids (i32 [T])
+ * dequantized, the values of gp_quant_dequantize_row rounded to out's dtype; a row whose id is
+ * out of range is left unwritten. 0, or -1 with c->err set. */
+int gp_cu_quant_get_rows(gp_cu_ctx *c, const gp_cu_tensor *out, const gp_cu_tensor *table,
+                         const gp_cu_tensor *ids);
+
+/* The kernels' dequantization run on the host (no GPU needed: tests compare it with
+ * gp_quant_dequantize_row): elements e0 .. e0 + 7 (e0 a multiple of 8) of a row of type t into
+ * v[8]. 0, or -1 when t is not quantized or e0 is not a multiple of 8. */
+int gp_cuda_quant_deq8_host(gp_dtype t, const void *row, int e0, float *v);
+
+/* Launches so far in this process, for tests: which 0, one-token products; 1, tiled products;
+ * 2, lookups. */
+int64_t gp_cuda_quant_count(int which);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
