@@ -1,11 +1,11 @@
 #!/bin/sh
 # Seed corpora for the fuzz targets, made from examples/ and from what the tools produce.
-# Usage: fuzz/seeds.sh OUT_DIR GPLAN_COMPILE  (writes OUT_DIR/{dsl,plan,safetensors,csv}/)
+# Usage: fuzz/seeds.sh OUT_DIR GPLAN_COMPILE  (writes OUT_DIR/{dsl,plan,safetensors,csv,gguf}/)
 set -eu
 out=$1
 compile=$2
 src=$(cd "$(dirname "$0")/.." && pwd)
-mkdir -p "$out/dsl" "$out/plan" "$out/safetensors" "$out/csv"
+mkdir -p "$out/dsl" "$out/plan" "$out/safetensors" "$out/csv" "$out/gguf"
 
 # dsl: the examples, and every code block of the language reference.
 cp "$src"/examples/*.gplan "$out/dsl/"
@@ -45,3 +45,6 @@ st "$out/safetensors/mixed.safetensors" '{"__metadata__":{"format":"pt"},"a":{"d
 st "$out/safetensors/padded.safetensors" '{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}      ' 4
 printf '{"metadata":{"total_size":20},"weight_map":{"x":"a.safetensors","y":"a.safetensors"}}' \
   >"$out/safetensors/index.json"
+
+# gguf: gguf-py's GGUFWriter output (the committed corpus, fuzz/corpus/gguf/, has the test writer's).
+cp "$src/tests/gguf/fixture.gguf" "$out/gguf/"

@@ -42,7 +42,7 @@ struct gp_gguf {
     uint64_t alignment;
     gguf_kv *kv; /* [n_kv] file order */
     int64_t n_kv;
-    int64_t *kv_sorted; /* [n_kv] indices sorted by key */
+    int64_t *kv_sorted;      /* [n_kv] indices sorted by key */
     gp_gguf_tensor *tensors; /* [n_tensors] file order */
     int64_t n_tensors;
     int64_t *t_sorted; /* [n_tensors] indices sorted by name */
@@ -50,31 +50,50 @@ struct gp_gguf {
     size_t errlen;
 };
 
-/* Every ggml type id gguf-py 0.19 lists (ggml.h's enum ggml_type): 4, 5, 31-33 and 36-38 were
- * removed and are unknown, as is anything past the table. */
+/* Every ggml type id of ggml.h's enum ggml_type (llama.cpp as vendored by llama-cpp-python 0.3.36;
+ * gguf-py 0.19 lists the same up to 41): 4, 5, 31-33 and 36-38 were removed and are unknown, as is
+ * anything past the table. */
 static const struct {
     const char *name; /* NULL: no such id */
     int block;        /* elements per block */
     int bytes;        /* bytes per block */
     int gp;           /* gp_dtype, or -1 when gplan cannot compute with it */
 } ggml_types[] = {
-    [0] = {"f32", 1, 4, GP_F32},          [1] = {"f16", 1, 2, GP_F16},
-    [2] = {"q4_0", 32, 18, GP_Q4_0},      [3] = {"q4_1", 32, 20, GP_Q4_1},
-    [6] = {"q5_0", 32, 22, GP_Q5_0},      [7] = {"q5_1", 32, 24, GP_Q5_1},
-    [8] = {"q8_0", 32, 34, GP_Q8_0},      [9] = {"q8_1", 32, 40, -1},
-    [10] = {"q2_k", 256, 84, -1},         [11] = {"q3_k", 256, 110, -1},
-    [12] = {"q4_k", 256, 144, GP_Q4_K},   [13] = {"q5_k", 256, 176, GP_Q5_K},
-    [14] = {"q6_k", 256, 210, GP_Q6_K},   [15] = {"q8_k", 256, 292, -1},
-    [16] = {"iq2_xxs", 256, 66, -1},      [17] = {"iq2_xs", 256, 74, -1},
-    [18] = {"iq3_xxs", 256, 98, -1},      [19] = {"iq1_s", 256, 50, -1},
-    [20] = {"iq4_nl", 32, 18, -1},        [21] = {"iq3_s", 256, 110, -1},
-    [22] = {"iq2_s", 256, 82, -1},        [23] = {"iq4_xs", 256, 136, -1},
-    [24] = {"i8", 1, 1, -1},              [25] = {"i16", 1, 2, -1},
-    [26] = {"i32", 1, 4, GP_I32},         [27] = {"i64", 1, 8, -1},
-    [28] = {"f64", 1, 8, -1},             [29] = {"iq1_m", 256, 56, -1},
-    [30] = {"bf16", 1, 2, GP_BF16},       [34] = {"tq1_0", 256, 54, -1},
-    [35] = {"tq2_0", 256, 66, -1},        [39] = {"mxfp4", 32, 17, -1},
-    [40] = {"nvfp4", 64, 36, -1},         [41] = {"q1_0", 128, 18, -1},
+    [0] = {"f32", 1, 4, GP_F32},
+    [1] = {"f16", 1, 2, GP_F16},
+    [2] = {"q4_0", 32, 18, GP_Q4_0},
+    [3] = {"q4_1", 32, 20, GP_Q4_1},
+    [6] = {"q5_0", 32, 22, GP_Q5_0},
+    [7] = {"q5_1", 32, 24, GP_Q5_1},
+    [8] = {"q8_0", 32, 34, GP_Q8_0},
+    [9] = {"q8_1", 32, 40, -1},
+    [10] = {"q2_k", 256, 84, -1},
+    [11] = {"q3_k", 256, 110, -1},
+    [12] = {"q4_k", 256, 144, GP_Q4_K},
+    [13] = {"q5_k", 256, 176, GP_Q5_K},
+    [14] = {"q6_k", 256, 210, GP_Q6_K},
+    [15] = {"q8_k", 256, 292, -1},
+    [16] = {"iq2_xxs", 256, 66, -1},
+    [17] = {"iq2_xs", 256, 74, -1},
+    [18] = {"iq3_xxs", 256, 98, -1},
+    [19] = {"iq1_s", 256, 50, -1},
+    [20] = {"iq4_nl", 32, 18, -1},
+    [21] = {"iq3_s", 256, 110, -1},
+    [22] = {"iq2_s", 256, 82, -1},
+    [23] = {"iq4_xs", 256, 136, -1},
+    [24] = {"i8", 1, 1, -1},
+    [25] = {"i16", 1, 2, -1},
+    [26] = {"i32", 1, 4, GP_I32},
+    [27] = {"i64", 1, 8, -1},
+    [28] = {"f64", 1, 8, -1},
+    [29] = {"iq1_m", 256, 56, -1},
+    [30] = {"bf16", 1, 2, GP_BF16},
+    [34] = {"tq1_0", 256, 54, -1},
+    [35] = {"tq2_0", 256, 66, -1},
+    [39] = {"mxfp4", 32, 17, -1},
+    [40] = {"nvfp4", 64, 36, -1},
+    [41] = {"q1_0", 128, 18, -1},
+    [42] = {"q2_0", 64, 18, -1},
 };
 #define N_GGML_TYPES (sizeof ggml_types / sizeof ggml_types[0])
 
@@ -88,24 +107,19 @@ const char *gp_gguf_type_name(uint32_t ggml_type)
     return ggml_known(ggml_type) ? ggml_types[ggml_type].name : "unknown";
 }
 
-/* Bytes of one scalar value type; 0 for string and array. */
+/* The metadata value types: name, and bytes of a scalar (0 for string and array). */
+static const struct {
+    const char *name;
+    size_t size;
+} value_types[GP_GGUF_TYPE_COUNT] = {
+    {"uint8", 1},  {"int8", 1},    {"uint16", 2},  {"int16", 2},  {"uint32", 4},
+    {"int32", 4},  {"float32", 4}, {"bool", 1},    {"string", 0}, {"array", 0},
+    {"uint64", 8}, {"int64", 8},   {"float64", 8},
+};
+
 static size_t scalar_size(gp_gguf_type t)
 {
-    switch (t) {
-    case GP_GGUF_UINT8: case GP_GGUF_INT8: case GP_GGUF_BOOL: return 1;
-    case GP_GGUF_UINT16: case GP_GGUF_INT16: return 2;
-    case GP_GGUF_UINT32: case GP_GGUF_INT32: case GP_GGUF_FLOAT32: return 4;
-    case GP_GGUF_UINT64: case GP_GGUF_INT64: case GP_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
-static const char *value_type_name(gp_gguf_type t)
-{
-    static const char *const names[GP_GGUF_TYPE_COUNT] = {
-        "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
-        "bool",  "string", "array", "uint64", "int64", "float64"};
-    return (unsigned)t < GP_GGUF_TYPE_COUNT ? names[t] : "unknown";
+    return (unsigned)t < GP_GGUF_TYPE_COUNT ? value_types[t].size : 0;
 }
 
 /* The one error function: "PATH: bad GGUF file (REASON)". Returns -1. */
@@ -197,7 +211,8 @@ static int cur_str(cursor *c, gp_gguf_str *out)
     return 0;
 }
 
-/* A count read from the file, refused when even its smallest encoding cannot fit in what is left. */
+/* A count read from the file, refused when even its smallest encoding cannot fit in what is left.
+ */
 static int check_count(cursor *c, const char *what, uint64_t n, size_t min_bytes)
 {
     if (n > cur_left(c) / min_bytes)
@@ -275,7 +290,8 @@ static int read_value(cursor *c, gguf_kv *kv, int64_t i)
         if (kv->elem == GP_GGUF_BOOL)
             for (uint64_t j = 0; j < kv->n; j++)
                 if (kv->val[j] > 1)
-                    return bad(c->g, "kv %lld (\"%.64s\"): element %llu: bool value %u is not 0 or 1",
+                    return bad(c->g,
+                               "kv %lld (\"%.64s\"): element %llu: bool value %u is not 0 or 1",
                                (long long)i, kv->key, (unsigned long long)j, kv->val[j]);
         return 0;
     }
@@ -371,7 +387,7 @@ static int read_alignment(gp_gguf *g)
         return 0;
     if (g->kv[i].type != GP_GGUF_UINT32)
         return bad(g, "general.alignment must be a uint32, not a %s",
-                   value_type_name(g->kv[i].type));
+                   value_types[g->kv[i].type].name);
     uint32_t a = (uint32_t)le(g->kv[i].val, 4);
     if (a == 0 || (a & (a - 1)) != 0)
         return bad(g, "general.alignment %u is not a power of two", a);
@@ -429,13 +445,14 @@ static int read_tensor_info(cursor *c, gp_gguf_tensor *t, int64_t i)
     if ((uint64_t)t->ne[0] % block != 0)
         return bad(g, "tensor \"%.64s\": ne[0] = %lld is not a multiple of %s's block of %llu",
                    name, (long long)t->ne[0], ggml_types[type].name, (unsigned long long)block);
-    uint64_t row = (uint64_t)t->ne[0] / block * (uint64_t)ggml_types[type].bytes;
-    if (row > (uint64_t)INT64_MAX / rows)
+    uint64_t blocks = (uint64_t)t->ne[0] / block, bpb = (uint64_t)ggml_types[type].bytes;
+    uint64_t row = blocks * bpb;
+    if (blocks > (uint64_t)INT64_MAX / bpb || row > (uint64_t)INT64_MAX / rows)
         return bad(g, "tensor \"%.64s\": byte size overflows 63 bits", name);
     t->nbytes = (size_t)(row * rows);
     if (t->offset % g->alignment != 0)
-        return bad(g, "tensor \"%.64s\": offset %llu is not a multiple of the alignment %llu",
-                   name, (unsigned long long)t->offset, (unsigned long long)g->alignment);
+        return bad(g, "tensor \"%.64s\": offset %llu is not a multiple of the alignment %llu", name,
+                   (unsigned long long)t->offset, (unsigned long long)g->alignment);
     return 0;
 }
 
@@ -465,8 +482,9 @@ static int place_data(gp_gguf *g, size_t infos_end)
         gp_gguf_tensor *t = &g->tensors[i];
         by[i] = t;
         if (t->offset > size || t->nbytes > size - t->offset)
-            rc = bad(g, "tensor \"%.64s\": bytes [%llu, %llu) past the end of the data section "
-                        "(%llu bytes)",
+            rc = bad(g,
+                     "tensor \"%.64s\": bytes [%llu, %llu) past the end of the data section "
+                     "(%llu bytes)",
                      t->name, (unsigned long long)t->offset,
                      (unsigned long long)(t->offset + t->nbytes), (unsigned long long)size);
         else
@@ -478,8 +496,8 @@ static int place_data(gp_gguf *g, size_t infos_end)
             if (by[i - 1]->offset + by[i - 1]->nbytes > by[i]->offset)
                 rc = bad(g, "tensors \"%.64s\" [%llu, %llu) and \"%.64s\" [%llu, %llu) overlap",
                          by[i - 1]->name, (unsigned long long)by[i - 1]->offset,
-                         (unsigned long long)(by[i - 1]->offset + by[i - 1]->nbytes),
-                         by[i]->name, (unsigned long long)by[i]->offset,
+                         (unsigned long long)(by[i - 1]->offset + by[i - 1]->nbytes), by[i]->name,
+                         (unsigned long long)by[i]->offset,
                          (unsigned long long)(by[i]->offset + by[i]->nbytes));
     }
     free(by);
@@ -533,8 +551,9 @@ static int parse(gp_gguf *g)
         return bad(g, "version 1 is not supported (this reader takes versions 2 and 3)");
     if (g->version != 2 && g->version != 3) {
         if ((g->version & 0xffff) == 0 && (g->version >> 16) != 0)
-            return bad(g, "version field 0x%08x is byte-swapped: a big-endian file (this reader "
-                          "takes little-endian files only)",
+            return bad(g,
+                       "version field 0x%08x is byte-swapped: a big-endian file (this reader "
+                       "takes little-endian files only)",
                        g->version);
         return bad(g, "unsupported version %u (this reader takes versions 2 and 3)", g->version);
     }
@@ -585,8 +604,7 @@ static gp_gguf *finish(gp_gguf *g)
     return g;
 }
 
-gp_gguf *gp_gguf_open_mem(const void *data, size_t len, const char *name, char *err,
-                          size_t errlen)
+gp_gguf *gp_gguf_open_mem(const void *data, size_t len, const char *name, char *err, size_t errlen)
 {
     gp_gguf *g = reader_new(name, err, errlen);
     if (!g)
@@ -705,9 +723,10 @@ static int to_int(gp_gguf_type t, const unsigned char *p, int64_t *out)
 {
     uint64_t v = le(p, (int)scalar_size(t));
     switch (t) {
-    case GP_GGUF_UINT8: case GP_GGUF_UINT16: case GP_GGUF_UINT32: case GP_GGUF_BOOL:
-        *out = (int64_t)v;
-        return 0;
+    case GP_GGUF_UINT8:
+    case GP_GGUF_UINT16:
+    case GP_GGUF_UINT32:
+    case GP_GGUF_BOOL: *out = (int64_t)v; return 0;
     case GP_GGUF_UINT64:
         if (v > (uint64_t)INT64_MAX)
             return -1;

@@ -96,4 +96,14 @@ const gp_gguf_tensor *gp_gguf_tensor_find(const gp_gguf *g, const char *name); /
  * thread-safe, so unknown ids give "unknown". */
 const char *gp_gguf_type_name(uint32_t ggml_type);
 
+/* ---- name aliases (gguf_names.c) ----
+ * A GGUF tensor name and the Hugging Face checkpoint's name for the same tensor, both ways, for
+ * the two tables gplan knows (docs/gguf.md): arch "gpt2" (blk.3.attn_qkv.weight <->
+ * transformer.h.3.attn.c_attn.weight) and the llama names for any other arch, NULL included
+ * (blk.3.attn_q.weight <-> model.layers.3.self_attn.q_proj.weight). Names end in ".weight" or
+ * ".bias". The alias goes NUL-terminated into out[n]; 0 on success, -1 when the name has no alias
+ * or it does not fit. */
+int gp_gguf_name_to_hf(const char *arch, const char *gguf_name, char *out, size_t n);
+int gp_gguf_name_from_hf(const char *arch, const char *hf_name, char *out, size_t n);
+
 #endif

@@ -1,8 +1,10 @@
-/* Checkpoint sources (one safetensors file or an indexed folder of shards), the check of a graph's
- * declared weights against them, and reads with f32/f16/bf16 conversion (runtime/f16.h). */
+/* Checkpoint sources (one safetensors file, an indexed folder of shards, or a GGUF file), the check
+ * of a graph's declared weights against them, and reads with f32/f16/bf16 conversion
+ * (runtime/f16.h). */
 #include "runtime/weights.h"
 
 #include "runtime/f16.h"
+#include "runtime/gguf.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -15,8 +17,11 @@ struct gp_weights {
     char *path;
     gp_st_file **shards; /* [n_shards] */
     int n_shards;
-    const gp_st_tensor **by_name; /* [count] sorted by name; point into the shards */
+    const gp_st_tensor **by_name; /* [count] sorted by name; into the shards or gguf_tensors */
     int count;
+    gp_gguf *gguf;              /* a GGUF source (then n_shards is 0), else NULL */
+    gp_st_tensor *gguf_tensors; /* [count] the GGUF tensors as records; names and data in gguf */
+    char arch[64];              /* the GGUF file's general.architecture, for the name aliases */
 };
 
 /* "PATH: bad safetensors index (REASON)" */
@@ -99,6 +104,60 @@ static int open_single(gp_weights *w, const char *path, char *err, size_t errlen
     for (int i = 0; i < n; i++)
         w->by_name[i] = gp_st_get(f, i); /* already in name order */
     w->count = n;
+    return 0;
+}
+
+/* Whether the file starts with GGUF's magic. */
+static int is_gguf(const char *path)
+{
+    unsigned char m[4] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t got = fread(m, 1, 4, f);
+    fclose(f);
+    return got == 4 && memcmp(m, "GGUF", 4) == 0;
+}
+
+/* A GGUF file: its tensors as records, the shape in gplan's order (outermost first, the reverse of
+ * ggml's ne), the data in place in the mapping. */
+static int open_gguf(gp_weights *w, const char *path, char *err, size_t errlen)
+{
+    w->gguf = gp_gguf_open(path, err, errlen);
+    if (!w->gguf)
+        return -1;
+    int64_t n = gp_gguf_tensor_count(w->gguf);
+    if (n > INT32_MAX) {
+        gp_errf(err, errlen, "%s: %lld tensors is too many", path, (long long)n);
+        return -1;
+    }
+    w->gguf_tensors = calloc((size_t)(n ? n : 1), sizeof *w->gguf_tensors);
+    w->by_name = malloc((size_t)(n ? n : 1) * sizeof *w->by_name);
+    if (!w->gguf_tensors || !w->by_name) {
+        gp_errf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const gp_gguf_tensor *g = gp_gguf_tensor_get(w->gguf, i);
+        gp_st_tensor *t = &w->gguf_tensors[i];
+        t->name = g->name;
+        t->file_dtype = gp_gguf_type_name(g->ggml_type);
+        t->supported = g->supported;
+        t->dtype = g->dtype;
+        t->ndim = g->ndim;
+        for (int d = 0; d < g->ndim; d++)
+            t->shape[d] = g->ne[g->ndim - 1 - d];
+        t->data = g->data;
+        t->nbytes = g->nbytes;
+        w->by_name[i] = t;
+    }
+    w->count = (int)n;
+    qsort(w->by_name, (size_t)w->count, sizeof *w->by_name, cmp_tensor_ptr);
+    gp_gguf_str a;
+    if (gp_gguf_get_str(w->gguf, "general.architecture", &a) == 0 && a.len < sizeof w->arch) {
+        memcpy(w->arch, a.s, (size_t)a.len);
+        w->arch[a.len] = '\0';
+    }
     return 0;
 }
 
@@ -230,6 +289,8 @@ gp_weights *gp_weights_open(const char *path, char *err, size_t errlen)
         free(index);
     } else if (ends_with(path, ".index.json")) {
         rc = open_index(w, path, err, errlen);
+    } else if (is_gguf(path)) {
+        rc = open_gguf(w, path, err, errlen);
     } else {
         rc = open_single(w, path, err, errlen);
     }
@@ -248,6 +309,8 @@ void gp_weights_close(gp_weights *w)
         gp_st_close(w->shards[i]);
     free(w->shards);
     free(w->by_name);
+    free(w->gguf_tensors);
+    gp_gguf_close(w->gguf);
     free(w->path);
     free(w);
 }
@@ -259,7 +322,7 @@ int gp_weights_count(const gp_weights *w)
 
 int gp_weights_shard_count(const gp_weights *w)
 {
-    return w->n_shards;
+    return w->gguf ? 1 : w->n_shards;
 }
 
 const gp_st_tensor *gp_weights_get(const gp_weights *w, int i)
@@ -267,13 +330,23 @@ const gp_st_tensor *gp_weights_get(const gp_weights *w, int i)
     return i >= 0 && i < w->count ? w->by_name[i] : NULL;
 }
 
-const gp_st_tensor *gp_weights_find(const gp_weights *w, const char *name)
+static const gp_st_tensor *find_exact(const gp_weights *w, const char *name)
 {
     gp_st_tensor key = {.name = name};
     const gp_st_tensor *kp = &key;
     const gp_st_tensor **at =
         bsearch(&kp, w->by_name, (size_t)w->count, sizeof *w->by_name, cmp_tensor_ptr);
     return at ? *at : NULL;
+}
+
+/* A GGUF source also answers to the Hugging Face name of each tensor (gguf_names.c). */
+const gp_st_tensor *gp_weights_find(const gp_weights *w, const char *name)
+{
+    const gp_st_tensor *t = find_exact(w, name);
+    char alias[512];
+    if (!t && w->gguf && gp_gguf_name_from_hf(w->arch, name, alias, sizeof alias) == 0)
+        t = find_exact(w, alias);
+    return t;
 }
 
 /* ---- checking declarations ---- */
@@ -396,6 +469,22 @@ static void store_float(unsigned char *p, gp_dtype t, float f)
 int gp_weights_read(const gp_st_tensor *t, gp_dtype dtype, void *dst, size_t dst_bytes, char *err,
                     size_t errlen)
 {
+    /* Block-quantized data is copied as it is; dequantizing reads are not connected yet. */
+    if (t->supported && (gp_dtype_is_quant(t->dtype) || gp_dtype_is_quant(dtype))) {
+        if (t->dtype != dtype) {
+            gp_errf(err, errlen,
+                    "weights: \"%s\": reading %s data as %s needs a dequantizer, not connected yet",
+                    t->name, gp_dtype_name(t->dtype), gp_dtype_name(dtype));
+            return -1;
+        }
+        if (t->nbytes != dst_bytes) {
+            gp_errf(err, errlen, "weights: \"%s\": %zu bytes of %s, buffer has %zu", t->name,
+                    t->nbytes, gp_dtype_name(dtype), dst_bytes);
+            return -1;
+        }
+        memcpy(dst, t->data, dst_bytes);
+        return 0;
+    }
     if (!t->supported || !convertible(t->dtype, dtype)) {
         gp_errf(err, errlen, "weights: \"%s\": cannot read %s data (rank %d) as %s", t->name,
                 t->file_dtype, t->ndim, gp_dtype_name(dtype));

@@ -1,6 +1,6 @@
-/* Checkpoints as the runtime sees them: one safetensors file or a sharded folder, checked against
- * the weights a graph declares, read with f32/f16/bf16 conversion; and deterministic random
- * weights. */
+/* Checkpoints as the runtime sees them: one safetensors file, a sharded folder or a GGUF file,
+ * checked against the weights a graph declares, read with f32/f16/bf16 conversion; and
+ * deterministic random weights. */
 #ifndef GP_RUNTIME_WEIGHTS_H
 #define GP_RUNTIME_WEIGHTS_H
 
@@ -16,7 +16,12 @@
 typedef struct gp_weights gp_weights;
 
 /* path is one of
- *   a safetensors file (any name),
+ *   a GGUF file (any name; told by its magic "GGUF"): its tensors as records with the gp_dtype of
+ *     their ggml type (f32, f16, bf16, i32, q4_0 ... q6_k; others listed with supported = 0), the
+ *     shape in gplan's order (outermost first: the reverse of ggml's ne) and the data in place in
+ *     the mapping; gp_weights_find also takes the Hugging Face name of each (gp_gguf_name_to_hf,
+ *     runtime/gguf.h, docs/gguf.md); errors are "PATH: bad GGUF file (REASON)",
+ *   a safetensors file (any other name),
  *   a model.safetensors.index.json (its "weight_map" names shards in the same folder),
  *   a folder holding model.safetensors, or else model.safetensors.index.json + its shards.
  * Shard names must be plain file names (no '/' or ".."); every mapped name must exist in its shard.
@@ -26,8 +31,9 @@ void gp_weights_close(gp_weights *w); /* NULL is a no-op */
 
 int gp_weights_count(const gp_weights *w);
 const gp_st_tensor *gp_weights_get(const gp_weights *w, int i); /* name order; NULL out of range */
-const gp_st_tensor *gp_weights_find(const gp_weights *w, const char *name); /* NULL when absent */
-int gp_weights_shard_count(const gp_weights *w);
+/* NULL when absent; on a GGUF source the name may also be the Hugging Face one. */
+const gp_st_tensor *gp_weights_find(const gp_weights *w, const char *name);
+int gp_weights_shard_count(const gp_weights *w); /* 1 for a GGUF file */
 
 /* A weight a graph declares: the checkpoint name and the dtype and shape the plan expects. */
 typedef struct {
@@ -38,7 +44,7 @@ typedef struct {
 } gp_weight_decl;
 
 /* Checks every declaration: the tensor exists, has the same shape, and its dtype is the same or one
- * gp_weights_read converts (f32, f16, bf16 among themselves). Extra tensors in the checkpoint are
+ * gp_weights_read converts (f32, f16, bf16 among themselves; a quantized tensor only as itself). Extra tensors in the checkpoint are
  * fine. convert, when not NULL, is [n]: set to 1 where the file dtype differs and reading converts.
  * Returns the number of problems (0: all good). err gets one line per problem, e.g.
  *   weights: missing tensor "transformer.h.3.attn.c_attn.weight"
@@ -48,7 +54,8 @@ int gp_weights_check(const gp_weights *w, const gp_weight_decl *decls, int n,
                      unsigned char *convert, char *err, size_t errlen);
 
 /* Copies a tensor into dst ([numel] of dtype, dst_bytes long), converting between f32, f16 and bf16
- * (round to nearest even); i32 only to i32. 0 on success, -1 with err set. */
+ * (round to nearest even); i32 only to i32; a quantized tensor only into its own dtype (its
+ * nbytes, a plain copy: dequantizing is not connected yet). 0 on success, -1 with err set. */
 int gp_weights_read(const gp_st_tensor *t, gp_dtype dtype, void *dst, size_t dst_bytes, char *err,
                     size_t errlen);
 

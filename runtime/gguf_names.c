@@ -1,0 +1,112 @@
+/* GGUF <-> Hugging Face tensor names (runtime/gguf.h): llama.cpp's names for the llama and gpt2
+ * architectures against the names of the checkpoints they were converted from. */
+#include "runtime/gguf.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Name stems without ".weight" / ".bias"; '#' stands for a layer number. */
+typedef struct {
+    const char *gguf;
+    const char *hf;
+} alias;
+
+static const alias llama_names[] = {
+    {"token_embd", "model.embed_tokens"},
+    {"output_norm", "model.norm"},
+    {"output", "lm_head"},
+    {"blk.#.attn_norm", "model.layers.#.input_layernorm"},
+    {"blk.#.attn_q", "model.layers.#.self_attn.q_proj"},
+    {"blk.#.attn_k", "model.layers.#.self_attn.k_proj"},
+    {"blk.#.attn_v", "model.layers.#.self_attn.v_proj"},
+    {"blk.#.attn_output", "model.layers.#.self_attn.o_proj"},
+    {"blk.#.ffn_norm", "model.layers.#.post_attention_layernorm"},
+    {"blk.#.ffn_gate", "model.layers.#.mlp.gate_proj"},
+    {"blk.#.ffn_up", "model.layers.#.mlp.up_proj"},
+    {"blk.#.ffn_down", "model.layers.#.mlp.down_proj"},
+};
+
+static const alias gpt2_names[] = {
+    {"token_embd", "transformer.wte"},
+    {"position_embd", "transformer.wpe"},
+    {"output_norm", "transformer.ln_f"},
+    {"output", "lm_head"},
+    {"blk.#.attn_norm", "transformer.h.#.ln_1"},
+    {"blk.#.attn_qkv", "transformer.h.#.attn.c_attn"},
+    {"blk.#.attn_output", "transformer.h.#.attn.c_proj"},
+    {"blk.#.ffn_norm", "transformer.h.#.ln_2"},
+    {"blk.#.ffn_up", "transformer.h.#.mlp.c_fc"},
+    {"blk.#.ffn_down", "transformer.h.#.mlp.c_proj"},
+};
+
+/* Length of name's stem when it ends in ".weight" or ".bias", else -1. */
+static long stem_len(const char *name)
+{
+    size_t n = strlen(name);
+    if (n > 7 && strcmp(name + n - 7, ".weight") == 0)
+        return (long)(n - 7);
+    if (n > 5 && strcmp(name + n - 5, ".bias") == 0)
+        return (long)(n - 5);
+    return -1;
+}
+
+/* Whether stem[len] matches pat; '#' takes a decimal number without leading zeros (at most 9
+ * digits), returned in num[nlen]. */
+static int match(const char *pat, const char *stem, long len, const char **num, long *nlen)
+{
+    long i = 0;
+    *num = NULL;
+    *nlen = 0;
+    for (; *pat; pat++) {
+        if (*pat != '#') {
+            if (i >= len || stem[i] != *pat)
+                return 0;
+            i++;
+            continue;
+        }
+        long start = i;
+        while (i < len && stem[i] >= '0' && stem[i] <= '9')
+            i++;
+        if (i == start || i - start > 9 || (stem[start] == '0' && i - start > 1))
+            return 0;
+        *num = stem + start;
+        *nlen = i - start;
+    }
+    return i == len;
+}
+
+static int translate(const char *arch, const char *name, int to_hf, char *out, size_t n)
+{
+    const alias *tab = llama_names;
+    size_t count = sizeof llama_names / sizeof llama_names[0];
+    if (arch && strcmp(arch, "gpt2") == 0) {
+        tab = gpt2_names;
+        count = sizeof gpt2_names / sizeof gpt2_names[0];
+    }
+    long len = name ? stem_len(name) : -1;
+    if (len < 0 || !out || n == 0)
+        return -1;
+    for (size_t k = 0; k < count; k++) {
+        const char *num;
+        long nlen;
+        if (!match(to_hf ? tab[k].gguf : tab[k].hf, name, len, &num, &nlen))
+            continue;
+        const char *to = to_hf ? tab[k].hf : tab[k].gguf;
+        const char *hash = strchr(to, '#');
+        int w = hash ? snprintf(out, n, "%.*s%.*s%s%s", (int)(hash - to), to, (int)nlen, num,
+                                hash + 1, name + len)
+                     : snprintf(out, n, "%s%s", to, name + len);
+        return w >= 0 && (size_t)w < n ? 0 : -1;
+    }
+    return -1;
+}
+
+int gp_gguf_name_to_hf(const char *arch, const char *gguf_name, char *out, size_t n)
+{
+    return translate(arch, gguf_name, 1, out, n);
+}
+
+int gp_gguf_name_from_hf(const char *arch, const char *hf_name, char *out, size_t n)
+{
+    return translate(arch, hf_name, 0, out, n);
+}
