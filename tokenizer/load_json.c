@@ -379,6 +379,15 @@ static gp_tok *from_json(json_t *root, json_t *config, json_t *gen, ctx *c)
     if (json_is_boolean(ae))
         t->add_eos = json_is_true(ae) && t->eos >= 0;
     json_t *tmpl = json_object_get(config, "chat_template");
+    if (json_is_array(tmpl)) { /* named templates: the "default" one */
+        json_t *named = tmpl;
+        tmpl = NULL;
+        json_array_foreach(named, i, e) {
+            const char *nm = json_string_value(json_object_get(e, "name"));
+            if (nm && !strcmp(nm, "default"))
+                tmpl = json_object_get(e, "template");
+        }
+    }
     if (json_is_string(tmpl) && !(t->chat_template = strdup(json_string_value(tmpl)))) {
         fail(c, "out of memory");
         goto out_fail;
