@@ -21,7 +21,8 @@ int gp_tok_piece(const gp_tok *t, int32_t id, int render_special, char *buf, siz
         return -1;
     size_t len;
     const char *p = piece_of(t, id, render_special, &len);
-    memcpy(buf, p, len < cap ? len : cap);
+    if (cap)
+        memcpy(buf, p, len < cap ? len : cap);
     return (int)len;
 }
 

@@ -243,7 +243,8 @@ static void byte_word(const gp_tok *t, scratch *s, const unsigned char *w, size_
         if (!p)
             return;
         s->cids = p;
-        memcpy(s->cids + s->n_cids, s->ids + first, n * sizeof *p);
+        if (n)
+            memcpy(s->cids + s->n_cids, s->ids + first, n * sizeof *p);
         s->cache[slot] = (centry){h, w, (uint32_t)len, (uint32_t)s->n_cids, n};
         s->n_cids += n;
         s->cache_n++;
