@@ -436,7 +436,9 @@ static int looks_gguf(const char *path)
 
 gp_tok *gp_tok_load(const char *path, char *err, size_t errlen)
 {
-    if (!is_dir(path) && looks_gguf(path)) {
+    size_t n = strlen(path);
+    int gguf_name = n >= 5 && strcmp(path + n - 5, ".gguf") == 0;
+    if (!is_dir(path) && (gguf_name || looks_gguf(path))) {
         gp_gguf *g = gp_gguf_open(path, err, errlen);
         if (!g)
             return NULL;
