@@ -466,6 +466,7 @@ static void test_stream_split(void)
     CU_ASSERT_EQUAL(gp_tok_stream_push(t, &st, ids[0], out, sizeof out), 4);
     CU_ASSERT_STRING_EQUAL(out, "\xef\xbf\xbd" "a");
     CU_ASSERT_EQUAL(gp_tok_stream_push(t, &st, -1, out, sizeof out), -1);
+    CU_ASSERT_EQUAL(gp_tok_stream_cap(t), 3 * (7 + 4) + 1); /* "<|end|>" is the longest piece */
     CU_ASSERT_EQUAL(gp_tok_stream_push(t, &st, ids[0], out, 1), -1); /* no room for a byte */
     gp_tok_free(t);
 }

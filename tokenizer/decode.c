@@ -55,6 +55,11 @@ int64_t gp_tok_decode(const gp_tok *t, const int32_t *ids, int64_t n, int render
     return (int64_t)used;
 }
 
+size_t gp_tok_stream_cap(const gp_tok *t)
+{
+    return 3 * ((size_t)t->max_piece + 4) + 1;
+}
+
 void gp_tok_stream_init(gp_tok_stream *s)
 {
     memset(s, 0, sizeof *s);

@@ -468,6 +468,9 @@ int gp_tok_finish(gp_tok *t, char *err, size_t errlen)
         }
     }
     t->piece_off[n] = (uint32_t)pn;
+    for (int32_t id = 0; id < n; id++)
+        if (t->piece_off[id + 1] - t->piece_off[id] > t->max_piece)
+            t->max_piece = t->piece_off[id + 1] - t->piece_off[id];
 
     t->in_merge = calloc((size_t)n + 1, 1);
     if (!t->in_merge)
