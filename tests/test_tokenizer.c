@@ -604,6 +604,17 @@ static void test_json_folder(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(gp_tok_chat_template(t));
     CU_ASSERT_STRING_EQUAL(gp_tok_chat_template(t), "D");
     gp_tok_free(t);
+    /* an NFKC normalizer: U+FB01 (the fi ligature) is "fi"; "H" + U+0301 composes under NFC */
+    static const char tn[] =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"f\": 0, \"i\": 1, \"fi\": 2}, "
+        "\"merges\": [\"f i\"]}, \"normalizer\": {\"type\": \"NFKC\"}, \"decoder\": "
+        "{\"type\": \"ByteLevel\"}, \"pre_tokenizer\": null}";
+    gp_test_write_file(p[0], tn, strlen(tn));
+    t = gp_tok_load(dir, err, sizeof err);
+    CU_ASSERT_FATAL(t != NULL);
+    CU_ASSERT_EQUAL(enc(t, "\xef\xac\x81", 0, 0, ids, 8), 1);
+    CU_ASSERT_EQUAL(ids[0], 2);
+    gp_tok_free(t);
     for (int i = 0; i < 3; i++)
         remove(p[i]);
     rmdir(dir);

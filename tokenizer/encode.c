@@ -430,7 +430,7 @@ int64_t gp_tok_encode(const gp_tok *t, const char *text_in, size_t len, int add_
     unsigned char *normalized = NULL;
     if (t->nfc && len) {
         utf8proc_ssize_t n = utf8proc_map(text, (utf8proc_ssize_t)len, &normalized,
-                                          UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+                                          (utf8proc_option_t)(UTF8PROC_STABLE | t->nfc));
         if (n < 0) {
             snprintf(err, errlen, "%s: normalization failed (%s)", t->name,
                      utf8proc_errmsg(n));

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <utf8proc.h>
 
 #include "tokenizer/tok_impl.h"
 
@@ -110,6 +111,8 @@ static int walk_pre(ctx *c, shape *sh, json_t *p)
                                                                                      : "\\p{N}+",
                        0);
     if (!strcmp(ty, "Metaspace")) {
+        if (json_is_true(json_object_get(p, "split")))
+            return fail(c, "Metaspace with split is not supported");
         sh->metaspace = 1;
         const char *scheme = json_string_value(json_object_get(p, "prepend_scheme"));
         if (!scheme || strcmp(scheme, "never") != 0)
@@ -148,10 +151,16 @@ static int walk_norm(ctx *c, shape *sh, json_t *p)
         sh->replace_space = 1;
         return 0;
     }
-    if (!strcmp(ty, "NFC")) {
-        sh->nfc = 1;
-        return 0;
-    }
+    static const struct {
+        const char *name;
+        int flags;
+    } forms[] = {{"NFC", UTF8PROC_COMPOSE}, {"NFKC", UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
+                 {"NFD", UTF8PROC_DECOMPOSE}, {"NFKD", UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT}};
+    for (size_t i = 0; i < sizeof forms / sizeof *forms; i++)
+        if (!strcmp(ty, forms[i].name)) {
+            sh->nfc = forms[i].flags;
+            return 0;
+        }
     return fail(c, "normalizer '%s' is not supported", ty);
 }
 

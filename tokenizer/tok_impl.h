@@ -66,7 +66,8 @@ struct gp_tok {
     pcre2_code *re[GP_TOK_MAX_RE]; /* pre-tokenizer splits, applied in order (each isolates its
                                       matches inside the pieces the previous one made) */
     int n_re;
-    int nfc;             /* the text is NFC-normalized first (utf8proc) */
+    int nfc;             /* utf8proc_map options the text is normalized with first (NFC, NFKC,
+                            NFD, NFKD), 0 for none */
 
     char *chat_template;
     char name[256];      /* what it was loaded from, for messages */
