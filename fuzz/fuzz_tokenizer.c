@@ -2,7 +2,8 @@
  * (tests/tokvocab.h: byte-level BPE and SentencePiece, made once at start). The first byte picks
  * the vocabulary and the flags, the rest is the text. Invalid UTF-8 must be refused with its byte
  * offset; valid text must round-trip where that is defined, and the stream must give the same bytes
- * as decode. An input starting with "GGUF" is instead a vocabulary: loaded, and if it loads, used. */
+ * as decode. An input starting with "GGUF" is instead a vocabulary: loaded, and if it loads,
+ * used. */
 #define _GNU_SOURCE /* memmem */
 #include <string.h>
 
@@ -97,7 +98,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char err[512];
         gp_tok *t = load_mem(data, size, err, sizeof err);
         if (t) {
-            static const char probe[] = "Hello world, it's 2024! \xe4\xb8\x80 <|end|> \xf0\x9f\xa6\x99";
+            static const char probe[] =
+                "Hello world, it's 2024! \xe4\xb8\x80 <|end|> \xf0\x9f\xa6\x99";
             exercise(t, probe, sizeof probe - 1, 1, 1, 1, 0);
             exercise(t, probe, sizeof probe - 1, 0, 0, 1, 0);
             gp_tok_free(t);

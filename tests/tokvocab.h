@@ -1,6 +1,7 @@
 /* Small GGUF tokenizer vocabularies built in memory, for the tokenizer's tests and its fuzz target
  * (fuzz/fuzz_tokenizer.c): a byte-level BPE one (GPT-2's byte map, a few merges, a control and a
- * user token) and a SentencePiece one (scores, <0xNN> byte tokens). Header-only: both include it. */
+ * user token) and a SentencePiece one (scores, <0xNN> byte tokens). Header-only: both include
+ * it. */
 #ifndef GP_TESTS_TOKVOCAB_H
 #define GP_TESTS_TOKVOCAB_H
 

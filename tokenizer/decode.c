@@ -21,7 +21,8 @@ int gp_tok_piece(const gp_tok *t, int32_t id, int render_special, char *buf, siz
         return -1;
     size_t len;
     const char *p = piece_of(t, id, render_special, &len);
-    memcpy(buf, p, len < cap ? len : cap);
+    if (cap)
+        memcpy(buf, p, len < cap ? len : cap);
     return (int)len;
 }
 
@@ -52,6 +53,11 @@ int64_t gp_tok_decode(const gp_tok *t, const int32_t *ids, int64_t n, int render
     if (cap > 0)
         out[used < cap ? used : cap - 1] = '\0';
     return (int64_t)used;
+}
+
+size_t gp_tok_stream_cap(const gp_tok *t)
+{
+    return 3 * ((size_t)t->max_piece + 4) + 1;
 }
 
 void gp_tok_stream_init(gp_tok_stream *s)

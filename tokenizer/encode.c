@@ -243,7 +243,8 @@ static void byte_word(const gp_tok *t, scratch *s, const unsigned char *w, size_
         if (!p)
             return;
         s->cids = p;
-        memcpy(s->cids + s->n_cids, s->ids + first, n * sizeof *p);
+        if (n)
+            memcpy(s->cids + s->n_cids, s->ids + first, n * sizeof *p);
         s->cache[slot] = (centry){h, w, (uint32_t)len, (uint32_t)s->n_cids, n};
         s->n_cids += n;
         s->cache_n++;
@@ -429,7 +430,7 @@ int64_t gp_tok_encode(const gp_tok *t, const char *text_in, size_t len, int add_
     unsigned char *normalized = NULL;
     if (t->nfc && len) {
         utf8proc_ssize_t n = utf8proc_map(text, (utf8proc_ssize_t)len, &normalized,
-                                          UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+                                          (utf8proc_option_t)(UTF8PROC_STABLE | t->nfc));
         if (n < 0) {
             snprintf(err, errlen, "%s: normalization failed (%s)", t->name,
                      utf8proc_errmsg(n));

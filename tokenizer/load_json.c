@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <utf8proc.h>
 
 #include "tokenizer/tok_impl.h"
 
@@ -110,6 +111,8 @@ static int walk_pre(ctx *c, shape *sh, json_t *p)
                                                                                      : "\\p{N}+",
                        0);
     if (!strcmp(ty, "Metaspace")) {
+        if (json_is_true(json_object_get(p, "split")))
+            return fail(c, "Metaspace with split is not supported");
         sh->metaspace = 1;
         const char *scheme = json_string_value(json_object_get(p, "prepend_scheme"));
         if (!scheme || strcmp(scheme, "never") != 0)
@@ -148,10 +151,16 @@ static int walk_norm(ctx *c, shape *sh, json_t *p)
         sh->replace_space = 1;
         return 0;
     }
-    if (!strcmp(ty, "NFC")) {
-        sh->nfc = 1;
-        return 0;
-    }
+    static const struct {
+        const char *name;
+        int flags;
+    } forms[] = {{"NFC", UTF8PROC_COMPOSE}, {"NFKC", UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
+                 {"NFD", UTF8PROC_DECOMPOSE}, {"NFKD", UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT}};
+    for (size_t i = 0; i < sizeof forms / sizeof *forms; i++)
+        if (!strcmp(ty, forms[i].name)) {
+            sh->nfc = forms[i].flags;
+            return 0;
+        }
     return fail(c, "normalizer '%s' is not supported", ty);
 }
 
@@ -379,6 +388,15 @@ static gp_tok *from_json(json_t *root, json_t *config, json_t *gen, ctx *c)
     if (json_is_boolean(ae))
         t->add_eos = json_is_true(ae) && t->eos >= 0;
     json_t *tmpl = json_object_get(config, "chat_template");
+    if (json_is_array(tmpl)) { /* named templates: the "default" one */
+        json_t *named = tmpl;
+        tmpl = NULL;
+        json_array_foreach(named, i, e) {
+            const char *nm = json_string_value(json_object_get(e, "name"));
+            if (nm && !strcmp(nm, "default"))
+                tmpl = json_object_get(e, "template");
+        }
+    }
     if (json_is_string(tmpl) && !(t->chat_template = strdup(json_string_value(tmpl)))) {
         fail(c, "out of memory");
         goto out_fail;
@@ -427,7 +445,9 @@ static int looks_gguf(const char *path)
 
 gp_tok *gp_tok_load(const char *path, char *err, size_t errlen)
 {
-    if (!is_dir(path) && looks_gguf(path)) {
+    size_t n = strlen(path);
+    int gguf_name = n >= 5 && strcmp(path + n - 5, ".gguf") == 0;
+    if (!is_dir(path) && (gguf_name || looks_gguf(path))) {
         gp_gguf *g = gp_gguf_open(path, err, errlen);
         if (!g)
             return NULL;

@@ -37,6 +37,7 @@ struct gp_tok {
     int32_t n_set;       /* ids 0 .. n_set - 1 have their texts */
     uint32_t *text_off;  /* [n_vocab + 1] */
     char *piece;         /* [piece_off[n_vocab]] the bytes each token decodes to */
+    uint32_t max_piece;  /* the longest piece's bytes */
     uint32_t *piece_off; /* [n_vocab + 1] */
     uint8_t *type;       /* [n_vocab] GP_TOKT_* */
     float *score;        /* [n_vocab] SentencePiece scores (NULL for byte-level BPE) */
@@ -65,7 +66,8 @@ struct gp_tok {
     pcre2_code *re[GP_TOK_MAX_RE]; /* pre-tokenizer splits, applied in order (each isolates its
                                       matches inside the pieces the previous one made) */
     int n_re;
-    int nfc;             /* the text is NFC-normalized first (utf8proc) */
+    int nfc;             /* utf8proc_map options the text is normalized with first (NFC, NFKC,
+                            NFD, NFKD), 0 for none */
 
     char *chat_template;
     char name[256];      /* what it was loaded from, for messages */

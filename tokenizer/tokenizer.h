@@ -60,8 +60,13 @@ typedef struct {
 
 void gp_tok_stream_init(gp_tok_stream *s);
 /* Appends what id completes to out (at most cap bytes, NUL-terminated when cap > 0); returns the
- * bytes written, -1 for a bad id or cap too small (cap >= 256 always suffices for one token). */
+ * bytes written, -1 for a bad id or cap too small (cap >= gp_tok_stream_cap(t) always suffices for
+ * one token; 256 does for most vocabularies, but GPT-NeoX, MPT and Command-R have 512-byte
+ * whitespace pieces). */
 int gp_tok_stream_push(const gp_tok *t, gp_tok_stream *s, int32_t id, char *out, size_t cap);
+/* The out buffer gp_tok_stream_push never overflows: 3 bytes a byte of the longest piece (each may
+ * become U+FFFD) and the pending character's, plus the NUL. */
+size_t gp_tok_stream_cap(const gp_tok *t);
 /* Whatever is still pending at the end (an incomplete character becomes U+FFFD). */
 int gp_tok_stream_flush(gp_tok_stream *s, char *out, size_t cap);
 

@@ -32,7 +32,8 @@ static void usage(FILE *out)
             "  --version         print the version and exit\n"
             "  -h, --help        print this help and exit\n"
             "\n"
-            "exit status: 0 success, 1 bad model, file or input (invalid UTF-8, bad id), 2 bad usage\n");
+            "exit status: 0 success, 1 bad model, file or input (invalid UTF-8, bad id),\n"
+            "2 bad usage\n");
 }
 
 static int usage_error(const char *msg, const char *arg)
