@@ -795,7 +795,10 @@ typedef struct {
     const char *const *stops; /* [n_stops] */
     int n_stops;
     size_t max_stop;
-    char *hold;   /* [max_stop + 512] text not yet printed: it may begin a stop string */
+    size_t cap;   /* gp_tok_stream_cap: the most one token's text can be */
+    char *hold;   /* [max_stop + cap] text not yet printed: it may begin a stop string; then
+                     piece [cap], one token's text, in the same allocation */
+    char *piece;
     size_t n_hold;
     int stopped;  /* a stop string came: nothing more is printed */
 } text_out;
@@ -810,9 +813,11 @@ static int text_out_init(text_out *t, const gp_tok *tok, const options *o)
     for (int i = 0; i < o->n_stops; i++)
         if (strlen(o->stops[i]) > t->max_stop)
             t->max_stop = strlen(o->stops[i]);
-    t->hold = malloc(t->max_stop + 512);
+    t->cap = gp_tok_stream_cap(tok);
+    t->hold = malloc(t->max_stop + 2 * t->cap);
     if (!t->hold)
         fprintf(stderr, "gplan-run: out of memory\n");
+    t->piece = t->hold ? t->hold + t->max_stop + t->cap : NULL;
     return t->hold ? 0 : -1;
 }
 
@@ -823,7 +828,7 @@ static void text_out_restart(text_out *t)
     t->stopped = 0;
 }
 
-/* Appends n <= 512 bytes; prints what can no longer be part of a stop string. */
+/* Appends n <= cap bytes; prints what can no longer be part of a stop string. */
 static void text_out_put(text_out *t, const char *s, size_t n)
 {
     if (t->stopped || !n)
@@ -859,10 +864,9 @@ static void text_out_put(text_out *t, const char *s, size_t n)
 
 static void text_out_token(text_out *t, int32_t id)
 {
-    char buf[300];
-    int n = gp_tok_stream_push(t->tok, &t->st, id, buf, sizeof buf);
+    int n = gp_tok_stream_push(t->tok, &t->st, id, t->piece, t->cap);
     if (n > 0)
-        text_out_put(t, buf, (size_t)n);
+        text_out_put(t, t->piece, (size_t)n);
     fflush(stdout);
 }
 
