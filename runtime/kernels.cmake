@@ -11,18 +11,11 @@ add_library(gp_cpu STATIC
   ${CMAKE_SOURCE_DIR}/runtime/quant.c
   ${CMAKE_SOURCE_DIR}/runtime/quant_f32.c
 )
-# The quantized products' SIMD paths (runtime/quant_x86.h): one file per path with its own flags,
-# chosen at run time (runtime/quant.c), so the rest of the library stays baseline x86-64.
+# The quantized products' SIMD paths (runtime/quant_f32_x86.h): one file per path with its own
+# flags, chosen at run time (runtime/quant_f32.c), so the rest of the library stays baseline x86-64.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
   set(gp_quant_avx2 -mavx2 -mfma -mf16c)
   set(gp_quant_avx512 ${gp_quant_avx2} -mavx512f -mavx512bw -mavx512vl)
-  target_sources(gp_cpu PRIVATE ${CMAKE_SOURCE_DIR}/runtime/quant_avx2.c
-    ${CMAKE_SOURCE_DIR}/runtime/quant_avxvnni.c ${CMAKE_SOURCE_DIR}/runtime/quant_avx512.c
-    ${CMAKE_SOURCE_DIR}/runtime/quant_vnni.c)
-  set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_avx2.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx2}")
-  set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_avxvnni.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx2};-mavxvnni")
-  set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_avx512.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx512}")
-  set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_vnni.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx512};-mavx512vnni")
   target_sources(gp_cpu PRIVATE ${CMAKE_SOURCE_DIR}/runtime/quant_f32_avx2.c ${CMAKE_SOURCE_DIR}/runtime/quant_f32_avx512.c)
   set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_f32_avx2.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx2}")
   set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_f32_avx512.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx512}")

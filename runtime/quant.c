@@ -1,5 +1,5 @@
-/* ggml's block formats written from their definition (runtime/quant.h): dequantize, quantize, the
- * 8-bit activation rows, the portable product kernel and the selector of the SIMD ones. */
+/* ggml's block formats written from their definition (runtime/quant.h): dequantize, quantize, and
+ * the selector of gp_quant_matmul_f32's SIMD paths. */
 #include "runtime/quant.h"
 
 #include <math.h>
@@ -315,175 +315,6 @@ void gp_quant_quantize_row(gp_dtype t, const float *src, void *dst, int64_t n)
     }
 }
 
-/* ---- activations ---- */
-
-size_t gp_quant_act_row_bytes(gp_dtype wt, int64_t K)
-{
-    GP_ASSERT(gp_dtype_is_quant(wt) && K % gp_dtype_block(wt) == 0);
-    if (gp_quant_is_k(wt))
-        return (size_t)K + 4 * (size_t)(K / 256) + 2 * (size_t)(K / 16);
-    return (size_t)K + 8 * (size_t)(K / 32);
-}
-
-/* n values into int8 q = round(x / d) with d = absmax / 127; returns d. Rounding to nearest even
- * by adding and taking off 1.5 * 2^23 (exact for |v| <= 2^22; here |v| <= 127 plus a rounding):
- * nearbyintf's result, in a form the compiler vectorizes without SSE4.1's roundps. */
-static float act_block(const float *x, int n, int8_t *q)
-{
-    float amax = 0;
-    for (int i = 0; i < n; i++)
-        amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-    float d = amax / 127, id = amax != 0 ? 127 / amax : 0;
-    for (int i = 0; i < n; i++) {
-        float v = x[i] * id, r = (v + 0x1.8p23f) - 0x1.8p23f;
-        r = r > 127 ? 127 : r;
-        q[i] = (int8_t)(r >= -127 ? r : -127); /* a NaN (x not finite) gives -127, not UB */
-    }
-    return d;
-}
-
-void gp_quant_act_quantize(gp_dtype wt, const float *x, int64_t m0, int64_t m1, int64_t K,
-                           int64_t ldx, void *xq)
-{
-    size_t ab = gp_quant_act_row_bytes(wt, K);
-    GP_ASSERT(((uintptr_t)xq & 3) == 0);
-    for (int64_t m = m0; m < m1; m++) {
-        uint8_t *row = (uint8_t *)xq + (size_t)m * ab;
-        const float *xr = x + m * ldx;
-        int8_t *q = (int8_t *)row;
-        float *d = (float *)(row + K);
-        if (gp_quant_is_k(wt)) {
-            int16_t *bsum = (int16_t *)(row + K + 4 * (K / 256));
-            for (int64_t b = 0; b < K / 256; b++) {
-                d[b] = act_block(xr + 256 * b, 256, q + 256 * b);
-                for (int g = 0; g < 16; g++) {
-                    int s = 0;
-                    for (int l = 0; l < 16; l++)
-                        s += q[256 * b + 16 * g + l];
-                    bsum[16 * b + g] = (int16_t)s;
-                }
-            }
-        } else {
-            float *ds = d + K / 32;
-            for (int64_t b = 0; b < K / 32; b++) {
-                d[b] = act_block(xr + 32 * b, 32, q + 32 * b);
-                int s = 0;
-                for (int l = 0; l < 32; l++)
-                    s += q[32 * b + l];
-                ds[b] = d[b] * (float)s;
-            }
-        }
-    }
-}
-
-/* ---- the portable product ---- */
-
-/* The integer q of one 32-block of weights (q4_0 / q5_0 with their offsets taken off, so every
- * type's value is d * q + m), in loops of fixed shape the compiler vectorizes. */
-static void unpack32(gp_dtype t, const uint8_t *w, int8_t *q)
-{
-    switch (t) {
-    case GP_Q4_0:
-    case GP_Q4_1: {
-        const uint8_t *qs = w + (t == GP_Q4_0 ? 2 : 4);
-        int off = t == GP_Q4_0 ? 8 : 0;
-        for (int i = 0; i < 16; i++) {
-            q[i] = (int8_t)((qs[i] & 15) - off);
-            q[i + 16] = (int8_t)((qs[i] >> 4) - off);
-        }
-        break;
-    }
-    case GP_Q5_0:
-    case GP_Q5_1: {
-        uint32_t qh = rd32(w + (t == GP_Q5_0 ? 2 : 4));
-        const uint8_t *qs = w + (t == GP_Q5_0 ? 6 : 8);
-        int off = t == GP_Q5_0 ? 16 : 0;
-        for (int i = 0; i < 16; i++) {
-            q[i] = (int8_t)(((qs[i] & 15) | (int)(qh >> i & 1) << 4) - off);
-            q[i + 16] = (int8_t)(((qs[i] >> 4) | (int)(qh >> (i + 16) & 1) << 4) - off);
-        }
-        break;
-    }
-    default:
-        memcpy(q, w + 2, 32);
-        break;
-    }
-}
-
-static int idot32(const int8_t *a, const int8_t *b)
-{
-    int s = 0;
-    for (int i = 0; i < 32; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
-/* One weight row . one activation row, in the order every path uses: per block an exact integer
- * dot, scaled in f32 and summed over blocks. */
-static float dot_portable(gp_dtype t, const uint8_t *w, const gp_qact *a, int64_t K)
-{
-    float sum = 0;
-    size_t bb = gp_dtype_block_bytes(t);
-    int8_t q[32];
-    if (!gp_quant_is_k(t)) {
-        for (int64_t b = 0; b < K / 32; b++, w += bb) {
-            unpack32(t, w, q);
-            float m = t == GP_Q4_1 || t == GP_Q5_1 ? rd16(w + 2) : 0;
-            sum += rd16(w) * a->d[b] * (float)idot32(q, a->q + 32 * b) + m * a->ds[b];
-        }
-        return sum;
-    }
-    for (int64_t b = 0; b < K / 256; b++, w += bb) {
-        const int8_t *x = a->q + 256 * b;
-        const int16_t *bs = a->bsum + 16 * b;
-        if (t == GP_Q6_K) {
-            const uint8_t *ql = w, *qh = w + 128;
-            const int8_t *sc = (const int8_t *)(w + 192);
-            int isum = 0;
-            for (int h = 0; h < 2; h++) {
-                for (int k = 0; k < 4; k++) { /* elements 128 h + 32 k + l */
-                    const uint8_t *lo = ql + 64 * h + 32 * (k & 1), *hi = qh + 32 * h;
-                    for (int l = 0; l < 32; l++)
-                        q[l] = (int8_t)(((lo[l] >> 4 * (k >> 1) & 15) | (hi[l] >> 2 * k & 3) << 4) - 32);
-                    const int8_t *xk = x + 128 * h + 32 * k;
-                    int d0 = 0, d1 = 0;
-                    for (int l = 0; l < 16; l++) {
-                        d0 += q[l] * xk[l];
-                        d1 += q[l + 16] * xk[l + 16];
-                    }
-                    isum += sc[8 * h + 2 * k] * d0 + sc[8 * h + 2 * k + 1] * d1;
-                }
-            }
-            sum += rd16(w + 208) * a->d[b] * (float)isum;
-            continue;
-        }
-        uint8_t sc[8], mn[8];
-        gp_quant_k_scales(w + 4, sc, mn);
-        const uint8_t *qh = w + 16, *qs = t == GP_Q5_K ? w + 48 : w + 16;
-        int isum = 0, imin = 0;
-        for (int j = 0; j < 8; j++) {
-            const uint8_t *p = qs + 32 * (j >> 1);
-            for (int l = 0; l < 32; l++)
-                q[l] = (int8_t)((p[l] >> 4 * (j & 1) & 15) | (t == GP_Q5_K ? (qh[l] >> j & 1) << 4 : 0));
-            isum += sc[j] * idot32(q, x + 32 * j);
-            imin += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
-        }
-        sum += rd16(w) * a->d[b] * (float)isum - rd16(w + 2) * a->d[b] * (float)imin;
-    }
-    return sum;
-}
-
-static int rows_portable(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n0, int64_t n1,
-                         const uint8_t *xq, size_t ab, int R, int64_t K, float *y, int64_t ldy)
-{
-    for (int r = 0; r < R; r++) {
-        gp_qact a = gp_qact_row(wt, xq + (size_t)r * ab, K);
-        for (int64_t n = n0; n < n1; n++)
-            y[r * ldy + n] = dot_portable(wt, w + (size_t)n * rb, &a, K);
-    }
-    return 1;
-}
-
 /* ---- the selector ---- */
 
 static atomic_int cur_isa = -2; /* -2: not chosen yet */
@@ -503,8 +334,6 @@ int gp_quant_isa_supported(int isa)
     case GP_QUANT_ISA_VNNI:
         return __builtin_cpu_supports("avx512vnni") &&
                gp_quant_isa_supported(GP_QUANT_ISA_AVX512);
-    case GP_QUANT_ISA_AVXVNNI:
-        return __builtin_cpu_supports("avxvnni") && gp_quant_isa_supported(GP_QUANT_ISA_AVX2);
 #endif
     default:
         return 0;
@@ -513,8 +342,7 @@ int gp_quant_isa_supported(int isa)
 
 static int best_isa(void)
 {
-    static const int order[] = {GP_QUANT_ISA_VNNI, GP_QUANT_ISA_AVX512, GP_QUANT_ISA_AVXVNNI,
-                                GP_QUANT_ISA_AVX2};
+    static const int order[] = {GP_QUANT_ISA_VNNI, GP_QUANT_ISA_AVX512, GP_QUANT_ISA_AVX2};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         if (gp_quant_isa_supported(order[i]))
             return order[i];
@@ -543,35 +371,6 @@ int gp_quant_isa(void)
 
 const char *gp_quant_isa_name(int isa)
 {
-    static const char *names[] = {"portable", "avx2", "avx512", "vnni", "avxvnni"};
+    static const char *names[] = {"portable", "avx2", "avx512", "vnni"};
     return isa >= 0 && isa < GP_QUANT_ISA_COUNT ? names[isa] : "auto";
-}
-
-/* Output rows handled per weight tile: the tile (NT rows) stays in L2 while every group of up to 4
- * activation rows (in L1) passes over it, so weights are read from memory once for all M rows. */
-#define TILE_BYTES (128 * 1024)
-
-void gp_quant_matmul(gp_dtype wt, const void *w, int64_t n0, int64_t n1, const void *xq, int64_t M,
-                     int64_t K, float *y, int64_t ldy)
-{
-    GP_ASSERT(gp_dtype_is_quant(wt) && K % gp_dtype_block(wt) == 0 && K > 0);
-    size_t rb = gp_dtype_row_bytes(wt, K), ab = gp_quant_act_row_bytes(wt, K);
-    gp_quant_rows_fn fn = rows_portable;
-#if defined(__x86_64__) && defined(__GNUC__)
-    static const gp_quant_rows_fn fns[GP_QUANT_ISA_COUNT] = {
-        rows_portable, gp_quant_rows_avx2, gp_quant_rows_avx512, gp_quant_rows_vnni,
-        gp_quant_rows_avxvnni};
-    fn = fns[gp_quant_isa()];
-#endif
-    int64_t nt = M == 1 ? n1 - n0 : (int64_t)(TILE_BYTES / rb);
-    nt = nt < 1 ? 1 : nt;
-    for (int64_t t0 = n0; t0 < n1; t0 += nt) {
-        int64_t t1 = t0 + nt < n1 ? t0 + nt : n1;
-        for (int64_t m = 0; m < M; m += 4) {
-            int R = M - m < 4 ? (int)(M - m) : 4;
-            const uint8_t *x = (const uint8_t *)xq + (size_t)m * ab;
-            if (!fn(wt, w, rb, t0, t1, x, ab, R, K, y + m * ldy, ldy))
-                rows_portable(wt, w, rb, t0, t1, x, ab, R, K, y + m * ldy, ldy);
-        }
-    }
 }

@@ -1,6 +1,6 @@
 /* ggml's block-quantized weight formats (q4_0 ... q6_k, ir/core.h): dequantize and quantize rows,
- * and the CPU products of f32 activations with quantized weights (activations quantized to 8 bits).
- * Nothing here allocates; the SIMD paths (AVX2, AVX-512, AVX-512 VNNI) are chosen at run time. */
+ * and the CPU products of f32 activations with quantized weights dequantized on the fly.
+ * Nothing here allocates; the products' SIMD paths (AVX2, AVX-512) are chosen at run time. */
 #ifndef GP_RUNTIME_QUANT_H
 #define GP_RUNTIME_QUANT_H
 
@@ -46,29 +46,7 @@ void gp_quant_dequantize_row(gp_dtype t, const void *src, float *dst, int64_t n)
  */
 void gp_quant_quantize_row(gp_dtype t, const float *src, void *dst, int64_t n);
 
-/*
- * Products y[M, N] = x[M, K] W[N, K]^T with W quantized (type wt). x is first quantized to 8 bits:
- * for the 32-element types per block of 32 (an f32 scale = absmax / 127 and the block's scale times
- * its sum of q); for the k-quants per 256 (an f32 scale and 16 int16 sums of q per 16). A row of xq:
- *   32-blocks: int8 q[K], float d[K / 32], float ds[K / 32] (ds = d * sum of the block's q)
- *   k-quants:  int8 q[K], float d[K / 256], int16 bsum[K / 16]
- * K must be a multiple of gp_dtype_block(wt).
- */
-size_t gp_quant_act_row_bytes(gp_dtype wt, int64_t K);
-
-/* Rows [m0, m1) of x (row m at x + m * ldx floats) into xq (row m at m * act_row_bytes bytes; xq
- * 4-byte aligned, 64 for speed). Threads may quantize disjoint row ranges. */
-void gp_quant_act_quantize(gp_dtype wt, const float *x, int64_t m0, int64_t m1, int64_t K,
-                           int64_t ldx, void *xq);
-
-/* y[m * ldy + n] = sum_k x[m, k] W[n, k] for n in [n0, n1) and every m < M. w: [N] rows of
- * gp_dtype_row_bytes(wt, K) bytes; xq: M rows from gp_quant_act_quantize. The result of one output
- * depends on neither n0, n1 nor M (threads may split the columns any way and get the same bits), but
- * does depend on the ISA path. */
-void gp_quant_matmul(gp_dtype wt, const void *w, int64_t n0, int64_t n1, const void *xq, int64_t M,
-                     int64_t K, float *y, int64_t ldy);
-
-/* Products with f32 activations (no 8-bit rounding of x; runtime/quant_f32.c):
+/* Products with f32 activations (runtime/quant_f32.c):
  * y[m * ldy + n] = sum_k x[m * ldx + k] W[n, k] for n in [n0, n1) and every m < M, W's values those
  * of gp_quant_dequantize_row and the sum in f32 in one fixed order per output
  * (runtime/quant_f32_internal.h): bit for bit the same for every split of [n0, n1) and every M
@@ -78,24 +56,24 @@ void gp_quant_matmul(gp_dtype wt, const void *w, int64_t n0, int64_t n1, const v
 void gp_quant_matmul_f32(gp_dtype wt, const void *w, int64_t n0, int64_t n1, const float *x,
                          int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy);
 
-/* The kernel paths. GP_QUANT_ISA_AUTO picks the best one the CPU has (the default). */
+/* The kernel paths of gp_quant_matmul_f32. GP_QUANT_ISA_AUTO picks the best one the CPU has (the
+ * default). */
 enum {
     GP_QUANT_ISA_AUTO = -1,
     GP_QUANT_ISA_PORTABLE = 0, /* plain C */
-    GP_QUANT_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C, 256-bit maddubs */
-    GP_QUANT_ISA_AVX512 = 2,   /* AVX-512 F/BW/VL, 512-bit maddubs */
-    GP_QUANT_ISA_VNNI = 3,     /* AVX-512 F/BW/VL + VNNI, 512-bit dpbusd */
-    GP_QUANT_ISA_AVXVNNI = 4,  /* AVX2 + AVX-VNNI, 256-bit dpbusd (cores without AVX-512) */
+    GP_QUANT_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C */
+    GP_QUANT_ISA_AVX512 = 2,   /* AVX-512 F/BW/VL */
+    GP_QUANT_ISA_VNNI = 3,     /* AVX-512 F/BW/VL + VNNI: runs the avx512 path (no integer dots) */
     GP_QUANT_ISA_COUNT
 };
 
 /* 1 when this build and CPU can run path isa, else 0. */
 int gp_quant_isa_supported(int isa);
-/* Makes every later gp_quant_matmul use path isa (or AUTO); -1 and no change when unsupported.
- * Meant for tests and benchmarks, not to be called while products run. */
+/* Makes every later gp_quant_matmul_f32 use path isa (or AUTO); -1 and no change when
+ * unsupported. Meant for tests and benchmarks, not to be called while products run. */
 int gp_quant_force_isa(int isa);
-/* The path gp_quant_matmul uses now, and a name for one ("portable", "avx2", "avx512", "vnni",
- * "avxvnni"). AUTO prefers vnni, avx512, avxvnni, avx2, portable, in that order. */
+/* The path gp_quant_matmul_f32 uses now, and a name for one ("portable", "avx2", "avx512",
+ * "vnni"). AUTO prefers vnni, avx512, avx2, portable, in that order. */
 int gp_quant_isa(void);
 const char *gp_quant_isa_name(int isa);
 
