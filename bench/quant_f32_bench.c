@@ -29,8 +29,6 @@ typedef struct {
     int64_t N, K, M;
     const float *x;
     float *y;
-    int q8; /* 1: the 8-bit activation product (gp_quant_matmul) instead, for comparison */
-    void *xq;
 } job;
 
 static job cur;
@@ -41,10 +39,7 @@ static void part(int i)
 {
     /* column ranges on multiples of 4 rows, as a runtime's split would be */
     int64_t n0 = cur.N * i / nthreads / 4 * 4, n1 = i + 1 == nthreads ? cur.N : cur.N * (i + 1) / nthreads / 4 * 4;
-    if (cur.q8)
-        gp_quant_matmul(cur.t, cur.w, n0, n1, cur.xq, cur.M, cur.K, cur.y, cur.N);
-    else
-        gp_quant_matmul_f32(cur.t, cur.w, n0, n1, cur.x, cur.K, cur.M, cur.K, cur.y, cur.N);
+    gp_quant_matmul_f32(cur.t, cur.w, n0, n1, cur.x, cur.K, cur.M, cur.K, cur.y, cur.N);
 }
 
 static void *worker(void *arg)
@@ -65,8 +60,6 @@ static void *worker(void *arg)
 
 static void call(void)
 {
-    if (cur.q8) /* the 8-bit path pays for quantizing x on every call */
-        gp_quant_act_quantize(cur.t, cur.x, 0, cur.M, cur.K, cur.K, cur.xq);
     if (nthreads == 1) {
         part(0);
         return;
@@ -146,8 +139,8 @@ int main(int argc, char **argv)
     static const int64_t shapes[][2] = {{576, 1536}, {1536, 576}, {2048, 5632}}; /* N x K */
     printf("path %s; rounds %d; seconds per call: min over rounds, spread = max/min - 1\n",
            gp_quant_isa_name(gp_quant_isa()), rounds);
-    printf("%-5s %-10s %3s %4s | %8s %6s | %8s %6s | %9s %6s\n", "type", "N x K", "thr", "M",
-           "hot", "spread", "cold", "spread", "8-bit hot", "");
+    printf("%-5s %-10s %3s %4s | %8s %6s | %8s %6s\n", "type", "N x K", "thr", "M", "hot",
+           "spread", "cold", "spread");
     pthread_t th;
     for (int s = 0; s < 3; s++) {
         int64_t N = shapes[s][0], K = shapes[s][1];
@@ -168,7 +161,6 @@ int main(int argc, char **argv)
                 gp_quant_quantize_row(t, wf + n * K, w + n * rb, K);
             for (int c = 1; c < copies; c++)
                 memcpy(w + (size_t)c * wbytes, w, wbytes);
-            void *xq = aligned_alloc(64, (gp_quant_act_row_bytes(t, K) * 128 + 63) / 64 * 64);
             for (nthreads = 1; nthreads <= (only_cpu ? 1 : 2); nthreads++) {
                 atomic_store(&quit, 0);
                 atomic_store(&go, 0);
@@ -176,26 +168,22 @@ int main(int argc, char **argv)
                 if (nthreads == 2)
                     pthread_create(&th, NULL, worker, NULL);
                 for (int M = 1; M <= 128; M *= 128) {
-                    job j = {t, w, N, K, M, x, y, 0, xq};
+                    job j = {t, w, N, K, M, x, y};
                     timing hot = measure(j, w, wbytes, 1, rounds);
                     timing cold = M == 1 ? measure(j, w, wbytes, copies, rounds) : hot;
-                    j.q8 = 1;
-                    timing q8 = measure(j, w, wbytes, 1, rounds);
                     char tag[32];
                     snprintf(tag, sizeof tag, "%lldx%lld", (long long)N, (long long)K);
                     if (M == 1)
-                        printf("%-5s %-10s %3d %4d | %6.1f GB/s %5.0f%% | %6.1f GB/s %5.0f%% | %7.1f GB/s"
+                        printf("%-5s %-10s %3d %4d | %6.1f GB/s %5.0f%% | %6.1f GB/s %5.0f%%"
                                "   (%.1f us)\n",
                                names[ti], tag, nthreads, M, wbytes / hot.best * 1e-9,
                                100 * (hot.worst / hot.best - 1), wbytes / cold.best * 1e-9,
-                               100 * (cold.worst / cold.best - 1), wbytes / q8.best * 1e-9,
-                               hot.best * 1e6);
+                               100 * (cold.worst / cold.best - 1), hot.best * 1e6);
                     else
-                        printf("%-5s %-10s %3d %4d | %6.1f GFLOP/s %2.0f%% | %17s | %7.1f GFLOP/s"
+                        printf("%-5s %-10s %3d %4d | %6.1f GFLOP/s %2.0f%% | %17s"
                                " (%.2f ms)\n",
                                names[ti], tag, nthreads, M, 2.0 * M * N * K / hot.best * 1e-9,
-                               100 * (hot.worst / hot.best - 1), "", 2.0 * M * N * K / q8.best * 1e-9,
-                               hot.best * 1e3);
+                               100 * (hot.worst / hot.best - 1), "", hot.best * 1e3);
                     fflush(stdout);
                 }
                 if (nthreads == 2) {
@@ -203,7 +191,6 @@ int main(int argc, char **argv)
                     pthread_join(th, NULL);
                 }
             }
-            free(xq);
             free(w);
         }
         free(wf);
