@@ -61,7 +61,9 @@ static float *run_steps(gp_session *s, const step *steps, int n_steps, int64_t v
         }
         gp_tensor_info info;
         const float *l;
-        if (gp_session_set_tokens(s, ids, pos, steps[i].n) || gp_session_eval(s) ||
+        /* every row's logits (a graph with a rows input computes the last one by default) */
+        if (gp_session_set_tokens(s, ids, pos, steps[i].n) ||
+            gp_session_set_rows(s, NULL, steps[i].n) || gp_session_eval(s) ||
             !(l = gp_session_output(s, "logits", &info))) {
             fprintf(stderr, "step %d: %s\n", i, gp_session_error(s));
             free(out);
