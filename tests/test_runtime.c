@@ -676,8 +676,8 @@ static void test_rows(void)
     CU_ASSERT_EQUAL(gp_session_set_tokens(s, ids, pos, N), 0);
     CU_ASSERT_EQUAL(gp_session_set_rows(s, bad, 2), 0);
     CU_ASSERT_EQUAL(gp_session_eval(s), -1);
-    CU_ASSERT_PTR_NOT_NULL(strstr(gp_session_error(s), "eval: rows: the rows asked for must be "
-                                                       "tokens of this eval: node "));
+    const char *e803 = "eval: rows: the rows asked for must be tokens of this eval: node ";
+    CU_ASSERT_PTR_NOT_NULL(strstr(gp_session_error(s), e803));
     CU_ASSERT_PTR_NOT_NULL(strstr(gp_session_error(s), "ids[1] = 5 is out of range [0, 5)"));
     bad[1] = -1;
     CU_ASSERT_EQUAL(gp_session_set_rows(s, bad, 2), 0);
