@@ -487,6 +487,8 @@ static int parse_args(int argc, char **argv, options *o)
         return usage_error("no plan given", NULL);
     if (!o->weights == !o->random_weights)
         return usage_error("give exactly one of --weights and --random-weights", NULL);
+    if (o->logits_all && !o->logits_out)
+        return usage_error("--logits-all needs --logits-out FILE", NULL);
     if ((lora_scale_set || lora_mode_set || o->lora_merge_plan) && !o->lora)
         return usage_error("--lora-scale, --lora-mode and --lora-merge-plan need --lora", NULL);
     if (o->lora && !o->lora_runtime && !o->lora_merge_plan)

@@ -21,6 +21,7 @@ expect 2 "bad --prompt-ids" "$plan" --random-weights 1 --prompt-ids 1,,2
 expect 2 "--threads needs 1..256" "$plan" --random-weights 1 --threads 0
 expect 2 "bad --temp" "$plan" --random-weights 1 --temp -1
 expect 2 "missing value for: -n" "$plan" --random-weights 1 -n
+expect 2 "--logits-all needs --logits-out FILE" "$plan" --random-weights 1 --logits-all
 expect 0 "usage: gplan-run PLAN" --help
 
 # bad input (1)
