@@ -173,18 +173,34 @@ static void mark(int on)
         mark_fn(on);
 }
 
-static int eval(gp_session *s, const int32_t *ids, const int32_t *pos, int n, double *secs)
+/* all: every row's logits; else the last row's only (set_tokens' default on a plan with a rows
+ * input, as gplan-run evaluates prompts). */
+static int eval_rows(gp_session *s, const int32_t *ids, const int32_t *pos, int n, int all,
+                     double *secs)
 {
     double t0 = now();
     counting = 1;
     mark(1);
-    int r = gp_session_set_tokens(s, ids, pos, n) || gp_session_eval(s);
+    int r = gp_session_set_tokens(s, ids, pos, n) || (all && gp_session_set_rows(s, NULL, n)) ||
+            gp_session_eval(s);
     mark(0);
     counting = 0;
     *secs += now() - t0;
     if (r)
         fprintf(stderr, "gpu_bench: eval: %s\n", gp_session_error(s));
     return r;
+}
+
+static int eval(gp_session *s, const int32_t *ids, const int32_t *pos, int n, double *secs)
+{
+    return eval_rows(s, ids, pos, n, 0, secs);
+}
+
+/* Rows of logits the last eval computed: [R, V]. */
+static int64_t logit_rows(gp_session *s)
+{
+    gp_tensor_info ti;
+    return gp_session_output(s, "logits", &ti) && ti.ndim >= 1 ? ti.ne[0] : 0;
 }
 
 /* How many of the last eval's n rows of logits have the argmax that the plan's output "next"
@@ -206,7 +222,7 @@ static int session_logits(gp_session *s, float *out, int64_t V, int *dev_same)
     int32_t ids[4] = {464 % (int32_t)V, 2068 % (int32_t)V, 7586 % (int32_t)V, 21831 % (int32_t)V};
     int32_t pos[4] = {0, 1, 2, 3}, id5 = 11, p5 = 4;
     double t = 0;
-    int r = gp_session_reset(s) || eval(s, ids, pos, 4, &t);
+    int r = gp_session_reset(s) || eval_rows(s, ids, pos, 4, 1, &t);
     *dev_same = -1;
     if (!r) {
         memcpy(out, gp_session_output(s, "logits", NULL), sizeof(float) * 4 * (size_t)V);
@@ -222,10 +238,11 @@ static int session_logits(gp_session *s, float *out, int64_t V, int *dev_same)
     return r;
 }
 
-/* Greedy decoding's next token from row t of the last eval: the plan's "next" (computed on the
- * device) when it has one, else the host's argmax of the logits row. */
-static int32_t next_token(gp_session *s, int64_t t, int64_t V)
+/* Greedy decoding's next token from the last row of the last eval: the plan's "next" (computed on
+ * the device) when it has one, else the host's argmax of the logits row. */
+static int32_t next_token(gp_session *s, int64_t V)
 {
+    int64_t t = logit_rows(s) - 1;
     const int32_t *nx = gp_session_output(s, "next", NULL);
     return nx ? nx[t] : (int32_t)gp_argmax(gp_session_output(s, "logits", NULL) + t * V, V);
 }
@@ -306,11 +323,13 @@ static void print_devices(void)
 /* The logits of the first configuration's timed prompt: the others' are compared with them. */
 static float *prompt_ref;
 
-/* Prints how far the last prompt's T rows of logits are from the first configuration's
- * (normalized error, rows with the same argmax): a kernel for prompts against the one before it. */
+/* Prints how far the last prompt's T rows of logits (its last row only with a rows input) are
+ * from the first configuration's (normalized error, rows with the same argmax): a kernel for
+ * prompts against the one before it. */
 static void prompt_diff(gp_session *s, const char *label, const char *name, int64_t T, int64_t V)
 {
     const float *lg = gp_session_output(s, "logits", NULL);
+    T = logit_rows(s);
     size_t n = (size_t)T * (size_t)V;
     if (!lg)
         return;
@@ -388,7 +407,7 @@ static int run_config(gp_model *m, const char *label, const config *cf, int64_t 
             break;
         if (rep == 1)
             cudaMemGetInfo(&free0, &total);
-        int tok = next_token(s, P - 1, V);
+        int tok = next_token(s, V);
         te = 0;
         double bs0, bs1;
         int64_t be0, be1;
@@ -400,7 +419,7 @@ static int run_config(gp_model *m, const char *label, const config *cf, int64_t 
             r = eval(s, &tok, &p, 1, &te);
             double a0 = now();
             if (!r)
-                tok = next_token(s, 0, V);
+                tok = next_token(s, V);
             ta += now() - a0;
         }
         argmax_ms = ta / N * 1e3;

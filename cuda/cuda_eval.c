@@ -281,8 +281,11 @@ int gp_cuda_be_eval(void *ctx, const unsigned char *extras, char *err, size_t er
         memcpy(b->pin_io, b->host_io, (size_t)p->regions[GP_REGION_IO].size);
     int long_ctx = 0;
     cu_graph *g = gp_cuda_be_pick_graph(b, &long_ctx);
+    /* The launch sizes: a graph's (its top for the first dim, 1 for the others) or this eval's. */
+    for (int s = 0; s < p->n_syms; s++)
+        b->launch[s] = !g ? b->pin_syms[s] : s ? 1 : g->top;
     if (b->in_span)
-        gp_cuda_be_stage_inputs(b, g ? &g->top : b->pin_syms); /* at the sizes the copy has */
+        gp_cuda_be_stage_inputs(b, b->launch); /* at the sizes the copy has */
     if (g) {
         cudaError_t e = cudaGraphLaunch(g->exec, b->stream);
         if (e != cudaSuccess) {
@@ -291,8 +294,6 @@ int gp_cuda_be_eval(void *ctx, const unsigned char *extras, char *err, size_t er
             goto launch_failed;
         }
     } else {
-        for (int s = 0; s < p->n_syms; s++)
-            b->launch[s] = b->pin_syms[s];
         if (gp_cuda_be_enqueue(b, long_ctx, err, err_len))
             goto launch_failed;
     }
@@ -303,7 +304,7 @@ int gp_cuda_be_eval(void *ctx, const unsigned char *extras, char *err, size_t er
     } else {
         CU_TRY(cudaStreamSynchronize(b->stream));
     }
-    if (b->ev && p->n_syms == 1 && b->pin_syms[0] == 1) {
+    if (b->ev && p->n_syms >= 1 && b->pin_syms[0] == 1) {
         for (int i = 0; i < p->n_nodes; i++) {
             float ms = 0;
             if (cudaEventElapsedTime(&ms, b->ev[i], b->ev[i + 1]) == cudaSuccess) {

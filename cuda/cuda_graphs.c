@@ -1,20 +1,22 @@
 /* The CUDA backend's graphs: the warm-up evals at creation, one graph captured per power-of-two
  * bucket of the token count (and one for one-token evals past the rows the block-a-head
- * attention loads early), and the choice of the graph an eval replays. */
+ * attention loads early), and the choice of the graph an eval replays. The token count is the
+ * plan's first symbolic dim; graphs pin any other at 1 (a language model's rows of logits, R:
+ * the last token's by default), and evals at other sizes of those run eagerly. */
 #include <stdatomic.h>
 #include <stdlib.h>
 
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_be.h"
 
-/* Captures one eval at launch sizes `top` (for the plan's one symbolic dim) into cg (long_ctx as
- * gp_cuda_be_enqueue's). */
+/* Captures one eval at launch sizes `top` for the plan's first symbolic dim, 1 for the others,
+ * into cg (long_ctx as gp_cuda_be_enqueue's). */
 static int capture(cuda_be *b, cu_graph *cg, int64_t top, int long_ctx, char *err,
                    size_t err_len)
 {
     cudaGraph_t g = NULL;
-    if (b->p->n_syms)
-        b->launch[0] = top;
+    for (int s = 0; s < b->p->n_syms; s++)
+        b->launch[s] = s ? 1 : top;
     CU_TRY(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
     int r = gp_cuda_be_enqueue(b, long_ctx, err, err_len);
     cudaError_t e = cudaStreamEndCapture(b->stream, &g);
@@ -62,7 +64,7 @@ int64_t gp_cuda_long_evals(void)
 static int long_now(const cuda_be *b)
 {
     int32_t pos;
-    if (b->head_pos < 0 || (b->p->n_syms == 1 && b->pin_syms[0] != 1))
+    if (b->head_pos < 0 || (b->p->n_syms >= 1 && b->pin_syms[0] != 1))
         return 0;
     memcpy(&pos, b->host_io + b->head_pos, 4);
     return pos >= b->head_rows;
@@ -73,8 +75,9 @@ static cu_graph *serving(cuda_be *b, const int64_t *exact)
 {
     if (b->p->n_syms == 0)
         return b->n_graphs ? &b->graphs[0] : NULL;
-    if (b->p->n_syms > 1)
-        return NULL;
+    for (int s = 1; s < b->p->n_syms; s++)
+        if (exact[s] != 1)
+            return NULL; /* the graphs pin every dim but the first at 1 */
     for (int i = 0; i < b->n_graphs; i++) {
         int64_t top = b->graphs[i].top;
         if (b->buckets ? top >= exact[0] : top == exact[0])
@@ -117,8 +120,9 @@ int gp_cuda_be_graphs(cuda_be *b, int64_t *launches1, char *err, size_t err_len)
     b->warming = 0;
     CU_TRY(cudaMemset(b->dev[GP_REGION_STATE], 0, (size_t)p->regions[GP_REGION_STATE].size));
 
-    /* Graphs: one per power-of-two bucket of the token count, captured now so that an eval only
-     * replays. Plans with several symbolic dims run eagerly (launches at each eval's sizes). */
+    /* Graphs: one per power-of-two bucket of the token count (the first symbolic dim; the others
+     * at 1), captured now so that an eval only replays. Evals at other sizes of the other dims
+     * run eagerly (launches at each eval's sizes). */
     const char *env = getenv("GPLAN_CUDA_PROFILE");
     if (env && *env == '1') {
         /* Profiling: eager evals with an event before each node (no graphs). */
@@ -132,7 +136,7 @@ int gp_cuda_be_graphs(cuda_be *b, int64_t *launches1, char *err, size_t err_len)
     }
     env = b->ev ? "0" : getenv("GPLAN_CUDA_GRAPHS");
     b->buckets = bucket_safe(p);
-    if (!(env && *env == '0') && p->n_syms <= 1) {
+    if (!(env && *env == '0')) {
         if (p->n_syms == 0) {
             if (capture(b, &b->graphs[b->n_graphs], 0, 0, err, err_len))
                 goto fail;

@@ -9,7 +9,8 @@
  *     gp_session_opts o = {"cpu", 4, 0};
  *     gp_session *s = gp_session_new(m, &o, err, sizeof err);
  *     int32_t ids[3] = {464, 2068, 7586}, pos[3] = {0, 1, 2};
- *     gp_session_set_tokens(s, ids, pos, 3);               // also sets T = 3
+ *     gp_session_set_tokens(s, ids, pos, 3);               // also sets T = 3 (and rows = [2])
+ *     gp_session_set_rows(s, NULL, 3);                     // optional: every token's logits
  *     if (gp_session_eval(s)) puts(gp_session_error(s));
  *     gp_tensor_info logits;
  *     const float *l = gp_session_output(s, "logits", &logits); // [3, vocab], packed
@@ -87,6 +88,12 @@ typedef struct {
     int64_t weights_mapped;   /* weight bytes used in place from the mapped checkpoint */
     int64_t weights_loaded;   /* weight bytes read (converted) or generated into memory */
     int64_t region_bytes[5];  /* the plan's region sizes, by gp_region (runtime/plan.h) */
+    /* The rows input: indices into the eval's tokens whose logits the graph computes (get_rows of
+     * the final hidden states before the LM head, examples/llama.gplan), or NULL when the graph
+     * computes every token's logits (logits [T, vocab]). */
+    const char *rows;
+    const char *rows_dim;     /* its symbolic dim ("R"), or NULL if constant */
+    int64_t max_rows;         /* rows per eval at most (the bound of rows_dim); 0 when no rows */
 } gp_model_info;
 
 void gp_model_get_info(const gp_model *m, gp_model_info *out);
@@ -124,8 +131,19 @@ int gp_session_set_dim(gp_session *s, const char *dim, int64_t value);
 int gp_session_set_input(gp_session *s, const char *name, const void *data, size_t bytes);
 
 /* The usual language-model step: n tokens ids[n] at positions pos[n]; sets the tokens' symbolic
- * dim to n, then the tokens and positions inputs. Values are checked by gp_session_eval. */
+ * dim to n, then the tokens and positions inputs, and, when the graph has a rows input
+ * (gp_model_info.rows), asks for the last token's logits only: rows = [n - 1], logits [1, vocab].
+ * Values are checked by gp_session_eval. */
 int gp_session_set_tokens(gp_session *s, const int32_t *ids, const int32_t *pos, int64_t n);
+
+/* Asks for the logits of n rows of the eval's tokens (call after gp_session_set_tokens, which
+ * resets it to the last row): rows[n] in [0, T), any order, repeats allowed; rows NULL asks for
+ * rows 0 .. n - 1, so gp_session_set_rows(s, NULL, n) after set_tokens of n tokens gives every
+ * row. Sets the rows' symbolic dim to n; logits are then [n, vocab], row i the logits of token
+ * rows[i]. Row values are checked by gp_session_eval. -1 when n is over the plan's bound or the
+ * graph has no rows input (it computes every row anyway: there rows NULL with n the tokens' count
+ * is allowed and changes nothing, so "every row" works on any language model). */
+int gp_session_set_rows(gp_session *s, const int32_t *rows, int64_t n);
 
 /* Runs the graph once. Before anything runs every node is checked at the current dims (token ids
  * in [0, vocab), positions inside the context, shapes): a bad input gives -1 and a message such as
@@ -141,8 +159,8 @@ typedef struct {
     size_t bytes;            /* packed size */
 } gp_tensor_info;
 
-/* The host copy of an output after the last eval, packed at the current dims ([T, vocab] logits:
- * row t at t * vocab). Valid until the next eval or free. NULL for an unknown name. info may be
+/* The host copy of an output after the last eval, packed at the current dims ([R, vocab] logits:
+ * row i at i * vocab; [T, vocab] for a graph without a rows input). Valid until the next eval or free. NULL for an unknown name. info may be
  * NULL. */
 const void *gp_session_output(gp_session *s, const char *name, gp_tensor_info *info);
 /* The index of the largest of x[0, n): the first on ties; NaN never wins (0 when all are NaN or n

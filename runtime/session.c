@@ -35,6 +35,8 @@ struct gp_model {
     int64_t adapter_version; /* bumped whenever an adapter slot is handed out for writing */
     int64_t bytes_mapped, bytes_loaded;
     int tokens, positions, logits; /* tensor ids, or -1 */
+    int rows;                  /* the rows input (get_rows of an activation before the LM head:
+                                  which tokens' logits are computed), or -1 */
     int64_t vocab, context;
     int *io_ids;               /* [n_io] the inputs and outputs, in tensor order: what the calls
                                   by name and each eval's input copies go over (not all the
@@ -195,7 +197,7 @@ static int index_input(gp_op op)
 static int analyze(gp_model *m, char *why, size_t n)
 {
     const gp_plan *p = m->plan;
-    m->tokens = m->positions = m->logits = -1;
+    m->tokens = m->positions = m->logits = m->rows = -1;
     for (int k = 0; k < m->n_io && m->logits < 0; k++)
         if (p->tensors[m->io_ids[k]].kind == GP_TENSOR_OUTPUT)
             m->logits = m->io_ids[k];
@@ -212,7 +214,12 @@ static int analyze(gp_model *m, char *why, size_t n)
             return -1;
         }
         if (nd->op == GP_OP_GET_ROWS) {
-            if (m->tokens < 0) {
+            /* A table computed by the graph (the final hidden states [T, C]) is read at the rows
+             * whose logits are wanted; a weight, state or input table is the embedding. */
+            int table = p->tensors[root_of(p, nd->inputs[0])].kind == GP_TENSOR_INTERMEDIATE;
+            if (table && m->rows < 0 && root != m->tokens) {
+                m->rows = root;
+            } else if (!table && m->tokens < 0) {
                 m->tokens = root;
                 m->vocab = p->tensors[nd->inputs[0]].dims[0];
             }
@@ -696,6 +703,15 @@ void gp_model_get_info(const gp_model *m, gp_model_info *o)
     o->logits = m->logits >= 0 ? p->tensors[m->logits].name : NULL;
     o->vocab = m->vocab;
     o->context = m->context;
+    if (m->rows >= 0) {
+        const gp_plan_tensor *t = &p->tensors[m->rows];
+        o->rows = t->name;
+        o->max_rows = t->ndim ? t->dims[0] : 1;
+        if (t->ndim && t->sym[0] >= 0) {
+            o->rows_dim = p->syms[t->sym[0]].name;
+            o->max_rows = p->syms[t->sym[0]].bound;
+        }
+    }
     o->weights_mapped = m->bytes_mapped;
     o->weights_loaded = m->bytes_loaded;
     for (int r = 0; r < GP_REGION_COUNT && r < 5; r++)
@@ -1047,9 +1063,48 @@ int gp_session_set_tokens(gp_session *s, const int32_t *ids, const int32_t *pos,
         if (gp_session_set_dim(s, s->p->syms[t->sym[0]].name, n))
             return -1;
     }
-    if (copy_input(s, m->tokens, ids, (size_t)n * sizeof *ids))
+    if (copy_input(s, m->tokens, ids, (size_t)n * sizeof *ids) ||
+        copy_input(s, m->positions, pos, (size_t)n * sizeof *pos))
         return -1;
-    return copy_input(s, m->positions, pos, (size_t)n * sizeof *pos);
+    if (m->rows < 0)
+        return 0;
+    int32_t last = (int32_t)(n - 1);
+    return gp_session_set_rows(s, &last, 1);
+}
+
+int gp_session_set_rows(gp_session *s, const int32_t *rows, int64_t n)
+{
+    if (!s)
+        return -1;
+    s->err[0] = '\0';
+    const gp_model *m = s->m;
+    if (m->rows < 0) {
+        /* Such a graph computes every token's logits: asking for all of them is no change. */
+        const gp_plan_tensor *tk = m->tokens >= 0 ? &s->p->tensors[m->tokens] : NULL;
+        if (!rows && tk && (int64_t)(current_bytes(s, tk) / sizeof(int32_t)) == n)
+            return 0;
+        return fail(s, "set_rows: this graph has no rows input (it computes every token's "
+                    "logits)");
+    }
+    const gp_plan_tensor *t = &s->p->tensors[m->rows];
+    if (n < 1)
+        return fail(s, "set_rows: need at least one row");
+    if (t->ndim >= 1 && t->sym[0] >= 0) {
+        const gp_plan_sym *d = &s->p->syms[t->sym[0]];
+        if (n > d->bound)
+            return fail(s, "set_rows: %lld rows asked for, the plan computes at most %lld (%s <= "
+                        "%lld; compile with a larger bound, e.g. gplan-compile -D n_rows=N)",
+                        (long long)n, (long long)d->bound, d->name, (long long)d->bound);
+        s->sym_values[t->sym[0]] = n;
+    }
+    size_t bytes = current_bytes(s, t);
+    if (bytes != (size_t)n * sizeof(int32_t))
+        return fail(s, "set_rows: %lld rows given, the rows input %s holds %zu", (long long)n,
+                    t->name, bytes / sizeof(int32_t));
+    int32_t *dst = (int32_t *)(void *)(s->io + t->offset); /* [n] */
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = rows ? rows[i] : (int32_t)i;
+    return 0;
 }
 
 /* The host address of tensor id for the host-side checks: inside the host io block for io tensors
@@ -1092,7 +1147,12 @@ static int check_node(gp_session *s, int k)
     if (gp_cpu_check(nd->op, &nd->attrs, &out, in, nd->n_inputs, why, sizeof why)) {
         /* Name the index input too: the kernel's message calls it "ids" or "pos". */
         int idx = index_input(nd->op);
-        const char *iname = idx >= 0 ? p->tensors[root_of(p, nd->inputs[idx])].name : NULL;
+        int iroot = idx >= 0 ? root_of(p, nd->inputs[idx]) : -1;
+        const char *iname = iroot >= 0 ? p->tensors[iroot].name : NULL;
+        if (iroot >= 0 && iroot == s->m->rows && nd->op == GP_OP_GET_ROWS)
+            return fail(s, "eval: %s: the rows asked for must be tokens of this eval: node %d (%s "
+                        "-> %s, line %d): %s", iname, k, gp_op_get(nd->op)->name,
+                        p->tensors[nd->output].name, nd->line, why);
         return fail(s, "eval: node %d (%s -> %s, line %d%s%s): %s", k, gp_op_get(nd->op)->name,
                     p->tensors[nd->output].name, nd->line, iname ? ", index input " : "",
                     iname ? iname : "", why);

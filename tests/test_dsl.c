@@ -898,22 +898,25 @@ static void check_gpt2(int64_t L, const char **defs, int n_defs)
     gp_graph *g = compile_example("examples/gpt2.gplan", defs, n_defs, NULL, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     CU_ASSERT_STRING_EQUAL(g->name, "gpt2");
-    CU_ASSERT_EQUAL(count_kind(g, GP_TENSOR_INPUT), 2);
+    CU_ASSERT_EQUAL(count_kind(g, GP_TENSOR_INPUT), 3); /* tokens, pos, rows */
     CU_ASSERT_EQUAL(count_kind(g, GP_TENSOR_OUTPUT), 2);
     CU_ASSERT_EQUAL(count_kind(g, GP_TENSOR_STATE), 2);
     CU_ASSERT_EQUAL(count_kind(g, GP_TENSOR_WEIGHT), 4 + 12 * L);
     CU_ASSERT_EQUAL(weight_bytes(g), 4 * gpt2_params(L, 768, 50257, 1024));
     /* per layer: 2 layer norms, 4 matmuls, 3 q/k/v slices+conts+reshapes, 2 cache rows (slice +
      * reshape), 2 stores, attention, a reshape, gelu, 4 bias adds, 2 residual adds = 30;
-     * plus 2 get_rows and an add in front, a layer norm, the LM head matmul and the argmax of
-     * its rows (next) at the end. */
-    CU_ASSERT_EQUAL(g->n_nodes, 6 + 30 * L);
+     * plus 2 get_rows and an add in front, a layer norm, the get_rows of the rows asked for, the
+     * LM head matmul and the argmax of its rows (next) at the end. */
+    CU_ASSERT_EQUAL(g->n_nodes, 7 + 30 * L);
+    CU_ASSERT_EQUAL(count_op(g, GP_OP_GET_ROWS), 3);
     CU_ASSERT_EQUAL(count_op(g, GP_OP_ATTENTION), L);
     CU_ASSERT_EQUAL(count_op(g, GP_OP_MATMUL), 4 * L + 1);
     CU_ASSERT_EQUAL(count_op(g, GP_OP_STORE), 2 * L);
     CU_ASSERT_EQUAL(count_op(g, GP_OP_GELU), L);
-    CU_ASSERT_EQUAL(g->n_syms, 1);
+    CU_ASSERT_EQUAL(g->n_syms, 2); /* T and R, both bound by n_batch */
     CU_ASSERT_EQUAL(g->syms[0].bound, 512);
+    CU_ASSERT_STRING_EQUAL(g->syms[1].name, "R");
+    CU_ASSERT_EQUAL(g->syms[1].bound, 512);
     /* weights: names as in the checkpoint, Conv1D layout [in, out] */
     int w = gp_graph_find_tensor(g, "c_attn_w.1");
     CU_ASSERT_FATAL(w >= 0);
@@ -924,13 +927,21 @@ static void check_gpt2(int64_t L, const char **defs, int n_defs)
     CU_ASSERT_STRING_EQUAL(g->tensors[w].weight_name, "transformer.wte.weight");
     /* the tied head reads wte transposed; next is the argmax of its rows */
     const gp_node *head = &g->nodes[g->n_nodes - 2], *am = &g->nodes[g->n_nodes - 1];
+    const gp_node *pick = &g->nodes[g->n_nodes - 3]; /* the head reads only the rows asked for */
+    int rows = gp_graph_find_tensor(g, "rows");
+    CU_ASSERT_FATAL(rows >= 0);
+    CU_ASSERT_EQUAL(pick->op, GP_OP_GET_ROWS);
+    CU_ASSERT_EQUAL(pick->inputs[1], rows);
+    CU_ASSERT_EQUAL(pick->output, head->inputs[0]);
+    CU_ASSERT_EQUAL(g->tensors[rows].shape[0].sym, 1);
+    CU_ASSERT_EQUAL(g->tensors[pick->inputs[0]].shape[0].sym, 0); /* [T, n_embd] */
     CU_ASSERT_EQUAL(head->op, GP_OP_MATMUL);
     CU_ASSERT_EQUAL(head->inputs[1], w);
     CU_ASSERT_EQUAL(head->attrs.i[1], 1);
     int out = gp_graph_find_tensor(g, "logits"), next = gp_graph_find_tensor(g, "next");
     CU_ASSERT_FATAL(out >= 0 && next >= 0);
     CU_ASSERT_EQUAL(g->tensors[out].kind, GP_TENSOR_OUTPUT);
-    CU_ASSERT_EQUAL(g->tensors[out].shape[0].sym, 0);
+    CU_ASSERT_EQUAL(g->tensors[out].shape[0].sym, 1); /* [R, vocab] */
     CU_ASSERT_EQUAL(g->tensors[out].shape[1].size, 50257);
     CU_ASSERT_EQUAL(am->op, GP_OP_ARGMAX);
     CU_ASSERT_EQUAL(am->inputs[0], out);
@@ -938,7 +949,7 @@ static void check_gpt2(int64_t L, const char **defs, int n_defs)
     CU_ASSERT_EQUAL(g->tensors[next].kind, GP_TENSOR_OUTPUT);
     CU_ASSERT_EQUAL(g->tensors[next].dtype, GP_I32);
     CU_ASSERT_EQUAL(g->tensors[next].ndim, 1);
-    CU_ASSERT_EQUAL(g->tensors[next].shape[0].sym, 0);
+    CU_ASSERT_EQUAL(g->tensors[next].shape[0].sym, 1);
     CU_ASSERT_DOUBLE_EQUAL(first_node(g, GP_OP_LAYER_NORM)->attrs.f[0], 1e-5, 1e-12);
     gp_graph_free(g);
 }
@@ -974,9 +985,12 @@ static void check_llama(const gp_graph *g, int64_t L, int64_t H, int64_t I, int6
     CU_ASSERT_EQUAL(count_kind(g, GP_TENSOR_WEIGHT), 2 + 9 * L + !tied);
     /* per layer: 2 rms norms, 7 matmuls, 4 reshapes (q, k, v, attention output), 2 ropes,
      * 2 cache rows (slice + reshape), 2 stores, attention, swiglu, 2 residual adds = 25; plus
-     * get_rows in front, the final norm, the LM head matmul and the argmax of its rows (next).
-     * k_proj and v_proj are [H / 8, H] in the configurations tested (kv heads = heads / 8). */
-    CU_ASSERT_EQUAL(g->n_nodes, 4 + 25 * L);
+     * get_rows in front, the final norm, the get_rows of the rows asked for, the LM head matmul
+     * and the argmax of its rows (next). k_proj and v_proj are [H / 8, H] in the configurations
+     * tested (kv heads = heads / 8). */
+    CU_ASSERT_EQUAL(g->n_nodes, 5 + 25 * L);
+    CU_ASSERT_EQUAL(g->nodes[g->n_nodes - 3].op, GP_OP_GET_ROWS);
+    CU_ASSERT_EQUAL(g->nodes[g->n_nodes - 3].inputs[1], gp_graph_find_tensor(g, "rows"));
     CU_ASSERT_EQUAL(count_op(g, GP_OP_ROPE), 2 * L);
     CU_ASSERT_EQUAL(count_op(g, GP_OP_SWIGLU), L);
     CU_ASSERT_EQUAL(count_op(g, GP_OP_MATMUL), 7 * L + 1);
@@ -1047,7 +1061,7 @@ static void test_config_overrides(void)
     gp_graph *g = compile_example("examples/llama.gplan", NULL, 0, path, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     CU_ASSERT_EQUAL(count_kind(g, GP_TENSOR_WEIGHT), 2 + 9 * 3); /* tied: no lm_head */
-    CU_ASSERT_EQUAL(g->n_nodes, 4 + 25 * 3);
+    CU_ASSERT_EQUAL(g->n_nodes, 5 + 25 * 3);
     CU_ASSERT_EQUAL(weight_bytes(g), 2 * (1000 * 256 + 256 + 3 * (2 * 256 + 2 * 256 * 256 +
                                                                    2 * 32 * 256 + 3 * 256 * 512)));
     CU_ASSERT_DOUBLE_EQUAL(first_node(g, GP_OP_ROPE)->attrs.f[0], 500000.0, 1e-6);

@@ -230,7 +230,8 @@ static float *logits_of(const gp_model *m, const char *backend, size_t *n)
     float *out = NULL;
     gp_tensor_info ti;
     const float *l;
-    if (!gp_session_set_tokens(s, ids, pos, N_TOK) && !gp_session_eval(s) &&
+    if (!gp_session_set_tokens(s, ids, pos, N_TOK) && !gp_session_set_rows(s, NULL, N_TOK) &&
+        !gp_session_eval(s) &&
         (l = gp_session_output(s, "logits", &ti)) != NULL && (out = malloc(ti.bytes)) != NULL) {
         memcpy(out, l, ti.bytes);
         *n = ti.bytes / sizeof(float);
@@ -894,7 +895,7 @@ static void test_runtime_rebind(void)
         gp_tensor_info ti;
         const float *l = NULL;
         if (bad || gp_session_reset(s) || gp_session_set_tokens(s, ids, pos, N_TOK) ||
-            gp_session_eval(s) || !(l = gp_session_output(s, "logits", &ti)) ||
+            gp_session_set_rows(s, NULL, N_TOK) || gp_session_eval(s) || !(l = gp_session_output(s, "logits", &ti)) ||
             ti.bytes != n1 * sizeof(float) || rel_diff(l, want, n1) > 1e-5)
             failures++;
     }

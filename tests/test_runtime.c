@@ -61,7 +61,9 @@ static float *run_steps(gp_session *s, const step *steps, int n_steps, int64_t v
         }
         gp_tensor_info info;
         const float *l;
-        if (gp_session_set_tokens(s, ids, pos, steps[i].n) || gp_session_eval(s) ||
+        /* every row's logits (a graph with a rows input computes the last one by default) */
+        if (gp_session_set_tokens(s, ids, pos, steps[i].n) ||
+            gp_session_set_rows(s, NULL, steps[i].n) || gp_session_eval(s) ||
             !(l = gp_session_output(s, "logits", &info))) {
             fprintf(stderr, "step %d: %s\n", i, gp_session_error(s));
             free(out);
@@ -584,6 +586,156 @@ static void test_outputs_partial(void)
     gp_model_free(m);
 }
 
+/* ---- logits only for the rows asked for ---- */
+
+/* One eval of ids[n] at positions 0..n-1 on a fresh sequence with rows[k] (NULL: set_tokens'
+ * default, the last row; n_rows < 0: every row); copies the logits into out. Rows of logits, or -1
+ * after printing the error. */
+static int64_t rows_eval(gp_session *s, const int32_t *ids, int n, const int32_t *rows, int k,
+                         float *out)
+{
+    int32_t pos[16];
+    for (int i = 0; i < n; i++)
+        pos[i] = i;
+    gp_tensor_info ti;
+    const float *l = NULL;
+    if (gp_session_reset(s) || gp_session_set_tokens(s, ids, pos, n) ||
+        (k && gp_session_set_rows(s, rows, k < 0 ? n : k)) || gp_session_eval(s) ||
+        !(l = gp_session_output(s, "logits", &ti))) {
+        fprintf(stderr, "\n  rows_eval: %s\n", gp_session_error(s));
+        return -1;
+    }
+    memcpy(out, l, ti.bytes);
+    return ti.ne[0];
+}
+
+static void test_rows(void)
+{
+    enum { V = 512, N = 5 };
+    const char *defs[] = {"num_hidden_layers=2", "hidden_size=128", "intermediate_size=344",
+                          "num_attention_heads=8", "num_key_value_heads=2", "vocab_size=512",
+                          "max_position_embeddings=64", "n_batch=16", "n_rows=1"};
+    gp_model *m = compile_model("examples/llama.gplan", defs, 8, NULL);
+    gp_model *one = compile_model("examples/llama.gplan", defs, 9, NULL); /* R <= 1 */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(one);
+    char err[1024];
+    CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, 5, err, sizeof err), 0);
+    CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(one, 5, err, sizeof err), 0);
+    gp_model_info info, info1;
+    gp_model_get_info(m, &info);
+    gp_model_get_info(one, &info1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(info.rows);
+    CU_ASSERT_STRING_EQUAL(info.rows, "rows");
+    CU_ASSERT_STRING_EQUAL(info.rows_dim, "R");
+    CU_ASSERT_EQUAL(info.max_rows, 16);
+    CU_ASSERT_STRING_EQUAL(info.tokens, "tokens"); /* the embedding's ids, not the rows */
+    CU_ASSERT_EQUAL(info.vocab, V);
+    CU_ASSERT_EQUAL(info1.max_rows, 1);
+    /* n_rows=1 plans logits and next for one row: the io region is 15 rows of logits smaller
+     * (4 bytes each of vocab floats and of one i32, up to alignment). */
+    int64_t saved = info.region_bytes[GP_REGION_IO] - info1.region_bytes[GP_REGION_IO];
+    CU_ASSERT(saved >= 15 * V * 4 && saved <= 15 * V * 4 + 2 * 256);
+
+    gp_session *s = new_session(m, "cpu", 2), *s1 = new_session(one, "cpu", 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s1);
+    static float all[N * V], got[16 * V];
+    const int32_t ids[N] = {7, 300, 12, 511, 40};
+    CU_ASSERT_EQUAL_FATAL(rows_eval(s, ids, N, NULL, -1, all), N); /* every row */
+    int differ = 0;
+    for (int i = 1; i < N; i++)
+        differ += memcmp(all, all + i * V, V * sizeof *all) != 0;
+    CU_ASSERT_EQUAL(differ, N - 1);
+
+    /* The default: the last row only, the same values; next is its argmax. */
+    CU_ASSERT_EQUAL(rows_eval(s, ids, N, NULL, 0, got), 1);
+    CU_ASSERT(memcmp(got, all + (N - 1) * V, V * sizeof *got) == 0);
+    gp_tensor_info ni;
+    const int32_t *next = gp_session_output(s, "next", &ni);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(next);
+    CU_ASSERT_EQUAL(ni.ne[0], 1);
+    CU_ASSERT_EQUAL(next[0], gp_argmax(all + (N - 1) * V, V));
+    /* A plan for one row gives the same last row. */
+    CU_ASSERT_EQUAL(rows_eval(s1, ids, N, NULL, 0, got), 1);
+    CU_ASSERT(memcmp(got, all + (N - 1) * V, V * sizeof *got) == 0);
+
+    /* Any subset, in any order, with repeats. */
+    const int32_t pick[4] = {4, 0, 2, 2};
+    CU_ASSERT_EQUAL(rows_eval(s, ids, N, pick, 4, got), 4);
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT(memcmp(got + i * V, all + pick[i] * V, V * sizeof *got) == 0);
+
+    /* Errors: a row outside the eval's tokens (at eval, the state untouched), too many rows,
+     * none, more rows than a plan holds. */
+    int32_t pos[16];
+    for (int i = 0; i < 16; i++)
+        pos[i] = i;
+    int64_t evals = gp_session_eval_count(s);
+    int32_t bad[2] = {1, N};
+    CU_ASSERT_EQUAL(gp_session_set_tokens(s, ids, pos, N), 0);
+    CU_ASSERT_EQUAL(gp_session_set_rows(s, bad, 2), 0);
+    CU_ASSERT_EQUAL(gp_session_eval(s), -1);
+    const char *e803 = "eval: rows: the rows asked for must be tokens of this eval: node ";
+    CU_ASSERT_PTR_NOT_NULL(strstr(gp_session_error(s), e803));
+    CU_ASSERT_PTR_NOT_NULL(strstr(gp_session_error(s), "ids[1] = 5 is out of range [0, 5)"));
+    bad[1] = -1;
+    CU_ASSERT_EQUAL(gp_session_set_rows(s, bad, 2), 0);
+    CU_ASSERT_EQUAL(gp_session_eval(s), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(gp_session_error(s), "ids[1] = -1 is out of range [0, 5)"));
+    CU_ASSERT_EQUAL(gp_session_eval_count(s), evals);
+    CU_ASSERT_EQUAL(gp_session_set_rows(s, NULL, 17), -1);
+    CU_ASSERT_STRING_EQUAL(gp_session_error(s), "set_rows: 17 rows asked for, the plan computes "
+                           "at most 16 (R <= 16; compile with a larger bound, e.g. gplan-compile "
+                           "-D n_rows=N)");
+    CU_ASSERT_EQUAL(gp_session_set_rows(s, NULL, 0), -1);
+    CU_ASSERT_STRING_EQUAL(gp_session_error(s), "set_rows: need at least one row");
+    CU_ASSERT_EQUAL(gp_session_set_tokens(s1, ids, pos, N), 0);
+    CU_ASSERT_EQUAL(gp_session_set_rows(s1, NULL, N), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(gp_session_error(s1), "5 rows asked for, the plan computes at "
+                                                        "most 1 (R <= 1;"));
+    /* After an error, the rows asked for again work: the state was untouched. */
+    CU_ASSERT_EQUAL(rows_eval(s, ids, N, pick, 4, got), 4);
+    CU_ASSERT(memcmp(got, all + 4 * V, V * sizeof *got) == 0);
+
+    /* Evals with rows allocate nothing. */
+    gp_alloc_count_start();
+    int failures = 0;
+    for (int i = 0; i < 20; i++) {
+        int n = 1 + i % N;
+        failures += gp_session_reset(s) || gp_session_set_tokens(s, ids, pos, n) ||
+                    gp_session_set_rows(s, i % 2 ? NULL : pick + 1, i % 2 ? n : 1) ||
+                    gp_session_eval(s);
+    }
+    CU_ASSERT_EQUAL(gp_alloc_count_stop(), 0);
+    CU_ASSERT_EQUAL(failures, 0);
+    gp_session_free(s);
+    gp_session_free(s1);
+    gp_model_free(m);
+    gp_model_free(one);
+
+    /* A graph without a rows input computes every row as before: "every row" is allowed, a
+     * subset is not. */
+    gp_model *t = compile_model("examples/tiny.gplan", NULL, 0, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(t, 2, err, sizeof err), 0);
+    gp_model_get_info(t, &info);
+    CU_ASSERT_PTR_NULL(info.rows);
+    CU_ASSERT_PTR_NULL(info.rows_dim);
+    CU_ASSERT_EQUAL(info.max_rows, 0);
+    gp_session *st = new_session(t, "cpu", 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+    const int32_t tids[3] = {7, 12, 40}; /* tiny's vocabulary is 256 */
+    CU_ASSERT_EQUAL(rows_eval(st, tids, 3, NULL, 0, got), 3);
+    CU_ASSERT_EQUAL(rows_eval(st, tids, 3, NULL, -1, got), 3);
+    CU_ASSERT_EQUAL(gp_session_set_rows(st, NULL, 2), -1);
+    CU_ASSERT_EQUAL(gp_session_set_rows(st, pick, 1), -1);
+    CU_ASSERT_STRING_EQUAL(gp_session_error(st), "set_rows: this graph has no rows input (it "
+                           "computes every token's logits)");
+    gp_session_free(st);
+    gp_model_free(t);
+}
+
 /* ---- no allocation during evals ---- */
 
 static void test_no_alloc(void)
@@ -641,6 +793,7 @@ void gp_suite_runtime(void)
     CU_add_test(s, "weights: errors, in place, converted", test_weights);
     CU_add_test(s, "state: zeroed at creation, persists, reset", test_state);
     CU_add_test(s, "outputs at T < bound", test_outputs_partial);
+    CU_add_test(s, "rows: the last row's logits by default, any rows on request", test_rows);
     CU_add_test(s, "no allocation in 1000 evals", test_no_alloc);
     CU_add_test(s, "gp_argmax", test_argmax);
 }

@@ -196,7 +196,8 @@ static float *run(const gp_model *m, const char *backend, int threads, int64_t v
             pos[0] = 5 + step;
         }
         const float *l = NULL;
-        ok = !gp_session_set_tokens(s, ids, pos, n) && !gp_session_eval(s) &&
+        ok = !gp_session_set_tokens(s, ids, pos, n) && !gp_session_set_rows(s, NULL, n) &&
+             !gp_session_eval(s) &&
              (l = gp_session_output(s, "logits", NULL)) != NULL;
         if (ok)
             memcpy(out + rows * vocab, l, (size_t)(n * vocab) * sizeof *l);

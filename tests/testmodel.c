@@ -58,7 +58,9 @@ int gp_test_eval_tokens(gp_session *s, int n, int start, int mult, float *out, i
         pos[i] = start + i;
     }
     const float *l = NULL;
-    if (gp_session_set_tokens(s, ids, pos, n) || gp_session_eval(s) ||
+    /* Every row's logits: a graph with a rows input computes only the last one by default. */
+    if (gp_session_set_tokens(s, ids, pos, n) || gp_session_set_rows(s, NULL, n) ||
+        gp_session_eval(s) ||
         !(l = gp_session_output(s, "logits", NULL))) {
         fprintf(stderr, "\n  eval: %s\n", gp_session_error(s));
         return -1;

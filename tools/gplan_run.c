@@ -190,6 +190,7 @@ typedef struct {
     const char *system;      /* --system, or NULL */
     const char *chat_format; /* --chat-format, or NULL: from the template */
     const char *logits_out;
+    int logits_all;    /* --logits-all: every row of each eval to --logits-out, not the last */
     const char *lora;  /* a PEFT adapter folder, or NULL */
     double lora_scale; /* multiplies the adapter's lora_alpha / r */
     int lora_runtime;  /* --lora-mode runtime: bind into the plan's adapter slots, don't merge */
@@ -225,6 +226,9 @@ static void usage(FILE *out)
             "                        its end-of-generation tokens)\n"
             "  --ignore-eos          keep generating after --eos and end-of-generation tokens\n"
             "  --logits-out FILE     append the last row of logits of every eval (raw f32)\n"
+            "  --logits-all          with --logits-out: every token's row of each eval (the plan\n"
+            "                        computes them all: its rows input's bound, gplan-compile\n"
+            "                        -D n_rows, must hold the prompt's evals)\n"
             "  --stats               print evals, ms per eval, tokens/s, allocations during evals\n"
             "                        and memory use to stderr (with --chat, tokens a turn)\n"
             "  --loop                at the end of the planned context start again at position 0\n"
@@ -364,6 +368,8 @@ static int parse_args(int argc, char **argv, options *o)
             o->stats = 1;
         } else if (!strcmp(a, "--loop")) {
             o->loop = 1;
+        } else if (!strcmp(a, "--logits-all")) {
+            o->logits_all = 1;
         } else if (!strcmp(a, "--chat")) {
             o->chat = 1;
         } else if (a[0] == '-' && a[1] != '\0') {
@@ -481,6 +487,8 @@ static int parse_args(int argc, char **argv, options *o)
         return usage_error("no plan given", NULL);
     if (!o->weights == !o->random_weights)
         return usage_error("give exactly one of --weights and --random-weights", NULL);
+    if (o->logits_all && !o->logits_out)
+        return usage_error("--logits-all needs --logits-out FILE", NULL);
     if ((lora_scale_set || lora_mode_set || o->lora_merge_plan) && !o->lora)
         return usage_error("--lora-scale, --lora-mode and --lora-merge-plan need --lora", NULL);
     if (o->lora && !o->lora_runtime && !o->lora_merge_plan)
@@ -537,6 +545,7 @@ typedef struct {
     gp_session *s;
     gp_model_info info;
     FILE *logits_out;
+    int logits_all;          /* write every row of an eval's logits, not only the last */
     gp_sampler *sampler;
     int32_t *pos;            /* [max_tokens] positions of one eval */
     int64_t ctx;             /* positions the KV cache holds (INT64_MAX: no limit) */
@@ -551,7 +560,9 @@ static int eval_chunk(runner *r, const int32_t *ids, int64_t n, int64_t pos0, co
 {
     for (int64_t i = 0; i < n; i++)
         r->pos[i] = (int32_t)(pos0 + i);
-    if (gp_session_set_tokens(r->s, ids, r->pos, n)) {
+    /* set_tokens asks for the last row's logits only when the plan has a rows input. */
+    if (gp_session_set_tokens(r->s, ids, r->pos, n) ||
+        (r->logits_all && r->info.rows && gp_session_set_rows(r->s, NULL, n))) {
         fprintf(stderr, "gplan-run: %s\n", gp_session_error(r->s));
         return -1;
     }
@@ -575,14 +586,19 @@ static int eval_chunk(runner *r, const int32_t *ids, int64_t n, int64_t pos0, co
         r->tokens_gen += n;
         r->ms_gen += dt;
     }
+    /* logits [R, vocab]: R = 1 (the last token) with a rows input, else every token's. */
     gp_tensor_info li;
     const float *logits = gp_session_output(r->s, r->info.logits, &li);
-    *row = logits + (n - 1) * r->info.vocab;
+    int64_t nrows = li.ndim >= 1 ? li.ne[0] : 1;
+    *row = logits + (nrows - 1) * r->info.vocab;
     gp_tensor_info ni;
     const int32_t *next = gp_session_output(r->s, "next", &ni);
-    r->next = next && ni.ndim == 1 && ni.ne[0] == n && ni.bytes == (size_t)n * 4 ? next[n - 1] : -1;
-    if (r->logits_out &&
-        fwrite(*row, sizeof(float), (size_t)r->info.vocab, r->logits_out) != (size_t)r->info.vocab) {
+    r->next = next && ni.ndim == 1 && ni.ne[0] == nrows && ni.bytes == (size_t)nrows * 4
+                  ? next[nrows - 1]
+                  : -1;
+    const float *out = r->logits_all ? logits : *row;
+    size_t nout = (size_t)(r->logits_all ? nrows : 1) * (size_t)r->info.vocab;
+    if (r->logits_out && fwrite(out, sizeof(float), nout, r->logits_out) != nout) {
         fprintf(stderr, "gplan-run: cannot write the logits file\n");
         return -1;
     }
@@ -1322,6 +1338,7 @@ int main(int argc, char **argv)
                 "%lld positions\n", (long long)o.n_prompt, (long long)r.ctx);
         goto done;
     }
+    r.logits_all = o.logits_all;
     if (o.logits_out && !(r.logits_out = fopen(o.logits_out, "wb"))) {
         fprintf(stderr, "gplan-run: %s: cannot open: %s\n", o.logits_out, strerror(errno));
         goto done;

@@ -55,7 +55,8 @@ int main(int argc, char **argv)
     }
 
     /* Greedy generation: eval the prompt at once, then one token per eval, each the argmax of the
-     * last row of logits ([T, vocab]), until N tokens or the end of the planned context. */
+     * last row of logits ([R, vocab]: set_tokens asks for the last token's row only when the graph
+     * has a rows input, else every token's), until N tokens or the end of the planned context. */
     int64_t past = 0, cur = n;
     for (int made = 0; !rc && made < n_gen; made++) {
         if (gp_session_set_tokens(s, ids + past, pos, cur) || gp_session_eval(s)) {
@@ -63,8 +64,9 @@ int main(int argc, char **argv)
             rc = 1;
             break;
         }
-        const float *logits = gp_session_output(s, info.logits, NULL);
-        int32_t next = (int32_t)gp_argmax(logits + (cur - 1) * info.vocab, info.vocab);
+        gp_tensor_info li;
+        const float *logits = gp_session_output(s, info.logits, &li);
+        int32_t next = (int32_t)gp_argmax(logits + (li.ne[0] - 1) * info.vocab, info.vocab);
         printf("%s%d", made ? " " : "", next);
         past += cur;
         if (past >= cap)

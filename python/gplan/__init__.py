@@ -38,6 +38,8 @@ class _ModelInfo(ctypes.Structure):
                 ("max_tokens", ctypes.c_int64), ("vocab", ctypes.c_int64),
                 ("context", ctypes.c_int64), ("weights_mapped", ctypes.c_int64),
                 ("weights_loaded", ctypes.c_int64), ("region_bytes", ctypes.c_int64 * 5),
+                ("rows", ctypes.c_char_p), ("rows_dim", ctypes.c_char_p),
+                ("max_rows", ctypes.c_int64),
                 # Room for fields a later library appends, so that it never writes past the end.
                 ("_spare", ctypes.c_char * 512)]
 
@@ -73,6 +75,7 @@ def _declare(lib):
         "gp_session_set_input": (I, [P, S, ctypes.c_void_p, SZ]),
         "gp_session_set_tokens": (I, [P, ctypes.POINTER(ctypes.c_int32),
                                       ctypes.POINTER(ctypes.c_int32), I64]),
+        "gp_session_set_rows": (I, [P, ctypes.POINTER(ctypes.c_int32), I64]),
         "gp_session_eval": (I, [P]),
         "gp_session_output": (ctypes.c_void_p, [P, S, ctypes.POINTER(_TensorInfo)]),
         "gp_argmax": (I64, [ctypes.POINTER(ctypes.c_float), I64]),
@@ -240,7 +243,9 @@ class Session:
         self._check(_lib.gp_session_set_input(self._handle(), _enc(name), buf, len(buf)))
 
     def set_tokens(self, ids, pos=None, start=0):
-        """Tokens ids at positions pos (default start, start + 1, ...); sets the tokens' dim."""
+        """Tokens ids at positions pos (default start, start + 1, ...); sets the tokens' dim. A
+        graph with a rows input (info["rows"]) then computes the last token's logits only:
+        set_rows() after this asks for every token's."""
         ids = [int(i) for i in ids]
         pos = list(range(start, start + len(ids))) if pos is None else [int(p) for p in pos]
         if len(pos) != len(ids):
@@ -249,6 +254,18 @@ class Session:
         a = (ctypes.c_int32 * max(n, 1))(*ids)
         p = (ctypes.c_int32 * max(n, 1))(*pos)
         self._check(_lib.gp_session_set_tokens(self._handle(), a, p, n))
+        self._n_tokens = n
+
+    def set_rows(self, rows=None):
+        """After set_tokens: the logits of these token indices (logits row i is token rows[i]),
+        or with None every token's of the last set_tokens."""
+        if rows is None:
+            self._check(_lib.gp_session_set_rows(self._handle(), None,
+                                                 getattr(self, "_n_tokens", 0)))
+            return
+        rows = [int(r) for r in rows]
+        a = (ctypes.c_int32 * max(len(rows), 1))(*rows)
+        self._check(_lib.gp_session_set_rows(self._handle(), a, len(rows)))
 
     def eval(self):
         self._check(_lib.gp_session_eval(self._handle()))
@@ -286,11 +303,13 @@ class Session:
             flat = [flat[i:i + n] for i in range(0, len(flat), n)]
         return flat
 
-    def _last_row_argmax(self, n):
-        """gp_argmax of the last of n rows of the logits (no copy)."""
+    def _last_row_argmax(self):
+        """gp_argmax of the last row of the logits (no copy): [R, vocab], R = 1 with a rows
+        input, else the eval's tokens."""
         info = _TensorInfo()
         ptr = _lib.gp_session_output(self._h, _enc(self._info["logits"]), ctypes.byref(info))
         vocab = self._info["vocab"]
+        n = info.ne[0] if info.ndim >= 1 else 1
         row = ctypes.cast(ptr + (n - 1) * vocab * 4, ctypes.POINTER(ctypes.c_float))
         return int(_lib.gp_argmax(row, vocab))
 
@@ -313,16 +332,15 @@ class Session:
             self.set_tokens(part, start=past)
             self.eval()
             past += len(part)
-            last = len(part)
         out = []
         while len(out) < n:
-            tok = self._last_row_argmax(last)
+            tok = self._last_row_argmax()
             out.append(tok)
             if (eos is not None and tok == eos) or len(out) == n or (ctx is not None and past >= ctx):
                 break
             self.set_tokens([tok], start=past)
             self.eval()
-            past, last = past + 1, 1
+            past += 1
         return out
 
     def close(self):

@@ -26,7 +26,30 @@ def test_info_and_dims(model):
     info = model.info
     assert (info["vocab"], info["context"], info["max_tokens"]) == (300, 64, 16)
     assert info["tokens"] and info["positions"] and info["logits"]
-    assert model.dims == [(info["tokens_dim"], 16)]
+    assert model.dims == [(info["tokens_dim"], 16), (info["rows_dim"], 16)]
+    assert (info["rows"], info["max_rows"]) == ("rows", 16)
+
+
+def test_rows_pick_the_logits(model):
+    # Every row, then a subset in another order: the same bytes as the matching rows of the first.
+    s = gplan.Session(model)
+    s.set_tokens([4, 5, 6, 7])
+    s.set_rows()
+    s.eval()
+    every = s.output("logits")
+    assert every.shape == (4, 300)
+    s.reset()
+    s.set_tokens([4, 5, 6, 7])
+    s.set_rows([3, 0, 3])
+    s.eval()
+    some = s.output("logits")
+    assert some.shape == (3, 300)
+    assert [r.tobytes() for r in some] == [every[i].tobytes() for i in (3, 0, 3)]
+    s.reset()
+    s.set_tokens([4, 5, 6, 7])
+    s.set_rows([4])  # not a token of this eval
+    with pytest.raises(gplan.Error, match="rows"):
+        s.eval()
 
 
 @pytest.mark.parametrize("seed,prompt,n", [(1, [1, 2, 3], 10), (2, [7], 12),
@@ -51,7 +74,8 @@ def test_seeds_differ(llama_plan, gplan_run):
 
 
 def test_logits_bit_for_bit(model, llama_plan, gplan_run, tmp_path):
-    # Two sessions (1 and 2 threads) and gplan-run --logits-out: the same bytes, eval by eval.
+    # Two sessions (1 and 2 threads; the last row only, every row) and gplan-run --logits-out: the
+    # same bytes, eval by eval.
     logits_file = tmp_path / "logits.f32"
     subprocess.run([gplan_run, str(llama_plan), "--random-weights", "3", "-n", "4", "--threads", "1",
                     "--prompt-ids", "5,6,7", "--logits-out", str(logits_file)], check=True,
@@ -66,11 +90,14 @@ def test_logits_bit_for_bit(model, llama_plan, gplan_run, tmp_path):
         outs = []
         for s in (s1, s2):
             s.set_tokens(feed, start=start)
+            if s is s2:
+                s.set_rows()
             s.eval()
             outs.append(s.output("logits"))
         a, b = outs
-        assert a.shape == (len(feed), vocab) and a.dtype.name == "float32"
-        assert a.tobytes() == b.tobytes()
+        assert a.shape == (1, vocab) and a.dtype.name == "float32"
+        assert b.shape == (len(feed), vocab)
+        assert a[-1].tobytes() == b[-1].tobytes()
         got += a[-1].tobytes()
         start += len(feed)
         feed = [int(a[-1].argmax())]
@@ -81,6 +108,7 @@ def test_logits_bit_for_bit(model, llama_plan, gplan_run, tmp_path):
 def test_output_as_list(model):
     s = gplan.Session(model)
     s.set_tokens([1, 2])
+    s.set_rows()
     s.eval()
     arr = s.output("logits")
     lst = s.output("logits", numpy=False)

@@ -98,7 +98,7 @@ check E113 1 'badconfig.json:1:2: error: config key '"'n_layer'"': expected an i
 printf 'graph g() { weight w: f32[4, 6] = "w" split(1, groups=4); }\n' >split.gplan
 check E114 1 "split.gplan:1:39: error: split: dim 1 of 'w' (6) is not 4 groups of whole units of 1" compile --check split.gplan
 cp "$ex/llama.gplan" llama.gplan
-check E115 1 "llama.gplan:21:15: error: exact_div: 32 is not a multiple of 3" compile --check llama.gplan --devices 3
+check E115 1 "llama.gplan:25:15: error: exact_div: 32 is not a multiple of 3" compile --check llama.gplan --devices 3
 printf 'graph g() { weight w: q4_0[4, 30]; }\n' >qrow.gplan
 check E116 1 "qrow.gplan:1:20: error: tensor 'w': q4_0 packs rows in blocks of 32: the last dim of [4, 30] must be a multiple of 32" compile --check qrow.gplan
 printf 'graph g() { weight w: q8_0[2, 32]; input x: f32[2, 32]; output y: f32[2, 32]; y = x + w; }\n' >qread.gplan
@@ -222,9 +222,13 @@ if [ -n "$run" ]; then
   check E903 1 'gplan-run: tiny.plan: not a LoRA merge plan (no input "lora_scale" f32 [1]; make one with gplan-compile MODEL.gplan -D lora_r=R --lora-merge -o FILE)' run tiny.plan --random-weights 1 --lora adapter --lora-merge-plan tiny.plan
   check E904 1 'gplan-run: lora: merge plan merge16.plan: "transformer.h.0.attn.c_attn.weight" is f16 [64, 192], but the model'"'"'s plan "tiny" has it as f32 [64, 192] (compile both from the same graph and parameters)' run tiny.plan --random-weights 1 --lora adapter --lora-merge-plan merge16.plan
   check E905 1 'gplan-run: lora: "base_model.model.transformer.h.0.attn.c_attn.lora_A.weight": expected shape [4, 64], file has [4, 32] (target "transformer.h.0.attn.c_attn.weight" [64, 192], Conv1D [in, out])' run tiny.plan --random-weights 1 --lora badshape --lora-merge-plan merge16.plan
+  "$compile" "$ex/gpt2.gplan" -D n_layer=1 -D n_embd=64 -D n_head=4 -D vocab_size=256 \
+    -D n_positions=64 -D n_batch=8 -D n_rows=1 -o rows1.plan >/dev/null 2>&1 || fail "gplan-compile rows1.plan"
+  check E802 1 "gplan-run: set_rows: 3 rows asked for, the plan computes at most 1 (R <= 1; compile with a larger bound, e.g. gplan-compile -D n_rows=N)" run rows1.plan --random-weights 1 --prompt-ids 1,2,3 -n 1 --logits-out rows1.bin --logits-all
 else
   for id in E311 E312 E313 E401 E402 E403 E404 E405 E406 E407 E408 E409 E501 E502 E503 E504 E505 \
-    E506 E507 E508 E509 E510 E601 E602 E603 E604 E701 E702 E703 E901 E902 E903 E904 E905; do
+    E506 E507 E508 E509 E510 E601 E602 E603 E604 E701 E702 E703 E802 E901 E902 E903 E904 \
+    E905; do
     skip $id "gplan-run is not built"
   done
 fi
@@ -239,6 +243,11 @@ for m in "T = 65 is outside [1, 64] (the plan's bound)"; do
   ids="$ids E801"
   grep -qF -- "$m" "$src/tests/test_runtime.c" || fail "E801: tests/test_runtime.c no longer asserts: $m"
   grep -qF -- "$m" "$doc" || fail "E801: docs/errors.md lacks: $m"
+done
+for m in "eval: rows: the rows asked for must be tokens of this eval: node "; do
+  ids="$ids E803"
+  grep -qF -- "$m" "$src/tests/test_runtime.c" || fail "E803: tests/test_runtime.c no longer asserts: $m"
+  grep -qF -- "$m" "$doc" || fail "E803: docs/errors.md lacks: $m"
 done
 
 # Every catalogued id is a case here, and the reverse (checked above).

@@ -13,7 +13,7 @@ ex=$src/examples
 expect 0 "gpt2: params n_layer=12 " --check "$ex/gpt2.gplan"
 expect 0 "148 weights, 497759232 bytes" --check "$ex/gpt2.gplan"
 expect 0 "tiny: params n_layer=2 " --check "$ex/tiny.gplan"
-expect 0 "; 554 nodes; 201 weights," --check "$ex/llama.gplan"
+expect 0 "; 555 nodes; 201 weights," --check "$ex/llama.gplan"
 expect 0 "num_hidden_layers=2 " --check "$ex/llama.gplan" -D num_hidden_layers=2
 expect 0 "n_layer=3 " --check "$ex/tiny.gplan" -Dn_layer=3
 expect 0 "graph tiny" --emit-ir "$ex/tiny.gplan"

@@ -21,6 +21,7 @@ expect 2 "bad --prompt-ids" "$plan" --random-weights 1 --prompt-ids 1,,2
 expect 2 "--threads needs 1..256" "$plan" --random-weights 1 --threads 0
 expect 2 "bad --temp" "$plan" --random-weights 1 --temp -1
 expect 2 "missing value for: -n" "$plan" --random-weights 1 -n
+expect 2 "--logits-all needs --logits-out FILE" "$plan" --random-weights 1 --logits-all
 expect 0 "usage: gplan-run PLAN" --help
 
 # bad input (1)
@@ -49,6 +50,30 @@ n=$(printf '%s\n' "$out" | wc -w)
 size=$(wc -c < "$tmp/l.bin")
 # 5 evals (the prompt and 4 tokens) of 256 f32 logits each.
 [ "$size" -eq 5120 ] || { echo "FAIL: logits file has $size bytes, expected 5120"; failed=1; }
+# --logits-all: every row of each eval (3 + 4 rows); tiny has no rows input, so it computes them all
+"$tool" "$plan" --random-weights 1 --prompt-ids 1,2,3 -n 5 --logits-out "$tmp/la.bin" --logits-all \
+  > /dev/null
+size=$(wc -c < "$tmp/la.bin")
+[ "$size" -eq 7168 ] || { echo "FAIL: --logits-all file has $size bytes, expected 7168"; failed=1; }
+# A graph with a rows input (examples/gpt2.gplan): the LM head runs on the last row only unless
+# --logits-all asks for every row; the rows they share are the same bytes.
+g=$tmp/gpt2-rows.plan
+small="-D n_layer=2 -D n_embd=64 -D n_head=4 -D vocab_size=256 -D n_positions=64 -D n_batch=8"
+# shellcheck disable=SC2086 # small is a list of words
+"$compile" "$src/examples/gpt2.gplan" $small -o "$g" > /dev/null || { echo "FAIL: compile gpt2"; exit 1; }
+"$tool" "$g" --random-weights 2 --prompt-ids 1,2,3 -n 3 --logits-out "$tmp/g1.bin" > /dev/null
+"$tool" "$g" --random-weights 2 --prompt-ids 1,2,3 -n 3 --logits-out "$tmp/ga.bin" --logits-all \
+  > /dev/null
+[ "$(wc -c < "$tmp/g1.bin")" -eq 3072 ] || { echo "FAIL: gpt2 last rows: $(wc -c < "$tmp/g1.bin") bytes"; failed=1; }
+[ "$(wc -c < "$tmp/ga.bin")" -eq 5120 ] || { echo "FAIL: gpt2 --logits-all: $(wc -c < "$tmp/ga.bin") bytes"; failed=1; }
+# the prompt's last row (row 2 of ga) and the two generated rows (rows 3, 4) against g1's three
+cmp -s -n 3072 "$tmp/g1.bin" "$tmp/ga.bin" 0 2048 || { echo "FAIL: gpt2 rows differ"; failed=1; }
+cmp -s -n 1024 "$tmp/ga.bin" "$tmp/ga.bin" 0 1024 && { echo "FAIL: gpt2 rows 0 and 1 equal"; failed=1; }
+# shellcheck disable=SC2086
+"$compile" "$src/examples/gpt2.gplan" $small -D n_rows=1 -o "$tmp/gpt2-one.plan" > /dev/null ||
+  { echo "FAIL: compile gpt2 n_rows=1"; exit 1; }
+expect 1 "set_rows: 3 rows asked for, the plan computes at most 1 (R <= 1;" "$tmp/gpt2-one.plan" \
+  --random-weights 2 --prompt-ids 1,2,3 -n 3 --logits-out "$tmp/g2.bin" --logits-all
 a=$("$tool" "$plan" --random-weights 3 --prompt-ids 1,2,3 -n 8 --threads 1 2>/dev/null)
 b=$("$tool" "$plan" --random-weights 3 --prompt-ids 1,2,3 -n 8 --threads 2 --backend reference \
     2>/dev/null)
