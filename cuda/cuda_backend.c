@@ -349,7 +349,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     if (env && *env == '1') {
         /* What the fusions did, once at creation (for benchmarks). */
         int elided = 0, pairs = 0, norms = 0, epis = 0, groups = 0, arnorms = 0;
-        int attns = 0, embadds = 0, qkvs = 0;
+        int attns = 0, embadds = 0, qkvs = 0, accs = 0;
         for (int i = 0; i < p->n_nodes; i++) {
             elided += p->nodes[i].op == GP_OP_CONT && b->nodes[i].skip;
             pairs += b->nodes[i].pair >= 0;
@@ -360,12 +360,14 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
             attns += b->nodes[i].dec_on;
             qkvs += b->nodes[i].dec_on && b->nodes[i].dec.has_qkv;
             embadds += b->nodes[i].embadd;
+            accs += b->nodes[i].acc;
         }
         fprintf(stderr, "cuda: %d nodes: %d conts elided, %d store pairs, %d norms for matvecs, "
-                "%d matmul epilogues, %d matmul groups, %d norms in all-reduces, "
+                "%d matmul epilogues (%d adding into zeroed outputs), %d matmul groups, "
+                "%d norms in all-reduces, "
                 "%d one-token attentions fused (%d computing their q, k and v), %d lookup adds, "
                 "%d LoRA branches merged, pdl %d; %lld launches in the one-token graph\n",
-                p->n_nodes, elided, pairs, norms, epis, groups, arnorms, attns, qkvs, embadds,
+                p->n_nodes, elided, pairs, norms, epis, accs, groups, arnorms, attns, qkvs, embadds,
                 b->n_lora, b->kc.pdl, (long long)launches1);
         if (b->kc.mv_cluster > 1) {
             fprintf(stderr, "cuda: [K, N] matvec clusters of up to %d, fitting at once:",

@@ -555,7 +555,9 @@ static void plan_accumulate(cuda_be *b, const int *uses)
         int n = e->n, gelu = e->op[n - 1] == GP_OP_GELU, ok = 1;
         for (int k = 0; k < n - gelu; k++)
             ok &= e->op[k] == GP_OP_ADD;
-        /* the matmul launched before it, which zeroes its output */
+        /* the matmul launched before it, which zeroes its output: merged LoRA branches' do not
+         * launch, and the planner skips them too when it starts the output's bytes there
+         * (accumulated_from in planner/plan_build.c), else this product would lose its accum */
         int i = j - 2;
         while (i >= 0 && (p->nodes[i].op != GP_OP_MATMUL || b->nodes[i].lora))
             i--;

@@ -162,16 +162,42 @@ static int attention_first(const gp_graph *g, int a)
     return first;
 }
 
+/* 1 when tensor t's bytes are a weight's (t a weight or a view of one). */
+static int weight_bytes(const gp_graph *g, int t)
+{
+    while (g->tensors[t].view_src >= 0)
+        t = g->tensors[t].view_src;
+    return g->tensors[t].kind == GP_TENSOR_WEIGHT;
+}
+
+/* 1 when nodes a, a + 1 and a + 2 are a LoRA branch y = t + (x A^T) B^T on a product t:
+ * u = matmul(x, A, tb=1), v = matmul(u, B, tb=1), then an add of v, A and B weights. */
+static int lora_branch_at(const gp_graph *g, int a)
+{
+    if (a < 0 || a + 2 >= g->n_nodes)
+        return 0;
+    const gp_node *u = &g->nodes[a], *v = &g->nodes[a + 1], *y = &g->nodes[a + 2];
+    return u->op == GP_OP_MATMUL && v->op == GP_OP_MATMUL && y->op == GP_OP_ADD &&
+           y->n_inputs == 2 && !u->attrs.i[0] && u->attrs.i[1] && !v->attrs.i[0] &&
+           v->attrs.i[1] && v->inputs[0] == u->output && weight_bytes(g, u->inputs[1]) &&
+           weight_bytes(g, v->inputs[1]) &&
+           (y->inputs[0] == v->output) != (y->inputs[1] == v->output);
+}
+
 /*
  * The first step of a normed matmul's output on CUDA (docs/plan-format.md, "Accumulated
  * outputs"): the step of the matmul before it in the schedule, or of its norm when that one is
  * normed too. That matmul's kernel may zero the output's bytes, so that the splits of a one-row
- * product add into them; none earlier: the producer's step.
+ * product add into them; none earlier: the producer's step. The two matmuls of a LoRA branch
+ * (lora_branch_at) do not count: a backend may merge the branch into its product's weights
+ * (CUDA's "lora"), so that they never launch and the product before them zeroes the output.
+ * Starting earlier is safe where they do launch: the bytes are then merely kept longer.
  */
 static int accumulated_from(const gp_graph *g, int s)
 {
     int m = s - 2;
-    while (m >= 0 && g->nodes[m].op != GP_OP_MATMUL)
+    while (m >= 0 && (g->nodes[m].op != GP_OP_MATMUL || lora_branch_at(g, m) ||
+                      lora_branch_at(g, m - 1)))
         m--;
     if (m < 0)
         return s;

@@ -2269,23 +2269,87 @@ static void write_gpt2_adapter(const char *dir, int64_t r, uint32_t seed)
 
 static gp_session *session_with(gp_model *m, const char *var, const char *val);
 
-/* The kernels one eager one-token eval of a fresh CUDA session of m launches (after a 3-token
- * prompt), with environment variable var = val at creation (var NULL: as it is). */
-static int64_t one_token_launches(gp_model *m, const char *var, const char *val, int64_t vocab)
+/* What one eager one-token eval launches and which fusions its launches take, as the backend's
+ * counters count them: the kernels, then products adding into zeroed outputs, [K, N] matvecs
+ * staging gelu(x), x made gelu(x) in place, products adding with atomics, folded norms, early
+ * triggers, typed instances (products, attentions, ops), attentions in one launch, in one block
+ * a head, computing their q, k and v, and cuBLAS epilogues. */
+enum { N_FUSION_COUNTS = 15 };
+
+static const char *const fusion_count_names[N_FUSION_COUNTS] = {
+    "launches", "accum", "x_gelu staged", "gelu in place", "atomic", "fold", "trig",
+    "kc typed", "attention typed", "ops typed", "attnfuse", "atthead", "qkvatt",
+    "cuBLAS epilogues", "attention trig"};
+
+static void fusion_counts(int64_t *c)
+{
+    int64_t v[N_FUSION_COUNTS] = {gp_cuda_launch_count(),
+                                  gp_cuda_matvec_acc_count(0),
+                                  gp_cuda_matvec_acc_count(1),
+                                  gp_cuda_matvec_acc_count(2),
+                                  gp_cuda_matvec_add_count(),
+                                  gp_cuda_matvec_fold_count(),
+                                  gp_cuda_matvec_trig_count(),
+                                  gp_cuda_matvec_typed_count(),
+                                  gp_cuda_attention_typed_count(),
+                                  gp_cuda_ops_typed_count(),
+                                  gp_cuda_attention_decode_count(),
+                                  gp_cuda_attention_head_count(),
+                                  gp_cuda_qkv_attention_count(),
+                                  gp_cuda_blas_epilogue_count(0),
+                                  gp_cuda_attention_trig_count()};
+    memcpy(c, v, sizeof v);
+}
+
+/* fusion_counts' growth over one eager one-token eval of a fresh CUDA session of m (after a
+ * 3-token prompt), with environment variable var = val at creation (var NULL: as it is); every
+ * count -1 when it failed. */
+static void one_token_counts(gp_model *m, const char *var, const char *val, int64_t vocab,
+                             int64_t *n)
 {
     float *l = malloc(sizeof(float) * 4 * (size_t)vocab);
     setenv("GPLAN_CUDA_GRAPHS", "0", 1);
     gp_session *s = session_with(m, var, val);
     unsetenv("GPLAN_CUDA_GRAPHS");
-    int64_t n = -1;
+    int64_t c0[N_FUSION_COUNTS];
+    for (int k = 0; k < N_FUSION_COUNTS; k++)
+        n[k] = -1;
     if (s && l && step(s, 3, 0, l, vocab) == 0) {
-        int64_t l0 = gp_cuda_launch_count();
-        if (step(s, 1, 3, l, vocab) == 0)
-            n = gp_cuda_launch_count() - l0;
+        fusion_counts(c0);
+        if (step(s, 1, 3, l, vocab) == 0) {
+            fusion_counts(n);
+            for (int k = 0; k < N_FUSION_COUNTS; k++)
+                n[k] -= c0[k];
+        }
     }
     gp_session_free(s);
     free(l);
-    return n;
+}
+
+/* The kernels one eager one-token eval of a fresh CUDA session of m launches (one_token_counts). */
+static int64_t one_token_launches(gp_model *m, const char *var, const char *val, int64_t vocab)
+{
+    int64_t n[N_FUSION_COUNTS];
+    one_token_counts(m, var, val, vocab, n);
+    return n[0];
+}
+
+/* Asserts that one-token evals of m (LoRA branches, merged) launch what those of base (no
+ * branches) launch, fusion by fusion; what (the case) names them when they do not. nb: base's
+ * counts. */
+static void assert_same_fusions(gp_model *m, gp_model *base, int64_t vocab, const char *what,
+                                int64_t *nb)
+{
+    int64_t nm[N_FUSION_COUNTS];
+    one_token_counts(base, NULL, NULL, vocab, nb);
+    one_token_counts(m, NULL, NULL, vocab, nm);
+    CU_ASSERT(nb[0] > 0);
+    for (int k = 0; k < N_FUSION_COUNTS; k++) {
+        if (nm[k] != nb[k])
+            fprintf(stderr, "\n  %s: %s %lld a token merged, %lld without branches\n", what,
+                    fusion_count_names[k], (long long)nm[k], (long long)nb[k]);
+        CU_ASSERT_EQUAL(nm[k], nb[k]);
+    }
 }
 
 static void lora_case(const char *wtype, int64_t r, double tol)
@@ -2358,17 +2422,14 @@ static void lora_case(const char *wtype, int64_t r, double tol)
     gp_session_free(bs);
     gp_session_free(on);
     gp_session_free(off);
-    /* Merged, a one-token eval launches what the plan without branches does; launched as
-     * nodes, at least two more a branch. */
-    int64_t n_base = one_token_launches(base, NULL, NULL, V);
-    int64_t n_on = one_token_launches(m, NULL, NULL, V);
+    /* Merged, a one-token eval launches what the plan without branches does, with the same
+     * fusions; launched as nodes, at least two more a branch. */
+    char what[64];
+    snprintf(what, sizeof what, "lora %s r %lld", wtype, (long long)r);
+    int64_t nb[N_FUSION_COUNTS];
+    assert_same_fusions(m, base, V, what, nb);
     int64_t n_off = one_token_launches(m, "GPLAN_CUDA_DISABLE", "lora", V);
-    if (n_on != n_base)
-        fprintf(stderr, "\n  lora %s r %lld: %lld launches a token merged, %lld without branches\n",
-                wtype, (long long)r, (long long)n_on, (long long)n_base);
-    CU_ASSERT(n_base > 0);
-    CU_ASSERT_EQUAL(n_on, n_base);
-    CU_ASSERT(n_off >= n_base + 2 * 4 * LORA_LAYERS);
+    CU_ASSERT(n_off >= nb[0] + 2 * 4 * LORA_LAYERS);
     free(lc);
     free(lg);
     free(lb);
@@ -2388,6 +2449,41 @@ static void test_model_lora(void)
     lora_case("f32", 64, 1e-4);
     lora_case("f16", 8, 1e-2);
     lora_case("f16", 64, 1e-2);
+}
+
+/*
+ * The same for GPT-2 117M's layer (768 wide, 12 heads of 64, f16 weights and caches, biases; two
+ * layers, a small vocabulary), as bench/lora_gpu.sh runs it, ranks 8 and 64, adapter slots as
+ * the random weights left them: merged, a one-token eval launches exactly the kernels of the plan
+ * without branches with the same fusions, among them c_fc and the second c_attn adding into
+ * outputs the product before them zeroed ("accum"), which needs those outputs' bytes kept from
+ * that product's step on (the plan's accumulated outputs, whose first step the branches' own
+ * products must not move).
+ */
+static void test_model_lora_117m(void)
+{
+    for (int k = 0; k < 2; k++) {
+        const int64_t r = k ? 64 : 8;
+        char defs_r[32], what[64];
+        snprintf(defs_r, sizeof defs_r, "lora_r=%lld", (long long)r);
+        const char *defs[8] = {"n_layer=2", "n_embd=768", "n_head=12", "vocab_size=512",
+                               "n_positions=64", "wtype=f16", "kv_type=f16", defs_r};
+        gp_test_model_opts mo = {defs, 8, NULL, 1, 11}, mb = {defs, 7, NULL, 1, 11};
+        gp_model *m = gp_test_model("examples/gpt2.gplan", &mo, NULL);
+        gp_model *base = gp_test_model("examples/gpt2.gplan", &mb, NULL);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(base);
+        gp_model_info info;
+        gp_model_get_info(m, &info);
+        int64_t m0 = gp_cuda_lora_merged_count(), nb[N_FUSION_COUNTS];
+        snprintf(what, sizeof what, "lora 117M-shaped f16 r %lld", (long long)r);
+        assert_same_fusions(m, base, info.vocab, what, nb);
+        CU_ASSERT_EQUAL(gp_cuda_lora_merged_count() - m0, 4 * 2);
+        /* accum taken: both layers' c_fc and the second layer's c_attn */
+        CU_ASSERT(nb[1] >= 3);
+        gp_model_free(m);
+        gp_model_free(base);
+    }
 }
 
 static void test_model_f32(void)
@@ -3392,6 +3488,8 @@ void gp_suite_cuda(void)
     CU_add_test(s, "LoRA runtime mode: adapters rebound in a live session", test_lora_rebind);
     CU_add_test(s, "LoRA runtime mode: branches merged into the products, ranks 8 and 64",
                 test_model_lora);
+    CU_add_test(s, "LoRA runtime mode: GPT-2 117M-shaped decode fuses as without branches",
+                test_model_lora_117m);
     CU_add_test(s, "quant: products on the eight block types against the CPU", test_quant_matmul);
     CU_add_test(s, "quant: get_rows on quantized tables", test_quant_get_rows);
     CU_add_test(s, "quant: layouts the products refuse", test_quant_matmul_refusals);

@@ -970,6 +970,76 @@ static void test_runtime_errors(void)
     gp_graph_free(g);
 }
 
+/* The tensor of p named name, or -1. */
+static int tensor_named(const gp_plan *p, const char *name)
+{
+    for (int i = 0; i < p->n_tensors; i++)
+        if (!strcmp(p->tensors[i].name, name))
+            return i;
+    return -1;
+}
+
+/* The first step of the product that the bias add making tensor name reads (c_fc's x W of
+ * "f.L", c_attn's of "qkv.L"), or -1. */
+static int product_first(const gp_plan *p, const char *name)
+{
+    int t = tensor_named(p, name);
+    int s = t >= 0 ? p->tensors[t].producer : -1;
+    if (s < 0 || p->nodes[s].op != GP_OP_ADD)
+        return -1;
+    int prod = p->nodes[s].inputs[0], m = p->tensors[prod].producer;
+    return m >= 0 && p->nodes[m].op == GP_OP_MATMUL ? p->tensors[prod].first : -1;
+}
+
+/* The step of the node that makes tensor name, or -1. */
+static int step_of(const gp_plan *p, const char *name)
+{
+    int t = tensor_named(p, name);
+    return t >= 0 ? p->tensors[t].producer : -1;
+}
+
+/*
+ * Runtime mode in plans for CUDA: the branches' products do not move the accumulated outputs'
+ * first steps (docs/plan-format.md). c_fc's product starts at c_proj's step and c_attn's (past
+ * the first layer) at the previous layer's mlp.c_proj's, with branches of rank 8 and 64 as
+ * without: the CUDA backend merges the branches into the weights, so those products are the
+ * launches before, which zero the outputs (its "accum").
+ */
+static void test_runtime_accumulated(void)
+{
+    for (int r = 0; r < 3; r++) {
+        char defs_r[32], l0[16], l1[16];
+        snprintf(defs_r, sizeof defs_r, "lora_r=%d", r == 0 ? 0 : r == 1 ? 8 : 64);
+        const char *defs[7] = {"n_layer=2", "n_embd=64", "n_head=2", "vocab_size=128",
+                               "n_positions=32", "wtype=f16", defs_r};
+        gp_diag *d = gp_diag_new(NULL);
+        gp_dsl_opts o = {.defines = defs, .n_defines = 7};
+        gp_graph *g = gp_dsl_compile_file(gp_test_path("examples/gpt2.gplan"), &o, d);
+        gp_plan_opts po;
+        memset(&po, 0, sizeof po);
+        po.backends = GP_BACKEND_BIT(GP_BACKEND_CUDA);
+        gp_plan *p = NULL;
+        CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+        CU_ASSERT_EQUAL_FATAL(gp_plan_build(g, &po, &p, d), 0);
+        for (int l = 0; l < 2; l++) {
+            snprintf(l0, sizeof l0, "f.%d", l);
+            snprintf(l1, sizeof l1, "o.%d", l);
+            int first = product_first(p, l0), at = step_of(p, l1);
+            if (first != at)
+                fprintf(stderr, "\n  %s: c_fc.%d's product from step %d, c_proj's at %d\n",
+                        defs_r, l, first, at);
+            CU_ASSERT(at >= 0);
+            CU_ASSERT_EQUAL(first, at);
+        }
+        int first = product_first(p, "qkv.1"), at = step_of(p, "d.0");
+        CU_ASSERT(at >= 0);
+        CU_ASSERT_EQUAL(first, at);
+        gp_plan_free(p);
+        gp_graph_free(g);
+        gp_diag_free(d);
+    }
+}
+
 /* The tests share adapter folders and plan files (tmpdir, plan_file): removed after the suite. */
 static int suite_clean(void)
 {
@@ -992,4 +1062,6 @@ void gp_suite_lora(void)
     CU_add_test(s, "runtime mode, small llama: = merged", test_runtime_llama);
     CU_add_test(s, "runtime mode: rebinding between evals, no allocation", test_runtime_rebind);
     CU_add_test(s, "runtime mode: errors, slots unchanged", test_runtime_errors);
+    CU_add_test(s, "runtime mode, plans for CUDA: accumulated outputs start as without branches",
+                test_runtime_accumulated);
 }
