@@ -126,11 +126,11 @@ AI float vred(vf lo, vf hi)
 #define NRP 1
 #endif
 
-/* prompt blocking: NT weight rows dequantized KC columns at a time into wbuf, MG activation rows
- * swept over them, partial lane sums parked in accbuf between column chunks (48 KiB of stack) */
-#define KC 256
-#define NT (4 * NRP)
-#define MG (6 * MRP)
+/* prompt blocking: NRP weight rows dequantized up to KC columns at a time into wb, a group of at
+ * most MG activation rows (sized to stay in L2) swept over them, partial lane sums parked in ab
+ * between column chunks when K > KC (36 KiB of stack) */
+#define KC 1024
+#define MG 64
 
 static float f16(const uint8_t *p)
 {
@@ -551,23 +551,22 @@ static void prompt_all(gp_dtype t, const uint8_t *w, int64_t n0, int64_t n1, con
                        int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy)
 {
     size_t rb = gp_dtype_row_bytes(t, K);
-    float wb[NT * KC] __attribute__((aligned(64)));       /* [NT][KC] */
-    float ab[MG * NT * 32] __attribute__((aligned(64)));  /* [MG][NT][32] lane sums */
-    for (int64_t m0 = 0; m0 < M; m0 += MG) {
-        int mg = M - m0 < MG ? (int)(M - m0) : MG;
-        for (int64_t n = n0; n < n1; n += NT) {
-            int nt = n1 - n < NT ? (int)(n1 - n) : NT;
+    float wb[NRP * KC] __attribute__((aligned(64))); /* [NRP][KC] */
+    float ab[MG * NRP * 32] __attribute__((aligned(64))); /* [MG][NRP][32] lane sums */
+    /* rows of x per group: about 512 KiB of them, a multiple of MRP */
+    int64_t mgr = (512 << 10) / (4 * K);
+    int mgmax = mgr >= MG ? MG : mgr < MRP ? MRP : (int)(mgr / MRP * MRP);
+    for (int64_t m0 = 0; m0 < M; m0 += mgmax) {
+        int mg = M - m0 < mgmax ? (int)(M - m0) : mgmax;
+        for (int64_t n = n0; n < n1; n += NRP) {
+            int nt = n1 - n < NRP ? (int)(n1 - n) : NRP;
             for (int64_t k0 = 0; k0 < K; k0 += KC) {
                 int64_t kc = K - k0 < KC ? K - k0 : KC;
                 deq_tile_any(t, w, rb, n, nt, k0, kc, wb);
                 for (int mi = 0; mi < mg; mi += MRP) {
                     int mr = mg - mi < MRP ? mg - mi : MRP;
-                    for (int ni = 0; ni < nt; ni += NRP) {
-                        int nr = nt - ni < NRP ? nt - ni : NRP;
-                        micro_any(mr, nr, x + (m0 + mi) * ldx + k0, ldx, wb + ni * KC, kc,
-                                  ab + (mi * NT + ni) * 32, NT * 32, k0 == 0, k0 + kc == K,
-                                  y + (m0 + mi) * ldy + n + ni, ldy);
-                    }
+                    micro_any(mr, nt, x + (m0 + mi) * ldx + k0, ldx, wb, kc, ab + mi * NRP * 32,
+                              NRP * 32, k0 == 0, k0 + kc == K, y + (m0 + mi) * ldy + n, ldy);
                 }
             }
         }

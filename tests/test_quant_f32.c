@@ -179,13 +179,15 @@ static void test_reference(void)
 }
 
 /* Rows of a batch and the same rows alone (bits), and the AVX2 and AVX-512 paths against each
- * other (the same documented order: the same bits), on a 32-block K that is not a whole number
- * of the prompt path's 256-column chunks, and on prompt batches of every tail size. */
+ * other (the same documented order: the same bits): on a 32-block K that is not a whole number
+ * of 256 columns, on prompt batches of every tail size, and with K = 8448, beyond one column
+ * chunk of the prompt path and with a row group (~512 KiB of x) smaller than M. */
 static void test_batches_and_paths(void)
 {
     static const int Ms[] = {4, 5, 6, 7, 8, 13, 24, 25, 49};
-    for (int t = 0; t < NTYPES; t++) {
-        int K = gp_dtype_block(types[t]) == 32 ? 288 + 32 : 512, N = 17, cuts[] = {0, N};
+    for (int c = 0; c < 2 * NTYPES; c++) {
+        int t = c % NTYPES, N = 17, cuts[] = {0, N};
+        int K = c >= NTYPES ? 8448 : gp_dtype_block(types[t]) == 32 ? 288 + 32 : 512;
         problem p;
         problem_make(&p, types[t], N, K, 49);
         float *prev = NULL;
@@ -206,7 +208,8 @@ static void test_batches_and_paths(void)
                 free(y);
             }
             if (diff)
-                printf("\n%s %s: %d rows differ from M = 1\n", tname[t], gp_quant_isa_name(isa), diff);
+                printf("\n%s %s K %d: %d rows differ from M = 1\n", tname[t], gp_quant_isa_name(isa),
+                       K, diff);
             CU_ASSERT(diff == 0);
             if (prev) {
                 int paths = 0;
