@@ -189,6 +189,10 @@ AI void q6_bytes(const uint8_t *b, int8_t *qb)
 
 AI void prep(gp_dtype t, const uint8_t *b, bctx *c)
 {
+#if QF_BITS == 512
+    if (t == GP_Q4_0 || t == GP_Q4_1 || t == GP_Q5_0 || t == GP_Q5_1)
+        goto tables; /* only the value tables below */
+#endif
     switch (t) {
     case GP_Q4_0:
     case GP_Q5_0:
@@ -242,22 +246,22 @@ AI void prep(gp_dtype t, const uint8_t *b, bctx *c)
     }
     }
 #if QF_BITS == 512
+tables:;
     /* the 16 (q4) or 32 (q5) values a block can take: each weight is then one permute of its q.
      * d q is exact in f32 (an f16's 11 significant bits times a 5-bit integer), so d q + m rounds
      * once either way and one fused multiply-add gives dequantization's d * q + m bit for bit */
-    vf d = vset(c->s[0]), i16 = iota();
-    switch (t) {
-    case GP_Q4_0: c->T0 = vmul(d, vsub(i16, vset(8))); break;
-    case GP_Q4_1: c->T0 = vfma(d, i16, vset(c->o[0])); break;
-    case GP_Q5_0:
-        c->T0 = vmul(d, vsub(i16, vset(16)));
-        c->T1 = vmul(d, i16);
-        break;
-    case GP_Q5_1:
-        c->T0 = vfma(d, i16, vset(c->o[0]));
-        c->T1 = vfma(d, vadd(i16, vset(16)), vset(c->o[0]));
-        break;
-    default: break;
+    vf i16 = iota();
+    if (t == GP_Q4_0 || t == GP_Q5_0) {
+        vf d = _mm512_cvtph_ps(_mm256_set1_epi16((short)(b[0] | b[1] << 8)));
+        c->T0 = vmul(d, vsub(i16, vset(t == GP_Q4_0 ? 8 : 16)));
+        if (t == GP_Q5_0)
+            c->T1 = vmul(d, i16);
+    } else if (t == GP_Q4_1 || t == GP_Q5_1) { /* d, m converted together: d m d m ... */
+        vf dm = _mm512_cvtph_ps(_mm256_set1_epi32((int)ld32(b)));
+        vf d = _mm512_moveldup_ps(dm), m = _mm512_movehdup_ps(dm);
+        c->T0 = vfma(d, i16, m);
+        if (t == GP_Q5_1)
+            c->T1 = vfma(d, vadd(i16, vset(16)), m);
     }
 #endif
 }
