@@ -20,6 +20,7 @@ AI vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
 AI vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 AI vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 AI vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+AI vf vfms(vf a, vf b, vf c) { return _mm512_fmsub_ps(a, b, c); }
 AI vf vcvt(vi a) { return _mm512_cvtepi32_ps(a); }
 /* 16 bytes at p as 16 int32, zero- or sign-extended */
 AI vi vu8(const uint8_t *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)p)); }
@@ -70,6 +71,10 @@ AI vf vmul(vf a, vf b) { return (vf){_mm256_mul_ps(a.a, b.a), _mm256_mul_ps(a.b,
 AI vf vfma(vf a, vf b, vf c)
 {
     return (vf){_mm256_fmadd_ps(a.a, b.a, c.a), _mm256_fmadd_ps(a.b, b.b, c.b)};
+}
+AI vf vfms(vf a, vf b, vf c)
+{
+    return (vf){_mm256_fmsub_ps(a.a, b.a, c.a), _mm256_fmsub_ps(a.b, b.b, c.b)};
 }
 AI vf vcvt(vi a) { return (vf){_mm256_cvtepi32_ps(a.a), _mm256_cvtepi32_ps(a.b)}; }
 AI vi vu8(const uint8_t *p)
@@ -322,10 +327,10 @@ AI void deq(gp_dtype t, const uint8_t *b, const bctx *c, int g, vf *w0, vf *w1)
             int off = t == GP_Q4_0 ? 8 : 16;
             *w0 = vmul(d, vcvt(visub(lo, off)));
             *w1 = vmul(d, vcvt(visub(hi, off)));
-        } else {
+        } else { /* d q exact (see the tables): one fused rounding is dequantization's two */
             vf m = vset(c->o[0]);
-            *w0 = vadd(vmul(d, vcvt(lo)), m);
-            *w1 = vadd(vmul(d, vcvt(hi)), m);
+            *w0 = vfma(d, vcvt(lo), m);
+            *w1 = vfma(d, vcvt(hi), m);
         }
         break;
     }
@@ -344,9 +349,9 @@ AI void deq(gp_dtype t, const uint8_t *b, const bctx *c, int g, vf *w0, vf *w1)
             lo = vior(lo, visll(viand(visrl(vu8(b + 16), g), 1), 4));
             hi = vior(hi, visll(viand(visrl(vu8(b + 32), g), 1), 4));
         }
-        vf d = vset(c->s[g]), m = vset(c->o[g]);
-        *w0 = vsub(vmul(d, vcvt(lo)), m);
-        *w1 = vsub(vmul(d, vcvt(hi)), m);
+        vf d = vset(c->s[g]), m = vset(c->o[g]); /* d sc_j q exact: fmsub rounds as d q - m */
+        *w0 = vfms(d, vcvt(lo), m);
+        *w1 = vfms(d, vcvt(hi), m);
         break;
     }
     default: { /* q6_k: g = 4 h + k */
