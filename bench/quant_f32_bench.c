@@ -147,8 +147,10 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    static const gp_dtype types[] = {GP_Q4_1, GP_Q4_0, GP_Q8_0, GP_Q4_K, GP_Q6_K};
-    static const char *const names[] = {"q4_1", "q4_0", "q8_0", "q4_k", "q6_k"};
+    /* the first five by default; TYPE picks any */
+    static const gp_dtype types[] = {GP_Q4_1, GP_Q4_0, GP_Q8_0, GP_Q4_K, GP_Q6_K,
+                                     GP_Q5_0, GP_Q5_1, GP_Q5_K};
+    static const char *const names[] = {"q4_1", "q4_0", "q8_0", "q4_k", "q6_k", "q5_0", "q5_1", "q5_k"};
     static const int64_t shapes[][2] = {{576, 1536}, {1536, 576}, {2048, 5632}}; /* N x K */
     printf("path %s; %d rounds; %s\n", gp_quant_isa_name(gp_quant_isa()), rounds,
            only_cpu ? "thread CPU time" : "wall-clock time");
@@ -167,7 +169,7 @@ int main(int argc, char **argv)
         float *x = malloc((size_t)(128 * K) * sizeof *x), *y = malloc((size_t)(128 * N) * sizeof *y);
         for (int64_t i = 0; i < 128 * K; i++)
             x[i] = frand();
-        for (int ti = 0; ti < 5; ti++) {
+        for (int ti = 0; ti < (only ? 8 : 5); ti++) {
             gp_dtype t = types[ti];
             if (K % gp_dtype_block(t) != 0 || (only && strcmp(only, names[ti]) != 0))
                 continue; /* the k-quants need K a multiple of 256 */

@@ -304,6 +304,25 @@ AI void deq(gp_dtype t, const uint8_t *b, const bctx *c, int g, vf *w0, vf *w1)
         *w1 = _mm512_permutexvar_ps(hi, T);
         return;
     }
+    if (t == GP_Q5_K) { /* q's bit 4 from qh[l] >> g picks the second table */
+        const uint8_t *qs = b + 48 + 32 * (g >> 1);
+        vf T0 = _mm512_fmsub_ps(vset(c->s[g]), iota(), vset(c->o[g]));
+        vf T1 = _mm512_fmsub_ps(vset(c->s[g]), vadd(iota(), vset(16)), vset(c->o[g]));
+        vi lo = vu8(qs), hi = vu8(qs + 16);
+        if (g & 1) {
+            lo = _mm512_srli_epi32(lo, 4);
+            hi = _mm512_srli_epi32(hi, 4);
+        } else {
+            lo = viand(lo, 15);
+            hi = viand(hi, 15);
+        }
+        const __m512i bit = _mm512_set1_epi32(1 << g), b16 = _mm512_set1_epi32(16);
+        lo = _mm512_mask_or_epi32(lo, _mm512_test_epi32_mask(vu8(b + 16), bit), lo, b16);
+        hi = _mm512_mask_or_epi32(hi, _mm512_test_epi32_mask(vu8(b + 32), bit), hi, b16);
+        *w0 = _mm512_permutex2var_ps(T0, lo, T1);
+        *w1 = _mm512_permutex2var_ps(T0, hi, T1);
+        return;
+    }
     if (t == GP_Q6_K) {
         *w0 = vmul(vset(c->s[2 * g]), vcvt(vs8((const uint8_t *)c->qb + 32 * g)));
         *w1 = vmul(vset(c->s[2 * g + 1]), vcvt(vs8((const uint8_t *)c->qb + 32 * g + 16)));
