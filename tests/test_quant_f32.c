@@ -122,8 +122,8 @@ static float *run(const problem *p, int M, const float *x, const int *cuts, int 
 static void test_reference(void)
 {
     static const int Ms[] = {1, 2, 5, 37}, Ks[] = {256, 768, 2048, 1536};
-    enum { N = 29 }; /* odd: every decode and prompt tile shape has a ragged tail */
-    const int cuts_all[] = {0, N}, cuts_a[] = {0, 1, 6, 13, 14, 27, N}, cuts_b[] = {0, 3, 16, N};
+    enum { N = 19 }; /* every decode (4, 2 rows) and prompt (3 rows) tile shape has a ragged tail */
+    const int cuts_all[] = {0, N}, cuts_a[] = {0, 1, 6, 13, 14, 17, N}, cuts_b[] = {0, 3, 16, N};
     int checked = 0;
     for (int t = 0; t < NTYPES; t++) {
         for (int ki = 0; ki < 4; ki++) {
@@ -143,7 +143,8 @@ static void test_reference(void)
                 for (int mi = 0; mi < 4; mi++) {
                     int M = Ms[mi], bad = 0, order = 0, split = 0, vs = 0, pad = 0, batch = 0;
                     float *y = run(&p, M, p.x, cuts_all, 2);
-                    float *ya = run(&p, M, p.x, cuts_a, 7), *yb = run(&p, M, p.x, cuts_b, 4);
+                    float *ya = run(&p, M, p.x, cuts_a, 7);
+                    float *yb = M == 1 || M == 37 ? run(&p, M, p.x, cuts_b, 4) : NULL;
                     for (int m = 0; m < M; m++) {
                         /* the same rows as decode (M = 1) and inside the batch of 37 */
                         float *y1 = run(&p, 1, p.x + (size_t)m * p.ldx, cuts_a, 7);
@@ -155,7 +156,7 @@ static void test_reference(void)
                             float e = emu[((isa != GP_QUANT_ISA_PORTABLE) * 37 + m) * N + n];
                             order += memcmp(&v, &e, sizeof v) != 0;
                             split += memcmp(&v, &ya[m * p.ldy + n], sizeof v) != 0;
-                            split += memcmp(&v, &yb[m * p.ldy + n], sizeof v) != 0;
+                            split += yb && memcmp(&v, &yb[m * p.ldy + n], sizeof v) != 0;
                             batch += memcmp(&v, &y1[n], sizeof v) != 0;
                             checked++;
                         }
