@@ -161,11 +161,32 @@ static uint32_t ld32(const uint8_t *p)
  * q4_k / q5_k d sc_j and dmin m_j (s[j], o[j]); q6_k d * scales[i] (s[i]). */
 typedef struct {
     float s[16], o[8];
-#if QF_BITS == 512
-    vf T0, T1;                             /* q4 / q5 value tables, by q (below) */
     int8_t qb[256] __attribute__((aligned(64))); /* q6_k: q - 32 of the whole block */
+#if QF_BITS == 512
+    vf T0, T1; /* q4 / q5 value tables, by q (below) */
 #endif
 } bctx;
+
+#if QF_BITS != 512
+/* q6_k: the 256 q - 32 as bytes in element order, 32 at a time (as the 512-bit q6_bytes) */
+AI void q6_bytes(const uint8_t *b, int8_t *qb)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3), o32 = _mm256_set1_epi8(32);
+    for (int h = 0; h < 2; h++) {
+        __m256i l0 = _mm256_loadu_si256((const void *)(b + 64 * h));
+        __m256i l1 = _mm256_loadu_si256((const void *)(b + 64 * h + 32));
+        __m256i qh = _mm256_loadu_si256((const void *)(b + 128 + 32 * h));
+        __m256i q[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+                        _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                        _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+        for (int k = 0; k < 4; k++) {
+            __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), m2);
+            q[k] = _mm256_or_si256(q[k], _mm256_slli_epi16(hb, 4));
+            _mm256_store_si256((void *)(qb + 128 * h + 32 * k), _mm256_sub_epi8(q[k], o32));
+        }
+    }
+}
+#endif
 
 #if QF_BITS == 512
 /* 0, 1, ..., 15 as f32 */
@@ -244,9 +265,7 @@ AI void prep(gp_dtype t, const uint8_t *b, bctx *c)
         float d = f16(b + 208);
         for (int i = 0; i < 16; i++)
             c->s[i] = d * (float)(int8_t)b[192 + i];
-#if QF_BITS == 512
         q6_bytes(b, c->qb);
-#endif
         break;
     }
     }
@@ -323,11 +342,6 @@ AI void deq(gp_dtype t, const uint8_t *b, const bctx *c, int g, vf *w0, vf *w1)
         *w1 = _mm512_permutex2var_ps(T0, hi, T1);
         return;
     }
-    if (t == GP_Q6_K) {
-        *w0 = vmul(vset(c->s[2 * g]), vcvt(vs8((const uint8_t *)c->qb + 32 * g)));
-        *w1 = vmul(vset(c->s[2 * g + 1]), vcvt(vs8((const uint8_t *)c->qb + 32 * g + 16)));
-        return;
-    }
 #endif
     switch (t) {
     case GP_Q4_0:
@@ -373,17 +387,10 @@ AI void deq(gp_dtype t, const uint8_t *b, const bctx *c, int g, vf *w0, vf *w1)
         *w1 = vfms(d, vcvt(hi), m);
         break;
     }
-    default: { /* q6_k: g = 4 h + k */
-        int h = g >> 2, k = g & 3;
-        const uint8_t *ql = b + 64 * h + 32 * (k & 1), *qh = b + 128 + 32 * h;
-        vi lo = vior(viand(visrl(vu8(ql), 4 * (k >> 1)), 15),
-                     visll(viand(visrl(vu8(qh), 2 * k), 3), 4));
-        vi hi = vior(viand(visrl(vu8(ql + 16), 4 * (k >> 1)), 15),
-                     visll(viand(visrl(vu8(qh + 16), 2 * k), 3), 4));
-        *w0 = vmul(vset(c->s[2 * g]), vcvt(visub(lo, 32)));
-        *w1 = vmul(vset(c->s[2 * g + 1]), vcvt(visub(hi, 32)));
+    default: /* q6_k, from the bytes prep unpacked */
+        *w0 = vmul(vset(c->s[2 * g]), vcvt(vs8((const uint8_t *)c->qb + 32 * g)));
+        *w1 = vmul(vset(c->s[2 * g + 1]), vcvt(vs8((const uint8_t *)c->qb + 32 * g + 16)));
         break;
-    }
     }
 }
 
