@@ -250,14 +250,24 @@ AI void prep(gp_dtype t, const uint8_t *b, bctx *c)
         _mm256_storeu_ps(c->o, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
         break;
 #else
-        float d = f16(b), dmin = f16(b + 2);
-        const uint8_t *s = b + 4;
-        for (int j = 0; j < 4; j++) {
-            c->s[j] = d * (float)(s[j] & 63);
-            c->o[j] = dmin * (float)(s[j + 4] & 63);
-            c->s[j + 4] = d * (float)((s[j + 8] & 15) | (s[j] >> 6) << 4);
-            c->o[j + 4] = dmin * (float)((s[j + 8] >> 4) | (s[j + 4] >> 6) << 4);
-        }
+        /* the same 8 + 8 values by 256-bit lanes: bytes gathered by pshufb, then as above */
+        __m128i raw = _mm_loadu_si128((const void *)(b + 4));
+        const __m256i sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+        const __m256i mk = _mm256_setr_epi32(63, 63, 63, 63, 15, 15, 15, 15);
+        __m256i asc = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(
+            raw, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, -1, -1, -1, -1, -1, -1, -1, -1)));
+        __m256i amn = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(
+            raw, _mm_setr_epi8(4, 5, 6, 7, 8, 9, 10, 11, -1, -1, -1, -1, -1, -1, -1, -1)));
+        __m256i qsc = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(
+            raw, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, -1, -1, -1, -1)));
+        __m256i qmn = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(
+            raw, _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, -1, -1, -1, -1)));
+        __m256i sc = _mm256_or_si256(_mm256_and_si256(asc, mk),
+                                     _mm256_slli_epi32(_mm256_srli_epi32(qsc, 6), 4));
+        __m256i mn = _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi32(amn, sh), mk),
+                                     _mm256_slli_epi32(_mm256_srli_epi32(qmn, 6), 4));
+        _mm256_storeu_ps(c->s, _mm256_mul_ps(_mm256_set1_ps(f16(b)), _mm256_cvtepi32_ps(sc)));
+        _mm256_storeu_ps(c->o, _mm256_mul_ps(_mm256_set1_ps(f16(b + 2)), _mm256_cvtepi32_ps(mn)));
         break;
 #endif
     }
