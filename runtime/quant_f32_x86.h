@@ -77,15 +77,17 @@ AI vf vfms(vf a, vf b, vf c)
     return (vf){_mm256_fmsub_ps(a.a, b.a, c.a), _mm256_fmsub_ps(a.b, b.b, c.b)};
 }
 AI vf vcvt(vi a) { return (vf){_mm256_cvtepi32_ps(a.a), _mm256_cvtepi32_ps(a.b)}; }
+/* one 16-byte load (8-byte loads of just-stored bytes became a register vmovq that valgrind
+ * 3.19 cannot decode) */
 AI vi vu8(const uint8_t *p)
 {
-    return (vi){_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)p)),
-                _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(p + 8)))};
+    __m128i v = _mm_loadu_si128((const void *)p);
+    return (vi){_mm256_cvtepu8_epi32(v), _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(v, v))};
 }
 AI vi vs8(const uint8_t *p)
 {
-    return (vi){_mm256_cvtepi8_epi32(_mm_loadl_epi64((const void *)p)),
-                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const void *)(p + 8)))};
+    __m128i v = _mm_loadu_si128((const void *)p);
+    return (vi){_mm256_cvtepi8_epi32(v), _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v))};
 }
 AI vi viset(int v) { return (vi){_mm256_set1_epi32(v), _mm256_set1_epi32(v)}; }
 AI vi viand(vi a, int m)
