@@ -74,6 +74,7 @@ static void call(void)
 /* ---- measurement ---- */
 
 typedef struct {
+    double call;        /* seconds: the fastest single call (the machine's own speed, best seen) */
     double best, worst; /* seconds per call: min and max over rounds of each round's mean */
 } timing;
 
@@ -81,7 +82,7 @@ typedef struct {
  * whole model per token, far beyond the caches) */
 static timing measure(job j, const unsigned char *wbase, size_t wbytes, int copies, int rounds)
 {
-    timing tm = {1e30, 0};
+    timing tm = {1e30, 1e30, 0};
     cur = j;
     int iters = 1;
     for (;;) { /* a round of at least ~30 ms */
@@ -95,12 +96,17 @@ static timing measure(job j, const unsigned char *wbase, size_t wbytes, int copi
         iters *= 2;
     }
     for (int r = 0; r < rounds; r++) {
-        double t0 = now();
+        double t0 = now(), s = 0;
         for (int i = 0; i < iters; i++) {
             cur.w = wbase + (size_t)(i % copies) * wbytes;
+            double c0 = now();
             call();
+            double c = now() - c0;
+            s += c;
+            tm.call = c < tm.call ? c : tm.call;
         }
-        double s = (now() - t0) / iters;
+        (void)t0;
+        s /= iters;
         tm.best = s < tm.best ? s : tm.best;
         tm.worst = s > tm.worst ? s : tm.worst;
     }
@@ -134,13 +140,18 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    static const gp_dtype types[] = {GP_Q4_1, GP_Q4_0, GP_Q8_0, GP_Q4_K, GP_Q6_K};
-    static const char *const names[] = {"q4_1", "q4_0", "q8_0", "q4_k", "q6_k"};
+    /* the first five by default; TYPE picks any */
+    static const gp_dtype types[] = {GP_Q4_1, GP_Q4_0, GP_Q8_0, GP_Q4_K, GP_Q6_K,
+                                     GP_Q5_0, GP_Q5_1, GP_Q5_K};
+    static const char *const names[] = {"q4_1", "q4_0", "q8_0", "q4_k", "q6_k", "q5_0", "q5_1", "q5_k"};
     static const int64_t shapes[][2] = {{576, 1536}, {1536, 576}, {2048, 5632}}; /* N x K */
-    printf("path %s; rounds %d; seconds per call: min over rounds, spread = max/min - 1\n",
-           gp_quant_isa_name(gp_quant_isa()), rounds);
-    printf("%-5s %-10s %3s %4s | %8s %6s | %8s %6s\n", "type", "N x K", "thr", "M", "hot",
-           "spread", "cold", "spread");
+    printf("path %s; %d rounds; %s\n", gp_quant_isa_name(gp_quant_isa()), rounds,
+           only_cpu ? "thread CPU time" : "wall-clock time");
+    printf("M = 1: GB/s of weights; M = 128: GFLOP/s. best: the fastest call; rounds: the best "
+           "round's mean (spread: the worst round's mean / the best's - 1). hot: one copy of the "
+           "matrix (caches); cold: 256 MiB of copies in turn (memory)\n");
+    printf("%-5s %-10s %3s %4s | %6s %6s %6s | %6s %6s %6s | %s\n", "type", "N x K", "thr", "M",
+           "best", "rounds", "spread", "cold", "rounds", "spread", "time");
     pthread_t th;
     for (int s = 0; s < 3; s++) {
         int64_t N = shapes[s][0], K = shapes[s][1];
@@ -150,7 +161,7 @@ int main(int argc, char **argv)
         float *x = malloc((size_t)(128 * K) * sizeof *x), *y = malloc((size_t)(128 * N) * sizeof *y);
         for (int64_t i = 0; i < 128 * K; i++)
             x[i] = frand();
-        for (int ti = 0; ti < 5; ti++) {
+        for (int ti = 0; ti < (only ? 8 : 5); ti++) {
             gp_dtype t = types[ti];
             if (K % gp_dtype_block(t) != 0 || (only && strcmp(only, names[ti]) != 0))
                 continue; /* the k-quants need K a multiple of 256 */
@@ -173,17 +184,15 @@ int main(int argc, char **argv)
                     timing cold = M == 1 ? measure(j, w, wbytes, copies, rounds) : hot;
                     char tag[32];
                     snprintf(tag, sizeof tag, "%lldx%lld", (long long)N, (long long)K);
+                    double u = M == 1 ? (double)wbytes * 1e-9 : 2.0 * M * N * K * 1e-9;
+                    printf("%-5s %-10s %3d %4d | %6.1f %6.1f %5.0f%% | ", names[ti], tag, nthreads, M,
+                           u / hot.call, u / hot.best, 100 * (hot.worst / hot.best - 1));
                     if (M == 1)
-                        printf("%-5s %-10s %3d %4d | %6.1f GB/s %5.0f%% | %6.1f GB/s %5.0f%%"
-                               "   (%.1f us)\n",
-                               names[ti], tag, nthreads, M, wbytes / hot.best * 1e-9,
-                               100 * (hot.worst / hot.best - 1), wbytes / cold.best * 1e-9,
-                               100 * (cold.worst / cold.best - 1), hot.best * 1e6);
+                        printf("%6.1f %6.1f %5.0f%% | ", u / cold.call, u / cold.best,
+                               100 * (cold.worst / cold.best - 1));
                     else
-                        printf("%-5s %-10s %3d %4d | %6.1f GFLOP/s %2.0f%% | %17s"
-                               " (%.2f ms)\n",
-                               names[ti], tag, nthreads, M, 2.0 * M * N * K / hot.best * 1e-9,
-                               100 * (hot.worst / hot.best - 1), "", hot.best * 1e3);
+                        printf("%6s %6s %6s | ", "", "", "");
+                    printf("%.1f us\n", hot.call * 1e6);
                     fflush(stdout);
                 }
                 if (nthreads == 2) {

@@ -20,6 +20,7 @@ AI vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
 AI vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 AI vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 AI vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+AI vf vfms(vf a, vf b, vf c) { return _mm512_fmsub_ps(a, b, c); }
 AI vf vcvt(vi a) { return _mm512_cvtepi32_ps(a); }
 /* 16 bytes at p as 16 int32, zero- or sign-extended */
 AI vi vu8(const uint8_t *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)p)); }
@@ -71,16 +72,22 @@ AI vf vfma(vf a, vf b, vf c)
 {
     return (vf){_mm256_fmadd_ps(a.a, b.a, c.a), _mm256_fmadd_ps(a.b, b.b, c.b)};
 }
+AI vf vfms(vf a, vf b, vf c)
+{
+    return (vf){_mm256_fmsub_ps(a.a, b.a, c.a), _mm256_fmsub_ps(a.b, b.b, c.b)};
+}
 AI vf vcvt(vi a) { return (vf){_mm256_cvtepi32_ps(a.a), _mm256_cvtepi32_ps(a.b)}; }
+/* one 16-byte load (8-byte loads of just-stored bytes became a register vmovq that valgrind
+ * 3.19 cannot decode) */
 AI vi vu8(const uint8_t *p)
 {
-    return (vi){_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)p)),
-                _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(p + 8)))};
+    __m128i v = _mm_loadu_si128((const void *)p);
+    return (vi){_mm256_cvtepu8_epi32(v), _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(v, v))};
 }
 AI vi vs8(const uint8_t *p)
 {
-    return (vi){_mm256_cvtepi8_epi32(_mm_loadl_epi64((const void *)p)),
-                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const void *)(p + 8)))};
+    __m128i v = _mm_loadu_si128((const void *)p);
+    return (vi){_mm256_cvtepi8_epi32(v), _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v))};
 }
 AI vi viset(int v) { return (vi){_mm256_set1_epi32(v), _mm256_set1_epi32(v)}; }
 AI vi viand(vi a, int m)
@@ -126,11 +133,11 @@ AI float vred(vf lo, vf hi)
 #define NRP 1
 #endif
 
-/* prompt blocking: NT weight rows dequantized KC columns at a time into wbuf, MG activation rows
- * swept over them, partial lane sums parked in accbuf between column chunks (48 KiB of stack) */
-#define KC 256
-#define NT (4 * NRP)
-#define MG (6 * MRP)
+/* prompt blocking: NRP weight rows dequantized up to KC columns at a time into wb, a group of at
+ * most MG activation rows (sized to stay in L2) swept over them, partial lane sums parked in ab
+ * between column chunks when K > KC (36 KiB of stack) */
+#define KC 1024
+#define MG 64
 
 static float f16(const uint8_t *p)
 {
@@ -156,11 +163,32 @@ static uint32_t ld32(const uint8_t *p)
  * q4_k / q5_k d sc_j and dmin m_j (s[j], o[j]); q6_k d * scales[i] (s[i]). */
 typedef struct {
     float s[16], o[8];
-#if QF_BITS == 512
-    vf T0, T1;                             /* q4 / q5 value tables, by q (below) */
     int8_t qb[256] __attribute__((aligned(64))); /* q6_k: q - 32 of the whole block */
+#if QF_BITS == 512
+    vf T0, T1; /* q4 / q5 value tables, by q (below) */
 #endif
 } bctx;
+
+#if QF_BITS != 512
+/* q6_k: the 256 q - 32 as bytes in element order, 32 at a time (as the 512-bit q6_bytes) */
+AI void q6_bytes(const uint8_t *b, int8_t *qb)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3), o32 = _mm256_set1_epi8(32);
+    for (int h = 0; h < 2; h++) {
+        __m256i l0 = _mm256_loadu_si256((const void *)(b + 64 * h));
+        __m256i l1 = _mm256_loadu_si256((const void *)(b + 64 * h + 32));
+        __m256i qh = _mm256_loadu_si256((const void *)(b + 128 + 32 * h));
+        __m256i q[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+                        _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                        _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+        for (int k = 0; k < 4; k++) {
+            __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), m2);
+            q[k] = _mm256_or_si256(q[k], _mm256_slli_epi16(hb, 4));
+            _mm256_store_si256((void *)(qb + 128 * h + 32 * k), _mm256_sub_epi8(q[k], o32));
+        }
+    }
+}
+#endif
 
 #if QF_BITS == 512
 /* 0, 1, ..., 15 as f32 */
@@ -189,6 +217,10 @@ AI void q6_bytes(const uint8_t *b, int8_t *qb)
 
 AI void prep(gp_dtype t, const uint8_t *b, bctx *c)
 {
+#if QF_BITS == 512
+    if (t == GP_Q4_0 || t == GP_Q4_1 || t == GP_Q5_0 || t == GP_Q5_1)
+        goto tables; /* only the value tables below */
+#endif
     switch (t) {
     case GP_Q4_0:
     case GP_Q5_0:
@@ -220,14 +252,24 @@ AI void prep(gp_dtype t, const uint8_t *b, bctx *c)
         _mm256_storeu_ps(c->o, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
         break;
 #else
-        float d = f16(b), dmin = f16(b + 2);
-        const uint8_t *s = b + 4;
-        for (int j = 0; j < 4; j++) {
-            c->s[j] = d * (float)(s[j] & 63);
-            c->o[j] = dmin * (float)(s[j + 4] & 63);
-            c->s[j + 4] = d * (float)((s[j + 8] & 15) | (s[j] >> 6) << 4);
-            c->o[j + 4] = dmin * (float)((s[j + 8] >> 4) | (s[j + 4] >> 6) << 4);
-        }
+        /* the same 8 + 8 values by 256-bit lanes: bytes gathered by pshufb, then as above */
+        __m128i raw = _mm_loadu_si128((const void *)(b + 4));
+        const __m256i sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+        const __m256i mk = _mm256_setr_epi32(63, 63, 63, 63, 15, 15, 15, 15);
+        __m256i asc = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(
+            raw, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, -1, -1, -1, -1, -1, -1, -1, -1)));
+        __m256i amn = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(
+            raw, _mm_setr_epi8(4, 5, 6, 7, 8, 9, 10, 11, -1, -1, -1, -1, -1, -1, -1, -1)));
+        __m256i qsc = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(
+            raw, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, -1, -1, -1, -1)));
+        __m256i qmn = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(
+            raw, _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, -1, -1, -1, -1)));
+        __m256i sc = _mm256_or_si256(_mm256_and_si256(asc, mk),
+                                     _mm256_slli_epi32(_mm256_srli_epi32(qsc, 6), 4));
+        __m256i mn = _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi32(amn, sh), mk),
+                                     _mm256_slli_epi32(_mm256_srli_epi32(qmn, 6), 4));
+        _mm256_storeu_ps(c->s, _mm256_mul_ps(_mm256_set1_ps(f16(b)), _mm256_cvtepi32_ps(sc)));
+        _mm256_storeu_ps(c->o, _mm256_mul_ps(_mm256_set1_ps(f16(b + 2)), _mm256_cvtepi32_ps(mn)));
         break;
 #endif
     }
@@ -235,29 +277,27 @@ AI void prep(gp_dtype t, const uint8_t *b, bctx *c)
         float d = f16(b + 208);
         for (int i = 0; i < 16; i++)
             c->s[i] = d * (float)(int8_t)b[192 + i];
-#if QF_BITS == 512
         q6_bytes(b, c->qb);
-#endif
         break;
     }
     }
 #if QF_BITS == 512
+tables:;
     /* the 16 (q4) or 32 (q5) values a block can take: each weight is then one permute of its q.
      * d q is exact in f32 (an f16's 11 significant bits times a 5-bit integer), so d q + m rounds
      * once either way and one fused multiply-add gives dequantization's d * q + m bit for bit */
-    vf d = vset(c->s[0]), i16 = iota();
-    switch (t) {
-    case GP_Q4_0: c->T0 = vmul(d, vsub(i16, vset(8))); break;
-    case GP_Q4_1: c->T0 = vfma(d, i16, vset(c->o[0])); break;
-    case GP_Q5_0:
-        c->T0 = vmul(d, vsub(i16, vset(16)));
-        c->T1 = vmul(d, i16);
-        break;
-    case GP_Q5_1:
-        c->T0 = vfma(d, i16, vset(c->o[0]));
-        c->T1 = vfma(d, vadd(i16, vset(16)), vset(c->o[0]));
-        break;
-    default: break;
+    vf i16 = iota();
+    if (t == GP_Q4_0 || t == GP_Q5_0) {
+        vf d = _mm512_cvtph_ps(_mm256_set1_epi16((short)(b[0] | b[1] << 8)));
+        c->T0 = vmul(d, vsub(i16, vset(t == GP_Q4_0 ? 8 : 16)));
+        if (t == GP_Q5_0)
+            c->T1 = vmul(d, i16);
+    } else if (t == GP_Q4_1 || t == GP_Q5_1) { /* d, m converted together: d m d m ... */
+        vf dm = _mm512_cvtph_ps(_mm256_set1_epi32((int)ld32(b)));
+        vf d = _mm512_moveldup_ps(dm), m = _mm512_movehdup_ps(dm);
+        c->T0 = vfma(d, i16, m);
+        if (t == GP_Q5_1)
+            c->T1 = vfma(d, vadd(i16, vset(16)), m);
     }
 #endif
 }
@@ -295,9 +335,23 @@ AI void deq(gp_dtype t, const uint8_t *b, const bctx *c, int g, vf *w0, vf *w1)
         *w1 = _mm512_permutexvar_ps(hi, T);
         return;
     }
-    if (t == GP_Q6_K) {
-        *w0 = vmul(vset(c->s[2 * g]), vcvt(vs8((const uint8_t *)c->qb + 32 * g)));
-        *w1 = vmul(vset(c->s[2 * g + 1]), vcvt(vs8((const uint8_t *)c->qb + 32 * g + 16)));
+    if (t == GP_Q5_K) { /* q's bit 4 from qh[l] >> g picks the second table */
+        const uint8_t *qs = b + 48 + 32 * (g >> 1);
+        vf T0 = _mm512_fmsub_ps(vset(c->s[g]), iota(), vset(c->o[g]));
+        vf T1 = _mm512_fmsub_ps(vset(c->s[g]), vadd(iota(), vset(16)), vset(c->o[g]));
+        vi lo = vu8(qs), hi = vu8(qs + 16);
+        if (g & 1) {
+            lo = _mm512_srli_epi32(lo, 4);
+            hi = _mm512_srli_epi32(hi, 4);
+        } else {
+            lo = viand(lo, 15);
+            hi = viand(hi, 15);
+        }
+        const __m512i bit = _mm512_set1_epi32(1 << g), b16 = _mm512_set1_epi32(16);
+        lo = _mm512_mask_or_epi32(lo, _mm512_test_epi32_mask(vu8(b + 16), bit), lo, b16);
+        hi = _mm512_mask_or_epi32(hi, _mm512_test_epi32_mask(vu8(b + 32), bit), hi, b16);
+        *w0 = _mm512_permutex2var_ps(T0, lo, T1);
+        *w1 = _mm512_permutex2var_ps(T0, hi, T1);
         return;
     }
 #endif
@@ -318,10 +372,10 @@ AI void deq(gp_dtype t, const uint8_t *b, const bctx *c, int g, vf *w0, vf *w1)
             int off = t == GP_Q4_0 ? 8 : 16;
             *w0 = vmul(d, vcvt(visub(lo, off)));
             *w1 = vmul(d, vcvt(visub(hi, off)));
-        } else {
+        } else { /* d q exact (see the tables): one fused rounding is dequantization's two */
             vf m = vset(c->o[0]);
-            *w0 = vadd(vmul(d, vcvt(lo)), m);
-            *w1 = vadd(vmul(d, vcvt(hi)), m);
+            *w0 = vfma(d, vcvt(lo), m);
+            *w1 = vfma(d, vcvt(hi), m);
         }
         break;
     }
@@ -340,22 +394,15 @@ AI void deq(gp_dtype t, const uint8_t *b, const bctx *c, int g, vf *w0, vf *w1)
             lo = vior(lo, visll(viand(visrl(vu8(b + 16), g), 1), 4));
             hi = vior(hi, visll(viand(visrl(vu8(b + 32), g), 1), 4));
         }
-        vf d = vset(c->s[g]), m = vset(c->o[g]);
-        *w0 = vsub(vmul(d, vcvt(lo)), m);
-        *w1 = vsub(vmul(d, vcvt(hi)), m);
+        vf d = vset(c->s[g]), m = vset(c->o[g]); /* d sc_j q exact: fmsub rounds as d q - m */
+        *w0 = vfms(d, vcvt(lo), m);
+        *w1 = vfms(d, vcvt(hi), m);
         break;
     }
-    default: { /* q6_k: g = 4 h + k */
-        int h = g >> 2, k = g & 3;
-        const uint8_t *ql = b + 64 * h + 32 * (k & 1), *qh = b + 128 + 32 * h;
-        vi lo = vior(viand(visrl(vu8(ql), 4 * (k >> 1)), 15),
-                     visll(viand(visrl(vu8(qh), 2 * k), 3), 4));
-        vi hi = vior(viand(visrl(vu8(ql + 16), 4 * (k >> 1)), 15),
-                     visll(viand(visrl(vu8(qh + 16), 2 * k), 3), 4));
-        *w0 = vmul(vset(c->s[2 * g]), vcvt(visub(lo, 32)));
-        *w1 = vmul(vset(c->s[2 * g + 1]), vcvt(visub(hi, 32)));
+    default: /* q6_k, from the bytes prep unpacked */
+        *w0 = vmul(vset(c->s[2 * g]), vcvt(vs8((const uint8_t *)c->qb + 32 * g)));
+        *w1 = vmul(vset(c->s[2 * g + 1]), vcvt(vs8((const uint8_t *)c->qb + 32 * g + 16)));
         break;
-    }
     }
 }
 
@@ -551,23 +598,22 @@ static void prompt_all(gp_dtype t, const uint8_t *w, int64_t n0, int64_t n1, con
                        int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy)
 {
     size_t rb = gp_dtype_row_bytes(t, K);
-    float wb[NT * KC] __attribute__((aligned(64)));       /* [NT][KC] */
-    float ab[MG * NT * 32] __attribute__((aligned(64)));  /* [MG][NT][32] lane sums */
-    for (int64_t m0 = 0; m0 < M; m0 += MG) {
-        int mg = M - m0 < MG ? (int)(M - m0) : MG;
-        for (int64_t n = n0; n < n1; n += NT) {
-            int nt = n1 - n < NT ? (int)(n1 - n) : NT;
+    float wb[NRP * KC] __attribute__((aligned(64))); /* [NRP][KC] */
+    float ab[MG * NRP * 32] __attribute__((aligned(64))); /* [MG][NRP][32] lane sums */
+    /* rows of x per group: about 512 KiB of them, a multiple of MRP */
+    int64_t mgr = (512 << 10) / (4 * K);
+    int mgmax = mgr >= MG ? MG : mgr < MRP ? MRP : (int)(mgr / MRP * MRP);
+    for (int64_t m0 = 0; m0 < M; m0 += mgmax) {
+        int mg = M - m0 < mgmax ? (int)(M - m0) : mgmax;
+        for (int64_t n = n0; n < n1; n += NRP) {
+            int nt = n1 - n < NRP ? (int)(n1 - n) : NRP;
             for (int64_t k0 = 0; k0 < K; k0 += KC) {
                 int64_t kc = K - k0 < KC ? K - k0 : KC;
                 deq_tile_any(t, w, rb, n, nt, k0, kc, wb);
                 for (int mi = 0; mi < mg; mi += MRP) {
                     int mr = mg - mi < MRP ? mg - mi : MRP;
-                    for (int ni = 0; ni < nt; ni += NRP) {
-                        int nr = nt - ni < NRP ? nt - ni : NRP;
-                        micro_any(mr, nr, x + (m0 + mi) * ldx + k0, ldx, wb + ni * KC, kc,
-                                  ab + (mi * NT + ni) * 32, NT * 32, k0 == 0, k0 + kc == K,
-                                  y + (m0 + mi) * ldy + n + ni, ldy);
-                    }
+                    micro_any(mr, nt, x + (m0 + mi) * ldx + k0, ldx, wb, kc, ab + mi * NRP * 32,
+                              NRP * 32, k0 == 0, k0 + kc == K, y + (m0 + mi) * ldy + n, ldy);
                 }
             }
         }

@@ -122,8 +122,8 @@ static float *run(const problem *p, int M, const float *x, const int *cuts, int 
 static void test_reference(void)
 {
     static const int Ms[] = {1, 2, 5, 37}, Ks[] = {256, 768, 2048, 1536};
-    enum { N = 29 }; /* odd: every decode and prompt tile shape has a ragged tail */
-    const int cuts_all[] = {0, N}, cuts_a[] = {0, 1, 6, 13, 14, 27, N}, cuts_b[] = {0, 3, 16, N};
+    enum { N = 19 }; /* every decode (4, 2 rows) and prompt (3 rows) tile shape has a ragged tail */
+    const int cuts_all[] = {0, N}, cuts_a[] = {0, 1, 6, 13, 14, 17, N}, cuts_b[] = {0, 3, 16, N};
     int checked = 0;
     for (int t = 0; t < NTYPES; t++) {
         for (int ki = 0; ki < 4; ki++) {
@@ -131,13 +131,20 @@ static void test_reference(void)
             problem_make(&p, types[t], N, Ks[ki], 37);
             CU_ASSERT_FATAL(gp_quant_force_isa(GP_QUANT_ISA_PORTABLE) == 0);
             float *ypor = run(&p, 37, p.x, cuts_all, 2);
+            float *emu = malloc(2 * 37 * N * sizeof *emu); /* [fused][m][n] */
+            for (int f = 0; f < 2; f++)
+                for (int m = 0; m < 37; m++)
+                    for (int n = 0; n < N; n++)
+                        emu[(f * 37 + m) * N + n] = emulate(p.x + (size_t)m * p.ldx,
+                                                            p.wf + (size_t)n * p.K, p.K, f);
             for (int isa = 0; isa < GP_QUANT_ISA_COUNT; isa++) {
                 if (gp_quant_force_isa(isa) != 0)
                     continue;
                 for (int mi = 0; mi < 4; mi++) {
                     int M = Ms[mi], bad = 0, order = 0, split = 0, vs = 0, pad = 0, batch = 0;
                     float *y = run(&p, M, p.x, cuts_all, 2);
-                    float *ya = run(&p, M, p.x, cuts_a, 7), *yb = run(&p, M, p.x, cuts_b, 4);
+                    float *ya = run(&p, M, p.x, cuts_a, 7);
+                    float *yb = M == 1 || M == 37 ? run(&p, M, p.x, cuts_b, 4) : NULL;
                     for (int m = 0; m < M; m++) {
                         /* the same rows as decode (M = 1) and inside the batch of 37 */
                         float *y1 = run(&p, 1, p.x + (size_t)m * p.ldx, cuts_a, 7);
@@ -146,11 +153,10 @@ static void test_reference(void)
                             double tol = 1e-5 * p.mag[m * N + n] + 1e-30;
                             bad += !(fabs(v - p.ref[m * N + n]) <= tol);
                             vs += !(fabs(v - ypor[m * p.ldy + n]) <= tol);
-                            float e = emulate(p.x + (size_t)m * p.ldx, p.wf + (size_t)n * p.K,
-                                              p.K, isa != GP_QUANT_ISA_PORTABLE);
+                            float e = emu[((isa != GP_QUANT_ISA_PORTABLE) * 37 + m) * N + n];
                             order += memcmp(&v, &e, sizeof v) != 0;
                             split += memcmp(&v, &ya[m * p.ldy + n], sizeof v) != 0;
-                            split += memcmp(&v, &yb[m * p.ldy + n], sizeof v) != 0;
+                            split += yb && memcmp(&v, &yb[m * p.ldy + n], sizeof v) != 0;
                             batch += memcmp(&v, &y1[n], sizeof v) != 0;
                             checked++;
                         }
@@ -171,6 +177,7 @@ static void test_reference(void)
                 }
             }
             free(ypor);
+            free(emu);
             problem_free(&p);
         }
     }
@@ -179,38 +186,41 @@ static void test_reference(void)
 }
 
 /* Rows of a batch and the same rows alone (bits), and the AVX2 and AVX-512 paths against each
- * other (the same documented order: the same bits), on a 32-block K that is not a whole number
- * of the prompt path's 256-column chunks, and on prompt batches of every tail size. */
+ * other (the same documented order: the same bits): on a 32-block K that is not a whole number
+ * of 256 columns, on prompt batches of every tail size, and with K = 8448, beyond one column
+ * chunk of the prompt path and with a row group (~512 KiB of x) smaller than M. */
 static void test_batches_and_paths(void)
 {
     static const int Ms[] = {4, 5, 6, 7, 8, 13, 24, 25, 49};
-    for (int t = 0; t < NTYPES; t++) {
-        int K = gp_dtype_block(types[t]) == 32 ? 288 + 32 : 512, N = 17, cuts[] = {0, N};
+    for (int c = 0; c < 2 * NTYPES; c++) {
+        int t = c % NTYPES, N = 17, cuts[] = {0, N}, big = c >= NTYPES;
+        int K = big ? 8448 : gp_dtype_block(types[t]) == 32 ? 288 + 32 : 512, MT = big ? 25 : 49;
         problem p;
-        problem_make(&p, types[t], N, K, 49);
+        problem_make(&p, types[t], N, K, MT);
         float *prev = NULL;
         for (int isa = GP_QUANT_ISA_AVX2; isa <= GP_QUANT_ISA_AVX512; isa++) {
             if (gp_quant_force_isa(isa) != 0)
                 continue;
-            float *y1 = run(&p, 49, p.x, cuts, 2); /* reference: 49 single rows below */
-            for (int m = 0; m < 49; m++) {
+            float *y1 = malloc((size_t)MT * p.ldy * sizeof *y1); /* the rows one at a time */
+            for (int m = 0; m < MT; m++) {
                 float *r = run(&p, 1, p.x + (size_t)m * p.ldx, cuts, 2);
                 memcpy(y1 + m * p.ldy, r, (size_t)N * sizeof *r);
                 free(r);
             }
             int diff = 0;
-            for (int mi = 0; mi < 9; mi++) {
+            for (int mi = 0; mi < 9 && Ms[mi] <= MT; mi++) {
                 float *y = run(&p, Ms[mi], p.x, cuts, 2);
                 for (int m = 0; m < Ms[mi]; m++)
                     diff += memcmp(y + m * p.ldy, y1 + m * p.ldy, (size_t)N * sizeof *y) != 0;
                 free(y);
             }
             if (diff)
-                printf("\n%s %s: %d rows differ from M = 1\n", tname[t], gp_quant_isa_name(isa), diff);
+                printf("\n%s %s K %d: %d rows differ from M = 1\n", tname[t], gp_quant_isa_name(isa),
+                       K, diff);
             CU_ASSERT(diff == 0);
             if (prev) {
                 int paths = 0;
-                for (int m = 0; m < 49; m++)
+                for (int m = 0; m < MT; m++)
                     paths += memcmp(prev + m * p.ldy, y1 + m * p.ldy, (size_t)N * sizeof *y1) != 0;
                 CU_ASSERT(paths == 0);
                 free(prev);
