@@ -8,6 +8,7 @@
 #include <string.h>
 #include <CUnit/CUnit.h>
 
+#include "runtime/cpu_dot.h"
 #include "runtime/cpu_kernels.h"
 #include "runtime/f16.h"
 #include "runtime/threadpool.h"
@@ -443,7 +444,8 @@ static void case_matmul(int64_t M, int64_t K, int64_t N, int ta, int tb, gp_dtyp
 
 static void test_matmul(void)
 {
-    /* Rows <= 8 against a transposed B take the dot-product path, the others the blocked one. */
+    /* A transposed B takes the lanes path (FMA: closer to the double reference than unfused
+     * products, so the f32 tolerance 2e-6 relative holds), the others the blocked one. */
     static const int64_t sizes[][3] = {{1, 67, 130}, {17, 130, 67}, {3, 1, 3}, {67, 17, 1},
                                        {33, 300, 70}, {8, 600, 37}};
     for (int s = 0; s < 6; s++)
@@ -1209,6 +1211,73 @@ static void test_pool_matmul(void)
     tt_free(o3);
 }
 
+/* ---- matmul's kernel builds (runtime/cpu_dot.h) ---- */
+
+/* out of a [M, K] x b [N, K]^T at kernel level `level`, into a fresh buffer. */
+static float *mm_at_level(int level, const tt *a, const tt *b, int64_t M, int64_t N)
+{
+    CU_ASSERT_EQUAL(gp_cpu_dot_level(level), level);
+    tt *o = tt_new(GP_F32, 2, (int64_t[]){M, N}, 0);
+    gp_ktensor in[2] = {a->k, b->k};
+    gp_attrs at = {.i = {0, 1}};
+    for (int ith = 1; ith >= 0; ith--)
+        gp_cpu_compute(GP_OP_MATMUL, &at, &o->k, in, 2, NULL, 0, ith, 2);
+    float *r = malloc(sizeof(float) * (size_t)(M * N));
+    for (int64_t i = 0; i < M * N; i++)
+        r[i] = (float)tt_geti(o, i);
+    tt_free(o);
+    return r;
+}
+
+/* The portable, AVX2 and AVX-512 builds give the same bits (decode and prompt shapes, k tails,
+ * every weight dtype, a strided a); and products are fused: lane 0 of the one output of a K = 17
+ * product gets (1 + 2^-11) (-1), then + (1 + 2^-12)^2, which is 2^-24 exactly only when that
+ * multiply-add is not rounded in between (unfused, the product rounds to 1 + 2^-11: 0). */
+static void test_matmul_levels(void)
+{
+    int best = gp_cpu_dot_level(-1);
+    static const int64_t shapes[][3] = {{1, 67, 37}, {3, 600, 21}, {13, 515, 19}, {50, 1040, 33}};
+    static const gp_dtype wts[] = {GP_F32, GP_F16, GP_BF16};
+    for (int s = 0; s < 4; s++)
+        for (int t = 0; t < 3; t++) {
+            int64_t M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+            tt *a = tt_rand(GP_F32, 2, (int64_t[]){M, K}, s & 1, 0.1, 1);
+            tt *b = tt_rand(wts[t], 2, (int64_t[]){N, K}, 0, 0.1, 1);
+            float *r0 = mm_at_level(0, a, b, M, N);
+            for (int l = 1; l <= best; l++) {
+                float *r = mm_at_level(l, a, b, M, N);
+                int same = memcmp(r0, r, sizeof(float) * (size_t)(M * N)) == 0;
+                if (!same)
+                    fprintf(stderr, "\nmatmul M %lld K %lld N %lld %s: level %d differs from 0\n",
+                            (long long)M, (long long)K, (long long)N, gp_dtype_name(wts[t]), l);
+                CU_ASSERT(same);
+                free(r);
+            }
+            free(r0);
+            tt_free(a);
+            tt_free(b);
+        }
+    for (int64_t M = 1; M <= 20; M += 19) {
+        tt *a = tt_new(GP_F32, 2, (int64_t[]){M, 17}, 0), *b = tt_new(GP_F32, 2, (int64_t[]){1, 17}, 0);
+        int64_t idx[2];
+        for (idx[0] = 0; idx[0] < M; idx[0]++)
+            for (idx[1] = 0; idx[1] < 17; idx[1]++)
+                tt_set(a, idx, idx[1] == 0 ? 1 + 0x1p-11 : idx[1] == 16 ? 1 + 0x1p-12 : 0);
+        idx[0] = 0;
+        for (idx[1] = 0; idx[1] < 17; idx[1]++)
+            tt_set(b, idx, idx[1] == 0 ? -1 : idx[1] == 16 ? 1 + 0x1p-12 : 0);
+        for (int l = 0; l <= best; l++) {
+            float *r = mm_at_level(l, a, b, M, 1);
+            for (int64_t m = 0; m < M; m++)
+                CU_ASSERT_EQUAL(r[m], 0x1p-24f);
+            free(r);
+        }
+        tt_free(a);
+        tt_free(b);
+    }
+    gp_cpu_dot_level(-1);
+}
+
 void gp_suite_kernels(void)
 {
     CU_pSuite s = CU_add_suite("kernels", NULL, NULL);
@@ -1220,6 +1289,7 @@ void gp_suite_kernels(void)
     CU_add_test(s, "add sub mul div swiglu with broadcasting", test_binary);
     CU_add_test(s, "scale gelu gelu_erf silu", test_unary);
     CU_add_test(s, "matmul", test_matmul);
+    CU_add_test(s, "matmul: every kernel build the same bits, products fused", test_matmul_levels);
     CU_add_test(s, "layer_norm rms_norm", test_norms);
     CU_add_test(s, "softmax and the causal mask", test_softmax);
     CU_add_test(s, "argmax: first of the largest, NaN never", test_argmax);

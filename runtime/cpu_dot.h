@@ -1,0 +1,37 @@
+/* The float products' inner kernel (runtime/cpu_matmul.c) and its builds per instruction set:
+ * 16 lanes over k, FMA, weights read in their stored dtype. Internal to gp_cpu. */
+#ifndef GP_RUNTIME_CPU_DOT_H
+#define GP_RUNTIME_CPU_DOT_H
+
+#include <stdint.h>
+
+#include "ir/core.h"
+
+/* Lanes per accumulator, rows of a and of w per kernel call. */
+enum { GP_DOT_LANES = 16, GP_DOT_RM = 6, GP_DOT_RN = 4 };
+
+/* acc[m * am + n * 16 + l] += a[m][k] * w[n][k] over k < kc with k % 16 == l, one fused
+ * multiply-add per element, k ascending, for m < rm (1..GP_DOT_RM) and n < GP_DOT_RN. Past kc
+ * (up to a multiple of 16) both operands count as +0. a: rm rows of f32; w: GP_DOT_RN rows of
+ * dtype wt (f32, f16 or bf16). Every build gives the same bits: the order and the operations are
+ * fixed, only the vector width of the registers holding the lanes differs. */
+typedef void (*gp_dot_fn)(int rm, int64_t kc, const float *const *a, const char *const *w,
+                          gp_dtype wt, float *acc, int64_t am);
+
+void gp_dot_portable(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
+                     float *acc, int64_t am);
+#if defined(__x86_64__) && defined(__GNUC__)
+#define GP_DOT_X86 1
+void gp_dot_avx2(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
+                 float *acc, int64_t am);
+void gp_dot_avx512(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
+                   float *acc, int64_t am);
+#endif
+
+/* The kernel in use: the best build the CPU runs (`gp_cpu_dot_level`). */
+gp_dot_fn gp_cpu_dot(void);
+/* Levels: 0 portable, 1 AVX2+FMA+F16C, 2 AVX-512 F/BW/VL. Sets the level to use (tests compare the
+ * builds; -1: the best the CPU has), capped at what the CPU has; returns the level now in use. */
+int gp_cpu_dot_level(int want);
+
+#endif

@@ -1,0 +1,91 @@
+/* The float products' kernel (runtime/cpu_dot.h) in AVX-512 F/BW/VL with FMA: one zmm per
+ * accumulator, f16 weights widened in registers (vcvtph2ps), bf16 by a shift. Built with its own
+ * flags (runtime/kernels.cmake) and chosen at run time. */
+#include <immintrin.h>
+
+#include "runtime/cpu_dot.h"
+
+static inline __attribute__((always_inline)) __m512 ldw(gp_dtype wt, const char *p, int64_t k)
+{
+    if (wt == GP_F16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p + 2 * k)));
+    if (wt == GP_BF16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p + 2 * k))), 16));
+    return _mm512_loadu_ps((const float *)(const void *)p + k);
+}
+
+/* The same with lanes past the mask zero (no read there). */
+static inline __attribute__((always_inline)) __m512 ldw_mask(gp_dtype wt, const char *p, int64_t k,
+                                                             __mmask16 m)
+{
+    if (wt == GP_F16)
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 2 * k));
+    if (wt == GP_BF16)
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p + 2 * k)), 16));
+    return _mm512_maskz_loadu_ps(m, (const float *)(const void *)p + k);
+}
+
+/* rm and wt are constants after inlining: one unrolled loop per case. */
+static inline __attribute__((always_inline)) void tile(int rm, gp_dtype wt, int64_t kc,
+                                                       const float *const *a, const char *const *w,
+                                                       float *acc, int64_t am)
+{
+    __m512 c[GP_DOT_RM][GP_DOT_RN];
+    const float *ar[GP_DOT_RM];
+    const char *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    for (int m = 0; m < rm; m++) {
+        ar[m] = a[m];
+        for (int n = 0; n < GP_DOT_RN; n++)
+            c[m][n] = _mm512_loadu_ps(acc + m * am + n * 16);
+    }
+    int64_t k = 0;
+    for (; k + 16 <= kc; k += 16) {
+        __m512 v0 = ldw(wt, w0, k), v1 = ldw(wt, w1, k), v2 = ldw(wt, w2, k), v3 = ldw(wt, w3, k);
+        for (int m = 0; m < rm; m++) {
+            __m512 x = _mm512_loadu_ps(ar[m] + k);
+            c[m][0] = _mm512_fmadd_ps(x, v0, c[m][0]);
+            c[m][1] = _mm512_fmadd_ps(x, v1, c[m][1]);
+            c[m][2] = _mm512_fmadd_ps(x, v2, c[m][2]);
+            c[m][3] = _mm512_fmadd_ps(x, v3, c[m][3]);
+        }
+    }
+    if (k < kc) {
+        __mmask16 mk = (__mmask16)((1u << (kc - k)) - 1);
+        __m512 v0 = ldw_mask(wt, w0, k, mk), v1 = ldw_mask(wt, w1, k, mk);
+        __m512 v2 = ldw_mask(wt, w2, k, mk), v3 = ldw_mask(wt, w3, k, mk);
+        for (int m = 0; m < rm; m++) {
+            __m512 x = _mm512_maskz_loadu_ps(mk, ar[m] + k);
+            c[m][0] = _mm512_fmadd_ps(x, v0, c[m][0]);
+            c[m][1] = _mm512_fmadd_ps(x, v1, c[m][1]);
+            c[m][2] = _mm512_fmadd_ps(x, v2, c[m][2]);
+            c[m][3] = _mm512_fmadd_ps(x, v3, c[m][3]);
+        }
+    }
+    for (int m = 0; m < rm; m++)
+        for (int n = 0; n < GP_DOT_RN; n++)
+            _mm512_storeu_ps(acc + m * am + n * 16, c[m][n]);
+}
+
+#define GP_DOT_CASES(wt)                                                                           \
+    switch (rm) {                                                                                  \
+    case 1: tile(1, wt, kc, a, w, acc, am); break;                                                 \
+    case 2: tile(2, wt, kc, a, w, acc, am); break;                                                 \
+    case 3: tile(3, wt, kc, a, w, acc, am); break;                                                 \
+    case 4: tile(4, wt, kc, a, w, acc, am); break;                                                 \
+    case 5: tile(5, wt, kc, a, w, acc, am); break;                                                 \
+    default: tile(6, wt, kc, a, w, acc, am); break;                                                \
+    }
+
+void gp_dot_avx512(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
+                   float *acc, int64_t am)
+{
+    if (wt == GP_F16) {
+        GP_DOT_CASES(GP_F16)
+    } else if (wt == GP_BF16) {
+        GP_DOT_CASES(GP_BF16)
+    } else {
+        GP_DOT_CASES(GP_F32)
+    }
+}
