@@ -5,6 +5,13 @@
 
 #include "runtime/cpu_dot.h"
 
+/* Bytes ahead on each weight row to prefetch: decode streams the weights from memory, and four rows
+ * are too few streams for the hardware prefetcher alone (TinyLlama FFN shape, 256 MiB of f16, 1
+ * thread: 6.2 GB/s without, 9.4 at 1024, 9.7 at 2048; 512: 8.1). */
+#ifndef GP_DOT_PF
+#define GP_DOT_PF 1024
+#endif
+
 static inline __attribute__((always_inline)) __m512 ldw(gp_dtype wt, const char *p, int64_t k)
 {
     if (wt == GP_F16)
@@ -41,7 +48,14 @@ static inline __attribute__((always_inline)) void tile(int rm, gp_dtype wt, int6
             c[m][n] = _mm512_loadu_ps(acc + m * am + n * 16);
     }
     int64_t k = 0;
+    int64_t es = wt == GP_F32 ? 4 : 2;
     for (; k + 16 <= kc; k += 16) {
+        if (GP_DOT_PF) {
+            _mm_prefetch(w0 + es * k + GP_DOT_PF, _MM_HINT_T0);
+            _mm_prefetch(w1 + es * k + GP_DOT_PF, _MM_HINT_T0);
+            _mm_prefetch(w2 + es * k + GP_DOT_PF, _MM_HINT_T0);
+            _mm_prefetch(w3 + es * k + GP_DOT_PF, _MM_HINT_T0);
+        }
         __m512 v0 = ldw(wt, w0, k), v1 = ldw(wt, w1, k), v2 = ldw(wt, w2, k), v3 = ldw(wt, w3, k);
         for (int m = 0; m < rm; m++) {
             __m512 x = _mm512_loadu_ps(ar[m] + k);
