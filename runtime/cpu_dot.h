@@ -13,19 +13,32 @@ enum { GP_DOT_LANES = 16, GP_DOT_RM = 6, GP_DOT_RN = 4 };
 /* acc[m * am + n * 16 + l] += a[m][k] * w[n][k] over k < kc with k % 16 == l, one fused
  * multiply-add per element, k ascending, for m < rm (1..GP_DOT_RM) and n < GP_DOT_RN. Past kc
  * (up to a multiple of 16) both operands count as +0. a: rm rows of f32; w: GP_DOT_RN rows of
- * dtype wt (f32, f16 or bf16). Every build gives the same bits: the order and the operations are
- * fixed, only the vector width of the registers holding the lanes differs. */
+ * dtype wt (f32, f16 or bf16). first: the lanes start from +0 (acc is not read). tot: when not
+ * NULL, the lanes' totals (gp_dot_total) go to tot[m * ldt + n] and acc is not written. Every
+ * build gives the same bits: the order and the operations are fixed, only the vector width of the
+ * registers holding the lanes differs. */
 typedef void (*gp_dot_fn)(int rm, int64_t kc, const float *const *a, const char *const *w,
-                          gp_dtype wt, float *acc, int64_t am);
+                          gp_dtype wt, float *acc, int64_t am, int first, float *tot, int64_t ldt);
+
+/* The 16 lanes l[] summed pairwise: lane i + lane i + 8, then + 4, then (0 + 2) + (1 + 3). */
+static inline float gp_dot_total(const float *l)
+{
+    float s8[8], s4[4];
+    for (int i = 0; i < 8; i++)
+        s8[i] = l[i] + l[i + 8];
+    for (int i = 0; i < 4; i++)
+        s4[i] = s8[i] + s8[i + 4];
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
 
 void gp_dot_portable(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
-                     float *acc, int64_t am);
+                     float *acc, int64_t am, int first, float *tot, int64_t ldt);
 #if defined(__x86_64__) && defined(__GNUC__)
 #define GP_DOT_X86 1
 void gp_dot_avx2(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
-                 float *acc, int64_t am);
+                 float *acc, int64_t am, int first, float *tot, int64_t ldt);
 void gp_dot_avx512(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
-                   float *acc, int64_t am);
+                   float *acc, int64_t am, int first, float *tot, int64_t ldt);
 #endif
 
 /* The kernel in use: the best build the CPU runs (`gp_cpu_dot_level`). */

@@ -31,13 +31,14 @@ static float elt(gp_dtype wt, const char *p, int64_t k)
 }
 
 static inline __attribute__((always_inline)) void row(gp_dtype wt, int64_t kc, const float *a,
-                                                      const char *const *w, float *acc)
+                                                      const char *const *w, float *acc, int first,
+                                                      float *tot)
 {
     __m256 c[GP_DOT_RN][2];
     const char *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
     for (int n = 0; n < GP_DOT_RN; n++) {
-        c[n][0] = _mm256_loadu_ps(acc + n * 16);
-        c[n][1] = _mm256_loadu_ps(acc + n * 16 + 8);
+        c[n][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + n * 16);
+        c[n][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + n * 16 + 8);
     }
     int64_t k = 0;
     for (; k + 16 <= kc; k += 16) {
@@ -63,6 +64,15 @@ static inline __attribute__((always_inline)) void row(gp_dtype wt, int64_t kc, c
                 c[n][h] = _mm256_fmadd_ps(x, _mm256_load_ps(xw[n] + 8 * h), c[n][h]);
         }
     }
+    if (tot) {
+        for (int n = 0; n < GP_DOT_RN; n++) {
+            _Alignas(32) float l[16];
+            _mm256_store_ps(l, c[n][0]);
+            _mm256_store_ps(l + 8, c[n][1]);
+            tot[n] = gp_dot_total(l);
+        }
+        return;
+    }
     for (int n = 0; n < GP_DOT_RN; n++) {
         _mm256_storeu_ps(acc + n * 16, c[n][0]);
         _mm256_storeu_ps(acc + n * 16 + 8, c[n][1]);
@@ -70,14 +80,15 @@ static inline __attribute__((always_inline)) void row(gp_dtype wt, int64_t kc, c
 }
 
 void gp_dot_avx2(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
-                 float *acc, int64_t am)
+                 float *acc, int64_t am, int first, float *tot, int64_t ldt)
 {
     for (int m = 0; m < rm; m++) {
+        float *t = tot ? tot + m * ldt : NULL;
         if (wt == GP_F16)
-            row(GP_F16, kc, a[m], w, acc + m * am);
+            row(GP_F16, kc, a[m], w, acc + m * am, first, t);
         else if (wt == GP_BF16)
-            row(GP_BF16, kc, a[m], w, acc + m * am);
+            row(GP_BF16, kc, a[m], w, acc + m * am, first, t);
         else
-            row(GP_F32, kc, a[m], w, acc + m * am);
+            row(GP_F32, kc, a[m], w, acc + m * am, first, t);
     }
 }

@@ -35,9 +35,35 @@ static inline __attribute__((always_inline)) __m512 ldw_mask(gp_dtype wt, const 
 }
 
 /* rm and wt are constants after inlining: one unrolled loop per case. */
+/* gp_dot_total of four accumulators at once, the same additions in the same order:
+ * t[n] = total of c[n]. */
+static inline __attribute__((always_inline)) void totals4(const __m512 *c, float *t)
+{
+    __m256 y[4];
+    for (int n = 0; n < 4; n++) /* s8[i] = l[i] + l[i + 8] */
+        y[n] = _mm256_add_ps(_mm512_castps512_ps256(c[n]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(c[n]), 1)));
+    /* s4[i] = s8[i] + s8[i + 4]: outputs 0 and 1 in t01 (halves), 2 and 3 in t23 */
+    __m256 t01 = _mm256_add_ps(_mm256_permute2f128_ps(y[0], y[1], 0x20),
+                               _mm256_permute2f128_ps(y[0], y[1], 0x31));
+    __m256 t23 = _mm256_add_ps(_mm256_permute2f128_ps(y[2], y[3], 0x20),
+                               _mm256_permute2f128_ps(y[2], y[3], 0x31));
+    /* (s4[0] + s4[2]), (s4[1] + s4[3]): per half [out a: both, out b: both] */
+    __m256 w = _mm256_add_ps(_mm256_shuffle_ps(t01, t23, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(t01, t23, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(w, w, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm256_shuffle_ps(w, w, _MM_SHUFFLE(3, 1, 3, 1)));
+    /* r: lower half [t0, t2, t0, t2], upper half [t1, t3, t1, t3] */
+    __m128 lo = _mm256_castps256_ps128(r), hi = _mm256_extractf128_ps(r, 1);
+    t[0] = _mm_cvtss_f32(lo);
+    t[1] = _mm_cvtss_f32(hi);
+    t[2] = _mm_cvtss_f32(_mm_shuffle_ps(lo, lo, 1));
+    t[3] = _mm_cvtss_f32(_mm_shuffle_ps(hi, hi, 1));
+}
+
 static inline __attribute__((always_inline)) void tile(int rm, gp_dtype wt, int64_t kc,
                                                        const float *const *a, const char *const *w,
-                                                       float *acc, int64_t am)
+                                                       float *acc, int64_t am, int first,
+                                                       float *tot, int64_t ldt)
 {
     __m512 c[GP_DOT_RM][GP_DOT_RN];
     const float *ar[GP_DOT_RM];
@@ -45,7 +71,7 @@ static inline __attribute__((always_inline)) void tile(int rm, gp_dtype wt, int6
     for (int m = 0; m < rm; m++) {
         ar[m] = a[m];
         for (int n = 0; n < GP_DOT_RN; n++)
-            c[m][n] = _mm512_loadu_ps(acc + m * am + n * 16);
+            c[m][n] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + m * am + n * 16);
     }
     int64_t k = 0;
     int64_t es = wt == GP_F32 ? 4 : 2;
@@ -77,6 +103,11 @@ static inline __attribute__((always_inline)) void tile(int rm, gp_dtype wt, int6
             c[m][3] = _mm512_fmadd_ps(x, v3, c[m][3]);
         }
     }
+    if (tot) {
+        for (int m = 0; m < rm; m++)
+            totals4(c[m], tot + m * ldt);
+        return;
+    }
     for (int m = 0; m < rm; m++)
         for (int n = 0; n < GP_DOT_RN; n++)
             _mm512_storeu_ps(acc + m * am + n * 16, c[m][n]);
@@ -84,16 +115,16 @@ static inline __attribute__((always_inline)) void tile(int rm, gp_dtype wt, int6
 
 #define GP_DOT_CASES(wt)                                                                           \
     switch (rm) {                                                                                  \
-    case 1: tile(1, wt, kc, a, w, acc, am); break;                                                 \
-    case 2: tile(2, wt, kc, a, w, acc, am); break;                                                 \
-    case 3: tile(3, wt, kc, a, w, acc, am); break;                                                 \
-    case 4: tile(4, wt, kc, a, w, acc, am); break;                                                 \
-    case 5: tile(5, wt, kc, a, w, acc, am); break;                                                 \
-    default: tile(6, wt, kc, a, w, acc, am); break;                                                \
+    case 1: tile(1, wt, kc, a, w, acc, am, first, tot, ldt); break;                                                 \
+    case 2: tile(2, wt, kc, a, w, acc, am, first, tot, ldt); break;                                                 \
+    case 3: tile(3, wt, kc, a, w, acc, am, first, tot, ldt); break;                                                 \
+    case 4: tile(4, wt, kc, a, w, acc, am, first, tot, ldt); break;                                                 \
+    case 5: tile(5, wt, kc, a, w, acc, am, first, tot, ldt); break;                                                 \
+    default: tile(6, wt, kc, a, w, acc, am, first, tot, ldt); break;                                                \
     }
 
 void gp_dot_avx512(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
-                   float *acc, int64_t am)
+                   float *acc, int64_t am, int first, float *tot, int64_t ldt)
 {
     if (wt == GP_F16) {
         GP_DOT_CASES(GP_F16)

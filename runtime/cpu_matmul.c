@@ -165,12 +165,12 @@ static void mm_gemm(const mm_problem *q, int ith, int nth)
 
 /* ---- the lanes path: B's columns contiguous in k (a Linear weight [N, K]), any M ----
  * out(m, n) = the 16 lanes of runtime/cpu_dot.h (lane l: fused multiply-adds over k % 16 == l,
- * k ascending) summed pairwise (lane l + lane l + 8, then + 4, + 2, + 1): an order fixed by K
+ * k ascending) summed pairwise (gp_dot_total): an order fixed by K
  * alone, the same for decode and prompts, every block size and every thread count. Weights are
  * read in their stored dtype, widened in registers. Work items: (batch, group of NG columns,
  * block of MB rows), rows fastest, so a thread reuses a column group's weights from L2 for every
  * row block; within an item, blocks of KB k keep the rows of a and w in L1 across kernel calls.
- * Stack: (MB NG 16 + MB KB + NG KB) floats = 176 KiB. */
+ * Stack: (MB NG 17 + MB KB + NG KB) floats = 179 KiB. */
 enum { MB_L = 48, NG_L = 16, KB_L = 512 };
 
 /* The portable build of the kernel: the same lanes and fused operations (fmaf), so the same bits
@@ -188,16 +188,22 @@ static float w_elt(gp_dtype wt, const char *p, int64_t k)
 }
 
 void gp_dot_portable(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
-                     float *acc, int64_t am)
+                     float *acc, int64_t am, int first, float *tot, int64_t ldt)
 {
     int64_t kp = (kc + GP_DOT_LANES - 1) / GP_DOT_LANES * GP_DOT_LANES;
     for (int m = 0; m < rm; m++)
         for (int n = 0; n < GP_DOT_RN; n++) {
-            float *c = acc + m * am + n * GP_DOT_LANES;
+            float c[GP_DOT_LANES];
+            for (int l = 0; l < GP_DOT_LANES; l++)
+                c[l] = first ? 0.0f : acc[m * am + n * GP_DOT_LANES + l];
             for (int64_t k = 0; k < kp; k++) {
                 float x = k < kc ? a[m][k] : 0.0f, y = k < kc ? w_elt(wt, w[n], k) : 0.0f;
                 c[k % GP_DOT_LANES] = fmaf(x, y, c[k % GP_DOT_LANES]);
             }
+            if (tot)
+                tot[m * ldt + n] = gp_dot_total(c);
+            else
+                memcpy(acc + m * am + n * GP_DOT_LANES, c, sizeof c);
         }
 }
 
@@ -240,17 +246,6 @@ gp_dot_fn gp_cpu_dot(void)
     return gp_dot_portable;
 }
 
-/* The lanes of one accumulator summed pairwise. */
-static float lanes_total(const float *l)
-{
-    float s8[8], s4[4];
-    for (int i = 0; i < 8; i++)
-        s8[i] = l[i] + l[i + 8];
-    for (int i = 0; i < 4; i++)
-        s4[i] = s8[i] + s8[i + 4];
-    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
-}
-
 static void mm_lanes(const mm_problem *q, int ith, int nth)
 {
     int64_t M = q->M, N = q->N, K = q->K, nbat = q->o.ne[0] * q->o.ne[1];
@@ -259,6 +254,7 @@ static void mm_lanes(const mm_problem *q, int ith, int nth)
     int a_direct = q->a.t == GP_F32 && q->sak == 4;
     int w_direct = q->b.t == GP_F32 || q->b.t == GP_F16 || q->b.t == GP_BF16;
     _Alignas(64) float acc[MB_L * NG_L * GP_DOT_LANES]; /* [MB][NG][16] */
+    _Alignas(64) float tot[MB_L * NG_L];                /* [MB][NG] the sums */
     _Alignas(64) float abuf[MB_L * KB_L];               /* [MB][KB] rows of a as f32 */
     _Alignas(64) float wbuf[NG_L * KB_L];               /* [NG][KB] rows of w as f32 */
     gp_share(nbat * ngrp * mblk, ith, nth, &i0, &i1);
@@ -273,7 +269,8 @@ static void mm_lanes(const mm_problem *q, int ith, int nth)
          * (decode): the weights then stream once, row by row. */
         int64_t kb = a_direct && w_direct && mc <= GP_DOT_RM ? K : KB_L;
         gp_dtype wt = w_direct ? B.t : GP_F32;
-        memset(acc, 0, sizeof(float) * (size_t)(mc * NG_L * GP_DOT_LANES));
+        if (K == 0)
+            memset(tot, 0, sizeof tot);
         for (int64_t k0 = 0; k0 < K; k0 += kb) {
             int64_t kc = K - k0 < kb ? K - k0 : kb;
             const float *ar[MB_L];
@@ -304,15 +301,13 @@ static void mm_lanes(const mm_problem *q, int ith, int nth)
                 int rm = mc - i < GP_DOT_RM ? (int)(mc - i) : GP_DOT_RM;
                 for (int64_t j = 0; j < nc; j += GP_DOT_RN)
                     dot(rm, kc, ar + i, wr + j, wt, acc + (i * NG_L + j) * GP_DOT_LANES,
-                        NG_L * GP_DOT_LANES);
+                        NG_L * GP_DOT_LANES, k0 == 0, k0 + kc >= K ? tot + i * NG_L + j : NULL,
+                        NG_L);
             }
         }
-        for (int64_t i = 0; i < mc; i++) {
-            float row[NG_L];
-            for (int64_t j = 0; j < nc; j++)
-                row[j] = lanes_total(acc + (i * NG_L + j) * GP_DOT_LANES);
-            gp_cpu_store_row(po + (m0 + i) * q->som + n0 * q->son, q->son, q->o.t, row, nc);
-        }
+        for (int64_t i = 0; i < mc; i++)
+            gp_cpu_store_row(po + (m0 + i) * q->som + n0 * q->son, q->son, q->o.t, tot + i * NG_L,
+                             nc);
     }
 }
 
