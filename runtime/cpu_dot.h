@@ -41,6 +41,30 @@ void gp_dot_avx512(int rm, int64_t kc, const float *const *a, const char *const 
                    float *acc, int64_t am, int first, float *tot, int64_t ldt);
 #endif
 
+/* Attention's inner loops (runtime/cpu_attention.c), built per instruction set like gp_dot_fn and
+ * with the same bits in every build. Rows of k and v: `ks`/`vs` bytes apart, d contiguous elements
+ * of dtype f32, f16 or bf16.
+ * scores: sc[s] = (q . k row s) * scale for s < n, the dot in 16 lanes of fused multiply-adds
+ *         (element i to lane i % 16, +0 past d) summed by gp_dot_total.
+ * accum:  acc[i] = fused multiply-adds of w[s] v[s][i] onto acc[i], s ascending, for i < d. */
+typedef void (*gp_attn_scores_fn)(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
+                                  int64_t n, float scale, float *sc);
+typedef void (*gp_attn_accum_fn)(const float *w, const char *v, int64_t vs, gp_dtype vt, int64_t d,
+                                 int64_t n, float *acc);
+void gp_attn_scores_portable(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
+                             int64_t n, float scale, float *sc);
+void gp_attn_accum_portable(const float *w, const char *v, int64_t vs, gp_dtype vt, int64_t d,
+                            int64_t n, float *acc);
+#ifdef GP_DOT_X86
+void gp_attn_scores_avx512(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
+                           int64_t n, float scale, float *sc);
+void gp_attn_accum_avx512(const float *w, const char *v, int64_t vs, gp_dtype vt, int64_t d,
+                          int64_t n, float *acc);
+#endif
+/* The attention loops of the level in use (the portable ones below AVX-512). */
+gp_attn_scores_fn gp_cpu_attn_scores(void);
+gp_attn_accum_fn gp_cpu_attn_accum(void);
+
 /* The kernel in use: the best build the CPU runs (`gp_cpu_dot_level`). */
 gp_dot_fn gp_cpu_dot(void);
 /* Levels: 0 portable, 1 AVX2+FMA+F16C, 2 AVX-512 F/BW/VL. Sets the level to use (tests compare the

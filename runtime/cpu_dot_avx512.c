@@ -134,3 +134,72 @@ void gp_dot_avx512(int rm, int64_t kc, const float *const *a, const char *const 
         GP_DOT_CASES(GP_F32)
     }
 }
+
+/* ---- attention's loops ---- */
+
+void gp_attn_scores_avx512(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
+                           int64_t n, float scale, float *sc)
+{
+    for (int64_t s = 0; s < n; s++) {
+        const char *kr = k + s * ks;
+        __m512 c = _mm512_setzero_ps();
+        int64_t i = 0;
+        for (; i + 16 <= d; i += 16)
+            c = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), ldw(kt, kr, i), c);
+        if (i < d) {
+            __mmask16 mk = (__mmask16)((1u << (d - i)) - 1);
+            c = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q + i), ldw_mask(kt, kr, i, mk), c);
+        }
+        __m512 c4[4] = {c, c, c, c};
+        float t[4];
+        totals4(c4, t);
+        sc[s] = t[0] * scale;
+    }
+}
+
+/* Up to 64 elements of acc in registers over every s. */
+static inline __attribute__((always_inline)) void accum64(gp_dtype vt, const float *w,
+                                                          const char *v, int64_t vs, int64_t d,
+                                                          int64_t n, float *acc)
+{
+    __mmask16 mk[4];
+    __m512 c[4];
+    for (int j = 0; j < 4; j++) {
+        int64_t left = d - 16 * j;
+        mk[j] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        c[j] = _mm512_maskz_loadu_ps(mk[j], acc + 16 * j);
+    }
+    if (d == 64) {
+        for (int64_t s = 0; s < n; s++) {
+            __m512 x = _mm512_set1_ps(w[s]);
+            const char *vr = v + s * vs;
+            for (int j = 0; j < 4; j++)
+                c[j] = _mm512_fmadd_ps(x, ldw(vt, vr, 16 * j), c[j]);
+        }
+    } else {
+        for (int64_t s = 0; s < n; s++) {
+            __m512 x = _mm512_set1_ps(w[s]);
+            const char *vr = v + s * vs;
+            for (int j = 0; j < 4; j++)
+                if (mk[j])
+                    c[j] = _mm512_fmadd_ps(x, ldw_mask(vt, vr, 16 * j, mk[j]), c[j]);
+        }
+    }
+    for (int j = 0; j < 4; j++)
+        _mm512_mask_storeu_ps(acc + 16 * j, mk[j], c[j]);
+}
+
+void gp_attn_accum_avx512(const float *w, const char *v, int64_t vs, gp_dtype vt, int64_t d,
+                          int64_t n, float *acc)
+{
+    int64_t es = vt == GP_F32 ? 4 : 2;
+    for (int64_t i = 0; i < d; i += 64) {
+        int64_t m = d - i < 64 ? d - i : 64;
+        if (vt == GP_F16)
+            accum64(GP_F16, w, v + i * es, vs, m, n, acc + i);
+        else if (vt == GP_BF16)
+            accum64(GP_BF16, w, v + i * es, vs, m, n, acc + i);
+        else
+            accum64(GP_F32, w, v + i * es, vs, m, n, acc + i);
+    }
+}

@@ -246,6 +246,30 @@ gp_dot_fn gp_cpu_dot(void)
     return gp_dot_portable;
 }
 
+gp_attn_scores_fn gp_cpu_attn_scores(void)
+{
+    int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
+    if (l < 0)
+        l = gp_cpu_dot_level(-1);
+#ifdef GP_DOT_X86
+    if (l == 2)
+        return gp_attn_scores_avx512;
+#endif
+    return gp_attn_scores_portable;
+}
+
+gp_attn_accum_fn gp_cpu_attn_accum(void)
+{
+    int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
+    if (l < 0)
+        l = gp_cpu_dot_level(-1);
+#ifdef GP_DOT_X86
+    if (l == 2)
+        return gp_attn_accum_avx512;
+#endif
+    return gp_attn_accum_portable;
+}
+
 static void mm_lanes(const mm_problem *q, int ith, int nth)
 {
     int64_t M = q->M, N = q->N, K = q->K, nbat = q->o.ne[0] * q->o.ne[1];
