@@ -41,6 +41,20 @@ void gp_dot_avx512(int rm, int64_t kc, const float *const *a, const char *const 
                    float *acc, int64_t am, int first, float *tot, int64_t ldt);
 #endif
 
+/* The product with B's rows contiguous in n (a [K, N] weight, tb=0): out(m, n) is one chain of
+ * fused multiply-adds over k ascending, vectors over n. For m < rm (1..GP_DOT_RM), j < nc (1..64):
+ * acc[m * 64 + j] (from +0 when first) += a[m][k] * b[k][j] over k < kc; b's rows `ldb` bytes
+ * apart, dtype bt (f32, f16, bf16). The same bits in every build. */
+typedef void (*gp_rows_fn)(int rm, int64_t kc, const float *const *a, const char *b, int64_t ldb,
+                           gp_dtype bt, int nc, float *acc, int first);
+void gp_rows_portable(int rm, int64_t kc, const float *const *a, const char *b, int64_t ldb,
+                      gp_dtype bt, int nc, float *acc, int first);
+#ifdef GP_DOT_X86
+void gp_rows_avx512(int rm, int64_t kc, const float *const *a, const char *b, int64_t ldb,
+                    gp_dtype bt, int nc, float *acc, int first);
+#endif
+gp_rows_fn gp_cpu_rows(void);
+
 /* Attention's inner loops (runtime/cpu_attention.c), built per instruction set like gp_dot_fn and
  * with the same bits in every build. Rows of k and v: `ks`/`vs` bytes apart, d contiguous elements
  * of dtype f32, f16 or bf16.

@@ -203,3 +203,77 @@ void gp_attn_accum_avx512(const float *w, const char *v, int64_t vs, gp_dtype vt
             accum64(GP_F32, w, v + i * es, vs, m, n, acc + i);
     }
 }
+
+/* ---- rows: B [K, N] with n contiguous ---- */
+
+static inline __attribute__((always_inline)) void rows_tile(int rm, gp_dtype bt, int64_t kc,
+                                                            const float *const *a, const char *b,
+                                                            int64_t ldb, int nc, float *acc,
+                                                            int first)
+{
+    __m512 c[GP_DOT_RM][4];
+    __mmask16 mk[4];
+    int nv = (nc + 15) / 16;
+    const float *ar[GP_DOT_RM];
+    for (int j = 0; j < 4; j++) {
+        int left = nc - 16 * j;
+        mk[j] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+    }
+    for (int m = 0; m < rm; m++) {
+        ar[m] = a[m];
+        for (int j = 0; j < 4; j++)
+            c[m][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + m * 64 + 16 * j);
+    }
+    if (nv == 4 && mk[3] == 0xffff) {
+        for (int64_t k = 0; k < kc; k++) {
+            const char *br = b + k * ldb;
+            _mm_prefetch(br + 8 * ldb, _MM_HINT_T0);
+            _mm_prefetch(br + 8 * ldb + 64, _MM_HINT_T0);
+            __m512 v0 = ldw(bt, br, 0), v1 = ldw(bt, br, 16), v2 = ldw(bt, br, 32), v3 = ldw(bt, br, 48);
+            for (int m = 0; m < rm; m++) {
+                __m512 x = _mm512_set1_ps(ar[m][k]);
+                c[m][0] = _mm512_fmadd_ps(x, v0, c[m][0]);
+                c[m][1] = _mm512_fmadd_ps(x, v1, c[m][1]);
+                c[m][2] = _mm512_fmadd_ps(x, v2, c[m][2]);
+                c[m][3] = _mm512_fmadd_ps(x, v3, c[m][3]);
+            }
+        }
+    } else {
+        for (int64_t k = 0; k < kc; k++) {
+            const char *br = b + k * ldb;
+            __m512 v[4];
+            for (int j = 0; j < 4; j++)
+                v[j] = ldw_mask(bt, br, 16 * j, mk[j]);
+            for (int m = 0; m < rm; m++) {
+                __m512 x = _mm512_set1_ps(ar[m][k]);
+                for (int j = 0; j < 4; j++)
+                    c[m][j] = _mm512_fmadd_ps(x, v[j], c[m][j]);
+            }
+        }
+    }
+    for (int m = 0; m < rm; m++)
+        for (int j = 0; j < 4; j++)
+            _mm512_storeu_ps(acc + m * 64 + 16 * j, c[m][j]);
+}
+
+#define GP_ROWS_CASES(bt)                                                                          \
+    switch (rm) {                                                                                  \
+    case 1: rows_tile(1, bt, kc, a, b, ldb, nc, acc, first); break;                                \
+    case 2: rows_tile(2, bt, kc, a, b, ldb, nc, acc, first); break;                                \
+    case 3: rows_tile(3, bt, kc, a, b, ldb, nc, acc, first); break;                                \
+    case 4: rows_tile(4, bt, kc, a, b, ldb, nc, acc, first); break;                                \
+    case 5: rows_tile(5, bt, kc, a, b, ldb, nc, acc, first); break;                                \
+    default: rows_tile(6, bt, kc, a, b, ldb, nc, acc, first); break;                               \
+    }
+
+void gp_rows_avx512(int rm, int64_t kc, const float *const *a, const char *b, int64_t ldb,
+                    gp_dtype bt, int nc, float *acc, int first)
+{
+    if (bt == GP_F16) {
+        GP_ROWS_CASES(GP_F16)
+    } else if (bt == GP_BF16) {
+        GP_ROWS_CASES(GP_BF16)
+    } else {
+        GP_ROWS_CASES(GP_F32)
+    }
+}

@@ -1,6 +1,7 @@
 /* CPU matmul: out[..., M, N] = a[..., M, K] b[..., K, N] over any strides, dtypes and transposes.
  * B with columns contiguous in k (every Linear weight, tb=1): the lanes path, FMA kernels per
- * instruction set (runtime/cpu_dot.h) reading the weights in their stored dtype. Any other B: the
+ * instruction set (runtime/cpu_dot.h) reading the weights in their stored dtype; with rows
+ * contiguous in n (a [K, N] weight) the rows path, the same kernels' other form. Any other B: the
  * cache-blocked path, tiles of A and B packed to f32 on the stack (no workspace), then a 4x16
  * register kernel accumulating in f32 with k in ascending order (no FMA). */
 #include <math.h>
@@ -246,6 +247,30 @@ gp_dot_fn gp_cpu_dot(void)
     return gp_dot_portable;
 }
 
+gp_rows_fn gp_cpu_rows(void)
+{
+    int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
+    if (l < 0)
+        l = gp_cpu_dot_level(-1);
+#ifdef GP_DOT_X86
+    if (l == 2)
+        return gp_rows_avx512;
+#endif
+    return gp_rows_portable;
+}
+
+void gp_rows_portable(int rm, int64_t kc, const float *const *a, const char *b, int64_t ldb,
+                      gp_dtype bt, int nc, float *acc, int first)
+{
+    for (int m = 0; m < rm; m++)
+        for (int j = 0; j < nc; j++) {
+            float c = first ? 0.0f : acc[m * 64 + j];
+            for (int64_t k = 0; k < kc; k++)
+                c = fmaf(a[m][k], w_elt(bt, b + k * ldb, j), c);
+            acc[m * 64 + j] = c;
+        }
+}
+
 gp_attn_scores_fn gp_cpu_attn_scores(void)
 {
     int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
@@ -335,6 +360,56 @@ static void mm_lanes(const mm_problem *q, int ith, int nth)
     }
 }
 
+/* ---- the rows path: B's rows contiguous in n (a [K, N] weight, tb=0) ----
+ * out(m, n) = one chain of fused multiply-adds over k ascending (runtime/cpu_dot.h, gp_rows_fn),
+ * B read in its stored dtype. Work items: (batch, strip of 64 columns, block of MB rows), rows
+ * fastest; blocks of KB k (all of k for a block of at most 6 rows: decode streams B once). Stack:
+ * (MB 64 + MB KB) floats = 60 KiB. */
+enum { MB_R = 48, NS_R = 64, KB_R = 256 };
+
+static void mm_rows(const mm_problem *q, int ith, int nth)
+{
+    int64_t M = q->M, N = q->N, K = q->K, nbat = q->o.ne[0] * q->o.ne[1];
+    int64_t mblk = (M + MB_R - 1) / MB_R, nstr = (N + NS_R - 1) / NS_R, i0, i1;
+    gp_rows_fn rows = gp_cpu_rows();
+    int a_direct = q->a.t == GP_F32 && q->sak == 4;
+    _Alignas(64) float acc[MB_R * NS_R]; /* [MB][64] */
+    _Alignas(64) float abuf[MB_R * KB_R]; /* [MB][KB] rows of a as f32 */
+    gp_share(nbat * nstr * mblk, ith, nth, &i0, &i1);
+    for (int64_t item = i0; item < i1; item++) {
+        int64_t bi = item / (nstr * mblk), st = (item / mblk) % nstr, mbi = item % mblk;
+        mview A, B;
+        char *po;
+        mm_batch(q, bi, &A, &B, &po);
+        int64_t m0 = mbi * MB_R, mc = M - m0 < MB_R ? M - m0 : MB_R;
+        int64_t n0 = st * NS_R, nc = N - n0 < NS_R ? N - n0 : NS_R;
+        int64_t kb = a_direct && mc <= GP_DOT_RM ? K : KB_R;
+        if (K == 0)
+            memset(acc, 0, sizeof acc);
+        for (int64_t k0 = 0; k0 < K; k0 += kb) {
+            int64_t kc = K - k0 < kb ? K - k0 : kb;
+            const float *ar[MB_R];
+            for (int64_t i = 0; i < mc; i++) {
+                const char *src = A.p + (m0 + i) * A.si + k0 * A.sj;
+                if (a_direct) {
+                    ar[i] = (const float *)(const void *)src;
+                } else {
+                    gp_cpu_load_row(abuf + i * KB_R, src, kc, A.sj, A.t);
+                    ar[i] = abuf + i * KB_R;
+                }
+            }
+            for (int64_t i = 0; i < mc; i += GP_DOT_RM) {
+                int rm = mc - i < GP_DOT_RM ? (int)(mc - i) : GP_DOT_RM;
+                rows(rm, kc, ar + i, B.p + k0 * B.si + n0 * B.sj, B.si, B.t, (int)nc,
+                     acc + i * NS_R, k0 == 0);
+            }
+        }
+        for (int64_t i = 0; i < mc; i++)
+            gp_cpu_store_row(po + (m0 + i) * q->som + n0 * q->son, q->son, q->o.t, acc + i * NS_R,
+                             nc);
+    }
+}
+
 void gp_cpu_matmul(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in, int ith,
                    int nth)
 {
@@ -370,8 +445,12 @@ void gp_cpu_matmul(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *
         }
     }
     /* The path depends on shapes only, never on nth. */
-    if (q.sbk == (int64_t)gp_dtype_size(b->t))
+    int64_t es = (int64_t)gp_dtype_size(b->t);
+    int fl = b->t == GP_F32 || b->t == GP_F16 || b->t == GP_BF16;
+    if (q.sbk == es)
         mm_lanes(&q, ith, nth);
+    else if (q.sbn == es && fl)
+        mm_rows(&q, ith, nth);
     else
         mm_gemm(&q, ith, nth);
 }

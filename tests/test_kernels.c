@@ -1213,13 +1213,14 @@ static void test_pool_matmul(void)
 
 /* ---- matmul's kernel builds (runtime/cpu_dot.h) ---- */
 
-/* out of a [M, K] x b [N, K]^T at kernel level `level`, into a fresh buffer. */
-static float *mm_at_level(int level, const tt *a, const tt *b, int64_t M, int64_t N)
+/* out of a [M, K] x b ([N, K]^T when tb, else [K, N]) at kernel level `level`, into a fresh
+ * buffer. */
+static float *mm_at_level(int level, const tt *a, const tt *b, int64_t M, int64_t N, int tb)
 {
     CU_ASSERT_EQUAL(gp_cpu_dot_level(level), level);
     tt *o = tt_new(GP_F32, 2, (int64_t[]){M, N}, 0);
     gp_ktensor in[2] = {a->k, b->k};
-    gp_attrs at = {.i = {0, 1}};
+    gp_attrs at = {.i = {0, tb}};
     for (int ith = 1; ith >= 0; ith--)
         gp_cpu_compute(GP_OP_MATMUL, &at, &o->k, in, 2, NULL, 0, ith, 2);
     float *r = malloc(sizeof(float) * (size_t)(M * N));
@@ -1230,7 +1231,7 @@ static float *mm_at_level(int level, const tt *a, const tt *b, int64_t M, int64_
 }
 
 /* The portable, AVX2 and AVX-512 builds give the same bits (decode and prompt shapes, k tails,
- * every weight dtype, a strided a); and products are fused: lane 0 of the one output of a K = 17
+ * every weight dtype, a strided a, weights [N, K] and [K, N]); and products are fused: lane 0 of the one output of a K = 17
  * product gets (1 + 2^-11) (-1), then + (1 + 2^-12)^2, which is 2^-24 exactly only when that
  * multiply-add is not rounded in between (unfused, the product rounds to 1 + 2^-11: 0). */
 static void test_matmul_levels(void)
@@ -1238,18 +1239,20 @@ static void test_matmul_levels(void)
     int best = gp_cpu_dot_level(-1);
     static const int64_t shapes[][3] = {{1, 67, 37}, {3, 600, 21}, {13, 515, 19}, {50, 1040, 33}};
     static const gp_dtype wts[] = {GP_F32, GP_F16, GP_BF16};
-    for (int s = 0; s < 4; s++)
+    for (int s = 0; s < 8; s++)
         for (int t = 0; t < 3; t++) {
-            int64_t M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+            /* s < 4: b [N, K] (the lanes path); else b [K, N] (the rows path). */
+            int tb = s < 4;
+            int64_t M = shapes[s % 4][0], K = shapes[s % 4][1], N = shapes[s % 4][2];
             tt *a = tt_rand(GP_F32, 2, (int64_t[]){M, K}, s & 1, 0.1, 1);
-            tt *b = tt_rand(wts[t], 2, (int64_t[]){N, K}, 0, 0.1, 1);
-            float *r0 = mm_at_level(0, a, b, M, N);
+            tt *b = tt_rand(wts[t], 2, tb ? (int64_t[]){N, K} : (int64_t[]){K, N}, 0, 0.1, 1);
+            float *r0 = mm_at_level(0, a, b, M, N, tb);
             for (int l = 1; l <= best; l++) {
-                float *r = mm_at_level(l, a, b, M, N);
+                float *r = mm_at_level(l, a, b, M, N, tb);
                 int same = memcmp(r0, r, sizeof(float) * (size_t)(M * N)) == 0;
                 if (!same)
-                    fprintf(stderr, "\nmatmul M %lld K %lld N %lld %s: level %d differs from 0\n",
-                            (long long)M, (long long)K, (long long)N, gp_dtype_name(wts[t]), l);
+                    fprintf(stderr, "\nmatmul M %lld K %lld N %lld %s tb %d: level %d differs\n",
+                            (long long)M, (long long)K, (long long)N, gp_dtype_name(wts[t]), tb, l);
                 CU_ASSERT(same);
                 free(r);
             }
@@ -1267,7 +1270,7 @@ static void test_matmul_levels(void)
         for (idx[1] = 0; idx[1] < 17; idx[1]++)
             tt_set(b, idx, idx[1] == 0 ? -1 : idx[1] == 16 ? 1 + 0x1p-12 : 0);
         for (int l = 0; l <= best; l++) {
-            float *r = mm_at_level(l, a, b, M, 1);
+            float *r = mm_at_level(l, a, b, M, 1, 1);
             for (int64_t m = 0; m < M; m++)
                 CU_ASSERT_EQUAL(r[m], 0x1p-24f);
             free(r);
