@@ -50,6 +50,8 @@ typedef void (*gp_rows_fn)(int rm, int64_t kc, const float *const *a, const char
 void gp_rows_portable(int rm, int64_t kc, const float *const *a, const char *b, int64_t ldb,
                       gp_dtype bt, int nc, float *acc, int first);
 #ifdef GP_DOT_X86
+void gp_rows_avx2(int rm, int64_t kc, const float *const *a, const char *b, int64_t ldb,
+                  gp_dtype bt, int nc, float *acc, int first);
 void gp_rows_avx512(int rm, int64_t kc, const float *const *a, const char *b, int64_t ldb,
                     gp_dtype bt, int nc, float *acc, int first);
 #endif
@@ -70,12 +72,16 @@ void gp_attn_scores_portable(const float *q, const char *k, int64_t ks, gp_dtype
 void gp_attn_accum_portable(const float *w, const char *v, int64_t vs, gp_dtype vt, int64_t d,
                             int64_t n, float *acc);
 #ifdef GP_DOT_X86
+void gp_attn_scores_avx2(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
+                         int64_t n, float scale, float *sc);
+void gp_attn_accum_avx2(const float *w, const char *v, int64_t vs, gp_dtype vt, int64_t d,
+                        int64_t n, float *acc);
 void gp_attn_scores_avx512(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
                            int64_t n, float scale, float *sc);
 void gp_attn_accum_avx512(const float *w, const char *v, int64_t vs, gp_dtype vt, int64_t d,
                           int64_t n, float *acc);
 #endif
-/* The attention loops of the level in use (the portable ones below AVX-512). */
+/* The attention loops of the level in use. */
 gp_attn_scores_fn gp_cpu_attn_scores(void);
 gp_attn_accum_fn gp_cpu_attn_accum(void);
 

@@ -255,6 +255,8 @@ gp_rows_fn gp_cpu_rows(void)
 #ifdef GP_DOT_X86
     if (l == 2)
         return gp_rows_avx512;
+    if (l == 1)
+        return gp_rows_avx2;
 #endif
     return gp_rows_portable;
 }
@@ -279,6 +281,8 @@ gp_attn_scores_fn gp_cpu_attn_scores(void)
 #ifdef GP_DOT_X86
     if (l == 2)
         return gp_attn_scores_avx512;
+    if (l == 1)
+        return gp_attn_scores_avx2;
 #endif
     return gp_attn_scores_portable;
 }
@@ -291,6 +295,8 @@ gp_attn_accum_fn gp_cpu_attn_accum(void)
 #ifdef GP_DOT_X86
     if (l == 2)
         return gp_attn_accum_avx512;
+    if (l == 1)
+        return gp_attn_accum_avx2;
 #endif
     return gp_attn_accum_portable;
 }
