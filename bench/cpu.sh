@@ -6,7 +6,9 @@
 # best round and its spread (worst/best). Record the output in bench/cpu-notes.md.
 # Usage: bench/cpu.sh [ROUNDS (default 3)] [MODELS (default "tinyllama gpt2")]
 # Env: LLAMA_BENCH (the llama-bench binary), GP_BENCH_DIR (the GGUF files; made when missing),
-#      THREADS (default 2), TOKENS (decode tokens per round, default 32).
+#      THREADS (default 2), TOKENS (decode tokens per round, default 32), LLAMA_ENV (variables
+#      for llama-bench only, e.g. OMP_WAIT_POLICY=passive: its OpenMP threads spin-wait, which a
+#      loaded machine punishes; see bench/cpu-notes.md).
 set -euo pipefail
 GP_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$GP_ROOT/scripts/setup.sh"
@@ -47,7 +49,7 @@ for m in $models; do
 done
 
 echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores," \
-     "$threads threads, $(date -u '+%Y-%m-%d %H:%M UTC')"
+     "$threads threads, $(date -u '+%Y-%m-%d %H:%M UTC'), llama-bench env: ${LLAMA_ENV:-none}"
 raw=build-bench/cpu-bench.tsv
 : > "$raw"
 prompt=$(seq -s, 1 128)
@@ -62,7 +64,8 @@ for r in $(seq 1 "$rounds"); do
     tg=$(echo "$out" | sed -nE 's/^stats: generation .*, ([0-9.]+) ms per eval.*/\1/p')
     al=$(echo "$out" | sed -nE 's/^stats: host allocations during evals: ([0-9]+) on the eval thread, ([0-9]+) on.*/\1+\2/p')
     printf 'gplan\t%s\t%s\t%s\t%s\n' "$m" "$pp" "$tg" "$al" >> "$raw"
-    js=$("$lb" -m "${gguf[$m]}" -t "$threads" -p 128 -n "$tokens" -r 1 -o json 2>/dev/null)
+    # shellcheck disable=SC2086
+    js=$(env ${LLAMA_ENV:-} "$lb" -m "${gguf[$m]}" -t "$threads" -p 128 -n "$tokens" -r 1 -o json 2>/dev/null)
     echo "$js" | python3 -c '
 import json, sys
 pp = tg = ""
@@ -101,7 +104,7 @@ for r in rows:
         if r[0] == "gplan": alloc[r[1]].add(r[4])
 def best(v, hi):
     if not v: return "-", "-"
-    b = max(v) if hi else min(v)
+    b = round(max(v) if hi else min(v), 1)
     w = min(v) if hi else max(v)
     return b, "%.2f" % (w / b if not hi else b / w)
 print("| model (f16) | decode ms/token gplan | llama.cpp | ratio | prompt-128 tok/s gplan | llama.cpp | ratio | gplan decode GB/s of weights | allocs |")

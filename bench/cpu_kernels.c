@@ -156,6 +156,7 @@ int main(int argc, char **argv)
         bench_matmul(pool, 1, 4096, 4096, GP_BF16);
         bench_matmul(pool, 1, 2048, 5632, GP_F16); /* TinyLlama's FFN, decode */
         bench_matmul(pool, 1, 2048, 65536, GP_F16); /* 256 MiB: from memory, not a cache */
+        bench_matmul(pool, 1, 768, 50257, GP_F16);  /* GPT-2 LM head */
         bench_matmul(pool, 128, 1024, 1024, GP_F32);
         bench_matmul(pool, 128, 1024, 1024, GP_F16);
         bench_matmul(pool, 128, 2048, 5632, GP_F16); /* TinyLlama's FFN, prompt of 128 */
