@@ -1,6 +1,6 @@
 /* Throughput of the CPU kernels that dominate inference: matmul against a Linear weight (decode and
  * prefill shapes, f32 and f16 weights), attention over a KV cache, and the thread pool's overhead.
- * Usage: bench_cpu_kernels [threads] */
+ * Usage: bench_cpu_kernels [threads] [matmul|attention] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,12 +149,23 @@ int main(int argc, char **argv)
         gp_threadpool_run(pool, barrier_fn, pool);
     printf("barrier %.2f us\n", (now() - t0) / (200 * 100) * 1e6);
 
-    bench_matmul(pool, 1, 4096, 4096, GP_F16);
-    bench_matmul(pool, 1, 4096, 4096, GP_F32);
-    bench_matmul(pool, 1, 4096, 4096, GP_BF16);
-    bench_matmul(pool, 128, 1024, 1024, GP_F32);
-    bench_matmul(pool, 128, 1024, 1024, GP_F16);
-    bench_matmul(pool, 512, 768, 3072, GP_F32);
+    const char *only = argc > 2 ? argv[2] : "";
+    if (strcmp(only, "attention") != 0) {
+        bench_matmul(pool, 1, 4096, 4096, GP_F16);
+        bench_matmul(pool, 1, 4096, 4096, GP_F32);
+        bench_matmul(pool, 1, 4096, 4096, GP_BF16);
+        bench_matmul(pool, 1, 2048, 5632, GP_F16); /* TinyLlama's FFN, decode */
+        bench_matmul(pool, 1, 2048, 65536, GP_F16); /* 256 MiB: from memory, not a cache */
+        bench_matmul(pool, 1, 768, 50257, GP_F16);  /* GPT-2 LM head */
+        bench_matmul(pool, 128, 1024, 1024, GP_F32);
+        bench_matmul(pool, 128, 1024, 1024, GP_F16);
+        bench_matmul(pool, 128, 2048, 5632, GP_F16); /* TinyLlama's FFN, prompt of 128 */
+        bench_matmul(pool, 512, 768, 3072, GP_F32);
+    }
+    if (strcmp(only, "matmul") == 0) {
+        gp_threadpool_free(pool);
+        return 0;
+    }
     bench_attention(pool, 1, 32, 8, 128, 2048, nth);
     bench_attention(pool, 128, 12, 12, 64, 512, nth);
     gp_threadpool_free(pool);

@@ -1,9 +1,48 @@
 /* CPU attention: causal scaled-dot-product attention of new queries over a KV cache, grouped-query,
- * with a stable softmax. Threads split the (t, h) query rows; scores go to a per-thread slice of ws. */
+ * with a stable softmax. Threads split the (t, h) query rows; scores go to a per-thread slice of ws.
+ * Cache rows with contiguous heads go through runtime/cpu_dot.h's fused loops (FMA, f16 widened
+ * in registers); the general case loads rows as f32 and multiplies and adds unfused. */
 #include <math.h>
 #include <string.h>
 
+#include "runtime/cpu_dot.h"
 #include "runtime/cpu_internal.h"
+
+/* Element i of a k or v row as f32. */
+static float kv_elt(gp_dtype t, const char *p, int64_t i)
+{
+    uint16_t h;
+    float f;
+    if (t == GP_F32) {
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    memcpy(&h, p + 2 * i, 2);
+    return t == GP_F16 ? gp_f16_to_f32(h) : gp_bf16_to_f32(h);
+}
+
+/* The portable builds of runtime/cpu_dot.h's attention loops: fmaf, the same lanes. */
+void gp_attn_scores_portable(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
+                             int64_t n, float scale, float *sc)
+{
+    int64_t dp = (d + GP_DOT_LANES - 1) / GP_DOT_LANES * GP_DOT_LANES;
+    for (int64_t s = 0; s < n; s++) {
+        float c[GP_DOT_LANES] = {0};
+        for (int64_t i = 0; i < dp; i++) {
+            float x = i < d ? q[i] : 0.0f, y = i < d ? kv_elt(kt, k + s * ks, i) : 0.0f;
+            c[i % GP_DOT_LANES] = fmaf(x, y, c[i % GP_DOT_LANES]);
+        }
+        sc[s] = gp_dot_total(c) * scale;
+    }
+}
+
+void gp_attn_accum_portable(const float *w, const char *v, int64_t vs, gp_dtype vt, int64_t d,
+                            int64_t n, float *acc)
+{
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t i = 0; i < d; i++)
+            acc[i] = fmaf(w[s], kv_elt(vt, v + s * vs, i), acc[i]);
+}
 
 /* q [T, H, D], k [S, G, D], v [S, G, D], pos i32 [T] -> out f32-or-other [T, H, D].
  * ws: f32 [nth_used, S] scores. */
@@ -24,6 +63,14 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
     float scale = (float)at->f[0];
     float bq[GP_CHUNK], bk[GP_CHUNK], acc[GP_CHUNK];
     int64_t r0, r1;
+    /* Rows of k and v with contiguous heads of at most GP_CHUNK: the fused loops of cpu_dot.h
+     * on the cache as it is stored (f16 widened in registers). */
+    int64_t kes = (int64_t)gp_dtype_size(k->dtype), ves = (int64_t)gp_dtype_size(v->dtype);
+    int fast = D <= GP_CHUNK && k->nb[2] == kes && v->nb[2] == ves &&
+               (k->dtype == GP_F32 || k->dtype == GP_F16 || k->dtype == GP_BF16) &&
+               (v->dtype == GP_F32 || v->dtype == GP_F16 || v->dtype == GP_BF16);
+    gp_attn_scores_fn scores = gp_cpu_attn_scores();
+    gp_attn_accum_fn accum = gp_cpu_attn_accum();
     gp_share(T * H, ith, nuse, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t t = r / H, h = r % H, g = h / (H / G);
@@ -39,6 +86,24 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
         float mx = -INFINITY;
         if (D <= GP_CHUNK)
             gp_cpu_load_row(bq, pq, D, q->nb[2], q->dtype);
+        if (fast) {
+            scores(bq, pk, k->nb[0], k->dtype, D, p + 1, scale, sc);
+            for (int64_t s = 0; s <= p; s++)
+                mx = fmaxf(mx, sc[s]);
+            gp_acc8 sum;
+            gp_acc8_zero(&sum);
+            for (int64_t s = 0; s <= p; s++)
+                sc[s] = expf(sc[s] - mx);
+            gp_acc8_add(&sum, sc, p + 1);
+            float inv = 1.0f / gp_acc8_total(&sum);
+            for (int64_t i = 0; i < D; i++)
+                acc[i] = 0.0f;
+            accum(sc, pv, v->nb[0], v->dtype, D, p + 1, acc);
+            for (int64_t i = 0; i < D; i++)
+                acc[i] *= inv;
+            gp_cpu_store_row(po, out->nb[2], out->dtype, acc, D);
+            continue;
+        }
         for (int64_t s = 0; s <= p; s++) {
             gp_acc8 dot;
             gp_acc8_zero(&dot);

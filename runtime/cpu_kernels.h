@@ -41,9 +41,11 @@ static inline int64_t gp_ktensor_numel(const gp_ktensor *t)
  *    each element's arithmetic, reductions included, runs in an order fixed by the shapes alone.
  *  - In place: where gp_op_get(op)->inplace >= 0, `out` may be that input's memory (same layout).
  *  - No allocation: scratch comes from ws (ws_size bytes, see gp_cpu_workspace_bytes) or from
- *    fixed-size stack buffers (at most ~82 KiB, in matmul: threads need a stack of 256 KiB or more).
+ *    fixed-size stack buffers (at most ~180 KiB, in matmul's lanes path: threads need a stack of
+ *    512 KiB or more).
  *  - Inputs of any float dtype (f32, f16, bf16) are read as f32; math is f32; results are converted
- *    to out->dtype.
+ *    to out->dtype. Products on weights with k or n contiguous and attention over caches with
+ *    contiguous heads use fused multiply-adds (runtime/cpu_dot.h), the same bits in every build.
  *  - Index inputs (get_rows ids, store and attention pos) must be in range: the runtime checks them
  *    before the eval (gp_cpu_check); a kernel meeting a bad one stops with GP_ASSERT.
  * Op notes beyond core.h:

@@ -1,8 +1,14 @@
 /* CPU matmul: out[..., M, N] = a[..., M, K] b[..., K, N] over any strides, dtypes and transposes.
- * Cache-blocked: tiles of A and B are packed to f32 on the stack (no workspace), then a 4x16
- * register kernel accumulates in f32 with k in ascending order, the same for every element. */
+ * B with columns contiguous in k (every Linear weight, tb=1): the lanes path, FMA kernels per
+ * instruction set (runtime/cpu_dot.h) reading the weights in their stored dtype; with rows
+ * contiguous in n (a [K, N] weight) the rows path, the same kernels' other form. Any other B: the
+ * cache-blocked path, tiles of A and B packed to f32 on the stack (no workspace), then a 4x16
+ * register kernel accumulating in f32 with k in ascending order (no FMA). */
+#include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
+#include "runtime/cpu_dot.h"
 #include "runtime/cpu_internal.h"
 #include "runtime/quant.h"
 
@@ -158,94 +164,255 @@ static void mm_gemm(const mm_problem *q, int ith, int nth)
     }
 }
 
-/* The dot path, for at most DM rows against a B whose columns are contiguous in k (a Linear weight
- * [N, K], decoding): packing B would cost as much as the product. Rows of B are converted in
- * chunks of DK; each out element is a dot product in 8 lanes (k to lane k % 8), lanes summed
- * pairwise at the end. Stack: (DM DK + DN DK + DM DN 8) floats = 28 KiB. */
-enum { DM = 8, DN = 16, DK = 256 };
+/* ---- the lanes path: B's columns contiguous in k (a Linear weight [N, K]), any M ----
+ * out(m, n) = the 16 lanes of runtime/cpu_dot.h (lane l: fused multiply-adds over k % 16 == l,
+ * k ascending) summed pairwise (gp_dot_total): an order fixed by K
+ * alone, the same for decode and prompts, every block size and every thread count. Weights are
+ * read in their stored dtype, widened in registers. Work items: (batch, group of NG columns,
+ * block of MB rows), rows fastest, so a thread reuses a column group's weights from L2 for every
+ * row block; within an item, blocks of KB k keep the rows of a and w in L1 across kernel calls.
+ * Stack: (MB NG 17 + MB KB + NG KB) floats = 179 KiB. */
+enum { MB_L = 48, NG_L = 16, KB_L = 512 };
 
-/* acc[m][j][0..8) += lanes of sum over k < kc of ap[m][k] * wp[j][k], for m < mc, j < nc. */
-GP_CLONES static void dot_block(int64_t mc, int64_t nc, int64_t kc, const float *ap,
-                                const float *wp, float *acc)
+/* The portable build of the kernel: the same lanes and fused operations (fmaf), so the same bits
+ * as the SIMD builds. */
+static float w_elt(gp_dtype wt, const char *p, int64_t k)
 {
-    int64_t k8 = kc / 8 * 8;
-    for (int64_t m = 0; m < mc; m++) {
-        const float *a = ap + m * DK;
-        float *c = acc + m * DN * 8;
-        int64_t j = 0;
-        for (; j + 4 <= nc; j += 4) {
-            v8 s0, s1, s2, s3;
-            V8_LOAD(s0, c + (j + 0) * 8);
-            V8_LOAD(s1, c + (j + 1) * 8);
-            V8_LOAD(s2, c + (j + 2) * 8);
-            V8_LOAD(s3, c + (j + 3) * 8);
-            const float *w = wp + j * DK;
-            for (int64_t k = 0; k < k8; k += 8) {
-                v8 va, w0, w1, w2, w3;
-                V8_LOAD(va, a + k);
-                V8_LOAD(w0, w + k);
-                V8_LOAD(w1, w + DK + k);
-                V8_LOAD(w2, w + 2 * DK + k);
-                V8_LOAD(w3, w + 3 * DK + k);
-                s0 += va * w0;
-                s1 += va * w1;
-                s2 += va * w2;
-                s3 += va * w3;
+    uint16_t h;
+    float f;
+    if (wt == GP_F32) {
+        memcpy(&f, p + 4 * k, 4);
+        return f;
+    }
+    memcpy(&h, p + 2 * k, 2);
+    return wt == GP_F16 ? gp_f16_to_f32(h) : gp_bf16_to_f32(h);
+}
+
+void gp_dot_portable(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
+                     float *acc, int64_t am, int first, float *tot, int64_t ldt)
+{
+    int64_t kp = (kc + GP_DOT_LANES - 1) / GP_DOT_LANES * GP_DOT_LANES;
+    for (int m = 0; m < rm; m++)
+        for (int n = 0; n < GP_DOT_RN; n++) {
+            float c[GP_DOT_LANES];
+            for (int l = 0; l < GP_DOT_LANES; l++)
+                c[l] = first ? 0.0f : acc[m * am + n * GP_DOT_LANES + l];
+            for (int64_t k = 0; k < kp; k++) {
+                float x = k < kc ? a[m][k] : 0.0f, y = k < kc ? w_elt(wt, w[n], k) : 0.0f;
+                c[k % GP_DOT_LANES] = fmaf(x, y, c[k % GP_DOT_LANES]);
             }
-            V8_STORE(c + (j + 0) * 8, s0);
-            V8_STORE(c + (j + 1) * 8, s1);
-            V8_STORE(c + (j + 2) * 8, s2);
-            V8_STORE(c + (j + 3) * 8, s3);
+            if (tot)
+                tot[m * ldt + n] = gp_dot_total(c);
+            else
+                memcpy(acc + m * am + n * GP_DOT_LANES, c, sizeof c);
         }
-        for (; j < nc; j++) {
-            v8 s0;
-            V8_LOAD(s0, c + j * 8);
-            for (int64_t k = 0; k < k8; k += 8) {
-                v8 va, w0;
-                V8_LOAD(va, a + k);
-                V8_LOAD(w0, wp + j * DK + k);
-                s0 += va * w0;
+}
+
+static atomic_int dot_level = -1; /* -1: not chosen yet */
+
+static int dot_best(void)
+{
+#ifdef GP_DOT_X86
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        return 2;
+    return avx2 ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+
+int gp_cpu_dot_level(int want)
+{
+    int best = dot_best();
+    int l = want < 0 || want > best ? best : want;
+    atomic_store(&dot_level, l);
+    return l;
+}
+
+gp_dot_fn gp_cpu_dot(void)
+{
+    int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
+    if (l < 0)
+        l = gp_cpu_dot_level(-1);
+#ifdef GP_DOT_X86
+    if (l == 2)
+        return gp_dot_avx512;
+    if (l == 1)
+        return gp_dot_avx2;
+#endif
+    return gp_dot_portable;
+}
+
+gp_rows_fn gp_cpu_rows(void)
+{
+    int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
+    if (l < 0)
+        l = gp_cpu_dot_level(-1);
+#ifdef GP_DOT_X86
+    if (l == 2)
+        return gp_rows_avx512;
+    if (l == 1)
+        return gp_rows_avx2;
+#endif
+    return gp_rows_portable;
+}
+
+void gp_rows_portable(int rm, int64_t kc, const float *const *a, const char *b, int64_t ldb,
+                      gp_dtype bt, int nc, float *acc, int first)
+{
+    for (int m = 0; m < rm; m++)
+        for (int j = 0; j < nc; j++) {
+            float c = first ? 0.0f : acc[m * 64 + j];
+            for (int64_t k = 0; k < kc; k++)
+                c = fmaf(a[m][k], w_elt(bt, b + k * ldb, j), c);
+            acc[m * 64 + j] = c;
+        }
+}
+
+gp_attn_scores_fn gp_cpu_attn_scores(void)
+{
+    int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
+    if (l < 0)
+        l = gp_cpu_dot_level(-1);
+#ifdef GP_DOT_X86
+    if (l == 2)
+        return gp_attn_scores_avx512;
+    if (l == 1)
+        return gp_attn_scores_avx2;
+#endif
+    return gp_attn_scores_portable;
+}
+
+gp_attn_accum_fn gp_cpu_attn_accum(void)
+{
+    int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
+    if (l < 0)
+        l = gp_cpu_dot_level(-1);
+#ifdef GP_DOT_X86
+    if (l == 2)
+        return gp_attn_accum_avx512;
+    if (l == 1)
+        return gp_attn_accum_avx2;
+#endif
+    return gp_attn_accum_portable;
+}
+
+static void mm_lanes(const mm_problem *q, int ith, int nth)
+{
+    int64_t M = q->M, N = q->N, K = q->K, nbat = q->o.ne[0] * q->o.ne[1];
+    int64_t mblk = (M + MB_L - 1) / MB_L, ngrp = (N + NG_L - 1) / NG_L, i0, i1;
+    gp_dot_fn dot = gp_cpu_dot();
+    int a_direct = q->a.t == GP_F32 && q->sak == 4;
+    int w_direct = q->b.t == GP_F32 || q->b.t == GP_F16 || q->b.t == GP_BF16;
+    _Alignas(64) float acc[MB_L * NG_L * GP_DOT_LANES]; /* [MB][NG][16] */
+    _Alignas(64) float tot[MB_L * NG_L];                /* [MB][NG] the sums */
+    _Alignas(64) float abuf[MB_L * KB_L];               /* [MB][KB] rows of a as f32 */
+    _Alignas(64) float wbuf[NG_L * KB_L];               /* [NG][KB] rows of w as f32 */
+    gp_share(nbat * ngrp * mblk, ith, nth, &i0, &i1);
+    for (int64_t item = i0; item < i1; item++) {
+        int64_t bi = item / (ngrp * mblk), g = (item / mblk) % ngrp, mbi = item % mblk;
+        mview A, B;
+        char *po;
+        mm_batch(q, bi, &A, &B, &po);
+        int64_t m0 = mbi * MB_L, mc = M - m0 < MB_L ? M - m0 : MB_L;
+        int64_t n0 = g * NG_L, nc = N - n0 < NG_L ? N - n0 : NG_L;
+        /* One pass over all of k when nothing needs converting and the rows fit one kernel call
+         * (decode): the weights then stream once, row by row. */
+        int64_t kb = a_direct && w_direct && mc <= GP_DOT_RM ? K : KB_L;
+        gp_dtype wt = w_direct ? B.t : GP_F32;
+        if (K == 0)
+            memset(tot, 0, sizeof tot);
+        for (int64_t k0 = 0; k0 < K; k0 += kb) {
+            int64_t kc = K - k0 < kb ? K - k0 : kb;
+            const float *ar[MB_L];
+            const char *wr[NG_L];
+            for (int64_t i = 0; i < mc; i++) {
+                const char *src = A.p + (m0 + i) * A.si + k0 * A.sj;
+                if (a_direct) {
+                    ar[i] = (const float *)(const void *)src;
+                } else {
+                    gp_cpu_load_row(abuf + i * KB_L, src, kc, A.sj, A.t);
+                    ar[i] = abuf + i * KB_L;
+                }
             }
-            V8_STORE(c + j * 8, s0);
+            for (int64_t j = 0; j < NG_L; j++) {
+                /* Columns past nc repeat the last one; their sums are never stored. */
+                int64_t jj = j < nc ? j : nc - 1;
+                const char *src = B.p + (n0 + jj) * B.sj + k0 * B.si;
+                if (w_direct) {
+                    wr[j] = src;
+                } else if (j < nc) {
+                    gp_cpu_load_row(wbuf + j * KB_L, src, kc, B.si, B.t);
+                    wr[j] = (const char *)(wbuf + j * KB_L);
+                } else {
+                    wr[j] = wr[nc - 1];
+                }
+            }
+            for (int64_t i = 0; i < mc; i += GP_DOT_RM) {
+                int rm = mc - i < GP_DOT_RM ? (int)(mc - i) : GP_DOT_RM;
+                for (int64_t j = 0; j < nc; j += GP_DOT_RN)
+                    dot(rm, kc, ar + i, wr + j, wt, acc + (i * NG_L + j) * GP_DOT_LANES,
+                        NG_L * GP_DOT_LANES, k0 == 0, k0 + kc >= K ? tot + i * NG_L + j : NULL,
+                        NG_L);
+            }
         }
-        /* The last chunk's tail: k8 is a multiple of 8, so element k8 + i goes to lane i. */
-        for (j = 0; j < nc; j++)
-            for (int64_t k = k8; k < kc; k++)
-                c[j * 8 + (k - k8)] += a[k] * wp[j * DK + k];
+        for (int64_t i = 0; i < mc; i++)
+            gp_cpu_store_row(po + (m0 + i) * q->som + n0 * q->son, q->son, q->o.t, tot + i * NG_L,
+                             nc);
     }
 }
 
-static void mm_dot(const mm_problem *q, int ith, int nth)
+/* ---- the rows path: B's rows contiguous in n (a [K, N] weight, tb=0) ----
+ * out(m, n) = one chain of fused multiply-adds over k ascending (runtime/cpu_dot.h, gp_rows_fn),
+ * B read in its stored dtype. Work items: (batch, strip of 64 columns, block of MB rows), rows
+ * fastest; blocks of KB k (all of k for a block of at most 6 rows: decode streams B once). Stack:
+ * (MB 64 + MB KB) floats = 60 KiB. */
+enum { MB_R = 48, NS_R = 64, KB_R = 256 };
+
+static void mm_rows(const mm_problem *q, int ith, int nth)
 {
     int64_t M = q->M, N = q->N, K = q->K, nbat = q->o.ne[0] * q->o.ne[1];
-    int64_t nblk = (N + DN - 1) / DN, i0, i1;
-    _Alignas(64) float ap[DM * DK];
-    _Alignas(64) float wp[DN * DK];
-    _Alignas(64) float acc[DM * DN * 8];
-    gp_share(nbat * nblk, ith, nth, &i0, &i1);
+    int64_t mblk = (M + MB_R - 1) / MB_R, nstr = (N + NS_R - 1) / NS_R, i0, i1;
+    gp_rows_fn rows = gp_cpu_rows();
+    int a_direct = q->a.t == GP_F32 && q->sak == 4;
+    _Alignas(64) float acc[MB_R * NS_R]; /* [MB][64] */
+    _Alignas(64) float abuf[MB_R * KB_R]; /* [MB][KB] rows of a as f32 */
+    gp_share(nbat * nstr * mblk, ith, nth, &i0, &i1);
     for (int64_t item = i0; item < i1; item++) {
+        int64_t bi = item / (nstr * mblk), st = (item / mblk) % nstr, mbi = item % mblk;
         mview A, B;
         char *po;
-        mm_batch(q, item / nblk, &A, &B, &po);
-        int64_t n0 = item % nblk * DN, nc = N - n0 < DN ? N - n0 : DN;
-        for (int64_t i = 0; i < M * DN * 8; i++)
-            acc[i] = 0.0f;
-        for (int64_t k0 = 0; k0 < K; k0 += DK) {
-            int64_t kc = K - k0 < DK ? K - k0 : DK;
-            for (int64_t m = 0; m < M; m++)
-                gp_cpu_load_row(ap + m * DK, A.p + m * A.si + k0 * A.sj, kc, A.sj, A.t);
-            for (int64_t j = 0; j < nc; j++)
-                gp_cpu_load_row(wp + j * DK, B.p + (n0 + j) * B.sj + k0 * B.si, kc, B.si, B.t);
-            dot_block(M, nc, kc, ap, wp, acc);
-        }
-        for (int64_t m = 0; m < M; m++) {
-            float row[DN];
-            for (int64_t j = 0; j < nc; j++) {
-                const float *l = acc + (m * DN + j) * 8;
-                row[j] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+        mm_batch(q, bi, &A, &B, &po);
+        int64_t m0 = mbi * MB_R, mc = M - m0 < MB_R ? M - m0 : MB_R;
+        int64_t n0 = st * NS_R, nc = N - n0 < NS_R ? N - n0 : NS_R;
+        int64_t kb = a_direct && mc <= GP_DOT_RM ? K : KB_R;
+        if (K == 0)
+            memset(acc, 0, sizeof acc);
+        for (int64_t k0 = 0; k0 < K; k0 += kb) {
+            int64_t kc = K - k0 < kb ? K - k0 : kb;
+            const float *ar[MB_R];
+            for (int64_t i = 0; i < mc; i++) {
+                const char *src = A.p + (m0 + i) * A.si + k0 * A.sj;
+                if (a_direct) {
+                    ar[i] = (const float *)(const void *)src;
+                } else {
+                    gp_cpu_load_row(abuf + i * KB_R, src, kc, A.sj, A.t);
+                    ar[i] = abuf + i * KB_R;
+                }
             }
-            gp_cpu_store_row(po + m * q->som + n0 * q->son, q->son, q->o.t, row, nc);
+            for (int64_t i = 0; i < mc; i += GP_DOT_RM) {
+                int rm = mc - i < GP_DOT_RM ? (int)(mc - i) : GP_DOT_RM;
+                rows(rm, kc, ar + i, B.p + k0 * B.si + n0 * B.sj, B.si, B.t, (int)nc,
+                     acc + i * NS_R, k0 == 0);
+            }
         }
+        for (int64_t i = 0; i < mc; i++)
+            gp_cpu_store_row(po + (m0 + i) * q->som + n0 * q->son, q->son, q->o.t, acc + i * NS_R,
+                             nc);
     }
 }
 
@@ -284,8 +451,12 @@ void gp_cpu_matmul(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *
         }
     }
     /* The path depends on shapes only, never on nth. */
-    if (q.M <= DM && q.sbk == (int64_t)gp_dtype_size(b->t))
-        mm_dot(&q, ith, nth);
+    int64_t es = (int64_t)gp_dtype_size(b->t);
+    int fl = b->t == GP_F32 || b->t == GP_F16 || b->t == GP_BF16;
+    if (q.sbk == es)
+        mm_lanes(&q, ith, nth);
+    else if (q.sbn == es && fl)
+        mm_rows(&q, ith, nth);
     else
         mm_gemm(&q, ith, nth);
 }

@@ -1,7 +1,8 @@
 # The CPU backend's kernels and thread pool (library gp_cpu) and their test suite. Included from
 # runtime/CMakeLists.txt. -O3 for these sources only (not in Debug builds);
-# -ffp-contract=off keeps every build's arithmetic the plain IEEE operations the tests expect
-# (an FMA in one code path and not in another would break bit-identical results across thread counts).
+# -ffp-contract=off: the compiler fuses nothing on its own, so a result's operations are the ones
+# the source spells out, the same in every build; the float products fuse explicitly (fmaf and
+# intrinsics, runtime/cpu_dot.h), in an order fixed by the shapes, so thread counts still agree.
 add_library(gp_cpu STATIC
   ${CMAKE_SOURCE_DIR}/runtime/cpu_kernels.c
   ${CMAKE_SOURCE_DIR}/runtime/cpu_matmul.c
@@ -11,14 +12,23 @@ add_library(gp_cpu STATIC
   ${CMAKE_SOURCE_DIR}/runtime/quant.c
   ${CMAKE_SOURCE_DIR}/runtime/quant_f32.c
 )
-# The quantized products' SIMD paths (runtime/quant_f32_x86.h): one file per path with its own
-# flags, chosen at run time (runtime/quant_f32.c), so the rest of the library stays baseline x86-64.
+# The SIMD paths of the quantized products (runtime/quant_f32_x86.h) and of the float products
+# (runtime/cpu_dot.h): one file per path with its own flags, chosen at run time, so the rest of the
+# library stays baseline x86-64.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
   set(gp_quant_avx2 -mavx2 -mfma -mf16c)
   set(gp_quant_avx512 ${gp_quant_avx2} -mavx512f -mavx512bw -mavx512vl)
-  target_sources(gp_cpu PRIVATE ${CMAKE_SOURCE_DIR}/runtime/quant_f32_avx2.c ${CMAKE_SOURCE_DIR}/runtime/quant_f32_avx512.c)
-  set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_f32_avx2.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx2}")
-  set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_f32_avx512.c PROPERTIES COMPILE_OPTIONS "${gp_quant_avx512}")
+  target_sources(gp_cpu PRIVATE ${CMAKE_SOURCE_DIR}/runtime/quant_f32_avx2.c
+    ${CMAKE_SOURCE_DIR}/runtime/quant_f32_avx512.c ${CMAKE_SOURCE_DIR}/runtime/cpu_dot_avx2.c
+    ${CMAKE_SOURCE_DIR}/runtime/cpu_dot_avx512.c)
+  foreach(f quant_f32_avx2 cpu_dot_avx2)
+    set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/${f}.c
+                                PROPERTIES COMPILE_OPTIONS "${gp_quant_avx2}")
+  endforeach()
+  foreach(f quant_f32_avx512 cpu_dot_avx512)
+    set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/${f}.c
+                                PROPERTIES COMPILE_OPTIONS "${gp_quant_avx512}")
+  endforeach()
 endif()
 gp_target_flags(gp_cpu)
 target_compile_options(gp_cpu PRIVATE -ffp-contract=off

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <CUnit/CUnit.h>
 
+#include "runtime/cpu_dot.h"
 #include "runtime/cpu_kernels.h"
 #include "runtime/f16.h"
 #include "runtime/threadpool.h"
@@ -443,7 +444,8 @@ static void case_matmul(int64_t M, int64_t K, int64_t N, int ta, int tb, gp_dtyp
 
 static void test_matmul(void)
 {
-    /* Rows <= 8 against a transposed B take the dot-product path, the others the blocked one. */
+    /* A transposed B takes the lanes path (FMA: closer to the double reference than unfused
+     * products, so the f32 tolerance 2e-6 relative holds), the others the blocked one. */
     static const int64_t sizes[][3] = {{1, 67, 130}, {17, 130, 67}, {3, 1, 3}, {67, 17, 1},
                                        {33, 300, 70}, {8, 600, 37}};
     for (int s = 0; s < 6; s++)
@@ -1209,6 +1211,120 @@ static void test_pool_matmul(void)
     tt_free(o3);
 }
 
+/* ---- matmul's kernel builds (runtime/cpu_dot.h) ---- */
+
+/* out of a [M, K] x b ([N, K]^T when tb, else [K, N]) at kernel level `level`, into a fresh
+ * buffer. */
+static float *mm_at_level(int level, const tt *a, const tt *b, int64_t M, int64_t N, int tb)
+{
+    CU_ASSERT_EQUAL(gp_cpu_dot_level(level), level);
+    tt *o = tt_new(GP_F32, 2, (int64_t[]){M, N}, 0);
+    gp_ktensor in[2] = {a->k, b->k};
+    gp_attrs at = {.i = {0, tb}};
+    for (int ith = 1; ith >= 0; ith--)
+        gp_cpu_compute(GP_OP_MATMUL, &at, &o->k, in, 2, NULL, 0, ith, 2);
+    float *r = malloc(sizeof(float) * (size_t)(M * N));
+    for (int64_t i = 0; i < M * N; i++)
+        r[i] = (float)tt_geti(o, i);
+    tt_free(o);
+    return r;
+}
+
+/* The portable, AVX2 and AVX-512 builds give the same bits (decode and prompt shapes, k tails,
+ * every weight dtype, a strided a, weights [N, K] and [K, N]); and products are fused: lane 0 of the one output of a K = 17
+ * product gets (1 + 2^-11) (-1), then + (1 + 2^-12)^2, which is 2^-24 exactly only when that
+ * multiply-add is not rounded in between (unfused, the product rounds to 1 + 2^-11: 0). */
+static void test_matmul_levels(void)
+{
+    int best = gp_cpu_dot_level(-1);
+    static const int64_t shapes[][3] = {{1, 67, 37}, {3, 600, 21}, {13, 515, 19}, {50, 1040, 33}};
+    static const gp_dtype wts[] = {GP_F32, GP_F16, GP_BF16};
+    for (int s = 0; s < 8; s++)
+        for (int t = 0; t < 3; t++) {
+            /* s < 4: b [N, K] (the lanes path); else b [K, N] (the rows path). */
+            int tb = s < 4;
+            int64_t M = shapes[s % 4][0], K = shapes[s % 4][1], N = shapes[s % 4][2];
+            tt *a = tt_rand(GP_F32, 2, (int64_t[]){M, K}, s & 1, 0.1, 1);
+            tt *b = tt_rand(wts[t], 2, tb ? (int64_t[]){N, K} : (int64_t[]){K, N}, 0, 0.1, 1);
+            float *r0 = mm_at_level(0, a, b, M, N, tb);
+            for (int l = 1; l <= best; l++) {
+                float *r = mm_at_level(l, a, b, M, N, tb);
+                int same = memcmp(r0, r, sizeof(float) * (size_t)(M * N)) == 0;
+                if (!same)
+                    fprintf(stderr, "\nmatmul M %lld K %lld N %lld %s tb %d: level %d differs\n",
+                            (long long)M, (long long)K, (long long)N, gp_dtype_name(wts[t]), tb, l);
+                CU_ASSERT(same);
+                free(r);
+            }
+            free(r0);
+            tt_free(a);
+            tt_free(b);
+        }
+    for (int64_t M = 1; M <= 20; M += 19) {
+        tt *a = tt_new(GP_F32, 2, (int64_t[]){M, 17}, 0), *b = tt_new(GP_F32, 2, (int64_t[]){1, 17}, 0);
+        int64_t idx[2];
+        for (idx[0] = 0; idx[0] < M; idx[0]++)
+            for (idx[1] = 0; idx[1] < 17; idx[1]++)
+                tt_set(a, idx, idx[1] == 0 ? 1 + 0x1p-11 : idx[1] == 16 ? 1 + 0x1p-12 : 0);
+        idx[0] = 0;
+        for (idx[1] = 0; idx[1] < 17; idx[1]++)
+            tt_set(b, idx, idx[1] == 0 ? -1 : idx[1] == 16 ? 1 + 0x1p-12 : 0);
+        for (int l = 0; l <= best; l++) {
+            float *r = mm_at_level(l, a, b, M, 1, 1);
+            for (int64_t m = 0; m < M; m++)
+                CU_ASSERT_EQUAL(r[m], 0x1p-24f);
+            free(r);
+        }
+        tt_free(a);
+        tt_free(b);
+    }
+    gp_cpu_dot_level(-1);
+}
+
+/* Attention's fused loops: the portable and AVX-512 builds give the same bits (f32, f16 and bf16
+ * caches, heads of 20, 64 and 100, GQA, a prompt of 3 at positions 5..7). */
+static void test_attention_levels(void)
+{
+    int best = gp_cpu_dot_level(-1);
+    static const int64_t dims[] = {20, 64, 100};
+    static const gp_dtype kts[] = {GP_F32, GP_F16, GP_BF16};
+    for (int di = 0; di < 3; di++)
+        for (int t = 0; t < 3; t++) {
+            int64_t T = 3, H = 4, G = 2, D = dims[di], S = 8;
+            tt *q = tt_rand(GP_F32, 3, (int64_t[]){T, H, D}, 0, 0.1, 1);
+            tt *k = tt_rand(kts[t], 3, (int64_t[]){S, G, D}, 0, 0.1, 1);
+            tt *v = tt_rand(kts[t], 3, (int64_t[]){S, G, D}, 0, 0.1, 1);
+            int32_t pos[3] = {5, 6, 7};
+            gp_ktensor in[4] = {q->k, k->k, v->k, {pos, GP_I32, 1, {3}, {4}}};
+            gp_attrs at = {.f = {0.125}};
+            float *r[3] = {NULL, NULL, NULL};
+            for (int l = 0; l <= best; l++) {
+                CU_ASSERT_EQUAL(gp_cpu_dot_level(l), l);
+                tt *o = tt_new(GP_F32, 3, (int64_t[]){T, H, D}, 0);
+                size_t ws = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &o->k, in, 4, 1);
+                void *w = malloc(ws);
+                gp_cpu_compute(GP_OP_ATTENTION, &at, &o->k, in, 4, w, ws, 0, 1);
+                r[l] = malloc(sizeof(float) * (size_t)(T * H * D));
+                memcpy(r[l], o->k.data, sizeof(float) * (size_t)(T * H * D));
+                free(w);
+                tt_free(o);
+                if (l > 0) {
+                    int same = memcmp(r[0], r[l], sizeof(float) * (size_t)(T * H * D)) == 0;
+                    if (!same)
+                        fprintf(stderr, "\nattention D %lld %s: level %d differs from 0\n",
+                                (long long)D, gp_dtype_name(kts[t]), l);
+                    CU_ASSERT(same);
+                }
+            }
+            for (int l = 0; l < 3; l++)
+                free(r[l]);
+            tt_free(q);
+            tt_free(k);
+            tt_free(v);
+        }
+    gp_cpu_dot_level(-1);
+}
+
 void gp_suite_kernels(void)
 {
     CU_pSuite s = CU_add_suite("kernels", NULL, NULL);
@@ -1220,6 +1336,7 @@ void gp_suite_kernels(void)
     CU_add_test(s, "add sub mul div swiglu with broadcasting", test_binary);
     CU_add_test(s, "scale gelu gelu_erf silu", test_unary);
     CU_add_test(s, "matmul", test_matmul);
+    CU_add_test(s, "matmul: every kernel build the same bits, products fused", test_matmul_levels);
     CU_add_test(s, "layer_norm rms_norm", test_norms);
     CU_add_test(s, "softmax and the causal mask", test_softmax);
     CU_add_test(s, "argmax: first of the largest, NaN never", test_argmax);
@@ -1228,6 +1345,7 @@ void gp_suite_kernels(void)
     CU_add_test(s, "concat", test_concat);
     CU_add_test(s, "store", test_store);
     CU_add_test(s, "attention with GQA", test_attention);
+    CU_add_test(s, "attention: every kernel build the same bits", test_attention_levels);
     CU_add_test(s, "views compute nothing", test_views);
     CU_add_test(s, "gp_cpu_check", test_check);
     CU_add_test(s, "matmul through the pool", test_pool_matmul);

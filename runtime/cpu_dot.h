@@ -1,0 +1,94 @@
+/* The float products' inner kernel (runtime/cpu_matmul.c) and its builds per instruction set:
+ * 16 lanes over k, FMA, weights read in their stored dtype. Internal to gp_cpu. */
+#ifndef GP_RUNTIME_CPU_DOT_H
+#define GP_RUNTIME_CPU_DOT_H
+
+#include <stdint.h>
+
+#include "ir/core.h"
+
+/* Lanes per accumulator, rows of a and of w per kernel call. */
+enum { GP_DOT_LANES = 16, GP_DOT_RM = 6, GP_DOT_RN = 4 };
+
+/* acc[m * am + n * 16 + l] += a[m][k] * w[n][k] over k < kc with k % 16 == l, one fused
+ * multiply-add per element, k ascending, for m < rm (1..GP_DOT_RM) and n < GP_DOT_RN. Past kc
+ * (up to a multiple of 16) both operands count as +0. a: rm rows of f32; w: GP_DOT_RN rows of
+ * dtype wt (f32, f16 or bf16). first: the lanes start from +0 (acc is not read). tot: when not
+ * NULL, the lanes' totals (gp_dot_total) go to tot[m * ldt + n] and acc is not written. Every
+ * build gives the same bits: the order and the operations are fixed, only the vector width of the
+ * registers holding the lanes differs. */
+typedef void (*gp_dot_fn)(int rm, int64_t kc, const float *const *a, const char *const *w,
+                          gp_dtype wt, float *acc, int64_t am, int first, float *tot, int64_t ldt);
+
+/* The 16 lanes l[] summed pairwise: lane i + lane i + 8, then + 4, then (0 + 2) + (1 + 3). */
+static inline float gp_dot_total(const float *l)
+{
+    float s8[8], s4[4];
+    for (int i = 0; i < 8; i++)
+        s8[i] = l[i] + l[i + 8];
+    for (int i = 0; i < 4; i++)
+        s4[i] = s8[i] + s8[i + 4];
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+void gp_dot_portable(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
+                     float *acc, int64_t am, int first, float *tot, int64_t ldt);
+#if defined(__x86_64__) && defined(__GNUC__)
+#define GP_DOT_X86 1
+void gp_dot_avx2(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
+                 float *acc, int64_t am, int first, float *tot, int64_t ldt);
+void gp_dot_avx512(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
+                   float *acc, int64_t am, int first, float *tot, int64_t ldt);
+#endif
+
+/* The product with B's rows contiguous in n (a [K, N] weight, tb=0): out(m, n) is one chain of
+ * fused multiply-adds over k ascending, vectors over n. For m < rm (1..GP_DOT_RM), j < nc (1..64):
+ * acc[m * 64 + j] (from +0 when first) += a[m][k] * b[k][j] over k < kc; b's rows `ldb` bytes
+ * apart, dtype bt (f32, f16, bf16). The same bits in every build. */
+typedef void (*gp_rows_fn)(int rm, int64_t kc, const float *const *a, const char *b, int64_t ldb,
+                           gp_dtype bt, int nc, float *acc, int first);
+void gp_rows_portable(int rm, int64_t kc, const float *const *a, const char *b, int64_t ldb,
+                      gp_dtype bt, int nc, float *acc, int first);
+#ifdef GP_DOT_X86
+void gp_rows_avx2(int rm, int64_t kc, const float *const *a, const char *b, int64_t ldb,
+                  gp_dtype bt, int nc, float *acc, int first);
+void gp_rows_avx512(int rm, int64_t kc, const float *const *a, const char *b, int64_t ldb,
+                    gp_dtype bt, int nc, float *acc, int first);
+#endif
+gp_rows_fn gp_cpu_rows(void);
+
+/* Attention's inner loops (runtime/cpu_attention.c), built per instruction set like gp_dot_fn and
+ * with the same bits in every build. Rows of k and v: `ks`/`vs` bytes apart, d contiguous elements
+ * of dtype f32, f16 or bf16.
+ * scores: sc[s] = (q . k row s) * scale for s < n, the dot in 16 lanes of fused multiply-adds
+ *         (element i to lane i % 16, +0 past d) summed by gp_dot_total.
+ * accum:  acc[i] = fused multiply-adds of w[s] v[s][i] onto acc[i], s ascending, for i < d. */
+typedef void (*gp_attn_scores_fn)(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
+                                  int64_t n, float scale, float *sc);
+typedef void (*gp_attn_accum_fn)(const float *w, const char *v, int64_t vs, gp_dtype vt, int64_t d,
+                                 int64_t n, float *acc);
+void gp_attn_scores_portable(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
+                             int64_t n, float scale, float *sc);
+void gp_attn_accum_portable(const float *w, const char *v, int64_t vs, gp_dtype vt, int64_t d,
+                            int64_t n, float *acc);
+#ifdef GP_DOT_X86
+void gp_attn_scores_avx2(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
+                         int64_t n, float scale, float *sc);
+void gp_attn_accum_avx2(const float *w, const char *v, int64_t vs, gp_dtype vt, int64_t d,
+                        int64_t n, float *acc);
+void gp_attn_scores_avx512(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
+                           int64_t n, float scale, float *sc);
+void gp_attn_accum_avx512(const float *w, const char *v, int64_t vs, gp_dtype vt, int64_t d,
+                          int64_t n, float *acc);
+#endif
+/* The attention loops of the level in use. */
+gp_attn_scores_fn gp_cpu_attn_scores(void);
+gp_attn_accum_fn gp_cpu_attn_accum(void);
+
+/* The kernel in use: the best build the CPU runs (`gp_cpu_dot_level`). */
+gp_dot_fn gp_cpu_dot(void);
+/* Levels: 0 portable, 1 AVX2+FMA+F16C, 2 AVX-512 F/BW/VL. Sets the level to use (tests compare the
+ * builds; -1: the best the CPU has), capped at what the CPU has; returns the level now in use. */
+int gp_cpu_dot_level(int want);
+
+#endif
