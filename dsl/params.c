@@ -303,7 +303,7 @@ value gp_dsl_params_resolve(gp_dsl_params *p, const char *name, value def)
 {
     value v = def;
     const json_t *j = config_value(p->cfg, name);
-    if (j)
+    if (j && !json_is_null(j)) /* null (Mistral's "sliding_window": null): the default */
         v = from_json(p->d, v, name, j, config_loc(p, name));
     const char *text = NULL;
     size_t kl = strlen(name);

@@ -91,7 +91,13 @@ typedef enum {
     /* rope(x [T, H, D], pos i32[T]) -> [T, H, D]: rotary embedding at positions pos.
      * i[0] = mode: 0 rotate-half (HF Llama / NeoX: pairs (j, j + n/2)), 1 interleaved (GPT-J:
      * pairs (2j, 2j + 1)); i[1] = n, the rotated dims (<= D, even; the rest pass through);
-     * f[0] = theta (base, 10000 by default). Frequency of pair j: theta^(-2j/n). INPLACE x. */
+     * f[0] = theta (base, 10000 by default). Frequency of pair j: theta^(-2j/n). INPLACE x.
+     * Llama 3 scaling of the frequencies (rope_type "llama3") when i[2] > 0: i[2] =
+     * original_max_position_embeddings L, f[1] = factor, i[3] = low_freq_factor and
+     * high_freq_factor as two float32 bit patterns (gp_rope_factors; the plan's node record has
+     * two float slots). Wavelength w = 2 pi / freq: w < L / high keeps freq, w > L / low divides
+     * it by factor, and between them s = (L / w - low) / (high - low) mixes the two:
+     * (1 - s) freq / factor + s freq (gp_rope_freq). */
     GP_OP_ROPE,
     /* Views: the output is a GP_TENSOR_VIEW of input 0 (no data moves).
      * reshape(x, dims...) requires x contiguous; the output tensor holds the new shape. */
@@ -113,7 +119,9 @@ typedef enum {
     GP_OP_STORE,
     /* attention(q [T, H, D], k [S, G, D], v [S, G, D], pos i32[T]) -> f32[T, H, D]: causal
      * scaled-dot-product attention over a KV cache: query t attends to cache rows 0..pos[t].
-     * H % G == 0 (grouped-query: head h reads KV head h / (H / G)). f[0] = scale (1/sqrt(D) default). */
+     * H % G == 0 (grouped-query: head h reads KV head h / (H / G)). f[0] = scale (1/sqrt(D) default).
+     * i[0] = window W (sliding-window attention, Mistral): rows max(0, pos[t] - W + 1)..pos[t];
+     * 0: all rows. */
     GP_OP_ATTENTION,
     /* all_reduce(x [, y]) -> x summed over the devices of a tensor-parallel plan (every device
      * gets the same sum, added in device order), plus y once when given: y is the same on every
@@ -150,6 +158,15 @@ typedef struct {
 } gp_op_info;
 
 const gp_op_info *gp_op_get(gp_op op); /* NULL for an op out of range */
+
+/* rope's llama3 scaling factors in and out of attribute i[3] (low in bits 0..31, high in 32..63). */
+int64_t gp_rope_factors_pack(float low_freq_factor, float high_freq_factor);
+void gp_rope_factors(const gp_attrs *a, float *low_freq_factor, float *high_freq_factor);
+/* 0 when rope's scaling attributes are usable (none, or llama3 with factor > 0, finite factors,
+ * 0 < low < high); else -1 with a message in err. */
+int gp_rope_check_scaling(const gp_attrs *a, char *err, size_t n);
+/* The frequency of rotary pair j of n rotated dims (radians per position), scaling included. */
+double gp_rope_freq(const gp_attrs *a, int64_t j, int64_t n);
 int gp_op_from_name(const char *name, gp_op *out); /* 0 on success, -1 unknown */
 
 #endif

@@ -24,6 +24,12 @@ static void print_attrs(const gp_node *n, int out_ndim, FILE *out)
     case GP_OP_ROPE:
         fprintf(out, " mode=%lld n=%lld theta=%g", (long long)a->i[0], (long long)a->i[1],
                 a->f[0]);
+        if (a->i[2] > 0) {
+            float lo, hi;
+            gp_rope_factors(a, &lo, &hi);
+            fprintf(out, " llama3(factor=%g low=%g high=%g orig=%lld)", a->f[1], (double)lo,
+                    (double)hi, (long long)a->i[2]);
+        }
         break;
     case GP_OP_PERMUTE:
         fprintf(out, " axes=(");
@@ -37,7 +43,11 @@ static void print_attrs(const gp_node *n, int out_ndim, FILE *out)
         break;
     case GP_OP_VIEW: fprintf(out, " offset=%lld", (long long)a->i[0]); break;
     case GP_OP_CONCAT: fprintf(out, " axis=%lld", (long long)a->i[0]); break;
-    case GP_OP_ATTENTION: fprintf(out, " scale=%g", a->f[0]); break;
+    case GP_OP_ATTENTION:
+        fprintf(out, " scale=%g", a->f[0]);
+        if (a->i[0])
+            fprintf(out, " window=%lld", (long long)a->i[0]);
+        break;
     default: break;
     }
 }

@@ -30,16 +30,18 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
         int32_t p;
         memcpy(&p, (const char *)pos->data + t * pos->nb[0], 4);
         GP_ASSERT(p >= 0 && p < S);
+        /* A sliding window of W rows (i[0] > 0) starts at p - W + 1. */
+        int64_t s0 = at->i[0] > 0 && p - at->i[0] + 1 > 0 ? p - at->i[0] + 1 : 0;
         const char *pq = (const char *)q->data + t * q->nb[0] + h * q->nb[1];
         const char *pk = (const char *)k->data + g * k->nb[1];
         const char *pv = (const char *)v->data + g * v->nb[1];
         char *po = (char *)out->data + t * out->nb[0] + h * out->nb[1];
-        /* Scores of cache rows 0..p and their maximum. A head of at most GP_CHUNK dims (the
+        /* Scores of cache rows s0..p and their maximum. A head of at most GP_CHUNK dims (the
          * usual case) loads q once; f32 rows of k are read in place. */
         float mx = -INFINITY;
         if (D <= GP_CHUNK)
             gp_cpu_load_row(bq, pq, D, q->nb[2], q->dtype);
-        for (int64_t s = 0; s <= p; s++) {
+        for (int64_t s = s0; s <= p; s++) {
             gp_acc8 dot;
             gp_acc8_zero(&dot);
             for (int64_t c = 0; c < D; c += GP_CHUNK) {
@@ -55,16 +57,16 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
         }
         gp_acc8 sum;
         gp_acc8_zero(&sum);
-        for (int64_t s = 0; s <= p; s++)
+        for (int64_t s = s0; s <= p; s++)
             sc[s] = expf(sc[s] - mx);
-        gp_acc8_add(&sum, sc, p + 1);
+        gp_acc8_add(&sum, sc + s0, p + 1 - s0);
         float inv = 1.0f / gp_acc8_total(&sum);
         /* out = sum_s sc[s] v[s] / sum, one chunk of D at a time, s ascending. */
         for (int64_t c = 0; c < D; c += GP_CHUNK) {
             int64_t m = D - c < GP_CHUNK ? D - c : GP_CHUNK;
             for (int64_t i = 0; i < m; i++)
                 acc[i] = 0.0f;
-            for (int64_t s = 0; s <= p; s++) {
+            for (int64_t s = s0; s <= p; s++) {
                 const float *vr = gp_cpu_row(bk, pv + s * v->nb[0] + c * v->nb[2], m, v->nb[2],
                                              v->dtype);
                 float w = sc[s];

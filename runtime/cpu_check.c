@@ -205,7 +205,7 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
                         (long long)a->i[0], (long long)a->i[1], (long long)x->ne[2]);
         if (in[1].dtype != GP_I32 || in[1].ndim != 1 || in[1].ne[0] != x->ne[0])
             return fail(err, n, op, "pos must be i32 [%lld]", (long long)x->ne[0]);
-        return 0;
+        return gp_rope_check_scaling(a, err, n);
     case GP_OP_CONCAT: {
         const gp_ktensor *y = &in[1];
         int64_t ax = a->i[0] < 0 ? a->i[0] + x->ndim : a->i[0];
@@ -241,6 +241,8 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
                         (long long)k->ne[0], (long long)k->ne[1], (long long)k->ne[2]);
         if (!is_float(k->dtype) || !is_float(v->dtype))
             return fail(err, n, op, "k and v must be float tensors");
+        if (a->i[0] < 0 || a->i[0] > INT32_MAX)
+            return fail(err, n, op, "bad window %lld", (long long)a->i[0]);
         return check_index(&in[3], x->ne[0], k->ne[0], "pos", op, err, n);
     }
     default:

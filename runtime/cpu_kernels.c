@@ -374,7 +374,6 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
     const gp_ktensor *x = &in[0], *pos = &in[1];
     int64_t T = out->ne[0], H = out->ne[1], D = out->ne[2], n = a->i[1], half = n / 2, r0, r1;
     int interleaved = a->i[0] == 1;
-    double theta = a->f[0];
     float bu[GP_CHUNK / 2], bv[GP_CHUNK / 2], cs[GP_CHUNK / 2], sn[GP_CHUNK / 2], bt[GP_CHUNK];
     GP_ASSERT(n >= 0 && n <= D && n % 2 == 0);
     (void)T;
@@ -391,7 +390,7 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
             int64_t m = half - j0 < GP_CHUNK / 2 ? half - j0 : GP_CHUNK / 2;
             for (int64_t j = 0; j < m; j++) {
                 /* The angle in double: pos * freq loses too much in f32 at long positions. */
-                double ang = p * pow(theta, -2.0 * (double)(j0 + j) / (double)n);
+                double ang = p * gp_rope_freq(a, j0 + j, n);
                 cs[j] = (float)cos(ang);
                 sn[j] = (float)sin(ang);
             }
