@@ -354,6 +354,44 @@ CLAIMED = {
 }
 
 
+def write_gguf(path, model):
+    """model.gguf beside model.safetensors: the same f32 weights under llama.cpp's names and
+    metadata for the qwen2 architecture (q and k unpermuted, as llama.cpp converts Qwen2; no
+    output.weight for a tied head), for the --gguf parity test. The gguf package writes each
+    numpy [out, in] array as GGUF's ne [in, out]."""
+    import gguf
+    cfg = model.config
+    w = gguf.GGUFWriter(os.path.join(path, "model.gguf"), "qwen2")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    names = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
+    per_layer = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
+                 "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                 "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
+                 "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    sd = model.state_dict()
+    for name, t in sd.items():
+        stem, kind = name.rsplit(".", 1)
+        if stem == "lm_head" and cfg.tie_word_embeddings:
+            continue
+        if stem.startswith("model.layers."):
+            _, _, l, rest = stem.split(".", 3)
+            g = f"blk.{l}.{per_layer[rest]}"
+        else:
+            g = names[stem]
+        w.add_tensor(f"{g}.{kind}", t.detach().float().numpy().copy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def write_run(path, prompt, tokens, rows):
     """The files parity-compare reads: prompt.txt, tokens.txt and logits.f32 [steps, vocab]."""
     with open(os.path.join(path, "prompt.txt"), "w") as f:
@@ -422,6 +460,8 @@ def make(out_dir, name, kind, seed, n_prompt, shard, n_gen):
     if os.path.exists(gen_cfg):
         os.remove(gen_cfg)
     write_run(path, prompt, tokens, rows)
+    if kind == "qwen2":
+        write_gguf(path, model)
 
     with open(os.path.join(path, "config.json")) as f:
         saved = json.load(f)
