@@ -110,7 +110,8 @@ static int check_io(const gp_plan *p, char *err, size_t err_len)
     return 0;
 }
 
-/* Attributes with no CUDA kernel yet (CPU only): rope's llama3 scaling, attention's window. */
+/* Attributes with no CUDA kernel yet (CPU only): rope's llama3 scaling, attention's window and
+ * ring, store's ring. */
 static int check_attrs(const gp_plan *p, char *err, size_t err_len)
 {
     for (int i = 0; i < p->n_nodes; i++) {
@@ -118,7 +119,8 @@ static int check_attrs(const gp_plan *p, char *err, size_t err_len)
         const char *what = nd->op == GP_OP_ROPE && nd->attrs.i[2] != 0 ? "llama3 rope scaling"
                            : nd->op == GP_OP_ATTENTION && nd->attrs.i[0] != 0
                                ? "sliding-window attention (window)"
-                               : NULL;
+                           : nd->op == GP_OP_STORE && nd->attrs.i[0] != 0 ? "a ring store"
+                                                                           : NULL;
         if (what) {
             snprintf(err, err_len, "cuda: node %d (%s, line %d): %s has no CUDA kernel yet; "
                      "run this plan with --backend cpu", i, gp_op_get(nd->op)->name,

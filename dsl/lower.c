@@ -490,8 +490,8 @@ static const op_spec op_specs[] = {
     {"cont", GP_OP_CONT, "t", {0}},
     {"cast", GP_OP_CAST, "td", {0}},
     {"concat", GP_OP_CONCAT, "tti", {0}},
-    {"store", GP_OP_STORE, "ttt", {0}},
-    {"attention", GP_OP_ATTENTION, "tttt", {"scale", "window"}},
+    {"store", GP_OP_STORE, "ttt", {"ring"}},
+    {"attention", GP_OP_ATTENTION, "tttt", {"scale", "window", "ring"}},
     {"all_reduce", GP_OP_ALL_REDUCE, "to", {0}},
     {"argmax", GP_OP_ARGMAX, "t", {0}},
     {"min", GP_OP_NONE, "nn", {0}},
@@ -899,6 +899,12 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
                 return bad_kw(L, &c, 1, "an integer in 0..2147483647 (0: the whole cache)"), ERR;
             at.i[0] = c.kw[1].i;
         }
+        if (kw_flag(L, &c, 2, &at.i[1]))
+            return ERR;
+        break;
+    case GP_OP_STORE:
+        if (kw_flag(L, &c, 0, &at.i[0]))
+            return ERR;
         break;
     default: break;
     }

@@ -115,13 +115,16 @@ typedef enum {
     /* concat(a, b) along axis i[0]; all other dims equal; dtype of a. */
     GP_OP_CONCAT,
     /* store(dst [S, ...], pos i32[T], src [T, ...]) -> view of dst: dst[pos[t]] = src[t] (converted to
-     * dst's dtype). The output is a new name for the updated dst, so readers come after the write. */
+     * dst's dtype). The output is a new name for the updated dst, so readers come after the write.
+     * i[0] = ring: dst[pos[t] % S] (a sliding-window layer's KV cache of S rows; t ascending, so
+     * the latest position wins a row). */
     GP_OP_STORE,
     /* attention(q [T, H, D], k [S, G, D], v [S, G, D], pos i32[T]) -> f32[T, H, D]: causal
      * scaled-dot-product attention over a KV cache: query t attends to cache rows 0..pos[t].
      * H % G == 0 (grouped-query: head h reads KV head h / (H / G)). f[0] = scale (1/sqrt(D) default).
      * i[0] = window W (sliding-window attention, Mistral): rows max(0, pos[t] - W + 1)..pos[t];
-     * 0: all rows. */
+     * 0: all rows. i[1] = ring: position s is cache row s % S (store's ring); needs 0 < W and
+     * W + T - 1 <= S, so that storing the T new rows keeps every row a query of this eval reads. */
     GP_OP_ATTENTION,
     /* all_reduce(x [, y]) -> x summed over the devices of a tensor-parallel plan (every device
      * gets the same sum, added in device order), plus y once when given: y is the same on every

@@ -47,6 +47,12 @@ static void print_attrs(const gp_node *n, int out_ndim, FILE *out)
         fprintf(out, " scale=%g", a->f[0]);
         if (a->i[0])
             fprintf(out, " window=%lld", (long long)a->i[0]);
+        if (a->i[1])
+            fprintf(out, " ring=1");
+        break;
+    case GP_OP_STORE:
+        if (a->i[0])
+            fprintf(out, " ring=1");
         break;
     default: break;
     }

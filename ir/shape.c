@@ -332,6 +332,10 @@ static int infer_attention(ctx *c)
     if (c->attrs->i[0] < 0 || c->attrs->i[0] > INT32_MAX)
         return ERR(c, "attention: window must be in 0..%d, got %lld", INT32_MAX,
                    (long long)c->attrs->i[0]);
+    if (c->attrs->i[1] && (c->attrs->i[0] < 1 || k->shape[0].sym >= 0 ||
+                           c->attrs->i[0] > k->shape[0].size))
+        return ERR(c, "attention: a ring cache needs a window of 1..S rows (S constant), got "
+                   "window %lld for %s", (long long)c->attrs->i[0], desc(c, 1, b1));
     if (c->attrs->f[0] == 0)
         c->attrs->f[0] = 1.0 / sqrt((double)q->shape[2].size);
     c->out->dtype = GP_F32;

@@ -29,9 +29,11 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
         int64_t t = r / H, h = r % H, g = h / (H / G);
         int32_t p;
         memcpy(&p, (const char *)pos->data + t * pos->nb[0], 4);
-        GP_ASSERT(p >= 0 && p < S);
-        /* A sliding window of W rows (i[0] > 0) starts at p - W + 1. */
+        /* A sliding window of W rows (i[0] > 0) starts at p - W + 1; in a ring (i[1]) position s
+         * is row s % S (W <= S: gp_cpu_check). sc[s - s0] is position s's score. */
         int64_t s0 = at->i[0] > 0 && p - at->i[0] + 1 > 0 ? p - at->i[0] + 1 : 0;
+        int64_t ring = at->i[1] ? S : INT64_MAX;
+        GP_ASSERT(p >= 0 && (p < S || at->i[1]) && p - s0 < S);
         const char *pq = (const char *)q->data + t * q->nb[0] + h * q->nb[1];
         const char *pk = (const char *)k->data + g * k->nb[1];
         const char *pv = (const char *)v->data + g * v->nb[1];
@@ -48,18 +50,18 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
                 int64_t m = D - c < GP_CHUNK ? D - c : GP_CHUNK;
                 if (D > GP_CHUNK)
                     gp_cpu_load_row(bq, pq + c * q->nb[2], m, q->nb[2], q->dtype);
-                const float *kr = gp_cpu_row(bk, pk + s * k->nb[0] + c * k->nb[2], m, k->nb[2],
-                                             k->dtype);
+                const float *kr = gp_cpu_row(bk, pk + s % ring * k->nb[0] + c * k->nb[2], m,
+                                             k->nb[2], k->dtype);
                 gp_acc8_dot(&dot, bq, kr, m);
             }
-            sc[s] = gp_acc8_total(&dot) * scale;
-            mx = fmaxf(mx, sc[s]);
+            sc[s - s0] = gp_acc8_total(&dot) * scale;
+            mx = fmaxf(mx, sc[s - s0]);
         }
         gp_acc8 sum;
         gp_acc8_zero(&sum);
         for (int64_t s = s0; s <= p; s++)
-            sc[s] = expf(sc[s] - mx);
-        gp_acc8_add(&sum, sc + s0, p + 1 - s0);
+            sc[s - s0] = expf(sc[s - s0] - mx);
+        gp_acc8_add(&sum, sc, p + 1 - s0);
         float inv = 1.0f / gp_acc8_total(&sum);
         /* out = sum_s sc[s] v[s] / sum, one chunk of D at a time, s ascending. */
         for (int64_t c = 0; c < D; c += GP_CHUNK) {
@@ -67,9 +69,9 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
             for (int64_t i = 0; i < m; i++)
                 acc[i] = 0.0f;
             for (int64_t s = s0; s <= p; s++) {
-                const float *vr = gp_cpu_row(bk, pv + s * v->nb[0] + c * v->nb[2], m, v->nb[2],
-                                             v->dtype);
-                float w = sc[s];
+                const float *vr = gp_cpu_row(bk, pv + s % ring * v->nb[0] + c * v->nb[2], m,
+                                             v->nb[2], v->dtype);
+                float w = sc[s - s0];
                 for (int64_t i = 0; i < m; i++)
                     acc[i] += w * vr[i];
             }

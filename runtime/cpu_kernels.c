@@ -484,7 +484,7 @@ static void k_concat(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor
 
 /* store: dst[pos[t]] = src[t]. Threads split the elements of one dst row (in units of 64 along the
  * last dim) and each walks t in order, so a repeated pos ends with the last t for any nth. */
-static void k_store(const gp_ktensor *in, int ith, int nth)
+static void k_store(const gp_attrs *a, const gp_ktensor *in, int ith, int nth)
 {
     const gp_ktensor *dst = &in[0], *pos = &in[1], *src = &in[2];
     /* One row of dst and src: dims 1.. right-aligned to four. */
@@ -505,6 +505,8 @@ static void k_store(const gp_ktensor *in, int ith, int nth)
         int64_t os = gp_t4_row_off(&s4, d4.ne, row) + c * s4.nb[3];
         for (int64_t t = 0; t < T; t++) {
             int32_t p = load_i32((const char *)pos->data + t * pos->nb[0]);
+            if (a->i[0])
+                p = (int32_t)(p % S); /* a ring: gp_cpu_check allows any p >= 0 */
             GP_ASSERT(p >= 0 && p < S);
             copy_row((char *)dst->data + p * dst->nb[0] + od, d4.nb[3], d4.t,
                      (const char *)src->data + t * src->nb[0] + os, s4.nb[3], s4.t, m);
@@ -613,7 +615,7 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
         k_argmax(out, in, ith, nth);
         break;
     case GP_OP_STORE:
-        k_store(in, ith, nth);
+        k_store(a, in, ith, nth);
         break;
     case GP_OP_ATTENTION:
         gp_cpu_attention(a, out, in, ws, ws_size, ith, nth);

@@ -851,9 +851,10 @@ static void test_concat(void)
 }
 
 /* store: dst [S, ...] gets src rows at pos; unchanged elsewhere. pos may repeat (last t wins). */
-static void case_store(tt *dst, tt *src, tt *pos, const char *name)
+static void case_store_ring(tt *dst, tt *src, tt *pos, int ring, const char *name)
 {
     kcase c = {.name = name, .op = GP_OP_STORE, .in = {dst, pos, src}, .n_in = 3};
+    c.at.i[0] = ring;
     c.out = dst;
     c.tol = tol_for(dst->k.dtype, 0);
     int64_t n = tt_count(dst), T = src->k.ne[0], row = n / dst->k.ne[0];
@@ -861,12 +862,17 @@ static void case_store(tt *dst, tt *src, tt *pos, const char *name)
     for (int64_t i = 0; i < n; i++)
         ref[i] = tt_geti(dst, i);
     for (int64_t t = 0; t < T; t++) {
-        int64_t p = (int64_t)tt_geti(pos, t);
+        int64_t p = (int64_t)tt_geti(pos, t) % (ring ? dst->k.ne[0] : INT64_MAX);
         for (int64_t j = 0; j < row; j++)
             ref[p * row + j] = tt_geti(src, t * row + j);
     }
     check_case(&c, ref);
     free(ref);
+}
+
+static void case_store(tt *dst, tt *src, tt *pos, const char *name)
+{
+    case_store_ring(dst, src, pos, 0, name);
 }
 
 static void test_store(void)
@@ -883,12 +889,19 @@ static void test_store(void)
         tt_set(pos, &i, 4.0); /* the same row three times: src row 2 must win */
     case_store(tt_dims(GP_F32, 0, 2, 9, 67, 0, 0), tt_dims(GP_F32, 1, 2, 3, 67, 0, 0), pos,
                "store repeated pos");
+    /* A ring of 7 rows: positions 5..14 wrap (12 and 5 share row 5: the later t, 12, wins). */
+    tt *rp = tt_ids(10, 1);
+    for (i = 0; i < 10; i++)
+        tt_set(rp, &i, (double)(5 + i));
+    case_store_ring(tt_dims(GP_F16, 1, 3, 7, 2, 5, 0), tt_dims(GP_F32, 0, 3, 10, 2, 5, 0), rp, 1,
+                    "store ring of 7, 10 rows wrapping");
 }
 
 /* ---- attention ---- */
 
+/* ring: positions run from 40 on, position s in row s % S (needs window + T - 1 <= S). */
 static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t S, gp_dtype kvt,
-                             int layout, int64_t window, const char *name)
+                             int layout, int64_t window, int ring, const char *name)
 {
     tt *q = tt_dims(GP_F32, layout, 3, T, H, D, 0);
     tt *k = tt_rand(kvt, 3, (int64_t[]){S, G, D}, layout, 0.1, 2);
@@ -898,12 +911,15 @@ static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t
      * fills; one query (t = 0) also looks only at row 0. */
     int64_t p0 = S - T - irand(S - T + 1);
     for (int64_t t = 0; t < T; t++)
-        tt_set(pos, &t, (double)(t == 0 && T > 2 ? 0 : p0 + t));
+        tt_set(pos, &t, ring ? (double)(40 + t) : (double)(t == 0 && T > 2 ? 0 : p0 + t));
     kcase c = {.name = name, .op = GP_OP_ATTENTION, .in = {q, k, v, pos}, .n_in = 4, .tol = 2e-6};
     c.at.f[0] = 1.0 / sqrt((double)D);
     c.at.i[0] = window;
+    c.at.i[1] = ring;
+    int64_t rows = ring ? S : INT64_MAX;
     c.out = tt_new(GP_F32, 3, (int64_t[]){T, H, D}, 0);
-    double *ref = malloc(sizeof(double) * (size_t)(T * H * D)), *sc = malloc(sizeof(double) * (size_t)S);
+    double *ref = malloc(sizeof(double) * (size_t)(T * H * D));
+    double *sc = malloc(sizeof(double) * (size_t)(S + 64)); /* [max pos + 1] */
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < H; h++) {
             int64_t g = h / (H / G), p = (int64_t)tt_geti(pos, t);
@@ -912,7 +928,7 @@ static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t
             for (int64_t s = s0; s <= p; s++) {
                 double dot = 0;
                 for (int64_t d = 0; d < D; d++)
-                    dot += tt_get(q, (int64_t[]){t, h, d}) * tt_get(k, (int64_t[]){s, g, d});
+                    dot += tt_get(q, (int64_t[]){t, h, d}) * tt_get(k, (int64_t[]){s % rows, g, d});
                 sc[s] = dot * c.at.f[0];
                 mx = fmax(mx, sc[s]);
             }
@@ -921,7 +937,7 @@ static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t
             for (int64_t d = 0; d < D; d++) {
                 double o = 0;
                 for (int64_t s = s0; s <= p; s++)
-                    o += sc[s] * tt_get(v, (int64_t[]){s, g, d});
+                    o += sc[s] * tt_get(v, (int64_t[]){s % rows, g, d});
                 ref[(t * H + h) * D + d] = o / sum;
             }
         }
@@ -933,16 +949,20 @@ static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t
 static void case_attention(int64_t T, int64_t H, int64_t G, int64_t D, int64_t S, gp_dtype kvt,
                            int layout, const char *name)
 {
-    case_attention_w(T, H, G, D, S, kvt, layout, 0, name);
+    case_attention_w(T, H, G, D, S, kvt, layout, 0, 0, name);
 }
 
 static void test_attention(void)
 {
     /* Sliding windows (Mistral): of 3 rows over 20, of 1 row (each query its own row only), and
      * wider than the cache (all rows, as window 0). */
-    case_attention_w(5, 4, 2, 16, 20, GP_F32, 0, 3, "attention window 3");
-    case_attention_w(4, 3, 1, 8, 12, GP_F16, 1, 1, "attention window 1 f16 strided");
-    case_attention_w(3, 2, 2, 8, 6, GP_F32, 0, 100, "attention window > S");
+    case_attention_w(5, 4, 2, 16, 20, GP_F32, 0, 3, 0, "attention window 3");
+    case_attention_w(4, 3, 1, 8, 12, GP_F16, 1, 1, 0, "attention window 1 f16 strided");
+    case_attention_w(3, 2, 2, 8, 6, GP_F32, 0, 100, 0, "attention window > S");
+    /* Rings: 7 rows for a window of 4 and 4 tokens (positions 40..43), and one token's window
+     * filling the ring (5 of 5). */
+    case_attention_w(4, 4, 2, 16, 7, GP_F32, 0, 4, 1, "attention ring 7, window 4");
+    case_attention_w(1, 2, 1, 8, 5, GP_F16, 1, 5, 1, "attention ring 5, window 5 f16");
     case_attention(5, 4, 2, 16, 20, GP_F32, 0, "attention GQA 4/2");
     case_attention(3, 3, 3, 17, 67, GP_F16, 1, "attention MHA f16 cache strided");
     case_attention(1, 6, 1, 8, 1, GP_BF16, 0, "attention MQA bf16 decode S 1");
@@ -1060,7 +1080,36 @@ static void test_check(void)
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
     at.i[0] = 5;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), 0);
+    /* A ring of 8 rows: a window of 6 for the 3 tokens fits (6 + 3 - 1 = 8), 7 does not; no
+     * window, or a bad flag, is refused; positions past the ring are fine. */
+    at.i[1] = 1;
+    at.i[0] = 6;
+    pos[2] = 1000;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), 0);
+    at.i[0] = 7;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "attention: a ring of 8 rows cannot hold a window of 7 for 3 new "
+                                "tokens (needs window + tokens - 1 rows)");
     at.i[0] = 0;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
+    at.i[0] = 6;
+    at.i[1] = 2;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
+    at.i[1] = 0;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "attention: pos[2] = 1000 is out of range [0, 8)");
+    /* A ring store takes any position >= 0, a plain one only rows of dst. */
+    at.i[0] = 1;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_STORE, &at, &dst->k, st, 3, err, sizeof err), 0);
+    pos[1] = -1;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_STORE, &at, &dst->k, st, 3, err, sizeof err), -1);
+    at.i[0] = 2;
+    pos[1] = 7;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_STORE, &at, &dst->k, st, 3, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "store: bad ring flag 2");
+    at.i[0] = 0;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_STORE, &at, &dst->k, st, 3, err, sizeof err), -1);
+    pos[2] = 6;
     pos[0] = -3;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
     CU_ASSERT_STRING_EQUAL(err, "attention: pos[0] = -3 is out of range [0, 8)");
