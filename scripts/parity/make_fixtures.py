@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Builds the Hugging Face parity fixtures: tiny random GPT2LMHeadModel, LlamaForCausalLM (plain and
-with Llama 3 rope scaling), Qwen2ForCausalLM, Qwen3ForCausalLM and MistralForCausalLM checkpoints
+with Llama 3 rope scaling), Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM and
+Phi3ForCausalLM checkpoints
 saved with save_pretrained, and what transformers computes for them (a prompt, 32
 greedy tokens and the logits of every step). Needs torch and transformers (run it where they are).
 
@@ -38,7 +39,8 @@ import numpy as np
 import torch
 import transformers
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM,
                           Qwen3Config, Qwen3ForCausalLM)
 
 TOL_FP32 = 1e-4
@@ -155,7 +157,17 @@ def mistral_config(**over):
     return rope_cfg(MistralConfig, kw)
 
 
+def phi3_config(**over):
+    # Fused qkv_proj and gate_up_proj, a sliding window of 6 (Phi-3-mini's configs set 2047).
+    kw = dict(DECODER_COMMON, rms_norm_eps=5e-3, rope_theta=10000.0, tie_word_embeddings=False,
+              sliding_window=6, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0,
+              original_max_position_embeddings=64)
+    kw.update(over)
+    return rope_cfg(Phi3Config, kw)
+
+
 FAMILIES = {
+    "phi3": (phi3_config, Phi3ForCausalLM),
     "qwen2": (qwen2_config, Qwen2ForCausalLM),
     "qwen3": (qwen3_config, Qwen3ForCausalLM),
     "llama3": (llama3_config, LlamaForCausalLM),
@@ -298,6 +310,7 @@ FIXTURES = [
     ("qwen3", "qwen3", 1357, 9, None),
     ("llama3", "llama3", 8642, 9, None),
     ("mistral", "mistral", 9753, 9, None),
+    ("phi3", "phi3", 3141, 9, None),
 ]
 
 SENSITIVITY = {
@@ -323,6 +336,8 @@ SENSITIVITY = {
                ("high_freq_factor=2", dict(rope_parameters=dict(
                    rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=2.0,
                    original_max_position_embeddings=32)))],
+    "phi3": [("sliding_window=None (full attention)", dict(sliding_window=None)),
+             ("rms_norm_eps=1e-6", dict(rms_norm_eps=1e-6))],
     "mistral": [("sliding_window=None (full attention)", dict(sliding_window=None)),
                 ("sliding_window=6", dict(sliding_window=6))],
 }
@@ -351,6 +366,8 @@ CLAIMED = {
                    llama3=(8.0, 1.0, 4.0, 32)),
     "mistral": dict(rope_theta=10000.0, rms_norm_eps=5e-3, tie_word_embeddings=False,
                     sliding_window=5),
+    "phi3": dict(rope_theta=10000.0, rms_norm_eps=5e-3, tie_word_embeddings=False,
+                 sliding_window=6),
 }
 
 
