@@ -110,8 +110,8 @@ static int check_io(const gp_plan *p, char *err, size_t err_len)
     return 0;
 }
 
-/* Attributes with no CUDA kernel yet (CPU only): rope's llama3 scaling, attention's window and
- * ring, store's ring. */
+/* Attributes with no CUDA kernel yet (CPU only): rope's llama3 scaling, attention's window,
+ * ring and soft-capping, store's ring, scale's soft-capping, rms_norm's weight offset. */
 static int check_attrs(const gp_plan *p, char *err, size_t err_len)
 {
     for (int i = 0; i < p->n_nodes; i++) {
@@ -120,7 +120,10 @@ static int check_attrs(const gp_plan *p, char *err, size_t err_len)
                            : nd->op == GP_OP_ATTENTION && nd->attrs.i[0] != 0
                                ? "sliding-window attention (window)"
                            : nd->op == GP_OP_STORE && nd->attrs.i[0] != 0 ? "a ring store"
-                                                                           : NULL;
+                           : nd->op == GP_OP_ATTENTION && nd->attrs.f[1] != 0 ? "soft-capping"
+                           : nd->op == GP_OP_SCALE && nd->attrs.f[1] != 0     ? "softcap"
+                           : nd->op == GP_OP_RMS_NORM && nd->attrs.f[1] != 0  ? "a weight offset"
+                                                                              : NULL;
         if (what) {
             snprintf(err, err_len, "cuda: node %d (%s, line %d): %s has no CUDA kernel yet; "
                      "run this plan with --backend cpu", i, gp_op_get(nd->op)->name,

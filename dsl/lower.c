@@ -471,9 +471,10 @@ static const op_spec op_specs[] = {
     {"mul", GP_OP_MUL, "tt", {0}},
     {"div", GP_OP_DIV, "tt", {0}},
     {"scale", GP_OP_SCALE, "tn", {0}},
+    {"softcap", GP_OP_SCALE, "tn", {0}},
     {"matmul", GP_OP_MATMUL, "tt", {"ta", "tb"}},
     {"layer_norm", GP_OP_LAYER_NORM, "tto", {"eps"}},
-    {"rms_norm", GP_OP_RMS_NORM, "tt", {"eps"}},
+    {"rms_norm", GP_OP_RMS_NORM, "tt", {"eps", "offset"}},
     {"softmax", GP_OP_SOFTMAX, "t", {"causal", "scale"}},
     {"gelu", GP_OP_GELU, "t", {0}},
     {"gelu_erf", GP_OP_GELU_ERF, "t", {0}},
@@ -491,7 +492,7 @@ static const op_spec op_specs[] = {
     {"cast", GP_OP_CAST, "td", {0}},
     {"concat", GP_OP_CONCAT, "tti", {0}},
     {"store", GP_OP_STORE, "ttt", {"ring"}},
-    {"attention", GP_OP_ATTENTION, "tttt", {"scale", "window", "ring"}},
+    {"attention", GP_OP_ATTENTION, "tttt", {"scale", "window", "ring", "softcap"}},
     {"all_reduce", GP_OP_ALL_REDUCE, "to", {0}},
     {"argmax", GP_OP_ARGMAX, "t", {0}},
     {"min", GP_OP_NONE, "nn", {0}},
@@ -812,7 +813,19 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
     int ndim = 0;
     gp_dtype dt = GP_F32;
     switch (spec->op) {
-    case GP_OP_SCALE: at.f[0] = num(c.pos[1]); break;
+    case GP_OP_SCALE:
+        if (strcmp(spec->name, "softcap") == 0) { /* c tanh(x / c) */
+            at.f[0] = 1;
+            at.f[1] = num(c.pos[1]);
+            if (!(at.f[1] > 0)) {
+                error(L, c.pos_loc[1], "softcap: the cap must be a positive number, got %g",
+                      at.f[1]);
+                return ERR;
+            }
+        } else {
+            at.f[0] = num(c.pos[1]);
+        }
+        break;
     case GP_OP_MATMUL:
         if (kw_flag(L, &c, 0, &at.i[0]) || kw_flag(L, &c, 1, &at.i[1]))
             return ERR;
@@ -822,6 +835,11 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
         at.f[0] = spec->op == GP_OP_LAYER_NORM ? 1e-5 : 1e-6;
         if (kw_positive(L, &c, 0, &at.f[0]))
             return ERR;
+        if (spec->op == GP_OP_RMS_NORM && c.kw[1].k != V_ERR) {
+            if (!is_num(c.kw[1]))
+                return bad_kw(L, &c, 1, "a number"), ERR;
+            at.f[1] = num(c.kw[1]);
+        }
         break;
     case GP_OP_SOFTMAX:
         at.f[0] = 1;
@@ -899,7 +917,7 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
                 return bad_kw(L, &c, 1, "an integer in 0..2147483647 (0: the whole cache)"), ERR;
             at.i[0] = c.kw[1].i;
         }
-        if (kw_flag(L, &c, 2, &at.i[1]))
+        if (kw_flag(L, &c, 2, &at.i[1]) || kw_positive(L, &c, 3, &at.f[1]))
             return ERR;
         break;
     case GP_OP_STORE:

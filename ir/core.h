@@ -68,14 +68,16 @@ typedef enum {
     GP_OP_SUB,
     GP_OP_MUL,
     GP_OP_DIV,
-    /* scale(x) -> x * f[0]. INPLACE x. */
+    /* scale(x) -> x * f[0]; with f[1] = c > 0, soft-capped: c tanh(x f[0] / c) (Gemma 2's logits;
+     * the language's softcap(x, c)). INPLACE x. */
     GP_OP_SCALE,
     /* matmul(a [..., M, K], b [..., K, N]) -> f32[..., M, N]. i[0]: a transposed (a is [..., K, M]),
      * i[1]: b transposed (b is [..., N, K], as a torch Linear weight). Batch dims broadcast. */
     GP_OP_MATMUL,
     /* layer_norm(x [..., C], w [C], b [C]) -> [..., C]; f[0] = eps; b is optional. INPLACE x. */
     GP_OP_LAYER_NORM,
-    /* rms_norm(x [..., C], w [C]) -> [..., C]; f[0] = eps. INPLACE x. */
+    /* rms_norm(x [..., C], w [C]) -> [..., C]; f[0] = eps, f[1] = offset added to w (Gemma's
+     * (1 + w): 1). INPLACE x. */
     GP_OP_RMS_NORM,
     /* softmax(x [..., T, S]) over the last dim of x * f[0] (scale, default 1). i[0] = causal: element
      * (t, s) is masked when s > t + S - T (the last T of S positions are the new tokens). INPLACE x. */
@@ -123,7 +125,8 @@ typedef enum {
      * scaled-dot-product attention over a KV cache: query t attends to cache rows 0..pos[t].
      * H % G == 0 (grouped-query: head h reads KV head h / (H / G)). f[0] = scale (1/sqrt(D) default).
      * i[0] = window W (sliding-window attention, Mistral): rows max(0, pos[t] - W + 1)..pos[t];
-     * 0: all rows. i[1] = ring: position s is cache row s % S (store's ring); needs 0 < W and
+     * 0: all rows. f[1] = c > 0 soft-caps the scores (after the scale): c tanh(score / c) (Gemma 2).
+     * i[1] = ring: position s is cache row s % S (store's ring); needs 0 < W and
      * W + T - 1 <= S, so that storing the T new rows keeps every row a query of this eval reads. */
     GP_OP_ATTENTION,
     /* all_reduce(x [, y]) -> x summed over the devices of a tensor-parallel plan (every device

@@ -13,9 +13,17 @@ static void print_attrs(const gp_node *n, int out_ndim, FILE *out)
         if (a->i[1])
             fprintf(out, " tb=1");
         break;
-    case GP_OP_SCALE: fprintf(out, " s=%g", a->f[0]); break;
-    case GP_OP_LAYER_NORM:
-    case GP_OP_RMS_NORM: fprintf(out, " eps=%g", a->f[0]); break;
+    case GP_OP_SCALE:
+        fprintf(out, " s=%g", a->f[0]);
+        if (a->f[1])
+            fprintf(out, " softcap=%g", a->f[1]);
+        break;
+    case GP_OP_LAYER_NORM: fprintf(out, " eps=%g", a->f[0]); break;
+    case GP_OP_RMS_NORM:
+        fprintf(out, " eps=%g", a->f[0]);
+        if (a->f[1])
+            fprintf(out, " offset=%g", a->f[1]);
+        break;
     case GP_OP_SOFTMAX:
         fprintf(out, " scale=%g", a->f[0]);
         if (a->i[0])
@@ -49,6 +57,8 @@ static void print_attrs(const gp_node *n, int out_ndim, FILE *out)
             fprintf(out, " window=%lld", (long long)a->i[0]);
         if (a->i[1])
             fprintf(out, " ring=1");
+        if (a->f[1])
+            fprintf(out, " softcap=%g", a->f[1]);
         break;
     case GP_OP_STORE:
         if (a->i[0])

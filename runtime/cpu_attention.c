@@ -21,7 +21,7 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
     if (ith >= nuse)
         return;
     float *sc = (float *)((char *)ws + (size_t)ith * per); /* [S] scores of one query row */
-    float scale = (float)at->f[0];
+    float scale = (float)at->f[0], cap = (float)at->f[1]; /* cap > 0: soft-capped scores */
     float bq[GP_CHUNK], bk[GP_CHUNK], acc[GP_CHUNK];
     int64_t r0, r1;
     gp_share(T * H, ith, nuse, &r0, &r1);
@@ -55,6 +55,8 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
                 gp_acc8_dot(&dot, bq, kr, m);
             }
             sc[s - s0] = gp_acc8_total(&dot) * scale;
+            if (cap > 0)
+                sc[s - s0] = cap * tanhf(sc[s - s0] / cap);
             mx = fmaxf(mx, sc[s - s0]);
         }
         gp_acc8 sum;

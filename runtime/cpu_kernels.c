@@ -188,9 +188,12 @@ static void unary_apply(gp_op op, const gp_attrs *a, float *x, int64_t n)
 {
     switch (op) {
     case GP_OP_SCALE: {
-        float s = (float)a->f[0];
+        float s = (float)a->f[0], cap = (float)a->f[1];
         for (int64_t i = 0; i < n; i++)
             x[i] *= s;
+        if (cap > 0) /* soft-capping */
+            for (int64_t i = 0; i < n; i++)
+                x[i] = cap * tanhf(x[i] / cap);
         break;
     }
     case GP_OP_GELU:
@@ -283,7 +286,7 @@ static void k_norm(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_
     gp_t4 o = gp_t4_of(out), x = gp_t4_of(&in[0]);
     const gp_ktensor *w = &in[1], *b = op == GP_OP_LAYER_NORM && n_in > 2 ? &in[2] : NULL;
     int64_t n = o.ne[3], r0, r1;
-    float eps = (float)a->f[0];
+    float eps = (float)a->f[0], off = op == GP_OP_RMS_NORM ? (float)a->f[1] : 0.0f;
     float bx[GP_CHUNK], bw[GP_CHUNK], bb[GP_CHUNK];
     gp_share(gp_t4_rows(&o), ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -317,7 +320,7 @@ static void k_norm(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_
             if (b)
                 gp_cpu_load_row(bb, (const char *)b->data + c * b->nb[0], m, b->nb[0], b->dtype);
             for (int64_t i = 0; i < m; i++)
-                bx[i] = (bx[i] - mean) * inv * bw[i] + (b ? bb[i] : 0.0f);
+                bx[i] = (bx[i] - mean) * inv * (bw[i] + off) + (b ? bb[i] : 0.0f);
             gp_cpu_store_row(po + c * o.nb[3], o.nb[3], o.t, bx, m);
         }
     }

@@ -368,8 +368,28 @@ static void case_unary(gp_op op, double s, tt *x, gp_dtype odt, int inplace, con
     free(ref);
 }
 
+/* scale's soft-capping (f[1] = cap): cap tanh(x s / cap). */
+static void case_softcap(double s, double cap, tt *x, gp_dtype odt, const char *name)
+{
+    kcase c = {.name = name, .op = GP_OP_SCALE, .in = {x}, .n_in = 1};
+    c.at.f[0] = s;
+    c.at.f[1] = cap;
+    c.out = tt_new(odt, x->k.ndim, x->k.ne, 0);
+    c.tol = tol_for(odt, 1e-6);
+    int64_t n = tt_count(x);
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        ref[i] = cap * tanh(tt_geti(x, i) * s / cap);
+    check_case(&c, ref);
+    free(ref);
+}
+
 static void test_unary(void)
 {
+    case_softcap(1.0, 1.5, tt_rand(GP_F32, 2, (int64_t[]){17, 67}, 0, 0.1, 4), GP_F32,
+                 "softcap 1.5 [17,67]");
+    case_softcap(3.0, 30.0, tt_rand(GP_F16, 2, (int64_t[]){5, 9}, 1, 0.1, 4), GP_F16,
+                 "scale 3 softcap 30 f16");
     const gp_op ops[] = {GP_OP_SCALE, GP_OP_GELU, GP_OP_GELU_ERF, GP_OP_SILU};
     for (int o = 0; o < 4; o++) {
         gp_op op = ops[o];
@@ -471,10 +491,13 @@ static void test_matmul(void)
 
 /* ---- norms, softmax ---- */
 
-static void case_norm(gp_op op, tt *x, tt *w, tt *b, int inplace, const char *name)
+/* offset: rms_norm's f[1], added to w (Gemma's (1 + w)). */
+static void case_norm_off(gp_op op, tt *x, tt *w, tt *b, int inplace, double offset,
+                          const char *name)
 {
     kcase c = {.name = name, .op = op, .in = {x, w, b}, .n_in = b ? 3 : 2};
     c.at.f[0] = 1e-5;
+    c.at.f[1] = offset;
     c.out = inplace ? x : tt_new(x->k.dtype, x->k.ndim, x->k.ne, 0);
     c.tol = tol_for(c.out->k.dtype, 2e-6);
     int64_t n = tt_count(x), C = x->k.ne[x->k.ndim - 1];
@@ -490,11 +513,16 @@ static void case_norm(gp_op op, tt *x, tt *w, tt *b, int inplace, const char *na
             var += d * d / (double)C;
         }
         for (int64_t j = 0; j < C; j++)
-            ref[r * C + j] = (tt_geti(x, r * C + j) - mean) / sqrt(var + 1e-5) * tt_geti(w, j) +
-                             (b ? tt_geti(b, j) : 0);
+            ref[r * C + j] = (tt_geti(x, r * C + j) - mean) / sqrt(var + 1e-5) *
+                                 (tt_geti(w, j) + offset) + (b ? tt_geti(b, j) : 0);
     }
     check_case(&c, ref);
     free(ref);
+}
+
+static void case_norm(gp_op op, tt *x, tt *w, tt *b, int inplace, const char *name)
+{
+    case_norm_off(op, x, w, b, inplace, 0, name);
 }
 
 static void test_norms(void)
@@ -511,6 +539,10 @@ static void test_norms(void)
         case_norm(op, tt_dims(GP_F32, 0, 1, 3, 0, 0, 0), tt_dims(GP_F32, 0, 1, 3, 0, 0, 0), NULL, 1,
                   "norm [3] in place");
     }
+    case_norm_off(GP_OP_RMS_NORM, tt_dims(GP_F32, 0, 2, 5, 67, 0, 0),
+                  tt_dims(GP_F32, 0, 1, 67, 0, 0, 0), NULL, 0, 1.0, "rms_norm (1 + w)");
+    case_norm_off(GP_OP_RMS_NORM, tt_dims(GP_F16, 1, 3, 2, 3, 40, 0),
+                  tt_dims(GP_BF16, 0, 1, 40, 0, 0, 0), NULL, 1, -0.5, "rms_norm (w - 0.5) f16");
 }
 
 static void case_softmax(tt *x, double scale, int causal, gp_dtype odt, int inplace, const char *name)
@@ -901,7 +933,7 @@ static void test_store(void)
 
 /* ring: positions run from 40 on, position s in row s % S (needs window + T - 1 <= S). */
 static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t S, gp_dtype kvt,
-                             int layout, int64_t window, int ring, const char *name)
+                             int layout, int64_t window, int ring, double cap, const char *name)
 {
     tt *q = tt_dims(GP_F32, layout, 3, T, H, D, 0);
     tt *k = tt_rand(kvt, 3, (int64_t[]){S, G, D}, layout, 0.1, 2);
@@ -916,6 +948,7 @@ static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t
     c.at.f[0] = 1.0 / sqrt((double)D);
     c.at.i[0] = window;
     c.at.i[1] = ring;
+    c.at.f[1] = cap;
     int64_t rows = ring ? S : INT64_MAX;
     c.out = tt_new(GP_F32, 3, (int64_t[]){T, H, D}, 0);
     double *ref = malloc(sizeof(double) * (size_t)(T * H * D));
@@ -930,6 +963,8 @@ static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t
                 for (int64_t d = 0; d < D; d++)
                     dot += tt_get(q, (int64_t[]){t, h, d}) * tt_get(k, (int64_t[]){s % rows, g, d});
                 sc[s] = dot * c.at.f[0];
+                if (cap > 0)
+                    sc[s] = cap * tanh(sc[s] / cap);
                 mx = fmax(mx, sc[s]);
             }
             for (int64_t s = s0; s <= p; s++)
@@ -949,20 +984,23 @@ static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t
 static void case_attention(int64_t T, int64_t H, int64_t G, int64_t D, int64_t S, gp_dtype kvt,
                            int layout, const char *name)
 {
-    case_attention_w(T, H, G, D, S, kvt, layout, 0, 0, name);
+    case_attention_w(T, H, G, D, S, kvt, layout, 0, 0, 0.0, name);
 }
 
 static void test_attention(void)
 {
     /* Sliding windows (Mistral): of 3 rows over 20, of 1 row (each query its own row only), and
      * wider than the cache (all rows, as window 0). */
-    case_attention_w(5, 4, 2, 16, 20, GP_F32, 0, 3, 0, "attention window 3");
-    case_attention_w(4, 3, 1, 8, 12, GP_F16, 1, 1, 0, "attention window 1 f16 strided");
-    case_attention_w(3, 2, 2, 8, 6, GP_F32, 0, 100, 0, "attention window > S");
+    case_attention_w(5, 4, 2, 16, 20, GP_F32, 0, 3, 0, 0.0, "attention window 3");
+    case_attention_w(4, 3, 1, 8, 12, GP_F16, 1, 1, 0, 0.0, "attention window 1 f16 strided");
+    case_attention_w(3, 2, 2, 8, 6, GP_F32, 0, 100, 0, 0.0, "attention window > S");
     /* Rings: 7 rows for a window of 4 and 4 tokens (positions 40..43), and one token's window
      * filling the ring (5 of 5). */
-    case_attention_w(4, 4, 2, 16, 7, GP_F32, 0, 4, 1, "attention ring 7, window 4");
-    case_attention_w(1, 2, 1, 8, 5, GP_F16, 1, 5, 1, "attention ring 5, window 5 f16");
+    case_attention_w(4, 4, 2, 16, 7, GP_F32, 0, 4, 1, 0.0, "attention ring 7, window 4");
+    case_attention_w(1, 2, 1, 8, 5, GP_F16, 1, 5, 1, 0.0, "attention ring 5, window 5 f16");
+    /* Soft-capped scores (Gemma 2), with a window too. */
+    case_attention_w(5, 4, 2, 16, 20, GP_F32, 0, 0, 0, 0.05, "attention softcap 0.05");
+    case_attention_w(3, 2, 1, 8, 9, GP_F16, 1, 4, 0, 0.5, "attention softcap 0.5 window 4");
     case_attention(5, 4, 2, 16, 20, GP_F32, 0, "attention GQA 4/2");
     case_attention(3, 3, 3, 17, 67, GP_F16, 1, "attention MHA f16 cache strided");
     case_attention(1, 6, 1, 8, 1, GP_BF16, 0, "attention MQA bf16 decode S 1");

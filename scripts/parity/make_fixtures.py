@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Builds the Hugging Face parity fixtures: tiny random GPT2LMHeadModel, LlamaForCausalLM (plain and
-with Llama 3 rope scaling), Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM and
-Phi3ForCausalLM checkpoints
+with Llama 3 rope scaling), Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM,
+Phi3ForCausalLM and Gemma2ForCausalLM checkpoints
 saved with save_pretrained, and what transformers computes for them (a prompt, 32
 greedy tokens and the logits of every step). Needs torch and transformers (run it where they are).
 
@@ -38,7 +38,8 @@ import traceback
 import numpy as np
 import torch
 import transformers
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, GPT2Config, GPT2LMHeadModel,
+                          LlamaConfig, LlamaForCausalLM,
                           MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM,
                           Qwen3Config, Qwen3ForCausalLM)
@@ -166,7 +167,22 @@ def phi3_config(**over):
     return rope_cfg(Phi3Config, kw)
 
 
+def gemma2_config(**over):
+    # Gemma 2: (1 + w) norms before and after attention and MLP, GELU-tanh gated MLP, embeddings
+    # times sqrt(hidden), query_pre_attn_scalar 24 (not head_dim 16), scores soft-capped at 4 and
+    # logits at 3 (both well inside the ranges the weights give), sliding window 4 on layer 0
+    # (layer_types: even layers local), tied. Eager attention: the one that soft-caps.
+    kw = dict(DECODER_COMMON, head_dim=16, rms_norm_eps=5e-3, rope_theta=10000.0,
+              tie_word_embeddings=True, query_pre_attn_scalar=24, attn_logit_softcapping=4.0,
+              final_logit_softcapping=3.0, sliding_window=4, hidden_activation="gelu_pytorch_tanh")
+    kw.update(over)
+    cfg = rope_cfg(Gemma2Config, kw)
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
 FAMILIES = {
+    "gemma2": (gemma2_config, Gemma2ForCausalLM),
     "phi3": (phi3_config, Phi3ForCausalLM),
     "qwen2": (qwen2_config, Qwen2ForCausalLM),
     "qwen3": (qwen3_config, Qwen3ForCausalLM),
@@ -293,8 +309,9 @@ def check_config_values(kind, model, cfg_kw):
     assert np.allclose(inv, want, rtol=1e-6), (inv, want)
     if "sliding_window" in cfg_kw:
         assert model.config.sliding_window == cfg_kw["sliding_window"], model.config.sliding_window
-    eps = model.model.norm.variance_epsilon
-    assert abs(eps - cfg_kw["rms_norm_eps"]) < 1e-12, eps
+    if "rms_norm_eps" in cfg_kw:
+        eps = model.model.norm.variance_epsilon
+        assert abs(eps - cfg_kw["rms_norm_eps"]) < 1e-12, eps
     tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     assert tied == cfg_kw["tie_word_embeddings"], tied
 
@@ -311,6 +328,7 @@ FIXTURES = [
     ("llama3", "llama3", 8642, 9, None),
     ("mistral", "mistral", 9753, 9, None),
     ("phi3", "phi3", 3141, 9, None),
+    ("gemma2", "gemma2", 2718, 9, None),
 ]
 
 SENSITIVITY = {
@@ -336,6 +354,10 @@ SENSITIVITY = {
                ("high_freq_factor=2", dict(rope_parameters=dict(
                    rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=2.0,
                    original_max_position_embeddings=32)))],
+    "gemma2": [("sliding_window=64 (no window)", dict(sliding_window=64)),
+               ("attn_logit_softcapping=None", dict(attn_logit_softcapping=None)),
+               ("final_logit_softcapping=None", dict(final_logit_softcapping=None)),
+               ("query_pre_attn_scalar=16", dict(query_pre_attn_scalar=16))],
     "phi3": [("sliding_window=None (full attention)", dict(sliding_window=None)),
              ("rms_norm_eps=1e-6", dict(rms_norm_eps=1e-6))],
     "mistral": [("sliding_window=None (full attention)", dict(sliding_window=None)),
@@ -368,6 +390,7 @@ CLAIMED = {
                     sliding_window=5),
     "phi3": dict(rope_theta=10000.0, rms_norm_eps=5e-3, tie_word_embeddings=False,
                  sliding_window=6),
+    "gemma2": dict(rope_theta=10000.0, tie_word_embeddings=True, sliding_window=4),
 }
 
 
