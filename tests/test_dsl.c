@@ -1125,6 +1125,27 @@ static void test_config_families(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     CU_ASSERT_EQUAL(first_node(g, GP_OP_ATTENTION)->attrs.i[0], 7);
     gp_graph_free(g);
+    /* A transformers 4 config: the scaling under "rope_scaling"; without it (null) none. */
+    cfg = "{\"num_hidden_layers\": 1, \"hidden_size\": 32, \"num_attention_heads\": 2,\n"
+          " \"num_key_value_heads\": 1, \"head_dim\": 8, \"vocab_size\": 50,\n"
+          " \"max_position_embeddings\": 16, \"rope_theta\": 500000.0,\n"
+          " \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0,\n"
+          "   \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,\n"
+          "   \"original_max_position_embeddings\": 8192}}\n";
+    CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfg, strlen(cfg)), 0);
+    g = compile_example("examples/llama3.gplan", NULL, 0, path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    CU_ASSERT_EQUAL(first_node(g, GP_OP_ROPE)->attrs.i[2], 8192);
+    CU_ASSERT_DOUBLE_EQUAL(first_node(g, GP_OP_ROPE)->attrs.f[1], 8.0, 1e-9);
+    gp_graph_free(g);
+    cfg = "{\"num_hidden_layers\": 1, \"hidden_size\": 32, \"num_attention_heads\": 2,\n"
+          " \"num_key_value_heads\": 1, \"vocab_size\": 50, \"rope_scaling\": null}\n";
+    CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfg, strlen(cfg)), 0);
+    const char *hd[] = {"head_dim=16", "max_position_embeddings=16"};
+    g = compile_example("examples/llama3.gplan", hd, 2, path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    CU_ASSERT_EQUAL(first_node(g, GP_OP_ROPE)->attrs.i[2], 0);
+    gp_graph_free(g);
     remove(path);
 }
 
