@@ -455,11 +455,13 @@ static value eval_index(lower *L, const ast_expr *e, const char *name)
 /* The calls: ops of the IR and a few compile-time functions. Positional argument kinds (sig):
  * t tensor, o optional tensor (last), i integer, n number, d dtype, D one or more dims
  * (integers or symbolic dims; the rest), I one or more integers (the rest). */
+#define MAX_KEYS 8 /* keywords of one op (rope's scaling takes the most) */
+
 typedef struct {
     const char *name;
     gp_op op; /* GP_OP_NONE: evaluated at compile time */
     const char *sig;
-    const char *keys[3];
+    const char *keys[MAX_KEYS];
 } op_spec;
 
 static const op_spec op_specs[] = {
@@ -469,15 +471,18 @@ static const op_spec op_specs[] = {
     {"mul", GP_OP_MUL, "tt", {0}},
     {"div", GP_OP_DIV, "tt", {0}},
     {"scale", GP_OP_SCALE, "tn", {0}},
+    {"softcap", GP_OP_SCALE, "tn", {0}},
     {"matmul", GP_OP_MATMUL, "tt", {"ta", "tb"}},
     {"layer_norm", GP_OP_LAYER_NORM, "tto", {"eps"}},
-    {"rms_norm", GP_OP_RMS_NORM, "tt", {"eps"}},
+    {"rms_norm", GP_OP_RMS_NORM, "tt", {"eps", "offset"}},
     {"softmax", GP_OP_SOFTMAX, "t", {"causal", "scale"}},
     {"gelu", GP_OP_GELU, "t", {0}},
     {"gelu_erf", GP_OP_GELU_ERF, "t", {0}},
     {"silu", GP_OP_SILU, "t", {0}},
     {"swiglu", GP_OP_SWIGLU, "tt", {0}},
-    {"rope", GP_OP_ROPE, "tt", {"mode", "dims", "theta"}},
+    {"rope", GP_OP_ROPE, "tt",
+     {"mode", "dims", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor",
+      "original_max_position_embeddings"}},
     {"reshape", GP_OP_RESHAPE, "tD", {0}},
     {"permute", GP_OP_PERMUTE, "tI", {0}},
     {"transpose", GP_OP_PERMUTE, "t", {0}},
@@ -486,8 +491,8 @@ static const op_spec op_specs[] = {
     {"cont", GP_OP_CONT, "t", {0}},
     {"cast", GP_OP_CAST, "td", {0}},
     {"concat", GP_OP_CONCAT, "tti", {0}},
-    {"store", GP_OP_STORE, "ttt", {0}},
-    {"attention", GP_OP_ATTENTION, "tttt", {"scale"}},
+    {"store", GP_OP_STORE, "ttt", {"ring"}},
+    {"attention", GP_OP_ATTENTION, "tttt", {"scale", "window", "ring", "softcap"}},
     {"all_reduce", GP_OP_ALL_REDUCE, "to", {0}},
     {"argmax", GP_OP_ARGMAX, "t", {0}},
     {"min", GP_OP_NONE, "nn", {0}},
@@ -507,8 +512,8 @@ typedef struct {
     value pos[MAX_ARGS];
     gp_loc pos_loc[MAX_ARGS];
     int n_pos;
-    value kw[3]; /* by index in spec->keys; V_ERR when not given */
-    gp_loc kw_loc[3];
+    value kw[MAX_KEYS]; /* by index in spec->keys; V_ERR when not given */
+    gp_loc kw_loc[MAX_KEYS];
 } call;
 
 static int check_arity(lower *L, call *c, int n_args)
@@ -566,7 +571,7 @@ static int eval_args(lower *L, call *c)
 {
     const ast_list *args = c->e->args;
     int n_pos = 0, failed = 0;
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < MAX_KEYS; k++)
         c->kw[k] = ERR;
     for (int k = 0; k < args->n; k++)
         if (!args->v[k].key)
@@ -590,7 +595,7 @@ static int eval_args(lower *L, call *c)
         }
         seen_key = 1;
         int slot = -1;
-        for (int j = 0; j < 3 && c->spec->keys[j]; j++)
+        for (int j = 0; j < MAX_KEYS && c->spec->keys[j]; j++)
             if (strcmp(c->spec->keys[j], a->key) == 0)
                 slot = j;
         if (slot < 0) {
@@ -598,8 +603,8 @@ static int eval_args(lower *L, call *c)
                 error(L, a->key_loc, "unknown keyword '%s': '%s' takes no keywords", a->key,
                       c->spec->name);
             } else {
-                char list[96] = "";
-                for (int j = 0; j < 3 && c->spec->keys[j]; j++) {
+                char list[192] = "";
+                for (int j = 0; j < MAX_KEYS && c->spec->keys[j]; j++) {
                     strcat(list, j ? ", " : "");
                     strcat(list, c->spec->keys[j]);
                 }
@@ -664,6 +669,38 @@ static int kw_nonzero(lower *L, call *c, int slot, double *out)
     if (!is_num(v) || num(v) == 0)
         return bad_kw(L, c, slot, "a non-zero number");
     *out = num(v);
+    return 0;
+}
+
+/* rope's scaling keywords (slots 3..7): scaling = "default" (none) or "llama3" with factor,
+ * low_freq_factor, high_freq_factor and original_max_position_embeddings (core.h, GP_OP_ROPE).
+ * The four are read only under "llama3", so a graph may pass them from its parameters always. */
+static int rope_scaling(lower *L, call *c, gp_attrs *at)
+{
+    value m = c->kw[3];
+    if (m.k == V_ERR || (m.k == V_STR && (strcmp(m.s, "default") == 0 || strcmp(m.s, "none") == 0)))
+        return 0;
+    if (m.k != V_STR || strcmp(m.s, "llama3") != 0)
+        return bad_kw(L, c, 3, "\"default\" or \"llama3\" (other rope scalings are not supported)");
+    double v[3] = {8.0, 1.0, 4.0}; /* Llama 3.1's factor, low_freq_factor, high_freq_factor */
+    for (int k = 0; k < 3; k++)
+        if (kw_positive(L, c, 4 + k, &v[k]))
+            return -1;
+    at->i[2] = 8192;
+    if (c->kw[7].k != V_ERR) {
+        if (c->kw[7].k != V_INT || c->kw[7].i <= 0 || c->kw[7].i > INT32_MAX)
+            return bad_kw(L, c, 7, "a positive integer");
+        at->i[2] = c->kw[7].i;
+    }
+    /* Kept as float32 (as transformers computes the scaled frequencies). */
+    if (!((float)v[2] > (float)v[1]) || !isfinite((float)v[2]) || !((float)v[1] > 0)) {
+        error(L, c->kw_loc[c->kw[6].k != V_ERR ? 6 : 3],
+              "rope: llama3 scaling needs 0 < low_freq_factor < high_freq_factor (got %g and %g)",
+              v[1], v[2]);
+        return -1;
+    }
+    at->f[1] = v[0];
+    at->i[3] = gp_rope_factors_pack((float)v[1], (float)v[2]);
     return 0;
 }
 
@@ -776,7 +813,19 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
     int ndim = 0;
     gp_dtype dt = GP_F32;
     switch (spec->op) {
-    case GP_OP_SCALE: at.f[0] = num(c.pos[1]); break;
+    case GP_OP_SCALE:
+        if (strcmp(spec->name, "softcap") == 0) { /* c tanh(x / c) */
+            at.f[0] = 1;
+            at.f[1] = num(c.pos[1]);
+            if (!(at.f[1] > 0)) {
+                error(L, c.pos_loc[1], "softcap: the cap must be a positive number, got %g",
+                      at.f[1]);
+                return ERR;
+            }
+        } else {
+            at.f[0] = num(c.pos[1]);
+        }
+        break;
     case GP_OP_MATMUL:
         if (kw_flag(L, &c, 0, &at.i[0]) || kw_flag(L, &c, 1, &at.i[1]))
             return ERR;
@@ -786,6 +835,11 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
         at.f[0] = spec->op == GP_OP_LAYER_NORM ? 1e-5 : 1e-6;
         if (kw_positive(L, &c, 0, &at.f[0]))
             return ERR;
+        if (spec->op == GP_OP_RMS_NORM && c.kw[1].k != V_ERR) {
+            if (!is_num(c.kw[1]))
+                return bad_kw(L, &c, 1, "a number"), ERR;
+            at.f[1] = num(c.kw[1]);
+        }
         break;
     case GP_OP_SOFTMAX:
         at.f[0] = 1;
@@ -808,7 +862,7 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
                 return bad_kw(L, &c, 1, "an even integer >= 0"), ERR;
             at.i[1] = c.kw[1].i;
         }
-        if (kw_positive(L, &c, 2, &at.f[0]))
+        if (kw_positive(L, &c, 2, &at.f[0]) || rope_scaling(L, &c, &at))
             return ERR;
         break;
     case GP_OP_RESHAPE:
@@ -857,6 +911,17 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
     case GP_OP_CONCAT: at.i[0] = axis_of(L, c.pos[0], c.pos[2].i); break;
     case GP_OP_ATTENTION:
         if (kw_nonzero(L, &c, 0, &at.f[0]))
+            return ERR;
+        if (c.kw[1].k != V_ERR) {
+            if (c.kw[1].k != V_INT || c.kw[1].i < 0 || c.kw[1].i > INT32_MAX)
+                return bad_kw(L, &c, 1, "an integer in 0..2147483647 (0: the whole cache)"), ERR;
+            at.i[0] = c.kw[1].i;
+        }
+        if (kw_flag(L, &c, 2, &at.i[1]) || kw_positive(L, &c, 3, &at.f[1]))
+            return ERR;
+        break;
+    case GP_OP_STORE:
+        if (kw_flag(L, &c, 0, &at.i[0]))
             return ERR;
         break;
     default: break;

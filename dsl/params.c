@@ -146,7 +146,7 @@ static gp_loc offset_loc(const char *file, const char *text, size_t len, size_t 
  * '{' of the object holding it when the key is spelled with escapes. */
 static gp_loc config_loc(const gp_dsl_params *p, const char *key)
 {
-    static const char *const nested[] = {"rope_parameters", "text_config"};
+    static const char *const nested[] = {"rope_parameters", "text_config", "rope_scaling"};
     size_t top = skip_ws(p->cfg_text, p->cfg_len, 0), obj = top, at = NPOS;
     if (!json_object_get(p->cfg, key))
         for (size_t i = 0; i < sizeof nested / sizeof nested[0]; i++) {
@@ -217,10 +217,11 @@ static value from_json(gp_diag *d, value def, const char *key, const json_t *j, 
 }
 
 /* A parameter's value in a config.json: a top-level key, else one of the nested objects where
- * transformers keeps some settings (since transformers 5, rope_theta lives in "rope_parameters"). */
+ * transformers keeps some settings (since transformers 5, rope_theta lives in "rope_parameters";
+ * configs written by transformers 4 keep Llama 3's rope_type and factors in "rope_scaling"). */
 static const json_t *config_value(const json_t *cfg, const char *key)
 {
-    static const char *const nested[] = {"rope_parameters", "text_config"};
+    static const char *const nested[] = {"rope_parameters", "text_config", "rope_scaling"};
     if (!cfg)
         return NULL;
     const json_t *j = json_object_get(cfg, key);
@@ -303,7 +304,7 @@ value gp_dsl_params_resolve(gp_dsl_params *p, const char *name, value def)
 {
     value v = def;
     const json_t *j = config_value(p->cfg, name);
-    if (j)
+    if (j && !json_is_null(j)) /* null (Mistral's "sliding_window": null): the default */
         v = from_json(p->d, v, name, j, config_loc(p, name));
     const char *text = NULL;
     size_t kl = strlen(name);

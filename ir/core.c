@@ -3,6 +3,7 @@
  * messages into a caller's buffer. */
 #include "ir/core.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -155,4 +156,57 @@ void gp_errf(char *err, size_t n, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, n, fmt, ap);
     va_end(ap);
+}
+
+/* ---- rope's llama3 frequency scaling (core.h, GP_OP_ROPE) ---- */
+
+int64_t gp_rope_factors_pack(float low_freq_factor, float high_freq_factor)
+{
+    uint32_t lo, hi;
+    memcpy(&lo, &low_freq_factor, 4);
+    memcpy(&hi, &high_freq_factor, 4);
+    return (int64_t)(((uint64_t)hi << 32) | lo);
+}
+
+void gp_rope_factors(const gp_attrs *a, float *low_freq_factor, float *high_freq_factor)
+{
+    uint64_t v = (uint64_t)a->i[3];
+    uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
+    memcpy(low_freq_factor, &lo, 4);
+    memcpy(high_freq_factor, &hi, 4);
+}
+
+int gp_rope_check_scaling(const gp_attrs *a, char *err, size_t n)
+{
+    if (a->i[2] == 0)
+        return 0;
+    float lo, hi;
+    gp_rope_factors(a, &lo, &hi);
+    if (a->i[2] < 0 || !(a->f[1] > 0) || !isfinite(a->f[1]) || !(lo > 0) || !(hi > lo) ||
+        !isfinite(hi)) {
+        gp_errf(err, n,
+                "rope: bad llama3 scaling (original_max_position_embeddings %lld, factor %g, "
+                "low_freq_factor %g, high_freq_factor %g): expected L > 0, factor > 0 and "
+                "0 < low < high",
+                (long long)a->i[2], a->f[1], (double)lo, (double)hi);
+        return -1;
+    }
+    return 0;
+}
+
+double gp_rope_freq(const gp_attrs *a, int64_t j, int64_t n)
+{
+    double freq = pow(a->f[0], -2.0 * (double)j / (double)n);
+    if (a->i[2] <= 0)
+        return freq;
+    float lo, hi;
+    gp_rope_factors(a, &lo, &hi);
+    double len = (double)a->i[2], factor = a->f[1];
+    double wavelen = 2.0 * 3.14159265358979323846 / freq;
+    if (wavelen < len / hi)
+        return freq; /* high frequencies: unchanged */
+    if (wavelen > len / lo)
+        return freq / factor; /* low frequencies: stretched by factor */
+    double s = (len / wavelen - lo) / (hi - lo);
+    return (1.0 - s) * freq / factor + s * freq;
 }

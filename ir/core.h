@@ -68,14 +68,16 @@ typedef enum {
     GP_OP_SUB,
     GP_OP_MUL,
     GP_OP_DIV,
-    /* scale(x) -> x * f[0]. INPLACE x. */
+    /* scale(x) -> x * f[0]; with f[1] = c > 0, soft-capped: c tanh(x f[0] / c) (Gemma 2's logits;
+     * the language's softcap(x, c)). INPLACE x. */
     GP_OP_SCALE,
     /* matmul(a [..., M, K], b [..., K, N]) -> f32[..., M, N]. i[0]: a transposed (a is [..., K, M]),
      * i[1]: b transposed (b is [..., N, K], as a torch Linear weight). Batch dims broadcast. */
     GP_OP_MATMUL,
     /* layer_norm(x [..., C], w [C], b [C]) -> [..., C]; f[0] = eps; b is optional. INPLACE x. */
     GP_OP_LAYER_NORM,
-    /* rms_norm(x [..., C], w [C]) -> [..., C]; f[0] = eps. INPLACE x. */
+    /* rms_norm(x [..., C], w [C]) -> [..., C]; f[0] = eps, f[1] = offset added to w (Gemma's
+     * (1 + w): 1). INPLACE x. */
     GP_OP_RMS_NORM,
     /* softmax(x [..., T, S]) over the last dim of x * f[0] (scale, default 1). i[0] = causal: element
      * (t, s) is masked when s > t + S - T (the last T of S positions are the new tokens). INPLACE x. */
@@ -91,7 +93,13 @@ typedef enum {
     /* rope(x [T, H, D], pos i32[T]) -> [T, H, D]: rotary embedding at positions pos.
      * i[0] = mode: 0 rotate-half (HF Llama / NeoX: pairs (j, j + n/2)), 1 interleaved (GPT-J:
      * pairs (2j, 2j + 1)); i[1] = n, the rotated dims (<= D, even; the rest pass through);
-     * f[0] = theta (base, 10000 by default). Frequency of pair j: theta^(-2j/n). INPLACE x. */
+     * f[0] = theta (base, 10000 by default). Frequency of pair j: theta^(-2j/n). INPLACE x.
+     * Llama 3 scaling of the frequencies (rope_type "llama3") when i[2] > 0: i[2] =
+     * original_max_position_embeddings L, f[1] = factor, i[3] = low_freq_factor and
+     * high_freq_factor as two float32 bit patterns (gp_rope_factors; the plan's node record has
+     * two float slots). Wavelength w = 2 pi / freq: w < L / high keeps freq, w > L / low divides
+     * it by factor, and between them s = (L / w - low) / (high - low) mixes the two:
+     * (1 - s) freq / factor + s freq (gp_rope_freq). */
     GP_OP_ROPE,
     /* Views: the output is a GP_TENSOR_VIEW of input 0 (no data moves).
      * reshape(x, dims...) requires x contiguous; the output tensor holds the new shape. */
@@ -109,11 +117,17 @@ typedef enum {
     /* concat(a, b) along axis i[0]; all other dims equal; dtype of a. */
     GP_OP_CONCAT,
     /* store(dst [S, ...], pos i32[T], src [T, ...]) -> view of dst: dst[pos[t]] = src[t] (converted to
-     * dst's dtype). The output is a new name for the updated dst, so readers come after the write. */
+     * dst's dtype). The output is a new name for the updated dst, so readers come after the write.
+     * i[0] = ring: dst[pos[t] % S] (a sliding-window layer's KV cache of S rows; t ascending, so
+     * the latest position wins a row). */
     GP_OP_STORE,
     /* attention(q [T, H, D], k [S, G, D], v [S, G, D], pos i32[T]) -> f32[T, H, D]: causal
      * scaled-dot-product attention over a KV cache: query t attends to cache rows 0..pos[t].
-     * H % G == 0 (grouped-query: head h reads KV head h / (H / G)). f[0] = scale (1/sqrt(D) default). */
+     * H % G == 0 (grouped-query: head h reads KV head h / (H / G)). f[0] = scale (1/sqrt(D) default).
+     * i[0] = window W (sliding-window attention, Mistral): rows max(0, pos[t] - W + 1)..pos[t];
+     * 0: all rows. f[1] = c > 0 soft-caps the scores (after the scale): c tanh(score / c) (Gemma 2).
+     * i[1] = ring: position s is cache row s % S (store's ring); needs 0 < W and
+     * W + T - 1 <= S, so that storing the T new rows keeps every row a query of this eval reads. */
     GP_OP_ATTENTION,
     /* all_reduce(x [, y]) -> x summed over the devices of a tensor-parallel plan (every device
      * gets the same sum, added in device order), plus y once when given: y is the same on every
@@ -150,6 +164,15 @@ typedef struct {
 } gp_op_info;
 
 const gp_op_info *gp_op_get(gp_op op); /* NULL for an op out of range */
+
+/* rope's llama3 scaling factors in and out of attribute i[3] (low in bits 0..31, high in 32..63). */
+int64_t gp_rope_factors_pack(float low_freq_factor, float high_freq_factor);
+void gp_rope_factors(const gp_attrs *a, float *low_freq_factor, float *high_freq_factor);
+/* 0 when rope's scaling attributes are usable (none, or llama3 with factor > 0, finite factors,
+ * 0 < low < high); else -1 with a message in err. */
+int gp_rope_check_scaling(const gp_attrs *a, char *err, size_t n);
+/* The frequency of rotary pair j of n rotated dims (radians per position), scaling included. */
+double gp_rope_freq(const gp_attrs *a, int64_t j, int64_t n);
 int gp_op_from_name(const char *name, gp_op *out); /* 0 on success, -1 unknown */
 
 #endif

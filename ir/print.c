@@ -13,9 +13,17 @@ static void print_attrs(const gp_node *n, int out_ndim, FILE *out)
         if (a->i[1])
             fprintf(out, " tb=1");
         break;
-    case GP_OP_SCALE: fprintf(out, " s=%g", a->f[0]); break;
-    case GP_OP_LAYER_NORM:
-    case GP_OP_RMS_NORM: fprintf(out, " eps=%g", a->f[0]); break;
+    case GP_OP_SCALE:
+        fprintf(out, " s=%g", a->f[0]);
+        if (a->f[1])
+            fprintf(out, " softcap=%g", a->f[1]);
+        break;
+    case GP_OP_LAYER_NORM: fprintf(out, " eps=%g", a->f[0]); break;
+    case GP_OP_RMS_NORM:
+        fprintf(out, " eps=%g", a->f[0]);
+        if (a->f[1])
+            fprintf(out, " offset=%g", a->f[1]);
+        break;
     case GP_OP_SOFTMAX:
         fprintf(out, " scale=%g", a->f[0]);
         if (a->i[0])
@@ -24,6 +32,12 @@ static void print_attrs(const gp_node *n, int out_ndim, FILE *out)
     case GP_OP_ROPE:
         fprintf(out, " mode=%lld n=%lld theta=%g", (long long)a->i[0], (long long)a->i[1],
                 a->f[0]);
+        if (a->i[2] > 0) {
+            float lo, hi;
+            gp_rope_factors(a, &lo, &hi);
+            fprintf(out, " llama3(factor=%g low=%g high=%g orig=%lld)", a->f[1], (double)lo,
+                    (double)hi, (long long)a->i[2]);
+        }
         break;
     case GP_OP_PERMUTE:
         fprintf(out, " axes=(");
@@ -37,7 +51,19 @@ static void print_attrs(const gp_node *n, int out_ndim, FILE *out)
         break;
     case GP_OP_VIEW: fprintf(out, " offset=%lld", (long long)a->i[0]); break;
     case GP_OP_CONCAT: fprintf(out, " axis=%lld", (long long)a->i[0]); break;
-    case GP_OP_ATTENTION: fprintf(out, " scale=%g", a->f[0]); break;
+    case GP_OP_ATTENTION:
+        fprintf(out, " scale=%g", a->f[0]);
+        if (a->i[0])
+            fprintf(out, " window=%lld", (long long)a->i[0]);
+        if (a->i[1])
+            fprintf(out, " ring=1");
+        if (a->f[1])
+            fprintf(out, " softcap=%g", a->f[1]);
+        break;
+    case GP_OP_STORE:
+        if (a->i[0])
+            fprintf(out, " ring=1");
+        break;
     default: break;
     }
 }

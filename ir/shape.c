@@ -293,6 +293,9 @@ static int infer_rope(ctx *c)
                    (long long)n, (long long)dd, desc(c, 0, b));
     if (c->attrs->f[0] == 0)
         c->attrs->f[0] = 10000.0; /* unset: the usual base */
+    char why[192];
+    if (gp_rope_check_scaling(c->attrs, why, sizeof why))
+        return ERR(c, "%s", why);
     same_shape(c, x);
     return 0;
 }
@@ -326,6 +329,13 @@ static int infer_attention(ctx *c)
                    desc(c, 1, b2));
     if (need_index(c, 3, q->shape[0], "the first dim of q"))
         return -1;
+    if (c->attrs->i[0] < 0 || c->attrs->i[0] > INT32_MAX)
+        return ERR(c, "attention: window must be in 0..%d, got %lld", INT32_MAX,
+                   (long long)c->attrs->i[0]);
+    if (c->attrs->i[1] && (c->attrs->i[0] < 1 || k->shape[0].sym >= 0 ||
+                           c->attrs->i[0] > k->shape[0].size))
+        return ERR(c, "attention: a ring cache needs a window of 1..S rows (S constant), got "
+                   "window %lld for %s", (long long)c->attrs->i[0], desc(c, 1, b1));
     if (c->attrs->f[0] == 0)
         c->attrs->f[0] = 1.0 / sqrt((double)q->shape[2].size);
     c->out->dtype = GP_F32;

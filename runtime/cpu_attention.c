@@ -60,7 +60,7 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
     if (ith >= nuse)
         return;
     float *sc = (float *)((char *)ws + (size_t)ith * per); /* [S] scores of one query row */
-    float scale = (float)at->f[0];
+    float scale = (float)at->f[0], cap = (float)at->f[1]; /* cap > 0: soft-capped scores */
     float bq[GP_CHUNK], bk[GP_CHUNK], acc[GP_CHUNK];
     int64_t r0, r1;
     /* Rows of k and v with contiguous heads of at most GP_CHUNK: the fused loops of cpu_dot.h
@@ -76,63 +76,73 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
         int64_t t = r / H, h = r % H, g = h / (H / G);
         int32_t p;
         memcpy(&p, (const char *)pos->data + t * pos->nb[0], 4);
-        GP_ASSERT(p >= 0 && p < S);
+        /* A sliding window of W rows (i[0] > 0) starts at p - W + 1; in a ring (i[1]) position s
+         * is row s % S (W <= S: gp_cpu_check). sc[s - s0] is position s's score. */
+        int64_t s0 = at->i[0] > 0 && p - at->i[0] + 1 > 0 ? p - at->i[0] + 1 : 0;
+        int64_t ring = at->i[1] ? S : INT64_MAX;
+        GP_ASSERT(p >= 0 && (p < S || at->i[1]) && p - s0 < S);
         const char *pq = (const char *)q->data + t * q->nb[0] + h * q->nb[1];
         const char *pk = (const char *)k->data + g * k->nb[1];
         const char *pv = (const char *)v->data + g * v->nb[1];
         char *po = (char *)out->data + t * out->nb[0] + h * out->nb[1];
-        /* Scores of cache rows 0..p and their maximum. A head of at most GP_CHUNK dims (the
+        /* Scores of cache rows s0..p and their maximum. A head of at most GP_CHUNK dims (the
          * usual case) loads q once; f32 rows of k are read in place. */
         float mx = -INFINITY;
         if (D <= GP_CHUNK)
             gp_cpu_load_row(bq, pq, D, q->nb[2], q->dtype);
-        if (fast) {
-            scores(bq, pk, k->nb[0], k->dtype, D, p + 1, scale, sc);
-            for (int64_t s = 0; s <= p; s++)
+        if (fast && !at->i[1]) { /* the window's rows are contiguous: no ring */
+            int64_t n = p + 1 - s0;
+            scores(bq, pk + s0 * k->nb[0], k->nb[0], k->dtype, D, n, scale, sc);
+            for (int64_t s = 0; s < n; s++) {
+                if (cap > 0)
+                    sc[s] = cap * tanhf(sc[s] / cap);
                 mx = fmaxf(mx, sc[s]);
+            }
             gp_acc8 sum;
             gp_acc8_zero(&sum);
-            for (int64_t s = 0; s <= p; s++)
+            for (int64_t s = 0; s < n; s++)
                 sc[s] = expf(sc[s] - mx);
-            gp_acc8_add(&sum, sc, p + 1);
+            gp_acc8_add(&sum, sc, n);
             float inv = 1.0f / gp_acc8_total(&sum);
             for (int64_t i = 0; i < D; i++)
                 acc[i] = 0.0f;
-            accum(sc, pv, v->nb[0], v->dtype, D, p + 1, acc);
+            accum(sc, pv + s0 * v->nb[0], v->nb[0], v->dtype, D, n, acc);
             for (int64_t i = 0; i < D; i++)
                 acc[i] *= inv;
             gp_cpu_store_row(po, out->nb[2], out->dtype, acc, D);
             continue;
         }
-        for (int64_t s = 0; s <= p; s++) {
+        for (int64_t s = s0; s <= p; s++) {
             gp_acc8 dot;
             gp_acc8_zero(&dot);
             for (int64_t c = 0; c < D; c += GP_CHUNK) {
                 int64_t m = D - c < GP_CHUNK ? D - c : GP_CHUNK;
                 if (D > GP_CHUNK)
                     gp_cpu_load_row(bq, pq + c * q->nb[2], m, q->nb[2], q->dtype);
-                const float *kr = gp_cpu_row(bk, pk + s * k->nb[0] + c * k->nb[2], m, k->nb[2],
-                                             k->dtype);
+                const float *kr = gp_cpu_row(bk, pk + s % ring * k->nb[0] + c * k->nb[2], m,
+                                             k->nb[2], k->dtype);
                 gp_acc8_dot(&dot, bq, kr, m);
             }
-            sc[s] = gp_acc8_total(&dot) * scale;
-            mx = fmaxf(mx, sc[s]);
+            sc[s - s0] = gp_acc8_total(&dot) * scale;
+            if (cap > 0)
+                sc[s - s0] = cap * tanhf(sc[s - s0] / cap);
+            mx = fmaxf(mx, sc[s - s0]);
         }
         gp_acc8 sum;
         gp_acc8_zero(&sum);
-        for (int64_t s = 0; s <= p; s++)
-            sc[s] = expf(sc[s] - mx);
-        gp_acc8_add(&sum, sc, p + 1);
+        for (int64_t s = s0; s <= p; s++)
+            sc[s - s0] = expf(sc[s - s0] - mx);
+        gp_acc8_add(&sum, sc, p + 1 - s0);
         float inv = 1.0f / gp_acc8_total(&sum);
         /* out = sum_s sc[s] v[s] / sum, one chunk of D at a time, s ascending. */
         for (int64_t c = 0; c < D; c += GP_CHUNK) {
             int64_t m = D - c < GP_CHUNK ? D - c : GP_CHUNK;
             for (int64_t i = 0; i < m; i++)
                 acc[i] = 0.0f;
-            for (int64_t s = 0; s <= p; s++) {
-                const float *vr = gp_cpu_row(bk, pv + s * v->nb[0] + c * v->nb[2], m, v->nb[2],
-                                             v->dtype);
-                float w = sc[s];
+            for (int64_t s = s0; s <= p; s++) {
+                const float *vr = gp_cpu_row(bk, pv + s % ring * v->nb[0] + c * v->nb[2], m,
+                                             v->nb[2], v->dtype);
+                float w = sc[s - s0];
                 for (int64_t i = 0; i < m; i++)
                     acc[i] += w * vr[i];
             }

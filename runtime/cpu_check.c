@@ -205,7 +205,7 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
                         (long long)a->i[0], (long long)a->i[1], (long long)x->ne[2]);
         if (in[1].dtype != GP_I32 || in[1].ndim != 1 || in[1].ne[0] != x->ne[0])
             return fail(err, n, op, "pos must be i32 [%lld]", (long long)x->ne[0]);
-        return 0;
+        return gp_rope_check_scaling(a, err, n);
     case GP_OP_CONCAT: {
         const gp_ktensor *y = &in[1];
         int64_t ax = a->i[0] < 0 ? a->i[0] + x->ndim : a->i[0];
@@ -229,7 +229,10 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
                             (long long)src->ne[d]);
         if (!is_float(src->dtype) || !is_float(x->dtype))
             return fail(err, n, op, "dst and src must be float tensors");
-        return check_index(&in[1], src->ne[0], x->ne[0], "pos", op, err, n);
+        if (a->i[0] != 0 && a->i[0] != 1)
+            return fail(err, n, op, "bad ring flag %lld", (long long)a->i[0]);
+        /* A ring takes any position (row pos % S). */
+        return check_index(&in[1], src->ne[0], a->i[0] ? INT32_MAX : x->ne[0], "pos", op, err, n);
     }
     case GP_OP_ATTENTION: {
         const gp_ktensor *k = &in[1], *v = &in[2];
@@ -241,7 +244,15 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
                         (long long)k->ne[0], (long long)k->ne[1], (long long)k->ne[2]);
         if (!is_float(k->dtype) || !is_float(v->dtype))
             return fail(err, n, op, "k and v must be float tensors");
-        return check_index(&in[3], x->ne[0], k->ne[0], "pos", op, err, n);
+        if (a->i[0] < 0 || a->i[0] > INT32_MAX)
+            return fail(err, n, op, "bad window %lld", (long long)a->i[0]);
+        if (a->i[1] != 0 && a->i[1] != 1)
+            return fail(err, n, op, "bad ring flag %lld", (long long)a->i[1]);
+        if (a->i[1] && (a->i[0] < 1 || a->i[0] + x->ne[0] - 1 > k->ne[0]))
+            return fail(err, n, op, "a ring of %lld rows cannot hold a window of %lld for %lld "
+                        "new tokens (needs window + tokens - 1 rows)", (long long)k->ne[0],
+                        (long long)a->i[0], (long long)x->ne[0]);
+        return check_index(&in[3], x->ne[0], a->i[1] ? INT32_MAX : k->ne[0], "pos", op, err, n);
     }
     default:
         return fail(err, n, op, "unknown op %d", (int)op);

@@ -188,9 +188,12 @@ static void unary_apply(gp_op op, const gp_attrs *a, float *x, int64_t n)
 {
     switch (op) {
     case GP_OP_SCALE: {
-        float s = (float)a->f[0];
+        float s = (float)a->f[0], cap = (float)a->f[1];
         for (int64_t i = 0; i < n; i++)
             x[i] *= s;
+        if (cap > 0) /* soft-capping */
+            for (int64_t i = 0; i < n; i++)
+                x[i] = cap * tanhf(x[i] / cap);
         break;
     }
     case GP_OP_GELU:
@@ -283,7 +286,7 @@ static void k_norm(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_
     gp_t4 o = gp_t4_of(out), x = gp_t4_of(&in[0]);
     const gp_ktensor *w = &in[1], *b = op == GP_OP_LAYER_NORM && n_in > 2 ? &in[2] : NULL;
     int64_t n = o.ne[3], r0, r1;
-    float eps = (float)a->f[0];
+    float eps = (float)a->f[0], off = op == GP_OP_RMS_NORM ? (float)a->f[1] : 0.0f;
     float bx[GP_CHUNK], bw[GP_CHUNK], bb[GP_CHUNK];
     gp_share(gp_t4_rows(&o), ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -317,7 +320,7 @@ static void k_norm(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_
             if (b)
                 gp_cpu_load_row(bb, (const char *)b->data + c * b->nb[0], m, b->nb[0], b->dtype);
             for (int64_t i = 0; i < m; i++)
-                bx[i] = (bx[i] - mean) * inv * bw[i] + (b ? bb[i] : 0.0f);
+                bx[i] = (bx[i] - mean) * inv * (bw[i] + off) + (b ? bb[i] : 0.0f);
             gp_cpu_store_row(po + c * o.nb[3], o.nb[3], o.t, bx, m);
         }
     }
@@ -374,7 +377,6 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
     const gp_ktensor *x = &in[0], *pos = &in[1];
     int64_t T = out->ne[0], H = out->ne[1], D = out->ne[2], n = a->i[1], half = n / 2, r0, r1;
     int interleaved = a->i[0] == 1;
-    double theta = a->f[0];
     float bu[GP_CHUNK / 2], bv[GP_CHUNK / 2], cs[GP_CHUNK / 2], sn[GP_CHUNK / 2], bt[GP_CHUNK];
     GP_ASSERT(n >= 0 && n <= D && n % 2 == 0);
     (void)T;
@@ -391,7 +393,7 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
             int64_t m = half - j0 < GP_CHUNK / 2 ? half - j0 : GP_CHUNK / 2;
             for (int64_t j = 0; j < m; j++) {
                 /* The angle in double: pos * freq loses too much in f32 at long positions. */
-                double ang = p * pow(theta, -2.0 * (double)(j0 + j) / (double)n);
+                double ang = p * gp_rope_freq(a, j0 + j, n);
                 cs[j] = (float)cos(ang);
                 sn[j] = (float)sin(ang);
             }
@@ -485,7 +487,7 @@ static void k_concat(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor
 
 /* store: dst[pos[t]] = src[t]. Threads split the elements of one dst row (in units of 64 along the
  * last dim) and each walks t in order, so a repeated pos ends with the last t for any nth. */
-static void k_store(const gp_ktensor *in, int ith, int nth)
+static void k_store(const gp_attrs *a, const gp_ktensor *in, int ith, int nth)
 {
     const gp_ktensor *dst = &in[0], *pos = &in[1], *src = &in[2];
     /* One row of dst and src: dims 1.. right-aligned to four. */
@@ -506,6 +508,8 @@ static void k_store(const gp_ktensor *in, int ith, int nth)
         int64_t os = gp_t4_row_off(&s4, d4.ne, row) + c * s4.nb[3];
         for (int64_t t = 0; t < T; t++) {
             int32_t p = load_i32((const char *)pos->data + t * pos->nb[0]);
+            if (a->i[0])
+                p = (int32_t)(p % S); /* a ring: gp_cpu_check allows any p >= 0 */
             GP_ASSERT(p >= 0 && p < S);
             copy_row((char *)dst->data + p * dst->nb[0] + od, d4.nb[3], d4.t,
                      (const char *)src->data + t * src->nb[0] + os, s4.nb[3], s4.t, m);
@@ -614,7 +618,7 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
         k_argmax(out, in, ith, nth);
         break;
     case GP_OP_STORE:
-        k_store(in, ith, nth);
+        k_store(a, in, ith, nth);
         break;
     case GP_OP_ATTENTION:
         gp_cpu_attention(a, out, in, ws, ws_size, ith, nth);

@@ -1,5 +1,6 @@
-/* GGUF <-> Hugging Face tensor names (runtime/gguf.h): llama.cpp's names for the llama and gpt2
- * architectures against the names of the checkpoints they were converted from. */
+/* GGUF <-> Hugging Face tensor names (runtime/gguf.h): llama.cpp's names for the llama (and qwen2,
+ * qwen3: the same names plus qwen3's q and k norms) and gpt2 architectures against the names of
+ * the checkpoints they were converted from. */
 #include "runtime/gguf.h"
 
 #include <stdio.h>
@@ -20,6 +21,8 @@ static const alias llama_names[] = {
     {"blk.#.attn_k", "model.layers.#.self_attn.k_proj"},
     {"blk.#.attn_v", "model.layers.#.self_attn.v_proj"},
     {"blk.#.attn_output", "model.layers.#.self_attn.o_proj"},
+    {"blk.#.attn_q_norm", "model.layers.#.self_attn.q_norm"}, /* qwen3 */
+    {"blk.#.attn_k_norm", "model.layers.#.self_attn.k_norm"},
     {"blk.#.ffn_norm", "model.layers.#.post_attention_layernorm"},
     {"blk.#.ffn_gate", "model.layers.#.mlp.gate_proj"},
     {"blk.#.ffn_up", "model.layers.#.mlp.up_proj"},

@@ -226,7 +226,7 @@ static int analyze(gp_model *m, char *why, size_t n)
         } else if (m->positions < 0) {
             m->positions = root;
         }
-        if (nd->op == GP_OP_ATTENTION) {
+        if (nd->op == GP_OP_ATTENTION && !nd->attrs.i[1]) { /* a ring limits no context */
             int64_t s = p->tensors[nd->inputs[1]].dims[0];
             if (m->context == 0 || s < m->context)
                 m->context = s;
@@ -1168,6 +1168,9 @@ static int64_t index_bound(gp_session *s, const gp_plan_node *nd)
     int t = nd->op == GP_OP_ATTENTION ? nd->inputs[1] : nd->inputs[0];
     if (nd->op != GP_OP_GET_ROWS && nd->op != GP_OP_STORE && nd->op != GP_OP_ATTENTION)
         return -1;
+    /* A ring cache (store i[0], attention i[1]) takes any position: a bound of its own. */
+    if ((nd->op == GP_OP_STORE && nd->attrs.i[0]) || (nd->op == GP_OP_ATTENTION && nd->attrs.i[1]))
+        return INT32_MAX;
     gp_extras_read(s->extras, s->p, t, 0, &v);
     return v.ne[0];
 }

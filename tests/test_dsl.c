@@ -1102,6 +1102,67 @@ static void test_config_string_param(void)
     remove(path);
 }
 
+/* The families' attributes from their configs: Llama 3 rope scaling in rope_parameters (into
+ * rope's attributes), Mistral's sliding_window (null: the default, no window). */
+static void test_config_families(void)
+{
+    const char *path = gp_test_tmpfile(".json");
+    const char *cfg = "{\"num_hidden_layers\": 1, \"hidden_size\": 32, \"num_attention_heads\": 2,\n"
+                      " \"num_key_value_heads\": 1, \"head_dim\": 8, \"vocab_size\": 50,\n"
+                      " \"max_position_embeddings\": 16, \"sliding_window\": null,\n"
+                      " \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 1000.0,\n"
+                      "   \"factor\": 16.0, \"low_freq_factor\": 2.0, \"high_freq_factor\": 8.0,\n"
+                      "   \"original_max_position_embeddings\": 4096}}\n";
+    CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfg, strlen(cfg)), 0);
+    gp_graph *g = compile_example("examples/llama3.gplan", NULL, 0, path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    const gp_node *r = first_node(g, GP_OP_ROPE);
+    float lo, hi;
+    gp_rope_factors(&r->attrs, &lo, &hi);
+    CU_ASSERT_EQUAL(r->attrs.i[1], 8);
+    CU_ASSERT_EQUAL(r->attrs.i[2], 4096);
+    CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[0], 1000.0, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[1], 16.0, 1e-9);
+    CU_ASSERT(lo == 2.0f && hi == 8.0f);
+    gp_graph_free(g);
+    const char *unscaled[] = {"rope_type=default"};
+    g = compile_example("examples/llama3.gplan", unscaled, 1, path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    CU_ASSERT_EQUAL(first_node(g, GP_OP_ROPE)->attrs.i[2], 0);
+    gp_graph_free(g);
+    g = compile_example("examples/mistral.gplan", NULL, 0, path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    CU_ASSERT_EQUAL(first_node(g, GP_OP_ATTENTION)->attrs.i[0], 0);
+    gp_graph_free(g);
+    const char *window[] = {"sliding_window=7"};
+    g = compile_example("examples/mistral.gplan", window, 1, path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    CU_ASSERT_EQUAL(first_node(g, GP_OP_ATTENTION)->attrs.i[0], 7);
+    gp_graph_free(g);
+    /* A transformers 4 config: the scaling under "rope_scaling"; without it (null) none. */
+    cfg = "{\"num_hidden_layers\": 1, \"hidden_size\": 32, \"num_attention_heads\": 2,\n"
+          " \"num_key_value_heads\": 1, \"head_dim\": 8, \"vocab_size\": 50,\n"
+          " \"max_position_embeddings\": 16, \"rope_theta\": 500000.0,\n"
+          " \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0,\n"
+          "   \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,\n"
+          "   \"original_max_position_embeddings\": 8192}}\n";
+    CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfg, strlen(cfg)), 0);
+    g = compile_example("examples/llama3.gplan", NULL, 0, path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    CU_ASSERT_EQUAL(first_node(g, GP_OP_ROPE)->attrs.i[2], 8192);
+    CU_ASSERT_DOUBLE_EQUAL(first_node(g, GP_OP_ROPE)->attrs.f[1], 8.0, 1e-9);
+    gp_graph_free(g);
+    cfg = "{\"num_hidden_layers\": 1, \"hidden_size\": 32, \"num_attention_heads\": 2,\n"
+          " \"num_key_value_heads\": 1, \"vocab_size\": 50, \"rope_scaling\": null}\n";
+    CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfg, strlen(cfg)), 0);
+    const char *hd[] = {"head_dim=16", "max_position_embeddings=16"};
+    g = compile_example("examples/llama3.gplan", hd, 2, path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    CU_ASSERT_EQUAL(first_node(g, GP_OP_ROPE)->attrs.i[2], 0);
+    gp_graph_free(g);
+    remove(path);
+}
+
 static void test_example_tiny(void)
 {
     gp_graph *g = compile_example("examples/tiny.gplan", NULL, 0, NULL, NULL);
@@ -1237,6 +1298,7 @@ void gp_suite_dsl(void)
     CU_add_test(s, "example tiny", test_example_tiny);
     CU_add_test(s, "config.json overrides", test_config_overrides);
     CU_add_test(s, "config.json string parameter in a weight name", test_config_string_param);
+    CU_add_test(s, "config.json: llama3 rope scaling, a null sliding_window", test_config_families);
     CU_add_test(s, "language features", test_features);
     CU_add_test(s, "fuzz: truncations and mutations", test_fuzz);
 }

@@ -369,8 +369,28 @@ static void case_unary(gp_op op, double s, tt *x, gp_dtype odt, int inplace, con
     free(ref);
 }
 
+/* scale's soft-capping (f[1] = cap): cap tanh(x s / cap). */
+static void case_softcap(double s, double cap, tt *x, gp_dtype odt, const char *name)
+{
+    kcase c = {.name = name, .op = GP_OP_SCALE, .in = {x}, .n_in = 1};
+    c.at.f[0] = s;
+    c.at.f[1] = cap;
+    c.out = tt_new(odt, x->k.ndim, x->k.ne, 0);
+    c.tol = tol_for(odt, 1e-6);
+    int64_t n = tt_count(x);
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        ref[i] = cap * tanh(tt_geti(x, i) * s / cap);
+    check_case(&c, ref);
+    free(ref);
+}
+
 static void test_unary(void)
 {
+    case_softcap(1.0, 1.5, tt_rand(GP_F32, 2, (int64_t[]){17, 67}, 0, 0.1, 4), GP_F32,
+                 "softcap 1.5 [17,67]");
+    case_softcap(3.0, 30.0, tt_rand(GP_F16, 2, (int64_t[]){5, 9}, 1, 0.1, 4), GP_F16,
+                 "scale 3 softcap 30 f16");
     const gp_op ops[] = {GP_OP_SCALE, GP_OP_GELU, GP_OP_GELU_ERF, GP_OP_SILU};
     for (int o = 0; o < 4; o++) {
         gp_op op = ops[o];
@@ -473,10 +493,13 @@ static void test_matmul(void)
 
 /* ---- norms, softmax ---- */
 
-static void case_norm(gp_op op, tt *x, tt *w, tt *b, int inplace, const char *name)
+/* offset: rms_norm's f[1], added to w (Gemma's (1 + w)). */
+static void case_norm_off(gp_op op, tt *x, tt *w, tt *b, int inplace, double offset,
+                          const char *name)
 {
     kcase c = {.name = name, .op = op, .in = {x, w, b}, .n_in = b ? 3 : 2};
     c.at.f[0] = 1e-5;
+    c.at.f[1] = offset;
     c.out = inplace ? x : tt_new(x->k.dtype, x->k.ndim, x->k.ne, 0);
     c.tol = tol_for(c.out->k.dtype, 2e-6);
     int64_t n = tt_count(x), C = x->k.ne[x->k.ndim - 1];
@@ -492,11 +515,16 @@ static void case_norm(gp_op op, tt *x, tt *w, tt *b, int inplace, const char *na
             var += d * d / (double)C;
         }
         for (int64_t j = 0; j < C; j++)
-            ref[r * C + j] = (tt_geti(x, r * C + j) - mean) / sqrt(var + 1e-5) * tt_geti(w, j) +
-                             (b ? tt_geti(b, j) : 0);
+            ref[r * C + j] = (tt_geti(x, r * C + j) - mean) / sqrt(var + 1e-5) *
+                                 (tt_geti(w, j) + offset) + (b ? tt_geti(b, j) : 0);
     }
     check_case(&c, ref);
     free(ref);
+}
+
+static void case_norm(gp_op op, tt *x, tt *w, tt *b, int inplace, const char *name)
+{
+    case_norm_off(op, x, w, b, inplace, 0, name);
 }
 
 static void test_norms(void)
@@ -513,6 +541,10 @@ static void test_norms(void)
         case_norm(op, tt_dims(GP_F32, 0, 1, 3, 0, 0, 0), tt_dims(GP_F32, 0, 1, 3, 0, 0, 0), NULL, 1,
                   "norm [3] in place");
     }
+    case_norm_off(GP_OP_RMS_NORM, tt_dims(GP_F32, 0, 2, 5, 67, 0, 0),
+                  tt_dims(GP_F32, 0, 1, 67, 0, 0, 0), NULL, 0, 1.0, "rms_norm (1 + w)");
+    case_norm_off(GP_OP_RMS_NORM, tt_dims(GP_F16, 1, 3, 2, 3, 40, 0),
+                  tt_dims(GP_BF16, 0, 1, 40, 0, 0, 0), NULL, 1, -0.5, "rms_norm (w - 0.5) f16");
 }
 
 static void case_softmax(tt *x, double scale, int causal, gp_dtype odt, int inplace, const char *name)
@@ -648,7 +680,23 @@ static void test_argmax(void)
 
 /* ---- rope ---- */
 
-static void case_rope(int mode, int64_t n, double theta, tt *x, int inplace, const char *name)
+/* Llama 3 scaling, written out from transformers' definition (rope_type "llama3"): scale[4] =
+ * {factor, low_freq_factor, high_freq_factor, original_max_position_embeddings}; NULL: none. */
+static double llama3_freq(double freq, const double *scale)
+{
+    if (!scale)
+        return freq;
+    double wl = 2 * 3.14159265358979323846 / freq, len = scale[3];
+    if (wl < len / scale[2])
+        return freq;
+    if (wl > len / scale[1])
+        return freq / scale[0];
+    double sm = (len / wl - scale[1]) / (scale[2] - scale[1]);
+    return (1 - sm) * freq / scale[0] + sm * freq;
+}
+
+static void case_rope_scaled(int mode, int64_t n, double theta, const double *scale, tt *x,
+                             int inplace, const char *name)
 {
     int64_t T = x->k.ne[0], H = x->k.ne[1], D = x->k.ne[2];
     tt *pos = tt_ids(T, 3000);
@@ -656,6 +704,11 @@ static void case_rope(int mode, int64_t n, double theta, tt *x, int inplace, con
     c.at.i[0] = mode;
     c.at.i[1] = n;
     c.at.f[0] = theta;
+    if (scale) {
+        c.at.f[1] = scale[0];
+        c.at.i[2] = (int64_t)scale[3];
+        c.at.i[3] = gp_rope_factors_pack((float)scale[1], (float)scale[2]);
+    }
     c.out = inplace ? x : tt_new(x->k.dtype, 3, x->k.ne, 0);
     c.tol = tol_for(c.out->k.dtype, 1e-6);
     double *ref = malloc(sizeof(double) * (size_t)(T * H * D));
@@ -667,7 +720,7 @@ static void case_rope(int mode, int64_t n, double theta, tt *x, int inplace, con
                 ref[base + d] = tt_geti(x, base + d);
             for (int64_t j = 0; j < n / 2; j++) {
                 int64_t u = mode ? 2 * j : j, v = mode ? 2 * j + 1 : j + n / 2;
-                double ang = p * pow(theta, -2.0 * (double)j / (double)n);
+                double ang = p * llama3_freq(pow(theta, -2.0 * (double)j / (double)n), scale);
                 double xu = tt_geti(x, base + u), xv = tt_geti(x, base + v);
                 ref[base + u] = xu * cos(ang) - xv * sin(ang);
                 ref[base + v] = xu * sin(ang) + xv * cos(ang);
@@ -677,8 +730,43 @@ static void case_rope(int mode, int64_t n, double theta, tt *x, int inplace, con
     free(ref);
 }
 
+static void case_rope(int mode, int64_t n, double theta, tt *x, int inplace, const char *name)
+{
+    case_rope_scaled(mode, n, theta, NULL, x, inplace, name);
+}
+
 static void test_rope(void)
 {
+    /* Llama 3 scaling over 16 dims at theta 10000 with L = 32: wavelengths 6.3 (kept), 19.9
+     * (smoothed), 63 and more (divided by 8), as tests/parity/llama3 has; and Llama 3.1's own. */
+    const double l3_small[4] = {8, 1, 4, 32}, l31[4] = {8, 1, 4, 8192};
+    for (int mode = 0; mode < 2; mode++) {
+        case_rope_scaled(mode, 16, 10000, l3_small, tt_dims(GP_F32, 0, 3, 5, 3, 16, 0), 0,
+                         "rope llama3 bands");
+        case_rope_scaled(mode, 128, 500000, l31, tt_dims(GP_F16, 0, 3, 2, 2, 128, 0), 1,
+                         "rope llama3.1 f16 in place");
+    }
+    /* The scaling changes the result (factor 8 on the low band), so the cases above can fail. */
+    {
+        float xs[16], y0[16], y1[16];
+        for (int i = 0; i < 16; i++)
+            xs[i] = (float)(i + 1);
+        int32_t p = 20;
+        gp_ktensor in[2] = {{xs, GP_F32, 3, {1, 1, 16}, {64, 64, 4}}, {&p, GP_I32, 1, {1}, {4}}};
+        gp_ktensor o0 = {y0, GP_F32, 3, {1, 1, 16}, {64, 64, 4}}, o1 = o0;
+        o1.data = y1;
+        gp_attrs plain = {.i = {0, 16}, .f = {10000.0}}, scaled = plain;
+        scaled.i[2] = 32;
+        scaled.i[3] = gp_rope_factors_pack(1.0f, 4.0f);
+        scaled.f[1] = 8;
+        gp_cpu_compute(GP_OP_ROPE, &plain, &o0, in, 2, NULL, 0, 0, 1);
+        gp_cpu_compute(GP_OP_ROPE, &scaled, &o1, in, 2, NULL, 0, 0, 1);
+        CU_ASSERT_DOUBLE_EQUAL(y1[0], y0[0], 1e-6); /* pair 0: the high band, unchanged */
+        CU_ASSERT(fabs(y1[2] - y0[2]) > 0.5);       /* pair 2: the low band, 8 times slower */
+        float lo, hi;
+        gp_rope_factors(&scaled, &lo, &hi);
+        CU_ASSERT(lo == 1.0f && hi == 4.0f);
+    }
     for (int mode = 0; mode < 2; mode++) {
         case_rope(mode, 16, 10000, tt_dims(GP_F32, 0, 3, 5, 3, 16, 0), 0, "rope full");
         case_rope(mode, 8, 500, tt_dims(GP_F32, 2, 3, 17, 3, 16, 0), 0, "rope partial strided");
@@ -797,9 +885,10 @@ static void test_concat(void)
 }
 
 /* store: dst [S, ...] gets src rows at pos; unchanged elsewhere. pos may repeat (last t wins). */
-static void case_store(tt *dst, tt *src, tt *pos, const char *name)
+static void case_store_ring(tt *dst, tt *src, tt *pos, int ring, const char *name)
 {
     kcase c = {.name = name, .op = GP_OP_STORE, .in = {dst, pos, src}, .n_in = 3};
+    c.at.i[0] = ring;
     c.out = dst;
     c.tol = tol_for(dst->k.dtype, 0);
     int64_t n = tt_count(dst), T = src->k.ne[0], row = n / dst->k.ne[0];
@@ -807,12 +896,17 @@ static void case_store(tt *dst, tt *src, tt *pos, const char *name)
     for (int64_t i = 0; i < n; i++)
         ref[i] = tt_geti(dst, i);
     for (int64_t t = 0; t < T; t++) {
-        int64_t p = (int64_t)tt_geti(pos, t);
+        int64_t p = (int64_t)tt_geti(pos, t) % (ring ? dst->k.ne[0] : INT64_MAX);
         for (int64_t j = 0; j < row; j++)
             ref[p * row + j] = tt_geti(src, t * row + j);
     }
     check_case(&c, ref);
     free(ref);
+}
+
+static void case_store(tt *dst, tt *src, tt *pos, const char *name)
+{
+    case_store_ring(dst, src, pos, 0, name);
 }
 
 static void test_store(void)
@@ -829,12 +923,19 @@ static void test_store(void)
         tt_set(pos, &i, 4.0); /* the same row three times: src row 2 must win */
     case_store(tt_dims(GP_F32, 0, 2, 9, 67, 0, 0), tt_dims(GP_F32, 1, 2, 3, 67, 0, 0), pos,
                "store repeated pos");
+    /* A ring of 7 rows: positions 5..14 wrap (12 and 5 share row 5: the later t, 12, wins). */
+    tt *rp = tt_ids(10, 1);
+    for (i = 0; i < 10; i++)
+        tt_set(rp, &i, (double)(5 + i));
+    case_store_ring(tt_dims(GP_F16, 1, 3, 7, 2, 5, 0), tt_dims(GP_F32, 0, 3, 10, 2, 5, 0), rp, 1,
+                    "store ring of 7, 10 rows wrapping");
 }
 
 /* ---- attention ---- */
 
-static void case_attention(int64_t T, int64_t H, int64_t G, int64_t D, int64_t S, gp_dtype kvt,
-                           int layout, const char *name)
+/* ring: positions run from 40 on, position s in row s % S (needs window + T - 1 <= S). */
+static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t S, gp_dtype kvt,
+                             int layout, int64_t window, int ring, double cap, const char *name)
 {
     tt *q = tt_dims(GP_F32, layout, 3, T, H, D, 0);
     tt *k = tt_rand(kvt, 3, (int64_t[]){S, G, D}, layout, 0.1, 2);
@@ -844,28 +945,36 @@ static void case_attention(int64_t T, int64_t H, int64_t G, int64_t D, int64_t S
      * fills; one query (t = 0) also looks only at row 0. */
     int64_t p0 = S - T - irand(S - T + 1);
     for (int64_t t = 0; t < T; t++)
-        tt_set(pos, &t, (double)(t == 0 && T > 2 ? 0 : p0 + t));
+        tt_set(pos, &t, ring ? (double)(40 + t) : (double)(t == 0 && T > 2 ? 0 : p0 + t));
     kcase c = {.name = name, .op = GP_OP_ATTENTION, .in = {q, k, v, pos}, .n_in = 4, .tol = 2e-6};
     c.at.f[0] = 1.0 / sqrt((double)D);
+    c.at.i[0] = window;
+    c.at.i[1] = ring;
+    c.at.f[1] = cap;
+    int64_t rows = ring ? S : INT64_MAX;
     c.out = tt_new(GP_F32, 3, (int64_t[]){T, H, D}, 0);
-    double *ref = malloc(sizeof(double) * (size_t)(T * H * D)), *sc = malloc(sizeof(double) * (size_t)S);
+    double *ref = malloc(sizeof(double) * (size_t)(T * H * D));
+    double *sc = malloc(sizeof(double) * (size_t)(S + 64)); /* [max pos + 1] */
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < H; h++) {
             int64_t g = h / (H / G), p = (int64_t)tt_geti(pos, t);
+            int64_t s0 = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
             double mx = -INFINITY, sum = 0;
-            for (int64_t s = 0; s <= p; s++) {
+            for (int64_t s = s0; s <= p; s++) {
                 double dot = 0;
                 for (int64_t d = 0; d < D; d++)
-                    dot += tt_get(q, (int64_t[]){t, h, d}) * tt_get(k, (int64_t[]){s, g, d});
+                    dot += tt_get(q, (int64_t[]){t, h, d}) * tt_get(k, (int64_t[]){s % rows, g, d});
                 sc[s] = dot * c.at.f[0];
+                if (cap > 0)
+                    sc[s] = cap * tanh(sc[s] / cap);
                 mx = fmax(mx, sc[s]);
             }
-            for (int64_t s = 0; s <= p; s++)
+            for (int64_t s = s0; s <= p; s++)
                 sum += sc[s] = exp(sc[s] - mx);
             for (int64_t d = 0; d < D; d++) {
                 double o = 0;
-                for (int64_t s = 0; s <= p; s++)
-                    o += sc[s] * tt_get(v, (int64_t[]){s, g, d});
+                for (int64_t s = s0; s <= p; s++)
+                    o += sc[s] * tt_get(v, (int64_t[]){s % rows, g, d});
                 ref[(t * H + h) * D + d] = o / sum;
             }
         }
@@ -874,8 +983,26 @@ static void case_attention(int64_t T, int64_t H, int64_t G, int64_t D, int64_t S
     free(sc);
 }
 
+static void case_attention(int64_t T, int64_t H, int64_t G, int64_t D, int64_t S, gp_dtype kvt,
+                           int layout, const char *name)
+{
+    case_attention_w(T, H, G, D, S, kvt, layout, 0, 0, 0.0, name);
+}
+
 static void test_attention(void)
 {
+    /* Sliding windows (Mistral): of 3 rows over 20, of 1 row (each query its own row only), and
+     * wider than the cache (all rows, as window 0). */
+    case_attention_w(5, 4, 2, 16, 20, GP_F32, 0, 3, 0, 0.0, "attention window 3");
+    case_attention_w(4, 3, 1, 8, 12, GP_F16, 1, 1, 0, 0.0, "attention window 1 f16 strided");
+    case_attention_w(3, 2, 2, 8, 6, GP_F32, 0, 100, 0, 0.0, "attention window > S");
+    /* Rings: 7 rows for a window of 4 and 4 tokens (positions 40..43), and one token's window
+     * filling the ring (5 of 5). */
+    case_attention_w(4, 4, 2, 16, 7, GP_F32, 0, 4, 1, 0.0, "attention ring 7, window 4");
+    case_attention_w(1, 2, 1, 8, 5, GP_F16, 1, 5, 1, 0.0, "attention ring 5, window 5 f16");
+    /* Soft-capped scores (Gemma 2), with a window too. */
+    case_attention_w(5, 4, 2, 16, 20, GP_F32, 0, 0, 0, 0.05, "attention softcap 0.05");
+    case_attention_w(3, 2, 1, 8, 9, GP_F16, 1, 4, 0, 0.5, "attention softcap 0.5 window 4");
     case_attention(5, 4, 2, 16, 20, GP_F32, 0, "attention GQA 4/2");
     case_attention(3, 3, 3, 17, 67, GP_F16, 1, "attention MHA f16 cache strided");
     case_attention(1, 6, 1, 8, 1, GP_BF16, 0, "attention MQA bf16 decode S 1");
@@ -985,6 +1112,44 @@ static void test_check(void)
     tt *ao = tt_new(GP_F32, 3, (int64_t[]){3, 4, 2}, 0);
     gp_ktensor att[4] = {q->k, kv->k, kv->k, st[1]};
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), 0);
+    /* A hostile plan's window: negative, or beyond an i32 position. */
+    at.i[0] = -1;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "attention: bad window -1");
+    at.i[0] = (int64_t)INT32_MAX + 1;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
+    at.i[0] = 5;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), 0);
+    /* A ring of 8 rows: a window of 6 for the 3 tokens fits (6 + 3 - 1 = 8), 7 does not; no
+     * window, or a bad flag, is refused; positions past the ring are fine. */
+    at.i[1] = 1;
+    at.i[0] = 6;
+    pos[2] = 1000;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), 0);
+    at.i[0] = 7;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "attention: a ring of 8 rows cannot hold a window of 7 for 3 new "
+                                "tokens (needs window + tokens - 1 rows)");
+    at.i[0] = 0;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
+    at.i[0] = 6;
+    at.i[1] = 2;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
+    at.i[1] = 0;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "attention: pos[2] = 1000 is out of range [0, 8)");
+    /* A ring store takes any position >= 0, a plain one only rows of dst. */
+    at.i[0] = 1;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_STORE, &at, &dst->k, st, 3, err, sizeof err), 0);
+    pos[1] = -1;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_STORE, &at, &dst->k, st, 3, err, sizeof err), -1);
+    at.i[0] = 2;
+    pos[1] = 7;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_STORE, &at, &dst->k, st, 3, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "store: bad ring flag 2");
+    at.i[0] = 0;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_STORE, &at, &dst->k, st, 3, err, sizeof err), -1);
+    pos[2] = 6;
     pos[0] = -3;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
     CU_ASSERT_STRING_EQUAL(err, "attention: pos[0] = -3 is out of range [0, 8)");
@@ -994,7 +1159,27 @@ static void test_check(void)
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_COUNT, &at, &ao->k, att, 4, err, sizeof err), -1);
 
-    tt *all[] = {table, ids, out, b4, b3, w, mo, dst, src, q, kv, ao, kv3};
+
+    /* rope's llama3 scaling attributes from a hostile plan: each bad value refused. */
+    tt *rx = tt_dims(GP_F32, 0, 3, 3, 2, 8, 0), *ro = tt_new(GP_F32, 3, (int64_t[]){3, 2, 8}, 0);
+    int32_t rp[3] = {0, 1, 2};
+    gp_ktensor rin[2] = {rx->k, {rp, GP_I32, 1, {3}, {4}}};
+    gp_attrs ra = {.i = {0, 8, 32, gp_rope_factors_pack(1.0f, 4.0f)}, .f = {10000.0, 8.0}};
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &ra, &ro->k, rin, 2, err, sizeof err), 0);
+    const struct { int64_t len; float lo, hi; double factor; } bad_scaling[] = {
+        {-1, 1, 4, 8}, {32, 4, 1, 8}, {32, 0, 4, 8}, {32, 1, INFINITY, 8}, {32, 1, 4, 0},
+        {32, 1, 4, NAN}, {32, NAN, 4, 8},
+    };
+    for (size_t i = 0; i < sizeof bad_scaling / sizeof bad_scaling[0]; i++) {
+        gp_attrs b = ra;
+        b.i[2] = bad_scaling[i].len;
+        b.i[3] = gp_rope_factors_pack(bad_scaling[i].lo, bad_scaling[i].hi);
+        b.f[1] = bad_scaling[i].factor;
+        CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &b, &ro->k, rin, 2, err, sizeof err), -1);
+        CU_ASSERT(strstr(err, "rope: bad llama3 scaling") == err);
+    }
+
+    tt *all[] = {table, ids, out, b4, b3, w, mo, dst, src, q, kv, ao, kv3, rx, ro};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         tt_free(all[i]);
 }

@@ -64,14 +64,18 @@ int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t e
         snprintf(err, errlen, "%s: no general.architecture string in the metadata", path);
         goto done;
     }
-    if (arch.len == 5 && memcmp(arch.s, "llama", 5) == 0) {
+    /* qwen2 and qwen3 files carry llama's keys under their own prefix, q and k unpermuted. */
+    int llama_like = (arch.len == 5 && memcmp(arch.s, "llama", 5) == 0) ||
+                     (arch.len == 5 && memcmp(arch.s, "qwen2", 5) == 0) ||
+                     (arch.len == 5 && memcmp(arch.s, "qwen3", 5) == 0);
+    if (llama_like) {
         keys = llama_keys;
         n_keys = sizeof llama_keys / sizeof llama_keys[0];
     } else if (arch.len == 4 && memcmp(arch.s, "gpt2", 4) == 0) {
         keys = gpt2_keys;
         n_keys = sizeof gpt2_keys / sizeof gpt2_keys[0];
     } else {
-        snprintf(err, errlen, "%s: architecture \"%.*s\" is not supported by --gguf (llama, gpt2)",
+        snprintf(err, errlen, "%s: architecture \"%.*s\" is not supported by --gguf (llama, qwen2, qwen3, gpt2)",
                  path, (int)(arch.len < 64 ? arch.len : 64), arch.s);
         goto done;
     }
@@ -97,8 +101,9 @@ int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t e
     if (!gp_gguf_tensor_find(g, "output.weight") &&
         push(p, "%s=%lld", "tie_word_embeddings", 1, 0))
         goto oom;
-    /* Its q and k rows are permuted for the interleaved rotary form (docs/gguf.md). */
-    if (keys == llama_keys) {
+    /* Its q and k rows are permuted for the interleaved rotary form (docs/gguf.md); llama.cpp
+     * keeps qwen2's and qwen3's in the checkpoint's rotate-half order. */
+    if (keys == llama_keys && memcmp(arch.s, "llama", 5) == 0) {
         if (p->n == GP_GGUF_MAX_PARAMS || !(p->text[p->n] = strdup("rope_mode=gptj")))
             goto oom;
         p->n++;

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Builds the Hugging Face parity fixtures: tiny random GPT2LMHeadModel and LlamaForCausalLM
-checkpoints saved with save_pretrained, and what transformers computes for them (a prompt, 32
+"""Builds the Hugging Face parity fixtures: tiny random GPT2LMHeadModel, LlamaForCausalLM (plain and
+with Llama 3 rope scaling), Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM,
+Phi3ForCausalLM and Gemma2ForCausalLM checkpoints
+saved with save_pretrained, and what transformers computes for them (a prompt, 32
 greedy tokens and the logits of every step). Needs torch and transformers (run it where they are).
 
-usage: make_fixtures.py OUT_DIR [--n-gen 32]
+usage: make_fixtures.py OUT_DIR [--n-gen 32] [--only NAME[,NAME...]]
 
 Each fixture folder OUT_DIR/NAME holds
   config.json            as save_pretrained wrote it
@@ -36,7 +38,11 @@ import traceback
 import numpy as np
 import torch
 import transformers
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (Gemma2Config, Gemma2ForCausalLM, GPT2Config, GPT2LMHeadModel,
+                          LlamaConfig, LlamaForCausalLM,
+                          MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 
 TOL_FP32 = 1e-4
 
@@ -96,6 +102,95 @@ def llama_tied_config(**over):
     return llama_cfg(kw)
 
 
+# The newer families: the same sizes as llama, each with what sets it apart.
+DECODER_COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      hidden_act="silu", bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+
+def rope_cfg(cls, kw):
+    """cls(**kw) with rope_theta (and a rope_type's parameters, kw["rope_parameters"]) set where
+    this transformers keeps them (see llama_cfg)."""
+    rp_want = dict(kw.pop("rope_parameters", None) or {})
+    cfg = cls(**kw)
+    rp = getattr(cfg, "rope_parameters", None)
+    if isinstance(rp, dict):
+        rp.update(rp_want)
+        rp["rope_theta"] = kw["rope_theta"]
+    elif rp_want:
+        cfg.rope_scaling = rp_want
+    return cfg
+
+
+def qwen2_config(**over):
+    # q, k and v biases (every Qwen2), tied LM head (as Qwen2.5-0.5B..3B).
+    kw = dict(DECODER_COMMON, rms_norm_eps=5e-3, rope_theta=100000.0, tie_word_embeddings=True,
+              use_sliding_window=False)
+    kw.update(over)
+    return rope_cfg(Qwen2Config, kw)
+
+
+def qwen3_config(**over):
+    # Per-head RMSNorm of q and k, head_dim 24 independent of hidden_size / heads (16), untied.
+    kw = dict(DECODER_COMMON, head_dim=24, rms_norm_eps=5e-3, rope_theta=1000000.0,
+              tie_word_embeddings=False, attention_bias=False, use_sliding_window=False)
+    kw.update(over)
+    return rope_cfg(Qwen3Config, kw)
+
+
+def llama3_config(**over):
+    # Llama 3.x rope scaling: with theta 10000, head_dim 16 and original_max_position_embeddings 32
+    # the wavelengths 2 pi / freq are 6.3 (< 32 / 4: kept), 19.9 (between: smoothed) and 63 and
+    # more (> 32 / 1: divided by factor), so each branch shows. head_dim 16 with hidden 48, tied.
+    kw = dict(DECODER_COMMON, hidden_size=48, head_dim=16, rms_norm_eps=5e-3, rope_theta=10000.0,
+              tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
+              rope_parameters=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                   high_freq_factor=4.0, original_max_position_embeddings=32))
+    kw.update(over)
+    return rope_cfg(LlamaConfig, kw)
+
+
+def mistral_config(**over):
+    # Sliding-window attention over 5 rows: the prompt (9) and the 32 steps run well past it.
+    kw = dict(DECODER_COMMON, head_dim=16, rms_norm_eps=5e-3, rope_theta=10000.0,
+              tie_word_embeddings=False, sliding_window=5)
+    kw.update(over)
+    return rope_cfg(MistralConfig, kw)
+
+
+def phi3_config(**over):
+    # Fused qkv_proj and gate_up_proj, a sliding window of 6 (Phi-3-mini's configs set 2047).
+    kw = dict(DECODER_COMMON, rms_norm_eps=5e-3, rope_theta=10000.0, tie_word_embeddings=False,
+              sliding_window=6, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0,
+              original_max_position_embeddings=64)
+    kw.update(over)
+    return rope_cfg(Phi3Config, kw)
+
+
+def gemma2_config(**over):
+    # Gemma 2: (1 + w) norms before and after attention and MLP, GELU-tanh gated MLP, embeddings
+    # times sqrt(hidden), query_pre_attn_scalar 24 (not head_dim 16), scores soft-capped at 4 and
+    # logits at 3 (both well inside the ranges the weights give), sliding window 4 on layer 0
+    # (layer_types: even layers local), tied. Eager attention: the one that soft-caps.
+    kw = dict(DECODER_COMMON, head_dim=16, rms_norm_eps=5e-3, rope_theta=10000.0,
+              tie_word_embeddings=True, query_pre_attn_scalar=24, attn_logit_softcapping=4.0,
+              final_logit_softcapping=3.0, sliding_window=4, hidden_activation="gelu_pytorch_tanh")
+    kw.update(over)
+    cfg = rope_cfg(Gemma2Config, kw)
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+FAMILIES = {
+    "gemma2": (gemma2_config, Gemma2ForCausalLM),
+    "phi3": (phi3_config, Phi3ForCausalLM),
+    "qwen2": (qwen2_config, Qwen2ForCausalLM),
+    "qwen3": (qwen3_config, Qwen3ForCausalLM),
+    "llama3": (llama3_config, LlamaForCausalLM),
+    "mistral": (mistral_config, MistralForCausalLM),
+}
+
+
 def randomise(model, seed, emb_std):
     """Overwrites every parameter from one seeded generator (tied tensors are visited once)."""
     g = torch.Generator().manual_seed(seed)
@@ -127,6 +222,10 @@ def build(kind, seed, **over):
         randomise(m, seed, emb_std=0.25)
     elif kind == "llama":
         m = LlamaForCausalLM(llama_config(**over))
+        randomise(m, seed, emb_std=0.25)
+    elif kind in FAMILIES:
+        cfg_fn, cls = FAMILIES[kind]
+        m = cls(cfg_fn(**over))
         randomise(m, seed, emb_std=0.25)
     else:
         m = LlamaForCausalLM(llama_tied_config(**over))
@@ -198,11 +297,21 @@ def check_config_values(kind, model, cfg_kw):
         return
     theta = cfg_kw["rope_theta"]
     inv = model.model.rotary_emb.inv_freq.double().numpy()
-    d = model.config.hidden_size // model.config.num_attention_heads
+    d = getattr(model.config, "head_dim", None) or \
+        model.config.hidden_size // model.config.num_attention_heads
     want = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    if "llama3" in cfg_kw:  # the scaling of docs/language.md (rope), written out again here
+        factor, lo, hi, orig = cfg_kw["llama3"]
+        wl = 2 * math.pi / want
+        s = (orig / wl - lo) / (hi - lo)
+        want = np.where(wl < orig / hi, want,
+                        np.where(wl > orig / lo, want / factor, (1 - s) * want / factor + s * want))
     assert np.allclose(inv, want, rtol=1e-6), (inv, want)
-    eps = model.model.norm.variance_epsilon
-    assert abs(eps - cfg_kw["rms_norm_eps"]) < 1e-12, eps
+    if "sliding_window" in cfg_kw:
+        assert model.config.sliding_window == cfg_kw["sliding_window"], model.config.sliding_window
+    if "rms_norm_eps" in cfg_kw:
+        eps = model.model.norm.variance_epsilon
+        assert abs(eps - cfg_kw["rms_norm_eps"]) < 1e-12, eps
     tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     assert tied == cfg_kw["tie_word_embeddings"], tied
 
@@ -214,6 +323,12 @@ FIXTURES = [
     ("gpt2", "gpt2", 1234, 7, None),
     ("llama", "llama", 5678, 9, None),
     ("llama_tied", "llama_tied", 91011, 5, "60KB"),
+    ("qwen2", "qwen2", 2468, 9, None),
+    ("qwen3", "qwen3", 1357, 9, None),
+    ("llama3", "llama3", 8642, 9, None),
+    ("mistral", "mistral", 9753, 9, None),
+    ("phi3", "phi3", 3141, 9, None),
+    ("gemma2", "gemma2", 2718, 9, None),
 ]
 
 SENSITIVITY = {
@@ -225,7 +340,41 @@ SENSITIVITY = {
               ("GQA grouping: query head h reads KV head h % n_kv, not h / group", None)],
     "llama_tied": [("rope_theta=10000", dict(rope_theta=10000.0)),
                    ("rms_norm_eps=1e-5", dict(rms_norm_eps=1e-5))],
+    # (label, config change, state-dict change): the new families' own parts
+    "qwen2": [("rope_theta=10000", dict(rope_theta=10000.0)),
+              ("q, k and v biases zero", lambda sd: zero(sd, ("q_proj.bias", "k_proj.bias",
+                                                              "v_proj.bias")))],
+    "qwen3": [("rms_norm_eps=1e-6", dict(rms_norm_eps=1e-6)),
+              ("q_norm and k_norm weights 1", lambda sd: ones(sd, ("q_norm.weight",
+                                                                   "k_norm.weight")))],
+    "llama3": [("rope_type default (no scaling)", dict(rope_parameters=dict(rope_type="default"))),
+               ("factor=4", dict(rope_parameters=dict(
+                   rope_type="llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                   original_max_position_embeddings=32))),
+               ("high_freq_factor=2", dict(rope_parameters=dict(
+                   rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=2.0,
+                   original_max_position_embeddings=32)))],
+    "gemma2": [("sliding_window=64 (no window)", dict(sliding_window=64)),
+               ("attn_logit_softcapping=None", dict(attn_logit_softcapping=None)),
+               ("final_logit_softcapping=None", dict(final_logit_softcapping=None)),
+               ("query_pre_attn_scalar=16", dict(query_pre_attn_scalar=16))],
+    "phi3": [("sliding_window=None (full attention)", dict(sliding_window=None)),
+             ("rms_norm_eps=1e-6", dict(rms_norm_eps=1e-6))],
+    "mistral": [("sliding_window=None (full attention)", dict(sliding_window=None)),
+                ("sliding_window=6", dict(sliding_window=6))],
 }
+
+
+def zero(sd, suffixes):
+    for k in sd:
+        if k.endswith(suffixes):
+            sd[k] = torch.zeros_like(sd[k])
+
+
+def ones(sd, suffixes):
+    for k in sd:
+        if k.endswith(suffixes):
+            sd[k] = torch.ones_like(sd[k])
 
 
 # What each fixture claims transformers computes with (check_config verifies it on the model).
@@ -233,7 +382,54 @@ CLAIMED = {
     "gpt2": dict(layer_norm_epsilon=5e-3),
     "llama": dict(rope_theta=500000.0, rms_norm_eps=5e-3, tie_word_embeddings=False),
     "llama_tied": dict(rope_theta=1000.0, rms_norm_eps=2e-3, tie_word_embeddings=True),
+    "qwen2": dict(rope_theta=100000.0, rms_norm_eps=5e-3, tie_word_embeddings=True),
+    "qwen3": dict(rope_theta=1000000.0, rms_norm_eps=5e-3, tie_word_embeddings=False),
+    "llama3": dict(rope_theta=10000.0, rms_norm_eps=5e-3, tie_word_embeddings=True,
+                   llama3=(8.0, 1.0, 4.0, 32)),
+    "mistral": dict(rope_theta=10000.0, rms_norm_eps=5e-3, tie_word_embeddings=False,
+                    sliding_window=5),
+    "phi3": dict(rope_theta=10000.0, rms_norm_eps=5e-3, tie_word_embeddings=False,
+                 sliding_window=6),
+    "gemma2": dict(rope_theta=10000.0, tie_word_embeddings=True, sliding_window=4),
 }
+
+
+def write_gguf(path, model):
+    """model.gguf beside model.safetensors: the same f32 weights under llama.cpp's names and
+    metadata for the qwen2 architecture (q and k unpermuted, as llama.cpp converts Qwen2; no
+    output.weight for a tied head), for the --gguf parity test. The gguf package writes each
+    numpy [out, in] array as GGUF's ne [in, out]."""
+    import gguf
+    cfg = model.config
+    w = gguf.GGUFWriter(os.path.join(path, "model.gguf"), "qwen2")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    names = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
+    per_layer = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
+                 "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                 "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
+                 "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    sd = model.state_dict()
+    for name, t in sd.items():
+        stem, kind = name.rsplit(".", 1)
+        if stem == "lm_head" and cfg.tie_word_embeddings:
+            continue
+        if stem.startswith("model.layers."):
+            _, _, l, rest = stem.split(".", 3)
+            g = f"blk.{l}.{per_layer[rest]}"
+        else:
+            g = names[stem]
+        w.add_tensor(f"{g}.{kind}", t.detach().float().numpy().copy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def write_run(path, prompt, tokens, rows):
@@ -272,7 +468,13 @@ def make(out_dir, name, kind, seed, n_prompt, shard, n_gen):
 
     sens = {}
     for label, over in SENSITIVITY[kind]:
-        if over is None:  # GQA: the same K/V weights, each KV head repeated for its query heads
+        if callable(over):  # the same config, weights changed
+            m2 = build(kind, 0)
+            sd = {k: v.clone() for k, v in model.state_dict().items()}
+            over(sd)
+            m2.load_state_dict(sd)
+            m2.eval()
+        elif over is None:  # GQA: the same K/V weights, each KV head repeated for its query heads
             m2 = build(kind, 0, num_key_value_heads=model.config.num_attention_heads)
             sd = model.state_dict()
             rep = model.config.num_attention_heads // model.config.num_key_value_heads
@@ -298,6 +500,8 @@ def make(out_dir, name, kind, seed, n_prompt, shard, n_gen):
     if os.path.exists(gen_cfg):
         os.remove(gen_cfg)
     write_run(path, prompt, tokens, rows)
+    if kind == "qwen2":
+        write_gguf(path, model)
 
     with open(os.path.join(path, "config.json")) as f:
         saved = json.load(f)
@@ -337,13 +541,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
     ap.add_argument("--n-gen", type=int, default=32)
+    ap.add_argument("--only", default="", help="comma-separated fixture names (default: all)")
     a = ap.parse_args()
+    only = set(filter(None, a.only.split(",")))
     torch.set_num_threads(min(8, os.cpu_count() or 1))
     os.makedirs(a.out_dir, exist_ok=True)
     print(f"make_fixtures: torch {torch.__version__}, transformers {transformers.__version__}, "
           f"CPU float32 (float64 for the noise floor)")
     failed = 0
     for name, kind, seed, n_prompt, shard in FIXTURES:
+        if only and name not in only:
+            continue
         try:
             make(a.out_dir, name, kind, seed, n_prompt, shard, a.n_gen)
         except (Exception, SystemExit) as e:  # report and go on with the other fixtures

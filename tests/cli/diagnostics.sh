@@ -148,7 +148,7 @@ END {
 # which cases above give), the command line (-D), the graph as a whole (no LoRA weights) or the
 # machine (out of memory, planner invariants). Unreachable from a file: a parameter's default can
 # only name builtins and earlier parameters (constants); the lowering checks softmax's causal and
-# rope's mode keywords and computes view offsets in elements; the IR builder's checks of its own
+# rope's mode and attention's window keywords and computes view offsets in elements; the IR builder's checks of its own
 # callers (tests/test_ir.c asserts them through the API).
 cat >exempt.txt <<'EOF'
 %s
@@ -176,6 +176,7 @@ plan: %d tensors is too many
 parameter '%s' must default to a constant, got %s
 softmax: causal must be 0 or 1, got %lld
 rope: mode must be 0 (rotate-half) or 1 (interleaved), got %lld
+attention: window must be in 0..%d, got %lld
 view: offset %lld is not a multiple of the %lld-byte element size
 %s: %d dims (at most %d are supported)
 %s: missing shape

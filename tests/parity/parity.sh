@@ -5,7 +5,7 @@
 # usage: parity.sh --tools BUILD_DIR --fixture DIR --graph FILE.gplan --work DIR
 #                  [--backend cpu|cuda] [--dtype f32|f16] [--weights PATH] [--name LABEL]
 #                  [--tol X] [--argmax] [-D NAME=VALUE]... [--lora DIR [--lora-mode merge|runtime]]
-#                  [--devices N]
+#                  [--devices N] [--gguf FILE]
 #   f32: greedy, the prompt in one eval then one token per eval; logits within --tol (default 1e-4)
 #        and the tokens identical.
 #   f16: weights and KV cache in f16, teacher-forced (prompt + the fixture's tokens, one token per
@@ -17,11 +17,13 @@
 # mode, the default, gets a merge plan compiled here with --lora-merge -D lora_r=R, R read from the
 # adapter's adapter_config.json, and the same graph, config and dtype as the plan).
 # --devices N compiles a tensor-parallel plan for N devices (run on the CPU: one thread per device).
+# --gguf FILE compiles with --gguf FILE instead of --config (parameters from the GGUF metadata) and
+# runs on FILE's weights unless --weights says otherwise.
 # BUILD_DIR holds tools/gplan-compile, tools/gplan-run and tests/parity/parity-compare.
 # Exit status: that of parity-compare (0 pass, 1 fail, 2 bad input), or 1 when a tool fails.
 set -u
 tools= fixture= graph= work= backend=cpu dtype=f32 weights= name= tol= defines= lora= lora_dir=
-lora_mode=merge argmax=
+lora_mode=merge argmax= gguf=
 while [ $# -gt 0 ]; do
   case "$1" in
     --tools) tools=$2; shift 2 ;;
@@ -36,6 +38,7 @@ while [ $# -gt 0 ]; do
     --argmax) argmax=--argmax; shift ;;
     -D) defines="$defines -D $2"; shift 2 ;;
     --devices) defines="$defines --devices $2"; shift 2 ;;
+    --gguf) gguf=$2; shift 2 ;;
     --lora) lora_dir=$2; shift 2 ;;
     --lora-mode) lora_mode=$2; shift 2 ;;
     *) echo "parity.sh: unknown argument $1" >&2; exit 2 ;;
@@ -52,7 +55,9 @@ model=$fixture
 if [ -f "$fixture/base" ]; then
   model=$(dirname "$fixture")/$(tr -d ' \n\r' < "$fixture/base")
 fi
-[ -n "$weights" ] || weights=$model
+[ -n "$weights" ] || weights=${gguf:-$model}
+params="--config $model/config.json"
+[ -z "$gguf" ] || params="--gguf $gguf"
 [ -n "$name" ] || name="$(basename "$fixture")/$backend/$dtype"
 tag=$(echo "$name" | tr '/ ' '__')
 mkdir -p "$work" || exit 1
@@ -72,7 +77,7 @@ if [ -n "$lora_dir" ]; then
   if [ "$lora_mode" = merge ]; then
     rank=$(sed -n 's/.*"r": *\([0-9][0-9]*\).*/\1/p' "$lora_dir/adapter_config.json" | head -n 1)
     # shellcheck disable=SC2086
-    "$compile" "$graph" --config "$model/config.json" $defines $dtype_defs -D lora_r="$rank" \
+    "$compile" "$graph" $params $defines $dtype_defs -D lora_r="$rank" \
         --lora-merge -o "$work/$tag.merge.plan" >>"$log" 2>&1 ||
       { printf '%-34s tool failed (the merge plan):\n' "$name"; sed 's/^/  /' "$log"; exit 1; }
     lora="$lora --lora-merge-plan $work/$tag.merge.plan"
@@ -83,7 +88,7 @@ case "$dtype" in
   f32)
     [ -n "$tol" ] || tol=1e-4
     # shellcheck disable=SC2086 # defines is a list of words
-    "$compile" "$graph" --config "$model/config.json" -o "$plan" $defines >>"$log" 2>&1 &&
+    "$compile" "$graph" $params -o "$plan" $defines >>"$log" 2>&1 &&
       "$run" "$plan" --weights "$weights" --backend "$backend" --prompt-ids "$prompt" \
         -n "$steps" --logits-out "$logits" $lora >"$out" 2>>"$log"
     ok=$?
@@ -97,7 +102,7 @@ case "$dtype" in
     for t in $(echo $tokens | tr ' ' '\n' | sed '$d'); do forced="$forced,$t"; done
     skip=$(($(echo "$prompt" | tr ',' '\n' | wc -l) - 1))
     # shellcheck disable=SC2086
-    "$compile" "$graph" --config "$model/config.json" -o "$plan" $defines $dtype_defs \
+    "$compile" "$graph" $params -o "$plan" $defines $dtype_defs \
         >>"$log" 2>&1 &&
       "$run" "$plan" --weights "$weights" --backend "$backend" --prompt-ids "$forced" \
         -n 1 --logits-out "$logits" $lora >"$out" 2>>"$log"
