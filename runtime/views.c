@@ -131,8 +131,10 @@ void gp_views_update(const gp_plan *p, const int64_t *sym_values, unsigned char 
             /* Packed rows of blocks (plan_load checked): nb of the last dim is 0, as elements
              * inside a row have no byte stride; the kernels read whole rows. */
             int64_t row = (int64_t)gp_dtype_row_bytes(t->dtype, t->dims[t->ndim - 1]);
-            for (int d = GP_MAX_DIMS - 1; d >= 0; d--)
-                nb[d] = d >= t->ndim - 1 ? 0 : d == t->ndim - 2 ? row : nb[d + 1] * t->dims[d + 1];
+            for (int d = 0; d < GP_MAX_DIMS; d++)
+                nb[d] = 0;
+            for (int d = t->ndim - 2; d >= 0; d--)
+                nb[d] = d == t->ndim - 2 ? row : nb[d + 1] * t->dims[d + 1];
         } else if (t->region == GP_REGION_WEIGHTS || t->region == GP_REGION_STATE) {
             int64_t es = (int64_t)gp_dtype_size(t->dtype);
             for (int d = 0; d < GP_MAX_DIMS; d++)

@@ -59,10 +59,12 @@ static const char *vocab_file(const char *name, const char *suffix)
     for (int i = 0; i < 2; i++) {
         if (!dirs[i] || !*dirs[i])
             continue;
-        snprintf(buf, sizeof buf, "%s/ggml-vocab-%s.gguf.out", dirs[i], name);
-        if (!exists(buf))
+        int n = snprintf(buf, sizeof buf, "%s/ggml-vocab-%s.gguf.out", dirs[i], name);
+        if (n < 0 || (size_t)n >= sizeof buf || !exists(buf))
             continue;
-        snprintf(buf, sizeof buf, "%s/ggml-vocab-%s.gguf%s", dirs[i], name, suffix);
+        n = snprintf(buf, sizeof buf, "%s/ggml-vocab-%s.gguf%s", dirs[i], name, suffix);
+        if (n < 0 || (size_t)n >= sizeof buf)
+            continue;
         return buf;
     }
     return NULL;
