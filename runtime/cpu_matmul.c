@@ -210,12 +210,21 @@ void gp_dot_portable(int rm, int64_t kc, const float *const *a, const char *cons
 
 static atomic_int dot_level = -1; /* -1: not chosen yet */
 
+#ifdef GP_DOT_X86
+#include <cpuid.h>
+/* F16C from CPUID (clang's __builtin_cpu_supports does not know "f16c"). */
+static int cpu_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 static int dot_best(void)
 {
 #ifdef GP_DOT_X86
     __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_f16c();
     if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
         return 2;

@@ -319,6 +319,16 @@ void gp_quant_quantize_row(gp_dtype t, const float *src, void *dst, int64_t n)
 
 static atomic_int cur_isa = -2; /* -2: not chosen yet */
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+/* F16C from CPUID (clang's __builtin_cpu_supports does not know "f16c"). */
+static int cpu_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 int gp_quant_isa_supported(int isa)
 {
     switch (isa) {
@@ -326,8 +336,7 @@ int gp_quant_isa_supported(int isa)
         return 1;
 #if defined(__x86_64__) && defined(__GNUC__)
     case GP_QUANT_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_f16c();
     case GP_QUANT_ISA_AVX512:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && gp_quant_isa_supported(GP_QUANT_ISA_AVX2);
