@@ -36,57 +36,6 @@ static gp_model *model_of(const char *wtype, uint64_t seed)
     return gp_test_model("examples/llama.gplan", &o, NULL);
 }
 
-/* Writes m's weights as f32 (quantized ones dequantized) to a safetensors file; its path, or NULL. */
-static const char *write_dequantized(const gp_model *m)
-{
-    const gp_plan *p = gp_model_plan(m);
-    gp_st_tensor *ts = calloc((size_t)p->n_tensors, sizeof *ts);
-    float **bufs = calloc((size_t)p->n_tensors, sizeof *bufs);
-    int n = 0;
-    for (int i = 0; i < p->n_tensors; i++) {
-        const gp_plan_tensor *t = &p->tensors[i];
-        if (t->kind != GP_TENSOR_WEIGHT || gp_lora_is_slot(t->weight_name))
-            continue;
-        int dup = 0;
-        for (int k = 0; k < n && !dup; k++)
-            dup = !strcmp(ts[k].name, t->weight_name ? t->weight_name : t->name);
-        if (dup)
-            continue;
-        int64_t numel = 1;
-        for (int d = 0; d < t->ndim; d++)
-            numel *= t->dims[d];
-        float *f = malloc((size_t)numel * sizeof *f);
-        const char *src = gp_model_weight_data(m, i);
-        if (gp_dtype_is_quant(t->dtype)) {
-            int64_t k = t->dims[t->ndim - 1];
-            size_t row = gp_dtype_row_bytes(t->dtype, k);
-            for (int64_t r = 0; r < numel / k; r++)
-                gp_quant_dequantize_row(t->dtype, src + r * row, f + r * k, k);
-        } else {
-            CU_ASSERT_EQUAL_FATAL(t->dtype, GP_F32);
-            memcpy(f, src, (size_t)numel * sizeof *f);
-        }
-        bufs[n] = f;
-        ts[n].name = t->weight_name ? t->weight_name : t->name;
-        ts[n].dtype = GP_F32;
-        ts[n].ndim = t->ndim;
-        memcpy(ts[n].shape, t->dims, sizeof t->dims);
-        ts[n].data = f;
-        ts[n].nbytes = (size_t)numel * sizeof *f;
-        n++;
-    }
-    const char *path = gp_test_tmpfile(".safetensors");
-    char err[512];
-    int rc = gp_st_write(path, ts, n, NULL, err, sizeof err);
-    if (rc)
-        fprintf(stderr, "write_dequantized: %s\n", err);
-    for (int k = 0; k < n; k++)
-        free(bufs[k]);
-    free(bufs);
-    free(ts);
-    return rc ? NULL : path;
-}
-
 /* Logits of a 5-token prompt then 3 single tokens: out [8, VOCAB]. */
 static int run(const gp_model *m, const char *backend, int threads, float *out)
 {
@@ -116,7 +65,7 @@ static void test_against_dequantized(void)
         gp_model *f = model_of("f32", 0);
         CU_ASSERT_PTR_NOT_NULL_FATAL(q);
         CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-        const char *path = write_dequantized(q);
+        const char *path = gp_test_write_dequantized(q);
         CU_ASSERT_PTR_NOT_NULL_FATAL(path);
         char err[2048];
         CU_ASSERT_EQUAL_FATAL(gp_model_bind_weights(f, path, err, sizeof err), 0);
@@ -152,7 +101,7 @@ static void test_quantize_at_load(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     CU_ASSERT_PTR_NOT_NULL_FATAL(q);
     CU_ASSERT_PTR_NOT_NULL_FATAL(qb);
-    const char *path = write_dequantized(f); /* f32 as it is */
+    const char *path = gp_test_write_dequantized(f); /* f32 as it is */
     CU_ASSERT_PTR_NOT_NULL_FATAL(path);
     char err[2048];
     CU_ASSERT_EQUAL_FATAL(gp_model_bind_weights(qb, path, err, sizeof err), 0);

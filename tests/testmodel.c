@@ -7,6 +7,10 @@
 
 #include "dsl/dsl.h"
 #include "planner/planner.h"
+#include "runtime/lora.h"
+#include "runtime/plan.h"
+#include "runtime/quant.h"
+#include "runtime/safetensors.h"
 #include "tests/testutil.h"
 
 gp_model *gp_test_model(const char *example, const gp_test_model_opts *o, gp_graph **graph_out)
@@ -67,4 +71,59 @@ int gp_test_eval_tokens(gp_session *s, int n, int start, int mult, float *out, i
     }
     memcpy(out, l, sizeof(float) * (size_t)n * (size_t)vocab);
     return 0;
+}
+
+const char *gp_test_write_dequantized(const gp_model *m)
+{
+    const gp_plan *p = gp_model_plan(m);
+    gp_st_tensor *ts = calloc((size_t)p->n_tensors, sizeof *ts);
+    float **bufs = calloc((size_t)p->n_tensors, sizeof *bufs);
+    int n = 0, bad = 0;
+    for (int i = 0; i < p->n_tensors && !bad; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (t->kind != GP_TENSOR_WEIGHT || gp_lora_is_slot(t->weight_name))
+            continue;
+        int dup = 0;
+        for (int k = 0; k < n && !dup; k++)
+            dup = !strcmp(ts[k].name, t->weight_name ? t->weight_name : t->name);
+        if (dup)
+            continue;
+        int64_t numel = 1;
+        for (int d = 0; d < t->ndim; d++)
+            numel *= t->dims[d];
+        float *f = malloc((size_t)numel * sizeof *f);
+        const char *src = gp_model_weight_data(m, i);
+        if (gp_dtype_is_quant(t->dtype)) {
+            int64_t k = t->dims[t->ndim - 1];
+            size_t row = gp_dtype_row_bytes(t->dtype, k);
+            for (int64_t r = 0; r < numel / k; r++)
+                gp_quant_dequantize_row(t->dtype, src + r * row, f + r * k, k);
+        } else if (t->dtype == GP_F32) {
+            memcpy(f, src, (size_t)numel * sizeof *f);
+        } else {
+            fprintf(stderr, "gp_test_write_dequantized: %s is %s, not f32 or quantized\n",
+                    t->name, gp_dtype_name(t->dtype));
+            free(f);
+            bad = 1;
+            continue;
+        }
+        bufs[n] = f;
+        ts[n].name = t->weight_name ? t->weight_name : t->name;
+        ts[n].dtype = GP_F32;
+        ts[n].ndim = t->ndim;
+        memcpy(ts[n].shape, t->dims, sizeof t->dims);
+        ts[n].data = f;
+        ts[n].nbytes = (size_t)numel * sizeof *f;
+        n++;
+    }
+    const char *path = gp_test_tmpfile(".safetensors");
+    char err[512];
+    int rc = bad ? -1 : gp_st_write(path, ts, n, NULL, err, sizeof err);
+    if (rc && !bad)
+        fprintf(stderr, "gp_test_write_dequantized: %s\n", err);
+    for (int k = 0; k < n; k++)
+        free(bufs[k]);
+    free(bufs);
+    free(ts);
+    return rc ? NULL : path;
 }

@@ -25,4 +25,10 @@ gp_model *gp_test_model(const char *example, const gp_test_model_opts *o, gp_gra
  * mod vocab; copies the logits [n, vocab] into out. 0, or -1 after printing the session's error. */
 int gp_test_eval_tokens(gp_session *s, int n, int start, int mult, float *out, int64_t vocab);
 
+/* Writes m's weights as f32 (quantized ones dequantized, bit for bit) to a fresh temporary
+ * safetensors file, one tensor per checkpoint name: its path (gp_test_tmpfile), or NULL after
+ * printing why (a weight neither f32 nor quantized). For the tests that compare a quantized model
+ * with the same graph in f32. */
+const char *gp_test_write_dequantized(const gp_model *m);
+
 #endif
