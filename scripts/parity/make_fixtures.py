@@ -15,6 +15,8 @@ Each fixture folder OUT_DIR/NAME holds
   logits.f32             [n_gen, vocab] little-endian float32: row s holds the logits that chose
                          token s (what gplan-run --logits-out writes for a one-eval prompt)
   fixture.json           what was made and how: versions, sizes, checks and sensitivities
+  config_v4.json         gemma3 only: config.json in transformers 4's keys (rope_theta,
+                         rope_local_base_freq, rope_scaling, sliding_window_pattern)
 
 Relative error of a step (the same definition as tests/parity/compare.c):
   rel(a, b) = max_i |a_i - b_i| / max_i |b_i|, b the transformers row; a run's error is the max over
