@@ -1,6 +1,6 @@
 /* GGUF <-> Hugging Face tensor names (runtime/gguf.h): llama.cpp's names for the llama (and qwen2,
- * qwen3: the same names plus qwen3's q and k norms) and gpt2 architectures against the names of
- * the checkpoints they were converted from. */
+ * qwen3: the same names plus qwen3's q and k norms), gpt2, gemma2 / gemma3 and phi3 architectures
+ * against the names of the checkpoints they were converted from. */
 #include "runtime/gguf.h"
 
 #include <stdio.h>
@@ -41,6 +41,56 @@ static const alias gpt2_names[] = {
     {"blk.#.ffn_up", "transformer.h.#.mlp.c_fc"},
     {"blk.#.ffn_down", "transformer.h.#.mlp.c_proj"},
 };
+
+/* Gemma 2 and 3: four norms a block, and the one after attention is post_attention_norm (llama's
+ * ffn_norm is Gemma's pre_feedforward_layernorm). Gemma 2 files have no output tensor (the head is
+ * always the embedding); Gemma 3's q and k norms are qwen3's names. */
+static const alias gemma_names[] = {
+    {"token_embd", "model.embed_tokens"},
+    {"output_norm", "model.norm"},
+    {"output", "lm_head"},
+    {"blk.#.attn_norm", "model.layers.#.input_layernorm"},
+    {"blk.#.attn_q", "model.layers.#.self_attn.q_proj"},
+    {"blk.#.attn_k", "model.layers.#.self_attn.k_proj"},
+    {"blk.#.attn_v", "model.layers.#.self_attn.v_proj"},
+    {"blk.#.attn_output", "model.layers.#.self_attn.o_proj"},
+    {"blk.#.attn_q_norm", "model.layers.#.self_attn.q_norm"},
+    {"blk.#.attn_k_norm", "model.layers.#.self_attn.k_norm"},
+    {"blk.#.post_attention_norm", "model.layers.#.post_attention_layernorm"},
+    {"blk.#.ffn_norm", "model.layers.#.pre_feedforward_layernorm"},
+    {"blk.#.post_ffw_norm", "model.layers.#.post_feedforward_layernorm"},
+    {"blk.#.ffn_gate", "model.layers.#.mlp.gate_proj"},
+    {"blk.#.ffn_up", "model.layers.#.mlp.up_proj"},
+    {"blk.#.ffn_down", "model.layers.#.mlp.down_proj"},
+};
+
+/* Phi-3: the checkpoint's fused projections keep their layout, qkv_proj as attn_qkv and
+ * gate_up_proj (gate rows, then up rows) as ffn_up. */
+static const alias phi3_names[] = {
+    {"token_embd", "model.embed_tokens"},
+    {"output_norm", "model.norm"},
+    {"output", "lm_head"},
+    {"blk.#.attn_norm", "model.layers.#.input_layernorm"},
+    {"blk.#.attn_qkv", "model.layers.#.self_attn.qkv_proj"},
+    {"blk.#.attn_output", "model.layers.#.self_attn.o_proj"},
+    {"blk.#.ffn_norm", "model.layers.#.post_attention_layernorm"},
+    {"blk.#.ffn_up", "model.layers.#.mlp.gate_up_proj"},
+    {"blk.#.ffn_down", "model.layers.#.mlp.down_proj"},
+};
+
+/* The table of an architecture with names of its own (gemma2, gemma3, phi3), else NULL. */
+static const alias *family_names(const char *arch, size_t *count)
+{
+    if (arch && (strcmp(arch, "gemma2") == 0 || strcmp(arch, "gemma3") == 0)) {
+        *count = sizeof gemma_names / sizeof gemma_names[0];
+        return gemma_names;
+    }
+    if (arch && strcmp(arch, "phi3") == 0) {
+        *count = sizeof phi3_names / sizeof phi3_names[0];
+        return phi3_names;
+    }
+    return NULL;
+}
 
 /* Length of name's stem when it ends in ".weight" or ".bias", else -1. */
 static long stem_len(const char *name)
@@ -85,6 +135,12 @@ static int translate(const char *arch, const char *name, int to_hf, char *out, s
     if (arch && strcmp(arch, "gpt2") == 0) {
         tab = gpt2_names;
         count = sizeof gpt2_names / sizeof gpt2_names[0];
+    }
+    size_t fcount;
+    const alias *ftab = family_names(arch, &fcount);
+    if (ftab) {
+        tab = ftab;
+        count = fcount;
     }
     long len = name ? stem_len(name) : -1;
     if (len < 0 || !out || n == 0)

@@ -35,6 +35,216 @@ static const key_map gpt2_keys[] = {
     {"attention.layer_norm_epsilon", "layer_norm_epsilon", 1},
 };
 
+/* ---- Families with conventions of their own: gemma2, gemma3, phi3 ----
+ * llama.cpp's converter leaves some of the transformers config out of these files, and its loader
+ * assumes a value for them; a family pushes those assumptions first (the file's keys, pushed
+ * after, win), then derives what no key says. */
+typedef struct {
+    const char *arch;
+    const key_map *keys;
+    size_t n_keys;
+    const char *const *assumed; /* "NAME=VALUE", NULL-terminated */
+    int (*derive)(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
+                  char *err, size_t errlen); /* 0, or -1 with err set */
+} family;
+
+static const key_map gemma_keys[] = {
+    {"block_count", "num_hidden_layers", 0},
+    {"embedding_length", "hidden_size", 0},
+    {"feed_forward_length", "intermediate_size", 0},
+    {"attention.head_count", "num_attention_heads", 0},
+    {"attention.head_count_kv", "num_key_value_heads", 0},
+    {"attention.key_length", "head_dim", 0},
+    {"context_length", "max_position_embeddings", 0},
+    {"attention.layer_norm_rms_epsilon", "rms_norm_eps", 1},
+    {"attention.sliding_window", "sliding_window", 0},
+    {"rope.freq_base", "rope_theta", 1},
+    {"rope.freq_base_swa", "rope_local_base_freq", 1},       /* gemma3 */
+    {"rope.scaling.factor", "factor", 1},                     /* gemma3 */
+    {"attn_logit_softcapping", "attn_logit_softcapping", 1}, /* gemma2 */
+    {"final_logit_softcapping", "final_logit_softcapping", 1},
+};
+
+static const key_map phi3_keys[] = {
+    {"block_count", "num_hidden_layers", 0},
+    {"embedding_length", "hidden_size", 0},
+    {"feed_forward_length", "intermediate_size", 0},
+    {"attention.head_count", "num_attention_heads", 0},
+    {"attention.head_count_kv", "num_key_value_heads", 0},
+    {"context_length", "max_position_embeddings", 0},
+    {"attention.layer_norm_rms_epsilon", "rms_norm_eps", 1},
+    {"rope.freq_base", "rope_theta", 1},
+    {"attention.sliding_window", "sliding_window", 0},
+};
+
+/* The converter adds 1 to every Gemma norm weight (transformers' (1 + w)), so the graphs'
+ * norm_offset is 0 for these files. Gemma 2's converter writes no rope.freq_base; llama.cpp's
+ * defaults fill in what is absent. */
+static const char *const gemma2_assumed[] = {
+    "norm_offset=0", "rope_theta=10000", "sliding_window=4096", "attn_logit_softcapping=50",
+    "final_logit_softcapping=30", NULL};
+static const char *const gemma3_assumed[] = {
+    "norm_offset=0", "rope_theta=10000", "rope_local_base_freq=10000", "rope_type=default",
+    "sliding_window_pattern=6", NULL};
+/* No attention.sliding_window: no window (Phi-3's converters write 0 for none). */
+static const char *const phi3_assumed[] = {"sliding_window=0", NULL};
+
+static int push(gp_gguf_params *p, const char *fmt, const char *name, double v, int is_float);
+
+static int push_text(gp_gguf_params *p, const char *text)
+{
+    if (p->n == GP_GGUF_MAX_PARAMS || !(p->text[p->n] = strdup(text)))
+        return -1;
+    p->n++;
+    return 0;
+}
+
+/* ARCH.key as an integer: 0 found, 1 absent, -1 wrong type (err set). */
+static int arch_int(const gp_gguf *g, const char *path, const char *arch, const char *key,
+                    int64_t *v, char *err, size_t errlen)
+{
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    int got = gp_gguf_get_int(g, k, v);
+    if (got < 0)
+        snprintf(err, errlen, "%s: metadata %s has the wrong type", path, k);
+    return got;
+}
+
+/* query_pre_attn_scalar, which no Gemma file holds: llama.cpp scales scores by head_dim^-1/2,
+ * by (hidden_size / heads)^-1/2 for the 27B models (big_layers layers), as their configs say. */
+static int gemma_scalar(const gp_gguf *g, const char *path, const char *arch, int64_t big_layers,
+                        gp_gguf_params *p, char *err, size_t errlen)
+{
+    int64_t layers = 0, embd = 0, heads = 0, head_dim = 0;
+    if (arch_int(g, path, arch, "block_count", &layers, err, errlen) < 0 ||
+        arch_int(g, path, arch, "embedding_length", &embd, err, errlen) < 0 ||
+        arch_int(g, path, arch, "attention.head_count", &heads, err, errlen) < 0)
+        return -1;
+    int got = arch_int(g, path, arch, "attention.key_length", &head_dim, err, errlen);
+    if (got < 0)
+        return -1;
+    if (got == 1 || layers == big_layers)
+        head_dim = heads > 0 ? embd / heads : 0;
+    if (head_dim > 0 && push(p, "%s=%lld", "query_pre_attn_scalar", (double)head_dim, 0))
+        goto oom;
+    return 0;
+oom:
+    snprintf(err, errlen, "%s: out of memory", path);
+    return -1;
+}
+
+static int gemma2_derive(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
+                         char *err, size_t errlen)
+{
+    return gemma_scalar(g, path, arch, 46, p, err, errlen);
+}
+
+/* Gemma 3's local and global layers: none local without a window; else one global layer every
+ * attention.sliding_window_pattern (6 when absent, as llama.cpp assumes; the converter writes
+ * none), which llama.cpp also takes as an array of bools, true for a local layer. The global
+ * layers' rope scaling from rope.scaling.type. */
+static int gemma3_derive(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
+                         char *err, size_t errlen)
+{
+    char key[128], text[96];
+    if (gemma_scalar(g, path, arch, 62, p, err, errlen))
+        return -1;
+    int64_t window = 0, period = 0;
+    int got = arch_int(g, path, arch, "attention.sliding_window", &window, err, errlen);
+    if (got < 0)
+        return -1;
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    gp_gguf_type elem;
+    uint64_t n;
+    if (got == 1 || window <= 0) {
+        period = 1; /* every layer global */
+    } else if (gp_gguf_get_arr(g, key, &elem, &n) == 0) {
+        int64_t kv = gp_gguf_find(g, key);
+        period = (int64_t)n + 1;
+        for (uint64_t i = 0; i < n && period == (int64_t)n + 1; i++) {
+            int64_t local;
+            if (gp_gguf_arr_int(g, kv, i, &local) != 0) {
+                snprintf(err, errlen, "%s: metadata %s has the wrong type", path, key);
+                return -1;
+            }
+            if (!local)
+                period = (int64_t)i + 1;
+        }
+        for (uint64_t i = 0; i < n; i++) {
+            int64_t local;
+            gp_gguf_arr_int(g, kv, i, &local);
+            if ((local == 0) != ((int64_t)(i + 1) % period == 0)) {
+                snprintf(err, errlen,
+                         "%s: metadata %s: layer %llu breaks the pattern of one global layer "
+                         "every %lld (sliding_window_pattern)",
+                         path, key, (unsigned long long)i, (long long)period);
+                return -1;
+            }
+        }
+    } else if (arch_int(g, path, arch, "attention.sliding_window_pattern", &period, err,
+                        errlen) < 0) {
+        return -1;
+    }
+    if (period > 0 && push(p, "%s=%lld", "sliding_window_pattern", (double)period, 0))
+        goto oom;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    gp_gguf_str type;
+    if (gp_gguf_get_str(g, key, &type) == 0 && type.len < 32) {
+        snprintf(text, sizeof text, "rope_type=%.*s", (int)type.len, type.s);
+        if (type.len == 4 && memcmp(type.s, "none", 4) == 0)
+            snprintf(text, sizeof text, "rope_type=default");
+        if (push_text(p, text))
+            goto oom;
+    }
+    return 0;
+oom:
+    snprintf(err, errlen, "%s: out of memory", path);
+    return -1;
+}
+
+/* Phi-3: the graph rotates whole heads and knows no long-context rope factors. */
+static int phi3_derive(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
+                       char *err, size_t errlen)
+{
+    int64_t embd = 0, heads = 0, rot = 0;
+    if (arch_int(g, path, arch, "embedding_length", &embd, err, errlen) < 0 ||
+        arch_int(g, path, arch, "attention.head_count", &heads, err, errlen) < 0)
+        return -1;
+    int got = arch_int(g, path, arch, "rope.dimension_count", &rot, err, errlen);
+    if (got < 0)
+        return -1;
+    if (got == 0 && heads > 0 && rot != embd / heads) {
+        snprintf(err, errlen,
+                 "%s: %s.rope.dimension_count is %lld, not the head size %lld: partial rotary "
+                 "embeddings (Phi-4-mini) are not supported",
+                 path, arch, (long long)rot, (long long)(embd / heads));
+        return -1;
+    }
+    /* LongRoPE's per-frequency factors: the graph's rope refuses rope_type "longrope". */
+    if (gp_gguf_tensor_find(g, "rope_factors_long.weight") && push_text(p, "rope_type=longrope")) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    return 0;
+}
+
+static const family families[] = {
+    {"gemma2", gemma_keys, sizeof gemma_keys / sizeof gemma_keys[0], gemma2_assumed,
+     gemma2_derive},
+    {"gemma3", gemma_keys, sizeof gemma_keys / sizeof gemma_keys[0], gemma3_assumed,
+     gemma3_derive},
+    {"phi3", phi3_keys, sizeof phi3_keys / sizeof phi3_keys[0], phi3_assumed, phi3_derive},
+};
+
+static const family *find_family(gp_gguf_str arch)
+{
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        if (strlen(families[i].arch) == arch.len && memcmp(families[i].arch, arch.s, arch.len) == 0)
+            return &families[i];
+    return NULL;
+}
+
 static int push(gp_gguf_params *p, const char *fmt, const char *name, double v, int is_float)
 {
     if (p->n == GP_GGUF_MAX_PARAMS)
@@ -58,6 +268,7 @@ int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t e
         return -1;
     gp_gguf_str arch;
     const key_map *keys = NULL;
+    const family *fam = NULL;
     size_t n_keys = 0;
     int rc = -1;
     if (gp_gguf_get_str(g, "general.architecture", &arch) != 0) {
@@ -74,8 +285,16 @@ int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t e
     } else if (arch.len == 4 && memcmp(arch.s, "gpt2", 4) == 0) {
         keys = gpt2_keys;
         n_keys = sizeof gpt2_keys / sizeof gpt2_keys[0];
+    } else if ((fam = find_family(arch)) != NULL) {
+        keys = fam->keys;
+        n_keys = fam->n_keys;
+        for (const char *const *a = fam->assumed; *a; a++)
+            if (push_text(p, *a))
+                goto oom;
     } else {
-        snprintf(err, errlen, "%s: architecture \"%.*s\" is not supported by --gguf (llama, qwen2, qwen3, gpt2)",
+        snprintf(err, errlen,
+                 "%s: architecture \"%.*s\" is not supported by --gguf (llama, qwen2, qwen3, "
+                 "gpt2, gemma2, gemma3, phi3)",
                  path, (int)(arch.len < 64 ? arch.len : 64), arch.s);
         goto done;
     }
@@ -107,6 +326,12 @@ int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t e
         if (p->n == GP_GGUF_MAX_PARAMS || !(p->text[p->n] = strdup("rope_mode=gptj")))
             goto oom;
         p->n++;
+    }
+    if (fam) {
+        char a[64];
+        snprintf(a, sizeof a, "%.*s", (int)arch.len, arch.s);
+        if (fam->derive(g, path, a, p, err, errlen))
+            goto done;
     }
     rc = 0;
     goto done;
