@@ -62,8 +62,16 @@ static kv *add(meta *m, const char *key, gp_gguf_type type)
     return e;
 }
 
-static void add_u32(meta *m, const char *key, double v) { add(m, key, GP_GGUF_UINT32)->u = (uint32_t)v; }
-static void add_f32(meta *m, const char *key, double v) { add(m, key, GP_GGUF_FLOAT32)->f = (float)v; }
+static void add_u32(meta *m, const char *key, double v)
+{
+    add(m, key, GP_GGUF_UINT32)->u = (uint32_t)v;
+}
+
+static void add_f32(meta *m, const char *key, double v)
+{
+    add(m, key, GP_GGUF_FLOAT32)->f = (float)v;
+}
+
 static void add_str(meta *m, const char *key, const char *s)
 {
     snprintf(add(m, key, GP_GGUF_STRING)->s, sizeof m->v[0].s, "%s", s);
