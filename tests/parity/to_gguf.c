@@ -5,7 +5,8 @@
  * dropped). No vocabulary. The --gguf parity tests (tests/parity/CMakeLists.txt) make their files
  * with it at test time; docs/gguf.md describes the layout.
  *
- * usage: parity-to-gguf ARCH FIXTURE_DIR OUT.gguf [KEY=u32:N | KEY=f32:X | KEY=str:S]...
+ * usage: parity-to-gguf [--f16] ARCH FIXTURE_DIR OUT.gguf [KEY=u32:N | KEY=f32:X | KEY=str:S]...
+ *   --f16: 2-dim tensors in f16, the rest f32 (the converter's --outtype f16).
  *   each KEY (after "ARCH.") is added, or replaces the converter's, as given: keys llama.cpp reads
  *   that the converter leaves out (gemma3's attention.sliding_window_pattern), or bad values.
  * Exit status 0, or 1 with a message. */
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/f16.h"
 #include "runtime/safetensors.h"
 #include "tests/gguf_writer.h"
 
@@ -272,8 +274,11 @@ static void extra(meta *m, const char *arg)
 
 int main(int argc, char **argv)
 {
+    int f16 = argc > 1 && strcmp(argv[1], "--f16") == 0;
+    argc -= f16;
+    argv += f16;
     if (argc < 4) {
-        fprintf(stderr, "usage: parity-to-gguf gemma2|gemma3|phi3 FIXTURE_DIR OUT.gguf "
+        fprintf(stderr, "usage: parity-to-gguf [--f16] gemma2|gemma3|phi3 FIXTURE_DIR OUT.gguf "
                         "[KEY=u32:N|KEY=f32:X|KEY=str:S]...\n");
         return 1;
     }
@@ -304,7 +309,8 @@ int main(int argc, char **argv)
         die("%s", err);
     static char names[MAX_TENSORS][128];
     static gp_gw_tensor t[MAX_TENSORS];
-    float *bufs[MAX_TENSORS] = {0};
+    static float *bufs[MAX_TENSORS];
+    static uint16_t *halves[MAX_TENSORS]; /* the f16 copies (--f16) */
     int n = 0;
     for (int i = 0; i < gp_st_count(st); i++) {
         const gp_st_tensor *s = gp_st_get(st, i);
@@ -326,6 +332,17 @@ int main(int argc, char **argv)
         bufs[n] = b;
         t[n] = (gp_gw_tensor){.name = names[n], .ggml_type = 0, .ndim = (uint32_t)s->ndim,
                               .data = b, .nbytes = s->nbytes};
+        if (f16 && s->ndim >= 2) {
+            uint16_t *h = malloc(s->nbytes / 2);
+            if (!h)
+                die("out of memory%s", "");
+            for (size_t k = 0; k < s->nbytes / 4; k++)
+                h[k] = gp_f32_to_f16(b[k]);
+            halves[n] = h;
+            t[n].data = h;
+            t[n].ggml_type = 1;
+            t[n].nbytes = s->nbytes / 2;
+        }
         for (int d = 0; d < s->ndim; d++)
             t[n].ne[d] = s->shape[s->ndim - 1 - d]; /* ggml's order: innermost first */
         n++;
@@ -335,7 +352,7 @@ int main(int argc, char **argv)
     gp_gw_init(&w);
     gp_gw_header(&w, 3, (uint64_t)n, (uint64_t)m.n + 2);
     gp_gw_kv_str(&w, "general.architecture", arch);
-    gp_gw_kv_u32(&w, "general.file_type", 0); /* all f32 */
+    gp_gw_kv_u32(&w, "general.file_type", f16); /* 0 all f32, 1 mostly f16 */
     for (int i = 0; i < m.n; i++) {
         const kv *e = &m.v[i];
         if (e->type == GP_GGUF_UINT32) {
@@ -349,7 +366,7 @@ int main(int argc, char **argv)
     }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
-        gp_gw_tensor_info(&w, t[i].name, t[i].ndim, t[i].ne, 0, off);
+        gp_gw_tensor_info(&w, t[i].name, t[i].ndim, t[i].ne, t[i].ggml_type, off);
         off += (t[i].nbytes + 31) / 32 * 32;
     }
     gp_gw_pad(&w, 32);
@@ -361,8 +378,10 @@ int main(int argc, char **argv)
     if (rc)
         die("cannot write %s", argv[3]);
     gp_gw_free(&w);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         free(bufs[i]);
+        free(halves[i]);
+    }
     gp_st_close(st);
     json_decref(cfg);
     return 0;
