@@ -55,6 +55,11 @@ expect 0 "rope_theta=10000 query_pre_attn_scalar=144 attn_logit_softcapping=50 f
   --check "$ex/gemma2.gplan" --gguf "$tmp/g2_27b.gguf"
 { ghead 1; kv_str general.architecture phi3; } >"$tmp/phi3.gguf"
 expect 0 " sliding_window=0 " --check "$ex/phi3.gplan" --gguf "$tmp/phi3.gguf"
+# LongRoPE's factors (Phi-3 128k): rope_type "longrope", which the graph's rope refuses
+{ ghead 1 1; kv_str general.architecture phi3; tinfo rope_factors_long.weight 8; } >"$tmp/phi3l.gguf"
+tdata "$tmp/phi3l.gguf" 8
+expect 1 "keyword 'scaling' of 'rope' must be \"default\", \"linear\" or \"llama3\" (other rope scalings are not supported), got \"longrope\"" \
+  --check "$ex/phi3.gplan" --gguf "$tmp/phi3l.gguf"
 
 # 1: bad input
 printf 'graph g() {\n  let x = nope;\n}\n' > "$tmp/bad.gplan"
