@@ -11,9 +11,10 @@ As convert_hf_to_gguf.py converts the two architectures:
   (LlamaModel.permute); a tied lm_head dropped.
 Tensors in the checkpoint's name order, f32, or with --f16 the 2-dim ones f16 (the converter's
 default outtype). --sliding-window also writes llama.attention.sliding_window (the converter does
-not for llama files).
+not for llama files); --no-head-dim writes no attention.key_length / value_length (as the converter
+does for a config without head_dim).
 
-usage: make_gguf.py [--f16] [--sliding-window] FIXTURE_DIR OUT.gguf
+usage: make_gguf.py [--f16] [--sliding-window] [--no-head-dim] FIXTURE_DIR OUT.gguf
 Needs numpy and gguf only (the safetensors header is read here)."""
 import json
 import os
@@ -70,7 +71,8 @@ def main():
     args = sys.argv[1:]
     f16 = "--f16" in args
     window = "--sliding-window" in args
-    args = [a for a in args if a not in ("--f16", "--sliding-window")]
+    no_head_dim = "--no-head-dim" in args
+    args = [a for a in args if a not in ("--f16", "--sliding-window", "--no-head-dim")]
     if len(args) != 2:
         sys.exit(__doc__)
     fixture, out = args
@@ -100,7 +102,7 @@ def main():
         w.add_rope_freq_base(theta)
         w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
         head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-        if cfg.get("head_dim") is not None:
+        if cfg.get("head_dim") is not None and not no_head_dim:
             w.add_key_length(head_dim)
             w.add_value_length(head_dim)
         if window:

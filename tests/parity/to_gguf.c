@@ -13,9 +13,11 @@
  *   --f16 every 2-dim one f16 (the converter's default --outtype f16).
  * Tensors go in the checkpoint's name order (strcmp), data aligned to 32 bytes.
  *
- * usage: parity-to-gguf [--f16] [--sliding-window] FIXTURE_DIR OUT.gguf
+ * usage: parity-to-gguf [--f16] [--sliding-window] [--no-head-dim] FIXTURE_DIR OUT.gguf
  *   --sliding-window also writes llama.attention.sliding_window from config.json (llama.cpp's
  *   converter does not for llama files; gplan-compile --gguf reads it when it is there).
+ *   --no-head-dim writes no attention.key_length / value_length, as the converter does for a
+ *   config without head_dim (gplan-compile --gguf then takes embedding_length / head_count).
  * Exit status 0, or 1 with a message. */
 #include <jansson.h>
 #include <stdio.h>
@@ -85,7 +87,8 @@ static void add_f32(kv *k, int *n, const char *arch, const char *key, double v)
 }
 
 /* The ARCH.* keys convert_hf_to_gguf.py writes for the architecture, in its order. */
-static int read_metadata(const json_t *cfg, int is_gpt2, int f16, int window, kv *k, int *n)
+static int read_metadata(const json_t *cfg, int is_gpt2, int f16, int window, int no_head_dim,
+                         kv *k, int *n)
 {
     double a, b, c, d, e;
     *n = 0;
@@ -125,7 +128,7 @@ static int read_metadata(const json_t *cfg, int is_gpt2, int f16, int window, kv
         add_f32(k, n, "llama", "rope.freq_base", theta);
         add_f32(k, n, "llama", "attention.layer_norm_rms_epsilon", e);
         double head_dim = hidden / heads;
-        if (json_is_number(json_object_get(cfg, "head_dim"))) {
+        if (json_is_number(json_object_get(cfg, "head_dim")) && !no_head_dim) {
             cfg_num(cfg, "head_dim", &head_dim);
             add_u32(k, n, "llama", "attention.key_length", head_dim);
             add_u32(k, n, "llama", "attention.value_length", head_dim);
@@ -248,17 +251,20 @@ static int write_file(const char *path, const char *arch, const kv *k, int n_kv,
 
 int main(int argc, char **argv)
 {
-    int f16 = 0, window = 0, a = 1;
+    int f16 = 0, window = 0, no_head_dim = 0, a = 1;
     for (; a < argc && argv[a][0] == '-'; a++) {
         if (strcmp(argv[a], "--f16") == 0)
             f16 = 1;
         else if (strcmp(argv[a], "--sliding-window") == 0)
             window = 1;
+        else if (strcmp(argv[a], "--no-head-dim") == 0)
+            no_head_dim = 1;
         else
             break;
     }
     if (argc - a != 2) {
-        fprintf(stderr, "usage: parity-to-gguf [--f16] [--sliding-window] FIXTURE_DIR OUT.gguf\n");
+        fprintf(stderr, "usage: parity-to-gguf [--f16] [--sliding-window] [--no-head-dim] "
+                        "FIXTURE_DIR OUT.gguf\n");
         return 1;
     }
     const char *dir = argv[a], *out = argv[a + 1];
@@ -281,7 +287,7 @@ int main(int argc, char **argv)
     int n_kv = 0;
     double heads = 0, kv_heads = 0;
     int tied = json_is_true(json_object_get(cfg, "tie_word_embeddings"));
-    if (read_metadata(cfg, is_gpt2, f16, window, keys, &n_kv) ||
+    if (read_metadata(cfg, is_gpt2, f16, window, no_head_dim, keys, &n_kv) ||
         (!is_gpt2 && cfg_num(cfg, "num_attention_heads", &heads))) {
         json_decref(cfg);
         return 1;
