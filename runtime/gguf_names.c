@@ -78,18 +78,28 @@ static const alias phi3_names[] = {
     {"blk.#.ffn_down", "model.layers.#.mlp.down_proj"},
 };
 
-/* The table of an architecture with names of its own (gemma2, gemma3, phi3), else NULL. */
-static const alias *family_names(const char *arch, size_t *count)
+#define TABLE(t) t, sizeof t / sizeof t[0]
+static const struct {
+    const char *arch;
+    const alias *names;
+    size_t count;
+} tables[] = {
+    {"gpt2", TABLE(gpt2_names)},
+    {"gemma2", TABLE(gemma_names)},
+    {"gemma3", TABLE(gemma_names)},
+    {"phi3", TABLE(phi3_names)},
+};
+
+/* The table of arch: its own, or llama's (qwen2, qwen3, any other, NULL). */
+static const alias *names_of(const char *arch, size_t *count)
 {
-    if (arch && (strcmp(arch, "gemma2") == 0 || strcmp(arch, "gemma3") == 0)) {
-        *count = sizeof gemma_names / sizeof gemma_names[0];
-        return gemma_names;
-    }
-    if (arch && strcmp(arch, "phi3") == 0) {
-        *count = sizeof phi3_names / sizeof phi3_names[0];
-        return phi3_names;
-    }
-    return NULL;
+    for (size_t i = 0; arch && i < sizeof tables / sizeof tables[0]; i++)
+        if (strcmp(arch, tables[i].arch) == 0) {
+            *count = tables[i].count;
+            return tables[i].names;
+        }
+    *count = sizeof llama_names / sizeof llama_names[0];
+    return llama_names;
 }
 
 /* Length of name's stem when it ends in ".weight" or ".bias", else -1. */
@@ -130,18 +140,8 @@ static int match(const char *pat, const char *stem, long len, const char **num, 
 
 static int translate(const char *arch, const char *name, int to_hf, char *out, size_t n)
 {
-    const alias *tab = llama_names;
-    size_t count = sizeof llama_names / sizeof llama_names[0];
-    if (arch && strcmp(arch, "gpt2") == 0) {
-        tab = gpt2_names;
-        count = sizeof gpt2_names / sizeof gpt2_names[0];
-    }
-    size_t fcount;
-    const alias *ftab = family_names(arch, &fcount);
-    if (ftab) {
-        tab = ftab;
-        count = fcount;
-    }
+    size_t count;
+    const alias *tab = names_of(arch, &count);
     long len = name ? stem_len(name) : -1;
     if (len < 0 || !out || n == 0)
         return -1;

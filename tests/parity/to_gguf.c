@@ -1,12 +1,29 @@
-/* parity-to-gguf: a Hugging Face parity fixture (config.json + model.safetensors, f32) rewritten as
- * the GGUF file llama.cpp's convert_hf_to_gguf.py makes of such a checkpoint, for the gemma2,
- * gemma3 and phi3 architectures: its ARCH.* metadata keys (only those the converter writes), its
- * tensor names, and its changes to the weights (every Gemma norm weight + 1, Gemma 2's lm_head
- * dropped). No vocabulary. The --gguf parity tests (tests/parity/CMakeLists.txt) make their files
- * with it at test time; docs/gguf.md describes the layout.
+/* parity-to-gguf: writes a parity fixture's checkpoint (FIXTURE/config.json and
+ * model.safetensors) as a GGUF file laid out as llama.cpp's convert_hf_to_gguf.py lays out the
+ * gpt2, llama, gemma2, gemma3 and phi3 architectures, so the --gguf parity tests run on the
+ * fixture's own weights with no committed GGUF and no Python. No vocabulary. For gpt2 and llama,
+ * scripts/parity/make_gguf.py writes the same bytes with gguf-py (tests/parity/to_gguf_check.sh
+ * compares the two where Python is there).
  *
- * usage: parity-to-gguf [--f16] ARCH FIXTURE_DIR OUT.gguf [KEY=u32:N | KEY=f32:X | KEY=str:S]...
- *   --f16: 2-dim tensors in f16, the rest f32 (the converter's --outtype f16).
+ * What the converter does and this does too (docs/gguf.md, "What llama.cpp's converter changed"):
+ * - gpt2 (model_type gpt2): the Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj)
+ *   transposed to [out, in]; attn.bias and attn.masked_bias buffers dropped.
+ * - llama (model_type llama or mistral): q_proj and k_proj rows permuted for ggml's interleaved
+ *   rope.
+ * - gemma2, gemma3 (model_type gemma3 or gemma3_text): every norm weight + 1 (transformers scales
+ *   by 1 + w); Gemma 2's lm_head dropped (llama.cpp's head is the embedding).
+ * - phi3: the fused qkv_proj and gate_up_proj kept as they are (attn_qkv, ffn_up).
+ * - a tied lm_head dropped; names by gp_gguf_name_from_hf; ARCH.* metadata from config.json, only
+ *   the keys the converter writes, in its order; every tensor f32, or with --f16 every 2-dim one
+ *   f16 (the converter's default --outtype f16).
+ * Tensors go in the checkpoint's name order (strcmp), data aligned to 32 bytes.
+ *
+ * usage: parity-to-gguf [--f16] [--sliding-window] [--no-head-dim] FIXTURE_DIR OUT.gguf
+ *                       [KEY=u32:N | KEY=f32:X | KEY=str:S]...
+ *   --sliding-window also writes llama.attention.sliding_window from config.json (llama.cpp's
+ *   converter does not for llama files; gplan-compile --gguf reads it when it is there).
+ *   --no-head-dim writes no llama.attention.key_length / value_length, as the converter does for a
+ *   config without head_dim (gplan-compile --gguf then takes embedding_length / head_count).
  *   each KEY (after "ARCH.") is added, or replaces the converter's, as given: keys llama.cpp reads
  *   that the converter leaves out (gemma3's attention.sliding_window_pattern), or bad values.
  * Exit status 0, or 1 with a message. */
@@ -17,12 +34,30 @@
 #include <string.h>
 
 #include "runtime/f16.h"
+#include "runtime/gguf.h"
 #include "runtime/safetensors.h"
+#include "runtime/weights.h"
 #include "tests/gguf_writer.h"
 
+#define ALIGN 32
 #define MAX_KV 48
-#define MAX_TENSORS 512
+#define MAX_TENSORS 4096
 
+enum { GGML_F32 = 0, GGML_F16 = 1, LLAMA_FTYPE_F32 = 0, LLAMA_FTYPE_F16 = 1 };
+
+typedef enum { A_GPT2, A_LLAMA, A_GEMMA2, A_GEMMA3, A_PHI3 } arch_id;
+
+static const struct {
+    const char *model_type, *arch;
+    arch_id id;
+} archs[] = {
+    {"gpt2", "gpt2", A_GPT2},       {"llama", "llama", A_LLAMA},
+    {"mistral", "llama", A_LLAMA},  {"gemma2", "gemma2", A_GEMMA2},
+    {"gemma3", "gemma3", A_GEMMA3}, {"gemma3_text", "gemma3", A_GEMMA3},
+    {"phi3", "phi3", A_PHI3},
+};
+
+/* One metadata value to write. */
 typedef struct {
     char key[128];
     gp_gguf_type type; /* GP_GGUF_UINT32, GP_GGUF_FLOAT32 or GP_GGUF_STRING */
@@ -35,27 +70,43 @@ typedef struct {
     const char *arch;
     kv v[MAX_KV];
     int n;
+    int bad; /* a key config.json lacks, a bad argument: reported, the file not written */
 } meta;
 
-static void die(const char *fmt, const char *a)
+typedef struct {
+    char name[160];  /* GGUF name */
+    uint32_t type;   /* GGML_F32 or GGML_F16 */
+    uint32_t ndim;
+    int64_t ne[4];   /* [ndim] ggml order, innermost first */
+    void *data;      /* [nbytes] */
+    size_t nbytes;
+} out_tensor;
+
+static int fail(const char *fmt, const char *a, const char *b)
 {
     fprintf(stderr, "parity-to-gguf: ");
-    fprintf(stderr, fmt, a);
-    fprintf(stderr, "\n");
-    exit(1);
+    fprintf(stderr, fmt, a, b);
+    fputc('\n', stderr);
+    return -1;
 }
 
-/* The entry of ARCH.key, a new one or the one already there (a command-line key replaces it). */
+/* The entry of KEY (ARCH.KEY unless it starts with "general."), a new one or the one already
+ * there (a command-line key replaces it in place). NULL when full. */
 static kv *add(meta *m, const char *key, gp_gguf_type type)
 {
     char full[128];
-    snprintf(full, sizeof full, "%s.%s", m->arch, key);
+    if (strncmp(key, "general.", 8) == 0)
+        snprintf(full, sizeof full, "%s", key);
+    else
+        snprintf(full, sizeof full, "%s.%s", m->arch, key);
     kv *e = NULL;
     for (int i = 0; i < m->n && !e; i++)
         if (strcmp(m->v[i].key, full) == 0)
             e = &m->v[i];
-    if (!e && m->n == MAX_KV)
-        die("too many keys%s", "");
+    if (!e && m->n == MAX_KV) {
+        m->bad = fail("too many keys%s%s", "", "");
+        return NULL;
+    }
     if (!e)
         e = &m->v[m->n++];
     memset(e, 0, sizeof *e);
@@ -66,17 +117,23 @@ static kv *add(meta *m, const char *key, gp_gguf_type type)
 
 static void add_u32(meta *m, const char *key, double v)
 {
-    add(m, key, GP_GGUF_UINT32)->u = (uint32_t)v;
+    kv *e = add(m, key, GP_GGUF_UINT32);
+    if (e)
+        e->u = (uint32_t)v;
 }
 
 static void add_f32(meta *m, const char *key, double v)
 {
-    add(m, key, GP_GGUF_FLOAT32)->f = (float)v;
+    kv *e = add(m, key, GP_GGUF_FLOAT32);
+    if (e)
+        e->f = (float)v;
 }
 
 static void add_str(meta *m, const char *key, const char *s)
 {
-    snprintf(add(m, key, GP_GGUF_STRING)->s, sizeof m->v[0].s, "%s", s);
+    kv *e = add(m, key, GP_GGUF_STRING);
+    if (e)
+        snprintf(e->s, sizeof e->s, "%s", s);
 }
 
 /* A value by a dotted path ("rope_parameters.full_attention.rope_theta"), NULL when absent. */
@@ -90,7 +147,7 @@ static const json_t *at(const json_t *cfg, const char *path)
     return j && !json_is_null(j) ? j : NULL;
 }
 
-/* The first of the paths that holds a number; 0 with *v set, -1 when none does. */
+/* The first of the paths (NULL-terminated) that holds a number; 0 with *v set, -1 when none. */
 static int num(const json_t *cfg, const char *const *paths, double *v)
 {
     for (; *paths; paths++) {
@@ -103,44 +160,94 @@ static int num(const json_t *cfg, const char *const *paths, double *v)
     return -1;
 }
 
-static double need(const json_t *cfg, const char *path)
+/* config[path] as a number; 0 with m->bad set and a message when absent. */
+static double need(meta *m, const json_t *cfg, const char *path)
 {
     double v;
     const char *paths[] = {path, NULL};
-    if (num(cfg, paths, &v))
-        die("config.json has no number %s", path);
-    return v;
+    if (num(cfg, paths, &v) == 0)
+        return v;
+    m->bad = fail("config.json: no number \"%s\"%s", path, "");
+    return 0;
 }
 
-/* What every family's converter writes (TextModel's keys). */
+/* num_key_value_heads, num_attention_heads when absent. */
+static double kv_heads(meta *m, const json_t *cfg)
+{
+    double v;
+    const char *paths[] = {"num_key_value_heads", NULL};
+    return num(cfg, paths, &v) == 0 ? v : need(m, cfg, "num_attention_heads");
+}
+
+/* The keys every llama-like converter writes first (TextModel's), in the order of llama's. */
 static void common(meta *m, const json_t *cfg)
 {
-    add_u32(m, "context_length", need(cfg, "max_position_embeddings"));
-    add_u32(m, "embedding_length", need(cfg, "hidden_size"));
-    add_u32(m, "feed_forward_length", need(cfg, "intermediate_size"));
-    add_u32(m, "block_count", need(cfg, "num_hidden_layers"));
-    add_u32(m, "attention.head_count", need(cfg, "num_attention_heads"));
-    add_u32(m, "attention.head_count_kv", need(cfg, "num_key_value_heads"));
-    add_f32(m, "attention.layer_norm_rms_epsilon", need(cfg, "rms_norm_eps"));
+    add_u32(m, "block_count", need(m, cfg, "num_hidden_layers"));
+    add_u32(m, "context_length", need(m, cfg, "max_position_embeddings"));
+    add_u32(m, "embedding_length", need(m, cfg, "hidden_size"));
+    add_u32(m, "feed_forward_length", need(m, cfg, "intermediate_size"));
+    add_u32(m, "attention.head_count", need(m, cfg, "num_attention_heads"));
+    add_u32(m, "attention.head_count_kv", kv_heads(m, cfg));
 }
 
-static void gemma2_meta(meta *m, const json_t *cfg)
+static void gpt2_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_head_dim)
 {
+    (void)opt_window, (void)opt_no_head_dim;
+    const char *ctx[] = {"n_ctx", "n_positions", NULL};
+    double v = 0;
+    if (num(cfg, ctx, &v))
+        m->bad = fail("config.json: no number \"%s\"%s", "n_positions", "");
+    add_u32(m, "block_count", need(m, cfg, "n_layer"));
+    add_u32(m, "context_length", v);
+    add_u32(m, "embedding_length", need(m, cfg, "n_embd"));
+    add_u32(m, "feed_forward_length", 4 * need(m, cfg, "n_embd"));
+    add_u32(m, "attention.head_count", need(m, cfg, "n_head"));
+    add_f32(m, "attention.layer_norm_epsilon", need(m, cfg, "layer_norm_epsilon"));
+}
+
+static void llama_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_head_dim)
+{
+    double theta = 10000.0, head_dim;
     common(m, cfg);
-    add_u32(m, "attention.key_length", need(cfg, "head_dim"));
-    add_u32(m, "attention.value_length", need(cfg, "head_dim"));
-    add_f32(m, "attn_logit_softcapping", need(cfg, "attn_logit_softcapping"));
-    add_f32(m, "final_logit_softcapping", need(cfg, "final_logit_softcapping"));
-    add_u32(m, "attention.sliding_window", need(cfg, "sliding_window"));
+    /* transformers 5 keeps rope_theta inside "rope_parameters" */
+    const char *th[] = {"rope_theta", "rope_parameters.rope_theta", NULL};
+    num(cfg, th, &theta);
+    add_f32(m, "rope.freq_base", theta);
+    add_f32(m, "attention.layer_norm_rms_epsilon", need(m, cfg, "rms_norm_eps"));
+    const char *hd[] = {"head_dim", NULL};
+    if (num(cfg, hd, &head_dim) == 0 && !opt_no_head_dim) {
+        add_u32(m, "attention.key_length", head_dim);
+        add_u32(m, "attention.value_length", head_dim);
+    } else {
+        head_dim = need(m, cfg, "hidden_size") / need(m, cfg, "num_attention_heads");
+    }
+    if (opt_window)
+        add_u32(m, "attention.sliding_window", need(m, cfg, "sliding_window"));
+    add_u32(m, "vocab_size", need(m, cfg, "vocab_size"));
+    add_u32(m, "rope.dimension_count", head_dim);
+}
+
+static void gemma2_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_head_dim)
+{
+    (void)opt_window, (void)opt_no_head_dim;
+    common(m, cfg);
+    add_f32(m, "attention.layer_norm_rms_epsilon", need(m, cfg, "rms_norm_eps"));
+    add_u32(m, "attention.key_length", need(m, cfg, "head_dim"));
+    add_u32(m, "attention.value_length", need(m, cfg, "head_dim"));
+    add_f32(m, "attn_logit_softcapping", need(m, cfg, "attn_logit_softcapping"));
+    add_f32(m, "final_logit_softcapping", need(m, cfg, "final_logit_softcapping"));
+    add_u32(m, "attention.sliding_window", need(m, cfg, "sliding_window"));
     /* no rope.freq_base: Gemma 2's converter writes none (llama.cpp's default is 10000) */
 }
 
-static void gemma3_meta(meta *m, const json_t *cfg)
+static void gemma3_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_head_dim)
 {
+    (void)opt_window, (void)opt_no_head_dim;
     double v;
     common(m, cfg);
-    add_u32(m, "attention.key_length", need(cfg, "head_dim"));
-    add_u32(m, "attention.value_length", need(cfg, "head_dim"));
+    add_f32(m, "attention.layer_norm_rms_epsilon", need(m, cfg, "rms_norm_eps"));
+    add_u32(m, "attention.key_length", need(m, cfg, "head_dim"));
+    add_u32(m, "attention.value_length", need(m, cfg, "head_dim"));
     const char *theta[] = {"rope_parameters.full_attention.rope_theta", "rope_theta", NULL};
     if (num(cfg, theta, &v) == 0)
         add_f32(m, "rope.freq_base", v);
@@ -163,198 +270,134 @@ static void gemma3_meta(meta *m, const json_t *cfg)
         add_f32(m, "final_logit_softcapping", v);
     const char *pattern[] = {"sliding_window_pattern", NULL};
     if (num(cfg, pattern, &v) != 0 || v != 1)
-        add_u32(m, "attention.sliding_window", need(cfg, "sliding_window"));
+        add_u32(m, "attention.sliding_window", need(m, cfg, "sliding_window"));
 }
 
-static void phi3_meta(meta *m, const json_t *cfg)
+static void phi3_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_head_dim)
 {
+    (void)opt_window, (void)opt_no_head_dim;
     double v, rot = 1;
     common(m, cfg);
+    add_f32(m, "attention.layer_norm_rms_epsilon", need(m, cfg, "rms_norm_eps"));
     const char *orig[] = {"original_max_position_embeddings",
                           "rope_parameters.original_max_position_embeddings", NULL};
     if (num(cfg, orig, &v) == 0)
         add_u32(m, "rope.scaling.original_context_length", v);
     const char *pct[] = {"rope_parameters.partial_rotary_factor", "partial_rotary_factor", NULL};
     num(cfg, pct, &rot);
+    double heads = need(m, cfg, "num_attention_heads");
     add_u32(m, "rope.dimension_count",
-            floor(floor(rot * need(cfg, "hidden_size")) / need(cfg, "num_attention_heads")));
+            heads > 0 ? floor(floor(rot * need(m, cfg, "hidden_size")) / heads) : 0);
     const char *theta[] = {"rope_parameters.rope_theta", "rope_theta", NULL};
     if (num(cfg, theta, &v))
-        die("config.json has no rope_theta%s", "");
+        m->bad = fail("config.json: no number \"%s\"%s", "rope_theta", "");
     add_f32(m, "rope.freq_base", v);
     const char *window[] = {"sliding_window", NULL};
     add_u32(m, "attention.sliding_window", num(cfg, window, &v) == 0 ? v : 0);
 }
 
-/* Hugging Face name stems (without the layer prefix "model.layers.N.") to llama.cpp's. */
-typedef struct {
-    const char *hf, *gguf;
-} name_pair;
-
-static const name_pair gemma_top[] = {
-    {"model.embed_tokens", "token_embd"}, {"model.norm", "output_norm"}, {"lm_head", "output"}};
-static const name_pair gemma_layer[] = {
-    {"input_layernorm", "attn_norm"},
-    {"self_attn.q_proj", "attn_q"},
-    {"self_attn.k_proj", "attn_k"},
-    {"self_attn.v_proj", "attn_v"},
-    {"self_attn.o_proj", "attn_output"},
-    {"self_attn.q_norm", "attn_q_norm"},
-    {"self_attn.k_norm", "attn_k_norm"},
-    {"post_attention_layernorm", "post_attention_norm"},
-    {"pre_feedforward_layernorm", "ffn_norm"},
-    {"post_feedforward_layernorm", "post_ffw_norm"},
-    {"mlp.gate_proj", "ffn_gate"},
-    {"mlp.up_proj", "ffn_up"},
-    {"mlp.down_proj", "ffn_down"},
+static void (*const arch_meta[])(meta *, const json_t *, int, int) = {
+    [A_GPT2] = gpt2_meta,     [A_LLAMA] = llama_meta, [A_GEMMA2] = gemma2_meta,
+    [A_GEMMA3] = gemma3_meta, [A_PHI3] = phi3_meta,
 };
-static const name_pair phi3_top[] = {
-    {"model.embed_tokens", "token_embd"}, {"model.norm", "output_norm"}, {"lm_head", "output"}};
-static const name_pair phi3_layer[] = {
-    {"input_layernorm", "attn_norm"},
-    {"self_attn.qkv_proj", "attn_qkv"},
-    {"self_attn.o_proj", "attn_output"},
-    {"post_attention_layernorm", "ffn_norm"},
-    {"mlp.gate_up_proj", "ffn_up"},
-    {"mlp.down_proj", "ffn_down"},
-};
-
-static const char *find(const name_pair *r, size_t n, const char *hf, size_t len)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strlen(r[i].hf) == len && strncmp(r[i].hf, hf, len) == 0)
-            return r[i].gguf;
-    return NULL;
-}
-
-/* The GGUF name of a checkpoint tensor into out[n]; 0, or -1 when it has none. */
-static int gguf_name(const char *arch, const char *name, char *out, size_t n)
-{
-    int phi3 = strcmp(arch, "phi3") == 0;
-    const name_pair *top = phi3 ? phi3_top : gemma_top, *layer = phi3 ? phi3_layer : gemma_layer;
-    size_t n_top = phi3 ? sizeof phi3_top / sizeof *phi3_top : sizeof gemma_top / sizeof *gemma_top;
-    size_t n_layer = phi3 ? sizeof phi3_layer / sizeof *phi3_layer
-                          : sizeof gemma_layer / sizeof *gemma_layer;
-    const char *dot = strrchr(name, '.'); /* ".weight" / ".bias" */
-    if (!dot)
-        return -1;
-    unsigned l;
-    int used = 0;
-    if (sscanf(name, "model.layers.%u.%n", &l, &used) == 1 && used > 0) {
-        const char *g = find(layer, n_layer, name + used, (size_t)(dot - name - used));
-        return g && snprintf(out, n, "blk.%u.%s%s", l, g, dot) < (int)n ? 0 : -1;
-    }
-    const char *g = find(top, n_top, name, (size_t)(dot - name));
-    return g && snprintf(out, n, "%s%s", g, dot) < (int)n ? 0 : -1;
-}
-
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
 
 /* "KEY=u32:N", "KEY=f32:X" or "KEY=str:S". */
 static void extra(meta *m, const char *arg)
 {
     char key[128];
     const char *eq = strchr(arg, '=');
-    if (!eq || (size_t)(eq - arg) >= sizeof key)
-        die("bad key argument '%s' (KEY=u32:N, KEY=f32:X or KEY=str:S)", arg);
-    snprintf(key, sizeof key, "%.*s", (int)(eq - arg), arg);
-    if (strncmp(eq + 1, "u32:", 4) == 0)
-        add_u32(m, key, strtod(eq + 5, NULL));
-    else if (strncmp(eq + 1, "f32:", 4) == 0)
-        add_f32(m, key, strtod(eq + 5, NULL));
-    else if (strncmp(eq + 1, "str:", 4) == 0)
-        add_str(m, key, eq + 5);
+    const char *type = eq && (size_t)(eq - arg) < sizeof key ? eq + 1 : "";
+    snprintf(key, sizeof key, "%.*s", eq ? (int)(eq - arg) : 0, arg);
+    if (strncmp(type, "u32:", 4) == 0)
+        add_u32(m, key, strtod(type + 4, NULL));
+    else if (strncmp(type, "f32:", 4) == 0)
+        add_f32(m, key, strtod(type + 4, NULL));
+    else if (strncmp(type, "str:", 4) == 0)
+        add_str(m, key, type + 4);
     else
-        die("bad key argument '%s' (KEY=u32:N, KEY=f32:X or KEY=str:S)", arg);
+        m->bad = fail("bad key argument '%s' (KEY=u32:N, KEY=f32:X or KEY=str:S)%s", arg, "");
 }
 
-int main(int argc, char **argv)
+static int ends_with(const char *s, const char *suffix)
 {
-    int f16 = argc > 1 && strcmp(argv[1], "--f16") == 0;
-    argc -= f16;
-    argv += f16;
-    if (argc < 4) {
-        fprintf(stderr, "usage: parity-to-gguf [--f16] gemma2|gemma3|phi3 FIXTURE_DIR OUT.gguf "
-                        "[KEY=u32:N|KEY=f32:X|KEY=str:S]...\n");
-        return 1;
-    }
-    const char *arch = argv[1];
-    int gemma = strcmp(arch, "gemma2") == 0 || strcmp(arch, "gemma3") == 0;
-    if (!gemma && strcmp(arch, "phi3") != 0)
-        die("architecture '%s' is not one of gemma2, gemma3, phi3", arch);
-    char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/config.json", argv[2]);
-    json_error_t je;
-    json_t *cfg = json_load_file(path, 0, &je);
-    if (!cfg)
-        die("cannot read %s", path);
-    static meta m;
-    m.arch = arch;
-    if (strcmp(arch, "gemma2") == 0)
-        gemma2_meta(&m, cfg);
-    else if (strcmp(arch, "gemma3") == 0)
-        gemma3_meta(&m, cfg);
-    else
-        phi3_meta(&m, cfg);
-    for (int i = 4; i < argc; i++)
-        extra(&m, argv[i]);
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
 
-    snprintf(path, sizeof path, "%s/model.safetensors", argv[2]);
-    gp_st_file *st = gp_st_open(path, err, sizeof err);
-    if (!st)
-        die("%s", err);
-    static char names[MAX_TENSORS][128];
-    static gp_gw_tensor t[MAX_TENSORS];
-    static float *bufs[MAX_TENSORS];
-    static uint16_t *halves[MAX_TENSORS]; /* the f16 copies (--f16) */
-    int n = 0;
-    for (int i = 0; i < gp_st_count(st); i++) {
-        const gp_st_tensor *s = gp_st_get(st, i);
-        /* llama.cpp's Gemma 2 never reads an lm_head (its head is the embedding) */
-        if (strcmp(arch, "gemma2") == 0 && strcmp(s->name, "lm_head.weight") == 0)
-            continue;
-        if (n == MAX_TENSORS || strcmp(s->file_dtype, "F32") != 0 || s->ndim < 1 || s->ndim > 4)
-            die("%s: only f32 tensors of 1 to 4 dims", s->name);
-        if (gguf_name(arch, s->name, names[n], sizeof names[n]))
-            die("no GGUF name for %s", s->name);
-        float *b = malloc(s->nbytes);
-        if (!b)
-            die("out of memory%s", "");
-        memcpy(b, s->data, s->nbytes);
-        /* Gemma's RMSNorms scale by (1 + w): the converter stores 1 + w */
-        if (gemma && ends_with(s->name, "norm.weight"))
-            for (size_t k = 0; k < s->nbytes / 4; k++)
-                b[k] += 1.0f;
-        bufs[n] = b;
-        t[n] = (gp_gw_tensor){.name = names[n], .ggml_type = 0, .ndim = (uint32_t)s->ndim,
-                              .data = b, .nbytes = s->nbytes};
-        if (f16 && s->ndim >= 2) {
-            uint16_t *h = malloc(s->nbytes / 2);
-            if (!h)
-                die("out of memory%s", "");
-            for (size_t k = 0; k < s->nbytes / 4; k++)
-                h[k] = gp_f32_to_f16(b[k]);
-            halves[n] = h;
-            t[n].data = h;
-            t[n].ggml_type = 1;
-            t[n].nbytes = s->nbytes / 2;
+/* The tensor's values as f32, changed as the converter does: [rows, cols] in, the same count
+ * out. NULL with a message. */
+static float *converted(const gp_st_tensor *t, arch_id arch, int n_head, int n_kv_head,
+                        int64_t *rows, int64_t *cols)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->shape[d];
+    *rows = t->ndim == 2 ? t->shape[0] : 1;
+    *cols = t->ndim == 2 ? t->shape[1] : n;
+    float *src = malloc((size_t)n * sizeof *src);
+    char err[256];
+    if (!src || gp_weights_read(t, GP_F32, src, (size_t)n * sizeof *src, err, sizeof err)) {
+        free(src);
+        fail("%s: %s", t->name, src ? err : "out of memory");
+        return NULL;
+    }
+    /* Gemma's RMSNorms scale by (1 + w): the converter stores 1 + w */
+    if ((arch == A_GEMMA2 || arch == A_GEMMA3) && ends_with(t->name, "norm.weight"))
+        for (int64_t k = 0; k < n; k++)
+            src[k] += 1.0f;
+    int transpose = arch == A_GPT2 && t->ndim == 2 &&
+                    (ends_with(t->name, ".attn.c_attn.weight") ||
+                     ends_with(t->name, ".attn.c_proj.weight") ||
+                     ends_with(t->name, ".mlp.c_fc.weight") || ends_with(t->name, ".mlp.c_proj.weight"));
+    int heads = 0;
+    if (arch == A_LLAMA && (ends_with(t->name, ".self_attn.q_proj.weight") ||
+                            ends_with(t->name, ".self_attn.q_proj.bias")))
+        heads = n_head;
+    if (arch == A_LLAMA && (ends_with(t->name, ".self_attn.k_proj.weight") ||
+                            ends_with(t->name, ".self_attn.k_proj.bias")))
+        heads = n_kv_head;
+    if (!transpose && !heads)
+        return src;
+    float *dst = malloc((size_t)n * sizeof *dst);
+    if (!dst) {
+        free(src);
+        fail("%s: %s", t->name, "out of memory");
+        return NULL;
+    }
+    if (transpose) { /* [in, out] -> [out, in] */
+        for (int64_t r = 0; r < *rows; r++)
+            for (int64_t c = 0; c < *cols; c++)
+                dst[c * *rows + r] = src[r * *cols + c];
+        int64_t tmp = *rows;
+        *rows = *cols;
+        *cols = tmp;
+    } else { /* row h*d + 2j + i of the file is row h*d + i*d/2 + j of the checkpoint */
+        int64_t r_all = t->ndim == 2 ? *rows : n, width = t->ndim == 2 ? *cols : 1;
+        int64_t d = r_all / heads;
+        if (d * heads != r_all || d % 2) {
+            free(src);
+            free(dst);
+            fail("%s: %s", t->name, "rows are not heads of an even head_dim");
+            return NULL;
         }
-        for (int d = 0; d < s->ndim; d++)
-            t[n].ne[d] = s->shape[s->ndim - 1 - d]; /* ggml's order: innermost first */
-        n++;
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t j = 0; j < d / 2; j++)
+                for (int64_t i = 0; i < 2; i++)
+                    memcpy(dst + (h * d + 2 * j + i) * width, src + (h * d + i * d / 2 + j) * width,
+                           (size_t)width * sizeof *dst);
     }
+    free(src);
+    return dst;
+}
 
+static int write_file(const char *path, const meta *m, const out_tensor *t, int n_t)
+{
     gp_gw w;
     gp_gw_init(&w);
-    gp_gw_header(&w, 3, (uint64_t)n, (uint64_t)m.n + 2);
-    gp_gw_kv_str(&w, "general.architecture", arch);
-    gp_gw_kv_u32(&w, "general.file_type", f16); /* 0 all f32, 1 mostly f16 */
-    for (int i = 0; i < m.n; i++) {
-        const kv *e = &m.v[i];
+    gp_gw_header(&w, 3, (uint64_t)n_t, (uint64_t)m->n + 1);
+    gp_gw_kv_str(&w, "general.architecture", m->arch);
+    for (int i = 0; i < m->n; i++) {
+        const kv *e = &m->v[i];
         if (e->type == GP_GGUF_UINT32) {
             gp_gw_kv_u32(&w, e->key, e->u);
         } else if (e->type == GP_GGUF_FLOAT32) {
@@ -365,24 +408,126 @@ int main(int argc, char **argv)
         }
     }
     uint64_t off = 0;
-    for (int i = 0; i < n; i++) {
-        gp_gw_tensor_info(&w, t[i].name, t[i].ndim, t[i].ne, t[i].ggml_type, off);
-        off += (t[i].nbytes + 31) / 32 * 32;
+    for (int i = 0; i < n_t; i++) {
+        gp_gw_tensor_info(&w, t[i].name, t[i].ndim, t[i].ne, t[i].type, off);
+        off += (t[i].nbytes + ALIGN - 1) / ALIGN * ALIGN;
     }
-    gp_gw_pad(&w, 32);
-    for (int i = 0; i < n; i++) {
+    gp_gw_pad(&w, ALIGN);
+    for (int i = 0; i < n_t; i++) {
         gp_gw_bytes(&w, t[i].data, t[i].nbytes);
-        gp_gw_pad(&w, 32);
+        gp_gw_pad(&w, ALIGN);
     }
-    int rc = gp_gw_save(&w, argv[3]);
-    if (rc)
-        die("cannot write %s", argv[3]);
+    int rc = gp_gw_save(&w, path);
     gp_gw_free(&w);
-    for (int i = 0; i < n; i++) {
-        free(bufs[i]);
-        free(halves[i]);
+    return rc ? fail("%s: cannot write%s", path, "") : 0;
+}
+
+int main(int argc, char **argv)
+{
+    int f16 = 0, window = 0, no_head_dim = 0, a = 1;
+    for (; a < argc && argv[a][0] == '-'; a++) {
+        if (strcmp(argv[a], "--f16") == 0)
+            f16 = 1;
+        else if (strcmp(argv[a], "--sliding-window") == 0)
+            window = 1;
+        else if (strcmp(argv[a], "--no-head-dim") == 0)
+            no_head_dim = 1;
+        else
+            break;
     }
-    gp_st_close(st);
+    if (argc - a < 2) {
+        fprintf(stderr, "usage: parity-to-gguf [--f16] [--sliding-window] [--no-head-dim] "
+                        "FIXTURE_DIR OUT.gguf [KEY=u32:N|KEY=f32:X|KEY=str:S]...\n");
+        return 1;
+    }
+    const char *dir = argv[a], *out = argv[a + 1];
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t jerr;
+    json_t *cfg = json_load_file(path, 0, &jerr);
+    if (!cfg)
+        return fail("%s: %s", path, jerr.text), 1;
+    const char *model_type = json_string_value(json_object_get(cfg, "model_type"));
+    static meta m;
+    arch_id arch = A_GPT2;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0] && !m.arch; i++)
+        if (model_type && strcmp(model_type, archs[i].model_type) == 0)
+            m.arch = archs[i].arch, arch = archs[i].id;
+    if (!m.arch) {
+        fail("%s: model_type \"%s\" is not gpt2, llama, mistral, gemma2, gemma3, gemma3_text or "
+             "phi3", path, model_type ? model_type : "");
+        json_decref(cfg);
+        return 1;
+    }
+    arch_meta[arch](&m, cfg, window, no_head_dim);
+    for (int i = a + 2; i < argc; i++)
+        extra(&m, argv[i]);
+    add_u32(&m, "general.file_type", f16 ? LLAMA_FTYPE_F16 : LLAMA_FTYPE_F32);
+    int heads = 0, kv = 0;
+    if (arch == A_LLAMA) {
+        heads = (int)need(&m, cfg, "num_attention_heads");
+        kv = (int)kv_heads(&m, cfg);
+    }
+    /* llama.cpp's Gemma 2 never reads an lm_head (its head is the embedding) */
+    int drop_head = arch == A_GEMMA2 || json_is_true(json_object_get(cfg, "tie_word_embeddings"));
     json_decref(cfg);
-    return 0;
+    if (m.bad)
+        return 1;
+
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    gp_st_file *st = gp_st_open(path, err, sizeof err);
+    if (!st)
+        return fail("%s%s", err, ""), 1;
+    static out_tensor t[MAX_TENSORS];
+    int n_t = 0, rc = 1;
+    for (int i = 0; i < gp_st_count(st); i++) {
+        const gp_st_tensor *s = gp_st_get(st, i);
+        if (arch == A_GPT2 &&
+            (ends_with(s->name, ".attn.bias") || ends_with(s->name, ".attn.masked_bias")))
+            continue;
+        if (drop_head && strcmp(s->name, "lm_head.weight") == 0)
+            continue;
+        if (n_t == MAX_TENSORS || s->ndim < 1 || s->ndim > 2) {
+            fail("%s: %s", s->name, n_t == MAX_TENSORS ? "too many tensors" : "not 1 or 2 dims");
+            goto done;
+        }
+        out_tensor *o = &t[n_t];
+        if (gp_gguf_name_from_hf(m.arch, s->name, o->name, sizeof o->name)) {
+            fail("%s: no GGUF name for the %s architecture", s->name, m.arch);
+            goto done;
+        }
+        int64_t rows, cols;
+        float *v = converted(s, arch, heads, kv, &rows, &cols);
+        if (!v)
+            goto done;
+        n_t++;
+        o->ndim = (uint32_t)s->ndim;
+        o->ne[0] = cols;
+        o->ne[1] = rows;
+        size_t count = (size_t)(rows * cols);
+        if (f16 && s->ndim == 2) {
+            uint16_t *h = malloc(count * sizeof *h);
+            if (!h) {
+                free(v);
+                fail("%s: %s", s->name, "out of memory");
+                goto done;
+            }
+            for (size_t e = 0; e < count; e++)
+                h[e] = gp_f32_to_f16(v[e]);
+            free(v);
+            o->type = GGML_F16;
+            o->data = h;
+            o->nbytes = count * sizeof *h;
+        } else {
+            o->type = GGML_F32;
+            o->data = v;
+            o->nbytes = count * sizeof *v;
+        }
+    }
+    rc = write_file(out, &m, t, n_t) ? 1 : 0;
+done:
+    for (int i = 0; i < n_t; i++)
+        free(t[i].data);
+    gp_st_close(st);
+    return rc;
 }
