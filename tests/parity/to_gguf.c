@@ -1,9 +1,9 @@
 /* parity-to-gguf: writes a parity fixture's checkpoint (FIXTURE/config.json and
  * model.safetensors) as a GGUF file laid out as llama.cpp's convert_hf_to_gguf.py lays out the
  * gpt2, llama, gemma2, gemma3 and phi3 architectures, so the --gguf parity tests run on the
- * fixture's own weights with no committed GGUF and no Python. No vocabulary. For gpt2 and llama,
- * scripts/parity/make_gguf.py writes the same bytes with gguf-py (tests/parity/to_gguf_check.sh
- * compares the two where Python is there).
+ * fixture's own weights with no committed GGUF and no Python. No vocabulary.
+ * scripts/parity/make_gguf.py writes the same bytes with gguf-py (for gemma2, gemma3 and phi3 with
+ * gguf-py's tensor names; tests/parity/to_gguf_check.sh compares the two where Python is there).
  *
  * What the converter does and this does too (docs/gguf.md, "What llama.cpp's converter changed"):
  * - gpt2 (model_type gpt2): the Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj)
