@@ -724,7 +724,8 @@ static void case_rope_ff(int mode, int64_t n, double theta, const double *scale,
                 ref[base + d] = tt_geti(x, base + d);
             for (int64_t j = 0; j < n / 2; j++) {
                 int64_t u = mode ? 2 * j : j, v = mode ? 2 * j + 1 : j + n / 2;
-                double ang = p * llama3_freq(pow(theta, -2.0 * (double)j / (double)n), scale) / w[j];
+                double f = llama3_freq(pow(theta, -2.0 * (double)j / (double)n), scale);
+                double ang = p * f / w[j];
                 double xu = tt_geti(x, base + u), xv = tt_geti(x, base + v);
                 ref[base + u] = xu * cos(ang) - xv * sin(ang);
                 ref[base + v] = xu * sin(ang) + xv * cos(ang);

@@ -259,7 +259,8 @@ static int llama3_rope_freqs(const json_t *cfg, out_tensor *t)
     int64_t dim = (int64_t)param_or(cfg, "head_dim", heads > 0 ? (double)(hidden / heads) : 0);
     if (dim < 2 || dim % 2 || dim > 1 << 20)
         return fail("config.json: head_dim is not an even number in 2..2^20%s%s", "", "");
-    double lo_d = param_or(rp, "low_freq_factor", 1.0), hi_d = param_or(rp, "high_freq_factor", 4.0);
+    double lo_d = param_or(rp, "low_freq_factor", 1.0);
+    double hi_d = param_or(rp, "high_freq_factor", 4.0);
     double old_len = param_or(rp, "original_max_position_embeddings", 8192.0);
     double lo_wavelen = old_len / lo_d, hi_wavelen = old_len / hi_d;
     float factor = (float)param_or(rp, "factor", 8.0), lo = (float)lo_d;
