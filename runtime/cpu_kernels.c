@@ -372,9 +372,10 @@ static void k_softmax(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor
 
 /* ---- rope ---- */
 
-static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int ith, int nth)
+static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int n_in,
+                   int ith, int nth)
 {
-    const gp_ktensor *x = &in[0], *pos = &in[1];
+    const gp_ktensor *x = &in[0], *pos = &in[1], *ff = n_in > 2 ? &in[2] : NULL; /* ff: [n/2] */
     int64_t T = out->ne[0], H = out->ne[1], D = out->ne[2], n = a->i[1], half = n / 2, r0, r1;
     int interleaved = a->i[0] == 1;
     float bu[GP_CHUNK / 2], bv[GP_CHUNK / 2], cs[GP_CHUNK / 2], sn[GP_CHUNK / 2], bt[GP_CHUNK];
@@ -393,7 +394,13 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
             int64_t m = half - j0 < GP_CHUNK / 2 ? half - j0 : GP_CHUNK / 2;
             for (int64_t j = 0; j < m; j++) {
                 /* The angle in double: pos * freq loses too much in f32 at long positions. */
-                double ang = p * gp_rope_freq(a, j0 + j, n);
+                double f = gp_rope_freq(a, j0 + j, n);
+                if (ff) { /* llama.cpp's rope_freqs: the frequency over the pair's factor */
+                    float w;
+                    memcpy(&w, (const char *)ff->data + (j0 + j) * ff->nb[0], 4);
+                    f /= w;
+                }
+                double ang = p * f;
                 cs[j] = (float)cos(ang);
                 sn[j] = (float)sin(ang);
             }
@@ -599,7 +606,7 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
         k_softmax(a, out, in, ith, nth);
         break;
     case GP_OP_ROPE:
-        k_rope(a, out, in, ith, nth);
+        k_rope(a, out, in, n_in, ith, nth);
         break;
     case GP_OP_CONT:
     case GP_OP_CAST:

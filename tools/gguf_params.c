@@ -130,6 +130,11 @@ int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t e
      * keeps qwen2's and qwen3's in the checkpoint's rotate-half order. */
     if (keys == llama_keys && memcmp(arch.s, "llama", 5) == 0 && push_text(p, "rope_mode=gptj"))
         goto oom;
+    /* Llama 3.1's rope scaling is no metadata but a tensor, one frequency factor a rotated pair
+     * (examples/llama3.gplan binds it when rope_freqs is true). */
+    if (keys == llama_keys && gp_gguf_tensor_find(g, "rope_freqs.weight") &&
+        push_text(p, "rope_freqs=true"))
+        goto oom;
     /* GPT-2's Conv1D weights are stored transposed, [out, in] (examples/gpt2.gplan). */
     if (keys == gpt2_keys && push_text(p, "conv1d_transposed=true"))
         goto oom;

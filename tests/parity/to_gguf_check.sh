@@ -8,7 +8,8 @@ tool=$1 src=$2 work=$3
 python3 -c 'import numpy, gguf' >/dev/null 2>&1 || { echo "skipped: no python3 with numpy and gguf"; exit 77; }
 mkdir -p "$work" || exit 1
 status=0
-for spec in gpt2: gpt2:--f16 mistral: mistral:--f16 mistral:--sliding-window mistral:--no-head-dim; do
+for spec in gpt2: gpt2:--f16 mistral: mistral:--f16 mistral:--sliding-window mistral:--no-head-dim \
+            llama3: llama3:--f16; do
   fixture=${spec%%:*} flag=${spec#*:}
   out=$work/$fixture$flag
   # shellcheck disable=SC2086 # flag is empty or one word
