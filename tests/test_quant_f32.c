@@ -264,10 +264,87 @@ static void test_ranges(void)
     problem_free(&p);
 }
 
+/*
+ * gp_quant_matmul_ws (the amx path): against the double reference within its bound, and the same
+ * bits for every thread count. Each product is computed from bf16 halves: hi_x hi_w + lo_x hi_w +
+ * hi_x lo_w, where v = hi + lo + r with |r| <= 2^-17 |v| and |lo| <= 2^-8 |v|, so each term is off
+ * x w by at most ~(2^-17 + 2^-17 + 2^-16) |x w| = 2^-15 |x w|; TDPBF16PS then adds the exact pair
+ * products into one f32 sum per output, 3 K / 2 additions: gamma(3 K / 2) sum |x w|.
+ */
+static void test_amx(void)
+{
+    if (gp_quant_force_isa(GP_QUANT_ISA_AMX) != 0) {
+        printf("(amx not available here: skipped) ");
+        return;
+    }
+    static const int Ks[] = {256, 320, 1536};
+    static const int Ms[] = {5, 16, 17, 150};
+    static const int nths[] = {2, 3, 7};
+    double worst = 0;
+    int checked = 0;
+    for (int t = 0; t < NTYPES; t++)
+        for (int ki = 0; ki < 3; ki++) {
+            int K = Ks[ki], N = 37;
+            if (K % gp_dtype_block(types[t]))
+                continue;
+            problem p;
+            problem_make(&p, types[t], N, K, 150);
+            size_t wsz = (size_t)gp_quant_matmul_ws_bytes(150, K);
+            void *ws = aligned_alloc(64, wsz);
+            float *y = malloc((size_t)150 * p.ldy * sizeof *y), *y2 = malloc((size_t)150 * p.ldy * sizeof *y2);
+            for (int mi = 0; mi < 4; mi++) {
+                int M = Ms[mi], bad = 0, split = 0, pad = 0;
+                for (int i = 0; i < 150 * p.ldy; i++)
+                    y[i] = -1234.5f;
+                CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y, p.ldy, ws, wsz, 0, 1) == 1);
+                double g = 1.5 * K * 0x1p-24 / (1 - 1.5 * K * 0x1p-24);
+                for (int m = 0; m < M; m++) {
+                    for (int n = 0; n < N; n++) {
+                        double e = fabs(y[m * p.ldy + n] - p.ref[m * N + n]), a = p.mag[m * N + n];
+                        bad += !(e <= (0x1p-15 + g) * a + 1e-30);
+                        worst = e / a > worst ? e / a : worst;
+                        checked++;
+                    }
+                    for (int n = N; n < p.ldy; n++)
+                        pad += y[m * p.ldy + n] != -1234.5f;
+                }
+                for (int i = M * p.ldy; i < 150 * p.ldy; i++)
+                    pad += y[i] != -1234.5f;
+                for (int h = 0; h < 3; h++) {
+                    memset(y2, 0, (size_t)150 * p.ldy * sizeof *y2);
+                    for (int ith = nths[h] - 1; ith >= 0; ith--)
+                        CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y2, p.ldy, ws, wsz,
+                                                     ith, nths[h]) == 1);
+                    for (int m = 0; m < M; m++)
+                        split += memcmp(y + m * p.ldy, y2 + m * p.ldy, (size_t)N * sizeof *y) != 0;
+                }
+                if (bad || split || pad)
+                    printf("\n%s amx M %d K %d: %d off the reference, %d rows differ by threads, "
+                           "%d pad\n", tname[t], M, K, bad, split, pad);
+                CU_ASSERT(bad == 0 && split == 0 && pad == 0);
+            }
+            /* not taken: M <= GP_QUANT_WS_MIN_M, a workspace too small, another path */
+            CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 4, K, y, p.ldy, ws, wsz, 0, 1) == 0);
+            CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 5, K, y, p.ldy, ws,
+                                         (size_t)gp_quant_matmul_ws_bytes(5, K) - 1, 0, 1) == 0);
+            CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_VNNI) == 0);
+            CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 5, K, y, p.ldy, ws, wsz, 0, 1) == 0);
+            CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AMX) == 0);
+            free(y);
+            free(y2);
+            free(ws);
+            problem_free(&p);
+        }
+    printf("(largest |y - ref| / sum |x w|: %.2g) ", worst);
+    CU_ASSERT(checked > 0);
+    CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
+}
+
 void gp_suite_quant_f32(void)
 {
     CU_pSuite s = CU_add_suite("quant_f32", NULL, NULL);
     CU_add_test(s, "every type x path x M x K vs double, order, splits", test_reference);
     CU_add_test(s, "batches = single rows; avx2 = avx512", test_batches_and_paths);
     CU_add_test(s, "column ranges", test_ranges);
+    CU_add_test(s, "amx prompts vs double, thread counts", test_amx);
 }

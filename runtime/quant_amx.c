@@ -1,0 +1,190 @@
+/* Prompt products on quantized weights with AMX-BF16 tiles (gp_quant_matmul_amx, runtime/quant.h),
+ * built with AVX-512 + AVX512-BF16 + AMX flags only (runtime/kernels.cmake); chosen at run time.
+ *
+ * Each weight w (gp_quant_dequantize_row's value, dequantized in registers by quant_f32_x86.h's
+ * deq) and each activation x is split into two bf16: hi = bf16(v), lo = bf16(v - hi) (v - hi is
+ * exact in f32; lo keeps v to ~2^-17 relative). The product is hi_w hi_x + hi_w lo_x + lo_w hi_x
+ * (the dropped lo_w lo_x is < 2^-16 |w x|), summed by TDPBF16PS in f32. The activations' halves
+ * go to the workspace once, in the pair layout of a B tile; the weights' halves to a stack tile
+ * per 32 rows and 256 columns, reused by every 16 rows of activations.
+ *
+ * Threads split the 16-row tiles of x (the rows' halves are each thread's own part of the
+ * workspace, so no thread waits for another); each output is computed by one sequence of tile
+ * operations that depends on its row and column only, so every split gives the same bits. */
+#define QF_BITS 512
+#define QF_DEQ_ONLY
+#include "runtime/quant_f32_x86.h"
+
+#include "runtime/quant.h"
+
+/* columns per weight chunk (a multiple of every block) and 16-row tiles of x per group */
+#define AKC 256
+#define AMG 8
+
+typedef struct {
+    uint8_t palette, start;
+    uint8_t rsv[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tilecfg;
+
+/* bf16 halves (as 16-bit words in element order) of 32 f32: *hi, *lo */
+AI void split(__m512 a0, __m512 a1, __m512i *hi, __m512i *lo)
+{
+    __m512i h = (__m512i)_mm512_cvtne2ps_pbh(a1, a0);
+    __m512 h0 = _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm512_castsi512_si256(h)), 16));
+    __m512 h1 = _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(h, 1)), 16));
+    *hi = h;
+    *lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(a1, h1), _mm512_sub_ps(a0, h0));
+}
+
+/* Rows m0 .. m0 + 15 of x (zeros from row M on) into the B-tile pair layout, per 32 columns s:
+ * xt[s][part][k / 2][m - m0][k % 2], part 0 the hi halves, 1 the lo (2 KiB a step). */
+static void act_tile(const float *x, int64_t ldx, int64_t m0, int64_t M, int64_t K, uint16_t *xt)
+{
+    const __m512i idx = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176,
+                                          192, 208, 224, 240);
+    for (int64_t s = 0; s < K / 32; s++) {
+        uint16_t *o = xt + s * 1024;
+        for (int i = 0; i < 16; i++) {
+            __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
+            if (m0 + i < M) {
+                const float *r = x + (m0 + i) * ldx + 32 * s;
+                split(_mm512_loadu_ps(r), _mm512_loadu_ps(r + 16), &hi, &lo);
+            }
+            /* dword j of a row (its pair of columns 2 j, 2 j + 1) to pair row j, column i */
+            _mm512_i32scatter_epi32((int *)o + i, idx, hi, 4);
+            _mm512_i32scatter_epi32((int *)o + 256 + i, idx, lo, 4);
+        }
+    }
+}
+
+/* Weight rows n .. n + 31 (zeros from row N on), columns k0 .. k0 + kc - 1, as bf16 halves:
+ * wb[part][r][k - k0] (part 0 hi, 1 lo), AKC columns a row. */
+AI void w_tile(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int64_t N, int64_t k0,
+               int64_t kc, uint16_t *wb)
+{
+    for (int r = 0; r < 32; r++) {
+        uint16_t *oh = wb + r * AKC, *ol = wb + 32 * AKC + r * AKC;
+        if (n + r >= N) {
+            for (int64_t k = 0; k < kc; k += 32) {
+                _mm512_storeu_si512(oh + k, _mm512_setzero_si512());
+                _mm512_storeu_si512(ol + k, _mm512_setzero_si512());
+            }
+            continue;
+        }
+        const uint8_t *row = w + (size_t)(n + r) * rb;
+        for (int64_t s = k0 / QK(t); s < (k0 + kc) / QK(t); s++) {
+            const uint8_t *b = row + (size_t)s * BB(t);
+            bctx c;
+            prep(t, b, &c);
+            for (int g = 0; g < QK(t) / 32; g++) {
+                vf w0, w1;
+                deq(t, b, &c, g, &w0, &w1);
+                __m512i hi, lo;
+                split(w0, w1, &hi, &lo);
+                int64_t k = s * QK(t) + 32 * g - k0;
+                _mm512_storeu_si512(oh + k, hi);
+                _mm512_storeu_si512(ol + k, lo);
+            }
+        }
+    }
+}
+
+static void w_tile_any(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int64_t N, int64_t k0,
+                       int64_t kc, uint16_t *wb)
+{
+#define QA_W(T)                                                                                \
+    case T:                                                                                    \
+        w_tile(T, w, rb, n, N, k0, kc, wb);                                                    \
+        break;
+    switch (t) {
+        QA_W(GP_Q4_0)
+        QA_W(GP_Q4_1)
+        QA_W(GP_Q5_0)
+        QA_W(GP_Q5_1)
+        QA_W(GP_Q8_0)
+        QA_W(GP_Q4_K)
+        QA_W(GP_Q5_K)
+        QA_W(GP_Q6_K)
+    default:
+        GP_ASSERT(!"not a quantized dtype");
+    }
+#undef QA_W
+}
+
+/* C tile [16 weight rows n][16 x rows m] into y (only rows < M, columns < N) */
+static void put(const float *c, int64_t m0, int64_t M, int64_t n, int64_t N, float *y,
+                int64_t ldy)
+{
+    for (int j = 0; j < 16 && m0 + j < M; j++)
+        for (int i = 0; i < 16 && n + i < N; i++)
+            y[(m0 + j) * ldy + n + i] = c[i * 16 + j];
+}
+
+void gp_qamx(gp_dtype wt, const uint8_t *w, int64_t N, const float *x, int64_t ldx, int64_t M,
+             int64_t K, float *y, int64_t ldy, void *ws, int ith, int nth)
+{
+    int64_t mtiles = (M + 15) / 16;
+    int64_t mt0 = mtiles * ith / nth, mt1 = mtiles * (ith + 1) / nth;
+    if (mt0 == mt1)
+        return;
+    size_t rb = gp_dtype_row_bytes(wt, K);
+    uint16_t *xt = ws; /* [mtiles][K / 32][2][16][16][2] */
+    for (int64_t mt = mt0; mt < mt1; mt++)
+        act_tile(x, ldx, 16 * mt, M, K, xt + mt * 16 * K * 2);
+
+    uint16_t wb[2 * 32 * AKC] __attribute__((aligned(64)));
+    float cb[AMG][2][256] __attribute__((aligned(64))); /* C tiles between column chunks */
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        cfg.colsb[i] = 64;
+        cfg.rows[i] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    for (int64_t g0 = mt0; g0 < mt1; g0 += AMG) {
+        int64_t g1 = mt1 - g0 < AMG ? mt1 : g0 + AMG;
+        for (int64_t n = 0; n < N; n += 32) {
+            for (int64_t k0 = 0; k0 < K; k0 += AKC) {
+                int64_t kc = K - k0 < AKC ? K - k0 : AKC;
+                w_tile_any(wt, w, rb, n, N, k0, kc, wb);
+                for (int64_t mt = g0; mt < g1; mt++) {
+                    float *c0 = cb[mt - g0][0], *c1 = cb[mt - g0][1];
+                    if (k0 == 0) {
+                        _tile_zero(0);
+                        _tile_zero(1);
+                    } else {
+                        _tile_loadd(0, c0, 64);
+                        _tile_loadd(1, c1, 64);
+                    }
+                    const uint16_t *xs = xt + mt * 16 * K * 2 + (k0 / 32) * 1024;
+                    for (int64_t s = 0; s < kc / 32; s++) {
+                        _tile_loadd(2, wb + 32 * s, 2 * AKC);
+                        _tile_loadd(3, wb + 32 * AKC + 32 * s, 2 * AKC);
+                        _tile_loadd(4, wb + 16 * AKC + 32 * s, 2 * AKC);
+                        _tile_loadd(5, wb + 48 * AKC + 32 * s, 2 * AKC);
+                        _tile_loadd(6, xs + s * 1024, 64);
+                        _tile_loadd(7, xs + s * 1024 + 512, 64);
+                        _tile_dpbf16ps(0, 2, 6);
+                        _tile_dpbf16ps(1, 4, 6);
+                        _tile_dpbf16ps(0, 2, 7);
+                        _tile_dpbf16ps(1, 4, 7);
+                        _tile_dpbf16ps(0, 3, 6);
+                        _tile_dpbf16ps(1, 5, 6);
+                    }
+                    _tile_stored(0, c0, 64);
+                    _tile_stored(1, c1, 64);
+                    if (k0 + kc == K) {
+                        put(c0, 16 * mt, M, n, N, y, ldy);
+                        put(c1, 16 * mt, M, n + 16, N, y, ldy);
+                    }
+                }
+            }
+        }
+    }
+    _tile_release();
+}
