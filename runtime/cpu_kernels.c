@@ -587,7 +587,7 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
         break;
     case GP_OP_MATMUL:
         if (gp_dtype_is_quant(in[1].dtype))
-            gp_cpu_matmul_quant(out, in, ith, nth);
+            gp_cpu_matmul_quant(out, in, ws, ws_size, ith, nth);
         else
             gp_cpu_matmul(a, out, in, ith, nth);
         break;
@@ -638,5 +638,7 @@ size_t gp_cpu_workspace_bytes(gp_op op, const gp_ktensor *out, const gp_ktensor 
         nth = GP_WS_CPU_MAX_THREADS;
     if (op == GP_OP_ATTENTION && n_in >= 2 && nth > 0 && in[1].ne[0] > 0)
         return (size_t)nth * (size_t)in[1].ne[0] * sizeof(float);
+    if (op == GP_OP_MATMUL && n_in >= 2 && in[0].ndim == 2 && gp_dtype_is_quant(in[1].dtype))
+        return (size_t)gp_quant_matmul_ws_bytes(in[0].ne[0], in[0].ne[1]);
     return 0;
 }

@@ -80,9 +80,12 @@ enum {
  * hi), and y = sum hi_x hi_w + lo_x hi_w + hi_x lo_w in f32 (AMX's TDPBF16PS); the error is some
  * 2^-16 of sum |x w| beyond the f32 sum's (tests/test_quant_f32.c bounds it). Threads split the
  * 16-row tiles of x; each output's operations depend on its row and column only, so every thread
- * count gives the same bits (not those of gp_quant_matmul_f32). ws needs 64-byte alignment. */
+ * count gives the same bits (not those of gp_quant_matmul_f32). */
 #define GP_QUANT_WS_MIN_M 4
-int64_t gp_quant_matmul_ws_bytes(int64_t M, int64_t K);
+static inline int64_t gp_quant_matmul_ws_bytes(int64_t M, int64_t K)
+{
+    return M > GP_QUANT_WS_MIN_M ? 4 * K * ((M + 15) / 16 * 16) : 0;
+}
 int gp_quant_matmul_ws(gp_dtype wt, const void *w, int64_t N, const float *x, int64_t ldx,
                        int64_t M, int64_t K, float *y, int64_t ldy, void *ws, size_t ws_size,
                        int ith, int nth);

@@ -70,11 +70,6 @@ void gp_quant_matmul_f32(gp_dtype wt, const void *w, int64_t n0, int64_t n1, con
     fn(wt, w, n0, n1, x, ldx, M, K, y, ldy);
 }
 
-int64_t gp_quant_matmul_ws_bytes(int64_t M, int64_t K)
-{
-    return M > GP_QUANT_WS_MIN_M ? 4 * K * ((M + 15) / 16 * 16) : 0;
-}
-
 int gp_quant_matmul_ws(gp_dtype wt, const void *w, int64_t N, const float *x, int64_t ldx,
                        int64_t M, int64_t K, float *y, int64_t ldy, void *ws, size_t ws_size,
                        int ith, int nth)
@@ -84,7 +79,6 @@ int gp_quant_matmul_ws(gp_dtype wt, const void *w, int64_t N, const float *x, in
     if (M <= GP_QUANT_WS_MIN_M || !ws || (int64_t)ws_size < gp_quant_matmul_ws_bytes(M, K) ||
         gp_quant_isa() != GP_QUANT_ISA_AMX)
         return 0;
-    GP_ASSERT((uintptr_t)ws % 64 == 0);
 #if defined(__x86_64__) && defined(__GNUC__)
     if (N > 0)
         gp_qamx(wt, w, N, x, ldx, M, K, y, ldy, ws, ith, nth);
