@@ -40,23 +40,53 @@ AI void split(__m512 a0, __m512 a1, __m512i *hi, __m512i *lo)
     *lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(a1, h1), _mm512_sub_ps(a0, h0));
 }
 
+/* A 16 x 16 matrix of 32-bit elements transposed: r[i] holds row i; on return r[c] holds what
+ * was column c. Four rounds of in-lane and 128-bit-lane shuffles (64 in all). */
+AI void transpose16(__m512i r[16])
+{
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) { /* t[i]: r[i][j] r[i+1][j] pairs, j = 0, 1; t[i+1]: j = 2, 3 */
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int b = 0; b < 16; b += 4) { /* u[b + j]: rows b .. b + 3 of column j (+ 4 L in lane L) */
+        u[b] = _mm512_unpacklo_epi64(t[b], t[b + 2]);
+        u[b + 1] = _mm512_unpackhi_epi64(t[b], t[b + 2]);
+        u[b + 2] = _mm512_unpacklo_epi64(t[b + 1], t[b + 3]);
+        u[b + 3] = _mm512_unpackhi_epi64(t[b + 1], t[b + 3]);
+    }
+    for (int j = 0; j < 4; j++) { /* lanes 0, 2 and 1, 3 of rows 0-7, then of rows 8-15 */
+        __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88);
+        __m512i v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd);
+        __m512i w0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
+        __m512i w1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
+        r[j] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+        r[8 + j] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
+        r[4 + j] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+        r[12 + j] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
+    }
+}
+
 /* Rows m0 .. m0 + 15 of x (zeros from row M on) into the B-tile pair layout, per 32 columns s:
  * xt[s][part][k / 2][m - m0][k % 2], part 0 the hi halves, 1 the lo (2 KiB a step). */
 static void act_tile(const float *x, int64_t ldx, int64_t m0, int64_t M, int64_t K, uint16_t *xt)
 {
-    const __m512i idx = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176,
-                                          192, 208, 224, 240);
     for (int64_t s = 0; s < K / 32; s++) {
         uint16_t *o = xt + s * 1024;
+        __m512i hi[16], lo[16];
         for (int i = 0; i < 16; i++) {
-            __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
+            hi[i] = lo[i] = _mm512_setzero_si512();
             if (m0 + i < M) {
                 const float *r = x + (m0 + i) * ldx + 32 * s;
-                split(_mm512_loadu_ps(r), _mm512_loadu_ps(r + 16), &hi, &lo);
+                split(_mm512_loadu_ps(r), _mm512_loadu_ps(r + 16), &hi[i], &lo[i]);
             }
-            /* dword j of a row (its pair of columns 2 j, 2 j + 1) to pair row j, column i */
-            _mm512_i32scatter_epi32((int *)o + i, idx, hi, 4);
-            _mm512_i32scatter_epi32((int *)o + 256 + i, idx, lo, 4);
+        }
+        /* dword j of a row (its columns 2 j, 2 j + 1) to pair row j, column i */
+        transpose16(hi);
+        transpose16(lo);
+        for (int j = 0; j < 16; j++) {
+            _mm512_storeu_si512(o + 32 * j, hi[j]);
+            _mm512_storeu_si512(o + 512 + 32 * j, lo[j]);
         }
     }
 }
@@ -64,8 +94,17 @@ static void act_tile(const float *x, int64_t ldx, int64_t m0, int64_t M, int64_t
 /* Weight rows n .. n + 31 (zeros from row N on), columns k0 .. k0 + kc - 1, as bf16 halves:
  * wb[part][r][k - k0] (part 0 hi, 1 lo), AKC columns a row. */
 AI void w_tile(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int64_t N, int64_t k0,
-               int64_t kc, uint16_t *wb)
+               int64_t kc, int64_t K, uint16_t *wb)
 {
+    /* the rows' next chunk (or the next 32 rows' first) to the cache meanwhile: a chunk of a
+     * row is a few lines, too short for the hardware's prefetch, and each line from memory
+     * would otherwise cost its full latency (measured 3x slower without) */
+    size_t cb = (size_t)(kc / QK(t)) * BB(t);
+    const uint8_t *next = k0 + kc < K ? w + (size_t)n * rb + (size_t)((k0 + kc) / QK(t)) * BB(t)
+                                      : w + (size_t)(n + 32) * rb;
+    for (int r = 0; r < 32; r++)
+        for (size_t l = 0; l < cb; l += 64)
+            _mm_prefetch((const char *)next + (size_t)r * rb + l, _MM_HINT_T0);
     for (int r = 0; r < 32; r++) {
         uint16_t *oh = wb + r * AKC, *ol = wb + 32 * AKC + r * AKC;
         if (n + r >= N) {
@@ -94,11 +133,11 @@ AI void w_tile(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int64_t N, in
 }
 
 static void w_tile_any(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int64_t N, int64_t k0,
-                       int64_t kc, uint16_t *wb)
+                       int64_t kc, int64_t K, uint16_t *wb)
 {
 #define QA_W(T)                                                                                \
     case T:                                                                                    \
-        w_tile(T, w, rb, n, N, k0, kc, wb);                                                    \
+        w_tile(T, w, rb, n, N, k0, kc, K, wb);                                                 \
         break;
     switch (t) {
         QA_W(GP_Q4_0)
@@ -119,9 +158,15 @@ static void w_tile_any(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int64
 static void put(const float *c, int64_t m0, int64_t M, int64_t n, int64_t N, float *y,
                 int64_t ldy)
 {
+    if (n >= N)
+        return;
+    __m512i r[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = _mm512_loadu_si512(c + 16 * i);
+    transpose16(r);
+    __mmask16 k = N - n >= 16 ? 0xffff : (__mmask16)((1u << (N - n)) - 1);
     for (int j = 0; j < 16 && m0 + j < M; j++)
-        for (int i = 0; i < 16 && n + i < N; i++)
-            y[(m0 + j) * ldy + n + i] = c[i * 16 + j];
+        _mm512_mask_storeu_epi32(y + (m0 + j) * ldy + n, k, r[j]);
 }
 
 void gp_qamx(gp_dtype wt, const uint8_t *w, int64_t N, const float *x, int64_t ldx, int64_t M,
@@ -146,12 +191,15 @@ void gp_qamx(gp_dtype wt, const uint8_t *w, int64_t N, const float *x, int64_t l
         cfg.rows[i] = 16;
     }
     _tile_loadconfig(&cfg);
-    for (int64_t g0 = mt0; g0 < mt1; g0 += AMG) {
-        int64_t g1 = mt1 - g0 < AMG ? mt1 : g0 + AMG;
+    /* tiles of x a group: their halves (64 K bytes a tile) within ~1 MiB, to stay in L2 */
+    int64_t amg = ((int64_t)1 << 20) / (64 * K);
+    amg = amg < 1 ? 1 : amg > AMG ? AMG : amg;
+    for (int64_t g0 = mt0; g0 < mt1; g0 += amg) {
+        int64_t g1 = mt1 - g0 < amg ? mt1 : g0 + amg;
         for (int64_t n = 0; n < N; n += 32) {
             for (int64_t k0 = 0; k0 < K; k0 += AKC) {
                 int64_t kc = K - k0 < AKC ? K - k0 : AKC;
-                w_tile_any(wt, w, rb, n, N, k0, kc, wb);
+                w_tile_any(wt, w, rb, n, N, k0, kc, K, wb);
                 for (int64_t mt = g0; mt < g1; mt++) {
                     float *c0 = cb[mt - g0][0], *c1 = cb[mt - g0][1];
                     if (k0 == 0) {
