@@ -90,6 +90,18 @@ int gp_quant_matmul_ws(gp_dtype wt, const void *w, int64_t N, const float *x, in
                        int64_t M, int64_t K, float *y, int64_t ldy, void *ws, size_t ws_size,
                        int ith, int nth);
 
+/* The same product in two phases, for a pool whose threads can wait at a barrier (the CPU
+ * backend): when gp_quant_matmul_ws_taken(wt, M, K, ws, ws_size), every thread runs
+ * gp_quant_matmul_ws_prep (its share of x's halves into ws), then after the barrier
+ * gp_quant_matmul_ws_cols on its own columns [n0, n1) (all rows). Each output's operations are
+ * gp_quant_matmul_ws's, so the bits are its bits for every split; the weights are unpacked once
+ * for all rows instead of once a thread. */
+int gp_quant_matmul_ws_taken(gp_dtype wt, int64_t M, int64_t K, const void *ws, size_t ws_size);
+void gp_quant_matmul_ws_prep(const float *x, int64_t ldx, int64_t M, int64_t K, void *ws, int ith,
+                             int nth);
+void gp_quant_matmul_ws_cols(gp_dtype wt, const void *w, int64_t n0, int64_t n1, int64_t M,
+                             int64_t K, float *y, int64_t ldy, const void *ws);
+
 /* 1 when this build and CPU can run path isa, else 0. */
 int gp_quant_isa_supported(int isa);
 /* Makes every later gp_quant_matmul_f32 use path isa (or AUTO); -1 and no change when

@@ -169,18 +169,24 @@ static void put(const float *c, int64_t m0, int64_t M, int64_t n, int64_t N, flo
         _mm512_mask_storeu_epi32(y + (m0 + j) * ldy + n, k, r[j]);
 }
 
-void gp_qamx(gp_dtype wt, const uint8_t *w, int64_t N, const float *x, int64_t ldx, int64_t M,
-             int64_t K, float *y, int64_t ldy, void *ws, int ith, int nth)
+/* Rows 16 mt0 .. 16 mt1 - 1 of x (M rows) into their halves in ws */
+void gp_qamx_prep(const float *x, int64_t ldx, int64_t M, int64_t K, void *ws, int64_t mt0,
+                  int64_t mt1)
 {
-    int64_t mtiles = (M + 15) / 16;
-    int64_t mt0 = mtiles * ith / nth, mt1 = mtiles * (ith + 1) / nth;
-    if (mt0 == mt1)
-        return;
-    size_t rb = gp_dtype_row_bytes(wt, K);
     uint16_t *xt = ws; /* [mtiles][K / 32][2][16][16][2] */
     for (int64_t mt = mt0; mt < mt1; mt++)
         act_tile(x, ldx, 16 * mt, M, K, xt + mt * 16 * K * 2);
+}
 
+/* y's rows of the 16-row tiles mt0 .. mt1 - 1 (M rows in all), columns n0 .. n1 - 1, from the
+ * halves gp_qamx_prep left in ws */
+void gp_qamx_cols(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t M, int64_t K,
+                  float *y, int64_t ldy, const void *ws, int64_t mt0, int64_t mt1)
+{
+    if (mt0 >= mt1 || n0 >= n1)
+        return;
+    size_t rb = gp_dtype_row_bytes(wt, K);
+    const uint16_t *xt = ws;
     uint16_t wb[2 * 32 * AKC] __attribute__((aligned(64)));
     float cb[AMG][2][256] __attribute__((aligned(64))); /* C tiles between column chunks */
     tilecfg cfg;
@@ -196,10 +202,10 @@ void gp_qamx(gp_dtype wt, const uint8_t *w, int64_t N, const float *x, int64_t l
     amg = amg < 1 ? 1 : amg > AMG ? AMG : amg;
     for (int64_t g0 = mt0; g0 < mt1; g0 += amg) {
         int64_t g1 = mt1 - g0 < amg ? mt1 : g0 + amg;
-        for (int64_t n = 0; n < N; n += 32) {
+        for (int64_t n = n0; n < n1; n += 32) {
             for (int64_t k0 = 0; k0 < K; k0 += AKC) {
                 int64_t kc = K - k0 < AKC ? K - k0 : AKC;
-                w_tile_any(wt, w, rb, n, N, k0, kc, K, wb);
+                w_tile_any(wt, w, rb, n, n1, k0, kc, K, wb);
                 for (int64_t mt = g0; mt < g1; mt++) {
                     float *c0 = cb[mt - g0][0], *c1 = cb[mt - g0][1];
                     if (k0 == 0) {
@@ -227,12 +233,21 @@ void gp_qamx(gp_dtype wt, const uint8_t *w, int64_t N, const float *x, int64_t l
                     _tile_stored(0, c0, 64);
                     _tile_stored(1, c1, 64);
                     if (k0 + kc == K) {
-                        put(c0, 16 * mt, M, n, N, y, ldy);
-                        put(c1, 16 * mt, M, n + 16, N, y, ldy);
+                        put(c0, 16 * mt, M, n, n1, y, ldy);
+                        put(c1, 16 * mt, M, n + 16, n1, y, ldy);
                     }
                 }
             }
         }
     }
     _tile_release();
+}
+
+void gp_qamx(gp_dtype wt, const uint8_t *w, int64_t N, const float *x, int64_t ldx, int64_t M,
+             int64_t K, float *y, int64_t ldy, void *ws, int ith, int nth)
+{
+    int64_t mtiles = (M + 15) / 16;
+    int64_t mt0 = mtiles * ith / nth, mt1 = mtiles * (ith + 1) / nth;
+    gp_qamx_prep(x, ldx, M, K, ws, mt0, mt1);
+    gp_qamx_cols(wt, w, 0, N, M, K, y, ldy, ws, mt0, mt1);
 }

@@ -266,7 +266,7 @@ static void test_ranges(void)
 
 /*
  * gp_quant_matmul_ws (the amx path): against the double reference within its bound, and the same
- * bits for every thread count. Each product is computed from bf16 halves: hi_x hi_w + lo_x hi_w +
+ * bits for every thread count and in the two-phase form (gp_quant_matmul_ws_prep / _cols). Each product is computed from bf16 halves: hi_x hi_w + lo_x hi_w +
  * hi_x lo_w, where v = hi + lo + r with |r| <= 2^-17 |v| and |lo| <= 2^-8 |v|, so each term is off
  * x w by at most ~(2^-17 + 2^-17 + 2^-16) |x w| = 2^-15 |x w|; TDPBF16PS then adds the exact pair
  * products into one f32 sum per output, 3 K / 2 additions: gamma(3 K / 2) sum |x w|.
@@ -318,6 +318,18 @@ static void test_amx(void)
                     for (int m = 0; m < M; m++)
                         split += memcmp(y + m * p.ldy, y2 + m * p.ldy, (size_t)N * sizeof *y) != 0;
                 }
+                /* the two-phase form: halves by 2 threads, then columns in uneven parts */
+                {
+                    static const int cuts[] = {0, 5, 32, 33, 37};
+                    memset(y2, 0, (size_t)150 * p.ldy * sizeof *y2);
+                    CU_ASSERT(gp_quant_matmul_ws_taken(p.t, M, K, ws, wsz));
+                    gp_quant_matmul_ws_prep(p.x, p.ldx, M, K, ws, 1, 2);
+                    gp_quant_matmul_ws_prep(p.x, p.ldx, M, K, ws, 0, 2);
+                    for (int c = 3; c >= 0; c--)
+                        gp_quant_matmul_ws_cols(p.t, p.w, cuts[c], cuts[c + 1], M, K, y2, p.ldy, ws);
+                    for (int m = 0; m < M; m++)
+                        split += memcmp(y + m * p.ldy, y2 + m * p.ldy, (size_t)N * sizeof *y) != 0;
+                }
                 if (bad || split || pad)
                     printf("\n%s amx M %d K %d: %d off the reference, %d rows differ by threads, "
                            "%d pad\n", tname[t], M, K, bad, split, pad);
@@ -325,6 +337,8 @@ static void test_amx(void)
             }
             /* not taken: M <= GP_QUANT_WS_MIN_M, a workspace too small, another path */
             CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 4, K, y, p.ldy, ws, wsz, 0, 1) == 0);
+            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 4, K, ws, wsz));
+            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 5, K, NULL, wsz));
             CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 5, K, y, p.ldy, ws,
                                          (size_t)gp_quant_matmul_ws_bytes(5, K) - 1, 0, 1) == 0);
             CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_VNNI) == 0);
