@@ -1,6 +1,6 @@
 /* Speed of gp_quant_matmul_f32 (runtime/quant.h): decode (M = 1, GB/s of weights read) and prompt
- * (M = 128, GFLOP/s; through gp_quant_matmul_ws where the path is amx) on transformer shapes, 1 and
- * 2 threads splitting the columns (amx: the rows); notes in bench/quant-notes.md. Usage:
+ * (M = 128, GFLOP/s; where the path is amx, through gp_quant_matmul_ws_prep and _cols, the CPU
+ * backend's two phases) on transformer shapes, 1 and 2 threads splitting the columns; notes in bench/quant-notes.md. Usage:
  * quant-f32-bench [ROUNDS] [ISA|-] [cpu] [TYPE]: ISA portable, avx2, avx512, vnni, amx; "cpu": one
  * thread only, timed by its CPU time (for a loaded machine); TYPE: only it. */
 #include <pthread.h>
@@ -38,12 +38,21 @@ static int nthreads;
 
 static void *ws; /* gp_quant_matmul_ws's workspace (the amx path takes prompts) */
 static size_t ws_size;
+static int phase; /* the amx path's two phases (as the CPU backend runs them): 0 x's halves, 1 columns */
 
 static void part(int i)
 {
-    if (gp_quant_matmul_ws(cur.t, cur.w, cur.N, cur.x, cur.K, cur.M, cur.K, cur.y, cur.N, ws, ws_size,
-                           i, nthreads))
+    if (gp_quant_matmul_ws_taken(cur.t, cur.M, cur.K, ws, ws_size)) {
+        if (phase == 0) {
+            gp_quant_matmul_ws_prep(cur.x, cur.K, cur.M, cur.K, ws, i, nthreads);
+        } else {
+            int64_t n0 = (cur.N + 31) / 32 * i / nthreads * 32;
+            int64_t n1 = (cur.N + 31) / 32 * (i + 1) / nthreads * 32;
+            gp_quant_matmul_ws_cols(cur.t, cur.w, n0, n1 < cur.N ? n1 : cur.N, cur.M, cur.K, cur.y,
+                                    cur.N, ws);
+        }
         return;
+    }
     /* column ranges on multiples of 4 rows, as a runtime's split would be */
     int64_t n0 = cur.N * i / nthreads / 4 * 4, n1 = i + 1 == nthreads ? cur.N : cur.N * (i + 1) / nthreads / 4 * 4;
     gp_quant_matmul_f32(cur.t, cur.w, n0, n1, cur.x, cur.K, cur.M, cur.K, cur.y, cur.N);
@@ -65,7 +74,19 @@ static void *worker(void *arg)
     }
 }
 
+static void call1(void);
+
 static void call(void)
+{
+    phase = 0;
+    call1();
+    if (gp_quant_matmul_ws_taken(cur.t, cur.M, cur.K, ws, ws_size)) { /* the join: a barrier */
+        phase = 1;
+        call1();
+    }
+}
+
+static void call1(void)
 {
     if (nthreads == 1) {
         part(0);

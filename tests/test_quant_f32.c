@@ -277,13 +277,13 @@ static void test_amx(void)
         printf("(amx not available here: skipped) ");
         return;
     }
-    static const int Ks[] = {256, 320, 1536};
+    static const int Ks[] = {256, 320, 1536, 2304}; /* 2304: two passes over K (2048 + 256) */
     static const int Ms[] = {5, 16, 17, 150};
     static const int nths[] = {2, 3, 7};
     double worst = 0;
     int checked = 0;
     for (int t = 0; t < NTYPES; t++)
-        for (int ki = 0; ki < 3; ki++) {
+        for (int ki = 0; ki < 4; ki++) {
             int K = Ks[ki], N = 37;
             if (K % gp_dtype_block(types[t]))
                 continue;
