@@ -81,7 +81,7 @@ enum {
  * 2^-16 of sum |x w| beyond the f32 sum's (tests/test_quant_f32.c bounds it). Threads split the
  * 16-row tiles of x; each output's operations depend on its row and column only, so every thread
  * count gives the same bits (not those of gp_quant_matmul_f32). */
-#define GP_QUANT_WS_MIN_M 4
+#define GP_QUANT_WS_MIN_M 5 /* at M = 5 the f32 path is still faster (bench/quant-notes.md) */
 static inline int64_t gp_quant_matmul_ws_bytes(int64_t M, int64_t K)
 {
     return M > GP_QUANT_WS_MIN_M ? 4 * K * ((M + 15) / 16 * 16) : 0;

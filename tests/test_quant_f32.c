@@ -278,7 +278,7 @@ static void test_amx(void)
         return;
     }
     static const int Ks[] = {256, 320, 1536, 2304}; /* 2304: two passes over K (2048 + 256) */
-    static const int Ms[] = {5, 16, 17, 150};
+    static const int Ms[] = {6, 16, 17, 150};
     static const int nths[] = {2, 3, 7};
     double worst = 0;
     int checked = 0;
@@ -336,13 +336,13 @@ static void test_amx(void)
                 CU_ASSERT(bad == 0 && split == 0 && pad == 0);
             }
             /* not taken: M <= GP_QUANT_WS_MIN_M, a workspace too small, another path */
-            CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 4, K, y, p.ldy, ws, wsz, 0, 1) == 0);
-            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 4, K, ws, wsz));
-            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 5, K, NULL, wsz));
-            CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 5, K, y, p.ldy, ws,
-                                         (size_t)gp_quant_matmul_ws_bytes(5, K) - 1, 0, 1) == 0);
-            CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_VNNI) == 0);
             CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 5, K, y, p.ldy, ws, wsz, 0, 1) == 0);
+            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 5, K, ws, wsz));
+            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 6, K, NULL, wsz));
+            CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 6, K, y, p.ldy, ws,
+                                         (size_t)gp_quant_matmul_ws_bytes(6, K) - 1, 0, 1) == 0);
+            CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_VNNI) == 0);
+            CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 6, K, y, p.ldy, ws, wsz, 0, 1) == 0);
             CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AMX) == 0);
             free(y);
             free(y2);
