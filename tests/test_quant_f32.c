@@ -7,6 +7,7 @@
 #include <string.h>
 #include <CUnit/CUnit.h>
 
+#include "runtime/cpu_kernels.h"
 #include "runtime/quant.h"
 #include "tests/testutil.h"
 
@@ -354,6 +355,61 @@ static void test_amx(void)
     CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
 }
 
+/* The CPU kernels' matmul node on quantized weights: gp_cpu_compute (rows split, one phase) and
+ * the backend's two-phase form (gp_cpu_compute_phase) give the same bits for 1 to 3 threads;
+ * without the workspace neither takes the amx path. */
+static void test_amx_node(void)
+{
+    if (gp_quant_force_isa(GP_QUANT_ISA_AMX) != 0) {
+        printf("(amx not available here: skipped) ");
+        return;
+    }
+    enum { M = 37, N = 45, K = 512 };
+    problem p;
+    problem_make(&p, GP_Q4_K, N, K, M);
+    float *y[2];
+    gp_ktensor in[2], out;
+    memset(in, 0, sizeof in);
+    memset(&out, 0, sizeof out);
+    in[0] = (gp_ktensor){p.x, GP_F32, 2, {M, K}, {p.ldx * 4, 4}};
+    in[1] = (gp_ktensor){p.w, GP_Q4_K, 2, {N, K}, {(int64_t)gp_dtype_row_bytes(GP_Q4_K, K), 0}};
+    gp_attrs at;
+    memset(&at, 0, sizeof at);
+    at.i[1] = 1; /* tb */
+    size_t wsz = gp_cpu_workspace_bytes(GP_OP_MATMUL, &out, in, 2, 1);
+    CU_ASSERT_EQUAL(wsz, (size_t)gp_quant_matmul_ws_bytes(M, K));
+    void *ws = malloc(wsz);
+    out = (gp_ktensor){NULL, GP_F32, 2, {M, N}, {p.ldy * 4, 4}};
+    CU_ASSERT(!gp_cpu_two_phase(GP_OP_MATMUL, &out, in, 2, NULL, 0));
+    CU_ASSERT(gp_cpu_two_phase(GP_OP_MATMUL, &out, in, 2, ws, wsz));
+    int diff = 0, bad = 0;
+    for (int nth = 1; nth <= 3; nth++) {
+        for (int f = 0; f < 2; f++) {
+            y[f] = calloc((size_t)M * p.ldy, sizeof *y[f]);
+            out.data = y[f];
+            if (f == 0) {
+                for (int ith = nth - 1; ith >= 0; ith--)
+                    gp_cpu_compute(GP_OP_MATMUL, &at, &out, in, 2, ws, wsz, ith, nth);
+            } else {
+                for (int ph = 0; ph < 2; ph++)
+                    for (int ith = nth - 1; ith >= 0; ith--)
+                        gp_cpu_compute_phase(GP_OP_MATMUL, &out, in, 2, ws, wsz, ith, nth, ph);
+            }
+        }
+        for (int m = 0; m < M; m++) {
+            diff += memcmp(y[0] + m * p.ldy, y[1] + m * p.ldy, N * sizeof(float)) != 0;
+            for (int n = 0; n < N; n++)
+                bad += !(fabs(y[1][m * p.ldy + n] - p.ref[m * N + n]) <= 1e-4 * p.mag[m * N + n]);
+        }
+        free(y[0]);
+        free(y[1]);
+    }
+    CU_ASSERT(diff == 0 && bad == 0);
+    free(ws);
+    problem_free(&p);
+    CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
+}
+
 void gp_suite_quant_f32(void)
 {
     CU_pSuite s = CU_add_suite("quant_f32", NULL, NULL);
@@ -361,4 +417,5 @@ void gp_suite_quant_f32(void)
     CU_add_test(s, "batches = single rows; avx2 = avx512", test_batches_and_paths);
     CU_add_test(s, "column ranges", test_ranges);
     CU_add_test(s, "amx prompts vs double, thread counts", test_amx);
+    CU_add_test(s, "amx matmul node: one phase = two phases", test_amx_node);
 }
