@@ -1,16 +1,19 @@
-/* Prompt products on quantized weights with AMX-BF16 tiles (gp_quant_matmul_amx, runtime/quant.h),
- * built with AVX-512 + AVX512-BF16 + AMX flags only (runtime/kernels.cmake); chosen at run time.
+/* Prompt products on quantized weights with AMX-BF16 tiles (gp_quant_matmul_ws and its two-phase
+ * form, runtime/quant.h), built with AVX-512 + AVX512-BF16 + AMX flags only (runtime/kernels.cmake);
+ * chosen at run time (path amx).
  *
  * Each weight w (gp_quant_dequantize_row's value, dequantized in registers by quant_f32_x86.h's
  * deq) and each activation x is split into two bf16: hi = bf16(v), lo = bf16(v - hi) (v - hi is
  * exact in f32; lo keeps v to ~2^-17 relative). The product is hi_w hi_x + hi_w lo_x + lo_w hi_x
  * (the dropped lo_w lo_x is < 2^-16 |w x|), summed by TDPBF16PS in f32. The activations' halves
  * go to the workspace once, in the pair layout of a B tile; the weights' halves to a stack tile
- * per 32 rows and 256 columns, reused by every 16 rows of activations.
+ * per 32 rows and 256 columns, reused by up to AMG tiles of 16 activation rows.
  *
- * Threads split the 16-row tiles of x (the rows' halves are each thread's own part of the
- * workspace, so no thread waits for another); each output is computed by one sequence of tile
- * operations that depends on its row and column only, so every split gives the same bits. */
+ * gp_qamx splits the 16-row tiles of x over threads (each converts its own rows, so no thread waits
+ * for another); gp_qamx_prep + gp_qamx_cols split the rows for the conversion and the columns for
+ * the products, with a barrier between (the CPU backend). Each output is computed by one sequence
+ * of tile operations that depends on its row, its column and K only, so every split gives the same
+ * bits. */
 #define QF_BITS 512
 #define QF_DEQ_ONLY
 #include "runtime/quant_f32_x86.h"
@@ -20,8 +23,9 @@
 /* columns per weight chunk (a multiple of every block) and 16-row tiles of x per group */
 #define AKC 256
 #define AMG 8
-/* columns a pass: the halves of AMG tiles of x for AKS columns (AKS / 2 KiB) stay in L2 while
- * every 32 weight rows pass over them; each pass's C tile goes to y (added from the second on) */
+/* columns a pass: the halves of AMG tiles of x for AKS columns (512 AKS bytes: 1 MiB) stay in L2
+ * while every 32 weight rows pass over them; each pass's C tile goes to y (added from the second
+ * on) */
 #define AKS 2048
 
 typedef struct {
@@ -97,17 +101,8 @@ static void act_tile(const float *x, int64_t ldx, int64_t m0, int64_t M, int64_t
 /* Weight rows n .. n + 31 (zeros from row N on), columns k0 .. k0 + kc - 1, as bf16 halves:
  * wb[part][r][k - k0] (part 0 hi, 1 lo), AKC columns a row. */
 AI void w_tile(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int64_t N, int64_t k0,
-               int64_t kc, int64_t K, uint16_t *wb)
+               int64_t kc, uint16_t *wb)
 {
-    /* the rows' next chunk (or the next 32 rows' first) to the cache meanwhile: a chunk of a
-     * row is a few lines, too short for the hardware's prefetch, and each line from memory
-     * would otherwise cost its full latency (measured 3x slower without) */
-    size_t cb = (size_t)(kc / QK(t)) * BB(t);
-    const uint8_t *next = k0 + kc < K ? w + (size_t)n * rb + (size_t)((k0 + kc) / QK(t)) * BB(t)
-                                      : w + (size_t)(n + 32) * rb;
-    for (int r = 0; r < 32; r++)
-        for (size_t l = 0; l < cb; l += 64)
-            _mm_prefetch((const char *)next + (size_t)r * rb + l, _MM_HINT_T0);
     for (int r = 0; r < 32; r++) {
         uint16_t *oh = wb + r * AKC, *ol = wb + 32 * AKC + r * AKC;
         if (n + r >= N) {
@@ -136,11 +131,11 @@ AI void w_tile(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int64_t N, in
 }
 
 static void w_tile_any(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int64_t N, int64_t k0,
-                       int64_t kc, int64_t K, uint16_t *wb)
+                       int64_t kc, uint16_t *wb)
 {
 #define QA_W(T)                                                                                \
     case T:                                                                                    \
-        w_tile(T, w, rb, n, N, k0, kc, K, wb);                                                 \
+        w_tile(T, w, rb, n, N, k0, kc, wb);                                                    \
         break;
     switch (t) {
         QA_W(GP_Q4_0)
@@ -215,7 +210,7 @@ void gp_qamx_cols(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t
         for (int64_t n = n0; n < n1; n += 32) {
             for (int64_t k0 = ks; k0 < ke; k0 += AKC) {
                 int64_t kc = ke - k0 < AKC ? ke - k0 : AKC;
-                w_tile_any(wt, w, rb, n, n1, k0, kc, K, wb);
+                w_tile_any(wt, w, rb, n, n1, k0, kc, wb);
                 for (int64_t mt = g0; mt < g1; mt++) {
                     float *c0 = cb[mt - g0][0], *c1 = cb[mt - g0][1];
                     if (k0 == ks) {
