@@ -1,8 +1,9 @@
 /* Speed of gp_quant_matmul_f32 (runtime/quant.h): decode (M = 1, GB/s of weights read) and prompt
  * (M = 128, GFLOP/s; where the path is amx, through gp_quant_matmul_ws_prep and _cols, the CPU
- * backend's two phases) on transformer shapes, 1 and 2 threads splitting the columns; notes in bench/quant-notes.md. Usage:
- * quant-f32-bench [ROUNDS] [ISA|-] [cpu] [TYPE]: ISA portable, avx2, avx512, vnni, amx; "cpu": one
- * thread only, timed by its CPU time (for a loaded machine); TYPE: only it. */
+ * backend's two phases) on transformer shapes, 1 and 2 threads splitting the columns; notes in
+ * bench/quant-notes.md. Usage: quant-f32-bench [ROUNDS] [ISA|-] [cpu] [TYPE]: ISA portable, avx2,
+ * avx512, vnni, amx; "cpu": one thread only, timed by its CPU time (for a loaded machine); TYPE:
+ * only it. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -38,7 +39,7 @@ static int nthreads;
 
 static void *ws; /* gp_quant_matmul_ws's workspace (the amx path takes prompts) */
 static size_t ws_size;
-static int phase; /* the amx path's two phases (as the CPU backend runs them): 0 x's halves, 1 columns */
+static int phase; /* the amx path's two phases, as the CPU backend runs them: 0 x's halves, 1 columns */
 
 static void part(int i)
 {

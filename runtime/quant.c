@@ -380,7 +380,8 @@ int gp_quant_isa_supported(int isa)
 
 static int best_isa(void)
 {
-    static const int order[] = {GP_QUANT_ISA_AMX, GP_QUANT_ISA_VNNI, GP_QUANT_ISA_AVX512, GP_QUANT_ISA_AVX2};
+    static const int order[] = {GP_QUANT_ISA_AMX, GP_QUANT_ISA_VNNI, GP_QUANT_ISA_AVX512,
+                                GP_QUANT_ISA_AVX2};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         if (gp_quant_isa_supported(order[i]))
             return order[i];

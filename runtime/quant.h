@@ -76,8 +76,9 @@ enum {
  * gp_quant_matmul_ws is thread ith's part of y [M, N] = x W^T (all threads call it with the same
  * arguments); it returns 0, having done nothing, unless the path is amx, M > GP_QUANT_WS_MIN_M
  * and ws_size >= gp_quant_matmul_ws_bytes(M, K): then gp_quant_matmul_f32 is the caller's to run.
- * Else each weight and activation is split into two bf16 halves, hi = bf16(v) and lo = bf16(v -
- * hi), and y = sum hi_x hi_w + lo_x hi_w + hi_x lo_w in f32 (AMX's TDPBF16PS); the error is some
+ * When it takes the product (returns 1), each weight and activation is split into two bf16 halves,
+ * hi = bf16(v) and lo = bf16(v - hi), and y = sum hi_x hi_w + lo_x hi_w + hi_x lo_w in f32 (AMX's
+ * TDPBF16PS, which flushes subnormal inputs and results to zero); the error is some
  * 2^-16 of sum |x w| beyond the f32 sum's (tests/test_quant_f32.c bounds it). Threads split the
  * 16-row tiles of x; each output's operations depend on its row and column only, so every thread
  * count gives the same bits (not those of gp_quant_matmul_f32). */

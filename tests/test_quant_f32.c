@@ -267,10 +267,11 @@ static void test_ranges(void)
 
 /*
  * gp_quant_matmul_ws (the amx path): against the double reference within its bound, and the same
- * bits for every thread count and in the two-phase form (gp_quant_matmul_ws_prep / _cols). Each product is computed from bf16 halves: hi_x hi_w + lo_x hi_w +
- * hi_x lo_w, where v = hi + lo + r with |r| <= 2^-17 |v| and |lo| <= 2^-8 |v|, so each term is off
- * x w by at most ~(2^-17 + 2^-17 + 2^-16) |x w| = 2^-15 |x w|; TDPBF16PS then adds the exact pair
- * products into one f32 sum per output, 3 K / 2 additions: gamma(3 K / 2) sum |x w|.
+ * bits for every thread count and in the two-phase form (gp_quant_matmul_ws_prep / _cols). Each
+ * product is computed from bf16 halves: hi_x hi_w + lo_x hi_w + hi_x lo_w, where v = hi + lo + r
+ * with |r| <= 2^-17 |v| and |lo| <= 2^-8 |v|, so each term is off x w by at most ~(2^-17 + 2^-17 +
+ * 2^-16) |x w| = 2^-15 |x w|; TDPBF16PS then adds the exact pair products into one f32 sum per
+ * output, 3 K / 2 additions: gamma(3 K / 2) sum |x w|.
  */
 static void test_amx(void)
 {
@@ -292,12 +293,14 @@ static void test_amx(void)
             problem_make(&p, types[t], N, K, 150);
             size_t wsz = (size_t)gp_quant_matmul_ws_bytes(150, K);
             void *ws = aligned_alloc(64, wsz);
-            float *y = malloc((size_t)150 * p.ldy * sizeof *y), *y2 = malloc((size_t)150 * p.ldy * sizeof *y2);
+            float *y = malloc((size_t)150 * p.ldy * sizeof *y);
+            float *y2 = malloc((size_t)150 * p.ldy * sizeof *y2);
             for (int mi = 0; mi < 4; mi++) {
                 int M = Ms[mi], bad = 0, split = 0, pad = 0;
                 for (int i = 0; i < 150 * p.ldy; i++)
                     y[i] = -1234.5f;
-                CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y, p.ldy, ws, wsz, 0, 1) == 1);
+                CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y, p.ldy, ws, wsz, 0,
+                                             1) == 1);
                 double g = 1.5 * K * 0x1p-24 / (1 - 1.5 * K * 0x1p-24);
                 for (int m = 0; m < M; m++) {
                     for (int n = 0; n < N; n++) {
@@ -314,8 +317,8 @@ static void test_amx(void)
                 for (int h = 0; h < 3; h++) {
                     memset(y2, 0, (size_t)150 * p.ldy * sizeof *y2);
                     for (int ith = nths[h] - 1; ith >= 0; ith--)
-                        CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y2, p.ldy, ws, wsz,
-                                                     ith, nths[h]) == 1);
+                        CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y2, p.ldy, ws,
+                                                     wsz, ith, nths[h]) == 1);
                     for (int m = 0; m < M; m++)
                         split += memcmp(y + m * p.ldy, y2 + m * p.ldy, (size_t)N * sizeof *y) != 0;
                 }
@@ -337,13 +340,15 @@ static void test_amx(void)
                 CU_ASSERT(bad == 0 && split == 0 && pad == 0);
             }
             /* not taken: M <= GP_QUANT_WS_MIN_M, a workspace too small, another path */
-            CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 5, K, y, p.ldy, ws, wsz, 0, 1) == 0);
+            CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 5, K, y, p.ldy, ws, wsz, 0, 1) ==
+                      0);
             CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 5, K, ws, wsz));
             CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 6, K, NULL, wsz));
             CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 6, K, y, p.ldy, ws,
                                          (size_t)gp_quant_matmul_ws_bytes(6, K) - 1, 0, 1) == 0);
             CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_VNNI) == 0);
-            CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 6, K, y, p.ldy, ws, wsz, 0, 1) == 0);
+            CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 6, K, y, p.ldy, ws, wsz, 0, 1) ==
+                      0);
             CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AMX) == 0);
             free(y);
             free(y2);
