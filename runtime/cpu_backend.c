@@ -1,6 +1,6 @@
 /* The CPU backend: the plan's arena and state regions allocated once, weights used in place from the
  * host, the session's io block as the io region; one thread-pool run per eval walks every node with
- * a barrier after each. */
+ * a barrier after each (and one inside a node of two phases, gp_cpu_two_phase). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,8 +135,14 @@ static void run_nodes(void *vctx, int ith, int nth)
             ws = c->arena + w->offset;
             ws_size = (size_t)w->size;
         }
-        gp_cpu_compute(nd->op, &nd->attrs, &out, in,
-                       gp_cpu_device_inputs(nd->op, nd->n_inputs, c->slot), ws, ws_size, ith, nth);
+        int n_in = gp_cpu_device_inputs(nd->op, nd->n_inputs, c->slot);
+        if (gp_cpu_two_phase(nd->op, &out, in, n_in, ws, ws_size)) {
+            gp_cpu_compute_phase(nd->op, &out, in, n_in, ws, ws_size, ith, nth, 0);
+            gp_threadpool_barrier(c->pool);
+            gp_cpu_compute_phase(nd->op, &out, in, n_in, ws, ws_size, ith, nth, 1);
+        } else {
+            gp_cpu_compute(nd->op, &nd->attrs, &out, in, n_in, ws, ws_size, ith, nth);
+        }
         gp_threadpool_barrier(c->pool);
         if (nd->op == GP_OP_ALL_REDUCE && c->comm) {
             /* Thread 0 sums over the devices while this device's other threads wait. */

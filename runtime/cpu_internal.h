@@ -111,9 +111,11 @@ static inline void gp_acc8_dot(gp_acc8 *a, const float *x, const float *y, int64
 
 void gp_cpu_matmul(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int ith,
                    int nth);
-/* matmul(x [M, K] f32, W [N, K] quantized, tb=1) -> y [M, N] f32 (no workspace). Threads split
- * the output columns. */
-void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, int ith, int nth);
+/* matmul(x [M, K] f32, W [N, K] quantized, tb=1) -> y [M, N] f32. Threads split the output
+ * columns; prompts run on AMX instead when gp_quant_matmul_ws takes them (the CPU has it and ws
+ * holds gp_quant_matmul_ws_bytes(M, K)). */
+void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, void *ws, size_t ws_size,
+                         int ith, int nth);
 void gp_cpu_attention(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, void *ws,
                       size_t ws_size, int ith, int nth);
 

@@ -476,10 +476,16 @@ void gp_cpu_matmul(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *
  * Threads split the output columns; the split changes no result, so every thread count gives the
  * same bits. */
 
-void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, int ith, int nth)
+void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, void *ws, size_t ws_size,
+                         int ith, int nth)
 {
     const gp_ktensor *x = &in[0], *w = &in[1];
     int64_t n0, n1, N = w->ne[0];
+    /* prompts on AMX where the CPU has it and the plan gave the workspace (runtime/quant.h) */
+    if (gp_quant_matmul_ws(w->dtype, w->data, N, x->data, x->nb[0] / (int64_t)sizeof(float),
+                           x->ne[0], x->ne[1], out->data, out->nb[0] / (int64_t)sizeof(float), ws,
+                           ws_size, ith, nth))
+        return;
     /* Shares of whole 16-column groups, so the SIMD paths see full tiles. */
     gp_share((N + 15) / 16, ith, nth, &n0, &n1);
     n0 *= 16;

@@ -29,6 +29,9 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
     set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/${f}.c
                                 PROPERTIES COMPILE_OPTIONS "${gp_quant_avx512}")
   endforeach()
+  target_sources(gp_cpu PRIVATE ${CMAKE_SOURCE_DIR}/runtime/quant_amx.c)
+  set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_amx.c PROPERTIES COMPILE_OPTIONS
+    "${gp_quant_avx512};-mavx512bf16;-mamx-tile;-mamx-bf16")
 endif()
 gp_target_flags(gp_cpu)
 target_compile_options(gp_cpu PRIVATE -ffp-contract=off

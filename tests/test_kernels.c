@@ -695,12 +695,16 @@ static double llama3_freq(double freq, const double *scale)
     return (1 - sm) * freq / scale[0] + sm * freq;
 }
 
-static void case_rope_scaled(int mode, int64_t n, double theta, const double *scale, tt *x,
-                             int inplace, const char *name)
+/* ff: freq_factors f32 [n/2] (input 2: pair j's frequency over ff[j]), or NULL. */
+static void case_rope_ff(int mode, int64_t n, double theta, const double *scale, tt *ff, tt *x,
+                         int inplace, const char *name)
 {
     int64_t T = x->k.ne[0], H = x->k.ne[1], D = x->k.ne[2];
     tt *pos = tt_ids(T, 3000);
-    kcase c = {.name = name, .op = GP_OP_ROPE, .in = {x, pos}, .n_in = 2};
+    kcase c = {.name = name, .op = GP_OP_ROPE, .in = {x, pos, ff}, .n_in = ff ? 3 : 2};
+    double *w = malloc(sizeof(double) * (size_t)(n / 2 + 1));
+    for (int64_t j = 0; j < n / 2; j++)
+        w[j] = ff ? tt_geti(ff, j) : 1.0; /* read now: check_case frees ff */
     c.at.i[0] = mode;
     c.at.i[1] = n;
     c.at.f[0] = theta;
@@ -720,7 +724,8 @@ static void case_rope_scaled(int mode, int64_t n, double theta, const double *sc
                 ref[base + d] = tt_geti(x, base + d);
             for (int64_t j = 0; j < n / 2; j++) {
                 int64_t u = mode ? 2 * j : j, v = mode ? 2 * j + 1 : j + n / 2;
-                double ang = p * llama3_freq(pow(theta, -2.0 * (double)j / (double)n), scale);
+                double f = llama3_freq(pow(theta, -2.0 * (double)j / (double)n), scale);
+                double ang = p * f / w[j];
                 double xu = tt_geti(x, base + u), xv = tt_geti(x, base + v);
                 ref[base + u] = xu * cos(ang) - xv * sin(ang);
                 ref[base + v] = xu * sin(ang) + xv * cos(ang);
@@ -728,6 +733,22 @@ static void case_rope_scaled(int mode, int64_t n, double theta, const double *sc
         }
     check_case(&c, ref);
     free(ref);
+    free(w);
+}
+
+static void case_rope_scaled(int mode, int64_t n, double theta, const double *scale, tt *x,
+                             int inplace, const char *name)
+{
+    case_rope_ff(mode, n, theta, scale, NULL, x, inplace, name);
+}
+
+/* freq_factors f32 [m], strided: factors in [1, 8] as Llama 3.1's rope_freqs. */
+static tt *rope_factors(int64_t m)
+{
+    tt *ff = tt_new(GP_F32, 1, &m, 1);
+    for (int64_t j = 0; j < m; j++)
+        tt_set(ff, &j, 1 + 7 * urand());
+    return ff;
 }
 
 static void case_rope(int mode, int64_t n, double theta, tt *x, int inplace, const char *name)
@@ -766,6 +787,15 @@ static void test_rope(void)
         float lo, hi;
         gp_rope_factors(&scaled, &lo, &hi);
         CU_ASSERT(lo == 1.0f && hi == 4.0f);
+    }
+    /* freq_factors (llama.cpp's rope_freqs tensor), alone and on top of a scaling. */
+    for (int mode = 0; mode < 2; mode++) {
+        case_rope_ff(mode, 16, 10000, NULL, rope_factors(8),
+                     tt_dims(GP_F32, 0, 3, 5, 3, 16, 0), 0, "rope freq_factors");
+        case_rope_ff(mode, 8, 500, NULL, rope_factors(4),
+                     tt_dims(GP_F16, 2, 3, 7, 3, 12, 0), 1, "rope freq_factors partial f16");
+        case_rope_ff(mode, 16, 10000, l3_small, rope_factors(8),
+                     tt_dims(GP_F32, 0, 3, 5, 3, 16, 0), 0, "rope freq_factors on llama3");
     }
     for (int mode = 0; mode < 2; mode++) {
         case_rope(mode, 16, 10000, tt_dims(GP_F32, 0, 3, 5, 3, 16, 0), 0, "rope full");
@@ -1201,6 +1231,17 @@ static void test_check(void)
     }
     gp_attrs lin = {.i = {0, 8, GP_ROPE_LINEAR}, .f = {10000.0, 8.0}};
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &lin, &ro->k, rin, 2, err, sizeof err), 0);
+    /* freq_factors: f32 [n/2] only. */
+    float fw[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    gp_ktensor fin[3] = {rx->k, rin[1], {fw, GP_F32, 1, {4}, {4}}};
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &lin, &ro->k, fin, 3, err, sizeof err), 0);
+    const gp_ktensor bad_ff[] = {{fw, GP_F32, 1, {8}, {4}}, {fw, GP_F16, 1, {4}, {2}},
+                                 {fw, GP_F32, 2, {2, 2}, {8, 4}}};
+    for (size_t i = 0; i < sizeof bad_ff / sizeof bad_ff[0]; i++) {
+        fin[2] = bad_ff[i];
+        CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &lin, &ro->k, fin, 3, err, sizeof err), -1);
+        CU_ASSERT(strstr(err, "freq_factors must be f32 [4]") != NULL);
+    }
 
     tt *all[] = {table, ids, out, b4, b3, w, mo, dst, src, q, kv, ao, kv3, rx, ro};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)

@@ -128,11 +128,16 @@ static int llama_derive(const gp_gguf *g, const char *path, const char *arch, gp
     if (has_kl < 0 || has_embd < 0 || has_heads < 0)
         return -1;
     if (has_kl == 1 && has_embd == 0 && has_heads == 0 && heads > 0 && embd % heads == 0 &&
-        push(p, "%s=%lld", "head_dim", (double)(embd / heads), 0)) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        return -1;
-    }
+        push(p, "%s=%lld", "head_dim", (double)(embd / heads), 0))
+        goto oom;
+    /* Llama 3.1's rope scaling is no metadata but a tensor, one frequency factor a rotated pair
+     * (examples/llama3.gplan binds it when rope_freqs is true). */
+    if (gp_gguf_tensor_find(g, "rope_freqs.weight") && push_text(p, "rope_freqs=true"))
+        goto oom;
     return 0;
+oom:
+    snprintf(err, errlen, "%s: out of memory", path);
+    return -1;
 }
 
 /* query_pre_attn_scalar, which no Gemma file holds: llama.cpp scales scores by head_dim^-1/2,

@@ -8,7 +8,9 @@ As convert_hf_to_gguf.py converts the architectures:
 - gpt2: Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) transposed to [out, in];
   the attn.bias / attn.masked_bias buffers dropped.
 - llama (model_type llama or mistral): q_proj and k_proj rows permuted for ggml's interleaved rope
-  (LlamaModel.permute).
+  (LlamaModel.permute). With rope_type "llama3" (rope_parameters, its full_attention entry, or
+  rope_scaling) no rope scaling metadata but rope_freqs.weight, first: each pair's factor, as
+  LlamaModel.generate_extra_tensors computes it (in float32, as torch does there).
 - gemma2, gemma3 (model_type gemma3 or gemma3_text): every norm weight + 1; Gemma 2's lm_head
   dropped. phi3: the fused tensors as they are. Their names from gguf-py's TensorNameMap, not
   from gplan's table.
@@ -22,6 +24,7 @@ ARCH.KEY or replaces it in place, as parity-to-gguf does.
 usage: make_gguf.py [--f16] [--sliding-window] [--no-head-dim] FIXTURE_DIR OUT.gguf [KEY=...]...
 Needs numpy and gguf only (the safetensors header is read here)."""
 import json
+import math
 import os
 import struct
 import sys
@@ -70,6 +73,32 @@ def permute(w, heads):
     """LlamaModel.permute: row h*d + 2j + i of the result is row h*d + i*d/2 + j of w."""
     return (w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:])
             .swapaxes(1, 2).reshape(w.shape))
+
+
+def rope_freqs(cfg):
+    """The converter's rope_freqs tensor for a llama3 rope scaling, or None."""
+    rp = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    rp = rp.get("full_attention", rp)
+    if rp.get("rope_type", "").lower() != "llama3":
+        return None
+    f32 = np.float32
+    base = rp.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    freqs = f32(1.0) / (f32(base) ** (np.arange(0, dim, 2, dtype=f32) / f32(dim)))
+    factor = rp.get("factor", 8.0)
+    low, high = rp.get("low_freq_factor", 1.0), rp.get("high_freq_factor", 4.0)
+    old_len = rp.get("original_max_position_embeddings", 8192)
+    out = []
+    for freq in freqs:
+        wavelen = f32(2 * math.pi) / freq
+        if wavelen < f32(old_len / high):
+            out.append(1.0)
+        elif wavelen > f32(old_len / low):
+            out.append(factor)
+        else:
+            smooth = (f32(old_len) / wavelen - f32(low)) / f32(high - low)
+            out.append(f32(1) / ((f32(1) - smooth) / f32(factor) + smooth))
+    return np.array(out, dtype=f32)
 
 
 ARCHS = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "gemma2": "gemma2",
@@ -192,6 +221,9 @@ def main():
     if arch in ("gemma2", "gemma3", "phi3"):
         names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], cfg["num_hidden_layers"])
     tensors = read_safetensors(os.path.join(fixture, "model.safetensors"))
+    factors = rope_freqs(cfg) if arch == "llama" else None
+    if factors is not None:
+        w.add_tensor("rope_freqs.weight", factors)
     for name in sorted(tensors):
         t = tensors[name]
         if gpt2 and name.endswith((".attn.bias", ".attn.masked_bias")):

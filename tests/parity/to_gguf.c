@@ -10,6 +10,11 @@
  *   transposed to [out, in]; attn.bias and attn.masked_bias buffers dropped.
  * - llama (model_type llama or mistral): q_proj and k_proj rows permuted for ggml's interleaved
  *   rope.
+ * - llama with rope_type "llama3" (Llama 3.1 and later; rope_parameters, its full_attention entry,
+ *   or rope_scaling): no rope scaling metadata but a tensor rope_freqs.weight f32[head_dim / 2],
+ *   pair j's factor (ggml divides the frequency by it: 1, factor, or 1 / ((1 - s) / factor + s)
+ *   between), computed in float32 as LlamaModel.generate_extra_tensors computes it with torch;
+ *   first in the file, as the converter yields it before the checkpoint's tensors.
  * - gemma2, gemma3 (model_type gemma3 or gemma3_text): every norm weight + 1 (transformers scales
  *   by 1 + w); Gemma 2's lm_head dropped (llama.cpp's head is the embedding).
  * - phi3: the fused qkv_proj and gate_up_proj kept as they are (attn_qkv, ffn_up).
@@ -390,6 +395,69 @@ static float *converted(const gp_st_tensor *t, arch_id arch, int n_head, int n_k
     return dst;
 }
 
+/* The rope object llama.cpp's converter reads (rope_parameters, else rope_scaling; its
+ * full_attention entry when it has one), or NULL. */
+static const json_t *rope_params(const json_t *cfg)
+{
+    const json_t *rp = json_object_get(cfg, "rope_parameters");
+    if (!json_is_object(rp))
+        rp = json_object_get(cfg, "rope_scaling");
+    if (!json_is_object(rp))
+        return NULL;
+    const json_t *full = json_object_get(rp, "full_attention");
+    return json_is_object(full) ? full : rp;
+}
+
+static double param_or(const json_t *o, const char *name, double dflt)
+{
+    const json_t *j = json_object_get(o, name);
+    return json_is_number(j) ? json_number_value(j) : dflt;
+}
+
+/* rope_freqs.weight for a rope_type "llama3" config into *t: 0 (t->data set), 1 when the config
+ * has no llama3 scaling, -1 with a message. The steps and their float32 roundings are the
+ * converter's (torch float32 tensors against Python floats). */
+static int llama3_rope_freqs(const json_t *cfg, out_tensor *t)
+{
+    const json_t *rp = rope_params(cfg);
+    const char *type = rp ? json_string_value(json_object_get(rp, "rope_type")) : NULL;
+    if (!type || strcmp(type, "llama3") != 0)
+        return 1;
+    double theta = param_or(rp, "rope_theta", param_or(cfg, "rope_theta", 10000.0));
+    int64_t heads = (int64_t)param_or(cfg, "num_attention_heads", 0);
+    int64_t hidden = (int64_t)param_or(cfg, "hidden_size", 0);
+    int64_t dim = (int64_t)param_or(cfg, "head_dim", heads > 0 ? (double)(hidden / heads) : 0);
+    if (dim < 2 || dim % 2 || dim > 1 << 20)
+        return fail("config.json: head_dim is not an even number in 2..2^20%s%s", "", "");
+    double lo_d = param_or(rp, "low_freq_factor", 1.0);
+    double hi_d = param_or(rp, "high_freq_factor", 4.0);
+    double old_len = param_or(rp, "original_max_position_embeddings", 8192.0);
+    double lo_wavelen = old_len / lo_d, hi_wavelen = old_len / hi_d;
+    float factor = (float)param_or(rp, "factor", 8.0), lo = (float)lo_d;
+    float *f = malloc((size_t)dim / 2 * sizeof *f);
+    if (!f)
+        return fail("rope_freqs: %s%s", "out of memory", "");
+    for (int64_t j = 0; j < dim / 2; j++) {
+        float freq = 1.0f / powf((float)theta, (float)(2 * j) / (float)dim);
+        float wavelen = (float)(2.0 * 3.14159265358979323846) / freq;
+        if (wavelen < (float)hi_wavelen) {
+            f[j] = 1.0f;
+        } else if (wavelen > (float)lo_wavelen) {
+            f[j] = factor;
+        } else {
+            float smooth = ((float)old_len / wavelen - lo) / (float)(hi_d - lo_d);
+            f[j] = 1.0f / ((1.0f - smooth) / factor + smooth);
+        }
+    }
+    snprintf(t->name, sizeof t->name, "rope_freqs.weight");
+    t->type = GGML_F32;
+    t->ndim = 1;
+    t->ne[0] = dim / 2;
+    t->data = f;
+    t->nbytes = (size_t)dim / 2 * sizeof *f;
+    return 0;
+}
+
 static int write_file(const char *path, const meta *m, const out_tensor *t, int n_t)
 {
     gp_gw w;
@@ -470,16 +538,20 @@ int main(int argc, char **argv)
     }
     /* llama.cpp's Gemma 2 never reads an lm_head (its head is the embedding) */
     int drop_head = arch == A_GEMMA2 || json_is_true(json_object_get(cfg, "tie_word_embeddings"));
+    static out_tensor t[MAX_TENSORS];
+    int n_t = 0, rc = 1;
+    int freqs = arch == A_LLAMA && !m.bad ? llama3_rope_freqs(cfg, &t[0]) : 1;
     json_decref(cfg);
-    if (m.bad)
+    if (m.bad || freqs < 0)
         return 1;
+    n_t = freqs == 0;
 
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     gp_st_file *st = gp_st_open(path, err, sizeof err);
-    if (!st)
+    if (!st) {
+        free(t[0].data);
         return fail("%s%s", err, ""), 1;
-    static out_tensor t[MAX_TENSORS];
-    int n_t = 0, rc = 1;
+    }
     for (int i = 0; i < gp_st_count(st); i++) {
         const gp_st_tensor *s = gp_st_get(st, i);
         if (arch == A_GPT2 &&

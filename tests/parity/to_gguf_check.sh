@@ -32,6 +32,8 @@ mistral
 mistral --f16
 mistral --sliding-window
 mistral --no-head-dim
+llama3
+llama3 --f16
 gemma2
 gemma2 --f16
 gemma3 - attention.sliding_window_pattern=u32:3
