@@ -5,13 +5,6 @@
 
 #include "runtime/cpu_dot.h"
 
-/* Bytes ahead on each weight row to prefetch: decode streams the weights from memory, and four rows
- * are too few streams for the hardware prefetcher alone (TinyLlama FFN shape, 256 MiB of f16, 1
- * thread: 6.2 GB/s without, 9.4 at 1024, 9.7 at 2048; 512: 8.1). */
-#ifndef GP_DOT_PF
-#define GP_DOT_PF 1024
-#endif
-
 static inline __attribute__((always_inline)) __m512 ldw(gp_dtype wt, const char *p, int64_t k)
 {
     if (wt == GP_F16)
@@ -63,7 +56,7 @@ static inline __attribute__((always_inline)) void totals4(const __m512 *c, float
 static inline __attribute__((always_inline)) void tile(int rm, gp_dtype wt, int64_t kc,
                                                        const float *const *a, const char *const *w,
                                                        float *acc, int64_t am, int first,
-                                                       float *tot, int64_t ldt)
+                                                       float *tot, int64_t ldt, int64_t pf)
 {
     __m512 c[GP_DOT_RM][GP_DOT_RN];
     const float *ar[GP_DOT_RM];
@@ -76,11 +69,11 @@ static inline __attribute__((always_inline)) void tile(int rm, gp_dtype wt, int6
     int64_t k = 0;
     int64_t es = wt == GP_F32 ? 4 : 2;
     for (; k + 16 <= kc; k += 16) {
-        if (GP_DOT_PF) {
-            _mm_prefetch(w0 + es * k + GP_DOT_PF, _MM_HINT_T0);
-            _mm_prefetch(w1 + es * k + GP_DOT_PF, _MM_HINT_T0);
-            _mm_prefetch(w2 + es * k + GP_DOT_PF, _MM_HINT_T0);
-            _mm_prefetch(w3 + es * k + GP_DOT_PF, _MM_HINT_T0);
+        if (pf) {
+            _mm_prefetch(w0 + es * k + pf, _MM_HINT_T0);
+            _mm_prefetch(w1 + es * k + pf, _MM_HINT_T0);
+            _mm_prefetch(w2 + es * k + pf, _MM_HINT_T0);
+            _mm_prefetch(w3 + es * k + pf, _MM_HINT_T0);
         }
         __m512 v0 = ldw(wt, w0, k), v1 = ldw(wt, w1, k), v2 = ldw(wt, w2, k), v3 = ldw(wt, w3, k);
         for (int m = 0; m < rm; m++) {
@@ -115,16 +108,16 @@ static inline __attribute__((always_inline)) void tile(int rm, gp_dtype wt, int6
 
 #define GP_DOT_CASES(wt)                                                                           \
     switch (rm) {                                                                                  \
-    case 1: tile(1, wt, kc, a, w, acc, am, first, tot, ldt); break;                                                 \
-    case 2: tile(2, wt, kc, a, w, acc, am, first, tot, ldt); break;                                                 \
-    case 3: tile(3, wt, kc, a, w, acc, am, first, tot, ldt); break;                                                 \
-    case 4: tile(4, wt, kc, a, w, acc, am, first, tot, ldt); break;                                                 \
-    case 5: tile(5, wt, kc, a, w, acc, am, first, tot, ldt); break;                                                 \
-    default: tile(6, wt, kc, a, w, acc, am, first, tot, ldt); break;                                                \
+    case 1: tile(1, wt, kc, a, w, acc, am, first, tot, ldt, pf); break;                                                 \
+    case 2: tile(2, wt, kc, a, w, acc, am, first, tot, ldt, pf); break;                                                 \
+    case 3: tile(3, wt, kc, a, w, acc, am, first, tot, ldt, pf); break;                                                 \
+    case 4: tile(4, wt, kc, a, w, acc, am, first, tot, ldt, pf); break;                                                 \
+    case 5: tile(5, wt, kc, a, w, acc, am, first, tot, ldt, pf); break;                                                 \
+    default: tile(6, wt, kc, a, w, acc, am, first, tot, ldt, pf); break;                                                \
     }
 
 void gp_dot_avx512(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
-                   float *acc, int64_t am, int first, float *tot, int64_t ldt)
+                   float *acc, int64_t am, int first, float *tot, int64_t ldt, int64_t pf)
 {
     if (wt == GP_F16) {
         GP_DOT_CASES(GP_F16)

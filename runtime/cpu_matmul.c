@@ -189,8 +189,9 @@ static float w_elt(gp_dtype wt, const char *p, int64_t k)
 }
 
 void gp_dot_portable(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
-                     float *acc, int64_t am, int first, float *tot, int64_t ldt)
+                     float *acc, int64_t am, int first, float *tot, int64_t ldt, int64_t pf)
 {
+    (void)pf;
     int64_t kp = (kc + GP_DOT_LANES - 1) / GP_DOT_LANES * GP_DOT_LANES;
     for (int m = 0; m < rm; m++)
         for (int n = 0; n < GP_DOT_RN; n++) {
@@ -333,6 +334,10 @@ static void mm_lanes(const mm_problem *q, int ith, int nth)
          * (decode): the weights then stream once, row by row. */
         int64_t kb = a_direct && w_direct && mc <= GP_DOT_RM ? K : KB_L;
         gp_dtype wt = w_direct ? B.t : GP_F32;
+        /* Weights read in place stream from memory at decode: each call prefetches, at the k it
+         * reads, the rows of the next call (GP_DOT_RN rows on); short rows (GPT-2's K of 768)
+         * leave a fixed distance along a row no room to run ahead. */
+        int64_t pf = w_direct ? GP_DOT_RN * B.sj : 0;
         if (K == 0)
             memset(tot, 0, sizeof tot);
         for (int64_t k0 = 0; k0 < K; k0 += kb) {
@@ -366,7 +371,7 @@ static void mm_lanes(const mm_problem *q, int ith, int nth)
                 for (int64_t j = 0; j < nc; j += GP_DOT_RN)
                     dot(rm, kc, ar + i, wr + j, wt, acc + (i * NG_L + j) * GP_DOT_LANES,
                         NG_L * GP_DOT_LANES, k0 == 0, k0 + kc >= K ? tot + i * NG_L + j : NULL,
-                        NG_L);
+                        NG_L, pf);
             }
         }
         for (int64_t i = 0; i < mc; i++)
