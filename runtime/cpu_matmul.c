@@ -311,6 +311,51 @@ gp_attn_accum_fn gp_cpu_attn_accum(void)
     return gp_attn_accum_portable;
 }
 
+/* The lanes path when a is f32 with contiguous rows, the weights are read in place and K is at
+ * most KF_L: every kernel call runs over all of k (the lanes stay in registers from the first k to
+ * the totals). Work items: (batch, strip of NS_F columns, block of MB_L rows), rows fastest; in an
+ * item, each slice of GP_DOT_RM rows of a (at most 6 KF_L floats: 96 KiB, mostly L1 and L2) meets
+ * every column group of the strip before the next slice, the strip's weights staying in L2. */
+enum { NS_F = 64, KF_L = 4096 };
+
+static void mm_lanes_full(const mm_problem *q, int ith, int nth)
+{
+    int64_t M = q->M, N = q->N, K = q->K, nbat = q->o.ne[0] * q->o.ne[1];
+    int64_t mblk = (M + MB_L - 1) / MB_L, nstr = (N + NS_F - 1) / NS_F, i0, i1;
+    gp_dot_fn dot = gp_cpu_dot();
+    _Alignas(64) float tot[MB_L * NS_F]; /* [MB][NS] the sums */
+    gp_share(nbat * nstr * mblk, ith, nth, &i0, &i1);
+    for (int64_t item = i0; item < i1; item++) {
+        int64_t bi = item / (nstr * mblk), st = (item / mblk) % nstr, mbi = item % mblk;
+        mview A, B;
+        char *po;
+        mm_batch(q, bi, &A, &B, &po);
+        int64_t m0 = mbi * MB_L, mc = M - m0 < MB_L ? M - m0 : MB_L;
+        int64_t n0 = st * NS_F, nc = N - n0 < NS_F ? N - n0 : NS_F;
+        /* The first slice reads the strip's weights from memory: it prefetches the next call's
+         * rows; the later slices find them in L2. */
+        int64_t pf = GP_DOT_RN * B.sj;
+        const float *ar[MB_L];
+        const char *wr[NS_F];
+        for (int64_t i = 0; i < mc; i++)
+            ar[i] = (const float *)(const void *)(A.p + (m0 + i) * A.si);
+        for (int64_t j = 0; j < NS_F; j++) /* columns past nc repeat the last (never stored) */
+            wr[j] = B.p + (n0 + (j < nc ? j : nc - 1)) * B.sj;
+        if (K == 0)
+            memset(tot, 0, sizeof tot);
+        else
+            for (int64_t i = 0; i < mc; i += GP_DOT_RM) {
+                int rm = mc - i < GP_DOT_RM ? (int)(mc - i) : GP_DOT_RM;
+                for (int64_t j = 0; j < nc; j += GP_DOT_RN)
+                    dot(rm, K, ar + i, wr + j, B.t, NULL, 0, 1, tot + i * NS_F + j, NS_F,
+                        i == 0 ? pf : 0);
+            }
+        for (int64_t i = 0; i < mc; i++)
+            gp_cpu_store_row(po + (m0 + i) * q->som + n0 * q->son, q->son, q->o.t, tot + i * NS_F,
+                             nc);
+    }
+}
+
 static void mm_lanes(const mm_problem *q, int ith, int nth)
 {
     int64_t M = q->M, N = q->N, K = q->K, nbat = q->o.ne[0] * q->o.ne[1];
@@ -467,7 +512,9 @@ void gp_cpu_matmul(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *
     /* The path depends on shapes only, never on nth. */
     int64_t es = (int64_t)gp_dtype_size(b->t);
     int fl = b->t == GP_F32 || b->t == GP_F16 || b->t == GP_BF16;
-    if (q.sbk == es)
+    if (q.sbk == es && q.a.t == GP_F32 && q.sak == 4 && fl && q.K <= KF_L && q.M > GP_DOT_RM)
+        mm_lanes_full(&q, ith, nth);
+    else if (q.sbk == es)
         mm_lanes(&q, ith, nth);
     else if (q.sbn == es && fl)
         mm_rows(&q, ith, nth);
