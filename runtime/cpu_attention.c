@@ -96,12 +96,13 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
             for (int64_t s = 0; s < n; s++) {
                 if (cap > 0)
                     sc[s] = cap * tanhf(sc[s] / cap);
-                mx = fmaxf(mx, sc[s]);
             }
+            for (int64_t s = 0; s < n; s++) /* fmaxf's result (no NaN in sc), as a select */
+                mx = sc[s] > mx ? sc[s] : mx;
             gp_acc8 sum;
             gp_acc8_zero(&sum);
             for (int64_t s = 0; s < n; s++)
-                sc[s] = expf(sc[s] - mx);
+                sc[s] = gp_expf(sc[s] - mx);
             gp_acc8_add(&sum, sc, n);
             float inv = 1.0f / gp_acc8_total(&sum);
             for (int64_t i = 0; i < D; i++)
@@ -131,7 +132,7 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
         gp_acc8 sum;
         gp_acc8_zero(&sum);
         for (int64_t s = s0; s <= p; s++)
-            sc[s - s0] = expf(sc[s - s0] - mx);
+            sc[s - s0] = gp_expf(sc[s - s0] - mx);
         gp_acc8_add(&sum, sc, p + 1 - s0);
         float inv = 1.0f / gp_acc8_total(&sum);
         /* out = sum_s sc[s] v[s] / sum, one chunk of D at a time, s ascending. */

@@ -115,7 +115,29 @@ typedef struct {
     gp_t4 o, a, b; /* batch dims in [0], [1]; a dim of 1 broadcasts */
     int64_t M, N, K;
     int64_t sam, sak, sbk, sbn, som, son; /* byte strides of A (m, k), B (k, n), out (m, n) */
+    const gp_mm_epilogue *epi;            /* 2-D products only; else NULL */
 } mm_problem;
+
+/* Stores row m (of M; batch base po) of out, columns [n0, n0 + nc) from v[0..nc), after the
+ * epilogue's steps (v is scratch). */
+static void out_row(const mm_problem *q, char *po, int64_t m, int64_t n0, float *v, int64_t nc)
+{
+    const gp_mm_epilogue *e = q->epi;
+    for (int s = 0; e && s < e->n; s++) {
+        if (e->s[s].kind == GP_EPI_BIAS) {
+            const float *t = e->s[s].t + n0;
+            for (int64_t j = 0; j < nc; j++)
+                v[j] += t[j];
+        } else if (e->s[s].kind == GP_EPI_RESIDUAL) {
+            const float *t = e->s[s].t + m * e->s[s].ld + n0;
+            for (int64_t j = 0; j < nc; j++)
+                v[j] += t[j];
+        } else {
+            gp_cpu_unary(e->s[s].op, e->s[s].at, v, nc);
+        }
+    }
+    gp_cpu_store_row(po + m * q->som + n0 * q->son, q->son, q->o.t, v, nc);
+}
 
 /* A and B of batch bi, and out's batch base. */
 static void mm_batch(const mm_problem *q, int64_t bi, mview *A, mview *B, char **po)
@@ -160,7 +182,7 @@ static void mm_gemm(const mm_problem *q, int ith, int nth)
             block(mc, ncp, kc, ap, bp, ct);
         }
         for (int64_t i = 0; i < mc; i++)
-            gp_cpu_store_row(po + (m0 + i) * q->som + n0 * q->son, q->son, q->o.t, ct + i * NB, nc);
+            out_row(q, po, m0 + i, n0, ct + i * NB, nc);
     }
 }
 
@@ -351,8 +373,7 @@ static void mm_lanes_full(const mm_problem *q, int ith, int nth)
                         i == 0 ? pf : 0);
             }
         for (int64_t i = 0; i < mc; i++)
-            gp_cpu_store_row(po + (m0 + i) * q->som + n0 * q->son, q->son, q->o.t, tot + i * NS_F,
-                             nc);
+            out_row(q, po, m0 + i, n0, tot + i * NS_F, nc);
     }
 }
 
@@ -420,8 +441,7 @@ static void mm_lanes(const mm_problem *q, int ith, int nth)
             }
         }
         for (int64_t i = 0; i < mc; i++)
-            gp_cpu_store_row(po + (m0 + i) * q->som + n0 * q->son, q->son, q->o.t, tot + i * NG_L,
-                             nc);
+            out_row(q, po, m0 + i, n0, tot + i * NG_L, nc);
     }
 }
 
@@ -470,15 +490,22 @@ static void mm_rows(const mm_problem *q, int ith, int nth)
             }
         }
         for (int64_t i = 0; i < mc; i++)
-            gp_cpu_store_row(po + (m0 + i) * q->som + n0 * q->son, q->son, q->o.t, acc + i * NS_R,
-                             nc);
+            out_row(q, po, m0 + i, n0, acc + i * NS_R, nc);
     }
 }
 
 void gp_cpu_matmul(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in, int ith,
                    int nth)
 {
+    gp_cpu_matmul_epi(at, out, in, NULL, ith, nth);
+}
+
+void gp_cpu_matmul_epi(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in,
+                       const gp_mm_epilogue *e, int ith, int nth)
+{
     mm_problem q;
+    GP_ASSERT(!e || (out->ndim == 2 && out->dtype == GP_F32));
+    q.epi = e;
     q.o = gp_t4_of(out);
     q.a = gp_t4_of(&in[0]);
     q.b = gp_t4_of(&in[1]);
