@@ -130,10 +130,44 @@ void gp_dot_avx512(int rm, int64_t kc, const float *const *a, const char *const 
 
 /* ---- attention's loops ---- */
 
+/* Four rows of k at once: their lanes' totals in one totals4 (the same additions per row). */
+static inline __attribute__((always_inline)) void scores4(gp_dtype kt, const float *q,
+                                                          const char *k, int64_t ks, int64_t d,
+                                                          float scale, float *sc)
+{
+    __m512 c[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 16 <= d; i += 16) {
+        __m512 x = _mm512_loadu_ps(q + i);
+        for (int j = 0; j < 4; j++)
+            c[j] = _mm512_fmadd_ps(x, ldw(kt, k + j * ks, i), c[j]);
+    }
+    if (i < d) {
+        __mmask16 mk = (__mmask16)((1u << (d - i)) - 1);
+        __m512 x = _mm512_maskz_loadu_ps(mk, q + i);
+        for (int j = 0; j < 4; j++)
+            c[j] = _mm512_fmadd_ps(x, ldw_mask(kt, k + j * ks, i, mk), c[j]);
+    }
+    float t[4];
+    totals4(c, t);
+    for (int j = 0; j < 4; j++)
+        sc[j] = t[j] * scale;
+}
+
 void gp_attn_scores_avx512(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
                            int64_t n, float scale, float *sc)
 {
-    for (int64_t s = 0; s < n; s++) {
+    int64_t s0 = 0;
+    for (; s0 + 4 <= n; s0 += 4) {
+        if (kt == GP_F16)
+            scores4(GP_F16, q, k + s0 * ks, ks, d, scale, sc + s0);
+        else if (kt == GP_BF16)
+            scores4(GP_BF16, q, k + s0 * ks, ks, d, scale, sc + s0);
+        else
+            scores4(GP_F32, q, k + s0 * ks, ks, d, scale, sc + s0);
+    }
+    for (int64_t s = s0; s < n; s++) {
         const char *kr = k + s * ks;
         __m512 c = _mm512_setzero_ps();
         int64_t i = 0;
