@@ -24,6 +24,7 @@ typedef struct {
     gp_host_comm *comm;           /* tensor parallelism: the ranks' communicator, else NULL */
     int failed;                   /* this eval: a collective was aborted */
     unsigned char *fuse;          /* [n_nodes] nodes after this matmul its epilogue computes */
+    atomic_llong *next;           /* [n_nodes] float matmuls' shared item counters, 0 at an eval */
 } cpu_ctx;
 
 static void *alloc_region(const gp_plan_region *r)
@@ -198,6 +199,7 @@ static void cpu_destroy(void *vctx)
         return;
     gp_threadpool_free(c->pool);
     free(c->fuse);
+    free(c->next);
     free(c->arena);
     free(c->state);
     free(c);
@@ -230,7 +232,8 @@ static int cpu_create(const gp_backend_init *init, void **out, char *err, size_t
         cpu_destroy(c);
         return -1;
     }
-    if (plan_fusion(c)) {
+    c->next = calloc((size_t)p->n_nodes + 1, sizeof *c->next);
+    if (!c->next || plan_fusion(c)) {
         snprintf(err, err_len, "cpu: out of memory");
         cpu_destroy(c);
         return -1;
@@ -293,7 +296,7 @@ static void run_nodes(void *vctx, int ith, int nth)
             gp_mm_epilogue e;
             gp_ktensor fout;
             if (epi_setup(c, k, in, &e, &fout)) {
-                gp_cpu_matmul_epi(&nd->attrs, &fout, in, &e, ith, nth);
+                gp_cpu_matmul_epi(&nd->attrs, &fout, in, &e, &c->next[k], ith, nth);
                 gp_threadpool_barrier(c->pool);
                 k += c->fuse[k];
                 continue;
@@ -306,8 +309,12 @@ static void run_nodes(void *vctx, int ith, int nth)
             ws = c->arena + w->offset;
             ws_size = (size_t)w->size;
         }
-        gp_cpu_compute(nd->op, &nd->attrs, &out, in,
-                       gp_cpu_device_inputs(nd->op, nd->n_inputs, c->slot), ws, ws_size, ith, nth);
+        if (nd->op == GP_OP_MATMUL && !gp_dtype_is_quant(in[1].dtype))
+            gp_cpu_matmul_epi(&nd->attrs, &out, in, NULL, &c->next[k], ith, nth);
+        else
+            gp_cpu_compute(nd->op, &nd->attrs, &out, in,
+                           gp_cpu_device_inputs(nd->op, nd->n_inputs, c->slot), ws, ws_size, ith,
+                           nth);
         gp_threadpool_barrier(c->pool);
         if (nd->op == GP_OP_ALL_REDUCE && c->comm) {
             /* Thread 0 sums over the devices while this device's other threads wait. */
@@ -326,6 +333,8 @@ static int cpu_eval(void *vctx, const unsigned char *extras, char *err, size_t e
     cpu_ctx *c = vctx;
     c->extras = extras;
     c->failed = 0;
+    for (int k = 0; k < c->p->n_nodes; k++) /* published to the workers by the run's start */
+        atomic_store_explicit(&c->next[k], 0, memory_order_relaxed);
     gp_threadpool_run(c->pool, run_nodes, c);
     if (c->failed) {
         snprintf(err, err_len, "cpu: all_reduce aborted (another device failed)");

@@ -3,6 +3,7 @@
 #ifndef GP_RUNTIME_CPU_INTERNAL_H
 #define GP_RUNTIME_CPU_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "runtime/cpu_kernels.h"
@@ -163,9 +164,11 @@ typedef struct {
     } s[GP_EPI_MAX];
 } gp_mm_epilogue;
 
-/* gp_cpu_matmul of a 2-D product out[M, N] (f32) followed by epilogue e (NULL: none). */
+/* gp_cpu_matmul (float weights), followed by epilogue e (NULL: none; else out is 2-D f32). next:
+ * NULL, or a counter at 0 that every thread of this call shares (work items are then taken in
+ * turn rather than split evenly up front: the same results). */
 void gp_cpu_matmul_epi(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in,
-                       const gp_mm_epilogue *e, int ith, int nth);
+                       const gp_mm_epilogue *e, atomic_llong *next, int ith, int nth);
 
 /* x[0..n) = op(x) for the unary elementwise ops (gelu, gelu_erf, silu, scale). */
 void gp_cpu_unary(gp_op op, const gp_attrs *a, float *x, int64_t n);

@@ -116,7 +116,33 @@ typedef struct {
     int64_t M, N, K;
     int64_t sam, sak, sbk, sbn, som, son; /* byte strides of A (m, k), B (k, n), out (m, n) */
     const gp_mm_epilogue *epi;            /* 2-D products only; else NULL */
+    atomic_llong *next;                   /* shared item counter (from 0), or NULL: static shares */
 } mm_problem;
+
+/* The next run of work items [*i0, *i1) out of n for thread ith; 0 when none is left. Without a
+ * counter, thread ith's even share in one run; with one, runs of about n / (8 nth) items taken in
+ * turn, so a thread that runs late (a loaded machine) leaves its items to the others. Every item
+ * is computed whole by whichever thread takes it, so the results do not depend on the split. */
+static int take_items(const mm_problem *q, int64_t n, int ith, int nth, int *first, int64_t *i0,
+                      int64_t *i1)
+{
+    if (!q->next) {
+        if (!*first)
+            return 0;
+        *first = 0;
+        gp_share(n, ith, nth, i0, i1);
+        return 1;
+    }
+    int64_t run = n / (8 * (int64_t)nth);
+    if (run < 1)
+        run = 1;
+    int64_t s = (int64_t)atomic_fetch_add_explicit(q->next, (long long)run, memory_order_relaxed);
+    if (s >= n)
+        return 0;
+    *i0 = s;
+    *i1 = s + run < n ? s + run : n;
+    return 1;
+}
 
 /* Stores row m (of M; batch base po) of out, columns [n0, n0 + nc) from v[0..nc), after the
  * epilogue's steps (v is scratch). */
@@ -163,7 +189,7 @@ static void mm_gemm(const mm_problem *q, int ith, int nth)
     _Alignas(64) float ap[MB * KB];
     _Alignas(64) float bp[KB * NB];
     _Alignas(64) float ct[MB * NB];
-    gp_share(nbat * nblk * mblk, ith, nth, &i0, &i1);
+    for (int first = 1; take_items(q, nbat * nblk * mblk, ith, nth, &first, &i0, &i1);)
     for (int64_t item = i0; item < i1; item++) {
         /* Items run batch, then column block, then row block. */
         int64_t bi = item / (nblk * mblk), nbi = (item / mblk) % nblk, mbi = item % mblk;
@@ -347,7 +373,7 @@ static void mm_lanes_full(const mm_problem *q, int ith, int nth)
     int64_t mblk = (M + MB_L - 1) / MB_L, nstr = (N + NS_F - 1) / NS_F, i0, i1;
     gp_dot_fn dot = gp_cpu_dot();
     _Alignas(64) float tot[MB_L * NS_F]; /* [MB][NS] the sums */
-    gp_share(nbat * nstr * mblk, ith, nth, &i0, &i1);
+    for (int first = 1; take_items(q, nbat * nstr * mblk, ith, nth, &first, &i0, &i1);)
     for (int64_t item = i0; item < i1; item++) {
         int64_t bi = item / (nstr * mblk), st = (item / mblk) % nstr, mbi = item % mblk;
         mview A, B;
@@ -389,7 +415,7 @@ static void mm_lanes(const mm_problem *q, int ith, int nth)
     _Alignas(64) float tot[MB_L * NG_L];                /* [MB][NG] the sums */
     _Alignas(64) float abuf[MB_L * KB_L];               /* [MB][KB] rows of a as f32 */
     _Alignas(64) float wbuf[NG_L * KB_L];               /* [NG][KB] rows of w as f32 */
-    gp_share(nbat * ngrp * mblk, ith, nth, &i0, &i1);
+    for (int first = 1; take_items(q, nbat * ngrp * mblk, ith, nth, &first, &i0, &i1);)
     for (int64_t item = i0; item < i1; item++) {
         int64_t bi = item / (ngrp * mblk), g = (item / mblk) % ngrp, mbi = item % mblk;
         mview A, B;
@@ -461,7 +487,7 @@ static void mm_rows(const mm_problem *q, int ith, int nth)
     int a_direct = q->a.t == GP_F32 && q->sak == 4;
     _Alignas(64) float acc[MB_R * NS_R]; /* [MB][64] */
     _Alignas(64) float abuf[MB_R * KB_R]; /* [MB][KB] rows of a as f32 */
-    gp_share(nbat * nstr * mblk, ith, nth, &i0, &i1);
+    for (int first = 1; take_items(q, nbat * nstr * mblk, ith, nth, &first, &i0, &i1);)
     for (int64_t item = i0; item < i1; item++) {
         int64_t bi = item / (nstr * mblk), st = (item / mblk) % nstr, mbi = item % mblk;
         mview A, B;
@@ -498,15 +524,16 @@ static void mm_rows(const mm_problem *q, int ith, int nth)
 void gp_cpu_matmul(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in, int ith,
                    int nth)
 {
-    gp_cpu_matmul_epi(at, out, in, NULL, ith, nth);
+    gp_cpu_matmul_epi(at, out, in, NULL, NULL, ith, nth);
 }
 
 void gp_cpu_matmul_epi(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in,
-                       const gp_mm_epilogue *e, int ith, int nth)
+                       const gp_mm_epilogue *e, atomic_llong *next, int ith, int nth)
 {
     mm_problem q;
     GP_ASSERT(!e || (out->ndim == 2 && out->dtype == GP_F32));
     q.epi = e;
+    q.next = next;
     q.o = gp_t4_of(out);
     q.a = gp_t4_of(&in[0]);
     q.b = gp_t4_of(&in[1]);
