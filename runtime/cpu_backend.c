@@ -122,7 +122,7 @@ static int plan_fusion(cpu_ctx *c)
     return 0;
 }
 
-/* Bytes [lo, hi) that t's elements span. */
+/* Bytes [lo, hi) that t's elements span (strides are never negative). */
 static void span(const gp_ktensor *t, uintptr_t *lo, uintptr_t *hi)
 {
     int64_t ext = (int64_t)gp_dtype_size(t->dtype);
@@ -130,7 +130,7 @@ static void span(const gp_ktensor *t, uintptr_t *lo, uintptr_t *hi)
         if (t->ne[d] == 0)
             ext = 0;
         if (ext)
-            ext += (t->ne[d] - 1) * (t->nb[d] < 0 ? -t->nb[d] : t->nb[d]);
+            ext += (t->ne[d] - 1) * t->nb[d];
     }
     *lo = (uintptr_t)t->data;
     *hi = *lo + (uintptr_t)ext;
