@@ -385,6 +385,9 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
     float bu[GP_CHUNK / 2], bv[GP_CHUNK / 2], cs[GP_CHUNK / 2], sn[GP_CHUNK / 2], bt[GP_CHUNK];
     GP_ASSERT(n >= 0 && n <= D && n % 2 == 0);
     (void)T;
+    /* With every pair in one chunk (n <= GP_CHUNK), the angles of a position serve all its
+     * heads: computed when t changes (rows run t-major), not per row. */
+    int64_t angles_of = -1;
     gp_share(T * H, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t t = r / H, h = r % H;
@@ -396,12 +399,14 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
         int64_t ustep = interleaved ? 2 : 1, voff = interleaved ? 1 : half;
         for (int64_t j0 = 0; j0 < half; j0 += GP_CHUNK / 2) {
             int64_t m = half - j0 < GP_CHUNK / 2 ? half - j0 : GP_CHUNK / 2;
-            for (int64_t j = 0; j < m; j++) {
-                /* The angle in double: pos * freq loses too much in f32 at long positions. */
-                double ang = p * gp_rope_freq(a, j0 + j, n);
-                cs[j] = (float)cos(ang);
-                sn[j] = (float)sin(ang);
-            }
+            if (half > GP_CHUNK / 2 || angles_of != t)
+                for (int64_t j = 0; j < m; j++) {
+                    /* The angle in double: pos * freq loses too much in f32 at long positions. */
+                    double ang = p * gp_rope_freq(a, j0 + j, n);
+                    cs[j] = (float)cos(ang);
+                    sn[j] = (float)sin(ang);
+                }
+            angles_of = t;
             const char *pu = px + j0 * ustep * xs, *pv = px + (j0 * ustep + voff) * xs;
             gp_cpu_load_row(bu, pu, m, ustep * xs, x->dtype);
             gp_cpu_load_row(bv, pv, m, ustep * xs, x->dtype);
