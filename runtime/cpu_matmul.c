@@ -3,7 +3,9 @@
  * instruction set (runtime/cpu_dot.h) reading the weights in their stored dtype; with rows
  * contiguous in n (a [K, N] weight) the rows path, the same kernels' other form. Any other B: the
  * cache-blocked path, tiles of A and B packed to f32 on the stack (no workspace), then a 4x16
- * register kernel accumulating in f32 with k in ascending order (no FMA). */
+ * register kernel accumulating in f32 with k in ascending order (no FMA). Every path stores rows
+ * through an optional epilogue (bias, activation, residual: gp_mm_epilogue) and takes its work
+ * items either in even shares or from a counter the threads share (gp_cpu_matmul_epi). */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
