@@ -192,6 +192,17 @@ static int epi_setup(const cpu_ctx *c, int k, const gp_ktensor *in, gp_mm_epilog
     return 1;
 }
 
+/* Reads one byte of every 4 KiB of a weight, so that mapped weights (a GGUF or safetensors file)
+ * have their pages in this process's page tables before the first eval, which would otherwise
+ * take every page fault itself (TinyLlama f16: 0.2 s CPU, 0.46 s wall of a 5 s prompt). */
+static void touch_pages(const unsigned char *p, int64_t size)
+{
+    volatile unsigned char sink = 0;
+    for (int64_t off = 0; off < size; off += 4096)
+        sink ^= ((const volatile unsigned char *)p)[off];
+    (void)sink;
+}
+
 static void cpu_destroy(void *vctx)
 {
     cpu_ctx *c = vctx;
@@ -253,7 +264,11 @@ static int cpu_create(const gp_backend_init *init, void **out, char *err, size_t
         case GP_REGION_ARENA: base = c->arena + t->offset; break;
         case GP_REGION_STATE: base = c->state + t->offset; break;
         case GP_REGION_IO: base = c->io + t->offset; break;
-        case GP_REGION_WEIGHTS: base = init->weight_data[i]; break;
+        case GP_REGION_WEIGHTS:
+            base = init->weight_data[i];
+            if (base)
+                touch_pages(base, t->size);
+            break;
         default: break;
         }
         if (!base && t->size > 0) {
