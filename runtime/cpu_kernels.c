@@ -181,7 +181,7 @@ static int32_t load_i32(const char *p)
 
 static float silu(float x)
 {
-    return x / (1.0f + expf(-x));
+    return x / (1.0f + gp_expf(-x));
 }
 
 static void unary_apply(gp_op op, const gp_attrs *a, float *x, int64_t n)
@@ -201,7 +201,7 @@ static void unary_apply(gp_op op, const gp_attrs *a, float *x, int64_t n)
          * cancellation of 1 + tanh u for negative x. 1.5957691 = 2 sqrt(2 / pi). */
         for (int64_t i = 0; i < n; i++) {
             float v = x[i];
-            x[i] = v / (1.0f + expf(-1.5957691216f * (v + 0.044715f * v * v * v)));
+            x[i] = v / (1.0f + gp_expf(-1.5957691216f * (v + 0.044715f * v * v * v)));
         }
         break;
     case GP_OP_GELU_ERF:
@@ -216,6 +216,11 @@ static void unary_apply(gp_op op, const gp_attrs *a, float *x, int64_t n)
     default:
         GP_ASSERT(!"unary_apply: not a unary op");
     }
+}
+
+void gp_cpu_unary(gp_op op, const gp_attrs *a, float *x, int64_t n)
+{
+    unary_apply(op, a, x, n);
 }
 
 static void binary_apply(gp_op op, float *x, const float *y, int64_t n)
@@ -356,7 +361,7 @@ static void k_softmax(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor
             int64_t m = nv - c < GP_CHUNK ? nv - c : GP_CHUNK;
             gp_cpu_load_row(bx, px + c * x.nb[3], m, x.nb[3], x.t);
             for (int64_t i = 0; i < m; i++)
-                bx[i] = expf(bx[i] * scale - mx);
+                bx[i] = gp_expf(bx[i] * scale - mx);
             gp_acc8_add(&acc, bx, m);
         }
         sum = gp_acc8_total(&acc);
@@ -364,7 +369,7 @@ static void k_softmax(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor
             int64_t m = S - c < GP_CHUNK ? S - c : GP_CHUNK;
             gp_cpu_load_row(bx, px + c * x.nb[3], m, x.nb[3], x.t);
             for (int64_t i = 0; i < m; i++)
-                bx[i] = c + i < nv ? expf(bx[i] * scale - mx) / sum : 0.0f;
+                bx[i] = c + i < nv ? gp_expf(bx[i] * scale - mx) / sum : 0.0f;
             gp_cpu_store_row(po + c * o.nb[3], o.nb[3], o.t, bx, m);
         }
     }
@@ -381,6 +386,9 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
     float bu[GP_CHUNK / 2], bv[GP_CHUNK / 2], cs[GP_CHUNK / 2], sn[GP_CHUNK / 2], bt[GP_CHUNK];
     GP_ASSERT(n >= 0 && n <= D && n % 2 == 0);
     (void)T;
+    /* With every pair in one chunk (n <= GP_CHUNK), the angles of a position serve all its
+     * heads: computed when t changes (rows run t-major), not per row. */
+    int64_t angles_of = -1;
     gp_share(T * H, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t t = r / H, h = r % H;
@@ -392,18 +400,20 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
         int64_t ustep = interleaved ? 2 : 1, voff = interleaved ? 1 : half;
         for (int64_t j0 = 0; j0 < half; j0 += GP_CHUNK / 2) {
             int64_t m = half - j0 < GP_CHUNK / 2 ? half - j0 : GP_CHUNK / 2;
-            for (int64_t j = 0; j < m; j++) {
-                /* The angle in double: pos * freq loses too much in f32 at long positions. */
-                double f = gp_rope_freq(a, j0 + j, n);
-                if (ff) { /* llama.cpp's rope_freqs: the frequency over the pair's factor */
-                    float w;
-                    memcpy(&w, (const char *)ff->data + (j0 + j) * ff->nb[0], 4);
-                    f /= w;
+            if (half > GP_CHUNK / 2 || angles_of != t)
+                for (int64_t j = 0; j < m; j++) {
+                    /* The angle in double: pos * freq loses too much in f32 at long positions. */
+                    double f = gp_rope_freq(a, j0 + j, n);
+                    if (ff) { /* llama.cpp's rope_freqs: the frequency over the pair's factor */
+                        float w;
+                        memcpy(&w, (const char *)ff->data + (j0 + j) * ff->nb[0], 4);
+                        f /= w;
+                    }
+                    double ang = p * f;
+                    cs[j] = (float)cos(ang);
+                    sn[j] = (float)sin(ang);
                 }
-                double ang = p * f;
-                cs[j] = (float)cos(ang);
-                sn[j] = (float)sin(ang);
-            }
+            angles_of = t;
             const char *pu = px + j0 * ustep * xs, *pv = px + (j0 * ustep + voff) * xs;
             gp_cpu_load_row(bu, pu, m, ustep * xs, x->dtype);
             gp_cpu_load_row(bv, pv, m, ustep * xs, x->dtype);

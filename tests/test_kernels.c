@@ -9,6 +9,7 @@
 #include <CUnit/CUnit.h>
 
 #include "runtime/cpu_dot.h"
+#include "runtime/cpu_internal.h"
 #include "runtime/cpu_kernels.h"
 #include "runtime/f16.h"
 #include "runtime/threadpool.h"
@@ -1430,6 +1431,64 @@ static void test_threadpool(void)
     CU_ASSERT_EQUAL(c.nth_seen[0], 1);
 }
 
+
+/* A matmul fused with bias + gelu + residual (gp_cpu_matmul_epi, as the planned CPU backend runs
+ * such chains) gives the unfused nodes' bits: decode and prompt shapes, f32 and f16 weights, work
+ * items split evenly or taken from a shared counter by 1-3 threads, the residual apart from the
+ * output or the output itself (an in-place add). */
+static void test_matmul_epilogue(void)
+{
+    static const int64_t shapes[][3] = {{1, 768, 100}, {5, 20, 33}, {50, 64, 70}, {130, 40, 130}};
+    for (int si = 0; si < 4; si++)
+        for (int wi = 0; wi < 2; wi++) {
+            int64_t M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
+            tt *a = tt_rand(GP_F32, 2, (int64_t[]){M, K}, 0, 0.01, 1);
+            tt *w = tt_rand(wi ? GP_F16 : GP_F32, 2, (int64_t[]){N, K}, 0, 0.01, 1);
+            tt *b = tt_rand(GP_F32, 1, (int64_t[]){N}, 0, 0.01, 1);
+            tt *r = tt_rand(GP_F32, 2, (int64_t[]){M, N}, 0, 0.01, 1);
+            tt *ref = tt_new(GP_F32, 2, (int64_t[]){M, N}, 0);
+            tt *out = tt_new(GP_F32, 2, (int64_t[]){M, N}, 0);
+            gp_attrs at = {.i = {0, 1}}, none = {0};
+            gp_ktensor mm[2] = {a->k, w->k}, add_b[2] = {ref->k, b->k}, add_r[2] = {r->k, ref->k};
+            gp_cpu_compute(GP_OP_MATMUL, &at, &ref->k, mm, 2, NULL, 0, 0, 1);
+            gp_cpu_compute(GP_OP_ADD, &none, &ref->k, add_b, 2, NULL, 0, 0, 1);
+            gp_cpu_compute(GP_OP_GELU, &none, &ref->k, &ref->k, 1, NULL, 0, 0, 1);
+            gp_cpu_compute(GP_OP_ADD, &none, &ref->k, add_r, 2, NULL, 0, 0, 1);
+            size_t bytes = sizeof(float) * (size_t)(M * N);
+            for (int nth = 1; nth <= 3; nth++)
+                for (int mode = 0; mode < 3; mode++) { /* static, counter, counter in place */
+                    gp_mm_epilogue e = {.n = 3};
+                    e.s[0].kind = GP_EPI_BIAS;
+                    e.s[0].t = b->k.data;
+                    e.s[1].kind = GP_EPI_UNARY;
+                    e.s[1].op = GP_OP_GELU;
+                    e.s[1].at = &none;
+                    e.s[2].kind = GP_EPI_RESIDUAL;
+                    e.s[2].t = mode == 2 ? out->k.data : r->k.data;
+                    e.s[2].ld = N;
+                    memset(out->k.data, 0x5a, bytes);
+                    if (mode == 2)
+                        memcpy(out->k.data, r->k.data, bytes);
+                    atomic_llong next;
+                    atomic_init(&next, 0);
+                    for (int ith = nth - 1; ith >= 0; ith--)
+                        gp_cpu_matmul_epi(&at, &out->k, mm, &e, mode ? &next : NULL, ith, nth);
+                    int same = memcmp(out->k.data, ref->k.data, bytes) == 0;
+                    if (!same)
+                        fprintf(stderr, "\nepilogue M %lld K %lld N %lld %s nth %d mode %d differs\n",
+                                (long long)M, (long long)K, (long long)N, wi ? "f16" : "f32", nth,
+                                mode);
+                    CU_ASSERT(same);
+                }
+            tt_free(a);
+            tt_free(w);
+            tt_free(b);
+            tt_free(r);
+            tt_free(ref);
+            tt_free(out);
+        }
+}
+
 /* A matmul through the pool gives the serial result's bytes. */
 typedef struct {
     const gp_ktensor *out, *in;
@@ -1598,4 +1657,5 @@ void gp_suite_kernels(void)
     CU_add_test(s, "views compute nothing", test_views);
     CU_add_test(s, "gp_cpu_check", test_check);
     CU_add_test(s, "matmul through the pool", test_pool_matmul);
+    CU_add_test(s, "matmul with a fused epilogue: the unfused nodes' bits", test_matmul_epilogue);
 }
