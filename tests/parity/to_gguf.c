@@ -168,7 +168,7 @@ static int num(const json_t *cfg, const char *const *paths, double *v)
 /* config[path] as a number; 0 with m->bad set and a message when absent. */
 static double need(meta *m, const json_t *cfg, const char *path)
 {
-    double v;
+    double v = 0;
     const char *paths[] = {path, NULL};
     if (num(cfg, paths, &v) == 0)
         return v;
@@ -179,7 +179,7 @@ static double need(meta *m, const json_t *cfg, const char *path)
 /* num_key_value_heads, num_attention_heads when absent. */
 static double kv_heads(meta *m, const json_t *cfg)
 {
-    double v;
+    double v = 0;
     const char *paths[] = {"num_key_value_heads", NULL};
     return num(cfg, paths, &v) == 0 ? v : need(m, cfg, "num_attention_heads");
 }
@@ -248,7 +248,7 @@ static void gemma2_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_h
 static void gemma3_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_head_dim)
 {
     (void)opt_window, (void)opt_no_head_dim;
-    double v;
+    double v = 0;
     common(m, cfg);
     add_f32(m, "attention.layer_norm_rms_epsilon", need(m, cfg, "rms_norm_eps"));
     add_u32(m, "attention.key_length", need(m, cfg, "head_dim"));
@@ -281,7 +281,7 @@ static void gemma3_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_h
 static void phi3_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_head_dim)
 {
     (void)opt_window, (void)opt_no_head_dim;
-    double v, rot = 1;
+    double v = 0, rot = 1;
     common(m, cfg);
     add_f32(m, "attention.layer_norm_rms_epsilon", need(m, cfg, "rms_norm_eps"));
     const char *orig[] = {"original_max_position_embeddings",
