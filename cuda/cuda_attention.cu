@@ -13,7 +13,8 @@
 #include "cuda/cuda_matvec.cuh"
 
 /*
- * q (1, T, H, D), k and v (1, S, G, D), pos [T] -> out (1, T, H, D), one block per (h, t, split).
+ * q (1, T, H, D), k and v (1, S, G, D), pos [T] -> out (1, T, H, D), one block per (h, t, split);
+ * query t attends to positions att_lo..pos[t] (their rows in a ring), scores soft-capped (mk).
  * nsplit == 1: the normalized result goes to out. Else partials to part: f32 [nsplit, Tl, H, D + 2]
  * (accumulator scaled by exp(-max), then max and sum), Tl the launch T; with counters (zero between
  * launches, [Tl * H]), the last block of each (h, t) to finish combines them into out and resets
@@ -21,12 +22,12 @@
  */
 template <int J>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
-    k_attention(float scale, KT o, KT q, KT k, KT v, KT pos, float *part, int64_t Tl,
+    k_attention(float scale, AttMask mk, KT o, KT q, KT k, KT v, KT pos, float *part, int64_t Tl,
                 unsigned *counters, int pf, const int64_t *syms)
 {
     __shared__ AttSmem<J> sm;
     if (pf)
-        prefetch_rows(q, k, v, pos, syms);
+        prefetch_rows(q, k, v, pos, syms, mk);
     pdl_begin();
     kt_resolve(o, syms);
     kt_resolve(q, syms);
@@ -36,10 +37,10 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     if (t >= T)
         return;
     int32_t p = *(const int32_t *)(pos.p + t * pos.nb[3]);
-    if (p < 0 || p >= S)
+    if (!att_pos_ok(mk, p, S))
         return; /* the runtime checks pos before the eval */
     int64_t s0, s1;
-    split_rows(p, nsplit, split, &s0, &s1);
+    split_rows(att_lo(mk, p), p, nsplit, split, &s0, &s1);
     float qv[J], acc[J];
     uint32_t qb[J];
     const char *pq = q.p + t * q.nb[1] + h * q.nb[2], *pk = k.p + g * k.nb[2];
@@ -57,13 +58,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     /* Each warp takes every ATT_WARPS-th key. (Prompts run many blocks: no AttPipe here.) */
     KvRows<J> rows;
     float m = -INFINITY, l = 0.0f;
-    attend_rows<J, false>(qv, rows, pk, pv, k, v, D, s0 + w, s1, scale, m, l, acc);
+    attend_rows<J, false>(qv, rows, pk, pv, k, v, D, s0 + w, s1, scale, mk, m, l, acc);
     attend_finish(sm, m, l, acc, o, h, t, nsplit, split, part, Tl, counters);
 }
 
 /* Combines the nsplit partials of each (h, t): one block each. */
-__global__ void k_attention_combine(int nsplit, KT o, KT pos, int64_t S, const float *part, int64_t Tl,
-                                    const int64_t *syms)
+__global__ void k_attention_combine(int nsplit, KT o, KT pos, int64_t S, int ring,
+                                    const float *part, int64_t Tl, const int64_t *syms)
 {
     __shared__ float wgt[GP_WS_ATTN_SPLITS];
     __shared__ float inv_l;
@@ -73,16 +74,16 @@ __global__ void k_attention_combine(int nsplit, KT o, KT pos, int64_t S, const f
     if (t >= T)
         return;
     int32_t p = *(const int32_t *)(pos.p + t * pos.nb[3]);
-    if (p < 0 || p >= S)
+    if (p < 0 || (!ring && p >= S))
         return;
     combine_partials(nsplit, o, h, t, part, Tl, wgt, &inv_l);
 }
 
 template <int J>
-static void launch_att(dim3 grid, float scale, KT o, KT q, KT k, KT v, KT p, float *part, int64_t Tl,
-                       unsigned *counters, const gp_cu_ctx *c)
+static void launch_att(dim3 grid, float scale, const AttMask &mk, KT o, KT q, KT k, KT v, KT p,
+                       float *part, int64_t Tl, unsigned *counters, const gp_cu_ctx *c)
 {
-    gp_cu_launch(c, k_attention<J>, grid, ATT_WARPS * 32, 0, scale, o, q, k, v, p, part, Tl,
+    gp_cu_launch(c, k_attention<J>, grid, ATT_WARPS * 32, 0, scale, mk, o, q, k, v, p, part, Tl,
                  counters, c->pdl && c->kv_prefetch, c->d_syms);
 }
 
@@ -593,6 +594,16 @@ static unsigned *att_counters(const gp_cu_ctx *c, int nsplit, int64_t T, int64_t
     return NULL;
 }
 
+/* The attention node's window (i[0]), ring (i[1]) and softcap (f[1]) over a cache of S rows. */
+static AttMask att_mask(const gp_attrs *a, int64_t S)
+{
+    AttMask mk;
+    mk.window = a->i[0] > 0 ? a->i[0] : 0;
+    mk.ring = a->i[1] ? S : 0;
+    mk.cap = a->f[1] > 0 ? (float)a->f[1] : 0.0f;
+    return mk;
+}
+
 int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
                     const gp_cu_tensor *in, void *ws, size_t ws_size)
 {
@@ -604,6 +615,11 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
         snprintf(c->err, sizeof c->err,
                  "attention: needs q [T, H, D], k and v [S, G, D], H %% G == 0, D <= %d",
                  32 * ATT_MAXJ);
+        return -1;
+    }
+    if (a->i[1] && !(a->i[0] > 0 && a->i[0] <= S)) {
+        snprintf(c->err, sizeof c->err, "attention: a ring needs a window of 1 to S = %lld rows",
+                 (long long)S);
         return -1;
     }
     if (T == 0 || H == 0)
@@ -620,26 +636,29 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
     /* Combining in the last block needs a counter per (t, h). */
     unsigned *counters = att_counters(c, nsplit, T, H);
     int J = (int)((D + 31) / 32);
-    if (nsplit == 1 && c->att_mma && tc_ok(k, v, D) &&
+    AttMask mk = att_mask(a, S);
+    /* The tiles take no window, ring or soft-capping: such prompts run one block a query. */
+    int plain = !mk.window && !mk.ring && !(mk.cap > 0.0f);
+    if (nsplit == 1 && plain && c->att_mma && tc_ok(k, v, D) &&
         (D <= 64 ? launch_mma<64>(scale, o, q, k, v, p, c)
                  : launch_mma<128>(scale, o, q, k, v, p, c)))
         return gp_cu_check_launch(c, "attention (tensor cores)");
-    if (nsplit == 1 && c->att_tiles && D <= 128 &&
+    if (nsplit == 1 && plain && c->att_tiles && D <= 128 &&
         (D <= 64 ? launch_tiles<64>(scale, o, q, k, v, p, c)
                  : launch_tiles<128>(scale, o, q, k, v, p, c)))
         return gp_cu_check_launch(c, "attention (tiles)");
     if (J <= 2)
-        launch_att<2>(grid, scale, o, q, k, v, p, part, T, counters, c);
+        launch_att<2>(grid, scale, mk, o, q, k, v, p, part, T, counters, c);
     else if (J <= 4)
-        launch_att<4>(grid, scale, o, q, k, v, p, part, T, counters, c);
+        launch_att<4>(grid, scale, mk, o, q, k, v, p, part, T, counters, c);
     else
-        launch_att<ATT_MAXJ>(grid, scale, o, q, k, v, p, part, T, counters, c);
+        launch_att<ATT_MAXJ>(grid, scale, mk, o, q, k, v, p, part, T, counters, c);
     if (gp_cu_check_launch(c, "attention"))
         return -1;
     if (nsplit == 1 || counters)
         return 0;
     gp_cu_launch(c, k_attention_combine, dim3((unsigned)H, (unsigned)T), 64, 0, nsplit, o, p, S,
-                 (const float *)part, T, c->d_syms);
+                 (int)(mk.ring != 0), (const float *)part, T, c->d_syms);
     return gp_cu_check_launch(c, "attention_combine");
 }
 
@@ -718,7 +737,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         decode_begin(a, sm, nsplit, split, st);
         if ((pf & PF_L2) && st.p >= 0) {
             int64_t H = a.q.ne[2], G = a.kc.ne[2];
-            prefetch_kv(a.kc, a.vc, h / (H / G), a.q.ne[3], st.s0, min(st.s1, (int64_t)st.p));
+            prefetch_kv(a.kc, a.vc, h / (H / G), a.q.ne[3], st.s0, min(st.s1, (int64_t)st.p),
+                        a.mk);
         }
         if (regs)
             decode_first(a, h, st, first);
@@ -1024,6 +1044,8 @@ static const char *decode_unsupported(const gp_cu_decode_att *a, const gp_cu_ten
     for (int i = 0; i < 2; i++)
         if (r[i]->on && (r[i]->n < 0 || r[i]->n > D || r[i]->n % 2))
             return "rope: needs an even n <= D";
+    if (a->ring && !(a->window > 0 && a->window <= kc->ne[0]))
+        return "a ring needs a window of 1 to S rows";
     return NULL;
 }
 
@@ -1033,7 +1055,7 @@ extern "C" int gp_cuda_attention_head_kv(const gp_cu_decode_att *a, const gp_cu_
     int t = cv[0]->dtype, kv = t == cv[1]->dtype && (t == GP_F16 || t == GP_F32) ? t : -1;
     int64_t D = a->q.ne[2], es = kv == GP_F16 ? 2 : 4;
     if (kv < 0 || decode_unsupported(a, out) || !a->pos_const || a->rope_q.on || a->rope_k.on ||
-        D > 64 || D % 2)
+        D > 64 || D % 2 || a->window > 0 || a->ring || a->softcap > 0.0f)
         return -1;
     for (int i = 0; i < 4; i++) /* rows of f32, dims in pairs of 8 bytes */
         if (f[i]->dtype != GP_F32 || f[i]->nb[2] != 4 || f[i]->nb[1] % 8 ||
@@ -1150,6 +1172,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
         early = 1;
     }
     a.rq.on = a.rk.on = 0; /* never with ropes, always in a cluster, never late (its conditions) */
+    a.mk = AttMask();      /* nor with a window, a ring or soft-capping */
     a.cluster = 1;
     a.late = 0;
     int64_t h = blockIdx.x;
@@ -1160,7 +1183,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
     if (early) {
         decode_begin(a, sm, S, r, st);
         if ((pf & PF_L2) && st.p >= 0)
-            prefetch_kv(a.kc, a.vc, h, QA_D, st.s0, min(st.s1, (int64_t)st.p));
+            prefetch_kv(a.kc, a.vc, h, QA_D, st.s0, min(st.s1, (int64_t)st.p), a.mk);
         if (regs)
             decode_first(a, h, st, first);
     }
@@ -1261,6 +1284,7 @@ extern "C" int gp_cuda_qkv_attention_ok(const gp_cu_ctx *c, const gp_cu_decode_a
     int es = (int)gp_dtype_size(w->dtype);
     int ok = a->has_qkv && c->att_cluster_small == GP_WS_ATTN_SPLITS && !c->att_cluster &&
            decode_unsupported(a, out) == NULL && !a->rope_q.on && !a->rope_k.on &&
+           !(a->window > 0) && !a->ring && !(a->softcap > 0.0f) &&
            q->ne[2] == QA_D && a->k.ne[1] == H && (w->dtype == GP_F16 || w->dtype == GP_BF16) &&
            w->nb[1] == es && w->nb[0] % 16 == 0 && w->ne[1] == 3 * H * QA_D && K > 0 &&
            (K + GP_WS_ATTN_SPLITS - 1) / GP_WS_ATTN_SPLITS <= QA_MAXPER && bs->ndim == 1 &&
@@ -1329,7 +1353,10 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
     DecArgs d = {(float)a->scale, o, q, kx, vx, kc, vc, p, a->rope_q, a->rope_k, part, counters,
                  a->rope_q.on ? a->tab_q : NULL, a->rope_k.on ? a->tab_k : NULL,
                  /* qkvatt measured slower late (GPT-2 117M, eleventh session) */
-                 !a->has_qkv && (c->late & GP_LATE_ATT), cluster, 0};
+                 !a->has_qkv && (c->late & GP_LATE_ATT), cluster, 0, AttMask()};
+    d.mk.window = a->window > 0 ? a->window : 0;
+    d.mk.ring = a->ring ? kc.ne[1] : 0;
+    d.mk.cap = a->softcap > 0.0f ? a->softcap : 0.0f;
     if (a->has_qkv) {
         if (!gp_cuda_qkv_attention_ok(c, a, out) || !cluster || nsplit != GP_WS_ATTN_SPLITS) {
             snprintf(c->err, sizeof c->err, "attention_decode: q, k and v computed in the launch: "
@@ -1380,7 +1407,7 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
     if (nsplit == 1 || counters || cluster)
         return 0;
     gp_cu_launch(c, k_attention_combine, dim3((unsigned)H, 1), 64, 0, nsplit, o, p, kc.ne[1],
-                 (const float *)part, (int64_t)1, c->d_syms);
+                 (int)(d.mk.ring != 0), (const float *)part, (int64_t)1, c->d_syms);
     return gp_cu_check_launch(c, "attention_combine");
 }
 
@@ -1418,7 +1445,7 @@ __global__ void k_rope_tables(RopeTabs t)
         return;
     float *out = t.out[blockIdx.x];
     for (int64_t i = threadIdx.x; i < r.n / 2; i += blockDim.x)
-        rope_cos_sin(r.theta, r.n, (double)p, i, &out[i], &out[r.n / 2 + i]);
+        rope_cos_sin(r, (double)p, i, &out[i], &out[r.n / 2 + i]);
 }
 
 extern "C" int gp_cuda_rope_tables(gp_cu_ctx *c, const gp_cu_rope_tab *t, int n)

@@ -622,7 +622,7 @@ static void test_store2(void)
     gp_cpu_compute(GP_OP_STORE, &at, &d0.h, h0, 3, NULL, 0, 0, 1);
     gp_cpu_compute(GP_OP_STORE, &at, &d1.h, h1, 3, NULL, 0, 0, 1);
     k.c.pdl = 1;
-    CU_ASSERT_EQUAL(gp_cuda_store2(&k.c, g0, g1), 0);
+    CU_ASSERT_EQUAL(gp_cuda_store2(&k.c, g0, g1, 0), 0);
     CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
     tt *dst[2] = {&d0, &d1};
     for (int i = 0; i < 2; i++) {
@@ -634,7 +634,7 @@ static void test_store2(void)
     /* Sources with different rows are refused. */
     gp_cu_tensor g1b[3] = {d1.d, pos.d, dv};
     g1b[2].ne[0] = 4;
-    CU_ASSERT_EQUAL(gp_cuda_store2(&k.c, g0, g1b), -1);
+    CU_ASSERT_EQUAL(gp_cuda_store2(&k.c, g0, g1b, 0), -1);
     tt_free(&d0);
     tt_free(&d1);
     tt_free(&pos);
@@ -678,7 +678,7 @@ static void tnorm_new(tnorm *n, int norm, int64_t M, int64_t K)
         gp_cpu_compute(norm == NORM_LN ? GP_OP_LAYER_NORM : GP_OP_RMS_NORM, &an, &n->h.h, nin,
                        norm == NORM_LN ? 3 : 2, NULL, 0, 0, 1);
     }
-    gp_cu_prenorm pre = {norm == NORM_LN, 1e-5f, n->x.d, n->g.d, n->b.d, NULL};
+    gp_cu_prenorm pre = {norm == NORM_LN, 1e-5f, n->x.d, n->g.d, n->b.d, NULL, 0.0f};
     if (norm != NORM_LN)
         pre.b.data = NULL;
     n->pre = pre;
@@ -1738,8 +1738,9 @@ static void test_attention_decode(void)
                     /* ropes: none, both rotate-half, both interleaved, q rotate-half and k
                      * interleaved with another theta, k only */
                     int rv = idx % 5;
-                    gp_cu_rope rn = {1, 0, D - 16, 10000.0, GP_F32}, ri = {1, 1, D / 2, 10000.0, GP_F32};
-                    gp_cu_rope off = {0, 0, 0, 0.0, GP_F32}, rk2 = ri;
+                    gp_cu_rope rn = {1, 0, D - 16, 10000.0, GP_F32, 0, 0, 0, 0},
+                               ri = {1, 1, D / 2, 10000.0, GP_F32, 0, 0, 0, 0};
+                    gp_cu_rope off = {0, 0, 0, 0.0, GP_F32, 0, 0, 0, 0}, rk2 = ri;
                     rk2.theta = 500000.0;
                     gp_cu_rope rq = rv == 1 || rv == 3 ? rn : rv == 2 ? ri : off;
                     gp_cu_rope rk = rv == 1 ? rn : rv == 2 ? ri : rv == 3 ? rk2 : rv == 4 ? rn : off;
@@ -1826,7 +1827,7 @@ static void test_attention_head(void)
                 for (int pi = 0; pi < np; pi++, idx++) {
                     int64_t G = gq ? 2 : 4, D = dims[dd];
                     int32_t P = poss[pi];
-                    gp_cu_rope off = {0, 0, 0, 0.0, GP_F32};
+                    gp_cu_rope off = {0, 0, 0, 0.0, GP_F32, 0, 0, 0, 0};
                     dec_case dc;
                     dec_case_new(&dc, dt ? GP_F16 : GP_F32, H, G, D, S, P, off, off);
                     gp_cu_decode_att a = dc.a;
@@ -1873,7 +1874,7 @@ static void test_attention_decode_edges(void)
     tt_new(&qr, GP_F32, 3, sq, 1.0f);
     tt_new(&kr, GP_F32, 3, sk, 1.0f);
     tt_new(&out, GP_F32, 3, sq, 1.0f);
-    gp_cu_rope rope = {1, 0, D, 10000.0, GP_F32};
+    gp_cu_rope rope = {1, 0, D, 10000.0, GP_F32, 0, 0, 0, 0};
     gp_cu_decode_att a = {.q = q.d, .k = kx.d, .v = vx.d, .k_cache = kc.d, .v_cache = vc.d,
                           .pos = pos.d, .rope_q = rope, .rope_k = rope, .scale = 0.125,
                           .pos_const = 1};
