@@ -4,7 +4,8 @@
 #
 # usage: tests/parity/cuda.sh BUILD_DIR [WORK_DIR]
 #   BUILD_DIR: a build with -DGPLAN_CUDA=ON (tools/gplan-compile, tools/gplan-run,
-#              tools/gplan-inspect, tests/parity/parity-compare), made here or carried.
+#              tools/gplan-inspect, tests/parity/parity-compare), carried, or built here (cmake
+#              and nvcc) when it lacks the tools.
 #   WORK_DIR:  plans, logits and logs (default $OUT/parity-cuda, or /tmp/gplan-parity-cuda).
 #   TIMINGS=0 skips the timings; BASELINE=0 skips the Llama-3-8B shape (the reference figure).
 # Parity (tests/parity/parity.sh, --backend cuda): the committed fixtures of gpt2, llama,
@@ -24,12 +25,20 @@
 # ms); the fraction at the card's 4.8 TB/s specification is printed beside it.
 # Exit status: 0 when every parity row passes and every timing ran.
 set -u
-if [ $# -lt 1 ] || [ ! -d "$1" ]; then
+if [ $# -lt 1 ]; then
   echo "usage: tests/parity/cuda.sh BUILD_DIR [WORK_DIR]" >&2
   exit 2
 fi
-B=$(cd "$1" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
+# Built here when the folder lacks the tools and cmake and nvcc exist (as bench/gpu.sh does).
+if [ ! -x "$1/tools/gplan-run" ] && command -v cmake >/dev/null 2>&1; then
+  echo "== building $1"
+  cmake -S "$root" -B "$1" -DCMAKE_BUILD_TYPE=Release -DGPLAN_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null &&
+    cmake --build "$1" -j"$(nproc)" --target gplan-compile gplan-run gplan-inspect \
+      parity-compare >/dev/null || { echo "cuda.sh: build failed" >&2; exit 2; }
+fi
+B=$(cd "$1" && pwd)
 work=${2:-${OUT:-/tmp}/parity-cuda}
 mkdir -p "$work" || exit 1
 work=$(cd "$work" && pwd)
