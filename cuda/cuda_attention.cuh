@@ -207,9 +207,10 @@ template <int J> struct AttPipe {
 
 /* One warp's online softmax over positions s0, s0 + ATT_WARPS, ... < s1 (their rows, mk) of the
  * KV head at pk and pv, two at a time so their reductions overlap, scores soft-capped by mk: m, l
- * and acc (its lanes' dims d = lane + 32 j) updated. With PIPE, cur holds rows s0 and s0 + ATT_WARPS (kv_load, issued by the caller) and
- * each step loads the next two rows before it uses these (one round trip in all when the warp has
- * two rows or fewer); without, cur is scratch and each step loads its own rows. */
+ * and acc (its lanes' dims d = lane + 32 j) updated. With PIPE, cur holds rows s0 and
+ * s0 + ATT_WARPS (kv_load, issued by the caller) and each step loads the next two rows before it
+ * uses these (one round trip in all when the warp has two rows or fewer); without, cur is scratch
+ * and each step loads its own rows. */
 template <int J, bool PIPE>
 __device__ __forceinline__ void attend_rows(const float (&qv)[J], KvRows<J> &cur, const char *pk,
                                             const char *pv, const KT &k, const KT &v, int64_t D,

@@ -146,8 +146,8 @@ static int launch_elementwise(gp_cu_ctx *c, int op, float fa, const gp_cu_tensor
     int64_t n = kt_count(o, 4);
     if (n == 0)
         return 0;
-    gp_cu_launch(c, k_elementwise, span_blocks(n / o.ne[3], o.ne[3]), SPAN_THREADS, 0, op, fa, fb, o,
-                 kx, ky, y != NULL, c->d_syms);
+    gp_cu_launch(c, k_elementwise, span_blocks(n / o.ne[3], o.ne[3]), SPAN_THREADS, 0, op, fa, fb,
+                 o, kx, ky, y != NULL, c->d_syms);
     return gp_cu_check_launch(c, "elementwise");
 }
 

@@ -3872,10 +3872,12 @@ static void test_fam_decode(void)
  * rings several times), then 5 tokens at once (a prompt over a wrapped ring); each eval's logits
  * within tol; no allocation during evals; the one-token evals' attentions fused (attnfuse).
  */
-static void fam_model(const char *example, const char *fixture, const char *wtype,
-                      const char *n_batch, double tol)
+static void fam_model(const char *family, const char *wtype, const char *n_batch, double tol,
+                      int fused)
 {
-    char config[1024], dw[32], dk[32], dn[32];
+    char config[1024], example[64], fixture[64], dw[32], dk[32], dn[32];
+    snprintf(example, sizeof example, "examples/%s.gplan", family);
+    snprintf(fixture, sizeof fixture, "tests/parity/%s/config.json", family);
     snprintf(config, sizeof config, "%s", gp_test_path(fixture));
     snprintf(dw, sizeof dw, "wtype=%s", wtype);
     snprintf(dk, sizeof dk, "kv_type=%s", wtype);
@@ -3887,6 +3889,7 @@ static void fam_model(const char *example, const char *fixture, const char *wtyp
     char err[1024];
     gp_session_opts oc = {"cpu", 1, 0}, og = {"cuda", 1, 0};
     gp_session *sc = gp_session_new(m, &oc, err, sizeof err);
+    int64_t d0 = gp_cuda_attention_decode_count(); /* graphs are captured at creation */
     gp_session *sg = gp_session_new(m, &og, err, sizeof err);
     if (!sg)
         fprintf(stderr, "\n  %s: cuda session: %s\n", example, err);
@@ -3896,8 +3899,6 @@ static void fam_model(const char *example, const char *fixture, const char *wtyp
     gp_model_get_info(m, &info);
     int64_t V = info.vocab;
     float *lc = malloc(sizeof(float) * 9 * (size_t)V), *lg = malloc(sizeof(float) * 9 * (size_t)V);
-    int64_t d0 = gp_cuda_attention_decode_count();
-    double worst = 0;
     int at = 0;
     for (int e = 0; e < 33; e++) {
         int n = e == 0 ? 9 : e == 32 ? 5 : 1;
@@ -3908,12 +3909,14 @@ static void fam_model(const char *example, const char *fixture, const char *wtyp
             fprintf(stderr, "\n  %s %s n_batch %s: eval %d (%d tokens at %d): error %.3g > %.3g\n",
                     example, wtype, n_batch, e, n, at, r, tol);
         CU_ASSERT(r <= tol);
-        worst = r > worst ? r : worst;
         at += n;
     }
     CU_ASSERT_EQUAL(gp_session_backend_allocs(sg), 0);
-    /* every layer's one-token attention fused (graphs: captured once, replayed; eager: each) */
-    CU_ASSERT(gp_cuda_attention_decode_count() > d0);
+    /* fused: both layers' one-token attentions ran fused (captured in a graph, or eager) */
+    int64_t nd = gp_cuda_attention_decode_count() - d0;
+    if (fused && nd < 2)
+        fprintf(stderr, "\n  %s: %lld fused one-token attentions\n", example, (long long)nd);
+    CU_ASSERT(!fused || nd >= 2);
     free(lc);
     free(lg);
     gp_session_free(sc);
@@ -3926,15 +3929,15 @@ static void test_fam_models(void)
     /* llama3: rope scaling; mistral: a window (no ring at n_batch 64), a ring of 13 rows
      * (n_batch 9); phi3: a ring of 14 rows; gemma2: (1 + w) norms before the products and
      * alone, soft-capped scores and logits, a window on layer 0 */
-    fam_model("examples/llama3.gplan", "tests/parity/llama3/config.json", "f32", "64", 1e-4);
-    fam_model("examples/mistral.gplan", "tests/parity/mistral/config.json", "f32", "64", 1e-4);
-    fam_model("examples/mistral.gplan", "tests/parity/mistral/config.json", "f32", "9", 1e-4);
-    fam_model("examples/phi3.gplan", "tests/parity/phi3/config.json", "f32", "9", 1e-4);
-    fam_model("examples/gemma2.gplan", "tests/parity/gemma2/config.json", "f32", "9", 1e-4);
+    fam_model("llama3", "f32", "64", 1e-4, 1);
+    fam_model("mistral", "f32", "64", 1e-4, 1);
+    fam_model("mistral", "f32", "9", 1e-4, 1);
+    fam_model("phi3", "f32", "9", 1e-4, 0);
+    fam_model("gemma2", "f32", "9", 1e-4, 1);
     /* f16 weights and caches */
-    fam_model("examples/llama3.gplan", "tests/parity/llama3/config.json", "f16", "9", 5e-3);
-    fam_model("examples/mistral.gplan", "tests/parity/mistral/config.json", "f16", "9", 5e-3);
-    fam_model("examples/gemma2.gplan", "tests/parity/gemma2/config.json", "f16", "9", 5e-3);
+    fam_model("llama3", "f16", "9", 5e-3, 1);
+    fam_model("mistral", "f16", "9", 5e-3, 1);
+    fam_model("gemma2", "f16", "9", 5e-3, 1);
 }
 
 static void fam_tests(CU_pSuite s)
