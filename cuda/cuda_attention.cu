@@ -98,7 +98,8 @@ static void launch_att(dim3 grid, float scale, const AttMask &mk, KT o, KT q, KT
  * 4 ty .. 4 ty + 3, keys tx + 16 j of a tile (j < 4) in the scores and dims 4 tx .. 4 tx + 3
  * (+ 64 per DP / 64) in the accumulator, so that a query row's 16 threads are one half-warp (its
  * max and sum: four shuffles). DP: D padded to 64 or 128. Query t attends rows 0..pos[t], as
- * k_attention; its sums come in another order (f32 throughout).
+ * k_attention, or its window's (mk: no ring), scores soft-capped by mk; its sums come in another
+ * order (f32 throughout).
  */
 /*
  * One key tile's step of a query row's online softmax, the row spread over W lanes: x, this
@@ -134,21 +135,22 @@ template <int DP> struct FaSmem {
            FLOATS = FA_BQ * QK + FA_BK * QK + FA_BK * QK };
 };
 
-/* Rows [r0, r0 + 64) of x's head `hd` (x: [rows, heads, D]; rows from `rows` on and dims from D
- * on are zeros)
- * into s[64][stride], f32. All of a thread's loads are issued before the first conversion. */
+/* Rows [r0, r0 + 64) of x's head `hd` (x: [rows, heads, D]; rows before `first`, rows from
+ * `rows` on and dims from D on are zeros) into s[64][stride], f32. All of a thread's loads are
+ * issued before the first conversion. */
 template <int DP>
 __device__ __forceinline__ void fa_load_tile(float *s, int stride, const KT &x, int64_t r0,
-                                             int64_t rows, int64_t hd, int64_t D)
+                                             int64_t rows, int64_t hd, int64_t D,
+                                             int64_t first = 0)
 {
     enum { STEP = FA_THREADS / DP, PER = 64 / STEP }; /* a thread: dim d of rows r + STEP i */
     int r = threadIdx.x / DP, d = threadIdx.x % DP;
     const char *p = x.p + hd * x.nb[2] + (r0 + r) * x.nb[1] + d * x.nb[3];
-    int64_t adv = STEP * x.nb[1], left = d < D ? rows - r0 - r : 0;
+    int64_t adv = STEP * x.nb[1], left = d < D ? rows - r0 - r : 0, skip = first - r0 - r;
     uint32_t b[PER];
 #pragma unroll
     for (int i = 0; i < PER; i++)
-        b[i] = STEP * i < left ? ld_bits(p + i * adv, x.t) : 0;
+        b[i] = STEP * i < left && STEP * i >= skip ? ld_bits(p + i * adv, x.t) : 0;
 #pragma unroll
     for (int i = 0; i < PER; i++)
         s[(r + STEP * i) * stride + d] = bits_f(b[i], x.t); /* 0 bits: 0.0f */
@@ -156,7 +158,7 @@ __device__ __forceinline__ void fa_load_tile(float *s, int stride, const KT &x, 
 
 template <int DP>
 __global__ void __launch_bounds__(FA_THREADS, 2)
-    k_attention_tiles(float scale, KT o, KT q, KT k, KT v, KT pos, const int64_t *syms)
+    k_attention_tiles(float scale, AttMask mk, KT o, KT q, KT k, KT v, KT pos, const int64_t *syms)
 {
     typedef FaSmem<DP> L;
     enum { NJ = DP / 64 }; /* accumulator dims per thread: 4 NJ */
@@ -164,7 +166,7 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     float *qs = (float *)fa_raw, *ks = qs + FA_BQ * L::QK, *vs = ks + FA_BK * L::QK;
     float *ps = ks; /* the probabilities, once the scores are taken */
     __shared__ int32_t qpos[FA_BQ];
-    __shared__ int32_t kend;
+    __shared__ int32_t kend, kbeg; /* the block's positions: [kbeg, kend] (a window's start) */
     pdl_begin();
     kt_resolve(o, syms);
     kt_resolve(q, syms);
@@ -175,32 +177,38 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     if (t0 >= T)
         return;
     int tid = threadIdx.x, ty = tid >> 4, tx = tid & 15;
-    if (tid == 0)
+    if (tid == 0) {
         kend = -1;
+        kbeg = INT32_MAX;
+    }
     __syncthreads();
     if (tid < FA_BQ) {
         int32_t p = t0 + tid < T ? *(const int32_t *)(pos.p + (t0 + tid) * pos.nb[3]) : -1;
         qpos[tid] = p >= 0 && p < S ? p : -1; /* the runtime checks pos before the eval */
         atomicMax(&kend, qpos[tid]);
+        if (qpos[tid] >= 0)
+            atomicMin(&kbeg, (int32_t)att_lo(mk, qpos[tid]));
     }
     fa_load_tile<DP>(qs, L::QK, q, t0, T, h, D);
     __syncthreads();
-    int32_t pr[4];
+    int32_t pr[4], lo[4];
     float m[4], l[4], acc[4][4 * NJ];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         pr[i] = qpos[4 * ty + i];
+        lo[i] = pr[i] >= 0 ? (int32_t)att_lo(mk, pr[i]) : 0;
         m[i] = -INFINITY;
         l[i] = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4 * NJ; j++)
             acc[i][j] = 0.0f;
     }
-    for (int64_t s0 = 0; s0 <= kend; s0 += FA_BK) {
-        /* Rows past the block's last position are zeros: no query attends them, and a cache
-         * row not written yet must not bring a NaN into 0 * v. */
-        fa_load_tile<DP>(ks, L::QK, k, s0, kend + 1, g, D);
-        fa_load_tile<DP>(vs, L::QK, v, s0, kend + 1, g, D);
+    int64_t first = kend >= 0 ? kbeg : 0; /* the windows' first row */
+    for (int64_t s0 = first / FA_BK * FA_BK; s0 <= kend; s0 += FA_BK) {
+        /* Rows past the block's last position, or before its windows' first, are zeros: no
+         * query attends them, and a cache row not written yet must not bring a NaN into 0 * v. */
+        fa_load_tile<DP>(ks, L::QK, k, s0, kend + 1, g, D, first);
+        fa_load_tile<DP>(vs, L::QK, v, s0, kend + 1, g, D, first);
         __syncthreads();
         float sc[4][4];
 #pragma unroll
@@ -228,8 +236,10 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                sc[i][j] = s0 + tx + 16 * j <= pr[i] ? sc[i][j] * scale : -INFINITY;
+            for (int j = 0; j < 4; j++) {
+                int64_t s = s0 + tx + 16 * j; /* a window's rows lo..p, soft-capped (mk) */
+                sc[i][j] = s <= pr[i] && s >= lo[i] ? att_cap(mk, sc[i][j] * scale) : -INFINITY;
+            }
             float corr = softmax_step<16>(sc[i], m[i], l[i]);
 #pragma unroll
             for (int j = 0; j < 4 * NJ; j++)
@@ -568,13 +578,14 @@ template <int DP> static int tiles_ready()
 }
 
 template <int DP>
-static int launch_tiles(float scale, KT o, KT q, KT k, KT v, KT p, const gp_cu_ctx *c)
+static int launch_tiles(float scale, const AttMask &mk, KT o, KT q, KT k, KT v, KT p,
+                        const gp_cu_ctx *c)
 {
     if (!tiles_ready<DP>())
         return 0;
     dim3 grid((unsigned)q.ne[2], (unsigned)((q.ne[1] + FA_BQ - 1) / FA_BQ));
     gp_cu_launch(c, k_attention_tiles<DP>, grid, FA_THREADS,
-                 sizeof(float) * (size_t)FaSmem<DP>::FLOATS, scale, o, q, k, v, p, c->d_syms);
+                 sizeof(float) * (size_t)FaSmem<DP>::FLOATS, scale, mk, o, q, k, v, p, c->d_syms);
     tiles_launches++;
     return 1;
 }
@@ -637,15 +648,16 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
     unsigned *counters = att_counters(c, nsplit, T, H);
     int J = (int)((D + 31) / 32);
     AttMask mk = att_mask(a, S);
-    /* The tiles take no window, ring or soft-capping: such prompts run one block a query. */
+    /* The tensor-core tiles take no window, ring or soft-capping, the f32 tiles no ring: prompts
+     * with those run in f32 tiles, over a ring one block a query. */
     int plain = !mk.window && !mk.ring && !(mk.cap > 0.0f);
     if (nsplit == 1 && plain && c->att_mma && tc_ok(k, v, D) &&
         (D <= 64 ? launch_mma<64>(scale, o, q, k, v, p, c)
                  : launch_mma<128>(scale, o, q, k, v, p, c)))
         return gp_cu_check_launch(c, "attention (tensor cores)");
-    if (nsplit == 1 && plain && c->att_tiles && D <= 128 &&
-        (D <= 64 ? launch_tiles<64>(scale, o, q, k, v, p, c)
-                 : launch_tiles<128>(scale, o, q, k, v, p, c)))
+    if (nsplit == 1 && !mk.ring && c->att_tiles && D <= 128 &&
+        (D <= 64 ? launch_tiles<64>(scale, mk, o, q, k, v, p, c)
+                 : launch_tiles<128>(scale, mk, o, q, k, v, p, c)))
         return gp_cu_check_launch(c, "attention (tiles)");
     if (J <= 2)
         launch_att<2>(grid, scale, mk, o, q, k, v, p, part, T, counters, c);
