@@ -294,7 +294,8 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
  * exact): about f32's accuracy, at twice the products. The tiles of K and V come into shared
  * memory with cp.async, the next while the current one is used. P stays in registers (a product's
  * result is laid out as the next product's operand). Needs D % 8 == 0, D <= 128, f16 rows of
- * 16-byte aligned chunks (tc_ok).
+ * 16-byte aligned chunks (tc_ok). A window (mk, no ring) starts the walk at the block's first
+ * window row; scores soft-capped by mk.
  */
 enum { TC_WARPS = 4, TC_BQ = 16 * TC_WARPS, TC_BK = 64 };
 
@@ -326,16 +327,17 @@ __device__ __forceinline__ void split2(float x0, float x1, uint32_t *hi, uint32_
 }
 
 /* Rows [s0, s0 + TC_BK) of a cache's KV head (its bytes at base, rows nb1 apart) into dst
- * [TC_BK][ROW] halves with cp.async; rows from `rows` on and dims from D on are zeros. */
+ * [TC_BK][ROW] halves with cp.async; rows before `first`, rows from `rows` on and dims from D on
+ * are zeros. */
 template <int DP>
 __device__ __forceinline__ void tc_copy(__half *dst, const char *base, int64_t nb1, int64_t s0,
-                                        int64_t rows, int64_t D)
+                                        int64_t rows, int64_t D, int64_t first)
 {
     enum { CH = DP / 8, N = TC_BK * CH / (TC_WARPS * 32) }; /* 16-byte chunks: a row, a thread */
 #pragma unroll
     for (int i = 0; i < N; i++) {
         int c = threadIdx.x + TC_WARPS * 32 * i, r = c / CH, ch = c % CH;
-        int ok = s0 + r < rows && ch * 8 < D;
+        int ok = s0 + r >= first && s0 + r < rows && ch * 8 < D;
         const char *src = ok ? base + (s0 + r) * nb1 + ch * 16 : base;
         unsigned d = (unsigned)__cvta_generic_to_shared(dst + r * TcSmem<DP>::ROW + ch * 8);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -358,7 +360,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 
 template <int DP>
 __global__ void __launch_bounds__(TC_WARPS * 32)
-    k_attention_mma(float scale, KT o, KT q, KT k, KT v, KT pos, const int64_t *syms)
+    k_attention_mma(float scale, AttMask mk, KT o, KT q, KT k, KT v, KT pos, const int64_t *syms)
 {
     typedef TcSmem<DP> L;
     enum { KS = DP / 16, NT = TC_BK / 8, DT = DP / 8 };
@@ -375,31 +377,40 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
         return;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tg = lane & 3;
     /* This thread's rows: r[0] = 16 w + g and r[1] = r[0] + 8 of the block's queries. */
-    __shared__ int32_t warp_max[TC_WARPS];
-    int32_t pr[2];
+    __shared__ int32_t warp_max[TC_WARPS], warp_min[TC_WARPS];
+    int32_t pr[2], lo[2];
     int64_t tr[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         tr[i] = t0 + 16 * w + g + 8 * i;
         int32_t p = tr[i] < T ? *(const int32_t *)(pos.p + tr[i] * pos.nb[3]) : -1;
         pr[i] = p >= 0 && p < S ? p : -1; /* the runtime checks pos before the eval */
+        lo[i] = pr[i] >= 0 ? (int32_t)att_lo(mk, pr[i]) : INT32_MAX; /* a window's first row */
     }
-    /* The last row a warp's queries attend, and the block's. */
-    int32_t wmax = max(pr[0], pr[1]), bmax = -1;
+    /* The last row a warp's queries attend, and the block's; the block's first. */
+    int32_t wmax = max(pr[0], pr[1]), bmax = -1, wmin = min(lo[0], lo[1]), bmin = INT32_MAX;
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
+    for (int off = 16; off > 0; off >>= 1) {
         wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, off));
-    if (lane == 0)
+        wmin = min(wmin, __shfl_xor_sync(0xffffffffu, wmin, off));
+    }
+    if (lane == 0) {
         warp_max[w] = wmax;
+        warp_min[w] = wmin;
+    }
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < TC_WARPS; i++)
+    for (int i = 0; i < TC_WARPS; i++) {
         bmax = max(bmax, warp_max[i]);
+        bmin = min(bmin, warp_min[i]);
+    }
     const char *kb = k.p + hk * k.nb[2], *vb = v.p + hk * v.nb[2];
-    int64_t rows = (int64_t)bmax + 1; /* rows past it: zeros (no NaN of an unwritten row) */
+    /* rows past the last or before the first: zeros (no NaN of an unwritten row) */
+    int64_t rows = (int64_t)bmax + 1, first = bmax >= 0 ? bmin : 0;
+    int64_t sbeg = first / TC_BK * TC_BK;
     if (bmax >= 0) {
-        tc_copy<DP>(sm, kb, k.nb[1], 0, rows, D);
-        tc_copy<DP>(sm + L::TILE, vb, v.nb[1], 0, rows, D);
+        tc_copy<DP>(sm, kb, k.nb[1], sbeg, rows, D, first);
+        tc_copy<DP>(sm + L::TILE, vb, v.nb[1], sbeg, rows, D, first);
     }
     /* q's fragments (rows g, g + 8; dims 16 ks + 2 tg (+1) and + 8), split in two f16 parts. */
     uint32_t qh[KS][4], ql[KS][4];
@@ -421,11 +432,11 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
         for (int j = 0; j < 4; j++)
             acc[dt][j] = 0.0f;
     int stage = 0;
-    for (int64_t s0 = 0; s0 <= bmax; s0 += TC_BK, stage ^= 1) {
+    for (int64_t s0 = sbeg; s0 <= bmax; s0 += TC_BK, stage ^= 1) {
         if (s0 + TC_BK <= bmax) { /* the next tile into the other stage */
             __half *nx = sm + 2 * (stage ^ 1) * L::TILE;
-            tc_copy<DP>(nx, kb, k.nb[1], s0 + TC_BK, rows, D);
-            tc_copy<DP>(nx + L::TILE, vb, v.nb[1], s0 + TC_BK, rows, D);
+            tc_copy<DP>(nx, kb, k.nb[1], s0 + TC_BK, rows, D, first);
+            tc_copy<DP>(nx + L::TILE, vb, v.nb[1], s0 + TC_BK, rows, D, first);
             cp_async_wait<2>();
         } else {
             cp_async_wait<0>();
@@ -455,10 +466,12 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                    for (int e = 0; e < 2; e++)
-                        x[2 * nt + e] = s0 + 8 * nt + 2 * tg + e <= pr[i]
-                                            ? sc[nt][2 * i + e] * scale
+                    for (int e = 0; e < 2; e++) {
+                        int64_t s = s0 + 8 * nt + 2 * tg + e; /* a window's, soft-capped */
+                        x[2 * nt + e] = s <= pr[i] && s >= lo[i]
+                                            ? att_cap(mk, sc[nt][2 * i + e] * scale)
                                             : -INFINITY;
+                    }
                 float corr = softmax_step<4>(x, m[i], l[i]);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++)
@@ -554,13 +567,14 @@ template <int DP> static int mma_ready()
 }
 
 template <int DP>
-static int launch_mma(float scale, KT o, KT q, KT k, KT v, KT p, const gp_cu_ctx *c)
+static int launch_mma(float scale, const AttMask &mk, KT o, KT q, KT k, KT v, KT p,
+                      const gp_cu_ctx *c)
 {
     if (!mma_ready<DP>())
         return 0;
     dim3 grid((unsigned)q.ne[2], (unsigned)((q.ne[1] + TC_BQ - 1) / TC_BQ));
-    gp_cu_launch(c, k_attention_mma<DP>, grid, TC_WARPS * 32, (size_t)TcSmem<DP>::BYTES, scale, o,
-                 q, k, v, p, c->d_syms);
+    gp_cu_launch(c, k_attention_mma<DP>, grid, TC_WARPS * 32, (size_t)TcSmem<DP>::BYTES, scale, mk,
+                 o, q, k, v, p, c->d_syms);
     mma_launches++;
     return 1;
 }
@@ -648,12 +662,11 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
     unsigned *counters = att_counters(c, nsplit, T, H);
     int J = (int)((D + 31) / 32);
     AttMask mk = att_mask(a, S);
-    /* The tensor-core tiles take no window, ring or soft-capping, the f32 tiles no ring: prompts
-     * with those run in f32 tiles, over a ring one block a query. */
-    int plain = !mk.window && !mk.ring && !(mk.cap > 0.0f);
-    if (nsplit == 1 && plain && c->att_mma && tc_ok(k, v, D) &&
-        (D <= 64 ? launch_mma<64>(scale, o, q, k, v, p, c)
-                 : launch_mma<128>(scale, o, q, k, v, p, c)))
+    /* The tiles take a window and soft-capping, not a ring: prompts over a ring run one block a
+     * query. */
+    if (nsplit == 1 && !mk.ring && c->att_mma && tc_ok(k, v, D) &&
+        (D <= 64 ? launch_mma<64>(scale, mk, o, q, k, v, p, c)
+                 : launch_mma<128>(scale, mk, o, q, k, v, p, c)))
         return gp_cu_check_launch(c, "attention (tensor cores)");
     if (nsplit == 1 && !mk.ring && c->att_tiles && D <= 128 &&
         (D <= 64 ? launch_tiles<64>(scale, mk, o, q, k, v, p, c)
