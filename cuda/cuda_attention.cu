@@ -98,8 +98,8 @@ static void launch_att(dim3 grid, float scale, const AttMask &mk, KT o, KT q, KT
  * 4 ty .. 4 ty + 3, keys tx + 16 j of a tile (j < 4) in the scores and dims 4 tx .. 4 tx + 3
  * (+ 64 per DP / 64) in the accumulator, so that a query row's 16 threads are one half-warp (its
  * max and sum: four shuffles). DP: D padded to 64 or 128. Query t attends rows 0..pos[t], as
- * k_attention, or its window's (mk: no ring), scores soft-capped by mk; its sums come in another
- * order (f32 throughout).
+ * k_attention, or its window's (mk; over a ring, position s in row s % S), scores soft-capped by
+ * mk; its sums come in another order (f32 throughout).
  */
 /*
  * One key tile's step of a query row's online softmax, the row spread over W lanes: x, this
@@ -136,21 +136,25 @@ template <int DP> struct FaSmem {
 };
 
 /* Rows [r0, r0 + 64) of x's head `hd` (x: [rows, heads, D]; rows before `first`, rows from
- * `rows` on and dims from D on are zeros) into s[64][stride], f32. All of a thread's loads are
- * issued before the first conversion. */
+ * `rows` on and dims from D on are zeros) into s[64][stride], f32; ring > 0: row i of those is
+ * x's row i % ring (positions in a ring cache). All of a thread's loads are issued before the
+ * first conversion. */
 template <int DP>
 __device__ __forceinline__ void fa_load_tile(float *s, int stride, const KT &x, int64_t r0,
                                              int64_t rows, int64_t hd, int64_t D,
-                                             int64_t first = 0)
+                                             int64_t first = 0, int64_t ring = 0)
 {
     enum { STEP = FA_THREADS / DP, PER = 64 / STEP }; /* a thread: dim d of rows r + STEP i */
     int r = threadIdx.x / DP, d = threadIdx.x % DP;
     const char *p = x.p + hd * x.nb[2] + (r0 + r) * x.nb[1] + d * x.nb[3];
+    const char *pr = x.p + hd * x.nb[2] + d * x.nb[3];
     int64_t adv = STEP * x.nb[1], left = d < D ? rows - r0 - r : 0, skip = first - r0 - r;
     uint32_t b[PER];
 #pragma unroll
     for (int i = 0; i < PER; i++)
-        b[i] = STEP * i < left && STEP * i >= skip ? ld_bits(p + i * adv, x.t) : 0;
+        b[i] = STEP * i < left && STEP * i >= skip
+                   ? ld_bits(ring ? pr + (r0 + r + STEP * i) % ring * x.nb[1] : p + i * adv, x.t)
+                   : 0;
 #pragma unroll
     for (int i = 0; i < PER; i++)
         s[(r + STEP * i) * stride + d] = bits_f(b[i], x.t); /* 0 bits: 0.0f */
@@ -184,7 +188,7 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     __syncthreads();
     if (tid < FA_BQ) {
         int32_t p = t0 + tid < T ? *(const int32_t *)(pos.p + (t0 + tid) * pos.nb[3]) : -1;
-        qpos[tid] = p >= 0 && p < S ? p : -1; /* the runtime checks pos before the eval */
+        qpos[tid] = att_pos_ok(mk, p, S) ? p : -1; /* the runtime checks pos before the eval */
         atomicMax(&kend, qpos[tid]);
         if (qpos[tid] >= 0)
             atomicMin(&kbeg, (int32_t)att_lo(mk, qpos[tid]));
@@ -207,8 +211,8 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     for (int64_t s0 = first / FA_BK * FA_BK; s0 <= kend; s0 += FA_BK) {
         /* Rows past the block's last position, or before its windows' first, are zeros: no
          * query attends them, and a cache row not written yet must not bring a NaN into 0 * v. */
-        fa_load_tile<DP>(ks, L::QK, k, s0, kend + 1, g, D, first);
-        fa_load_tile<DP>(vs, L::QK, v, s0, kend + 1, g, D, first);
+        fa_load_tile<DP>(ks, L::QK, k, s0, kend + 1, g, D, first, mk.ring);
+        fa_load_tile<DP>(vs, L::QK, v, s0, kend + 1, g, D, first, mk.ring);
         __syncthreads();
         float sc[4][4];
 #pragma unroll
@@ -294,8 +298,8 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
  * exact): about f32's accuracy, at twice the products. The tiles of K and V come into shared
  * memory with cp.async, the next while the current one is used. P stays in registers (a product's
  * result is laid out as the next product's operand). Needs D % 8 == 0, D <= 128, f16 rows of
- * 16-byte aligned chunks (tc_ok). A window (mk, no ring) starts the walk at the block's first
- * window row; scores soft-capped by mk.
+ * 16-byte aligned chunks (tc_ok). A window (mk) starts the walk at the block's first window
+ * position; over a ring, position s is row s % S; scores soft-capped by mk.
  */
 enum { TC_WARPS = 4, TC_BQ = 16 * TC_WARPS, TC_BK = 64 };
 
@@ -328,17 +332,18 @@ __device__ __forceinline__ void split2(float x0, float x1, uint32_t *hi, uint32_
 
 /* Rows [s0, s0 + TC_BK) of a cache's KV head (its bytes at base, rows nb1 apart) into dst
  * [TC_BK][ROW] halves with cp.async; rows before `first`, rows from `rows` on and dims from D on
- * are zeros. */
+ * are zeros; ring > 0: row i of those is the cache's row i % ring. */
 template <int DP>
 __device__ __forceinline__ void tc_copy(__half *dst, const char *base, int64_t nb1, int64_t s0,
-                                        int64_t rows, int64_t D, int64_t first)
+                                        int64_t rows, int64_t D, int64_t first, int64_t ring)
 {
     enum { CH = DP / 8, N = TC_BK * CH / (TC_WARPS * 32) }; /* 16-byte chunks: a row, a thread */
 #pragma unroll
     for (int i = 0; i < N; i++) {
         int c = threadIdx.x + TC_WARPS * 32 * i, r = c / CH, ch = c % CH;
         int ok = s0 + r >= first && s0 + r < rows && ch * 8 < D;
-        const char *src = ok ? base + (s0 + r) * nb1 + ch * 16 : base;
+        int64_t row = ring ? (s0 + r) % ring : s0 + r;
+        const char *src = ok ? base + row * nb1 + ch * 16 : base;
         unsigned d = (unsigned)__cvta_generic_to_shared(dst + r * TcSmem<DP>::ROW + ch * 8);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
@@ -384,7 +389,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     for (int i = 0; i < 2; i++) {
         tr[i] = t0 + 16 * w + g + 8 * i;
         int32_t p = tr[i] < T ? *(const int32_t *)(pos.p + tr[i] * pos.nb[3]) : -1;
-        pr[i] = p >= 0 && p < S ? p : -1; /* the runtime checks pos before the eval */
+        pr[i] = att_pos_ok(mk, p, S) ? p : -1; /* the runtime checks pos before the eval */
         lo[i] = pr[i] >= 0 ? (int32_t)att_lo(mk, pr[i]) : INT32_MAX; /* a window's first row */
     }
     /* The last row a warp's queries attend, and the block's; the block's first. */
@@ -409,8 +414,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     int64_t rows = (int64_t)bmax + 1, first = bmax >= 0 ? bmin : 0;
     int64_t sbeg = first / TC_BK * TC_BK;
     if (bmax >= 0) {
-        tc_copy<DP>(sm, kb, k.nb[1], sbeg, rows, D, first);
-        tc_copy<DP>(sm + L::TILE, vb, v.nb[1], sbeg, rows, D, first);
+        tc_copy<DP>(sm, kb, k.nb[1], sbeg, rows, D, first, mk.ring);
+        tc_copy<DP>(sm + L::TILE, vb, v.nb[1], sbeg, rows, D, first, mk.ring);
     }
     /* q's fragments (rows g, g + 8; dims 16 ks + 2 tg (+1) and + 8), split in two f16 parts. */
     uint32_t qh[KS][4], ql[KS][4];
@@ -435,8 +440,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     for (int64_t s0 = sbeg; s0 <= bmax; s0 += TC_BK, stage ^= 1) {
         if (s0 + TC_BK <= bmax) { /* the next tile into the other stage */
             __half *nx = sm + 2 * (stage ^ 1) * L::TILE;
-            tc_copy<DP>(nx, kb, k.nb[1], s0 + TC_BK, rows, D, first);
-            tc_copy<DP>(nx + L::TILE, vb, v.nb[1], s0 + TC_BK, rows, D, first);
+            tc_copy<DP>(nx, kb, k.nb[1], s0 + TC_BK, rows, D, first, mk.ring);
+            tc_copy<DP>(nx + L::TILE, vb, v.nb[1], s0 + TC_BK, rows, D, first, mk.ring);
             cp_async_wait<2>();
         } else {
             cp_async_wait<0>();
@@ -662,13 +667,12 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
     unsigned *counters = att_counters(c, nsplit, T, H);
     int J = (int)((D + 31) / 32);
     AttMask mk = att_mask(a, S);
-    /* The tiles take a window and soft-capping, not a ring: prompts over a ring run one block a
-     * query. */
-    if (nsplit == 1 && !mk.ring && c->att_mma && tc_ok(k, v, D) &&
+    /* The tiles walk positions (a window's, of a ring's rows) with capped scores as any others. */
+    if (nsplit == 1 && c->att_mma && tc_ok(k, v, D) &&
         (D <= 64 ? launch_mma<64>(scale, mk, o, q, k, v, p, c)
                  : launch_mma<128>(scale, mk, o, q, k, v, p, c)))
         return gp_cu_check_launch(c, "attention (tensor cores)");
-    if (nsplit == 1 && !mk.ring && c->att_tiles && D <= 128 &&
+    if (nsplit == 1 && c->att_tiles && D <= 128 &&
         (D <= 64 ? launch_tiles<64>(scale, mk, o, q, k, v, p, c)
                  : launch_tiles<128>(scale, mk, o, q, k, v, p, c)))
         return gp_cu_check_launch(c, "attention (tiles)");

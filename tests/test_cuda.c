@@ -3680,7 +3680,7 @@ static void fam_poison_unread(tt *kk, tt *v, const tt *pos, int64_t T, int64_t S
 
 /* Attention with a window, over rings and soft-capped (gp_cuda_compute) against the CPU: decode
  * (T 1, split over the rows), a few queries (T 9, split), a prompt (T 40: in tiles, on tensor
- * cores for f16 caches, or one block a query over a ring); grouped (8 heads on 2) and not, head dims
+ * cores for f16 caches); grouped (8 heads on 2) and not, head dims
  * 16, 64, 128 and 256, f16 and f32 caches; rings of W + T - 1 rows with positions far past them
  * (wrapped several times); the rows no query may read NaN. Within 1e-5. */
 static void test_fam_attention(void)
@@ -3724,8 +3724,8 @@ static void test_fam_attention(void)
                          (int)T, (int)H, (int)G, (int)D, (int)W, ring, (int)S, at.f[1],
                          dt ? "f16" : "f32", mode);
                 CHECK_ERR(name, run_op(GP_OP_ATTENTION, &at, &out, ins, 4, ws, &k), 1e-5);
-                /* prompts in tiles unless over a ring: on tensor cores for f16 caches */
-                int tiles = T > GP_WS_ATTN_SPLIT_MAX_T && D <= 128 && !ring;
+                /* prompts in tiles (over a ring too): on tensor cores for f16 caches */
+                int tiles = T > GP_WS_ATTN_SPLIT_MAX_T && D <= 128;
                 int mma = tiles && dt && D % 8 == 0;
                 CU_ASSERT_EQUAL(gp_cuda_attention_mma_count() - m0, mma);
                 CU_ASSERT_EQUAL(gp_cuda_attention_tiles_count() - n0, tiles && !mma);
