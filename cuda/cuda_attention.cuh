@@ -527,7 +527,7 @@ __device__ __forceinline__ int same_angles(const gp_cu_rope &a, const gp_cu_rope
     return a.on == b.on &&
            (!a.on || (a.n == b.n && a.theta == b.theta && a.interleaved == b.interleaved &&
                       a.orig_len == b.orig_len &&
-                      (a.orig_len <= 0 ||
+                      (a.orig_len == 0 ||
                        (a.factor == b.factor && a.low == b.low && a.high == b.high))));
 }
 

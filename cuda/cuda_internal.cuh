@@ -88,11 +88,14 @@ __device__ __forceinline__ float ld_f(const char *p, int t)
 }
 
 /* Rope r's frequency of pair i, as gp_rope_freq (ir/core.c) computes it: theta^(-2i/n) in
- * double, rescaled by Llama 3's bands when r.orig_len > 0 (the same operations in the same
- * precisions: low and high stay float, as on the host). */
+ * double, divided by the factor with linear scaling (orig_len GP_ROPE_LINEAR), rescaled by
+ * Llama 3's bands when r.orig_len > 0 (the same operations in the same precisions: low and high
+ * stay float, as on the host). */
 __device__ __forceinline__ double rope_freq(const gp_cu_rope &r, int64_t i)
 {
     double freq = pow(r.theta, -2.0 * (double)i / (double)r.n);
+    if (r.orig_len == GP_ROPE_LINEAR)
+        return freq / r.factor;
     if (r.orig_len <= 0)
         return freq;
     float lo = r.low, hi = r.high;

@@ -441,7 +441,10 @@ extern "C" gp_cu_rope gp_cuda_rope_of(const gp_attrs *a, gp_dtype dtype)
     r.n = a->i[1];
     r.theta = a->f[0];
     r.dtype = dtype;
-    if (a->i[2] > 0) { /* Llama 3 scaling (ir/core.h) */
+    if (a->i[2] == GP_ROPE_LINEAR) { /* linear scaling (ir/core.h) */
+        r.orig_len = GP_ROPE_LINEAR;
+        r.factor = a->f[1];
+    } else if (a->i[2] > 0) { /* Llama 3 scaling */
         r.orig_len = a->i[2];
         r.factor = a->f[1];
         gp_rope_factors(a, &r.low, &r.high);

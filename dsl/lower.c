@@ -672,16 +672,26 @@ static int kw_nonzero(lower *L, call *c, int slot, double *out)
     return 0;
 }
 
-/* rope's scaling keywords (slots 3..7): scaling = "default" (none) or "llama3" with factor,
- * low_freq_factor, high_freq_factor and original_max_position_embeddings (core.h, GP_OP_ROPE).
- * The four are read only under "llama3", so a graph may pass them from its parameters always. */
+/* rope's scaling keywords (slots 3..7): scaling = "default" (none), "linear" with factor, or
+ * "llama3" with factor, low_freq_factor, high_freq_factor and original_max_position_embeddings
+ * (core.h, GP_OP_ROPE). Each is read only under a scaling that uses it, so a graph may pass them
+ * from its parameters always. */
 static int rope_scaling(lower *L, call *c, gp_attrs *at)
 {
     value m = c->kw[3];
     if (m.k == V_ERR || (m.k == V_STR && (strcmp(m.s, "default") == 0 || strcmp(m.s, "none") == 0)))
         return 0;
+    if (m.k == V_STR && strcmp(m.s, "linear") == 0) {
+        double f = 8.0;
+        if (kw_positive(L, c, 4, &f))
+            return -1;
+        at->i[2] = GP_ROPE_LINEAR;
+        at->f[1] = f;
+        return 0;
+    }
     if (m.k != V_STR || strcmp(m.s, "llama3") != 0)
-        return bad_kw(L, c, 3, "\"default\" or \"llama3\" (other rope scalings are not supported)");
+        return bad_kw(L, c, 3,
+                      "\"default\", \"linear\" or \"llama3\" (other rope scalings are not supported)");
     double v[3] = {8.0, 1.0, 4.0}; /* Llama 3.1's factor, low_freq_factor, high_freq_factor */
     for (int k = 0; k < 3; k++)
         if (kw_positive(L, c, 4 + k, &v[k]))

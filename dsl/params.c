@@ -142,20 +142,75 @@ static gp_loc offset_loc(const char *file, const char *text, size_t len, size_t 
     return (gp_loc){file, line, (int)(at - line_start) + 1};
 }
 
-/* Where the config's value for `key` is (config_value's search, in its order): its key, or the
- * '{' of the object holding it when the key is spelled with escapes. */
-static gp_loc config_loc(const gp_dsl_params *p, const char *key)
+/* Where transformers keeps a setting in a config.json, searched in this order: at the top level;
+ * in "rope_parameters" (transformers 5 moved rope_theta there), in its "full_attention" entry
+ * (transformers 5 keeps Gemma 3's rope settings per layer type: the global layers' there, the
+ * local layers' in "sliding_attention"); in "text_config" (a multimodal model's language model)
+ * and its rope objects; in "rope_scaling" (transformers 4's Llama 3 and Gemma 3 scaling).
+ * rope_local_base_freq (Gemma 3's local theta, a top-level key in transformers 4) is
+ * rope_parameters.sliding_attention.rope_theta in transformers 5. */
+typedef struct {
+    const char *obj[3]; /* the nested objects, outermost first; NULL ends */
+    const char *alias;  /* the key's name there for parameter `param`; NULL: the parameter's */
+    const char *param;  /* the one parameter this place is for; NULL: any */
+} cfg_place;
+
+static const cfg_place CFG_PLACES[] = {
+    {{NULL}, NULL, NULL},
+    {{"rope_parameters"}, NULL, NULL},
+    {{"rope_parameters", "full_attention"}, NULL, NULL},
+    {{"rope_parameters", "sliding_attention"}, "rope_theta", "rope_local_base_freq"},
+    {{"text_config"}, NULL, NULL},
+    {{"text_config", "rope_parameters"}, NULL, NULL},
+    {{"text_config", "rope_parameters", "full_attention"}, NULL, NULL},
+    {{"text_config", "rope_parameters", "sliding_attention"}, "rope_theta", "rope_local_base_freq"},
+    {{"rope_scaling"}, NULL, NULL},
+    {{"text_config", "rope_scaling"}, NULL, NULL},
+};
+#define N_CFG_PLACES (sizeof CFG_PLACES / sizeof CFG_PLACES[0])
+
+/* The object of place k in cfg, or NULL. */
+static const json_t *place_object(const json_t *cfg, size_t k)
 {
-    static const char *const nested[] = {"rope_parameters", "text_config", "rope_scaling"};
-    size_t top = skip_ws(p->cfg_text, p->cfg_len, 0), obj = top, at = NPOS;
-    if (!json_object_get(p->cfg, key))
-        for (size_t i = 0; i < sizeof nested / sizeof nested[0]; i++) {
-            const json_t *sub = json_object_get(p->cfg, nested[i]);
-            if (json_is_object(sub) && json_object_get(sub, key)) {
-                obj = json_object_at(p->cfg_text, p->cfg_len, top, nested[i]);
-                break;
-            }
+    const json_t *o = cfg;
+    for (int d = 0; d < 3 && o && CFG_PLACES[k].obj[d]; d++) {
+        o = json_object_get(o, CFG_PLACES[k].obj[d]);
+        if (!json_is_object(o))
+            return NULL;
+    }
+    return o;
+}
+
+/* A parameter's value in the config (the first of CFG_PLACES that has it), or NULL; *place is
+ * set to the place found. */
+static const json_t *config_find(const json_t *cfg, const char *name, size_t *place)
+{
+    for (size_t k = 0; cfg && k < N_CFG_PLACES; k++) {
+        const cfg_place *c = &CFG_PLACES[k];
+        if (c->param && strcmp(c->param, name) != 0)
+            continue;
+        const json_t *o = place_object(cfg, k);
+        const json_t *j = o ? json_object_get(o, c->alias ? c->alias : name) : NULL;
+        if (j) {
+            *place = k;
+            return j;
         }
+    }
+    return NULL;
+}
+
+/* Where the config's value for parameter `name` is (config_find's place): its key, or the '{' of
+ * the object holding it when the key is spelled with escapes. */
+static gp_loc config_loc(const gp_dsl_params *p, const char *name)
+{
+    size_t top = skip_ws(p->cfg_text, p->cfg_len, 0), obj = top, at = NPOS, k = 0;
+    const char *key = name;
+    if (config_find(p->cfg, name, &k)) {
+        for (int d = 0; d < 3 && obj != NPOS && CFG_PLACES[k].obj[d]; d++)
+            obj = json_object_at(p->cfg_text, p->cfg_len, obj, CFG_PLACES[k].obj[d]);
+        if (CFG_PLACES[k].alias)
+            key = CFG_PLACES[k].alias;
+    }
     if (obj != NPOS)
         at = json_member_at(p->cfg_text, p->cfg_len, obj, key);
     return offset_loc(p->cfg_file, p->cfg_text, p->cfg_len,
@@ -214,23 +269,6 @@ static value from_json(gp_diag *d, value def, const char *key, const json_t *j, 
     gp_diag_error(d, loc, "config key '%s': expected a string, got %s", key,
                   json_kind(j, buf, sizeof buf));
     return ERR;
-}
-
-/* A parameter's value in a config.json: a top-level key, else one of the nested objects where
- * transformers keeps some settings (since transformers 5, rope_theta lives in "rope_parameters";
- * configs written by transformers 4 keep Llama 3's rope_type and factors in "rope_scaling"). */
-static const json_t *config_value(const json_t *cfg, const char *key)
-{
-    static const char *const nested[] = {"rope_parameters", "text_config", "rope_scaling"};
-    if (!cfg)
-        return NULL;
-    const json_t *j = json_object_get(cfg, key);
-    for (size_t i = 0; !j && i < sizeof nested / sizeof nested[0]; i++) {
-        const json_t *sub = json_object_get(cfg, nested[i]);
-        if (json_is_object(sub))
-            j = json_object_get(sub, key);
-    }
-    return j;
 }
 
 /* Loads config.json (registered with the diagnostics so that messages quote it). */
@@ -300,11 +338,67 @@ gp_dsl_params *gp_dsl_params_new(gp_diag *d, const ast_graph *ag, const gp_dsl_o
     return p;
 }
 
+/* sliding_window_pattern P from the config's layer_types (transformers writes the list, and since
+ * transformers 5 no longer the pattern): entry i must be "full_attention" when (i + 1) % P == 0
+ * and "sliding_attention" otherwise, P one more than the first "full_attention"'s index (the
+ * length plus one when every layer is local). 0 when there is no list (or an empty one), 1 with
+ * *out set, -1 after reporting a list the pattern cannot describe. */
+static int pattern_from_layer_types(gp_dsl_params *p, value *out)
+{
+    size_t place;
+    const json_t *lt = config_find(p->cfg, "layer_types", &place);
+    if (!lt || json_is_null(lt) || (json_is_array(lt) && json_array_size(lt) == 0))
+        return 0;
+    char buf[96];
+    gp_loc at = config_loc(p, "layer_types");
+    if (!json_is_array(lt)) {
+        gp_diag_error(p->d, at,
+                      "config key 'layer_types': expected an array of layer types, got %s",
+                      json_kind(lt, buf, sizeof buf));
+        return -1;
+    }
+    size_t n = json_array_size(lt), period = n + 1;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(lt, i);
+        const char *t = json_is_string(e) ? json_string_value(e) : "";
+        int full = strcmp(t, "full_attention") == 0;
+        if (!full && strcmp(t, "sliding_attention") != 0) {
+            gp_diag_error(p->d, at,
+                          "config key 'layer_types': entry %zu is %s (expected \"sliding_attention\" "
+                          "or \"full_attention\")",
+                          i, json_kind(e, buf, sizeof buf));
+            return -1;
+        }
+        if (full && period == n + 1)
+            period = i + 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int full = strcmp(json_string_value(json_array_get(lt, i)), "full_attention") == 0;
+        if (full != ((i + 1) % period == 0)) {
+            gp_diag_error(p->d, at,
+                          "config key 'layer_types': entry %zu breaks the pattern of one "
+                          "\"full_attention\" layer every %zu (sliding_window_pattern)",
+                          i, period);
+            return -1;
+        }
+    }
+    *out = vint((int64_t)period);
+    return 1;
+}
+
 value gp_dsl_params_resolve(gp_dsl_params *p, const char *name, value def)
 {
     value v = def;
-    const json_t *j = config_value(p->cfg, name);
-    if (j && !json_is_null(j)) /* null (Mistral's "sliding_window": null): the default */
+    size_t place;
+    const json_t *j = config_find(p->cfg, name, &place);
+    int derived = 0;
+    if (def.k == V_INT && strcmp(name, "sliding_window_pattern") == 0) {
+        /* transformers follows layer_types when a config has both: so does the graph */
+        derived = pattern_from_layer_types(p, &v);
+        if (derived < 0)
+            v = ERR;
+    }
+    if (!derived && j && !json_is_null(j)) /* null (Mistral's "sliding_window": null): the default */
         v = from_json(p->d, v, name, j, config_loc(p, name));
     const char *text = NULL;
     size_t kl = strlen(name);

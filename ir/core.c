@@ -158,7 +158,7 @@ void gp_errf(char *err, size_t n, const char *fmt, ...)
     va_end(ap);
 }
 
-/* ---- rope's llama3 frequency scaling (core.h, GP_OP_ROPE) ---- */
+/* ---- rope's frequency scaling, linear and llama3 (core.h, GP_OP_ROPE) ---- */
 
 int64_t gp_rope_factors_pack(float low_freq_factor, float high_freq_factor)
 {
@@ -180,6 +180,12 @@ int gp_rope_check_scaling(const gp_attrs *a, char *err, size_t n)
 {
     if (a->i[2] == 0)
         return 0;
+    if (a->i[2] == GP_ROPE_LINEAR) {
+        if (a->f[1] > 0 && isfinite(a->f[1]))
+            return 0;
+        gp_errf(err, n, "rope: bad linear scaling (factor %g): expected a factor > 0", a->f[1]);
+        return -1;
+    }
     float lo, hi;
     gp_rope_factors(a, &lo, &hi);
     if (a->i[2] < 0 || !(a->f[1] > 0) || !isfinite(a->f[1]) || !(lo > 0) || !(hi > lo) ||
@@ -197,6 +203,8 @@ int gp_rope_check_scaling(const gp_attrs *a, char *err, size_t n)
 double gp_rope_freq(const gp_attrs *a, int64_t j, int64_t n)
 {
     double freq = pow(a->f[0], -2.0 * (double)j / (double)n);
+    if (a->i[2] == GP_ROPE_LINEAR)
+        return freq / a->f[1];
     if (a->i[2] <= 0)
         return freq;
     float lo, hi;

@@ -99,7 +99,8 @@ typedef enum {
      * high_freq_factor as two float32 bit patterns (gp_rope_factors; the plan's node record has
      * two float slots). Wavelength w = 2 pi / freq: w < L / high keeps freq, w > L / low divides
      * it by factor, and between them s = (L / w - low) / (high - low) mixes the two:
-     * (1 - s) freq / factor + s freq (gp_rope_freq). */
+     * (1 - s) freq / factor + s freq (gp_rope_freq). i[2] = GP_ROPE_LINEAR (-1): linear scaling
+     * (rope_type "linear", Gemma 3's global layers): every frequency divided by f[1] = factor. */
     GP_OP_ROPE,
     /* Views: the output is a GP_TENSOR_VIEW of input 0 (no data moves).
      * reshape(x, dims...) requires x contiguous; the output tensor holds the new shape. */
@@ -165,11 +166,13 @@ typedef struct {
 
 const gp_op_info *gp_op_get(gp_op op); /* NULL for an op out of range */
 
+/* rope's i[2] for linear frequency scaling (GP_OP_ROPE); i[2] > 0 is llama3's, 0 none. */
+#define GP_ROPE_LINEAR (-1)
 /* rope's llama3 scaling factors in and out of attribute i[3] (low in bits 0..31, high in 32..63). */
 int64_t gp_rope_factors_pack(float low_freq_factor, float high_freq_factor);
 void gp_rope_factors(const gp_attrs *a, float *low_freq_factor, float *high_freq_factor);
-/* 0 when rope's scaling attributes are usable (none, or llama3 with factor > 0, finite factors,
- * 0 < low < high); else -1 with a message in err. */
+/* 0 when rope's scaling attributes are usable (none, linear with a finite factor > 0, or llama3
+ * with factor > 0, finite factors, 0 < low < high); else -1 with a message in err. */
 int gp_rope_check_scaling(const gp_attrs *a, char *err, size_t n);
 /* The frequency of rotary pair j of n rotated dims (radians per position), scaling included. */
 double gp_rope_freq(const gp_attrs *a, int64_t j, int64_t n);

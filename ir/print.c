@@ -32,6 +32,8 @@ static void print_attrs(const gp_node *n, int out_ndim, FILE *out)
     case GP_OP_ROPE:
         fprintf(out, " mode=%lld n=%lld theta=%g", (long long)a->i[0], (long long)a->i[1],
                 a->f[0]);
+        if (a->i[2] == GP_ROPE_LINEAR)
+            fprintf(out, " linear(factor=%g)", a->f[1]);
         if (a->i[2] > 0) {
             float lo, hi;
             gp_rope_factors(a, &lo, &hi);

@@ -2,15 +2,12 @@
  * data layout in one pass with one bounds-checked cursor. The format is in docs/gguf.md. */
 #include "runtime/gguf.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+
+#include "runtime/filemap.h"
 
 #define GGUF_DEFAULT_ALIGNMENT 32
 /* Smallest encodings, for bounding counts by the bytes left before anything is allocated:
@@ -34,8 +31,7 @@ typedef struct {
 
 struct gp_gguf {
     char *path;
-    void *map; /* [map_len] when this reader mapped the file; NULL for open_mem */
-    size_t map_len;
+    gp_filemap map; /* the file when this reader mapped it; zeroed for open_mem */
     const unsigned char *base; /* [len] the file's bytes */
     size_t len;
     uint32_t version;
@@ -619,34 +615,12 @@ gp_gguf *gp_gguf_open(const char *path, char *err, size_t errlen)
     gp_gguf *g = reader_new(path, err, errlen);
     if (!g)
         return NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        gp_errf(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+    if (gp_filemap_open(&g->map, path, err, errlen) != 0) {
         gp_gguf_close(g);
         return NULL;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        gp_errf(err, errlen, "%s: cannot open (not a regular file)", path);
-        close(fd);
-        gp_gguf_close(g);
-        return NULL;
-    }
-    if (st.st_size > 0) {
-        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            gp_errf(err, errlen, "%s: cannot map %lld bytes (%s)", path, (long long)st.st_size,
-                    strerror(errno));
-            close(fd);
-            gp_gguf_close(g);
-            return NULL;
-        }
-        g->map = m;
-        g->map_len = (size_t)st.st_size;
-        g->base = m;
-        g->len = g->map_len;
-    }
-    close(fd); /* the mapping keeps the file alive */
+    g->base = g->map.data;
+    g->len = g->map.len;
     return finish(g);
 }
 
@@ -664,8 +638,7 @@ void gp_gguf_close(gp_gguf *g)
     free(g->kv_sorted);
     free(g->tensors);
     free(g->t_sorted);
-    if (g->map)
-        munmap(g->map, g->map_len);
+    gp_filemap_close(&g->map);
     free(g->path);
     free(g);
 }

@@ -4,20 +4,17 @@
 #include "runtime/safetensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+
+#include "runtime/filemap.h"
 
 struct gp_st_file {
     char *path;
-    void *map; /* [map_len] the whole file, read-only */
-    size_t map_len;
+    gp_filemap map; /* the whole file, read-only */
     const unsigned char *data; /* [data_len] the data area, just after the header */
     size_t data_len;
     json_t *header;        /* owns every name and dtype string the tensors point to */
@@ -213,23 +210,23 @@ static int check_overlap(gp_st_file *f, char *err, size_t errlen)
 
 static int parse_header(gp_st_file *f, char *err, size_t errlen)
 {
-    const unsigned char *base = f->map;
+    const unsigned char *base = f->map.data;
     const char *p = f->path;
-    if (f->map_len < 8)
+    if (f->map.len < 8)
         return bad(err, errlen, p, "file of %zu bytes is too short for the 8-byte header length",
-                   f->map_len);
+                   f->map.len);
     uint64_t n = read_le64(base);
     if (n > GP_ST_MAX_HEADER)
         return bad(err, errlen, p, "header length %llu over the cap of %u bytes",
                    (unsigned long long)n, GP_ST_MAX_HEADER);
-    if (n > f->map_len - 8)
+    if (n > f->map.len - 8)
         return bad(err, errlen, p, "header length %llu past the end of the file (%zu bytes)",
-                   (unsigned long long)n, f->map_len);
+                   (unsigned long long)n, f->map.len);
     if (n < 2)
         return bad(err, errlen, p, "header length %llu too short for a JSON object",
                    (unsigned long long)n);
     f->data = base + 8 + n;
-    f->data_len = f->map_len - 8 - (size_t)n;
+    f->data_len = f->map.len - 8 - (size_t)n;
 
     json_error_t je;
     /* Duplicate names would make lookup ambiguous; jansson also rejects invalid UTF-8 and NULs. */
@@ -291,33 +288,10 @@ gp_st_file *gp_st_open(const char *path, char *err, size_t errlen)
         gp_errf(err, errlen, "%s: out of memory", path);
         return NULL;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        gp_errf(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+    if (gp_filemap_open(&f->map, path, err, errlen) != 0) {
         gp_st_close(f);
         return NULL;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        gp_errf(err, errlen, "%s: cannot open (not a regular file)", path);
-        close(fd);
-        gp_st_close(f);
-        return NULL;
-    }
-    f->map_len = (size_t)st.st_size;
-    if (f->map_len > 0) {
-        void *m = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            gp_errf(err, errlen, "%s: cannot map %zu bytes (%s)", path, f->map_len,
-                    strerror(errno));
-            close(fd);
-            f->map_len = 0;
-            gp_st_close(f);
-            return NULL;
-        }
-        f->map = m;
-    }
-    close(fd); /* the mapping keeps the file alive */
     if (parse_header(f, err, errlen) != 0) {
         gp_st_close(f);
         return NULL;
@@ -329,8 +303,7 @@ void gp_st_close(gp_st_file *f)
 {
     if (!f)
         return;
-    if (f->map)
-        munmap(f->map, f->map_len);
+    gp_filemap_close(&f->map);
     json_decref(f->header);
     free(f->tensors);
     free(f->path);

@@ -422,12 +422,19 @@ int gp_weights_check(const gp_weights *w, const gp_weight_decl *decls, int n,
                     same_shape = t->shape[k] == d->shape[k];
                 fmt_shape(have, sizeof have, t->ndim, t->shape);
                 int dtype_ok = t->supported && convertible(t->dtype, d->dtype);
+                /* [in, out] against [out, in]: a plan made for another layout (GPT-2's Conv1D
+                 * weights in a Hugging Face checkpoint and in llama.cpp's GGUF files) */
+                int transposed = !same_shape && t->ndim == 2 && d->ndim == 2 &&
+                                 t->shape[0] == d->shape[1] && t->shape[1] == d->shape[0];
                 if (!same_shape || !dtype_ok)
                     snprintf(line, sizeof line,
-                             "weights: \"%s\": expected shape %s %s, file has %s %s%s", d->name,
+                             "weights: \"%s\": expected shape %s %s, file has %s %s%s%s", d->name,
                              want, gp_dtype_name(d->dtype), have,
                              t->supported ? gp_dtype_name(t->dtype) : t->file_dtype,
-                             t->supported ? "" : " (unsupported dtype)");
+                             t->supported ? "" : " (unsupported dtype)",
+                             transposed ? ", the transpose (a plan compiled for another layout: "
+                                          "for a GGUF file's, compile with --gguf FILE)"
+                                        : "");
                 else if (convert && t->dtype != d->dtype)
                     convert[i] = 1;
             }

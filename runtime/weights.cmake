@@ -1,6 +1,7 @@
 # Weights I/O (safetensors reader/writer, GGUF reader and name aliases, checkpoint sources and
 # checks, random weights): static library gp_weights, included from runtime/CMakeLists.txt.
 add_library(gp_weights STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/filemap.c
   ${CMAKE_CURRENT_LIST_DIR}/safetensors.c
   ${CMAKE_CURRENT_LIST_DIR}/gguf.c
   ${CMAKE_CURRENT_LIST_DIR}/gguf_names.c

@@ -3509,25 +3509,26 @@ void gp_suite_cuda_host(void)
  * offsets, on CUDA against the CPU backend. Registered by fam_tests() from gp_suite_cuda. ==== */
 
 /* A rope node's attributes: n rotated dims, theta; L > 0: Llama 3 scaling with
- * original_max_position_embeddings L, factor 8, low 1 and high 4 (the parity fixture's). */
+ * original_max_position_embeddings L, factor 8, low 1 and high 4 (the parity fixture's);
+ * L GP_ROPE_LINEAR: linear scaling by 8 (Gemma 3's global layers). */
 static gp_attrs fam_rope_attrs(int64_t n, double theta, int64_t L)
 {
-    gp_attrs a = {{0, n, L, L ? gp_rope_factors_pack(1.0f, 4.0f) : 0}, {theta, L ? 8.0 : 0.0}};
+    gp_attrs a = {{0, n, L, L > 0 ? gp_rope_factors_pack(1.0f, 4.0f) : 0}, {theta, L ? 8.0 : 0.0}};
     return a;
 }
 
-/* rope with llama3 scaling (and without, as a control) against the CPU: f32 and f16 outputs,
- * all dims rotated or 48 of 64, positions 0, 77 and 5000 (with L 32 every frequency band is
- * met: kept, mixed, divided by the factor). */
+/* rope with llama3 scaling, with linear scaling and without (a control) against the CPU: f32 and
+ * f16 outputs, all dims rotated or 48 of 64, positions 0, 77 and 5000 (with L 32 every frequency
+ * band of llama3's is met: kept, mixed, divided by the factor). */
 static void test_fam_rope(void)
 {
     kctx k;
     kctx_new(&k, NULL, NULL, 0);
     int64_t sx[3] = {3, 4, 64}, sp[1] = {3};
     const int32_t ps[3] = {0, 77, 5000};
-    for (int c = 0; c < 8; c++) {
+    for (int c = 0; c < 12; c++) {
         gp_dtype ot = c & 1 ? GP_F16 : GP_F32;
-        int64_t n = c & 2 ? 48 : 64, L = c & 4 ? 32 : 0;
+        int64_t n = c & 2 ? 48 : 64, L = c >= 8 ? GP_ROPE_LINEAR : c & 4 ? 32 : 0;
         tt x, pos, out;
         tt_new(&x, GP_F32, 3, sx, 1.0f);
         tt_new(&pos, GP_I32, 1, sp, 1.0f);
@@ -3537,8 +3538,8 @@ static void test_fam_rope(void)
         gp_attrs a = fam_rope_attrs(n, 10000.0, L);
         tt *ins[2] = {&x, &pos};
         char name[64];
-        snprintf(name, sizeof name, "rope %s n %d llama3 %d", ot == GP_F16 ? "f16" : "f32",
-                 (int)n, L > 0);
+        snprintf(name, sizeof name, "rope %s n %d scaling %s", ot == GP_F16 ? "f16" : "f32",
+                 (int)n, L > 0 ? "llama3" : L ? "linear" : "none");
         CHECK_ERR(name, run_op(GP_OP_ROPE, &a, &out, ins, 2, 0, &k), 1e-5);
         tt_free(&x);
         tt_free(&pos);
@@ -3830,9 +3831,9 @@ static void fam_decode_case(kctx *k, gp_dtype ct, int64_t H, int64_t G, int64_t 
     CU_ASSERT_EQUAL(gp_cuda_attention_head_count(), h0); /* D > 64 or a mask: never atthead */
     char name[160];
     snprintf(name, sizeof name,
-             "fused decode %s H %d G %d D %d S %d pos %d W %d ring %d cap %g llama3 %d var %d",
+             "fused decode %s H %d G %d D %d S %d pos %d W %d ring %d cap %g scaling %d var %d",
              ct == GP_F16 ? "f16" : "f32", (int)H, (int)G, (int)D, (int)S, (int)P, (int)W, ring,
-             cap, L > 0, variant);
+             cap, (int)L, variant);
     CU_ASSERT(fam_same(&kc, name) && fam_same(&vc, name));
     gp_ktensor g = out.h;
     g.data = malloc(out.bytes);
@@ -3847,8 +3848,8 @@ static void fam_decode_case(kctx *k, gp_dtype ct, int64_t H, int64_t G, int64_t 
 }
 
 /* The fused one-token attention with a window, over a ring (positions before, at and far past
- * the ring's rows), soft-capped, with llama3-scaled ropes inside: grouped and not, head dims 64,
- * 128 and 256, f32 and f16 caches. */
+ * the ring's rows), soft-capped, with llama3- and linear-scaled ropes inside: grouped and not,
+ * head dims 64, 128 and 256, f32 and f16 caches. */
 static void test_fam_decode(void)
 {
     kctx k;
@@ -3864,6 +3865,8 @@ static void test_fam_decode(void)
         fam_decode_case(&k, ct, 8, 4, 256, 200, 150, 7, 0, 0.0, 0, var++);
         fam_decode_case(&k, ct, 8, 2, 128, 300, 299, 0, 0, 0.0, 32, var++);    /* llama3 */
         fam_decode_case(&k, ct, 8, 2, 64, 300, 0, 5, 0, 4.0, 32, var++);
+        fam_decode_case(&k, ct, 8, 4, 256, 40, 77, 0, 0, 0.0, GP_ROPE_LINEAR, var++); /* linear */
+        fam_decode_case(&k, ct, 8, 4, 256, 12, 77, 4, 1, 0.0, GP_ROPE_LINEAR, var++);
     }
     kctx_free(&k);
 }
@@ -3936,18 +3939,20 @@ static void test_fam_models(void)
     fam_model("mistral", "f32", "9", 1e-4, 1);
     fam_model("phi3", "f32", "9", 1e-4, 0);
     fam_model("gemma2", "f32", "9", 1e-4, 1);
+    fam_model("gemma3", "f32", "9", 1e-4, 1); /* q/k norms, linear rope, rings of 12 rows */
     /* f16 weights and caches */
     fam_model("llama3", "f16", "9", 5e-3, 1);
     fam_model("mistral", "f16", "9", 5e-3, 1);
     fam_model("gemma2", "f16", "9", 5e-3, 1);
+    fam_model("gemma3", "f16", "9", 5e-3, 1);
 }
 
 static void fam_tests(CU_pSuite s)
 {
-    CU_add_test(s, "families: rope with llama3 scaling", test_fam_rope);
+    CU_add_test(s, "families: rope with llama3 and linear scaling", test_fam_rope);
     CU_add_test(s, "families: scale's softcap, rms_norm's weight offset", test_fam_scale_norm);
     CU_add_test(s, "families: ring stores, alone and paired", test_fam_store_ring);
     CU_add_test(s, "families: attention with windows, rings, soft-capping", test_fam_attention);
     CU_add_test(s, "families: one-token attention with them, fused", test_fam_decode);
-    CU_add_test(s, "families: llama3, mistral, phi3, gemma2 CPU vs CUDA", test_fam_models);
+    CU_add_test(s, "families: llama3, mistral, phi3, gemma2, gemma3 CPU vs CUDA", test_fam_models);
 }

@@ -1163,6 +1163,103 @@ static void test_config_families(void)
     remove(path);
 }
 
+/* The tensor named `name` of g, or NULL. */
+static const gp_tensor *tensor_named(const gp_graph *g, const char *name)
+{
+    for (int i = 0; i < g->n_tensors; i++)
+        if (strcmp(g->tensors[i].name, name) == 0)
+            return &g->tensors[i];
+    return NULL;
+}
+
+/* examples/gemma3.gplan's layers as a config sets them: layer l's two ropes (q, k) have theta
+ * want_theta[l] and scaling i[2] want_scaling[l] (factor want_factor when linear), its attention
+ * a window of want_window[l]. */
+static void check_gemma3_layers(const gp_graph *g, int n, const double *want_theta,
+                                const int64_t *want_scaling, double want_factor,
+                                const int64_t *want_window, int ring)
+{
+    int r = 0, a = 0;
+    CU_ASSERT_EQUAL(count_op(g, GP_OP_ROPE), 2 * n);
+    CU_ASSERT_EQUAL(count_op(g, GP_OP_ATTENTION), n);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const gp_node *nd = &g->nodes[i];
+        if (nd->op == GP_OP_ROPE && r < 2 * n) {
+            int l = r++ / 2;
+            CU_ASSERT_DOUBLE_EQUAL(nd->attrs.f[0], want_theta[l], 1e-6);
+            CU_ASSERT_EQUAL(nd->attrs.i[2], want_scaling[l]);
+            if (want_scaling[l] == GP_ROPE_LINEAR)
+                CU_ASSERT_DOUBLE_EQUAL(nd->attrs.f[1], want_factor, 1e-9);
+        } else if (nd->op == GP_OP_ATTENTION && a < n) {
+            CU_ASSERT_EQUAL(nd->attrs.i[0], want_window[a]);
+            CU_ASSERT_EQUAL(nd->attrs.i[1], ring && want_window[a] > 0); /* local layers' rings */
+            a++;
+        }
+    }
+}
+
+/* Gemma 3's configs: transformers 5's rope_parameters by layer type and layer_types, transformers
+ * 4's rope_scaling, rope_local_base_freq and sliding_window_pattern (in a multimodal config's
+ * text_config), and a null rope_scaling (Gemma-3-1B: no scaling). */
+static void test_config_gemma3(void)
+{
+    const char *path = gp_test_tmpfile(".json");
+    const char *cfg =
+        "{\"num_hidden_layers\": 4, \"hidden_size\": 32, \"intermediate_size\": 64,\n"
+        " \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"head_dim\": 8,\n"
+        " \"vocab_size\": 50, \"max_position_embeddings\": 64, \"sliding_window\": 4,\n"
+        " \"layer_types\": [\"sliding_attention\", \"sliding_attention\", \"full_attention\",\n"
+        "   \"sliding_attention\"],\n"
+        " \"rope_parameters\": {\n"
+        "   \"full_attention\": {\"rope_type\": \"linear\", \"factor\": 4.0, \"rope_theta\": 50000.0},\n"
+        "   \"sliding_attention\": {\"rope_type\": \"default\", \"rope_theta\": 1000.0}}}\n";
+    CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfg, strlen(cfg)), 0);
+    const char *nb[] = {"n_batch=9"};
+    gp_graph *g = compile_example("examples/gemma3.gplan", nb, 1, path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    double th5[] = {1000, 1000, 50000, 1000};
+    int64_t sc5[] = {0, 0, GP_ROPE_LINEAR, 0}, win5[] = {4, 4, 0, 4};
+    check_gemma3_layers(g, 4, th5, sc5, 4.0, win5, 1);
+    const gp_tensor *kl = tensor_named(g, "k_local"), *kg = tensor_named(g, "k_global");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(kl);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(kg);
+    CU_ASSERT(kl->shape[0].size == 3 && kl->shape[1].size == 4 + 9 - 1); /* rings of W + n - 1 */
+    CU_ASSERT(kg->shape[0].size == 1 && kg->shape[1].size == 64);
+    gp_graph_free(g);
+
+    cfg = "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"text_config\": {\n"
+          " \"num_hidden_layers\": 6, \"hidden_size\": 32, \"intermediate_size\": 64,\n"
+          " \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"head_dim\": 8,\n"
+          " \"vocab_size\": 50, \"max_position_embeddings\": 16, \"sliding_window\": 8,\n"
+          " \"rope_theta\": 1000000.0, \"rope_local_base_freq\": 10000.0,\n"
+          " \"sliding_window_pattern\": 3, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}}}\n";
+    CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfg, strlen(cfg)), 0);
+    g = compile_example("examples/gemma3.gplan", NULL, 0, path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    double th4[] = {1e4, 1e4, 1e6, 1e4, 1e4, 1e6};
+    int64_t sc4[] = {0, 0, GP_ROPE_LINEAR, 0, 0, GP_ROPE_LINEAR}, win4[] = {8, 8, 0, 8, 8, 0};
+    check_gemma3_layers(g, 6, th4, sc4, 8.0, win4, 0);
+    /* 8 + 512 - 1 rows would not be fewer than 16: no rings */
+    CU_ASSERT_EQUAL(tensor_named(g, "k_local")->shape[1].size, 16);
+    CU_ASSERT_EQUAL(tensor_named(g, "k_global")->shape[0].size, 2);
+    gp_graph_free(g);
+
+    cfg = "{\"num_hidden_layers\": 2, \"hidden_size\": 32, \"intermediate_size\": 64,\n"
+          " \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"head_dim\": 8,\n"
+          " \"vocab_size\": 50, \"max_position_embeddings\": 16, \"sliding_window\": 8,\n"
+          " \"sliding_window_pattern\": 2, \"rope_scaling\": null}\n";
+    CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfg, strlen(cfg)), 0);
+    const char *one[] = {"n_batch=1"};
+    g = compile_example("examples/gemma3.gplan", one, 1, path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    double th1[] = {1e4, 1e6};
+    int64_t sc1[] = {0, 0}, win1[] = {8, 0};
+    check_gemma3_layers(g, 2, th1, sc1, 0, win1, 1);
+    CU_ASSERT_EQUAL(tensor_named(g, "k_local")->shape[1].size, 8); /* a ring of the window */
+    gp_graph_free(g);
+    remove(path);
+}
+
 static void test_example_tiny(void)
 {
     gp_graph *g = compile_example("examples/tiny.gplan", NULL, 0, NULL, NULL);
@@ -1299,6 +1396,7 @@ void gp_suite_dsl(void)
     CU_add_test(s, "config.json overrides", test_config_overrides);
     CU_add_test(s, "config.json string parameter in a weight name", test_config_string_param);
     CU_add_test(s, "config.json: llama3 rope scaling, a null sliding_window", test_config_families);
+    CU_add_test(s, "config.json: Gemma 3's rope by layer type and layer_types", test_config_gemma3);
     CU_add_test(s, "language features", test_features);
     CU_add_test(s, "fuzz: truncations and mutations", test_fuzz);
 }

@@ -1058,7 +1058,8 @@ static void test_weights_gguf(void)
     CU_ASSERT_EQUAL(gp_weights_check(wt, badd, 5, NULL, err, sizeof err), 5);
     CU_ASSERT_STRING_EQUAL(
         err, "weights: \"model.embed_tokens.weight\": expected shape [8, 16] f16, file has [16, 8] "
-             "f16\n"
+             "f16, the transpose (a plan compiled for another layout: for a GGUF file's, compile "
+             "with --gguf FILE)\n"
              "weights: \"model.layers.0.self_attn.q_proj.weight\": expected shape [4, 32] f32, "
              "file has [4, 32] q4_1\n"
              "weights: \"model.layers.1.mlp.down_proj.weight\": expected shape [3, 64] q4_0, file "

@@ -587,6 +587,25 @@ static void test_rope(void)
     x = in("x", GP_F32, 3, SYMT, 32, 128);
     pos = in("pos", GP_I32, 1, 7, 0, 0);
     CHECK_ERR(node2(GP_OP_ROPE, x, pos), "rope: pos is pos [7], expected [T]");
+
+    /* Linear scaling (rope_type "linear"): every frequency divided by the factor f[1] > 0. */
+    fresh();
+    x = in("x", GP_F32, 3, SYMT, 4, 16);
+    pos = in("pos", GP_I32, 1, SYMT, 0, 0);
+    gp_attrs lin = {{0, 0, GP_ROPE_LINEAR}, {50000.0, 4.0}};
+    node(GP_OP_ROPE, 2, x, pos, 0, 0, &lin);
+    CU_ASSERT_EQUAL(g->nodes[0].attrs.i[2], GP_ROPE_LINEAR);
+    for (int j = 0; j < 8; j++)
+        CU_ASSERT_DOUBLE_EQUAL(gp_rope_freq(&g->nodes[0].attrs, j, 16),
+                               pow(50000.0, -2.0 * j / 16) / 4.0, 1e-15);
+    char why[192];
+    gp_attrs no_factor = {{0, 16, GP_ROPE_LINEAR}, {10000.0, 0}};
+    CU_ASSERT_EQUAL(gp_rope_check_scaling(&no_factor, why, sizeof why), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "rope: bad linear scaling (factor 0)"));
+    gp_attrs unscaled = {{0, 16, 0}, {10000.0, 4.0}}; /* f[1] is read only under a scaling */
+    CU_ASSERT_EQUAL(gp_rope_check_scaling(&unscaled, why, sizeof why), 0);
+    CU_ASSERT_DOUBLE_EQUAL(gp_rope_freq(&unscaled, 1, 16), pow(10000.0, -2.0 / 16), 1e-15);
+    CHECK_ERR(node(GP_OP_ROPE, 2, x, pos, 0, 0, &no_factor), "rope: bad linear scaling (factor 0)");
 }
 
 static void test_attention(void)

@@ -792,6 +792,20 @@ static void test_rope(void)
         for (int i = 0; i < 4; i++)
             CU_ASSERT_DOUBLE_EQUAL(ys[i], want[mode][i], 1e-6);
     }
+    /* Linear scaling (Gemma 3's global layers): factor 2 halves both angles of the case above,
+     * pair 0 turning by 1 rad and pair 1 by 0.1 (rotate-half pairs (x0, x2), (x1, x3)). */
+    {
+        float xs[4] = {1, 2, 3, 4}, ys[4];
+        int32_t p = 2;
+        gp_ktensor in[2] = {{xs, GP_F32, 3, {1, 1, 4}, {16, 16, 4}}, {&p, GP_I32, 1, {1}, {4}}};
+        gp_ktensor out = {ys, GP_F32, 3, {1, 1, 4}, {16, 16, 4}};
+        gp_attrs at = {.i = {0, 4, GP_ROPE_LINEAR}, .f = {100.0, 2.0}};
+        gp_cpu_compute(GP_OP_ROPE, &at, &out, in, 2, NULL, 0, 0, 1);
+        const double lin[4] = {1 * cos(1.0) - 3 * sin(1.0), 2 * cos(0.1) - 4 * sin(0.1),
+                               1 * sin(1.0) + 3 * cos(1.0), 2 * sin(0.1) + 4 * cos(0.1)};
+        for (int i = 0; i < 4; i++)
+            CU_ASSERT_DOUBLE_EQUAL(ys[i], lin[i], 1e-6);
+    }
 }
 
 /* ---- copies, lookups, stores ---- */
@@ -1167,7 +1181,7 @@ static void test_check(void)
     gp_attrs ra = {.i = {0, 8, 32, gp_rope_factors_pack(1.0f, 4.0f)}, .f = {10000.0, 8.0}};
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &ra, &ro->k, rin, 2, err, sizeof err), 0);
     const struct { int64_t len; float lo, hi; double factor; } bad_scaling[] = {
-        {-1, 1, 4, 8}, {32, 4, 1, 8}, {32, 0, 4, 8}, {32, 1, INFINITY, 8}, {32, 1, 4, 0},
+        {-2, 1, 4, 8}, {32, 4, 1, 8}, {32, 0, 4, 8}, {32, 1, INFINITY, 8}, {32, 1, 4, 0},
         {32, 1, 4, NAN}, {32, NAN, 4, 8},
     };
     for (size_t i = 0; i < sizeof bad_scaling / sizeof bad_scaling[0]; i++) {
@@ -1178,6 +1192,15 @@ static void test_check(void)
         CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &b, &ro->k, rin, 2, err, sizeof err), -1);
         CU_ASSERT(strstr(err, "rope: bad llama3 scaling") == err);
     }
+    /* Linear scaling (i[2] = GP_ROPE_LINEAR): a factor that is not finite and > 0 refused. */
+    const double bad_linear[] = {0, -2, NAN, INFINITY};
+    for (size_t i = 0; i < sizeof bad_linear / sizeof bad_linear[0]; i++) {
+        gp_attrs b = {.i = {0, 8, GP_ROPE_LINEAR}, .f = {10000.0, bad_linear[i]}};
+        CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &b, &ro->k, rin, 2, err, sizeof err), -1);
+        CU_ASSERT(strstr(err, "rope: bad linear scaling") == err);
+    }
+    gp_attrs lin = {.i = {0, 8, GP_ROPE_LINEAR}, .f = {10000.0, 8.0}};
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &lin, &ro->k, rin, 2, err, sizeof err), 0);
 
     tt *all[] = {table, ids, out, b4, b3, w, mo, dst, src, q, kv, ao, kv3, rx, ro};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)

@@ -25,6 +25,7 @@ static const key_map llama_keys[] = {
     {"attention.layer_norm_rms_epsilon", "rms_norm_eps", 1},
     {"rope.freq_base", "rope_theta", 1},
     {"rope.dimension_count", "rope_dims", 0},
+    {"attention.sliding_window", "sliding_window", 0},
 };
 
 static const key_map gpt2_keys[] = {
@@ -34,6 +35,14 @@ static const key_map gpt2_keys[] = {
     {"context_length", "n_positions", 0},
     {"attention.layer_norm_epsilon", "layer_norm_epsilon", 1},
 };
+
+static int push_text(gp_gguf_params *p, const char *text)
+{
+    if (p->n == GP_GGUF_MAX_PARAMS || !(p->text[p->n] = strdup(text)))
+        return -1;
+    p->n++;
+    return 0;
+}
 
 static int push(gp_gguf_params *p, const char *fmt, const char *name, double v, int is_float)
 {
@@ -101,13 +110,29 @@ int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t e
     if (!gp_gguf_tensor_find(g, "output.weight") &&
         push(p, "%s=%lld", "tie_word_embeddings", 1, 0))
         goto oom;
+    /* head_dim (a parameter of graphs whose heads need not be hidden_size / heads, as
+     * Mistral's): attention.key_length when the file has it (llama.cpp's converter writes it only
+     * when the config has a head_dim), else embedding_length / head_count, as llama.cpp reads it. */
+    if (keys == llama_keys) {
+        char key[128];
+        int64_t kl, embd, heads;
+        snprintf(key, sizeof key, "%.*s.attention.key_length", (int)arch.len, arch.s);
+        int has_kl = gp_gguf_get_int(g, key, &kl) == 0;
+        snprintf(key, sizeof key, "%.*s.embedding_length", (int)arch.len, arch.s);
+        int has_embd = gp_gguf_get_int(g, key, &embd) == 0;
+        snprintf(key, sizeof key, "%.*s.attention.head_count", (int)arch.len, arch.s);
+        int has_heads = gp_gguf_get_int(g, key, &heads) == 0;
+        if (!has_kl && has_embd && has_heads && heads > 0 && embd % heads == 0 &&
+            push(p, "%s=%lld", "head_dim", (double)(embd / heads), 0))
+            goto oom;
+    }
     /* Its q and k rows are permuted for the interleaved rotary form (docs/gguf.md); llama.cpp
      * keeps qwen2's and qwen3's in the checkpoint's rotate-half order. */
-    if (keys == llama_keys && memcmp(arch.s, "llama", 5) == 0) {
-        if (p->n == GP_GGUF_MAX_PARAMS || !(p->text[p->n] = strdup("rope_mode=gptj")))
-            goto oom;
-        p->n++;
-    }
+    if (keys == llama_keys && memcmp(arch.s, "llama", 5) == 0 && push_text(p, "rope_mode=gptj"))
+        goto oom;
+    /* GPT-2's Conv1D weights are stored transposed, [out, in] (examples/gpt2.gplan). */
+    if (keys == gpt2_keys && push_text(p, "conv1d_transposed=true"))
+        goto oom;
     rc = 0;
     goto done;
 oom:

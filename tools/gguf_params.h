@@ -12,10 +12,11 @@ typedef struct {
     int n;
 } gp_gguf_params;
 
-/* Reads the parameters of a llama or gpt2 GGUF file: its ARCH.* metadata under the transformers
- * config names, vocab_size from token_embd.weight, tie_word_embeddings when there is no
- * output.weight, and for llama rope_mode = gptj (the converter permutes q and k). 0, or -1 with
- * err set. */
+/* Reads the parameters of a llama, qwen2, qwen3 or gpt2 GGUF file: its ARCH.* metadata under the
+ * transformers config names, vocab_size from token_embd.weight, tie_word_embeddings when there is
+ * no output.weight; for the llama-like ones head_dim (key_length, else embedding_length /
+ * head_count); for llama rope_mode = gptj (the converter permutes q and k); for gpt2
+ * conv1d_transposed = true (the converter transposes the Conv1D weights). 0, or -1 with err set. */
 int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t errlen);
 void gp_gguf_params_free(gp_gguf_params *p);
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Builds the Hugging Face parity fixtures: tiny random GPT2LMHeadModel, LlamaForCausalLM (plain and
 with Llama 3 rope scaling), Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM,
-Phi3ForCausalLM and Gemma2ForCausalLM checkpoints
+Phi3ForCausalLM, Gemma2ForCausalLM and Gemma3ForCausalLM checkpoints
 saved with save_pretrained, and what transformers computes for them (a prompt, 32
 greedy tokens and the logits of every step). Needs torch and transformers (run it where they are).
 
@@ -15,6 +15,8 @@ Each fixture folder OUT_DIR/NAME holds
   logits.f32             [n_gen, vocab] little-endian float32: row s holds the logits that chose
                          token s (what gplan-run --logits-out writes for a one-eval prompt)
   fixture.json           what was made and how: versions, sizes, checks and sensitivities
+  config_v4.json         gemma3 only: config.json in transformers 4's keys (rope_theta,
+                         rope_local_base_freq, rope_scaling, sliding_window_pattern)
 
 Relative error of a step (the same definition as tests/parity/compare.c):
   rel(a, b) = max_i |a_i - b_i| / max_i |b_i|, b the transformers row; a run's error is the max over
@@ -38,7 +40,8 @@ import traceback
 import numpy as np
 import torch
 import transformers
-from transformers import (Gemma2Config, Gemma2ForCausalLM, GPT2Config, GPT2LMHeadModel,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                          GPT2Config, GPT2LMHeadModel,
                           LlamaConfig, LlamaForCausalLM,
                           MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM,
@@ -181,7 +184,61 @@ def gemma2_config(**over):
     return cfg
 
 
+# Gemma 3's fixture: 4 layers, a global one every 3 (layer_types local, local, global, local).
+GEMMA3_PATTERN = 3
+GEMMA3_LAYERS = 4
+
+
+def gemma3_rope(theta=50000.0, rope_type="linear", factor=4.0, local_theta=1000.0):
+    """transformers 5's rope_parameters for Gemma 3: the global layers' (full_attention) and the
+    local layers' (sliding_attention) rope, each with its own theta."""
+    full = dict(rope_type=rope_type, rope_theta=theta)
+    if rope_type == "linear":
+        full["factor"] = factor
+    return dict(full_attention=full,
+                sliding_attention=dict(rope_type="default", rope_theta=local_theta))
+
+
+def gemma3_layer_types(pattern=GEMMA3_PATTERN, n=GEMMA3_LAYERS):
+    return ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n)]
+
+
+def gemma3_config(**over):
+    # Gemma 3: Gemma 2's block with per-head (1 + w) q and k norms and no soft-capping; local
+    # layers (window 4, rope theta 1000 unscaled) and a global one (layer 2: theta 50000, linear
+    # scaling by 4), none of them the defaults (10000; 1e6 and 8 in the 4B+ configs). The layers
+    # are given as layer_types, as transformers 5 writes them (config.json has no
+    # sliding_window_pattern); config_v4.json holds the same model in transformers 4's keys.
+    kw = dict(DECODER_COMMON, num_hidden_layers=GEMMA3_LAYERS, head_dim=16, rms_norm_eps=5e-3,
+              tie_word_embeddings=True, query_pre_attn_scalar=24, sliding_window=4,
+              hidden_activation="gelu_pytorch_tanh", layer_types=gemma3_layer_types(),
+              rope_parameters=gemma3_rope())
+    kw.pop("hidden_act")
+    kw.update(over)
+    cfg = Gemma3TextConfig(**kw)
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def gemma3_v4_config(saved):
+    """The fixture's config.json (transformers 5) in transformers 4's keys: rope_theta,
+    rope_local_base_freq and rope_scaling at the top level, sliding_window_pattern instead of
+    layer_types."""
+    v4 = {k: v for k, v in saved.items()
+          if k not in ("rope_parameters", "layer_types", "_sliding_window_pattern")}
+    rp = saved["rope_parameters"]
+    full = rp["full_attention"]
+    v4["rope_theta"] = full["rope_theta"]
+    v4["rope_local_base_freq"] = rp["sliding_attention"]["rope_theta"]
+    v4["rope_scaling"] = ({"rope_type": full["rope_type"], "factor": full["factor"]}
+                          if full["rope_type"] != "default" else None)
+    v4["sliding_window_pattern"] = GEMMA3_PATTERN
+    v4["transformers_version"] = "4.57.6"
+    return v4
+
+
 FAMILIES = {
+    "gemma3": (gemma3_config, Gemma3ForCausalLM),
     "gemma2": (gemma2_config, Gemma2ForCausalLM),
     "phi3": (phi3_config, Phi3ForCausalLM),
     "qwen2": (qwen2_config, Qwen2ForCausalLM),
@@ -189,6 +246,12 @@ FAMILIES = {
     "llama3": (llama3_config, LlamaForCausalLM),
     "mistral": (mistral_config, MistralForCausalLM),
 }
+
+
+# Gemma 3 scales its embeddings by sqrt(hidden_size) and ties its head: at 0.25 the token's own
+# embedding dominates the residual stream and greedy decoding repeats one token (as gemma2's
+# fixture does); at 0.1 its 32 tokens are 17 different ones.
+EMB_STD = {"gemma3": 0.1}
 
 
 def randomise(model, seed, emb_std):
@@ -226,7 +289,7 @@ def build(kind, seed, **over):
     elif kind in FAMILIES:
         cfg_fn, cls = FAMILIES[kind]
         m = cls(cfg_fn(**over))
-        randomise(m, seed, emb_std=0.25)
+        randomise(m, seed, emb_std=EMB_STD.get(kind, 0.25))
     else:
         m = LlamaForCausalLM(llama_tied_config(**over))
         randomise(m, seed, emb_std=0.4)
@@ -295,6 +358,21 @@ def check_config_values(kind, model, cfg_kw):
         eps = model.transformer.ln_f.eps
         assert abs(eps - cfg_kw["layer_norm_epsilon"]) < 1e-12, eps
         return
+    if kind == "gemma3":  # a rope for each layer type
+        rot, d = model.model.rotary_emb, model.config.head_dim
+        ex = -np.arange(0, d, 2, dtype=np.float64) / d
+        theta, factor, local = cfg_kw["gemma3_rope"]
+        assert np.allclose(rot.full_attention_inv_freq.double().numpy(), theta ** ex / factor,
+                           rtol=1e-6)
+        assert np.allclose(rot.sliding_attention_inv_freq.double().numpy(), local ** ex, rtol=1e-6)
+        assert model.config.layer_types == gemma3_layer_types(), model.config.layer_types
+        assert model.config.sliding_window == cfg_kw["sliding_window"]
+        assert model.config.final_logit_softcapping is None
+        assert model.config.attn_logit_softcapping is None
+        assert abs(model.model.norm.eps - cfg_kw["rms_norm_eps"]) < 1e-12
+        tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+        assert tied == cfg_kw["tie_word_embeddings"], tied
+        return
     theta = cfg_kw["rope_theta"]
     inv = model.model.rotary_emb.inv_freq.double().numpy()
     d = getattr(model.config, "head_dim", None) or \
@@ -329,6 +407,7 @@ FIXTURES = [
     ("mistral", "mistral", 9753, 9, None),
     ("phi3", "phi3", 3141, 9, None),
     ("gemma2", "gemma2", 2718, 9, None),
+    ("gemma3", "gemma3", 2025, 9, None),
 ]
 
 SENSITIVITY = {
@@ -358,6 +437,17 @@ SENSITIVITY = {
                ("attn_logit_softcapping=None", dict(attn_logit_softcapping=None)),
                ("final_logit_softcapping=None", dict(final_logit_softcapping=None)),
                ("query_pre_attn_scalar=16", dict(query_pre_attn_scalar=16))],
+    "gemma3": [("sliding_window=64 (no window)", dict(sliding_window=64)),
+               ("rope_local_base_freq=10000", dict(rope_parameters=gemma3_rope(local_theta=1e4))),
+               ("global rope_theta=1e6", dict(rope_parameters=gemma3_rope(theta=1e6))),
+               ("global rope unscaled (rope_type default)",
+                dict(rope_parameters=gemma3_rope(rope_type="default"))),
+               ("global factor=8", dict(rope_parameters=gemma3_rope(factor=8.0))),
+               ("sliding_window_pattern=2 (layers 1 and 3 global)",
+                dict(layer_types=gemma3_layer_types(pattern=2))),
+               ("query_pre_attn_scalar=16", dict(query_pre_attn_scalar=16)),
+               ("q_norm and k_norm weights 0 (scale 1)",
+                lambda sd: zero(sd, ("q_norm.weight", "k_norm.weight")))],
     "phi3": [("sliding_window=None (full attention)", dict(sliding_window=None)),
              ("rms_norm_eps=1e-6", dict(rms_norm_eps=1e-6))],
     "mistral": [("sliding_window=None (full attention)", dict(sliding_window=None)),
@@ -391,6 +481,8 @@ CLAIMED = {
     "phi3": dict(rope_theta=10000.0, rms_norm_eps=5e-3, tie_word_embeddings=False,
                  sliding_window=6),
     "gemma2": dict(rope_theta=10000.0, tie_word_embeddings=True, sliding_window=4),
+    "gemma3": dict(gemma3_rope=(50000.0, 4.0, 1000.0), rms_norm_eps=5e-3, tie_word_embeddings=True,
+                   sliding_window=4),
 }
 
 
@@ -505,6 +597,10 @@ def make(out_dir, name, kind, seed, n_prompt, shard, n_gen):
 
     with open(os.path.join(path, "config.json")) as f:
         saved = json.load(f)
+    if kind == "gemma3":
+        with open(os.path.join(path, "config_v4.json"), "w") as f:
+            json.dump(gemma3_v4_config(saved), f, indent=2, sort_keys=True)
+            f.write("\n")
     files = sorted(os.listdir(path))
     info = {
         "name": name, "architecture": type(model).__name__, "seed": seed,

@@ -174,6 +174,8 @@ if [ -n "$run" ]; then
   st ints.safetensors '{"transformer.wte.weight":{"dtype":"I32","shape":[256,64],"data_offsets":[0,65536]}}' 65536
   check E505 1 'weights: "transformer.wte.weight": expected shape [256, 64] f32, file has [256, 64] i32' run tiny.plan --weights ints.safetensors
   check E506 1 "weights: ... and 12 more problems" run tiny.plan --weights narrow.safetensors
+  st transposed.safetensors '{"transformer.wte.weight":{"dtype":"F32","shape":[64,256],"data_offsets":[0,65536]}}' 65536
+  check E511 1 "weights: \"transformer.wte.weight\": expected shape [256, 64] f32, file has [64, 256] f32, the transpose (a plan compiled for another layout: for a GGUF file's, compile with --gguf FILE)" run tiny.plan --weights transposed.safetensors
   st short.safetensors '{"transformer.wte.weight":{"dtype":"F32","shape":[256,64],"data_offsets":[0,65536]}}' 100
   check E507 1 'gplan-run: short.safetensors: bad safetensors file (tensor "transformer.wte.weight": data_offsets [0, 65536] out of range: data area is 100 bytes)' run tiny.plan --weights short.safetensors
   printf 'garbage' >tiny.safetensors

@@ -11,14 +11,17 @@
 #   Llama-3-8B shape (the reference figure).
 # Parity (tests/parity/parity.sh, --backend cuda): the committed fixtures of gpt2, llama,
 # llama_tied, llama3, mistral (a window; a ring of 13 rows at n_batch 9), qwen2, qwen3, phi3 (a
-# ring of 14 rows at n_batch 9) and gemma2; f32 within 1e-4 with 32 identical greedy tokens, f16
+# ring of 14 rows at n_batch 9), gemma2 and gemma3 (rings of 12 rows at n_batch 9; its transformers
+# 4 config too); f32 within 1e-4 with 32 identical greedy tokens, f16
 # (weights and KV cache) within 1e-2 teacher-forced, every step's argmax the transformers token
 # for the families the CPU checks so (ctest's parity_* tests, tests/parity/CMakeLists.txt).
 # Timings: gplan-run --stats on CUDA, fp16 weights and KV cache, random weights, a 32-token prompt
 # then 256 generated tokens (ms per generated token), for the Qwen2.5-7B shape (examples/
 # qwen2.gplan: 28 layers, hidden 3584, ffn 18944, 28 heads, 4 KV heads, vocab 152064, q/k/v
-# biases, untied), the Gemma-3-4B shape (bench/gemma3_shape.gplan: 34 layers, hidden 2560, ffn
-# 10240, 8 heads, 4 KV heads, head_dim 256, vocab 262208, window 1024 on 5 layers of 6, tied) and
+# biases, untied), the Gemma-3-4B shape (examples/gemma3.gplan's defaults: 34 layers, hidden 2560,
+# ffn 10240, 8 heads, 4 KV heads, head_dim 256, vocab 262208, window 1024 on 5 layers of 6 over
+# ring caches, q/k norms, linear rope scaling on the global layers, tied; and the same sizes in
+# examples/gemma2.gplan's structure, bench/gemma3_shape.gplan: no q/k norms, full caches) and
 # the Llama-3-8B shape (examples/llama3.gplan: 32 layers, hidden 4096, ffn 14336, 32 heads, 8 KV
 # heads, vocab 128256, untied; the issue's reference, 4.77 ms for 16.06 GB on an H200). The
 # memory floor is the plan's weight bytes over 4.3 TB/s, the H200's measured copy rate
@@ -97,6 +100,11 @@ if [ "${PARITY:-1}" != 0 ]; then
   row phi3/cuda/f16 phi3 examples/phi3.gplan f16 --argmax
   row gemma2/cuda/f32 gemma2 examples/gemma2.gplan f32
   row gemma2/cuda/f16 gemma2 examples/gemma2.gplan f16 --argmax
+  row gemma3/cuda/f32 gemma3 examples/gemma3.gplan f32
+  row gemma3_ring12/cuda/f32 gemma3 examples/gemma3.gplan f32 -D n_batch=9
+  row gemma3_v4config/cuda/f32 gemma3 examples/gemma3.gplan f32 \
+    --config "$root/tests/parity/gemma3/config_v4.json"
+  row gemma3/cuda/f16 gemma3 examples/gemma3.gplan f16 --argmax
 fi
 
 # ---- decode timings ----
@@ -136,7 +144,8 @@ if [ "${TIMINGS:-1}" != 0 ]; then
   timing qwen2.5-7b examples/qwen2.gplan -D num_hidden_layers=28 -D hidden_size=3584 \
     -D intermediate_size=18944 -D num_attention_heads=28 -D num_key_value_heads=4 \
     -D vocab_size=152064 -D tie_word_embeddings=false
-  timing gemma-3-4b bench/gemma3_shape.gplan
+  timing gemma-3-4b examples/gemma3.gplan -D rope_type=linear
+  timing gemma-3-4b/g2-graph bench/gemma3_shape.gplan
   if [ "${BASELINE:-1}" != 0 ]; then
     timing llama-3-8b examples/llama3.gplan -D num_hidden_layers=32 -D hidden_size=4096 \
       -D intermediate_size=14336 -D num_attention_heads=32 -D num_key_value_heads=8 \

@@ -5,7 +5,7 @@
 # usage: parity.sh --tools BUILD_DIR --fixture DIR --graph FILE.gplan --work DIR
 #                  [--backend cpu|cuda] [--dtype f32|f16] [--weights PATH] [--name LABEL]
 #                  [--tol X] [--argmax] [-D NAME=VALUE]... [--lora DIR [--lora-mode merge|runtime]]
-#                  [--devices N] [--gguf FILE]
+#                  [--devices N] [--gguf FILE] [--config FILE]
 #   f32: greedy, the prompt in one eval then one token per eval; logits within --tol (default 1e-4)
 #        and the tokens identical.
 #   f16: weights and KV cache in f16, teacher-forced (prompt + the fixture's tokens, one token per
@@ -18,12 +18,14 @@
 # adapter's adapter_config.json, and the same graph, config and dtype as the plan).
 # --devices N compiles a tensor-parallel plan for N devices (run on the CPU: one thread per device).
 # --gguf FILE compiles with --gguf FILE instead of --config (parameters from the GGUF metadata) and
-# runs on FILE's weights unless --weights says otherwise.
+# runs on FILE's weights unless --weights says otherwise. --config FILE compiles with that config
+# instead of the fixture's config.json (the same model in other keys: tests/parity/gemma3's
+# config_v4.json).
 # BUILD_DIR holds tools/gplan-compile, tools/gplan-run and tests/parity/parity-compare.
 # Exit status: that of parity-compare (0 pass, 1 fail, 2 bad input), or 1 when a tool fails.
 set -u
 tools= fixture= graph= work= backend=cpu dtype=f32 weights= name= tol= defines= lora= lora_dir=
-lora_mode=merge argmax= gguf=
+lora_mode=merge argmax= gguf= config=
 while [ $# -gt 0 ]; do
   case "$1" in
     --tools) tools=$2; shift 2 ;;
@@ -39,6 +41,7 @@ while [ $# -gt 0 ]; do
     -D) defines="$defines -D $2"; shift 2 ;;
     --devices) defines="$defines --devices $2"; shift 2 ;;
     --gguf) gguf=$2; shift 2 ;;
+    --config) config=$2; shift 2 ;;
     --lora) lora_dir=$2; shift 2 ;;
     --lora-mode) lora_mode=$2; shift 2 ;;
     *) echo "parity.sh: unknown argument $1" >&2; exit 2 ;;
@@ -56,7 +59,7 @@ if [ -f "$fixture/base" ]; then
   model=$(dirname "$fixture")/$(tr -d ' \n\r' < "$fixture/base")
 fi
 [ -n "$weights" ] || weights=${gguf:-$model}
-params="--config $model/config.json"
+params="--config ${config:-$model/config.json}"
 [ -z "$gguf" ] || params="--gguf $gguf"
 [ -n "$name" ] || name="$(basename "$fixture")/$backend/$dtype"
 tag=$(echo "$name" | tr '/ ' '__')

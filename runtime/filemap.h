@@ -1,0 +1,20 @@
+/* A whole file mapped read-only (filemap.c): how the checkpoint readers (gguf.c, safetensors.c)
+ * open a file, check it and map it, once. Internal to the gp_weights library. */
+#ifndef GP_RUNTIME_FILEMAP_H
+#define GP_RUNTIME_FILEMAP_H
+
+#include <stddef.h>
+
+typedef struct {
+    void *data; /* [len] the file's bytes, read-only; NULL for an empty file */
+    size_t len;
+} gp_filemap;
+
+/* Opens path (a regular file) and maps all of it: 0, or -1 with m zeroed and err set to
+ * "PATH: cannot open (strerror)", "PATH: cannot open (not a regular file)" or
+ * "PATH: cannot map N bytes (strerror)". The file descriptor is closed either way. */
+int gp_filemap_open(gp_filemap *m, const char *path, char *err, size_t errlen);
+/* Unmaps; a zeroed or closed m is a no-op. */
+void gp_filemap_close(gp_filemap *m);
+
+#endif
