@@ -1,13 +1,14 @@
 #!/bin/sh
-# Every family's Hugging Face parity fixture on the CUDA backend, then decode timings of fp16
-# random-weight shapes, one command on the GPU machine; prints one table last.
+# The CUDA suite (tests/test_cuda: every kernel against the CPU's, the families' attributes and
+# models among them), every family's Hugging Face parity fixture on the CUDA backend, then decode
+# timings of fp16 random-weight shapes, one command on the GPU machine; prints one table last.
 #
 # usage: tests/parity/cuda.sh BUILD_DIR [WORK_DIR]
 #   BUILD_DIR: a build with -DGPLAN_CUDA=ON (tools/gplan-compile, tools/gplan-run,
 #              tools/gplan-inspect, tests/parity/parity-compare), carried, or built here (cmake
 #              and nvcc) when it lacks the tools.
 #   WORK_DIR:  plans, logits and logs (default $OUT/parity-cuda, or /tmp/gplan-parity-cuda).
-#   PARITY=0 skips the parity rows; TIMINGS=0 skips the timings; BASELINE=0 skips the
+#   TESTS=0 skips the suite; PARITY=0 the parity rows; TIMINGS=0 the timings; BASELINE=0 the
 #   Llama-3-8B shape (the reference figure).
 # Parity (tests/parity/parity.sh, --backend cuda): the committed fixtures of gpt2, llama,
 # llama_tied, llama3, mistral (a window; a ring of 13 rows at n_batch 9), qwen2, qwen3, phi3 (a
@@ -40,7 +41,7 @@ if [ ! -x "$1/tools/gplan-run" ] && command -v cmake >/dev/null 2>&1; then
   cmake -S "$root" -B "$1" -DCMAKE_BUILD_TYPE=Release -DGPLAN_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null &&
     cmake --build "$1" -j"$(nproc)" --target gplan-compile gplan-run gplan-inspect \
-      parity-compare >/dev/null || { echo "cuda.sh: build failed" >&2; exit 2; }
+      parity-compare test_cuda >/dev/null || { echo "cuda.sh: build failed" >&2; exit 2; }
 fi
 B=$(cd "$1" && pwd)
 work=${2:-${OUT:-/tmp}/parity-cuda}
@@ -57,6 +58,16 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -n 1)
 echo "== $gpu, $(date -u +%Y-%m-%dT%H:%MZ)"
+
+# ---- the CUDA suite ----
+suite=
+if [ "${TESTS:-1}" != 0 ] && [ -x "$B/tests/test_cuda" ]; then
+  echo "== tests/test_cuda"
+  timeout 600 "$B/tests/test_cuda" >"$work/test_cuda.log" 2>&1
+  src=$?
+  suite=$(grep -E "^ +(tests|asserts) " "$work/test_cuda.log" | tr -s ' ')
+  [ $src -eq 0 ] || suite="$suite (exit $src)"
+fi
 
 # ---- parity ----
 rows=$work/rows.txt
@@ -154,6 +165,10 @@ if [ "${TIMINGS:-1}" != 0 ]; then
 fi
 
 echo
+if [ -n "$suite" ]; then
+  echo "== tests/test_cuda (Total Ran Passed Failed): $(echo "$suite" | tr '\n' ';')"
+  grep -E "^ +[0-9]+\. |error|Test: .*FAILED" "$work/test_cuda.log" | head -20
+fi
 if [ $n -gt 0 ]; then
   echo "== CUDA parity ($gpu)"
   printf '%-34s %5s  %-27s %-16s %-12s %s\n' "check" "steps" "max rel err (worst step) <= tol" \
@@ -167,4 +182,4 @@ if [ -s "$times" ]; then
     "of 4.8" "allocs"
   cat "$times"
 fi
-[ $fails -eq 0 ] && [ $tfail -eq 0 ]
+[ $fails -eq 0 ] && [ $tfail -eq 0 ] && [ "${src:-0}" -eq 0 ]
