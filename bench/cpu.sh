@@ -8,7 +8,8 @@
 # Env: LLAMA_BENCH (the llama-bench binary), GP_BENCH_DIR (the GGUF files; made when missing),
 #      THREADS (default 2), TOKENS (decode tokens per round, default 32), LLAMA_ENV (variables
 #      for llama-bench only, e.g. OMP_WAIT_POLICY=passive: its OpenMP threads spin-wait, which a
-#      loaded machine punishes; see bench/cpu-notes.md).
+#      loaded machine punishes; see bench/cpu-notes.md), VOCAB_DIR (the vocab GGUFs the files are
+#      made with; default ../shared/data/vocab beside the checkout).
 set -euo pipefail
 GP_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$GP_ROOT/scripts/setup.sh"
@@ -18,7 +19,7 @@ rounds=${1:-3} models=${2:-"tinyllama gpt2"}
 threads=${THREADS:-2} tokens=${TOKENS:-32}
 dir=${GP_BENCH_DIR:-/work/cache/bench}
 lb=${LLAMA_BENCH:-/work/cache/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-bench}
-vocab=$GP_ROOT/../shared/data/vocab
+vocab=${VOCAB_DIR:-$GP_ROOT/../shared/data/vocab}
 [ -x "$lb" ] || { echo "error: no llama-bench at $lb (set LLAMA_BENCH)" >&2; exit 1; }
 
 echo "== build (Release)"

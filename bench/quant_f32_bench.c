@@ -1,7 +1,9 @@
 /* Speed of gp_quant_matmul_f32 (runtime/quant.h): decode (M = 1, GB/s of weights read) and prompt
- * (M = 128, GFLOP/s) on transformer shapes, 1 and 2 threads splitting the columns; notes in
+ * (M = 128, GFLOP/s; where the path is amx, through gp_quant_matmul_ws_prep and _cols, the CPU
+ * backend's two phases) on transformer shapes, 1 and 2 threads splitting the columns; notes in
  * bench/quant-notes.md. Usage: quant-f32-bench [ROUNDS] [ISA|-] [cpu] [TYPE]: ISA portable, avx2,
- * avx512, vnni; "cpu": one thread only, timed by its CPU time (for a loaded machine); TYPE: only it. */
+ * avx512, vnni, amx; "cpu": one thread only, timed by its CPU time (for a loaded machine); TYPE:
+ * only it. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -35,8 +37,23 @@ static job cur;
 static atomic_int go, done, quit;
 static int nthreads;
 
+static void *ws; /* gp_quant_matmul_ws's workspace (the amx path takes prompts) */
+static size_t ws_size;
+static int phase; /* the amx path's two phases, as the CPU backend runs them: 0 x's halves, 1 columns */
+
 static void part(int i)
 {
+    if (gp_quant_matmul_ws_taken(cur.t, cur.M, cur.K, ws, ws_size)) {
+        if (phase == 0) {
+            gp_quant_matmul_ws_prep(cur.x, cur.K, cur.M, cur.K, ws, i, nthreads);
+        } else {
+            int64_t n0 = (cur.N + 31) / 32 * i / nthreads * 32;
+            int64_t n1 = (cur.N + 31) / 32 * (i + 1) / nthreads * 32;
+            gp_quant_matmul_ws_cols(cur.t, cur.w, n0, n1 < cur.N ? n1 : cur.N, cur.M, cur.K, cur.y,
+                                    cur.N, ws);
+        }
+        return;
+    }
     /* column ranges on multiples of 4 rows, as a runtime's split would be */
     int64_t n0 = cur.N * i / nthreads / 4 * 4, n1 = i + 1 == nthreads ? cur.N : cur.N * (i + 1) / nthreads / 4 * 4;
     gp_quant_matmul_f32(cur.t, cur.w, n0, n1, cur.x, cur.K, cur.M, cur.K, cur.y, cur.N);
@@ -58,7 +75,19 @@ static void *worker(void *arg)
     }
 }
 
+static void call1(void);
+
 static void call(void)
+{
+    phase = 0;
+    call1();
+    if (gp_quant_matmul_ws_taken(cur.t, cur.M, cur.K, ws, ws_size)) { /* the join: a barrier */
+        phase = 1;
+        call1();
+    }
+}
+
+static void call1(void)
 {
     if (nthreads == 1) {
         part(0);
@@ -159,6 +188,8 @@ int main(int argc, char **argv)
         for (int64_t i = 0; i < N * K; i++)
             wf[i] = frand() * 0.05f;
         float *x = malloc((size_t)(128 * K) * sizeof *x), *y = malloc((size_t)(128 * N) * sizeof *y);
+        ws_size = (size_t)gp_quant_matmul_ws_bytes(128, K);
+        ws = aligned_alloc(64, ws_size);
         for (int64_t i = 0; i < 128 * K; i++)
             x[i] = frand();
         for (int ti = 0; ti < (only ? 8 : 5); ti++) {
@@ -203,6 +234,7 @@ int main(int argc, char **argv)
             free(w);
         }
         free(wf);
+        free(ws);
         free(x);
         free(y);
     }

@@ -455,7 +455,7 @@ static value eval_index(lower *L, const ast_expr *e, const char *name)
 /* The calls: ops of the IR and a few compile-time functions. Positional argument kinds (sig):
  * t tensor, o optional tensor (last), i integer, n number, d dtype, D one or more dims
  * (integers or symbolic dims; the rest), I one or more integers (the rest). */
-#define MAX_KEYS 8 /* keywords of one op (rope's scaling takes the most) */
+#define MAX_KEYS 9 /* keywords of one op (rope's take the most) */
 
 typedef struct {
     const char *name;
@@ -482,7 +482,7 @@ static const op_spec op_specs[] = {
     {"swiglu", GP_OP_SWIGLU, "tt", {0}},
     {"rope", GP_OP_ROPE, "tt",
      {"mode", "dims", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor",
-      "original_max_position_embeddings"}},
+      "original_max_position_embeddings", "freq_factors"}},
     {"reshape", GP_OP_RESHAPE, "tD", {0}},
     {"permute", GP_OP_PERMUTE, "tI", {0}},
     {"transpose", GP_OP_PERMUTE, "t", {0}},
@@ -874,6 +874,11 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
         }
         if (kw_positive(L, &c, 2, &at.f[0]) || rope_scaling(L, &c, &at))
             return ERR;
+        if (c.kw[8].k != V_ERR) { /* freq_factors=w: input 2 */
+            if (c.kw[8].k != V_TENSOR)
+                return bad_kw(L, &c, 8, "a tensor"), ERR;
+            in[n_in++] = (int)c.kw[8].i;
+        }
         break;
     case GP_OP_RESHAPE:
         if ((ndim = dims_from(L, &c, 1, shape)) < 0)

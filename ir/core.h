@@ -90,7 +90,7 @@ typedef enum {
     GP_OP_SILU,
     /* swiglu(gate, up) = silu(gate) * up, same shapes. INPLACE gate. */
     GP_OP_SWIGLU,
-    /* rope(x [T, H, D], pos i32[T]) -> [T, H, D]: rotary embedding at positions pos.
+    /* rope(x [T, H, D], pos i32[T][, freq_factors]) -> [T, H, D]: rotary embedding at pos.
      * i[0] = mode: 0 rotate-half (HF Llama / NeoX: pairs (j, j + n/2)), 1 interleaved (GPT-J:
      * pairs (2j, 2j + 1)); i[1] = n, the rotated dims (<= D, even; the rest pass through);
      * f[0] = theta (base, 10000 by default). Frequency of pair j: theta^(-2j/n). INPLACE x.
@@ -100,7 +100,9 @@ typedef enum {
      * two float slots). Wavelength w = 2 pi / freq: w < L / high keeps freq, w > L / low divides
      * it by factor, and between them s = (L / w - low) / (high - low) mixes the two:
      * (1 - s) freq / factor + s freq (gp_rope_freq). i[2] = GP_ROPE_LINEAR (-1): linear scaling
-     * (rope_type "linear", Gemma 3's global layers): every frequency divided by f[1] = factor. */
+     * (rope_type "linear", Gemma 3's global layers): every frequency divided by f[1] = factor.
+     * Optional input 2, freq_factors f32[n/2] (llama.cpp's rope_freqs tensor): the frequency of
+     * pair j, scaled or not, is divided by freq_factors[j]. */
     GP_OP_ROPE,
     /* Views: the output is a GP_TENSOR_VIEW of input 0 (no data moves).
      * reshape(x, dims...) requires x contiguous; the output tensor holds the new shape. */

@@ -14,7 +14,7 @@ static const char *const roles[GP_OP_COUNT][GP_MAX_INPUTS] = {
     [GP_OP_RMS_NORM] = {"x", "w"},        [GP_OP_SOFTMAX] = {"x"},
     [GP_OP_GELU] = {"x"},                 [GP_OP_GELU_ERF] = {"x"},
     [GP_OP_SILU] = {"x"},                 [GP_OP_SWIGLU] = {"gate", "up"},
-    [GP_OP_ROPE] = {"x", "pos"},          [GP_OP_RESHAPE] = {"x"},
+    [GP_OP_ROPE] = {"x", "pos", "freq_factors"}, [GP_OP_RESHAPE] = {"x"},
     [GP_OP_PERMUTE] = {"x"},              [GP_OP_SLICE] = {"x"},
     [GP_OP_VIEW] = {"x"},                 [GP_OP_CONT] = {"x"},
     [GP_OP_CAST] = {"x"},                 [GP_OP_CONCAT] = {"a", "b"},
@@ -296,6 +296,13 @@ static int infer_rope(ctx *c)
     char why[192];
     if (gp_rope_check_scaling(c->attrs, why, sizeof why))
         return ERR(c, "%s", why);
+    if (c->n_in > 2) { /* one f32 factor a rotated pair */
+        const gp_tensor *w = c->in[2];
+        if (w->dtype != GP_F32 || w->ndim != 1 || w->shape[0].sym >= 0 || w->shape[0].size != n / 2)
+            return ERR(c, "rope: freq_factors '%s' is %s%s, expected f32[%lld] (one factor for "
+                       "each pair of the %lld rotated dims)", w->name, gp_dtype_name(w->dtype),
+                       shp(c, w, b), (long long)(n / 2), (long long)n);
+    }
     same_shape(c, x);
     return 0;
 }

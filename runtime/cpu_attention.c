@@ -1,5 +1,5 @@
 /* CPU attention: causal scaled-dot-product attention of new queries over a KV cache, grouped-query,
- * with a stable softmax. Threads split the (t, h) query rows; scores go to a per-thread slice of ws.
+ * with a stable softmax. Threads split the (h, t) query rows; scores go to a per-thread slice of ws.
  * Cache rows with contiguous heads go through runtime/cpu_dot.h's fused loops (FMA, f16 widened
  * in registers); the general case loads rows as f32 and multiplies and adds unfused. */
 #include <math.h>
@@ -71,9 +71,12 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
                (v->dtype == GP_F32 || v->dtype == GP_F16 || v->dtype == GP_BF16);
     gp_attn_scores_fn scores = gp_cpu_attn_scores();
     gp_attn_accum_fn accum = gp_cpu_attn_accum();
+    /* Rows head-major: a thread's rows of one head (and the heads of one KV group) reuse the
+     * same cache rows from L1/L2, and with a causal mask every thread gets early and late
+     * queries alike (query-major, the first thread's share of a prompt was its cheap half). */
     gp_share(T * H, ith, nuse, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
-        int64_t t = r / H, h = r % H, g = h / (H / G);
+        int64_t h = r / T, t = r % T, g = h / (H / G);
         int32_t p;
         memcpy(&p, (const char *)pos->data + t * pos->nb[0], 4);
         /* A sliding window of W rows (i[0] > 0) starts at p - W + 1; in a ring (i[1]) position s
@@ -96,12 +99,13 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
             for (int64_t s = 0; s < n; s++) {
                 if (cap > 0)
                     sc[s] = cap * tanhf(sc[s] / cap);
-                mx = fmaxf(mx, sc[s]);
             }
+            for (int64_t s = 0; s < n; s++) /* fmaxf's result (no NaN in sc), as a select */
+                mx = sc[s] > mx ? sc[s] : mx;
             gp_acc8 sum;
             gp_acc8_zero(&sum);
             for (int64_t s = 0; s < n; s++)
-                sc[s] = expf(sc[s] - mx);
+                sc[s] = gp_expf(sc[s] - mx);
             gp_acc8_add(&sum, sc, n);
             float inv = 1.0f / gp_acc8_total(&sum);
             for (int64_t i = 0; i < D; i++)
@@ -131,7 +135,7 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
         gp_acc8 sum;
         gp_acc8_zero(&sum);
         for (int64_t s = s0; s <= p; s++)
-            sc[s - s0] = expf(sc[s - s0] - mx);
+            sc[s - s0] = gp_expf(sc[s - s0] - mx);
         gp_acc8_add(&sum, sc, p + 1 - s0);
         float inv = 1.0f / gp_acc8_total(&sum);
         /* out = sum_s sc[s] v[s] / sum, one chunk of D at a time, s ascending. */

@@ -205,6 +205,8 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
                         (long long)a->i[0], (long long)a->i[1], (long long)x->ne[2]);
         if (in[1].dtype != GP_I32 || in[1].ndim != 1 || in[1].ne[0] != x->ne[0])
             return fail(err, n, op, "pos must be i32 [%lld]", (long long)x->ne[0]);
+        if (n_in > 2 && (in[2].dtype != GP_F32 || in[2].ndim != 1 || in[2].ne[0] != a->i[1] / 2))
+            return fail(err, n, op, "freq_factors must be f32 [%lld]", (long long)(a->i[1] / 2));
         return gp_rope_check_scaling(a, err, n);
     case GP_OP_CONCAT: {
         const gp_ktensor *y = &in[1];

@@ -14,11 +14,14 @@ enum { GP_DOT_LANES = 16, GP_DOT_RM = 6, GP_DOT_RN = 4 };
  * multiply-add per element, k ascending, for m < rm (1..GP_DOT_RM) and n < GP_DOT_RN. Past kc
  * (up to a multiple of 16) both operands count as +0. a: rm rows of f32; w: GP_DOT_RN rows of
  * dtype wt (f32, f16 or bf16). first: the lanes start from +0 (acc is not read). tot: when not
- * NULL, the lanes' totals (gp_dot_total) go to tot[m * ldt + n] and acc is not written. Every
- * build gives the same bits: the order and the operations are fixed, only the vector width of the
- * registers holding the lanes differs. */
+ * NULL, the lanes' totals (gp_dot_total) go to tot[m * ldt + n] and acc is not written. pf: when
+ * not 0, the builds that prefetch fetch each w row's bytes pf further on as they read it (the
+ * caller passes the distance to the rows its next call reads; a hint only, never dereferenced).
+ * Every build gives the same bits: the order and the operations are fixed, only the vector width
+ * of the registers holding the lanes differs. */
 typedef void (*gp_dot_fn)(int rm, int64_t kc, const float *const *a, const char *const *w,
-                          gp_dtype wt, float *acc, int64_t am, int first, float *tot, int64_t ldt);
+                          gp_dtype wt, float *acc, int64_t am, int first, float *tot, int64_t ldt,
+                          int64_t pf);
 
 /* The 16 lanes l[] summed pairwise: lane i + lane i + 8, then + 4, then (0 + 2) + (1 + 3). */
 static inline float gp_dot_total(const float *l)
@@ -32,13 +35,13 @@ static inline float gp_dot_total(const float *l)
 }
 
 void gp_dot_portable(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
-                     float *acc, int64_t am, int first, float *tot, int64_t ldt);
+                     float *acc, int64_t am, int first, float *tot, int64_t ldt, int64_t pf);
 #if defined(__x86_64__) && defined(__GNUC__)
 #define GP_DOT_X86 1
 void gp_dot_avx2(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
-                 float *acc, int64_t am, int first, float *tot, int64_t ldt);
+                 float *acc, int64_t am, int first, float *tot, int64_t ldt, int64_t pf);
 void gp_dot_avx512(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
-                   float *acc, int64_t am, int first, float *tot, int64_t ldt);
+                   float *acc, int64_t am, int first, float *tot, int64_t ldt, int64_t pf);
 #endif
 
 /* The product with B's rows contiguous in n (a [K, N] weight, tb=0): out(m, n) is one chain of

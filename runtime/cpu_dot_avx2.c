@@ -81,8 +81,9 @@ static inline __attribute__((always_inline)) void row(gp_dtype wt, int64_t kc, c
 }
 
 void gp_dot_avx2(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
-                 float *acc, int64_t am, int first, float *tot, int64_t ldt)
+                 float *acc, int64_t am, int first, float *tot, int64_t ldt, int64_t pf)
 {
+    (void)pf;
     for (int m = 0; m < rm; m++) {
         float *t = tot ? tot + m * ldt : NULL;
         if (wt == GP_F16)

@@ -3,6 +3,7 @@
 #ifndef GP_RUNTIME_CPU_INTERNAL_H
 #define GP_RUNTIME_CPU_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "runtime/cpu_kernels.h"
@@ -53,6 +54,39 @@ static inline void gp_share(int64_t n, int ith, int nth, int64_t *r0, int64_t *r
 {
     *r0 = n * ith / nth;
     *r1 = n * (ith + 1) / nth;
+}
+
+/* e^x in f32 arithmetic only (no library call, so loops over it vectorize; the same bits in every
+ * build: -ffp-contract=off, no FMA): x = n ln 2 + r with |r| <= ln 2 / 2, e^r by its Taylor
+ * polynomial to degree 7 (truncation under 1e-8 relative), times 2^n as two powers of two (so
+ * results down to the subnormals and up to the overflow to +inf come out as expf's). Within 1.3
+ * ulp of expf; NaN stays NaN. */
+static inline float gp_expf(float x)
+{
+    /* Quiet comparisons (no FP exception on NaN), so loops over it if-convert and vectorize. */
+    float xc = __builtin_isless(x, -104.0f) ? -104.0f : x;
+    xc = __builtin_isgreater(xc, 89.0f) ? 89.0f : xc;
+    xc = __builtin_isunordered(xc, xc) ? 0.0f : xc;
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float nf = (xc * 1.44269504f + magic) - magic;
+    float r = (xc - nf * 0.693145752f) - nf * 1.42860677e-6f; /* ln 2 = hi + lo, hi exact * n */
+    float p = 1.98412698e-4f;                                 /* 1/7! */
+    p = p * r + 1.38888889e-3f;
+    p = p * r + 8.33333333e-3f;
+    p = p * r + 4.16666667e-2f;
+    p = p * r + 1.66666667e-1f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t n = (int32_t)nf, n1 = n / 2; /* n in [-150, 129]: both halves' exponents normal */
+    union {
+        uint32_t u;
+        float f;
+    } s1, s2;
+    s1.u = (uint32_t)(n1 + 127) << 23;
+    s2.u = (uint32_t)(n - n1 + 127) << 23;
+    float y = (p * s1.f) * s2.f;
+    return __builtin_isunordered(x, x) ? x : y;
 }
 
 /* dst[0..n) = src elements 0..n of dtype t, `stride` bytes apart, as f32. */
@@ -111,9 +145,38 @@ static inline void gp_acc8_dot(gp_acc8 *a, const float *x, const float *y, int64
 
 void gp_cpu_matmul(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int ith,
                    int nth);
-/* matmul(x [M, K] f32, W [N, K] quantized, tb=1) -> y [M, N] f32 (no workspace). Threads split
- * the output columns. */
-void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, int ith, int nth);
+
+/* Elementwise steps applied to a product's rows before they are stored (the planned CPU backend
+ * fuses a matmul with the nodes that follow it, runtime/cpu_backend.c): in order, each step is
+ *  - GP_EPI_BIAS:     v[n] += t[n] (t: f32 [N], contiguous);
+ *  - GP_EPI_UNARY:    v = op(v) (gelu, gelu_erf, silu, scale: the elementwise kernels' functions);
+ *  - GP_EPI_RESIDUAL: v[m][n] += t[m][n] (t: f32 [M, N], n contiguous).
+ * The same f32 operations as the unfused nodes (their outputs f32), so the same bits. */
+enum { GP_EPI_BIAS, GP_EPI_UNARY, GP_EPI_RESIDUAL, GP_EPI_MAX = 3 };
+typedef struct {
+    int n;
+    struct {
+        int kind;
+        gp_op op;            /* GP_EPI_UNARY */
+        const gp_attrs *at;  /* GP_EPI_UNARY */
+        const float *t;      /* GP_EPI_BIAS, GP_EPI_RESIDUAL */
+        int64_t ld;          /* GP_EPI_RESIDUAL: floats between rows */
+    } s[GP_EPI_MAX];
+} gp_mm_epilogue;
+
+/* gp_cpu_matmul (float weights), followed by epilogue e (NULL: none; else out is 2-D f32). next:
+ * NULL, or a counter at 0 that every thread of this call shares (work items are then taken in
+ * turn rather than split evenly up front: the same results). */
+void gp_cpu_matmul_epi(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in,
+                       const gp_mm_epilogue *e, atomic_llong *next, int ith, int nth);
+
+/* x[0..n) = op(x) for the unary elementwise ops (gelu, gelu_erf, silu, scale). */
+void gp_cpu_unary(gp_op op, const gp_attrs *a, float *x, int64_t n);
+/* matmul(x [M, K] f32, W [N, K] quantized, tb=1) -> y [M, N] f32. Threads split the output
+ * columns; prompts run on AMX instead when gp_quant_matmul_ws takes them (the CPU has it and ws
+ * holds gp_quant_matmul_ws_bytes(M, K)). */
+void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, void *ws, size_t ws_size,
+                         int ith, int nth);
 void gp_cpu_attention(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, void *ws,
                       size_t ws_size, int ith, int nth);
 

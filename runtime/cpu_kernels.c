@@ -181,7 +181,7 @@ static int32_t load_i32(const char *p)
 
 static float silu(float x)
 {
-    return x / (1.0f + expf(-x));
+    return x / (1.0f + gp_expf(-x));
 }
 
 static void unary_apply(gp_op op, const gp_attrs *a, float *x, int64_t n)
@@ -201,7 +201,7 @@ static void unary_apply(gp_op op, const gp_attrs *a, float *x, int64_t n)
          * cancellation of 1 + tanh u for negative x. 1.5957691 = 2 sqrt(2 / pi). */
         for (int64_t i = 0; i < n; i++) {
             float v = x[i];
-            x[i] = v / (1.0f + expf(-1.5957691216f * (v + 0.044715f * v * v * v)));
+            x[i] = v / (1.0f + gp_expf(-1.5957691216f * (v + 0.044715f * v * v * v)));
         }
         break;
     case GP_OP_GELU_ERF:
@@ -216,6 +216,11 @@ static void unary_apply(gp_op op, const gp_attrs *a, float *x, int64_t n)
     default:
         GP_ASSERT(!"unary_apply: not a unary op");
     }
+}
+
+void gp_cpu_unary(gp_op op, const gp_attrs *a, float *x, int64_t n)
+{
+    unary_apply(op, a, x, n);
 }
 
 static void binary_apply(gp_op op, float *x, const float *y, int64_t n)
@@ -356,7 +361,7 @@ static void k_softmax(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor
             int64_t m = nv - c < GP_CHUNK ? nv - c : GP_CHUNK;
             gp_cpu_load_row(bx, px + c * x.nb[3], m, x.nb[3], x.t);
             for (int64_t i = 0; i < m; i++)
-                bx[i] = expf(bx[i] * scale - mx);
+                bx[i] = gp_expf(bx[i] * scale - mx);
             gp_acc8_add(&acc, bx, m);
         }
         sum = gp_acc8_total(&acc);
@@ -364,7 +369,7 @@ static void k_softmax(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor
             int64_t m = S - c < GP_CHUNK ? S - c : GP_CHUNK;
             gp_cpu_load_row(bx, px + c * x.nb[3], m, x.nb[3], x.t);
             for (int64_t i = 0; i < m; i++)
-                bx[i] = c + i < nv ? expf(bx[i] * scale - mx) / sum : 0.0f;
+                bx[i] = c + i < nv ? gp_expf(bx[i] * scale - mx) / sum : 0.0f;
             gp_cpu_store_row(po + c * o.nb[3], o.nb[3], o.t, bx, m);
         }
     }
@@ -372,14 +377,18 @@ static void k_softmax(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor
 
 /* ---- rope ---- */
 
-static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int ith, int nth)
+static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int n_in,
+                   int ith, int nth)
 {
-    const gp_ktensor *x = &in[0], *pos = &in[1];
+    const gp_ktensor *x = &in[0], *pos = &in[1], *ff = n_in > 2 ? &in[2] : NULL; /* ff: [n/2] */
     int64_t T = out->ne[0], H = out->ne[1], D = out->ne[2], n = a->i[1], half = n / 2, r0, r1;
     int interleaved = a->i[0] == 1;
     float bu[GP_CHUNK / 2], bv[GP_CHUNK / 2], cs[GP_CHUNK / 2], sn[GP_CHUNK / 2], bt[GP_CHUNK];
     GP_ASSERT(n >= 0 && n <= D && n % 2 == 0);
     (void)T;
+    /* With every pair in one chunk (n <= GP_CHUNK), the angles of a position serve all its
+     * heads: computed when t changes (rows run t-major), not per row. */
+    int64_t angles_of = -1;
     gp_share(T * H, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t t = r / H, h = r % H;
@@ -391,12 +400,20 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
         int64_t ustep = interleaved ? 2 : 1, voff = interleaved ? 1 : half;
         for (int64_t j0 = 0; j0 < half; j0 += GP_CHUNK / 2) {
             int64_t m = half - j0 < GP_CHUNK / 2 ? half - j0 : GP_CHUNK / 2;
-            for (int64_t j = 0; j < m; j++) {
-                /* The angle in double: pos * freq loses too much in f32 at long positions. */
-                double ang = p * gp_rope_freq(a, j0 + j, n);
-                cs[j] = (float)cos(ang);
-                sn[j] = (float)sin(ang);
-            }
+            if (half > GP_CHUNK / 2 || angles_of != t)
+                for (int64_t j = 0; j < m; j++) {
+                    /* The angle in double: pos * freq loses too much in f32 at long positions. */
+                    double f = gp_rope_freq(a, j0 + j, n);
+                    if (ff) { /* llama.cpp's rope_freqs: the frequency over the pair's factor */
+                        float w;
+                        memcpy(&w, (const char *)ff->data + (j0 + j) * ff->nb[0], 4);
+                        f /= w;
+                    }
+                    double ang = p * f;
+                    cs[j] = (float)cos(ang);
+                    sn[j] = (float)sin(ang);
+                }
+            angles_of = t;
             const char *pu = px + j0 * ustep * xs, *pv = px + (j0 * ustep + voff) * xs;
             gp_cpu_load_row(bu, pu, m, ustep * xs, x->dtype);
             gp_cpu_load_row(bv, pv, m, ustep * xs, x->dtype);
@@ -587,7 +604,7 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
         break;
     case GP_OP_MATMUL:
         if (gp_dtype_is_quant(in[1].dtype))
-            gp_cpu_matmul_quant(out, in, ith, nth);
+            gp_cpu_matmul_quant(out, in, ws, ws_size, ith, nth);
         else
             gp_cpu_matmul(a, out, in, ith, nth);
         break;
@@ -599,7 +616,7 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
         k_softmax(a, out, in, ith, nth);
         break;
     case GP_OP_ROPE:
-        k_rope(a, out, in, ith, nth);
+        k_rope(a, out, in, n_in, ith, nth);
         break;
     case GP_OP_CONT:
     case GP_OP_CAST:
@@ -628,6 +645,32 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
     }
 }
 
+int gp_cpu_two_phase(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in,
+                     const void *ws, size_t ws_size)
+{
+    (void)out;
+    return op == GP_OP_MATMUL && n_in >= 2 && gp_dtype_is_quant(in[1].dtype) &&
+           gp_quant_matmul_ws_taken(in[1].dtype, in[0].ne[0], in[0].ne[1], ws, ws_size);
+}
+
+void gp_cpu_compute_phase(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in, void *ws,
+                          size_t ws_size, int ith, int nth, int phase)
+{
+    GP_ASSERT(gp_cpu_two_phase(op, out, in, n_in, ws, ws_size) && (phase == 0 || phase == 1));
+    const gp_ktensor *x = &in[0], *w = &in[1];
+    int64_t M = x->ne[0], K = x->ne[1], N = w->ne[0], n0, n1;
+    if (phase == 0) {
+        gp_quant_matmul_ws_prep(x->data, x->nb[0] / (int64_t)sizeof(float), M, K, ws, ith, nth);
+        return;
+    }
+    gp_share((N + 31) / 32, ith, nth, &n0, &n1); /* whole pairs of 16-row weight tiles */
+    n0 *= 32;
+    n1 = n1 * 32 < N ? n1 * 32 : N;
+    if (n0 < n1)
+        gp_quant_matmul_ws_cols(w->dtype, w->data, n0, n1, M, K, out->data,
+                                out->nb[0] / (int64_t)sizeof(float), ws);
+}
+
 size_t gp_cpu_workspace_bytes(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in,
                               int nth)
 {
@@ -638,5 +681,7 @@ size_t gp_cpu_workspace_bytes(gp_op op, const gp_ktensor *out, const gp_ktensor 
         nth = GP_WS_CPU_MAX_THREADS;
     if (op == GP_OP_ATTENTION && n_in >= 2 && nth > 0 && in[1].ne[0] > 0)
         return (size_t)nth * (size_t)in[1].ne[0] * sizeof(float);
+    if (op == GP_OP_MATMUL && n_in >= 2 && in[0].ndim == 2 && gp_dtype_is_quant(in[1].dtype))
+        return (size_t)gp_quant_matmul_ws_bytes(in[0].ne[0], in[0].ne[1]);
     return 0;
 }

@@ -61,10 +61,26 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
                     int n_in, void *ws, size_t ws_size, int ith, int nth);
 
 /*
+ * The two-phase form of a node, for a thread pool with a barrier (runtime/cpu_backend.c): when
+ * gp_cpu_two_phase is 1 (it depends on the shapes, dtypes and ws_size only), every thread calls
+ * gp_cpu_compute_phase(..., 0), all wait at a barrier, then every thread calls
+ * gp_cpu_compute_phase(..., 1), in place of gp_cpu_compute; the results are gp_cpu_compute's bits.
+ * Today: matmul on quantized weights when gp_quant_matmul_ws takes it (runtime/quant.h): phase 0
+ * the activations' halves into ws by rows, phase 1 the output columns (gp_cpu_compute splits the
+ * rows instead and unpacks the weights in every thread).
+ */
+int gp_cpu_two_phase(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in,
+                     const void *ws, size_t ws_size);
+void gp_cpu_compute_phase(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in, void *ws,
+                          size_t ws_size, int ith, int nth, int phase);
+
+/*
  * Workspace bytes that gp_cpu_compute needs for this node at these shapes with nth threads (the
  * formulas agree with runtime/plan.h):
  *   attention: min(nth, GP_WS_CPU_MAX_THREADS) * S * 4 (f32 scores [threads, S]; S = in[1]->ne[0],
  *              the cache rows); with less, fewer threads do the work (same results);
+ *   matmul on quantized weights: gp_quant_matmul_ws_bytes(M, K) (runtime/quant.h: prompts on AMX,
+ *              each activation as two bf16); with less, the f32 path (other bits);
  *   every other op: 0.
  */
 size_t gp_cpu_workspace_bytes(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in,

@@ -3,7 +3,9 @@
  * instruction set (runtime/cpu_dot.h) reading the weights in their stored dtype; with rows
  * contiguous in n (a [K, N] weight) the rows path, the same kernels' other form. Any other B: the
  * cache-blocked path, tiles of A and B packed to f32 on the stack (no workspace), then a 4x16
- * register kernel accumulating in f32 with k in ascending order (no FMA). */
+ * register kernel accumulating in f32 with k in ascending order (no FMA). Every path stores rows
+ * through an optional epilogue (bias, activation, residual: gp_mm_epilogue) and takes its work
+ * items either in even shares or from a counter the threads share (gp_cpu_matmul_epi). */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -115,7 +117,55 @@ typedef struct {
     gp_t4 o, a, b; /* batch dims in [0], [1]; a dim of 1 broadcasts */
     int64_t M, N, K;
     int64_t sam, sak, sbk, sbn, som, son; /* byte strides of A (m, k), B (k, n), out (m, n) */
+    const gp_mm_epilogue *epi;            /* 2-D products only; else NULL */
+    atomic_llong *next;                   /* shared item counter (from 0), or NULL: static shares */
 } mm_problem;
+
+/* The next run of work items [*i0, *i1) out of n for thread ith; 0 when none is left. Without a
+ * counter, thread ith's even share in one run; with one, runs of about n / (8 nth) items taken in
+ * turn, so a thread that runs late (a loaded machine) leaves its items to the others. Every item
+ * is computed whole by whichever thread takes it, so the results do not depend on the split. */
+static int take_items(const mm_problem *q, int64_t n, int ith, int nth, int *first, int64_t *i0,
+                      int64_t *i1)
+{
+    if (!q->next) {
+        if (!*first)
+            return 0;
+        *first = 0;
+        gp_share(n, ith, nth, i0, i1);
+        return 1;
+    }
+    int64_t run = n / (8 * (int64_t)nth);
+    if (run < 1)
+        run = 1;
+    int64_t s = (int64_t)atomic_fetch_add_explicit(q->next, (long long)run, memory_order_relaxed);
+    if (s >= n)
+        return 0;
+    *i0 = s;
+    *i1 = s + run < n ? s + run : n;
+    return 1;
+}
+
+/* Stores row m (of M; batch base po) of out, columns [n0, n0 + nc) from v[0..nc), after the
+ * epilogue's steps (v is scratch). */
+static void out_row(const mm_problem *q, char *po, int64_t m, int64_t n0, float *v, int64_t nc)
+{
+    const gp_mm_epilogue *e = q->epi;
+    for (int s = 0; e && s < e->n; s++) {
+        if (e->s[s].kind == GP_EPI_BIAS) {
+            const float *t = e->s[s].t + n0;
+            for (int64_t j = 0; j < nc; j++)
+                v[j] += t[j];
+        } else if (e->s[s].kind == GP_EPI_RESIDUAL) {
+            const float *t = e->s[s].t + m * e->s[s].ld + n0;
+            for (int64_t j = 0; j < nc; j++)
+                v[j] += t[j];
+        } else {
+            gp_cpu_unary(e->s[s].op, e->s[s].at, v, nc);
+        }
+    }
+    gp_cpu_store_row(po + m * q->som + n0 * q->son, q->son, q->o.t, v, nc);
+}
 
 /* A and B of batch bi, and out's batch base. */
 static void mm_batch(const mm_problem *q, int64_t bi, mview *A, mview *B, char **po)
@@ -141,7 +191,7 @@ static void mm_gemm(const mm_problem *q, int ith, int nth)
     _Alignas(64) float ap[MB * KB];
     _Alignas(64) float bp[KB * NB];
     _Alignas(64) float ct[MB * NB];
-    gp_share(nbat * nblk * mblk, ith, nth, &i0, &i1);
+    for (int first = 1; take_items(q, nbat * nblk * mblk, ith, nth, &first, &i0, &i1);)
     for (int64_t item = i0; item < i1; item++) {
         /* Items run batch, then column block, then row block. */
         int64_t bi = item / (nblk * mblk), nbi = (item / mblk) % nblk, mbi = item % mblk;
@@ -160,7 +210,7 @@ static void mm_gemm(const mm_problem *q, int ith, int nth)
             block(mc, ncp, kc, ap, bp, ct);
         }
         for (int64_t i = 0; i < mc; i++)
-            gp_cpu_store_row(po + (m0 + i) * q->som + n0 * q->son, q->son, q->o.t, ct + i * NB, nc);
+            out_row(q, po, m0 + i, n0, ct + i * NB, nc);
     }
 }
 
@@ -189,8 +239,9 @@ static float w_elt(gp_dtype wt, const char *p, int64_t k)
 }
 
 void gp_dot_portable(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
-                     float *acc, int64_t am, int first, float *tot, int64_t ldt)
+                     float *acc, int64_t am, int first, float *tot, int64_t ldt, int64_t pf)
 {
+    (void)pf;
     int64_t kp = (kc + GP_DOT_LANES - 1) / GP_DOT_LANES * GP_DOT_LANES;
     for (int m = 0; m < rm; m++)
         for (int n = 0; n < GP_DOT_RN; n++) {
@@ -310,6 +361,51 @@ gp_attn_accum_fn gp_cpu_attn_accum(void)
     return gp_attn_accum_portable;
 }
 
+/* The lanes path when a is f32 with contiguous rows and the weights are read in place: every
+ * kernel call runs over all of k (the lanes stay in registers from the first k to the totals;
+ * against blocks of KB_L k with the lanes stored between them, 1 thread, GFLOP per CPU second:
+ * K 5632 81 -> 92, K 11008 79 -> 86). Work items: (batch, strip of NS_F columns, block of MB_L
+ * rows), rows fastest; in an item, each slice of GP_DOT_RM rows of a meets every column group of
+ * the strip before the next slice, the strip's weights staying in L2. */
+enum { NS_F = 64 };
+
+static void mm_lanes_full(const mm_problem *q, int ith, int nth)
+{
+    int64_t M = q->M, N = q->N, K = q->K, nbat = q->o.ne[0] * q->o.ne[1];
+    int64_t mblk = (M + MB_L - 1) / MB_L, nstr = (N + NS_F - 1) / NS_F, i0, i1;
+    gp_dot_fn dot = gp_cpu_dot();
+    _Alignas(64) float tot[MB_L * NS_F]; /* [MB][NS] the sums */
+    for (int first = 1; take_items(q, nbat * nstr * mblk, ith, nth, &first, &i0, &i1);)
+    for (int64_t item = i0; item < i1; item++) {
+        int64_t bi = item / (nstr * mblk), st = (item / mblk) % nstr, mbi = item % mblk;
+        mview A, B;
+        char *po;
+        mm_batch(q, bi, &A, &B, &po);
+        int64_t m0 = mbi * MB_L, mc = M - m0 < MB_L ? M - m0 : MB_L;
+        int64_t n0 = st * NS_F, nc = N - n0 < NS_F ? N - n0 : NS_F;
+        /* The first slice reads the strip's weights from memory: it prefetches the next call's
+         * rows; the later slices find them in L2. */
+        int64_t pf = GP_DOT_RN * B.sj;
+        const float *ar[MB_L];
+        const char *wr[NS_F];
+        for (int64_t i = 0; i < mc; i++)
+            ar[i] = (const float *)(const void *)(A.p + (m0 + i) * A.si);
+        for (int64_t j = 0; j < NS_F; j++) /* columns past nc repeat the last (never stored) */
+            wr[j] = B.p + (n0 + (j < nc ? j : nc - 1)) * B.sj;
+        if (K == 0)
+            memset(tot, 0, sizeof tot);
+        else
+            for (int64_t i = 0; i < mc; i += GP_DOT_RM) {
+                int rm = mc - i < GP_DOT_RM ? (int)(mc - i) : GP_DOT_RM;
+                for (int64_t j = 0; j < nc; j += GP_DOT_RN)
+                    dot(rm, K, ar + i, wr + j, B.t, NULL, 0, 1, tot + i * NS_F + j, NS_F,
+                        i == 0 ? pf : 0);
+            }
+        for (int64_t i = 0; i < mc; i++)
+            out_row(q, po, m0 + i, n0, tot + i * NS_F, nc);
+    }
+}
+
 static void mm_lanes(const mm_problem *q, int ith, int nth)
 {
     int64_t M = q->M, N = q->N, K = q->K, nbat = q->o.ne[0] * q->o.ne[1];
@@ -321,7 +417,7 @@ static void mm_lanes(const mm_problem *q, int ith, int nth)
     _Alignas(64) float tot[MB_L * NG_L];                /* [MB][NG] the sums */
     _Alignas(64) float abuf[MB_L * KB_L];               /* [MB][KB] rows of a as f32 */
     _Alignas(64) float wbuf[NG_L * KB_L];               /* [NG][KB] rows of w as f32 */
-    gp_share(nbat * ngrp * mblk, ith, nth, &i0, &i1);
+    for (int first = 1; take_items(q, nbat * ngrp * mblk, ith, nth, &first, &i0, &i1);)
     for (int64_t item = i0; item < i1; item++) {
         int64_t bi = item / (ngrp * mblk), g = (item / mblk) % ngrp, mbi = item % mblk;
         mview A, B;
@@ -333,6 +429,10 @@ static void mm_lanes(const mm_problem *q, int ith, int nth)
          * (decode): the weights then stream once, row by row. */
         int64_t kb = a_direct && w_direct && mc <= GP_DOT_RM ? K : KB_L;
         gp_dtype wt = w_direct ? B.t : GP_F32;
+        /* Weights read in place stream from memory at decode: each call prefetches, at the k it
+         * reads, the rows of the next call (GP_DOT_RN rows on); short rows (GPT-2's K of 768)
+         * leave a fixed distance along a row no room to run ahead. */
+        int64_t pf = w_direct ? GP_DOT_RN * B.sj : 0;
         if (K == 0)
             memset(tot, 0, sizeof tot);
         for (int64_t k0 = 0; k0 < K; k0 += kb) {
@@ -366,12 +466,11 @@ static void mm_lanes(const mm_problem *q, int ith, int nth)
                 for (int64_t j = 0; j < nc; j += GP_DOT_RN)
                     dot(rm, kc, ar + i, wr + j, wt, acc + (i * NG_L + j) * GP_DOT_LANES,
                         NG_L * GP_DOT_LANES, k0 == 0, k0 + kc >= K ? tot + i * NG_L + j : NULL,
-                        NG_L);
+                        NG_L, pf);
             }
         }
         for (int64_t i = 0; i < mc; i++)
-            gp_cpu_store_row(po + (m0 + i) * q->som + n0 * q->son, q->son, q->o.t, tot + i * NG_L,
-                             nc);
+            out_row(q, po, m0 + i, n0, tot + i * NG_L, nc);
     }
 }
 
@@ -390,7 +489,7 @@ static void mm_rows(const mm_problem *q, int ith, int nth)
     int a_direct = q->a.t == GP_F32 && q->sak == 4;
     _Alignas(64) float acc[MB_R * NS_R]; /* [MB][64] */
     _Alignas(64) float abuf[MB_R * KB_R]; /* [MB][KB] rows of a as f32 */
-    gp_share(nbat * nstr * mblk, ith, nth, &i0, &i1);
+    for (int first = 1; take_items(q, nbat * nstr * mblk, ith, nth, &first, &i0, &i1);)
     for (int64_t item = i0; item < i1; item++) {
         int64_t bi = item / (nstr * mblk), st = (item / mblk) % nstr, mbi = item % mblk;
         mview A, B;
@@ -420,15 +519,23 @@ static void mm_rows(const mm_problem *q, int ith, int nth)
             }
         }
         for (int64_t i = 0; i < mc; i++)
-            gp_cpu_store_row(po + (m0 + i) * q->som + n0 * q->son, q->son, q->o.t, acc + i * NS_R,
-                             nc);
+            out_row(q, po, m0 + i, n0, acc + i * NS_R, nc);
     }
 }
 
 void gp_cpu_matmul(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in, int ith,
                    int nth)
 {
+    gp_cpu_matmul_epi(at, out, in, NULL, NULL, ith, nth);
+}
+
+void gp_cpu_matmul_epi(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in,
+                       const gp_mm_epilogue *e, atomic_llong *next, int ith, int nth)
+{
     mm_problem q;
+    GP_ASSERT(!e || (out->ndim == 2 && out->dtype == GP_F32));
+    q.epi = e;
+    q.next = next;
     q.o = gp_t4_of(out);
     q.a = gp_t4_of(&in[0]);
     q.b = gp_t4_of(&in[1]);
@@ -462,7 +569,9 @@ void gp_cpu_matmul(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *
     /* The path depends on shapes only, never on nth. */
     int64_t es = (int64_t)gp_dtype_size(b->t);
     int fl = b->t == GP_F32 || b->t == GP_F16 || b->t == GP_BF16;
-    if (q.sbk == es)
+    if (q.sbk == es && q.a.t == GP_F32 && q.sak == 4 && fl && q.M > GP_DOT_RM)
+        mm_lanes_full(&q, ith, nth);
+    else if (q.sbk == es)
         mm_lanes(&q, ith, nth);
     else if (q.sbn == es && fl)
         mm_rows(&q, ith, nth);
@@ -476,10 +585,16 @@ void gp_cpu_matmul(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *
  * Threads split the output columns; the split changes no result, so every thread count gives the
  * same bits. */
 
-void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, int ith, int nth)
+void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, void *ws, size_t ws_size,
+                         int ith, int nth)
 {
     const gp_ktensor *x = &in[0], *w = &in[1];
     int64_t n0, n1, N = w->ne[0];
+    /* prompts on AMX where the CPU has it and the plan gave the workspace (runtime/quant.h) */
+    if (gp_quant_matmul_ws(w->dtype, w->data, N, x->data, x->nb[0] / (int64_t)sizeof(float),
+                           x->ne[0], x->ne[1], out->data, out->nb[0] / (int64_t)sizeof(float), ws,
+                           ws_size, ith, nth))
+        return;
     /* Shares of whole 16-column groups, so the SIMD paths see full tiles. */
     gp_share((N + 15) / 16, ith, nth, &n0, &n1);
     n0 *= 16;

@@ -98,8 +98,10 @@ const char *gp_gguf_type_name(uint32_t ggml_type);
 
 /* ---- name aliases (gguf_names.c) ----
  * A GGUF tensor name and the Hugging Face checkpoint's name for the same tensor, both ways, for
- * the two tables gplan knows (docs/gguf.md): arch "gpt2" (blk.3.attn_qkv.weight <->
- * transformer.h.3.attn.c_attn.weight) and the llama names for any other arch, NULL included
+ * the tables gplan knows (docs/gguf.md): arch "gpt2" (blk.3.attn_qkv.weight <->
+ * transformer.h.3.attn.c_attn.weight), "gemma2" and "gemma3" (blk.3.ffn_norm.weight <->
+ * model.layers.3.pre_feedforward_layernorm.weight), "phi3" (blk.3.attn_qkv.weight <->
+ * model.layers.3.self_attn.qkv_proj.weight) and the llama names for any other arch, NULL included
  * (blk.3.attn_q.weight <-> model.layers.3.self_attn.q_proj.weight). Names end in ".weight" or
  * ".bias". The alias goes NUL-terminated into out[n]; 0 on success, -1 when the name has no alias
  * or it does not fit. */

@@ -1,6 +1,6 @@
 /* GGUF <-> Hugging Face tensor names (runtime/gguf.h): llama.cpp's names for the llama (and qwen2,
- * qwen3: the same names plus qwen3's q and k norms) and gpt2 architectures against the names of
- * the checkpoints they were converted from. */
+ * qwen3: the same names plus qwen3's q and k norms), gpt2, gemma2 / gemma3 and phi3 architectures
+ * against the names of the checkpoints they were converted from. */
 #include "runtime/gguf.h"
 
 #include <stdio.h>
@@ -42,6 +42,66 @@ static const alias gpt2_names[] = {
     {"blk.#.ffn_down", "transformer.h.#.mlp.c_proj"},
 };
 
+/* Gemma 2 and 3: four norms a block, and the one after attention is post_attention_norm (llama's
+ * ffn_norm is Gemma's pre_feedforward_layernorm). Gemma 2 files have no output tensor (the head is
+ * always the embedding); Gemma 3's q and k norms are qwen3's names. */
+static const alias gemma_names[] = {
+    {"token_embd", "model.embed_tokens"},
+    {"output_norm", "model.norm"},
+    {"output", "lm_head"},
+    {"blk.#.attn_norm", "model.layers.#.input_layernorm"},
+    {"blk.#.attn_q", "model.layers.#.self_attn.q_proj"},
+    {"blk.#.attn_k", "model.layers.#.self_attn.k_proj"},
+    {"blk.#.attn_v", "model.layers.#.self_attn.v_proj"},
+    {"blk.#.attn_output", "model.layers.#.self_attn.o_proj"},
+    {"blk.#.attn_q_norm", "model.layers.#.self_attn.q_norm"},
+    {"blk.#.attn_k_norm", "model.layers.#.self_attn.k_norm"},
+    {"blk.#.post_attention_norm", "model.layers.#.post_attention_layernorm"},
+    {"blk.#.ffn_norm", "model.layers.#.pre_feedforward_layernorm"},
+    {"blk.#.post_ffw_norm", "model.layers.#.post_feedforward_layernorm"},
+    {"blk.#.ffn_gate", "model.layers.#.mlp.gate_proj"},
+    {"blk.#.ffn_up", "model.layers.#.mlp.up_proj"},
+    {"blk.#.ffn_down", "model.layers.#.mlp.down_proj"},
+};
+
+/* Phi-3: the checkpoint's fused projections keep their layout, qkv_proj as attn_qkv and
+ * gate_up_proj (gate rows, then up rows) as ffn_up. */
+static const alias phi3_names[] = {
+    {"token_embd", "model.embed_tokens"},
+    {"output_norm", "model.norm"},
+    {"output", "lm_head"},
+    {"blk.#.attn_norm", "model.layers.#.input_layernorm"},
+    {"blk.#.attn_qkv", "model.layers.#.self_attn.qkv_proj"},
+    {"blk.#.attn_output", "model.layers.#.self_attn.o_proj"},
+    {"blk.#.ffn_norm", "model.layers.#.post_attention_layernorm"},
+    {"blk.#.ffn_up", "model.layers.#.mlp.gate_up_proj"},
+    {"blk.#.ffn_down", "model.layers.#.mlp.down_proj"},
+};
+
+#define TABLE(t) t, sizeof t / sizeof t[0]
+static const struct {
+    const char *arch;
+    const alias *names;
+    size_t count;
+} tables[] = {
+    {"gpt2", TABLE(gpt2_names)},
+    {"gemma2", TABLE(gemma_names)},
+    {"gemma3", TABLE(gemma_names)},
+    {"phi3", TABLE(phi3_names)},
+};
+
+/* The table of arch: its own, or llama's (qwen2, qwen3, any other, NULL). */
+static const alias *names_of(const char *arch, size_t *count)
+{
+    for (size_t i = 0; arch && i < sizeof tables / sizeof tables[0]; i++)
+        if (strcmp(arch, tables[i].arch) == 0) {
+            *count = tables[i].count;
+            return tables[i].names;
+        }
+    *count = sizeof llama_names / sizeof llama_names[0];
+    return llama_names;
+}
+
 /* Length of name's stem when it ends in ".weight" or ".bias", else -1. */
 static long stem_len(const char *name)
 {
@@ -80,12 +140,8 @@ static int match(const char *pat, const char *stem, long len, const char **num, 
 
 static int translate(const char *arch, const char *name, int to_hf, char *out, size_t n)
 {
-    const alias *tab = llama_names;
-    size_t count = sizeof llama_names / sizeof llama_names[0];
-    if (arch && strcmp(arch, "gpt2") == 0) {
-        tab = gpt2_names;
-        count = sizeof gpt2_names / sizeof gpt2_names[0];
-    }
+    size_t count;
+    const alias *tab = names_of(arch, &count);
     long len = name ? stem_len(name) : -1;
     if (len < 0 || !out || n == 0)
         return -1;

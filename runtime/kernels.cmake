@@ -29,7 +29,14 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
     set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/${f}.c
                                 PROPERTIES COMPILE_OPTIONS "${gp_quant_avx512}")
   endforeach()
+  target_sources(gp_cpu PRIVATE ${CMAKE_SOURCE_DIR}/runtime/quant_amx.c)
+  set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/quant_amx.c PROPERTIES COMPILE_OPTIONS
+    "${gp_quant_avx512};-mavx512bf16;-mamx-tile;-mamx-bf16")
 endif()
+# -fno-trapping-math (floating-point exceptions are never looked at; no value changes): loops with
+# quiet compares and float-to-int conversions, as gp_expf's (runtime/cpu_internal.h), vectorize.
+set_source_files_properties(${CMAKE_SOURCE_DIR}/runtime/cpu_kernels.c
+  ${CMAKE_SOURCE_DIR}/runtime/cpu_attention.c PROPERTIES COMPILE_OPTIONS -fno-trapping-math)
 gp_target_flags(gp_cpu)
 target_compile_options(gp_cpu PRIVATE -ffp-contract=off
   $<$<NOT:$<CONFIG:Debug>>:-O3>)

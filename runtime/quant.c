@@ -1,5 +1,6 @@
 /* ggml's block formats written from their definition (runtime/quant.h): dequantize, quantize, and
  * the selector of gp_quant_matmul_f32's SIMD paths. */
+#define _DEFAULT_SOURCE /* syscall (the AMX permission, below) */
 #include "runtime/quant.h"
 
 #include <math.h>
@@ -321,6 +322,32 @@ static atomic_int cur_isa = -2; /* -2: not chosen yet */
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* AVX512-BF16, AMX-TILE and AMX-BF16 from CPUID, and the OS's leave to use the tile data: asked
+ * once for the process (Linux's ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA; refused where the
+ * kernel or a tool such as valgrind does not know it, and then no amx path). */
+static int amx_ok;
+static void amx_probe(void)
+{
+    unsigned a, b, c, d, a1, b1, c1, d1;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1))
+        return;
+    if (!(a1 & (1u << 5)) || !(d & (1u << 22)) || !(d & (1u << 24)))
+        return;
+#ifdef SYS_arch_prctl
+    amx_ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+#endif
+}
+
+static int cpu_amx(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, amx_probe);
+    return amx_ok;
+}
 /* F16C from CPUID (clang's __builtin_cpu_supports does not know "f16c"). */
 static int cpu_f16c(void)
 {
@@ -343,6 +370,8 @@ int gp_quant_isa_supported(int isa)
     case GP_QUANT_ISA_VNNI:
         return __builtin_cpu_supports("avx512vnni") &&
                gp_quant_isa_supported(GP_QUANT_ISA_AVX512);
+    case GP_QUANT_ISA_AMX:
+        return gp_quant_isa_supported(GP_QUANT_ISA_VNNI) && cpu_amx();
 #endif
     default:
         return 0;
@@ -351,7 +380,8 @@ int gp_quant_isa_supported(int isa)
 
 static int best_isa(void)
 {
-    static const int order[] = {GP_QUANT_ISA_VNNI, GP_QUANT_ISA_AVX512, GP_QUANT_ISA_AVX2};
+    static const int order[] = {GP_QUANT_ISA_AMX, GP_QUANT_ISA_VNNI, GP_QUANT_ISA_AVX512,
+                                GP_QUANT_ISA_AVX2};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         if (gp_quant_isa_supported(order[i]))
             return order[i];
@@ -380,6 +410,6 @@ int gp_quant_isa(void)
 
 const char *gp_quant_isa_name(int isa)
 {
-    static const char *names[] = {"portable", "avx2", "avx512", "vnni"};
+    static const char *names[] = {"portable", "avx2", "avx512", "vnni", "amx"};
     return isa >= 0 && isa < GP_QUANT_ISA_COUNT ? names[isa] : "auto";
 }

@@ -64,8 +64,44 @@ enum {
     GP_QUANT_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C */
     GP_QUANT_ISA_AVX512 = 2,   /* AVX-512 F/BW/VL */
     GP_QUANT_ISA_VNNI = 3,     /* AVX-512 F/BW/VL + VNNI: runs the avx512 path (no integer dots) */
+    GP_QUANT_ISA_AMX = 4,      /* vnni + AVX512-BF16 + AMX-TILE/BF16 (the OS granting the tile
+                                * state): gp_quant_matmul_f32 runs avx512's; gp_quant_matmul_ws
+                                * runs prompts on AMX tiles */
     GP_QUANT_ISA_COUNT
 };
+
+/* Prompt products on AMX (runtime/quant_amx.c), with a planned workspace:
+ * gp_quant_matmul_ws_bytes(M, K) is the workspace for M rows of K: 4 K (M rounded up to 16) bytes
+ * (each activation as two bf16) when M > GP_QUANT_WS_MIN_M, else 0.
+ * gp_quant_matmul_ws is thread ith's part of y [M, N] = x W^T (all threads call it with the same
+ * arguments); it returns 0, having done nothing, unless the path is amx, M > GP_QUANT_WS_MIN_M
+ * and ws_size >= gp_quant_matmul_ws_bytes(M, K): then gp_quant_matmul_f32 is the caller's to run.
+ * When it takes the product (returns 1), each weight and activation is split into two bf16 halves,
+ * hi = bf16(v) and lo = bf16(v - hi), and y = sum hi_x hi_w + lo_x hi_w + hi_x lo_w in f32 (AMX's
+ * TDPBF16PS, which flushes subnormal inputs and results to zero); the error is some
+ * 2^-16 of sum |x w| beyond the f32 sum's (tests/test_quant_f32.c bounds it). Threads split the
+ * 16-row tiles of x; each output's operations depend on its row and column only, so every thread
+ * count gives the same bits (not those of gp_quant_matmul_f32). */
+#define GP_QUANT_WS_MIN_M 5 /* at M = 5 the f32 path is still faster (bench/quant-notes.md) */
+static inline int64_t gp_quant_matmul_ws_bytes(int64_t M, int64_t K)
+{
+    return M > GP_QUANT_WS_MIN_M ? 4 * K * ((M + 15) / 16 * 16) : 0;
+}
+int gp_quant_matmul_ws(gp_dtype wt, const void *w, int64_t N, const float *x, int64_t ldx,
+                       int64_t M, int64_t K, float *y, int64_t ldy, void *ws, size_t ws_size,
+                       int ith, int nth);
+
+/* The same product in two phases, for a pool whose threads can wait at a barrier (the CPU
+ * backend): when gp_quant_matmul_ws_taken(wt, M, K, ws, ws_size), every thread runs
+ * gp_quant_matmul_ws_prep (its share of x's halves into ws), then after the barrier
+ * gp_quant_matmul_ws_cols on its own columns [n0, n1) (all rows). Each output's operations are
+ * gp_quant_matmul_ws's, so the bits are its bits for every split; the weights are unpacked once
+ * for all rows instead of once a thread. */
+int gp_quant_matmul_ws_taken(gp_dtype wt, int64_t M, int64_t K, const void *ws, size_t ws_size);
+void gp_quant_matmul_ws_prep(const float *x, int64_t ldx, int64_t M, int64_t K, void *ws, int ith,
+                             int nth);
+void gp_quant_matmul_ws_cols(gp_dtype wt, const void *w, int64_t n0, int64_t n1, int64_t M,
+                             int64_t K, float *y, int64_t ldy, const void *ws);
 
 /* 1 when this build and CPU can run path isa, else 0. */
 int gp_quant_isa_supported(int isa);
@@ -73,7 +109,7 @@ int gp_quant_isa_supported(int isa);
  * unsupported. Meant for tests and benchmarks, not to be called while products run. */
 int gp_quant_force_isa(int isa);
 /* The path gp_quant_matmul_f32 uses now, and a name for one ("portable", "avx2", "avx512",
- * "vnni"). AUTO prefers vnni, avx512, avx2, portable, in that order. */
+ * "vnni", "amx"). AUTO prefers amx, vnni, avx512, avx2, portable, in that order. */
 int gp_quant_isa(void);
 const char *gp_quant_isa_name(int isa);
 

@@ -64,8 +64,67 @@ void gp_quant_matmul_f32(gp_dtype wt, const void *w, int64_t n0, int64_t n1, con
     gp_qf32_fn fn = qf32_portable;
 #if defined(__x86_64__) && defined(__GNUC__)
     static const gp_qf32_fn fns[GP_QUANT_ISA_COUNT] = {qf32_portable, gp_qf32_avx2, gp_qf32_avx512,
-                                                       gp_qf32_avx512};
+                                                       gp_qf32_avx512, gp_qf32_avx512};
     fn = fns[gp_quant_isa()];
 #endif
     fn(wt, w, n0, n1, x, ldx, M, K, y, ldy);
 }
+
+int gp_quant_matmul_ws_taken(gp_dtype wt, int64_t M, int64_t K, const void *ws, size_t ws_size)
+{
+    GP_ASSERT(gp_dtype_is_quant(wt) && K > 0 && K % gp_dtype_block(wt) == 0);
+    return M > GP_QUANT_WS_MIN_M && ws && (int64_t)ws_size >= gp_quant_matmul_ws_bytes(M, K) &&
+           gp_quant_isa() == GP_QUANT_ISA_AMX;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+int gp_quant_matmul_ws(gp_dtype wt, const void *w, int64_t N, const float *x, int64_t ldx,
+                       int64_t M, int64_t K, float *y, int64_t ldy, void *ws, size_t ws_size,
+                       int ith, int nth)
+{
+    GP_ASSERT(N >= 0 && M >= 0 && ldx >= K && (M <= 1 || ldy >= N) && 0 <= ith && ith < nth);
+    if (!gp_quant_matmul_ws_taken(wt, M, K, ws, ws_size))
+        return 0;
+    if (N > 0)
+        gp_qamx(wt, w, N, x, ldx, M, K, y, ldy, ws, ith, nth);
+    return 1;
+}
+
+void gp_quant_matmul_ws_prep(const float *x, int64_t ldx, int64_t M, int64_t K, void *ws, int ith,
+                             int nth)
+{
+    int64_t mt = (M + 15) / 16;
+    gp_qamx_prep(x, ldx, M, K, ws, mt * ith / nth, mt * (ith + 1) / nth);
+}
+
+void gp_quant_matmul_ws_cols(gp_dtype wt, const void *w, int64_t n0, int64_t n1, int64_t M,
+                             int64_t K, float *y, int64_t ldy, const void *ws)
+{
+    GP_ASSERT(0 <= n0 && n0 <= n1 && (M <= 1 || ldy >= n1));
+    gp_qamx_cols(wt, w, n0, n1, M, K, y, ldy, ws, 0, (M + 15) / 16);
+}
+#else
+/* no amx path in this build: gp_quant_matmul_ws_taken is never true */
+int gp_quant_matmul_ws(gp_dtype wt, const void *w, int64_t N, const float *x, int64_t ldx,
+                       int64_t M, int64_t K, float *y, int64_t ldy, void *ws, size_t ws_size,
+                       int ith, int nth)
+{
+    (void)wt, (void)w, (void)N, (void)x, (void)ldx, (void)M, (void)K, (void)y, (void)ldy;
+    (void)ws, (void)ws_size, (void)ith, (void)nth;
+    return 0;
+}
+
+void gp_quant_matmul_ws_prep(const float *x, int64_t ldx, int64_t M, int64_t K, void *ws, int ith,
+                             int nth)
+{
+    (void)x, (void)ldx, (void)M, (void)K, (void)ws, (void)ith, (void)nth;
+    GP_ASSERT(!"no amx path in this build");
+}
+
+void gp_quant_matmul_ws_cols(gp_dtype wt, const void *w, int64_t n0, int64_t n1, int64_t M,
+                             int64_t K, float *y, int64_t ldy, const void *ws)
+{
+    (void)wt, (void)w, (void)n0, (void)n1, (void)M, (void)K, (void)y, (void)ldy, (void)ws;
+    GP_ASSERT(!"no amx path in this build");
+}
+#endif

@@ -27,4 +27,13 @@ void gp_qf32_avx2(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, const f
 void gp_qf32_avx512(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, const float *x,
                     int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy);
 
+/* runtime/quant_amx.c: gp_quant_matmul_ws's body; ws as that function checks it */
+void gp_qamx(gp_dtype wt, const uint8_t *w, int64_t N, const float *x, int64_t ldx, int64_t M,
+             int64_t K, float *y, int64_t ldy, void *ws, int ith, int nth);
+
+void gp_qamx_prep(const float *x, int64_t ldx, int64_t M, int64_t K, void *ws, int64_t mt0,
+                  int64_t mt1);
+void gp_qamx_cols(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t M, int64_t K,
+                  float *y, int64_t ldy, const void *ws, int64_t mt0, int64_t mt1);
+
 #endif

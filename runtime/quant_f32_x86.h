@@ -46,7 +46,9 @@ AI float vred(vf lo, vf hi)
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
+#ifndef QF_DEQ_ONLY
 #define QF_NAME gp_qf32_avx512
+#endif
 /* prompt tiles: MR x NR outputs in registers (2 zmm each: 24 of the 32) */
 #define MRP 4
 #define NRP 3
@@ -406,6 +408,8 @@ AI void deq(gp_dtype t, const uint8_t *b, const bctx *c, int g, vf *w0, vf *w1)
     }
 }
 
+#ifndef QF_DEQ_ONLY /* quant_amx.c takes only prep and deq */
+
 /* ---- decode: each weight row streamed once for all MR (<= 4) activation rows ---- */
 
 #define MAXM 4
@@ -628,3 +632,4 @@ void QF_NAME(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, const float 
     else
         prompt_all(wt, w, n0, n1, x, ldx, M, K, y, ldy);
 }
+#endif

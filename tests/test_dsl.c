@@ -1125,6 +1125,19 @@ static void test_config_families(void)
     CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[1], 16.0, 1e-9);
     CU_ASSERT(lo == 2.0f && hi == 8.0f);
     gp_graph_free(g);
+    /* A GGUF file's (--gguf sets these): the file's rope_freqs tensor in place of the config's
+     * llama3 scaling, interleaved pairs. */
+    const char *freqs[] = {"rope_freqs=true", "rope_mode=gptj"};
+    g = compile_example("examples/llama3.gplan", freqs, 2, path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    r = first_node(g, GP_OP_ROPE);
+    CU_ASSERT_EQUAL(r->attrs.i[0], 1);
+    CU_ASSERT_EQUAL(r->attrs.i[2], 0);
+    CU_ASSERT_EQUAL_FATAL(r->n_inputs, 3);
+    const gp_tensor *ff = &g->tensors[r->inputs[2]];
+    CU_ASSERT(ff->kind == GP_TENSOR_WEIGHT && ff->dtype == GP_F32 && ff->ndim == 1 &&
+              ff->shape[0].size == 4 && strcmp(ff->weight_name, "rope_freqs.weight") == 0);
+    gp_graph_free(g);
     const char *unscaled[] = {"rope_type=default"};
     g = compile_example("examples/llama3.gplan", unscaled, 1, path, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);

@@ -920,6 +920,39 @@ static void test_name_aliases(void)
     CU_ASSERT_EQUAL(gp_gguf_name_to_hf("llama", "blk.3.attn_q.weight", out, 20), -1);
     CU_ASSERT_EQUAL(gp_gguf_name_to_hf("llama", "blk.3.attn_q.weight", out, 38), -1); /* 38 chars */
     CU_ASSERT_EQUAL(gp_gguf_name_to_hf("llama", "blk.3.attn_q.weight", out, 39), 0);
+
+    /* gemma2 / gemma3 and phi3 tables: Gemma's ffn_norm is the norm before the MLP, phi3's
+     * fused projections; each name both ways */
+    static const struct {
+        const char *arch, *gguf, *hf;
+    } fam[] = {
+        {"gemma2", "blk.0.post_attention_norm.weight",
+         "model.layers.0.post_attention_layernorm.weight"},
+        {"gemma2", "blk.1.ffn_norm.weight", "model.layers.1.pre_feedforward_layernorm.weight"},
+        {"gemma2", "blk.1.post_ffw_norm.weight",
+         "model.layers.1.post_feedforward_layernorm.weight"},
+        {"gemma2", "blk.1.ffn_gate.weight", "model.layers.1.mlp.gate_proj.weight"},
+        {"gemma3", "blk.2.attn_q_norm.weight", "model.layers.2.self_attn.q_norm.weight"},
+        {"gemma3", "blk.2.attn_k_norm.weight", "model.layers.2.self_attn.k_norm.weight"},
+        {"gemma3", "blk.2.attn_norm.weight", "model.layers.2.input_layernorm.weight"},
+        {"gemma3", "output.weight", "lm_head.weight"},
+        {"phi3", "blk.3.attn_qkv.weight", "model.layers.3.self_attn.qkv_proj.weight"},
+        {"phi3", "blk.3.ffn_up.weight", "model.layers.3.mlp.gate_up_proj.weight"},
+        {"phi3", "blk.3.ffn_norm.weight", "model.layers.3.post_attention_layernorm.weight"},
+        {"phi3", "blk.3.attn_output.weight", "model.layers.3.self_attn.o_proj.weight"},
+    };
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        out[0] = '\0';
+        CU_ASSERT_EQUAL(gp_gguf_name_to_hf(fam[i].arch, fam[i].gguf, out, sizeof out), 0);
+        CU_ASSERT_STRING_EQUAL(out, fam[i].hf);
+        out[0] = '\0';
+        CU_ASSERT_EQUAL(gp_gguf_name_from_hf(fam[i].arch, fam[i].hf, out, sizeof out), 0);
+        CU_ASSERT_STRING_EQUAL(out, fam[i].gguf);
+    }
+    /* llama's names that these families do not use */
+    CU_ASSERT_EQUAL(gp_gguf_name_from_hf("gemma2", "model.layers.0.mlp.gate_up_proj.weight", out,
+                                         sizeof out), -1);
+    CU_ASSERT_EQUAL(gp_gguf_name_to_hf("phi3", "blk.0.attn_q.weight", out, sizeof out), -1);
 }
 
 /* Bytes 0, 1, 2, ... of n. */

@@ -9,6 +9,7 @@
 #include <CUnit/CUnit.h>
 
 #include "runtime/cpu_dot.h"
+#include "runtime/cpu_internal.h"
 #include "runtime/cpu_kernels.h"
 #include "runtime/f16.h"
 #include "runtime/threadpool.h"
@@ -695,12 +696,16 @@ static double llama3_freq(double freq, const double *scale)
     return (1 - sm) * freq / scale[0] + sm * freq;
 }
 
-static void case_rope_scaled(int mode, int64_t n, double theta, const double *scale, tt *x,
-                             int inplace, const char *name)
+/* ff: freq_factors f32 [n/2] (input 2: pair j's frequency over ff[j]), or NULL. */
+static void case_rope_ff(int mode, int64_t n, double theta, const double *scale, tt *ff, tt *x,
+                         int inplace, const char *name)
 {
     int64_t T = x->k.ne[0], H = x->k.ne[1], D = x->k.ne[2];
     tt *pos = tt_ids(T, 3000);
-    kcase c = {.name = name, .op = GP_OP_ROPE, .in = {x, pos}, .n_in = 2};
+    kcase c = {.name = name, .op = GP_OP_ROPE, .in = {x, pos, ff}, .n_in = ff ? 3 : 2};
+    double *w = malloc(sizeof(double) * (size_t)(n / 2 + 1));
+    for (int64_t j = 0; j < n / 2; j++)
+        w[j] = ff ? tt_geti(ff, j) : 1.0; /* read now: check_case frees ff */
     c.at.i[0] = mode;
     c.at.i[1] = n;
     c.at.f[0] = theta;
@@ -720,7 +725,8 @@ static void case_rope_scaled(int mode, int64_t n, double theta, const double *sc
                 ref[base + d] = tt_geti(x, base + d);
             for (int64_t j = 0; j < n / 2; j++) {
                 int64_t u = mode ? 2 * j : j, v = mode ? 2 * j + 1 : j + n / 2;
-                double ang = p * llama3_freq(pow(theta, -2.0 * (double)j / (double)n), scale);
+                double f = llama3_freq(pow(theta, -2.0 * (double)j / (double)n), scale);
+                double ang = p * f / w[j];
                 double xu = tt_geti(x, base + u), xv = tt_geti(x, base + v);
                 ref[base + u] = xu * cos(ang) - xv * sin(ang);
                 ref[base + v] = xu * sin(ang) + xv * cos(ang);
@@ -728,6 +734,22 @@ static void case_rope_scaled(int mode, int64_t n, double theta, const double *sc
         }
     check_case(&c, ref);
     free(ref);
+    free(w);
+}
+
+static void case_rope_scaled(int mode, int64_t n, double theta, const double *scale, tt *x,
+                             int inplace, const char *name)
+{
+    case_rope_ff(mode, n, theta, scale, NULL, x, inplace, name);
+}
+
+/* freq_factors f32 [m], strided: factors in [1, 8] as Llama 3.1's rope_freqs. */
+static tt *rope_factors(int64_t m)
+{
+    tt *ff = tt_new(GP_F32, 1, &m, 1);
+    for (int64_t j = 0; j < m; j++)
+        tt_set(ff, &j, 1 + 7 * urand());
+    return ff;
 }
 
 static void case_rope(int mode, int64_t n, double theta, tt *x, int inplace, const char *name)
@@ -766,6 +788,15 @@ static void test_rope(void)
         float lo, hi;
         gp_rope_factors(&scaled, &lo, &hi);
         CU_ASSERT(lo == 1.0f && hi == 4.0f);
+    }
+    /* freq_factors (llama.cpp's rope_freqs tensor), alone and on top of a scaling. */
+    for (int mode = 0; mode < 2; mode++) {
+        case_rope_ff(mode, 16, 10000, NULL, rope_factors(8),
+                     tt_dims(GP_F32, 0, 3, 5, 3, 16, 0), 0, "rope freq_factors");
+        case_rope_ff(mode, 8, 500, NULL, rope_factors(4),
+                     tt_dims(GP_F16, 2, 3, 7, 3, 12, 0), 1, "rope freq_factors partial f16");
+        case_rope_ff(mode, 16, 10000, l3_small, rope_factors(8),
+                     tt_dims(GP_F32, 0, 3, 5, 3, 16, 0), 0, "rope freq_factors on llama3");
     }
     for (int mode = 0; mode < 2; mode++) {
         case_rope(mode, 16, 10000, tt_dims(GP_F32, 0, 3, 5, 3, 16, 0), 0, "rope full");
@@ -1201,6 +1232,17 @@ static void test_check(void)
     }
     gp_attrs lin = {.i = {0, 8, GP_ROPE_LINEAR}, .f = {10000.0, 8.0}};
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &lin, &ro->k, rin, 2, err, sizeof err), 0);
+    /* freq_factors: f32 [n/2] only. */
+    float fw[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    gp_ktensor fin[3] = {rx->k, rin[1], {fw, GP_F32, 1, {4}, {4}}};
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &lin, &ro->k, fin, 3, err, sizeof err), 0);
+    const gp_ktensor bad_ff[] = {{fw, GP_F32, 1, {8}, {4}}, {fw, GP_F16, 1, {4}, {2}},
+                                 {fw, GP_F32, 2, {2, 2}, {8, 4}}};
+    for (size_t i = 0; i < sizeof bad_ff / sizeof bad_ff[0]; i++) {
+        fin[2] = bad_ff[i];
+        CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &lin, &ro->k, fin, 3, err, sizeof err), -1);
+        CU_ASSERT(strstr(err, "freq_factors must be f32 [4]") != NULL);
+    }
 
     tt *all[] = {table, ids, out, b4, b3, w, mo, dst, src, q, kv, ao, kv3, rx, ro};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -1389,6 +1431,64 @@ static void test_threadpool(void)
     CU_ASSERT_EQUAL(c.nth_seen[0], 1);
 }
 
+
+/* A matmul fused with bias + gelu + residual (gp_cpu_matmul_epi, as the planned CPU backend runs
+ * such chains) gives the unfused nodes' bits: decode and prompt shapes, f32 and f16 weights, work
+ * items split evenly or taken from a shared counter by 1-3 threads, the residual apart from the
+ * output or the output itself (an in-place add). */
+static void test_matmul_epilogue(void)
+{
+    static const int64_t shapes[][3] = {{1, 768, 100}, {5, 20, 33}, {50, 64, 70}, {130, 40, 130}};
+    for (int si = 0; si < 4; si++)
+        for (int wi = 0; wi < 2; wi++) {
+            int64_t M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
+            tt *a = tt_rand(GP_F32, 2, (int64_t[]){M, K}, 0, 0.01, 1);
+            tt *w = tt_rand(wi ? GP_F16 : GP_F32, 2, (int64_t[]){N, K}, 0, 0.01, 1);
+            tt *b = tt_rand(GP_F32, 1, (int64_t[]){N}, 0, 0.01, 1);
+            tt *r = tt_rand(GP_F32, 2, (int64_t[]){M, N}, 0, 0.01, 1);
+            tt *ref = tt_new(GP_F32, 2, (int64_t[]){M, N}, 0);
+            tt *out = tt_new(GP_F32, 2, (int64_t[]){M, N}, 0);
+            gp_attrs at = {.i = {0, 1}}, none = {0};
+            gp_ktensor mm[2] = {a->k, w->k}, add_b[2] = {ref->k, b->k}, add_r[2] = {r->k, ref->k};
+            gp_cpu_compute(GP_OP_MATMUL, &at, &ref->k, mm, 2, NULL, 0, 0, 1);
+            gp_cpu_compute(GP_OP_ADD, &none, &ref->k, add_b, 2, NULL, 0, 0, 1);
+            gp_cpu_compute(GP_OP_GELU, &none, &ref->k, &ref->k, 1, NULL, 0, 0, 1);
+            gp_cpu_compute(GP_OP_ADD, &none, &ref->k, add_r, 2, NULL, 0, 0, 1);
+            size_t bytes = sizeof(float) * (size_t)(M * N);
+            for (int nth = 1; nth <= 3; nth++)
+                for (int mode = 0; mode < 3; mode++) { /* static, counter, counter in place */
+                    gp_mm_epilogue e = {.n = 3};
+                    e.s[0].kind = GP_EPI_BIAS;
+                    e.s[0].t = b->k.data;
+                    e.s[1].kind = GP_EPI_UNARY;
+                    e.s[1].op = GP_OP_GELU;
+                    e.s[1].at = &none;
+                    e.s[2].kind = GP_EPI_RESIDUAL;
+                    e.s[2].t = mode == 2 ? out->k.data : r->k.data;
+                    e.s[2].ld = N;
+                    memset(out->k.data, 0x5a, bytes);
+                    if (mode == 2)
+                        memcpy(out->k.data, r->k.data, bytes);
+                    atomic_llong next;
+                    atomic_init(&next, 0);
+                    for (int ith = nth - 1; ith >= 0; ith--)
+                        gp_cpu_matmul_epi(&at, &out->k, mm, &e, mode ? &next : NULL, ith, nth);
+                    int same = memcmp(out->k.data, ref->k.data, bytes) == 0;
+                    if (!same)
+                        fprintf(stderr, "\nepilogue M %lld K %lld N %lld %s nth %d mode %d differs\n",
+                                (long long)M, (long long)K, (long long)N, wi ? "f16" : "f32", nth,
+                                mode);
+                    CU_ASSERT(same);
+                }
+            tt_free(a);
+            tt_free(w);
+            tt_free(b);
+            tt_free(r);
+            tt_free(ref);
+            tt_free(out);
+        }
+}
+
 /* A matmul through the pool gives the serial result's bytes. */
 typedef struct {
     const gp_ktensor *out, *in;
@@ -1557,4 +1657,5 @@ void gp_suite_kernels(void)
     CU_add_test(s, "views compute nothing", test_views);
     CU_add_test(s, "gp_cpu_check", test_check);
     CU_add_test(s, "matmul through the pool", test_pool_matmul);
+    CU_add_test(s, "matmul with a fused epilogue: the unfused nodes' bits", test_matmul_epilogue);
 }

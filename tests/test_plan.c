@@ -402,6 +402,28 @@ static void test_workspaces(void)
     CU_ASSERT_EQUAL(gp_op_workspace_bytes(nm, g, GP_BACKEND_CUDA), 32 << 20);
     CU_ASSERT_EQUAL(gp_op_workspace_bytes(nm, g, GP_BACKEND_CPU), 0);
 
+    /* a quantized weight: on the CPU the activations' bf16 halves for AMX prompts, 4 K bytes a
+     * row, rows rounded up to 16 (runtime/quant.h); none for a row count <= 5 */
+    {
+        gp_graph *gq = gp_graph_new("wsq");
+        int R = gp_graph_add_sym(gq, "R", 37, here);
+        gp_dim sx[2] = {{37, R}, C(64)}, sw[2] = {C(48), C(64)}, s1[2] = {C(5), C(64)};
+        int x = gp_graph_add_tensor(gq, d, "x", GP_TENSOR_INPUT, GP_F32, 2, sx, NULL, here);
+        int x1 = gp_graph_add_tensor(gq, d, "x1", GP_TENSOR_INPUT, GP_F32, 2, s1, NULL, here);
+        int wq = gp_graph_add_tensor(gq, d, "wq", GP_TENSOR_WEIGHT, GP_Q4_0, 2, sw, NULL, here);
+        gp_attrs at;
+        memset(&at, 0, sizeof at);
+        at.i[1] = 1; /* b [N, K] */
+        int in0[2] = {x, wq}, in1[2] = {x1, wq};
+        gp_graph_add_node(gq, d, GP_OP_MATMUL, in0, 2, &at, NULL, 0, GP_F32, "yq", here);
+        gp_graph_add_node(gq, d, GP_OP_MATMUL, in1, 2, &at, NULL, 0, GP_F32, "y1", here);
+        CU_ASSERT_EQUAL_FATAL(gp_diag_count(d), 0);
+        CU_ASSERT_EQUAL(gp_op_workspace_bytes(&gq->nodes[0], gq, GP_BACKEND_CPU), 4 * 64 * 48);
+        CU_ASSERT_EQUAL(gp_op_workspace_bytes(&gq->nodes[0], gq, GP_BACKEND_CUDA), 32 << 20);
+        CU_ASSERT_EQUAL(gp_op_workspace_bytes(&gq->nodes[1], gq, GP_BACKEND_CPU), 0);
+        gp_graph_free(gq);
+    }
+
     gp_plan *p = build(g, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);
     CU_ASSERT_EQUAL_FATAL(p->n_tensors, g->n_tensors + 2);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <CUnit/CUnit.h>
 
+#include "runtime/cpu_kernels.h"
 #include "runtime/quant.h"
 #include "tests/testutil.h"
 
@@ -264,10 +265,162 @@ static void test_ranges(void)
     problem_free(&p);
 }
 
+/*
+ * gp_quant_matmul_ws (the amx path): against the double reference within its bound, and the same
+ * bits for every thread count and in the two-phase form (gp_quant_matmul_ws_prep / _cols). Each
+ * product is computed from bf16 halves: hi_x hi_w + lo_x hi_w + hi_x lo_w, where v = hi + lo + r
+ * with |r| <= 2^-17 |v| and |lo| <= 2^-8 |v|, so each term is off x w by at most ~(2^-17 + 2^-17 +
+ * 2^-16) |x w| = 2^-15 |x w|; TDPBF16PS then adds the exact pair products into one f32 sum per
+ * output, 3 K / 2 additions: gamma(3 K / 2) sum |x w|.
+ */
+static void test_amx(void)
+{
+    if (gp_quant_force_isa(GP_QUANT_ISA_AMX) != 0) {
+        printf("(amx not available here: skipped) ");
+        return;
+    }
+    static const int Ks[] = {256, 320, 1536, 2304}; /* 2304: two passes over K (2048 + 256) */
+    static const int Ms[] = {6, 16, 17, 150};
+    static const int nths[] = {2, 3, 7};
+    double worst = 0;
+    int checked = 0;
+    for (int t = 0; t < NTYPES; t++)
+        for (int ki = 0; ki < 4; ki++) {
+            int K = Ks[ki], N = 37;
+            if (K % gp_dtype_block(types[t]))
+                continue;
+            problem p;
+            problem_make(&p, types[t], N, K, 150);
+            size_t wsz = (size_t)gp_quant_matmul_ws_bytes(150, K);
+            void *ws = aligned_alloc(64, wsz);
+            float *y = malloc((size_t)150 * p.ldy * sizeof *y);
+            float *y2 = malloc((size_t)150 * p.ldy * sizeof *y2);
+            for (int mi = 0; mi < 4; mi++) {
+                int M = Ms[mi], bad = 0, split = 0, pad = 0;
+                for (int i = 0; i < 150 * p.ldy; i++)
+                    y[i] = -1234.5f;
+                CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y, p.ldy, ws, wsz, 0,
+                                             1) == 1);
+                double g = 1.5 * K * 0x1p-24 / (1 - 1.5 * K * 0x1p-24);
+                for (int m = 0; m < M; m++) {
+                    for (int n = 0; n < N; n++) {
+                        double e = fabs(y[m * p.ldy + n] - p.ref[m * N + n]), a = p.mag[m * N + n];
+                        bad += !(e <= (0x1p-15 + g) * a + 1e-30);
+                        worst = e / a > worst ? e / a : worst;
+                        checked++;
+                    }
+                    for (int n = N; n < p.ldy; n++)
+                        pad += y[m * p.ldy + n] != -1234.5f;
+                }
+                for (int i = M * p.ldy; i < 150 * p.ldy; i++)
+                    pad += y[i] != -1234.5f;
+                for (int h = 0; h < 3; h++) {
+                    memset(y2, 0, (size_t)150 * p.ldy * sizeof *y2);
+                    for (int ith = nths[h] - 1; ith >= 0; ith--)
+                        CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y2, p.ldy, ws,
+                                                     wsz, ith, nths[h]) == 1);
+                    for (int m = 0; m < M; m++)
+                        split += memcmp(y + m * p.ldy, y2 + m * p.ldy, (size_t)N * sizeof *y) != 0;
+                }
+                /* the two-phase form: halves by 2 threads, then columns in uneven parts */
+                {
+                    static const int cuts[] = {0, 5, 32, 33, 37};
+                    memset(y2, 0, (size_t)150 * p.ldy * sizeof *y2);
+                    CU_ASSERT(gp_quant_matmul_ws_taken(p.t, M, K, ws, wsz));
+                    gp_quant_matmul_ws_prep(p.x, p.ldx, M, K, ws, 1, 2);
+                    gp_quant_matmul_ws_prep(p.x, p.ldx, M, K, ws, 0, 2);
+                    for (int c = 3; c >= 0; c--)
+                        gp_quant_matmul_ws_cols(p.t, p.w, cuts[c], cuts[c + 1], M, K, y2, p.ldy, ws);
+                    for (int m = 0; m < M; m++)
+                        split += memcmp(y + m * p.ldy, y2 + m * p.ldy, (size_t)N * sizeof *y) != 0;
+                }
+                if (bad || split || pad)
+                    printf("\n%s amx M %d K %d: %d off the reference, %d rows differ by threads, "
+                           "%d pad\n", tname[t], M, K, bad, split, pad);
+                CU_ASSERT(bad == 0 && split == 0 && pad == 0);
+            }
+            /* not taken: M <= GP_QUANT_WS_MIN_M, a workspace too small, another path */
+            CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 5, K, y, p.ldy, ws, wsz, 0, 1) ==
+                      0);
+            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 5, K, ws, wsz));
+            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 6, K, NULL, wsz));
+            CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 6, K, y, p.ldy, ws,
+                                         (size_t)gp_quant_matmul_ws_bytes(6, K) - 1, 0, 1) == 0);
+            CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_VNNI) == 0);
+            CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 6, K, y, p.ldy, ws, wsz, 0, 1) ==
+                      0);
+            CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AMX) == 0);
+            free(y);
+            free(y2);
+            free(ws);
+            problem_free(&p);
+        }
+    printf("(largest |y - ref| / sum |x w|: %.2g) ", worst);
+    CU_ASSERT(checked > 0);
+    CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
+}
+
+/* The CPU kernels' matmul node on quantized weights: gp_cpu_compute (rows split, one phase) and
+ * the backend's two-phase form (gp_cpu_compute_phase) give the same bits for 1 to 3 threads;
+ * without the workspace neither takes the amx path. */
+static void test_amx_node(void)
+{
+    if (gp_quant_force_isa(GP_QUANT_ISA_AMX) != 0) {
+        printf("(amx not available here: skipped) ");
+        return;
+    }
+    enum { M = 37, N = 45, K = 512 };
+    problem p;
+    problem_make(&p, GP_Q4_K, N, K, M);
+    float *y[2];
+    gp_ktensor in[2], out;
+    memset(in, 0, sizeof in);
+    memset(&out, 0, sizeof out);
+    in[0] = (gp_ktensor){p.x, GP_F32, 2, {M, K}, {p.ldx * 4, 4}};
+    in[1] = (gp_ktensor){p.w, GP_Q4_K, 2, {N, K}, {(int64_t)gp_dtype_row_bytes(GP_Q4_K, K), 0}};
+    gp_attrs at;
+    memset(&at, 0, sizeof at);
+    at.i[1] = 1; /* tb */
+    size_t wsz = gp_cpu_workspace_bytes(GP_OP_MATMUL, &out, in, 2, 1);
+    CU_ASSERT_EQUAL(wsz, (size_t)gp_quant_matmul_ws_bytes(M, K));
+    void *ws = malloc(wsz);
+    out = (gp_ktensor){NULL, GP_F32, 2, {M, N}, {p.ldy * 4, 4}};
+    CU_ASSERT(!gp_cpu_two_phase(GP_OP_MATMUL, &out, in, 2, NULL, 0));
+    CU_ASSERT(gp_cpu_two_phase(GP_OP_MATMUL, &out, in, 2, ws, wsz));
+    int diff = 0, bad = 0;
+    for (int nth = 1; nth <= 3; nth++) {
+        for (int f = 0; f < 2; f++) {
+            y[f] = calloc((size_t)M * p.ldy, sizeof *y[f]);
+            out.data = y[f];
+            if (f == 0) {
+                for (int ith = nth - 1; ith >= 0; ith--)
+                    gp_cpu_compute(GP_OP_MATMUL, &at, &out, in, 2, ws, wsz, ith, nth);
+            } else {
+                for (int ph = 0; ph < 2; ph++)
+                    for (int ith = nth - 1; ith >= 0; ith--)
+                        gp_cpu_compute_phase(GP_OP_MATMUL, &out, in, 2, ws, wsz, ith, nth, ph);
+            }
+        }
+        for (int m = 0; m < M; m++) {
+            diff += memcmp(y[0] + m * p.ldy, y[1] + m * p.ldy, N * sizeof(float)) != 0;
+            for (int n = 0; n < N; n++)
+                bad += !(fabs(y[1][m * p.ldy + n] - p.ref[m * N + n]) <= 1e-4 * p.mag[m * N + n]);
+        }
+        free(y[0]);
+        free(y[1]);
+    }
+    CU_ASSERT(diff == 0 && bad == 0);
+    free(ws);
+    problem_free(&p);
+    CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
+}
+
 void gp_suite_quant_f32(void)
 {
     CU_pSuite s = CU_add_suite("quant_f32", NULL, NULL);
     CU_add_test(s, "every type x path x M x K vs double, order, splits", test_reference);
     CU_add_test(s, "batches = single rows; avx2 = avx512", test_batches_and_paths);
     CU_add_test(s, "column ranges", test_ranges);
+    CU_add_test(s, "amx prompts vs double, thread counts", test_amx);
+    CU_add_test(s, "amx matmul node: one phase = two phases", test_amx_node);
 }

@@ -14,18 +14,22 @@ typedef struct {
     int is_float;
 } key_map;
 
-static const key_map llama_keys[] = {
+/* The keys of llama.cpp's TextModel, which every architecture but gpt2 reads first. */
+static const key_map text_keys[] = {
     {"block_count", "num_hidden_layers", 0},
     {"embedding_length", "hidden_size", 0},
     {"feed_forward_length", "intermediate_size", 0},
     {"attention.head_count", "num_attention_heads", 0},
     {"attention.head_count_kv", "num_key_value_heads", 0},
-    {"attention.key_length", "head_dim", 0},
     {"context_length", "max_position_embeddings", 0},
     {"attention.layer_norm_rms_epsilon", "rms_norm_eps", 1},
     {"rope.freq_base", "rope_theta", 1},
-    {"rope.dimension_count", "rope_dims", 0},
     {"attention.sliding_window", "sliding_window", 0},
+};
+
+static const key_map llama_keys[] = {
+    {"attention.key_length", "head_dim", 0},
+    {"rope.dimension_count", "rope_dims", 0},
 };
 
 static const key_map gpt2_keys[] = {
@@ -36,13 +40,45 @@ static const key_map gpt2_keys[] = {
     {"attention.layer_norm_epsilon", "layer_norm_epsilon", 1},
 };
 
-static int push_text(gp_gguf_params *p, const char *text)
-{
-    if (p->n == GP_GGUF_MAX_PARAMS || !(p->text[p->n] = strdup(text)))
-        return -1;
-    p->n++;
-    return 0;
-}
+/* ---- One entry an architecture ----
+ * Its keys; the layout of llama.cpp's converter and what its loader assumes where the file is
+ * silent (some of the transformers config is left out of gemma2, gemma3 and phi3 files), pushed
+ * first (the file's keys, pushed after, win); then what no key says, derived. */
+typedef struct {
+    const char *arch;
+    int text_model; /* reads text_keys before its own */
+    const key_map *keys;
+    size_t n_keys;
+    const char *const *assumed; /* "NAME=VALUE", NULL-terminated */
+    int (*derive)(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
+                  char *err, size_t errlen); /* 0, or -1 with err set; NULL: nothing */
+} family;
+
+static const key_map gemma_keys[] = {
+    {"attention.key_length", "head_dim", 0},
+    {"rope.freq_base_swa", "rope_local_base_freq", 1},       /* gemma3 */
+    {"rope.scaling.factor", "factor", 1},                     /* gemma3 */
+    {"attn_logit_softcapping", "attn_logit_softcapping", 1}, /* gemma2 */
+    {"final_logit_softcapping", "final_logit_softcapping", 1},
+};
+
+/* The converter adds 1 to every Gemma norm weight (transformers' (1 + w)), so the graphs'
+ * norm_offset is 0 for these files. Gemma 2's converter writes no rope.freq_base; llama.cpp's
+ * defaults fill in what is absent. */
+static const char *const gemma2_assumed[] = {
+    "norm_offset=0", "rope_theta=10000", "sliding_window=4096", "attn_logit_softcapping=50",
+    "final_logit_softcapping=30", NULL};
+static const char *const gemma3_assumed[] = {
+    "norm_offset=0", "rope_theta=10000", "rope_local_base_freq=10000", "rope_type=default",
+    "sliding_window_pattern=6", NULL};
+/* No attention.sliding_window: no window (Phi-3's converters write 0 for none). */
+static const char *const phi3_assumed[] = {"sliding_window=0", NULL};
+/* llama's q and k rows are permuted for the interleaved rotary form (docs/gguf.md); llama.cpp
+ * keeps qwen2's and qwen3's in the checkpoint's rotate-half order. GPT-2's Conv1D weights are
+ * stored transposed, [out, in] (examples/gpt2.gplan). */
+static const char *const llama_assumed[] = {"rope_mode=gptj", NULL};
+static const char *const no_assumed[] = {NULL};
+static const char *const gpt2_assumed[] = {"conv1d_transposed=true", NULL};
 
 static int push(gp_gguf_params *p, const char *fmt, const char *name, double v, int is_float)
 {
@@ -59,6 +95,190 @@ static int push(gp_gguf_params *p, const char *fmt, const char *name, double v, 
     return 0;
 }
 
+static int push_text(gp_gguf_params *p, const char *text)
+{
+    if (p->n == GP_GGUF_MAX_PARAMS || !(p->text[p->n] = strdup(text)))
+        return -1;
+    p->n++;
+    return 0;
+}
+
+/* ARCH.key as an integer: 0 found, 1 absent, -1 wrong type (err set). */
+static int arch_int(const gp_gguf *g, const char *path, const char *arch, const char *key,
+                    int64_t *v, char *err, size_t errlen)
+{
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    int got = gp_gguf_get_int(g, k, v);
+    if (got < 0)
+        snprintf(err, errlen, "%s: metadata %s has the wrong type", path, k);
+    return got;
+}
+
+/* head_dim (a parameter of graphs whose heads need not be hidden_size / heads, as Mistral's):
+ * attention.key_length when the file has it (llama.cpp's converter writes it only when the
+ * config has a head_dim), else embedding_length / head_count, as llama.cpp reads it. */
+static int llama_derive(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
+                        char *err, size_t errlen)
+{
+    int64_t kl = 0, embd = 0, heads = 0;
+    int has_kl = arch_int(g, path, arch, "attention.key_length", &kl, err, errlen);
+    int has_embd = arch_int(g, path, arch, "embedding_length", &embd, err, errlen);
+    int has_heads = arch_int(g, path, arch, "attention.head_count", &heads, err, errlen);
+    if (has_kl < 0 || has_embd < 0 || has_heads < 0)
+        return -1;
+    if (has_kl == 1 && has_embd == 0 && has_heads == 0 && heads > 0 && embd % heads == 0 &&
+        push(p, "%s=%lld", "head_dim", (double)(embd / heads), 0))
+        goto oom;
+    /* Llama 3.1's rope scaling is no metadata but a tensor, one frequency factor a rotated pair
+     * (examples/llama3.gplan binds it when rope_freqs is true). */
+    if (gp_gguf_tensor_find(g, "rope_freqs.weight") && push_text(p, "rope_freqs=true"))
+        goto oom;
+    return 0;
+oom:
+    snprintf(err, errlen, "%s: out of memory", path);
+    return -1;
+}
+
+/* query_pre_attn_scalar, which no Gemma file holds: llama.cpp scales scores by head_dim^-1/2,
+ * by (hidden_size / heads)^-1/2 for the 27B models (big_layers layers), as their configs say. */
+static int gemma_scalar(const gp_gguf *g, const char *path, const char *arch, int64_t big_layers,
+                        gp_gguf_params *p, char *err, size_t errlen)
+{
+    int64_t layers = 0, embd = 0, heads = 0, head_dim = 0;
+    if (arch_int(g, path, arch, "block_count", &layers, err, errlen) < 0 ||
+        arch_int(g, path, arch, "embedding_length", &embd, err, errlen) < 0 ||
+        arch_int(g, path, arch, "attention.head_count", &heads, err, errlen) < 0)
+        return -1;
+    int got = arch_int(g, path, arch, "attention.key_length", &head_dim, err, errlen);
+    if (got < 0)
+        return -1;
+    if (got == 1 || layers == big_layers)
+        head_dim = heads > 0 ? embd / heads : 0;
+    if (head_dim > 0 && push(p, "%s=%lld", "query_pre_attn_scalar", (double)head_dim, 0))
+        goto oom;
+    return 0;
+oom:
+    snprintf(err, errlen, "%s: out of memory", path);
+    return -1;
+}
+
+static int gemma2_derive(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
+                         char *err, size_t errlen)
+{
+    return gemma_scalar(g, path, arch, 46, p, err, errlen);
+}
+
+/* Gemma 3's local and global layers: none local without a window; else one global layer every
+ * attention.sliding_window_pattern (6 when absent, as llama.cpp assumes; the converter writes
+ * none), which llama.cpp also takes as an array of bools, true for a local layer. The global
+ * layers' rope scaling from rope.scaling.type. */
+static int gemma3_derive(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
+                         char *err, size_t errlen)
+{
+    char key[128], text[96];
+    if (gemma_scalar(g, path, arch, 62, p, err, errlen))
+        return -1;
+    int64_t window = 0, period = 0;
+    int got = arch_int(g, path, arch, "attention.sliding_window", &window, err, errlen);
+    if (got < 0)
+        return -1;
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    gp_gguf_type elem;
+    uint64_t n;
+    if (got == 1 || window <= 0) {
+        period = 1; /* every layer global */
+    } else if (gp_gguf_get_arr(g, key, &elem, &n) == 0) {
+        int64_t kv = gp_gguf_find(g, key);
+        period = (int64_t)n + 1;
+        for (uint64_t i = 0; i < n && period == (int64_t)n + 1; i++) {
+            int64_t local;
+            if (gp_gguf_arr_int(g, kv, i, &local) != 0) {
+                snprintf(err, errlen, "%s: metadata %s has the wrong type", path, key);
+                return -1;
+            }
+            if (!local)
+                period = (int64_t)i + 1;
+        }
+        for (uint64_t i = 0; i < n; i++) {
+            int64_t local;
+            gp_gguf_arr_int(g, kv, i, &local);
+            if ((local == 0) != ((int64_t)(i + 1) % period == 0)) {
+                snprintf(err, errlen,
+                         "%s: metadata %s: layer %llu breaks the pattern of one global layer "
+                         "every %lld (sliding_window_pattern)",
+                         path, key, (unsigned long long)i, (long long)period);
+                return -1;
+            }
+        }
+    } else if (arch_int(g, path, arch, "attention.sliding_window_pattern", &period, err,
+                        errlen) < 0) {
+        return -1;
+    }
+    if (period > 0 && push(p, "%s=%lld", "sliding_window_pattern", (double)period, 0))
+        goto oom;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    gp_gguf_str type;
+    if (gp_gguf_get_str(g, key, &type) == 0 && type.len < 32) {
+        snprintf(text, sizeof text, "rope_type=%.*s", (int)type.len, type.s);
+        if (type.len == 4 && memcmp(type.s, "none", 4) == 0)
+            snprintf(text, sizeof text, "rope_type=default");
+        if (push_text(p, text))
+            goto oom;
+    }
+    return 0;
+oom:
+    snprintf(err, errlen, "%s: out of memory", path);
+    return -1;
+}
+
+/* Phi-3: the graph rotates whole heads and knows no long-context rope factors. */
+static int phi3_derive(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
+                       char *err, size_t errlen)
+{
+    int64_t embd = 0, heads = 0, rot = 0;
+    if (arch_int(g, path, arch, "embedding_length", &embd, err, errlen) < 0 ||
+        arch_int(g, path, arch, "attention.head_count", &heads, err, errlen) < 0)
+        return -1;
+    int got = arch_int(g, path, arch, "rope.dimension_count", &rot, err, errlen);
+    if (got < 0)
+        return -1;
+    if (got == 0 && heads > 0 && rot != embd / heads) {
+        snprintf(err, errlen,
+                 "%s: %s.rope.dimension_count is %lld, not the head size %lld: partial rotary "
+                 "embeddings (Phi-4-mini) are not supported",
+                 path, arch, (long long)rot, (long long)(embd / heads));
+        return -1;
+    }
+    /* LongRoPE's per-frequency factors: the graph's rope refuses rope_type "longrope". */
+    if (gp_gguf_tensor_find(g, "rope_factors_long.weight") && push_text(p, "rope_type=longrope")) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    return 0;
+}
+
+#define KEYS(t) t, sizeof t / sizeof t[0]
+/* qwen2 and qwen3 files carry llama's keys under their own prefix. */
+static const family families[] = {
+    {"llama", 1, KEYS(llama_keys), llama_assumed, llama_derive},
+    {"qwen2", 1, KEYS(llama_keys), no_assumed, llama_derive},
+    {"qwen3", 1, KEYS(llama_keys), no_assumed, llama_derive},
+    {"gpt2", 0, KEYS(gpt2_keys), gpt2_assumed, NULL},
+    {"gemma2", 1, KEYS(gemma_keys), gemma2_assumed, gemma2_derive},
+    {"gemma3", 1, KEYS(gemma_keys), gemma3_assumed, gemma3_derive},
+    {"phi3", 1, NULL, 0, phi3_assumed, phi3_derive},
+};
+#define N_FAMILIES (sizeof families / sizeof families[0])
+
+static const family *find_family(gp_gguf_str arch)
+{
+    for (size_t i = 0; i < N_FAMILIES; i++)
+        if (strlen(families[i].arch) == arch.len && memcmp(families[i].arch, arch.s, arch.len) == 0)
+            return &families[i];
+    return NULL;
+}
+
 int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t errlen)
 {
     memset(p, 0, sizeof *p);
@@ -66,40 +286,37 @@ int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t e
     if (!g)
         return -1;
     gp_gguf_str arch;
-    const key_map *keys = NULL;
-    size_t n_keys = 0;
+    const family *fam = NULL;
     int rc = -1;
     if (gp_gguf_get_str(g, "general.architecture", &arch) != 0) {
         snprintf(err, errlen, "%s: no general.architecture string in the metadata", path);
         goto done;
     }
-    /* qwen2 and qwen3 files carry llama's keys under their own prefix, q and k unpermuted. */
-    int llama_like = (arch.len == 5 && memcmp(arch.s, "llama", 5) == 0) ||
-                     (arch.len == 5 && memcmp(arch.s, "qwen2", 5) == 0) ||
-                     (arch.len == 5 && memcmp(arch.s, "qwen3", 5) == 0);
-    if (llama_like) {
-        keys = llama_keys;
-        n_keys = sizeof llama_keys / sizeof llama_keys[0];
-    } else if (arch.len == 4 && memcmp(arch.s, "gpt2", 4) == 0) {
-        keys = gpt2_keys;
-        n_keys = sizeof gpt2_keys / sizeof gpt2_keys[0];
-    } else {
-        snprintf(err, errlen, "%s: architecture \"%.*s\" is not supported by --gguf (llama, qwen2, qwen3, gpt2)",
-                 path, (int)(arch.len < 64 ? arch.len : 64), arch.s);
+    if (!(fam = find_family(arch))) {
+        char names[128] = "";
+        for (size_t i = 0; i < N_FAMILIES; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     families[i].arch);
+        snprintf(err, errlen, "%s: architecture \"%.*s\" is not supported by --gguf (%s)", path,
+                 (int)(arch.len < 64 ? arch.len : 64), arch.s, names);
         goto done;
     }
-    for (size_t k = 0; k < n_keys; k++) {
+    for (const char *const *a = fam->assumed; *a; a++)
+        if (push_text(p, *a))
+            goto oom;
+    size_t n_text = fam->text_model ? sizeof text_keys / sizeof text_keys[0] : 0;
+    for (size_t k = 0; k < n_text + fam->n_keys; k++) {
+        const key_map *m = k < n_text ? &text_keys[k] : &fam->keys[k - n_text];
         char key[128];
-        snprintf(key, sizeof key, "%.*s.%s", (int)arch.len, arch.s, keys[k].key);
+        snprintf(key, sizeof key, "%s.%s", fam->arch, m->key);
         double f;
         int64_t i;
-        int got = keys[k].is_float ? gp_gguf_get_float(g, key, &f) : gp_gguf_get_int(g, key, &i);
+        int got = m->is_float ? gp_gguf_get_float(g, key, &f) : gp_gguf_get_int(g, key, &i);
         if (got < 0) {
             snprintf(err, errlen, "%s: metadata %s has the wrong type", path, key);
             goto done;
         }
-        if (got == 0 && push(p, "%s=%lld", keys[k].param, keys[k].is_float ? f : (double)i,
-                             keys[k].is_float))
+        if (got == 0 && push(p, "%s=%lld", m->param, m->is_float ? f : (double)i, m->is_float))
             goto oom;
     }
     /* The vocabulary: rows of the embedding table (ne[1] in ggml's order). */
@@ -110,29 +327,8 @@ int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t e
     if (!gp_gguf_tensor_find(g, "output.weight") &&
         push(p, "%s=%lld", "tie_word_embeddings", 1, 0))
         goto oom;
-    /* head_dim (a parameter of graphs whose heads need not be hidden_size / heads, as
-     * Mistral's): attention.key_length when the file has it (llama.cpp's converter writes it only
-     * when the config has a head_dim), else embedding_length / head_count, as llama.cpp reads it. */
-    if (keys == llama_keys) {
-        char key[128];
-        int64_t kl, embd, heads;
-        snprintf(key, sizeof key, "%.*s.attention.key_length", (int)arch.len, arch.s);
-        int has_kl = gp_gguf_get_int(g, key, &kl) == 0;
-        snprintf(key, sizeof key, "%.*s.embedding_length", (int)arch.len, arch.s);
-        int has_embd = gp_gguf_get_int(g, key, &embd) == 0;
-        snprintf(key, sizeof key, "%.*s.attention.head_count", (int)arch.len, arch.s);
-        int has_heads = gp_gguf_get_int(g, key, &heads) == 0;
-        if (!has_kl && has_embd && has_heads && heads > 0 && embd % heads == 0 &&
-            push(p, "%s=%lld", "head_dim", (double)(embd / heads), 0))
-            goto oom;
-    }
-    /* Its q and k rows are permuted for the interleaved rotary form (docs/gguf.md); llama.cpp
-     * keeps qwen2's and qwen3's in the checkpoint's rotate-half order. */
-    if (keys == llama_keys && memcmp(arch.s, "llama", 5) == 0 && push_text(p, "rope_mode=gptj"))
-        goto oom;
-    /* GPT-2's Conv1D weights are stored transposed, [out, in] (examples/gpt2.gplan). */
-    if (keys == gpt2_keys && push_text(p, "conv1d_transposed=true"))
-        goto oom;
+    if (fam->derive && fam->derive(g, path, fam->arch, p, err, errlen))
+        goto done;
     rc = 0;
     goto done;
 oom:

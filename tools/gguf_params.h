@@ -12,11 +12,13 @@ typedef struct {
     int n;
 } gp_gguf_params;
 
-/* Reads the parameters of a llama, qwen2, qwen3 or gpt2 GGUF file: its ARCH.* metadata under the
- * transformers config names, vocab_size from token_embd.weight, tie_word_embeddings when there is
- * no output.weight; for the llama-like ones head_dim (key_length, else embedding_length /
- * head_count); for llama rope_mode = gptj (the converter permutes q and k); for gpt2
- * conv1d_transposed = true (the converter transposes the Conv1D weights). 0, or -1 with err set. */
+/* Reads the parameters of a llama, qwen2, qwen3, gpt2, gemma2, gemma3 or phi3 GGUF file: its
+ * ARCH.* metadata under the transformers config names, vocab_size from token_embd.weight,
+ * tie_word_embeddings when there is no output.weight; the layout of llama.cpp's converter: for
+ * llama rope_mode = gptj (q and k permuted), for gpt2 conv1d_transposed = true (the Conv1D weights
+ * transposed), for gemma2 and gemma3 norm_offset = 0 (1 added to the norm weights); for the
+ * llama-like ones head_dim (key_length, else embedding_length / head_count); and what llama.cpp
+ * assumes where the file is silent (docs/gguf.md). 0, or -1 with err set. */
 int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t errlen);
 void gp_gguf_params_free(gp_gguf_params *p);
 

@@ -105,6 +105,16 @@ printf 'graph g() { weight w: q8_0[2, 32]; input x: f32[2, 32]; output y: f32[2,
 check E117 1 "qread.gplan:1:85: error: add: b ('w') is q8_0: quantized weights are read only by get_rows (the table) and matmul (a 2-dim b with tb=1)" compile --check qread.gplan
 printf 'GGUF' >notgguf.gguf
 check E118 1 "notgguf.gguf: bad GGUF file (version at offset 4 needs 4 bytes, the file has 0 left)" compile --check llama.gplan --gguf notgguf.gguf
+. "$src/tests/cli/gguf_lib.sh"  # metadata-only GGUF files
+{ ghead 1; kv_str general.architecture mamba; } >mamba.gguf
+check E119 1 'mamba.gguf: architecture "mamba" is not supported by --gguf (llama, qwen2, qwen3, gpt2, gemma2, gemma3, phi3)' compile --check llama.gplan --gguf mamba.gguf
+# local, global, local, local: no one period
+{ ghead 3; kv_str general.architecture gemma3; kv_u32 gemma3.attention.sliding_window 4
+  kv_bools gemma3.attention.sliding_window_pattern 1 0 1 1; } >swpat.gguf
+check E120 1 "swpat.gguf: metadata gemma3.attention.sliding_window_pattern: layer 3 breaks the pattern of one global layer every 2 (sliding_window_pattern)" compile --check "$ex/gemma3.gplan" --gguf swpat.gguf
+{ ghead 4; kv_str general.architecture phi3; kv_u32 phi3.embedding_length 64
+  kv_u32 phi3.attention.head_count 4; kv_u32 phi3.rope.dimension_count 12; } >partial.gguf
+check E121 1 "partial.gguf: phi3.rope.dimension_count is 12, not the head size 16: partial rotary embeddings (Phi-4-mini) are not supported" compile --check "$ex/phi3.gplan" --gguf partial.gguf
 
 # ---- gplan-compile: flags (exit 2) and output files ----
 check E201 2 "gplan-compile: unknown option '--frob'" compile --check "$ex/tiny.gplan" --frob

@@ -24,6 +24,43 @@ expect 0 "gplan-compile " --version
 printf '{"n_layer": 1, "model_type": "gpt2"}\n' > "$tmp/config.json"
 expect 0 "tiny: params n_layer=1 " --check "$ex/tiny.gplan" --config "$tmp/config.json"
 
+# --gguf: what llama.cpp assumes where a file is silent (docs/gguf.md), from metadata-only files
+. "$src/tests/cli/gguf_lib.sh"
+g3() { printf '%s\n' "$tmp/g3_$1.gguf"; }
+{ ghead 6; kv_str general.architecture gemma3; kv_u32 gemma3.block_count 4
+  kv_u32 gemma3.embedding_length 64; kv_u32 gemma3.attention.head_count 4
+  kv_u32 gemma3.attention.key_length 24; kv_u32 gemma3.attention.sliding_window 4; } >"$(g3 plain)"
+expect 0 "rope_type=\"default\" factor=8 rope_local_base_freq=10000 query_pre_attn_scalar=24 sliding_window=4 sliding_window_pattern=6 norm_offset=0 " \
+  --check "$ex/gemma3.gplan" --gguf "$(g3 plain)"
+{ ghead 7; kv_str general.architecture gemma3; kv_u32 gemma3.block_count 4
+  kv_u32 gemma3.embedding_length 64; kv_u32 gemma3.attention.head_count 4
+  kv_u32 gemma3.attention.key_length 24; kv_u32 gemma3.attention.sliding_window 4
+  kv_bools gemma3.attention.sliding_window_pattern 1 1 0 1; } >"$(g3 bools)"
+expect 0 " sliding_window_pattern=3 " --check "$ex/gemma3.gplan" --gguf "$(g3 bools)"
+{ ghead 5; kv_str general.architecture gemma3; kv_u32 gemma3.block_count 4
+  kv_u32 gemma3.attention.sliding_window_pattern 2; kv_str gemma3.rope.scaling.type linear
+  kv_u32 gemma3.attention.sliding_window 4; } >"$(g3 u32)"
+expect 0 "rope_type=\"linear\" " --check "$ex/gemma3.gplan" --gguf "$(g3 u32)"
+expect 0 " sliding_window_pattern=2 " --check "$ex/gemma3.gplan" --gguf "$(g3 u32)"
+# no window: every layer global; 62 layers (Gemma 3 27B): scores by hidden / heads, not head_dim
+{ ghead 5; kv_str general.architecture gemma3; kv_u32 gemma3.block_count 62
+  kv_u32 gemma3.embedding_length 5376; kv_u32 gemma3.attention.head_count 32
+  kv_u32 gemma3.attention.key_length 128; } >"$(g3 27b)"
+expect 0 "query_pre_attn_scalar=168 sliding_window=1024 sliding_window_pattern=1 " \
+  --check "$ex/gemma3.gplan" --gguf "$(g3 27b)"
+{ ghead 5; kv_str general.architecture gemma2; kv_u32 gemma2.block_count 46
+  kv_u32 gemma2.embedding_length 4608; kv_u32 gemma2.attention.head_count 32
+  kv_u32 gemma2.attention.key_length 128; } >"$tmp/g2_27b.gguf"
+expect 0 "rope_theta=10000 query_pre_attn_scalar=144 attn_logit_softcapping=50 final_logit_softcapping=30 sliding_window=4096 norm_offset=0 " \
+  --check "$ex/gemma2.gplan" --gguf "$tmp/g2_27b.gguf"
+{ ghead 1; kv_str general.architecture phi3; } >"$tmp/phi3.gguf"
+expect 0 " sliding_window=0 " --check "$ex/phi3.gplan" --gguf "$tmp/phi3.gguf"
+# LongRoPE's factors (Phi-3 128k): rope_type "longrope", which the graph's rope refuses
+{ ghead 1 1; kv_str general.architecture phi3; tinfo rope_factors_long.weight 8; } >"$tmp/phi3l.gguf"
+tdata "$tmp/phi3l.gguf" 8
+expect 1 "keyword 'scaling' of 'rope' must be \"default\", \"linear\" or \"llama3\" (other rope scalings are not supported), got \"longrope\"" \
+  --check "$ex/phi3.gplan" --gguf "$tmp/phi3l.gguf"
+
 # 1: bad input
 printf 'graph g() {\n  let x = nope;\n}\n' > "$tmp/bad.gplan"
 expect 1 "$tmp/bad.gplan:2:11: error: undefined name 'nope'" --check "$tmp/bad.gplan"

@@ -1,25 +1,39 @@
 /* parity-to-gguf: writes a parity fixture's checkpoint (FIXTURE/config.json and
  * model.safetensors) as a GGUF file laid out as llama.cpp's convert_hf_to_gguf.py lays out the
- * gpt2 and llama architectures, so the --gguf parity tests run on the fixture's own weights with no
- * committed GGUF and no Python (scripts/parity/make_gguf.py writes the same bytes with gguf-py;
- * tests/parity/to_gguf_check.sh compares the two where Python is there).
+ * gpt2, llama, gemma2, gemma3 and phi3 architectures, so the --gguf parity tests run on the
+ * fixture's own weights with no committed GGUF and no Python. No vocabulary.
+ * scripts/parity/make_gguf.py writes the same bytes with gguf-py (for gemma2, gemma3 and phi3 with
+ * gguf-py's tensor names; tests/parity/to_gguf_check.sh compares the two where Python is there).
  *
  * What the converter does and this does too (docs/gguf.md, "What llama.cpp's converter changed"):
  * - gpt2 (model_type gpt2): the Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj)
  *   transposed to [out, in]; attn.bias and attn.masked_bias buffers dropped.
  * - llama (model_type llama or mistral): q_proj and k_proj rows permuted for ggml's interleaved
- *   rope; a tied lm_head dropped.
- * - names by gp_gguf_name_from_hf; ARCH.* metadata from config.json; every tensor f32, or with
- *   --f16 every 2-dim one f16 (the converter's default --outtype f16).
+ *   rope.
+ * - llama with rope_type "llama3" (Llama 3.1 and later; rope_parameters, its full_attention entry,
+ *   or rope_scaling): no rope scaling metadata but a tensor rope_freqs.weight f32[head_dim / 2],
+ *   pair j's factor (ggml divides the frequency by it: 1, factor, or 1 / ((1 - s) / factor + s)
+ *   between), computed in float32 as LlamaModel.generate_extra_tensors computes it with torch;
+ *   first in the file, as the converter yields it before the checkpoint's tensors.
+ * - gemma2, gemma3 (model_type gemma3 or gemma3_text): every norm weight + 1 (transformers scales
+ *   by 1 + w); Gemma 2's lm_head dropped (llama.cpp's head is the embedding).
+ * - phi3: the fused qkv_proj and gate_up_proj kept as they are (attn_qkv, ffn_up).
+ * - a tied lm_head dropped; names by gp_gguf_name_from_hf; ARCH.* metadata from config.json, only
+ *   the keys the converter writes, in its order; every tensor f32, or with --f16 every 2-dim one
+ *   f16 (the converter's default --outtype f16).
  * Tensors go in the checkpoint's name order (strcmp), data aligned to 32 bytes.
  *
  * usage: parity-to-gguf [--f16] [--sliding-window] [--no-head-dim] FIXTURE_DIR OUT.gguf
+ *                       [KEY=u32:N | KEY=f32:X | KEY=str:S]...
  *   --sliding-window also writes llama.attention.sliding_window from config.json (llama.cpp's
  *   converter does not for llama files; gplan-compile --gguf reads it when it is there).
- *   --no-head-dim writes no attention.key_length / value_length, as the converter does for a
+ *   --no-head-dim writes no llama.attention.key_length / value_length, as the converter does for a
  *   config without head_dim (gplan-compile --gguf then takes embedding_length / head_count).
+ *   each KEY (after "ARCH.") is added, or replaces the converter's, as given: keys llama.cpp reads
+ *   that the converter leaves out (gemma3's attention.sliding_window_pattern), or bad values.
  * Exit status 0, or 1 with a message. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,17 +45,38 @@
 #include "tests/gguf_writer.h"
 
 #define ALIGN 32
+#define MAX_KV 48
 #define MAX_TENSORS 4096
 
 enum { GGML_F32 = 0, GGML_F16 = 1, LLAMA_FTYPE_F32 = 0, LLAMA_FTYPE_F16 = 1 };
 
-/* One metadata value to write: a u32 or an f32. */
+typedef enum { A_GPT2, A_LLAMA, A_GEMMA2, A_GEMMA3, A_PHI3 } arch_id;
+
+static const struct {
+    const char *model_type, *arch;
+    arch_id id;
+} archs[] = {
+    {"gpt2", "gpt2", A_GPT2},       {"llama", "llama", A_LLAMA},
+    {"mistral", "llama", A_LLAMA},  {"gemma2", "gemma2", A_GEMMA2},
+    {"gemma3", "gemma3", A_GEMMA3}, {"gemma3_text", "gemma3", A_GEMMA3},
+    {"phi3", "phi3", A_PHI3},
+};
+
+/* One metadata value to write. */
 typedef struct {
-    char key[96];
-    int is_float;
+    char key[128];
+    gp_gguf_type type; /* GP_GGUF_UINT32, GP_GGUF_FLOAT32 or GP_GGUF_STRING */
     uint32_t u;
     float f;
+    char s[64];
 } kv;
+
+typedef struct {
+    const char *arch;
+    kv v[MAX_KV];
+    int n;
+    int bad; /* a key config.json lacks, a bad argument: reported, the file not written */
+} meta;
 
 typedef struct {
     char name[160];  /* GGUF name */
@@ -60,95 +95,232 @@ static int fail(const char *fmt, const char *a, const char *b)
     return -1;
 }
 
-/* config[name] as a number; -1 with a message when absent or not a number. */
-static int cfg_num(const json_t *cfg, const char *name, double *out)
+/* The entry of KEY (ARCH.KEY unless it starts with "general."), a new one or the one already
+ * there (a command-line key replaces it in place). NULL when full. */
+static kv *add(meta *m, const char *key, gp_gguf_type type)
 {
-    const json_t *j = json_object_get(cfg, name);
-    if (!json_is_number(j))
-        return fail("config.json: no number \"%s\"%s", name, "");
-    *out = json_number_value(j);
-    return 0;
-}
-
-static void add_u32(kv *k, int *n, const char *arch, const char *key, double v)
-{
-    snprintf(k[*n].key, sizeof k[*n].key, "%s.%s", arch, key);
-    k[*n].is_float = 0;
-    k[*n].u = (uint32_t)v;
-    (*n)++;
-}
-
-static void add_f32(kv *k, int *n, const char *arch, const char *key, double v)
-{
-    snprintf(k[*n].key, sizeof k[*n].key, "%s.%s", arch, key);
-    k[*n].is_float = 1;
-    k[*n].f = (float)v;
-    (*n)++;
-}
-
-/* The ARCH.* keys convert_hf_to_gguf.py writes for the architecture, in its order. */
-static int read_metadata(const json_t *cfg, int is_gpt2, int f16, int window, int no_head_dim,
-                         kv *k, int *n)
-{
-    double a, b, c, d, e;
-    *n = 0;
-    if (is_gpt2) {
-        const json_t *ctx = json_object_get(cfg, "n_ctx");
-        if (cfg_num(cfg, "n_layer", &a) || cfg_num(cfg, json_is_number(ctx) ? "n_ctx" : "n_positions", &b) ||
-            cfg_num(cfg, "n_embd", &c) || cfg_num(cfg, "n_head", &d) ||
-            cfg_num(cfg, "layer_norm_epsilon", &e))
-            return -1;
-        add_u32(k, n, "gpt2", "block_count", a);
-        add_u32(k, n, "gpt2", "context_length", b);
-        add_u32(k, n, "gpt2", "embedding_length", c);
-        add_u32(k, n, "gpt2", "feed_forward_length", 4 * c);
-        add_u32(k, n, "gpt2", "attention.head_count", d);
-        add_f32(k, n, "gpt2", "attention.layer_norm_epsilon", e);
-    } else {
-        double heads, kv_heads, theta = 10000.0, hidden;
-        if (cfg_num(cfg, "num_hidden_layers", &a) || cfg_num(cfg, "max_position_embeddings", &b) ||
-            cfg_num(cfg, "hidden_size", &hidden) || cfg_num(cfg, "intermediate_size", &c) ||
-            cfg_num(cfg, "num_attention_heads", &heads) || cfg_num(cfg, "rms_norm_eps", &e))
-            return -1;
-        kv_heads = heads;
-        if (json_is_number(json_object_get(cfg, "num_key_value_heads")))
-            cfg_num(cfg, "num_key_value_heads", &kv_heads);
-        /* transformers 5 keeps rope_theta inside "rope_parameters" */
-        const json_t *rp = json_object_get(cfg, "rope_parameters");
-        if (json_is_number(json_object_get(cfg, "rope_theta")))
-            cfg_num(cfg, "rope_theta", &theta);
-        else if (json_is_object(rp) && json_is_number(json_object_get(rp, "rope_theta")))
-            theta = json_number_value(json_object_get(rp, "rope_theta"));
-        add_u32(k, n, "llama", "block_count", a);
-        add_u32(k, n, "llama", "context_length", b);
-        add_u32(k, n, "llama", "embedding_length", hidden);
-        add_u32(k, n, "llama", "feed_forward_length", c);
-        add_u32(k, n, "llama", "attention.head_count", heads);
-        add_u32(k, n, "llama", "attention.head_count_kv", kv_heads);
-        add_f32(k, n, "llama", "rope.freq_base", theta);
-        add_f32(k, n, "llama", "attention.layer_norm_rms_epsilon", e);
-        double head_dim = hidden / heads;
-        if (json_is_number(json_object_get(cfg, "head_dim")) && !no_head_dim) {
-            cfg_num(cfg, "head_dim", &head_dim);
-            add_u32(k, n, "llama", "attention.key_length", head_dim);
-            add_u32(k, n, "llama", "attention.value_length", head_dim);
-        }
-        if (window) {
-            if (cfg_num(cfg, "sliding_window", &d))
-                return -1;
-            add_u32(k, n, "llama", "attention.sliding_window", d);
-        }
-        if (cfg_num(cfg, "vocab_size", &d))
-            return -1;
-        add_u32(k, n, "llama", "vocab_size", d);
-        add_u32(k, n, "llama", "rope.dimension_count", head_dim);
+    char full[128];
+    if (strncmp(key, "general.", 8) == 0)
+        snprintf(full, sizeof full, "%s", key);
+    else
+        snprintf(full, sizeof full, "%s.%s", m->arch, key);
+    kv *e = NULL;
+    for (int i = 0; i < m->n && !e; i++)
+        if (strcmp(m->v[i].key, full) == 0)
+            e = &m->v[i];
+    if (!e && m->n == MAX_KV) {
+        m->bad = fail("too many keys%s%s", "", "");
+        return NULL;
     }
-    /* general.file_type: all f32, or mostly f16 */
-    snprintf(k[*n].key, sizeof k[*n].key, "general.file_type");
-    k[*n].is_float = 0;
-    k[*n].u = f16 ? LLAMA_FTYPE_F16 : LLAMA_FTYPE_F32;
-    (*n)++;
+    if (!e)
+        e = &m->v[m->n++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->key, sizeof e->key, "%s", full);
+    e->type = type;
+    return e;
+}
+
+static void add_u32(meta *m, const char *key, double v)
+{
+    kv *e = add(m, key, GP_GGUF_UINT32);
+    if (e)
+        e->u = (uint32_t)v;
+}
+
+static void add_f32(meta *m, const char *key, double v)
+{
+    kv *e = add(m, key, GP_GGUF_FLOAT32);
+    if (e)
+        e->f = (float)v;
+}
+
+static void add_str(meta *m, const char *key, const char *s)
+{
+    kv *e = add(m, key, GP_GGUF_STRING);
+    if (e)
+        snprintf(e->s, sizeof e->s, "%s", s);
+}
+
+/* A value by a dotted path ("rope_parameters.full_attention.rope_theta"), NULL when absent. */
+static const json_t *at(const json_t *cfg, const char *path)
+{
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", path);
+    const json_t *j = cfg;
+    for (char *part = strtok(buf, "."); part && j; part = strtok(NULL, "."))
+        j = json_is_object(j) ? json_object_get(j, part) : NULL;
+    return j && !json_is_null(j) ? j : NULL;
+}
+
+/* The first of the paths (NULL-terminated) that holds a number; 0 with *v set, -1 when none. */
+static int num(const json_t *cfg, const char *const *paths, double *v)
+{
+    for (; *paths; paths++) {
+        const json_t *j = at(cfg, *paths);
+        if (j && json_is_number(j)) {
+            *v = json_number_value(j);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* config[path] as a number; 0 with m->bad set and a message when absent. */
+static double need(meta *m, const json_t *cfg, const char *path)
+{
+    double v;
+    const char *paths[] = {path, NULL};
+    if (num(cfg, paths, &v) == 0)
+        return v;
+    m->bad = fail("config.json: no number \"%s\"%s", path, "");
     return 0;
+}
+
+/* num_key_value_heads, num_attention_heads when absent. */
+static double kv_heads(meta *m, const json_t *cfg)
+{
+    double v;
+    const char *paths[] = {"num_key_value_heads", NULL};
+    return num(cfg, paths, &v) == 0 ? v : need(m, cfg, "num_attention_heads");
+}
+
+/* The keys every llama-like converter writes first (TextModel's), in the order of llama's. */
+static void common(meta *m, const json_t *cfg)
+{
+    add_u32(m, "block_count", need(m, cfg, "num_hidden_layers"));
+    add_u32(m, "context_length", need(m, cfg, "max_position_embeddings"));
+    add_u32(m, "embedding_length", need(m, cfg, "hidden_size"));
+    add_u32(m, "feed_forward_length", need(m, cfg, "intermediate_size"));
+    add_u32(m, "attention.head_count", need(m, cfg, "num_attention_heads"));
+    add_u32(m, "attention.head_count_kv", kv_heads(m, cfg));
+}
+
+static void gpt2_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_head_dim)
+{
+    (void)opt_window, (void)opt_no_head_dim;
+    const char *ctx[] = {"n_ctx", "n_positions", NULL};
+    double v = 0;
+    if (num(cfg, ctx, &v))
+        m->bad = fail("config.json: no number \"%s\"%s", "n_positions", "");
+    add_u32(m, "block_count", need(m, cfg, "n_layer"));
+    add_u32(m, "context_length", v);
+    add_u32(m, "embedding_length", need(m, cfg, "n_embd"));
+    add_u32(m, "feed_forward_length", 4 * need(m, cfg, "n_embd"));
+    add_u32(m, "attention.head_count", need(m, cfg, "n_head"));
+    add_f32(m, "attention.layer_norm_epsilon", need(m, cfg, "layer_norm_epsilon"));
+}
+
+static void llama_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_head_dim)
+{
+    double theta = 10000.0, head_dim;
+    common(m, cfg);
+    /* transformers 5 keeps rope_theta inside "rope_parameters" */
+    const char *th[] = {"rope_theta", "rope_parameters.rope_theta", NULL};
+    num(cfg, th, &theta);
+    add_f32(m, "rope.freq_base", theta);
+    add_f32(m, "attention.layer_norm_rms_epsilon", need(m, cfg, "rms_norm_eps"));
+    const char *hd[] = {"head_dim", NULL};
+    if (num(cfg, hd, &head_dim) == 0 && !opt_no_head_dim) {
+        add_u32(m, "attention.key_length", head_dim);
+        add_u32(m, "attention.value_length", head_dim);
+    } else {
+        head_dim = need(m, cfg, "hidden_size") / need(m, cfg, "num_attention_heads");
+    }
+    if (opt_window)
+        add_u32(m, "attention.sliding_window", need(m, cfg, "sliding_window"));
+    add_u32(m, "vocab_size", need(m, cfg, "vocab_size"));
+    add_u32(m, "rope.dimension_count", head_dim);
+}
+
+static void gemma2_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_head_dim)
+{
+    (void)opt_window, (void)opt_no_head_dim;
+    common(m, cfg);
+    add_f32(m, "attention.layer_norm_rms_epsilon", need(m, cfg, "rms_norm_eps"));
+    add_u32(m, "attention.key_length", need(m, cfg, "head_dim"));
+    add_u32(m, "attention.value_length", need(m, cfg, "head_dim"));
+    add_f32(m, "attn_logit_softcapping", need(m, cfg, "attn_logit_softcapping"));
+    add_f32(m, "final_logit_softcapping", need(m, cfg, "final_logit_softcapping"));
+    add_u32(m, "attention.sliding_window", need(m, cfg, "sliding_window"));
+    /* no rope.freq_base: Gemma 2's converter writes none (llama.cpp's default is 10000) */
+}
+
+static void gemma3_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_head_dim)
+{
+    (void)opt_window, (void)opt_no_head_dim;
+    double v;
+    common(m, cfg);
+    add_f32(m, "attention.layer_norm_rms_epsilon", need(m, cfg, "rms_norm_eps"));
+    add_u32(m, "attention.key_length", need(m, cfg, "head_dim"));
+    add_u32(m, "attention.value_length", need(m, cfg, "head_dim"));
+    const char *theta[] = {"rope_parameters.full_attention.rope_theta", "rope_theta", NULL};
+    if (num(cfg, theta, &v) == 0)
+        add_f32(m, "rope.freq_base", v);
+    const char *local[] = {"rope_parameters.sliding_attention.rope_theta", "rope_local_base_freq",
+                           NULL};
+    if (num(cfg, local, &v) == 0)
+        add_f32(m, "rope.freq_base_swa", v);
+    const json_t *scaling = at(cfg, "rope_parameters.full_attention");
+    if (!scaling)
+        scaling = at(cfg, "rope_scaling");
+    const json_t *type = scaling ? json_object_get(scaling, "rope_type") : NULL;
+    const json_t *factor = scaling ? json_object_get(scaling, "factor") : NULL;
+    if (type && json_is_string(type) && strcmp(json_string_value(type), "linear") == 0 &&
+        json_is_number(factor)) {
+        add_str(m, "rope.scaling.type", "linear");
+        add_f32(m, "rope.scaling.factor", json_number_value(factor));
+    }
+    const char *cap[] = {"final_logit_softcapping", NULL};
+    if (num(cfg, cap, &v) == 0 && v != 0)
+        add_f32(m, "final_logit_softcapping", v);
+    const char *pattern[] = {"sliding_window_pattern", NULL};
+    if (num(cfg, pattern, &v) != 0 || v != 1)
+        add_u32(m, "attention.sliding_window", need(m, cfg, "sliding_window"));
+}
+
+static void phi3_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_head_dim)
+{
+    (void)opt_window, (void)opt_no_head_dim;
+    double v, rot = 1;
+    common(m, cfg);
+    add_f32(m, "attention.layer_norm_rms_epsilon", need(m, cfg, "rms_norm_eps"));
+    const char *orig[] = {"original_max_position_embeddings",
+                          "rope_parameters.original_max_position_embeddings", NULL};
+    if (num(cfg, orig, &v) == 0)
+        add_u32(m, "rope.scaling.original_context_length", v);
+    const char *pct[] = {"rope_parameters.partial_rotary_factor", "partial_rotary_factor", NULL};
+    num(cfg, pct, &rot);
+    double heads = need(m, cfg, "num_attention_heads");
+    add_u32(m, "rope.dimension_count",
+            heads > 0 ? floor(floor(rot * need(m, cfg, "hidden_size")) / heads) : 0);
+    const char *theta[] = {"rope_parameters.rope_theta", "rope_theta", NULL};
+    if (num(cfg, theta, &v))
+        m->bad = fail("config.json: no number \"%s\"%s", "rope_theta", "");
+    add_f32(m, "rope.freq_base", v);
+    const char *window[] = {"sliding_window", NULL};
+    add_u32(m, "attention.sliding_window", num(cfg, window, &v) == 0 ? v : 0);
+}
+
+static void (*const arch_meta[])(meta *, const json_t *, int, int) = {
+    [A_GPT2] = gpt2_meta,     [A_LLAMA] = llama_meta, [A_GEMMA2] = gemma2_meta,
+    [A_GEMMA3] = gemma3_meta, [A_PHI3] = phi3_meta,
+};
+
+/* "KEY=u32:N", "KEY=f32:X" or "KEY=str:S". */
+static void extra(meta *m, const char *arg)
+{
+    char key[128];
+    const char *eq = strchr(arg, '=');
+    const char *type = eq && (size_t)(eq - arg) < sizeof key ? eq + 1 : "";
+    snprintf(key, sizeof key, "%.*s", eq ? (int)(eq - arg) : 0, arg);
+    if (strncmp(type, "u32:", 4) == 0)
+        add_u32(m, key, strtod(type + 4, NULL));
+    else if (strncmp(type, "f32:", 4) == 0)
+        add_f32(m, key, strtod(type + 4, NULL));
+    else if (strncmp(type, "str:", 4) == 0)
+        add_str(m, key, type + 4);
+    else
+        m->bad = fail("bad key argument '%s' (KEY=u32:N, KEY=f32:X or KEY=str:S)%s", arg, "");
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -157,9 +329,9 @@ static int ends_with(const char *s, const char *suffix)
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* The tensor's values as f32, rearranged as the converter does: [rows, cols] in, the same count
+/* The tensor's values as f32, changed as the converter does: [rows, cols] in, the same count
  * out. NULL with a message. */
-static float *converted(const gp_st_tensor *t, int is_gpt2, int n_head, int n_kv_head,
+static float *converted(const gp_st_tensor *t, arch_id arch, int n_head, int n_kv_head,
                         int64_t *rows, int64_t *cols)
 {
     int64_t n = 1;
@@ -174,16 +346,20 @@ static float *converted(const gp_st_tensor *t, int is_gpt2, int n_head, int n_kv
         fail("%s: %s", t->name, src ? err : "out of memory");
         return NULL;
     }
-    int transpose = is_gpt2 && t->ndim == 2 &&
+    /* Gemma's RMSNorms scale by (1 + w): the converter stores 1 + w */
+    if ((arch == A_GEMMA2 || arch == A_GEMMA3) && ends_with(t->name, "norm.weight"))
+        for (int64_t k = 0; k < n; k++)
+            src[k] += 1.0f;
+    int transpose = arch == A_GPT2 && t->ndim == 2 &&
                     (ends_with(t->name, ".attn.c_attn.weight") ||
                      ends_with(t->name, ".attn.c_proj.weight") ||
                      ends_with(t->name, ".mlp.c_fc.weight") || ends_with(t->name, ".mlp.c_proj.weight"));
     int heads = 0;
-    if (!is_gpt2 && (ends_with(t->name, ".self_attn.q_proj.weight") ||
-                     ends_with(t->name, ".self_attn.q_proj.bias")))
+    if (arch == A_LLAMA && (ends_with(t->name, ".self_attn.q_proj.weight") ||
+                            ends_with(t->name, ".self_attn.q_proj.bias")))
         heads = n_head;
-    if (!is_gpt2 && (ends_with(t->name, ".self_attn.k_proj.weight") ||
-                     ends_with(t->name, ".self_attn.k_proj.bias")))
+    if (arch == A_LLAMA && (ends_with(t->name, ".self_attn.k_proj.weight") ||
+                            ends_with(t->name, ".self_attn.k_proj.bias")))
         heads = n_kv_head;
     if (!transpose && !heads)
         return src;
@@ -219,19 +395,84 @@ static float *converted(const gp_st_tensor *t, int is_gpt2, int n_head, int n_kv
     return dst;
 }
 
-static int write_file(const char *path, const char *arch, const kv *k, int n_kv,
-                      const out_tensor *t, int n_t)
+/* The rope object llama.cpp's converter reads (rope_parameters, else rope_scaling; its
+ * full_attention entry when it has one), or NULL. */
+static const json_t *rope_params(const json_t *cfg)
+{
+    const json_t *rp = json_object_get(cfg, "rope_parameters");
+    if (!json_is_object(rp))
+        rp = json_object_get(cfg, "rope_scaling");
+    if (!json_is_object(rp))
+        return NULL;
+    const json_t *full = json_object_get(rp, "full_attention");
+    return json_is_object(full) ? full : rp;
+}
+
+static double param_or(const json_t *o, const char *name, double dflt)
+{
+    const json_t *j = json_object_get(o, name);
+    return json_is_number(j) ? json_number_value(j) : dflt;
+}
+
+/* rope_freqs.weight for a rope_type "llama3" config into *t: 0 (t->data set), 1 when the config
+ * has no llama3 scaling, -1 with a message. The steps and their float32 roundings are the
+ * converter's (torch float32 tensors against Python floats). */
+static int llama3_rope_freqs(const json_t *cfg, out_tensor *t)
+{
+    const json_t *rp = rope_params(cfg);
+    const char *type = rp ? json_string_value(json_object_get(rp, "rope_type")) : NULL;
+    if (!type || strcmp(type, "llama3") != 0)
+        return 1;
+    double theta = param_or(rp, "rope_theta", param_or(cfg, "rope_theta", 10000.0));
+    int64_t heads = (int64_t)param_or(cfg, "num_attention_heads", 0);
+    int64_t hidden = (int64_t)param_or(cfg, "hidden_size", 0);
+    int64_t dim = (int64_t)param_or(cfg, "head_dim", heads > 0 ? (double)(hidden / heads) : 0);
+    if (dim < 2 || dim % 2 || dim > 1 << 20)
+        return fail("config.json: head_dim is not an even number in 2..2^20%s%s", "", "");
+    double lo_d = param_or(rp, "low_freq_factor", 1.0);
+    double hi_d = param_or(rp, "high_freq_factor", 4.0);
+    double old_len = param_or(rp, "original_max_position_embeddings", 8192.0);
+    double lo_wavelen = old_len / lo_d, hi_wavelen = old_len / hi_d;
+    float factor = (float)param_or(rp, "factor", 8.0), lo = (float)lo_d;
+    float *f = malloc((size_t)dim / 2 * sizeof *f);
+    if (!f)
+        return fail("rope_freqs: %s%s", "out of memory", "");
+    for (int64_t j = 0; j < dim / 2; j++) {
+        float freq = 1.0f / powf((float)theta, (float)(2 * j) / (float)dim);
+        float wavelen = (float)(2.0 * 3.14159265358979323846) / freq;
+        if (wavelen < (float)hi_wavelen) {
+            f[j] = 1.0f;
+        } else if (wavelen > (float)lo_wavelen) {
+            f[j] = factor;
+        } else {
+            float smooth = ((float)old_len / wavelen - lo) / (float)(hi_d - lo_d);
+            f[j] = 1.0f / ((1.0f - smooth) / factor + smooth);
+        }
+    }
+    snprintf(t->name, sizeof t->name, "rope_freqs.weight");
+    t->type = GGML_F32;
+    t->ndim = 1;
+    t->ne[0] = dim / 2;
+    t->data = f;
+    t->nbytes = (size_t)dim / 2 * sizeof *f;
+    return 0;
+}
+
+static int write_file(const char *path, const meta *m, const out_tensor *t, int n_t)
 {
     gp_gw w;
     gp_gw_init(&w);
-    gp_gw_header(&w, 3, (uint64_t)n_t, (uint64_t)n_kv + 1);
-    gp_gw_kv_str(&w, "general.architecture", arch);
-    for (int i = 0; i < n_kv; i++) {
-        if (k[i].is_float) {
-            gp_gw_key(&w, k[i].key, GP_GGUF_FLOAT32);
-            gp_gw_f32(&w, k[i].f);
+    gp_gw_header(&w, 3, (uint64_t)n_t, (uint64_t)m->n + 1);
+    gp_gw_kv_str(&w, "general.architecture", m->arch);
+    for (int i = 0; i < m->n; i++) {
+        const kv *e = &m->v[i];
+        if (e->type == GP_GGUF_UINT32) {
+            gp_gw_kv_u32(&w, e->key, e->u);
+        } else if (e->type == GP_GGUF_FLOAT32) {
+            gp_gw_key(&w, e->key, GP_GGUF_FLOAT32);
+            gp_gw_f32(&w, e->f);
         } else {
-            gp_gw_kv_u32(&w, k[i].key, k[i].u);
+            gp_gw_kv_str(&w, e->key, e->s);
         }
     }
     uint64_t off = 0;
@@ -262,9 +503,9 @@ int main(int argc, char **argv)
         else
             break;
     }
-    if (argc - a != 2) {
+    if (argc - a < 2) {
         fprintf(stderr, "usage: parity-to-gguf [--f16] [--sliding-window] [--no-head-dim] "
-                        "FIXTURE_DIR OUT.gguf\n");
+                        "FIXTURE_DIR OUT.gguf [KEY=u32:N|KEY=f32:X|KEY=str:S]...\n");
         return 1;
     }
     const char *dir = argv[a], *out = argv[a + 1];
@@ -275,51 +516,60 @@ int main(int argc, char **argv)
     if (!cfg)
         return fail("%s: %s", path, jerr.text), 1;
     const char *model_type = json_string_value(json_object_get(cfg, "model_type"));
-    int is_gpt2 = model_type && strcmp(model_type, "gpt2") == 0;
-    if (!is_gpt2 && !(model_type && (strcmp(model_type, "llama") == 0 ||
-                                     strcmp(model_type, "mistral") == 0))) {
-        fail("%s: model_type \"%s\" is not gpt2, llama or mistral", path, model_type ? model_type : "");
+    static meta m;
+    arch_id arch = A_GPT2;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0] && !m.arch; i++)
+        if (model_type && strcmp(model_type, archs[i].model_type) == 0)
+            m.arch = archs[i].arch, arch = archs[i].id;
+    if (!m.arch) {
+        fail("%s: model_type \"%s\" is not gpt2, llama, mistral, gemma2, gemma3, gemma3_text or "
+             "phi3", path, model_type ? model_type : "");
         json_decref(cfg);
         return 1;
     }
-    const char *arch = is_gpt2 ? "gpt2" : "llama";
-    kv keys[32];
-    int n_kv = 0;
-    double heads = 0, kv_heads = 0;
-    int tied = json_is_true(json_object_get(cfg, "tie_word_embeddings"));
-    if (read_metadata(cfg, is_gpt2, f16, window, no_head_dim, keys, &n_kv) ||
-        (!is_gpt2 && cfg_num(cfg, "num_attention_heads", &heads))) {
-        json_decref(cfg);
-        return 1;
+    arch_meta[arch](&m, cfg, window, no_head_dim);
+    for (int i = a + 2; i < argc; i++)
+        extra(&m, argv[i]);
+    add_u32(&m, "general.file_type", f16 ? LLAMA_FTYPE_F16 : LLAMA_FTYPE_F32);
+    int heads = 0, kv = 0;
+    if (arch == A_LLAMA) {
+        heads = (int)need(&m, cfg, "num_attention_heads");
+        kv = (int)kv_heads(&m, cfg);
     }
-    kv_heads = heads;
-    if (!is_gpt2 && json_is_number(json_object_get(cfg, "num_key_value_heads")))
-        kv_heads = json_number_value(json_object_get(cfg, "num_key_value_heads"));
+    /* llama.cpp's Gemma 2 never reads an lm_head (its head is the embedding) */
+    int drop_head = arch == A_GEMMA2 || json_is_true(json_object_get(cfg, "tie_word_embeddings"));
+    static out_tensor t[MAX_TENSORS];
+    int n_t = 0, rc = 1;
+    int freqs = arch == A_LLAMA && !m.bad ? llama3_rope_freqs(cfg, &t[0]) : 1;
     json_decref(cfg);
+    if (m.bad || freqs < 0)
+        return 1;
+    n_t = freqs == 0;
 
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     gp_st_file *st = gp_st_open(path, err, sizeof err);
-    if (!st)
+    if (!st) {
+        free(t[0].data);
         return fail("%s%s", err, ""), 1;
-    static out_tensor t[MAX_TENSORS];
-    int n_t = 0, rc = 1;
+    }
     for (int i = 0; i < gp_st_count(st); i++) {
         const gp_st_tensor *s = gp_st_get(st, i);
-        if (is_gpt2 && (ends_with(s->name, ".attn.bias") || ends_with(s->name, ".attn.masked_bias")))
+        if (arch == A_GPT2 &&
+            (ends_with(s->name, ".attn.bias") || ends_with(s->name, ".attn.masked_bias")))
             continue;
-        if (tied && strcmp(s->name, "lm_head.weight") == 0)
+        if (drop_head && strcmp(s->name, "lm_head.weight") == 0)
             continue;
         if (n_t == MAX_TENSORS || s->ndim < 1 || s->ndim > 2) {
             fail("%s: %s", s->name, n_t == MAX_TENSORS ? "too many tensors" : "not 1 or 2 dims");
             goto done;
         }
         out_tensor *o = &t[n_t];
-        if (gp_gguf_name_from_hf(arch, s->name, o->name, sizeof o->name)) {
-            fail("%s: no GGUF name for the %s architecture", s->name, arch);
+        if (gp_gguf_name_from_hf(m.arch, s->name, o->name, sizeof o->name)) {
+            fail("%s: no GGUF name for the %s architecture", s->name, m.arch);
             goto done;
         }
         int64_t rows, cols;
-        float *v = converted(s, is_gpt2, (int)heads, (int)kv_heads, &rows, &cols);
+        float *v = converted(s, arch, heads, kv, &rows, &cols);
         if (!v)
             goto done;
         n_t++;
@@ -346,7 +596,7 @@ int main(int argc, char **argv)
             o->nbytes = count * sizeof *v;
         }
     }
-    rc = write_file(out, arch, keys, n_kv, t, n_t) ? 1 : 0;
+    rc = write_file(out, &m, t, n_t) ? 1 : 0;
 done:
     for (int i = 0; i < n_t; i++)
         free(t[i].data);
