@@ -13,7 +13,8 @@
 #include "cuda/cuda_matvec.cuh"
 
 /*
- * q (1, T, H, D), k and v (1, S, G, D), pos [T] -> out (1, T, H, D), one block per (h, t, split).
+ * q (1, T, H, D), k and v (1, S, G, D), pos [T] -> out (1, T, H, D), one block per (h, t, split);
+ * query t attends to positions att_lo..pos[t] (their rows in a ring), scores soft-capped (mk).
  * nsplit == 1: the normalized result goes to out. Else partials to part: f32 [nsplit, Tl, H, D + 2]
  * (accumulator scaled by exp(-max), then max and sum), Tl the launch T; with counters (zero between
  * launches, [Tl * H]), the last block of each (h, t) to finish combines them into out and resets
@@ -21,12 +22,12 @@
  */
 template <int J>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
-    k_attention(float scale, KT o, KT q, KT k, KT v, KT pos, float *part, int64_t Tl,
+    k_attention(float scale, AttMask mk, KT o, KT q, KT k, KT v, KT pos, float *part, int64_t Tl,
                 unsigned *counters, int pf, const int64_t *syms)
 {
     __shared__ AttSmem<J> sm;
     if (pf)
-        prefetch_rows(q, k, v, pos, syms);
+        prefetch_rows(q, k, v, pos, syms, mk);
     pdl_begin();
     kt_resolve(o, syms);
     kt_resolve(q, syms);
@@ -36,10 +37,10 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     if (t >= T)
         return;
     int32_t p = *(const int32_t *)(pos.p + t * pos.nb[3]);
-    if (p < 0 || p >= S)
+    if (!att_pos_ok(mk, p, S))
         return; /* the runtime checks pos before the eval */
     int64_t s0, s1;
-    split_rows(p, nsplit, split, &s0, &s1);
+    split_rows(att_lo(mk, p), p, nsplit, split, &s0, &s1);
     float qv[J], acc[J];
     uint32_t qb[J];
     const char *pq = q.p + t * q.nb[1] + h * q.nb[2], *pk = k.p + g * k.nb[2];
@@ -57,13 +58,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     /* Each warp takes every ATT_WARPS-th key. (Prompts run many blocks: no AttPipe here.) */
     KvRows<J> rows;
     float m = -INFINITY, l = 0.0f;
-    attend_rows<J, false>(qv, rows, pk, pv, k, v, D, s0 + w, s1, scale, m, l, acc);
+    attend_rows<J, false>(qv, rows, pk, pv, k, v, D, s0 + w, s1, scale, mk, m, l, acc);
     attend_finish(sm, m, l, acc, o, h, t, nsplit, split, part, Tl, counters);
 }
 
 /* Combines the nsplit partials of each (h, t): one block each. */
-__global__ void k_attention_combine(int nsplit, KT o, KT pos, int64_t S, const float *part, int64_t Tl,
-                                    const int64_t *syms)
+__global__ void k_attention_combine(int nsplit, KT o, KT pos, int64_t S, int ring,
+                                    const float *part, int64_t Tl, const int64_t *syms)
 {
     __shared__ float wgt[GP_WS_ATTN_SPLITS];
     __shared__ float inv_l;
@@ -73,16 +74,16 @@ __global__ void k_attention_combine(int nsplit, KT o, KT pos, int64_t S, const f
     if (t >= T)
         return;
     int32_t p = *(const int32_t *)(pos.p + t * pos.nb[3]);
-    if (p < 0 || p >= S)
+    if (p < 0 || (!ring && p >= S))
         return;
     combine_partials(nsplit, o, h, t, part, Tl, wgt, &inv_l);
 }
 
 template <int J>
-static void launch_att(dim3 grid, float scale, KT o, KT q, KT k, KT v, KT p, float *part, int64_t Tl,
-                       unsigned *counters, const gp_cu_ctx *c)
+static void launch_att(dim3 grid, float scale, const AttMask &mk, KT o, KT q, KT k, KT v, KT p,
+                       float *part, int64_t Tl, unsigned *counters, const gp_cu_ctx *c)
 {
-    gp_cu_launch(c, k_attention<J>, grid, ATT_WARPS * 32, 0, scale, o, q, k, v, p, part, Tl,
+    gp_cu_launch(c, k_attention<J>, grid, ATT_WARPS * 32, 0, scale, mk, o, q, k, v, p, part, Tl,
                  counters, c->pdl && c->kv_prefetch, c->d_syms);
 }
 
@@ -97,7 +98,8 @@ static void launch_att(dim3 grid, float scale, KT o, KT q, KT k, KT v, KT p, flo
  * 4 ty .. 4 ty + 3, keys tx + 16 j of a tile (j < 4) in the scores and dims 4 tx .. 4 tx + 3
  * (+ 64 per DP / 64) in the accumulator, so that a query row's 16 threads are one half-warp (its
  * max and sum: four shuffles). DP: D padded to 64 or 128. Query t attends rows 0..pos[t], as
- * k_attention; its sums come in another order (f32 throughout).
+ * k_attention, or its window's (mk; over a ring, position s in row s % S), scores soft-capped by
+ * mk; its sums come in another order (f32 throughout).
  */
 /*
  * One key tile's step of a query row's online softmax, the row spread over W lanes: x, this
@@ -133,21 +135,26 @@ template <int DP> struct FaSmem {
            FLOATS = FA_BQ * QK + FA_BK * QK + FA_BK * QK };
 };
 
-/* Rows [r0, r0 + 64) of x's head `hd` (x: [rows, heads, D]; rows from `rows` on and dims from D
- * on are zeros)
- * into s[64][stride], f32. All of a thread's loads are issued before the first conversion. */
+/* Rows [r0, r0 + 64) of x's head `hd` (x: [rows, heads, D]; rows before `first`, rows from
+ * `rows` on and dims from D on are zeros) into s[64][stride], f32; ring > 0: row i of those is
+ * x's row i % ring (positions in a ring cache). All of a thread's loads are issued before the
+ * first conversion. */
 template <int DP>
 __device__ __forceinline__ void fa_load_tile(float *s, int stride, const KT &x, int64_t r0,
-                                             int64_t rows, int64_t hd, int64_t D)
+                                             int64_t rows, int64_t hd, int64_t D,
+                                             int64_t first = 0, int64_t ring = 0)
 {
     enum { STEP = FA_THREADS / DP, PER = 64 / STEP }; /* a thread: dim d of rows r + STEP i */
     int r = threadIdx.x / DP, d = threadIdx.x % DP;
     const char *p = x.p + hd * x.nb[2] + (r0 + r) * x.nb[1] + d * x.nb[3];
-    int64_t adv = STEP * x.nb[1], left = d < D ? rows - r0 - r : 0;
+    const char *pr = x.p + hd * x.nb[2] + d * x.nb[3];
+    int64_t adv = STEP * x.nb[1], left = d < D ? rows - r0 - r : 0, skip = first - r0 - r;
     uint32_t b[PER];
 #pragma unroll
     for (int i = 0; i < PER; i++)
-        b[i] = STEP * i < left ? ld_bits(p + i * adv, x.t) : 0;
+        b[i] = STEP * i < left && STEP * i >= skip
+                   ? ld_bits(ring ? pr + (r0 + r + STEP * i) % ring * x.nb[1] : p + i * adv, x.t)
+                   : 0;
 #pragma unroll
     for (int i = 0; i < PER; i++)
         s[(r + STEP * i) * stride + d] = bits_f(b[i], x.t); /* 0 bits: 0.0f */
@@ -155,7 +162,7 @@ __device__ __forceinline__ void fa_load_tile(float *s, int stride, const KT &x, 
 
 template <int DP>
 __global__ void __launch_bounds__(FA_THREADS, 2)
-    k_attention_tiles(float scale, KT o, KT q, KT k, KT v, KT pos, const int64_t *syms)
+    k_attention_tiles(float scale, AttMask mk, KT o, KT q, KT k, KT v, KT pos, const int64_t *syms)
 {
     typedef FaSmem<DP> L;
     enum { NJ = DP / 64 }; /* accumulator dims per thread: 4 NJ */
@@ -163,7 +170,7 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     float *qs = (float *)fa_raw, *ks = qs + FA_BQ * L::QK, *vs = ks + FA_BK * L::QK;
     float *ps = ks; /* the probabilities, once the scores are taken */
     __shared__ int32_t qpos[FA_BQ];
-    __shared__ int32_t kend;
+    __shared__ int32_t kend, kbeg; /* the block's positions: [kbeg, kend] (a window's start) */
     pdl_begin();
     kt_resolve(o, syms);
     kt_resolve(q, syms);
@@ -174,32 +181,38 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     if (t0 >= T)
         return;
     int tid = threadIdx.x, ty = tid >> 4, tx = tid & 15;
-    if (tid == 0)
+    if (tid == 0) {
         kend = -1;
+        kbeg = INT32_MAX;
+    }
     __syncthreads();
     if (tid < FA_BQ) {
         int32_t p = t0 + tid < T ? *(const int32_t *)(pos.p + (t0 + tid) * pos.nb[3]) : -1;
-        qpos[tid] = p >= 0 && p < S ? p : -1; /* the runtime checks pos before the eval */
+        qpos[tid] = att_pos_ok(mk, p, S) ? p : -1; /* the runtime checks pos before the eval */
         atomicMax(&kend, qpos[tid]);
+        if (qpos[tid] >= 0)
+            atomicMin(&kbeg, (int32_t)att_lo(mk, qpos[tid]));
     }
     fa_load_tile<DP>(qs, L::QK, q, t0, T, h, D);
     __syncthreads();
-    int32_t pr[4];
+    int32_t pr[4], lo[4];
     float m[4], l[4], acc[4][4 * NJ];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         pr[i] = qpos[4 * ty + i];
+        lo[i] = pr[i] >= 0 ? (int32_t)att_lo(mk, pr[i]) : 0;
         m[i] = -INFINITY;
         l[i] = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4 * NJ; j++)
             acc[i][j] = 0.0f;
     }
-    for (int64_t s0 = 0; s0 <= kend; s0 += FA_BK) {
-        /* Rows past the block's last position are zeros: no query attends them, and a cache
-         * row not written yet must not bring a NaN into 0 * v. */
-        fa_load_tile<DP>(ks, L::QK, k, s0, kend + 1, g, D);
-        fa_load_tile<DP>(vs, L::QK, v, s0, kend + 1, g, D);
+    int64_t first = kend >= 0 ? kbeg : 0; /* the windows' first row */
+    for (int64_t s0 = first / FA_BK * FA_BK; s0 <= kend; s0 += FA_BK) {
+        /* Rows past the block's last position, or before its windows' first, are zeros: no
+         * query attends them, and a cache row not written yet must not bring a NaN into 0 * v. */
+        fa_load_tile<DP>(ks, L::QK, k, s0, kend + 1, g, D, first, mk.ring);
+        fa_load_tile<DP>(vs, L::QK, v, s0, kend + 1, g, D, first, mk.ring);
         __syncthreads();
         float sc[4][4];
 #pragma unroll
@@ -227,8 +240,10 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                sc[i][j] = s0 + tx + 16 * j <= pr[i] ? sc[i][j] * scale : -INFINITY;
+            for (int j = 0; j < 4; j++) {
+                int64_t s = s0 + tx + 16 * j; /* a window's rows lo..p, soft-capped (mk) */
+                sc[i][j] = s <= pr[i] && s >= lo[i] ? att_cap(mk, sc[i][j] * scale) : -INFINITY;
+            }
             float corr = softmax_step<16>(sc[i], m[i], l[i]);
 #pragma unroll
             for (int j = 0; j < 4 * NJ; j++)
@@ -283,7 +298,8 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
  * exact): about f32's accuracy, at twice the products. The tiles of K and V come into shared
  * memory with cp.async, the next while the current one is used. P stays in registers (a product's
  * result is laid out as the next product's operand). Needs D % 8 == 0, D <= 128, f16 rows of
- * 16-byte aligned chunks (tc_ok).
+ * 16-byte aligned chunks (tc_ok). A window (mk) starts the walk at the block's first window
+ * position; over a ring, position s is row s % S; scores soft-capped by mk.
  */
 enum { TC_WARPS = 4, TC_BQ = 16 * TC_WARPS, TC_BK = 64 };
 
@@ -315,17 +331,19 @@ __device__ __forceinline__ void split2(float x0, float x1, uint32_t *hi, uint32_
 }
 
 /* Rows [s0, s0 + TC_BK) of a cache's KV head (its bytes at base, rows nb1 apart) into dst
- * [TC_BK][ROW] halves with cp.async; rows from `rows` on and dims from D on are zeros. */
+ * [TC_BK][ROW] halves with cp.async; rows before `first`, rows from `rows` on and dims from D on
+ * are zeros; ring > 0: row i of those is the cache's row i % ring. */
 template <int DP>
 __device__ __forceinline__ void tc_copy(__half *dst, const char *base, int64_t nb1, int64_t s0,
-                                        int64_t rows, int64_t D)
+                                        int64_t rows, int64_t D, int64_t first, int64_t ring)
 {
     enum { CH = DP / 8, N = TC_BK * CH / (TC_WARPS * 32) }; /* 16-byte chunks: a row, a thread */
 #pragma unroll
     for (int i = 0; i < N; i++) {
         int c = threadIdx.x + TC_WARPS * 32 * i, r = c / CH, ch = c % CH;
-        int ok = s0 + r < rows && ch * 8 < D;
-        const char *src = ok ? base + (s0 + r) * nb1 + ch * 16 : base;
+        int ok = s0 + r >= first && s0 + r < rows && ch * 8 < D;
+        int64_t row = ring ? (s0 + r) % ring : s0 + r;
+        const char *src = ok ? base + row * nb1 + ch * 16 : base;
         unsigned d = (unsigned)__cvta_generic_to_shared(dst + r * TcSmem<DP>::ROW + ch * 8);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
@@ -347,7 +365,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 
 template <int DP>
 __global__ void __launch_bounds__(TC_WARPS * 32)
-    k_attention_mma(float scale, KT o, KT q, KT k, KT v, KT pos, const int64_t *syms)
+    k_attention_mma(float scale, AttMask mk, KT o, KT q, KT k, KT v, KT pos, const int64_t *syms)
 {
     typedef TcSmem<DP> L;
     enum { KS = DP / 16, NT = TC_BK / 8, DT = DP / 8 };
@@ -364,31 +382,40 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
         return;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tg = lane & 3;
     /* This thread's rows: r[0] = 16 w + g and r[1] = r[0] + 8 of the block's queries. */
-    __shared__ int32_t warp_max[TC_WARPS];
-    int32_t pr[2];
+    __shared__ int32_t warp_max[TC_WARPS], warp_min[TC_WARPS];
+    int32_t pr[2], lo[2];
     int64_t tr[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         tr[i] = t0 + 16 * w + g + 8 * i;
         int32_t p = tr[i] < T ? *(const int32_t *)(pos.p + tr[i] * pos.nb[3]) : -1;
-        pr[i] = p >= 0 && p < S ? p : -1; /* the runtime checks pos before the eval */
+        pr[i] = att_pos_ok(mk, p, S) ? p : -1; /* the runtime checks pos before the eval */
+        lo[i] = pr[i] >= 0 ? (int32_t)att_lo(mk, pr[i]) : INT32_MAX; /* a window's first row */
     }
-    /* The last row a warp's queries attend, and the block's. */
-    int32_t wmax = max(pr[0], pr[1]), bmax = -1;
+    /* The last row a warp's queries attend, and the block's; the block's first. */
+    int32_t wmax = max(pr[0], pr[1]), bmax = -1, wmin = min(lo[0], lo[1]), bmin = INT32_MAX;
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
+    for (int off = 16; off > 0; off >>= 1) {
         wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, off));
-    if (lane == 0)
+        wmin = min(wmin, __shfl_xor_sync(0xffffffffu, wmin, off));
+    }
+    if (lane == 0) {
         warp_max[w] = wmax;
+        warp_min[w] = wmin;
+    }
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < TC_WARPS; i++)
+    for (int i = 0; i < TC_WARPS; i++) {
         bmax = max(bmax, warp_max[i]);
+        bmin = min(bmin, warp_min[i]);
+    }
     const char *kb = k.p + hk * k.nb[2], *vb = v.p + hk * v.nb[2];
-    int64_t rows = (int64_t)bmax + 1; /* rows past it: zeros (no NaN of an unwritten row) */
+    /* rows past the last or before the first: zeros (no NaN of an unwritten row) */
+    int64_t rows = (int64_t)bmax + 1, first = bmax >= 0 ? bmin : 0;
+    int64_t sbeg = first / TC_BK * TC_BK;
     if (bmax >= 0) {
-        tc_copy<DP>(sm, kb, k.nb[1], 0, rows, D);
-        tc_copy<DP>(sm + L::TILE, vb, v.nb[1], 0, rows, D);
+        tc_copy<DP>(sm, kb, k.nb[1], sbeg, rows, D, first, mk.ring);
+        tc_copy<DP>(sm + L::TILE, vb, v.nb[1], sbeg, rows, D, first, mk.ring);
     }
     /* q's fragments (rows g, g + 8; dims 16 ks + 2 tg (+1) and + 8), split in two f16 parts. */
     uint32_t qh[KS][4], ql[KS][4];
@@ -410,11 +437,11 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
         for (int j = 0; j < 4; j++)
             acc[dt][j] = 0.0f;
     int stage = 0;
-    for (int64_t s0 = 0; s0 <= bmax; s0 += TC_BK, stage ^= 1) {
+    for (int64_t s0 = sbeg; s0 <= bmax; s0 += TC_BK, stage ^= 1) {
         if (s0 + TC_BK <= bmax) { /* the next tile into the other stage */
             __half *nx = sm + 2 * (stage ^ 1) * L::TILE;
-            tc_copy<DP>(nx, kb, k.nb[1], s0 + TC_BK, rows, D);
-            tc_copy<DP>(nx + L::TILE, vb, v.nb[1], s0 + TC_BK, rows, D);
+            tc_copy<DP>(nx, kb, k.nb[1], s0 + TC_BK, rows, D, first, mk.ring);
+            tc_copy<DP>(nx + L::TILE, vb, v.nb[1], s0 + TC_BK, rows, D, first, mk.ring);
             cp_async_wait<2>();
         } else {
             cp_async_wait<0>();
@@ -444,10 +471,12 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                    for (int e = 0; e < 2; e++)
-                        x[2 * nt + e] = s0 + 8 * nt + 2 * tg + e <= pr[i]
-                                            ? sc[nt][2 * i + e] * scale
+                    for (int e = 0; e < 2; e++) {
+                        int64_t s = s0 + 8 * nt + 2 * tg + e; /* a window's, soft-capped */
+                        x[2 * nt + e] = s <= pr[i] && s >= lo[i]
+                                            ? att_cap(mk, sc[nt][2 * i + e] * scale)
                                             : -INFINITY;
+                    }
                 float corr = softmax_step<4>(x, m[i], l[i]);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++)
@@ -543,13 +572,14 @@ template <int DP> static int mma_ready()
 }
 
 template <int DP>
-static int launch_mma(float scale, KT o, KT q, KT k, KT v, KT p, const gp_cu_ctx *c)
+static int launch_mma(float scale, const AttMask &mk, KT o, KT q, KT k, KT v, KT p,
+                      const gp_cu_ctx *c)
 {
     if (!mma_ready<DP>())
         return 0;
     dim3 grid((unsigned)q.ne[2], (unsigned)((q.ne[1] + TC_BQ - 1) / TC_BQ));
-    gp_cu_launch(c, k_attention_mma<DP>, grid, TC_WARPS * 32, (size_t)TcSmem<DP>::BYTES, scale, o,
-                 q, k, v, p, c->d_syms);
+    gp_cu_launch(c, k_attention_mma<DP>, grid, TC_WARPS * 32, (size_t)TcSmem<DP>::BYTES, scale, mk,
+                 o, q, k, v, p, c->d_syms);
     mma_launches++;
     return 1;
 }
@@ -567,13 +597,14 @@ template <int DP> static int tiles_ready()
 }
 
 template <int DP>
-static int launch_tiles(float scale, KT o, KT q, KT k, KT v, KT p, const gp_cu_ctx *c)
+static int launch_tiles(float scale, const AttMask &mk, KT o, KT q, KT k, KT v, KT p,
+                        const gp_cu_ctx *c)
 {
     if (!tiles_ready<DP>())
         return 0;
     dim3 grid((unsigned)q.ne[2], (unsigned)((q.ne[1] + FA_BQ - 1) / FA_BQ));
     gp_cu_launch(c, k_attention_tiles<DP>, grid, FA_THREADS,
-                 sizeof(float) * (size_t)FaSmem<DP>::FLOATS, scale, o, q, k, v, p, c->d_syms);
+                 sizeof(float) * (size_t)FaSmem<DP>::FLOATS, scale, mk, o, q, k, v, p, c->d_syms);
     tiles_launches++;
     return 1;
 }
@@ -593,6 +624,16 @@ static unsigned *att_counters(const gp_cu_ctx *c, int nsplit, int64_t T, int64_t
     return NULL;
 }
 
+/* The attention node's window (i[0]), ring (i[1]) and softcap (f[1]) over a cache of S rows. */
+static AttMask att_mask(const gp_attrs *a, int64_t S)
+{
+    AttMask mk;
+    mk.window = a->i[0] > 0 ? a->i[0] : 0;
+    mk.ring = a->i[1] ? S : 0;
+    mk.cap = a->f[1] > 0 ? (float)a->f[1] : 0.0f;
+    return mk;
+}
+
 int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
                     const gp_cu_tensor *in, void *ws, size_t ws_size)
 {
@@ -604,6 +645,11 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
         snprintf(c->err, sizeof c->err,
                  "attention: needs q [T, H, D], k and v [S, G, D], H %% G == 0, D <= %d",
                  32 * ATT_MAXJ);
+        return -1;
+    }
+    if (a->i[1] && !(a->i[0] > 0 && a->i[0] <= S)) {
+        snprintf(c->err, sizeof c->err, "attention: a ring needs a window of 1 to S = %lld rows",
+                 (long long)S);
         return -1;
     }
     if (T == 0 || H == 0)
@@ -620,26 +666,28 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
     /* Combining in the last block needs a counter per (t, h). */
     unsigned *counters = att_counters(c, nsplit, T, H);
     int J = (int)((D + 31) / 32);
+    AttMask mk = att_mask(a, S);
+    /* The tiles walk positions (a window's, of a ring's rows) with capped scores as any others. */
     if (nsplit == 1 && c->att_mma && tc_ok(k, v, D) &&
-        (D <= 64 ? launch_mma<64>(scale, o, q, k, v, p, c)
-                 : launch_mma<128>(scale, o, q, k, v, p, c)))
+        (D <= 64 ? launch_mma<64>(scale, mk, o, q, k, v, p, c)
+                 : launch_mma<128>(scale, mk, o, q, k, v, p, c)))
         return gp_cu_check_launch(c, "attention (tensor cores)");
     if (nsplit == 1 && c->att_tiles && D <= 128 &&
-        (D <= 64 ? launch_tiles<64>(scale, o, q, k, v, p, c)
-                 : launch_tiles<128>(scale, o, q, k, v, p, c)))
+        (D <= 64 ? launch_tiles<64>(scale, mk, o, q, k, v, p, c)
+                 : launch_tiles<128>(scale, mk, o, q, k, v, p, c)))
         return gp_cu_check_launch(c, "attention (tiles)");
     if (J <= 2)
-        launch_att<2>(grid, scale, o, q, k, v, p, part, T, counters, c);
+        launch_att<2>(grid, scale, mk, o, q, k, v, p, part, T, counters, c);
     else if (J <= 4)
-        launch_att<4>(grid, scale, o, q, k, v, p, part, T, counters, c);
+        launch_att<4>(grid, scale, mk, o, q, k, v, p, part, T, counters, c);
     else
-        launch_att<ATT_MAXJ>(grid, scale, o, q, k, v, p, part, T, counters, c);
+        launch_att<ATT_MAXJ>(grid, scale, mk, o, q, k, v, p, part, T, counters, c);
     if (gp_cu_check_launch(c, "attention"))
         return -1;
     if (nsplit == 1 || counters)
         return 0;
     gp_cu_launch(c, k_attention_combine, dim3((unsigned)H, (unsigned)T), 64, 0, nsplit, o, p, S,
-                 (const float *)part, T, c->d_syms);
+                 (int)(mk.ring != 0), (const float *)part, T, c->d_syms);
     return gp_cu_check_launch(c, "attention_combine");
 }
 
@@ -718,7 +766,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         decode_begin(a, sm, nsplit, split, st);
         if ((pf & PF_L2) && st.p >= 0) {
             int64_t H = a.q.ne[2], G = a.kc.ne[2];
-            prefetch_kv(a.kc, a.vc, h / (H / G), a.q.ne[3], st.s0, min(st.s1, (int64_t)st.p));
+            prefetch_kv(a.kc, a.vc, h / (H / G), a.q.ne[3], st.s0, min(st.s1, (int64_t)st.p),
+                        a.mk);
         }
         if (regs)
             decode_first(a, h, st, first);
@@ -1024,6 +1073,8 @@ static const char *decode_unsupported(const gp_cu_decode_att *a, const gp_cu_ten
     for (int i = 0; i < 2; i++)
         if (r[i]->on && (r[i]->n < 0 || r[i]->n > D || r[i]->n % 2))
             return "rope: needs an even n <= D";
+    if (a->ring && !(a->window > 0 && a->window <= kc->ne[0]))
+        return "a ring needs a window of 1 to S rows";
     return NULL;
 }
 
@@ -1033,7 +1084,7 @@ extern "C" int gp_cuda_attention_head_kv(const gp_cu_decode_att *a, const gp_cu_
     int t = cv[0]->dtype, kv = t == cv[1]->dtype && (t == GP_F16 || t == GP_F32) ? t : -1;
     int64_t D = a->q.ne[2], es = kv == GP_F16 ? 2 : 4;
     if (kv < 0 || decode_unsupported(a, out) || !a->pos_const || a->rope_q.on || a->rope_k.on ||
-        D > 64 || D % 2)
+        D > 64 || D % 2 || a->window > 0 || a->ring || a->softcap > 0.0f)
         return -1;
     for (int i = 0; i < 4; i++) /* rows of f32, dims in pairs of 8 bytes */
         if (f[i]->dtype != GP_F32 || f[i]->nb[2] != 4 || f[i]->nb[1] % 8 ||
@@ -1150,6 +1201,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
         early = 1;
     }
     a.rq.on = a.rk.on = 0; /* never with ropes, always in a cluster, never late (its conditions) */
+    a.mk = AttMask();      /* nor with a window, a ring or soft-capping */
     a.cluster = 1;
     a.late = 0;
     int64_t h = blockIdx.x;
@@ -1160,7 +1212,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
     if (early) {
         decode_begin(a, sm, S, r, st);
         if ((pf & PF_L2) && st.p >= 0)
-            prefetch_kv(a.kc, a.vc, h, QA_D, st.s0, min(st.s1, (int64_t)st.p));
+            prefetch_kv(a.kc, a.vc, h, QA_D, st.s0, min(st.s1, (int64_t)st.p), a.mk);
         if (regs)
             decode_first(a, h, st, first);
     }
@@ -1261,6 +1313,7 @@ extern "C" int gp_cuda_qkv_attention_ok(const gp_cu_ctx *c, const gp_cu_decode_a
     int es = (int)gp_dtype_size(w->dtype);
     int ok = a->has_qkv && c->att_cluster_small == GP_WS_ATTN_SPLITS && !c->att_cluster &&
            decode_unsupported(a, out) == NULL && !a->rope_q.on && !a->rope_k.on &&
+           !(a->window > 0) && !a->ring && !(a->softcap > 0.0f) &&
            q->ne[2] == QA_D && a->k.ne[1] == H && (w->dtype == GP_F16 || w->dtype == GP_BF16) &&
            w->nb[1] == es && w->nb[0] % 16 == 0 && w->ne[1] == 3 * H * QA_D && K > 0 &&
            (K + GP_WS_ATTN_SPLITS - 1) / GP_WS_ATTN_SPLITS <= QA_MAXPER && bs->ndim == 1 &&
@@ -1329,7 +1382,10 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
     DecArgs d = {(float)a->scale, o, q, kx, vx, kc, vc, p, a->rope_q, a->rope_k, part, counters,
                  a->rope_q.on ? a->tab_q : NULL, a->rope_k.on ? a->tab_k : NULL,
                  /* qkvatt measured slower late (GPT-2 117M, eleventh session) */
-                 !a->has_qkv && (c->late & GP_LATE_ATT), cluster, 0};
+                 !a->has_qkv && (c->late & GP_LATE_ATT), cluster, 0, AttMask()};
+    d.mk.window = a->window > 0 ? a->window : 0;
+    d.mk.ring = a->ring ? kc.ne[1] : 0;
+    d.mk.cap = a->softcap > 0.0f ? a->softcap : 0.0f;
     if (a->has_qkv) {
         if (!gp_cuda_qkv_attention_ok(c, a, out) || !cluster || nsplit != GP_WS_ATTN_SPLITS) {
             snprintf(c->err, sizeof c->err, "attention_decode: q, k and v computed in the launch: "
@@ -1380,7 +1436,7 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
     if (nsplit == 1 || counters || cluster)
         return 0;
     gp_cu_launch(c, k_attention_combine, dim3((unsigned)H, 1), 64, 0, nsplit, o, p, kc.ne[1],
-                 (const float *)part, (int64_t)1, c->d_syms);
+                 (int)(d.mk.ring != 0), (const float *)part, (int64_t)1, c->d_syms);
     return gp_cu_check_launch(c, "attention_combine");
 }
 
@@ -1418,7 +1474,7 @@ __global__ void k_rope_tables(RopeTabs t)
         return;
     float *out = t.out[blockIdx.x];
     for (int64_t i = threadIdx.x; i < r.n / 2; i += blockDim.x)
-        rope_cos_sin(r.theta, r.n, (double)p, i, &out[i], &out[r.n / 2 + i]);
+        rope_cos_sin(r, (double)p, i, &out[i], &out[r.n / 2 + i]);
 }
 
 extern "C" int gp_cuda_rope_tables(gp_cu_ctx *c, const gp_cu_rope_tab *t, int n)

@@ -90,25 +90,62 @@ __device__ __forceinline__ void combine_partials(int nsplit, const KT &o, int64_
     }
 }
 
-/* Cache rows [*s0, *s1) of split `split` of nsplit over rows 0..p. */
-__device__ __forceinline__ void split_rows(int32_t p, int nsplit, int split, int64_t *s0, int64_t *s1)
+/*
+ * The attention's window, ring and soft-capping (its attributes window, ring and softcap): the
+ * query at position p attends to positions lo..p, lo = max(0, p - window + 1) (window 0: lo 0);
+ * position s is cache row s % ring in a ring (ring = S; 0: row s); each score, after the scale,
+ * becomes cap tanh(score / cap) when cap > 0. All zero: causal attention over rows 0..p.
+ */
+struct AttMask {
+    int64_t window, ring;
+    float cap;
+};
+
+__device__ __forceinline__ int64_t att_lo(const AttMask &mk, int32_t p)
 {
-    int64_t per = (p + 1 + nsplit - 1) / nsplit;
-    *s0 = split * per;
+    return mk.window > 0 && p - mk.window + 1 > 0 ? p - mk.window + 1 : 0;
+}
+
+/* The cache row of position s >= 0. */
+__device__ __forceinline__ int64_t att_row(const AttMask &mk, int64_t s)
+{
+    return mk.ring ? s % mk.ring : s;
+}
+
+__device__ __forceinline__ float att_cap(const AttMask &mk, float x)
+{
+    return mk.cap > 0.0f ? mk.cap * tanhf(x / mk.cap) : x;
+}
+
+/* A position the attention can take with a cache of S rows (the runtime checks pos before the
+ * eval; a ring takes any p >= 0). */
+__device__ __forceinline__ bool att_pos_ok(const AttMask &mk, int32_t p, int64_t S)
+{
+    return p >= 0 && (mk.ring || p < S);
+}
+
+/* Positions [*s0, *s1) of split `split` of nsplit over positions lo..p. */
+__device__ __forceinline__ void split_rows(int64_t lo, int32_t p, int nsplit, int split,
+                                           int64_t *s0, int64_t *s1)
+{
+    int64_t per = (p + 1 - lo + nsplit - 1) / nsplit;
+    *s0 = lo + split * per;
     *s1 = min((int64_t)p + 1, *s0 + per);
 }
 
-/* Brings rows [s0, s1) of KV head g of the K and V caches into L2 (a hint: harmless on rows that
- * are being written). */
+/* Brings the rows of positions [s0, s1) of KV head g of the K and V caches into L2 (a hint:
+ * harmless on rows that are being written). */
 __device__ __forceinline__ void prefetch_kv(const KT &k, const KT &v, int64_t g, int64_t D,
-                                           int64_t s0, int64_t s1)
+                                           int64_t s0, int64_t s1, const AttMask &mk)
 {
     int64_t bytes = D * k.nb[3];
-    for (int64_t s = s0 + threadIdx.x; s < s1; s += blockDim.x)
+    for (int64_t s = s0 + threadIdx.x; s < s1; s += blockDim.x) {
+        int64_t r = att_row(mk, s);
         for (int64_t b = 0; b < bytes; b += 128) {
-            prefetch_l2(k.p + s * k.nb[1] + g * k.nb[2] + b);
-            prefetch_l2(v.p + s * v.nb[1] + g * v.nb[2] + b);
+            prefetch_l2(k.p + r * k.nb[1] + g * k.nb[2] + b);
+            prefetch_l2(v.p + r * v.nb[1] + g * v.nb[2] + b);
         }
+    }
 }
 
 /* Brings this block's K and V cache rows into L2 before it waits for the kernel before it. Only
@@ -116,7 +153,7 @@ __device__ __forceinline__ void prefetch_kv(const KT &k, const KT &v, int64_t g,
  * first kernel. (Row pos[t] itself is being written by the store before this kernel; a prefetch
  * is a hint, so that is harmless.) */
 __device__ __forceinline__ void prefetch_rows(KT q, const KT &k, const KT &v, const KT &pos,
-                                              const int64_t *syms)
+                                              const int64_t *syms, const AttMask &mk)
 {
     kt_resolve(q, syms);
     int64_t T = q.ne[1], H = q.ne[2], D = q.ne[3], S = k.ne[1], G = k.ne[2];
@@ -124,35 +161,37 @@ __device__ __forceinline__ void prefetch_rows(KT q, const KT &k, const KT &v, co
     if (t >= T)
         return;
     int32_t p = *(const int32_t *)(pos.p + t * pos.nb[3]);
-    if (p < 0 || p >= S)
+    if (!att_pos_ok(mk, p, S))
         return;
     int64_t s0, s1;
-    split_rows(p, gridDim.z, blockIdx.z, &s0, &s1);
-    prefetch_kv(k, v, g, D, s0, s1);
+    split_rows(att_lo(mk, p), p, gridDim.z, blockIdx.z, &s0, &s1);
+    prefetch_kv(k, v, g, D, s0, s1, mk);
 }
 
-/* The bits of cache rows s and s + ATT_WARPS (when < s1) of a KV head's keys (pk) and values
- * (pv) at a warp's dims d = lane + 32 j < D; zero elsewhere. */
+/* The bits of the cache rows of positions s and s + ATT_WARPS (when < s1) of a KV head's keys
+ * (pk) and values (pv) at a warp's dims d = lane + 32 j < D; zero elsewhere. */
 template <int J> struct KvRows {
     uint32_t k1[J], k2[J], v1[J], v2[J];
 };
 
 template <int J>
 __device__ __forceinline__ void kv_load(KvRows<J> &r, const char *pk, const char *pv, const KT &k,
-                                        const KT &v, int64_t D, int64_t s, int64_t s1)
+                                        const KT &v, int64_t D, int64_t s, int64_t s1,
+                                        const AttMask &mk)
 {
     int lane = threadIdx.x & 31;
     int64_t s2 = s + ATT_WARPS;
+    int64_t r1 = s < s1 ? att_row(mk, s) : 0, r2 = s2 < s1 ? att_row(mk, s2) : 0;
 #pragma unroll
     for (int j = 0; j < J; j++) {
         int64_t d = lane + 32 * j;
         r.k1[j] = r.k2[j] = r.v1[j] = r.v2[j] = 0;
         if (d < D && s < s1) {
-            r.k1[j] = ld_bits(pk + s * k.nb[1] + d * k.nb[3], k.t);
-            r.v1[j] = ld_bits(pv + s * v.nb[1] + d * v.nb[3], v.t);
+            r.k1[j] = ld_bits(pk + r1 * k.nb[1] + d * k.nb[3], k.t);
+            r.v1[j] = ld_bits(pv + r1 * v.nb[1] + d * v.nb[3], v.t);
             if (s2 < s1) {
-                r.k2[j] = ld_bits(pk + s2 * k.nb[1] + d * k.nb[3], k.t);
-                r.v2[j] = ld_bits(pv + s2 * v.nb[1] + d * v.nb[3], v.t);
+                r.k2[j] = ld_bits(pk + r2 * k.nb[1] + d * k.nb[3], k.t);
+                r.v2[j] = ld_bits(pv + r2 * v.nb[1] + d * v.nb[3], v.t);
             }
         }
     }
@@ -166,25 +205,26 @@ template <int J> struct AttPipe {
     enum { on = J <= 2 };
 };
 
-/* One warp's online softmax over cache rows s0, s0 + ATT_WARPS, ... < s1 of the KV head at pk and
- * pv, two at a time so their reductions overlap: m, l and acc (its lanes' dims d = lane + 32 j)
- * updated. With PIPE, cur holds rows s0 and s0 + ATT_WARPS (kv_load, issued by the caller) and
- * each step loads the next two rows before it uses these (one round trip in all when the warp has
- * two rows or fewer); without, cur is scratch and each step loads its own rows. */
+/* One warp's online softmax over positions s0, s0 + ATT_WARPS, ... < s1 (their rows, mk) of the
+ * KV head at pk and pv, two at a time so their reductions overlap, scores soft-capped by mk: m, l
+ * and acc (its lanes' dims d = lane + 32 j) updated. With PIPE, cur holds rows s0 and
+ * s0 + ATT_WARPS (kv_load, issued by the caller) and each step loads the next two rows before it
+ * uses these (one round trip in all when the warp has two rows or fewer); without, cur is scratch
+ * and each step loads its own rows. */
 template <int J, bool PIPE>
 __device__ __forceinline__ void attend_rows(const float (&qv)[J], KvRows<J> &cur, const char *pk,
                                             const char *pv, const KT &k, const KT &v, int64_t D,
-                                            int64_t s0, int64_t s1, float scale, float &m,
-                                            float &l, float (&acc)[J])
+                                            int64_t s0, int64_t s1, float scale,
+                                            const AttMask &mk, float &m, float &l, float (&acc)[J])
 {
     int lane = threadIdx.x & 31;
     for (int64_t s = s0; s < s1; s += 2 * ATT_WARPS) {
         int two = s + ATT_WARPS < s1;
         KvRows<J> nx;
         if (PIPE)
-            kv_load(nx, pk, pv, k, v, D, s + 2 * ATT_WARPS, s1);
+            kv_load(nx, pk, pv, k, v, D, s + 2 * ATT_WARPS, s1, mk);
         else
-            kv_load(cur, pk, pv, k, v, D, s, s1);
+            kv_load(cur, pk, pv, k, v, D, s, s1, mk);
         float d1 = 0.0f, d2 = 0.0f;
 #pragma unroll
         for (int j = 0; j < J; j++) {
@@ -199,8 +239,8 @@ __device__ __forceinline__ void attend_rows(const float (&qv)[J], KvRows<J> &cur
             d1 += __shfl_xor_sync(0xffffffffu, d1, off);
             d2 += __shfl_xor_sync(0xffffffffu, d2, off);
         }
-        d1 *= scale;
-        d2 = two ? d2 * scale : -INFINITY;
+        d1 = att_cap(mk, d1 * scale);
+        d2 = two ? att_cap(mk, d2 * scale) : -INFINITY;
         float mn = fmaxf(m, fmaxf(d1, d2));
         float corr = expf(m - mn), e1 = expf(d1 - mn), e2 = two ? expf(d2 - mn) : 0.0f;
         l = l * corr + e1 + e2;
@@ -222,14 +262,14 @@ __device__ __forceinline__ void attend_rows(const float (&qv)[J], KvRows<J> &cur
 /* The same for one row held in registers (kn, vn: zero past D). */
 template <int J>
 __device__ __forceinline__ void attend_regs(const float (&qv)[J], const float (&kn)[J],
-                                            const float (&vn)[J], float scale, float &m, float &l,
-                                            float (&acc)[J])
+                                            const float (&vn)[J], float scale, const AttMask &mk,
+                                            float &m, float &l, float (&acc)[J])
 {
     float d1 = 0.0f;
 #pragma unroll
     for (int j = 0; j < J; j++)
         d1 += qv[j] * kn[j];
-    d1 = warp_sum(d1) * scale;
+    d1 = att_cap(mk, warp_sum(d1) * scale);
     float mn = fmaxf(m, d1), corr = expf(m - mn), e1 = expf(d1 - mn);
     l = l * corr + e1;
 #pragma unroll
@@ -412,7 +452,7 @@ __device__ __forceinline__ void rope_table(const gp_cu_rope &r, int32_t p, float
     if (!r.on)
         return;
     for (int64_t i = threadIdx.x; i < r.n / 2; i += ATT_THREADS)
-        rope_cos_sin(r.theta, r.n, (double)p, i, &cs[i], &sn[i]);
+        rope_cos_sin(r, (double)p, i, &cs[i], &sn[i]);
 }
 
 /* Dim d's angle from rope r's table (cs, sn by pair): pairs (i, i + n/2), or (2i, 2i + 1)
@@ -481,11 +521,14 @@ __device__ __forceinline__ void rope_mix(const RopeRow<J> &x, const gp_cu_rope &
     }
 }
 
-/* The same rope (both off, or the same n, theta and mode): the same angles. */
+/* The same rope (both off, or the same n, theta, mode and scaling): the same angles. */
 __device__ __forceinline__ int same_angles(const gp_cu_rope &a, const gp_cu_rope &b)
 {
-    return a.on == b.on && (!a.on || (a.n == b.n && a.theta == b.theta &&
-                                      a.interleaved == b.interleaved));
+    return a.on == b.on &&
+           (!a.on || (a.n == b.n && a.theta == b.theta && a.interleaved == b.interleaved &&
+                      a.orig_len == b.orig_len &&
+                      (a.orig_len == 0 ||
+                       (a.factor == b.factor && a.low == b.low && a.high == b.high))));
 }
 
 /* A one-token attention's operands (gp_cu_decode_att as kernels see it). */
@@ -501,6 +544,7 @@ struct DecArgs {
     int cluster;          /* the nsplit blocks of a head are one cluster: cluster_finish combines */
     int trig;             /* k_attention_head: the next kernel may start at this one's start
                              (gp_cu_ctx.trig_early) */
+    AttMask mk;           /* window, ring and soft-capping (gp_cu_decode_att) */
 };
 
 /* Where block (h, split) reads the angles (cos, sin by pair) of rope q, or with k the new key's:
@@ -534,10 +578,10 @@ __device__ __forceinline__ void decode_begin(const DecArgs &a, AttSmem<J> &sm, i
     st.p = *(const int32_t *)a.pos.p;
     st.s0 = st.s1 = 0;
     st.has_new = st.wnew = 0;
-    if (st.p < 0 || st.p >= a.kc.ne[1]) {
+    if (!att_pos_ok(a.mk, st.p, a.kc.ne[1])) {
         st.p = -1;
     } else {
-        split_rows(st.p, nsplit, split, &st.s0, &st.s1);
+        split_rows(att_lo(a.mk, st.p), st.p, nsplit, split, &st.s0, &st.s1);
         st.has_new = st.s0 < st.s1 && st.s1 == (int64_t)st.p + 1;
         st.wnew = (int)((st.p - st.s0) % ATT_WARPS);
         if (st.s0 < st.s1 && !a.tq)
@@ -576,7 +620,7 @@ __device__ __forceinline__ void decode_first(const DecArgs &a, int64_t h, const 
     int w = threadIdx.x >> 5;
     int64_t s1 = st.p < 0 ? 0 : st.has_new ? (int64_t)st.p : st.s1;
     kv_load(first, a.kc.p + g * a.kc.nb[2], a.vc.p + g * a.vc.nb[2], a.kc, a.vc, a.q.ne[3],
-            st.s0 + w, s1);
+            st.s0 + w, s1, a.mk);
 }
 
 /*
@@ -625,12 +669,13 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
         rope_mix(qr, a.rq, q.t, D, qv);
     STAMP(3);
     float m = -INFINITY, l = 0.0f;
-    attend_rows<J, pipe>(qv, first, pk, pv, kc, vc, D, st.s0 + w, s1, a.scale, m, l, acc);
+    attend_rows<J, pipe>(qv, first, pk, pv, kc, vc, D, st.s0 + w, s1, a.scale, a.mk, m, l, acc);
     if (takes_new) {
         /* The new row as the store writes it: rope's output rounded to its dtype, then to the
          * cache's. Only the first head's block of the group writes it (one writer per row). */
         float kn[J], vn[J];
         int writer = h % (H / G) == 0;
+        int64_t pr = att_row(a.mk, p); /* the new row's place in the caches */
         if (!pipe)
             new_row_load(kr, vb, a.rk, kcs, ksn, pkx, kx, pvx, vx, D);
         rope_mix(kr, a.rk, kx.t, D, kn);
@@ -642,12 +687,12 @@ __device__ __forceinline__ void decode_run(const DecArgs &a, AttSmem<J> &sm, int
                 kn[j] = round_to(kn[j], kc.t);
                 vn[j] = round_to(bits_f(vb[j], vx.t), vc.t);
                 if (writer) {
-                    st_f(kc.p + p * kc.nb[1] + g * kc.nb[2] + d * kc.nb[3], kc.t, kn[j]);
-                    st_f(vc.p + p * vc.nb[1] + g * vc.nb[2] + d * vc.nb[3], vc.t, vn[j]);
+                    st_f(kc.p + pr * kc.nb[1] + g * kc.nb[2] + d * kc.nb[3], kc.t, kn[j]);
+                    st_f(vc.p + pr * vc.nb[1] + g * vc.nb[2] + d * vc.nb[3], vc.t, vn[j]);
                 }
             }
         }
-        attend_regs(qv, kn, vn, a.scale, m, l, acc);
+        attend_regs(qv, kn, vn, a.scale, a.mk, m, l, acc);
     }
     if (a.late)
         pdl_trigger();

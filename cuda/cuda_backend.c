@@ -110,30 +110,6 @@ static int check_io(const gp_plan *p, char *err, size_t err_len)
     return 0;
 }
 
-/* Attributes with no CUDA kernel yet (CPU only): rope's llama3 scaling, attention's window,
- * ring and soft-capping, store's ring, scale's soft-capping, rms_norm's weight offset. */
-static int check_attrs(const gp_plan *p, char *err, size_t err_len)
-{
-    for (int i = 0; i < p->n_nodes; i++) {
-        const gp_plan_node *nd = &p->nodes[i];
-        const char *what = nd->op == GP_OP_ROPE && nd->attrs.i[2] != 0 ? "llama3 rope scaling"
-                           : nd->op == GP_OP_ATTENTION && nd->attrs.i[0] != 0
-                               ? "sliding-window attention (window)"
-                           : nd->op == GP_OP_STORE && nd->attrs.i[0] != 0 ? "a ring store"
-                           : nd->op == GP_OP_ATTENTION && nd->attrs.f[1] != 0 ? "soft-capping"
-                           : nd->op == GP_OP_SCALE && nd->attrs.f[1] != 0     ? "softcap"
-                           : nd->op == GP_OP_RMS_NORM && nd->attrs.f[1] != 0  ? "a weight offset"
-                                                                              : NULL;
-        if (what) {
-            snprintf(err, err_len, "cuda: node %d (%s, line %d): %s has no CUDA kernel yet; "
-                     "run this plan with --backend cpu", i, gp_op_get(nd->op)->name,
-                     nd->line, what);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 /* rope's freq_factors input (llama.cpp's rope_freqs tensor) has no CUDA kernel yet (CPU only). */
 static int check_rope_freq_factors(const gp_plan *p, char *err, size_t err_len)
 {
@@ -231,8 +207,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         snprintf(err, err_len, "cuda: device %d out of range (%d devices)", init->device, ndev);
         return -1;
     }
-    if (check_io(p, err, err_len) || check_attrs(p, err, err_len) ||
-        check_rope_freq_factors(p, err, err_len))
+    if (check_io(p, err, err_len) || check_rope_freq_factors(p, err, err_len))
         return -1;
     if (init->n_ranks > 1 && (!init->comm || init->rank < 0 || init->rank >= init->n_ranks ||
                               init->n_ranks != p->n_devices)) {

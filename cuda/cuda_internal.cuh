@@ -87,12 +87,33 @@ __device__ __forceinline__ float ld_f(const char *p, int t)
     }
 }
 
-/* Rope pair i's angle at position p, as the CPU's rope computes it: cos and sin of p *
- * theta^(-2i/n) in double (p * freq in f32 loses too much at long positions), rounded to f32. */
-__device__ __forceinline__ void rope_cos_sin(double theta, int64_t n, double p, int64_t i, float *c,
+/* Rope r's frequency of pair i, as gp_rope_freq (ir/core.c) computes it: theta^(-2i/n) in
+ * double, divided by the factor with linear scaling (orig_len GP_ROPE_LINEAR), rescaled by
+ * Llama 3's bands when r.orig_len > 0 (the same operations in the same precisions: low and high
+ * stay float, as on the host). */
+__device__ __forceinline__ double rope_freq(const gp_cu_rope &r, int64_t i)
+{
+    double freq = pow(r.theta, -2.0 * (double)i / (double)r.n);
+    if (r.orig_len == GP_ROPE_LINEAR)
+        return freq / r.factor;
+    if (r.orig_len <= 0)
+        return freq;
+    float lo = r.low, hi = r.high;
+    double len = (double)r.orig_len, wavelen = 2.0 * 3.14159265358979323846 / freq;
+    if (wavelen < len / hi)
+        return freq; /* high frequencies: unchanged */
+    if (wavelen > len / lo)
+        return freq / r.factor; /* low frequencies: stretched by factor */
+    double s = (len / wavelen - lo) / (hi - lo);
+    return (1.0 - s) * freq / r.factor + s * freq;
+}
+
+/* Rope pair i's angle at position p, as the CPU's rope computes it: cos and sin of p * freq in
+ * double (p * freq in f32 loses too much at long positions), rounded to f32. */
+__device__ __forceinline__ void rope_cos_sin(const gp_cu_rope &r, double p, int64_t i, float *c,
                                              float *s)
 {
-    double ang = p * pow(theta, -2.0 * (double)i / (double)n);
+    double ang = p * rope_freq(r, i);
     *c = (float)cos(ang);
     *s = (float)sin(ang);
 }
@@ -363,6 +384,7 @@ struct NORM {
     float eps;
     KT w, b;           /* [K] each */
     const float *fold; /* gp_cu_prenorm.fold: [2 N] */
+    float off;         /* rms_norm's weight offset: each weight is w + off (gp_cu_prenorm.offset) */
 };
 
 /* The norm's weights (and bias) for elements [i0, i1) into L2, before the kernel's wait. */
@@ -463,10 +485,10 @@ __device__ __forceinline__ float norm_val(const NORM &nm, float xi, float mean, 
     return y;
 }
 
-/* Element i's weight and bias (0 without one). */
+/* Element i's weight (with the offset, as the CPU's w + offset) and bias (0 without one). */
 __device__ __forceinline__ float norm_w(const NORM &nm, int64_t i)
 {
-    return ld_f(nm.w.p + i * nm.w.nb[3], nm.w.t);
+    return ld_f(nm.w.p + i * nm.w.nb[3], nm.w.t) + nm.off;
 }
 __device__ __forceinline__ float norm_b(const NORM &nm, int64_t i)
 {

@@ -132,6 +132,8 @@ typedef struct {
     gp_cu_tensor b;          /* [K]; data NULL: none */
     const float *fold;       /* a layer norm's constants for the [K, N] product after it
                                 (gp_cuda_fold; device, never written during evals); NULL: none */
+    float offset;            /* rms_norm's weight offset: each weight is w + offset (Gemma's
+                                (1 + w): 1); 0 for layer norms */
 } gp_cu_prenorm;
 
 #define GP_CU_MAX_EPI 3
@@ -181,8 +183,9 @@ int gp_cuda_matvec_group(gp_cu_ctx *ctx, const gp_cu_group *g, int *launched);
 
 /* Two store nodes with the same positions in one launch (the K and V cache writes of a layer):
  * in0 and in1 are each store's inputs (dst, pos, src), as gp_cuda_compute takes them. Both srcs
- * must have the same rows. 0, or -1 with err. */
-int gp_cuda_store2(gp_cu_ctx *ctx, const gp_cu_tensor *in0, const gp_cu_tensor *in1);
+ * must have the same rows. ring: both stores are rings (store's attribute ring: row pos % S of
+ * each dst). 0, or -1 with err. */
+int gp_cuda_store2(gp_cu_ctx *ctx, const gp_cu_tensor *in0, const gp_cu_tensor *in1, int ring);
 
 /* argmax (GP_OP_ARGMAX, as gp_cuda_compute) whose kernel also writes each value of x as it reads
  * it to x_copy, at x's byte offsets: f32 x; x_copy and out's data may be any memory the device
@@ -206,7 +209,16 @@ typedef struct {
     int64_t n;       /* rotated dims: even, <= D */
     double theta;
     gp_dtype dtype;  /* the rope's output dtype: each result is rounded to it */
+    /* Scaling of the frequencies (the rope node's i[2] and f[1]; ir/core.h, gp_rope_freq):
+     * orig_len GP_ROPE_LINEAR, every frequency divided by factor; orig_len > 0, Llama 3's:
+     * original_max_position_embeddings, factor, low and high_freq_factor; orig_len 0: unscaled. */
+    int64_t orig_len;
+    double factor;
+    float low, high;
 } gp_cu_rope;
+
+/* The rope node's attributes as a gp_cu_rope (on; dtype: the output's). */
+gp_cu_rope gp_cuda_rope_of(const gp_attrs *a, gp_dtype dtype);
 
 /* A one-token decode attention with the K and V cache stores (and the ropes before them) inside:
  * out = attention(rope_q(q), store(k_cache, pos, rope_k(k)), store(v_cache, pos, v), pos). */
@@ -219,6 +231,9 @@ typedef struct {
     gp_cu_tensor pos;     /* i32 [1] */
     gp_cu_rope rope_q, rope_k;
     double scale;
+    int64_t window;       /* the attention's window W (rows pos - W + 1..pos); 0: all rows */
+    int ring;             /* the caches are rings: position s in row s % S (the stores' ring) */
+    float softcap;        /* > 0: each score (after the scale) soft-capped, c tanh(score / c) */
     int pos_const;        /* 1: no kernel of the eval writes pos (an input): it may be read before
                              the wait for the kernel before */
     const float *tab_q;   /* rope_q's angles at pos, made earlier in the eval by

@@ -174,12 +174,14 @@ __host__ __device__ __forceinline__ int nk_split(int64_t nc)
 
 /*
  * acc += the dot products of x with the chunks u holds: chunk c0 + 32 i for i < U, below ce.
- * RMS: x is an rms_norm's input and gw its weights (W, contiguous): acc += w * (x * gw), without
- * the 1 / rms; with sq, also *sq += x * x (the row's statistics, from the loads the dot makes).
+ * RMS: x is an rms_norm's input and gw its weights (W, contiguous): acc += w * (x * (gw + goff)),
+ * without the 1 / rms (goff: the norm's weight offset); with sq, also *sq += x * x (the row's
+ * statistics, from the loads the dot makes).
  */
 template <typename W, int U, bool PRE, bool RMS = false>
 __device__ __forceinline__ float nk_dot(const uint4 *u, const float *x, int64_t c0, int64_t ce,
-                                        float acc, const char *gw = NULL, float *sq = NULL)
+                                        float acc, const char *gw = NULL, float *sq = NULL,
+                                        float goff = 0.0f)
 {
     typedef vec16<W> V;
 #pragma unroll
@@ -196,7 +198,7 @@ __device__ __forceinline__ float nk_dot(const uint4 *u, const float *x, int64_t 
         for (int k = 0; k < V::N; k++) {
             if (RMS && sq)
                 *sq += xv[k] * xv[k];
-            acc += wv[k] * (RMS ? xv[k] * gv[k] : xv[k]);
+            acc += wv[k] * (RMS ? xv[k] * (gv[k] + goff) : xv[k]);
         }
     }
     return acc;
@@ -361,7 +363,7 @@ struct MVG {
     KT o[GP_CU_MAX_GROUP];
     /* RMS launches: x is the norm's input, gw its weights (contiguous, of the products' dtype) */
     const char *gw;
-    float eps;
+    float eps, goff; /* goff: the norm's weight offset (gp_cu_prenorm.offset) */
 };
 
 /*
@@ -405,9 +407,9 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, RMS ? NKG_RMS_BLOCKS : 4)
     }
     float acc = 0.0f, acc2 = 0.0f, sq = 0.0f;
     for (int64_t c0 = r.cb + r.lane;;) {
-        acc = nk_dot<W, U, false, RMS>(u, x, c0, r.ce, acc, g.gw, &sq);
+        acc = nk_dot<W, U, false, RMS>(u, x, c0, r.ce, acc, g.gw, &sq, g.goff);
         if (GLU)
-            acc2 = nk_dot<W, U, false, RMS>(u2, x, c0, r.ce, acc2, g.gw);
+            acc2 = nk_dot<W, U, false, RMS>(u2, x, c0, r.ce, acc2, g.gw, NULL, g.goff);
         c0 += 32 * U;
         if (c0 - r.lane >= r.ce)
             break;
@@ -1400,6 +1402,7 @@ extern "C" int gp_cuda_matvec_group(gp_cu_ctx *c, const gp_cu_group *g, int *lau
             return 0;
         m.gw = gw.p;
         m.eps = g->norm.eps;
+        m.goff = g->norm.offset;
     }
     m.n = g->n;
     m.glu = g->glu;

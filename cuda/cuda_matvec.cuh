@@ -61,6 +61,7 @@ static inline NORM norm_params(const gp_cu_ctx *c, const gp_cu_prenorm *p)
     nm.has_b = p->b.data != NULL;
     nm.b = nm.has_b ? gp_kt_of(c, &p->b) : nm.w;
     nm.fold = p->fold;
+    nm.off = p->offset;
     return nm;
 }
 

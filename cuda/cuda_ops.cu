@@ -73,7 +73,8 @@ __device__ __forceinline__ float silu_f(float x)
     return x / (1.0f + expf(-x));
 }
 
-__device__ __forceinline__ float ew_apply(int op, float fa, float x, float y)
+/* fa: scale's factor; fb: its cap (> 0: soft-capped, fb tanh(x fa / fb), as the CPU's). */
+__device__ __forceinline__ float ew_apply(int op, float fa, float fb, float x, float y)
 {
     switch (op) {
     case GP_OP_ADD: return x + y;
@@ -81,7 +82,7 @@ __device__ __forceinline__ float ew_apply(int op, float fa, float x, float y)
     case GP_OP_MUL: return x * y;
     case GP_OP_DIV: return x / y;
     case GP_OP_SWIGLU: return silu_f(x) * y;
-    case GP_OP_SCALE: return x * fa;
+    case GP_OP_SCALE: return fb > 0.0f ? fb * tanhf(x * fa / fb) : x * fa;
     case GP_OP_GELU: return gelu_tanh(x);
     case GP_OP_GELU_ERF: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
     case GP_OP_SILU: return silu_f(x);
@@ -94,7 +95,8 @@ __device__ __forceinline__ float ew_apply(int op, float fa, float x, float y)
  * row-span kernel (cuda_internal.cuh); a thread of each of its first three warps finds the
  * span's row in o, x or y. Each element is read and written by one thread: in place is safe.
  */
-__global__ void k_elementwise(int op, float fa, KT o, KT x, KT y, int has_y, const int64_t *syms)
+__global__ void k_elementwise(int op, float fa, float fb, KT o, KT x, KT y, int has_y,
+                              const int64_t *syms)
 {
     __shared__ int64_t off[3];
     pdl_begin();
@@ -132,20 +134,20 @@ __global__ void k_elementwise(int op, float fa, KT o, KT x, KT y, int has_y, con
                 st_bits(po + c * o.nb[3], o.t, bx[u], x.t);
             else
                 st_f(po + c * o.nb[3], o.t,
-                     ew_apply(op, fa, bits_f(bx[u], x.t), has_y ? bits_f(by[u], y.t) : 0.0f));
+                     ew_apply(op, fa, fb, bits_f(bx[u], x.t), has_y ? bits_f(by[u], y.t) : 0.0f));
         }
     }
 }
 
 static int launch_elementwise(gp_cu_ctx *c, int op, float fa, const gp_cu_tensor *out,
-                              const gp_cu_tensor *x, const gp_cu_tensor *y)
+                              const gp_cu_tensor *x, const gp_cu_tensor *y, float fb = 0.0f)
 {
     KT o = gp_kt_of(c, out), kx = gp_kt_of(c, x), ky = y ? gp_kt_of(c, y) : kx;
     int64_t n = kt_count(o, 4);
     if (n == 0)
         return 0;
-    gp_cu_launch(c, k_elementwise, span_blocks(n / o.ne[3], o.ne[3]), SPAN_THREADS, 0, op, fa, o,
-                 kx, ky, y != NULL, c->d_syms);
+    gp_cu_launch(c, k_elementwise, span_blocks(n / o.ne[3], o.ne[3]), SPAN_THREADS, 0, op, fa, fb,
+                 o, kx, ky, y != NULL, c->d_syms);
     return gp_cu_check_launch(c, "elementwise");
 }
 
@@ -183,13 +185,14 @@ enum { NORM_REG = 8, NORM_MAX_THREADS = 512 };
  */
 template <int WT>
 __global__ void __launch_bounds__(NORM_MAX_THREADS)
-    k_norm(int is_ln, float eps, KT o, KT x, KT w, KT b, int has_b, int late, const int64_t *syms)
+    k_norm(int is_ln, float eps, float off, KT o, KT x, KT w, KT b, int has_b, int late,
+           const int64_t *syms)
 {
     if (WT >= 0) { /* what the host checked, as constants (ops_typed) */
         x.t = o.t = GP_F32;
         w.t = b.t = WT;
     }
-    NORM nm = {is_ln, has_b, eps, w, b, NULL};
+    NORM nm = {is_ln, has_b, eps, w, b, NULL, off};
     prefetch_norm(nm, 0, w.ne[3]); /* w and b are [n]: one row for every row of x */
     pdl_wait();
     if (!late)
@@ -218,7 +221,7 @@ __global__ void __launch_bounds__(NORM_MAX_THREADS)
 #pragma unroll
             for (int j = 0; j < NORM_REG; j++) {
                 v[j] = bits_f(xb[j], x.t);
-                wv[j] = bits_f(wb[j], w.t);
+                wv[j] = bits_f(wb[j], w.t) + off; /* rms_norm's weight offset (0 without) */
                 bv[j] = bits_f(bb[j], b.t);
             }
             acc = norm_sq_regs(v, n, is_ln, sh, &mean, threadIdx.x, blockDim.x);
@@ -401,9 +404,10 @@ __global__ void __launch_bounds__(AM_THREADS) k_argmax(KT o, KT x, char *copy, c
 
 /* ---- rope: one block per (t, h) row of x [T, H, D] ---- */
 
-__global__ void k_rope(int interleaved, int64_t n, double theta, KT o, KT x, KT pos,
-                       const int64_t *syms)
+__global__ void k_rope(gp_cu_rope rp, KT o, KT x, KT pos, const int64_t *syms)
 {
+    int interleaved = rp.interleaved;
+    int64_t n = rp.n;
     pdl_begin();
     kt_resolve(o, syms);
     kt_resolve(x, syms);
@@ -416,7 +420,7 @@ __global__ void k_rope(int interleaved, int64_t n, double theta, KT o, KT x, KT 
         double p = (double)*(const int32_t *)(pos.p + t * pos.nb[3]);
         for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
             float cs, sn;
-            rope_cos_sin(theta, n, p, j, &cs, &sn);
+            rope_cos_sin(rp, p, j, &cs, &sn);
             int64_t iu = j * ustep, iv = j * ustep + voff;
             float u = ld_f(px + iu * x.nb[3], x.t), v = ld_f(px + iv * x.nb[3], x.t);
             /* each product and sum rounded on its own (no FMA contraction), as the CPU's rope */
@@ -426,6 +430,26 @@ __global__ void k_rope(int interleaved, int64_t n, double theta, KT o, KT x, KT 
         for (int64_t i = n + threadIdx.x; i < D; i += blockDim.x)
             st_f(po + i * o.nb[3], o.t, ld_f(px + i * x.nb[3], x.t));
     }
+}
+
+extern "C" gp_cu_rope gp_cuda_rope_of(const gp_attrs *a, gp_dtype dtype)
+{
+    gp_cu_rope r;
+    memset(&r, 0, sizeof r);
+    r.on = 1;
+    r.interleaved = a->i[0] == 1;
+    r.n = a->i[1];
+    r.theta = a->f[0];
+    r.dtype = dtype;
+    if (a->i[2] == GP_ROPE_LINEAR) { /* linear scaling (ir/core.h) */
+        r.orig_len = GP_ROPE_LINEAR;
+        r.factor = a->f[1];
+    } else if (a->i[2] > 0) { /* Llama 3 scaling */
+        r.orig_len = a->i[2];
+        r.factor = a->f[1];
+        gp_rope_factors(a, &r.low, &r.high);
+    }
+    return r;
 }
 
 /* ---- lookups, concat, store ---- */
@@ -563,15 +587,26 @@ __global__ void k_concat(int ax, KT o, KT a, KT b, const int64_t *syms)
 }
 
 /* One store's operands: drow/srow: one row (dims 1..) of dst and src; dst0/src0: the strides of
- * dim 0; S rows in dst. */
+ * dim 0; S rows in dst; ring: position p is row p % S (store's ring attribute). */
 struct StoreOp {
     KT drow, srow;
     int64_t dst0, src0, S;
+    int ring;
 };
 
-/* dst[pos[t]] = src[t]; one block per (t, store): blockIdx.y picks st0 or st1 (the K and V writes
- * of a layer in one launch). A row written again by a later t is skipped here, so the largest t
- * wins as on the CPU. T rows in src (symbolic: tsym >= 0), the same for both stores. */
+/* The row of dst that position p goes to: p, or p % S in a ring (p >= 0); -1 when none. */
+__device__ __forceinline__ int64_t store_row(const StoreOp &st, int32_t p)
+{
+    if (p < 0)
+        return -1;
+    int64_t r = st.ring ? (int64_t)p % st.S : (int64_t)p;
+    return r < st.S ? r : -1;
+}
+
+/* dst[pos[t]] = src[t] (row pos[t] % S in a ring); one block per (t, store): blockIdx.y picks st0
+ * or st1 (the K and V writes of a layer in one launch). A row written again by a later t is
+ * skipped here, so the largest t wins as on the CPU. T rows in src (symbolic: tsym >= 0), the
+ * same for both stores. */
 __global__ void k_store(StoreOp st0, StoreOp st1, int64_t T, int tsym, KT pos, const int64_t *syms)
 {
     pdl_begin();
@@ -584,11 +619,11 @@ __global__ void k_store(StoreOp st0, StoreOp st1, int64_t T, int tsym, KT pos, c
     int64_t n = srow.ne[0] * srow.ne[1] * srow.ne[2] * srow.ne[3];
     int same = drow.t == srow.t, two = srow.t == GP_F16 || srow.t == GP_BF16;
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
-        int32_t p = *(const int32_t *)(pos.p + t * pos.nb[3]);
+        int64_t p = store_row(st, *(const int32_t *)(pos.p + t * pos.nb[3]));
         int later = 0;
         for (int64_t u = t + 1 + threadIdx.x; u < T; u += blockDim.x)
-            later |= *(const int32_t *)(pos.p + u * pos.nb[3]) == p;
-        if (__syncthreads_or(later) || p < 0 || p >= st.S)
+            later |= store_row(st, *(const int32_t *)(pos.p + u * pos.nb[3])) == p;
+        if (__syncthreads_or(later) || p < 0)
             continue;
         char *d = drow.p + p * st.dst0;
         const char *s = srow.p + t * st.src0;
@@ -644,8 +679,9 @@ static gp_cu_tensor drop_dim0(const gp_cu_tensor *t)
     return r;
 }
 
-/* A store's operands (in: dst, pos, src) for k_store; its row count at launch in *T. */
-static int store_op(gp_cu_ctx *c, const gp_cu_tensor *in, StoreOp *st, int64_t *T)
+/* A store's operands (in: dst, pos, src; ring: its attribute) for k_store; its row count at
+ * launch in *T. */
+static int store_op(gp_cu_ctx *c, const gp_cu_tensor *in, int ring, StoreOp *st, int64_t *T)
 {
     const gp_cu_tensor *dst = &in[0], *src = &in[2];
     if (dst->ndim < 1 || src->ndim != dst->ndim) {
@@ -663,16 +699,17 @@ static int store_op(gp_cu_ctx *c, const gp_cu_tensor *in, StoreOp *st, int64_t *
     st->dst0 = dst->nb[0];
     st->src0 = src->nb[0];
     st->S = dst->ne[0];
+    st->ring = ring != 0;
     KT ksrc = gp_kt_of(c, src);
     *T = ksrc.ne[4 - src->ndim];
     return 0;
 }
 
-static int launch_store(gp_cu_ctx *c, const gp_cu_tensor *in0, const gp_cu_tensor *in1)
+static int launch_store(gp_cu_ctx *c, const gp_cu_tensor *in0, const gp_cu_tensor *in1, int ring)
 {
     StoreOp st0, st1;
     int64_t T, T1;
-    if (store_op(c, in0, &st0, &T) || (in1 && store_op(c, in1, &st1, &T1)))
+    if (store_op(c, in0, ring, &st0, &T) || (in1 && store_op(c, in1, ring, &st1, &T1)))
         return -1;
     if (in1 && (T1 != T || in1[2].sym[0] != in0[2].sym[0])) {
         snprintf(c->err, sizeof c->err, "store2: the two stores have different rows");
@@ -687,9 +724,10 @@ static int launch_store(gp_cu_ctx *c, const gp_cu_tensor *in0, const gp_cu_tenso
     return gp_cu_check_launch(c, "store");
 }
 
-extern "C" int gp_cuda_store2(gp_cu_ctx *c, const gp_cu_tensor *in0, const gp_cu_tensor *in1)
+extern "C" int gp_cuda_store2(gp_cu_ctx *c, const gp_cu_tensor *in0, const gp_cu_tensor *in1,
+                              int ring)
 {
-    return launch_store(c, in0, in1);
+    return launch_store(c, in0, in1, ring);
 }
 
 /* ---- the dispatcher ---- */
@@ -776,7 +814,8 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
     case GP_OP_GELU:
     case GP_OP_GELU_ERF:
     case GP_OP_SILU:
-        return launch_elementwise(c, op, (float)a->f[0], out, &in[0], NULL);
+        return launch_elementwise(c, op, (float)a->f[0], out, &in[0], NULL,
+                                  op == GP_OP_SCALE ? (float)a->f[1] : 0.0f);
     case GP_OP_CONT:
     case GP_OP_CAST:
         return launch_elementwise(c, EW_COPY, 0.0f, out, &in[0], NULL);
@@ -798,7 +837,8 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
                      : wt == GP_BF16 ? k_norm<GP_BF16>
                      : wt == GP_F32  ? k_norm<GP_F32>
                                      : k_norm<-1>,
-                     rows_grid(o), norm_threads(o.ne[3]), 0, ln, (float)a->f[0], o, x, w, b, has_b,
+                     rows_grid(o), norm_threads(o.ne[3]), 0, ln, (float)a->f[0],
+                     ln ? 0.0f : (float)a->f[1], o, x, w, b, has_b,
                      !!(c->late & GP_LATE_NORM), c->d_syms);
         return gp_cu_check_launch(c, "norm");
     }
@@ -820,7 +860,8 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         }
         if (kt_count(o, 4) == 0)
             return 0;
-        gp_cu_launch(c, k_rope, rows_grid(o), 128, 0, a->i[0] == 1, n, a->f[0], o, x, p, c->d_syms);
+        gp_cu_launch(c, k_rope, rows_grid(o), 128, 0, gp_cuda_rope_of(a, out->dtype), o, x, p,
+                     c->d_syms);
         return gp_cu_check_launch(c, "rope");
     }
     case GP_OP_GET_ROWS: {
@@ -852,7 +893,7 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
     case GP_OP_ARGMAX:
         return launch_argmax(c, out, &in[0], NULL);
     case GP_OP_STORE:
-        return launch_store(c, in, NULL);
+        return launch_store(c, in, NULL, (int)a->i[0]);
     case GP_OP_MATMUL:
         return gp_cu_matmul(c, a, out, in, ws, ws_size, NULL, NULL, NULL, NULL);
     case GP_OP_ATTENTION:

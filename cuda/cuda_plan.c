@@ -249,8 +249,9 @@ static void plan_cont_elision(cuda_be *b, const int *uses)
 }
 
 /*
- * Pairs each store with the next kernel node when that is a store too, with only views between:
- * the two (a layer's K and V cache writes) run in one launch at the first one's place. The later
+ * Pairs each store with the next kernel node when that is a store too, with only views between
+ * (and both rings, or neither): the two (a layer's K and V cache writes) run in one launch at the
+ * first one's place. The later
  * store's inputs are ready there (views compute nothing), and it must not write what the first
  * reads or writes: different destination roots, and its source not the first one's destination.
  */
@@ -269,6 +270,7 @@ static void plan_store_pairs(cuda_be *b)
         const gp_plan_node *c = &p->nodes[j];
         const gp_plan_tensor *sa = &p->tensors[a->inputs[2]], *sc = &p->tensors[c->inputs[2]];
         int ok = c->inputs[1] == a->inputs[1] && sa->ndim == sc->ndim && sa->ndim >= 1 &&
+                 (a->attrs.i[0] != 0) == (c->attrs.i[0] != 0) && /* both rings, or neither */
                  sa->sym[0] == sc->sym[0] && sa->dims[0] == sc->dims[0] &&
                  root_of(p, c->inputs[0]) != root_of(p, a->inputs[0]) &&
                  root_of(p, c->inputs[2]) != root_of(p, a->inputs[0]) &&
@@ -317,6 +319,7 @@ static void plan_group_norm(cuda_be *b, const int *uses, int i, int n)
     cn->grpnorm = 1;
     memset(&cn->pre, 0, sizeof cn->pre);
     cn->pre.eps = (float)nd->attrs.f[0];
+    cn->pre.offset = (float)nd->attrs.f[1]; /* the weight offset (Gemma's 1 + w) */
     tensor_of(b, nd->inputs[0], &cn->pre.x);
     tensor_of(b, nd->inputs[1], &cn->pre.w);
 }
@@ -397,7 +400,9 @@ static void plan_ar_norms(cuda_be *b)
         const gp_plan_tensor *w = &p->tensors[nd->inputs[1]];
         const gp_plan_tensor *bias = nd->op == GP_OP_LAYER_NORM && nd->n_inputs > 2
                                          ? &p->tensors[nd->inputs[2]] : NULL;
+        /* the kernel reads no weight offset (an rms_norm's f[1]): such norms run on their own */
         if (x->dtype != GP_F32 || x->view_src >= 0 || h->view_src >= 0 || overlaps(h, x) ||
+            (nd->op == GP_OP_RMS_NORM && nd->attrs.f[1] != 0) ||
             w->ndim != 1 || (bias && bias->ndim != 1) || h->ndim < 1 || x->ndim < 1 ||
             h->stride[h->ndim - 1] != 1 || w->dims[0] != x->dims[x->ndim - 1] ||
             (bias && bias->dims[0] != w->dims[0]))
@@ -451,6 +456,7 @@ static void plan_prenorms(cuda_be *b, const int *uses)
         cn->prenorm = 1;
         cn->pre.is_ln = nd->op == GP_OP_LAYER_NORM;
         cn->pre.eps = (float)nd->attrs.f[0];
+        cn->pre.offset = cn->pre.is_ln ? 0.0f : (float)nd->attrs.f[1];
         tensor_of(b, nd->inputs[0], &cn->pre.x);
         tensor_of(b, nd->inputs[1], &cn->pre.w);
         if (cn->pre.is_ln && nd->n_inputs > 2)
@@ -693,11 +699,7 @@ static int rope_source(const cuda_be *b, const int *uses, int id, int pos, gp_cu
         t->kind != GP_TENSOR_INTERMEDIATE || t->view_src >= 0 || b->nodes[n].dec_att)
         return 0;
     const gp_plan_node *nd = &p->nodes[n];
-    r->on = 1;
-    r->interleaved = nd->attrs.i[0] == 1;
-    r->n = nd->attrs.i[1];
-    r->theta = nd->attrs.f[0];
-    r->dtype = t->dtype;
+    *r = gp_cuda_rope_of(&nd->attrs, t->dtype);
     *node = n;
     *src = nd->inputs[0];
     return 1;
@@ -949,8 +951,10 @@ static void plan_decode_attention(cuda_be *b, const int *uses)
             continue;
         int pos = at->inputs[3], ik = at->inputs[1], iv = at->inputs[2];
         int sk = p->tensors[ik].producer, sv = p->tensors[iv].producer;
+        int ring = at->attrs.i[1] != 0; /* the stores write rings when the attention reads them */
         if (sk < 0 || sv < 0 || sk == sv || p->nodes[sk].op != GP_OP_STORE ||
-            p->nodes[sv].op != GP_OP_STORE || p->nodes[sk].inputs[1] != pos ||
+            p->nodes[sv].op != GP_OP_STORE || (p->nodes[sk].attrs.i[0] != 0) != ring ||
+            (p->nodes[sv].attrs.i[0] != 0) != ring || p->nodes[sk].inputs[1] != pos ||
             p->nodes[sv].inputs[1] != pos || uses[ik] != 1 || uses[iv] != 1 ||
             b->nodes[sk].dec_att || b->nodes[sv].dec_att)
             continue;
@@ -978,6 +982,9 @@ static void plan_decode_attention(cuda_be *b, const int *uses)
         d.k_cache = b->nodes[sk].in[0];
         d.v_cache = b->nodes[sv].in[0];
         d.scale = at->attrs.f[0];
+        d.window = at->attrs.i[0] > 0 ? at->attrs.i[0] : 0;
+        d.ring = ring;
+        d.softcap = at->attrs.f[1] > 0 ? (float)at->attrs.f[1] : 0.0f;
         d.pos_const = root_of(p, pos)->kind == GP_TENSOR_INPUT;
         /* Shapes: one token in every operand at once; caches as the attention reads them. */
         const gp_cu_tensor *ops[5] = {&d.q, &d.k, &d.v, &d.pos, &an->out};
@@ -1054,6 +1061,8 @@ static void plan_rope_tables(cuda_be *b, float *tabs)
             for (; j < b->n_rope_tabs; j++) {
                 const gp_cu_rope_tab *t = &b->rope_tabs[j];
                 if (t->rope.theta == r->theta && t->rope.n == r->n &&
+                    t->rope.orig_len == r->orig_len && t->rope.factor == r->factor &&
+                    t->rope.low == r->low && t->rope.high == r->high &&
                     t->pos.data == cn->dec.pos.data)
                     break;
             }
