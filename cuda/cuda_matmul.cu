@@ -297,6 +297,11 @@ static int blas_view(int64_t s_fast, int64_t s_slow, int64_t n_fast, int64_t n_s
 
 static int set_blas_ws(gp_cu_ctx *c, void *ws, size_t size)
 {
+    return gp_cu_blas_ws(c, ws, size);
+}
+
+extern "C" int gp_cu_blas_ws(gp_cu_ctx *c, void *ws, size_t size)
+{
     if (ws == c->blas_ws && size == c->blas_ws_size)
         return 0;
     cublasStatus_t st = cublasSetWorkspace(c->blas, ws, size);
@@ -388,7 +393,7 @@ int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const
     if (pre_used)
         *pre_used = 0;
     if (gp_dtype_is_quant(in[1].dtype)) /* cuda_quant.cu: never fused; a norm is left to its node */
-        return pre && pre_used ? 0 : gp_cu_quant_matmul(c, a, out, in);
+        return pre && pre_used ? 0 : gp_cu_quant_matmul(c, a, out, in, ws, ws_size);
     KT o = gp_kt_of(c, out), ka = gp_kt_of(c, &in[0]), kb = gp_kt_of(c, &in[1]);
     int ta = a->i[0] != 0, tb = a->i[1] != 0;
     if (in[0].ndim < 2 || in[1].ndim < 2 || out->ndim < 2) {

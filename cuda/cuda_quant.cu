@@ -8,11 +8,11 @@
 #include "cuda/cuda_quant.cuh"
 #include "runtime/f16.h"
 
-static std::atomic<int64_t> quant_counts[3];
+static std::atomic<int64_t> quant_counts[5];
 
 extern "C" int64_t gp_cuda_quant_count(int which)
 {
-    return which >= 0 && which < 3 ? quant_counts[which].load() : 0;
+    return which >= 0 && which < 5 ? quant_counts[which].load() : 0;
 }
 
 /* A little-endian binary16 at p (any alignment: blocks of 18, 22, 34 or 210 bytes). */
@@ -188,6 +188,328 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
 }
 
+/* ---- one token, fast: lanes are rows, 256 elements a step, 16-byte loads ---- */
+
+/*
+ * Each lane of a warp takes one row of a group of 32 and, per step, the row's next 256 elements
+ * (one super-block, or eight blocks of 32) loaded whole in 16-byte pieces (the rows are 16-byte
+ * aligned: gp_cuda_quant_fast), so every lane of the warp reads the same 256 floats of x, staged
+ * in shared memory with their sums per 16 (one broadcast load for all 32 rows). A quant q becomes a
+ * float without a conversion instruction: its byte v < 128 placed under the exponent of 0.5 gives
+ * f = 0.5 + v / 256 exactly (one byte permute), so 16 elements cost 16 permutes and 16 fused
+ * multiply-adds F = sum f x, and their part of the dot product is a F + c X (X = sum x, staged),
+ * a and c from the block's scales: q = 256 f - 128. The 4-bit types place 8 q (q = 32 f - 16) to
+ * lose fewer bits to the offset; q8_0 takes the exact 2^23 + v form and a subtraction. The
+ * offset costs some bits of F (the error stays near f32 rounding of the sum; tests/test_cuda.c's
+ * 1e-5 of sum |x| |w|). A row's steps may be split over S warps of a block, added in split order.
+ */
+enum { QV_WARPS = 8, QV_MAXS = 8, QV_SMEM_MAX = 160 << 10 };
+
+template <int T> struct QV {
+    enum {
+        G = T == GP_Q4_0 ? 144 : T == GP_Q4_1 ? 160 : T == GP_Q5_0 ? 176 : T == GP_Q5_1 ? 192
+          : T == GP_Q8_0 ? 272 : T == GP_Q4_K ? 144 : T == GP_Q5_K ? 176 : 210, /* bytes a step */
+        NU = T == GP_Q6_K ? 14 : G / 16, /* 16-byte loads a step (q6_k: from up to 14 bytes before) */
+        NW = 4 * NU,
+        U = T == GP_Q6_K ? 8 : 2 /* steps unrolled (q6_k: its eight misalignments, 2 s mod 16) */
+    };
+};
+
+/* Bytes off .. off + 3 (off even, known at compile time once unrolled) of the words w. */
+template <int NW> __device__ __forceinline__ uint32_t qw32(const uint32_t (&w)[NW], int off)
+{
+    return off % 4 ? __funnelshift_r(w[off / 4], w[off / 4 + 1], 16) : w[off / 4];
+}
+
+template <int NW> __device__ __forceinline__ float qh16(const uint32_t (&w)[NW], int off)
+{
+    uint32_t v = off % 4 ? w[off / 4] >> 16 : w[off / 4] & 0xffffu;
+    return __half2float(__ushort_as_half((unsigned short)v));
+}
+
+template <int NW> __device__ __forceinline__ int qb8(const uint32_t (&w)[NW], int off)
+{
+    return (int)(int8_t)(w[off / 4] >> 8 * (off % 4) & 0xffu);
+}
+
+/* Byte B of v (< 128) as 0.5 + v / 256 (EXACT: v any byte, as 2^23 + v). */
+template <int B, bool EXACT> __device__ __forceinline__ float qbf(uint32_t v)
+{
+    return EXACT ? __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7650 | B))
+                 : __uint_as_float(__byte_perm(v, 0x3F000000u, 0x7054 | B << 8));
+}
+
+/*
+ * acc[m] += a F_m + c X_m for the 16 elements whose bytes are v0 .. v3 (in order) and x rows m at
+ * xs + m xk (X_m: their staged sum, at ss + m xk / 16). EXACT: the bytes are q + 128 and F sums
+ * q x exactly converted.
+ */
+template <int MM, bool EXACT>
+__device__ __forceinline__ void qv_run(uint32_t v0, uint32_t v1, uint32_t v2, uint32_t v3, float a,
+                                       float c, const float *xs, const float *ss, int xk, int M,
+                                       float (&acc)[MM])
+{
+    const float off = EXACT ? 8388736.0f : 0.0f; /* 2^23 + 128 */
+    float f[16] = {qbf<0, EXACT>(v0), qbf<1, EXACT>(v0), qbf<2, EXACT>(v0), qbf<3, EXACT>(v0),
+                   qbf<0, EXACT>(v1), qbf<1, EXACT>(v1), qbf<2, EXACT>(v1), qbf<3, EXACT>(v1),
+                   qbf<0, EXACT>(v2), qbf<1, EXACT>(v2), qbf<2, EXACT>(v2), qbf<3, EXACT>(v2),
+                   qbf<0, EXACT>(v3), qbf<1, EXACT>(v3), qbf<2, EXACT>(v3), qbf<3, EXACT>(v3)};
+    if (EXACT) {
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            f[i] -= off;
+    }
+#pragma unroll
+    for (int m = 0; m < MM; m++) {
+        if (m >= M)
+            break;
+        const float4 *x4 = (const float4 *)(xs + (size_t)m * xk);
+        float F0 = 0.0f, F1 = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 4; q += 2) {
+            float4 xa = x4[q], xb = x4[q + 1];
+            F0 = fmaf(f[4 * q], xa.x, F0);
+            F1 = fmaf(f[4 * q + 4], xb.x, F1);
+            F0 = fmaf(f[4 * q + 1], xa.y, F0);
+            F1 = fmaf(f[4 * q + 5], xb.y, F1);
+            F0 = fmaf(f[4 * q + 2], xa.z, F0);
+            F1 = fmaf(f[4 * q + 6], xb.z, F1);
+            F0 = fmaf(f[4 * q + 3], xa.w, F0);
+            F1 = fmaf(f[4 * q + 7], xb.w, F1);
+        }
+        float F = F0 + F1;
+        acc[m] = EXACT ? fmaf(a, F, acc[m]) : fmaf(a, F, fmaf(c, ss[(size_t)m * (xk / 16)], acc[m]));
+    }
+}
+
+/* Runs of 4-bit quants: the low (HI 0) or high nibbles of the 16 bytes at w[i0 .. i0 + 3] as 8 q. */
+template <int NW>
+__device__ __forceinline__ void nib8(const uint32_t (&w)[NW], int off, int hi, uint32_t (&v)[4])
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint32_t q = qw32(w, off + 4 * i);
+        v[i] = (hi ? q >> 1 : q << 3) & 0x78787878u;
+    }
+}
+
+/* The 4 bits of h from bit b on, spread to bit 4 of each byte (q5_0 / q5_1's fifth bits). */
+__device__ __forceinline__ uint32_t spread4(uint32_t h, int b)
+{
+    return (h >> b & 15u) * 0x02040810u & 0x10101010u;
+}
+
+/* acc += the products of 256 elements (step bytes from byte S of w) with x at xs (sums at ss). */
+template <int T, int MM, int S, int NW>
+__device__ __forceinline__ void qv_step(const uint32_t (&w)[NW], const float *xs, const float *ss,
+                                        int xk, int M, float (&acc)[MM])
+{
+    uint32_t v[4];
+    if (T == GP_Q4_0 || T == GP_Q4_1) {
+        const int bb = T == GP_Q4_0 ? 18 : 20;
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            float d = qh16(w, bb * t), a = 32.0f * d;
+            float c = T == GP_Q4_0 ? -24.0f * d : qh16(w, bb * t + 2) - 16.0f * d;
+            int qs = bb * t + (T == GP_Q4_0 ? 2 : 4);
+#pragma unroll
+            for (int hi = 0; hi < 2; hi++) {
+                nib8(w, qs, hi, v);
+                qv_run<MM, false>(v[0], v[1], v[2], v[3], a, c, xs + 32 * t + 16 * hi,
+                                  ss + 2 * t + hi, xk, M, acc);
+            }
+        }
+    } else if (T == GP_Q5_0 || T == GP_Q5_1) {
+        const int bb = T == GP_Q5_0 ? 22 : 24, o = T == GP_Q5_0 ? 2 : 4;
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            float d = qh16(w, bb * t), a = 256.0f * d;
+            float c = T == GP_Q5_0 ? -144.0f * d : qh16(w, bb * t + 2) - 128.0f * d;
+            uint32_t h = qw32(w, bb * t + o);
+#pragma unroll
+            for (int hi = 0; hi < 2; hi++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    uint32_t q = qw32(w, bb * t + o + 4 + 4 * i);
+                    v[i] = ((hi ? q >> 4 : q) & 0x0F0F0F0Fu) | spread4(h, 16 * hi + 4 * i);
+                }
+                qv_run<MM, false>(v[0], v[1], v[2], v[3], a, c, xs + 32 * t + 16 * hi,
+                                  ss + 2 * t + hi, xk, M, acc);
+            }
+        }
+    } else if (T == GP_Q8_0) {
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            float d = qh16(w, 34 * t);
+#pragma unroll
+            for (int hi = 0; hi < 2; hi++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    v[i] = qw32(w, 34 * t + 2 + 16 * hi + 4 * i) ^ 0x80808080u;
+                qv_run<MM, true>(v[0], v[1], v[2], v[3], d, 0.0f, xs + 32 * t + 16 * hi, ss, xk,
+                                 M, acc);
+            }
+        }
+    } else if (T == GP_Q4_K || T == GP_Q5_K) {
+        float d = qh16(w, 0), dmin = qh16(w, 2);
+        uint32_t s0 = w[1], s1 = w[2], s2 = w[3];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int sc, mn;
+            if (j < 4) {
+                sc = s0 >> 8 * j & 63;
+                mn = s1 >> 8 * j & 63;
+            } else {
+                sc = (s2 >> 8 * (j - 4) & 15) | (s0 >> (8 * (j - 4) + 6) & 3) << 4;
+                mn = (s2 >> (8 * (j - 4) + 4) & 15) | (s1 >> (8 * (j - 4) + 6) & 3) << 4;
+            }
+            float dl = __fmul_rn(d, (float)sc), ml = __fmul_rn(dmin, (float)mn);
+            int p = j >> 1, hi = j & 1;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                if (T == GP_Q4_K) {
+                    nib8(w, 16 + 32 * p + 16 * h, hi, v);
+                    qv_run<MM, false>(v[0], v[1], v[2], v[3], 32.0f * dl, -fmaf(16.0f, dl, ml),
+                                      xs + 32 * j + 16 * h, ss + 2 * j + h, xk, M, acc);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        uint32_t q = w[12 + 8 * p + 4 * h + i], qh = w[4 + 4 * h + i];
+                        uint32_t hb = j <= 4 ? qh << (4 - j) : qh >> (j - 4);
+                        v[i] = ((hi ? q >> 4 : q) & 0x0F0F0F0Fu) | (hb & 0x10101010u);
+                    }
+                    qv_run<MM, false>(v[0], v[1], v[2], v[3], 256.0f * dl, -fmaf(128.0f, dl, ml),
+                                      xs + 32 * j + 16 * h, ss + 2 * j + h, xk, M, acc);
+                }
+            }
+        }
+    } else { /* GP_Q6_K */
+        float d = qh16(w, S + 208);
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+#pragma unroll
+                for (int l = 0; l < 2; l++) {
+                    float ds = __fmul_rn(d, (float)qb8(w, S + 192 + 8 * hh + 2 * k + l));
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        uint32_t ql = qw32(w, S + 64 * hh + 32 * (k & 1) + 16 * l + 4 * i);
+                        uint32_t qh = qw32(w, S + 128 + 32 * hh + 16 * l + 4 * i);
+                        uint32_t hb = k <= 2 ? qh << (4 - 2 * k) : qh >> 2;
+                        v[i] = ((k >> 1 ? ql >> 4 : ql) & 0x0F0F0F0Fu) | (hb & 0x30303030u);
+                    }
+                    qv_run<MM, false>(v[0], v[1], v[2], v[3], 256.0f * ds, -160.0f * ds,
+                                      xs + 128 * hh + 32 * k + 16 * l, ss + 8 * hh + 2 * k + l, xk,
+                                      M, acc);
+                }
+    }
+}
+
+/* Step p of a row (its bytes from row + p G, q6_k's from S bytes before) into w. */
+template <int T, int S>
+__device__ __forceinline__ void qv_load(const uint8_t *row, int p, uint32_t (&w)[QV<T>::NW])
+{
+    const uint4 *src = (const uint4 *)(row + (size_t)p * QV<T>::G - S);
+#pragma unroll
+    for (int i = 0; i < QV<T>::NU; i++) {
+        uint4 u = __ldcs(src + i); /* read once: kept out of L1 */
+        w[4 * i] = u.x;
+        w[4 * i + 1] = u.y;
+        w[4 * i + 2] = u.z;
+        w[4 * i + 3] = u.w;
+    }
+}
+
+template <int T, int MM, int S>
+__device__ __forceinline__ void qv_one(const uint8_t *row, int p, const float *xs, const float *ss,
+                                       int xk, int M, float (&acc)[MM])
+{
+    uint32_t w[QV<T>::NW];
+    qv_load<T, S>(row, p, w);
+    qv_step<T, MM, S>(w, xs + 256 * p, ss + 16 * p, xk, M, acc);
+}
+
+/*
+ * y [M, N] = x [M, K] W [N, K]^T for M <= MM: block b takes rows [32 (8 / S) b, + 32 (8 / S)),
+ * warp w row group w / S and steps [ks P / S, (ks + 1) P / S) of each row (ks = w % S, P = K /
+ * 256). x's M rows and their sums of 16 are staged first (dynamic shared memory, M K 17 / 16
+ * floats).
+ */
+template <int T, int MM>
+__global__ void __launch_bounds__(QV_WARPS * 32, 2)
+    k_qmv(const uint8_t *w, size_t rb, const float *x, int64_t ldx, float *y, int64_t ldy, int K,
+          int N, int S, int64_t m_launch, int msym, const int64_t *syms)
+{
+    extern __shared__ float4 qv_smem[];
+    __shared__ float red[QV_WARPS][32];
+    float *xs = (float *)qv_smem;             /* [M][K] */
+    float *ss = xs + (size_t)m_launch * K;    /* [M][K / 16] */
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = warp % S;
+    int64_t n = ((int64_t)blockIdx.x * (QV_WARPS / S) + warp / S) * 32 + lane;
+    const uint8_t *row = w + (size_t)(n < N ? n : N - 1) * rb;
+    pdl_begin();
+    int64_t Ml = msym >= 0 ? syms[msym] : m_launch;
+    int M = (int)(Ml < m_launch ? Ml : m_launch);
+    for (int m = 0; m < M; m++)
+        for (int i = threadIdx.x; i < K; i += blockDim.x)
+            xs[(size_t)m * K + i] = x[m * ldx + i];
+    __syncthreads();
+    for (int g = threadIdx.x; g < M * (K / 16); g += blockDim.x) {
+        const float4 *p4 = (const float4 *)(xs + (size_t)g * 16);
+        float s = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            float4 v = p4[q];
+            s += (v.x + v.y) + (v.z + v.w);
+        }
+        ss[g] = s;
+    }
+    __syncthreads();
+    float acc[MM];
+#pragma unroll
+    for (int m = 0; m < MM; m++)
+        acc[m] = 0.0f;
+    const int U = QV<T>::U;
+    int per = K / 256 / S, p = ks * per, p1 = p + per;
+    for (; p + U <= p1; p += U) {
+        if (T == GP_Q6_K) { /* p is a multiple of 8: step t's bytes start 2 t mod 16 into a piece */
+            qv_one<T, MM, 0>(row, p, xs, ss, K, M, acc);
+            qv_one<T, MM, 2>(row, p + 1, xs, ss, K, M, acc);
+            qv_one<T, MM, 4>(row, p + 2, xs, ss, K, M, acc);
+            qv_one<T, MM, 6>(row, p + 3, xs, ss, K, M, acc);
+            qv_one<T, MM, 8>(row, p + 4, xs, ss, K, M, acc);
+            qv_one<T, MM, 10>(row, p + 5, xs, ss, K, M, acc);
+            qv_one<T, MM, 12>(row, p + 6, xs, ss, K, M, acc);
+            qv_one<T, MM, 14>(row, p + 7, xs, ss, K, M, acc);
+        } else {
+            uint32_t w0[QV<T>::NW], w1[QV<T>::NW];
+            qv_load<T, 0>(row, p, w0);
+            qv_load<T, 0>(row, p + 1, w1);
+            qv_step<T, MM, 0>(w0, xs + 256 * p, ss + 16 * p, K, M, acc);
+            qv_step<T, MM, 0>(w1, xs + 256 * (p + 1), ss + 16 * (p + 1), K, M, acc);
+        }
+    }
+    if (T != GP_Q6_K && p < p1)
+        qv_one<T, MM, 0>(row, p, xs, ss, K, M, acc);
+#pragma unroll
+    for (int m = 0; m < MM; m++) {
+        if (m >= M)
+            break;
+        float s = acc[m];
+        if (S > 1) {
+            __syncthreads();
+            red[warp][lane] = s;
+            __syncthreads();
+            s = 0.0f;
+            for (int i = 0; i < S; i++)
+                s += red[warp - ks + i][lane];
+        }
+        if (ks == 0 && n < N)
+            y[m * ldy + n] = s;
+    }
+}
+
 /* ---- prompts: tiles of TM x TN outputs ---- */
 
 enum { TM = 64, TN = 64, TK = 32, TTHREADS = 256 };
@@ -266,6 +588,46 @@ __global__ void __launch_bounds__(TTHREADS)
     }
 }
 
+/* ---- prompts on tensor cores: W dequantized to f16 in tiles of the workspace, cuBLAS ---- */
+
+/* dst [nt, kt] f16 (rows kt apart) = W rows [n0, n0 + nt), columns [k0, k0 + kt): the values of
+ * gp_quant_dequantize_row rounded to f16, 8 elements a thread (kt a multiple of 8). */
+template <int T>
+__global__ void k_qdeq_f16(const uint8_t *w, size_t rb, int n0, int k0, int nt, int kt, __half *dst)
+{
+    pdl_begin();
+    int64_t per = kt / 8, total = (int64_t)nt * per;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int r = (int)(i / per), e = (int)(i - r * per) * 8;
+        float v[8];
+        deq8<T>(w + (size_t)(n0 + r) * rb, k0 + e, v);
+        __half2 h[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            h[u] = __floats2half2_rn(v[2 * u], v[2 * u + 1]);
+        *(uint4 *)(dst + (size_t)r * kt + e) = *(const uint4 *)h;
+    }
+}
+
+/* dst [M, kt] f16 (rows kt apart) = x [M, k0 .. k0 + kt) rounded (x's rows ldx floats apart). */
+__global__ void k_qx_f16(const float *x, int64_t ldx, int64_t M, int k0, int kt, __half *dst)
+{
+    pdl_begin();
+    int64_t per = kt / 8, total = M * per;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t m = i / per;
+        int e = (int)(i - m * per) * 8;
+        const float *src = x + m * ldx + k0 + e;
+        __half2 h[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            h[u] = __floats2half2_rn(src[2 * u], src[2 * u + 1]);
+        *(uint4 *)(dst + (size_t)m * kt + e) = *(const uint4 *)h;
+    }
+}
+
 /* ---- lookups ---- */
 
 /* Block-stride over out's rows t: row ids[t] of the table (rows of rb bytes, V of them), 8
@@ -333,8 +695,126 @@ static void launch_matmul(gp_cu_ctx *c, int vec, const uint8_t *w, size_t rb, co
                      dim3(TTHREADS), 0, w, rb, x, ldx, y, ldy, K, N, M, msym, c->d_syms);
 }
 
+/* Host: y = x W^T in k_qmv when its layout fits (rows and W 16-byte aligned, K a multiple of 256,
+ * q6_k's of 2048, x's staged rows within QV_SMEM_MAX): 1 when launched, 0 when not. */
+template <int T>
+static int launch_qmv(gp_cu_ctx *c, const uint8_t *w, size_t rb, const float *x, int64_t ldx,
+                      float *y, int64_t ldy, int K, int N, int64_t M, int msym)
+{
+    size_t smem = (size_t)M * (size_t)K * 4 + (size_t)M * (size_t)(K / 16) * 4;
+    if (K % 256 || rb % 16 || (uintptr_t)w % 16 || (T == GP_Q6_K && K % 2048) || M > 8 ||
+        smem > QV_SMEM_MAX)
+        return 0;
+    /* Splits of a row's steps over warps, until about 1536 warps run (12 a multiprocessor) */
+    int P = K / 256, groups = (N + 31) / 32, S = 1;
+    while (S < QV_MAXS && P % (2 * S) == 0 && (T != GP_Q6_K || P / (2 * S) % 8 == 0) &&
+           groups * S < 1536)
+        S *= 2;
+    unsigned blocks = (unsigned)((groups + QV_WARPS / S - 1) / (QV_WARPS / S));
+    void (*k)(const uint8_t *, size_t, const float *, int64_t, float *, int64_t, int, int, int,
+              int64_t, int, const int64_t *) = M == 1 ? k_qmv<T, 1> : k_qmv<T, 8>;
+    /* more than 48 KB of dynamic shared memory: allowed once per kernel and device */
+    static std::atomic<unsigned> allowed[2];
+    int dev = 0;
+    if (smem > (48 << 10) && cudaGetDevice(&dev) == cudaSuccess && dev < 32 &&
+        !(allowed[M == 1].load() & 1u << dev)) {
+        if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QV_SMEM_MAX) !=
+            cudaSuccess) {
+            cudaGetLastError();
+            return 0;
+        }
+        allowed[M == 1] |= 1u << dev;
+    }
+    gp_cu_launch(c, k, dim3(blocks), dim3(QV_WARPS * 32), smem, w, rb, x, ldx, y, ldy, K, N, S,
+                 M, msym, c->d_syms);
+    return 1;
+}
+
+static int launch_fast(gp_dtype t, gp_cu_ctx *c, const uint8_t *w, size_t rb, const float *x,
+                       int64_t ldx, float *y, int64_t ldy, int K, int N, int64_t M, int msym)
+{
+    switch (t) {
+    case GP_Q4_0: return launch_qmv<GP_Q4_0>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
+    case GP_Q4_1: return launch_qmv<GP_Q4_1>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
+    case GP_Q5_0: return launch_qmv<GP_Q5_0>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
+    case GP_Q5_1: return launch_qmv<GP_Q5_1>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
+    case GP_Q8_0: return launch_qmv<GP_Q8_0>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
+    case GP_Q4_K: return launch_qmv<GP_Q4_K>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
+    case GP_Q5_K: return launch_qmv<GP_Q5_K>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
+    case GP_Q6_K: return launch_qmv<GP_Q6_K>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
+    default: return 0;
+    }
+}
+
+/* The prompt path's workspace: cuBLAS's own part, then x's tile, then W's. */
+enum { QB_BLAS_WS = 4 << 20, QB_KT = 4096, QB_MIN_NT = 256 };
+
+template <int T>
+static void launch_deq(gp_cu_ctx *c, const uint8_t *w, size_t rb, int n0, int k0, int nt, int kt,
+                       __half *dst)
+{
+    int64_t n = (int64_t)nt * (kt / 8), b = (n + 255) / 256;
+    gp_cu_launch(c, k_qdeq_f16<T>, dim3((unsigned)(b < 4096 ? b : 4096)), dim3(256), 0, w, rb, n0,
+                 k0, nt, kt, dst);
+}
+
+/*
+ * y = x W^T on tensor cores for a prompt: per tile of K (at most QB_KT) x's columns go to f16, and
+ * per tile of W's rows within it W's values (those of gp_quant_dequantize_row) go to f16, both in
+ * the workspace, and cuBLAS adds their product into y (f32 sums). The tiles are as large as the
+ * workspace allows. 1 when done, 0 when it does not fit (no workspace or cuBLAS, or tiles of
+ * fewer than QB_MIN_NT rows), -1 on an error.
+ */
+static int quant_blas(gp_cu_ctx *c, gp_dtype t, const uint8_t *w, size_t rb, const float *x,
+                      int64_t ldx, float *y, int64_t ldy, int K, int N, int64_t M, void *ws,
+                      size_t ws_size)
+{
+    if (!c->blas || !ws || M > INT32_MAX || ldy > INT32_MAX)
+        return 0;
+    char *base = (char *)(((uintptr_t)ws + 255) & ~(uintptr_t)255);
+    size_t have = ws_size > (size_t)(base - (char *)ws) ? ws_size - (size_t)(base - (char *)ws) : 0;
+    int kt = K < QB_KT ? K : QB_KT; /* QB_KT: a multiple of every block; a last tile too */
+    size_t xbytes = ((size_t)M * (size_t)kt * 2 + 255) & ~(size_t)255;
+    if (have < QB_BLAS_WS + xbytes)
+        return 0;
+    int64_t nt = (int64_t)((have - QB_BLAS_WS - xbytes) / ((size_t)kt * 2));
+    if (nt > N)
+        nt = N;
+    else
+        nt -= nt % 128;
+    if (nt < QB_MIN_NT && nt < N)
+        return 0;
+    __half *xh = (__half *)(base + QB_BLAS_WS), *wh = (__half *)(base + QB_BLAS_WS + xbytes);
+    if (gp_cu_blas_ws(c, base, QB_BLAS_WS))
+        return -1;
+    const float one = 1.0f, zero = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += kt) {
+        int kk = K - k0 < kt ? K - k0 : kt;
+        int64_t nx = M * (kk / 8), bx = (nx + 255) / 256;
+        gp_cu_launch(c, k_qx_f16, dim3((unsigned)(bx < 4096 ? bx : 4096)), dim3(256), 0, x, ldx, M,
+                     k0, kk, xh);
+        for (int n0 = 0; n0 < N; n0 += (int)nt) {
+            int nn = (int)(N - n0 < nt ? N - n0 : nt);
+            (void)QUANT_DISPATCH(t, launch_deq, c, w, rb, n0, k0, nn, kk, wh);
+            if (gp_cu_check_launch(c, "quant_dequantize_f16"))
+                return -1;
+            cublasStatus_t st = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, nn, (int)M, kk, &one,
+                                             wh, CUDA_R_16F, kk, xh, CUDA_R_16F, kk,
+                                             k0 ? &one : &zero, y + n0, CUDA_R_32F, (int)ldy,
+                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            c->launches++;
+            if (st != CUBLAS_STATUS_SUCCESS) {
+                snprintf(c->err, sizeof c->err, "cublasGemmEx(quantized %s, N %d, M %lld, K %d): %s",
+                         gp_dtype_name(t), nn, (long long)M, kk, cublasGetStatusString(st));
+                return -1;
+            }
+        }
+    }
+    return 1;
+}
+
 extern "C" int gp_cu_quant_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
-                                  const gp_cu_tensor *in)
+                                  const gp_cu_tensor *in, void *ws, size_t ws_size)
 {
     const gp_cu_tensor *xt = &in[0], *wt = &in[1];
     gp_dtype t = wt->dtype;
@@ -361,10 +841,29 @@ extern "C" int gp_cu_quant_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_t
     if (M == 0)
         return 0;
     int vec = M <= MV_MAXM;
-    (void)QUANT_DISPATCH(t, launch_matmul, c, vec, (const uint8_t *)wt->data,
-                   gp_dtype_row_bytes(t, K), (const float *)xt->data, xt->nb[0] / 4,
-                   (float *)out->data, out->nb[0] / 4, (int)K, (int)N, M, msym);
+    size_t rb = gp_dtype_row_bytes(t, K);
+    if (!vec) {
+        int r = quant_blas(c, t, (const uint8_t *)wt->data, rb, (const float *)xt->data,
+                           xt->nb[0] / 4, (float *)out->data, out->nb[0] / 4, (int)K, (int)N, M, ws,
+                           ws_size);
+        if (r < 0)
+            return -1;
+        if (r > 0) {
+            quant_counts[1]++;
+            quant_counts[4]++;
+            return gp_cu_check_launch(c, "quant_matmul_blas");
+        }
+    }
+    int fast = vec &&
+               launch_fast(t, c, (const uint8_t *)wt->data, rb, (const float *)xt->data,
+                           xt->nb[0] / 4, (float *)out->data, out->nb[0] / 4, (int)K, (int)N, M,
+                           msym);
+    if (!fast)
+        (void)QUANT_DISPATCH(t, launch_matmul, c, vec, (const uint8_t *)wt->data, rb,
+                             (const float *)xt->data, xt->nb[0] / 4, (float *)out->data,
+                             out->nb[0] / 4, (int)K, (int)N, M, msym);
     quant_counts[vec ? 0 : 1]++;
+    quant_counts[3] += fast;
     return gp_cu_check_launch(c, vec ? "quant_matvec" : "quant_matmul_tiles");
 }
 
