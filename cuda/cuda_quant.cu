@@ -210,8 +210,7 @@ template <int T> struct QV {
         G = T == GP_Q4_0 ? 144 : T == GP_Q4_1 ? 160 : T == GP_Q5_0 ? 176 : T == GP_Q5_1 ? 192
           : T == GP_Q8_0 ? 272 : T == GP_Q4_K ? 144 : T == GP_Q5_K ? 176 : 210, /* bytes a step */
         NU = T == GP_Q6_K ? 14 : G / 16, /* 16-byte loads a step (q6_k: from up to 14 bytes before) */
-        NW = 4 * NU,
-        U = T == GP_Q6_K ? 8 : 2 /* steps unrolled (q6_k: its eight misalignments, 2 s mod 16) */
+        NW = 4 * NU
     };
 };
 
@@ -421,25 +420,31 @@ __device__ __forceinline__ void qv_load(const uint8_t *row, int p, uint32_t (&w)
     }
 }
 
-template <int T, int MM, int S>
-__device__ __forceinline__ void qv_one(const uint8_t *row, int p, const float *xs, const float *ss,
-                                       int xk, int M, float (&acc)[MM])
+/* q6_k's step p + t (t < 8: its bytes 2 t mod 16 past a 16-byte boundary, as p is a multiple of
+ * 8) from wq, then step p + t + 1 loaded into wq when there is one. */
+template <int T, int MM, int t>
+__device__ __forceinline__ void q6_next(const uint8_t *row, int p, int p1,
+                                        uint32_t (&wq)[QV<T>::NW], const float *xs,
+                                        const float *ss, int xk, int M, float (&acc)[MM])
 {
-    uint32_t w[QV<T>::NW];
-    qv_load<T, S>(row, p, w);
-    qv_step<T, MM, S>(w, xs + 256 * p, ss + 16 * p, xk, M, acc);
+    if (p + t < p1)
+        qv_step<T, MM, 2 * t>(wq, xs + 256 * (p + t), ss + 16 * (p + t), xk, M, acc);
+    if (p + t + 1 < p1)
+        qv_load<T, 2 * ((t + 1) % 8)>(row, p + t + 1, wq);
 }
 
 /*
  * y [M, N] = x [M, K] W [N, K]^T for M <= MM: block b takes rows [32 (8 / S) b, + 32 (8 / S)),
- * warp w row group w / S and steps [ks P / S, (ks + 1) P / S) of each row (ks = w % S, P = K /
- * 256). x's M rows and their sums of 16 are staged first (dynamic shared memory, M K 17 / 16
- * floats).
+ * warp w row group w / S and steps [ks per, (ks + 1) per) of each row (ks = w % S; P = K / 256
+ * steps, the last split maybe shorter or empty). Its first steps' weights are loaded before the
+ * wait for the kernel before (PDL: weights are constant), then x's M rows and their sums of 16
+ * are staged (dynamic shared memory, M K 17 / 16 floats); each step's load is issued while the
+ * step before it computes (two buffers; q8_0's, too large, and q6_k's one).
  */
 template <int T, int MM>
 __global__ void __launch_bounds__(QV_WARPS * 32, 2)
     k_qmv(const uint8_t *w, size_t rb, const float *x, int64_t ldx, float *y, int64_t ldy, int K,
-          int N, int S, int64_t m_launch, int msym, const int64_t *syms)
+          int N, int S, int per, int64_t m_launch, int msym, const int64_t *syms)
 {
     extern __shared__ float4 qv_smem[];
     __shared__ float red[QV_WARPS][32];
@@ -448,6 +453,13 @@ __global__ void __launch_bounds__(QV_WARPS * 32, 2)
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = warp % S;
     int64_t n = ((int64_t)blockIdx.x * (QV_WARPS / S) + warp / S) * 32 + lane;
     const uint8_t *row = w + (size_t)(n < N ? n : N - 1) * rb;
+    int p0 = ks * per, p1 = min(K / 256, p0 + per);
+    const bool two = T != GP_Q6_K && T != GP_Q8_0;
+    uint32_t w0[QV<T>::NW], w1[QV<T>::NW]; /* w1: unused by q6_k and q8_0 */
+    if (p0 < p1)
+        qv_load<T, 0>(row, p0, w0);
+    if (two && p0 + 1 < p1)
+        qv_load<T, 0>(row, p0 + 1, w1);
     pdl_begin();
     int64_t Ml = msym >= 0 ? syms[msym] : m_launch;
     int M = (int)(Ml < m_launch ? Ml : m_launch);
@@ -470,28 +482,36 @@ __global__ void __launch_bounds__(QV_WARPS * 32, 2)
 #pragma unroll
     for (int m = 0; m < MM; m++)
         acc[m] = 0.0f;
-    const int U = QV<T>::U;
-    int per = K / 256 / S, p = ks * per, p1 = p + per;
-    for (; p + U <= p1; p += U) {
-        if (T == GP_Q6_K) { /* p is a multiple of 8: step t's bytes start 2 t mod 16 into a piece */
-            qv_one<T, MM, 0>(row, p, xs, ss, K, M, acc);
-            qv_one<T, MM, 2>(row, p + 1, xs, ss, K, M, acc);
-            qv_one<T, MM, 4>(row, p + 2, xs, ss, K, M, acc);
-            qv_one<T, MM, 6>(row, p + 3, xs, ss, K, M, acc);
-            qv_one<T, MM, 8>(row, p + 4, xs, ss, K, M, acc);
-            qv_one<T, MM, 10>(row, p + 5, xs, ss, K, M, acc);
-            qv_one<T, MM, 12>(row, p + 6, xs, ss, K, M, acc);
-            qv_one<T, MM, 14>(row, p + 7, xs, ss, K, M, acc);
-        } else {
-            uint32_t w0[QV<T>::NW], w1[QV<T>::NW];
-            qv_load<T, 0>(row, p, w0);
-            qv_load<T, 0>(row, p + 1, w1);
+    if (T == GP_Q6_K) {
+        for (int p = p0; p < p1; p += 8) { /* per is a multiple of 8 */
+            q6_next<T, MM, 0>(row, p, p1, w0, xs, ss, K, M, acc);
+            q6_next<T, MM, 1>(row, p, p1, w0, xs, ss, K, M, acc);
+            q6_next<T, MM, 2>(row, p, p1, w0, xs, ss, K, M, acc);
+            q6_next<T, MM, 3>(row, p, p1, w0, xs, ss, K, M, acc);
+            q6_next<T, MM, 4>(row, p, p1, w0, xs, ss, K, M, acc);
+            q6_next<T, MM, 5>(row, p, p1, w0, xs, ss, K, M, acc);
+            q6_next<T, MM, 6>(row, p, p1, w0, xs, ss, K, M, acc);
+            q6_next<T, MM, 7>(row, p, p1, w0, xs, ss, K, M, acc);
+        }
+    } else if (!two) {
+        for (int p = p0; p < p1; p++) {
             qv_step<T, MM, 0>(w0, xs + 256 * p, ss + 16 * p, K, M, acc);
-            qv_step<T, MM, 0>(w1, xs + 256 * (p + 1), ss + 16 * (p + 1), K, M, acc);
+            if (p + 1 < p1)
+                qv_load<T, 0>(row, p + 1, w0);
+        }
+    } else {
+        uint32_t(&wb)[QV<T>::NW] = w1;
+        for (int p = p0; p < p1; p += 2) {
+            qv_step<T, MM, 0>(w0, xs + 256 * p, ss + 16 * p, K, M, acc);
+            if (p + 2 < p1)
+                qv_load<T, 0>(row, p + 2, w0);
+            if (p + 1 < p1) {
+                qv_step<T, MM, 0>(wb, xs + 256 * (p + 1), ss + 16 * (p + 1), K, M, acc);
+                if (p + 3 < p1)
+                    qv_load<T, 0>(row, p + 3, wb);
+            }
         }
     }
-    if (T != GP_Q6_K && p < p1)
-        qv_one<T, MM, 0>(row, p, xs, ss, K, M, acc);
 #pragma unroll
     for (int m = 0; m < MM; m++) {
         if (m >= M)
@@ -705,13 +725,15 @@ static int launch_qmv(gp_cu_ctx *c, const uint8_t *w, size_t rb, const float *x,
     if (K % 256 || rb % 16 || (uintptr_t)w % 16 || (T == GP_Q6_K && K % 2048) || M > 8 ||
         smem > QV_SMEM_MAX)
         return 0;
-    /* Splits of a row's steps over warps, until about 1536 warps run (12 a multiprocessor) */
-    int P = K / 256, groups = (N + 31) / 32, S = 1;
-    while (S < QV_MAXS && P % (2 * S) == 0 && (T != GP_Q6_K || P / (2 * S) % 8 == 0) &&
-           groups * S < 1536)
+    /* Splits of a row's steps over the warps of a block, until about 1536 warps run (12 a
+     * multiprocessor), each taking per steps (q6_k: a multiple of 8), the last fewer */
+    int P = K / 256, groups = (N + 31) / 32, S = 1, unit = T == GP_Q6_K ? 8 : 1;
+    while (S < QV_MAXS && groups * S < 1536 && P >= 2 * S * unit)
         S *= 2;
+    int per = (P + S - 1) / S;
+    per = (per + unit - 1) / unit * unit;
     unsigned blocks = (unsigned)((groups + QV_WARPS / S - 1) / (QV_WARPS / S));
-    void (*k)(const uint8_t *, size_t, const float *, int64_t, float *, int64_t, int, int, int,
+    void (*k)(const uint8_t *, size_t, const float *, int64_t, float *, int64_t, int, int, int, int,
               int64_t, int, const int64_t *) = M == 1 ? k_qmv<T, 1> : k_qmv<T, 8>;
     /* more than 48 KB of dynamic shared memory: allowed once per kernel and device */
     static std::atomic<unsigned> allowed[2];
@@ -726,7 +748,7 @@ static int launch_qmv(gp_cu_ctx *c, const uint8_t *w, size_t rb, const float *x,
         allowed[M == 1] |= 1u << dev;
     }
     gp_cu_launch(c, k, dim3(blocks), dim3(QV_WARPS * 32), smem, w, rb, x, ldx, y, ldy, K, N, S,
-                 M, msym, c->d_syms);
+                 per, M, msym, c->d_syms);
     return 1;
 }
 
