@@ -4,15 +4,15 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuda/cuda_internal.cuh"
+#include "cuda/cuda_matvec.cuh"
 #include "cuda/cuda_quant.cuh"
 #include "runtime/f16.h"
 
-static std::atomic<int64_t> quant_counts[5];
+static std::atomic<int64_t> quant_counts[6];
 
 extern "C" int64_t gp_cuda_quant_count(int which)
 {
-    return which >= 0 && which < 5 ? quant_counts[which].load() : 0;
+    return which >= 0 && which < 6 ? quant_counts[which].load() : 0;
 }
 
 /* A little-endian binary16 at p (any alignment: blocks of 18, 22, 34 or 210 bytes). */
@@ -433,40 +433,70 @@ __device__ __forceinline__ void q6_next(const uint8_t *row, int p, int p1,
         qv_load<T, 2 * ((t + 1) % 8)>(row, p + t + 1, wq);
 }
 
+/* What a k_qmv launch computes: n products of one x by weights of one type and K (rows of rb
+ * bytes), product s's blocks [block0[s], block0[s + 1]), its rows N[s], its output y[s] (f32, row m
+ * at y[s] + m ldy); GLU: one pair, y[0] = silu(x w[0]^T) * (x w[1]^T); epi: one product of one row
+ * whose epilogue (e, into eo) the store applies. */
+struct QVD {
+    int n, epi;
+    const uint8_t *w[GP_CU_MAX_GROUP];
+    int N[GP_CU_MAX_GROUP];
+    float *y[GP_CU_MAX_GROUP];
+    unsigned block0[GP_CU_MAX_GROUP + 1];
+    size_t rb;
+    int64_t ldy;
+};
+
+__device__ __forceinline__ float qv_silu(float v)
+{
+    return v / (1.0f + expf(-v)); /* as the swiglu node (cuda_ops.cu) */
+}
+
 /*
- * y [M, N] = x [M, K] W [N, K]^T for M <= MM: block b takes rows [32 (8 / S) b, + 32 (8 / S)),
- * warp w row group w / S and steps [ks per, (ks + 1) per) of each row (ks = w % S; P = K / 256
- * steps, the last split maybe shorter or empty). Its first steps' weights are loaded before the
- * wait for the kernel before (PDL: weights are constant), then x's M rows and their sums of 16
- * are staged (dynamic shared memory, M K 17 / 16 floats); each step's load is issued while the
- * step before it computes (two buffers; q8_0's, too large, and q6_k's one).
+ * y [M, N] = x [M, K] W [N, K]^T for M <= MM, for each product of d: block b takes rows
+ * [32 (8 / S) b', + 32 (8 / S)) of its product (b' its index there), warp w row group w / S and
+ * steps [ks per, (ks + 1) per) of each row (ks = w % S; P = K / 256 steps, the last split maybe
+ * shorter or empty). Its first steps' weights are loaded before the wait for the kernel before
+ * (PDL: weights are constant), then x's M rows (RMS: rms_norm(x) by nm, one row) and their sums of
+ * 16 are staged (dynamic shared memory, M K 17 / 16 floats); each step's load is issued while the
+ * step before it computes (two buffers; q8_0's, too large, q6_k's and GLU's rows: one each).
  */
-template <int T, int MM>
+template <int T, int MM, bool GLU, bool RMS>
 __global__ void __launch_bounds__(QV_WARPS * 32, 2)
-    k_qmv(const uint8_t *w, size_t rb, const float *x, int64_t ldx, float *y, int64_t ldy, int K,
-          int N, int S, int per, int64_t m_launch, int msym, const int64_t *syms)
+    k_qmv(QVD d, const float *x, int64_t ldx, int K, int S, int per, int64_t m_launch, int msym,
+          const int64_t *syms, EPI e, KT eo, NORM nm)
 {
     extern __shared__ float4 qv_smem[];
     __shared__ float red[QV_WARPS][32];
     float *xs = (float *)qv_smem;             /* [M][K] */
     float *ss = xs + (size_t)m_launch * K;    /* [M][K / 16] */
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = warp % S;
-    int64_t n = ((int64_t)blockIdx.x * (QV_WARPS / S) + warp / S) * 32 + lane;
-    const uint8_t *row = w + (size_t)(n < N ? n : N - 1) * rb;
+    int sp = 0;
+    while (sp + 1 < d.n && blockIdx.x >= d.block0[sp + 1])
+        sp++;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = warp % S, N = d.N[sp];
+    int64_t n = ((int64_t)(blockIdx.x - d.block0[sp]) * (QV_WARPS / S) + warp / S) * 32 + lane;
+    const uint8_t *row = d.w[sp] + (size_t)(n < N ? n : N - 1) * d.rb;
+    const uint8_t *row2 = GLU ? d.w[1] + (size_t)(n < N ? n : N - 1) * d.rb : row;
     int p0 = ks * per, p1 = min(K / 256, p0 + per);
-    const bool two = T != GP_Q6_K && T != GP_Q8_0;
+    const bool two = T != GP_Q6_K && T != GP_Q8_0 && !GLU;
     uint32_t w0[QV<T>::NW], w1[QV<T>::NW]; /* w1: unused by q6_k and q8_0 */
     if (p0 < p1)
         qv_load<T, 0>(row, p0, w0);
-    if (two && p0 + 1 < p1)
-        qv_load<T, 0>(row, p0 + 1, w1);
+    if ((two || GLU) && p0 + (GLU ? 0 : 1) < p1)
+        qv_load<T, 0>(row2, p0 + (GLU ? 0 : 1), w1);
+    if (RMS)
+        prefetch_norm(nm, 0, K);
     pdl_begin();
     int64_t Ml = msym >= 0 ? syms[msym] : m_launch;
     int M = (int)(Ml < m_launch ? Ml : m_launch);
-    for (int m = 0; m < M; m++)
-        for (int i = threadIdx.x; i < K; i += blockDim.x)
-            xs[(size_t)m * K + i] = x[m * ldx + i];
-    __syncthreads();
+    if (RMS) {
+        stage_norm(nm, x, K, xs); /* one row (the launcher's check) */
+    } else {
+        for (int m = 0; m < M; m++)
+            for (int i = threadIdx.x; i < K; i += blockDim.x)
+                xs[(size_t)m * K + i] = x[m * ldx + i];
+        __syncthreads();
+    }
     for (int g = threadIdx.x; g < M * (K / 16); g += blockDim.x) {
         const float4 *p4 = (const float4 *)(xs + (size_t)g * 16);
         float s = 0.0f;
@@ -478,11 +508,20 @@ __global__ void __launch_bounds__(QV_WARPS * 32, 2)
         ss[g] = s;
     }
     __syncthreads();
-    float acc[MM];
+    float acc[MM], acc2[MM];
 #pragma unroll
     for (int m = 0; m < MM; m++)
-        acc[m] = 0.0f;
-    if (T == GP_Q6_K) {
+        acc[m] = acc2[m] = 0.0f;
+    if (GLU) { /* gate and up rows, a step of each at a time */
+        for (int p = p0; p < p1; p++) {
+            qv_step<T, MM, 0>(w0, xs + 256 * p, ss + 16 * p, K, M, acc);
+            if (p + 1 < p1)
+                qv_load<T, 0>(row, p + 1, w0);
+            qv_step<T, MM, 0>(w1, xs + 256 * p, ss + 16 * p, K, M, acc2);
+            if (p + 1 < p1)
+                qv_load<T, 0>(row2, p + 1, w1);
+        }
+    } else if (T == GP_Q6_K) {
         for (int p = p0; p < p1; p += 8) { /* per is a multiple of 8 */
             q6_next<T, MM, 0>(row, p, p1, w0, xs, ss, K, M, acc);
             q6_next<T, MM, 1>(row, p, p1, w0, xs, ss, K, M, acc);
@@ -500,15 +539,14 @@ __global__ void __launch_bounds__(QV_WARPS * 32, 2)
                 qv_load<T, 0>(row, p + 1, w0);
         }
     } else {
-        uint32_t(&wb)[QV<T>::NW] = w1;
         for (int p = p0; p < p1; p += 2) {
             qv_step<T, MM, 0>(w0, xs + 256 * p, ss + 16 * p, K, M, acc);
             if (p + 2 < p1)
                 qv_load<T, 0>(row, p + 2, w0);
             if (p + 1 < p1) {
-                qv_step<T, MM, 0>(wb, xs + 256 * (p + 1), ss + 16 * (p + 1), K, M, acc);
+                qv_step<T, MM, 0>(w1, xs + 256 * (p + 1), ss + 16 * (p + 1), K, M, acc);
                 if (p + 3 < p1)
-                    qv_load<T, 0>(row, p + 3, wb);
+                    qv_load<T, 0>(row, p + 3, w1);
             }
         }
     }
@@ -516,17 +554,31 @@ __global__ void __launch_bounds__(QV_WARPS * 32, 2)
     for (int m = 0; m < MM; m++) {
         if (m >= M)
             break;
-        float s = acc[m];
-        if (S > 1) {
+        float v = acc[m], v2 = acc2[m];
+        if (S > 1) { /* the splits' sums, in split order */
             __syncthreads();
-            red[warp][lane] = s;
+            red[warp][lane] = v;
             __syncthreads();
-            s = 0.0f;
+            v = 0.0f;
             for (int i = 0; i < S; i++)
-                s += red[warp - ks + i][lane];
+                v += red[warp - ks + i][lane];
+            if (GLU) {
+                __syncthreads();
+                red[warp][lane] = v2;
+                __syncthreads();
+                v2 = 0.0f;
+                for (int i = 0; i < S; i++)
+                    v2 += red[warp - ks + i][lane];
+            }
         }
-        if (ks == 0 && n < N)
-            y[m * ldy + n] = s;
+        if (ks != 0 || n >= N)
+            continue;
+        if (GLU)
+            d.y[0][m * d.ldy + n] = qv_silu(v) * v2;
+        else if (d.epi)
+            st_f(eo.p + n * eo.nb[3], eo.t, epi_apply(e, n, v));
+        else
+            d.y[sp][m * d.ldy + n] = v;
     }
 }
 
@@ -715,57 +767,163 @@ static void launch_matmul(gp_cu_ctx *c, int vec, const uint8_t *w, size_t rb, co
                      dim3(TTHREADS), 0, w, rb, x, ldx, y, ldy, K, N, M, msym, c->d_syms);
 }
 
-/* Host: y = x W^T in k_qmv when its layout fits (rows and W 16-byte aligned, K a multiple of 256,
- * q6_k's of 2048, x's staged rows within QV_SMEM_MAX): 1 when launched, 0 when not. */
-template <int T>
-static int launch_qmv(gp_cu_ctx *c, const uint8_t *w, size_t rb, const float *x, int64_t ldx,
-                      float *y, int64_t ldy, int K, int N, int64_t M, int msym)
+/* The types the grouped, GLU and RMS instances of k_qmv are built for (the common files' types;
+ * the others' groups run as single products). */
+static int qv_group_type(gp_dtype t)
+{
+    return t == GP_Q4_0 || t == GP_Q8_0 || t == GP_Q4_K || t == GP_Q6_K;
+}
+
+/* 1 when k_qmv takes rows of type t, K and rb at w (16-byte aligned rows, K a multiple of 256,
+ * q6_k's of 2048), M rows of x within QV_SMEM_MAX. */
+static int qv_fits(gp_dtype t, const void *w, size_t rb, int64_t K, int64_t M)
 {
     size_t smem = (size_t)M * (size_t)K * 4 + (size_t)M * (size_t)(K / 16) * 4;
-    if (K % 256 || rb % 16 || (uintptr_t)w % 16 || (T == GP_Q6_K && K % 2048) || M > 8 ||
-        smem > QV_SMEM_MAX)
-        return 0;
+    return K % 256 == 0 && rb % 16 == 0 && (uintptr_t)w % 16 == 0 &&
+           (t != GP_Q6_K || K % 2048 == 0) && M >= 1 && M <= 8 && smem <= QV_SMEM_MAX &&
+           K <= ((int64_t)1 << 30);
+}
+
+/* Launches k_qmv<T, ...> for d (its block0 set here from its N): the splits, the shared memory. */
+template <int T, int MM, bool GLU, bool RMS>
+static int launch_qmv(gp_cu_ctx *c, QVD d, const float *x, int64_t ldx, int K, int64_t M, int msym,
+                      const EPI &e, const KT &eo, const NORM &nm)
+{
     /* Splits of a row's steps over the warps of a block, until about 1536 warps run (12 a
      * multiprocessor), each taking per steps (q6_k: a multiple of 8), the last fewer */
-    int P = K / 256, groups = (N + 31) / 32, S = 1, unit = T == GP_Q6_K ? 8 : 1;
+    int P = K / 256, groups = 0, S = 1, unit = T == GP_Q6_K ? 8 : 1;
+    for (int s = 0; s < (GLU ? 1 : d.n); s++)
+        groups += (d.N[s] + 31) / 32;
     while (S < QV_MAXS && groups * S < 1536 && P >= 2 * S * unit)
         S *= 2;
     int per = (P + S - 1) / S;
     per = (per + unit - 1) / unit * unit;
-    unsigned blocks = (unsigned)((groups + QV_WARPS / S - 1) / (QV_WARPS / S));
-    void (*k)(const uint8_t *, size_t, const float *, int64_t, float *, int64_t, int, int, int, int,
-              int64_t, int, const int64_t *) = M == 1 ? k_qmv<T, 1> : k_qmv<T, 8>;
+    unsigned blocks = 0;
+    for (int s = 0; s < d.n; s++) {
+        d.block0[s] = blocks;
+        if (!GLU || s == 0)
+            blocks += (unsigned)(((d.N[s] + 31) / 32 + QV_WARPS / S - 1) / (QV_WARPS / S));
+    }
+    d.block0[d.n] = blocks;
+    if (GLU)
+        d.block0[1] = blocks; /* every block is in product 0's range */
+    size_t smem = (size_t)M * (size_t)K * 4 + (size_t)M * (size_t)(K / 16) * 4;
+    void (*k)(QVD, const float *, int64_t, int, int, int, int64_t, int, const int64_t *, EPI, KT,
+              NORM) = k_qmv<T, MM, GLU, RMS>;
     /* more than 48 KB of dynamic shared memory: allowed once per kernel and device */
-    static std::atomic<unsigned> allowed[2];
+    static std::atomic<unsigned> allowed;
     int dev = 0;
     if (smem > (48 << 10) && cudaGetDevice(&dev) == cudaSuccess && dev < 32 &&
-        !(allowed[M == 1].load() & 1u << dev)) {
+        !(allowed.load() & 1u << dev)) {
         if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QV_SMEM_MAX) !=
             cudaSuccess) {
             cudaGetLastError();
             return 0;
         }
-        allowed[M == 1] |= 1u << dev;
+        allowed |= 1u << dev;
     }
-    gp_cu_launch(c, k, dim3(blocks), dim3(QV_WARPS * 32), smem, w, rb, x, ldx, y, ldy, K, N, S,
-                 per, M, msym, c->d_syms);
+    gp_cu_launch(c, k, dim3(blocks), dim3(QV_WARPS * 32), smem, d, x, ldx, K, S, per, M, msym,
+                 c->d_syms, e, eo, nm);
     return 1;
 }
 
-static int launch_fast(gp_dtype t, gp_cu_ctx *c, const uint8_t *w, size_t rb, const float *x,
-                       int64_t ldx, float *y, int64_t ldy, int K, int N, int64_t M, int msym)
+/* A single product y = x W^T (d.n 1) of type t in k_qmv: 1 when launched, 0 when not taken. */
+static int launch_fast(gp_dtype t, gp_cu_ctx *c, const QVD &d, const float *x, int64_t ldx, int K,
+                       int64_t M, int msym, const EPI &e, const KT &eo)
 {
+    NORM nm;
+    memset(&nm, 0, sizeof nm);
+#define QV_ONE(TT)                                                                                 \
+    return M == 1 ? launch_qmv<TT, 1, false, false>(c, d, x, ldx, K, M, msym, e, eo, nm)          \
+                  : launch_qmv<TT, 8, false, false>(c, d, x, ldx, K, M, msym, e, eo, nm)
     switch (t) {
-    case GP_Q4_0: return launch_qmv<GP_Q4_0>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
-    case GP_Q4_1: return launch_qmv<GP_Q4_1>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
-    case GP_Q5_0: return launch_qmv<GP_Q5_0>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
-    case GP_Q5_1: return launch_qmv<GP_Q5_1>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
-    case GP_Q8_0: return launch_qmv<GP_Q8_0>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
-    case GP_Q4_K: return launch_qmv<GP_Q4_K>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
-    case GP_Q5_K: return launch_qmv<GP_Q5_K>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
-    case GP_Q6_K: return launch_qmv<GP_Q6_K>(c, w, rb, x, ldx, y, ldy, K, N, M, msym);
+    case GP_Q4_0: QV_ONE(GP_Q4_0);
+    case GP_Q4_1: QV_ONE(GP_Q4_1);
+    case GP_Q5_0: QV_ONE(GP_Q5_0);
+    case GP_Q5_1: QV_ONE(GP_Q5_1);
+    case GP_Q8_0: QV_ONE(GP_Q8_0);
+    case GP_Q4_K: QV_ONE(GP_Q4_K);
+    case GP_Q5_K: QV_ONE(GP_Q5_K);
+    case GP_Q6_K: QV_ONE(GP_Q6_K);
     default: return 0;
     }
+#undef QV_ONE
+}
+
+template <int T>
+static int launch_group_t(gp_cu_ctx *c, const QVD &d, const float *x, int K, int glu, int rms,
+                          const NORM &nm)
+{
+    EPI e;
+    KT eo;
+    memset(&e, 0, sizeof e);
+    memset(&eo, 0, sizeof eo);
+    if constexpr (T != GP_Q6_K) { /* not built for q6_k: gate and up in q6_k are q6_k files' */
+        if (glu)
+            return rms ? launch_qmv<T, 1, true, true>(c, d, x, K, K, 1, -1, e, eo, nm)
+                       : launch_qmv<T, 1, true, false>(c, d, x, K, K, 1, -1, e, eo, nm);
+    } else if (glu) {
+        return 0;
+    }
+    return rms ? launch_qmv<T, 1, false, true>(c, d, x, K, K, 1, -1, e, eo, nm)
+               : launch_qmv<T, 1, false, false>(c, d, x, K, K, 1, -1, e, eo, nm);
+}
+
+extern "C" int gp_cu_quant_group(gp_cu_ctx *c, const gp_cu_group *g, int *launched)
+{
+    *launched = 0;
+    gp_dtype t = g->w[0].dtype;
+    if (!qv_group_type(t) || g->n < 2 || g->n > GP_CU_MAX_GROUP || (g->glu && g->n != 2) ||
+        (g->has_norm && g->norm.is_ln))
+        return 0;
+    const gp_cu_tensor *xt = g->has_norm ? &g->norm.x : &g->x;
+    KT kx = gp_kt_of(c, xt);
+    int64_t K = kx.ne[3];
+    if (kx.t != GP_F32 || kt_count(kx, 3) != 1 || kx.nb[3] != 4 || ((uintptr_t)kx.p & 15) ||
+        xt->sym[xt->ndim - 1] >= 0)
+        return 0;
+    QVD d;
+    memset(&d, 0, sizeof d);
+    d.n = g->n;
+    d.rb = gp_dtype_row_bytes(t, K);
+    NORM nm;
+    memset(&nm, 0, sizeof nm);
+    if (g->has_norm) {
+        nm = norm_params(c, &g->norm);
+        if (nm.w.ne[3] != K || kt_count(nm.w, 3) != 1 || nm.fold)
+            return 0;
+    }
+    for (int s = 0; s < g->n; s++) {
+        const gp_cu_tensor *w = &g->w[s];
+        KT o = gp_kt_of(c, &g->out[g->glu ? 0 : s]);
+        if (w->dtype != t || !g->tb[s] || w->ndim != 2 || w->ne[1] != K || w->sym[0] >= 0 ||
+            w->sym[1] >= 0 || w->nb[0] != (int64_t)d.rb || !qv_fits(t, w->data, d.rb, K, 1) ||
+            o.t != GP_F32 || kt_count(o, 3) != 1 || o.nb[3] != 4 || o.ne[3] != w->ne[0] ||
+            w->ne[0] < 1 || w->ne[0] > ((int64_t)1 << 30) ||
+            (g->glu && s == 1 && w->ne[0] != d.N[0]))
+            return 0;
+        d.w[s] = (const uint8_t *)w->data;
+        d.N[s] = (int)w->ne[0];
+        d.y[s] = (float *)o.p;
+    }
+    const float *x = (const float *)kx.p;
+    int r = 0;
+    switch (t) {
+    case GP_Q4_0: r = launch_group_t<GP_Q4_0>(c, d, x, (int)K, g->glu, g->has_norm, nm); break;
+    case GP_Q8_0: r = launch_group_t<GP_Q8_0>(c, d, x, (int)K, g->glu, g->has_norm, nm); break;
+    case GP_Q4_K: r = launch_group_t<GP_Q4_K>(c, d, x, (int)K, g->glu, g->has_norm, nm); break;
+    case GP_Q6_K: r = launch_group_t<GP_Q6_K>(c, d, x, (int)K, g->glu, g->has_norm, nm); break;
+    default: break;
+    }
+    if (!r)
+        return 0;
+    quant_counts[0] += g->glu ? 2 : g->n;
+    quant_counts[3] += g->glu ? 2 : g->n;
+    quant_counts[5]++;
+    if (gp_cu_check_launch(c, "quant_group"))
+        return -1;
+    *launched = 1;
+    return 0;
 }
 
 /* The prompt path's workspace: cuBLAS's own part, then x's tile, then W's. */
@@ -835,9 +993,33 @@ static int quant_blas(gp_cu_ctx *c, gp_dtype t, const uint8_t *w, size_t rb, con
     return 1;
 }
 
-extern "C" int gp_cu_quant_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
-                                  const gp_cu_tensor *in, void *ws, size_t ws_size)
+/* The epilogue epi of a one-row product of N outputs as k_qmv applies it (e, into eo): 1, or 0
+ * when it does not take it (operands other than one row of N or one value, ops other than add,
+ * mul and gelu). */
+static int qv_epilogue(gp_cu_ctx *c, const gp_cu_epilogue *epi, int64_t N, EPI *e, KT *eo)
 {
+    *eo = gp_kt_of(c, &epi->out);
+    if (epi->n < 1 || epi->n > GP_CU_MAX_EPI || kt_count(*eo, 3) != 1 || eo->ne[3] != N)
+        return 0;
+    e->n = epi->n;
+    for (int k = 0; k < epi->n; k++) {
+        e->op[k] = epi->op[k];
+        if (epi->op[k] == GP_OP_GELU)
+            continue;
+        e->other[k] = gp_kt_of(c, &epi->other[k]);
+        if (kt_count(e->other[k], 3) != 1 || (e->other[k].ne[3] != N && e->other[k].ne[3] != 1) ||
+            (epi->op[k] != GP_OP_ADD && epi->op[k] != GP_OP_MUL))
+            return 0;
+    }
+    return 1;
+}
+
+extern "C" int gp_cu_quant_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
+                                  const gp_cu_tensor *in, void *ws, size_t ws_size,
+                                  const gp_cu_epilogue *epi, int *fused)
+{
+    if (fused)
+        *fused = 0;
     const gp_cu_tensor *xt = &in[0], *wt = &in[1];
     gp_dtype t = wt->dtype;
     int64_t qk = gp_dtype_block(t), K = xt->ne[1], N = wt->ne[0];
@@ -876,10 +1058,27 @@ extern "C" int gp_cu_quant_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_t
             return gp_cu_check_launch(c, "quant_matmul_blas");
         }
     }
-    int fast = vec &&
-               launch_fast(t, c, (const uint8_t *)wt->data, rb, (const float *)xt->data,
-                           xt->nb[0] / 4, (float *)out->data, out->nb[0] / 4, (int)K, (int)N, M,
-                           msym);
+    int fast = 0;
+    if (vec && qv_fits(t, wt->data, rb, K, M)) {
+        QVD d;
+        memset(&d, 0, sizeof d);
+        d.n = 1;
+        d.w[0] = (const uint8_t *)wt->data;
+        d.N[0] = (int)N;
+        d.y[0] = (float *)out->data;
+        d.rb = rb;
+        d.ldy = out->nb[0] / 4;
+        EPI e;
+        KT eo;
+        memset(&e, 0, sizeof e);
+        memset(&eo, 0, sizeof eo);
+        /* one row at most (the launch size's): the epilogue too */
+        d.epi = epi && fused && M == 1 && qv_epilogue(c, epi, N, &e, &eo);
+        fast = launch_fast(t, c, d, (const float *)xt->data, xt->nb[0] / 4, (int)K, M, msym, e,
+                           eo);
+        if (fast && d.epi)
+            *fused = 1;
+    }
     if (!fast)
         (void)QUANT_DISPATCH(t, launch_matmul, c, vec, (const uint8_t *)wt->data, rb,
                              (const float *)xt->data, xt->nb[0] / 4, (float *)out->data,

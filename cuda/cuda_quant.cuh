@@ -23,12 +23,23 @@ extern "C" {
  * row. Larger M (prompts), with ws (a workspace of GP_WS_CUBLAS_BYTES, as the planner gives every
  * CUDA matmul) and cuBLAS: x and tiles of W rounded to f16 in ws, their products on tensor cores
  * in f32 sums, rows of y past the param block's M written too (the launch size's); without ws,
- * tiles of 64 x 64 outputs in f32, W's tile dequantized into shared memory. Never fused: no
- * epilogue, no norm of x (cuda_plan.c plans none; gp_cu_matmul refuses pre). Allocates nothing.
+ * tiles of 64 x 64 outputs in f32, W's tile dequantized into shared memory. epi (may be NULL):
+ * k_qmv applies it for one row of x (*fused = 1: only epi->out written), else *fused = 0 (the
+ * caller runs it). No norm of x (gp_cu_matmul refuses pre; groups take one). Allocates nothing.
  * 0, or -1 with c->err set (layouts it does not take, a launch or cuBLAS error).
  */
 int gp_cu_quant_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
-                       const gp_cu_tensor *in, void *ws, size_t ws_size);
+                       const gp_cu_tensor *in, void *ws, size_t ws_size,
+                       const gp_cu_epilogue *epi, int *fused);
+
+/*
+ * gp_cuda_matvec_group for quantized weights (gp_cuda_matvec_group calls it): q, k and v, or gate
+ * and up with their swiglu, in one k_qmv launch, x staged once per block (with has_norm: as
+ * rms_norm(norm.x, norm.w), computed there and never written). Weights of one type among q4_0,
+ * q8_0, q4_k, q6_k (GLU: not q6_k), k_qmv's layouts, x one f32 row. *launched = 0 when it does
+ * not take them (nothing launched). 0, or -1 with c->err.
+ */
+int gp_cu_quant_group(gp_cu_ctx *c, const gp_cu_group *g, int *launched);
 
 /* cuBLAS's workspace set to [ws, ws + size) unless it is already (cuda_matmul.cu). 0, or -1 with
  * c->err set. */
@@ -46,7 +57,8 @@ int gp_cu_quant_get_rows(gp_cu_ctx *c, const gp_cu_tensor *out, const gp_cu_tens
 int gp_cuda_quant_deq8_host(gp_dtype t, const void *row, int e0, float *v);
 
 /* Launches so far in this process, for tests: which 0, one-token products; 1, prompt products;
- * 2, lookups; 3, one-token products in k_qmv; 4, prompt products on cuBLAS. */
+ * 2, lookups; 3, one-token products in k_qmv; 4, prompt products on cuBLAS; 5, grouped launches
+ * (gp_cu_quant_group; their products count in 0 and 3 too). */
 int64_t gp_cuda_quant_count(int which);
 
 #ifdef __cplusplus

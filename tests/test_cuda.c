@@ -3297,7 +3297,8 @@ static void quant_model_parity(const char *wtype)
     CU_ASSERT_EQUAL_FATAL(gp_model_bind_weights(f, path, err, sizeof err), 0);
     gp_session_opts oc = {"cpu", 2, 0}, og = {"cuda", 1, 0};
     int64_t c0 = gp_cuda_quant_count(0), c1 = gp_cuda_quant_count(1), c2 = gp_cuda_quant_count(2);
-    int64_t c3 = gp_cuda_quant_count(3), c4 = gp_cuda_quant_count(4);
+    int64_t c3 = gp_cuda_quant_count(3), c4 = gp_cuda_quant_count(4), c5 = gp_cuda_quant_count(5);
+    int64_t e0 = gp_cuda_blas_epilogue_count(0);
     gp_session *sc = gp_session_new(f, &oc, err, sizeof err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(sc);
     gp_session *sg = gp_session_new(q, &og, err, sizeof err);
@@ -3327,11 +3328,17 @@ static void quant_model_parity(const char *wtype)
     int64_t n3 = gp_cuda_quant_count(3) - c3, n4 = gp_cuda_quant_count(4) - c4;
     CU_ASSERT(n0 > 0 && n1 > 0 && n2 > 0);
     CU_ASSERT(n3 > 0 && n4 > 0); /* rows of 16-byte multiples (K 256, 512): k_qmv; prompts: cuBLAS */
+    /* q, k, v and gate, up, swiglu grouped (with their norms) for the types built for groups; the
+     * residual adds after o and down in the prompts' products: one epilogue launch after cuBLAS */
+    int64_t n5 = gp_cuda_quant_count(5) - c5, ne = gp_cuda_blas_epilogue_count(0) - e0;
+    int grouped = !strcmp(wtype, "q4_k") || !strcmp(wtype, "q8_0") || !strcmp(wtype, "q4_0");
+    CU_ASSERT_EQUAL(n5 > 0, grouped);
+    CU_ASSERT(ne > 0);
     printf("  llama %-5s CUDA vs CPU f32 (dequantized): worst logits error %.3g (tolerance 5e-3), "
-           "eval allocations %lld, launches: one-token %lld (k_qmv %lld) prompt %lld (cuBLAS %lld) "
-           "lookups %lld\n",
-           wtype, worst, (long long)allocs, (long long)n0, (long long)n3, (long long)n1,
-           (long long)n4, (long long)n2);
+           "eval allocations %lld, launches: one-token %lld (k_qmv %lld, grouped launches %lld) "
+           "prompt %lld (cuBLAS %lld, epilogues after %lld) lookups %lld\n",
+           wtype, worst, (long long)allocs, (long long)n0, (long long)n3, (long long)n5,
+           (long long)n1, (long long)n4, (long long)ne, (long long)n2);
     free(lc);
     free(lg);
     gp_session_free(sg);
