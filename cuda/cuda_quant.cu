@@ -198,10 +198,10 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
  * float without a conversion instruction: its byte v < 128 placed under the exponent of 0.5 gives
  * f = 0.5 + v / 256 exactly (one byte permute), so 16 elements cost 16 permutes and 16 fused
  * multiply-adds F = sum f x, and their part of the dot product is a F + c X (X = sum x, staged),
- * a and c from the block's scales: q = 256 f - 128. The 4-bit types place 8 q (q = 32 f - 16) to
- * lose fewer bits to the offset; q8_0 takes the exact 2^23 + v form and a subtraction. The
- * offset costs some bits of F (the error stays near f32 rounding of the sum; tests/test_cuda.c's
- * 1e-5 of sum |x| |w|). A row's steps may be split over S warps of a block, added in split order.
+ * a and c from the block's scales. Bytes hold q shifted up to just under 128 (4-bit q: 8 q, so
+ * q = 32 f - 16; 5-bit: 4 q; 6-bit: 2 q) so that the offset costs few bits of F (within about
+ * 1e-6 of sum |x| |w| a step: test_quant_step_host); q8_0 takes the exact 2^23 + v form and a
+ * subtraction. A row's steps may be split over S warps of a block, added in split order.
  */
 enum { QV_WARPS = 8, QV_MAXS = 8, QV_SMEM_MAX = 160 << 10 };
 
@@ -214,28 +214,63 @@ template <int T> struct QV {
     };
 };
 
-/* Bytes off .. off + 3 (off even, known at compile time once unrolled) of the words w. */
-template <int NW> __device__ __forceinline__ uint32_t qw32(const uint32_t (&w)[NW], int off)
+/* The step's device intrinsics, and their host forms (gp_cuda_quant_step_host). */
+__host__ __device__ __forceinline__ uint32_t q_funnel16(uint32_t lo, uint32_t hi)
 {
-    return off % 4 ? __funnelshift_r(w[off / 4], w[off / 4 + 1], 16) : w[off / 4];
+#ifdef __CUDA_ARCH__
+    return __funnelshift_r(lo, hi, 16);
+#else
+    return lo >> 16 | hi << 16;
+#endif
 }
 
-template <int NW> __device__ __forceinline__ float qh16(const uint32_t (&w)[NW], int off)
+__host__ __device__ __forceinline__ uint32_t q_perm(uint32_t x, uint32_t y, unsigned sel)
+{
+#ifdef __CUDA_ARCH__
+    return __byte_perm(x, y, sel);
+#else
+    uint64_t v = (uint64_t)y << 32 | x;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++)
+        r |= (uint32_t)(v >> 8 * (sel >> 4 * i & 7) & 0xffu) << 8 * i;
+    return r;
+#endif
+}
+
+__host__ __device__ __forceinline__ float q_f32(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+
+/* Bytes off .. off + 3 (off even, known at compile time once unrolled) of the words w. */
+template <int NW> __host__ __device__ __forceinline__ uint32_t qw32(const uint32_t (&w)[NW], int off)
+{
+    return off % 4 ? q_funnel16(w[off / 4], w[off / 4 + 1]) : w[off / 4];
+}
+
+template <int NW> __host__ __device__ __forceinline__ float qh16(const uint32_t (&w)[NW], int off)
 {
     uint32_t v = off % 4 ? w[off / 4] >> 16 : w[off / 4] & 0xffffu;
-    return __half2float(__ushort_as_half((unsigned short)v));
+    uint8_t b[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
+    return ld_h16(b);
 }
 
-template <int NW> __device__ __forceinline__ int qb8(const uint32_t (&w)[NW], int off)
+template <int NW> __host__ __device__ __forceinline__ int qb8(const uint32_t (&w)[NW], int off)
 {
     return (int)(int8_t)(w[off / 4] >> 8 * (off % 4) & 0xffu);
 }
 
 /* Byte B of v (< 128) as 0.5 + v / 256 (EXACT: v any byte, as 2^23 + v). */
-template <int B, bool EXACT> __device__ __forceinline__ float qbf(uint32_t v)
+template <int B, bool EXACT> __host__ __device__ __forceinline__ float qbf(uint32_t v)
 {
-    return EXACT ? __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7650 | B))
-                 : __uint_as_float(__byte_perm(v, 0x3F000000u, 0x7054 | B << 8));
+    return EXACT ? q_f32(q_perm(v, 0x4B000000u, 0x7650 | B))
+                 : q_f32(q_perm(v, 0x3F000000u, 0x7054 | B << 8));
 }
 
 /*
@@ -244,7 +279,7 @@ template <int B, bool EXACT> __device__ __forceinline__ float qbf(uint32_t v)
  * q x exactly converted.
  */
 template <int MM, bool EXACT>
-__device__ __forceinline__ void qv_run(uint32_t v0, uint32_t v1, uint32_t v2, uint32_t v3, float a,
+__host__ __device__ __forceinline__ void qv_run(uint32_t v0, uint32_t v1, uint32_t v2, uint32_t v3, float a,
                                        float c, const float *xs, const float *ss, int xk, int M,
                                        float (&acc)[MM])
 {
@@ -254,17 +289,17 @@ __device__ __forceinline__ void qv_run(uint32_t v0, uint32_t v1, uint32_t v2, ui
                    qbf<0, EXACT>(v2), qbf<1, EXACT>(v2), qbf<2, EXACT>(v2), qbf<3, EXACT>(v2),
                    qbf<0, EXACT>(v3), qbf<1, EXACT>(v3), qbf<2, EXACT>(v3), qbf<3, EXACT>(v3)};
     if (EXACT) {
-#pragma unroll
+Q_UNROLL
         for (int i = 0; i < 16; i++)
             f[i] -= off;
     }
-#pragma unroll
+Q_UNROLL
     for (int m = 0; m < MM; m++) {
         if (m >= M)
             break;
         const float4 *x4 = (const float4 *)(xs + (size_t)m * xk);
         float F0 = 0.0f, F1 = 0.0f;
-#pragma unroll
+Q_UNROLL
         for (int q = 0; q < 4; q += 2) {
             float4 xa = x4[q], xb = x4[q + 1];
             F0 = fmaf(f[4 * q], xa.x, F0);
@@ -283,35 +318,35 @@ __device__ __forceinline__ void qv_run(uint32_t v0, uint32_t v1, uint32_t v2, ui
 
 /* Runs of 4-bit quants: the low (HI 0) or high nibbles of the 16 bytes at w[i0 .. i0 + 3] as 8 q. */
 template <int NW>
-__device__ __forceinline__ void nib8(const uint32_t (&w)[NW], int off, int hi, uint32_t (&v)[4])
+__host__ __device__ __forceinline__ void nib8(const uint32_t (&w)[NW], int off, int hi, uint32_t (&v)[4])
 {
-#pragma unroll
+Q_UNROLL
     for (int i = 0; i < 4; i++) {
         uint32_t q = qw32(w, off + 4 * i);
         v[i] = (hi ? q >> 1 : q << 3) & 0x78787878u;
     }
 }
 
-/* The 4 bits of h from bit b on, spread to bit 4 of each byte (q5_0 / q5_1's fifth bits). */
-__device__ __forceinline__ uint32_t spread4(uint32_t h, int b)
+/* The 4 bits of h from bit b on, spread to bit 6 of each byte (q5_0 / q5_1's fifth bits, of 4 q). */
+__host__ __device__ __forceinline__ uint32_t spread4(uint32_t h, int b)
 {
-    return (h >> b & 15u) * 0x02040810u & 0x10101010u;
+    return (h >> b & 15u) * 0x08102040u & 0x40404040u;
 }
 
 /* acc += the products of 256 elements (step bytes from byte S of w) with x at xs (sums at ss). */
 template <int T, int MM, int S, int NW>
-__device__ __forceinline__ void qv_step(const uint32_t (&w)[NW], const float *xs, const float *ss,
+__host__ __device__ __forceinline__ void qv_step(const uint32_t (&w)[NW], const float *xs, const float *ss,
                                         int xk, int M, float (&acc)[MM])
 {
     uint32_t v[4];
     if (T == GP_Q4_0 || T == GP_Q4_1) {
         const int bb = T == GP_Q4_0 ? 18 : 20;
-#pragma unroll
+Q_UNROLL
         for (int t = 0; t < 8; t++) {
             float d = qh16(w, bb * t), a = 32.0f * d;
             float c = T == GP_Q4_0 ? -24.0f * d : qh16(w, bb * t + 2) - 16.0f * d;
             int qs = bb * t + (T == GP_Q4_0 ? 2 : 4);
-#pragma unroll
+Q_UNROLL
             for (int hi = 0; hi < 2; hi++) {
                 nib8(w, qs, hi, v);
                 qv_run<MM, false>(v[0], v[1], v[2], v[3], a, c, xs + 32 * t + 16 * hi,
@@ -320,29 +355,29 @@ __device__ __forceinline__ void qv_step(const uint32_t (&w)[NW], const float *xs
         }
     } else if (T == GP_Q5_0 || T == GP_Q5_1) {
         const int bb = T == GP_Q5_0 ? 22 : 24, o = T == GP_Q5_0 ? 2 : 4;
-#pragma unroll
+Q_UNROLL
         for (int t = 0; t < 8; t++) {
-            float d = qh16(w, bb * t), a = 256.0f * d;
-            float c = T == GP_Q5_0 ? -144.0f * d : qh16(w, bb * t + 2) - 128.0f * d;
+            float d = qh16(w, bb * t), a = 64.0f * d; /* bytes 4 q: q = 64 f - 32 */
+            float c = T == GP_Q5_0 ? -48.0f * d : qh16(w, bb * t + 2) - 32.0f * d;
             uint32_t h = qw32(w, bb * t + o);
-#pragma unroll
+Q_UNROLL
             for (int hi = 0; hi < 2; hi++) {
-#pragma unroll
+Q_UNROLL
                 for (int i = 0; i < 4; i++) {
                     uint32_t q = qw32(w, bb * t + o + 4 + 4 * i);
-                    v[i] = ((hi ? q >> 4 : q) & 0x0F0F0F0Fu) | spread4(h, 16 * hi + 4 * i);
+                    v[i] = ((hi ? q >> 2 : q << 2) & 0x3C3C3C3Cu) | spread4(h, 16 * hi + 4 * i);
                 }
                 qv_run<MM, false>(v[0], v[1], v[2], v[3], a, c, xs + 32 * t + 16 * hi,
                                   ss + 2 * t + hi, xk, M, acc);
             }
         }
     } else if (T == GP_Q8_0) {
-#pragma unroll
+Q_UNROLL
         for (int t = 0; t < 8; t++) {
             float d = qh16(w, 34 * t);
-#pragma unroll
+Q_UNROLL
             for (int hi = 0; hi < 2; hi++) {
-#pragma unroll
+Q_UNROLL
                 for (int i = 0; i < 4; i++)
                     v[i] = qw32(w, 34 * t + 2 + 16 * hi + 4 * i) ^ 0x80808080u;
                 qv_run<MM, true>(v[0], v[1], v[2], v[3], d, 0.0f, xs + 32 * t + 16 * hi, ss, xk,
@@ -352,7 +387,7 @@ __device__ __forceinline__ void qv_step(const uint32_t (&w)[NW], const float *xs
     } else if (T == GP_Q4_K || T == GP_Q5_K) {
         float d = qh16(w, 0), dmin = qh16(w, 2);
         uint32_t s0 = w[1], s1 = w[2], s2 = w[3];
-#pragma unroll
+Q_UNROLL
         for (int j = 0; j < 8; j++) {
             int sc, mn;
             if (j < 4) {
@@ -362,43 +397,44 @@ __device__ __forceinline__ void qv_step(const uint32_t (&w)[NW], const float *xs
                 sc = (s2 >> 8 * (j - 4) & 15) | (s0 >> (8 * (j - 4) + 6) & 3) << 4;
                 mn = (s2 >> (8 * (j - 4) + 4) & 15) | (s1 >> (8 * (j - 4) + 6) & 3) << 4;
             }
-            float dl = __fmul_rn(d, (float)sc), ml = __fmul_rn(dmin, (float)mn);
+            float dl = mul_rn(d, (float)sc), ml = mul_rn(dmin, (float)mn);
             int p = j >> 1, hi = j & 1;
-#pragma unroll
+Q_UNROLL
             for (int h = 0; h < 2; h++) {
                 if (T == GP_Q4_K) {
                     nib8(w, 16 + 32 * p + 16 * h, hi, v);
                     qv_run<MM, false>(v[0], v[1], v[2], v[3], 32.0f * dl, -fmaf(16.0f, dl, ml),
                                       xs + 32 * j + 16 * h, ss + 2 * j + h, xk, M, acc);
                 } else {
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
+Q_UNROLL
+                    for (int i = 0; i < 4; i++) { /* bytes 4 q: q = 64 f - 32 */
                         uint32_t q = w[12 + 8 * p + 4 * h + i], qh = w[4 + 4 * h + i];
-                        uint32_t hb = j <= 4 ? qh << (4 - j) : qh >> (j - 4);
-                        v[i] = ((hi ? q >> 4 : q) & 0x0F0F0F0Fu) | (hb & 0x10101010u);
+                        uint32_t hb = j <= 6 ? qh << (6 - j) : qh >> (j - 6);
+                        v[i] = ((hi ? q >> 2 : q << 2) & 0x3C3C3C3Cu) | (hb & 0x40404040u);
                     }
-                    qv_run<MM, false>(v[0], v[1], v[2], v[3], 256.0f * dl, -fmaf(128.0f, dl, ml),
+                    qv_run<MM, false>(v[0], v[1], v[2], v[3], 64.0f * dl, -fmaf(32.0f, dl, ml),
                                       xs + 32 * j + 16 * h, ss + 2 * j + h, xk, M, acc);
                 }
             }
         }
     } else { /* GP_Q6_K */
         float d = qh16(w, S + 208);
-#pragma unroll
+Q_UNROLL
         for (int hh = 0; hh < 2; hh++)
-#pragma unroll
+Q_UNROLL
             for (int k = 0; k < 4; k++)
-#pragma unroll
+Q_UNROLL
                 for (int l = 0; l < 2; l++) {
-                    float ds = __fmul_rn(d, (float)qb8(w, S + 192 + 8 * hh + 2 * k + l));
-#pragma unroll
+                    float ds = mul_rn(d, (float)qb8(w, S + 192 + 8 * hh + 2 * k + l));
+Q_UNROLL
                     for (int i = 0; i < 4; i++) {
                         uint32_t ql = qw32(w, S + 64 * hh + 32 * (k & 1) + 16 * l + 4 * i);
                         uint32_t qh = qw32(w, S + 128 + 32 * hh + 16 * l + 4 * i);
-                        uint32_t hb = k <= 2 ? qh << (4 - 2 * k) : qh >> 2;
-                        v[i] = ((k >> 1 ? ql >> 4 : ql) & 0x0F0F0F0Fu) | (hb & 0x30303030u);
+                        /* bytes 2 q: q = 128 f - 64 */
+                        uint32_t hb = k <= 2 ? qh << (5 - 2 * k) : qh >> 1;
+                        v[i] = ((k >> 1 ? ql >> 3 : ql << 1) & 0x1E1E1E1Eu) | (hb & 0x60606060u);
                     }
-                    qv_run<MM, false>(v[0], v[1], v[2], v[3], 256.0f * ds, -160.0f * ds,
+                    qv_run<MM, false>(v[0], v[1], v[2], v[3], 128.0f * ds, -96.0f * ds,
                                       xs + 128 * hh + 32 * k + 16 * l, ss + 8 * hh + 2 * k + l, xk,
                                       M, acc);
                 }
@@ -752,6 +788,61 @@ extern "C" int gp_cuda_quant_deq8_host(gp_dtype t, const void *row, int e0, floa
     if (e0 < 0 || e0 % 8)
         return -1;
     return QUANT_DISPATCH(t, deq8_host, row, e0, v);
+}
+
+/* k_qmv's step on the host: the words as the kernel loads them (from S bytes before the step),
+ * x's sums of 16 as it stages them. */
+template <int T, int S> static void step_host(const uint8_t *step, const float *x, float *out)
+{
+    uint8_t buf[QV<T>::NW * 4];
+    uint32_t w[QV<T>::NW];
+    memset(buf, 0, sizeof buf);
+    memcpy(buf + S, step, QV<T>::G);
+    memcpy(w, buf, sizeof w);
+    alignas(16) float xs[256], ss[16];
+    memcpy(xs, x, sizeof xs);
+    for (int g = 0; g < 16; g++) {
+        float a = 0.0f;
+        for (int q = 0; q < 4; q++)
+            a += (xs[16 * g + 4 * q] + xs[16 * g + 4 * q + 1]) +
+                 (xs[16 * g + 4 * q + 2] + xs[16 * g + 4 * q + 3]);
+        ss[g] = a;
+    }
+    float acc[1] = {0.0f};
+    qv_step<T, 1, S>(w, xs, ss, 256, 1, acc);
+    *out = acc[0];
+}
+
+template <int T> static int step_shift(const uint8_t *step, int shift, const float *x, float *out)
+{
+    switch (T == GP_Q6_K ? shift : shift ? -1 : 0) {
+    case 0: step_host<T, 0>(step, x, out); return 0;
+    case 2: step_host<T, 2>(step, x, out); return 0;
+    case 4: step_host<T, 4>(step, x, out); return 0;
+    case 6: step_host<T, 6>(step, x, out); return 0;
+    case 8: step_host<T, 8>(step, x, out); return 0;
+    case 10: step_host<T, 10>(step, x, out); return 0;
+    case 12: step_host<T, 12>(step, x, out); return 0;
+    case 14: step_host<T, 14>(step, x, out); return 0;
+    default: return -1;
+    }
+}
+
+extern "C" int gp_cuda_quant_step_host(gp_dtype t, const void *step, int shift, const float *x,
+                                       float *out)
+{
+    const uint8_t *b = (const uint8_t *)step;
+    switch (t) {
+    case GP_Q4_0: return step_shift<GP_Q4_0>(b, shift, x, out);
+    case GP_Q4_1: return step_shift<GP_Q4_1>(b, shift, x, out);
+    case GP_Q5_0: return step_shift<GP_Q5_0>(b, shift, x, out);
+    case GP_Q5_1: return step_shift<GP_Q5_1>(b, shift, x, out);
+    case GP_Q8_0: return step_shift<GP_Q8_0>(b, shift, x, out);
+    case GP_Q4_K: return step_shift<GP_Q4_K>(b, shift, x, out);
+    case GP_Q5_K: return step_shift<GP_Q5_K>(b, shift, x, out);
+    case GP_Q6_K: return step_shift<GP_Q6_K>(b, shift, x, out);
+    default: return -1;
+    }
 }
 
 template <int T>

@@ -56,6 +56,12 @@ int gp_cu_quant_get_rows(gp_cu_ctx *c, const gp_cu_tensor *out, const gp_cu_tens
  * v[8]. 0, or -1 when t is not quantized or e0 is not a multiple of 8. */
 int gp_cuda_quant_deq8_host(gp_dtype t, const void *row, int e0, float *v);
 
+/* k_qmv's arithmetic run on the host (no GPU needed): *out = the dot product of one step of
+ * type t (256 elements: a super-block or 8 blocks, at step) with x[256], as a lane computes it,
+ * its bytes loaded from shift bytes before step (q6_k's steps: 0, 2, ..., 14; the others 0).
+ * 0, or -1 for a type or shift it does not take. */
+int gp_cuda_quant_step_host(gp_dtype t, const void *step, int shift, const float *x, float *out);
+
 /* Launches so far in this process, for tests: which 0, one-token products; 1, prompt products;
  * 2, lookups; 3, one-token products in k_qmv; 4, prompt products on cuBLAS; 5, grouped launches
  * (gp_cu_quant_group; their products count in 0 and 3 too). */
