@@ -988,7 +988,7 @@ extern "C" int gp_cu_quant_group(gp_cu_ctx *c, const gp_cu_group *g, int *launch
         const gp_cu_tensor *w = &g->w[s];
         KT o = gp_kt_of(c, &g->out[g->glu ? 0 : s]);
         if (w->dtype != t || !g->tb[s] || w->ndim != 2 || w->ne[1] != K || w->sym[0] >= 0 ||
-            w->sym[1] >= 0 || w->nb[0] != (int64_t)d.rb || !qv_fits(t, w->data, d.rb, K, 1) ||
+            w->sym[1] >= 0 || !qv_fits(t, w->data, d.rb, K, 1) ||
             o.t != GP_F32 || kt_count(o, 3) != 1 || o.nb[3] != 4 || o.ne[3] != w->ne[0] ||
             w->ne[0] < 1 || w->ne[0] > ((int64_t)1 << 30) ||
             (g->glu && s == 1 && w->ne[0] != d.N[0]))
