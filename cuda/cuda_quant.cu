@@ -488,6 +488,22 @@ __device__ __forceinline__ float qv_silu(float v)
     return v / (1.0f + expf(-v)); /* as the swiglu node (cuda_ops.cu) */
 }
 
+/* Step p of a q6_k row (its shift 2 (p mod 8)) into w: one instance a shift. */
+template <int T>
+__device__ __forceinline__ void q6_load(const uint8_t *row, int p, uint32_t (&w)[QV<T>::NW])
+{
+    switch (p & 7) {
+    case 0: qv_load<T, 0>(row, p, w); break;
+    case 1: qv_load<T, 2>(row, p, w); break;
+    case 2: qv_load<T, 4>(row, p, w); break;
+    case 3: qv_load<T, 6>(row, p, w); break;
+    case 4: qv_load<T, 8>(row, p, w); break;
+    case 5: qv_load<T, 10>(row, p, w); break;
+    case 6: qv_load<T, 12>(row, p, w); break;
+    default: qv_load<T, 14>(row, p, w); break;
+    }
+}
+
 /*
  * y [M, N] = x [M, K] W [N, K]^T for M <= MM, for each product of d: block b takes rows
  * [32 (8 / S) b', + 32 (8 / S)) of its product (b' its index there), warp w row group w / S and
@@ -516,8 +532,12 @@ __global__ void __launch_bounds__(QV_WARPS * 32, 2)
     int p0 = ks * per, p1 = min(K / 256, p0 + per);
     const bool two = T != GP_Q6_K && T != GP_Q8_0 && !GLU;
     uint32_t w0[QV<T>::NW], w1[QV<T>::NW]; /* w1: unused by q6_k and q8_0 */
-    if (p0 < p1)
-        qv_load<T, 0>(row, p0, w0);
+    if (p0 < p1) {
+        if (T == GP_Q6_K)
+            q6_load<T>(row, p0, w0);
+        else
+            qv_load<T, 0>(row, p0, w0);
+    }
     if ((two || GLU) && p0 + (GLU ? 0 : 1) < p1)
         qv_load<T, 0>(row2, p0 + (GLU ? 0 : 1), w1);
     if (RMS)
@@ -558,15 +578,19 @@ __global__ void __launch_bounds__(QV_WARPS * 32, 2)
                 qv_load<T, 0>(row2, p + 1, w1);
         }
     } else if (T == GP_Q6_K) {
-        for (int p = p0; p < p1; p += 8) { /* per is a multiple of 8 */
-            q6_next<T, MM, 0>(row, p, p1, w0, xs, ss, K, M, acc);
-            q6_next<T, MM, 1>(row, p, p1, w0, xs, ss, K, M, acc);
-            q6_next<T, MM, 2>(row, p, p1, w0, xs, ss, K, M, acc);
-            q6_next<T, MM, 3>(row, p, p1, w0, xs, ss, K, M, acc);
-            q6_next<T, MM, 4>(row, p, p1, w0, xs, ss, K, M, acc);
-            q6_next<T, MM, 5>(row, p, p1, w0, xs, ss, K, M, acc);
-            q6_next<T, MM, 6>(row, p, p1, w0, xs, ss, K, M, acc);
-            q6_next<T, MM, 7>(row, p, p1, w0, xs, ss, K, M, acc);
+        /* step p's shift is 2 (p mod 8): one instance a shift, the step's own picked per step */
+        for (int p = p0; p < p1; p++) {
+            int b = p & ~7;
+            switch (p & 7) {
+            case 0: q6_next<T, MM, 0>(row, b, p1, w0, xs, ss, K, M, acc); break;
+            case 1: q6_next<T, MM, 1>(row, b, p1, w0, xs, ss, K, M, acc); break;
+            case 2: q6_next<T, MM, 2>(row, b, p1, w0, xs, ss, K, M, acc); break;
+            case 3: q6_next<T, MM, 3>(row, b, p1, w0, xs, ss, K, M, acc); break;
+            case 4: q6_next<T, MM, 4>(row, b, p1, w0, xs, ss, K, M, acc); break;
+            case 5: q6_next<T, MM, 5>(row, b, p1, w0, xs, ss, K, M, acc); break;
+            case 6: q6_next<T, MM, 6>(row, b, p1, w0, xs, ss, K, M, acc); break;
+            default: q6_next<T, MM, 7>(row, b, p1, w0, xs, ss, K, M, acc); break;
+            }
         }
     } else if (!two) {
         for (int p = p0; p < p1; p++) {
@@ -881,14 +905,13 @@ static int launch_qmv(gp_cu_ctx *c, QVD d, const float *x, int64_t ldx, int K, i
                       const EPI &e, const KT &eo, const NORM &nm)
 {
     /* Splits of a row's steps over the warps of a block, until about 1536 warps run (12 a
-     * multiprocessor), each taking per steps (q6_k: a multiple of 8), the last fewer */
-    int P = K / 256, groups = 0, S = 1, unit = T == GP_Q6_K ? 8 : 1;
+     * multiprocessor), each taking per steps, the last fewer */
+    int P = K / 256, groups = 0, S = 1;
     for (int s = 0; s < (GLU ? 1 : d.n); s++)
         groups += (d.N[s] + 31) / 32;
-    while (S < QV_MAXS && groups * S < 1536 && P >= 2 * S * unit)
+    while (S < QV_MAXS && groups * S < 1536 && P >= 2 * S)
         S *= 2;
     int per = (P + S - 1) / S;
-    per = (per + unit - 1) / unit * unit;
     unsigned blocks = 0;
     for (int s = 0; s < d.n; s++) {
         d.block0[s] = blocks;
