@@ -339,10 +339,11 @@ static void plan_matvec_groups(cuda_be *b, const int *uses)
         int n = 0;
         while (n < GP_CU_MAX_GROUP && i + n < p->n_nodes) {
             const gp_plan_node *m = &p->nodes[i + n];
-            /* quantized weights: all of one type (one k_qmv instance serves the group) */
+            /* quantized weights all or none (gp_cu_quant_group takes the types it has kernels
+             * for, else the group's nodes run one by one) */
             gp_dtype wt = p->tensors[m->inputs[1]].dtype, w0 = p->tensors[a->inputs[1]].dtype;
             if (m->op != GP_OP_MATMUL || m->inputs[0] != a->inputs[0] || m->attrs.i[0] != 0 ||
-                ((gp_dtype_is_quant(wt) || gp_dtype_is_quant(w0)) && wt != w0) ||
+                gp_dtype_is_quant(wt) != gp_dtype_is_quant(w0) ||
                 b->nodes[i + n].epi.n > 0 || b->nodes[i + n].skip ||
                 overlaps(&p->tensors[m->output], xr))
                 break;

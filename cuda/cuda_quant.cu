@@ -469,17 +469,18 @@ __device__ __forceinline__ void q6_next(const uint8_t *row, int p, int p1,
         qv_load<T, 2 * ((t + 1) % 8)>(row, p + t + 1, wq);
 }
 
-/* What a k_qmv launch computes: n products of one x by weights of one type and K (rows of rb
- * bytes), product s's blocks [block0[s], block0[s + 1]), its rows N[s], its output y[s] (f32, row m
- * at y[s] + m ldy); GLU: one pair, y[0] = silu(x w[0]^T) * (x w[1]^T); epi: one product of one row
+/* What a k_qmv launch computes: n products of one x by weights of one K (rows of rb[s] bytes),
+ * product s's blocks [block0[s], block0[s + 1]), its rows N[s], its output y[s] (f32, row m at
+ * y[s] + m ldy); GLU: one pair, y[0] = silu(x w[0]^T) * (x w[1]^T); epi: one product of one row
  * whose epilogue (e, into eo) the store applies. */
 struct QVD {
     int n, epi;
+    unsigned t2; /* bit s: product s is of the instance's second type */
     const uint8_t *w[GP_CU_MAX_GROUP];
+    size_t rb[GP_CU_MAX_GROUP];
     int N[GP_CU_MAX_GROUP];
     float *y[GP_CU_MAX_GROUP];
     unsigned block0[GP_CU_MAX_GROUP + 1];
-    size_t rb;
     int64_t ldy;
 };
 
@@ -513,33 +514,13 @@ __device__ __forceinline__ void q6_load(const uint8_t *row, int p, uint32_t (&w)
  * 16 are staged (dynamic shared memory, M K 17 / 16 floats); each step's load is issued while the
  * step before it computes (two buffers; q8_0's, too large, q6_k's and GLU's rows: one each).
  */
-template <int T, int MM, bool GLU, bool RMS>
-__global__ void __launch_bounds__(QV_WARPS * 32, 2)
-    k_qmv(QVD d, const float *x, int64_t ldx, int K, int S, int per, int64_t m_launch, int msym,
-          const int64_t *syms, EPI e, KT eo, NORM nm)
+/* k_qmv's staging: after the wait, x's M rows (RMS: rms_norm(x) by nm, one row) and their sums
+ * of 16 into shared memory; the eval's M (at most m_launch) to *M. */
+template <bool RMS>
+__device__ __forceinline__ void qv_stage(const float *x, int64_t ldx, int K, int64_t m_launch,
+                                         int msym, const int64_t *syms, const NORM &nm, float *xs,
+                                         float *ss, int *Mout)
 {
-    extern __shared__ float4 qv_smem[];
-    __shared__ float red[QV_WARPS][32];
-    float *xs = (float *)qv_smem;             /* [M][K] */
-    float *ss = xs + (size_t)m_launch * K;    /* [M][K / 16] */
-    int sp = 0;
-    while (sp + 1 < d.n && blockIdx.x >= d.block0[sp + 1])
-        sp++;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = warp % S, N = d.N[sp];
-    int64_t n = ((int64_t)(blockIdx.x - d.block0[sp]) * (QV_WARPS / S) + warp / S) * 32 + lane;
-    const uint8_t *row = d.w[sp] + (size_t)(n < N ? n : N - 1) * d.rb;
-    const uint8_t *row2 = GLU ? d.w[1] + (size_t)(n < N ? n : N - 1) * d.rb : row;
-    int p0 = ks * per, p1 = min(K / 256, p0 + per);
-    const bool two = T != GP_Q6_K && T != GP_Q8_0 && !GLU;
-    uint32_t w0[QV<T>::NW], w1[QV<T>::NW]; /* w1: unused by q6_k and q8_0 */
-    if (p0 < p1) {
-        if (T == GP_Q6_K)
-            q6_load<T>(row, p0, w0);
-        else
-            qv_load<T, 0>(row, p0, w0);
-    }
-    if ((two || GLU) && p0 + (GLU ? 0 : 1) < p1)
-        qv_load<T, 0>(row2, p0 + (GLU ? 0 : 1), w1);
     if (RMS)
         prefetch_norm(nm, 0, K);
     pdl_begin();
@@ -564,10 +545,29 @@ __global__ void __launch_bounds__(QV_WARPS * 32, 2)
         ss[g] = s;
     }
     __syncthreads();
-    float acc[MM], acc2[MM];
-#pragma unroll
-    for (int m = 0; m < MM; m++)
-        acc[m] = acc2[m] = 0.0f;
+    *Mout = M;
+}
+
+/* One lane's rows of type T: steps [p0, p1) of row (GLU: and of row2, into acc2), its first
+ * steps loaded before qv_stage. */
+template <int T, int MM, bool GLU, bool RMS>
+__device__ __forceinline__ void qv_rows(const uint8_t *row, const uint8_t *row2, int p0, int p1,
+                                        const float *x, int64_t ldx, int K, int64_t m_launch,
+                                        int msym, const int64_t *syms, const NORM &nm, float *xs,
+                                        float *ss, int *Mout, float (&acc)[MM], float (&acc2)[MM])
+{
+    const bool two = T != GP_Q6_K && T != GP_Q8_0 && !GLU;
+    uint32_t w0[QV<T>::NW], w1[QV<T>::NW]; /* w1: unused by q6_k and q8_0 */
+    if (p0 < p1) {
+        if (T == GP_Q6_K)
+            q6_load<T>(row, p0, w0);
+        else
+            qv_load<T, 0>(row, p0, w0);
+    }
+    if ((two || GLU) && p0 + (GLU ? 0 : 1) < p1)
+        qv_load<T, 0>(row2, p0 + (GLU ? 0 : 1), w1);
+    qv_stage<RMS>(x, ldx, K, m_launch, msym, syms, nm, xs, ss, Mout);
+    int M = *Mout;
     if (GLU) { /* gate and up rows, a step of each at a time */
         for (int p = p0; p < p1; p++) {
             qv_step<T, MM, 0>(w0, xs + 256 * p, ss + 16 * p, K, M, acc);
@@ -610,6 +610,46 @@ __global__ void __launch_bounds__(QV_WARPS * 32, 2)
             }
         }
     }
+}
+
+/*
+ * y [M, N] = x [M, K] W [N, K]^T for M <= MM, for each product of d (of type T, or T2 where bit s
+ * of d.t2 is set: a group of two types, as Q4_K_M's q, k in q4_k and v in q6_k): block b takes
+ * rows [32 (8 / S) b', + 32 (8 / S)) of its product (b' its index there), warp w row group w / S
+ * and steps [ks per, (ks + 1) per) of each row (ks = w % S; P = K / 256 steps, the last split
+ * maybe shorter or empty). Its first steps' weights are loaded before the wait for the kernel
+ * before (PDL: weights are constant), then x's M rows (RMS: rms_norm(x) by nm, one row) and their
+ * sums of 16 are staged (dynamic shared memory, M K 17 / 16 floats); each step's load is issued
+ * while the step before it computes (two buffers; q8_0's, too large, q6_k's and GLU's rows: one
+ * each).
+ */
+template <int T, int T2, int MM, bool GLU, bool RMS>
+__global__ void __launch_bounds__(QV_WARPS * 32, 2)
+    k_qmv(QVD d, const float *x, int64_t ldx, int K, int S, int per, int64_t m_launch, int msym,
+          const int64_t *syms, EPI e, KT eo, NORM nm)
+{
+    extern __shared__ float4 qv_smem[];
+    __shared__ float red[QV_WARPS][32];
+    float *xs = (float *)qv_smem;             /* [M][K] */
+    float *ss = xs + (size_t)m_launch * K;    /* [M][K / 16] */
+    int sp = 0;
+    while (sp + 1 < d.n && blockIdx.x >= d.block0[sp + 1])
+        sp++;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = warp % S, N = d.N[sp];
+    int64_t n = ((int64_t)(blockIdx.x - d.block0[sp]) * (QV_WARPS / S) + warp / S) * 32 + lane;
+    const uint8_t *row = d.w[sp] + (size_t)(n < N ? n : N - 1) * d.rb[sp];
+    const uint8_t *row2 = GLU ? d.w[1] + (size_t)(n < N ? n : N - 1) * d.rb[1] : row;
+    int p0 = ks * per, p1 = min(K / 256, p0 + per), M = 0;
+    float acc[MM], acc2[MM];
+#pragma unroll
+    for (int m = 0; m < MM; m++)
+        acc[m] = acc2[m] = 0.0f;
+    if (T2 != T && (d.t2 >> sp & 1)) /* the same for the whole block */
+        qv_rows<T2, MM, GLU, RMS>(row, row2, p0, p1, x, ldx, K, m_launch, msym, syms, nm, xs, ss,
+                                  &M, acc, acc2);
+    else
+        qv_rows<T, MM, GLU, RMS>(row, row2, p0, p1, x, ldx, K, m_launch, msym, syms, nm, xs, ss,
+                                 &M, acc, acc2);
 #pragma unroll
     for (int m = 0; m < MM; m++) {
         if (m >= M)
@@ -899,8 +939,9 @@ static int qv_fits(gp_dtype t, const void *w, size_t rb, int64_t K, int64_t M)
            K <= ((int64_t)1 << 30);
 }
 
-/* Launches k_qmv<T, ...> for d (its block0 set here from its N): the splits, the shared memory. */
-template <int T, int MM, bool GLU, bool RMS>
+/* Launches k_qmv<T, T2, ...> for d (its block0 set here from its N): the splits, the shared
+ * memory. */
+template <int T, int T2, int MM, bool GLU, bool RMS>
 static int launch_qmv(gp_cu_ctx *c, QVD d, const float *x, int64_t ldx, int K, int64_t M, int msym,
                       const EPI &e, const KT &eo, const NORM &nm)
 {
@@ -923,7 +964,7 @@ static int launch_qmv(gp_cu_ctx *c, QVD d, const float *x, int64_t ldx, int K, i
         d.block0[1] = blocks; /* every block is in product 0's range */
     size_t smem = (size_t)M * (size_t)K * 4 + (size_t)M * (size_t)(K / 16) * 4;
     void (*k)(QVD, const float *, int64_t, int, int, int, int64_t, int, const int64_t *, EPI, KT,
-              NORM) = k_qmv<T, MM, GLU, RMS>;
+              NORM) = k_qmv<T, T2, MM, GLU, RMS>;
     /* more than 48 KB of dynamic shared memory: allowed once per kernel and device */
     static std::atomic<unsigned> allowed;
     int dev = 0;
@@ -948,8 +989,8 @@ static int launch_fast(gp_dtype t, gp_cu_ctx *c, const QVD &d, const float *x, i
     NORM nm;
     memset(&nm, 0, sizeof nm);
 #define QV_ONE(TT)                                                                                 \
-    return M == 1 ? launch_qmv<TT, 1, false, false>(c, d, x, ldx, K, M, msym, e, eo, nm)          \
-                  : launch_qmv<TT, 8, false, false>(c, d, x, ldx, K, M, msym, e, eo, nm)
+    return M == 1 ? launch_qmv<TT, TT, 1, false, false>(c, d, x, ldx, K, M, msym, e, eo, nm)      \
+                  : launch_qmv<TT, TT, 8, false, false>(c, d, x, ldx, K, M, msym, e, eo, nm)
     switch (t) {
     case GP_Q4_0: QV_ONE(GP_Q4_0);
     case GP_Q4_1: QV_ONE(GP_Q4_1);
@@ -964,7 +1005,7 @@ static int launch_fast(gp_dtype t, gp_cu_ctx *c, const QVD &d, const float *x, i
 #undef QV_ONE
 }
 
-template <int T>
+template <int T, int T2>
 static int launch_group_t(gp_cu_ctx *c, const QVD &d, const float *x, int K, int glu, int rms,
                           const NORM &nm)
 {
@@ -972,21 +1013,33 @@ static int launch_group_t(gp_cu_ctx *c, const QVD &d, const float *x, int K, int
     KT eo;
     memset(&e, 0, sizeof e);
     memset(&eo, 0, sizeof eo);
-    if constexpr (T != GP_Q6_K) { /* not built for q6_k: gate and up in q6_k are q6_k files' */
+    /* GLU: not built for q6_k (gate and up in q6_k are q6_k files') nor for two types */
+    if constexpr (T != GP_Q6_K && T == T2) {
         if (glu)
-            return rms ? launch_qmv<T, 1, true, true>(c, d, x, K, K, 1, -1, e, eo, nm)
-                       : launch_qmv<T, 1, true, false>(c, d, x, K, K, 1, -1, e, eo, nm);
+            return rms ? launch_qmv<T, T, 1, true, true>(c, d, x, K, K, 1, -1, e, eo, nm)
+                       : launch_qmv<T, T, 1, true, false>(c, d, x, K, K, 1, -1, e, eo, nm);
     } else if (glu) {
         return 0;
     }
-    return rms ? launch_qmv<T, 1, false, true>(c, d, x, K, K, 1, -1, e, eo, nm)
-               : launch_qmv<T, 1, false, false>(c, d, x, K, K, 1, -1, e, eo, nm);
+    return rms ? launch_qmv<T, T2, 1, false, true>(c, d, x, K, K, 1, -1, e, eo, nm)
+               : launch_qmv<T, T2, 1, false, false>(c, d, x, K, K, 1, -1, e, eo, nm);
 }
 
 extern "C" int gp_cu_quant_group(gp_cu_ctx *c, const gp_cu_group *g, int *launched)
 {
     *launched = 0;
-    gp_dtype t = g->w[0].dtype;
+    /* the products' types: one of qv_group_type, or q4_k and q6_k (Q4_K_M's q, k and v) */
+    gp_dtype t = g->w[0].dtype, t2 = t;
+    for (int s = 1; s < g->n && s < GP_CU_MAX_GROUP; s++)
+        if (g->w[s].dtype != t)
+            t2 = g->w[s].dtype;
+    int mix = t2 != t;
+    if (mix && !((t == GP_Q4_K && t2 == GP_Q6_K) || (t == GP_Q6_K && t2 == GP_Q4_K)))
+        return 0;
+    if (mix) { /* the instance's first type q4_k */
+        t = GP_Q4_K;
+        t2 = GP_Q6_K;
+    }
     if (!qv_group_type(t) || g->n < 2 || g->n > GP_CU_MAX_GROUP || (g->glu && g->n != 2) ||
         (g->has_norm && g->norm.is_ln))
         return 0;
@@ -999,7 +1052,6 @@ extern "C" int gp_cu_quant_group(gp_cu_ctx *c, const gp_cu_group *g, int *launch
     QVD d;
     memset(&d, 0, sizeof d);
     d.n = g->n;
-    d.rb = gp_dtype_row_bytes(t, K);
     NORM nm;
     memset(&nm, 0, sizeof nm);
     if (g->has_norm) {
@@ -1010,8 +1062,9 @@ extern "C" int gp_cu_quant_group(gp_cu_ctx *c, const gp_cu_group *g, int *launch
     for (int s = 0; s < g->n; s++) {
         const gp_cu_tensor *w = &g->w[s];
         KT o = gp_kt_of(c, &g->out[g->glu ? 0 : s]);
-        if (w->dtype != t || !g->tb[s] || w->ndim != 2 || w->ne[1] != K || w->sym[0] >= 0 ||
-            w->sym[1] >= 0 || !qv_fits(t, w->data, d.rb, K, 1) ||
+        d.rb[s] = gp_dtype_row_bytes(w->dtype, K);
+        if ((w->dtype != t && w->dtype != t2) || !g->tb[s] || w->ndim != 2 || w->ne[1] != K ||
+            w->sym[0] >= 0 || w->sym[1] >= 0 || !qv_fits(w->dtype, w->data, d.rb[s], K, 1) ||
             o.t != GP_F32 || kt_count(o, 3) != 1 || o.nb[3] != 4 || o.ne[3] != w->ne[0] ||
             w->ne[0] < 1 || w->ne[0] > ((int64_t)1 << 30) ||
             (g->glu && s == 1 && w->ne[0] != d.N[0]))
@@ -1019,14 +1072,16 @@ extern "C" int gp_cu_quant_group(gp_cu_ctx *c, const gp_cu_group *g, int *launch
         d.w[s] = (const uint8_t *)w->data;
         d.N[s] = (int)w->ne[0];
         d.y[s] = (float *)o.p;
+        d.t2 |= (unsigned)(mix && w->dtype == t2) << s;
     }
     const float *x = (const float *)kx.p;
-    int r = 0;
-    switch (t) {
-    case GP_Q4_0: r = launch_group_t<GP_Q4_0>(c, d, x, (int)K, g->glu, g->has_norm, nm); break;
-    case GP_Q8_0: r = launch_group_t<GP_Q8_0>(c, d, x, (int)K, g->glu, g->has_norm, nm); break;
-    case GP_Q4_K: r = launch_group_t<GP_Q4_K>(c, d, x, (int)K, g->glu, g->has_norm, nm); break;
-    case GP_Q6_K: r = launch_group_t<GP_Q6_K>(c, d, x, (int)K, g->glu, g->has_norm, nm); break;
+    int r = 0, gl = g->glu, hn = g->has_norm;
+    switch (mix ? -1 : (int)t) {
+    case -1: r = launch_group_t<GP_Q4_K, GP_Q6_K>(c, d, x, (int)K, gl, hn, nm); break;
+    case GP_Q4_0: r = launch_group_t<GP_Q4_0, GP_Q4_0>(c, d, x, (int)K, gl, hn, nm); break;
+    case GP_Q8_0: r = launch_group_t<GP_Q8_0, GP_Q8_0>(c, d, x, (int)K, gl, hn, nm); break;
+    case GP_Q4_K: r = launch_group_t<GP_Q4_K, GP_Q4_K>(c, d, x, (int)K, gl, hn, nm); break;
+    case GP_Q6_K: r = launch_group_t<GP_Q6_K, GP_Q6_K>(c, d, x, (int)K, gl, hn, nm); break;
     default: break;
     }
     if (!r)
@@ -1180,7 +1235,7 @@ extern "C" int gp_cu_quant_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_t
         d.w[0] = (const uint8_t *)wt->data;
         d.N[0] = (int)N;
         d.y[0] = (float *)out->data;
-        d.rb = rb;
+        d.rb[0] = rb;
         d.ldy = out->nb[0] / 4;
         EPI e;
         KT eo;

@@ -36,8 +36,9 @@ int gp_cu_quant_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
  * gp_cuda_matvec_group for quantized weights (gp_cuda_matvec_group calls it): q, k and v, or gate
  * and up with their swiglu, in one k_qmv launch, x staged once per block (with has_norm: as
  * rms_norm(norm.x, norm.w), computed there and never written). Weights of one type among q4_0,
- * q8_0, q4_k, q6_k (GLU: not q6_k), k_qmv's layouts, x one f32 row. *launched = 0 when it does
- * not take them (nothing launched). 0, or -1 with c->err.
+ * q8_0, q4_k, q6_k, or of q4_k and q6_k (Q4_K_M's q, k and v; GLU: one type, not q6_k), k_qmv's
+ * layouts, x one f32 row. *launched = 0 when it does not take them (nothing launched). 0, or -1
+ * with c->err.
  */
 int gp_cu_quant_group(gp_cu_ctx *c, const gp_cu_group *g, int *launched);
 

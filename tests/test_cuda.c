@@ -3136,6 +3136,127 @@ static void test_quant_matmul(void)
     }
 }
 
+/* Quantized groups (gp_cuda_matvec_group -> gp_cu_quant_group, one k_qmv launch): q, k, v of
+ * q4_k and q6_k (Q4_K_M's mix) with and without the rms_norm before them, gate/up/swiglu of q4_k
+ * and of q4_0 with the norm, q8_0 products; each output within 1e-5 of sum |x'| |w| of the double
+ * sums over the dequantized weights (x' the normed x, computed in double), outputs past N
+ * untouched; a pair of q4_0 and q4_k is not taken (nothing launched). */
+static void test_quant_group(void)
+{
+    const struct {
+        gp_dtype t[3];
+        int n, glu, norm;
+        int64_t K, N[3];
+    } cs[] = {{{GP_Q4_K, GP_Q4_K, GP_Q6_K}, 3, 0, 0, 2048, {96, 64, 40}},
+              {{GP_Q4_K, GP_Q4_K, GP_Q6_K}, 3, 0, 1, 2048, {160, 32, 32}},
+              {{GP_Q4_K, GP_Q4_K}, 2, 1, 1, 512, {200, 200}},
+              {{GP_Q4_0, GP_Q4_0}, 2, 1, 0, 768, {64, 64}},
+              {{GP_Q8_0, GP_Q8_0, GP_Q8_0}, 3, 0, 1, 256, {32, 8, 8}},
+              {{GP_Q4_0, GP_Q4_K}, 2, 0, 0, 256, {32, 32}}};
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int64_t K = cs[c].K;
+        float *x = malloc((size_t)K * sizeof *x), *nw = malloc((size_t)K * sizeof *nw);
+        double *xn = malloc((size_t)K * sizeof *xn), ssq = 0;
+        for (int64_t i = 0; i < K; i++) {
+            x[i] = frand() * 3.0f;
+            nw[i] = 0.5f + 0.5f * (frand() + 1.0f);
+            ssq += (double)x[i] * x[i];
+        }
+        const float eps = 1e-5f;
+        double inv = 1.0 / sqrt(ssq / (double)K + eps);
+        for (int64_t i = 0; i < K; i++)
+            xn[i] = cs[c].norm ? (double)x[i] * inv * nw[i] : x[i];
+        void *dx = NULL, *dnw = NULL, *dw[3] = {NULL}, *dy[3] = {NULL};
+        uint8_t *wq[3] = {NULL};
+        float *wd[3] = {NULL};
+        CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dx, (size_t)K * 4), cudaSuccess);
+        CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dnw, (size_t)K * 4), cudaSuccess);
+        cudaMemcpy(dx, x, (size_t)K * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(dnw, nw, (size_t)K * 4, cudaMemcpyHostToDevice);
+        gp_cu_group g;
+        memset(&g, 0, sizeof g);
+        g.n = cs[c].n;
+        g.glu = cs[c].glu;
+        g.x = dev_2d(dx, GP_F32, 1, K, K * 4, 4, -1);
+        for (int s = 0; s < cs[c].n; s++) {
+            gp_dtype t = cs[c].t[s];
+            int64_t N = cs[c].N[s];
+            size_t rb = gp_dtype_row_bytes(t, K);
+            wq[s] = quant_rows(t, N, K, &wd[s]);
+            CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dw[s], (size_t)N * rb), cudaSuccess);
+            CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dy[s], (size_t)(N + 8) * 4), cudaSuccess);
+            cudaMemcpy(dw[s], wq[s], (size_t)N * rb, cudaMemcpyHostToDevice);
+            cudaMemset(dy[s], 0xff, (size_t)(N + 8) * 4);
+            g.w[s] = dev_2d(dw[s], t, N, K, (int64_t)rb, 0, -1);
+            g.tb[s] = 1;
+            g.out[s] = dev_2d(dy[s], GP_F32, 1, N, N * 4, 4, -1);
+        }
+        if (cs[c].norm) {
+            g.has_norm = 1;
+            g.norm.eps = eps;
+            g.norm.x = g.x;
+            g.norm.w = dev_2d(dnw, GP_F32, 1, K, K * 4, 4, -1);
+            g.norm.w.ndim = 1;
+            g.norm.w.ne[0] = K;
+            g.norm.w.nb[0] = 4;
+        }
+        int64_t g0 = gp_cuda_quant_count(5);
+        int launched = -1;
+        CU_ASSERT_EQUAL(gp_cuda_matvec_group(&k.c, &g, &launched), 0);
+        CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+        int want = cs[c].t[0] != GP_Q4_0 || cs[c].t[1] != GP_Q4_K;
+        CU_ASSERT_EQUAL(launched, want);
+        CU_ASSERT_EQUAL(gp_cuda_quant_count(5) - g0, want);
+        int bad = 0;
+        double worst = 0;
+        for (int s = 0; s < (cs[c].glu ? 1 : cs[c].n) && want; s++) {
+            int64_t N = cs[c].N[s];
+            float *y = malloc((size_t)(N + 8) * 4);
+            cudaMemcpy(y, dy[s], (size_t)(N + 8) * 4, cudaMemcpyDeviceToHost);
+            for (int64_t n = 0; n < N; n++) {
+                double a = 0, ab = 0, b = 0, bb = 0;
+                for (int64_t i = 0; i < K; i++) {
+                    a += xn[i] * wd[s][n * K + i];
+                    ab += fabs(xn[i] * wd[s][n * K + i]);
+                    if (cs[c].glu) {
+                        b += xn[i] * wd[1][n * K + i];
+                        bb += fabs(xn[i] * wd[1][n * K + i]);
+                    }
+                }
+                double ref = a, bound = ab;
+                if (cs[c].glu) { /* silu(a) b: its error from a's and b's */
+                    double sg = 1.0 / (1.0 + exp(-a));
+                    ref = a * sg * b;
+                    bound = fabs(sg * (1 + a * (1 - sg)) * b) * ab + fabs(a * sg) * bb;
+                }
+                double e = fabs(y[n] - ref) / (bound > 0 ? bound : 1);
+                bad += !(e <= 1e-5);
+                worst = e > worst || e != e ? e : worst;
+            }
+            for (int64_t n = N; n < N + 8; n++)
+                bad += !isnan(y[n]);
+            free(y);
+        }
+        if (bad)
+            fprintf(stderr, "\n  quant group case %zu: %d outputs off (worst %.3g)\n", c, bad, worst);
+        CU_ASSERT_EQUAL(bad, 0);
+        for (int s = 0; s < cs[c].n; s++) {
+            cudaFree(dw[s]);
+            cudaFree(dy[s]);
+            free(wq[s]);
+            free(wd[s]);
+        }
+        cudaFree(dx);
+        cudaFree(dnw);
+        free(x);
+        free(nw);
+        free(xn);
+    }
+    kctx_free(&k);
+}
+
 /* Lookups in a quantized table [40, 512]: rows of valid ids are gp_quant_dequantize_row's values
  * bit for bit (f32 out; f16 out: those rounded as gp_f32_to_f16 does), rows of ids out of range
  * (-1, 40) stay unwritten; a table whose rows are not whole blocks is refused. */
@@ -3497,6 +3618,7 @@ void gp_suite_cuda(void)
                 test_model_lora_117m);
     CU_add_test(s, "quant: products on the eight block types against the CPU", test_quant_matmul);
     CU_add_test(s, "quant: get_rows on quantized tables", test_quant_get_rows);
+    CU_add_test(s, "quant: q/k/v and gate/up/swiglu groups in one launch", test_quant_group);
     CU_add_test(s, "quant: layouts the products refuse", test_quant_matmul_refusals);
     CU_add_test(s, "quant: Llama q4_k, q8_0, q4_1: CUDA vs CPU, no eval allocations",
                 test_quant_model);
