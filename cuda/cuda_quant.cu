@@ -459,14 +459,18 @@ __device__ __forceinline__ void qv_load(const uint8_t *row, int p, uint32_t (&w)
 /* q6_k's step p + t (t < 8: its bytes 2 t mod 16 past a 16-byte boundary, as p is a multiple of
  * 8) from wq, then step p + t + 1 loaded into wq when there is one. */
 template <int T, int MM, int t>
-__device__ __forceinline__ void q6_next(const uint8_t *row, int p, int p1,
+__device__ __forceinline__ void q6_next(const uint8_t *row, int p, int p1, int st,
                                         uint32_t (&wq)[QV<T>::NW], const float *xs,
                                         const float *ss, int xk, int M, float (&acc)[MM])
 {
     if (p + t < p1)
         qv_step<T, MM, 2 * t>(wq, xs + 256 * (p + t), ss + 16 * (p + t), xk, M, acc);
-    if (p + t + 1 < p1)
-        qv_load<T, 2 * ((t + 1) % 8)>(row, p + t + 1, wq);
+    if (p + t + st < p1) { /* the lane's next step: st on */
+        if (st == 1)
+            qv_load<T, 2 * ((t + 1) % 8)>(row, p + t + 1, wq);
+        else
+            qv_load<T, 2 * ((t + 2) % 8)>(row, p + t + 2, wq);
+    }
 }
 
 /* What a k_qmv launch computes: n products of one x by weights of one K (rows of rb[s] bytes),
@@ -548,13 +552,14 @@ __device__ __forceinline__ void qv_stage(const float *x, int64_t ldx, int K, int
     *Mout = M;
 }
 
-/* One lane's rows of type T: steps [p0, p1) of row (GLU: and of row2, into acc2), its first
- * steps loaded before qv_stage. */
+/* One lane's rows of type T: steps p0, p0 + st, ... below p1 of row (GLU: and of row2, into
+ * acc2), its first steps loaded before qv_stage. */
 template <int T, int MM, bool GLU, bool RMS>
 __device__ __forceinline__ void qv_rows(const uint8_t *row, const uint8_t *row2, int p0, int p1,
-                                        const float *x, int64_t ldx, int K, int64_t m_launch,
-                                        int msym, const int64_t *syms, const NORM &nm, float *xs,
-                                        float *ss, int *Mout, float (&acc)[MM], float (&acc2)[MM])
+                                        int st, const float *x, int64_t ldx, int K,
+                                        int64_t m_launch, int msym, const int64_t *syms,
+                                        const NORM &nm, float *xs, float *ss, int *Mout,
+                                        float (&acc)[MM], float (&acc2)[MM])
 {
     const bool two = T != GP_Q6_K && T != GP_Q8_0 && !GLU;
     uint32_t w0[QV<T>::NW], w1[QV<T>::NW]; /* w1: unused by q6_k and q8_0 */
@@ -564,49 +569,49 @@ __device__ __forceinline__ void qv_rows(const uint8_t *row, const uint8_t *row2,
         else
             qv_load<T, 0>(row, p0, w0);
     }
-    if ((two || GLU) && p0 + (GLU ? 0 : 1) < p1)
-        qv_load<T, 0>(row2, p0 + (GLU ? 0 : 1), w1);
+    if ((two || GLU) && p0 + (GLU ? 0 : st) < p1)
+        qv_load<T, 0>(row2, p0 + (GLU ? 0 : st), w1);
     qv_stage<RMS>(x, ldx, K, m_launch, msym, syms, nm, xs, ss, Mout);
     int M = *Mout;
     if (GLU) { /* gate and up rows, a step of each at a time */
-        for (int p = p0; p < p1; p++) {
+        for (int p = p0; p < p1; p += st) {
             qv_step<T, MM, 0>(w0, xs + 256 * p, ss + 16 * p, K, M, acc);
-            if (p + 1 < p1)
-                qv_load<T, 0>(row, p + 1, w0);
+            if (p + st < p1)
+                qv_load<T, 0>(row, p + st, w0);
             qv_step<T, MM, 0>(w1, xs + 256 * p, ss + 16 * p, K, M, acc2);
-            if (p + 1 < p1)
-                qv_load<T, 0>(row2, p + 1, w1);
+            if (p + st < p1)
+                qv_load<T, 0>(row2, p + st, w1);
         }
     } else if (T == GP_Q6_K) {
         /* step p's shift is 2 (p mod 8): one instance a shift, the step's own picked per step */
-        for (int p = p0; p < p1; p++) {
+        for (int p = p0; p < p1; p += st) {
             int b = p & ~7;
             switch (p & 7) {
-            case 0: q6_next<T, MM, 0>(row, b, p1, w0, xs, ss, K, M, acc); break;
-            case 1: q6_next<T, MM, 1>(row, b, p1, w0, xs, ss, K, M, acc); break;
-            case 2: q6_next<T, MM, 2>(row, b, p1, w0, xs, ss, K, M, acc); break;
-            case 3: q6_next<T, MM, 3>(row, b, p1, w0, xs, ss, K, M, acc); break;
-            case 4: q6_next<T, MM, 4>(row, b, p1, w0, xs, ss, K, M, acc); break;
-            case 5: q6_next<T, MM, 5>(row, b, p1, w0, xs, ss, K, M, acc); break;
-            case 6: q6_next<T, MM, 6>(row, b, p1, w0, xs, ss, K, M, acc); break;
-            default: q6_next<T, MM, 7>(row, b, p1, w0, xs, ss, K, M, acc); break;
+            case 0: q6_next<T, MM, 0>(row, b, p1, st, w0, xs, ss, K, M, acc); break;
+            case 1: q6_next<T, MM, 1>(row, b, p1, st, w0, xs, ss, K, M, acc); break;
+            case 2: q6_next<T, MM, 2>(row, b, p1, st, w0, xs, ss, K, M, acc); break;
+            case 3: q6_next<T, MM, 3>(row, b, p1, st, w0, xs, ss, K, M, acc); break;
+            case 4: q6_next<T, MM, 4>(row, b, p1, st, w0, xs, ss, K, M, acc); break;
+            case 5: q6_next<T, MM, 5>(row, b, p1, st, w0, xs, ss, K, M, acc); break;
+            case 6: q6_next<T, MM, 6>(row, b, p1, st, w0, xs, ss, K, M, acc); break;
+            default: q6_next<T, MM, 7>(row, b, p1, st, w0, xs, ss, K, M, acc); break;
             }
         }
     } else if (!two) {
-        for (int p = p0; p < p1; p++) {
+        for (int p = p0; p < p1; p += st) {
             qv_step<T, MM, 0>(w0, xs + 256 * p, ss + 16 * p, K, M, acc);
-            if (p + 1 < p1)
-                qv_load<T, 0>(row, p + 1, w0);
+            if (p + st < p1)
+                qv_load<T, 0>(row, p + st, w0);
         }
     } else {
-        for (int p = p0; p < p1; p += 2) {
+        for (int p = p0; p < p1; p += 2 * st) {
             qv_step<T, MM, 0>(w0, xs + 256 * p, ss + 16 * p, K, M, acc);
-            if (p + 2 < p1)
-                qv_load<T, 0>(row, p + 2, w0);
-            if (p + 1 < p1) {
-                qv_step<T, MM, 0>(w1, xs + 256 * (p + 1), ss + 16 * (p + 1), K, M, acc);
-                if (p + 3 < p1)
-                    qv_load<T, 0>(row, p + 3, w1);
+            if (p + 2 * st < p1)
+                qv_load<T, 0>(row, p + 2 * st, w0);
+            if (p + st < p1) {
+                qv_step<T, MM, 0>(w1, xs + 256 * (p + st), ss + 16 * (p + st), K, M, acc);
+                if (p + 3 * st < p1)
+                    qv_load<T, 0>(row, p + 3 * st, w1);
             }
         }
     }
@@ -625,8 +630,8 @@ __device__ __forceinline__ void qv_rows(const uint8_t *row, const uint8_t *row2,
  */
 template <int T, int T2, int MM, bool GLU, bool RMS>
 __global__ void __launch_bounds__(QV_WARPS * 32, 2)
-    k_qmv(QVD d, const float *x, int64_t ldx, int K, int S, int per, int64_t m_launch, int msym,
-          const int64_t *syms, EPI e, KT eo, NORM nm)
+    k_qmv(QVD d, const float *x, int64_t ldx, int K, int S, int per, int H, int64_t m_launch,
+          int msym, const int64_t *syms, EPI e, KT eo, NORM nm)
 {
     extern __shared__ float4 qv_smem[];
     __shared__ float red[QV_WARPS][32];
@@ -635,26 +640,32 @@ __global__ void __launch_bounds__(QV_WARPS * 32, 2)
     int sp = 0;
     while (sp + 1 < d.n && blockIdx.x >= d.block0[sp + 1])
         sp++;
+    /* H halves of a warp (1 or 2) take its R = 32 / H rows, each every H-th step of the split */
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = warp % S, N = d.N[sp];
-    int64_t n = ((int64_t)(blockIdx.x - d.block0[sp]) * (QV_WARPS / S) + warp / S) * 32 + lane;
+    int R = 32 / H, r = lane % R, half = lane / R;
+    int64_t n = ((int64_t)(blockIdx.x - d.block0[sp]) * (QV_WARPS / S) + warp / S) * R + r;
     const uint8_t *row = d.w[sp] + (size_t)(n < N ? n : N - 1) * d.rb[sp];
     const uint8_t *row2 = GLU ? d.w[1] + (size_t)(n < N ? n : N - 1) * d.rb[1] : row;
-    int p0 = ks * per, p1 = min(K / 256, p0 + per), M = 0;
+    int p0 = ks * per + half, p1 = min(K / 256, ks * per + per), M = 0;
     float acc[MM], acc2[MM];
 #pragma unroll
     for (int m = 0; m < MM; m++)
         acc[m] = acc2[m] = 0.0f;
     if (T2 != T && (d.t2 >> sp & 1)) /* the same for the whole block */
-        qv_rows<T2, MM, GLU, RMS>(row, row2, p0, p1, x, ldx, K, m_launch, msym, syms, nm, xs, ss,
-                                  &M, acc, acc2);
+        qv_rows<T2, MM, GLU, RMS>(row, row2, p0, p1, H, x, ldx, K, m_launch, msym, syms, nm, xs,
+                                  ss, &M, acc, acc2);
     else
-        qv_rows<T, MM, GLU, RMS>(row, row2, p0, p1, x, ldx, K, m_launch, msym, syms, nm, xs, ss,
-                                 &M, acc, acc2);
+        qv_rows<T, MM, GLU, RMS>(row, row2, p0, p1, H, x, ldx, K, m_launch, msym, syms, nm, xs,
+                                 ss, &M, acc, acc2);
 #pragma unroll
     for (int m = 0; m < MM; m++) {
         if (m >= M)
             break;
         float v = acc[m], v2 = acc2[m];
+        if (H == 2) { /* the two halves' sums, to the first */
+            v += __shfl_down_sync(0xffffffffu, v, 16);
+            v2 += __shfl_down_sync(0xffffffffu, v2, 16);
+        }
         if (S > 1) { /* the splits' sums, in split order */
             __syncthreads();
             red[warp][lane] = v;
@@ -671,7 +682,7 @@ __global__ void __launch_bounds__(QV_WARPS * 32, 2)
                     v2 += red[warp - ks + i][lane];
             }
         }
-        if (ks != 0 || n >= N)
+        if (ks != 0 || n >= N || half)
             continue;
         if (GLU)
             d.y[0][m * d.ldy + n] = qv_silu(v) * v2;
@@ -947,24 +958,31 @@ static int launch_qmv(gp_cu_ctx *c, QVD d, const float *x, int64_t ldx, int K, i
 {
     /* Splits of a row's steps over the warps of a block, until about 1536 warps run (12 a
      * multiprocessor), each taking per steps, the last fewer */
-    int P = K / 256, groups = 0, S = 1;
+    int P = K / 256, groups = 0, S = 1, H = 1;
     for (int s = 0; s < (GLU ? 1 : d.n); s++)
         groups += (d.N[s] + 31) / 32;
     while (S < QV_MAXS && groups * S < 1536 && P >= 2 * S)
         S *= 2;
-    int per = (P + S - 1) / S;
+    /* Fewer groups of 32 rows than multiprocessors: groups of 16 rows, two steps at a time */
+    if (groups < 132 && P >= 2 * S) {
+        H = 2;
+        groups = 0;
+        for (int s = 0; s < (GLU ? 1 : d.n); s++)
+            groups += (d.N[s] + 15) / 16;
+    }
+    int per = (P + S - 1) / S, R = 32 / H;
     unsigned blocks = 0;
     for (int s = 0; s < d.n; s++) {
         d.block0[s] = blocks;
         if (!GLU || s == 0)
-            blocks += (unsigned)(((d.N[s] + 31) / 32 + QV_WARPS / S - 1) / (QV_WARPS / S));
+            blocks += (unsigned)(((d.N[s] + R - 1) / R + QV_WARPS / S - 1) / (QV_WARPS / S));
     }
     d.block0[d.n] = blocks;
     if (GLU)
         d.block0[1] = blocks; /* every block is in product 0's range */
     size_t smem = (size_t)M * (size_t)K * 4 + (size_t)M * (size_t)(K / 16) * 4;
-    void (*k)(QVD, const float *, int64_t, int, int, int, int64_t, int, const int64_t *, EPI, KT,
-              NORM) = k_qmv<T, T2, MM, GLU, RMS>;
+    void (*k)(QVD, const float *, int64_t, int, int, int, int, int64_t, int, const int64_t *, EPI,
+              KT, NORM) = k_qmv<T, T2, MM, GLU, RMS>;
     /* more than 48 KB of dynamic shared memory: allowed once per kernel and device */
     static std::atomic<unsigned> allowed;
     int dev = 0;
@@ -977,7 +995,7 @@ static int launch_qmv(gp_cu_ctx *c, QVD d, const float *x, int64_t ldx, int K, i
         }
         allowed |= 1u << dev;
     }
-    gp_cu_launch(c, k, dim3(blocks), dim3(QV_WARPS * 32), smem, d, x, ldx, K, S, per, M, msym,
+    gp_cu_launch(c, k, dim3(blocks), dim3(QV_WARPS * 32), smem, d, x, ldx, K, S, per, H, M, msym,
                  c->d_syms, e, eo, nm);
     return 1;
 }

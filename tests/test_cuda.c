@@ -3096,7 +3096,7 @@ static double quant_matmul_case(gp_dtype t, int64_t M, int64_t M_exact, int64_t 
 }
 
 /* Every type, M in {1, 3, 17, 64}, K in {256, 576, 1536, 2048} (576 for the 32-blocks only), N
- * in {96, 576}, prompts with a workspace (cuBLAS); then M symbolic (3 of a launch of 8, 17 of 64,
+ * in {96, 576}, prompts with a workspace (cuBLAS); one token at K 4096 (M 1, 3); then M symbolic (3 of a launch of 8, 17 of 64,
  * with no workspace: the tiles), and a prompt [64, 4352] x [576, 4352]^T in a workspace that holds
  * tiles of 256 rows only (three of W's rows, two of K). Prints the worst error per type and
  * kernel (a table for the GPU run). */
@@ -3121,6 +3121,12 @@ static void test_quant_matmul(void)
                     worst[path] = e > worst[path] || e != e ? e : worst[path];
                     cases++;
                 }
+        }
+        for (int mi = 0; mi < 2; mi++) { /* 16 steps a row, 3 groups of 32 rows: half-warp rows */
+            int path = 0;
+            double e = quant_matmul_case(t, Ms[mi], Ms[mi], 4096, 96, ws, &path);
+            worst[path] = e > worst[path] || e != e ? e : worst[path];
+            cases++;
         }
         for (int s = 0; s < 3; s++) {
             int path = 0;
