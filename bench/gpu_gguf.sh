@@ -72,14 +72,18 @@ for name in $MODELS; do
             >/dev/null 2>"$OUT/$name.run$r.log"
         gr="$gr $(sed -nE 's/^stats: generation .*, ([0-9.]+) ms per eval.*/\1/p' "$OUT/$name.run$r.log")"
         if [ -n "$LB" ]; then
-            "$LB" -m "$f" -p 512 -n 128 -ngl 99 -r 1 -o csv >"$OUT/$name.llama$r.csv" \
+            # -p 512 -n 128 as two runs, so that one crashing does not lose the other's figure
+            "$LB" -m "$f" -p 512 -n 0 -ngl 99 -r 1 -o csv >"$OUT/$name.llama$r.pp.csv" \
                 2>"$OUT/$name.llama$r.log"
+            "$LB" -m "$f" -p 0 -n 128 -ngl 99 -r 1 -o csv >"$OUT/$name.llama$r.tg.csv" \
+                2>>"$OUT/$name.llama$r.log"
             col() { awk -F, -v want="$1" 'NR == 1 { for (i = 1; i <= NF; i++) { h = $i; gsub(/"/, "", h); c[h] = i } next }
                 { p = $c["n_prompt"]; g = $c["n_gen"]; t = $c["avg_ts"]; gsub(/"/, "", p); gsub(/"/, "", g); gsub(/"/, "", t)
                   if (want == "pp" && p == 512 && g == 0) print t; if (want == "tg" && p == 0 && g == 128) printf "%.3f", 1000 / t }' \
-                "$OUT/$name.llama$r.csv"; }
+                "$OUT/$name.llama$r.$1.csv"; }
             ld="$ld $(col tg)"
             lp="$lp $(col pp)"
+            [ -s "$OUT/$name.llama$r.pp.csv" ] || echo "llama-bench -p 512 failed: $(tail -1 "$OUT/$name.llama$r.log")"
         fi
     done
     # min-max of each list (one value when they agree)
