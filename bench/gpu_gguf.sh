@@ -25,7 +25,8 @@ cd "$(dirname "$0")/.." || exit 1
 case $B in /*) ;; *) B=$(pwd)/$B ;; esac
 mkdir -p "$OUT" "$DIR"
 if [ ! -x "$B/cuda/gpu_bench" ]; then
-    cmake -S . -B "$B" -DGPLAN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 &&
+    cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DGPLAN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        >"$OUT/cmake.log" 2>&1 &&
         cmake --build "$B" -j16 --target gpu_bench test_cuda gplan-compile gplan-run \
             >>"$OUT/cmake.log" 2>&1 || { echo "gpu_gguf.sh: build failed, see $OUT/cmake.log"; exit 1; }
 fi
