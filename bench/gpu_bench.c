@@ -7,6 +7,7 @@
  * with the callers of the first ones: their return addresses, named with dladdr at the end), CUDA
  * calls (the LD_PRELOAD shim, when loaded) and device free memory.
  * usage: gpu_bench PLAN [--label NAME] [--no-check|--check] [--configs NAME,NAME,...|all]
+ *        [--weights FILE]   (a checkpoint bound as gplan-run --weights does; random weights else)
  * Prints one line per configuration: "RESULT label config decode_ms eval_ms ...", and after each
  * session's creation one line per device it uses: "device D: weights W bytes, state S bytes,
  * arena A bytes, io I bytes" (a tensor-parallel plan: every device has the plan's regions, with
@@ -465,7 +466,7 @@ static int run_config(gp_model *m, const char *label, const config *cf, int64_t 
 
 int main(int argc, char **argv)
 {
-    const char *plan = NULL, *label = "model", *which = "default";
+    const char *plan = NULL, *label = "model", *which = "default", *weights = NULL;
     int check = 1, force_check = 0;
     main_tid = pthread_self();
     Dl_info self;
@@ -485,16 +486,20 @@ int main(int argc, char **argv)
             which = argv[++i];
         else if (!strcmp(argv[i], "--variants"))
             which = "all";
+        else if (!strcmp(argv[i], "--weights") && i + 1 < argc)
+            weights = argv[++i];
         else
             plan = argv[i];
     }
     if (!plan) {
-        fprintf(stderr, "usage: gpu_bench PLAN [--label NAME] [--no-check] [--configs A,B,..|all]\n");
+        fprintf(stderr, "usage: gpu_bench PLAN [--label NAME] [--no-check] [--configs A,B,..|all] "
+                        "[--weights FILE]\n");
         return 2;
     }
     char err[4096];
     gp_model *m = gp_model_load(plan, err, sizeof err);
-    if (!m || gp_model_random_weights(m, 1234, err, sizeof err)) {
+    if (!m || (weights ? gp_model_bind_weights(m, weights, err, sizeof err)
+                       : gp_model_random_weights(m, 1234, err, sizeof err))) {
         fprintf(stderr, "gpu_bench: %s\n", err);
         gp_model_free(m);
         return 1;

@@ -297,6 +297,11 @@ static int blas_view(int64_t s_fast, int64_t s_slow, int64_t n_fast, int64_t n_s
 
 static int set_blas_ws(gp_cu_ctx *c, void *ws, size_t size)
 {
+    return gp_cu_blas_ws(c, ws, size);
+}
+
+extern "C" int gp_cu_blas_ws(gp_cu_ctx *c, void *ws, size_t size)
+{
     if (ws == c->blas_ws && size == c->blas_ws_size)
         return 0;
     cublasStatus_t st = cublasSetWorkspace(c->blas, ws, size);
@@ -387,8 +392,24 @@ int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const
         *fused = 0;
     if (pre_used)
         *pre_used = 0;
-    if (gp_dtype_is_quant(in[1].dtype)) /* cuda_quant.cu: never fused; a norm is left to its node */
-        return pre && pre_used ? 0 : gp_cu_quant_matmul(c, a, out, in);
+    if (gp_dtype_is_quant(in[1].dtype)) { /* cuda_quant.cu; a norm is left to its node */
+        if (pre && pre_used)
+            return 0;
+        int f = 0;
+        if (gp_cu_quant_matmul(c, a, out, in, ws, ws_size, fused ? epi : NULL, &f))
+            return -1;
+        if (f || !epi || epi->n < 1 || !fused) {
+            if (fused)
+                *fused = f;
+            return 0;
+        }
+        /* not in the kernel (a prompt): the epilogue in one launch after it, when it fits */
+        int r = blas_epilogue(c, gp_kt_of(c, out), epi);
+        if (r < 0)
+            return -1;
+        *fused = r;
+        return 0;
+    }
     KT o = gp_kt_of(c, out), ka = gp_kt_of(c, &in[0]), kb = gp_kt_of(c, &in[1]);
     int ta = a->i[0] != 0, tb = a->i[1] != 0;
     if (in[0].ndim < 2 || in[1].ndim < 2 || out->ndim < 2) {

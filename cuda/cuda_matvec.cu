@@ -10,6 +10,7 @@
 #include <atomic>
 
 #include "cuda/cuda_matvec.cuh"
+#include "cuda/cuda_quant.cuh"
 
 /* Loads 4 floats of x: from shared memory (a staged norm) or through the read-only path. */
 template <bool PRE> __device__ __forceinline__ float4 ld_x4(const float *p)
@@ -1381,6 +1382,8 @@ static void launch_nkg(const gp_cu_ctx *c, unsigned blocks, const MVG &m, const 
 extern "C" int gp_cuda_matvec_group(gp_cu_ctx *c, const gp_cu_group *g, int *launched)
 {
     *launched = 0;
+    if (!c->no_matvec && g->n >= 1 && gp_dtype_is_quant(g->w[0].dtype))
+        return gp_cu_quant_group(c, g, launched);
     if (c->no_matvec || g->n < 2 || g->n > GP_CU_MAX_GROUP || (g->glu && g->n != 2))
         return 0;
     /* With the norm: rms only */

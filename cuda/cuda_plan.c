@@ -23,9 +23,8 @@ static void plan_epilogues(cuda_be *b, const int *uses)
     const gp_plan *p = b->p;
     for (int i = 0; i < p->n_nodes; i++) {
         const gp_plan_node *mm = &p->nodes[i];
-        if (mm->op != GP_OP_MATMUL || b->nodes[i].lora ||
-            gp_dtype_is_quant(p->tensors[mm->inputs[1]].dtype))
-            continue; /* quantized products (cuda_quant.cu) are never fused */
+        if (mm->op != GP_OP_MATMUL || b->nodes[i].lora)
+            continue;
         gp_cu_epilogue *e = &b->nodes[i].epi;
         int prev = mm->output, n = 0;
         int other[GP_CU_MAX_EPI], at[GP_CU_MAX_EPI]; /* at: the node of each op */
@@ -343,8 +342,11 @@ static void plan_matvec_groups(cuda_be *b, const int *uses)
         int n = 0;
         while (n < GP_CU_MAX_GROUP && i + n < p->n_nodes) {
             const gp_plan_node *m = &p->nodes[i + n];
+            /* quantized weights all or none (gp_cu_quant_group takes the types it has kernels
+             * for, else the group's nodes run one by one) */
+            gp_dtype wt = p->tensors[m->inputs[1]].dtype, w0 = p->tensors[a->inputs[1]].dtype;
             if (m->op != GP_OP_MATMUL || m->inputs[0] != a->inputs[0] || m->attrs.i[0] != 0 ||
-                gp_dtype_is_quant(p->tensors[m->inputs[1]].dtype) ||
+                gp_dtype_is_quant(wt) != gp_dtype_is_quant(w0) ||
                 b->nodes[i + n].epi.n > 0 || b->nodes[i + n].skip ||
                 overlaps(&p->tensors[m->output], xr))
                 break;
