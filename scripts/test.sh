@@ -35,8 +35,9 @@ if [ "${1:-}" != "--quick" ]; then
   # alloc_long_run (it measures RSS, which valgrind's own memory moves), the CUDA suite, the
   # SmolLM2 and Gemma 3 270M parity runs (real models, over 10 minutes each under memcheck; their
   # code paths, the GGUF reader and the quantized kernels and models, are memchecked by the gguf,
-  # weights, quant, quant_f32 and quant_model suites), and parity_to_gguf_matches_gguf_py (it runs Python's gguf package, not
-  # gplan; parity-to-gguf is memchecked by the parity_to_gguf_* tests).
+  # weights, quant, quant_f32 and quant_model suites), and parity_to_gguf_matches_gguf_py (it
+  # runs Python's gguf package, not gplan; parity-to-gguf is memchecked by the parity_to_gguf_*
+  # tests).
   echo "== valgrind memcheck (no sanitizers, no CUDA)"
   gp_build build-valgrind -DGPLAN_WERROR=ON -DGPLAN_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
   vglogs=$GP_ROOT/build-valgrind/valgrind-logs
