@@ -99,12 +99,28 @@ static void wait_equal(gp_threadpool *p, atomic_int *v, int want)
     pthread_mutex_unlock(&p->mu);
 }
 
+/* The kernels keep their tiles on the stack (up to about 200 KiB: runtime/cpu_dot*.c, quant_amx.c),
+ * and which thread runs which kernel varies from eval to eval (matmuls take their items from a
+ * shared counter). Each thread of the pool touches this much of its stack once, when the pool is
+ * made, so that a kernel a thread first runs in a late eval finds its pages resident: no page
+ * faults and no growth of the resident set after creation (tests/alloc/long_run.sh). */
+#define GP_POOL_STACK_TOUCH (512 * 1024)
+
+static __attribute__((noinline)) void touch_stack(void)
+{
+    volatile char buf[GP_POOL_STACK_TOUCH];
+    for (size_t i = 0; i < sizeof buf; i += 4096)
+        buf[i] = 0;
+    buf[sizeof buf - 1] = 0;
+}
+
 static void *worker_main(void *arg)
 {
     worker_arg *w = arg;
     gp_threadpool *p = w->pool;
     int ith = w->ith;
     unsigned gen = 0;
+    touch_stack();
     for (;;) {
         wait_change(p, &p->run_gen, gen);
         gen = atomic_load(&p->run_gen);
@@ -181,6 +197,7 @@ gp_threadpool *gp_threadpool_new(int n)
     /* One empty run: every worker has then started (the C library may allocate a new thread's
      * buffers on its first steps), so none of that can fall inside a caller's first real run. */
     gp_threadpool_run(p, noop, NULL);
+    touch_stack(); /* the calling thread runs share 0 of every run */
     return p;
 }
 
