@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The CPU backend side by side with llama.cpp's llama-bench on the same GGUF files (random weights,
 # f16 matrices, f16 KV caches in both), in one run: decode ms per token and prompt-128 tokens/s at
-# THREADS threads, plus a STREAM-style copy bandwidth. Rounds alternate the tools (copy, gplan,
-# llama.cpp per model) so a shared machine's load hits both alike; the table gives each figure's
-# best round and its spread (worst/best). Record the output in bench/cpu-notes.md.
+# THREADS threads, plus a STREAM-style copy bandwidth and a sequential read bandwidth
+# (bench/copy_bw.c). Rounds alternate the tools (bandwidths, gplan, llama.cpp per model) so a
+# shared machine's load hits both alike; the table gives each figure's best round and its spread
+# (worst/best), and decode's weight stream as a fraction of each bandwidth. Record the output in
+# bench/cpu-notes.md.
 # Usage: bench/cpu.sh [ROUNDS (default 3)] [MODELS (default "tinyllama gpt2")]
 # Env: LLAMA_BENCH (the llama-bench binary), GP_BENCH_DIR (the GGUF files; made when missing),
 #      THREADS (default 2), TOKENS (decode tokens per round, default 32), LLAMA_ENV (variables
@@ -24,7 +26,7 @@ vocab=${VOCAB_DIR:-$GP_ROOT/../shared/data/vocab}
 
 echo "== build (Release)"
 gp_build build-bench -DCMAKE_BUILD_TYPE=Release -DGPLAN_CUDA=OFF
-cc -O2 -o build-bench/bench/copy_bw bench/copy_bw.c -lpthread
+cc -O2 -march=native -o build-bench/bench/copy_bw bench/copy_bw.c -lpthread
 
 mkdir -p "$dir"
 # Positions up to 512 for TinyLlama (GPT-2's position table fixes its 1024), f16 KV caches
@@ -56,8 +58,9 @@ raw=build-bench/cpu-bench.tsv
 prompt=$(seq -s, 1 128)
 for r in $(seq 1 "$rounds"); do
   echo "== round $r, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-  bw=$(build-bench/bench/copy_bw "$threads" 3 | sed -nE 's/.*: ([0-9.]+) GB.*/\1/p')
-  printf 'copy\t-\t%s\n' "$bw" >> "$raw"
+  bw=$(build-bench/bench/copy_bw "$threads" 3)
+  printf 'copy\t-\t%s\n' "$(echo "$bw" | sed -nE 's/^copy .*: ([0-9.]+) GB.*/\1/p')" >> "$raw"
+  printf 'read\t-\t%s\n' "$(echo "$bw" | sed -nE 's/^read .*: ([0-9.]+) GB.*/\1/p')" >> "$raw"
   for m in $models; do
     out=$(build-bench/tools/gplan-run "build-bench/$m-f16.plan" --weights "${gguf[$m]}" \
           --prompt-ids "$prompt" -n "$((tokens + 1))" --threads "$threads" --stats 2>&1 >/dev/null)
@@ -96,6 +99,7 @@ for a in sys.argv[3:]:
     wbytes[m] = sum(v for k, v in t.items() if k not in skip)
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 bw = [float(r[2]) for r in rows if r[0] == "copy"]
+rd = [float(r[2]) for r in rows if r[0] == "read" and r[2]]
 d = collections.defaultdict(lambda: collections.defaultdict(list))
 alloc = collections.defaultdict(set)
 for r in rows:
@@ -108,8 +112,8 @@ def best(v, hi):
     b = round(max(v) if hi else min(v), 1)
     w = min(v) if hi else max(v)
     return b, "%.2f" % (w / b if not hi else b / w)
-print("| model (f16) | decode ms/token gplan | llama.cpp | ratio | prompt-128 tok/s gplan | llama.cpp | ratio | gplan decode GB/s of weights | allocs |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| model (f16) | decode ms/token gplan | llama.cpp | ratio | prompt-128 tok/s gplan | llama.cpp | ratio | gplan decode GB/s of weights | of copy / of read | allocs |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 sizes = {}
 for m in sorted({k[1] for k in d}):
     g, l = d[("gplan", m)], d[("llama", m)]
@@ -117,11 +121,16 @@ for m in sorted({k[1] for k in d}):
     gp, gps = best(g["pp"], True); lp, lps = best(l["pp"], True)
     rt = "%.2f" % (gt / lt) if gt != "-" and lt != "-" else "-"
     rp = "%.2f" % (gp / lp) if gp != "-" and lp != "-" else "-"
-    print("| %s | %s (x%s) | %s (x%s) | %s | %s (x%s) | %s (x%s) | %s | %s | %s |" % (
+    gbs = wbytes[m] / gt * 1e-6 if gt != "-" else None
+    frac = "%.0f%% / %.0f%%" % (100 * gbs / max(bw), 100 * gbs / max(rd)) if gbs and bw and rd else "-"
+    print("| %s | %s (x%s) | %s (x%s) | %s | %s (x%s) | %s (x%s) | %s | %s | %s | %s |" % (
         m, gt, gs, lt, ls, rt, gp, gps, lp, lps, rp,
-        "%.2f" % (wbytes[m] / gt * 1e-6) if gt != "-" else "-", ",".join(sorted(alloc[m]))))
+        "%.2f" % gbs if gbs else "-", frac, ",".join(sorted(alloc[m]))))
 if bw:
     print("copy bandwidth, %s threads: best %.2f GB/s read + write (spread x%.2f)" % (
         sys.argv[2], max(bw), max(bw) / min(bw)))
+if rd:
+    print("read bandwidth, %s threads: best %.2f GB/s, one sequential stream a thread (spread x%.2f)" % (
+        sys.argv[2], max(rd), max(rd) / min(rd)))
 PY
 echo "   ratio: gplan / llama.cpp (decode: under 1 is faster; prompt: over 1 is faster)"
