@@ -907,17 +907,13 @@ extern "C" int gp_cuda_quant_step_host(gp_dtype t, const void *step, int shift, 
                                        float *out)
 {
     const uint8_t *b = (const uint8_t *)step;
+#define QS_ONE(T)                                                                                  \
+    case T: return step_shift<T>(b, shift, x, out);
     switch (t) {
-    case GP_Q4_0: return step_shift<GP_Q4_0>(b, shift, x, out);
-    case GP_Q4_1: return step_shift<GP_Q4_1>(b, shift, x, out);
-    case GP_Q5_0: return step_shift<GP_Q5_0>(b, shift, x, out);
-    case GP_Q5_1: return step_shift<GP_Q5_1>(b, shift, x, out);
-    case GP_Q8_0: return step_shift<GP_Q8_0>(b, shift, x, out);
-    case GP_Q4_K: return step_shift<GP_Q4_K>(b, shift, x, out);
-    case GP_Q5_K: return step_shift<GP_Q5_K>(b, shift, x, out);
-    case GP_Q6_K: return step_shift<GP_Q6_K>(b, shift, x, out);
+        GP_QUANT_DTYPES(QS_ONE)
     default: return -1;
     }
+#undef QS_ONE
 }
 
 template <int T>
@@ -1007,17 +1003,11 @@ static int launch_fast(gp_dtype t, gp_cu_ctx *c, const QVD &d, const float *x, i
     NORM nm;
     memset(&nm, 0, sizeof nm);
 #define QV_ONE(TT)                                                                                 \
-    return M == 1 ? launch_qmv<TT, TT, 1, false, false>(c, d, x, ldx, K, M, msym, e, eo, nm)      \
-                  : launch_qmv<TT, TT, 8, false, false>(c, d, x, ldx, K, M, msym, e, eo, nm)
+    case TT:                                                                                       \
+        return M == 1 ? launch_qmv<TT, TT, 1, false, false>(c, d, x, ldx, K, M, msym, e, eo, nm)  \
+                      : launch_qmv<TT, TT, 8, false, false>(c, d, x, ldx, K, M, msym, e, eo, nm);
     switch (t) {
-    case GP_Q4_0: QV_ONE(GP_Q4_0);
-    case GP_Q4_1: QV_ONE(GP_Q4_1);
-    case GP_Q5_0: QV_ONE(GP_Q5_0);
-    case GP_Q5_1: QV_ONE(GP_Q5_1);
-    case GP_Q8_0: QV_ONE(GP_Q8_0);
-    case GP_Q4_K: QV_ONE(GP_Q4_K);
-    case GP_Q5_K: QV_ONE(GP_Q5_K);
-    case GP_Q6_K: QV_ONE(GP_Q6_K);
+        GP_QUANT_DTYPES(QV_ONE)
     default: return 0;
     }
 #undef QV_ONE

@@ -34,6 +34,9 @@ size_t gp_dtype_size(gp_dtype t);
 int gp_dtype_block(gp_dtype t);
 size_t gp_dtype_block_bytes(gp_dtype t);
 int gp_dtype_is_quant(gp_dtype t);
+/* Every block-quantized dtype, for code that instantiates a kernel per type:
+ * switch (t) { GP_QUANT_DTYPES(CASE) default: ... } with CASE(T) expanding to `case T: ...`. */
+#define GP_QUANT_DTYPES(X) X(GP_Q4_0) X(GP_Q4_1) X(GP_Q5_0) X(GP_Q5_1) X(GP_Q8_0) X(GP_Q4_K) X(GP_Q5_K) X(GP_Q6_K)
 /* Bytes of n elements: n * size, or n / block * block_bytes; 0 when n is not a whole number of
  * blocks (callers check gp_dtype_block first and report a located error). */
 size_t gp_dtype_row_bytes(gp_dtype t, int64_t n);

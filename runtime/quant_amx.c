@@ -138,14 +138,7 @@ static void w_tile_any(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int64
         w_tile(T, w, rb, n, N, k0, kc, wb);                                                    \
         break;
     switch (t) {
-        QA_W(GP_Q4_0)
-        QA_W(GP_Q4_1)
-        QA_W(GP_Q5_0)
-        QA_W(GP_Q5_1)
-        QA_W(GP_Q8_0)
-        QA_W(GP_Q4_K)
-        QA_W(GP_Q5_K)
-        QA_W(GP_Q6_K)
+        GP_QUANT_DTYPES(QA_W)
     default:
         GP_ASSERT(!"not a quantized dtype");
     }

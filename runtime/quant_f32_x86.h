@@ -532,14 +532,7 @@ static void deq_tile_any(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int
         deq_tile(T, w, rb, n, nt, k0, kc, wb);                                                 \
         break;
     switch (t) {
-        QF_DEQ(GP_Q4_0)
-        QF_DEQ(GP_Q4_1)
-        QF_DEQ(GP_Q5_0)
-        QF_DEQ(GP_Q5_1)
-        QF_DEQ(GP_Q8_0)
-        QF_DEQ(GP_Q4_K)
-        QF_DEQ(GP_Q5_K)
-        QF_DEQ(GP_Q6_K)
+        GP_QUANT_DTYPES(QF_DEQ)
     default:
         GP_ASSERT(!"not a quantized dtype");
     }
