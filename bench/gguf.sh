@@ -2,7 +2,7 @@
 # Quantized GGUF models on the CPU, gplan against llama.cpp's llama-bench on the same files in one
 # run: decode ms a token (32 tokens) and a 128-token prompt's tokens/s, THREADS threads, REPEATS
 # runs each (min and max reported). Models: SmolLM2-135M-Instruct Q4_1 (the real file,
-# scripts/fetch_models.sh) and the TinyLlama-1.1B shape in Q8_0 and Q4_0 (random weights:
+# scripts/fetch_models.sh) and the TinyLlama-1.1B shape in Q8_0, Q4_0 and Q4_K_M (random weights:
 # scripts/bench/make_random_gguf.py writes f16, llama-quantize quantizes it), in $GPLAN_CACHE/bench.
 # usage: bench/gguf.sh LLAMA_CPP_BUILD_BIN [THREADS (2)] [REPEATS (3)]
 #   LLAMA_CPP_BUILD_BIN holds llama-bench and llama-quantize, built from llama-cpp-python 0.3.36's
@@ -24,7 +24,7 @@ f16=$cache/bench/tinyllama-f16.gguf
 if [ ! -s "$f16" ]; then
   python3 scripts/bench/make_random_gguf.py "$f16" ../shared/data/vocab/ggml-vocab-llama-spm.gguf
 fi
-for q in Q8_0 Q4_0; do
+for q in Q8_0 Q4_0 Q4_K_M; do
   [ -s "$cache/bench/tinyllama-$q.gguf" ] ||
     "$lcpp/llama-quantize" "$f16" "$cache/bench/tinyllama-$q.gguf" "$q" >/dev/null 2>&1
 done
@@ -34,7 +34,8 @@ echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^
      "load average $(cut -d' ' -f1-3 /proc/loadavg); $threads threads"
 rows=() notes=()
 for m in "smollm2-135m q4_1:$smol" "tinyllama-1.1b q8_0:$cache/bench/tinyllama-Q8_0.gguf" \
-         "tinyllama-1.1b q4_0:$cache/bench/tinyllama-Q4_0.gguf"; do
+         "tinyllama-1.1b q4_0:$cache/bench/tinyllama-Q4_0.gguf" \
+         "tinyllama-1.1b q4_k_m:$cache/bench/tinyllama-Q4_K_M.gguf"; do
   name=${m%%:*} file=${m#*:}
   plan=$B/$(echo "$name" | tr ' ' _).plan
   "$B/tools/gplan-compile" examples/llama.gplan --gguf "$file" -D max_position_embeddings=512 \
