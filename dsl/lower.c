@@ -455,7 +455,7 @@ static value eval_index(lower *L, const ast_expr *e, const char *name)
 /* The calls: ops of the IR and a few compile-time functions. Positional argument kinds (sig):
  * t tensor, o optional tensor (last), i integer, n number, d dtype, D one or more dims
  * (integers or symbolic dims; the rest), I one or more integers (the rest). */
-#define MAX_KEYS 9 /* keywords of one op (rope's take the most) */
+#define MAX_KEYS 10 /* keywords of one op (rope's take the most) */
 
 typedef struct {
     const char *name;
@@ -482,7 +482,7 @@ static const op_spec op_specs[] = {
     {"swiglu", GP_OP_SWIGLU, "tt", {0}},
     {"rope", GP_OP_ROPE, "tt",
      {"mode", "dims", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor",
-      "original_max_position_embeddings", "freq_factors"}},
+      "original_max_position_embeddings", "freq_factors", "attn_factor"}},
     {"reshape", GP_OP_RESHAPE, "tD", {0}},
     {"permute", GP_OP_PERMUTE, "tI", {0}},
     {"transpose", GP_OP_PERMUTE, "t", {0}},
@@ -672,10 +672,11 @@ static int kw_nonzero(lower *L, call *c, int slot, double *out)
     return 0;
 }
 
-/* rope's scaling keywords (slots 3..7): scaling = "default" (none), "linear" with factor, or
- * "llama3" with factor, low_freq_factor, high_freq_factor and original_max_position_embeddings
- * (core.h, GP_OP_ROPE). Each is read only under a scaling that uses it, so a graph may pass them
- * from its parameters always. */
+/* rope's scaling keywords (slots 3..7 and 9): scaling = "default" (none), "linear" with factor,
+ * "longrope" with attn_factor (its frequency factors are freq_factors, required), or "llama3" with
+ * factor, low_freq_factor, high_freq_factor and original_max_position_embeddings (core.h,
+ * GP_OP_ROPE). Each is read only under a scaling that uses it, so a graph may pass them from its
+ * parameters always. */
 static int rope_scaling(lower *L, call *c, gp_attrs *at)
 {
     value m = c->kw[3];
@@ -689,9 +690,23 @@ static int rope_scaling(lower *L, call *c, gp_attrs *at)
         at->f[1] = f;
         return 0;
     }
+    if (m.k == V_STR && strcmp(m.s, "longrope") == 0) {
+        double f = 1.0;
+        if (kw_positive(L, c, 9, &f))
+            return -1;
+        if (c->kw[8].k == V_ERR) {
+            error(L, c->kw_loc[3],
+                  "rope: scaling \"longrope\" needs its per-frequency factors as freq_factors");
+            return -1;
+        }
+        at->i[2] = GP_ROPE_LONGROPE;
+        at->f[1] = f;
+        return 0;
+    }
     if (m.k != V_STR || strcmp(m.s, "llama3") != 0)
         return bad_kw(L, c, 3,
-                      "\"default\", \"linear\" or \"llama3\" (other rope scalings are not supported)");
+                      "\"default\", \"linear\", \"longrope\" or \"llama3\" (other rope "
+                      "scalings are not supported)");
     double v[3] = {8.0, 1.0, 4.0}; /* Llama 3.1's factor, low_freq_factor, high_freq_factor */
     for (int k = 0; k < 3; k++)
         if (kw_positive(L, c, 4 + k, &v[k]))

@@ -158,7 +158,7 @@ void gp_errf(char *err, size_t n, const char *fmt, ...)
     va_end(ap);
 }
 
-/* ---- rope's frequency scaling, linear and llama3 (core.h, GP_OP_ROPE) ---- */
+/* ---- rope's frequency scaling, linear, longrope and llama3 (core.h, GP_OP_ROPE) ---- */
 
 int64_t gp_rope_factors_pack(float low_freq_factor, float high_freq_factor)
 {
@@ -184,6 +184,13 @@ int gp_rope_check_scaling(const gp_attrs *a, char *err, size_t n)
         if (a->f[1] > 0 && isfinite(a->f[1]))
             return 0;
         gp_errf(err, n, "rope: bad linear scaling (factor %g): expected a factor > 0", a->f[1]);
+        return -1;
+    }
+    if (a->i[2] == GP_ROPE_LONGROPE) {
+        if (a->f[1] > 0 && isfinite(a->f[1]))
+            return 0;
+        gp_errf(err, n, "rope: bad longrope scaling (attn_factor %g): expected a factor > 0",
+                a->f[1]);
         return -1;
     }
     float lo, hi;

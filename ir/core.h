@@ -104,8 +104,10 @@ typedef enum {
      * it by factor, and between them s = (L / w - low) / (high - low) mixes the two:
      * (1 - s) freq / factor + s freq (gp_rope_freq). i[2] = GP_ROPE_LINEAR (-1): linear scaling
      * (rope_type "linear", Gemma 3's global layers): every frequency divided by f[1] = factor.
-     * Optional input 2, freq_factors f32[n/2] (llama.cpp's rope_freqs tensor): the frequency of
-     * pair j, scaled or not, is divided by freq_factors[j]. */
+     * i[2] = GP_ROPE_LONGROPE (-2): Phi-3's LongRoPE (rope_type "longrope"), the frequencies
+     * divided by freq_factors (its short or long factors) and the cosines and sines multiplied by
+     * f[1] = attn_factor. Optional input 2, freq_factors f32[n/2] (llama.cpp's rope_freqs tensor):
+     * the frequency of pair j, scaled or not, is divided by freq_factors[j]. */
     GP_OP_ROPE,
     /* Views: the output is a GP_TENSOR_VIEW of input 0 (no data moves).
      * reshape(x, dims...) requires x contiguous; the output tensor holds the new shape. */
@@ -171,15 +173,19 @@ typedef struct {
 
 const gp_op_info *gp_op_get(gp_op op); /* NULL for an op out of range */
 
-/* rope's i[2] for linear frequency scaling (GP_OP_ROPE); i[2] > 0 is llama3's, 0 none. */
+/* rope's i[2] for linear frequency scaling and for LongRoPE (GP_OP_ROPE); i[2] > 0 is llama3's,
+ * 0 none. */
 #define GP_ROPE_LINEAR (-1)
+#define GP_ROPE_LONGROPE (-2)
 /* rope's llama3 scaling factors in and out of attribute i[3] (low in bits 0..31, high in 32..63). */
 int64_t gp_rope_factors_pack(float low_freq_factor, float high_freq_factor);
 void gp_rope_factors(const gp_attrs *a, float *low_freq_factor, float *high_freq_factor);
-/* 0 when rope's scaling attributes are usable (none, linear with a finite factor > 0, or llama3
- * with factor > 0, finite factors, 0 < low < high); else -1 with a message in err. */
+/* 0 when rope's scaling attributes are usable (none, linear with a finite factor > 0, longrope
+ * with a finite attn_factor > 0, or llama3 with factor > 0, finite factors, 0 < low < high);
+ * else -1 with a message in err. */
 int gp_rope_check_scaling(const gp_attrs *a, char *err, size_t n);
-/* The frequency of rotary pair j of n rotated dims (radians per position), scaling included. */
+/* The frequency of rotary pair j of n rotated dims (radians per position), scaling included
+ * (not freq_factors, an input; LongRoPE's is the unscaled frequency). */
 double gp_rope_freq(const gp_attrs *a, int64_t j, int64_t n);
 int gp_op_from_name(const char *name, gp_op *out); /* 0 on success, -1 unknown */
 

@@ -34,6 +34,8 @@ static void print_attrs(const gp_node *n, int out_ndim, FILE *out)
                 a->f[0]);
         if (a->i[2] == GP_ROPE_LINEAR)
             fprintf(out, " linear(factor=%g)", a->f[1]);
+        if (a->i[2] == GP_ROPE_LONGROPE)
+            fprintf(out, " longrope(attn_factor=%g)", a->f[1]);
         if (a->i[2] > 0) {
             float lo, hi;
             gp_rope_factors(a, &lo, &hi);

@@ -412,6 +412,10 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
                     double ang = p * f;
                     cs[j] = (float)cos(ang);
                     sn[j] = (float)sin(ang);
+                    if (a->i[2] == GP_ROPE_LONGROPE) { /* LongRoPE's attention factor */
+                        cs[j] *= (float)a->f[1];
+                        sn[j] *= (float)a->f[1];
+                    }
                 }
             angles_of = t;
             const char *pu = px + j0 * ustep * xs, *pv = px + (j0 * ustep + voff) * xs;

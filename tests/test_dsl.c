@@ -1138,6 +1138,32 @@ static void test_config_families(void)
     CU_ASSERT(ff->kind == GP_TENSOR_WEIGHT && ff->dtype == GP_F32 && ff->ndim == 1 &&
               ff->shape[0].size == 4 && strcmp(ff->weight_name, "rope_freqs.weight") == 0);
     gp_graph_free(g);
+    /* Phi-3's LongRoPE from a GGUF file (--gguf sets these): the short factors while the planned
+     * context is within the original one, the long ones past it; the attention factor in f[1]. */
+    const char *lr[][6] = {
+        {"rope_type=longrope", "rope_factors=true", "attn_factor=1.19",
+         "original_max_position_embeddings=4096", "max_position_embeddings=4096", "n_batch=4"},
+        {"rope_type=longrope", "rope_factors=true", "attn_factor=1.19",
+         "original_max_position_embeddings=4096", "max_position_embeddings=4097", "n_batch=4"},
+    };
+    for (int c = 0; c < 2; c++) {
+        const char *tiny_phi3[] = {lr[c][0], lr[c][1], lr[c][2], lr[c][3], lr[c][4], lr[c][5],
+                                   "num_hidden_layers=1", "hidden_size=64",
+                                   "num_attention_heads=4", "num_key_value_heads=4",
+                                   "intermediate_size=64", "vocab_size=50"};
+        g = compile_example("examples/phi3.gplan", tiny_phi3, 12, NULL, NULL);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+        r = first_node(g, GP_OP_ROPE);
+        CU_ASSERT_EQUAL(r->attrs.i[2], GP_ROPE_LONGROPE);
+        CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[1], 1.19, 1e-12);
+        CU_ASSERT_EQUAL_FATAL(r->n_inputs, 3);
+        ff = &g->tensors[r->inputs[2]];
+        CU_ASSERT(ff->kind == GP_TENSOR_WEIGHT && ff->dtype == GP_F32 && ff->ndim == 1 &&
+                  ff->shape[0].size == 8);
+        CU_ASSERT_STRING_EQUAL(ff->weight_name,
+                               c ? "rope_factors_long.weight" : "rope_factors_short.weight");
+        gp_graph_free(g);
+    }
     const char *unscaled[] = {"rope_type=default"};
     g = compile_example("examples/llama3.gplan", unscaled, 1, path, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);

@@ -682,10 +682,12 @@ static void test_argmax(void)
 /* ---- rope ---- */
 
 /* Llama 3 scaling, written out from transformers' definition (rope_type "llama3"): scale[4] =
- * {factor, low_freq_factor, high_freq_factor, original_max_position_embeddings}; NULL: none. */
+ * {factor, low_freq_factor, high_freq_factor, original_max_position_embeddings}; NULL: none.
+ * scale[3] = GP_ROPE_LONGROPE: Phi-3's LongRoPE, {attn_factor, 0, 0, GP_ROPE_LONGROPE}: the
+ * frequency unchanged (its factors are freq_factors), cosines and sines times attn_factor. */
 static double llama3_freq(double freq, const double *scale)
 {
-    if (!scale)
+    if (!scale || scale[3] == GP_ROPE_LONGROPE)
         return freq;
     double wl = 2 * 3.14159265358979323846 / freq, len = scale[3];
     if (wl < len / scale[2])
@@ -727,9 +729,10 @@ static void case_rope_ff(int mode, int64_t n, double theta, const double *scale,
                 int64_t u = mode ? 2 * j : j, v = mode ? 2 * j + 1 : j + n / 2;
                 double f = llama3_freq(pow(theta, -2.0 * (double)j / (double)n), scale);
                 double ang = p * f / w[j];
+                double m = scale && scale[3] == GP_ROPE_LONGROPE ? scale[0] : 1;
                 double xu = tt_geti(x, base + u), xv = tt_geti(x, base + v);
-                ref[base + u] = xu * cos(ang) - xv * sin(ang);
-                ref[base + v] = xu * sin(ang) + xv * cos(ang);
+                ref[base + u] = m * (xu * cos(ang) - xv * sin(ang));
+                ref[base + v] = m * (xu * sin(ang) + xv * cos(ang));
             }
         }
     check_case(&c, ref);
@@ -762,6 +765,7 @@ static void test_rope(void)
     /* Llama 3 scaling over 16 dims at theta 10000 with L = 32: wavelengths 6.3 (kept), 19.9
      * (smoothed), 63 and more (divided by 8), as tests/parity/llama3 has; and Llama 3.1's own. */
     const double l3_small[4] = {8, 1, 4, 32}, l31[4] = {8, 1, 4, 8192};
+    const double longrope[4] = {1.1902380714238083, 0, 0, GP_ROPE_LONGROPE}; /* 128k over 4k */
     for (int mode = 0; mode < 2; mode++) {
         case_rope_scaled(mode, 16, 10000, l3_small, tt_dims(GP_F32, 0, 3, 5, 3, 16, 0), 0,
                          "rope llama3 bands");
@@ -797,6 +801,24 @@ static void test_rope(void)
                      tt_dims(GP_F16, 2, 3, 7, 3, 12, 0), 1, "rope freq_factors partial f16");
         case_rope_ff(mode, 16, 10000, l3_small, rope_factors(8),
                      tt_dims(GP_F32, 0, 3, 5, 3, 16, 0), 0, "rope freq_factors on llama3");
+        case_rope_ff(mode, 16, 10000, longrope, rope_factors(8),
+                     tt_dims(GP_F32, 0, 3, 5, 3, 16, 0), 0, "rope longrope");
+        case_rope_ff(mode, 8, 500, longrope, rope_factors(4),
+                     tt_dims(GP_F16, 2, 3, 7, 3, 12, 0), 1, "rope longrope partial f16");
+    }
+    /* LongRoPE's attention factor scales the rotated dims only (those past n pass through), so
+     * the cases above can fail: by hand, n 2 of D 4, pos 0 (no turn), factor 1.25. */
+    {
+        float xs[4] = {1, 2, 3, 4}, ys[4], one[1] = {1};
+        int32_t p = 0;
+        gp_ktensor in[3] = {{xs, GP_F32, 3, {1, 1, 4}, {16, 16, 4}}, {&p, GP_I32, 1, {1}, {4}},
+                            {one, GP_F32, 1, {1}, {4}}};
+        gp_ktensor out = {ys, GP_F32, 3, {1, 1, 4}, {16, 16, 4}};
+        gp_attrs at = {.i = {0, 2, GP_ROPE_LONGROPE}, .f = {10000.0, 1.25}};
+        gp_cpu_compute(GP_OP_ROPE, &at, &out, in, 3, NULL, 0, 0, 1);
+        const float want[4] = {1.25f, 2.5f, 3, 4};
+        for (int i = 0; i < 4; i++)
+            CU_ASSERT_EQUAL(ys[i], want[i]);
     }
     for (int mode = 0; mode < 2; mode++) {
         case_rope(mode, 16, 10000, tt_dims(GP_F32, 0, 3, 5, 3, 16, 0), 0, "rope full");
@@ -1212,7 +1234,7 @@ static void test_check(void)
     gp_attrs ra = {.i = {0, 8, 32, gp_rope_factors_pack(1.0f, 4.0f)}, .f = {10000.0, 8.0}};
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &ra, &ro->k, rin, 2, err, sizeof err), 0);
     const struct { int64_t len; float lo, hi; double factor; } bad_scaling[] = {
-        {-2, 1, 4, 8}, {32, 4, 1, 8}, {32, 0, 4, 8}, {32, 1, INFINITY, 8}, {32, 1, 4, 0},
+        {-3, 1, 4, 8}, {32, 4, 1, 8}, {32, 0, 4, 8}, {32, 1, INFINITY, 8}, {32, 1, 4, 0},
         {32, 1, 4, NAN}, {32, NAN, 4, 8},
     };
     for (size_t i = 0; i < sizeof bad_scaling / sizeof bad_scaling[0]; i++) {
@@ -1232,6 +1254,14 @@ static void test_check(void)
     }
     gp_attrs lin = {.i = {0, 8, GP_ROPE_LINEAR}, .f = {10000.0, 8.0}};
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &lin, &ro->k, rin, 2, err, sizeof err), 0);
+    /* LongRoPE (i[2] = GP_ROPE_LONGROPE): an attention factor that is not finite and > 0 refused. */
+    for (size_t i = 0; i < sizeof bad_linear / sizeof bad_linear[0]; i++) {
+        gp_attrs b = {.i = {0, 8, GP_ROPE_LONGROPE}, .f = {10000.0, bad_linear[i]}};
+        CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &b, &ro->k, rin, 2, err, sizeof err), -1);
+        CU_ASSERT(strstr(err, "rope: bad longrope scaling") == err);
+    }
+    gp_attrs lr = {.i = {0, 8, GP_ROPE_LONGROPE}, .f = {10000.0, 1.19}};
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &lr, &ro->k, rin, 2, err, sizeof err), 0);
     /* freq_factors: f32 [n/2] only. */
     float fw[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     gp_ktensor fin[3] = {rx->k, rin[1], {fw, GP_F32, 1, {4}, {4}}};

@@ -73,6 +73,12 @@ static const char *const gemma3_assumed[] = {
     "sliding_window_pattern=6", NULL};
 /* No attention.sliding_window: no window (Phi-3's converters write 0 for none). */
 static const char *const phi3_assumed[] = {"sliding_window=0", NULL};
+/* LongRoPE's (the 128k models, Phi-3.5): the cosines' and sines' factor and the context its
+ * short factors serve (examples/phi3.gplan); absent, llama.cpp takes 1 and context_length. */
+static const key_map phi3_keys[] = {
+    {"rope.scaling.attn_factor", "attn_factor", 1},
+    {"rope.scaling.original_context_length", "original_max_position_embeddings", 0},
+};
 /* llama's q and k rows are permuted for the interleaved rotary form (docs/gguf.md); llama.cpp
  * keeps qwen2's and qwen3's in the checkpoint's rotate-half order. GPT-2's Conv1D weights are
  * stored transposed, [out, in] (examples/gpt2.gplan). */
@@ -232,7 +238,7 @@ oom:
     return -1;
 }
 
-/* Phi-3: the graph rotates whole heads and knows no long-context rope factors. */
+/* Phi-3: the graph rotates whole heads; LongRoPE's factors are tensors of the file. */
 static int phi3_derive(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
                        char *err, size_t errlen)
 {
@@ -250,10 +256,20 @@ static int phi3_derive(const gp_gguf *g, const char *path, const char *arch, gp_
                  path, arch, (long long)rot, (long long)(embd / heads));
         return -1;
     }
-    /* LongRoPE's per-frequency factors: the graph's rope refuses rope_type "longrope". */
-    if (gp_gguf_tensor_find(g, "rope_factors_long.weight") && push_text(p, "rope_type=longrope")) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        return -1;
+    /* LongRoPE's per-frequency factors, short and long: the graph picks one by its context. */
+    if (gp_gguf_tensor_find(g, "rope_factors_long.weight")) {
+        int64_t ctx = 0, orig = 0;
+        int has_ctx = arch_int(g, path, arch, "context_length", &ctx, err, errlen);
+        int has_orig = arch_int(g, path, arch, "rope.scaling.original_context_length", &orig, err,
+                                errlen);
+        if (has_ctx < 0 || has_orig < 0)
+            return -1;
+        if ((push_text(p, "rope_type=longrope") || push_text(p, "rope_factors=true")) ||
+            (has_orig == 1 && has_ctx == 0 &&
+             push(p, "%s=%lld", "original_max_position_embeddings", (double)ctx, 0))) {
+            snprintf(err, errlen, "%s: out of memory", path);
+            return -1;
+        }
     }
     return 0;
 }
@@ -267,7 +283,7 @@ static const family families[] = {
     {"gpt2", 0, KEYS(gpt2_keys), gpt2_assumed, NULL},
     {"gemma2", 1, KEYS(gemma_keys), gemma2_assumed, gemma2_derive},
     {"gemma3", 1, KEYS(gemma_keys), gemma3_assumed, gemma3_derive},
-    {"phi3", 1, NULL, 0, phi3_assumed, phi3_derive},
+    {"phi3", 1, KEYS(phi3_keys), phi3_assumed, phi3_derive},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

@@ -5,7 +5,10 @@
  * f16), so that on an f32 file llama.cpp computes in f32 throughout. A maintainer's tool, built
  * against a llama.cpp build by scripts/parity/make_gemma3_270m_fixture.sh, not by CMake.
  *
- * usage: llama_logits MODEL.gguf PROMPT N_GEN > fixture.txt */
+ * usage: llama_logits MODEL.gguf PROMPT N_GEN [N_CTX] > fixture.txt
+ *   PROMPT "ids:I,J,...": those token ids as they are (no tokenizer, no BOS; a file whose
+ *   tokenizer.ggml.model is "none"). N_CTX: the context size (default 4096), which picks
+ *   Phi-3's LongRoPE factors (the long ones past the file's original context). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,10 +41,13 @@ static void write_row(int pos, const float *row, int n_vocab)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: llama_logits MODEL.gguf PROMPT N_GEN\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: llama_logits MODEL.gguf PROMPT N_GEN [N_CTX]\n");
         return 2;
     }
+    int n_ctx = argc == 5 ? atoi(argv[4]) : MAX_TOKENS;
+    if (n_ctx < 1 || n_ctx > MAX_TOKENS)
+        return 2;
     int n_gen = atoi(argv[3]);
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
@@ -52,9 +58,9 @@ int main(int argc, char **argv)
     const struct llama_vocab *vocab = llama_model_get_vocab(model);
     int n_vocab = llama_vocab_n_tokens(vocab);
     struct llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = MAX_TOKENS;
-    cp.n_batch = MAX_TOKENS;
-    cp.n_ubatch = MAX_TOKENS;
+    cp.n_ctx = (uint32_t)n_ctx;
+    cp.n_batch = (uint32_t)n_ctx;
+    cp.n_ubatch = (uint32_t)n_ctx;
     cp.type_k = GGML_TYPE_F32;
     cp.type_v = GGML_TYPE_F32;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -62,8 +68,17 @@ int main(int argc, char **argv)
     if (!ctx)
         return 1;
     static llama_token toks[MAX_TOKENS];
-    int n = llama_tokenize(vocab, argv[2], (int)strlen(argv[2]), toks, MAX_TOKENS - n_gen, 1, 1);
-    if (n <= 0)
+    int n = 0;
+    if (strncmp(argv[2], "ids:", 4) == 0) {
+        for (char *p = argv[2] + 4; *p && n < MAX_TOKENS - n_gen;) {
+            toks[n++] = (llama_token)strtol(p, &p, 10);
+            if (*p == ',')
+                p++;
+        }
+    } else {
+        n = llama_tokenize(vocab, argv[2], (int)strlen(argv[2]), toks, MAX_TOKENS - n_gen, 1, 1);
+    }
+    if (n <= 0 || n + n_gen > n_ctx)
         return 1;
     printf("prompt");
     for (int i = 0; i < n; i++)

@@ -13,6 +13,8 @@ le() {
 gstr() { le ${#1} 8; printf '%s' "$1"; }
 kv_str() { gstr "$1"; le 8 4; gstr "$2"; }
 kv_u32() { gstr "$1"; le 4 4; le "$2" 4; }
+# kv_f32 KEY BITS: an f32 given by its bit pattern as an integer (1.25: 1067450368).
+kv_f32() { gstr "$1"; le 6 4; le "$2" 4; }
 # kv_bools KEY B...: an array of bools (0 or 1).
 kv_bools() { gstr "$1"; shift; le 9 4; le 7 4; le $# 8; for b in "$@"; do le "$b" 1; done; }
 # ghead N_KV [N_TENSORS]: the header.

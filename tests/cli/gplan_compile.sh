@@ -55,11 +55,17 @@ expect 0 "rope_theta=10000 query_pre_attn_scalar=144 attn_logit_softcapping=50 f
   --check "$ex/gemma2.gplan" --gguf "$tmp/g2_27b.gguf"
 { ghead 1; kv_str general.architecture phi3; } >"$tmp/phi3.gguf"
 expect 0 " sliding_window=0 " --check "$ex/phi3.gplan" --gguf "$tmp/phi3.gguf"
-# LongRoPE's factors (Phi-3 128k): rope_type "longrope", which the graph's rope refuses
-{ ghead 1 1; kv_str general.architecture phi3; tinfo rope_factors_long.weight 8; } >"$tmp/phi3l.gguf"
+# LongRoPE's factors (Phi-3 128k): rope_type "longrope", the factors bound (the long ones past the
+# original context), its attention factor and original context from the file's keys
+{ ghead 4 1; kv_str general.architecture phi3; kv_u32 phi3.context_length 131072
+  kv_u32 phi3.rope.scaling.original_context_length 4096
+  kv_f32 phi3.rope.scaling.attn_factor 1067450368; tinfo rope_factors_long.weight 8; } >"$tmp/phi3l.gguf"
 tdata "$tmp/phi3l.gguf" 8
-expect 1 "keyword 'scaling' of 'rope' must be \"default\", \"linear\" or \"llama3\" (other rope scalings are not supported), got \"longrope\"" \
+expect 0 "rope_factors=1 original_max_position_embeddings=4096 attn_factor=1.25; tensors 2 input, 2 output, 195 weight" \
   --check "$ex/phi3.gplan" --gguf "$tmp/phi3l.gguf"
+# a safetensors checkpoint's LongRoPE (its factors in config.json) stays refused
+expect 1 "rope: scaling \"longrope\" needs its per-frequency factors as freq_factors" \
+  --check "$ex/phi3.gplan" -D rope_type=longrope
 
 # 1: bad input
 printf 'graph g() {\n  let x = nope;\n}\n' > "$tmp/bad.gplan"

@@ -15,6 +15,9 @@
  *   pair j's factor (ggml divides the frequency by it: 1, factor, or 1 / ((1 - s) / factor + s)
  *   between), computed in float32 as LlamaModel.generate_extra_tensors computes it with torch;
  *   first in the file, as the converter yields it before the checkpoint's tensors.
+ * - phi3 with rope_type "longrope" (the 128k models, Phi-3.5): rope_factors_long.weight and
+ *   rope_factors_short.weight from the config's long_factor and short_factor, first in the file,
+ *   and rope.scaling.attn_factor (sqrt(1 + ln(s) / ln(original)), s the context's growth).
  * - gemma2, gemma3 (model_type gemma3 or gemma3_text): every norm weight + 1 (transformers scales
  *   by 1 + w); Gemma 2's lm_head dropped (llama.cpp's head is the embedding).
  * - phi3: the fused qkv_proj and gate_up_proj kept as they are (attn_qkv, ffn_up).
@@ -23,10 +26,13 @@
  *   f16 (the converter's default --outtype f16).
  * Tensors go in the checkpoint's name order (strcmp), data aligned to 32 bytes.
  *
- * usage: parity-to-gguf [--f16] [--sliding-window] [--no-head-dim] FIXTURE_DIR OUT.gguf
+ * usage: parity-to-gguf [--f16] [--sliding-window] [--no-head-dim] [--config CONFIG.json]
+ *                       FIXTURE_DIR OUT.gguf
  *                       [KEY=u32:N | KEY=f32:X | KEY=str:S]...
  *   --sliding-window also writes llama.attention.sliding_window from config.json (llama.cpp's
  *   converter does not for llama files; gplan-compile --gguf reads it when it is there).
+ *   --config reads CONFIG.json in place of FIXTURE_DIR/config.json (a variant of a fixture's
+ *   configuration over the same weights).
  *   --no-head-dim writes no llama.attention.key_length / value_length, as the converter does for a
  *   config without head_dim (gplan-compile --gguf then takes embedding_length / head_count).
  *   each KEY (after "ARCH.") is added, or replaces the converter's, as given: keys llama.cpp reads
@@ -95,12 +101,12 @@ static int fail(const char *fmt, const char *a, const char *b)
     return -1;
 }
 
-/* The entry of KEY (ARCH.KEY unless it starts with "general."), a new one or the one already
- * there (a command-line key replaces it in place). NULL when full. */
+/* The entry of KEY (ARCH.KEY unless it starts with "general." or "tokenizer."), a new one or the
+ * one already there (a command-line key replaces it in place). NULL when full. */
 static kv *add(meta *m, const char *key, gp_gguf_type type)
 {
     char full[128];
-    if (strncmp(key, "general.", 8) == 0)
+    if (strncmp(key, "general.", 8) == 0 || strncmp(key, "tokenizer.", 10) == 0)
         snprintf(full, sizeof full, "%s", key);
     else
         snprintf(full, sizeof full, "%s.%s", m->arch, key);
@@ -458,6 +464,60 @@ static int llama3_rope_freqs(const json_t *cfg, out_tensor *t)
     return 0;
 }
 
+/* One f32 [n] tensor of a JSON array of n numbers into *t: 0, or -1 with a message. */
+static int array_tensor(const json_t *a, int64_t n, const char *name, out_tensor *t)
+{
+    if (!json_is_array(a) || (int64_t)json_array_size(a) != n)
+        return fail("config.json: rope %s is not an array of rope_dims / 2 numbers%s", name, "");
+    float *f = malloc((size_t)(n > 0 ? n : 1) * sizeof *f);
+    if (!f)
+        return fail("%s: %s", name, "out of memory");
+    for (int64_t j = 0; j < n; j++)
+        f[j] = (float)json_number_value(json_array_get(a, (size_t)j));
+    snprintf(t->name, sizeof t->name, "rope_factors_%s.weight",
+             strcmp(name, "long_factor") ? "short" : "long");
+    t->type = GGML_F32;
+    t->ndim = 1;
+    t->ne[0] = n;
+    t->data = f;
+    t->nbytes = (size_t)n * sizeof *f;
+    return 0;
+}
+
+/* Phi-3's LongRoPE (rope_type "longrope" with long_factor and short_factor): the two factor
+ * tensors into t[0] (long) and t[1] (short), first in the file as the converter yields them, and
+ * rope.scaling.attn_factor: sqrt(1 + ln(s) / ln(original)) for s = max_position_embeddings /
+ * original_max_position_embeddings > 1, else 1. Returns the tensors written (0 without LongRoPE
+ * or 2), or -1 with a message. */
+static int phi3_longrope(meta *m, const json_t *cfg, out_tensor *t)
+{
+    const json_t *rp = rope_params(cfg);
+    const char *type = rp ? json_string_value(json_object_get(rp, "rope_type")) : NULL;
+    if (!type)
+        type = rp ? json_string_value(json_object_get(rp, "type")) : NULL;
+    if (!type || (strcmp(type, "longrope") != 0 && strcmp(type, "su") != 0))
+        return 0;
+    double heads = param_or(cfg, "num_attention_heads", 0);
+    double hidden = param_or(cfg, "hidden_size", 0);
+    double rot = param_or(rp, "partial_rotary_factor", param_or(cfg, "partial_rotary_factor", 1.0));
+    int64_t dims = heads > 0 ? (int64_t)(floor(rot * hidden) / heads) : 0;
+    double max_pos = param_or(cfg, "max_position_embeddings", 0);
+    double orig = param_or(cfg, "original_max_position_embeddings",
+                           param_or(rp, "original_max_position_embeddings", 0));
+    if (dims < 2 || dims > 1 << 20 || !(orig > 1))
+        return fail("config.json: LongRoPE needs rope dims in 2..2^20 and "
+                    "original_max_position_embeddings > 1%s%s", "", "");
+    double scale = max_pos / orig;
+    add_f32(m, "rope.scaling.attn_factor", scale > 1 ? sqrt(1 + log(scale) / log(orig)) : 1.0);
+    if (array_tensor(json_object_get(rp, "long_factor"), dims / 2, "long_factor", &t[0]))
+        return -1;
+    if (array_tensor(json_object_get(rp, "short_factor"), dims / 2, "short_factor", &t[1])) {
+        free(t[0].data);
+        return -1;
+    }
+    return 2;
+}
+
 static int write_file(const char *path, const meta *m, const out_tensor *t, int n_t)
 {
     gp_gw w;
@@ -493,9 +553,12 @@ static int write_file(const char *path, const meta *m, const out_tensor *t, int 
 int main(int argc, char **argv)
 {
     int f16 = 0, window = 0, no_head_dim = 0, a = 1;
+    const char *config = NULL;
     for (; a < argc && argv[a][0] == '-'; a++) {
         if (strcmp(argv[a], "--f16") == 0)
             f16 = 1;
+        else if (strcmp(argv[a], "--config") == 0 && a + 1 < argc)
+            config = argv[++a];
         else if (strcmp(argv[a], "--sliding-window") == 0)
             window = 1;
         else if (strcmp(argv[a], "--no-head-dim") == 0)
@@ -505,12 +568,15 @@ int main(int argc, char **argv)
     }
     if (argc - a < 2) {
         fprintf(stderr, "usage: parity-to-gguf [--f16] [--sliding-window] [--no-head-dim] "
-                        "FIXTURE_DIR OUT.gguf [KEY=u32:N|KEY=f32:X|KEY=str:S]...\n");
+                        "[--config CONFIG.json] FIXTURE_DIR OUT.gguf "
+                        "[KEY=u32:N|KEY=f32:X|KEY=str:S]...\n");
         return 1;
     }
     const char *dir = argv[a], *out = argv[a + 1];
     char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(path, sizeof path, "%s", config ? config : "");
+    if (!config)
+        snprintf(path, sizeof path, "%s/config.json", dir);
     json_error_t jerr;
     json_t *cfg = json_load_file(path, 0, &jerr);
     if (!cfg)
@@ -528,6 +594,11 @@ int main(int argc, char **argv)
         return 1;
     }
     arch_meta[arch](&m, cfg, window, no_head_dim);
+    static out_tensor t[MAX_TENSORS];
+    int n_t = 0, rc = 1;
+    /* rope tensors of the config: Llama 3.1's rope_freqs, Phi-3's LongRoPE factors */
+    int freqs = arch == A_LLAMA && !m.bad ? llama3_rope_freqs(cfg, &t[0]) : 1;
+    int longrope = arch == A_PHI3 && !m.bad ? phi3_longrope(&m, cfg, t) : 0;
     for (int i = a + 2; i < argc; i++)
         extra(&m, argv[i]);
     add_u32(&m, "general.file_type", f16 ? LLAMA_FTYPE_F16 : LLAMA_FTYPE_F32);
@@ -538,13 +609,13 @@ int main(int argc, char **argv)
     }
     /* llama.cpp's Gemma 2 never reads an lm_head (its head is the embedding) */
     int drop_head = arch == A_GEMMA2 || json_is_true(json_object_get(cfg, "tie_word_embeddings"));
-    static out_tensor t[MAX_TENSORS];
-    int n_t = 0, rc = 1;
-    int freqs = arch == A_LLAMA && !m.bad ? llama3_rope_freqs(cfg, &t[0]) : 1;
     json_decref(cfg);
-    if (m.bad || freqs < 0)
+    if (m.bad || freqs < 0 || longrope < 0) {
+        for (int i = 0; i < (freqs == 0) + (longrope > 0 ? longrope : 0); i++)
+            free(t[i].data);
         return 1;
-    n_t = freqs == 0;
+    }
+    n_t = (freqs == 0) + longrope;
 
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     gp_st_file *st = gp_st_open(path, err, sizeof err);
