@@ -156,7 +156,7 @@ if [ "${TIMINGS:-1}" != 0 ]; then
     -D intermediate_size=18944 -D num_attention_heads=28 -D num_key_value_heads=4 \
     -D vocab_size=152064 -D tie_word_embeddings=false
   timing gemma-3-4b examples/gemma3.gplan -D rope_type=linear
-  timing gemma-3-4b/g2-graph bench/gemma3_shape.gplan
+  timing gemma-3-4b-g2graph bench/gemma3_shape.gplan
   if [ "${BASELINE:-1}" != 0 ]; then
     timing llama-3-8b examples/llama3.gplan -D num_hidden_layers=32 -D hidden_size=4096 \
       -D intermediate_size=14336 -D num_attention_heads=32 -D num_key_value_heads=8 \
