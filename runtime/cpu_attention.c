@@ -44,8 +44,77 @@ void gp_attn_accum_portable(const float *w, const char *v, int64_t vs, gp_dtype 
             acc[i] = fmaf(w[s], kv_elt(vt, v + s * vs, i), acc[i]);
 }
 
+/* Softmax of the n scores sc[] in place (soft-capped first when cap > 0): exp(s - max) each,
+ * their sum's inverse returned. */
+static float softmax_row(float *sc, int64_t n, float cap)
+{
+    float mx = -INFINITY;
+    for (int64_t s = 0; s < n; s++) {
+        if (cap > 0)
+            sc[s] = cap * tanhf(sc[s] / cap);
+    }
+    for (int64_t s = 0; s < n; s++) /* fmaxf's result (no NaN in sc), as a select */
+        mx = sc[s] > mx ? sc[s] : mx;
+    gp_acc8 sum;
+    gp_acc8_zero(&sum);
+    for (int64_t s = 0; s < n; s++)
+        sc[s] = gp_expf(sc[s] - mx);
+    gp_acc8_add(&sum, sc, n);
+    return 1.0f / gp_acc8_total(&sum);
+}
+
+/* The heads of one KV group R at a time (runtime/cpu_dot.h's group loops): each cache row read
+ * once for R heads, every head's result bit for bit the one-head path's. Items (group, R heads,
+ * query row), query rows fastest; sc: this thread's R score rows of S. */
+static void attention_grouped(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in,
+                              float *sc, int R, int ith, int nuse)
+{
+    const gp_ktensor *q = &in[0], *k = &in[1], *v = &in[2], *pos = &in[3];
+    int64_t T = q->ne[0], H = q->ne[1], D = q->ne[2], S = k->ne[0], G = k->ne[1], hg = H / G;
+    int64_t nch = (hg + R - 1) / R, r0, r1;
+    float scale = (float)at->f[0], cap = (float)at->f[1];
+    gp_attn_scores_group_fn scores = gp_cpu_attn_scores_group();
+    gp_attn_accum_group_fn accum = gp_cpu_attn_accum_group();
+    float bq[GP_ATTN_GROUP][GP_CHUNK], acc[GP_ATTN_GROUP][GP_CHUNK], inv[GP_ATTN_GROUP];
+    const float *qs[GP_ATTN_GROUP], *ws[GP_ATTN_GROUP];
+    float *scs[GP_ATTN_GROUP], *accs[GP_ATTN_GROUP];
+    gp_share(G * nch * T, ith, nuse, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t t = r % T, g = r / T / nch, h0 = g * hg + r / T % nch * R;
+        int nr = hg - (h0 - g * hg) < R ? (int)(hg - (h0 - g * hg)) : R;
+        int32_t p;
+        memcpy(&p, (const char *)pos->data + t * pos->nb[0], 4);
+        int64_t s0 = at->i[0] > 0 && p - at->i[0] + 1 > 0 ? p - at->i[0] + 1 : 0, n = p + 1 - s0;
+        GP_ASSERT(p >= 0 && p < S);
+        for (int j = 0; j < nr; j++) {
+            gp_cpu_load_row(bq[j], (const char *)q->data + t * q->nb[0] + (h0 + j) * q->nb[1], D,
+                            q->nb[2], q->dtype);
+            qs[j] = bq[j];
+            scs[j] = sc + (size_t)j * (size_t)S;
+            ws[j] = scs[j];
+            accs[j] = acc[j];
+        }
+        scores(nr, qs, (const char *)k->data + g * k->nb[1] + s0 * k->nb[0], k->nb[0], k->dtype,
+               D, n, scale, scs);
+        for (int j = 0; j < nr; j++) {
+            inv[j] = softmax_row(scs[j], n, cap);
+            for (int64_t i = 0; i < D; i++)
+                acc[j][i] = 0.0f;
+        }
+        accum(nr, ws, (const char *)v->data + g * v->nb[1] + s0 * v->nb[0], v->nb[0], v->dtype, D,
+              n, accs);
+        for (int j = 0; j < nr; j++) {
+            for (int64_t i = 0; i < D; i++)
+                acc[j][i] *= inv[j];
+            gp_cpu_store_row((char *)out->data + t * out->nb[0] + (h0 + j) * out->nb[1],
+                             out->nb[2], out->dtype, acc[j], D);
+        }
+    }
+}
+
 /* q [T, H, D], k [S, G, D], v [S, G, D], pos i32 [T] -> out f32-or-other [T, H, D].
- * ws: f32 [nth_used, S] scores. */
+ * ws: f32 [nth_used, S] scores (with room for R rows a thread: the heads of a KV group R at a
+ * time). */
 void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in, void *ws,
                       size_t ws_size, int ith, int nth)
 {
@@ -69,6 +138,19 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
     int fast = D <= GP_CHUNK && k->nb[2] == kes && v->nb[2] == ves &&
                (k->dtype == GP_F32 || k->dtype == GP_F16 || k->dtype == GP_BF16) &&
                (v->dtype == GP_F32 || v->dtype == GP_F16 || v->dtype == GP_BF16);
+    /* Query heads sharing a KV group, on a contiguous cache without a ring, R at a time where
+     * the level has the group loops and the workspace room for R score rows a thread (the plan
+     * reserves GP_WS_CPU_MAX_THREADS rows). */
+    int64_t hg = H / G, room = (int64_t)(ws_size / per) / nuse;
+    if (fast && !at->i[1] && hg > 1 && room > 1 && gp_cpu_attn_scores_group() &&
+        gp_cpu_attn_accum_group()) {
+        int R = (int)(hg < GP_ATTN_GROUP ? hg : GP_ATTN_GROUP);
+        if (R > room)
+            R = (int)room;
+        attention_grouped(at, out, in, (float *)((char *)ws + (size_t)ith * (size_t)R * per), R,
+                          ith, nuse);
+        return;
+    }
     gp_attn_scores_fn scores = gp_cpu_attn_scores();
     gp_attn_accum_fn accum = gp_cpu_attn_accum();
     /* Rows head-major: a thread's rows of one head (and the heads of one KV group) reuse the
@@ -96,18 +178,7 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
         if (fast && !at->i[1]) { /* the window's rows are contiguous: no ring */
             int64_t n = p + 1 - s0;
             scores(bq, pk + s0 * k->nb[0], k->nb[0], k->dtype, D, n, scale, sc);
-            for (int64_t s = 0; s < n; s++) {
-                if (cap > 0)
-                    sc[s] = cap * tanhf(sc[s] / cap);
-            }
-            for (int64_t s = 0; s < n; s++) /* fmaxf's result (no NaN in sc), as a select */
-                mx = sc[s] > mx ? sc[s] : mx;
-            gp_acc8 sum;
-            gp_acc8_zero(&sum);
-            for (int64_t s = 0; s < n; s++)
-                sc[s] = gp_expf(sc[s] - mx);
-            gp_acc8_add(&sum, sc, n);
-            float inv = 1.0f / gp_acc8_total(&sum);
+            float inv = softmax_row(sc, n, cap);
             for (int64_t i = 0; i < D; i++)
                 acc[i] = 0.0f;
             accum(sc, pv + s0 * v->nb[0], v->nb[0], v->dtype, D, n, acc);

@@ -184,6 +184,146 @@ void gp_attn_scores_avx512(const float *q, const char *k, int64_t ks, gp_dtype k
     }
 }
 
+/* R query heads against four rows of k: each row loaded and widened once for all R, every
+ * (head, row) chain and total as scores4's. */
+static inline __attribute__((always_inline)) void scores4_group(int R, gp_dtype kt,
+                                                                const float *const *q,
+                                                                const char *k, int64_t ks,
+                                                                int64_t d, float scale,
+                                                                float *const *sc, int64_t s0)
+{
+    __m512 c[GP_ATTN_GROUP][4];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < 4; j++)
+            c[r][j] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= d; i += 16) {
+        __m512 kv[4];
+        for (int j = 0; j < 4; j++)
+            kv[j] = ldw(kt, k + j * ks, i);
+        for (int r = 0; r < R; r++) {
+            __m512 x = _mm512_loadu_ps(q[r] + i);
+            for (int j = 0; j < 4; j++)
+                c[r][j] = _mm512_fmadd_ps(x, kv[j], c[r][j]);
+        }
+    }
+    if (i < d) {
+        __mmask16 mk = (__mmask16)((1u << (d - i)) - 1);
+        __m512 kv[4];
+        for (int j = 0; j < 4; j++)
+            kv[j] = ldw_mask(kt, k + j * ks, i, mk);
+        for (int r = 0; r < R; r++) {
+            __m512 x = _mm512_maskz_loadu_ps(mk, q[r] + i);
+            for (int j = 0; j < 4; j++)
+                c[r][j] = _mm512_fmadd_ps(x, kv[j], c[r][j]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float t[4];
+        totals4(c[r], t);
+        for (int j = 0; j < 4; j++)
+            sc[r][s0 + j] = t[j] * scale;
+    }
+}
+
+static inline __attribute__((always_inline)) void scores_group(int R, gp_dtype kt,
+                                                               const float *const *q,
+                                                               const char *k, int64_t ks,
+                                                               int64_t d, int64_t n, float scale,
+                                                               float *const *sc)
+{
+    int64_t s0 = 0;
+    for (; s0 + 4 <= n; s0 += 4)
+        scores4_group(R, kt, q, k + s0 * ks, ks, d, scale, sc, s0);
+    for (int r = 0; r < R && s0 < n; r++) /* the last rows one at a time, as one head does */
+        gp_attn_scores_avx512(q[r], k + s0 * ks, ks, kt, d, n - s0, scale, sc[r] + s0);
+}
+
+void gp_attn_scores_group_avx512(int R, const float *const *q, const char *k, int64_t ks,
+                                 gp_dtype kt, int64_t d, int64_t n, float scale, float *const *sc)
+{
+#define QG(RR, T)                                                                                  \
+    case RR:                                                                                       \
+        scores_group(RR, T, q, k, ks, d, n, scale, sc);                                            \
+        break;
+#define QG_T(T)                                                                                    \
+    switch (R) {                                                                                   \
+        QG(2, T) QG(3, T) QG(4, T)                                                                 \
+    default:                                                                                       \
+        scores_group(1, T, q, k, ks, d, n, scale, sc);                                             \
+    }
+    if (kt == GP_F16) {
+        QG_T(GP_F16)
+    } else if (kt == GP_BF16) {
+        QG_T(GP_BF16)
+    } else {
+        QG_T(GP_F32)
+    }
+#undef QG_T
+#undef QG
+}
+
+/* R heads' accumulators for up to 64 elements in registers over every s, each row of v loaded
+ * and widened once for all R; every head's chain as accum64's. */
+static inline __attribute__((always_inline)) void accum64_group(int R, gp_dtype vt,
+                                                                const float *const *w,
+                                                                const char *v, int64_t vs,
+                                                                int64_t d, int64_t n,
+                                                                float *const *acc, int64_t off)
+{
+    __mmask16 mk[4];
+    __m512 c[GP_ATTN_GROUP][4];
+    for (int j = 0; j < 4; j++) {
+        int64_t left = d - 16 * j;
+        mk[j] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+    }
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < 4; j++)
+            c[r][j] = _mm512_maskz_loadu_ps(mk[j], acc[r] + off + 16 * j);
+    for (int64_t s = 0; s < n; s++) {
+        const char *vr = v + s * vs;
+        __m512 vv[4];
+        for (int j = 0; j < 4; j++)
+            vv[j] = d == 64 ? ldw(vt, vr, 16 * j) : ldw_mask(vt, vr, 16 * j, mk[j]);
+        for (int r = 0; r < R; r++) {
+            __m512 x = _mm512_set1_ps(w[r][s]);
+            for (int j = 0; j < 4; j++)
+                c[r][j] = _mm512_fmadd_ps(x, vv[j], c[r][j]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < 4; j++)
+            _mm512_mask_storeu_ps(acc[r] + off + 16 * j, mk[j], c[r][j]);
+}
+
+void gp_attn_accum_group_avx512(int R, const float *const *w, const char *v, int64_t vs,
+                                gp_dtype vt, int64_t d, int64_t n, float *const *acc)
+{
+    int64_t es = vt == GP_F32 ? 4 : 2;
+    for (int64_t i = 0; i < d; i += 64) {
+        int64_t m = d - i < 64 ? d - i : 64;
+#define QA(RR, T)                                                                                  \
+    case RR:                                                                                       \
+        accum64_group(RR, T, w, v + i * es, vs, m, n, acc, i);                                     \
+        break;
+#define QA_T(T)                                                                                    \
+    switch (R) {                                                                                   \
+        QA(2, T) QA(3, T) QA(4, T)                                                                 \
+    default:                                                                                       \
+        accum64_group(1, T, w, v + i * es, vs, m, n, acc, i);                                      \
+    }
+        if (vt == GP_F16) {
+            QA_T(GP_F16)
+        } else if (vt == GP_BF16) {
+            QA_T(GP_BF16)
+        } else {
+            QA_T(GP_F32)
+        }
+#undef QA_T
+#undef QA
+    }
+}
+
 /* Up to 64 elements of acc in registers over every s. */
 static inline __attribute__((always_inline)) void accum64(gp_dtype vt, const float *w,
                                                           const char *v, int64_t vs, int64_t d,

@@ -347,6 +347,30 @@ gp_attn_scores_fn gp_cpu_attn_scores(void)
     return gp_attn_scores_portable;
 }
 
+gp_attn_scores_group_fn gp_cpu_attn_scores_group(void)
+{
+    int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
+    if (l < 0)
+        l = gp_cpu_dot_level(-1);
+#ifdef GP_DOT_X86
+    if (l == 2)
+        return gp_attn_scores_group_avx512;
+#endif
+    return NULL;
+}
+
+gp_attn_accum_group_fn gp_cpu_attn_accum_group(void)
+{
+    int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
+    if (l < 0)
+        l = gp_cpu_dot_level(-1);
+#ifdef GP_DOT_X86
+    if (l == 2)
+        return gp_attn_accum_group_avx512;
+#endif
+    return NULL;
+}
+
 gp_attn_accum_fn gp_cpu_attn_accum(void)
 {
     int l = atomic_load_explicit(&dot_level, memory_order_relaxed);

@@ -1105,6 +1105,51 @@ static void test_attention(void)
     tt_free(o);
 }
 
+/* The heads of a KV group R at a time (a workspace with room for R score rows a thread, as plans
+ * give) against one head at a time (room for one): the same bits, for groups of 2 to 8 heads
+ * (chunks of 4 and the rest), head sizes of 16 to 128 (partial vectors), each cache dtype,
+ * windows and soft-capping, 1 and 2 threads. On a CPU without AVX-512 both runs take the one-head
+ * path. */
+static void test_attention_grouped(void)
+{
+    const struct {
+        int64_t T, H, G, D, S, window;
+        gp_dtype kvt;
+        double cap;
+    } cs[] = {{1, 32, 4, 64, 300, 0, GP_F16, 0},   {5, 12, 2, 80, 40, 0, GP_BF16, 0},
+              {3, 6, 2, 128, 33, 7, GP_F32, 0},     {7, 8, 4, 16, 21, 0, GP_F16, 0.5},
+              {2, 28, 4, 128, 64, 20, GP_F16, 0}};
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int64_t T = cs[c].T, H = cs[c].H, G = cs[c].G, D = cs[c].D, S = cs[c].S;
+        tt *q = tt_rand(GP_F32, 3, (int64_t[]){T, H, D}, 0, -1, 1);
+        tt *k = tt_rand(cs[c].kvt, 3, (int64_t[]){S, G, D}, c % 2, -1, 1);
+        tt *v = tt_rand(cs[c].kvt, 3, (int64_t[]){S, G, D}, 0, -1, 1);
+        tt *o1 = tt_new(GP_F32, 3, (int64_t[]){T, H, D}, 0), *og = tt_new(GP_F32, 3, (int64_t[]){T, H, D}, 0);
+        int32_t pos[8];
+        for (int64_t t = 0; t < T; t++)
+            pos[t] = (int32_t)(S - T + t);
+        gp_ktensor in[4] = {q->k, k->k, v->k, {pos, GP_I32, 1, {T}, {4}}};
+        gp_attrs at = {.i = {cs[c].window}, .f = {1.0 / sqrt((double)D), cs[c].cap}};
+        size_t big = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &o1->k, in, 4, 64);
+        float *w = malloc(big);
+        for (int nth = 1; nth <= 2; nth++) {
+            size_t one = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &o1->k, in, 4, nth);
+            for (int ith = 0; ith < nth; ith++) {
+                gp_cpu_compute(GP_OP_ATTENTION, &at, &o1->k, in, 4, w, one, ith, nth);
+                gp_cpu_compute(GP_OP_ATTENTION, &at, &og->k, in, 4, w, big, ith, nth);
+            }
+            int same = memcmp(o1->k.data, og->k.data, (size_t)(T * H * D) * sizeof(float)) == 0;
+            if (!same)
+                printf("\n  attention grouped case %zu, %d threads: not the one-head bits\n", c, nth);
+            CU_ASSERT(same);
+        }
+        free(w);
+        tt *all[] = {q, k, v, o1, og};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            tt_free(all[i]);
+    }
+}
+
 /* Views compute nothing: out stays as it was. */
 static void test_views(void)
 {
@@ -1683,6 +1728,7 @@ void gp_suite_kernels(void)
     CU_add_test(s, "concat", test_concat);
     CU_add_test(s, "store", test_store);
     CU_add_test(s, "attention with GQA", test_attention);
+    CU_add_test(s, "attention: a KV group's heads at once, the one-head bits", test_attention_grouped);
     CU_add_test(s, "attention: every kernel build the same bits", test_attention_levels);
     CU_add_test(s, "views compute nothing", test_views);
     CU_add_test(s, "gp_cpu_check", test_check);
