@@ -293,11 +293,16 @@ int gp_cpu_dot_level(int want)
     return l;
 }
 
-gp_dot_fn gp_cpu_dot(void)
+/* The level in use, set to the best the CPU has on first use. */
+static int level_now(void)
 {
     int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
-    if (l < 0)
-        l = gp_cpu_dot_level(-1);
+    return l < 0 ? gp_cpu_dot_level(-1) : l;
+}
+
+gp_dot_fn gp_cpu_dot(void)
+{
+    int l = level_now();
 #ifdef GP_DOT_X86
     if (l == 2)
         return gp_dot_avx512;
@@ -309,9 +314,7 @@ gp_dot_fn gp_cpu_dot(void)
 
 gp_rows_fn gp_cpu_rows(void)
 {
-    int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
-    if (l < 0)
-        l = gp_cpu_dot_level(-1);
+    int l = level_now();
 #ifdef GP_DOT_X86
     if (l == 2)
         return gp_rows_avx512;
@@ -335,9 +338,7 @@ void gp_rows_portable(int rm, int64_t kc, const float *const *a, const char *b, 
 
 gp_attn_scores_fn gp_cpu_attn_scores(void)
 {
-    int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
-    if (l < 0)
-        l = gp_cpu_dot_level(-1);
+    int l = level_now();
 #ifdef GP_DOT_X86
     if (l == 2)
         return gp_attn_scores_avx512;
@@ -349,9 +350,7 @@ gp_attn_scores_fn gp_cpu_attn_scores(void)
 
 gp_attn_scores_group_fn gp_cpu_attn_scores_group(void)
 {
-    int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
-    if (l < 0)
-        l = gp_cpu_dot_level(-1);
+    int l = level_now();
 #ifdef GP_DOT_X86
     if (l == 2)
         return gp_attn_scores_group_avx512;
@@ -361,9 +360,7 @@ gp_attn_scores_group_fn gp_cpu_attn_scores_group(void)
 
 gp_attn_accum_group_fn gp_cpu_attn_accum_group(void)
 {
-    int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
-    if (l < 0)
-        l = gp_cpu_dot_level(-1);
+    int l = level_now();
 #ifdef GP_DOT_X86
     if (l == 2)
         return gp_attn_accum_group_avx512;
@@ -373,9 +370,7 @@ gp_attn_accum_group_fn gp_cpu_attn_accum_group(void)
 
 gp_attn_accum_fn gp_cpu_attn_accum(void)
 {
-    int l = atomic_load_explicit(&dot_level, memory_order_relaxed);
-    if (l < 0)
-        l = gp_cpu_dot_level(-1);
+    int l = level_now();
 #ifdef GP_DOT_X86
     if (l == 2)
         return gp_attn_accum_avx512;
