@@ -67,14 +67,13 @@ static float softmax_row(float *sc, int64_t n, float cap)
  * once for R heads, every head's result bit for bit the one-head path's. Items (group, R heads,
  * query row), query rows fastest; sc: this thread's R score rows of S. */
 static void attention_grouped(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in,
+                              gp_attn_scores_group_fn scores, gp_attn_accum_group_fn accum,
                               float *sc, int R, int ith, int nuse)
 {
     const gp_ktensor *q = &in[0], *k = &in[1], *v = &in[2], *pos = &in[3];
     int64_t T = q->ne[0], H = q->ne[1], D = q->ne[2], S = k->ne[0], G = k->ne[1], hg = H / G;
     int64_t nch = (hg + R - 1) / R, r0, r1;
     float scale = (float)at->f[0], cap = (float)at->f[1];
-    gp_attn_scores_group_fn scores = gp_cpu_attn_scores_group();
-    gp_attn_accum_group_fn accum = gp_cpu_attn_accum_group();
     float bq[GP_ATTN_GROUP][GP_CHUNK], acc[GP_ATTN_GROUP][GP_CHUNK], inv[GP_ATTN_GROUP];
     const float *qs[GP_ATTN_GROUP], *ws[GP_ATTN_GROUP];
     float *scs[GP_ATTN_GROUP], *accs[GP_ATTN_GROUP];
@@ -142,13 +141,14 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
      * the level has the group loops and the workspace room for R score rows a thread (the plan
      * reserves GP_WS_CPU_MAX_THREADS rows). */
     int64_t hg = H / G, room = (int64_t)(ws_size / per) / nuse;
-    if (fast && !at->i[1] && hg > 1 && room > 1 && gp_cpu_attn_scores_group() &&
-        gp_cpu_attn_accum_group()) {
+    gp_attn_scores_group_fn gscores;
+    gp_attn_accum_group_fn gaccum;
+    if (fast && !at->i[1] && hg > 1 && room > 1 && gp_cpu_attn_group(&gscores, &gaccum)) {
         int R = (int)(hg < GP_ATTN_GROUP ? hg : GP_ATTN_GROUP);
         if (R > room)
             R = (int)room;
-        attention_grouped(at, out, in, (float *)((char *)ws + (size_t)ith * (size_t)R * per), R,
-                          ith, nuse);
+        attention_grouped(at, out, in, gscores, gaccum,
+                          (float *)((char *)ws + (size_t)ith * (size_t)R * per), R, ith, nuse);
         return;
     }
     gp_attn_scores_fn scores = gp_cpu_attn_scores();

@@ -86,7 +86,7 @@ void gp_attn_accum_avx512(const float *w, const char *v, int64_t vs, gp_dtype vt
 #endif
 /* The same loops for r < R (1..GP_ATTN_GROUP) query heads of one KV group at once, each row of
  * k and v read once for all R: sc[r][s] and acc[r][i] bit for bit what the one-head loops give
- * for q[r] and w[r]. Built for AVX-512 only (the level in use has none: NULL). */
+ * for q[r] and w[r]. Built for AVX-512 only. */
 enum { GP_ATTN_GROUP = 4 };
 typedef void (*gp_attn_scores_group_fn)(int R, const float *const *q, const char *k, int64_t ks,
                                         gp_dtype kt, int64_t d, int64_t n, float scale,
@@ -102,8 +102,8 @@ void gp_attn_accum_group_avx512(int R, const float *const *w, const char *v, int
 /* The attention loops of the level in use. */
 gp_attn_scores_fn gp_cpu_attn_scores(void);
 gp_attn_accum_fn gp_cpu_attn_accum(void);
-gp_attn_scores_group_fn gp_cpu_attn_scores_group(void);
-gp_attn_accum_group_fn gp_cpu_attn_accum_group(void);
+/* The group loops of the level in use into *scores and *accum: 1, or 0 when it has none. */
+int gp_cpu_attn_group(gp_attn_scores_group_fn *scores, gp_attn_accum_group_fn *accum);
 
 /* The kernel in use: the best build the CPU runs (`gp_cpu_dot_level`). */
 gp_dot_fn gp_cpu_dot(void);

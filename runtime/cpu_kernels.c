@@ -389,6 +389,8 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
     /* With every pair in one chunk (n <= GP_CHUNK), the angles of a position serve all its
      * heads: computed when t changes (rows run t-major), not per row. */
     int64_t angles_of = -1;
+    /* LongRoPE's attention factor on the cosines and sines (1, exact, otherwise) */
+    float mscale = a->i[2] == GP_ROPE_LONGROPE ? (float)a->f[1] : 1.0f;
     gp_share(T * H, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t t = r / H, h = r % H;
@@ -410,12 +412,8 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
                         f /= w;
                     }
                     double ang = p * f;
-                    cs[j] = (float)cos(ang);
-                    sn[j] = (float)sin(ang);
-                    if (a->i[2] == GP_ROPE_LONGROPE) { /* LongRoPE's attention factor */
-                        cs[j] *= (float)a->f[1];
-                        sn[j] *= (float)a->f[1];
-                    }
+                    cs[j] = (float)cos(ang) * mscale;
+                    sn[j] = (float)sin(ang) * mscale;
                 }
             angles_of = t;
             const char *pu = px + j0 * ustep * xs, *pv = px + (j0 * ustep + voff) * xs;

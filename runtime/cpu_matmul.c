@@ -348,24 +348,17 @@ gp_attn_scores_fn gp_cpu_attn_scores(void)
     return gp_attn_scores_portable;
 }
 
-gp_attn_scores_group_fn gp_cpu_attn_scores_group(void)
+int gp_cpu_attn_group(gp_attn_scores_group_fn *scores, gp_attn_accum_group_fn *accum)
 {
-    int l = level_now();
 #ifdef GP_DOT_X86
-    if (l == 2)
-        return gp_attn_scores_group_avx512;
+    if (level_now() == 2) {
+        *scores = gp_attn_scores_group_avx512;
+        *accum = gp_attn_accum_group_avx512;
+        return 1;
+    }
 #endif
-    return NULL;
-}
-
-gp_attn_accum_group_fn gp_cpu_attn_accum_group(void)
-{
-    int l = level_now();
-#ifdef GP_DOT_X86
-    if (l == 2)
-        return gp_attn_accum_group_avx512;
-#endif
-    return NULL;
+    (void)scores, (void)accum;
+    return 0;
 }
 
 gp_attn_accum_fn gp_cpu_attn_accum(void)
