@@ -97,25 +97,20 @@ if [ "${PARITY:-1}" != 0 ]; then
     row "llama/cuda/$d" llama examples/llama.gplan $d
     row "llama_tied/cuda/$d" llama_tied examples/llama.gplan $d
   done
-  row llama3/cuda/f32 llama3 examples/llama3.gplan f32
-  row llama3/cuda/f16 llama3 examples/llama3.gplan f16 --argmax
-  row mistral/cuda/f32 mistral examples/mistral.gplan f32
-  row mistral_ring13/cuda/f32 mistral examples/mistral.gplan f32 -D n_batch=9
-  row mistral/cuda/f16 mistral examples/mistral.gplan f16 --argmax
-  row qwen2/cuda/f32 qwen2 examples/qwen2.gplan f32
-  row qwen2/cuda/f16 qwen2 examples/qwen2.gplan f16 --argmax
-  row qwen3/cuda/f32 qwen3 examples/qwen3.gplan f32
-  row qwen3/cuda/f16 qwen3 examples/qwen3.gplan f16 --argmax
-  row phi3/cuda/f32 phi3 examples/phi3.gplan f32
-  row phi3_ring14/cuda/f32 phi3 examples/phi3.gplan f32 -D n_batch=9
-  row phi3/cuda/f16 phi3 examples/phi3.gplan f16 --argmax
-  row gemma2/cuda/f32 gemma2 examples/gemma2.gplan f32
-  row gemma2/cuda/f16 gemma2 examples/gemma2.gplan f16 --argmax
-  row gemma3/cuda/f32 gemma3 examples/gemma3.gplan f32
-  row gemma3_ring12/cuda/f32 gemma3 examples/gemma3.gplan f32 -D n_batch=9
-  row gemma3_v4config/cuda/f32 gemma3 examples/gemma3.gplan f32 \
-    --config "$root/tests/parity/gemma3/config_v4.json"
-  row gemma3/cuda/f16 gemma3 examples/gemma3.gplan f16 --argmax
+  # each family: f32, its ring at n_batch 9 where it has one, f16 teacher-forced
+  for f in llama3 mistral qwen2 qwen3 phi3 gemma2 gemma3; do
+    row "$f/cuda/f32" $f "examples/$f.gplan" f32
+    case $f in
+    mistral) row mistral_ring13/cuda/f32 mistral examples/mistral.gplan f32 -D n_batch=9 ;;
+    phi3) row phi3_ring14/cuda/f32 phi3 examples/phi3.gplan f32 -D n_batch=9 ;;
+    gemma3)
+      row gemma3_ring12/cuda/f32 gemma3 examples/gemma3.gplan f32 -D n_batch=9
+      row gemma3_v4config/cuda/f32 gemma3 examples/gemma3.gplan f32 \
+        --config "$root/tests/parity/gemma3/config_v4.json"
+      ;;
+    esac
+    row "$f/cuda/f16" $f "examples/$f.gplan" f16 --argmax
+  done
 fi
 
 # ---- decode timings ----
