@@ -28,7 +28,7 @@
 
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_kernels.h"
-#include "runtime/gplan.h"
+#include "gplan/gplan.h"
 #include "runtime/plan.h"
 
 /* ---- host allocations during evals: malloc & co. defined here, forwarding to glibc ---- */

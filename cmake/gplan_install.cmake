@@ -10,9 +10,11 @@ include(CheckCCompilerFlag)
 
 # ---- the version header (gplan.h includes it; macros from project(VERSION)) ----
 set(GP_GEN_INCLUDE ${PROJECT_BINARY_DIR}/include/gplan)
-configure_file(${PROJECT_SOURCE_DIR}/runtime/gplan_version.h.in ${GP_GEN_INCLUDE}/gplan_version.h
-               @ONLY)
-# Every target that can see runtime/gplan.h links gp_core.
+configure_file(${PROJECT_SOURCE_DIR}/include/gplan/gplan_version.h.in
+               ${GP_GEN_INCLUDE}/gplan_version.h @ONLY)
+# gplan.h includes it as a sibling ("gplan_version.h"), as installed; in the build tree it is
+# generated apart from include/gplan/, so every target that can see gplan.h (they all link
+# gp_core) gets its folder too. Others name it "gplan/gplan_version.h" (gp_target_flags).
 target_include_directories(gp_core PUBLIC $<BUILD_INTERFACE:${GP_GEN_INCLUDE}>)
 
 # ---- what makes up libgplan ----
@@ -177,8 +179,8 @@ install(TARGETS gplan gplan_static EXPORT gplanTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # The public headers: self-contained (gplan.h includes only the two beside it).
-install(FILES ${PROJECT_SOURCE_DIR}/runtime/gplan.h ${PROJECT_SOURCE_DIR}/runtime/gplan_types.h
-              ${GP_GEN_INCLUDE}/gplan_version.h
+install(FILES ${PROJECT_SOURCE_DIR}/include/gplan/gplan.h
+              ${PROJECT_SOURCE_DIR}/include/gplan/gplan_types.h ${GP_GEN_INCLUDE}/gplan_version.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gplan)
 
 # pkg-config: relocatable (prefix from the .pc file's own place), so an install to any prefix and

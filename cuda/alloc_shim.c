@@ -1,6 +1,6 @@
 /* LD_PRELOAD shim that counts CUDA allocation calls (runtime cudaMalloc family and driver cuMemAlloc
  * family, frees and host registrations too) made during gplan evals, as marked by the session through
- * gp_alloc_shim_eval (runtime/gplan.h). Prints the counts at exit:
+ * gp_alloc_shim_eval (include/gplan/gplan.h). Prints the counts at exit:
  *   LD_PRELOAD=build/cuda/libgp_cuda_allocshim.so gplan-run --backend cuda ...
  * It sees calls that resolve through the dynamic linker (gplan's own, and libraries calling the
  * shared libcudart or libcuda by name); calls a library makes through private entry points (a

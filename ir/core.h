@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/gplan_types.h"
+#include "gplan/gplan_types.h"
 
 #define GP_MAX_INPUTS 4
 #define GP_MAX_IATTRS 4
@@ -26,7 +26,7 @@
 /* Formats a message into err[n] (a caller's error buffer); nothing when err is NULL or n is 0. */
 void gp_errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* gp_dtype (the element types) and GP_MAX_DIMS are public: runtime/gplan_types.h. */
+/* gp_dtype (the element types) and GP_MAX_DIMS are public: include/gplan/gplan_types.h. */
 
 /* Bytes of one element; 0 for the block-quantized dtypes (use gp_dtype_row_bytes). */
 size_t gp_dtype_size(gp_dtype t);

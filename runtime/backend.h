@@ -1,7 +1,7 @@
 /* The interface an execution backend implements (CPU: runtime/cpu_backend.c, the reference executor:
  * runtime/reference.c, CUDA: cuda/). The session (runtime/session.c) owns the plan, the host weights,
  * the extras block, the runtime dims and input validation; a backend owns its device memory and runs
- * the node list. Not part of the embedding API (runtime/gplan.h). */
+ * the node list. Not part of the embedding API (include/gplan/gplan.h). */
 #ifndef GP_RUNTIME_BACKEND_H
 #define GP_RUNTIME_BACKEND_H
 

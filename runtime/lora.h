@@ -1,12 +1,12 @@
 /* LoRA adapters (PEFT layout): the adapter reader, merge mode (a merge plan made by gplan-compile
  * --lora-merge, run on the CPU kernels with its planned arena) and runtime mode (adapter slots).
- * The public entry points are also declared in runtime/gplan.h. */
+ * The public entry points are also declared in include/gplan/gplan.h. */
 #ifndef GP_RUNTIME_LORA_H
 #define GP_RUNTIME_LORA_H
 
 #include <stddef.h>
 
-#include "runtime/gplan.h"
+#include "gplan/gplan.h"
 #include "runtime/plan.h"
 
 /* PEFT's names: "base_model.model.<module>.lora_A.weight" [r, in], ".lora_B.weight" [out, r]; the

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/gplan.h"
+#include "gplan/gplan.h"
 
 struct gp_sampler {
     gp_sampler_opts o;

@@ -1,7 +1,7 @@
 /* Models (a plan plus its host weights) and sessions (the extras block, the host io block, the
  * runtime dims and a backend instance): everything is allocated at creation, so an eval allocates
- * nothing. Implements runtime/gplan.h. */
-#include "runtime/gplan.h"
+ * nothing. Implements include/gplan/gplan.h. */
+#include "gplan/gplan.h"
 
 #include <dlfcn.h>
 #include <math.h>

@@ -19,7 +19,7 @@
 #include "planner/planner.h"
 #include "runtime/cpu_kernels.h"
 #include "runtime/f16.h"
-#include "runtime/gplan.h"
+#include "gplan/gplan.h"
 #include "runtime/lora.h"
 #include "runtime/plan.h"
 #include "runtime/quant.h"

@@ -18,7 +18,7 @@
 #include "planner/planner.h"
 #include "runtime/backend.h"
 #include "runtime/f16.h"
-#include "runtime/gplan.h"
+#include "gplan/gplan.h"
 #include "tests/testmodel.h"
 #include "tests/testutil.h"
 

@@ -14,7 +14,7 @@
 #include "dsl/dsl.h"
 #include "planner/lora_merge.h"
 #include "planner/planner.h"
-#include "runtime/gplan.h"
+#include "gplan/gplan.h"
 #include "runtime/lora.h"
 #include "runtime/weights.h"
 #include "tests/alloc/alloc_count.h"

@@ -9,7 +9,7 @@
 
 #include "dsl/dsl.h"
 #include "planner/planner.h"
-#include "runtime/gplan.h"
+#include "gplan/gplan.h"
 #include "runtime/weights.h"
 #include "tests/alloc/alloc_count.h"
 #include "tests/testmodel.h"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/gplan.h"
+#include "gplan/gplan.h"
 #include "runtime/sample.h"
 #include "tests/alloc/alloc_count.h"
 #include "tests/testutil.h"

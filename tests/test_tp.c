@@ -13,7 +13,7 @@
 #include "planner/planner.h"
 #include "runtime/comm.h"
 #include "runtime/f16.h"
-#include "runtime/gplan.h"
+#include "gplan/gplan.h"
 #include "runtime/split.h"
 #include "tests/alloc/alloc_count.h"
 #include "tests/testmodel.h"

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
-#include "runtime/gplan.h"
+#include "gplan/gplan.h"
 
 typedef struct {
     const char *const *defines; /* [n_defines] -D NAME=VALUE overrides */

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "planner/planner.h"
-#include "gplan_version.h" /* generated from runtime/gplan_version.h.in */
+#include "gplan/gplan_version.h" /* generated from include/gplan/gplan_version.h.in */
 
 enum { EXIT_OK = 0, EXIT_BAD = 1, EXIT_USAGE = 2 };
 

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/gplan.h"
+#include "gplan/gplan.h"
 #include "runtime/sample.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"

@@ -250,7 +250,7 @@ fi
 check E906 1 "error: graph 'gpt2' declares no LoRA weights (base_model.model.<module>.lora_A.weight): compile it with -D lora_r=R to build its merge graph" compile "$ex/gpt2.gplan" -D n_layer=1 --lora-merge -o nolora.plan
 check E907 2 "gplan-compile: --lora-merge makes a CPU plan of one device (no --buffers, --devices or --backend other than cpu)" compile "$ex/gpt2.gplan" -D lora_r=4 --lora-merge --devices 2 -o x.plan
 
-# ---- the embedding API (runtime/gplan.h): asserted exactly in tests/test_runtime.c ----
+# ---- the embedding API (include/gplan/gplan.h): asserted exactly in tests/test_runtime.c ----
 for m in "T = 65 is outside [1, 64] (the plan's bound)"; do
   ids="$ids E801"
   grep -qF -- "$m" "$src/tests/test_runtime.c" || fail "E801: tests/test_runtime.c no longer asserts: $m"

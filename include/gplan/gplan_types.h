@@ -1,8 +1,8 @@
 /* The types gplan's public API shares with its internals: element types and the dims limit.
  * Installed as gplan/gplan_types.h beside gplan/gplan.h; ir/core.h includes it too, so the compiler,
  * the plan files and the API agree on every value. Self-contained: no internal header. */
-#ifndef GP_RUNTIME_GPLAN_TYPES_H
-#define GP_RUNTIME_GPLAN_TYPES_H
+#ifndef GP_GPLAN_GPLAN_TYPES_H
+#define GP_GPLAN_GPLAN_TYPES_H
 
 #include <stddef.h>
 

@@ -25,8 +25,8 @@
  * Installed as <gplan/gplan.h> (libgplan, pkg-config gplan, CMake find_package(gplan) -> gplan::gplan);
  * it needs no internal header.
  */
-#ifndef GP_RUNTIME_GPLAN_H
-#define GP_RUNTIME_GPLAN_H
+#ifndef GP_GPLAN_GPLAN_H
+#define GP_GPLAN_GPLAN_H
 
 #include <stddef.h>
 #include <stdint.h>
