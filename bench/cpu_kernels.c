@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "runtime/cpu_kernels.h"
-#include "runtime/f16.h"
+#include "ir/f16.h"
 #include "runtime/threadpool.h"
 
 typedef struct {

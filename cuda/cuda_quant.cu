@@ -6,7 +6,7 @@
 
 #include "cuda/cuda_matvec.cuh"
 #include "cuda/cuda_quant.cuh"
-#include "runtime/f16.h"
+#include "ir/f16.h"
 
 static std::atomic<int64_t> quant_counts[6];
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/f16.h"
+#include "ir/f16.h"
 #include "runtime/plan.h"
 
 struct gp_host_comm {

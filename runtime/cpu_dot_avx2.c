@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "runtime/cpu_dot.h"
-#include "runtime/f16.h"
+#include "ir/f16.h"
 
 static inline __attribute__((always_inline)) __m256 ldw(gp_dtype wt, const char *p, int64_t k)
 {

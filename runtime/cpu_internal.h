@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "runtime/cpu_kernels.h"
-#include "runtime/f16.h"
+#include "ir/f16.h"
 
 /* Elements per stack chunk in row loops (a multiple of the 8 reduction lanes). */
 #define GP_CHUNK 256

@@ -7,7 +7,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "runtime/f16.h"
+#include "ir/f16.h"
 #include "runtime/quant_internal.h"
 
 static float rd16(const uint8_t *p) /* a little-endian binary16 as f32 */

@@ -1,9 +1,9 @@
 /* Checkpoint sources (one safetensors file, an indexed folder of shards, or a GGUF file), the check
  * of a graph's declared weights against them, and reads with f32/f16/bf16 conversion
- * (runtime/f16.h). */
+ * (ir/f16.h). */
 #include "runtime/weights.h"
 
-#include "runtime/f16.h"
+#include "ir/f16.h"
 #include "runtime/gguf.h"
 
 #include <jansson.h>

@@ -2,7 +2,7 @@
  * function of (seed, tensor key, index), so results never depend on threads or call order. */
 #include "runtime/weights.h"
 
-#include "runtime/f16.h"
+#include "ir/f16.h"
 
 #include <ctype.h>
 #include <math.h>

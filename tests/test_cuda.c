@@ -18,7 +18,7 @@
 #include "dsl/dsl.h"
 #include "planner/planner.h"
 #include "runtime/cpu_kernels.h"
-#include "runtime/f16.h"
+#include "ir/f16.h"
 #include "gplan/gplan.h"
 #include "runtime/lora.h"
 #include "runtime/plan.h"

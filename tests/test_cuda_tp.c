@@ -17,7 +17,7 @@
 #include "dsl/dsl.h"
 #include "planner/planner.h"
 #include "runtime/backend.h"
-#include "runtime/f16.h"
+#include "ir/f16.h"
 #include "gplan/gplan.h"
 #include "tests/testmodel.h"
 #include "tests/testutil.h"

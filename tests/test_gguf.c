@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/f16.h"
+#include "ir/f16.h"
 #include "runtime/gguf.h"
 #include "runtime/weights.h"
 #include "tests/gguf_writer.h"

@@ -11,7 +11,7 @@
 #include "runtime/cpu_dot.h"
 #include "runtime/cpu_internal.h"
 #include "runtime/cpu_kernels.h"
-#include "runtime/f16.h"
+#include "ir/f16.h"
 #include "runtime/threadpool.h"
 #include "tests/testutil.h"
 

@@ -12,7 +12,7 @@
 #include "dsl/dsl.h"
 #include "planner/planner.h"
 #include "runtime/comm.h"
-#include "runtime/f16.h"
+#include "ir/f16.h"
 #include "gplan/gplan.h"
 #include "runtime/split.h"
 #include "tests/alloc/alloc_count.h"

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/f16.h"
+#include "ir/f16.h"
 #include "runtime/safetensors.h"
 #include "runtime/weights.h"
 #include "tests/testutil.h"

@@ -44,7 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/f16.h"
+#include "ir/f16.h"
 #include "runtime/gguf.h"
 #include "runtime/safetensors.h"
 #include "runtime/weights.h"

@@ -1,7 +1,7 @@
 /* Half-precision conversions (IEEE binary16 and bfloat16 <-> f32), bit-exact with the hardware
  * instructions: round to nearest even, subnormals kept, overflow to Inf, NaNs stay NaN (quieted). */
-#ifndef GP_RUNTIME_F16_H
-#define GP_RUNTIME_F16_H
+#ifndef GP_IR_F16_H
+#define GP_IR_F16_H
 
 #include <stdint.h>
 #include <string.h>
