@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "fuzz/fuzz.h"
-#include "runtime/gguf.h"
-#include "runtime/weights.h"
+#include "weights/gguf.h"
+#include "weights/weights.h"
 
 /* Supported tensors up to this many bytes are read (copied) in full. */
 enum { READ_MAX_BYTES = 1 << 20 };

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "fuzz/fuzz.h"
-#include "runtime/weights.h"
+#include "weights/weights.h"
 
 /* Supported tensors up to this many bytes are read (converted to f32) in full. */
 enum { READ_MAX_BYTES = 1 << 20 };

@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "runtime/cpu_kernels.h"
-#include "runtime/safetensors.h"
-#include "runtime/weights.h"
+#include "weights/safetensors.h"
+#include "weights/weights.h"
 
 #define LORA_PREFIX GP_LORA_PREFIX
 #define LORA_A_SUFFIX GP_LORA_A_SUFFIX

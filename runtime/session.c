@@ -17,7 +17,7 @@
 #include "runtime/quant.h"
 #include "runtime/split.h"
 #include "runtime/threadpool.h"
-#include "runtime/weights.h"
+#include "weights/weights.h"
 
 #define GP_SESSION_ERR_BYTES 1024
 #define GP_HOST_ALIGN 64 /* host blocks start on a cache line at least */

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/gguf.h"
+#include "weights/gguf.h"
 
 typedef struct {
     unsigned char *buf; /* [len], capacity cap */

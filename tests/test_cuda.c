@@ -23,7 +23,7 @@
 #include "runtime/lora.h"
 #include "runtime/plan.h"
 #include "runtime/quant.h"
-#include "runtime/safetensors.h"
+#include "weights/safetensors.h"
 #include "tests/testmodel.h"
 #include "tests/testutil.h"
 

@@ -1,8 +1,8 @@
-/* Tests of runtime/gguf.c: round trips of every value type and several tensor types through the
+/* Tests of weights/gguf.c: round trips of every value type and several tensor types through the
  * test writer (tests/gguf_writer.c), the hostile-file catalogue with its exact messages (also
  * listed in docs/errors.md), every truncation of a valid file, gguf-py's own output
  * (tests/gguf/fixture.gguf) and llama.cpp's vocabulary files; and GGUF checkpoints through
- * gp_weights (runtime/weights.c, runtime/gguf_names.c). */
+ * gp_weights (weights/weights.c, weights/gguf_names.c). */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "ir/f16.h"
-#include "runtime/gguf.h"
-#include "runtime/weights.h"
+#include "weights/gguf.h"
+#include "weights/weights.h"
 #include "tests/gguf_writer.h"
 #include "tests/testutil.h"
 

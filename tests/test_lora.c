@@ -16,7 +16,7 @@
 #include "planner/planner.h"
 #include "gplan/gplan.h"
 #include "runtime/lora.h"
-#include "runtime/weights.h"
+#include "weights/weights.h"
 #include "tests/alloc/alloc_count.h"
 #include "tests/testmodel.h"
 #include "tests/testutil.h"

@@ -10,7 +10,7 @@
 #include "dsl/dsl.h"
 #include "planner/planner.h"
 #include "gplan/gplan.h"
-#include "runtime/weights.h"
+#include "weights/weights.h"
 #include "tests/alloc/alloc_count.h"
 #include "tests/testmodel.h"
 #include "tests/testutil.h"

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/gguf.h"
+#include "weights/gguf.h"
 #include "tests/testutil.h"
 #include "tests/tokvocab.h"
 #include "tokenizer/tokenizer.h"

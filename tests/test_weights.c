@@ -1,4 +1,4 @@
-/* Tests of runtime/safetensors.c, weights.c and weights_random.c: write/read round trips, every
+/* Tests of weights/safetensors.c, weights.c and weights_random.c: write/read round trips, every
  * header check, sharded folders, declared-weight checks, conversion and random weights. */
 #include <CUnit/CUnit.h>
 #include <math.h>
@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "ir/f16.h"
-#include "runtime/safetensors.h"
-#include "runtime/weights.h"
+#include "weights/safetensors.h"
+#include "weights/weights.h"
 #include "tests/testutil.h"
 
 static char err[4096];

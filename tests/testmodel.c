@@ -10,7 +10,7 @@
 #include "runtime/lora.h"
 #include "runtime/plan.h"
 #include "runtime/quant.h"
-#include "runtime/safetensors.h"
+#include "weights/safetensors.h"
 #include "tests/testutil.h"
 
 gp_model *gp_test_model(const char *example, const gp_test_model_opts *o, gp_graph **graph_out)

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/gguf.h"
+#include "weights/gguf.h"
 
 typedef struct gp_tok gp_tok;
 

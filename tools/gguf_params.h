@@ -2,8 +2,8 @@
 #ifndef GP_TOOLS_GGUF_PARAMS_H
 #define GP_TOOLS_GGUF_PARAMS_H
 
-#include "runtime/gguf.h"
-#include "runtime/weights.h"
+#include "weights/gguf.h"
+#include "weights/weights.h"
 
 #define GP_GGUF_MAX_PARAMS 32
 

@@ -45,9 +45,9 @@
 #include <string.h>
 
 #include "ir/f16.h"
-#include "runtime/gguf.h"
-#include "runtime/safetensors.h"
-#include "runtime/weights.h"
+#include "weights/gguf.h"
+#include "weights/safetensors.h"
+#include "weights/weights.h"
 #include "tests/gguf_writer.h"
 
 #define ALIGN 32

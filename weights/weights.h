@@ -1,14 +1,14 @@
 /* Checkpoints as the runtime sees them: one safetensors file, a sharded folder or a GGUF file,
  * checked against the weights a graph declares, read with f32/f16/bf16 conversion; and
  * deterministic random weights. */
-#ifndef GP_RUNTIME_WEIGHTS_H
-#define GP_RUNTIME_WEIGHTS_H
+#ifndef GP_WEIGHTS_WEIGHTS_H
+#define GP_WEIGHTS_WEIGHTS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "ir/core.h"
-#include "runtime/safetensors.h"
+#include "weights/safetensors.h"
 
 /* At most this many problems are spelled out by gp_weights_check; the rest are counted. */
 #define GP_WEIGHTS_MAX_REPORTED 16
@@ -20,7 +20,7 @@ typedef struct gp_weights gp_weights;
  *     their ggml type (f32, f16, bf16, i32, q4_0 ... q6_k; others listed with supported = 0), the
  *     shape in gplan's order (outermost first: the reverse of ggml's ne) and the data in place in
  *     the mapping; gp_weights_find also takes the Hugging Face name of each (gp_gguf_name_to_hf,
- *     runtime/gguf.h, docs/gguf.md); errors are "PATH: bad GGUF file (REASON)",
+ *     weights/gguf.h, docs/gguf.md); errors are "PATH: bad GGUF file (REASON)",
  *   a safetensors file (any other name),
  *   a model.safetensors.index.json (its "weight_map" names shards in the same folder),
  *   a folder holding model.safetensors, or else model.safetensors.index.json + its shards.

@@ -1,13 +1,13 @@
-/* The GGUF reader (runtime/gguf.h): maps the file and validates header, metadata, tensor infos and
+/* The GGUF reader (weights/gguf.h): maps the file and validates header, metadata, tensor infos and
  * data layout in one pass with one bounds-checked cursor. The format is in docs/gguf.md. */
-#include "runtime/gguf.h"
+#include "weights/gguf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/filemap.h"
+#include "weights/filemap.h"
 
 #define GGUF_DEFAULT_ALIGNMENT 32
 /* Smallest encodings, for bounding counts by the bytes left before anything is allocated:

@@ -1,7 +1,7 @@
 /* The safetensors reader (mmap + jansson header parse with every field validated) and writer.
  * Format: u64 little-endian header length N, N bytes of UTF-8 JSON, then the data area; each
  * tensor's data_offsets [begin, end) are relative to the first byte after the header. */
-#include "runtime/safetensors.h"
+#include "weights/safetensors.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/filemap.h"
+#include "weights/filemap.h"
 
 struct gp_st_file {
     char *path;

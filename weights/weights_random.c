@@ -1,6 +1,6 @@
 /* Deterministic random weights for running a graph without a checkpoint: each element is a pure
  * function of (seed, tensor key, index), so results never depend on threads or call order. */
-#include "runtime/weights.h"
+#include "weights/weights.h"
 
 #include "ir/f16.h"
 

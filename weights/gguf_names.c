@@ -1,7 +1,7 @@
-/* GGUF <-> Hugging Face tensor names (runtime/gguf.h): llama.cpp's names for the llama (and qwen2,
+/* GGUF <-> Hugging Face tensor names (weights/gguf.h): llama.cpp's names for the llama (and qwen2,
  * qwen3: the same names plus qwen3's q and k norms), gpt2, gemma2 / gemma3 and phi3 architectures
  * against the names of the checkpoints they were converted from. */
-#include "runtime/gguf.h"
+#include "weights/gguf.h"
 
 #include <stdio.h>
 #include <string.h>

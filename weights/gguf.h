@@ -2,8 +2,8 @@
  * key/value pairs, tensor infos, then the aligned tensor data. The file is memory-mapped read-only;
  * every count, size, string length and offset is checked against the file before it is used.
  * The layout is described field by field in docs/gguf.md. */
-#ifndef GP_RUNTIME_GGUF_H
-#define GP_RUNTIME_GGUF_H
+#ifndef GP_WEIGHTS_GGUF_H
+#define GP_WEIGHTS_GGUF_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* A whole file mapped read-only (filemap.c): how the checkpoint readers (gguf.c, safetensors.c)
  * open a file, check it and map it, once. Internal to the gp_weights library. */
-#ifndef GP_RUNTIME_FILEMAP_H
-#define GP_RUNTIME_FILEMAP_H
+#ifndef GP_WEIGHTS_FILEMAP_H
+#define GP_WEIGHTS_FILEMAP_H
 
 #include <stddef.h>
 

@@ -1,10 +1,10 @@
 /* Checkpoint sources (one safetensors file, an indexed folder of shards, or a GGUF file), the check
  * of a graph's declared weights against them, and reads with f32/f16/bf16 conversion
  * (ir/f16.h). */
-#include "runtime/weights.h"
+#include "weights/weights.h"
 
 #include "ir/f16.h"
-#include "runtime/gguf.h"
+#include "weights/gguf.h"
 
 #include <jansson.h>
 #include <stdarg.h>

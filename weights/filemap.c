@@ -1,5 +1,5 @@
 /* A whole file mapped read-only, with the checks and messages every checkpoint reader shares. */
-#include "runtime/filemap.h"
+#include "weights/filemap.h"
 
 #include <errno.h>
 #include <fcntl.h>

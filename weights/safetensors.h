@@ -1,8 +1,8 @@
 /* Reading and writing safetensors files: an 8-byte little-endian header length N, N bytes of JSON
  * (tensor name -> dtype, shape, data_offsets; optional "__metadata__"), then the tensor data.
  * Files are memory-mapped read-only; every header field is checked before it is used. */
-#ifndef GP_RUNTIME_SAFETENSORS_H
-#define GP_RUNTIME_SAFETENSORS_H
+#ifndef GP_WEIGHTS_SAFETENSORS_H
+#define GP_WEIGHTS_SAFETENSORS_H
 
 #include <stddef.h>
 #include <stdint.h>
