@@ -6,9 +6,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 #include "ir/f16.h"
-#include "runtime/threadpool.h"
+#include "cpu/threadpool.h"
 
 typedef struct {
     gp_op op;

@@ -1,5 +1,5 @@
 /* The roofline beside bench/quant_f32_bench.c: memcpy and read bandwidth over 256 MiB, and the
- * speed of gp_quant_dequantize_row (runtime/quant.h) per type, in GB/s of blocks. Notes:
+ * speed of gp_quant_dequantize_row (cpu/quant.h) per type, in GB/s of blocks. Notes:
  * bench/quant-notes.md. Usage: bench_quant [SECONDS_PER_FIGURE (0.3)] [TYPE ...] */
 #include <math.h>
 #include <stdint.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/quant.h"
+#include "cpu/quant.h"
 
 static double secs = 0.3; /* measuring time per figure */
 

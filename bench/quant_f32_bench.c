@@ -1,4 +1,4 @@
-/* Speed of gp_quant_matmul_f32 (runtime/quant.h): decode (M = 1, GB/s of weights read) and prompt
+/* Speed of gp_quant_matmul_f32 (cpu/quant.h): decode (M = 1, GB/s of weights read) and prompt
  * (M = 128, GFLOP/s; where the path is amx, through gp_quant_matmul_ws_prep and _cols, the CPU
  * backend's two phases) on transformer shapes, 1 and 2 threads splitting the columns; notes in
  * bench/quant-notes.md. Usage: quant-f32-bench [ROUNDS] [ISA|-] [cpu] [TYPE]: ISA portable, avx2,
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/quant.h"
+#include "cpu/quant.h"
 
 static clockid_t clk = CLOCK_MONOTONIC;
 

@@ -1,5 +1,5 @@
 /* The CUDA backend's kernels: one entry point enqueues one node's computation on a stream, with the
- * semantics of runtime/cpu_kernels.h (gp_cpu_compute), and is tested against it. */
+ * semantics of cpu/cpu_kernels.h (gp_cpu_compute), and is tested against it. */
 #ifndef GP_CUDA_KERNELS_H
 #define GP_CUDA_KERNELS_H
 

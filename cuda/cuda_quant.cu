@@ -63,7 +63,7 @@ __host__ __device__ __forceinline__ float sub_rn(float a, float b)
 
 /*
  * Elements e0 .. e0 + 7 of a row of blocks of type T into v, e0 a multiple of 8 (so that they lie
- * in one block, one sub-block of 32 and one group of 16). The arithmetic is runtime/quant.c's
+ * in one block, one sub-block of 32 and one group of 16). The arithmetic is cpu/quant.c's
  * deq_block operation for operation, rounded as it is (no contraction into fused multiply-adds), so
  * the values are gp_quant_dequantize_row's bit for bit. Host code too, for gp_cuda_quant_deq8_host.
  */

@@ -1,4 +1,4 @@
-/* The CUDA kernels on ggml's block-quantized weights (runtime/quant.h's layouts; cuda_quant.cu):
+/* The CUDA kernels on ggml's block-quantized weights (cpu/quant.h's layouts; cuda_quant.cu):
  * products of f32 activations with quantized [N, K] weights, and lookups in quantized tables.
  * Plain C declarations, so that the backend's C files and the tests can include it too. */
 #ifndef GP_CUDA_QUANT_CUH

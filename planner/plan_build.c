@@ -1,7 +1,7 @@
 /* IR -> gp_plan: liveness, in-place reuse, op workspaces, extras slots, the fixed regions and the
  * arena's offsets (gp_assign, always verified by the independent gp_assign_check). */
 #include "planner/planner.h"
-#include "runtime/quant.h"
+#include "cpu/quant.h"
 
 #include <stdlib.h>
 #include <string.h>

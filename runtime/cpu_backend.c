@@ -7,9 +7,9 @@
 
 #include "runtime/backend.h"
 #include "runtime/comm.h"
-#include "runtime/cpu_kernels.h"
-#include "runtime/cpu_internal.h"
-#include "runtime/threadpool.h"
+#include "cpu/cpu_kernels.h"
+#include "cpu/cpu_internal.h"
+#include "cpu/threadpool.h"
 
 #define GP_CPU_MAX_THREADS 256
 
@@ -42,7 +42,7 @@ static void *alloc_region(const gp_plan_region *r)
  * A matmul [M, N] (f32) followed by nodes that each take the previous one's output as their only
  * reader: add of a bias [N] or of a residual [M, N] (add, or all_reduce on one device), or a unary
  * activation, all f32. The matmul's rows get those steps before they are stored into the last
- * node's output (runtime/cpu_internal.h, gp_mm_epilogue): the same operations, one pass and one
+ * node's output (cpu/cpu_internal.h, gp_mm_epilogue): the same operations, one pass and one
  * barrier instead of one per node. Whether an eval may fuse is checked on its tensors (shapes,
  * and no written byte another thread still reads); if not, the nodes run one by one. */
 

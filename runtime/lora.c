@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 #include "weights/safetensors.h"
 #include "weights/weights.h"
 

@@ -52,7 +52,7 @@ const char *gp_region_name(gp_region r); /* "arena", ... ; "?" out of range */
  * Op workspaces, fixed here because planner and backends must agree on them: the planner reserves
  * the maximum over backends so one plan serves CPU and CUDA; a backend uses at most its own share.
  *   matmul:    CUDA: a cuBLAS workspace of GP_WS_CUBLAS_BYTES; CPU: none, except on quantized
- *              weights with a 2-dim x [M, K]: gp_quant_matmul_ws_bytes(M, K) (runtime/quant.h,
+ *              weights with a 2-dim x [M, K]: gp_quant_matmul_ws_bytes(M, K) (cpu/quant.h,
  *              the activations as bf16 halves for AMX prompts; 4 K (M rounded up to 16) bytes when
  *              M > 5: GP_QUANT_WS_MIN_M). A CPU runs with less (gp_plan_workspace_min is 0), by
  *              the f32 path.

@@ -7,7 +7,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/comm.h"
-#include "runtime/cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 
 typedef struct {
     const gp_plan *p;

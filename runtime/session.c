@@ -11,12 +11,12 @@
 #include <string.h>
 
 #include "runtime/backend.h"
-#include "runtime/cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 #include "runtime/lora.h"
 #include "runtime/plan.h"
-#include "runtime/quant.h"
+#include "cpu/quant.h"
 #include "runtime/split.h"
-#include "runtime/threadpool.h"
+#include "cpu/threadpool.h"
 #include "weights/weights.h"
 
 #define GP_SESSION_ERR_BYTES 1024

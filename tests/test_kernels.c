@@ -8,11 +8,11 @@
 #include <string.h>
 #include <CUnit/CUnit.h>
 
-#include "runtime/cpu_dot.h"
-#include "runtime/cpu_internal.h"
-#include "runtime/cpu_kernels.h"
+#include "cpu/cpu_dot.h"
+#include "cpu/cpu_internal.h"
+#include "cpu/cpu_kernels.h"
 #include "ir/f16.h"
-#include "runtime/threadpool.h"
+#include "cpu/threadpool.h"
 #include "tests/testutil.h"
 
 /* ---- test tensors ---- */
@@ -1594,7 +1594,7 @@ static void test_pool_matmul(void)
     tt_free(o3);
 }
 
-/* ---- matmul's kernel builds (runtime/cpu_dot.h) ---- */
+/* ---- matmul's kernel builds (cpu/cpu_dot.h) ---- */
 
 /* out of a [M, K] x b ([N, K]^T when tb, else [K, N]) at kernel level `level`, into a fresh
  * buffer. */

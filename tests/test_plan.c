@@ -403,7 +403,7 @@ static void test_workspaces(void)
     CU_ASSERT_EQUAL(gp_op_workspace_bytes(nm, g, GP_BACKEND_CPU), 0);
 
     /* a quantized weight: on the CPU the activations' bf16 halves for AMX prompts, 4 K bytes a
-     * row, rows rounded up to 16 (runtime/quant.h); none for a row count <= 5 */
+     * row, rows rounded up to 16 (cpu/quant.h); none for a row count <= 5 */
     {
         gp_graph *gq = gp_graph_new("wsq");
         int R = gp_graph_add_sym(gq, "R", 37, here);

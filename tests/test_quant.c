@@ -1,4 +1,4 @@
-/* Tests of runtime/quant.h: dequantization bit for bit against the python gguf package's
+/* Tests of cpu/quant.h: dequantization bit for bit against the python gguf package's
  * (tests/quant/TYPE.bin, scripts/quant/make_fixtures.py), the quantizers (gguf's bytes where the
  * rule is ggml's, error bounds, exact round trips) and the ISA selector. The products are
  * tests/test_quant_f32.c's. */
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <CUnit/CUnit.h>
 
-#include "runtime/quant.h"
+#include "cpu/quant.h"
 #include "tests/testutil.h"
 
 static const gp_dtype types[] = {GP_Q4_0, GP_Q4_1, GP_Q5_0, GP_Q5_1,

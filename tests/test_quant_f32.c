@@ -1,4 +1,4 @@
-/* Tests of gp_quant_matmul_f32 (runtime/quant.h): every type and ISA path against a double
+/* Tests of gp_quant_matmul_f32 (cpu/quant.h): every type and ISA path against a double
  * reference, the documented summation order bit for bit, and the same bits for every column split
  * and every batch size (decode M = 1 against prompt M = 37). */
 #include <math.h>
@@ -7,8 +7,8 @@
 #include <string.h>
 #include <CUnit/CUnit.h>
 
-#include "runtime/cpu_kernels.h"
-#include "runtime/quant.h"
+#include "cpu/cpu_kernels.h"
+#include "cpu/quant.h"
 #include "tests/testutil.h"
 
 static const gp_dtype types[] = {GP_Q4_0, GP_Q4_1, GP_Q5_0, GP_Q5_1,
@@ -26,7 +26,7 @@ static float nrand(void) /* standard normal (Box-Muller) */
     return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
 }
 
-/* The order runtime/quant_f32_internal.h documents: 32 lanes (k mod 32) in increasing k, fused
+/* The order cpu/quant_f32_internal.h documents: 32 lanes (k mod 32) in increasing k, fused
  * (SIMD paths) or product-then-add (portable), then the fixed tree. */
 static float emulate(const float *x, const float *w, int K, int fused)
 {

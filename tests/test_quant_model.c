@@ -12,7 +12,7 @@
 
 #include "runtime/lora.h"
 #include "runtime/plan.h"
-#include "runtime/quant.h"
+#include "cpu/quant.h"
 #include "weights/safetensors.h"
 #include "tests/testmodel.h"
 #include "tests/testutil.h"

@@ -9,7 +9,7 @@
 #include "planner/planner.h"
 #include "runtime/lora.h"
 #include "runtime/plan.h"
-#include "runtime/quant.h"
+#include "cpu/quant.h"
 #include "weights/safetensors.h"
 #include "tests/testutil.h"
 

@@ -1,11 +1,11 @@
-/* The x86 bodies of gp_quant_matmul_f32 (runtime/quant_f32_internal.h gives the arithmetic), one
+/* The x86 bodies of gp_quant_matmul_f32 (cpu/quant_f32_internal.h gives the arithmetic), one
  * source for two paths: included by quant_f32_avx2.c (QF_BITS 256) and quant_f32_avx512.c (512),
  * each compiled with its own -m flags. "vf" is 16 f32 lanes: one zmm, or two ymm. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "runtime/quant_f32_internal.h"
+#include "cpu/quant_f32_internal.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -155,7 +155,7 @@ static uint32_t ld32(const uint8_t *p)
     return v;
 }
 
-/* block bytes and elements; super-block layouts as in runtime/quant.h */
+/* block bytes and elements; super-block layouts as in cpu/quant.h */
 #define BB(t)                                                                                  \
     (t == GP_Q4_0 ? 18 : t == GP_Q4_1 ? 20 : t == GP_Q5_0 ? 22 : t == GP_Q5_1 ? 24              \
      : t == GP_Q8_0 ? 34 : t == GP_Q4_K ? 144 : t == GP_Q5_K ? 176 : 210)

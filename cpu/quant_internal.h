@@ -1,6 +1,6 @@
-/* Inside runtime/quant*.c: the k-quants' packed 6-bit scales and mins (runtime/quant.h's table). */
-#ifndef GP_RUNTIME_QUANT_INTERNAL_H
-#define GP_RUNTIME_QUANT_INTERNAL_H
+/* Inside cpu/quant*.c: the k-quants' packed 6-bit scales and mins (cpu/quant.h's table). */
+#ifndef GP_CPU_QUANT_INTERNAL_H
+#define GP_CPU_QUANT_INTERNAL_H
 
 #include <stdint.h>
 

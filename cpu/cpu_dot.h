@@ -1,7 +1,7 @@
-/* The float products' inner kernel (runtime/cpu_matmul.c) and its builds per instruction set:
+/* The float products' inner kernel (cpu/cpu_matmul.c) and its builds per instruction set:
  * 16 lanes over k, FMA, weights read in their stored dtype. Internal to gp_cpu. */
-#ifndef GP_RUNTIME_CPU_DOT_H
-#define GP_RUNTIME_CPU_DOT_H
+#ifndef GP_CPU_CPU_DOT_H
+#define GP_CPU_CPU_DOT_H
 
 #include <stdint.h>
 
@@ -60,7 +60,7 @@ void gp_rows_avx512(int rm, int64_t kc, const float *const *a, const char *b, in
 #endif
 gp_rows_fn gp_cpu_rows(void);
 
-/* Attention's inner loops (runtime/cpu_attention.c), built per instruction set like gp_dot_fn and
+/* Attention's inner loops (cpu/cpu_attention.c), built per instruction set like gp_dot_fn and
  * with the same bits in every build. Rows of k and v: `ks`/`vs` bytes apart, d contiguous elements
  * of dtype f32, f16 or bf16.
  * scores: sc[s] = (q . k row s) * scale for s < n, the dot in 16 lanes of fused multiply-adds

@@ -1,11 +1,11 @@
-/* The float products' kernels (runtime/cpu_dot.h: lanes, rows, attention's loops) in AVX2 with FMA
+/* The float products' kernels (cpu/cpu_dot.h: lanes, rows, attention's loops) in AVX2 with FMA
  * and F16C: the 16 lanes of an accumulator in two ymm registers, one row of a at a time (16
- * registers hold no more). Built with its own flags (runtime/kernels.cmake), chosen at run time. */
+ * registers hold no more). Built with its own flags (cpu/CMakeLists.txt), chosen at run time. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
-#include "runtime/cpu_dot.h"
+#include "cpu/cpu_dot.h"
 #include "ir/f16.h"
 
 static inline __attribute__((always_inline)) __m256 ldw(gp_dtype wt, const char *p, int64_t k)
@@ -95,7 +95,7 @@ void gp_dot_avx2(int rm, int64_t kc, const float *const *a, const char *const *w
     }
 }
 
-/* ---- attention's loops (runtime/cpu_dot.h) ---- */
+/* ---- attention's loops (cpu/cpu_dot.h) ---- */
 
 void gp_attn_scores_avx2(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
                          int64_t n, float scale, float *sc)

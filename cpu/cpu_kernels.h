@@ -1,7 +1,7 @@
 /* The CPU backend's kernels: one entry point computes one node's output, on a share of threads.
  * Every op of ir/core.h (views are no-ops: the runtime computes their pointers). */
-#ifndef GP_RUNTIME_CPU_KERNELS_H
-#define GP_RUNTIME_CPU_KERNELS_H
+#ifndef GP_CPU_CPU_KERNELS_H
+#define GP_CPU_CPU_KERNELS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -45,7 +45,7 @@ static inline int64_t gp_ktensor_numel(const gp_ktensor *t)
  *    512 KiB or more).
  *  - Inputs of any float dtype (f32, f16, bf16) are read as f32; math is f32; results are converted
  *    to out->dtype. Products on weights with k or n contiguous and attention over caches with
- *    contiguous heads use fused multiply-adds (runtime/cpu_dot.h), the same bits in every build.
+ *    contiguous heads use fused multiply-adds (cpu/cpu_dot.h), the same bits in every build.
  *  - Index inputs (get_rows ids, store and attention pos) must be in range: the runtime checks them
  *    before the eval (gp_cpu_check); a kernel meeting a bad one stops with GP_ASSERT.
  * Op notes beyond core.h:
@@ -65,7 +65,7 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
  * gp_cpu_two_phase is 1 (it depends on the shapes, dtypes and ws_size only), every thread calls
  * gp_cpu_compute_phase(..., 0), all wait at a barrier, then every thread calls
  * gp_cpu_compute_phase(..., 1), in place of gp_cpu_compute; the results are gp_cpu_compute's bits.
- * Today: matmul on quantized weights when gp_quant_matmul_ws takes it (runtime/quant.h): phase 0
+ * Today: matmul on quantized weights when gp_quant_matmul_ws takes it (cpu/quant.h): phase 0
  * the activations' halves into ws by rows, phase 1 the output columns (gp_cpu_compute splits the
  * rows instead and unpacks the weights in every thread).
  */
@@ -79,7 +79,7 @@ void gp_cpu_compute_phase(gp_op op, const gp_ktensor *out, const gp_ktensor *in,
  * formulas agree with runtime/plan.h):
  *   attention: min(nth, GP_WS_CPU_MAX_THREADS) * S * 4 (f32 scores [threads, S]; S = in[1]->ne[0],
  *              the cache rows); with less, fewer threads do the work (same results);
- *   matmul on quantized weights: gp_quant_matmul_ws_bytes(M, K) (runtime/quant.h: prompts on AMX,
+ *   matmul on quantized weights: gp_quant_matmul_ws_bytes(M, K) (cpu/quant.h: prompts on AMX,
  *              each activation as two bf16); with less, the f32 path (other bits);
  *   every other op: 0.
  */

@@ -1,5 +1,5 @@
 /* Prompt products on quantized weights with AMX-BF16 tiles (gp_quant_matmul_ws and its two-phase
- * form, runtime/quant.h), built with AVX-512 + AVX512-BF16 + AMX flags only (runtime/kernels.cmake);
+ * form, cpu/quant.h), built with AVX-512 + AVX512-BF16 + AMX flags only (cpu/CMakeLists.txt);
  * chosen at run time (path amx).
  *
  * Each weight w (gp_quant_dequantize_row's value, dequantized in registers by quant_f32_x86.h's
@@ -16,9 +16,9 @@
  * bits. */
 #define QF_BITS 512
 #define QF_DEQ_ONLY
-#include "runtime/quant_f32_x86.h"
+#include "cpu/quant_f32_x86.h"
 
-#include "runtime/quant.h"
+#include "cpu/quant.h"
 
 /* columns per weight chunk (a multiple of every block) and 16-row tiles of x per group */
 #define AKC 256

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 
 static int fail(char *err, size_t n, gp_op op, const char *fmt, ...)
 {

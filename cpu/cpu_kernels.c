@@ -1,12 +1,12 @@
 /* CPU kernels for the row-wise ops (elementwise, broadcasting arithmetic, norms, softmax, rope,
  * copies, lookups, stores) and the dispatcher; matmul and attention live in their own files. */
-#include "runtime/cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "runtime/cpu_internal.h"
-#include "runtime/quant.h"
+#include "cpu/cpu_internal.h"
+#include "cpu/quant.h"
 #include "runtime/plan.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)

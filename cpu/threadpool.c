@@ -1,6 +1,6 @@
 /* The CPU backend's thread pool: workers spin briefly on an atomic counter, then sleep on a
  * condition variable; the same scheme wakes them for a run and releases them from a barrier. */
-#include "runtime/threadpool.h"
+#include "cpu/threadpool.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -99,7 +99,7 @@ static void wait_equal(gp_threadpool *p, atomic_int *v, int want)
     pthread_mutex_unlock(&p->mu);
 }
 
-/* The kernels keep their tiles on the stack (up to about 200 KiB: runtime/cpu_dot*.c, quant_amx.c),
+/* The kernels keep their tiles on the stack (up to about 200 KiB: cpu/cpu_dot*.c, quant_amx.c),
  * and which thread runs which kernel varies from eval to eval (matmuls take their items from a
  * shared counter). Each thread of the pool touches this much of its stack once, when the pool is
  * made, so that a kernel a thread first runs in a late eval finds its pages resident: no page

@@ -1,12 +1,12 @@
 /* CPU attention: causal scaled-dot-product attention of new queries over a KV cache, grouped-query,
  * with a stable softmax. Threads split the (h, t) query rows; scores go to a per-thread slice of ws.
- * Cache rows with contiguous heads go through runtime/cpu_dot.h's fused loops (FMA, f16 widened
+ * Cache rows with contiguous heads go through cpu/cpu_dot.h's fused loops (FMA, f16 widened
  * in registers); the general case loads rows as f32 and multiplies and adds unfused. */
 #include <math.h>
 #include <string.h>
 
-#include "runtime/cpu_dot.h"
-#include "runtime/cpu_internal.h"
+#include "cpu/cpu_dot.h"
+#include "cpu/cpu_internal.h"
 
 /* Element i of a k or v row as f32. */
 static float kv_elt(gp_dtype t, const char *p, int64_t i)
@@ -21,7 +21,7 @@ static float kv_elt(gp_dtype t, const char *p, int64_t i)
     return t == GP_F16 ? gp_f16_to_f32(h) : gp_bf16_to_f32(h);
 }
 
-/* The portable builds of runtime/cpu_dot.h's attention loops: fmaf, the same lanes. */
+/* The portable builds of cpu/cpu_dot.h's attention loops: fmaf, the same lanes. */
 void gp_attn_scores_portable(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
                              int64_t n, float scale, float *sc)
 {
@@ -63,7 +63,7 @@ static float softmax_row(float *sc, int64_t n, float cap)
     return 1.0f / gp_acc8_total(&sum);
 }
 
-/* The heads of one KV group R at a time (runtime/cpu_dot.h's group loops): each cache row read
+/* The heads of one KV group R at a time (cpu/cpu_dot.h's group loops): each cache row read
  * once for R heads, every head's result bit for bit the one-head path's. Items (group, R heads,
  * query row), query rows fastest; sc: this thread's R score rows of S. */
 static void attention_grouped(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in,

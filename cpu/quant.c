@@ -1,14 +1,14 @@
-/* ggml's block formats written from their definition (runtime/quant.h): dequantize, quantize, and
+/* ggml's block formats written from their definition (cpu/quant.h): dequantize, quantize, and
  * the selector of gp_quant_matmul_f32's SIMD paths. */
 #define _DEFAULT_SOURCE /* syscall (the AMX permission, below) */
-#include "runtime/quant.h"
+#include "cpu/quant.h"
 
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
 #include "ir/f16.h"
-#include "runtime/quant_internal.h"
+#include "cpu/quant_internal.h"
 
 static float rd16(const uint8_t *p) /* a little-endian binary16 as f32 */
 {

@@ -1,14 +1,14 @@
-/* Inside runtime/quant_f32*.c: the one arithmetic every path of gp_quant_matmul_f32 follows, and
+/* Inside cpu/quant_f32*.c: the one arithmetic every path of gp_quant_matmul_f32 follows, and
  * the per-ISA entry points the selector in quant_f32.c picks. */
-#ifndef GP_RUNTIME_QUANT_F32_INTERNAL_H
-#define GP_RUNTIME_QUANT_F32_INTERNAL_H
+#ifndef GP_CPU_QUANT_F32_INTERNAL_H
+#define GP_CPU_QUANT_F32_INTERNAL_H
 
 #include <stdint.h>
 
 #include "ir/core.h"
 
 /*
- * The order of operations of one output y = x . W[n] (runtime/quant.h): W[n]'s values are those of
+ * The order of operations of one output y = x . W[n] (cpu/quant.h): W[n]'s values are those of
  * gp_quant_dequantize_row, bit for bit; 32 lane sums, lane l = the products x[k] W[n, k] for k = l
  * mod 32 added in increasing k (SIMD paths: one fused multiply-add each, starting from 0; portable:
  * a rounded product, then a rounded add); then s16[i] = lane[i] + lane[16 + i], s8[i] = s16[i] +
@@ -27,7 +27,7 @@ void gp_qf32_avx2(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, const f
 void gp_qf32_avx512(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, const float *x,
                     int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy);
 
-/* runtime/quant_amx.c: gp_quant_matmul_ws's body; ws as that function checks it */
+/* cpu/quant_amx.c: gp_quant_matmul_ws's body; ws as that function checks it */
 void gp_qamx(gp_dtype wt, const uint8_t *w, int64_t N, const float *x, int64_t ldx, int64_t M,
              int64_t K, float *y, int64_t ldy, void *ws, int ith, int nth);
 

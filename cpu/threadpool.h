@@ -1,8 +1,8 @@
 /* A fixed pool of worker threads for the CPU backend: one run executes fn on every thread (the
  * caller included) and returns when all are done; a barrier separates phases inside fn. Threads are
  * created once; a run allocates nothing. */
-#ifndef GP_RUNTIME_THREADPOOL_H
-#define GP_RUNTIME_THREADPOOL_H
+#ifndef GP_CPU_THREADPOOL_H
+#define GP_CPU_THREADPOOL_H
 
 typedef struct gp_threadpool gp_threadpool;
 

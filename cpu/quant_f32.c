@@ -1,9 +1,9 @@
 /* Products of f32 activations with block-quantized weights dequantized on the fly
- * (gp_quant_matmul_f32, runtime/quant.h): the portable path and the selector of the SIMD ones. */
+ * (gp_quant_matmul_f32, cpu/quant.h): the portable path and the selector of the SIMD ones. */
 #include <string.h>
 
-#include "runtime/quant.h"
-#include "runtime/quant_f32_internal.h"
+#include "cpu/quant.h"
+#include "cpu/quant_f32_internal.h"
 
 /* The fixed tree of quant_f32_internal.h over 32 lane sums. */
 static float red32(const float *l)

@@ -1,8 +1,8 @@
 /* ggml's block-quantized weight formats (q4_0 ... q6_k, ir/core.h): dequantize and quantize rows,
  * and the CPU products of f32 activations with quantized weights dequantized on the fly.
  * Nothing here allocates; the products' SIMD paths (AVX2, AVX-512) are chosen at run time. */
-#ifndef GP_RUNTIME_QUANT_H
-#define GP_RUNTIME_QUANT_H
+#ifndef GP_CPU_QUANT_H
+#define GP_CPU_QUANT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -46,10 +46,10 @@ void gp_quant_dequantize_row(gp_dtype t, const void *src, float *dst, int64_t n)
  */
 void gp_quant_quantize_row(gp_dtype t, const float *src, void *dst, int64_t n);
 
-/* Products with f32 activations (runtime/quant_f32.c):
+/* Products with f32 activations (cpu/quant_f32.c):
  * y[m * ldy + n] = sum_k x[m * ldx + k] W[n, k] for n in [n0, n1) and every m < M, W's values those
  * of gp_quant_dequantize_row and the sum in f32 in one fixed order per output
- * (runtime/quant_f32_internal.h): bit for bit the same for every split of [n0, n1) and every M
+ * (cpu/quant_f32_internal.h): bit for bit the same for every split of [n0, n1) and every M
  * (decode and prompt agree), and the same on the AVX2 and AVX-512 paths (the portable one rounds
  * each product, so it differs in the last bits). w: [N] rows of gp_dtype_row_bytes(wt, K) bytes;
  * K a multiple of gp_dtype_block(wt). The path follows gp_quant_force_isa (vnni runs avx512's). */
@@ -70,7 +70,7 @@ enum {
     GP_QUANT_ISA_COUNT
 };
 
-/* Prompt products on AMX (runtime/quant_amx.c), with a planned workspace:
+/* Prompt products on AMX (cpu/quant_amx.c), with a planned workspace:
  * gp_quant_matmul_ws_bytes(M, K) is the workspace for M rows of K: 4 K (M rounded up to 16) bytes
  * (each activation as two bf16) when M > GP_QUANT_WS_MIN_M, else 0.
  * gp_quant_matmul_ws is thread ith's part of y [M, N] = x W^T (all threads call it with the same

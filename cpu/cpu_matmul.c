@@ -1,6 +1,6 @@
 /* CPU matmul: out[..., M, N] = a[..., M, K] b[..., K, N] over any strides, dtypes and transposes.
  * B with columns contiguous in k (every Linear weight, tb=1): the lanes path, FMA kernels per
- * instruction set (runtime/cpu_dot.h) reading the weights in their stored dtype; with rows
+ * instruction set (cpu/cpu_dot.h) reading the weights in their stored dtype; with rows
  * contiguous in n (a [K, N] weight) the rows path, the same kernels' other form. Any other B: the
  * cache-blocked path, tiles of A and B packed to f32 on the stack (no workspace), then a 4x16
  * register kernel accumulating in f32 with k in ascending order (no FMA). Every path stores rows
@@ -10,9 +10,9 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "runtime/cpu_dot.h"
-#include "runtime/cpu_internal.h"
-#include "runtime/quant.h"
+#include "cpu/cpu_dot.h"
+#include "cpu/cpu_internal.h"
+#include "cpu/quant.h"
 
 /* Block sizes: an A block [MB, KB] (32 KiB) and a B block [KB, NB] (32 KiB) fit in L2, one B
  * panel [KB, NR] (8 KiB) in L1. Stack use: (MB KB + KB NB + MB NB + KB) floats = 80.5 KiB. */
@@ -215,7 +215,7 @@ static void mm_gemm(const mm_problem *q, int ith, int nth)
 }
 
 /* ---- the lanes path: B's columns contiguous in k (a Linear weight [N, K]), any M ----
- * out(m, n) = the 16 lanes of runtime/cpu_dot.h (lane l: fused multiply-adds over k % 16 == l,
+ * out(m, n) = the 16 lanes of cpu/cpu_dot.h (lane l: fused multiply-adds over k % 16 == l,
  * k ascending) summed pairwise (gp_dot_total): an order fixed by K
  * alone, the same for decode and prompts, every block size and every thread count. Weights are
  * read in their stored dtype, widened in registers. Work items: (batch, group of NG columns,
@@ -487,7 +487,7 @@ static void mm_lanes(const mm_problem *q, int ith, int nth)
 }
 
 /* ---- the rows path: B's rows contiguous in n (a [K, N] weight, tb=0) ----
- * out(m, n) = one chain of fused multiply-adds over k ascending (runtime/cpu_dot.h, gp_rows_fn),
+ * out(m, n) = one chain of fused multiply-adds over k ascending (cpu/cpu_dot.h, gp_rows_fn),
  * B read in its stored dtype. Work items: (batch, strip of 64 columns, block of MB rows), rows
  * fastest; blocks of KB k (all of k for a block of at most 6 rows: decode streams B once). Stack:
  * (MB 64 + MB KB) floats = 60 KiB. */
@@ -591,7 +591,7 @@ void gp_cpu_matmul_epi(const gp_attrs *at, const gp_ktensor *out, const gp_ktens
         mm_gemm(&q, ith, nth);
 }
 
-/* ---- quantized weights (runtime/quant.h) ----
+/* ---- quantized weights (cpu/quant.h) ----
  * f32 activations times blocks dequantized on the fly (gp_quant_matmul_f32): the result is the
  * dequantized weights' product up to summation order, as transformers computes a GGUF model.
  * Threads split the output columns; the split changes no result, so every thread count gives the
@@ -602,7 +602,7 @@ void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, void *ws, 
 {
     const gp_ktensor *x = &in[0], *w = &in[1];
     int64_t n0, n1, N = w->ne[0];
-    /* prompts on AMX where the CPU has it and the plan gave the workspace (runtime/quant.h) */
+    /* prompts on AMX where the CPU has it and the plan gave the workspace (cpu/quant.h) */
     if (gp_quant_matmul_ws(w->dtype, w->data, N, x->data, x->nb[0] / (int64_t)sizeof(float),
                            x->ne[0], x->ne[1], out->data, out->nb[0] / (int64_t)sizeof(float), ws,
                            ws_size, ith, nth))

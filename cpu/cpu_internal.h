@@ -1,12 +1,12 @@
 /* Helpers shared by the CPU kernel files: strided row loads and stores with dtype conversion,
  * shapes padded to four dims, and reductions in a fixed order. Not part of the runtime's API. */
-#ifndef GP_RUNTIME_CPU_INTERNAL_H
-#define GP_RUNTIME_CPU_INTERNAL_H
+#ifndef GP_CPU_CPU_INTERNAL_H
+#define GP_CPU_CPU_INTERNAL_H
 
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "runtime/cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 #include "ir/f16.h"
 
 /* Elements per stack chunk in row loops (a multiple of the 8 reduction lanes). */

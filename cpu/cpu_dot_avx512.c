@@ -1,9 +1,9 @@
-/* The float products' kernel (runtime/cpu_dot.h) in AVX-512 F/BW/VL with FMA: one zmm per
+/* The float products' kernel (cpu/cpu_dot.h) in AVX-512 F/BW/VL with FMA: one zmm per
  * accumulator, f16 weights widened in registers (vcvtph2ps), bf16 by a shift. Built with its own
- * flags (runtime/kernels.cmake) and chosen at run time. */
+ * flags (cpu/CMakeLists.txt) and chosen at run time. */
 #include <immintrin.h>
 
-#include "runtime/cpu_dot.h"
+#include "cpu/cpu_dot.h"
 
 static inline __attribute__((always_inline)) __m512 ldw(gp_dtype wt, const char *p, int64_t k)
 {
