@@ -7,8 +7,8 @@
 #include <time.h>
 
 #include "cpu/cpu_kernels.h"
-#include "ir/f16.h"
 #include "cpu/threadpool.h"
+#include "ir/f16.h"
 
 typedef struct {
     gp_op op;

@@ -29,7 +29,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_kernels.h"
 #include "gplan/gplan.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 /* ---- host allocations during evals: malloc & co. defined here, forwarding to glibc ---- */
 

@@ -7,7 +7,7 @@
 
 #include "cpu/cpu_internal.h"
 #include "cpu/quant.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>

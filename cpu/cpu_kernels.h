@@ -76,7 +76,7 @@ void gp_cpu_compute_phase(gp_op op, const gp_ktensor *out, const gp_ktensor *in,
 
 /*
  * Workspace bytes that gp_cpu_compute needs for this node at these shapes with nth threads (the
- * formulas agree with runtime/plan.h):
+ * formulas agree with plan/plan.h):
  *   attention: min(nth, GP_WS_CPU_MAX_THREADS) * S * 4 (f32 scores [threads, S]; S = in[1]->ne[0],
  *              the cache rows); with less, fewer threads do the work (same results);
  *   matmul on quantized weights: gp_quant_matmul_ws_bytes(M, K) (cpu/quant.h: prompts on AMX,

@@ -7,8 +7,8 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "ir/f16.h"
 #include "cpu/quant_internal.h"
+#include "ir/f16.h"
 
 static float rd16(const uint8_t *p) /* a little-endian binary16 as f32 */
 {

@@ -8,7 +8,7 @@
 #include <math.h>
 
 #include "cuda/cuda_internal.cuh"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 enum { ATT_WARPS = 4, ATT_MAXJ = 8 }; /* D <= 32 * ATT_MAXJ */
 /* The threads that run an attention block (every attention kernel's whole block), synchronized

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "cuda/cuda_comm.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 #if GPLAN_HAVE_NCCL
 

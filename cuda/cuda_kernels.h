@@ -110,7 +110,7 @@ typedef struct {
 
 /*
  * Enqueues node `op` on ctx->stream: out from in[0..n_in), as gp_cpu_compute. ws (ws_size bytes,
- * device) is the node's planned workspace (runtime/plan.h: GP_WS_CUBLAS_BYTES for matmul, the
+ * device) is the node's planned workspace (plan/plan.h: GP_WS_CUBLAS_BYTES for matmul, the
  * split-KV partials for attention); it may be NULL when the op needs none. Allocates nothing.
  * Index inputs out of range are skipped by the kernels (no out-of-bounds access); the runtime
  * checks them before the eval. Returns 0, or -1 with ctx->err set (a launch or cuBLAS failure, an

@@ -6,8 +6,8 @@
 #include <zlib.h>
 
 #include "fuzz/fuzz.h"
-#include "planner/planner.h"
 #include "gplan/gplan.h"
+#include "plan/plan.h"
 
 /* Sessions allocate every region once; only run plans whose regions fit in this many bytes. */
 #define EVAL_MAX_BYTES ((int64_t)48 << 20) /* tiny.plan: 32 MiB arena (the cuBLAS workspace) */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/lora.h"
+#include "plan/plan.h"
 
 #define NAME_MAX_BYTES 1024
 

@@ -18,7 +18,7 @@
  *                                                           f32 [in, out] = (B A)^T)
  *   "X.scaled" = mul(X.delta, lora_scale) f32              (in place by the planner)
  *   output "X.merged" = add(W, X.scaled)  W's dtype and shape: the merged weight
- * and one input "lora_scale" f32 [1] (GP_LORA_SCALE_INPUT, runtime/lora.h) shared by all.
+ * and one input "lora_scale" f32 [1] (GP_LORA_SCALE_INPUT, plan/plan.h) shared by all.
  * NULL after reporting to d (no LoRA weights in g, a lora_A without its lora_B or base weight,
  * shapes that fit neither layout).
  */

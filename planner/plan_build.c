@@ -1,7 +1,7 @@
 /* IR -> gp_plan: liveness, in-place reuse, op workspaces, extras slots, the fixed regions and the
  * arena's offsets (gp_assign, always verified by the independent gp_assign_check). */
 #include "planner/planner.h"
-#include "cpu/quant.h"
+#include "cpu/quant.h" /* gp_quant_matmul_ws_bytes (inline; no link to gp_cpu) */
 
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +34,7 @@ int64_t gp_op_workspace_bytes(const gp_node *node, const gp_graph *g, gp_backend
 {
     int64_t t = 0, h = 0, d = 0, s = 0;
     if (node->op == GP_OP_MATMUL && backend == GP_BACKEND_CPU && node->n_inputs >= 2) {
-        /* quantized weights: the activations' bf16 halves for AMX prompts (runtime/plan.h) */
+        /* quantized weights: the activations' bf16 halves for AMX prompts (plan/plan.h) */
         const gp_tensor *x = &g->tensors[node->inputs[0]], *w = &g->tensors[node->inputs[1]];
         if (gp_dtype_is_quant(w->dtype) && x->ndim == 2)
             return gp_quant_matmul_ws_bytes(x->shape[0].size, x->shape[1].size);

@@ -1,14 +1,12 @@
-/* The static planner: turns a checked graph (ir/) into a gp_plan (runtime/plan.h) by liveness over
- * the schedule, in-place reuse, op workspaces, extras slots and offset assignment (planner/assign.h),
- * and writes plan files (docs/plan-format.md). */
+/* The static planner: turns a checked graph (ir/) into a gp_plan (plan/plan.h, which also writes
+ * plan files: docs/plan-format.md) by liveness over the schedule, in-place reuse, op workspaces,
+ * extras slots and offset assignment (planner/assign.h). */
 #ifndef GP_PLANNER_PLANNER_H
 #define GP_PLANNER_PLANNER_H
 
-#include <stdio.h>
-
 #include "ir/ir.h"
+#include "plan/plan.h"
 #include "planner/assign.h"
-#include "runtime/plan.h"
 
 #define GP_PLAN_DEFAULT_ALIGNMENT 256
 
@@ -26,24 +24,8 @@ typedef struct {
  * or an overlap found by the independent checker, which would be a planner bug). */
 int gp_plan_build(const gp_graph *g, const gp_plan_opts *o, gp_plan **out, gp_diag *d);
 
-/* Writes the plan file (to PATH.tmp, then renamed over PATH). 0, or -1 with a message
- * `PATH: ...` in err. */
-int gp_plan_write(const gp_plan *p, const char *path, char *err, size_t err_len);
-
-/* The plan file's bytes in memory; *data is malloc'd (the caller frees). 0 or -1 with err. */
-int gp_plan_write_mem(const gp_plan *p, unsigned char **data, size_t *len, char *err,
-                      size_t err_len);
-
-/* The summary the tools print: sizes of every region, the arena against its lower bound and the
- * naive size, in-place count, planning time. */
-void gp_plan_summary_print(const gp_plan *p, FILE *out);
-
-/* Bytes of zeros in device's shares of the split weights (their units past the checkpoint's
- * last); 0 for a plan of one device. */
-int64_t gp_plan_split_padding(const gp_plan *p, int device);
-
 /* Temporary bytes the node needs while it runs on `backend`, at the bounds of g's shapes
- * (the formulas are in runtime/plan.h, GP_WS_*). 0 for none. */
+ * (the formulas are in plan/plan.h, GP_WS_*). 0 for none. */
 int64_t gp_op_workspace_bytes(const gp_node *node, const gp_graph *g, gp_backend backend);
 
 /*

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 /*
  * What a backend gets at creation. Everything here outlives the backend instance.
@@ -51,7 +51,7 @@ typedef struct {
      * regions[GP_REGION_IO].alignment. A host backend may use it as its io region. */
     unsigned char *io;
     /* The session's host extras block: [regions[GP_REGION_EXTRAS].size] bytes; records at each
-     * tensor's extras_offset (layout: GP_EXTRAS_* in runtime/plan.h). */
+     * tensor's extras_offset (layout: GP_EXTRAS_* in plan/plan.h). */
     unsigned char *extras;
     /* Tensor parallelism (plans with n_devices > 1; see "Several devices" below): this instance's
      * rank (== slot) among n_ranks (== plan->n_devices), and the communicator made by comm_new

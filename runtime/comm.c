@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "ir/f16.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 struct gp_host_comm {
     int n;

@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/backend.h"
-#include "runtime/comm.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/cpu_internal.h"
 #include "cpu/threadpool.h"
+#include "runtime/backend.h"
+#include "runtime/comm.h"
 
 #define GP_CPU_MAX_THREADS 256
 

@@ -675,12 +675,6 @@ int gp_model_apply_lora(gp_model *m, const char *dir, const char *merge_plan, do
 
 /* ---- runtime mode: adapter slots in the plan, bound and rebound between evals ---- */
 
-int gp_lora_is_slot(const char *weight_name)
-{
-    return weight_name && !strncmp(weight_name, LORA_PREFIX, strlen(LORA_PREFIX)) &&
-           (ends_with(weight_name, LORA_A_SUFFIX) || ends_with(weight_name, LORA_B_SUFFIX));
-}
-
 /* The plan's adapter slot named `name` (a weight), or -1. */
 static int find_slot(const gp_plan *p, const char *name)
 {

@@ -7,14 +7,7 @@
 #include <stddef.h>
 
 #include "gplan/gplan.h"
-#include "runtime/plan.h"
-
-/* PEFT's names: "base_model.model.<module>.lora_A.weight" [r, in], ".lora_B.weight" [out, r]; the
- * base weight is "<module>.weight". The merge plan's scalar input is GP_LORA_SCALE_INPUT f32 [1]. */
-#define GP_LORA_PREFIX "base_model.model."
-#define GP_LORA_A_SUFFIX ".lora_A.weight"
-#define GP_LORA_B_SUFFIX ".lora_B.weight"
-#define GP_LORA_SCALE_INPUT "lora_scale"
+#include "plan/plan.h" /* also PEFT's names (GP_LORA_*) and gp_lora_is_slot */
 
 /*
  * Merges the PEFT LoRA adapter in folder `dir` into the model's bound weights by running the merge
@@ -72,9 +65,6 @@ void gp_lora_merge_info(const gp_lora_merge *g, int *n_targets, int *n_merged, i
  *   [192, 4], file has [96, 4]
  * and the slots unchanged. */
 int gp_model_bind_adapter(gp_model *m, const char *dir, double scale, char *err, size_t err_len);
-
-/* 1 when a checkpoint name is a runtime adapter slot's: base_model.model.*.lora_{A,B}.weight. */
-int gp_lora_is_slot(const char *weight_name);
 
 /* ---- the model's side (implemented in runtime/session.c for lora.c; not a public API) ---- */
 

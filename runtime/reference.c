@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu_kernels.h"
 #include "runtime/backend.h"
 #include "runtime/comm.h"
-#include "cpu/cpu_kernels.h"
 
 typedef struct {
     const gp_plan *p;

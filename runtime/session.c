@@ -10,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/backend.h"
 #include "cpu/cpu_kernels.h"
-#include "runtime/lora.h"
-#include "runtime/plan.h"
 #include "cpu/quant.h"
-#include "runtime/split.h"
 #include "cpu/threadpool.h"
+#include "plan/plan.h"
+#include "runtime/backend.h"
+#include "runtime/lora.h"
+#include "runtime/split.h"
 #include "weights/weights.h"
 
 #define GP_SESSION_ERR_BYTES 1024

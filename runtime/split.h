@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 /* Elements of the whole checkpoint tensor of t (its dims with the split dim at split.full). */
 int64_t gp_split_full_numel(const gp_plan_tensor *t);

@@ -21,7 +21,7 @@
 #include "ir/f16.h"
 #include "gplan/gplan.h"
 #include "runtime/lora.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 #include "cpu/quant.h"
 #include "weights/safetensors.h"
 #include "tests/testmodel.h"

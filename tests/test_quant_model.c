@@ -11,7 +11,7 @@
 #include <CUnit/CUnit.h>
 
 #include "runtime/lora.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 #include "cpu/quant.h"
 #include "weights/safetensors.h"
 #include "tests/testmodel.h"

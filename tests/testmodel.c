@@ -8,7 +8,7 @@
 #include "dsl/dsl.h"
 #include "planner/planner.h"
 #include "runtime/lora.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 #include "cpu/quant.h"
 #include "weights/safetensors.h"
 #include "tests/testutil.h"

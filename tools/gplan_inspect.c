@@ -1,13 +1,13 @@
 /* gplan-inspect: shows what a plan file holds: the summary, the tensor table, an ASCII memory map
- * over the steps, JSON, or an SVG of the arena. A thin main over gp_plan_load and the planner's
+ * over the steps, JSON, or an SVG of the arena. A thin main over gp_plan_load and gp_plan's
  * summary. Exit status: 0 ok, 1 bad plan (or an output that cannot be written), 2 bad usage. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/planner.h"
 #include "gplan/gplan_version.h" /* generated from include/gplan/gplan_version.h.in */
+#include "plan/plan.h"
 
 enum { EXIT_OK = 0, EXIT_BAD = 1, EXIT_USAGE = 2 };
 

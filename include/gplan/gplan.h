@@ -87,7 +87,7 @@ typedef struct {
     int64_t context;          /* positions the KV cache holds (rows of attention's k); 0 when none */
     int64_t weights_mapped;   /* weight bytes used in place from the mapped checkpoint */
     int64_t weights_loaded;   /* weight bytes read (converted) or generated into memory */
-    int64_t region_bytes[5];  /* the plan's region sizes, by gp_region (runtime/plan.h) */
+    int64_t region_bytes[5];  /* the plan's region sizes, by gp_region (plan/plan.h) */
     /* The rows input: indices into the eval's tokens whose logits the graph computes (get_rows of
      * the final hidden states before the LM head, examples/llama.gplan), or NULL when the graph
      * computes every token's logits (logits [T, vocab]). */

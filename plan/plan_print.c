@@ -1,15 +1,17 @@
 /* The plan summary the tools print (gplan-compile -o, gplan-inspect): region sizes, the arena
  * against its lower bound and against no reuse at all, in-place and workspace counts. */
-#include "planner/planner.h"
+#include "plan/plan.h"
 
 #include <string.h>
 
+/* The META section's strategy: gp_strategy's values (planner/assign.h), fixed by the file format
+ * (docs/plan-format.md) so that this library needs no planner header. */
 static const char *strategy_name(int s)
 {
     switch (s) {
-    case GP_STRATEGY_AUTO: return "auto";
-    case GP_STRATEGY_GREEDY: return "greedy";
-    case GP_STRATEGY_EXACT: return "exact";
+    case 0: return "auto";
+    case 1: return "greedy";
+    case 2: return "exact";
     default: return "?";
     }
 }

@@ -1,6 +1,6 @@
 /* The one plan file loader, shared by the runtime and every tool. A plan file is untrusted input:
  * every count, offset, reference and enum is checked before use (docs/plan-format.md). */
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* The plan file writer: every field written one by one, fixed-width little-endian, in the layout
- * of docs/plan-format.md (read back by runtime/plan_load.c). */
-#include "planner/planner.h"
+ * of docs/plan-format.md (read back by plan/plan_load.c). */
+#include "plan/plan.h"
 
 #include <errno.h>
 #include <stdarg.h>

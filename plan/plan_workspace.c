@@ -1,8 +1,8 @@
-/* Op workspaces: the one place their sizes are computed (formulas in runtime/plan.h, GP_WS_*), used
+/* Op workspaces: the one place their sizes are computed (formulas in plan/plan.h, GP_WS_*), used
  * by the planner to size them and by sessions to refuse a plan sized for another backend. */
 #include <stdio.h>
 
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 const char *gp_backend_name(gp_backend b)
 {

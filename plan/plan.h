@@ -1,11 +1,13 @@
 /* The in-memory plan: every tensor's region, offset and lifetime, every node, the regions' sizes and
- * the per-tensor extras layout. The contract between the planner (which builds and writes it), the
- * tools and the runtime (which loads it). The file format is docs/plan-format.md. */
-#ifndef GP_RUNTIME_PLAN_H
-#define GP_RUNTIME_PLAN_H
+ * the per-tensor extras layout. The contract between the planner (which builds it), the tools and
+ * the runtime; library gp_plan loads, validates, writes and prints it. The file format is
+ * docs/plan-format.md. */
+#ifndef GP_PLAN_PLAN_H
+#define GP_PLAN_PLAN_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ir/core.h"
 
@@ -174,7 +176,35 @@ int64_t gp_plan_tensor_span(const gp_plan_tensor *t);
  * NULL when out of memory. */
 gp_plan *gp_plan_alloc(int n_syms, int n_tensors, int n_nodes);
 
-/* File layout constants shared by the writer (planner/plan_write.c) and the loader; each field is
+/* Writes the plan file (to PATH.tmp, then renamed over PATH). 0, or -1 with a message
+ * `PATH: ...` in err. */
+int gp_plan_write(const gp_plan *p, const char *path, char *err, size_t err_len);
+
+/* The plan file's bytes in memory; *data is malloc'd (the caller frees). 0 or -1 with err. */
+int gp_plan_write_mem(const gp_plan *p, unsigned char **data, size_t *len, char *err,
+                      size_t err_len);
+
+/* The summary the tools print: sizes of every region, the arena against its lower bound and the
+ * naive size, in-place count, planning time. */
+void gp_plan_summary_print(const gp_plan *p, FILE *out);
+
+/* Bytes of zeros in device's shares of the split weights (their units past the checkpoint's
+ * last); 0 for a plan of one device. */
+int64_t gp_plan_split_padding(const gp_plan *p, int device);
+
+/* LoRA adapters' names, shared by the graphs compiled with -D lora_r=R, the merge graph
+ * (planner/lora_merge.c) and the runtime (runtime/lora.c). PEFT's names:
+ * "base_model.model.<module>.lora_A.weight" [r, in], ".lora_B.weight" [out, r]; the base weight is
+ * "<module>.weight". The merge plan's scalar input is GP_LORA_SCALE_INPUT f32 [1]. */
+#define GP_LORA_PREFIX "base_model.model."
+#define GP_LORA_A_SUFFIX ".lora_A.weight"
+#define GP_LORA_B_SUFFIX ".lora_B.weight"
+#define GP_LORA_SCALE_INPUT "lora_scale"
+
+/* 1 when a checkpoint name is a runtime adapter slot's: base_model.model.*.lora_{A,B}.weight. */
+int gp_lora_is_slot(const char *weight_name);
+
+/* File layout constants shared by the writer (plan/plan_write.c) and the loader; each field is
  * described in docs/plan-format.md. */
 #define GP_PLAN_MAGIC "GPLAN\0"           /* 6 bytes */
 #define GP_PLAN_TRIPWIRE "\r\n\x1a\n"      /* 4 bytes: CR LF, DOS EOF, LF, as PNG's signature */
