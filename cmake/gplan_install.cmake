@@ -19,9 +19,10 @@ target_include_directories(gp_core PUBLIC $<BUILD_INTERFACE:${GP_GEN_INCLUDE}>)
 
 # ---- what makes up libgplan ----
 # The roots: the runtime (plan loader, sessions, backends, weights) and the tokenizer when it is
-# built. Their link closure is walked: every gplan static library in it (gp_runtime, gp_cpu,
-# gp_weights, gp_core, gp_cuda when built, any library added later and linked from these) puts its
-# objects into libgplan; everything else (zlib, jansson, libm, ...) is an external dependency.
+# built. Their link closure is walked: every gplan static library in it (gp_runtime, gp_plan,
+# gp_cpu, gp_weights, gp_core, gp_cuda when built, any library added later and linked from these)
+# puts its objects into libgplan; everything else (zlib, jansson, libm, ...) is an external
+# dependency.
 set(GP_LIB_ROOTS gp_runtime)
 if(TARGET gp_tokenizer)
   list(APPEND GP_LIB_ROOTS gp_tokenizer)

@@ -52,7 +52,8 @@ for h in "$P"/include/gplan/*.h; do
   cc -std=c11 -Wall -Wextra -Werror -pedantic -I"$P/include" -c "$tmp/h.c" -o "$tmp/h.o" ||
     fail "$(basename "$h") does not compile on its own"
 done
-if grep -n '#include "\(ir\|dsl\|plan\|planner\|weights\|cpu\|runtime\|tokenizer\|cuda\)/' "$P"/include/gplan/*.h >&2; then
+internal='ir\|dsl\|plan\|planner\|weights\|cpu\|runtime\|tokenizer\|cuda'
+if grep -n "#include \"\($internal\)/" "$P"/include/gplan/*.h >&2; then
   fail "an installed header includes an internal one (above)"
 fi
 
