@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "dsl/dsl.h"
-#include "tools/gguf_params.h"
+#include "family/gguf_params.h"
 #include "ir/ir.h"
 #include "planner/csv.h"
 #include "planner/lora_merge.h"

@@ -1,21 +1,17 @@
 /* gplan-compile --gguf: a GGUF file's ARCH.* metadata as graph parameters (named as the
  * transformers config keys, the way --config reads config.json), and each weight's dtype as the
  * file stores it, so the plan holds the file's quantized tensors as they are. */
-#include "tools/gguf_params.h"
+#include "family/gguf_params.h"
+
+#include "family/family.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* One metadata key (after "ARCH.") and the parameters it sets. */
-typedef struct {
-    const char *key;
-    const char *param;
-    int is_float;
-} key_map;
-
-/* The keys of llama.cpp's TextModel, which every architecture but gpt2 reads first. */
-static const key_map text_keys[] = {
+/* The keys of llama.cpp's TextModel, which every architecture but gpt2 reads first
+ * (gp_family_gguf.text_keys). */
+static const gp_family_key text_keys[] = {
     {"block_count", "num_hidden_layers", 0},
     {"embedding_length", "hidden_size", 0},
     {"feed_forward_length", "intermediate_size", 0},
@@ -26,65 +22,6 @@ static const key_map text_keys[] = {
     {"rope.freq_base", "rope_theta", 1},
     {"attention.sliding_window", "sliding_window", 0},
 };
-
-static const key_map llama_keys[] = {
-    {"attention.key_length", "head_dim", 0},
-    {"rope.dimension_count", "rope_dims", 0},
-};
-
-static const key_map gpt2_keys[] = {
-    {"block_count", "n_layer", 0},
-    {"embedding_length", "n_embd", 0},
-    {"attention.head_count", "n_head", 0},
-    {"context_length", "n_positions", 0},
-    {"attention.layer_norm_epsilon", "layer_norm_epsilon", 1},
-};
-
-/* ---- One entry an architecture ----
- * Its keys; the layout of llama.cpp's converter and what its loader assumes where the file is
- * silent (some of the transformers config is left out of gemma2, gemma3 and phi3 files), pushed
- * first (the file's keys, pushed after, win); then what no key says, derived. */
-typedef struct {
-    const char *arch;
-    int text_model; /* reads text_keys before its own */
-    const key_map *keys;
-    size_t n_keys;
-    const char *const *assumed; /* "NAME=VALUE", NULL-terminated */
-    int (*derive)(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
-                  char *err, size_t errlen); /* 0, or -1 with err set; NULL: nothing */
-} family;
-
-static const key_map gemma_keys[] = {
-    {"attention.key_length", "head_dim", 0},
-    {"rope.freq_base_swa", "rope_local_base_freq", 1},       /* gemma3 */
-    {"rope.scaling.factor", "factor", 1},                     /* gemma3 */
-    {"attn_logit_softcapping", "attn_logit_softcapping", 1}, /* gemma2 */
-    {"final_logit_softcapping", "final_logit_softcapping", 1},
-};
-
-/* The converter adds 1 to every Gemma norm weight (transformers' (1 + w)), so the graphs'
- * norm_offset is 0 for these files. Gemma 2's converter writes no rope.freq_base; llama.cpp's
- * defaults fill in what is absent. */
-static const char *const gemma2_assumed[] = {
-    "norm_offset=0", "rope_theta=10000", "sliding_window=4096", "attn_logit_softcapping=50",
-    "final_logit_softcapping=30", NULL};
-static const char *const gemma3_assumed[] = {
-    "norm_offset=0", "rope_theta=10000", "rope_local_base_freq=10000", "rope_type=default",
-    "sliding_window_pattern=6", NULL};
-/* No attention.sliding_window: no window (Phi-3's converters write 0 for none). */
-static const char *const phi3_assumed[] = {"sliding_window=0", NULL};
-/* LongRoPE's (the 128k models, Phi-3.5): the cosines' and sines' factor and the context its
- * short factors serve (examples/phi3.gplan); absent, llama.cpp takes 1 and context_length. */
-static const key_map phi3_keys[] = {
-    {"rope.scaling.attn_factor", "attn_factor", 1},
-    {"rope.scaling.original_context_length", "original_max_position_embeddings", 0},
-};
-/* llama's q and k rows are permuted for the interleaved rotary form (docs/gguf.md); llama.cpp
- * keeps qwen2's and qwen3's in the checkpoint's rotate-half order. GPT-2's Conv1D weights are
- * stored transposed, [out, in] (examples/gpt2.gplan). */
-static const char *const llama_assumed[] = {"rope_mode=gptj", NULL};
-static const char *const no_assumed[] = {NULL};
-static const char *const gpt2_assumed[] = {"conv1d_transposed=true", NULL};
 
 static int push(gp_gguf_params *p, const char *fmt, const char *name, double v, int is_float)
 {
@@ -124,8 +61,8 @@ static int arch_int(const gp_gguf *g, const char *path, const char *arch, const 
 /* head_dim (a parameter of graphs whose heads need not be hidden_size / heads, as Mistral's):
  * attention.key_length when the file has it (llama.cpp's converter writes it only when the
  * config has a head_dim), else embedding_length / head_count, as llama.cpp reads it. */
-static int llama_derive(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
-                        char *err, size_t errlen)
+int gp_gguf_params_derive_llama(const gp_gguf *g, const char *path, const char *arch,
+                                gp_gguf_params *p, char *err, size_t errlen)
 {
     int64_t kl = 0, embd = 0, heads = 0;
     int has_kl = arch_int(g, path, arch, "attention.key_length", &kl, err, errlen);
@@ -169,8 +106,8 @@ oom:
     return -1;
 }
 
-static int gemma2_derive(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
-                         char *err, size_t errlen)
+int gp_gguf_params_derive_gemma2(const gp_gguf *g, const char *path, const char *arch,
+                                 gp_gguf_params *p, char *err, size_t errlen)
 {
     return gemma_scalar(g, path, arch, 46, p, err, errlen);
 }
@@ -179,8 +116,8 @@ static int gemma2_derive(const gp_gguf *g, const char *path, const char *arch, g
  * attention.sliding_window_pattern (6 when absent, as llama.cpp assumes; the converter writes
  * none), which llama.cpp also takes as an array of bools, true for a local layer. The global
  * layers' rope scaling from rope.scaling.type. */
-static int gemma3_derive(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
-                         char *err, size_t errlen)
+int gp_gguf_params_derive_gemma3(const gp_gguf *g, const char *path, const char *arch,
+                                 gp_gguf_params *p, char *err, size_t errlen)
 {
     char key[128], text[96];
     if (gemma_scalar(g, path, arch, 62, p, err, errlen))
@@ -239,8 +176,8 @@ oom:
 }
 
 /* Phi-3: the graph rotates whole heads; LongRoPE's factors are tensors of the file. */
-static int phi3_derive(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
-                       char *err, size_t errlen)
+int gp_gguf_params_derive_phi3(const gp_gguf *g, const char *path, const char *arch,
+                               gp_gguf_params *p, char *err, size_t errlen)
 {
     int64_t embd = 0, heads = 0, rot = 0;
     if (arch_int(g, path, arch, "embedding_length", &embd, err, errlen) < 0 ||
@@ -274,25 +211,15 @@ static int phi3_derive(const gp_gguf *g, const char *path, const char *arch, gp_
     return 0;
 }
 
-#define KEYS(t) t, sizeof t / sizeof t[0]
-/* qwen2 and qwen3 files carry llama's keys under their own prefix. */
-static const family families[] = {
-    {"llama", 1, KEYS(llama_keys), llama_assumed, llama_derive},
-    {"qwen2", 1, KEYS(llama_keys), no_assumed, llama_derive},
-    {"qwen3", 1, KEYS(llama_keys), no_assumed, llama_derive},
-    {"gpt2", 0, KEYS(gpt2_keys), gpt2_assumed, NULL},
-    {"gemma2", 1, KEYS(gemma_keys), gemma2_assumed, gemma2_derive},
-    {"gemma3", 1, KEYS(gemma_keys), gemma3_assumed, gemma3_derive},
-    {"phi3", 1, KEYS(phi3_keys), phi3_assumed, phi3_derive},
-};
-#define N_FAMILIES (sizeof families / sizeof families[0])
-
-static const family *find_family(gp_gguf_str arch)
+/* The family of architecture arch (any of its families: they share their gp_family_gguf). */
+static const gp_family *find_family(gp_gguf_str arch)
 {
-    for (size_t i = 0; i < N_FAMILIES; i++)
-        if (strlen(families[i].arch) == arch.len && memcmp(families[i].arch, arch.s, arch.len) == 0)
-            return &families[i];
-    return NULL;
+    char name[64];
+    if (arch.len >= sizeof name || memchr(arch.s, 0, arch.len))
+        return NULL;
+    memcpy(name, arch.s, arch.len);
+    name[arch.len] = 0;
+    return gp_family_find(name);
 }
 
 int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t errlen)
@@ -302,29 +229,34 @@ int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t e
     if (!g)
         return -1;
     gp_gguf_str arch;
-    const family *fam = NULL;
+    const gp_family *fam = NULL;
     int rc = -1;
     if (gp_gguf_get_str(g, "general.architecture", &arch) != 0) {
         snprintf(err, errlen, "%s: no general.architecture string in the metadata", path);
         goto done;
     }
     if (!(fam = find_family(arch))) {
+        /* The architectures in table order, each once. */
         char names[128] = "";
-        for (size_t i = 0; i < N_FAMILIES; i++)
-            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
-                     families[i].arch);
+        for (int i = 0; i < gp_family_count(); i++) {
+            const char *a = gp_family_at(i)->gguf_arch;
+            if (gp_family_find(a) == gp_family_at(i))
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                         names[0] ? ", " : "", a);
+        }
         snprintf(err, errlen, "%s: architecture \"%.*s\" is not supported by --gguf (%s)", path,
                  (int)(arch.len < 64 ? arch.len : 64), arch.s, names);
         goto done;
     }
-    for (const char *const *a = fam->assumed; *a; a++)
+    const gp_family_gguf *spec = fam->gguf;
+    for (const char *const *a = spec->assumed; *a; a++)
         if (push_text(p, *a))
             goto oom;
-    size_t n_text = fam->text_model ? sizeof text_keys / sizeof text_keys[0] : 0;
-    for (size_t k = 0; k < n_text + fam->n_keys; k++) {
-        const key_map *m = k < n_text ? &text_keys[k] : &fam->keys[k - n_text];
+    size_t n_text = spec->text_keys ? sizeof text_keys / sizeof text_keys[0] : 0;
+    for (size_t k = 0; k < n_text + spec->n_keys; k++) {
+        const gp_family_key *m = k < n_text ? &text_keys[k] : &spec->keys[k - n_text];
         char key[128];
-        snprintf(key, sizeof key, "%s.%s", fam->arch, m->key);
+        snprintf(key, sizeof key, "%s.%s", fam->gguf_arch, m->key);
         double f;
         int64_t i;
         int got = m->is_float ? gp_gguf_get_float(g, key, &f) : gp_gguf_get_int(g, key, &i);
@@ -343,7 +275,7 @@ int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t e
     if (!gp_gguf_tensor_find(g, "output.weight") &&
         push(p, "%s=%lld", "tie_word_embeddings", 1, 0))
         goto oom;
-    if (fam->derive && fam->derive(g, path, fam->arch, p, err, errlen))
+    if (spec->derive && spec->derive(g, path, fam->gguf_arch, p, err, errlen))
         goto done;
     rc = 0;
     goto done;

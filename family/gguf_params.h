@@ -1,0 +1,41 @@
+/* gplan-compile --gguf: graph parameters and weight dtypes from a GGUF file (gguf_params.c), as
+ * the family table (family/family.h) says each architecture's metadata is read. */
+#ifndef GP_FAMILY_GGUF_PARAMS_H
+#define GP_FAMILY_GGUF_PARAMS_H
+
+#include "weights/gguf.h"
+#include "weights/weights.h"
+
+#define GP_GGUF_MAX_PARAMS 32
+
+typedef struct gp_gguf_params {
+    char *text[GP_GGUF_MAX_PARAMS]; /* [n] "NAME=VALUE", for gp_dsl_opts.file_params */
+    int n;
+} gp_gguf_params;
+
+/* Reads the parameters of a GGUF file of a family's architecture (llama, qwen2, qwen3, gpt2,
+ * gemma2, gemma3 or phi3): its ARCH.* metadata under the transformers config names,
+ * vocab_size from token_embd.weight, tie_word_embeddings when there is no output.weight; the
+ * layout of llama.cpp's converter: for llama rope_mode = gptj (q and k permuted), for gpt2
+ * conv1d_transposed = true (the Conv1D weights transposed), for gemma2 and gemma3 norm_offset = 0
+ * (1 added to the norm weights); for the llama-like ones head_dim (key_length, else
+ * embedding_length / head_count); and what llama.cpp assumes where the file is silent
+ * (docs/gguf.md). 0, or -1 with err set. */
+int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t errlen);
+void gp_gguf_params_free(gp_gguf_params *p);
+
+/* gp_dsl_opts.weight_dtype over an open gp_weights (ctx): the file tensor's dtype, found by its
+ * checkpoint name or GGUF alias, else the declared one. */
+gp_dtype gp_gguf_weight_dtype(void *ctx, const char *checkpoint_name, gp_dtype declared);
+
+/* The families' gp_family_gguf.derive hooks: what no key of the file says. 0, or -1 with err. */
+int gp_gguf_params_derive_llama(const gp_gguf *g, const char *path, const char *arch,
+                                gp_gguf_params *p, char *err, size_t errlen);
+int gp_gguf_params_derive_gemma2(const gp_gguf *g, const char *path, const char *arch,
+                                 gp_gguf_params *p, char *err, size_t errlen);
+int gp_gguf_params_derive_gemma3(const gp_gguf *g, const char *path, const char *arch,
+                                 gp_gguf_params *p, char *err, size_t errlen);
+int gp_gguf_params_derive_phi3(const gp_gguf *g, const char *path, const char *arch,
+                               gp_gguf_params *p, char *err, size_t errlen);
+
+#endif
