@@ -19,7 +19,9 @@ uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 float frand(void)
 {
-    return (float)((gp_test_rand(&rng) >> 11) * 0x1p-53) * 2.0f - 1.0f;
+    float v;
+    gp_test_uniform(&v, 1, -1.0f, 1.0f, &rng);
+    return v;
 }
 
 static void store_val(void *p, gp_dtype t, float v)
@@ -223,18 +225,6 @@ int same_on_device(const tt *t)
 int step(gp_session *s, int n, int start, float *out, int64_t vocab)
 {
     return gp_test_eval_tokens(s, n, start, 37, out, vocab);
-}
-
-double max_rel(const float *a, const float *b, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (a[i] != a[i] || b[i] != b[i])
-            return INFINITY;
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
 gp_session *session_with(gp_model *m, const char *var, const char *val)

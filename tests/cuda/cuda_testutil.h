@@ -87,8 +87,6 @@ int same_on_device(const tt *t);
 /* Evaluates n tokens at positions start.. on s; the logits [n, vocab] into out. */
 int step(gp_session *s, int n, int start, float *out, int64_t vocab);
 
-double max_rel(const float *a, const float *b, size_t n);
-
 /* A CUDA session created with environment variable var set to val (var NULL: as it is). */
 gp_session *session_with(gp_model *m, const char *var, const char *val);
 

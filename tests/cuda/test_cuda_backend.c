@@ -12,6 +12,7 @@
 #include "tests/cuda/cuda_tests.h"
 #include "tests/cuda/cuda_testutil.h"
 #include "tests/testmodel.h"
+#include "tests/testutil.h"
 
 static gp_model *tiny_model(const char *wtype)
 {
@@ -54,7 +55,7 @@ static void model_parity(const char *wtype, double tol)
             int n = plan[i][0];
             CU_ASSERT_EQUAL_FATAL(step(sc, n, plan[i][1], lc, V), 0);
             CU_ASSERT_EQUAL_FATAL(step(sg, n, plan[i][1], lg, V), 0);
-            double e = max_rel(lg, lc, (size_t)n * (size_t)V);
+            double e = gp_test_rel_err(lg, lc, (size_t)n * (size_t)V, GP_TEST_L2);
             if (!(e <= tol))
                 fprintf(stderr, "\n  tiny %s step %zu: logits error %.3g > %.3g\n", wtype, i, e, tol);
             CU_ASSERT(e <= tol);
@@ -169,8 +170,8 @@ static void decode_on_vs_off(const char *example, const char *const *defs, int n
             CU_ASSERT(next_agrees(on, l_on, t, V));
             CU_ASSERT(next_agrees(off, l_off, t, V));
             CU_ASSERT(next_agrees(cpu, l_cpu, t, V));
-            double e = max_rel(l_on, l_off, (size_t)t * (size_t)V);
-            double ec = max_rel(l_on, l_cpu, (size_t)t * (size_t)V);
+            double e = gp_test_rel_err(l_on, l_off, (size_t)t * (size_t)V, GP_TEST_L2);
+            double ec = gp_test_rel_err(l_on, l_cpu, (size_t)t * (size_t)V, GP_TEST_L2);
             if (!(e <= tol && ec <= tol_cpu))
                 fprintf(stderr, "\n  %s %s=%s step %d (%d tokens at %d): on vs off %.3g, vs CPU %.3g\n",
                         example, on_var ? on_var : off_var, on_var ? on_val : off_val, i, t, start,
@@ -262,7 +263,7 @@ void test_model_prompt_tiles(void)
             CU_ASSERT_EQUAL_FATAL(step(cpu, n, plan[p][1], lc, V), 0);
             for (int i = 0; i < 3; i++) {
                 CU_ASSERT_EQUAL_FATAL(step(s[i], n, plan[p][1], lg, V), 0);
-                double e = max_rel(lg, lc, (size_t)n * (size_t)V);
+                double e = gp_test_rel_err(lg, lc, (size_t)n * (size_t)V, GP_TEST_L2);
                 if (!(e <= 1e-4))
                     fprintf(stderr, "\n  %s prompt tiles (off: %s) step %zu: vs CPU %.3g\n",
                             dc->example, off[i] ? off[i] : "-", p, e);
@@ -501,7 +502,7 @@ void test_model_atthead_long(void)
             longs += is_long;
             CU_ASSERT_EQUAL(gp_cuda_long_evals(), l0 + is_long);
             CU_ASSERT(next_agrees(on, l_on, t, V));
-            double e = max_rel(l_on, l_cpu, (size_t)t * (size_t)V);
+            double e = gp_test_rel_err(l_on, l_cpu, (size_t)t * (size_t)V, GP_TEST_L2);
             if (!(e <= 1e-4))
                 fprintf(stderr, "\n  atthead long: case %d step %d (%d tokens at %d): %.3g\n", c, i,
                         t, start, e);

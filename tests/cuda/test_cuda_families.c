@@ -418,7 +418,7 @@ static void fam_model(const char *family, const char *wtype, const char *n_batch
         int n = e == 0 ? 9 : e == 32 ? 5 : 1;
         CU_ASSERT_EQUAL_FATAL(step(sc, n, at, lc, V), 0);
         CU_ASSERT_EQUAL_FATAL(step(sg, n, at, lg, V), 0);
-        double r = max_rel(lg, lc, (size_t)n * (size_t)V);
+        double r = gp_test_rel_err(lg, lc, (size_t)n * (size_t)V, GP_TEST_L2);
         if (!(r <= tol))
             fprintf(stderr, "\n  %s %s n_batch %s: eval %d (%d tokens at %d): error %.3g > %.3g\n",
                     example, wtype, n_batch, e, n, at, r, tol);

@@ -49,13 +49,14 @@ void test_lora_rebind(void)
         }
         CU_ASSERT_EQUAL_FATAL(step(sc, 4, 0, lc, V), 0);
         CU_ASSERT_EQUAL_FATAL(step(sg, 4, 0, lg, V), 0);
-        double e = max_rel(lg, lc, 4 * (size_t)V);
+        double e = gp_test_rel_err(lg, lc, 4 * (size_t)V, GP_TEST_L2);
         if (!(e <= 1e-4))
             fprintf(stderr, "\n  lora rebind %d (scale %g): CUDA vs CPU %.3g\n", k, scales[k], e);
         CU_ASSERT(e <= 1e-4);
         if (k == 0)
             memcpy(base, lc, sizeof(float) * 4 * (size_t)V);
-        double moved = max_rel(lc, base, 4 * (size_t)V); /* the adapter did something, or not */
+        /* the adapter did something, or not */
+        double moved = gp_test_rel_err(lc, base, 4 * (size_t)V, GP_TEST_L2);
         CU_ASSERT(scales[k] == 0 ? moved == 0 : moved > 1e-3);
     }
     CU_ASSERT_EQUAL(gp_session_backend_allocs(sg), 0);
@@ -260,11 +261,11 @@ static void lora_case(const char *wtype, int64_t r, double tol)
             CU_ASSERT_EQUAL_FATAL(step(cpu, n, plan[i][1], lc, V), 0);
             CU_ASSERT_EQUAL_FATAL(step(bs, n, plan[i][1], lb, V), 0);
             /* the adapter moves the logits: this checks the branches, not the base model */
-            CU_ASSERT(max_rel(lc, lb, (size_t)n * (size_t)V) > 1e-3);
+            CU_ASSERT(gp_test_rel_err(lc, lb, (size_t)n * (size_t)V, GP_TEST_L2) > 1e-3);
             gp_session *g[2] = {on, off};
             for (int k = 0; k < 2; k++) {
                 CU_ASSERT_EQUAL_FATAL(step(g[k], n, plan[i][1], lg, V), 0);
-                double e = max_rel(lg, lc, (size_t)n * (size_t)V);
+                double e = gp_test_rel_err(lg, lc, (size_t)n * (size_t)V, GP_TEST_L2);
                 if (!(e <= tol))
                     fprintf(stderr, "\n  lora %s r %lld (%s) pass %d step %zu: vs CPU %.3g\n",
                             wtype, (long long)r, k ? "branches launched" : "merged", pass, i, e);

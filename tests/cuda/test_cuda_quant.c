@@ -510,7 +510,7 @@ static void quant_model_parity(const char *wtype)
         int n = i == 0 ? 20 : 1, start = i == 0 ? 0 : 19 + i;
         CU_ASSERT_EQUAL_FATAL(step(sc, n, start, lc, V), 0);
         CU_ASSERT_EQUAL_FATAL(step(sg, n, start, lg, V), 0);
-        double e = max_rel(lg, lc, (size_t)n * (size_t)V);
+        double e = gp_test_rel_err(lg, lc, (size_t)n * (size_t)V, GP_TEST_L2);
         if (!(e <= 5e-3))
             fprintf(stderr, "\n  llama %s step %d: logits error %.3g > 5e-3\n", wtype, i, e);
         CU_ASSERT(e <= 5e-3);
