@@ -1,5 +1,5 @@
-/* Helpers shared by the CUDA test files (tests/cuda/): tensors with a host and a device copy, a kernel
- * context, the normalized error of a device result against the CPU's, model sessions. */
+/* Helpers shared by the CUDA test files (tests/cuda/): tensors with a host and a device copy, a
+ * kernel context, the normalized error of a device result against the CPU's, model sessions. */
 #ifndef GP_TESTS_CUDA_TESTUTIL_H
 #define GP_TESTS_CUDA_TESTUTIL_H
 
@@ -52,7 +52,8 @@ void kctx_new(kctx *k, const int64_t *syms_exact, int64_t *syms_launch, int n_sy
 void kctx_free(kctx *k);
 
 /* ‖gpu − cpu‖ / ‖cpu‖ over the elements of out's shape; NaN (an unwritten element: outputs are
- * poisoned) gives INFINITY. */
+ * poisoned) gives INFINITY. gp_test_rel_err's GP_TEST_L2 for strided tensors of any dtype (an
+ * all-zero cpu gives ‖gpu‖ here). */
 double rel_err(const gp_ktensor *gpu, const gp_ktensor *cpu);
 
 /* The normalized error of t's device copy against its host copy (the CPU's result). */
