@@ -636,20 +636,6 @@ static int tp_step(gp_session *s, int n, int start, float *out, int64_t V)
     return gp_test_eval_tokens(s, n, start, 131, out, V);
 }
 
-/* max |a - b| / max |b| over n values (inf when either has a NaN). */
-static double max_abs_rel(const float *a, const float *b, size_t n)
-{
-    double dmax = 0, bmax = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (a[i] != a[i] || b[i] != b[i])
-            return INFINITY;
-        double d = fabs((double)a[i] - b[i]);
-        dmax = d > dmax ? d : dmax;
-        bmax = fabs((double)b[i]) > bmax ? fabs((double)b[i]) : bmax;
-    }
-    return bmax > 0 ? dmax / bmax : dmax;
-}
-
 static void tp_parity(const char *path, const char *const *defs, int n_defs, double tol)
 {
     gp_model *m1 = tp_model(path, defs, n_defs, 1), *m2 = tp_model(path, defs, n_defs, 2);
@@ -687,7 +673,7 @@ static void tp_parity(const char *path, const char *const *defs, int n_defs, dou
             int n = plan[i][0];
             CU_ASSERT_EQUAL_FATAL(tp_step(s1, n, plan[i][1], l1, V), 0);
             CU_ASSERT_EQUAL_FATAL(tp_step(s2, n, plan[i][1], l2, V), 0);
-            double e = max_abs_rel(l2, l1, (size_t)n * (size_t)V);
+            double e = gp_test_rel_err(l2, l1, (size_t)n * (size_t)V, GP_TEST_MAX);
             if (!(e <= tol))
                 fprintf(stderr, "\n  %s step %zu: 2-device logits differ by %.3g > %.3g\n", path,
                         i, e, tol);

@@ -25,11 +25,6 @@ typedef struct {
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
-static double urand(void) /* [0, 1) */
-{
-    return (double)(gp_test_rand(&rng) >> 11) * 0x1p-53;
-}
-
 static int64_t irand(int64_t n) /* [0, n) */
 {
     return (int64_t)(gp_test_rand(&rng) % (uint64_t)n);
@@ -161,7 +156,8 @@ static tt *tt_rand(gp_dtype t, int ndim, const int64_t *ne, int layout, double l
     int64_t idx[GP_MAX_DIMS];
     for (int64_t i = 0; i < tt_count(x); i++) {
         unravel(i, ndim, ne, idx);
-        double v = lo + (hi - lo) * urand();
+        float v;
+        gp_test_uniform(&v, 1, (float)lo, (float)hi, &rng);
         tt_set(x, idx, gp_test_rand(&rng) & 1 ? v : -v);
     }
     return x;
@@ -750,8 +746,11 @@ static void case_rope_scaled(int mode, int64_t n, double theta, const double *sc
 static tt *rope_factors(int64_t m)
 {
     tt *ff = tt_new(GP_F32, 1, &m, 1);
-    for (int64_t j = 0; j < m; j++)
-        tt_set(ff, &j, 1 + 7 * urand());
+    for (int64_t j = 0; j < m; j++) {
+        float f;
+        gp_test_uniform(&f, 1, 1.0f, 8.0f, &rng);
+        tt_set(ff, &j, f);
+    }
     return ff;
 }
 

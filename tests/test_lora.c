@@ -54,11 +54,6 @@ static gp_model *compile_model(const char *example, const char **defs, int n_def
     return gp_test_model(example, &o, gout);
 }
 
-static float urand(uint64_t *rng, float scale)
-{
-    return ((float)(gp_test_rand(rng) >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * scale;
-}
-
 /* Builds random A, B for every weight of g named "*.<target>.weight" for a target in `targets`
  * (space separated); fan: W is [in, out] (Conv1D) rather than [out, in]. */
 static void make_adapter(const gp_graph *g, const char *targets, int64_t r, int fan, uint64_t seed,
@@ -94,10 +89,8 @@ static void make_adapter(const gp_graph *g, const char *targets, int64_t r, int 
         ad->in[k] = fan ? t->shape[0].size : t->shape[1].size;
         ad->a[k] = malloc((size_t)(r * ad->in[k]) * sizeof(float));
         ad->b[k] = malloc((size_t)(ad->out[k] * r) * sizeof(float));
-        for (int64_t j = 0; j < r * ad->in[k]; j++)
-            ad->a[k][j] = urand(&rng, 0.1f);
-        for (int64_t j = 0; j < ad->out[k] * r; j++)
-            ad->b[k][j] = urand(&rng, 0.1f);
+        gp_test_uniform(ad->a[k], (size_t)(r * ad->in[k]), -0.1f, 0.1f, &rng);
+        gp_test_uniform(ad->b[k], (size_t)(ad->out[k] * r), -0.1f, 0.1f, &rng);
     }
 }
 
@@ -240,17 +233,6 @@ static float *logits_of(const gp_model *m, const char *backend, size_t *n)
     return out;
 }
 
-/* max |x - y| / max |y| */
-static double rel_diff(const float *x, const float *y, size_t n)
-{
-    double dmax = 0, ymax = 0;
-    for (size_t i = 0; i < n; i++) {
-        dmax = fmax(dmax, fabs((double)x[i] - (double)y[i]));
-        ymax = fmax(ymax, fabs((double)y[i]));
-    }
-    return ymax > 0 ? dmax / ymax : dmax;
-}
-
 /* Writes the plan of `example` compiled with defs (merge: its merge plan, as gplan-compile
  * --lora-merge does; the last def is then lora_r=R) to a new file; returns its path (static
  * storage: copy it) or NULL. */
@@ -291,8 +273,8 @@ static const char *merge_plan_file(const char *example, const char **defs, int n
 /* Merges the adapter (built in layout `fan`; config r, alpha, cfg_fan, rslora; apply scale) with
  * the merge plan on the CPU and compares with the double-precision merge of s_ref (square weights
  * read in layout ref_fan) on the reference executor. defs end with lora_r=R (the merge plan's);
- * the model is compiled without it. Returns rel_diff, or -1 on failure; *base_diff: the same
- * against no adapter. */
+ * the model is compiled without it. Returns gp_test_rel_err (GP_TEST_MAX), or -1 on failure;
+ * *base_diff: the same against no adapter. */
 static double merged_vs_reference(const char *example, const char **defs, int n_defs,
                                   const char *targets, const char *targets_json, int64_t r,
                                   double alpha, int fan, int cfg_fan, int rslora, double scale,
@@ -335,8 +317,8 @@ static double merged_vs_reference(const char *example, const char **defs, int n_
     got = logits_of(m, "cpu", &n1);
     want = logits_of(ref, "reference", &n2);
     if (got && want && base && n1 == n2 && n0 == n1) {
-        rd = rel_diff(got, want, n1);
-        *base_diff = rel_diff(base, want, n1);
+        rd = gp_test_rel_err(got, want, n1, GP_TEST_MAX);
+        *base_diff = gp_test_rel_err(base, want, n1, GP_TEST_MAX);
     }
 done:
     free(got);
@@ -819,9 +801,9 @@ static void runtime_vs_merge(const char *example, const char **defs, int n_defs,
     float *got = logits_of(m, "cpu", &n1);
     float *want = merged_logits(example, defs, n_defs, dir, &n2);
     CU_ASSERT_FATAL(base && got && want && n0 == n1 && n1 == n2);
-    double rd = rel_diff(got, want, n1);
+    double rd = gp_test_rel_err(got, want, n1, GP_TEST_MAX);
     CU_ASSERT(rd <= 1e-5);
-    CU_ASSERT(rel_diff(base, want, n1) > 1e-3); /* the adapter matters */
+    CU_ASSERT(gp_test_rel_err(base, want, n1, GP_TEST_MAX) > 1e-3); /* the adapter matters */
     printf("\n  %s: runtime vs merged, max rel diff %.2e ", example, rd);
     free(base);
     free(got);
@@ -860,7 +842,7 @@ static void test_runtime_rebind(void)
     float *want1 = merged_logits("examples/gpt2.gplan", gpt2_defs, 7, d1, &n1);
     float *want2 = merged_logits("examples/gpt2.gplan", gpt2_defs, 7, d2, &n2);
     CU_ASSERT_FATAL(want1 && want2 && n1 == n2 && n1 == N_TOK * 256);
-    CU_ASSERT(rel_diff(want1, want2, n1) > 1e-3);
+    CU_ASSERT(gp_test_rel_err(want1, want2, n1, GP_TEST_MAX) > 1e-3);
 
     CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, SEED, err, sizeof err), 0);
     gp_model_info before, after;
@@ -896,7 +878,7 @@ static void test_runtime_rebind(void)
         const float *l = NULL;
         if (bad || gp_session_reset(s) || gp_session_set_tokens(s, ids, pos, N_TOK) ||
             gp_session_set_rows(s, NULL, N_TOK) || gp_session_eval(s) || !(l = gp_session_output(s, "logits", &ti)) ||
-            ti.bytes != n1 * sizeof(float) || rel_diff(l, want, n1) > 1e-5)
+            ti.bytes != n1 * sizeof(float) || gp_test_rel_err(l, want, n1, GP_TEST_MAX) > 1e-5)
             failures++;
     }
     CU_ASSERT_EQUAL(failures, 0);

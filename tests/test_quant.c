@@ -20,17 +20,6 @@ static const unsigned ggml_id[NTYPES] = {2, 3, 6, 7, 8, 12, 13, 14}; /* GGMLQuan
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 
-static double urand(void) /* [0, 1) */
-{
-    return (double)(gp_test_rand(&rng) >> 11) * 0x1p-53;
-}
-
-static float nrand(void) /* standard normal (Box-Muller) */
-{
-    double u = urand() + 0x1p-60, v = urand();
-    return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
-}
-
 static uint32_t rd32(const unsigned char *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -135,8 +124,9 @@ static void test_quantize_error(void)
     enum { N = 8192 };
     float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
     unsigned char *q = malloc(N * 2);
+    gp_test_normal(x, N, 1.0f, &rng);
     for (int i = 0; i < N; i++)
-        x[i] = nrand() * (i < N / 2 ? 1.0f : 0.01f) + (i >= 3 * N / 4 ? 0.02f : 0); /* scale, offset */
+        x[i] = x[i] * (i < N / 2 ? 1.0f : 0.01f) + (i >= 3 * N / 4 ? 0.02f : 0); /* scale, offset */
     for (int t = 0; t < NTYPES; t++) {
         gp_quant_quantize_row(types[t], x, q, N);
         gp_quant_dequantize_row(types[t], q, y, N);

@@ -19,13 +19,6 @@ static const char *const tname[] = {"q4_0", "q4_1", "q5_0", "q5_1",
 
 static uint64_t rng = 0x13198a2e03707344ull;
 
-static float nrand(void) /* standard normal (Box-Muller) */
-{
-    double u = (double)(gp_test_rand(&rng) >> 11) * 0x1p-53 + 0x1p-60;
-    double v = (double)(gp_test_rand(&rng) >> 11) * 0x1p-53;
-    return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
-}
-
 /* The order cpu/quant_f32_internal.h documents: 32 lanes (k mod 32) in increasing k, fused
  * (SIMD paths) or product-then-add (portable), then the fixed tree. */
 static float emulate(const float *x, const float *w, int K, int fused)
@@ -71,15 +64,17 @@ static void problem_make(problem *p, gp_dtype t, int N, int K, int M)
     size_t rb = gp_dtype_row_bytes(t, K);
     p->wf = malloc((size_t)N * K * sizeof *p->wf);
     p->w = malloc((size_t)N * rb);
+    gp_test_normal(p->wf, (size_t)N * K, 1.0f, &rng);
     for (int i = 0; i < N * K; i++)
-        p->wf[i] = nrand() * 0.05f + (i % 97 == 0 ? 0.3f : 0.0f);
+        p->wf[i] = p->wf[i] * 0.05f + (i % 97 == 0 ? 0.3f : 0.0f);
     for (int n = 0; n < N; n++)
         gp_quant_quantize_row(t, p->wf + (size_t)n * K, p->w + n * rb, K);
     for (int n = 0; n < N; n++)
         gp_quant_dequantize_row(t, p->w + n * rb, p->wf + (size_t)n * K, K);
     p->x = malloc((size_t)M * p->ldx * sizeof *p->x);
+    gp_test_normal(p->x, (size_t)M * p->ldx, 1.0f, &rng);
     for (int i = 0; i < M * p->ldx; i++)
-        p->x[i] = nrand() * (i % 61 == 0 ? 8.0f : 1.0f);
+        p->x[i] *= i % 61 == 0 ? 8.0f : 1.0f;
     p->ref = malloc((size_t)M * N * sizeof *p->ref);
     p->mag = malloc((size_t)M * N * sizeof *p->mag);
     for (int m = 0; m < M; m++)

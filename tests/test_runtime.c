@@ -525,10 +525,7 @@ static void test_argmax(void)
     float x[100];
     uint64_t r = 12345;
     for (int n = 1; n <= 100; n++) {
-        for (int i = 0; i < n; i++) {
-            r = r * 6364136223846793005ull + 1442695040888963407ull;
-            x[i] = (float)(r >> 40) / (float)(1u << 24) - 0.5f;
-        }
+        gp_test_uniform(x, (size_t)n, -0.5f, 0.5f, &r);
         for (int at = 0; at < n; at += 7) {
             float keep = x[at];
             x[at] = 2.0f;

@@ -34,18 +34,12 @@ static void logits_of(const double *p, int n, float *out)
         out[i] = (float)log(p[i]);
 }
 
-static double uniform01(uint64_t *rng)
-{
-    return (double)(gp_test_rand(rng) >> 11) * 0x1.0p-53;
-}
-
 static void test_greedy_and_top_k1(void)
 {
     float l[1000];
     uint64_t rng = 7;
     for (int round = 0; round < 20; round++) {
-        for (int i = 0; i < 1000; i++)
-            l[i] = (float)(uniform01(&rng) * 10 - 5);
+        gp_test_uniform(l, 1000, -5.0f, 5.0f, &rng);
         int64_t want = gp_argmax(l, 1000);
         gp_sampler *g = make(1000, 0, 0, 1, 0), *k1 = make(1000, 1.5, 1, 1, 0);
         CU_ASSERT_TRUE(gp_sampler_is_greedy(g));
@@ -178,8 +172,9 @@ static void test_against_reference(void)
     const double mins[] = {0, 0.05, 0.3};
     int checked = 0, bad = 0;
     for (int round = 0; round < 3; round++) {
-        for (int i = 0; i < V; i++) /* some peaked rows, some flat ones */
-            l[i] = (float)((uniform01(&rng) - 0.5) * (round == 0 ? 1 : round == 1 ? 8 : 30));
+        /* some peaked rows, some flat ones */
+        float half = round == 0 ? 0.5f : round == 1 ? 4.0f : 15.0f;
+        gp_test_uniform(l, V, -half, half, &rng);
         for (size_t a = 0; a < 3; a++)
             for (size_t b = 0; b < sizeof ks / sizeof ks[0]; b++)
                 for (size_t c = 0; c < 4; c++)
@@ -272,8 +267,7 @@ static void test_seed(void)
 {
     float l[300];
     uint64_t rng = 5;
-    for (int i = 0; i < 300; i++)
-        l[i] = (float)uniform01(&rng);
+    gp_test_uniform(l, 300, 0.0f, 1.0f, &rng);
     int32_t a[64], b[64], c[64];
     draw_ids(1, 0, 42, a, 64, l, 300);
     draw_ids(1, 0, 42, b, 64, l, 300);
@@ -339,8 +333,7 @@ static void test_no_alloc(void)
     enum { V = 4096 };
     static float l[V];
     uint64_t rng = 3;
-    for (int i = 0; i < V; i++)
-        l[i] = (float)(uniform01(&rng) * 6);
+    gp_test_uniform(l, V, 0.0f, 6.0f, &rng);
     char err[256];
     gp_sampler_opts o = gp_sampler_defaults();
     o.temp = 0.8;

@@ -213,16 +213,6 @@ static float *run(const gp_model *m, const char *backend, int threads, int64_t v
     return out;
 }
 
-static double rel_err(const float *a, const float *b, size_t n)
-{
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < n; i++) {
-        scale = fmax(scale, fabs(a[i]));
-        worst = fmax(worst, fabs((double)a[i] - b[i]));
-    }
-    return scale > 0 ? worst / scale : INFINITY;
-}
-
 /* N devices on the CPU equal one device (within f32 rounding: the sums are split), and the
  * planned backend equals the reference executor with the same N bit for bit. */
 static void check_devices(const char *example, const char **defs, int n_defs, const int *devs,
@@ -243,7 +233,7 @@ static void check_devices(const char *example, const char **defs, int n_defs, co
         CU_ASSERT_PTR_NOT_NULL(got);
         CU_ASSERT_PTR_NOT_NULL(ref);
         if (got && ref) {
-            double e = rel_err(want, got, n);
+            double e = gp_test_rel_err(got, want, n, GP_TEST_MAX);
             if (!(e <= 1e-5))
                 fprintf(stderr, "%s, %d devices: max rel err %.3g vs one device\n", example,
                         devs[k], e);

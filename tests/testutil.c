@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <ftw.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +133,43 @@ uint64_t gp_test_rand(uint64_t *state)
     x ^= x >> 27;
     *state = x;
     return x * 0x2545F4914F6CDD1Dull;
+}
+
+void gp_test_uniform(float *x, size_t n, float lo, float hi, uint64_t *state)
+{
+    for (size_t i = 0; i < n; i++) {
+        float u = (float)((double)(gp_test_rand(state) >> 11) * 0x1p-53);
+        x[i] = lo + (hi - lo) * u;
+    }
+}
+
+void gp_test_normal(float *x, size_t n, float sd, uint64_t *state)
+{
+    for (size_t i = 0; i < n; i++) {
+        double u = (double)(gp_test_rand(state) >> 11) * 0x1p-53 + 0x1p-60; /* never 0: log */
+        double v = (double)(gp_test_rand(state) >> 11) * 0x1p-53;
+        x[i] = (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v)) * sd;
+    }
+}
+
+double gp_test_rel_err(const float *got, const float *want, size_t n, int kind)
+{
+    double num = 0, den = 0; /* MAX: the largest |got - want| and |want|; L2: sums of squares */
+    for (size_t i = 0; i < n; i++) {
+        if (got[i] != got[i] || want[i] != want[i])
+            return INFINITY;
+        double d = fabs((double)got[i] - want[i]), w = fabs((double)want[i]);
+        if (kind == GP_TEST_L2) {
+            num += d * d;
+            den += w * w;
+        } else {
+            num = d > num ? d : num;
+            den = w > den ? w : den;
+        }
+    }
+    if (den == 0)
+        return num == 0 ? 0 : INFINITY;
+    return kind == GP_TEST_L2 ? sqrt(num / den) : num / den;
 }
 
 static int skipped;

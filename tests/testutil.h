@@ -30,6 +30,19 @@ int gp_test_write_file(const char *path, const void *data, size_t len);
 /* A deterministic PRNG for property tests (xorshift64*). */
 uint64_t gp_test_rand(uint64_t *state);
 
+/* The tests' one float generator, on gp_test_rand. gp_test_uniform: n floats lo + (hi - lo) u, u
+ * 53 random bits over 2^53 rounded to a float, in float arithmetic: in [lo, hi) (hi only by that
+ * rounding). gp_test_normal: n floats of mean 0 and standard deviation sd (Box-Muller: two draws
+ * each, its cosine branch, then times sd in float). */
+void gp_test_uniform(float *x, size_t n, float lo, float hi, uint64_t *state);
+void gp_test_normal(float *x, size_t n, float sd, uint64_t *state);
+
+/* got's error against want over n floats, relative to want: GP_TEST_MAX max |got - want| / max
+ * |want|, GP_TEST_L2 ||got - want||_2 / ||want||_2. INFINITY when either holds a NaN (an unwritten
+ * or broken value never passes); with want all zeros, 0 when got is too and INFINITY otherwise. */
+enum { GP_TEST_MAX, GP_TEST_L2 };
+double gp_test_rel_err(const float *got, const float *want, size_t n, int kind);
+
 /* Called by a suite's registration function instead of adding tests when what it needs is absent
  * (a GPU): prints "NAME: skipped (WHY)". When every suite the driver was asked to run skipped, the
  * driver exits with GP_TEST_SKIPPED, which ctest reports as skipped, never as passed. */

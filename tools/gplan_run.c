@@ -3,16 +3,13 @@
  * the KV cache across the turns of a conversation on stdin. With --stats it reports timings,
  * allocations during evals and memory.
  * Exit status: 0 ok, 1 bad input (plan, weights, token ids, text, prompt too long), 2 bad usage. */
-#define _GNU_SOURCE /* RTLD_NEXT for the allocation counter */
-#include <dlfcn.h>
+#define _GNU_SOURCE /* memmem */
 #include <errno.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -22,149 +19,9 @@
 #include "runtime/sample.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/alloc_interpose.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
-
-/* ---- host allocations during evals, counted in-process ----
- * The executable defines malloc & co., so every call in the process (libraries included) reaches
- * them first; they count calls while `in_eval` is set (apart: those of the thread that runs the
- * eval, `on_eval_thread`) and forward to the next definition
- * (dlsym(RTLD_NEXT)). dlsym itself may call calloc before the forwards are known: a small static
- * buffer serves those calls. Sanitizer builds own malloc, so there the counter is off. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define GP_NO_ALLOC_INTERPOSE 1
-#endif
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
-#define GP_NO_ALLOC_INTERPOSE 1
-#endif
-#endif
-
-static atomic_int in_eval;
-static _Thread_local int on_eval_thread; /* set around gp_session_eval on the thread calling it */
-/* Set on the main thread while it generates (sampling, decoding, printing between evals). */
-static _Thread_local int in_generation;
-
-#ifndef GP_NO_ALLOC_INTERPOSE
-static atomic_llong eval_allocs, eval_thread_allocs; /* all threads; the eval thread's */
-static atomic_llong gen_allocs; /* the main thread's while generating, outside evals */
-static void *(*real_malloc)(size_t);
-static void *(*real_calloc)(size_t, size_t);
-static void *(*real_realloc)(void *, size_t);
-static void (*real_free)(void *);
-static int (*real_posix_memalign)(void **, size_t, size_t);
-static void *(*real_aligned_alloc)(size_t, size_t);
-static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
-
-static _Alignas(64) unsigned char boot_buf[4096]; /* dlsym's own allocations while resolving */
-static size_t boot_used;
-static int resolving;
-
-static int from_boot(const void *p)
-{
-    return (const unsigned char *)p >= boot_buf && (const unsigned char *)p < boot_buf + sizeof boot_buf;
-}
-
-static void *boot_alloc(size_t n)
-{
-    n = (n + 15) / 16 * 16;
-    if (n > sizeof boot_buf - boot_used)
-        return NULL;
-    void *p = boot_buf + boot_used;
-    boot_used += n;
-    return p;
-}
-
-static void resolve(void)
-{
-    if (real_malloc || resolving)
-        return;
-    resolving = 1;
-    real_calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
-    real_malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
-    real_realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
-    real_free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
-    real_posix_memalign = (int (*)(void **, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
-    real_aligned_alloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "aligned_alloc");
-    real_mmap = (void *(*)(void *, size_t, int, int, int, off_t))dlsym(RTLD_NEXT, "mmap");
-    resolving = 0;
-}
-
-static void count(void)
-{
-    if (atomic_load_explicit(&in_eval, memory_order_relaxed)) {
-        atomic_fetch_add(&eval_allocs, 1);
-        if (on_eval_thread)
-            atomic_fetch_add(&eval_thread_allocs, 1);
-    } else if (in_generation) {
-        atomic_fetch_add(&gen_allocs, 1);
-    }
-}
-
-void *malloc(size_t n)
-{
-    resolve();
-    if (!real_malloc)
-        return boot_alloc(n);
-    count();
-    return real_malloc(n);
-}
-
-void *calloc(size_t n, size_t size)
-{
-    resolve();
-    if (!real_calloc) {
-        if (size && n > SIZE_MAX / size)
-            return NULL;
-        return boot_alloc(n * size); /* static, hence zeroed */
-    }
-    count();
-    return real_calloc(n, size);
-}
-
-void *realloc(void *p, size_t n)
-{
-    resolve();
-    count();
-    if (from_boot(p)) { /* never happens in practice; copy what fits */
-        void *q = malloc(n);
-        if (q)
-            memcpy(q, p, n < sizeof boot_buf ? n : sizeof boot_buf);
-        return q;
-    }
-    return real_realloc(p, n);
-}
-
-void free(void *p)
-{
-    if (!p || from_boot(p))
-        return;
-    resolve();
-    count();
-    real_free(p);
-}
-
-int posix_memalign(void **out, size_t align, size_t n)
-{
-    resolve();
-    count();
-    return real_posix_memalign(out, align, n);
-}
-
-void *aligned_alloc(size_t align, size_t n)
-{
-    resolve();
-    count();
-    return real_aligned_alloc(align, n);
-}
-
-void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
-    resolve();
-    count();
-    return real_mmap(addr, len, prot, flags, fd, off);
-}
-#endif
 
 /* ---- options ---- */
 
@@ -567,11 +424,9 @@ static int eval_chunk(runner *r, const int32_t *ids, int64_t n, int64_t pos0, co
         return -1;
     }
     double t0 = now_ms();
-    on_eval_thread = 1;
-    atomic_store(&in_eval, 1);
+    gp_alloc_interpose_eval(1);
     int rc = gp_session_eval(r->s);
-    atomic_store(&in_eval, 0);
-    on_eval_thread = 0;
+    gp_alloc_interpose_eval(0);
     double dt = now_ms() - t0;
     if (rc) {
         fprintf(stderr, "gplan-run: %s\n", gp_session_error(r->s));
@@ -641,7 +496,7 @@ static int run_ids(runner *r, const options *o, long *rss_start)
         return -1;
     int64_t n_past = o->n_prompt;
     *rss_start = rss_kib();
-    in_generation = 1;
+    gp_alloc_interpose_generation(1);
     int32_t tok = o->n_gen > 0 ? next_token(r, row) : 0;
     int64_t made = 0;
     int at_context = 0;
@@ -664,14 +519,14 @@ static int run_ids(runner *r, const options *o, long *rss_start)
             n_past = 0;
         }
         if (eval_chunk(r, &tok, 1, n_past, &row, 0)) {
-            in_generation = 0;
+            gp_alloc_interpose_generation(0);
             return -1;
         }
         gp_sampler_accept(r->sampler, tok);
         n_past++;
         tok = next_token(r, row);
     }
-    in_generation = 0;
+    gp_alloc_interpose_generation(0);
     if (made)
         printf("\n");
     fflush(stdout); /* before the messages and stats on stderr */
@@ -941,7 +796,7 @@ static int run_text(runner *r, const options *o, const gp_tok *tok, long *rss_st
     *rss_start = rss_kib();
     int64_t made = 0;
     int at_context = 0, failed = 0;
-    in_generation = 1;
+    gp_alloc_interpose_generation(1);
     int32_t id = o->n_gen > 0 ? next_token(r, row) : 0;
     while (made < o->n_gen && !ends_generation(o, tok, id)) {
         text_out_token(&out, id);
@@ -961,7 +816,7 @@ static int run_text(runner *r, const options *o, const gp_tok *tok, long *rss_st
     text_out_finish(&out);
     printf("\n");
     fflush(stdout);
-    in_generation = 0;
+    gp_alloc_interpose_generation(0);
     if (failed)
         goto done;
     if (at_context)
@@ -1151,7 +1006,7 @@ static int chat_turn(chat *c, runner *r, const options *o, const gp_tok *tok, te
     text_out_restart(out);
     int64_t made = 0;
     int full = 0;
-    in_generation = 1;
+    gp_alloc_interpose_generation(1);
     int32_t id = o->n_gen > 0 ? next_token(r, row) : 0;
     while (made < o->n_gen && !ends_generation(o, tok, id)) {
         text_out_token(out, id);
@@ -1162,7 +1017,7 @@ static int chat_turn(chat *c, runner *r, const options *o, const gp_tok *tok, te
         }
         /* Every printed token goes into the cache, so the next turn continues from it. */
         if (eval_chunk(r, &id, 1, c->n_past, &row, 0)) {
-            in_generation = 0;
+            gp_alloc_interpose_generation(0);
             return -1;
         }
         gp_sampler_accept(r->sampler, id);
@@ -1177,7 +1032,7 @@ static int chat_turn(chat *c, runner *r, const options *o, const gp_tok *tok, te
     text_out_finish(out);
     printf("\n");
     fflush(stdout);
-    in_generation = 0;
+    gp_alloc_interpose_generation(0);
     if (full)
         fprintf(stderr, "gplan-run: the reply reached the end of the context (%lld positions); "
                 "the next turn starts over\n", (long long)r->ctx);
@@ -1273,6 +1128,7 @@ done:
 
 int main(int argc, char **argv)
 {
+    gp_alloc_interpose_on();
     /* stdout's buffer, static: glibc would allocate one at the first token printed. */
     static char stdout_buf[1 << 16];
     setvbuf(stdout, stdout_buf, _IOFBF, sizeof stdout_buf);
@@ -1382,17 +1238,18 @@ int main(int argc, char **argv)
                     r.ms_gen > 0 ? r.tokens_gen * 1e3 / r.ms_gen : 0.0);
 #ifdef GP_NO_ALLOC_INTERPOSE
         fprintf(stderr, "stats: host allocations during evals: n/a (sanitizer build)\n");
-        (void)in_generation;
 #else
         /* Other threads: the CPU backend's workers, or the CUDA driver's own thread, which
          * allocates about 10 times a second even when idle (bench/gpu-notes.md). */
-        long long all = atomic_load(&eval_allocs), mine = atomic_load(&eval_thread_allocs);
+        gp_alloc_interpose_counts ac;
+        gp_alloc_interpose_read(&ac);
+        long long all = ac.eval, mine = ac.eval_thread;
         fprintf(stderr,
                 "stats: host allocations during evals: %lld on the eval thread, %lld on other "
                 "threads%s\n",
                 mine, all - mine, strcmp(gp_session_backend(r.s), "cuda") ? "" : " (driver)");
         fprintf(stderr, "stats: host allocations while generating, outside evals (sampling, "
-                "decoding, printing): %lld\n", (long long)atomic_load(&gen_allocs));
+                "decoding, printing): %lld\n", (long long)ac.generation);
 #endif
         fprintf(stderr, "stats: device allocations during evals: %lld\n",
                 (long long)gp_session_backend_allocs(r.s));
