@@ -765,8 +765,8 @@ static void test_matvec_prenorm(void)
          * eps_f32 of itself (the squares' and the tree reduction's roundings, about 11 levels
          * for K = 1600): the variance's relative error is up to ~20 eps_f32 (x0 - mean)^2 / var,
          * and 1 / sqrt(var), which scales every h and so the output, half of it. With x[0] the
-         * outlier, (x0 - mean)^2 / var = K - 1: ~1e-4 typical (1.49e-4 was seen once against a
-         * flat 1e-4), ~1e-3 at worst; for x of no outlier the term stays below 2e-6. */
+         * outlier, (x0 - mean)^2 / var = K - 1: ~1e-4 typical (past a flat 1e-4 at times),
+         * ~1e-3 at worst; for x of no outlier the term stays below 2e-6. */
         double tol = cs[i].wt == GP_F32 ? 1e-5 : 1e-4;
         if (cs[i].is_ln) {
             const float *xv = nm.x.h.data;
@@ -2616,8 +2616,8 @@ static void decode_on_vs_off(const char *example, const char *const *defs, int n
 
 /* The decode models the fusion tests run: Llama (grouped-query heads) and GPT-2 with two layers,
  * f32 and f16 caches (the new rows rounded as the stores round them), and one layer at TinyLlama's
- * widths (K = 5632 rows; before the planner kept an attention's workspace live from the ropes and
- * stores it may absorb, it laid it over k and v there). */
+ * widths (K = 5632 rows: there a planner that did not keep an attention's workspace live from the
+ * ropes and stores it may absorb would lay it over k and v). */
 #define TINY_LLAMA                                                                                 \
     "num_hidden_layers=2", "hidden_size=256", "intermediate_size=256", "num_attention_heads=4",    \
         "num_key_value_heads=2", "vocab_size=512", "max_position_embeddings=64", "n_batch=64",     \
