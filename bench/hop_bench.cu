@@ -1,7 +1,7 @@
 /*
  * What one dependency between two launches costs on this GPU. A one-token eval is a chain of
- * dependent launches (51 for GPT-2 117M, 243 for 1558M), each waiting for all of the one before:
- * this measures that wait alone. A chain of N kernels of B blocks (256 threads), each block
+ * dependent launches (dozens for GPT-2 117M, hundreds for 1558M), each waiting for all of the one
+ * before: this measures that wait alone. A chain of N kernels of B blocks (256 threads), each block
  * reading one word the kernel before wrote and writing one, is captured in a graph and replayed;
  * us per hop = replay time / N. How a kernel waits for the one before:
  *

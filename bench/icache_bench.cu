@@ -1,8 +1,8 @@
 /*
  * What code run for the first time costs on this GPU, with and without a weight stream. Each
  * kernel after its PDL wait runs a chain of steps once (x staged, a norm, sums, a cluster
- * exchange, a store), and the stamps (bench/gpu-notes.md, eleventh session) found some of those
- * phases 5-10x slower than their instructions: this measures whether instruction fetch is why.
+ * exchange, a store), and the stamps (bench/gpu-notes.md) find some of those phases much slower
+ * than their instructions: this measures whether instruction fetch is why.
  *
  * One block per multiprocessor (the dynamic shared memory keeps a second one off). Thread 0 waits
  * until the other warps' stream is on, then calls body<N> (N fused multiply-adds in four

@@ -5,9 +5,8 @@
  * kernel_trace.csv):
  *   device,start_ns,end_ns,correlation,grid_blocks,name
  * (a copy: name memcpy_HtoD, memcpy_DtoH or memcpy_other, its bytes as grid_blocks). Copies are
- * opt-in because recording them changes the graph's own timing (a one-token GPT-2 117M graph's
- * three input copies ran ~25 us apart; H200, eighteenth session), where with kernels alone a
- * graph spans what an untraced eval takes (1558M: 1348 us against 1357). The host's loop around
+ * opt-in because recording them changes the graph's own timing (they run far apart), where with
+ * kernels alone a graph spans about what an untraced eval takes. The host's loop around
  * the evals is slower under tracing either way.
  * Kernels of one graph launch share the launch's correlation id; bench/kernel_trace.py sums the
  * one-token evals by kernel. A measuring tool: not linked into anything gplan ships. */

@@ -133,7 +133,8 @@ endfunction()
 gp_link_flags(GP_LIB_FLAGS ${GP_LIB_EXTERNAL})
 
 # The parts' objects go into the shared library too, so they are compiled position-independent;
-# no semantic interposition keeps the calls between them direct (and inlinable) as before.
+# no semantic interposition keeps the calls between them direct (and inlinable), as in the static
+# libraries.
 check_c_compiler_flag(-fno-semantic-interposition GP_HAVE_NO_SEMANTIC_INTERPOSITION)
 set(GP_LIB_OBJECTS "")
 foreach(part IN LISTS GP_LIB_PARTS)

@@ -155,7 +155,7 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
     gp_attn_accum_fn accum = gp_cpu_attn_accum();
     /* Rows head-major: a thread's rows of one head (and the heads of one KV group) reuse the
      * same cache rows from L1/L2, and with a causal mask every thread gets early and late
-     * queries alike (query-major, the first thread's share of a prompt was its cheap half). */
+     * queries alike (query-major would give the first thread a prompt's cheap half). */
     gp_share(T * H, ith, nuse, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t h = r / T, t = r % T, g = h / (H / G);

@@ -374,11 +374,10 @@ gp_attn_accum_fn gp_cpu_attn_accum(void)
 }
 
 /* The lanes path when a is f32 with contiguous rows and the weights are read in place: every
- * kernel call runs over all of k (the lanes stay in registers from the first k to the totals;
- * against blocks of KB_L k with the lanes stored between them, 1 thread, GFLOP per CPU second:
- * K 5632 81 -> 92, K 11008 79 -> 86). Work items: (batch, strip of NS_F columns, block of MB_L
- * rows), rows fastest; in an item, each slice of GP_DOT_RM rows of a meets every column group of
- * the strip before the next slice, the strip's weights staying in L2. */
+ * kernel call runs over all of k (the lanes stay in registers from the first k to the totals,
+ * rather than being stored between blocks of KB_L k). Work items: (batch, strip of NS_F columns,
+ * block of MB_L rows), rows fastest; in an item, each slice of GP_DOT_RM rows of a meets every
+ * column group of the strip before the next slice, the strip's weights staying in L2. */
 enum { NS_F = 64 };
 
 static void mm_lanes_full(const mm_problem *q, int ith, int nth)

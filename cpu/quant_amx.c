@@ -193,8 +193,8 @@ void gp_qamx_cols(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t
         cfg.rows[i] = 16;
     }
     _tile_loadconfig(&cfg);
-    /* AMG tiles of x a group whatever K (each weight chunk is unpacked once a group; fewer
-     * tiles to fit L2 with K = 5632 measured 20% slower) */
+    /* AMG tiles of x a group whatever K (each weight chunk is unpacked once a group: fewer
+     * tiles to fit L2 at large K would unpack each chunk more often) */
     const int64_t amg = AMG;
     for (int64_t g0 = mt0; g0 < mt1; g0 += amg) {
         int64_t g1 = mt1 - g0 < amg ? mt1 : g0 + amg;

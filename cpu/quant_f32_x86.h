@@ -434,9 +434,9 @@ AI void dec_tile(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int NR, con
     for (int64_t s = 0; s < ns; s++) {
         bctx c[MAXR];
         for (int r = 0; r < NR; r++) {
-            /* the same place some 6 KiB of rows on: measured best on the dev VM (half or twice
-             * as far lose up to 20% when the weights come from memory); prefetches never fault,
-             * past the matrix they are only wasted */
+            /* the same place some 6 KiB of rows on, the distance that measured best
+             * (bench/quant-notes.md); prefetches never fault, past the matrix they are only
+             * wasted */
             const char *pf = (const char *)row[r] + pfo + (size_t)s * BB(t);
             for (int l = 0; l < BB(t); l += 64)
                 _mm_prefetch(pf + l, _MM_HINT_T0);

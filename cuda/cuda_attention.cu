@@ -705,9 +705,9 @@ static int att_pf(const gp_cu_ctx *c)
 
 /*
  * Instances of the one-token kernels for GPT-2's operands, with them as constants: the generic
- * kernel switches at run time on each dtype and on the ropes and clusters it may have, ~100 KB
- * of code (J = 2) that runs cold from the instruction caches every launch (bench/gpu-notes.md,
- * twelfth session); with the switches folded it is ~31 KB. att_kv (host) gives the caches'
+ * kernel switches at run time on each dtype and on the ropes and clusters it may have, code
+ * that runs cold from the instruction caches every launch; with the switches folded it is a
+ * fraction of that size. att_kv (host) gives the caches'
  * dtype when an instance takes the operands (both caches f16, or both f32; for the attention
  * kernel (act) q, the new rows and the output f32, no ropes, a cluster per head; pos read before
  * the wait, early), else -1 (the generic kernel); dec_typed (device) sets those in a's copy, so
@@ -801,8 +801,8 @@ template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, 
 /*
  * A one-token attention of a head of D <= 64 dims (even) in one block of AH_WARPS warps: the
  * cluster kernel above splits a head's rows over 16 blocks and combines their partials through
- * distributed shared memory, two cluster barriers that cost about half its time at GPT-2's
- * lengths (bench/gpu-notes.md, nineteenth session). Here the warps share the rows and combine
+ * distributed shared memory, two cluster barriers that weigh heavily at GPT-2's lengths. Here
+ * the warps share the rows and combine
  * in the block's own shared memory, after one barrier.
  *
  * Lane l holds dims 2l and 2l + 1 of every row it sees (one 4- or 8-byte load a row). The rows
@@ -811,16 +811,14 @@ template <int J> static void launch_dec(dim3 grid, const DecArgs &d, int early, 
  * row from the caches. pos is an input (read before the wait), and no kernel of the eval writes
  * the cache rows before p, so the first two chunks are loaded before the PDL wait: all the rows
  * up to 2 CH (256 with f16 caches) arrive while the kernel before runs. Past the first two
- * chunks each chunk is a round trip after the wait, and the split kernel is faster (5% at
- * positions 512-639): the backend runs that one there (plan_head_pos in cuda_backend.c).
+ * chunks each chunk is a round trip after the wait, and the split kernel is faster: the backend
+ * runs that one there (plan_head_pos in cuda_backend.c).
  *
  * The next kernel may start right after the wait (a.late is not read): with a block a head,
- * every block is resident by then, and the next one's weights load while this one attends
- * (GPT-2 1558M: 1.25-1.26 ms a token against 1.26 with the trigger after the rows). With a.trig
- * (the next product triggers early too: plan_trig) it may start at this kernel's start, so that
- * its weights load while the product before this one ends (1558M: 1.176-1.207 against
- * 1.194-1.222 in six pairs on two hosts; 117M, where it is not asked for, 0.209 against 0.203
- * when forced). Figures: bench/gpu-notes.md, nineteenth and twenty-first sessions.
+ * every block is resident by then, and the next one's weights load while this one attends. With
+ * a.trig (the next product triggers early too: plan_trig) it may start at this kernel's start, so
+ * that its weights load while the product before this one ends; plan_trig asks for it only where
+ * that pays (bench/gpu-notes.md).
  */
 enum { AH_WARPS = 16, AH_THREADS = 32 * AH_WARPS };
 
@@ -1102,8 +1100,8 @@ extern "C" int gp_cuda_attention_head_kv(const gp_cu_decode_att *a, const gp_cu_
 /* Head dim 64; a row of a head's 3 x 64 columns is QA_CH 16-byte chunks; a block's 128 threads
  * take QA_PH rows at a time (threads past QA_PH * QA_CH idle in the sums), QA_U rows each, all
  * loaded before the PDL wait: a split is at most QA_MAXPER rows (K <= 16 * QA_MAXPER = 1280).
- * Measured (bench/gpu-notes.md, tenth session): GPT-2 117M (K = 768) -2%; 1558M (K = 1600, a
- * second batch of loads after the wait) +8%, so wider products are not taken. */
+ * Wider products are not taken: they would need a second batch of loads after the wait, which
+ * costs more than the fusion saves (bench/gpu-notes.md). */
 enum { QA_D = 64, QA_CH = 3 * QA_D / 8, QA_PH = ATT_THREADS / QA_CH, QA_U = 16,
        QA_MAXPER = QA_PH * QA_U, QA_V4 = 3 * QA_D / 4 };
 
@@ -1236,8 +1234,8 @@ __global__ void __launch_bounds__(ATT_THREADS) k_qkv_attention(DecArgs a, QkvArg
     cg::cluster_group cl = cg::this_cluster();
     cl.sync();
     /* Distributed shared memory serves a request at a time, however wide: ps's 3 D columns from
-     * each of the S blocks go as float4s, four columns a thread (a float a thread made 3,072
-     * requests a block, ~3,700 cycles in stamps on an H200), with no branch between the loads
+     * each of the S blocks go as float4s, four columns a thread (a float a thread would make four
+     * times as many requests), with no branch between the loads
      * (ranks past S read rank 0 and count nothing). */
     if (threadIdx.x < QA_V4) {
         float4 v[GP_WS_ATTN_SPLITS];
@@ -1381,7 +1379,7 @@ extern "C" int gp_cuda_attention_decode(gp_cu_ctx *c, const gp_cu_decode_att *a,
     J = J <= 2 ? 2 : J <= 4 ? 4 : ATT_MAXJ;
     DecArgs d = {(float)a->scale, o, q, kx, vx, kc, vc, p, a->rope_q, a->rope_k, part, counters,
                  a->rope_q.on ? a->tab_q : NULL, a->rope_k.on ? a->tab_k : NULL,
-                 /* qkvatt measured slower late (GPT-2 117M, eleventh session) */
+                 /* not with qkvatt: a late trigger makes it slower (bench/gpu-notes.md) */
                  !a->has_qkv && (c->late & GP_LATE_ATT), cluster, 0, AttMask()};
     d.mk.window = a->window > 0 ? a->window : 0;
     d.mk.ring = a->ring ? kc.ne[1] : 0;

@@ -198,9 +198,8 @@ __device__ __forceinline__ void kv_load(KvRows<J> &r, const char *pk, const char
 }
 
 /* Whether a one-token attention of J (head dims / 32) overlaps its loads: the first cache rows
- * with q and the new row, the next rows with the current ones. Measured on an H200
- * (bench/gpu-notes.md, sixth session): -0.06 ms per eval for GPT-2 1558M (J = 2), +0.03 ms for
- * Llama-7B (J = 4), whose 32 attentions did not get faster: J = 2 only. */
+ * with q and the new row, the next rows with the current ones. J = 2 only: at J = 4 the
+ * attentions get no faster and the eval slower (bench/gpu-notes.md). */
 template <int J> struct AttPipe {
     enum { on = J <= 2 };
 };
@@ -284,9 +283,9 @@ __device__ __forceinline__ void attend_regs(const float (&qv)[J], const float (&
  * c = ceil(D / nsplit) from its own shared memory, where every split wrote its partial of those
  * dims (cluster_push) before one cluster barrier. A group of P lanes (nsplit <= P, a power of
  * two) takes one dim, a lane per split: the splits' maximum, weights and sums are reduced across
- * the group with shuffles, so each thread computes one weight, not every split's. (The unrolled
- * loop over the splits that this replaces was ~8 KB of the kernel's code, which every launch
- * fetches cold.) Nothing reads another block's memory after the barrier, so no block waits for
+ * the group with shuffles, so each thread computes one weight, not every split's. (An unrolled
+ * loop over the splits would be several KB of the kernel's code, which every launch fetches
+ * cold.) Nothing reads another block's memory after the barrier, so no block waits for
  * the others to leave. Every thread of every block of the cluster calls it.
  */
 template <int J>
@@ -446,7 +445,7 @@ __device__ __forceinline__ float round_to(float v, int t)
 
 /* The angles of rope r at position p: cos and sin of p * theta^(-2i/n) for its pairs i < n/2, one
  * pair per thread of the block; in double, then rounded to f32, as k_rope and the CPU compute them.
- * (Each lane computing its own dims' angles cost ~100 double operations per dim.) */
+ * (Each lane computing its own dims' angles would cost ~100 double operations per dim.) */
 __device__ __forceinline__ void rope_table(const gp_cu_rope &r, int32_t p, float *cs, float *sn)
 {
     if (!r.on)

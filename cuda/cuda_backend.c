@@ -37,8 +37,8 @@ static int in_list(const char *list, const char *name)
     return 0;
 }
 
-/* The switches read from the environment at creation (docs/cuda.md, "Switches"); what the kernels
- * do by default was measured on an H200 (bench/gpu-notes.md). */
+/* The switches read from the environment at creation (docs/cuda.md, "Switches"); the defaults
+ * are what measured best (bench/gpu-notes.md). */
 static void read_switches(cuda_be *b)
 {
     static const char *const names[] = {"attnfuse", "qkvatt", "tiles", "tensor", "atomic",
@@ -64,24 +64,23 @@ static void read_switches(cuda_be *b)
     b->kc.att_mma = !(b->disable & (FUSE_TILES | FUSE_TENSOR));
     b->kc.blas_epi = 1;
     /* One-token attentions of head dims <= 64: their splits in a cluster of 16 where the device
-     * can (tenth session: -0.04 ms a token on GPT-2 1558M, +0.13 on Llama-7B's heads of 128). */
+     * can (it pays for heads of 64, not of 128). */
     b->kc.att_cluster_small = gp_cuda_attention_cluster_ok(16) ? 16 : 0;
     /* [K, N] matvecs combining their splits in clusters of up to 16 where the device can. */
     (void)gp_cuda_matvec_cluster_ok(16, b->kc.mv_cluster_fit); /* fit[C] > 0: C is taken */
     b->kc.mv_cluster = b->kc.mv_cluster_fit[16] > 0 ? 16 : 0;
     b->kc.clusters = b->kc.mv_cluster_fit[8] > 0;
-    /* Those adding into a residual in place with atomics ("atomic"; fourteenth session): at most
-     * 16 splits, 8 for rows of N <= 1024 (GPT-2 117M's c_proj and proj, -3% against 16). */
+    /* Those adding into a residual in place with atomics ("atomic"): at most 16 splits, 8 for
+     * rows of N <= 1024 (GPT-2 117M's c_proj and proj), where 8 measured faster. */
     b->kc.mv_add = b->disable & FUSE_ATOMIC ? 0 : 16;
     b->kc.mv_add_narrow = 8;
     b->kc.kv_prefetch = 1;
     b->kc.kv_regs = 1;
-    /* Late triggers (seventh and eleventh sessions): the norm's, and the attention's on one
-     * device (on two, Llama-7B +0.02 to +0.04 ms a token). */
+    /* Late triggers: the norm's, and the attention's on one device only (on two it is
+     * slower). */
     b->kc.late = GP_LATE_NORM | (b->n_ranks == 1 ? GP_LATE_ATT : 0);
-    /* Early triggers (twentieth session): GPT-2 1558M 1.244 -> 1.197 ms a token at 8 MiB, 117M
-     * (whose products are under 8 MiB) 0.204 -> 0.217 with every matmul. GPLAN_CUDA_TRIG=n MiB,
-     * or "none". */
+    /* Early triggers for products past 8 MiB of weights: they pay for large products (GPT-2
+     * 1558M's) and cost small ones (117M's, all under 8 MiB). GPLAN_CUDA_TRIG=n MiB, or "none". */
     const char *tg = getenv("GPLAN_CUDA_TRIG");
     b->trig_bytes = !tg ? (int64_t)8 << 20 : !strcmp(tg, "none") ? -1 : (int64_t)atoi(tg) << 20;
 }

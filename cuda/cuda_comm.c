@@ -10,8 +10,8 @@
  * host-mapped pinned block [1 + n] shared by the ranks (abort word, then each rank's status).
  * Failures: gp_cuda_comm_fail sets the abort word, which ends the kernels' waits on every device;
  * a kernel that waited past its time limit sets it too, and writes its status, which
- * gp_cuda_comm_wait turns into an error. NCCL's all-reduces are stopped as before (revoke or
- * abort). */
+ * gp_cuda_comm_wait turns into an error. NCCL's all-reduces are stopped by revoking or aborting
+ * the communicator (stop_rank). */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <sched.h>
 #include <stdio.h>
@@ -189,8 +189,8 @@ static int read_p2p_env(int *want, unsigned *block_bytes, double *timeout_s, cha
         snprintf(err, err_len, "cuda: GPLAN_ALLREDUCE=%s: expected p2p or nccl", m);
         return -1;
     }
-    /* Measured on 2 H200s (bench/allreduce_bench): 4 KiB per block beat 16 KiB by 0.6 us for
-     * 16 KiB messages and matched 1-2 KiB for smaller ones. */
+    /* 4 KiB per block: the size that measured best for small and mid-sized messages
+     * (bench/allreduce_bench, bench/multi-gpu-notes.md). */
     *block_bytes = 4096;
     if (bb && *bb) {
         char *end = NULL;

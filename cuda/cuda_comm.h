@@ -38,8 +38,8 @@ typedef struct gp_cuda_comm gp_cuda_comm;
 /* The most ranks the P2P kernel serves (its per-peer pointers are kernel parameters). */
 #define GP_AR_P2P_RANKS 8
 /* The kernel's most blocks, each with its own epoch counter, flag per rank and slot of
- * GP_AR_SLOT bytes in every receive row. (More blocks were measured much slower: 32 blocks took
- * 28 us instead of 4 on 2 H200s.) */
+ * GP_AR_SLOT bytes in every receive row. (More blocks are much slower: bench/multi-gpu-notes.md.)
+ */
 #define GP_AR_BLOCKS 16
 #define GP_AR_SLOT (GP_AR_P2P_MAX / GP_AR_BLOCKS)
 

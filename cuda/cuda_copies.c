@@ -17,7 +17,7 @@
 
 /* Bytes of a run's gap a merged copy may carry: at PCIe rates, ~0.3 us. The most bytes an
  * argmax writes to the host as it reads them (plan_argmax_copy): for a 512-token prompt's 103 MB
- * of logits, a copy after it is faster (H200: 3.93 against 4.70 ms a prompt). */
+ * of logits, a copy after it is faster. */
 enum { COPY_GAP = 16384, ARGMAX_COPY_MAX = 524288 };
 
 /* Copies enqueued by evals, every session: all of them, and those carrying more than one

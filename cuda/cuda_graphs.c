@@ -25,7 +25,7 @@ static int capture(cuda_be *b, cu_graph *cg, int64_t top, int long_ctx, char *er
     CU_TRY(e);
     CU_TRY(cudaGraphInstantiate(&cg->exec, g, 0));
     /* What the first launch would do (the driver allocates host memory there for graphs holding
-     * NCCL's kernels), now: measured on 2 H200s, 2-3 host allocations in the first evals without. */
+     * NCCL's kernels), now, so that no eval allocates. */
     CU_TRY(cudaGraphUpload(cg->exec, b->stream));
     cg->top = top;
     cudaGraphDestroy(g);

@@ -441,8 +441,8 @@ __device__ __forceinline__ void norm_stats(const NORM &nm, const float *x, int64
         }
         if (nm.is_ln) {
             /* One reduction of the sums and squares of x - x[0] instead of two, one after the
-             * other (the mean, then the squares about it): GPT-2 117M -1%, 1558M -0.6%
-             * (bench/gpu-notes.md, fourteenth session). Shifted by x[0], the variance loses
+             * other (the mean, then the squares about it): one block reduction fewer on the
+             * critical path. Shifted by x[0], the variance loses
              * about eps_f32 (x[0] - mean)^2 / var of itself to cancellation, and x[0] being one
              * of the K values, (x[0] - mean)^2 <= K var: at most ~1e-4 of it for K = 1600. */
             float s0 = K > 0 ? x[0] : 0.0f, a = 0.0f, b = 0.0f;

@@ -308,7 +308,7 @@ int64_t gp_cuda_attention_trig_count(void);
 int gp_cuda_attention_head_kv(const gp_cu_decode_att *a, const gp_cu_tensor *out);
 /* The cache rows k_attention_head loads before its PDL wait, for caches of dtype kv (f16 or
  * f32): it pays up to them; past them its rows' loads are round trips after the wait, and the
- * split kernel is faster (bench/gpu-notes.md, nineteenth session). */
+ * split kernel is faster (bench/gpu-notes.md). */
 int gp_cuda_attention_head_rows(int kv);
 /* Prompt attentions launched as tiles (k_attention_tiles) so far, for tests. */
 int64_t gp_cuda_attention_tiles_count(void);

@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, 4)
         nk_load<MV2_U>(u, row, r.cb + r.lane, r.ce);
     }
     pdl_begin();
-    /* Not with PRE: its registers would spill (H200 build: 4 -> 20 bytes). */
+    /* Not with PRE: its registers would spill. */
     bool epi_ahead = !PRE && (early & EARLY_EPI);
     EpiVals ev;
     if (epi_ahead)
@@ -374,8 +374,8 @@ struct MVG {
  * squares of the x it reads, so the row's warps together have the norm's statistics, and the
  * store scales by 1 / rms.
  */
-/* Blocks per multiprocessor of the RMS variant: in the 64 registers of 4 it spills, and measured
- * slower so (H200, Llama-7B: 5.006 against 4.848 ms per token). */
+/* Blocks per multiprocessor of the RMS variant: in the 64 registers of 4 it spills, which costs
+ * more than the fourth block gains. */
 enum { NKG_RMS_BLOCKS = 3 };
 template <typename W, bool GLU, bool RMS>
 __global__ void __launch_bounds__(MV2_WARPS * 32, RMS ? NKG_RMS_BLOCKS : 4)
@@ -997,9 +997,7 @@ static int kc_split(const gp_cu_ctx *c, int64_t K, int64_t N, int64_t vn, int bp
  * Blocks per multiprocessor for a product adding into zeroed output bytes (acc: GPT-2's c_attn and
  * c_fc, their layer norms folded): 2 when that many blocks' first batches, loaded before the PDL
  * wait, hold the whole matrix, else 4 (as many as fit at once), for as many of its bytes early as
- * can be. Measured against 3 for all (H200, eighteenth session, runs G and H): GPT-2 117M's c_fc
- * (4.7 MB) at 2 0.2320-0.2348 ms a token against 0.2347-0.2415; 1558M's c_attn and c_fc (15.4
- * and 20.5 MB) at 4 1.329-1.348 against 1.356-1.380, and at 2, 5 or 6 1.41-1.46.
+ * can be. Both beat one count for all sizes (bench/gpu-notes.md).
  */
 static int acc_bps(const gp_cu_ctx *c, int64_t bytes)
 {

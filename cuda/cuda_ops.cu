@@ -155,8 +155,8 @@ static int launch_elementwise(gp_cu_ctx *c, int op, float fa, const gp_cu_tensor
 
 /* The norm and the lookups have instances for f32 activations and one weight dtype, set as
  * constants in their copies of the arguments, so that the compiler folds every switch on a dtype:
- * k_get_rows' add is 124 KB of code generic and 13 as an instance, k_norm 58 and 24, and every
- * launch fetches its code cold (bench/gpu-notes.md, twelfth session). */
+ * the instances are much smaller than the generic kernels, and every launch fetches its code
+ * cold. */
 static std::atomic<long long> ops_typed_launches(0);
 
 extern "C" int64_t gp_cuda_ops_typed_count(void)
@@ -455,11 +455,11 @@ extern "C" gp_cu_rope gp_cuda_rope_of(const gp_attrs *a, gp_dtype dtype)
 /* ---- lookups, concat, store ---- */
 
 /* out [T, C] = table[ids[t]]; ids out of range leave their row unwritten. Each thread loads
- * GR_REG elements of the row at once, then stores them: a loop of copy_elem waited a memory round
- * trip per element (its store could alias the next load, which then cannot go first), 10 us for
- * a row of 4096 read from HBM. ADD: out = table[ids[t]] + table2[ids2[t]] (gp_cuda_get_rows_add),
- * the sum in f32, rows with either id out of range unwritten. TT >= 0: the instance for tables of
- * dtype TT and an f32 out (ops_typed). */
+ * GR_REG elements of the row at once, then stores them: a loop of copy_elem would wait a memory
+ * round trip per element (its store could alias the next load, which then cannot go first).
+ * ADD: out = table[ids[t]] + table2[ids2[t]] (gp_cuda_get_rows_add), the sum in f32, rows with
+ * either id out of range unwritten. TT >= 0: the instance for tables of dtype TT and an f32 out
+ * (ops_typed). */
 enum { GR_REG = 16 };
 template <bool ADD, int TT>
 __global__ void k_get_rows(KT o, KT table, KT ids, KT table2, KT ids2, const int64_t *syms)

@@ -287,8 +287,7 @@ static void plan_store_pairs(cuda_be *b)
  * reading the norm's input, which nothing the group writes may overlap. Only for groups of up to
  * NORM_GROUP_MAX_BYTES of weights: the products get slower per byte with the norm inside (fewer
  * blocks per multiprocessor, more work per element), which pays only where the norm's own launch
- * weighs more. Measured on an H200 (bench/gpu-notes.md, fifth session): Llama-7B's groups on two
- * GPUs (48 and 86 MiB) -0.10 ms per token; on one GPU (96 and 172 MiB) +0.08 ms.
+ * weighs more: Llama-7B's groups on two GPUs, not on one (bench/gpu-notes.md).
  */
 enum { NORM_GROUP_MAX_BYTES = 90 << 20 };
 
@@ -783,9 +782,8 @@ static int over_q_exactly(const gp_cu_tensor *q, const gp_cu_tensor *o)
 }
 
 /* The caches' dtype when "atthead" runs the one-token attention d into out in one block a head
- * (gp_cuda_attention_head_kv), else -1: then qkvatt is not planned. Measured (H200,
- * bench/gpu-notes.md, nineteenth session): GPT-2 117M 0.208 ms a token with c_attn launched
- * before the attention's block a head, 0.233 with qkvatt's clusters. */
+ * (gp_cuda_attention_head_kv), else -1: then qkvatt is not planned, since c_attn launched before
+ * the attention's block a head is faster than qkvatt's clusters (bench/gpu-notes.md). */
 static int head_kv(const cuda_be *b, const gp_cu_decode_att *d, const gp_cu_tensor *out)
 {
     return b->disable & FUSE_ATTHEAD ? -1 : gp_cuda_attention_head_kv(d, out);
@@ -932,7 +930,7 @@ static void plan_qkv_attention(cuda_be *b, int a, gp_cu_decode_att *d, const int
  * runs, in one-token launches, as one gp_cuda_attention_decode launch that also does the stores;
  * with them, when read only there: ropes (at its pos) before the stores or q, and a cont whose
  * reshape is q, k or v (GPT-2's q: read straight from qkv). Those nodes are skipped in one-token
- * launches only; launches of more tokens run them as before.
+ * launches only; launches of more tokens run them as nodes.
  * Memory, at one token's extents (device addresses): the launch reads q, k and v's sources, pos
  * and the caches, so (1) nothing that runs between the step that wrote a source's bytes and the
  * attention may write them (the skipped nodes write nothing); (2) what the launch writes (its
@@ -1042,8 +1040,8 @@ static void plan_decode_attention(cuda_be *b, const int *uses)
 
 /*
  * ropetab. The one-token attentions' rope angles depend only on the position and the rope (every
- * layer's are the same), yet each block of each attention computed them: pow, cos and sin in
- * double on its critical path. Instead, one launch before the first node makes a table per
+ * layer's are the same), and computed by each block of each attention they would be pow, cos and
+ * sin in double on its critical path. So one launch before the first node makes a table per
  * distinct (pos, theta, n) in the param block (gp_cuda_rope_tables: the same bits), and the
  * attentions read their angles from it with their other loads. At most GP_CU_ROPE_TABS tables;
  * ropes past them, or wider than a table, keep computing their own.

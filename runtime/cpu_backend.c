@@ -194,7 +194,7 @@ static int epi_setup(const cpu_ctx *c, int k, const gp_ktensor *in, gp_mm_epilog
 
 /* Reads one byte of every 4 KiB of a weight, so that mapped weights (a GGUF or safetensors file)
  * have their pages in this process's page tables before the first eval, which would otherwise
- * take every page fault itself (TinyLlama f16: 0.2 s CPU, 0.46 s wall of a 5 s prompt). */
+ * take every page fault itself. */
 static void touch_pages(const unsigned char *p, int64_t size)
 {
     volatile unsigned char sink = 0;

@@ -164,9 +164,9 @@ typedef struct {
  * NULL. */
 const void *gp_session_output(gp_session *s, const char *name, gp_tensor_info *info);
 /* The index of the largest of x[0, n): the first on ties; NaN never wins (0 when all are NaN or n
- * is 0). Greedy decoding's pick from a logits row, in two passes that vectorize: ~0.02 ms for
- * 50257 values, where `if (x[i] > x[best]) best = i` takes ~0.2 ms (each compare waits for the
- * load of x[best] that the one before chose). */
+ * is 0). Greedy decoding's pick from a logits row, in two passes that vectorize, where
+ * `if (x[i] > x[best]) best = i` would make each compare wait for the load of x[best] that the one
+ * before chose. */
 int64_t gp_argmax(const float *x, int64_t n);
 
 /* Zeroes the state (KV cache) as at creation, to start a new sequence. 0 or -1. */

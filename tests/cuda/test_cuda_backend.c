@@ -193,8 +193,8 @@ static void decode_on_vs_off(const char *example, const char *const *defs, int n
 
 /* The decode models the fusion tests run: Llama (grouped-query heads) and GPT-2 with two layers,
  * f32 and f16 caches (the new rows rounded as the stores round them), and one layer at TinyLlama's
- * widths (K = 5632 rows; before the planner kept an attention's workspace live from the ropes and
- * stores it may absorb, it laid it over k and v there). */
+ * widths (K = 5632 rows: there a planner that did not keep an attention's workspace live from the
+ * ropes and stores it may absorb would lay it over k and v). */
 #define TINY_LLAMA                                                                                 \
     "num_hidden_layers=2", "hidden_size=256", "intermediate_size=256", "num_attention_heads=4",    \
         "num_key_value_heads=2", "vocab_size=512", "max_position_embeddings=64", "n_batch=64",     \

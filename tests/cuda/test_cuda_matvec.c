@@ -139,8 +139,8 @@ void test_matvec_prenorm(void)
          * eps_f32 of itself (the squares' and the tree reduction's roundings, about 11 levels
          * for K = 1600): the variance's relative error is up to ~20 eps_f32 (x0 - mean)^2 / var,
          * and 1 / sqrt(var), which scales every h and so the output, half of it. With x[0] the
-         * outlier, (x0 - mean)^2 / var = K - 1: ~1e-4 typical (1.49e-4 was seen once against a
-         * flat 1e-4), ~1e-3 at worst; for x of no outlier the term stays below 2e-6. */
+         * outlier, (x0 - mean)^2 / var = K - 1: ~1e-4 typical (past a flat 1e-4 at times),
+         * ~1e-3 at worst; for x of no outlier the term stays below 2e-6. */
         double tol = cs[i].wt == GP_F32 ? 1e-5 : 1e-4;
         if (cs[i].is_ln) {
             const float *xv = nm.x.h.data;
