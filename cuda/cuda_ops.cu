@@ -447,7 +447,8 @@ extern "C" gp_cu_rope gp_cuda_rope_of(const gp_attrs *a, gp_dtype dtype)
     } else if (a->i[2] > 0) { /* Llama 3 scaling */
         r.orig_len = a->i[2];
         r.factor = a->f[1];
-        gp_rope_factors(a, &r.low, &r.high);
+        r.low = (float)a->f[GP_ROPE_LOW_FACTOR];
+        r.high = (float)a->f[GP_ROPE_HIGH_FACTOR];
     }
     return r;
 }

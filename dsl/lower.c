@@ -724,8 +724,9 @@ static int rope_scaling(lower *L, call *c, gp_attrs *at)
               v[1], v[2]);
         return -1;
     }
-    at->f[1] = v[0];
-    at->i[3] = gp_rope_factors_pack((float)v[1], (float)v[2]);
+    at->f[GP_ROPE_FACTOR] = v[0];
+    at->f[GP_ROPE_LOW_FACTOR] = (float)v[1];
+    at->f[GP_ROPE_HIGH_FACTOR] = (float)v[2];
     return 0;
 }
 

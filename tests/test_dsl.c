@@ -1117,13 +1117,11 @@ static void test_config_families(void)
     gp_graph *g = compile_example("examples/llama3.gplan", NULL, 0, path, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     const gp_node *r = first_node(g, GP_OP_ROPE);
-    float lo, hi;
-    gp_rope_factors(&r->attrs, &lo, &hi);
-    CU_ASSERT_EQUAL(r->attrs.i[1], 8);
-    CU_ASSERT_EQUAL(r->attrs.i[2], 4096);
-    CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[0], 1000.0, 1e-9);
-    CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[1], 16.0, 1e-9);
-    CU_ASSERT(lo == 2.0f && hi == 8.0f);
+    CU_ASSERT_EQUAL(r->attrs.i[GP_ROPE_N_DIMS], 8);
+    CU_ASSERT_EQUAL(r->attrs.i[GP_ROPE_SCALING], 4096);
+    CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[GP_ROPE_THETA], 1000.0, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[GP_ROPE_FACTOR], 16.0, 1e-9);
+    CU_ASSERT(r->attrs.f[GP_ROPE_LOW_FACTOR] == 2.0 && r->attrs.f[GP_ROPE_HIGH_FACTOR] == 8.0);
     gp_graph_free(g);
     /* A GGUF file's (--gguf sets these): the file's rope_freqs tensor in place of the config's
      * llama3 scaling, interleaved pairs. */

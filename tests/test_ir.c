@@ -951,6 +951,86 @@ static void test_make_output(void)
               "output 'x': the name is already used by input 'x'");
 }
 
+/* ---- the attribute table ---- */
+
+/* gp_attrs_print's text for op and a. */
+static char *attrs_text(gp_op op, const gp_attrs *a, int out_ndim)
+{
+    static char buf[512];
+    FILE *f = tmpfile();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    gp_attrs_print(op, a, out_ndim, f);
+    rewind(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+static void test_attr_table(void)
+{
+    int n_all, seen = 0;
+    const gp_attr_info *all = gp_attr_table(&n_all);
+    CU_ASSERT_FATAL(n_all > 0);
+    for (int op = 0; op < GP_OP_COUNT; op++) {
+        int n;
+        const gp_attr_info *e = gp_op_attrs((gp_op)op, &n);
+        seen += n; /* every entry counted once: an op's entries are consecutive */
+        int used[2][GP_MAX_IATTRS > GP_MAX_FATTRS ? GP_MAX_IATTRS : GP_MAX_FATTRS] = {{0}};
+        for (int k = 0; k < n; k++) {
+            CU_ASSERT_EQUAL(e[k].op, op);
+            CU_ASSERT(e[k].kind == GP_ATTR_I || e[k].kind == GP_ATTR_F);
+            int cap = e[k].kind == GP_ATTR_I ? GP_MAX_IATTRS : GP_MAX_FATTRS;
+            CU_ASSERT_EQUAL(e[k].len, e[k].show == GP_ATTR_DIMS ? GP_MAX_DIMS : 1);
+            CU_ASSERT(e[k].show != GP_ATTR_DIMS || e[k].kind == GP_ATTR_I);
+            CU_ASSERT_FATAL(e[k].slot >= 0 && e[k].slot + e[k].len <= cap); /* fits the array */
+            for (int s = e[k].slot; s < e[k].slot + e[k].len; s++)
+                CU_ASSERT_EQUAL(used[e[k].kind][s]++, 0); /* no slot holds two attributes */
+            CU_ASSERT(e[k].name && strlen(e[k].name) > 0 &&
+                      strspn(e[k].name, "abcdefghijklmnopqrstuvwxyz_") == strlen(e[k].name));
+            for (int j = 0; j < k; j++)
+                CU_ASSERT(strcmp(e[j].name, e[k].name) != 0); /* names unique per op */
+        }
+        /* f[2] and f[3] are stored in i[3]'s place in a plan (core.h, gp_attrs) */
+        if (gp_op_attr_slots((gp_op)op, GP_ATTR_F) > 2)
+            CU_ASSERT(gp_op_attr_slots((gp_op)op, GP_ATTR_I) < GP_MAX_IATTRS);
+    }
+    CU_ASSERT_EQUAL(seen, n_all);
+    CU_ASSERT(all[0].op > GP_OP_NONE);
+
+    int n = -1;
+    CU_ASSERT_PTR_NULL(gp_op_attrs(GP_OP_GELU, &n));
+    CU_ASSERT_EQUAL(n, 0);
+    CU_ASSERT_PTR_NULL(gp_op_attrs(GP_OP_COUNT, &n));
+    CU_ASSERT_EQUAL(n, 0);
+    CU_ASSERT_EQUAL(gp_op_attr_slots(GP_OP_ROPE, GP_ATTR_I), 3);
+    CU_ASSERT_EQUAL(gp_op_attr_slots(GP_OP_ROPE, GP_ATTR_F), 4);
+    CU_ASSERT_EQUAL(gp_op_attr_slots(GP_OP_PERMUTE, GP_ATTR_I), GP_MAX_DIMS);
+    CU_ASSERT_EQUAL(gp_op_attr_slots(GP_OP_ADD, GP_ATTR_F), 0);
+    CU_ASSERT_EQUAL(GP_ROPE_SCALING, 2);
+    CU_ASSERT_EQUAL(GP_ROPE_HIGH_FACTOR, 3);
+    CU_ASSERT_EQUAL(GP_ATTENTION_RING, 1);
+
+    /* The printer shows the named attributes, ALWAYS ones always and NONZERO ones when set. */
+    gp_attrs r = {.i = {[GP_ROPE_MODE] = 1, [GP_ROPE_N_DIMS] = 64, [GP_ROPE_SCALING] = 8192},
+                  .f = {[GP_ROPE_THETA] = 500000, [GP_ROPE_FACTOR] = 8,
+                        [GP_ROPE_LOW_FACTOR] = 1, [GP_ROPE_HIGH_FACTOR] = 4}};
+    CU_ASSERT_STRING_EQUAL(attrs_text(GP_OP_ROPE, &r, 3),
+                           " mode=1 n=64 theta=500000 scaling=8192 factor=8 low=1 high=4");
+    gp_attrs plain = {.i = {[GP_ROPE_N_DIMS] = 16}, .f = {[GP_ROPE_THETA] = 10000}};
+    CU_ASSERT_STRING_EQUAL(attrs_text(GP_OP_ROPE, &plain, 3), " mode=0 n=16 theta=10000");
+    gp_attrs at = {.i = {[GP_ATTENTION_WINDOW] = 4096, [GP_ATTENTION_RING] = 1},
+                   .f = {[GP_ATTENTION_SCALE] = 0.125, [GP_ATTENTION_SOFTCAP] = 50}};
+    CU_ASSERT_STRING_EQUAL(attrs_text(GP_OP_ATTENTION, &at, 3),
+                           " scale=0.125 window=4096 ring=1 softcap=50");
+    gp_attrs perm = {.i = {[GP_PERMUTE_AXES] = 1, 0, 2}};
+    CU_ASSERT_STRING_EQUAL(attrs_text(GP_OP_PERMUTE, &perm, 3), " axes=(1, 0, 2)");
+    gp_attrs sm = {.i = {[GP_SOFTMAX_CAUSAL] = 1}, .f = {[GP_SOFTMAX_SCALE] = 1}};
+    CU_ASSERT_STRING_EQUAL(attrs_text(GP_OP_SOFTMAX, &sm, 2), " scale=1 causal=1");
+    CU_ASSERT_STRING_EQUAL(attrs_text(GP_OP_ADD, &sm, 2), "");
+    CU_ASSERT_STRING_EQUAL(attrs_text(GP_OP_COUNT, &sm, 2), "");
+}
+
 /* ---- printer ---- */
 
 static void test_print(void)
@@ -997,6 +1077,7 @@ void gp_suite_ir(void)
 {
     CU_pSuite s = CU_add_suite("ir", NULL, suite_clean);
     CU_add_test(s, "core tables", test_core_tables);
+    CU_add_test(s, "attribute table", test_attr_table);
     CU_add_test(s, "diag format", test_diag_format);
     CU_add_test(s, "diag copies and prints", test_diag_copies_and_prints);
     CU_add_test(s, "diag limit", test_diag_limit);

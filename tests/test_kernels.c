@@ -708,13 +708,14 @@ static void case_rope_ff(int mode, int64_t n, double theta, const double *scale,
     double *w = malloc(sizeof(double) * (size_t)(n / 2 + 1));
     for (int64_t j = 0; j < n / 2; j++)
         w[j] = ff ? tt_geti(ff, j) : 1.0; /* read now: check_case frees ff */
-    c.at.i[0] = mode;
-    c.at.i[1] = n;
-    c.at.f[0] = theta;
+    c.at.i[GP_ROPE_MODE] = mode;
+    c.at.i[GP_ROPE_N_DIMS] = n;
+    c.at.f[GP_ROPE_THETA] = theta;
     if (scale) {
-        c.at.f[1] = scale[0];
-        c.at.i[2] = (int64_t)scale[3];
-        c.at.i[3] = gp_rope_factors_pack((float)scale[1], (float)scale[2]);
+        c.at.f[GP_ROPE_FACTOR] = scale[0];
+        c.at.i[GP_ROPE_SCALING] = (int64_t)scale[3];
+        c.at.f[GP_ROPE_LOW_FACTOR] = (float)scale[1];
+        c.at.f[GP_ROPE_HIGH_FACTOR] = (float)scale[2];
     }
     c.out = inplace ? x : tt_new(x->k.dtype, 3, x->k.ne, 0);
     c.tol = tol_for(c.out->k.dtype, 1e-6);
@@ -781,17 +782,16 @@ static void test_rope(void)
         gp_ktensor in[2] = {{xs, GP_F32, 3, {1, 1, 16}, {64, 64, 4}}, {&p, GP_I32, 1, {1}, {4}}};
         gp_ktensor o0 = {y0, GP_F32, 3, {1, 1, 16}, {64, 64, 4}}, o1 = o0;
         o1.data = y1;
-        gp_attrs plain = {.i = {0, 16}, .f = {10000.0}}, scaled = plain;
-        scaled.i[2] = 32;
-        scaled.i[3] = gp_rope_factors_pack(1.0f, 4.0f);
-        scaled.f[1] = 8;
+        gp_attrs plain = {.i = {[GP_ROPE_N_DIMS] = 16}, .f = {[GP_ROPE_THETA] = 10000.0}};
+        gp_attrs scaled = plain;
+        scaled.i[GP_ROPE_SCALING] = 32;
+        scaled.f[GP_ROPE_LOW_FACTOR] = 1;
+        scaled.f[GP_ROPE_HIGH_FACTOR] = 4;
+        scaled.f[GP_ROPE_FACTOR] = 8;
         gp_cpu_compute(GP_OP_ROPE, &plain, &o0, in, 2, NULL, 0, 0, 1);
         gp_cpu_compute(GP_OP_ROPE, &scaled, &o1, in, 2, NULL, 0, 0, 1);
         CU_ASSERT_DOUBLE_EQUAL(y1[0], y0[0], 1e-6); /* pair 0: the high band, unchanged */
         CU_ASSERT(fabs(y1[2] - y0[2]) > 0.5);       /* pair 2: the low band, 8 times slower */
-        float lo, hi;
-        gp_rope_factors(&scaled, &lo, &hi);
-        CU_ASSERT(lo == 1.0f && hi == 4.0f);
     }
     /* freq_factors (llama.cpp's rope_freqs tensor), alone and on top of a scaling. */
     for (int mode = 0; mode < 2; mode++) {
@@ -1276,7 +1276,9 @@ static void test_check(void)
     tt *rx = tt_dims(GP_F32, 0, 3, 3, 2, 8, 0), *ro = tt_new(GP_F32, 3, (int64_t[]){3, 2, 8}, 0);
     int32_t rp[3] = {0, 1, 2};
     gp_ktensor rin[2] = {rx->k, {rp, GP_I32, 1, {3}, {4}}};
-    gp_attrs ra = {.i = {0, 8, 32, gp_rope_factors_pack(1.0f, 4.0f)}, .f = {10000.0, 8.0}};
+    gp_attrs ra = {.i = {[GP_ROPE_N_DIMS] = 8, [GP_ROPE_SCALING] = 32},
+                   .f = {[GP_ROPE_THETA] = 10000.0, [GP_ROPE_FACTOR] = 8.0,
+                         [GP_ROPE_LOW_FACTOR] = 1.0, [GP_ROPE_HIGH_FACTOR] = 4.0}};
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &ra, &ro->k, rin, 2, err, sizeof err), 0);
     const struct { int64_t len; float lo, hi; double factor; } bad_scaling[] = {
         {-3, 1, 4, 8}, {32, 4, 1, 8}, {32, 0, 4, 8}, {32, 1, INFINITY, 8}, {32, 1, 4, 0},
@@ -1284,9 +1286,10 @@ static void test_check(void)
     };
     for (size_t i = 0; i < sizeof bad_scaling / sizeof bad_scaling[0]; i++) {
         gp_attrs b = ra;
-        b.i[2] = bad_scaling[i].len;
-        b.i[3] = gp_rope_factors_pack(bad_scaling[i].lo, bad_scaling[i].hi);
-        b.f[1] = bad_scaling[i].factor;
+        b.i[GP_ROPE_SCALING] = bad_scaling[i].len;
+        b.f[GP_ROPE_LOW_FACTOR] = bad_scaling[i].lo;
+        b.f[GP_ROPE_HIGH_FACTOR] = bad_scaling[i].hi;
+        b.f[GP_ROPE_FACTOR] = bad_scaling[i].factor;
         CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &b, &ro->k, rin, 2, err, sizeof err), -1);
         CU_ASSERT(strstr(err, "rope: bad llama3 scaling") == err);
     }

@@ -1344,6 +1344,65 @@ static void test_corrupt_good_loads(void)
     free(b);
 }
 
+/* rope's float32 attributes f[2] and f[3] are bits 0..31 and 32..63 of the record's iattr[3]
+ * (docs/plan-format.md, nodes), and come back as they were; values the record cannot hold are
+ * refused by the writer. */
+static void test_node_attrs_record(void)
+{
+    gp_graph *g = gp_graph_new("r");
+    gp_diag *d = gp_diag_new(NULL);
+    gp_dim sx[3] = {C(4), C(2), C(8)}, sp[1] = {C(4)};
+    int x = gp_graph_add_tensor(g, d, "x", GP_TENSOR_INPUT, GP_F32, 3, sx, NULL, here);
+    int pos = gp_graph_add_tensor(g, d, "pos", GP_TENSOR_INPUT, GP_I32, 1, sp, NULL, here);
+    gp_attrs ra = {.i = {[GP_ROPE_N_DIMS] = 8, [GP_ROPE_SCALING] = 32},
+                   .f = {[GP_ROPE_THETA] = 10000, [GP_ROPE_FACTOR] = 8,
+                         [GP_ROPE_LOW_FACTOR] = 1.5, [GP_ROPE_HIGH_FACTOR] = 4.25}};
+    int in[2] = {x, pos};
+    int r = gp_graph_add_node(g, d, GP_OP_ROPE, in, 2, &ra, NULL, 0, GP_F32, "r", here);
+    gp_graph_make_output(g, d, r, "out", GP_F32, 3, sx, here);
+    CU_ASSERT_EQUAL_FATAL(gp_diag_count(d), 0);
+    gp_plan *p = build(g, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    int k = 0;
+    while (k < p->n_nodes && p->nodes[k].op != GP_OP_ROPE)
+        k++;
+    CU_ASSERT_FATAL(k < p->n_nodes);
+    char err[256];
+    unsigned char *data = NULL;
+    size_t len = 0;
+    CU_ASSERT_EQUAL_FATAL(gp_plan_write_mem(p, &data, &len, err, sizeof err), 0);
+    const unsigned char *rec = section(data, GP_PLAN_SEC_NODES) + 8 + (size_t)k * GP_PLAN_NODE_BYTES;
+    float lo = 1.5f, hi = 4.25f;
+    uint32_t ulo, uhi;
+    memcpy(&ulo, &lo, 4);
+    memcpy(&uhi, &hi, 4);
+    CU_ASSERT_EQUAL(get64(rec + 40 + 8 * 1), 8);
+    CU_ASSERT_EQUAL(get64(rec + 40 + 8 * 2), 32);
+    CU_ASSERT_EQUAL(get64(rec + 40 + 8 * 3), ((uint64_t)uhi << 32) | ulo);
+    double f0, f1;
+    uint64_t b0 = get64(rec + 72), b1 = get64(rec + 80);
+    memcpy(&f0, &b0, 8);
+    memcpy(&f1, &b1, 8);
+    CU_ASSERT(f0 == 10000 && f1 == 8);
+    gp_plan *q = NULL;
+    CU_ASSERT_EQUAL_FATAL(gp_plan_load_mem(data, len, "r.plan", &q, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(memcmp(&q->nodes[k].attrs, &p->nodes[k].attrs, sizeof(gp_attrs)), 0);
+    CU_ASSERT(q->nodes[k].attrs.f[GP_ROPE_HIGH_FACTOR] == 4.25 && q->nodes[k].attrs.i[3] == 0);
+    gp_plan_free(q);
+    free(data);
+
+    p->nodes[k].attrs.f[GP_ROPE_LOW_FACTOR] = 0.1; /* not a float32 value */
+    CU_ASSERT_EQUAL(gp_plan_write_mem(p, &data, &len, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "rope's low 0.10000000000000001 is not a float32 value"));
+    p->nodes[k].attrs.f[GP_ROPE_LOW_FACTOR] = 1.5;
+    p->nodes[k].attrs.i[3] = 5; /* the record's iattr[3] carries low and high */
+    CU_ASSERT_EQUAL(gp_plan_write_mem(p, &data, &len, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "rope's unused integer attribute 3 is 5, not 0"));
+    gp_plan_free(p);
+    gp_diag_free(d);
+    gp_graph_free(g);
+}
+
 static void test_corrupt_header(void)
 {
     CU_ASSERT_FATAL(have_good());
@@ -1795,6 +1854,7 @@ void gp_suite_plan(void)
     CU_add_test(s, "write -> load round trip, every field", test_round_trip);
     CU_add_test(s, "empty graphs", test_empty_graphs);
     CU_add_test(s, "summary text", test_summary);
+    CU_add_test(s, "node attributes in a record", test_node_attrs_record);
     CU_pSuite c = CU_add_suite("plan file corruption", NULL, corrupt_clean);
     CU_add_test(c, "the good file loads; newer minor accepted", test_corrupt_good_loads);
     CU_add_test(c, "header fields", test_corrupt_header);
