@@ -598,8 +598,8 @@ static int check_nodes(const gp_plan *p, char *why, size_t n)
             const gp_plan_tensor *in = &p->tensors[nd->inputs[k]];
             /* The kernels that read quantized weights: get_rows' table, matmul's [N, K] b. */
             if (gp_dtype_is_quant(in->dtype) && !(nd->op == GP_OP_GET_ROWS && k == 0) &&
-                !(nd->op == GP_OP_MATMUL && k == 1 && nd->attrs.i[1] && !nd->attrs.i[0] &&
-                  in->ndim == 2)) {
+                !(nd->op == GP_OP_MATMUL && k == 1 && nd->attrs.i[GP_MATMUL_TB] &&
+                  !nd->attrs.i[GP_MATMUL_TA] && in->ndim == 2)) {
                 gp_errf(why, n, "node %d: op %s reads %s tensor %s as input %d", i, info->name,
                         gp_dtype_name(in->dtype), in->name, k);
                 return -1;
