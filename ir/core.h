@@ -144,7 +144,7 @@ typedef enum {
 #define GP_OP_ATTRS(X)                                                                            \
     /* the factor */                                                                              \
     X(SCALE, F, 0, FACTOR, "s", ALWAYS)                                                           \
-    /* c > 0: soft-capped, c tanh(x s / c); 0: not */                                             \
+    /* c > 0: soft-capped, c tanh(x s / c); 0: none */                                            \
     X(SCALE, F, 1, SOFTCAP, "softcap", NONZERO)                                                   \
     /* 1: a transposed (a is [..., K, M]) */                                                      \
     X(MATMUL, I, 0, TA, "ta", NONZERO)                                                            \
@@ -201,8 +201,10 @@ typedef enum {
 #define GP_ATTR_SLOT_I_F(id, slot)
 #define GP_ATTR_SLOT_F_I(id, slot)
 #define GP_ATTR_SLOT_F_F(id, slot) id = slot,
-#define GP_ATTR_SLOT_I(op, kind, slot, name, label, show) GP_ATTR_SLOT_I_##kind(GP_##op##_##name, slot)
-#define GP_ATTR_SLOT_F(op, kind, slot, name, label, show) GP_ATTR_SLOT_F_##kind(GP_##op##_##name, slot)
+#define GP_ATTR_SLOT_I(op, kind, slot, name, label, show) \
+    GP_ATTR_SLOT_I_##kind(GP_##op##_##name, slot)
+#define GP_ATTR_SLOT_F(op, kind, slot, name, label, show) \
+    GP_ATTR_SLOT_F_##kind(GP_##op##_##name, slot)
 typedef enum { GP_OP_ATTRS(GP_ATTR_SLOT_I) } gp_iattr;
 typedef enum { GP_OP_ATTRS(GP_ATTR_SLOT_F) } gp_fattr;
 
