@@ -93,7 +93,7 @@ static double time_node(gp_threadpool *pool, node *n)
 static void bench_matmul(gp_threadpool *pool, int64_t M, int64_t K, int64_t N, gp_dtype wt)
 {
     node n = {.op = GP_OP_MATMUL, .n_in = 2};
-    n.at.i[1] = 1; /* x [M, K] times W [N, K]^T */
+    n.at.i[GP_MATMUL_TB] = 1; /* x [M, K] times W [N, K]^T */
     n.in[0] = tensor(GP_F32, 2, (int64_t[]){M, K});
     n.in[1] = tensor(wt, 2, (int64_t[]){N, K});
     n.out = tensor(GP_F32, 2, (int64_t[]){M, N});
@@ -111,7 +111,7 @@ static void bench_attention(gp_threadpool *pool, int64_t T, int64_t H, int64_t G
                             int64_t S, int nth)
 {
     node n = {.op = GP_OP_ATTENTION, .n_in = 4};
-    n.at.f[0] = 0.125;
+    n.at.f[GP_ATTENTION_SCALE] = 0.125;
     n.in[0] = tensor(GP_F32, 3, (int64_t[]){T, H, D});
     n.in[1] = tensor(GP_F16, 3, (int64_t[]){S, G, D});
     n.in[2] = tensor(GP_F16, 3, (int64_t[]){S, G, D});

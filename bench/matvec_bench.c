@@ -42,7 +42,7 @@ static double time_products(gp_cu_ctx *c, const shape *s, char *w, int copies, s
 {
     gp_attrs am;
     memset(&am, 0, sizeof am);
-    am.i[1] = s->nk;
+    am.i[GP_MATMUL_TB] = s->nk;
     gp_cu_tensor in[2], o = tensor2(out, GP_F32, 1, s->N);
     in[0] = tensor2(x, GP_F32, 1, s->K);
     cudaGraph_t g;

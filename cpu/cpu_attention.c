@@ -73,7 +73,8 @@ static void attention_grouped(const gp_attrs *at, const gp_ktensor *out, const g
     const gp_ktensor *q = &in[0], *k = &in[1], *v = &in[2], *pos = &in[3];
     int64_t T = q->ne[0], H = q->ne[1], D = q->ne[2], S = k->ne[0], G = k->ne[1], hg = H / G;
     int64_t nch = (hg + R - 1) / R, r0, r1;
-    float scale = (float)at->f[0], cap = (float)at->f[1];
+    float scale = (float)at->f[GP_ATTENTION_SCALE], cap = (float)at->f[GP_ATTENTION_SOFTCAP];
+    int64_t window = at->i[GP_ATTENTION_WINDOW];
     float bq[GP_ATTN_GROUP][GP_CHUNK], acc[GP_ATTN_GROUP][GP_CHUNK], inv[GP_ATTN_GROUP];
     const float *qs[GP_ATTN_GROUP], *ws[GP_ATTN_GROUP];
     float *scs[GP_ATTN_GROUP], *accs[GP_ATTN_GROUP];
@@ -83,7 +84,7 @@ static void attention_grouped(const gp_attrs *at, const gp_ktensor *out, const g
         int nr = hg - (h0 - g * hg) < R ? (int)(hg - (h0 - g * hg)) : R;
         int32_t p;
         memcpy(&p, (const char *)pos->data + t * pos->nb[0], 4);
-        int64_t s0 = at->i[0] > 0 && p - at->i[0] + 1 > 0 ? p - at->i[0] + 1 : 0, n = p + 1 - s0;
+        int64_t s0 = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0, n = p + 1 - s0;
         GP_ASSERT(p >= 0 && p < S);
         for (int j = 0; j < nr; j++) {
             gp_cpu_load_row(bq[j], (const char *)q->data + t * q->nb[0] + (h0 + j) * q->nb[1], D,
@@ -128,7 +129,10 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
     if (ith >= nuse)
         return;
     float *sc = (float *)((char *)ws + (size_t)ith * per); /* [S] scores of one query row */
-    float scale = (float)at->f[0], cap = (float)at->f[1]; /* cap > 0: soft-capped scores */
+    /* cap > 0: soft-capped scores */
+    float scale = (float)at->f[GP_ATTENTION_SCALE], cap = (float)at->f[GP_ATTENTION_SOFTCAP];
+    int64_t window = at->i[GP_ATTENTION_WINDOW];
+    int in_ring = at->i[GP_ATTENTION_RING] != 0;
     float bq[GP_CHUNK], bk[GP_CHUNK], acc[GP_CHUNK];
     int64_t r0, r1;
     /* Rows of k and v with contiguous heads of at most GP_CHUNK: the fused loops of cpu_dot.h
@@ -143,7 +147,7 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
     int64_t hg = H / G, room = (int64_t)(ws_size / per) / nuse;
     gp_attn_scores_group_fn gscores;
     gp_attn_accum_group_fn gaccum;
-    if (fast && !at->i[1] && hg > 1 && room > 1 && gp_cpu_attn_group(&gscores, &gaccum)) {
+    if (fast && !in_ring && hg > 1 && room > 1 && gp_cpu_attn_group(&gscores, &gaccum)) {
         int R = (int)(hg < GP_ATTN_GROUP ? hg : GP_ATTN_GROUP);
         if (R > room)
             R = (int)room;
@@ -161,11 +165,11 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
         int64_t h = r / T, t = r % T, g = h / (H / G);
         int32_t p;
         memcpy(&p, (const char *)pos->data + t * pos->nb[0], 4);
-        /* A sliding window of W rows (i[0] > 0) starts at p - W + 1; in a ring (i[1]) position s
-         * is row s % S (W <= S: gp_cpu_check). sc[s - s0] is position s's score. */
-        int64_t s0 = at->i[0] > 0 && p - at->i[0] + 1 > 0 ? p - at->i[0] + 1 : 0;
-        int64_t ring = at->i[1] ? S : INT64_MAX;
-        GP_ASSERT(p >= 0 && (p < S || at->i[1]) && p - s0 < S);
+        /* A sliding window of W rows (window > 0) starts at p - W + 1; in a ring position s is
+         * row s % S (W <= S: gp_cpu_check). sc[s - s0] is position s's score. */
+        int64_t s0 = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+        int64_t ring = in_ring ? S : INT64_MAX;
+        GP_ASSERT(p >= 0 && (p < S || in_ring) && p - s0 < S);
         const char *pq = (const char *)q->data + t * q->nb[0] + h * q->nb[1];
         const char *pk = (const char *)k->data + g * k->nb[1];
         const char *pv = (const char *)v->data + g * v->nb[1];
@@ -175,7 +179,7 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
         float mx = -INFINITY;
         if (D <= GP_CHUNK)
             gp_cpu_load_row(bq, pq, D, q->nb[2], q->dtype);
-        if (fast && !at->i[1]) { /* the window's rows are contiguous: no ring */
+        if (fast && !in_ring) { /* the window's rows are contiguous: no ring */
             int64_t n = p + 1 - s0;
             scores(bq, pk + s0 * k->nb[0], k->nb[0], k->dtype, D, n, scale, sc);
             float inv = softmax_row(sc, n, cap);

@@ -157,7 +157,7 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
         const gp_ktensor *y = &in[1];
         if (x->ndim < 2 || y->ndim < 2 || out->ndim < 2)
             return fail(err, n, op, "a, b and out need at least 2 dims");
-        int ta = a->i[0] != 0, tb = a->i[1] != 0;
+        int ta = a->i[GP_MATMUL_TA] != 0, tb = a->i[GP_MATMUL_TB] != 0;
         int64_t M = x->ne[x->ndim - 2 + ta], K = x->ne[x->ndim - 1 - ta];
         int64_t K2 = y->ne[y->ndim - 2 + tb], N = y->ne[y->ndim - 1 - tb];
         if (K != K2 || out->ne[out->ndim - 2] != M || out->ne[out->ndim - 1] != N)
@@ -197,22 +197,24 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
                 return fail(err, n, op, "input %d must be [%lld]", i,
                             (long long)x->ne[x->ndim - 1]);
         return 0;
-    case GP_OP_ROPE:
+    case GP_OP_ROPE: {
         if (x->ndim != 3 || !same_shape(x, out))
             return fail(err, n, op, "x and out must be [T, H, D]");
-        if ((a->i[0] != 0 && a->i[0] != 1) || a->i[1] < 0 || a->i[1] > x->ne[2] || a->i[1] % 2)
+        int64_t mode = a->i[GP_ROPE_MODE], dims = a->i[GP_ROPE_N_DIMS];
+        if ((mode != 0 && mode != 1) || dims < 0 || dims > x->ne[2] || dims % 2)
             return fail(err, n, op, "bad mode %lld or rotated dims %lld (D = %lld)",
-                        (long long)a->i[0], (long long)a->i[1], (long long)x->ne[2]);
+                        (long long)mode, (long long)dims, (long long)x->ne[2]);
         if (in[1].dtype != GP_I32 || in[1].ndim != 1 || in[1].ne[0] != x->ne[0])
             return fail(err, n, op, "pos must be i32 [%lld]", (long long)x->ne[0]);
-        if (n_in > 2 && (in[2].dtype != GP_F32 || in[2].ndim != 1 || in[2].ne[0] != a->i[1] / 2))
-            return fail(err, n, op, "freq_factors must be f32 [%lld]", (long long)(a->i[1] / 2));
+        if (n_in > 2 && (in[2].dtype != GP_F32 || in[2].ndim != 1 || in[2].ne[0] != dims / 2))
+            return fail(err, n, op, "freq_factors must be f32 [%lld]", (long long)(dims / 2));
         return gp_rope_check_scaling(a, err, n);
+    }
     case GP_OP_CONCAT: {
         const gp_ktensor *y = &in[1];
-        int64_t ax = a->i[0] < 0 ? a->i[0] + x->ndim : a->i[0];
+        int64_t axis = a->i[GP_CONCAT_AXIS], ax = axis < 0 ? axis + x->ndim : axis;
         if (ax < 0 || ax >= x->ndim || y->ndim != x->ndim || out->ndim != x->ndim)
-            return fail(err, n, op, "bad axis %lld or ranks", (long long)a->i[0]);
+            return fail(err, n, op, "bad axis %lld or ranks", (long long)axis);
         for (int d = 0; d < x->ndim; d++) {
             int64_t want = d == ax ? x->ne[d] + y->ne[d] : x->ne[d];
             if ((d != ax && y->ne[d] != x->ne[d]) || out->ne[d] != want)
@@ -231,10 +233,11 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
                             (long long)src->ne[d]);
         if (!is_float(src->dtype) || !is_float(x->dtype))
             return fail(err, n, op, "dst and src must be float tensors");
-        if (a->i[0] != 0 && a->i[0] != 1)
-            return fail(err, n, op, "bad ring flag %lld", (long long)a->i[0]);
+        int64_t ring = a->i[GP_STORE_RING];
+        if (ring != 0 && ring != 1)
+            return fail(err, n, op, "bad ring flag %lld", (long long)ring);
         /* A ring takes any position (row pos % S). */
-        return check_index(&in[1], src->ne[0], a->i[0] ? INT32_MAX : x->ne[0], "pos", op, err, n);
+        return check_index(&in[1], src->ne[0], ring ? INT32_MAX : x->ne[0], "pos", op, err, n);
     }
     case GP_OP_ATTENTION: {
         const gp_ktensor *k = &in[1], *v = &in[2];
@@ -246,15 +249,16 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
                         (long long)k->ne[0], (long long)k->ne[1], (long long)k->ne[2]);
         if (!is_float(k->dtype) || !is_float(v->dtype))
             return fail(err, n, op, "k and v must be float tensors");
-        if (a->i[0] < 0 || a->i[0] > INT32_MAX)
-            return fail(err, n, op, "bad window %lld", (long long)a->i[0]);
-        if (a->i[1] != 0 && a->i[1] != 1)
-            return fail(err, n, op, "bad ring flag %lld", (long long)a->i[1]);
-        if (a->i[1] && (a->i[0] < 1 || a->i[0] + x->ne[0] - 1 > k->ne[0]))
+        int64_t window = a->i[GP_ATTENTION_WINDOW], ring = a->i[GP_ATTENTION_RING];
+        if (window < 0 || window > INT32_MAX)
+            return fail(err, n, op, "bad window %lld", (long long)window);
+        if (ring != 0 && ring != 1)
+            return fail(err, n, op, "bad ring flag %lld", (long long)ring);
+        if (ring && (window < 1 || window + x->ne[0] - 1 > k->ne[0]))
             return fail(err, n, op, "a ring of %lld rows cannot hold a window of %lld for %lld "
                         "new tokens (needs window + tokens - 1 rows)", (long long)k->ne[0],
-                        (long long)a->i[0], (long long)x->ne[0]);
-        return check_index(&in[3], x->ne[0], a->i[1] ? INT32_MAX : k->ne[0], "pos", op, err, n);
+                        (long long)window, (long long)x->ne[0]);
+        return check_index(&in[3], x->ne[0], ring ? INT32_MAX : k->ne[0], "pos", op, err, n);
     }
     default:
         return fail(err, n, op, "unknown op %d", (int)op);

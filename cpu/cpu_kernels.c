@@ -188,7 +188,7 @@ static void unary_apply(gp_op op, const gp_attrs *a, float *x, int64_t n)
 {
     switch (op) {
     case GP_OP_SCALE: {
-        float s = (float)a->f[0], cap = (float)a->f[1];
+        float s = (float)a->f[GP_SCALE_FACTOR], cap = (float)a->f[GP_SCALE_SOFTCAP];
         for (int64_t i = 0; i < n; i++)
             x[i] *= s;
         if (cap > 0) /* soft-capping */
@@ -291,7 +291,9 @@ static void k_norm(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_
     gp_t4 o = gp_t4_of(out), x = gp_t4_of(&in[0]);
     const gp_ktensor *w = &in[1], *b = op == GP_OP_LAYER_NORM && n_in > 2 ? &in[2] : NULL;
     int64_t n = o.ne[3], r0, r1;
-    float eps = (float)a->f[0], off = op == GP_OP_RMS_NORM ? (float)a->f[1] : 0.0f;
+    int ln = op == GP_OP_LAYER_NORM;
+    float eps = (float)a->f[ln ? GP_LAYER_NORM_EPS : GP_RMS_NORM_EPS];
+    float off = ln ? 0.0f : (float)a->f[GP_RMS_NORM_OFFSET];
     float bx[GP_CHUNK], bw[GP_CHUNK], bb[GP_CHUNK];
     gp_share(gp_t4_rows(&o), ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -336,7 +338,7 @@ static void k_softmax(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor
 {
     gp_t4 o = gp_t4_of(out), x = gp_t4_of(in);
     int64_t S = o.ne[3], T = o.ne[2], r0, r1;
-    float scale = (float)a->f[0];
+    float scale = (float)a->f[GP_SOFTMAX_SCALE];
     float bx[GP_CHUNK];
     gp_share(gp_t4_rows(&o), ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -344,7 +346,7 @@ static void k_softmax(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor
         const char *px = x.p + gp_t4_row_off(&x, o.ne, r);
         /* Causal: (t, s) is kept when s <= t + S - T. */
         int64_t nv = S;
-        if (a->i[0]) {
+        if (a->i[GP_SOFTMAX_CAUSAL]) {
             nv = r % T + S - T + 1;
             nv = nv < 0 ? 0 : nv > S ? S : nv;
         }
@@ -381,8 +383,9 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
                    int ith, int nth)
 {
     const gp_ktensor *x = &in[0], *pos = &in[1], *ff = n_in > 2 ? &in[2] : NULL; /* ff: [n/2] */
-    int64_t T = out->ne[0], H = out->ne[1], D = out->ne[2], n = a->i[1], half = n / 2, r0, r1;
-    int interleaved = a->i[0] == 1;
+    int64_t T = out->ne[0], H = out->ne[1], D = out->ne[2], n = a->i[GP_ROPE_N_DIMS], half = n / 2;
+    int64_t r0, r1;
+    int interleaved = a->i[GP_ROPE_MODE] == 1;
     float bu[GP_CHUNK / 2], bv[GP_CHUNK / 2], cs[GP_CHUNK / 2], sn[GP_CHUNK / 2], bt[GP_CHUNK];
     GP_ASSERT(n >= 0 && n <= D && n % 2 == 0);
     (void)T;
@@ -390,7 +393,7 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
      * heads: computed when t changes (rows run t-major), not per row. */
     int64_t angles_of = -1;
     /* LongRoPE's attention factor on the cosines and sines (1, exact, otherwise) */
-    float mscale = a->i[2] == GP_ROPE_LONGROPE ? (float)a->f[1] : 1.0f;
+    float mscale = a->i[GP_ROPE_SCALING] == GP_ROPE_LONGROPE ? (float)a->f[GP_ROPE_FACTOR] : 1.0f;
     gp_share(T * H, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t t = r / H, h = r % H;
@@ -482,7 +485,8 @@ static void k_concat(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor
                      int nth)
 {
     gp_t4 o = gp_t4_of(out), a = gp_t4_of(&in[0]), b = gp_t4_of(&in[1]);
-    int ax = (int)(at->i[0] < 0 ? at->i[0] + out->ndim : at->i[0]) + 4 - out->ndim;
+    int64_t axis = at->i[GP_CONCAT_AXIS];
+    int ax = (int)(axis < 0 ? axis + out->ndim : axis) + 4 - out->ndim;
     int64_t na = a.ne[ax], r0, r1;
     GP_ASSERT(ax >= 0 && ax < 4);
     gp_share(gp_t4_rows(&o), ith, nth, &r0, &r1);
@@ -527,7 +531,7 @@ static void k_store(const gp_attrs *a, const gp_ktensor *in, int ith, int nth)
         int64_t os = gp_t4_row_off(&s4, d4.ne, row) + c * s4.nb[3];
         for (int64_t t = 0; t < T; t++) {
             int32_t p = load_i32((const char *)pos->data + t * pos->nb[0]);
-            if (a->i[0])
+            if (a->i[GP_STORE_RING])
                 p = (int32_t)(p % S); /* a ring: gp_cpu_check allows any p >= 0 */
             GP_ASSERT(p >= 0 && p < S);
             copy_row((char *)dst->data + p * dst->nb[0] + od, d4.nb[3], d4.t,

@@ -550,7 +550,7 @@ void gp_cpu_matmul_epi(const gp_attrs *at, const gp_ktensor *out, const gp_ktens
     q.o = gp_t4_of(out);
     q.a = gp_t4_of(&in[0]);
     q.b = gp_t4_of(&in[1]);
-    int ta = at->i[0] != 0, tb = at->i[1] != 0;
+    int ta = at->i[GP_MATMUL_TA] != 0, tb = at->i[GP_MATMUL_TB] != 0;
     gp_t4 *o = &q.o, *a = &q.a, *b = &q.b;
     q.M = o->ne[2];
     q.N = o->ne[3];

@@ -624,13 +624,15 @@ static unsigned *att_counters(const gp_cu_ctx *c, int nsplit, int64_t T, int64_t
     return NULL;
 }
 
-/* The attention node's window (i[0]), ring (i[1]) and softcap (f[1]) over a cache of S rows. */
+/* The attention node's window, ring and softcap over a cache of S rows. */
 static AttMask att_mask(const gp_attrs *a, int64_t S)
 {
     AttMask mk;
-    mk.window = a->i[0] > 0 ? a->i[0] : 0;
-    mk.ring = a->i[1] ? S : 0;
-    mk.cap = a->f[1] > 0 ? (float)a->f[1] : 0.0f;
+    int64_t window = a->i[GP_ATTENTION_WINDOW];
+    double cap = a->f[GP_ATTENTION_SOFTCAP];
+    mk.window = window > 0 ? window : 0;
+    mk.ring = a->i[GP_ATTENTION_RING] ? S : 0;
+    mk.cap = cap > 0 ? (float)cap : 0.0f;
     return mk;
 }
 
@@ -647,7 +649,8 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
                  32 * ATT_MAXJ);
         return -1;
     }
-    if (a->i[1] && !(a->i[0] > 0 && a->i[0] <= S)) {
+    int64_t window = a->i[GP_ATTENTION_WINDOW];
+    if (a->i[GP_ATTENTION_RING] && !(window > 0 && window <= S)) {
         snprintf(c->err, sizeof c->err, "attention: a ring needs a window of 1 to S = %lld rows",
                  (long long)S);
         return -1;
@@ -662,7 +665,7 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
     /* Split over the cache when few queries would leave the GPU idle and the partials fit. */
     int nsplit = att_splits(T, H, D, ws, ws_size);
     dim3 grid((unsigned)H, (unsigned)T, (unsigned)nsplit);
-    float scale = (float)a->f[0], *part = (float *)ws;
+    float scale = (float)a->f[GP_ATTENTION_SCALE], *part = (float *)ws;
     /* Combining in the last block needs a counter per (t, h). */
     unsigned *counters = att_counters(c, nsplit, T, H);
     int J = (int)((D + 31) / 32);

@@ -115,7 +115,8 @@ static int check_rope_freq_factors(const gp_plan *p, char *err, size_t err_len)
 {
     for (int i = 0; i < p->n_nodes; i++) {
         const gp_plan_node *nd = &p->nodes[i];
-        if (nd->op == GP_OP_ROPE && (nd->n_inputs > 2 || nd->attrs.i[2] == GP_ROPE_LONGROPE)) {
+        if (nd->op == GP_OP_ROPE &&
+            (nd->n_inputs > 2 || nd->attrs.i[GP_ROPE_SCALING] == GP_ROPE_LONGROPE)) {
             snprintf(err, err_len, "cuda: node %d (rope, line %d): rope %s has no CUDA kernel "
                      "yet; run this plan with --backend cpu", i, nd->line,
                      nd->n_inputs > 2 ? "freq_factors" : "scaling longrope");

@@ -204,7 +204,8 @@ static int enqueue_nodes(cuda_be *b, int long_ctx, char *err, size_t err_len)
             b->kc.trig_early = 0;
         }
         else if (!r && cn->pair >= 0)
-            r = gp_cuda_store2(&b->kc, cn->in, b->nodes[cn->pair].in, (int)nd->attrs.i[0]);
+            r = gp_cuda_store2(&b->kc, cn->in, b->nodes[cn->pair].in,
+                               (int)nd->attrs.i[GP_STORE_RING]);
         else if (!r && cn->embadd) {
             const cu_node *g0 = &b->nodes[i - 2], *g1 = &b->nodes[i - 1];
             r = gp_cuda_get_rows_add(&b->kc, &cn->out, &g0->in[0], &g0->in[1], &g1->in[0],

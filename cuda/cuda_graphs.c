@@ -46,7 +46,7 @@ static int bucket_safe(const gp_plan *p)
         if (nd->op != GP_OP_MATMUL)
             continue;
         const gp_plan_tensor *a = &p->tensors[nd->inputs[0]];
-        if (a->ndim >= 2 && a->sym[a->ndim - (nd->attrs.i[0] ? 2 : 1)] >= 0)
+        if (a->ndim >= 2 && a->sym[a->ndim - (nd->attrs.i[GP_MATMUL_TA] ? 2 : 1)] >= 0)
             return 0;
     }
     return 1;

@@ -209,7 +209,7 @@ typedef struct {
     int64_t n;       /* rotated dims: even, <= D */
     double theta;
     gp_dtype dtype;  /* the rope's output dtype: each result is rounded to it */
-    /* Scaling of the frequencies (the rope node's i[2] and f[1]; ir/core.h, gp_rope_freq):
+    /* Scaling of the frequencies (the rope node's scaling and factor; ir/core.h, gp_rope_freq):
      * orig_len GP_ROPE_LINEAR, every frequency divided by factor; orig_len > 0, Llama 3's:
      * original_max_position_embeddings, factor, low and high_freq_factor; orig_len 0: unscaled. */
     int64_t orig_len;

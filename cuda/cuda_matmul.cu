@@ -411,7 +411,7 @@ int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const
         return 0;
     }
     KT o = gp_kt_of(c, out), ka = gp_kt_of(c, &in[0]), kb = gp_kt_of(c, &in[1]);
-    int ta = a->i[0] != 0, tb = a->i[1] != 0;
+    int ta = a->i[GP_MATMUL_TA] != 0, tb = a->i[GP_MATMUL_TB] != 0;
     if (in[0].ndim < 2 || in[1].ndim < 2 || out->ndim < 2) {
         snprintf(c->err, sizeof c->err, "matmul: operands need two dims or more");
         return -1;

@@ -1450,7 +1450,7 @@ extern "C" int64_t gp_cuda_fold(gp_cu_ctx *c, const gp_cu_prenorm *pre, const gp
                                 const gp_cu_tensor *w, float *dst)
 {
     KT kb = gp_kt_of(c, w);
-    int tb = a->i[1] != 0;
+    int tb = a->i[GP_MATMUL_TB] != 0;
     mat B = mat_of(kb, tb);
     int64_t K = tb ? kb.ne[3] : kb.ne[2], N = tb ? kb.ne[2] : kb.ne[3];
     int64_t es = kb.t == GP_F16 || kb.t == GP_BF16 ? 2 : kb.t == GP_F32 ? 4 : 0;

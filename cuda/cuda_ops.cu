@@ -437,17 +437,19 @@ extern "C" gp_cu_rope gp_cuda_rope_of(const gp_attrs *a, gp_dtype dtype)
     gp_cu_rope r;
     memset(&r, 0, sizeof r);
     r.on = 1;
-    r.interleaved = a->i[0] == 1;
-    r.n = a->i[1];
-    r.theta = a->f[0];
+    int64_t scaling = a->i[GP_ROPE_SCALING];
+    r.interleaved = a->i[GP_ROPE_MODE] == 1;
+    r.n = a->i[GP_ROPE_N_DIMS];
+    r.theta = a->f[GP_ROPE_THETA];
     r.dtype = dtype;
-    if (a->i[2] == GP_ROPE_LINEAR) { /* linear scaling (ir/core.h) */
+    if (scaling == GP_ROPE_LINEAR) { /* linear scaling (ir/core.h) */
         r.orig_len = GP_ROPE_LINEAR;
-        r.factor = a->f[1];
-    } else if (a->i[2] > 0) { /* Llama 3 scaling */
-        r.orig_len = a->i[2];
-        r.factor = a->f[1];
-        gp_rope_factors(a, &r.low, &r.high);
+        r.factor = a->f[GP_ROPE_FACTOR];
+    } else if (scaling > 0) { /* Llama 3 scaling */
+        r.orig_len = scaling;
+        r.factor = a->f[GP_ROPE_FACTOR];
+        r.low = (float)a->f[GP_ROPE_LOW_FACTOR];
+        r.high = (float)a->f[GP_ROPE_HIGH_FACTOR];
     }
     return r;
 }
@@ -813,9 +815,11 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
     case GP_OP_SCALE:
     case GP_OP_GELU:
     case GP_OP_GELU_ERF:
-    case GP_OP_SILU:
-        return launch_elementwise(c, op, (float)a->f[0], out, &in[0], NULL,
-                                  op == GP_OP_SCALE ? (float)a->f[1] : 0.0f);
+    case GP_OP_SILU: {
+        int sc = op == GP_OP_SCALE; /* the others have no attributes */
+        return launch_elementwise(c, op, sc ? (float)a->f[GP_SCALE_FACTOR] : 0.0f, out, &in[0],
+                                  NULL, sc ? (float)a->f[GP_SCALE_SOFTCAP] : 0.0f);
+    }
     case GP_OP_CONT:
     case GP_OP_CAST:
         return launch_elementwise(c, EW_COPY, 0.0f, out, &in[0], NULL);
@@ -837,8 +841,9 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
                      : wt == GP_BF16 ? k_norm<GP_BF16>
                      : wt == GP_F32  ? k_norm<GP_F32>
                                      : k_norm<-1>,
-                     rows_grid(o), norm_threads(o.ne[3]), 0, ln, (float)a->f[0],
-                     ln ? 0.0f : (float)a->f[1], o, x, w, b, has_b,
+                     rows_grid(o), norm_threads(o.ne[3]), 0, ln,
+                     (float)a->f[ln ? GP_LAYER_NORM_EPS : GP_RMS_NORM_EPS],
+                     ln ? 0.0f : (float)a->f[GP_RMS_NORM_OFFSET], o, x, w, b, has_b,
                      !!(c->late & GP_LATE_NORM), c->d_syms);
         return gp_cu_check_launch(c, "norm");
     }
@@ -846,13 +851,13 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         KT o = gp_kt_of(c, out), x = gp_kt_of(c, &in[0]);
         if (kt_count(o, 4) == 0)
             return 0;
-        gp_cu_launch(c, k_softmax, rows_grid(o), THREADS, 0, (int)a->i[0], (float)a->f[0], o, x,
-                     c->d_syms);
+        gp_cu_launch(c, k_softmax, rows_grid(o), THREADS, 0, (int)a->i[GP_SOFTMAX_CAUSAL],
+                     (float)a->f[GP_SOFTMAX_SCALE], o, x, c->d_syms);
         return gp_cu_check_launch(c, "softmax");
     }
     case GP_OP_ROPE: {
         KT o = gp_kt_of(c, out), x = gp_kt_of(c, &in[0]), p = gp_kt_of(c, &in[1]);
-        int64_t n = a->i[1];
+        int64_t n = a->i[GP_ROPE_N_DIMS];
         if (out->ndim != 3 || n < 0 || n > o.ne[3] || n % 2) {
             snprintf(c->err, sizeof c->err, "rope: needs x [T, H, D] and even n <= D (n = %lld)",
                      (long long)n);
@@ -879,9 +884,10 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
     }
     case GP_OP_CONCAT: {
         KT o = gp_kt_of(c, out), ka = gp_kt_of(c, &in[0]), kb = gp_kt_of(c, &in[1]);
-        int ax = (int)(a->i[0] < 0 ? a->i[0] + out->ndim : a->i[0]) + 4 - out->ndim;
+        int64_t axis = a->i[GP_CONCAT_AXIS];
+        int ax = (int)(axis < 0 ? axis + out->ndim : axis) + 4 - out->ndim;
         if (ax < 4 - out->ndim || ax > 3) {
-            snprintf(c->err, sizeof c->err, "concat: axis %lld out of range", (long long)a->i[0]);
+            snprintf(c->err, sizeof c->err, "concat: axis %lld out of range", (long long)axis);
             return -1;
         }
         int64_t n = kt_count(o, 4);
@@ -893,7 +899,7 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
     case GP_OP_ARGMAX:
         return launch_argmax(c, out, &in[0], NULL);
     case GP_OP_STORE:
-        return launch_store(c, in, NULL, (int)a->i[0]);
+        return launch_store(c, in, NULL, (int)a->i[GP_STORE_RING]);
     case GP_OP_MATMUL:
         return gp_cu_matmul(c, a, out, in, ws, ws_size, NULL, NULL, NULL, NULL);
     case GP_OP_ATTENTION:

@@ -269,7 +269,8 @@ static void plan_store_pairs(cuda_be *b)
         const gp_plan_node *c = &p->nodes[j];
         const gp_plan_tensor *sa = &p->tensors[a->inputs[2]], *sc = &p->tensors[c->inputs[2]];
         int ok = c->inputs[1] == a->inputs[1] && sa->ndim == sc->ndim && sa->ndim >= 1 &&
-                 (a->attrs.i[0] != 0) == (c->attrs.i[0] != 0) && /* both rings, or neither */
+                 /* both rings, or neither */
+                 (a->attrs.i[GP_STORE_RING] != 0) == (c->attrs.i[GP_STORE_RING] != 0) &&
                  sa->sym[0] == sc->sym[0] && sa->dims[0] == sc->dims[0] &&
                  root_of(p, c->inputs[0]) != root_of(p, a->inputs[0]) &&
                  root_of(p, c->inputs[2]) != root_of(p, a->inputs[0]) &&
@@ -316,8 +317,8 @@ static void plan_group_norm(cuda_be *b, const int *uses, int i, int n)
     cu_node *cn = &b->nodes[i];
     cn->grpnorm = 1;
     memset(&cn->pre, 0, sizeof cn->pre);
-    cn->pre.eps = (float)nd->attrs.f[0];
-    cn->pre.offset = (float)nd->attrs.f[1]; /* the weight offset (Gemma's 1 + w) */
+    cn->pre.eps = (float)nd->attrs.f[GP_RMS_NORM_EPS];
+    cn->pre.offset = (float)nd->attrs.f[GP_RMS_NORM_OFFSET]; /* the weight offset (Gemma's 1 + w) */
     tensor_of(b, nd->inputs[0], &cn->pre.x);
     tensor_of(b, nd->inputs[1], &cn->pre.w);
 }
@@ -334,7 +335,7 @@ static void plan_matvec_groups(cuda_be *b, const int *uses)
     const gp_plan *p = b->p;
     for (int i = 0; i < p->n_nodes; i++) {
         const gp_plan_node *a = &p->nodes[i];
-        if (a->op != GP_OP_MATMUL || a->attrs.i[0] != 0 || b->nodes[i].epi.n > 0 ||
+        if (a->op != GP_OP_MATMUL || a->attrs.i[GP_MATMUL_TA] != 0 || b->nodes[i].epi.n > 0 ||
             b->nodes[i].skip || (i > 0 && b->nodes[i - 1].prenorm))
             continue;
         const gp_plan_tensor *xr = root_of(p, a->inputs[0]);
@@ -344,8 +345,8 @@ static void plan_matvec_groups(cuda_be *b, const int *uses)
             /* quantized weights all or none (gp_cu_quant_group takes the types it has kernels
              * for, else the group's nodes run one by one) */
             gp_dtype wt = p->tensors[m->inputs[1]].dtype, w0 = p->tensors[a->inputs[1]].dtype;
-            if (m->op != GP_OP_MATMUL || m->inputs[0] != a->inputs[0] || m->attrs.i[0] != 0 ||
-                gp_dtype_is_quant(wt) != gp_dtype_is_quant(w0) ||
+            if (m->op != GP_OP_MATMUL || m->inputs[0] != a->inputs[0] ||
+                m->attrs.i[GP_MATMUL_TA] != 0 || gp_dtype_is_quant(wt) != gp_dtype_is_quant(w0) ||
                 b->nodes[i + n].epi.n > 0 || b->nodes[i + n].skip ||
                 overlaps(&p->tensors[m->output], xr))
                 break;
@@ -364,14 +365,14 @@ static void plan_matvec_groups(cuda_be *b, const int *uses)
             int first = sw->inputs[0] == o0 ? i : i + 1; /* the product silu is applied to */
             g->glu = 1;
             g->w[0] = b->nodes[first].in[1];
-            g->tb[0] = p->nodes[first].attrs.i[1] != 0;
+            g->tb[0] = p->nodes[first].attrs.i[GP_MATMUL_TB] != 0;
             g->w[1] = b->nodes[2 * i + 1 - first].in[1];
-            g->tb[1] = p->nodes[2 * i + 1 - first].attrs.i[1] != 0;
+            g->tb[1] = p->nodes[2 * i + 1 - first].attrs.i[GP_MATMUL_TB] != 0;
             g->out[0] = b->nodes[i + 2].out;
         } else {
             for (int s = 0; s < n; s++) {
                 g->w[s] = b->nodes[i + s].in[1];
-                g->tb[s] = p->nodes[i + s].attrs.i[1] != 0;
+                g->tb[s] = p->nodes[i + s].attrs.i[GP_MATMUL_TB] != 0;
                 g->out[s] = b->nodes[i + s].out;
             }
         }
@@ -401,16 +402,16 @@ static void plan_ar_norms(cuda_be *b)
         const gp_plan_tensor *w = &p->tensors[nd->inputs[1]];
         const gp_plan_tensor *bias = nd->op == GP_OP_LAYER_NORM && nd->n_inputs > 2
                                          ? &p->tensors[nd->inputs[2]] : NULL;
-        /* the kernel reads no weight offset (an rms_norm's f[1]): such norms run on their own */
+        /* the kernel reads no weight offset (an rms_norm's): such norms run on their own */
         if (x->dtype != GP_F32 || x->view_src >= 0 || h->view_src >= 0 || overlaps(h, x) ||
-            (nd->op == GP_OP_RMS_NORM && nd->attrs.f[1] != 0) ||
+            (nd->op == GP_OP_RMS_NORM && nd->attrs.f[GP_RMS_NORM_OFFSET] != 0) ||
             w->ndim != 1 || (bias && bias->ndim != 1) || h->ndim < 1 || x->ndim < 1 ||
             h->stride[h->ndim - 1] != 1 || w->dims[0] != x->dims[x->ndim - 1] ||
             (bias && bias->dims[0] != w->dims[0]))
             continue;
         gp_cuda_ar_norm *an = &b->nodes[i].arnorm;
         an->is_ln = nd->op == GP_OP_LAYER_NORM;
-        an->eps = (float)nd->attrs.f[0];
+        an->eps = (float)nd->attrs.f[an->is_ln ? GP_LAYER_NORM_EPS : GP_RMS_NORM_EPS];
         an->w = tensor_addr(b, w);
         an->w_dt = w->dtype;
         an->b = bias ? tensor_addr(b, bias) : NULL;
@@ -446,7 +447,7 @@ static void plan_prenorms(cuda_be *b, const int *uses)
         const gp_plan_tensor *h = &p->tensors[nd->output], *x = &p->tensors[nd->inputs[0]];
         if (h->kind != GP_TENSOR_INTERMEDIATE || h->view_src >= 0 || uses[nd->output] != 1 ||
             b->nodes[i].tailed ||
-            mm->inputs[0] != nd->output || mm->attrs.i[0] != 0 || b->nodes[i + 1].skip)
+            mm->inputs[0] != nd->output || mm->attrs.i[GP_MATMUL_TA] != 0 || b->nodes[i + 1].skip)
             continue;
         const gp_plan_tensor *xr = root_of(p, nd->inputs[0]);
         int last_out = p->nodes[b->nodes[i + 1].epi_end].output;
@@ -456,8 +457,8 @@ static void plan_prenorms(cuda_be *b, const int *uses)
         cu_node *cn = &b->nodes[i];
         cn->prenorm = 1;
         cn->pre.is_ln = nd->op == GP_OP_LAYER_NORM;
-        cn->pre.eps = (float)nd->attrs.f[0];
-        cn->pre.offset = cn->pre.is_ln ? 0.0f : (float)nd->attrs.f[1];
+        cn->pre.eps = (float)nd->attrs.f[cn->pre.is_ln ? GP_LAYER_NORM_EPS : GP_RMS_NORM_EPS];
+        cn->pre.offset = cn->pre.is_ln ? 0.0f : (float)nd->attrs.f[GP_RMS_NORM_OFFSET];
         tensor_of(b, nd->inputs[0], &cn->pre.x);
         tensor_of(b, nd->inputs[1], &cn->pre.w);
         if (cn->pre.is_ln && nd->n_inputs > 2)
@@ -586,7 +587,7 @@ static void plan_accumulate(cuda_be *b, const int *uses)
                 if (p->nodes[s].inputs[q] == out)
                     k = s;
         if (gelu && (k < 0 || uses[out] != 1 || p->nodes[k].op != GP_OP_MATMUL ||
-                     p->nodes[k].inputs[0] != out || p->nodes[k].attrs.i[0] ||
+                     p->nodes[k].inputs[0] != out || p->nodes[k].attrs.i[GP_MATMUL_TA] ||
                      b->nodes[k].epi.n < 1 || b->nodes[k].skip || b->nodes[k].dec_att ||
                      b->nodes[k].grp.n > 1))
             continue;
@@ -874,8 +875,8 @@ static void plan_qkv_attention(cuda_be *b, int a, gp_cu_decode_att *d, const int
         root->kind != GP_TENSOR_INTERMEDIATE || nn < 0 || p->nodes[mm].op != GP_OP_MATMUL ||
         p->nodes[e].output != qkv || !b->nodes[nn].prenorm || b->nodes[mm].epi.n != 1 ||
         b->nodes[mm].epi.op[0] != GP_OP_ADD ||
-        p->nodes[mm].attrs.i[0] || p->nodes[mm].attrs.i[1] || b->nodes[nn].dec_att ||
-        b->nodes[mm].dec_att || b->nodes[e].dec_att)
+        p->nodes[mm].attrs.i[GP_MATMUL_TA] || p->nodes[mm].attrs.i[GP_MATMUL_TB] ||
+        b->nodes[nn].dec_att || b->nodes[mm].dec_att || b->nodes[e].dec_att)
         return;
     /* q, k and v: f32 columns [0, C), [C, 2C), [2C, 3C) of qkv's one row, heads of 64. */
     const gp_cu_tensor *qt = &b->nodes[e].out, *sv[3] = {&d->q, &d->k, &d->v};
@@ -951,10 +952,11 @@ static void plan_decode_attention(cuda_be *b, const int *uses)
             continue;
         int pos = at->inputs[3], ik = at->inputs[1], iv = at->inputs[2];
         int sk = p->tensors[ik].producer, sv = p->tensors[iv].producer;
-        int ring = at->attrs.i[1] != 0; /* the stores write rings when the attention reads them */
+        /* the stores write rings when the attention reads them */
+        int ring = at->attrs.i[GP_ATTENTION_RING] != 0;
         if (sk < 0 || sv < 0 || sk == sv || p->nodes[sk].op != GP_OP_STORE ||
-            p->nodes[sv].op != GP_OP_STORE || (p->nodes[sk].attrs.i[0] != 0) != ring ||
-            (p->nodes[sv].attrs.i[0] != 0) != ring || p->nodes[sk].inputs[1] != pos ||
+            p->nodes[sv].op != GP_OP_STORE || (p->nodes[sk].attrs.i[GP_STORE_RING] != 0) != ring ||
+            (p->nodes[sv].attrs.i[GP_STORE_RING] != 0) != ring || p->nodes[sk].inputs[1] != pos ||
             p->nodes[sv].inputs[1] != pos || uses[ik] != 1 || uses[iv] != 1 ||
             b->nodes[sk].dec_att || b->nodes[sv].dec_att)
             continue;
@@ -981,10 +983,11 @@ static void plan_decode_attention(cuda_be *b, const int *uses)
         d.pos = an->in[3];
         d.k_cache = b->nodes[sk].in[0];
         d.v_cache = b->nodes[sv].in[0];
-        d.scale = at->attrs.f[0];
-        d.window = at->attrs.i[0] > 0 ? at->attrs.i[0] : 0;
+        d.scale = at->attrs.f[GP_ATTENTION_SCALE];
+        d.window = at->attrs.i[GP_ATTENTION_WINDOW] > 0 ? at->attrs.i[GP_ATTENTION_WINDOW] : 0;
         d.ring = ring;
-        d.softcap = at->attrs.f[1] > 0 ? (float)at->attrs.f[1] : 0.0f;
+        double cap = at->attrs.f[GP_ATTENTION_SOFTCAP];
+        d.softcap = cap > 0 ? (float)cap : 0.0f;
         d.pos_const = root_of(p, pos)->kind == GP_TENSOR_INPUT;
         /* Shapes: one token in every operand at once; caches as the attention reads them. */
         const gp_cu_tensor *ops[5] = {&d.q, &d.k, &d.v, &d.pos, &an->out};
@@ -1143,7 +1146,8 @@ static int lora_base(const cuda_be *b, const int *uses, int t, int x)
     if (m < 0 || uses[t] != 1)
         return -1;
     const gp_plan_node *mm = &p->nodes[m];
-    if (mm->op != GP_OP_MATMUL || mm->inputs[0] != x || mm->attrs.i[0] || b->nodes[m].lora)
+    if (mm->op != GP_OP_MATMUL || mm->inputs[0] != x || mm->attrs.i[GP_MATMUL_TA] ||
+        b->nodes[m].lora)
         return -1;
     return m;
 }
@@ -1160,16 +1164,18 @@ static int plan_lora(cuda_be *b, int *uses, char *err, size_t err_len)
     for (int ia = 1; ia + 2 < p->n_nodes; ia++) {
         const gp_plan_node *na = &p->nodes[ia], *nb = &p->nodes[ia + 1], *nc = &p->nodes[ia + 2];
         if (na->op != GP_OP_MATMUL || nb->op != GP_OP_MATMUL || nc->op != GP_OP_ADD ||
-            nc->n_inputs != 2 || na->attrs.i[0] || !na->attrs.i[1] || nb->attrs.i[0] ||
-            !nb->attrs.i[1] || nb->inputs[0] != na->output || uses[na->output] != 1 ||
-            uses[nb->output] != 1 || (nc->inputs[0] == nb->output) == (nc->inputs[1] == nb->output))
+            nc->n_inputs != 2 || na->attrs.i[GP_MATMUL_TA] || !na->attrs.i[GP_MATMUL_TB] ||
+            nb->attrs.i[GP_MATMUL_TA] || !nb->attrs.i[GP_MATMUL_TB] ||
+            nb->inputs[0] != na->output || uses[na->output] != 1 || uses[nb->output] != 1 ||
+            (nc->inputs[0] == nb->output) == (nc->inputs[1] == nb->output))
             continue;
         int t = nc->inputs[nc->inputs[0] == nb->output ? 1 : 0];
         int m = lora_base(b, uses, t, na->inputs[0]);
         if (m < 0 || !same_bytes(p, nc->output, t))
             continue;
         const gp_plan_node *mm = &p->nodes[m];
-        int w = mm->inputs[1], a = na->inputs[1], bb = nb->inputs[1], tb = mm->attrs.i[1] != 0;
+        int w = mm->inputs[1], a = na->inputs[1], bb = nb->inputs[1];
+        int tb = mm->attrs.i[GP_MATMUL_TB] != 0;
         const gp_plan_tensor *wt = &p->tensors[w], *at = &p->tensors[a];
         if (wt->ndim != 2 || at->ndim != 2)
             continue;

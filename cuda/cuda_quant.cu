@@ -1202,7 +1202,8 @@ extern "C" int gp_cu_quant_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_t
     int64_t qk = gp_dtype_block(t), K = xt->ne[1], N = wt->ne[0];
     int msym = xt->sym[0];
     KT kx = gp_kt_of(c, xt), ko = gp_kt_of(c, out);
-    if (a->i[0] != 0 || a->i[1] == 0 || xt->ndim != 2 || wt->ndim != 2 || out->ndim != 2 ||
+    int ta = a->i[GP_MATMUL_TA] != 0, tb = a->i[GP_MATMUL_TB] != 0;
+    if (ta || !tb || xt->ndim != 2 || wt->ndim != 2 || out->ndim != 2 ||
         xt->dtype != GP_F32 || out->dtype != GP_F32 || xt->nb[1] != 4 || out->nb[1] != 4 ||
         xt->nb[0] % 4 || out->nb[0] % 4 || wt->ne[1] != K || out->ne[1] != N ||
         xt->sym[1] >= 0 || wt->sym[0] >= 0 || wt->sym[1] >= 0 || out->sym[1] >= 0 ||

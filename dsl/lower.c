@@ -210,7 +210,7 @@ static value scale(lower *L, gp_loc loc, value x, double s, const char *name)
 {
     gp_attrs at;
     memset(&at, 0, sizeof at);
-    at.f[0] = s;
+    at.f[GP_SCALE_FACTOR] = s;
     int in = (int)x.i;
     return node(L, loc, GP_OP_SCALE, &in, 1, &at, NULL, 0, GP_F32, name);
 }
@@ -441,9 +441,9 @@ static value eval_index(lower *L, const ast_expr *e, const char *name)
         shape[k] = t->shape[k + 1];
     gp_attrs at;
     memset(&at, 0, sizeof at);
-    at.i[0] = 0;
-    at.i[1] = i.i;
-    at.i[2] = 1;
+    at.i[GP_SLICE_AXIS] = 0;
+    at.i[GP_SLICE_START] = i.i;
+    at.i[GP_SLICE_LEN] = 1;
     int in = (int)x.i;
     value row = node(L, e->loc, GP_OP_SLICE, &in, 1, &at, NULL, 0, GP_F32, NULL);
     if (row.k == V_ERR)
@@ -675,7 +675,7 @@ static int kw_nonzero(lower *L, call *c, int slot, double *out)
 /* rope's scaling keywords (slots 3..7 and 9): scaling = "default" (none), "linear" with factor,
  * "longrope" with attn_factor (its frequency factors are freq_factors, required), or "llama3" with
  * factor, low_freq_factor, high_freq_factor and original_max_position_embeddings (core.h,
- * GP_OP_ROPE). Each is read only under a scaling that uses it, so a graph may pass them from its
+ * GP_OP_ATTRS). Each is read only under a scaling that uses it, so a graph may pass them from its
  * parameters always. */
 static int rope_scaling(lower *L, call *c, gp_attrs *at)
 {
@@ -686,8 +686,8 @@ static int rope_scaling(lower *L, call *c, gp_attrs *at)
         double f = 8.0;
         if (kw_positive(L, c, 4, &f))
             return -1;
-        at->i[2] = GP_ROPE_LINEAR;
-        at->f[1] = f;
+        at->i[GP_ROPE_SCALING] = GP_ROPE_LINEAR;
+        at->f[GP_ROPE_FACTOR] = f;
         return 0;
     }
     if (m.k == V_STR && strcmp(m.s, "longrope") == 0) {
@@ -699,8 +699,8 @@ static int rope_scaling(lower *L, call *c, gp_attrs *at)
                   "rope: scaling \"longrope\" needs its per-frequency factors as freq_factors");
             return -1;
         }
-        at->i[2] = GP_ROPE_LONGROPE;
-        at->f[1] = f;
+        at->i[GP_ROPE_SCALING] = GP_ROPE_LONGROPE;
+        at->f[GP_ROPE_FACTOR] = f;
         return 0;
     }
     if (m.k != V_STR || strcmp(m.s, "llama3") != 0)
@@ -711,11 +711,11 @@ static int rope_scaling(lower *L, call *c, gp_attrs *at)
     for (int k = 0; k < 3; k++)
         if (kw_positive(L, c, 4 + k, &v[k]))
             return -1;
-    at->i[2] = 8192;
+    at->i[GP_ROPE_SCALING] = 8192;
     if (c->kw[7].k != V_ERR) {
         if (c->kw[7].k != V_INT || c->kw[7].i <= 0 || c->kw[7].i > INT32_MAX)
             return bad_kw(L, c, 7, "a positive integer");
-        at->i[2] = c->kw[7].i;
+        at->i[GP_ROPE_SCALING] = c->kw[7].i;
     }
     /* Kept as float32 (as transformers computes the scaled frequencies). */
     if (!((float)v[2] > (float)v[1]) || !isfinite((float)v[2]) || !((float)v[1] > 0)) {
@@ -724,8 +724,9 @@ static int rope_scaling(lower *L, call *c, gp_attrs *at)
               v[1], v[2]);
         return -1;
     }
-    at->f[1] = v[0];
-    at->i[3] = gp_rope_factors_pack((float)v[1], (float)v[2]);
+    at->f[GP_ROPE_FACTOR] = v[0];
+    at->f[GP_ROPE_LOW_FACTOR] = (float)v[1];
+    at->f[GP_ROPE_HIGH_FACTOR] = (float)v[2];
     return 0;
 }
 
@@ -840,54 +841,58 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
     switch (spec->op) {
     case GP_OP_SCALE:
         if (strcmp(spec->name, "softcap") == 0) { /* c tanh(x / c) */
-            at.f[0] = 1;
-            at.f[1] = num(c.pos[1]);
-            if (!(at.f[1] > 0)) {
+            at.f[GP_SCALE_FACTOR] = 1;
+            at.f[GP_SCALE_SOFTCAP] = num(c.pos[1]);
+            if (!(at.f[GP_SCALE_SOFTCAP] > 0)) {
                 error(L, c.pos_loc[1], "softcap: the cap must be a positive number, got %g",
-                      at.f[1]);
+                      at.f[GP_SCALE_SOFTCAP]);
                 return ERR;
             }
         } else {
-            at.f[0] = num(c.pos[1]);
+            at.f[GP_SCALE_FACTOR] = num(c.pos[1]);
         }
         break;
     case GP_OP_MATMUL:
-        if (kw_flag(L, &c, 0, &at.i[0]) || kw_flag(L, &c, 1, &at.i[1]))
+        if (kw_flag(L, &c, 0, &at.i[GP_MATMUL_TA]) || kw_flag(L, &c, 1, &at.i[GP_MATMUL_TB]))
             return ERR;
         break;
     case GP_OP_LAYER_NORM:
-    case GP_OP_RMS_NORM:
-        at.f[0] = spec->op == GP_OP_LAYER_NORM ? 1e-5 : 1e-6;
-        if (kw_positive(L, &c, 0, &at.f[0]))
+    case GP_OP_RMS_NORM: {
+        int ln = spec->op == GP_OP_LAYER_NORM;
+        double *eps = &at.f[ln ? GP_LAYER_NORM_EPS : GP_RMS_NORM_EPS];
+        *eps = ln ? 1e-5 : 1e-6;
+        if (kw_positive(L, &c, 0, eps))
             return ERR;
         if (spec->op == GP_OP_RMS_NORM && c.kw[1].k != V_ERR) {
             if (!is_num(c.kw[1]))
                 return bad_kw(L, &c, 1, "a number"), ERR;
-            at.f[1] = num(c.kw[1]);
+            at.f[GP_RMS_NORM_OFFSET] = num(c.kw[1]);
         }
         break;
+    }
     case GP_OP_SOFTMAX:
-        at.f[0] = 1;
-        if (kw_flag(L, &c, 0, &at.i[0]) || kw_nonzero(L, &c, 1, &at.f[0]))
+        at.f[GP_SOFTMAX_SCALE] = 1;
+        if (kw_flag(L, &c, 0, &at.i[GP_SOFTMAX_CAUSAL]) ||
+            kw_nonzero(L, &c, 1, &at.f[GP_SOFTMAX_SCALE]))
             return ERR;
         break;
     case GP_OP_ROPE:
-        at.f[0] = 10000;
+        at.f[GP_ROPE_THETA] = 10000;
         if (c.kw[0].k != V_ERR) {
             value m = c.kw[0];
             if (m.k == V_STR && strcmp(m.s, "neox") == 0)
-                at.i[0] = 0;
+                at.i[GP_ROPE_MODE] = 0;
             else if (m.k == V_STR && strcmp(m.s, "gptj") == 0)
-                at.i[0] = 1;
+                at.i[GP_ROPE_MODE] = 1;
             else
                 return bad_kw(L, &c, 0, "\"neox\" or \"gptj\""), ERR;
         }
         if (c.kw[1].k != V_ERR) {
             if (c.kw[1].k != V_INT || c.kw[1].i < 0 || c.kw[1].i % 2)
                 return bad_kw(L, &c, 1, "an even integer >= 0"), ERR;
-            at.i[1] = c.kw[1].i;
+            at.i[GP_ROPE_N_DIMS] = c.kw[1].i;
         }
-        if (kw_positive(L, &c, 2, &at.f[0]) || rope_scaling(L, &c, &at))
+        if (kw_positive(L, &c, 2, &at.f[GP_ROPE_THETA]) || rope_scaling(L, &c, &at))
             return ERR;
         if (c.kw[8].k != V_ERR) { /* freq_factors=w: input 2 */
             if (c.kw[8].k != V_TENSOR)
@@ -908,9 +913,9 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
                 return ERR;
             }
             for (int k = 0; k < nd; k++)
-                at.i[k] = k;
-            at.i[nd - 2] = nd - 1;
-            at.i[nd - 1] = nd - 2;
+                at.i[GP_PERMUTE_AXES + k] = k;
+            at.i[GP_PERMUTE_AXES + nd - 2] = nd - 1;
+            at.i[GP_PERMUTE_AXES + nd - 1] = nd - 2;
         } else {
             int nd = tensor_of(L, c.pos[0])->ndim;
             if (c.n_pos - 1 != nd) {
@@ -919,17 +924,17 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
                 return ERR;
             }
             for (int k = 0; k < nd; k++)
-                at.i[k] = axis_of(L, c.pos[0], c.pos[k + 1].i);
+                at.i[GP_PERMUTE_AXES + k] = axis_of(L, c.pos[0], c.pos[k + 1].i);
         }
         break;
     case GP_OP_SLICE:
-        at.i[0] = axis_of(L, c.pos[0], c.pos[1].i);
-        at.i[1] = c.pos[2].i;
-        at.i[2] = c.pos[3].i;
+        at.i[GP_SLICE_AXIS] = axis_of(L, c.pos[0], c.pos[1].i);
+        at.i[GP_SLICE_START] = c.pos[2].i;
+        at.i[GP_SLICE_LEN] = c.pos[3].i;
         break;
     case GP_OP_VIEW: {
         int64_t el = (int64_t)gp_dtype_size(tensor_of(L, c.pos[0])->dtype);
-        if (c.pos[1].i < 0 || __builtin_mul_overflow(c.pos[1].i, el, &at.i[0])) {
+        if (c.pos[1].i < 0 || __builtin_mul_overflow(c.pos[1].i, el, &at.i[GP_VIEW_OFFSET])) {
             error(L, c.pos_loc[1], "bad view offset %lld", (long long)c.pos[1].i);
             return ERR;
         }
@@ -938,20 +943,21 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
         break;
     }
     case GP_OP_CAST: dt = (gp_dtype)c.pos[1].i; break;
-    case GP_OP_CONCAT: at.i[0] = axis_of(L, c.pos[0], c.pos[2].i); break;
+    case GP_OP_CONCAT: at.i[GP_CONCAT_AXIS] = axis_of(L, c.pos[0], c.pos[2].i); break;
     case GP_OP_ATTENTION:
-        if (kw_nonzero(L, &c, 0, &at.f[0]))
+        if (kw_nonzero(L, &c, 0, &at.f[GP_ATTENTION_SCALE]))
             return ERR;
         if (c.kw[1].k != V_ERR) {
             if (c.kw[1].k != V_INT || c.kw[1].i < 0 || c.kw[1].i > INT32_MAX)
                 return bad_kw(L, &c, 1, "an integer in 0..2147483647 (0: the whole cache)"), ERR;
-            at.i[0] = c.kw[1].i;
+            at.i[GP_ATTENTION_WINDOW] = c.kw[1].i;
         }
-        if (kw_flag(L, &c, 2, &at.i[1]) || kw_positive(L, &c, 3, &at.f[1]))
+        if (kw_flag(L, &c, 2, &at.i[GP_ATTENTION_RING]) ||
+            kw_positive(L, &c, 3, &at.f[GP_ATTENTION_SOFTCAP]))
             return ERR;
         break;
     case GP_OP_STORE:
-        if (kw_flag(L, &c, 0, &at.i[0]))
+        if (kw_flag(L, &c, 0, &at.i[GP_STORE_RING]))
             return ERR;
         break;
     default: break;

@@ -1,6 +1,6 @@
-/* The tables shared by compiler and runtime: dtype sizes and names, tensor kind names and the op
- * table (language name, arity, in-place input, view-ness); and gp_errf, the one formatter of error
- * messages into a caller's buffer. */
+/* The tables shared by compiler and runtime: dtype sizes and names, tensor kind names, the op
+ * table (language name, arity, in-place input, view-ness) and its attributes (GP_OP_ATTRS); and
+ * gp_errf, the one formatter of error messages into a caller's buffer. */
 #include "ir/core.h"
 
 #include <math.h>
@@ -158,50 +158,93 @@ void gp_errf(char *err, size_t n, const char *fmt, ...)
     va_end(ap);
 }
 
+/* ---- op attributes (core.h, GP_OP_ATTRS) ---- */
+
+#define ATTR_LEN_ALWAYS 1
+#define ATTR_LEN_NONZERO 1
+#define ATTR_LEN_DIMS GP_MAX_DIMS
+#define ATTR_ENTRY(op, kind, slot, name, label, show) \
+    {GP_OP_##op, GP_ATTR_##kind, slot, ATTR_LEN_##show, label, GP_ATTR_##show},
+static const gp_attr_info attrs[] = {GP_OP_ATTRS(ATTR_ENTRY)};
+#define N_ATTRS ((int)(sizeof attrs / sizeof attrs[0]))
+
+const gp_attr_info *gp_attr_table(int *n)
+{
+    *n = N_ATTRS;
+    return attrs;
+}
+
+const gp_attr_info *gp_op_attrs(gp_op op, int *n)
+{
+    int k = 0;
+    while (k < N_ATTRS && attrs[k].op != op)
+        k++;
+    int m = 0;
+    while (k + m < N_ATTRS && attrs[k + m].op == op)
+        m++;
+    *n = m;
+    return m ? &attrs[k] : NULL;
+}
+
+int gp_op_attr_slots(gp_op op, gp_attr_kind kind)
+{
+    int n, top = 0;
+    const gp_attr_info *e = gp_op_attrs(op, &n);
+    for (int k = 0; k < n; k++)
+        if (e[k].kind == kind && e[k].slot + e[k].len > top)
+            top = e[k].slot + e[k].len;
+    return top;
+}
+
+void gp_attrs_print(gp_op op, const gp_attrs *a, int out_ndim, FILE *out)
+{
+    int n;
+    const gp_attr_info *e = gp_op_attrs(op, &n);
+    for (int k = 0; k < n; k++, e++) {
+        if (e->show == GP_ATTR_DIMS) { /* integer arrays only (permute's axes) */
+            fprintf(out, " %s=(", e->name);
+            for (int d = 0; d < out_ndim && d < e->len; d++)
+                fprintf(out, "%s%lld", d ? ", " : "", (long long)a->i[e->slot + d]);
+            fprintf(out, ")");
+        } else if (e->kind == GP_ATTR_I) {
+            if (e->show == GP_ATTR_ALWAYS || a->i[e->slot] != 0)
+                fprintf(out, " %s=%lld", e->name, (long long)a->i[e->slot]);
+        } else if (e->show == GP_ATTR_ALWAYS || a->f[e->slot] != 0) {
+            fprintf(out, " %s=%g", e->name, a->f[e->slot]);
+        }
+    }
+}
+
 /* ---- rope's frequency scaling, linear, longrope and llama3 (core.h, GP_OP_ROPE) ---- */
-
-int64_t gp_rope_factors_pack(float low_freq_factor, float high_freq_factor)
-{
-    uint32_t lo, hi;
-    memcpy(&lo, &low_freq_factor, 4);
-    memcpy(&hi, &high_freq_factor, 4);
-    return (int64_t)(((uint64_t)hi << 32) | lo);
-}
-
-void gp_rope_factors(const gp_attrs *a, float *low_freq_factor, float *high_freq_factor)
-{
-    uint64_t v = (uint64_t)a->i[3];
-    uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
-    memcpy(low_freq_factor, &lo, 4);
-    memcpy(high_freq_factor, &hi, 4);
-}
 
 int gp_rope_check_scaling(const gp_attrs *a, char *err, size_t n)
 {
-    if (a->i[2] == 0)
+    int64_t scaling = a->i[GP_ROPE_SCALING];
+    double factor = a->f[GP_ROPE_FACTOR];
+    if (scaling == 0)
         return 0;
-    if (a->i[2] == GP_ROPE_LINEAR) {
-        if (a->f[1] > 0 && isfinite(a->f[1]))
+    if (scaling == GP_ROPE_LINEAR) {
+        if (factor > 0 && isfinite(factor))
             return 0;
-        gp_errf(err, n, "rope: bad linear scaling (factor %g): expected a factor > 0", a->f[1]);
+        gp_errf(err, n, "rope: bad linear scaling (factor %g): expected a factor > 0", factor);
         return -1;
     }
-    if (a->i[2] == GP_ROPE_LONGROPE) {
-        if (a->f[1] > 0 && isfinite(a->f[1]))
+    if (scaling == GP_ROPE_LONGROPE) {
+        if (factor > 0 && isfinite(factor))
             return 0;
         gp_errf(err, n, "rope: bad longrope scaling (attn_factor %g): expected a factor > 0",
-                a->f[1]);
+                factor);
         return -1;
     }
-    float lo, hi;
-    gp_rope_factors(a, &lo, &hi);
-    if (a->i[2] < 0 || !(a->f[1] > 0) || !isfinite(a->f[1]) || !(lo > 0) || !(hi > lo) ||
+    /* float32 values (core.h, gp_attrs), compared as such */
+    float lo = (float)a->f[GP_ROPE_LOW_FACTOR], hi = (float)a->f[GP_ROPE_HIGH_FACTOR];
+    if (scaling < 0 || !(factor > 0) || !isfinite(factor) || !(lo > 0) || !(hi > lo) ||
         !isfinite(hi)) {
         gp_errf(err, n,
                 "rope: bad llama3 scaling (original_max_position_embeddings %lld, factor %g, "
                 "low_freq_factor %g, high_freq_factor %g): expected L > 0, factor > 0 and "
                 "0 < low < high",
-                (long long)a->i[2], a->f[1], (double)lo, (double)hi);
+                (long long)scaling, factor, (double)lo, (double)hi);
         return -1;
     }
     return 0;
@@ -209,14 +252,15 @@ int gp_rope_check_scaling(const gp_attrs *a, char *err, size_t n)
 
 double gp_rope_freq(const gp_attrs *a, int64_t j, int64_t n)
 {
-    double freq = pow(a->f[0], -2.0 * (double)j / (double)n);
-    if (a->i[2] == GP_ROPE_LINEAR)
-        return freq / a->f[1];
-    if (a->i[2] <= 0)
+    int64_t scaling = a->i[GP_ROPE_SCALING];
+    double freq = pow(a->f[GP_ROPE_THETA], -2.0 * (double)j / (double)n);
+    if (scaling == GP_ROPE_LINEAR)
+        return freq / a->f[GP_ROPE_FACTOR];
+    if (scaling <= 0)
         return freq;
-    float lo, hi;
-    gp_rope_factors(a, &lo, &hi);
-    double len = (double)a->i[2], factor = a->f[1];
+    /* float32 values (core.h, gp_attrs): high - low is a float32 difference */
+    float lo = (float)a->f[GP_ROPE_LOW_FACTOR], hi = (float)a->f[GP_ROPE_HIGH_FACTOR];
+    double len = (double)scaling, factor = a->f[GP_ROPE_FACTOR];
     double wavelen = 2.0 * 3.14159265358979323846 / freq;
     if (wavelen < len / hi)
         return freq; /* high frequencies: unchanged */

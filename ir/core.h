@@ -12,7 +12,7 @@
 
 #define GP_MAX_INPUTS 4
 #define GP_MAX_IATTRS 4
-#define GP_MAX_FATTRS 2
+#define GP_MAX_FATTRS 4
 
 /* Always-on invariant check: prints file:line and the expression, then aborts. */
 #define GP_ASSERT(cond)                                                                   \
@@ -58,7 +58,8 @@ const char *gp_tensor_kind_name(gp_tensor_kind k);
 /*
  * The op set. Shapes are written outermost first, as in PyTorch: [T, C] is T rows of C elements.
  * "..." is any number of leading dims. Unless stated otherwise an op computes in f32, reads inputs of
- * any float dtype, and its output dtype is that of input 0. Attributes live in gp_attrs: i[] and f[].
+ * any float dtype, and its output dtype is that of input 0. An op's attributes (gp_attrs) are named
+ * in GP_OP_ATTRS below, which says what each one holds; the comments here use those names.
  * INPLACE names the input whose storage the output may take over when that input dies at this op.
  */
 typedef enum {
@@ -71,19 +72,17 @@ typedef enum {
     GP_OP_SUB,
     GP_OP_MUL,
     GP_OP_DIV,
-    /* scale(x) -> x * f[0]; with f[1] = c > 0, soft-capped: c tanh(x f[0] / c) (Gemma 2's logits;
-     * the language's softcap(x, c)). INPLACE x. */
+    /* scale(x) -> x * s, or soft-capped: c tanh(x s / c) (Gemma 2's logits; the language's
+     * softcap(x, c)). INPLACE x. */
     GP_OP_SCALE,
-    /* matmul(a [..., M, K], b [..., K, N]) -> f32[..., M, N]. i[0]: a transposed (a is [..., K, M]),
-     * i[1]: b transposed (b is [..., N, K], as a torch Linear weight). Batch dims broadcast. */
+    /* matmul(a [..., M, K], b [..., K, N]) -> f32[..., M, N], either transposed (ta, tb). Batch
+     * dims broadcast. */
     GP_OP_MATMUL,
-    /* layer_norm(x [..., C], w [C], b [C]) -> [..., C]; f[0] = eps; b is optional. INPLACE x. */
+    /* layer_norm(x [..., C], w [C], b [C]) -> [..., C]; b is optional. INPLACE x. */
     GP_OP_LAYER_NORM,
-    /* rms_norm(x [..., C], w [C]) -> [..., C]; f[0] = eps, f[1] = offset added to w (Gemma's
-     * (1 + w): 1). INPLACE x. */
+    /* rms_norm(x [..., C], w [C]) -> [..., C], the weight w + offset. INPLACE x. */
     GP_OP_RMS_NORM,
-    /* softmax(x [..., T, S]) over the last dim of x * f[0] (scale, default 1). i[0] = causal: element
-     * (t, s) is masked when s > t + S - T (the last T of S positions are the new tokens). INPLACE x. */
+    /* softmax(x [..., T, S]) over the last dim of x * scale, causal or not. INPLACE x. */
     GP_OP_SOFTMAX,
     /* gelu(x): tanh approximation, as GPT-2's gelu_new. INPLACE x. */
     GP_OP_GELU,
@@ -93,49 +92,35 @@ typedef enum {
     GP_OP_SILU,
     /* swiglu(gate, up) = silu(gate) * up, same shapes. INPLACE gate. */
     GP_OP_SWIGLU,
-    /* rope(x [T, H, D], pos i32[T][, freq_factors]) -> [T, H, D]: rotary embedding at pos.
-     * i[0] = mode: 0 rotate-half (HF Llama / NeoX: pairs (j, j + n/2)), 1 interleaved (GPT-J:
-     * pairs (2j, 2j + 1)); i[1] = n, the rotated dims (<= D, even; the rest pass through);
-     * f[0] = theta (base, 10000 by default). Frequency of pair j: theta^(-2j/n). INPLACE x.
-     * Llama 3 scaling of the frequencies (rope_type "llama3") when i[2] > 0: i[2] =
-     * original_max_position_embeddings L, f[1] = factor, i[3] = low_freq_factor and
-     * high_freq_factor as two float32 bit patterns (gp_rope_factors; the plan's node record has
-     * two float slots). Wavelength w = 2 pi / freq: w < L / high keeps freq, w > L / low divides
-     * it by factor, and between them s = (L / w - low) / (high - low) mixes the two:
-     * (1 - s) freq / factor + s freq (gp_rope_freq). i[2] = GP_ROPE_LINEAR (-1): linear scaling
-     * (rope_type "linear", Gemma 3's global layers): every frequency divided by f[1] = factor.
-     * i[2] = GP_ROPE_LONGROPE (-2): Phi-3's LongRoPE (rope_type "longrope"), the frequencies
-     * divided by freq_factors (its short or long factors) and the cosines and sines multiplied by
-     * f[1] = attn_factor. Optional input 2, freq_factors f32[n/2] (llama.cpp's rope_freqs tensor):
-     * the frequency of pair j, scaled or not, is divided by freq_factors[j]. */
+    /* rope(x [T, H, D], pos i32[T][, freq_factors]) -> [T, H, D]: rotary embedding at pos of the
+     * first n of D dims (the rest pass through), pair j at frequency gp_rope_freq (theta and the
+     * scaling). Optional input 2, freq_factors f32[n/2] (llama.cpp's rope_freqs tensor; LongRoPE's
+     * short or long factors): the frequency of pair j, scaled or not, is divided by
+     * freq_factors[j]. INPLACE x. */
     GP_OP_ROPE,
     /* Views: the output is a GP_TENSOR_VIEW of input 0 (no data moves).
      * reshape(x, dims...) requires x contiguous; the output tensor holds the new shape. */
     GP_OP_RESHAPE,
-    /* permute(x, axes...): output dim k is input dim i[k]. transpose is permute of the last two. */
+    /* permute(x, axes...): output dim k is input dim axes[k]. transpose is permute of the last
+     * two. */
     GP_OP_PERMUTE,
-    /* slice(x): i[0] = axis, i[1] = start, i[2] = length; index(x, l) is slice + drop of axis 0. */
+    /* slice(x) along axis; index(x, l) is slice + drop of axis 0. */
     GP_OP_SLICE,
-    /* view(x): the output tensor's shape and strides at byte offset i[0] within x. */
+    /* view(x): the output tensor's shape and strides at a byte offset within x. */
     GP_OP_VIEW,
     /* cont(x) -> contiguous copy of x (of a view, usually). */
     GP_OP_CONT,
     /* cast(x) -> x converted to the output tensor's dtype. */
     GP_OP_CAST,
-    /* concat(a, b) along axis i[0]; all other dims equal; dtype of a. */
+    /* concat(a, b) along axis; all other dims equal; dtype of a. */
     GP_OP_CONCAT,
     /* store(dst [S, ...], pos i32[T], src [T, ...]) -> view of dst: dst[pos[t]] = src[t] (converted to
-     * dst's dtype). The output is a new name for the updated dst, so readers come after the write.
-     * i[0] = ring: dst[pos[t] % S] (a sliding-window layer's KV cache of S rows; t ascending, so
-     * the latest position wins a row). */
+     * dst's dtype), or dst[pos[t] % S] in a ring. The output is a new name for the updated dst, so
+     * readers come after the write. */
     GP_OP_STORE,
     /* attention(q [T, H, D], k [S, G, D], v [S, G, D], pos i32[T]) -> f32[T, H, D]: causal
-     * scaled-dot-product attention over a KV cache: query t attends to cache rows 0..pos[t].
-     * H % G == 0 (grouped-query: head h reads KV head h / (H / G)). f[0] = scale (1/sqrt(D) default).
-     * i[0] = window W (sliding-window attention, Mistral): rows max(0, pos[t] - W + 1)..pos[t];
-     * 0: all rows. f[1] = c > 0 soft-caps the scores (after the scale): c tanh(score / c) (Gemma 2).
-     * i[1] = ring: position s is cache row s % S (store's ring); needs 0 < W and
-     * W + T - 1 <= S, so that storing the T new rows keeps every row a query of this eval reads. */
+     * scaled-dot-product attention over a KV cache: query t attends to cache rows 0..pos[t], or
+     * the last window of them. H % G == 0 (grouped-query: head h reads KV head h / (H / G)). */
     GP_OP_ATTENTION,
     /* all_reduce(x [, y]) -> x summed over the devices of a tensor-parallel plan (every device
      * gets the same sum, added in device order), plus y once when given: y is the same on every
@@ -148,6 +133,85 @@ typedef enum {
     GP_OP_COUNT
 } gp_op;
 
+/*
+ * Every op's attributes: the one place that says which slot of gp_attrs holds what.
+ * X(OP, KIND, SLOT, NAME, "label", SHOW): attribute GP_<OP>_<NAME> of GP_OP_<OP> is
+ * gp_attrs.i[SLOT] (KIND I) or gp_attrs.f[SLOT] (KIND F). "label" names it in printed IR and
+ * messages. SHOW says when the IR printer shows it: ALWAYS, NONZERO, or DIMS (one value per
+ * output dim from SLOT on, shown as a tuple). An op's entries are consecutive, in print order.
+ * "0 given: v" is the default shape inference fills in.
+ */
+#define GP_OP_ATTRS(X)                                                                            \
+    /* the factor */                                                                              \
+    X(SCALE, F, 0, FACTOR, "s", ALWAYS)                                                           \
+    /* c > 0: soft-capped, c tanh(x s / c); 0: none */                                            \
+    X(SCALE, F, 1, SOFTCAP, "softcap", NONZERO)                                                   \
+    /* 1: a transposed (a is [..., K, M]) */                                                      \
+    X(MATMUL, I, 0, TA, "ta", NONZERO)                                                            \
+    /* 1: b transposed (b is [..., N, K], as a torch Linear weight) */                            \
+    X(MATMUL, I, 1, TB, "tb", NONZERO)                                                            \
+    X(LAYER_NORM, F, 0, EPS, "eps", ALWAYS)                                                       \
+    X(RMS_NORM, F, 0, EPS, "eps", ALWAYS)                                                         \
+    /* added to the weight (Gemma's (1 + w): 1) */                                                \
+    X(RMS_NORM, F, 1, OFFSET, "offset", NONZERO)                                                  \
+    /* x's factor before the softmax (0 given: 1) */                                              \
+    X(SOFTMAX, F, 0, SCALE, "scale", ALWAYS)                                                      \
+    /* 1: element (t, s) is masked when s > t + S - T (the last T of S positions are new) */      \
+    X(SOFTMAX, I, 0, CAUSAL, "causal", NONZERO)                                                   \
+    /* 0 rotate-half (HF Llama / NeoX: pairs (j, j + n/2)), 1 interleaved (GPT-J: (2j, 2j + 1)) */ \
+    X(ROPE, I, 0, MODE, "mode", ALWAYS)                                                           \
+    /* n, the rotated dims: <= D, even (0 given: D) */                                            \
+    X(ROPE, I, 1, N_DIMS, "n", ALWAYS)                                                            \
+    /* the base: pair j turns at theta^(-2j/n) unscaled (0 given: 10000) */                       \
+    X(ROPE, F, 0, THETA, "theta", ALWAYS)                                                         \
+    /* 0: none; L > 0: Llama 3's (rope_type "llama3"), L = original_max_position_embeddings;     \
+     * GP_ROPE_LINEAR: linear (Gemma 3's global layers); GP_ROPE_LONGROPE: Phi-3's LongRoPE    \
+     * (its factors are input freq_factors). gp_rope_freq has the formulas. */                    \
+    X(ROPE, I, 2, SCALING, "scaling", NONZERO)                                                    \
+    /* llama3 and linear: the factor the frequencies are divided by; longrope: attn_factor, on  \
+     * the cosines and sines */                                                                   \
+    X(ROPE, F, 1, FACTOR, "factor", NONZERO)                                                      \
+    /* llama3's low_freq_factor and high_freq_factor, float32 values (0 < low < high) */         \
+    X(ROPE, F, 2, LOW_FACTOR, "low", NONZERO)                                                     \
+    X(ROPE, F, 3, HIGH_FACTOR, "high", NONZERO)                                                   \
+    /* output dim k is input dim axes[k] */                                                       \
+    X(PERMUTE, I, 0, AXES, "axes", DIMS)                                                          \
+    X(SLICE, I, 0, AXIS, "axis", ALWAYS)                                                          \
+    X(SLICE, I, 1, START, "start", ALWAYS)                                                        \
+    X(SLICE, I, 2, LEN, "len", ALWAYS)                                                            \
+    /* in bytes */                                                                                \
+    X(VIEW, I, 0, OFFSET, "offset", ALWAYS)                                                       \
+    X(CONCAT, I, 0, AXIS, "axis", ALWAYS)                                                         \
+    /* 1: dst is a ring, dst[pos[t] % S] (a sliding-window layer's KV cache of S rows; t        \
+     * ascending, so the latest position wins a row) */                                           \
+    X(STORE, I, 0, RING, "ring", NONZERO)                                                         \
+    /* of the scores (0 given: 1/sqrt(D)) */                                                      \
+    X(ATTENTION, F, 0, SCALE, "scale", ALWAYS)                                                    \
+    /* W > 0: sliding-window attention (Mistral), rows max(0, pos[t] - W + 1)..pos[t]; 0: all */  \
+    X(ATTENTION, I, 0, WINDOW, "window", NONZERO)                                                 \
+    /* 1: position s is cache row s % S (store's ring); needs 0 < W and W + T - 1 <= S, so      \
+     * that storing the T new rows keeps every row a query of this eval reads */                  \
+    X(ATTENTION, I, 1, RING, "ring", NONZERO)                                                     \
+    /* c > 0 soft-caps the scores after the scale: c tanh(score / c) (Gemma 2) */                 \
+    X(ATTENTION, F, 1, SOFTCAP, "softcap", NONZERO)
+
+/* The slots: GP_ROPE_MODE indexes gp_attrs.i, GP_ROPE_THETA gp_attrs.f; integer and float
+ * attributes in enums of their own. */
+#define GP_ATTR_SLOT_I_I(id, slot) id = slot,
+#define GP_ATTR_SLOT_I_F(id, slot)
+#define GP_ATTR_SLOT_F_I(id, slot)
+#define GP_ATTR_SLOT_F_F(id, slot) id = slot,
+#define GP_ATTR_SLOT_I(op, kind, slot, name, label, show) \
+    GP_ATTR_SLOT_I_##kind(GP_##op##_##name, slot)
+#define GP_ATTR_SLOT_F(op, kind, slot, name, label, show) \
+    GP_ATTR_SLOT_F_##kind(GP_##op##_##name, slot)
+typedef enum { GP_OP_ATTRS(GP_ATTR_SLOT_I) } gp_iattr;
+typedef enum { GP_OP_ATTRS(GP_ATTR_SLOT_F) } gp_fattr;
+
+/* rope's scaling for linear frequency scaling and for LongRoPE; > 0 is llama3's, 0 none. */
+#define GP_ROPE_LINEAR (-1)
+#define GP_ROPE_LONGROPE (-2)
+
 /* How a weight of a tensor-parallel graph is cut from its checkpoint tensor (docs/language.md,
  * "Several devices"). The checkpoint's dim `dim` (`full` elements) is `groups` equal blocks of
  * units of `unit` elements; each block's n units are dealt out in order, cdiv(n, devices) to a
@@ -159,6 +223,9 @@ typedef struct {
     int64_t full; /* the checkpoint's size of `dim` */
 } gp_split;
 
+/* An op's attributes, read by name: a->i[GP_ROPE_MODE], a->f[GP_ROPE_THETA] (GP_OP_ATTRS).
+ * f[2] and f[3] hold float32 values: a plan file keeps them as two float32 bit patterns in i[3]'s
+ * place, so an op that has them leaves i[3] unused (docs/plan-format.md, nodes). */
 typedef struct {
     int64_t i[GP_MAX_IATTRS];
     double f[GP_MAX_FATTRS];
@@ -172,21 +239,40 @@ typedef struct {
 } gp_op_info;
 
 const gp_op_info *gp_op_get(gp_op op); /* NULL for an op out of range */
+int gp_op_from_name(const char *name, gp_op *out); /* 0 on success, -1 unknown */
 
-/* rope's i[2] for linear frequency scaling and for LongRoPE (GP_OP_ROPE); i[2] > 0 is llama3's,
- * 0 none. */
-#define GP_ROPE_LINEAR (-1)
-#define GP_ROPE_LONGROPE (-2)
-/* rope's llama3 scaling factors in and out of attribute i[3] (low in bits 0..31, high in 32..63). */
-int64_t gp_rope_factors_pack(float low_freq_factor, float high_freq_factor);
-void gp_rope_factors(const gp_attrs *a, float *low_freq_factor, float *high_freq_factor);
+typedef enum { GP_ATTR_I, GP_ATTR_F } gp_attr_kind;     /* gp_attrs.i or gp_attrs.f */
+typedef enum { GP_ATTR_ALWAYS, GP_ATTR_NONZERO, GP_ATTR_DIMS } gp_attr_show;
+
+/* One entry of GP_OP_ATTRS. */
+typedef struct {
+    gp_op op;
+    gp_attr_kind kind;
+    int slot;          /* the first index into gp_attrs.i or .f */
+    int len;           /* slots taken: 1, or GP_MAX_DIMS for GP_ATTR_DIMS */
+    const char *name;  /* the label */
+    gp_attr_show show;
+} gp_attr_info;
+
+/* The whole table, *n entries. */
+const gp_attr_info *gp_attr_table(int *n);
+/* The attributes of op in print order: *n consecutive entries of the table (0 for an op without
+ * attributes or out of range). */
+const gp_attr_info *gp_op_attrs(gp_op op, int *n);
+/* Slots of gp_attrs.i (GP_ATTR_I) or .f (GP_ATTR_F) op uses: 1 + the highest, 0 for none. */
+int gp_op_attr_slots(gp_op op, gp_attr_kind kind);
+/* Prints op's attributes as ` label=value` pairs, by the table's SHOW (out_ndim: the output's dims,
+ * for GP_ATTR_DIMS). */
+void gp_attrs_print(gp_op op, const gp_attrs *a, int out_ndim, FILE *out);
+
 /* 0 when rope's scaling attributes are usable (none, linear with a finite factor > 0, longrope
  * with a finite attn_factor > 0, or llama3 with factor > 0, finite factors, 0 < low < high);
  * else -1 with a message in err. */
 int gp_rope_check_scaling(const gp_attrs *a, char *err, size_t n);
 /* The frequency of rotary pair j of n rotated dims (radians per position), scaling included
- * (not freq_factors, an input; LongRoPE's is the unscaled frequency). */
+ * (not freq_factors, an input; LongRoPE's is the unscaled frequency). Unscaled and LongRoPE's:
+ * freq = theta^(-2j/n). Linear: freq / factor. Llama 3's, with L its scaling, low and high:
+ * wavelength w = 2 pi / freq; w < L / high keeps freq, w > L / low divides it by factor, and
+ * between them s = (L / w - low) / (high - low) mixes the two: (1 - s) freq / factor + s freq. */
 double gp_rope_freq(const gp_attrs *a, int64_t j, int64_t n);
-int gp_op_from_name(const char *name, gp_op *out); /* 0 on success, -1 unknown */
-
 #endif

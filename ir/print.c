@@ -2,76 +2,6 @@
  * schedule order with their attributes, output shape and source location. */
 #include "ir/ir_internal.h"
 
-/* The attributes that matter for op, as ` key=value` pairs. */
-static void print_attrs(const gp_node *n, int out_ndim, FILE *out)
-{
-    const gp_attrs *a = &n->attrs;
-    switch (n->op) {
-    case GP_OP_MATMUL:
-        if (a->i[0])
-            fprintf(out, " ta=1");
-        if (a->i[1])
-            fprintf(out, " tb=1");
-        break;
-    case GP_OP_SCALE:
-        fprintf(out, " s=%g", a->f[0]);
-        if (a->f[1])
-            fprintf(out, " softcap=%g", a->f[1]);
-        break;
-    case GP_OP_LAYER_NORM: fprintf(out, " eps=%g", a->f[0]); break;
-    case GP_OP_RMS_NORM:
-        fprintf(out, " eps=%g", a->f[0]);
-        if (a->f[1])
-            fprintf(out, " offset=%g", a->f[1]);
-        break;
-    case GP_OP_SOFTMAX:
-        fprintf(out, " scale=%g", a->f[0]);
-        if (a->i[0])
-            fprintf(out, " causal=1");
-        break;
-    case GP_OP_ROPE:
-        fprintf(out, " mode=%lld n=%lld theta=%g", (long long)a->i[0], (long long)a->i[1],
-                a->f[0]);
-        if (a->i[2] == GP_ROPE_LINEAR)
-            fprintf(out, " linear(factor=%g)", a->f[1]);
-        if (a->i[2] == GP_ROPE_LONGROPE)
-            fprintf(out, " longrope(attn_factor=%g)", a->f[1]);
-        if (a->i[2] > 0) {
-            float lo, hi;
-            gp_rope_factors(a, &lo, &hi);
-            fprintf(out, " llama3(factor=%g low=%g high=%g orig=%lld)", a->f[1], (double)lo,
-                    (double)hi, (long long)a->i[2]);
-        }
-        break;
-    case GP_OP_PERMUTE:
-        fprintf(out, " axes=(");
-        for (int k = 0; k < out_ndim; k++)
-            fprintf(out, "%s%lld", k ? ", " : "", (long long)a->i[k]);
-        fprintf(out, ")");
-        break;
-    case GP_OP_SLICE:
-        fprintf(out, " axis=%lld start=%lld len=%lld", (long long)a->i[0], (long long)a->i[1],
-                (long long)a->i[2]);
-        break;
-    case GP_OP_VIEW: fprintf(out, " offset=%lld", (long long)a->i[0]); break;
-    case GP_OP_CONCAT: fprintf(out, " axis=%lld", (long long)a->i[0]); break;
-    case GP_OP_ATTENTION:
-        fprintf(out, " scale=%g", a->f[0]);
-        if (a->i[0])
-            fprintf(out, " window=%lld", (long long)a->i[0]);
-        if (a->i[1])
-            fprintf(out, " ring=1");
-        if (a->f[1])
-            fprintf(out, " softcap=%g", a->f[1]);
-        break;
-    case GP_OP_STORE:
-        if (a->i[0])
-            fprintf(out, " ring=1");
-        break;
-    default: break;
-    }
-}
-
 static void print_strides(const gp_tensor *t, FILE *out)
 {
     fprintf(out, "[");
@@ -108,7 +38,7 @@ void gp_graph_print(const gp_graph *g, FILE *out)
         for (int k = 0; k < n->n_inputs; k++)
             fprintf(out, "%s%%%d", k ? ", " : "", n->inputs[k]);
         fprintf(out, ")");
-        print_attrs(n, t->ndim, out);
+        gp_attrs_print(n->op, &n->attrs, t->ndim, out);
         fprintf(out, " -> %s %s", gp_ir_shape_str(g, t->ndim, t->shape, s),
                 gp_dtype_name(t->dtype));
         if (n->loc.file && n->loc.line > 0)

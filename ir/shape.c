@@ -196,7 +196,7 @@ static int infer_matmul(ctx *c)
 {
     const gp_tensor *a = c->in[0], *b = c->in[1];
     char s1[GP_SHAPE_STR], s2[GP_SHAPE_STR], k[64];
-    int ta = c->attrs->i[0] != 0, tb = c->attrs->i[1] != 0;
+    int ta = c->attrs->i[GP_MATMUL_TA] != 0, tb = c->attrs->i[GP_MATMUL_TB] != 0;
     if (need_floats(c) || need_min_ndim(c, 0, 2) || need_min_ndim(c, 1, 2))
         return -1;
     if (gp_dtype_is_quant(b->dtype) && (a->ndim != 2 || ta || a->dtype != GP_F32))
@@ -243,12 +243,13 @@ static int infer_softmax(ctx *c)
 {
     if (need_floats(c) || need_min_ndim(c, 0, 1))
         return -1;
-    if (c->attrs->i[0] != 0 && c->attrs->i[0] != 1)
-        return ERR(c, "softmax: causal must be 0 or 1, got %lld", (long long)c->attrs->i[0]);
-    if (c->attrs->i[0] && need_min_ndim(c, 0, 2))
+    int64_t causal = c->attrs->i[GP_SOFTMAX_CAUSAL];
+    if (causal != 0 && causal != 1)
+        return ERR(c, "softmax: causal must be 0 or 1, got %lld", (long long)causal);
+    if (causal && need_min_ndim(c, 0, 2))
         return -1;
-    if (c->attrs->f[0] == 0)
-        c->attrs->f[0] = 1; /* unset: no scaling */
+    if (c->attrs->f[GP_SOFTMAX_SCALE] == 0)
+        c->attrs->f[GP_SOFTMAX_SCALE] = 1; /* unset: no scaling */
     same_shape(c, c->in[0]);
     return 0;
 }
@@ -282,17 +283,17 @@ static int infer_rope(ctx *c)
     int64_t dd = x->shape[2].size;
     if (x->shape[2].sym >= 0)
         return ERR(c, "rope: the head dim D of x %s must be constant", desc(c, 0, b));
-    if (c->attrs->i[0] != 0 && c->attrs->i[0] != 1)
+    if (c->attrs->i[GP_ROPE_MODE] != 0 && c->attrs->i[GP_ROPE_MODE] != 1)
         return ERR(c, "rope: mode must be 0 (rotate-half) or 1 (interleaved), got %lld",
-                   (long long)c->attrs->i[0]);
-    if (c->attrs->i[1] == 0)
-        c->attrs->i[1] = dd;
-    int64_t n = c->attrs->i[1];
+                   (long long)c->attrs->i[GP_ROPE_MODE]);
+    if (c->attrs->i[GP_ROPE_N_DIMS] == 0)
+        c->attrs->i[GP_ROPE_N_DIMS] = dd;
+    int64_t n = c->attrs->i[GP_ROPE_N_DIMS];
     if (n < 0 || n > dd || n % 2)
         return ERR(c, "rope: rotated dims n = %lld must be even and in 1..%lld (D of x %s)",
                    (long long)n, (long long)dd, desc(c, 0, b));
-    if (c->attrs->f[0] == 0)
-        c->attrs->f[0] = 10000.0; /* unset: the usual base */
+    if (c->attrs->f[GP_ROPE_THETA] == 0)
+        c->attrs->f[GP_ROPE_THETA] = 10000.0; /* unset: the usual base */
     char why[192];
     if (gp_rope_check_scaling(c->attrs, why, sizeof why))
         return ERR(c, "%s", why);
@@ -336,15 +337,15 @@ static int infer_attention(ctx *c)
                    desc(c, 1, b2));
     if (need_index(c, 3, q->shape[0], "the first dim of q"))
         return -1;
-    if (c->attrs->i[0] < 0 || c->attrs->i[0] > INT32_MAX)
-        return ERR(c, "attention: window must be in 0..%d, got %lld", INT32_MAX,
-                   (long long)c->attrs->i[0]);
-    if (c->attrs->i[1] && (c->attrs->i[0] < 1 || k->shape[0].sym >= 0 ||
-                           c->attrs->i[0] > k->shape[0].size))
+    int64_t window = c->attrs->i[GP_ATTENTION_WINDOW];
+    if (window < 0 || window > INT32_MAX)
+        return ERR(c, "attention: window must be in 0..%d, got %lld", INT32_MAX, (long long)window);
+    if (c->attrs->i[GP_ATTENTION_RING] &&
+        (window < 1 || k->shape[0].sym >= 0 || window > k->shape[0].size))
         return ERR(c, "attention: a ring cache needs a window of 1..S rows (S constant), got "
-                   "window %lld for %s", (long long)c->attrs->i[0], desc(c, 1, b1));
-    if (c->attrs->f[0] == 0)
-        c->attrs->f[0] = 1.0 / sqrt((double)q->shape[2].size);
+                   "window %lld for %s", (long long)window, desc(c, 1, b1));
+    if (c->attrs->f[GP_ATTENTION_SCALE] == 0)
+        c->attrs->f[GP_ATTENTION_SCALE] = 1.0 / sqrt((double)q->shape[2].size);
     c->out->dtype = GP_F32;
     same_shape(c, q);
     return 0;
@@ -375,7 +376,7 @@ static int infer_concat(ctx *c)
 {
     const gp_tensor *a = c->in[0], *b = c->in[1];
     char s1[GP_SHAPE_STR], s2[GP_SHAPE_STR];
-    int64_t axis = c->attrs->i[0];
+    int64_t axis = c->attrs->i[GP_CONCAT_AXIS];
     if ((a->dtype == GP_I32) != (b->dtype == GP_I32))
         return ERR(c, "concat: a is %s, b is %s (expected both float or both i32)",
                    gp_dtype_name(a->dtype), gp_dtype_name(b->dtype));
@@ -458,13 +459,13 @@ static int infer_permute(ctx *c)
     char b[GP_SHAPE_STR + 32];
     int seen[GP_MAX_DIMS] = {0};
     for (int k = 0; k < x->ndim; k++) {
-        int64_t p = c->attrs->i[k];
+        int64_t p = c->attrs->i[GP_PERMUTE_AXES + k];
         if (p < 0 || p >= x->ndim || seen[p]) {
             char axes[96] = "";
             size_t pos = 0;
             for (int m = 0; m < x->ndim; m++)
                 pos += (size_t)snprintf(axes + pos, sizeof axes - pos, "%s%lld", m ? ", " : "",
-                                        (long long)c->attrs->i[m]);
+                                        (long long)c->attrs->i[GP_PERMUTE_AXES + m]);
             return ERR(c, "permute: axes (%s) are not a permutation of 0..%d for %s", axes,
                        x->ndim - 1, desc(c, 0, b));
         }
@@ -472,8 +473,8 @@ static int infer_permute(ctx *c)
     }
     c->out->ndim = x->ndim;
     for (int k = 0; k < x->ndim; k++) {
-        c->out->shape[k] = x->shape[c->attrs->i[k]];
-        c->out->stride[k] = x->stride[c->attrs->i[k]];
+        c->out->shape[k] = x->shape[c->attrs->i[GP_PERMUTE_AXES + k]];
+        c->out->stride[k] = x->stride[c->attrs->i[GP_PERMUTE_AXES + k]];
     }
     return 0;
 }
@@ -482,7 +483,8 @@ static int infer_slice(ctx *c)
 {
     const gp_tensor *x = c->in[0];
     char b[GP_SHAPE_STR + 32];
-    int64_t axis = c->attrs->i[0], start = c->attrs->i[1], len = c->attrs->i[2];
+    int64_t axis = c->attrs->i[GP_SLICE_AXIS], start = c->attrs->i[GP_SLICE_START];
+    int64_t len = c->attrs->i[GP_SLICE_LEN];
     if (axis < 0 || axis >= x->ndim)
         return ERR(c, "slice: axis %lld out of range for %s", (long long)axis, desc(c, 0, b));
     if (x->shape[axis].sym >= 0)
@@ -505,7 +507,7 @@ static int infer_view(ctx *c)
     const gp_tensor *x = c->in[0];
     char b[GP_SHAPE_STR + 32], s[GP_SHAPE_STR];
     gp_dim want[GP_MAX_DIMS];
-    int64_t off = c->attrs->i[0], el = (int64_t)gp_dtype_size(x->dtype);
+    int64_t off = c->attrs->i[GP_VIEW_OFFSET], el = (int64_t)gp_dtype_size(x->dtype);
     if (gp_ir_check_shape(c->g, c->d, c->loc, "view: shape", x->dtype, c->ndim, c->shape, want))
         return -1;
     c->out->ndim = c->ndim;
@@ -620,7 +622,7 @@ int gp_graph_add_node(gp_graph *g, gp_diag *d, gp_op op, const int *inputs, int 
         /* Quantized weights are read by the products and lookups that have kernels for them. */
         if (gp_dtype_is_quant(c.in[i]->dtype) &&
             !(op == GP_OP_GET_ROWS && i == 0) &&
-            !(op == GP_OP_MATMUL && i == 1 && node.attrs.i[1] && c.in[i]->ndim == 2)) {
+            !(op == GP_OP_MATMUL && i == 1 && node.attrs.i[GP_MATMUL_TB] && c.in[i]->ndim == 2)) {
             gp_diag_error(d, loc, "%s: %s ('%s') is %s: quantized weights are read only by "
                           "get_rows (the table) and matmul (a 2-dim b with tb=1)", info->name,
                           roles[op][i], c.in[i]->name, gp_dtype_name(c.in[i]->dtype));

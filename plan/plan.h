@@ -228,5 +228,14 @@ enum {
 #define GP_PLAN_TENSOR_BYTES 176 /* 152 in version 1.0, which had no split */
 #define GP_PLAN_TENSOR_BYTES_1_0 152
 #define GP_PLAN_NODE_BYTES 88
+#define GP_PLAN_FATTRS 2         /* a node record's f64 attributes: gp_attrs.f[0..1] */
+
+/* A node record's attribute fields (iattr, fattr) from gp_attrs and back. The two float32
+ * attributes f[2] and f[3] (ir/core.h, gp_attrs) of an op that has them are bits 0..31 and 32..63
+ * of iattr[3]; every other field is the slot of the same index. */
+void gp_plan_attrs_encode(gp_op op, const gp_attrs *a, int64_t iattr[GP_MAX_IATTRS],
+                          double fattr[GP_PLAN_FATTRS]);
+void gp_plan_attrs_decode(gp_op op, const int64_t iattr[GP_MAX_IATTRS],
+                          const double fattr[GP_PLAN_FATTRS], gp_attrs *a);
 
 #endif

@@ -546,6 +546,29 @@ static int check_tensor_ref(const gp_plan *p, int node, const char *what, int id
     return 0;
 }
 
+/* What a node record can hold (gp_plan_attrs_encode): float32 values in an op's float slots past
+ * the f64 ones (NaN included), and nothing of its own in the integer slot that carries them. */
+static int check_attr_storage(const gp_plan_node *nd, int i, char *why, size_t n)
+{
+    int n_attrs;
+    const gp_attr_info *e = gp_op_attrs(nd->op, &n_attrs);
+    for (int k = 0; k < n_attrs; k++) {
+        double v = e[k].kind == GP_ATTR_F ? nd->attrs.f[e[k].slot] : 0;
+        if (e[k].slot >= GP_PLAN_FATTRS && v == v && (double)(float)v != v) {
+            gp_errf(why, n, "node %d: %s's %s %.17g is not a float32 value", i,
+                    gp_op_get(nd->op)->name, e[k].name, v);
+            return -1;
+        }
+    }
+    if (gp_op_attr_slots(nd->op, GP_ATTR_F) > GP_PLAN_FATTRS && nd->attrs.i[GP_MAX_IATTRS - 1]) {
+        gp_errf(why, n, "node %d: %s's unused integer attribute %d is %lld, not 0", i,
+                gp_op_get(nd->op)->name, GP_MAX_IATTRS - 1,
+                (long long)nd->attrs.i[GP_MAX_IATTRS - 1]);
+        return -1;
+    }
+    return 0;
+}
+
 static int check_nodes(const gp_plan *p, char *why, size_t n)
 {
     for (int i = 0; i < p->n_nodes; i++) {
@@ -560,6 +583,8 @@ static int check_nodes(const gp_plan *p, char *why, size_t n)
                     info->min_inputs, info->max_inputs, nd->n_inputs);
             return -1;
         }
+        if (check_attr_storage(nd, i, why, n))
+            return -1;
         for (int k = 0; k < GP_MAX_INPUTS; k++) {
             if (k >= nd->n_inputs) {
                 if (nd->inputs[k] != -1) {
@@ -573,8 +598,8 @@ static int check_nodes(const gp_plan *p, char *why, size_t n)
             const gp_plan_tensor *in = &p->tensors[nd->inputs[k]];
             /* The kernels that read quantized weights: get_rows' table, matmul's [N, K] b. */
             if (gp_dtype_is_quant(in->dtype) && !(nd->op == GP_OP_GET_ROWS && k == 0) &&
-                !(nd->op == GP_OP_MATMUL && k == 1 && nd->attrs.i[1] && !nd->attrs.i[0] &&
-                  in->ndim == 2)) {
+                !(nd->op == GP_OP_MATMUL && k == 1 && nd->attrs.i[GP_MATMUL_TB] &&
+                  !nd->attrs.i[GP_MATMUL_TA] && in->ndim == 2)) {
                 gp_errf(why, n, "node %d: op %s reads %s tensor %s as input %d", i, info->name,
                         gp_dtype_name(in->dtype), in->name, k);
                 return -1;
@@ -870,6 +895,46 @@ static int parse_tensors(reader *r, gp_plan *p, uint32_t count, uint32_t rec,
     return 0;
 }
 
+/* Float32 attributes beyond the record's f64 ones sit in the last integer slot, two to a slot. */
+_Static_assert(GP_MAX_FATTRS - GP_PLAN_FATTRS <= 2, "float32 attributes: two fit in iattr[3]");
+
+static int packs_floats(gp_op op) { return gp_op_attr_slots(op, GP_ATTR_F) > GP_PLAN_FATTRS; }
+
+void gp_plan_attrs_encode(gp_op op, const gp_attrs *a, int64_t iattr[GP_MAX_IATTRS],
+                          double fattr[GP_PLAN_FATTRS])
+{
+    memcpy(iattr, a->i, sizeof a->i);
+    memcpy(fattr, a->f, sizeof(double) * GP_PLAN_FATTRS);
+    if (packs_floats(op)) {
+        uint64_t bits = 0;
+        for (int k = GP_PLAN_FATTRS; k < GP_MAX_FATTRS; k++) {
+            float v = (float)a->f[k];
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            bits |= (uint64_t)u << (32 * (k - GP_PLAN_FATTRS));
+        }
+        iattr[GP_MAX_IATTRS - 1] = (int64_t)bits;
+    }
+}
+
+void gp_plan_attrs_decode(gp_op op, const int64_t iattr[GP_MAX_IATTRS],
+                          const double fattr[GP_PLAN_FATTRS], gp_attrs *a)
+{
+    memset(a, 0, sizeof *a);
+    memcpy(a->i, iattr, sizeof a->i);
+    memcpy(a->f, fattr, sizeof(double) * GP_PLAN_FATTRS);
+    if (packs_floats(op)) {
+        uint64_t bits = (uint64_t)iattr[GP_MAX_IATTRS - 1];
+        for (int k = GP_PLAN_FATTRS; k < GP_MAX_FATTRS; k++) {
+            uint32_t u = (uint32_t)(bits >> (32 * (k - GP_PLAN_FATTRS)));
+            float v;
+            memcpy(&v, &u, 4);
+            a->f[k] = v;
+        }
+        a->i[GP_MAX_IATTRS - 1] = 0;
+    }
+}
+
 static void parse_nodes(gp_plan *p, uint32_t count, uint32_t rec, const unsigned char *q)
 {
     for (uint32_t i = 0; i < count; i++, q += rec) {
@@ -883,10 +948,13 @@ static void parse_nodes(gp_plan *p, uint32_t count, uint32_t rec, const unsigned
         uint32_t line = rd_u32(q + 28), col = rd_u32(q + 32);
         nd->line = line > INT32_MAX ? 0 : (int)line;
         nd->col = col > INT32_MAX ? 0 : (int)col;
+        int64_t iattr[GP_MAX_IATTRS];
+        double fattr[GP_PLAN_FATTRS];
         for (int k = 0; k < GP_MAX_IATTRS; k++)
-            nd->attrs.i[k] = rd_i64(q + 40 + 8 * k);
-        for (int k = 0; k < GP_MAX_FATTRS; k++)
-            nd->attrs.f[k] = rd_f64(q + 72 + 8 * k);
+            iattr[k] = rd_i64(q + 40 + 8 * k);
+        for (int k = 0; k < GP_PLAN_FATTRS; k++)
+            fattr[k] = rd_f64(q + 72 + 8 * k);
+        gp_plan_attrs_decode(nd->op, iattr, fattr, &nd->attrs);
     }
 }
 

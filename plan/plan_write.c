@@ -212,10 +212,13 @@ static void write_nodes(bytes *b, const gp_plan *p)
         put_u32(b, (uint32_t)nd->line);
         put_u32(b, (uint32_t)nd->col);
         put_u32(b, 0);
+        int64_t iattr[GP_MAX_IATTRS];
+        double fattr[GP_PLAN_FATTRS];
+        gp_plan_attrs_encode(nd->op, &nd->attrs, iattr, fattr);
         for (int k = 0; k < GP_MAX_IATTRS; k++)
-            put_i64(b, nd->attrs.i[k]);
-        for (int k = 0; k < GP_MAX_FATTRS; k++)
-            put_f64(b, nd->attrs.f[k]);
+            put_i64(b, iattr[k]);
+        for (int k = 0; k < GP_PLAN_FATTRS; k++)
+            put_f64(b, fattr[k]);
     }
 }
 

@@ -41,7 +41,7 @@ static int weight_transposed(const gp_graph *g, int w)
     for (int i = 0; i < g->n_nodes; i++) {
         const gp_node *nd = &g->nodes[i];
         if (nd->op == GP_OP_MATMUL && nd->n_inputs == 2 && nd->inputs[1] == w)
-            return nd->attrs.i[1] ? 1 : 0;
+            return nd->attrs.i[GP_MATMUL_TB] ? 1 : 0;
     }
     return -1;
 }
@@ -139,7 +139,7 @@ static int add_target(gp_graph *mg, gp_diag *d, const gp_graph *g, const triple 
     if (tr->fan) { /* delta [in, out] = A^T [in, R] B^T [R, out] */
         in[0] = a;
         in[1] = b;
-        at.i[0] = at.i[1] = 1;
+        at.i[GP_MATMUL_TA] = at.i[GP_MATMUL_TB] = 1;
     } else { /* delta [out, in] = B [out, R] A [R, in] */
         in[0] = b;
         in[1] = a;

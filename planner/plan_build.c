@@ -185,9 +185,9 @@ static int lora_branch_at(const gp_graph *g, int a)
         return 0;
     const gp_node *u = &g->nodes[a], *v = &g->nodes[a + 1], *y = &g->nodes[a + 2];
     return u->op == GP_OP_MATMUL && v->op == GP_OP_MATMUL && y->op == GP_OP_ADD &&
-           y->n_inputs == 2 && !u->attrs.i[0] && u->attrs.i[1] && !v->attrs.i[0] &&
-           v->attrs.i[1] && v->inputs[0] == u->output && weight_bytes(g, u->inputs[1]) &&
-           weight_bytes(g, v->inputs[1]) &&
+           y->n_inputs == 2 && !u->attrs.i[GP_MATMUL_TA] && u->attrs.i[GP_MATMUL_TB] &&
+           !v->attrs.i[GP_MATMUL_TA] && v->attrs.i[GP_MATMUL_TB] && v->inputs[0] == u->output &&
+           weight_bytes(g, u->inputs[1]) && weight_bytes(g, v->inputs[1]) &&
            (y->inputs[0] == v->output) != (y->inputs[1] == v->output);
 }
 

@@ -134,7 +134,7 @@ void gp_extras_set_data(unsigned char *extras, const gp_plan *p, int tensor, int
  *       source is contiguous; a view is contiguous by definition); permute: the source's strides
  *       permuted; slice: the source's strides; store: the dst's record (ne too);
  *   data: views only (not-view tensors keep what their backend wrote at creation): reshape, permute:
- *       the source's; slice: source + start * source nb[axis]; view: source + i[0]; store: dst's.
+ *       the source's; slice: source + start * source nb[axis]; view: source + offset; store: dst's.
  * Unused nb are 0. Allocates nothing.
  */
 void gp_views_update(const gp_plan *p, const int64_t *sym_values, unsigned char *extras,

@@ -340,7 +340,7 @@ static int parse_merge_plan(gp_lora_merge *g, char *err, size_t n)
             return not_merge_plan(path, err, n, "node %d (add -> %s) is not add(W, "
                                   "mul(matmul(A, B), " GP_LORA_SCALE_INPUT "))", i, to->name);
         const gp_plan_node *nm = &p->nodes[mm];
-        int fan = nm->attrs.i[0] != 0;
+        int fan = nm->attrs.i[GP_MATMUL_TA] != 0;
         int a = fan ? nm->inputs[0] : nm->inputs[1], b = fan ? nm->inputs[1] : nm->inputs[0];
         const gp_plan_tensor *ta = &p->tensors[a], *tb = &p->tensors[b];
         char want[1100];
@@ -349,9 +349,9 @@ static int parse_merge_plan(gp_lora_merge *g, char *err, size_t n)
         int shapes = ta->ndim == 2 && tb->ndim == 2 && ta->dims[0] == tb->dims[1] &&
                      (fan ? tw->dims[0] == ta->dims[1] && tw->dims[1] == tb->dims[0]
                           : tw->dims[0] == tb->dims[0] && tw->dims[1] == ta->dims[1]);
-        if (nm->attrs.i[0] != nm->attrs.i[1] || ta->kind != GP_TENSOR_INPUT ||
-            tb->kind != GP_TENSOR_INPUT || !ends_with(tw->name, ".weight") ||
-            strcmp(ta->name, want) || !gp_lora_is_slot(tb->name) ||
+        if (nm->attrs.i[GP_MATMUL_TA] != nm->attrs.i[GP_MATMUL_TB] ||
+            ta->kind != GP_TENSOR_INPUT || tb->kind != GP_TENSOR_INPUT ||
+            !ends_with(tw->name, ".weight") || strcmp(ta->name, want) || !gp_lora_is_slot(tb->name) ||
             !ends_with(tb->name, LORA_B_SUFFIX) ||
             strncmp(ta->name, tb->name, strlen(ta->name) - strlen(LORA_A_SUFFIX)) || !shapes)
             return not_merge_plan(path, err, n, "node %d (matmul -> %s) does not compute the "
@@ -815,7 +815,7 @@ int gp_model_bind_adapter(gp_model *m, const char *dir, double scale, char *err,
         if (ends_with(gp_st_get(f, k)->name, LORA_B_SUFFIX)) {
             gp_attrs at;
             memset(&at, 0, sizeof at);
-            at.f[0] = s;
+            at.f[GP_SCALE_FACTOR] = s;
             gp_ktensor b = ktensor(slot, w->dtype, w->dims[0], w->dims[1]);
             gp_cpu_compute(GP_OP_SCALE, &at, &b, &b, 1, NULL, 0, 0, 1);
         }

@@ -140,7 +140,7 @@ static int check_views(const gp_plan *p, char *why, size_t n)
             int seen[GP_MAX_DIMS] = {0};
             ok = ok && t->ndim == s->ndim && t->view_offset == 0;
             for (int d = 0; ok && d < t->ndim; d++) {
-                int64_t a = nd->attrs.i[d];
+                int64_t a = nd->attrs.i[GP_PERMUTE_AXES + d];
                 ok = a >= 0 && a < s->ndim && !seen[a] && t->dims[d] == s->dims[a] &&
                      t->sym[d] == s->sym[a];
                 if (ok)
@@ -149,16 +149,16 @@ static int check_views(const gp_plan *p, char *why, size_t n)
             break;
         }
         case GP_OP_SLICE: {
-            int64_t ax = nd->attrs.i[0];
+            int64_t ax = nd->attrs.i[GP_SLICE_AXIS], start = nd->attrs.i[GP_SLICE_START];
             ok = ok && t->ndim == s->ndim && ax >= 0 && ax < s->ndim && s->sym[ax] < 0 &&
-                 nd->attrs.i[1] >= 0 && nd->attrs.i[1] <= s->dims[ax] - t->dims[ax] &&
-                 t->view_offset == nd->attrs.i[1] * s->stride[ax] * es; /* <= s's span */
+                 start >= 0 && start <= s->dims[ax] - t->dims[ax] &&
+                 t->view_offset == start * s->stride[ax] * es; /* <= s's span */
             for (int d = 0; ok && d < t->ndim; d++)
                 ok = t->sym[d] == s->sym[d] && (d == ax || t->dims[d] == s->dims[d]);
             break;
         }
         case GP_OP_VIEW:
-            ok = ok && t->view_offset == nd->attrs.i[0];
+            ok = ok && t->view_offset == nd->attrs.i[GP_VIEW_OFFSET];
             break;
         case GP_OP_STORE:
             ok = ok && t->ndim == s->ndim && t->view_offset == 0;
@@ -226,7 +226,7 @@ static int analyze(gp_model *m, char *why, size_t n)
         } else if (m->positions < 0) {
             m->positions = root;
         }
-        if (nd->op == GP_OP_ATTENTION && !nd->attrs.i[1]) { /* a ring limits no context */
+        if (nd->op == GP_OP_ATTENTION && !nd->attrs.i[GP_ATTENTION_RING]) { /* a ring limits no context */
             int64_t s = p->tensors[nd->inputs[1]].dims[0];
             if (m->context == 0 || s < m->context)
                 m->context = s;
@@ -1168,8 +1168,9 @@ static int64_t index_bound(gp_session *s, const gp_plan_node *nd)
     int t = nd->op == GP_OP_ATTENTION ? nd->inputs[1] : nd->inputs[0];
     if (nd->op != GP_OP_GET_ROWS && nd->op != GP_OP_STORE && nd->op != GP_OP_ATTENTION)
         return -1;
-    /* A ring cache (store i[0], attention i[1]) takes any position: a bound of its own. */
-    if ((nd->op == GP_OP_STORE && nd->attrs.i[0]) || (nd->op == GP_OP_ATTENTION && nd->attrs.i[1]))
+    /* A ring cache takes any position: a bound of its own. */
+    if ((nd->op == GP_OP_STORE && nd->attrs.i[GP_STORE_RING]) ||
+        (nd->op == GP_OP_ATTENTION && nd->attrs.i[GP_ATTENTION_RING]))
         return INT32_MAX;
     gp_extras_read(s->extras, s->p, t, 0, &v);
     return v.ne[0];

@@ -89,15 +89,15 @@ static void update_view(const gp_plan *p, const gp_plan_node *nd, int id, const 
     switch (nd->op) {
     case GP_OP_PERMUTE:
         for (int d = 0; d < GP_MAX_DIMS; d++)
-            nb[d] = d < t->ndim ? src_nb[nd->attrs.i[d]] : 0;
+            nb[d] = d < t->ndim ? src_nb[nd->attrs.i[GP_PERMUTE_AXES + d]] : 0;
         break;
     case GP_OP_SLICE:
         memcpy(nb, src_nb, sizeof nb);
-        delta = nd->attrs.i[1] * src_nb[nd->attrs.i[0]];
+        delta = nd->attrs.i[GP_SLICE_START] * src_nb[nd->attrs.i[GP_SLICE_AXIS]];
         break;
     case GP_OP_VIEW:
         packed_strides(t, ne, nb);
-        delta = nd->attrs.i[0];
+        delta = nd->attrs.i[GP_VIEW_OFFSET];
         break;
     case GP_OP_STORE:
         memcpy(ne, src_ne, sizeof ne);

@@ -937,7 +937,7 @@ static void check_gpt2(int64_t L, const char **defs, int n_defs)
     CU_ASSERT_EQUAL(g->tensors[pick->inputs[0]].shape[0].sym, 0); /* [T, n_embd] */
     CU_ASSERT_EQUAL(head->op, GP_OP_MATMUL);
     CU_ASSERT_EQUAL(head->inputs[1], w);
-    CU_ASSERT_EQUAL(head->attrs.i[1], 1);
+    CU_ASSERT_EQUAL(head->attrs.i[GP_MATMUL_TB], 1);
     int out = gp_graph_find_tensor(g, "logits"), next = gp_graph_find_tensor(g, "next");
     CU_ASSERT_FATAL(out >= 0 && next >= 0);
     CU_ASSERT_EQUAL(g->tensors[out].kind, GP_TENSOR_OUTPUT);
@@ -950,7 +950,8 @@ static void check_gpt2(int64_t L, const char **defs, int n_defs)
     CU_ASSERT_EQUAL(g->tensors[next].dtype, GP_I32);
     CU_ASSERT_EQUAL(g->tensors[next].ndim, 1);
     CU_ASSERT_EQUAL(g->tensors[next].shape[0].sym, 1);
-    CU_ASSERT_DOUBLE_EQUAL(first_node(g, GP_OP_LAYER_NORM)->attrs.f[0], 1e-5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(first_node(g, GP_OP_LAYER_NORM)->attrs.f[GP_LAYER_NORM_EPS], 1e-5,
+                           1e-12);
     gp_graph_free(g);
 }
 
@@ -1019,8 +1020,8 @@ static void test_example_llama(void)
     CU_ASSERT_FATAL(w >= 0);
     CU_ASSERT_STRING_EQUAL(g->tensors[w].weight_name, "lm_head.weight");
     const gp_node *r = first_node(g, GP_OP_ROPE);
-    CU_ASSERT_EQUAL(r->attrs.i[0], 0); /* rotate-half */
-    CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[0], 10000.0, 1e-9);
+    CU_ASSERT_EQUAL(r->attrs.i[GP_ROPE_MODE], 0); /* rotate-half */
+    CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[GP_ROPE_THETA], 10000.0, 1e-9);
     const gp_node *a = first_node(g, GP_OP_ATTENTION);
     CU_ASSERT_EQUAL(g->tensors[a->inputs[0]].shape[1].size, 32);
     CU_ASSERT_EQUAL(g->tensors[a->inputs[1]].shape[1].size, 4); /* grouped-query */
@@ -1064,8 +1065,8 @@ static void test_config_overrides(void)
     CU_ASSERT_EQUAL(g->n_nodes, 5 + 25 * 3);
     CU_ASSERT_EQUAL(weight_bytes(g), 2 * (1000 * 256 + 256 + 3 * (2 * 256 + 2 * 256 * 256 +
                                                                    2 * 32 * 256 + 3 * 256 * 512)));
-    CU_ASSERT_DOUBLE_EQUAL(first_node(g, GP_OP_ROPE)->attrs.f[0], 500000.0, 1e-6);
-    CU_ASSERT_DOUBLE_EQUAL(first_node(g, GP_OP_RMS_NORM)->attrs.f[0], 1e-6, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(first_node(g, GP_OP_ROPE)->attrs.f[GP_ROPE_THETA], 500000.0, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(first_node(g, GP_OP_RMS_NORM)->attrs.f[GP_RMS_NORM_EPS], 1e-6, 1e-15);
     CU_ASSERT_EQUAL(g->tensors[gp_graph_find_tensor(g, "embed")].dtype, GP_BF16);
     gp_graph_free(g);
 
@@ -1117,13 +1118,11 @@ static void test_config_families(void)
     gp_graph *g = compile_example("examples/llama3.gplan", NULL, 0, path, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     const gp_node *r = first_node(g, GP_OP_ROPE);
-    float lo, hi;
-    gp_rope_factors(&r->attrs, &lo, &hi);
-    CU_ASSERT_EQUAL(r->attrs.i[1], 8);
-    CU_ASSERT_EQUAL(r->attrs.i[2], 4096);
-    CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[0], 1000.0, 1e-9);
-    CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[1], 16.0, 1e-9);
-    CU_ASSERT(lo == 2.0f && hi == 8.0f);
+    CU_ASSERT_EQUAL(r->attrs.i[GP_ROPE_N_DIMS], 8);
+    CU_ASSERT_EQUAL(r->attrs.i[GP_ROPE_SCALING], 4096);
+    CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[GP_ROPE_THETA], 1000.0, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[GP_ROPE_FACTOR], 16.0, 1e-9);
+    CU_ASSERT(r->attrs.f[GP_ROPE_LOW_FACTOR] == 2.0 && r->attrs.f[GP_ROPE_HIGH_FACTOR] == 8.0);
     gp_graph_free(g);
     /* A GGUF file's (--gguf sets these): the file's rope_freqs tensor in place of the config's
      * llama3 scaling, interleaved pairs. */
@@ -1131,15 +1130,15 @@ static void test_config_families(void)
     g = compile_example("examples/llama3.gplan", freqs, 2, path, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     r = first_node(g, GP_OP_ROPE);
-    CU_ASSERT_EQUAL(r->attrs.i[0], 1);
-    CU_ASSERT_EQUAL(r->attrs.i[2], 0);
+    CU_ASSERT_EQUAL(r->attrs.i[GP_ROPE_MODE], 1);
+    CU_ASSERT_EQUAL(r->attrs.i[GP_ROPE_SCALING], 0);
     CU_ASSERT_EQUAL_FATAL(r->n_inputs, 3);
     const gp_tensor *ff = &g->tensors[r->inputs[2]];
     CU_ASSERT(ff->kind == GP_TENSOR_WEIGHT && ff->dtype == GP_F32 && ff->ndim == 1 &&
               ff->shape[0].size == 4 && strcmp(ff->weight_name, "rope_freqs.weight") == 0);
     gp_graph_free(g);
     /* Phi-3's LongRoPE from a GGUF file (--gguf sets these): the short factors while the planned
-     * context is within the original one, the long ones past it; the attention factor in f[1]. */
+     * context is within the original one, the long ones past it; the attention factor as the factor. */
     const char *lr[][6] = {
         {"rope_type=longrope", "rope_factors=true", "attn_factor=1.19",
          "original_max_position_embeddings=4096", "max_position_embeddings=4096", "n_batch=4"},
@@ -1154,8 +1153,8 @@ static void test_config_families(void)
         g = compile_example("examples/phi3.gplan", tiny_phi3, 12, NULL, NULL);
         CU_ASSERT_PTR_NOT_NULL_FATAL(g);
         r = first_node(g, GP_OP_ROPE);
-        CU_ASSERT_EQUAL(r->attrs.i[2], GP_ROPE_LONGROPE);
-        CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[1], 1.19, 1e-12);
+        CU_ASSERT_EQUAL(r->attrs.i[GP_ROPE_SCALING], GP_ROPE_LONGROPE);
+        CU_ASSERT_DOUBLE_EQUAL(r->attrs.f[GP_ROPE_FACTOR], 1.19, 1e-12);
         CU_ASSERT_EQUAL_FATAL(r->n_inputs, 3);
         ff = &g->tensors[r->inputs[2]];
         CU_ASSERT(ff->kind == GP_TENSOR_WEIGHT && ff->dtype == GP_F32 && ff->ndim == 1 &&
@@ -1167,16 +1166,16 @@ static void test_config_families(void)
     const char *unscaled[] = {"rope_type=default"};
     g = compile_example("examples/llama3.gplan", unscaled, 1, path, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
-    CU_ASSERT_EQUAL(first_node(g, GP_OP_ROPE)->attrs.i[2], 0);
+    CU_ASSERT_EQUAL(first_node(g, GP_OP_ROPE)->attrs.i[GP_ROPE_SCALING], 0);
     gp_graph_free(g);
     g = compile_example("examples/mistral.gplan", NULL, 0, path, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
-    CU_ASSERT_EQUAL(first_node(g, GP_OP_ATTENTION)->attrs.i[0], 0);
+    CU_ASSERT_EQUAL(first_node(g, GP_OP_ATTENTION)->attrs.i[GP_ATTENTION_WINDOW], 0);
     gp_graph_free(g);
     const char *window[] = {"sliding_window=7"};
     g = compile_example("examples/mistral.gplan", window, 1, path, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
-    CU_ASSERT_EQUAL(first_node(g, GP_OP_ATTENTION)->attrs.i[0], 7);
+    CU_ASSERT_EQUAL(first_node(g, GP_OP_ATTENTION)->attrs.i[GP_ATTENTION_WINDOW], 7);
     gp_graph_free(g);
     /* A transformers 4 config: the scaling under "rope_scaling"; without it (null) none. */
     cfg = "{\"num_hidden_layers\": 1, \"hidden_size\": 32, \"num_attention_heads\": 2,\n"
@@ -1188,8 +1187,8 @@ static void test_config_families(void)
     CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfg, strlen(cfg)), 0);
     g = compile_example("examples/llama3.gplan", NULL, 0, path, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
-    CU_ASSERT_EQUAL(first_node(g, GP_OP_ROPE)->attrs.i[2], 8192);
-    CU_ASSERT_DOUBLE_EQUAL(first_node(g, GP_OP_ROPE)->attrs.f[1], 8.0, 1e-9);
+    CU_ASSERT_EQUAL(first_node(g, GP_OP_ROPE)->attrs.i[GP_ROPE_SCALING], 8192);
+    CU_ASSERT_DOUBLE_EQUAL(first_node(g, GP_OP_ROPE)->attrs.f[GP_ROPE_FACTOR], 8.0, 1e-9);
     gp_graph_free(g);
     cfg = "{\"num_hidden_layers\": 1, \"hidden_size\": 32, \"num_attention_heads\": 2,\n"
           " \"num_key_value_heads\": 1, \"vocab_size\": 50, \"rope_scaling\": null}\n";
@@ -1197,7 +1196,7 @@ static void test_config_families(void)
     const char *hd[] = {"head_dim=16", "max_position_embeddings=16"};
     g = compile_example("examples/llama3.gplan", hd, 2, path, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
-    CU_ASSERT_EQUAL(first_node(g, GP_OP_ROPE)->attrs.i[2], 0);
+    CU_ASSERT_EQUAL(first_node(g, GP_OP_ROPE)->attrs.i[GP_ROPE_SCALING], 0);
     gp_graph_free(g);
     remove(path);
 }
@@ -1212,7 +1211,7 @@ static const gp_tensor *tensor_named(const gp_graph *g, const char *name)
 }
 
 /* examples/gemma3.gplan's layers as a config sets them: layer l's two ropes (q, k) have theta
- * want_theta[l] and scaling i[2] want_scaling[l] (factor want_factor when linear), its attention
+ * want_theta[l] and scaling want_scaling[l] (factor want_factor when linear), its attention
  * a window of want_window[l]. */
 static void check_gemma3_layers(const gp_graph *g, int n, const double *want_theta,
                                 const int64_t *want_scaling, double want_factor,
@@ -1225,13 +1224,14 @@ static void check_gemma3_layers(const gp_graph *g, int n, const double *want_the
         const gp_node *nd = &g->nodes[i];
         if (nd->op == GP_OP_ROPE && r < 2 * n) {
             int l = r++ / 2;
-            CU_ASSERT_DOUBLE_EQUAL(nd->attrs.f[0], want_theta[l], 1e-6);
-            CU_ASSERT_EQUAL(nd->attrs.i[2], want_scaling[l]);
+            CU_ASSERT_DOUBLE_EQUAL(nd->attrs.f[GP_ROPE_THETA], want_theta[l], 1e-6);
+            CU_ASSERT_EQUAL(nd->attrs.i[GP_ROPE_SCALING], want_scaling[l]);
             if (want_scaling[l] == GP_ROPE_LINEAR)
-                CU_ASSERT_DOUBLE_EQUAL(nd->attrs.f[1], want_factor, 1e-9);
+                CU_ASSERT_DOUBLE_EQUAL(nd->attrs.f[GP_ROPE_FACTOR], want_factor, 1e-9);
         } else if (nd->op == GP_OP_ATTENTION && a < n) {
-            CU_ASSERT_EQUAL(nd->attrs.i[0], want_window[a]);
-            CU_ASSERT_EQUAL(nd->attrs.i[1], ring && want_window[a] > 0); /* local layers' rings */
+            CU_ASSERT_EQUAL(nd->attrs.i[GP_ATTENTION_WINDOW], want_window[a]);
+            /* local layers' rings */
+            CU_ASSERT_EQUAL(nd->attrs.i[GP_ATTENTION_RING], ring && want_window[a] > 0);
             a++;
         }
     }
@@ -1332,18 +1332,21 @@ static void test_features(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     const gp_node *sc = first_node(g, GP_OP_SCALE);
     CU_ASSERT_PTR_NOT_NULL_FATAL(sc);
-    CU_ASSERT_DOUBLE_EQUAL(sc->attrs.f[0], 9.5, 1e-12); /* 7 / 2 is 3.5 (inexact), 10 / 5 is 2 */
+    /* 7 / 2 is 3.5 (inexact), 10 / 5 is 2 */
+    CU_ASSERT_DOUBLE_EQUAL(sc->attrs.f[GP_SCALE_FACTOR], 9.5, 1e-12);
     CU_ASSERT_EQUAL(count_op(g, GP_OP_SCALE), 2);        /* * c, then / 2 */
     const gp_node *pm = first_node(g, GP_OP_PERMUTE);
-    CU_ASSERT_EQUAL(pm->attrs.i[0], 0);
-    CU_ASSERT_EQUAL(pm->attrs.i[1], 2);
-    CU_ASSERT_EQUAL(pm->attrs.i[2], 1);
+    CU_ASSERT_EQUAL(pm->attrs.i[GP_PERMUTE_AXES + 0], 0);
+    CU_ASSERT_EQUAL(pm->attrs.i[GP_PERMUTE_AXES + 1], 2);
+    CU_ASSERT_EQUAL(pm->attrs.i[GP_PERMUTE_AXES + 2], 1);
     int o = gp_graph_find_tensor(g, "o");
     CU_ASSERT_EQUAL(g->tensors[o].dtype, GP_F16);
     CU_ASSERT_EQUAL(g->nodes[g->tensors[o].producer].op, GP_OP_CAST);
     const gp_node *cc = first_node(g, GP_OP_CONCAT);
-    CU_ASSERT_EQUAL(cc->attrs.i[0], 1);
-    CU_ASSERT_EQUAL(g->nodes[g->tensors[cc->inputs[1]].producer].attrs.i[0], 1); /* axis -1 */
+    CU_ASSERT_EQUAL(cc->attrs.i[GP_CONCAT_AXIS], 1);
+    const gp_node *sl = &g->nodes[g->tensors[cc->inputs[1]].producer];
+    CU_ASSERT_EQUAL(sl->op, GP_OP_SLICE);
+    CU_ASSERT_EQUAL(sl->attrs.i[GP_SLICE_AXIS], 1); /* axis -1 */
     gp_graph_free(g);
     gp_diag_free(d);
 

@@ -455,13 +455,13 @@ static void test_matmul(void)
     CU_ASSERT(shape_is(r, 2, SYMT, 2304));
 
     int wt = in("wt", GP_F32, 2, 2304, 768, 0);
-    gp_attrs tb = {{0, 1}, {0}};
+    gp_attrs tb = {.i = {[GP_MATMUL_TB] = 1}};
     r = node(GP_OP_MATMUL, 2, x, wt, 0, 0, &tb);
     CU_ASSERT(shape_is(r, 2, SYMT, 2304));
-    CU_ASSERT_EQUAL(g->nodes[g->n_nodes - 1].attrs.i[1], 1);
+    CU_ASSERT_EQUAL(g->nodes[g->n_nodes - 1].attrs.i[GP_MATMUL_TB], 1);
 
     int xt = in("xt", GP_F32, 2, 768, SYMT, 0);
-    gp_attrs ta = {{1, 0}, {0}};
+    gp_attrs ta = {.i = {[GP_MATMUL_TA] = 1}};
     r = node(GP_OP_MATMUL, 2, xt, w, 0, 0, &ta);
     CU_ASSERT(shape_is(r, 2, SYMT, 2304));
 
@@ -507,7 +507,7 @@ static void test_norms(void)
     int x = in("x", GP_F32, 2, SYMT, 768, 0);
     int w = in("w", GP_F32, 1, 768, 0, 0);
     int b = in("b", GP_F16, 1, 768, 0, 0);
-    gp_attrs eps = {{0}, {1e-5, 0}};
+    gp_attrs eps = {.f = {[GP_LAYER_NORM_EPS] = 1e-5}};
     int r = node(GP_OP_LAYER_NORM, 3, x, w, b, 0, &eps);
     CHECK_OUT(r, GP_TENSOR_INTERMEDIATE, GP_F32);
     CU_ASSERT(shape_is(r, 2, SYMT, 768));
@@ -534,19 +534,19 @@ static void test_softmax(void)
 {
     fresh();
     int x = in("x", GP_F16, 3, 12, SYMT, SYMS);
-    gp_attrs a = {{1}, {0.125, 0}};
+    gp_attrs a = {.i = {[GP_SOFTMAX_CAUSAL] = 1}, .f = {[GP_SOFTMAX_SCALE] = 0.125}};
     int r = node(GP_OP_SOFTMAX, 1, x, 0, 0, 0, &a);
     CHECK_OUT(r, GP_TENSOR_INTERMEDIATE, GP_F16);
     CU_ASSERT(shape_is(r, 3, 12, SYMT, SYMS));
-    CU_ASSERT_DOUBLE_EQUAL(g->nodes[0].attrs.f[0], 0.125, 0);
+    CU_ASSERT_DOUBLE_EQUAL(g->nodes[0].attrs.f[GP_SOFTMAX_SCALE], 0.125, 0);
     r = node1(GP_OP_SOFTMAX, x);
-    CU_ASSERT_DOUBLE_EQUAL(g->nodes[1].attrs.f[0], 1.0, 0); /* unset scale means 1 */
+    CU_ASSERT_DOUBLE_EQUAL(g->nodes[1].attrs.f[GP_SOFTMAX_SCALE], 1.0, 0); /* unset scale means 1 */
 
-    gp_attrs bad = {{2}, {0}};
+    gp_attrs bad = {.i = {[GP_SOFTMAX_CAUSAL] = 2}};
     CHECK_ERR(node(GP_OP_SOFTMAX, 1, x, 0, 0, 0, &bad), "softmax: causal must be 0 or 1, got 2");
     fresh();
     x = in("x", GP_F32, 1, 8, 0, 0);
-    gp_attrs causal = {{1}, {0}};
+    gp_attrs causal = {.i = {[GP_SOFTMAX_CAUSAL] = 1}};
     CHECK_ERR(node(GP_OP_SOFTMAX, 1, x, 0, 0, 0, &causal),
               "softmax: x must have at least 2 dims, got x [8]");
 }
@@ -556,24 +556,25 @@ static void test_rope(void)
     fresh();
     int x = in("x", GP_F32, 3, SYMT, 32, 128);
     int pos = in("pos", GP_I32, 1, SYMT, 0, 0);
-    gp_attrs a = {{0, 0}, {0}};
+    gp_attrs a = {0};
     int r = node(GP_OP_ROPE, 2, x, pos, 0, 0, &a);
     CHECK_OUT(r, GP_TENSOR_INTERMEDIATE, GP_F32);
     CU_ASSERT(shape_is(r, 3, SYMT, 32, 128));
-    CU_ASSERT_EQUAL(g->nodes[0].attrs.i[1], 128); /* n = 0 means all of D */
-    CU_ASSERT_DOUBLE_EQUAL(g->nodes[0].attrs.f[0], 10000.0, 0);
-    gp_attrs part = {{1, 64}, {500000.0, 0}};
+    CU_ASSERT_EQUAL(g->nodes[0].attrs.i[GP_ROPE_N_DIMS], 128); /* n = 0 means all of D */
+    CU_ASSERT_DOUBLE_EQUAL(g->nodes[0].attrs.f[GP_ROPE_THETA], 10000.0, 0);
+    gp_attrs part = {.i = {[GP_ROPE_MODE] = 1, [GP_ROPE_N_DIMS] = 64},
+                     .f = {[GP_ROPE_THETA] = 500000.0}};
     r = node(GP_OP_ROPE, 2, x, pos, 0, 0, &part);
-    CU_ASSERT_EQUAL(g->nodes[1].attrs.i[1], 64);
-    CU_ASSERT_DOUBLE_EQUAL(g->nodes[1].attrs.f[0], 500000.0, 0);
+    CU_ASSERT_EQUAL(g->nodes[1].attrs.i[GP_ROPE_N_DIMS], 64);
+    CU_ASSERT_DOUBLE_EQUAL(g->nodes[1].attrs.f[GP_ROPE_THETA], 500000.0, 0);
 
-    gp_attrs odd = {{0, 63}, {0}};
+    gp_attrs odd = {.i = {[GP_ROPE_N_DIMS] = 63}};
     CHECK_ERR(node(GP_OP_ROPE, 2, x, pos, 0, 0, &odd),
               "rope: rotated dims n = 63 must be even and in 1..128");
     fresh();
     x = in("x", GP_F32, 3, SYMT, 32, 128);
     pos = in("pos", GP_I32, 1, SYMT, 0, 0);
-    gp_attrs big = {{0, 130}, {0}};
+    gp_attrs big = {.i = {[GP_ROPE_N_DIMS] = 130}};
     CHECK_ERR(node(GP_OP_ROPE, 2, x, pos, 0, 0, &big), "n = 130 must be even");
     fresh();
     x = in("x", GP_F32, 2, SYMT, 4096, 0);
@@ -588,21 +589,25 @@ static void test_rope(void)
     pos = in("pos", GP_I32, 1, 7, 0, 0);
     CHECK_ERR(node2(GP_OP_ROPE, x, pos), "rope: pos is pos [7], expected [T]");
 
-    /* Linear scaling (rope_type "linear"): every frequency divided by the factor f[1] > 0. */
+    /* Linear scaling (rope_type "linear"): every frequency divided by the factor > 0. */
     fresh();
     x = in("x", GP_F32, 3, SYMT, 4, 16);
     pos = in("pos", GP_I32, 1, SYMT, 0, 0);
-    gp_attrs lin = {{0, 0, GP_ROPE_LINEAR}, {50000.0, 4.0}};
+    gp_attrs lin = {.i = {[GP_ROPE_SCALING] = GP_ROPE_LINEAR},
+                    .f = {[GP_ROPE_THETA] = 50000.0, [GP_ROPE_FACTOR] = 4.0}};
     node(GP_OP_ROPE, 2, x, pos, 0, 0, &lin);
-    CU_ASSERT_EQUAL(g->nodes[0].attrs.i[2], GP_ROPE_LINEAR);
+    CU_ASSERT_EQUAL(g->nodes[0].attrs.i[GP_ROPE_SCALING], GP_ROPE_LINEAR);
     for (int j = 0; j < 8; j++)
         CU_ASSERT_DOUBLE_EQUAL(gp_rope_freq(&g->nodes[0].attrs, j, 16),
                                pow(50000.0, -2.0 * j / 16) / 4.0, 1e-15);
     char why[192];
-    gp_attrs no_factor = {{0, 16, GP_ROPE_LINEAR}, {10000.0, 0}};
+    gp_attrs no_factor = {.i = {[GP_ROPE_N_DIMS] = 16, [GP_ROPE_SCALING] = GP_ROPE_LINEAR},
+                          .f = {[GP_ROPE_THETA] = 10000.0}};
     CU_ASSERT_EQUAL(gp_rope_check_scaling(&no_factor, why, sizeof why), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(why, "rope: bad linear scaling (factor 0)"));
-    gp_attrs unscaled = {{0, 16, 0}, {10000.0, 4.0}}; /* f[1] is read only under a scaling */
+    /* the factor is read only under a scaling */
+    gp_attrs unscaled = {.i = {[GP_ROPE_N_DIMS] = 16},
+                         .f = {[GP_ROPE_THETA] = 10000.0, [GP_ROPE_FACTOR] = 4.0}};
     CU_ASSERT_EQUAL(gp_rope_check_scaling(&unscaled, why, sizeof why), 0);
     CU_ASSERT_DOUBLE_EQUAL(gp_rope_freq(&unscaled, 1, 16), pow(10000.0, -2.0 / 16), 1e-15);
     CHECK_ERR(node(GP_OP_ROPE, 2, x, pos, 0, 0, &no_factor), "rope: bad linear scaling (factor 0)");
@@ -618,10 +623,10 @@ static void test_attention(void)
     int r = node(GP_OP_ATTENTION, 4, q, k, v, pos, NULL);
     CHECK_OUT(r, GP_TENSOR_INTERMEDIATE, GP_F32);
     CU_ASSERT(shape_is(r, 3, SYMT, 32, 128));
-    CU_ASSERT_DOUBLE_EQUAL(g->nodes[0].attrs.f[0], 1.0 / sqrt(128.0), 1e-15);
-    gp_attrs sc = {{0}, {0.5, 0}};
+    CU_ASSERT_DOUBLE_EQUAL(g->nodes[0].attrs.f[GP_ATTENTION_SCALE], 1.0 / sqrt(128.0), 1e-15);
+    gp_attrs sc = {.f = {[GP_ATTENTION_SCALE] = 0.5}};
     node(GP_OP_ATTENTION, 4, q, k, v, pos, &sc);
-    CU_ASSERT_DOUBLE_EQUAL(g->nodes[1].attrs.f[0], 0.5, 0);
+    CU_ASSERT_DOUBLE_EQUAL(g->nodes[1].attrs.f[GP_ATTENTION_SCALE], 0.5, 0);
 
     int k6 = leaf("k6", GP_TENSOR_STATE, GP_F16, 3, 2048, 6, 128);
     int v6 = leaf("v6", GP_TENSOR_STATE, GP_F16, 3, 2048, 6, 128);
@@ -701,7 +706,7 @@ static void test_concat(void)
     fresh();
     int a = in("a", GP_F32, 2, SYMT, 64, 0);
     int b = in("b", GP_F16, 2, SYMT, 32, 0);
-    gp_attrs ax = {{1}, {0}};
+    gp_attrs ax = {.i = {[GP_CONCAT_AXIS] = 1}};
     int r = node(GP_OP_CONCAT, 2, a, b, 0, 0, &ax);
     CHECK_OUT(r, GP_TENSOR_INTERMEDIATE, GP_F32);
     CU_ASSERT(shape_is(r, 2, SYMT, 96));
@@ -715,7 +720,7 @@ static void test_concat(void)
               "concat: a [3, 64] and b [3, 32] differ in dim 1 (only axis 0 may differ)");
     fresh();
     a = in("a", GP_F32, 2, 3, 64, 0);
-    gp_attrs ax5 = {{5}, {0}};
+    gp_attrs ax5 = {.i = {[GP_CONCAT_AXIS] = 5}};
     CHECK_ERR(node(GP_OP_CONCAT, 2, a, a, 0, 0, &ax5), "concat: axis 5 out of range for 2 dims");
 }
 
@@ -752,7 +757,7 @@ static void test_cast_cont(void)
 
     fresh();
     x = in("x", GP_F16, 3, SYMT, 12, 64);
-    gp_attrs perm = {{1, 0, 2}, {0}};
+    gp_attrs perm = {.i = {[GP_PERMUTE_AXES] = 1, 0, 2}};
     int p = node(GP_OP_PERMUTE, 1, x, 0, 0, 0, &perm);
     CU_ASSERT(!gp_tensor_is_contiguous(tt(p)));
     r = node1(GP_OP_CONT, p);
@@ -807,7 +812,7 @@ static void test_reshape(void)
               "reshape: cannot reshape x [T, 768] to [512, 768]");
     fresh();
     x = in("x", GP_F32, 2, 4, 6, 0);
-    gp_attrs perm = {{1, 0}, {0}};
+    gp_attrs perm = {.i = {[GP_PERMUTE_AXES] = 1, 0}};
     int p = node(GP_OP_PERMUTE, 1, x, 0, 0, 0, &perm);
     gp_dim flat[1] = {{24, -1}};
     ins[0] = p;
@@ -825,7 +830,7 @@ static void test_permute(void)
 {
     fresh();
     int x = leaf("x", GP_TENSOR_INPUT, GP_F32, 4, 2, SYMT, 12, 64);
-    gp_attrs perm = {{0, 2, 1, 3}, {0}};
+    gp_attrs perm = {.i = {[GP_PERMUTE_AXES] = 0, 2, 1, 3}};
     int r = node(GP_OP_PERMUTE, 1, x, 0, 0, 0, &perm);
     CHECK_OUT(r, GP_TENSOR_VIEW, GP_F32);
     CU_ASSERT(shape_is(r, 4, 2, 12, SYMT, 64));
@@ -833,7 +838,7 @@ static void test_permute(void)
     CU_ASSERT_EQUAL(tt(r)->view_src, x);
     CU_ASSERT_EQUAL(tt(r)->view_offset, 0);
     CU_ASSERT_EQUAL(gp_tensor_nbytes(tt(r)), 2 * 512 * 768 * 4);
-    gp_attrs dup = {{0, 2, 2, 3}, {0}};
+    gp_attrs dup = {.i = {[GP_PERMUTE_AXES] = 0, 2, 2, 3}};
     CHECK_ERR(node(GP_OP_PERMUTE, 1, x, 0, 0, 0, &dup),
               "permute: axes (0, 2, 2, 3) are not a permutation of 0..3 for x [2, T, 12, 64]");
 }
@@ -842,7 +847,7 @@ static void test_slice(void)
 {
     fresh();
     int x = in("x", GP_F16, 2, SYMT, 2304, 0);
-    gp_attrs a = {{1, 768, 768}, {0}};
+    gp_attrs a = {.i = {[GP_SLICE_AXIS] = 1, [GP_SLICE_START] = 768, [GP_SLICE_LEN] = 768}};
     int r = node(GP_OP_SLICE, 1, x, 0, 0, 0, &a);
     CHECK_OUT(r, GP_TENSOR_VIEW, GP_F16);
     CU_ASSERT(shape_is(r, 2, SYMT, 768));
@@ -852,21 +857,21 @@ static void test_slice(void)
     CU_ASSERT(!gp_tensor_is_contiguous(tt(r)));
     CU_ASSERT_EQUAL(gp_tensor_nbytes(tt(r)), ((511LL * 2304 + 767) + 1) * 2);
     /* a slice of a slice: the offset is relative to its own source */
-    gp_attrs a2 = {{1, 64, 64}, {0}};
+    gp_attrs a2 = {.i = {[GP_SLICE_AXIS] = 1, [GP_SLICE_START] = 64, [GP_SLICE_LEN] = 64}};
     int r2 = node(GP_OP_SLICE, 1, r, 0, 0, 0, &a2);
     CU_ASSERT_EQUAL(tt(r2)->view_src, r);
     CU_ASSERT_EQUAL(tt(r2)->view_offset, 64 * 2);
 
-    gp_attrs over = {{1, 2000, 768}, {0}};
+    gp_attrs over = {.i = {[GP_SLICE_AXIS] = 1, [GP_SLICE_START] = 2000, [GP_SLICE_LEN] = 768}};
     CHECK_ERR(node(GP_OP_SLICE, 1, x, 0, 0, 0, &over),
               "slice: [2000, 2768) is outside dim 1 of x [T, 2304] (size 2304)");
     fresh();
     x = in("x", GP_F16, 2, SYMT, 2304, 0);
-    gp_attrs sym = {{0, 0, 1}, {0}};
+    gp_attrs sym = {.i = {[GP_SLICE_LEN] = 1}};
     CHECK_ERR(node(GP_OP_SLICE, 1, x, 0, 0, 0, &sym), "slice: cannot slice symbolic dim 0");
     fresh();
     x = in("x", GP_F16, 2, SYMT, 2304, 0);
-    gp_attrs ax = {{2, 0, 1}, {0}};
+    gp_attrs ax = {.i = {[GP_SLICE_AXIS] = 2, [GP_SLICE_LEN] = 1}};
     CHECK_ERR(node(GP_OP_SLICE, 1, x, 0, 0, 0, &ax), "slice: axis 2 out of range");
 }
 
@@ -874,7 +879,7 @@ static void test_view(void)
 {
     fresh();
     int x = in("x", GP_F32, 2, 16, 64, 0);
-    gp_attrs off = {{256 * 4}, {0}};
+    gp_attrs off = {.i = {[GP_VIEW_OFFSET] = 256 * 4}};
     gp_dim sh[2] = {{4, -1}, {128, -1}};
     int ins[1] = {x};
     int r = gp_graph_add_node(g, d, GP_OP_VIEW, ins, 1, &off, sh, 2, GP_F32, NULL, here);
@@ -885,13 +890,13 @@ static void test_view(void)
     CU_ASSERT_EQUAL(tt(r)->view_offset, 1024);
     CU_ASSERT_EQUAL(gp_tensor_nbytes(tt(r)), 4 * 128 * 4);
 
-    gp_attrs far = {{(16 * 64 - 511) * 4}, {0}};
+    gp_attrs far = {.i = {[GP_VIEW_OFFSET] = (16 * 64 - 511) * 4}};
     CHECK_ERR(gp_graph_add_node(g, d, GP_OP_VIEW, ins, 1, &far, sh, 2, GP_F32, NULL, here),
               "view: [4, 128] at byte offset 2052 (2048 bytes) does not fit in x [16, 64] "
               "(4096 bytes)");
     fresh();
     x = in("x", GP_F32, 2, 16, 64, 0);
-    gp_attrs odd = {{3}, {0}};
+    gp_attrs odd = {.i = {[GP_VIEW_OFFSET] = 3}};
     ins[0] = x;
     CHECK_ERR(gp_graph_add_node(g, d, GP_OP_VIEW, ins, 1, &odd, sh, 2, GP_F32, NULL, here),
               "view: offset 3 is not a multiple of the 4-byte element size");
@@ -925,7 +930,7 @@ static void test_make_output(void)
     CU_ASSERT_EQUAL(g->nodes[g->n_nodes - 1].op, GP_OP_CAST);
 
     /* a view (the value is named like the output): a cont copy takes the name */
-    gp_attrs sl = {{1, 0, 10}, {0}};
+    gp_attrs sl = {.i = {[GP_SLICE_AXIS] = 1, [GP_SLICE_LEN] = 10}};
     int v = gp_graph_add_node(g, d, GP_OP_SLICE, &h, 1, &sl, NULL, 0, GP_F32, "top", here);
     gp_dim sh10[2] = {{0, T}, {10, -1}};
     int o3 = gp_graph_make_output(g, d, v, "top", GP_F32, 2, sh10, here);
@@ -951,6 +956,86 @@ static void test_make_output(void)
               "output 'x': the name is already used by input 'x'");
 }
 
+/* ---- the attribute table ---- */
+
+/* gp_attrs_print's text for op and a. */
+static char *attrs_text(gp_op op, const gp_attrs *a, int out_ndim)
+{
+    static char buf[512];
+    FILE *f = tmpfile();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    gp_attrs_print(op, a, out_ndim, f);
+    rewind(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+static void test_attr_table(void)
+{
+    int n_all, seen = 0;
+    const gp_attr_info *all = gp_attr_table(&n_all);
+    CU_ASSERT_FATAL(n_all > 0);
+    for (int op = 0; op < GP_OP_COUNT; op++) {
+        int n;
+        const gp_attr_info *e = gp_op_attrs((gp_op)op, &n);
+        seen += n; /* every entry counted once: an op's entries are consecutive */
+        int used[2][GP_MAX_IATTRS > GP_MAX_FATTRS ? GP_MAX_IATTRS : GP_MAX_FATTRS] = {{0}};
+        for (int k = 0; k < n; k++) {
+            CU_ASSERT_EQUAL(e[k].op, op);
+            CU_ASSERT(e[k].kind == GP_ATTR_I || e[k].kind == GP_ATTR_F);
+            int cap = e[k].kind == GP_ATTR_I ? GP_MAX_IATTRS : GP_MAX_FATTRS;
+            CU_ASSERT_EQUAL(e[k].len, e[k].show == GP_ATTR_DIMS ? GP_MAX_DIMS : 1);
+            CU_ASSERT(e[k].show != GP_ATTR_DIMS || e[k].kind == GP_ATTR_I);
+            CU_ASSERT_FATAL(e[k].slot >= 0 && e[k].slot + e[k].len <= cap); /* fits the array */
+            for (int s = e[k].slot; s < e[k].slot + e[k].len; s++)
+                CU_ASSERT_EQUAL(used[e[k].kind][s]++, 0); /* no slot holds two attributes */
+            CU_ASSERT(e[k].name && strlen(e[k].name) > 0 &&
+                      strspn(e[k].name, "abcdefghijklmnopqrstuvwxyz_") == strlen(e[k].name));
+            for (int j = 0; j < k; j++)
+                CU_ASSERT(strcmp(e[j].name, e[k].name) != 0); /* names unique per op */
+        }
+        /* f[2] and f[3] are stored in i[3]'s place in a plan (core.h, gp_attrs) */
+        if (gp_op_attr_slots((gp_op)op, GP_ATTR_F) > 2)
+            CU_ASSERT(gp_op_attr_slots((gp_op)op, GP_ATTR_I) < GP_MAX_IATTRS);
+    }
+    CU_ASSERT_EQUAL(seen, n_all);
+    CU_ASSERT(all[0].op > GP_OP_NONE);
+
+    int n = -1;
+    CU_ASSERT_PTR_NULL(gp_op_attrs(GP_OP_GELU, &n));
+    CU_ASSERT_EQUAL(n, 0);
+    CU_ASSERT_PTR_NULL(gp_op_attrs(GP_OP_COUNT, &n));
+    CU_ASSERT_EQUAL(n, 0);
+    CU_ASSERT_EQUAL(gp_op_attr_slots(GP_OP_ROPE, GP_ATTR_I), 3);
+    CU_ASSERT_EQUAL(gp_op_attr_slots(GP_OP_ROPE, GP_ATTR_F), 4);
+    CU_ASSERT_EQUAL(gp_op_attr_slots(GP_OP_PERMUTE, GP_ATTR_I), GP_MAX_DIMS);
+    CU_ASSERT_EQUAL(gp_op_attr_slots(GP_OP_ADD, GP_ATTR_F), 0);
+    CU_ASSERT_EQUAL(GP_ROPE_SCALING, 2);
+    CU_ASSERT_EQUAL(GP_ROPE_HIGH_FACTOR, 3);
+    CU_ASSERT_EQUAL(GP_ATTENTION_RING, 1);
+
+    /* The printer shows the named attributes, ALWAYS ones always and NONZERO ones when set. */
+    gp_attrs r = {.i = {[GP_ROPE_MODE] = 1, [GP_ROPE_N_DIMS] = 64, [GP_ROPE_SCALING] = 8192},
+                  .f = {[GP_ROPE_THETA] = 500000, [GP_ROPE_FACTOR] = 8,
+                        [GP_ROPE_LOW_FACTOR] = 1, [GP_ROPE_HIGH_FACTOR] = 4}};
+    CU_ASSERT_STRING_EQUAL(attrs_text(GP_OP_ROPE, &r, 3),
+                           " mode=1 n=64 theta=500000 scaling=8192 factor=8 low=1 high=4");
+    gp_attrs plain = {.i = {[GP_ROPE_N_DIMS] = 16}, .f = {[GP_ROPE_THETA] = 10000}};
+    CU_ASSERT_STRING_EQUAL(attrs_text(GP_OP_ROPE, &plain, 3), " mode=0 n=16 theta=10000");
+    gp_attrs at = {.i = {[GP_ATTENTION_WINDOW] = 4096, [GP_ATTENTION_RING] = 1},
+                   .f = {[GP_ATTENTION_SCALE] = 0.125, [GP_ATTENTION_SOFTCAP] = 50}};
+    CU_ASSERT_STRING_EQUAL(attrs_text(GP_OP_ATTENTION, &at, 3),
+                           " scale=0.125 window=4096 ring=1 softcap=50");
+    gp_attrs perm = {.i = {[GP_PERMUTE_AXES] = 1, 0, 2}};
+    CU_ASSERT_STRING_EQUAL(attrs_text(GP_OP_PERMUTE, &perm, 3), " axes=(1, 0, 2)");
+    gp_attrs sm = {.i = {[GP_SOFTMAX_CAUSAL] = 1}, .f = {[GP_SOFTMAX_SCALE] = 1}};
+    CU_ASSERT_STRING_EQUAL(attrs_text(GP_OP_SOFTMAX, &sm, 2), " scale=1 causal=1");
+    CU_ASSERT_STRING_EQUAL(attrs_text(GP_OP_ADD, &sm, 2), "");
+    CU_ASSERT_STRING_EQUAL(attrs_text(GP_OP_COUNT, &sm, 2), "");
+}
+
 /* ---- printer ---- */
 
 static void test_print(void)
@@ -962,11 +1047,11 @@ static void test_print(void)
     int x = gp_graph_add_tensor(g, d, "x", GP_TENSOR_INPUT, GP_F32, 2, sh, NULL, here);
     gp_dim wsh[2] = {{2304, -1}, {768, -1}};
     int w = gp_graph_add_tensor(g, d, "w", GP_TENSOR_WEIGHT, GP_F16, 2, wsh, "h.0.attn.w", here);
-    gp_attrs tb = {{0, 1}, {0}};
+    gp_attrs tb = {.i = {[GP_MATMUL_TB] = 1}};
     int ins[2] = {x, w};
     int m = gp_graph_add_node(g, d, GP_OP_MATMUL, ins, 2, &tb, NULL, 0, GP_F32, "qkv",
                               (gp_loc){f, 12, 5});
-    gp_attrs sl = {{1, 768, 768}, {0}};
+    gp_attrs sl = {.i = {[GP_SLICE_AXIS] = 1, [GP_SLICE_START] = 768, [GP_SLICE_LEN] = 768}};
     gp_graph_add_node(g, d, GP_OP_SLICE, &m, 1, &sl, NULL, 0, GP_F32, "k", here);
     CU_ASSERT_EQUAL(gp_diag_count(d), 0);
 
@@ -997,6 +1082,7 @@ void gp_suite_ir(void)
 {
     CU_pSuite s = CU_add_suite("ir", NULL, suite_clean);
     CU_add_test(s, "core tables", test_core_tables);
+    CU_add_test(s, "attribute table", test_attr_table);
     CU_add_test(s, "diag format", test_diag_format);
     CU_add_test(s, "diag copies and prints", test_diag_copies_and_prints);
     CU_add_test(s, "diag limit", test_diag_limit);

@@ -354,7 +354,7 @@ static void test_binary(void)
 static void case_unary(gp_op op, double s, tt *x, gp_dtype odt, int inplace, const char *name)
 {
     kcase c = {.name = name, .op = op, .in = {x}, .n_in = 1};
-    c.at.f[0] = s;
+    c.at.f[GP_SCALE_FACTOR] = s;
     c.out = inplace ? x : tt_new(odt, x->k.ndim, x->k.ne, 0);
     /* exp(u) in f32 carries u's rounding: a few ulps for |u| ~ 20. */
     c.tol = tol_for(c.out->k.dtype, op == GP_OP_SCALE ? 2e-7 : 5e-6);
@@ -366,12 +366,12 @@ static void case_unary(gp_op op, double s, tt *x, gp_dtype odt, int inplace, con
     free(ref);
 }
 
-/* scale's soft-capping (f[1] = cap): cap tanh(x s / cap). */
+/* scale's soft-capping (softcap = cap): cap tanh(x s / cap). */
 static void case_softcap(double s, double cap, tt *x, gp_dtype odt, const char *name)
 {
     kcase c = {.name = name, .op = GP_OP_SCALE, .in = {x}, .n_in = 1};
-    c.at.f[0] = s;
-    c.at.f[1] = cap;
+    c.at.f[GP_SCALE_FACTOR] = s;
+    c.at.f[GP_SCALE_SOFTCAP] = cap;
     c.out = tt_new(odt, x->k.ndim, x->k.ne, 0);
     c.tol = tol_for(odt, 1e-6);
     int64_t n = tt_count(x);
@@ -435,8 +435,8 @@ static void case_matmul(int64_t M, int64_t K, int64_t N, int ta, int tb, gp_dtyp
     ne[nd - 2] = M;
     ne[nd - 1] = N;
     kcase c = {.name = name, .op = GP_OP_MATMUL, .in = {a, b}, .n_in = 2, .tol = 2e-6};
-    c.at.i[0] = ta;
-    c.at.i[1] = tb;
+    c.at.i[GP_MATMUL_TA] = ta;
+    c.at.i[GP_MATMUL_TB] = tb;
     c.out = tt_new(GP_F32, nd, ne, 0);
     int64_t n = tt_count(c.out), idx[4], ia[4], ib[4];
     double *ref = malloc(sizeof(double) * (size_t)n);
@@ -490,13 +490,13 @@ static void test_matmul(void)
 
 /* ---- norms, softmax ---- */
 
-/* offset: rms_norm's f[1], added to w (Gemma's (1 + w)). */
+/* offset: rms_norm's, added to w (Gemma's (1 + w)). */
 static void case_norm_off(gp_op op, tt *x, tt *w, tt *b, int inplace, double offset,
                           const char *name)
 {
     kcase c = {.name = name, .op = op, .in = {x, w, b}, .n_in = b ? 3 : 2};
-    c.at.f[0] = 1e-5;
-    c.at.f[1] = offset;
+    c.at.f[op == GP_OP_LAYER_NORM ? GP_LAYER_NORM_EPS : GP_RMS_NORM_EPS] = 1e-5;
+    c.at.f[GP_RMS_NORM_OFFSET] = offset; /* 0 for layer_norm, which has no offset */
     c.out = inplace ? x : tt_new(x->k.dtype, x->k.ndim, x->k.ne, 0);
     c.tol = tol_for(c.out->k.dtype, 2e-6);
     int64_t n = tt_count(x), C = x->k.ne[x->k.ndim - 1];
@@ -547,8 +547,8 @@ static void test_norms(void)
 static void case_softmax(tt *x, double scale, int causal, gp_dtype odt, int inplace, const char *name)
 {
     kcase c = {.name = name, .op = GP_OP_SOFTMAX, .in = {x}, .n_in = 1};
-    c.at.f[0] = scale;
-    c.at.i[0] = causal;
+    c.at.f[GP_SOFTMAX_SCALE] = scale;
+    c.at.i[GP_SOFTMAX_CAUSAL] = causal;
     c.out = inplace ? x : tt_new(odt, x->k.ndim, x->k.ne, 0);
     c.tol = tol_for(c.out->k.dtype, 2e-6);
     int nd = x->k.ndim;
@@ -588,7 +588,7 @@ static void test_softmax(void)
     tt *x = tt_new(GP_F32, 2, ne, 0), *o = tt_new(GP_F32, 2, ne, 0);
     for (int64_t i = 0; i < 15; i++)
         ((float *)x->k.data)[i] = 1.0f;
-    gp_attrs at = {.i = {1}, .f = {1.0}};
+    gp_attrs at = {.i = {[GP_SOFTMAX_CAUSAL] = 1}, .f = {[GP_SOFTMAX_SCALE] = 1.0}};
     gp_cpu_compute(GP_OP_SOFTMAX, &at, &o->k, &x->k, 1, NULL, 0, 0, 1);
     const float *y = o->k.data;
     for (int t = 0; t < 3; t++)
@@ -704,13 +704,14 @@ static void case_rope_ff(int mode, int64_t n, double theta, const double *scale,
     double *w = malloc(sizeof(double) * (size_t)(n / 2 + 1));
     for (int64_t j = 0; j < n / 2; j++)
         w[j] = ff ? tt_geti(ff, j) : 1.0; /* read now: check_case frees ff */
-    c.at.i[0] = mode;
-    c.at.i[1] = n;
-    c.at.f[0] = theta;
+    c.at.i[GP_ROPE_MODE] = mode;
+    c.at.i[GP_ROPE_N_DIMS] = n;
+    c.at.f[GP_ROPE_THETA] = theta;
     if (scale) {
-        c.at.f[1] = scale[0];
-        c.at.i[2] = (int64_t)scale[3];
-        c.at.i[3] = gp_rope_factors_pack((float)scale[1], (float)scale[2]);
+        c.at.f[GP_ROPE_FACTOR] = scale[0];
+        c.at.i[GP_ROPE_SCALING] = (int64_t)scale[3];
+        c.at.f[GP_ROPE_LOW_FACTOR] = (float)scale[1];
+        c.at.f[GP_ROPE_HIGH_FACTOR] = (float)scale[2];
     }
     c.out = inplace ? x : tt_new(x->k.dtype, 3, x->k.ne, 0);
     c.tol = tol_for(c.out->k.dtype, 1e-6);
@@ -780,17 +781,16 @@ static void test_rope(void)
         gp_ktensor in[2] = {{xs, GP_F32, 3, {1, 1, 16}, {64, 64, 4}}, {&p, GP_I32, 1, {1}, {4}}};
         gp_ktensor o0 = {y0, GP_F32, 3, {1, 1, 16}, {64, 64, 4}}, o1 = o0;
         o1.data = y1;
-        gp_attrs plain = {.i = {0, 16}, .f = {10000.0}}, scaled = plain;
-        scaled.i[2] = 32;
-        scaled.i[3] = gp_rope_factors_pack(1.0f, 4.0f);
-        scaled.f[1] = 8;
+        gp_attrs plain = {.i = {[GP_ROPE_N_DIMS] = 16}, .f = {[GP_ROPE_THETA] = 10000.0}};
+        gp_attrs scaled = plain;
+        scaled.i[GP_ROPE_SCALING] = 32;
+        scaled.f[GP_ROPE_LOW_FACTOR] = 1;
+        scaled.f[GP_ROPE_HIGH_FACTOR] = 4;
+        scaled.f[GP_ROPE_FACTOR] = 8;
         gp_cpu_compute(GP_OP_ROPE, &plain, &o0, in, 2, NULL, 0, 0, 1);
         gp_cpu_compute(GP_OP_ROPE, &scaled, &o1, in, 2, NULL, 0, 0, 1);
         CU_ASSERT_DOUBLE_EQUAL(y1[0], y0[0], 1e-6); /* pair 0: the high band, unchanged */
         CU_ASSERT(fabs(y1[2] - y0[2]) > 0.5);       /* pair 2: the low band, 8 times slower */
-        float lo, hi;
-        gp_rope_factors(&scaled, &lo, &hi);
-        CU_ASSERT(lo == 1.0f && hi == 4.0f);
     }
     /* freq_factors (llama.cpp's rope_freqs tensor), alone and on top of a scaling. */
     for (int mode = 0; mode < 2; mode++) {
@@ -813,7 +813,8 @@ static void test_rope(void)
         gp_ktensor in[3] = {{xs, GP_F32, 3, {1, 1, 4}, {16, 16, 4}}, {&p, GP_I32, 1, {1}, {4}},
                             {one, GP_F32, 1, {1}, {4}}};
         gp_ktensor out = {ys, GP_F32, 3, {1, 1, 4}, {16, 16, 4}};
-        gp_attrs at = {.i = {0, 2, GP_ROPE_LONGROPE}, .f = {10000.0, 1.25}};
+        gp_attrs at = {.i = {[GP_ROPE_N_DIMS] = 2, [GP_ROPE_SCALING] = GP_ROPE_LONGROPE},
+                       .f = {[GP_ROPE_THETA] = 10000.0, [GP_ROPE_FACTOR] = 1.25}};
         gp_cpu_compute(GP_OP_ROPE, &at, &out, in, 3, NULL, 0, 0, 1);
         const float want[4] = {1.25f, 2.5f, 3, 4};
         for (int i = 0; i < 4; i++)
@@ -839,7 +840,8 @@ static void test_rope(void)
         int32_t p = 2;
         gp_ktensor in[2] = {{xs, GP_F32, 3, {1, 1, 4}, {16, 16, 4}}, {&p, GP_I32, 1, {1}, {4}}};
         gp_ktensor out = {ys, GP_F32, 3, {1, 1, 4}, {16, 16, 4}};
-        gp_attrs at = {.i = {mode, 4}, .f = {100.0}};
+        gp_attrs at = {.i = {[GP_ROPE_MODE] = mode, [GP_ROPE_N_DIMS] = 4},
+                       .f = {[GP_ROPE_THETA] = 100.0}};
         gp_cpu_compute(GP_OP_ROPE, &at, &out, in, 2, NULL, 0, 0, 1);
         for (int i = 0; i < 4; i++)
             CU_ASSERT_DOUBLE_EQUAL(ys[i], want[mode][i], 1e-6);
@@ -851,7 +853,8 @@ static void test_rope(void)
         int32_t p = 2;
         gp_ktensor in[2] = {{xs, GP_F32, 3, {1, 1, 4}, {16, 16, 4}}, {&p, GP_I32, 1, {1}, {4}}};
         gp_ktensor out = {ys, GP_F32, 3, {1, 1, 4}, {16, 16, 4}};
-        gp_attrs at = {.i = {0, 4, GP_ROPE_LINEAR}, .f = {100.0, 2.0}};
+        gp_attrs at = {.i = {[GP_ROPE_N_DIMS] = 4, [GP_ROPE_SCALING] = GP_ROPE_LINEAR},
+                       .f = {[GP_ROPE_THETA] = 100.0, [GP_ROPE_FACTOR] = 2.0}};
         gp_cpu_compute(GP_OP_ROPE, &at, &out, in, 2, NULL, 0, 0, 1);
         const double lin[4] = {1 * cos(1.0) - 3 * sin(1.0), 2 * cos(0.1) - 4 * sin(0.1),
                                1 * sin(1.0) + 3 * cos(1.0), 2 * sin(0.1) + 4 * cos(0.1)};
@@ -921,7 +924,7 @@ static void case_concat(tt *a, tt *b, int axis, gp_dtype odt, const char *name)
     for (int d = 0; d < nd; d++)
         ne[d] = d == ax ? a->k.ne[d] + b->k.ne[d] : a->k.ne[d];
     kcase c = {.name = name, .op = GP_OP_CONCAT, .in = {a, b}, .n_in = 2, .tol = tol_for(odt, 0)};
-    c.at.i[0] = axis;
+    c.at.i[GP_CONCAT_AXIS] = axis;
     c.out = tt_new(odt, nd, ne, 0);
     int64_t n = tt_count(c.out);
     double *ref = malloc(sizeof(double) * (size_t)n);
@@ -954,7 +957,7 @@ static void test_concat(void)
 static void case_store_ring(tt *dst, tt *src, tt *pos, int ring, const char *name)
 {
     kcase c = {.name = name, .op = GP_OP_STORE, .in = {dst, pos, src}, .n_in = 3};
-    c.at.i[0] = ring;
+    c.at.i[GP_STORE_RING] = ring;
     c.out = dst;
     c.tol = tol_for(dst->k.dtype, 0);
     int64_t n = tt_count(dst), T = src->k.ne[0], row = n / dst->k.ne[0];
@@ -1013,10 +1016,10 @@ static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t
     for (int64_t t = 0; t < T; t++)
         tt_set(pos, &t, ring ? (double)(40 + t) : (double)(t == 0 && T > 2 ? 0 : p0 + t));
     kcase c = {.name = name, .op = GP_OP_ATTENTION, .in = {q, k, v, pos}, .n_in = 4, .tol = 2e-6};
-    c.at.f[0] = 1.0 / sqrt((double)D);
-    c.at.i[0] = window;
-    c.at.i[1] = ring;
-    c.at.f[1] = cap;
+    c.at.f[GP_ATTENTION_SCALE] = 1.0 / sqrt((double)D);
+    c.at.i[GP_ATTENTION_WINDOW] = window;
+    c.at.i[GP_ATTENTION_RING] = ring;
+    c.at.f[GP_ATTENTION_SOFTCAP] = cap;
     int64_t rows = ring ? S : INT64_MAX;
     c.out = tt_new(GP_F32, 3, (int64_t[]){T, H, D}, 0);
     double *ref = malloc(sizeof(double) * (size_t)(T * H * D));
@@ -1030,7 +1033,7 @@ static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t
                 double dot = 0;
                 for (int64_t d = 0; d < D; d++)
                     dot += tt_get(q, (int64_t[]){t, h, d}) * tt_get(k, (int64_t[]){s % rows, g, d});
-                sc[s] = dot * c.at.f[0];
+                sc[s] = dot * c.at.f[GP_ATTENTION_SCALE];
                 if (cap > 0)
                     sc[s] = cap * tanh(sc[s] / cap);
                 mx = fmax(mx, sc[s]);
@@ -1083,7 +1086,7 @@ static void test_attention(void)
     for (int64_t i = 0; i < S * G * D; i++)
         ((float *)v->k.data)[i] = (float)((i / D) % G + 1);
     gp_ktensor in[4] = {q->k, k->k, v->k, {pos, GP_I32, 1, {2}, {4}}};
-    gp_attrs at = {.f = {0.5}};
+    gp_attrs at = {.f = {[GP_ATTENTION_SCALE] = 0.5}};
     size_t ws = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &o->k, in, 4, 2);
     CU_ASSERT_EQUAL(ws, 2 * S * sizeof(float));
     /* plan.h plans scores for at most 64 threads. */
@@ -1128,7 +1131,9 @@ static void test_attention_grouped(void)
         for (int64_t t = 0; t < T; t++)
             pos[t] = (int32_t)(S - T + t);
         gp_ktensor in[4] = {q->k, k->k, v->k, {pos, GP_I32, 1, {T}, {4}}};
-        gp_attrs at = {.i = {cs[c].window}, .f = {1.0 / sqrt((double)D), cs[c].cap}};
+        gp_attrs at = {.i = {[GP_ATTENTION_WINDOW] = cs[c].window},
+                       .f = {[GP_ATTENTION_SCALE] = 1.0 / sqrt((double)D),
+                             [GP_ATTENTION_SOFTCAP] = cs[c].cap}};
         size_t big = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &o1->k, in, 4, 64);
         float *w = malloc(big);
         for (int nth = 1; nth <= 2; nth++) {
@@ -1206,9 +1211,9 @@ static void test_check(void)
     /* matmul: K must agree. */
     tt *w = tt_dims(GP_F32, 0, 2, 5, 4, 0, 0), *mo = tt_new(GP_F32, 2, (int64_t[]){3, 5}, 0);
     gp_ktensor mm[2] = {out->k, w->k};
-    at.i[1] = 1;
+    at.i[GP_MATMUL_TB] = 1;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_MATMUL, &at, &mo->k, mm, 2, err, sizeof err), 0);
-    at.i[1] = 0;
+    at.i[GP_MATMUL_TB] = 0;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_MATMUL, &at, &mo->k, mm, 2, err, sizeof err), -1);
 
     /* store and attention positions beyond the cache. */
@@ -1224,41 +1229,41 @@ static void test_check(void)
     gp_ktensor att[4] = {q->k, kv->k, kv->k, st[1]};
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), 0);
     /* A hostile plan's window: negative, or beyond an i32 position. */
-    at.i[0] = -1;
+    at.i[GP_ATTENTION_WINDOW] = -1;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
     CU_ASSERT_STRING_EQUAL(err, "attention: bad window -1");
-    at.i[0] = (int64_t)INT32_MAX + 1;
+    at.i[GP_ATTENTION_WINDOW] = (int64_t)INT32_MAX + 1;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
-    at.i[0] = 5;
+    at.i[GP_ATTENTION_WINDOW] = 5;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), 0);
     /* A ring of 8 rows: a window of 6 for the 3 tokens fits (6 + 3 - 1 = 8), 7 does not; no
      * window, or a bad flag, is refused; positions past the ring are fine. */
-    at.i[1] = 1;
-    at.i[0] = 6;
+    at.i[GP_ATTENTION_RING] = 1;
+    at.i[GP_ATTENTION_WINDOW] = 6;
     pos[2] = 1000;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), 0);
-    at.i[0] = 7;
+    at.i[GP_ATTENTION_WINDOW] = 7;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
     CU_ASSERT_STRING_EQUAL(err, "attention: a ring of 8 rows cannot hold a window of 7 for 3 new "
                                 "tokens (needs window + tokens - 1 rows)");
-    at.i[0] = 0;
+    at.i[GP_ATTENTION_WINDOW] = 0;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
-    at.i[0] = 6;
-    at.i[1] = 2;
+    at.i[GP_ATTENTION_WINDOW] = 6;
+    at.i[GP_ATTENTION_RING] = 2;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
-    at.i[1] = 0;
+    at.i[GP_ATTENTION_RING] = 0;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &ao->k, att, 4, err, sizeof err), -1);
     CU_ASSERT_STRING_EQUAL(err, "attention: pos[2] = 1000 is out of range [0, 8)");
     /* A ring store takes any position >= 0, a plain one only rows of dst. */
-    at.i[0] = 1;
+    at.i[GP_STORE_RING] = 1;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_STORE, &at, &dst->k, st, 3, err, sizeof err), 0);
     pos[1] = -1;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_STORE, &at, &dst->k, st, 3, err, sizeof err), -1);
-    at.i[0] = 2;
+    at.i[GP_STORE_RING] = 2;
     pos[1] = 7;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_STORE, &at, &dst->k, st, 3, err, sizeof err), -1);
     CU_ASSERT_STRING_EQUAL(err, "store: bad ring flag 2");
-    at.i[0] = 0;
+    at.i[GP_STORE_RING] = 0;
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_STORE, &at, &dst->k, st, 3, err, sizeof err), -1);
     pos[2] = 6;
     pos[0] = -3;
@@ -1275,7 +1280,9 @@ static void test_check(void)
     tt *rx = tt_dims(GP_F32, 0, 3, 3, 2, 8, 0), *ro = tt_new(GP_F32, 3, (int64_t[]){3, 2, 8}, 0);
     int32_t rp[3] = {0, 1, 2};
     gp_ktensor rin[2] = {rx->k, {rp, GP_I32, 1, {3}, {4}}};
-    gp_attrs ra = {.i = {0, 8, 32, gp_rope_factors_pack(1.0f, 4.0f)}, .f = {10000.0, 8.0}};
+    gp_attrs ra = {.i = {[GP_ROPE_N_DIMS] = 8, [GP_ROPE_SCALING] = 32},
+                   .f = {[GP_ROPE_THETA] = 10000.0, [GP_ROPE_FACTOR] = 8.0,
+                         [GP_ROPE_LOW_FACTOR] = 1.0, [GP_ROPE_HIGH_FACTOR] = 4.0}};
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &ra, &ro->k, rin, 2, err, sizeof err), 0);
     const struct { int64_t len; float lo, hi; double factor; } bad_scaling[] = {
         {-3, 1, 4, 8}, {32, 4, 1, 8}, {32, 0, 4, 8}, {32, 1, INFINITY, 8}, {32, 1, 4, 0},
@@ -1283,28 +1290,33 @@ static void test_check(void)
     };
     for (size_t i = 0; i < sizeof bad_scaling / sizeof bad_scaling[0]; i++) {
         gp_attrs b = ra;
-        b.i[2] = bad_scaling[i].len;
-        b.i[3] = gp_rope_factors_pack(bad_scaling[i].lo, bad_scaling[i].hi);
-        b.f[1] = bad_scaling[i].factor;
+        b.i[GP_ROPE_SCALING] = bad_scaling[i].len;
+        b.f[GP_ROPE_LOW_FACTOR] = bad_scaling[i].lo;
+        b.f[GP_ROPE_HIGH_FACTOR] = bad_scaling[i].hi;
+        b.f[GP_ROPE_FACTOR] = bad_scaling[i].factor;
         CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &b, &ro->k, rin, 2, err, sizeof err), -1);
         CU_ASSERT(strstr(err, "rope: bad llama3 scaling") == err);
     }
-    /* Linear scaling (i[2] = GP_ROPE_LINEAR): a factor that is not finite and > 0 refused. */
+    /* Linear scaling (scaling GP_ROPE_LINEAR): a factor that is not finite and > 0 refused. */
     const double bad_linear[] = {0, -2, NAN, INFINITY};
     for (size_t i = 0; i < sizeof bad_linear / sizeof bad_linear[0]; i++) {
-        gp_attrs b = {.i = {0, 8, GP_ROPE_LINEAR}, .f = {10000.0, bad_linear[i]}};
+        gp_attrs b = {.i = {[GP_ROPE_N_DIMS] = 8, [GP_ROPE_SCALING] = GP_ROPE_LINEAR},
+                      .f = {[GP_ROPE_THETA] = 10000.0, [GP_ROPE_FACTOR] = bad_linear[i]}};
         CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &b, &ro->k, rin, 2, err, sizeof err), -1);
         CU_ASSERT(strstr(err, "rope: bad linear scaling") == err);
     }
-    gp_attrs lin = {.i = {0, 8, GP_ROPE_LINEAR}, .f = {10000.0, 8.0}};
+    gp_attrs lin = {.i = {[GP_ROPE_N_DIMS] = 8, [GP_ROPE_SCALING] = GP_ROPE_LINEAR},
+                    .f = {[GP_ROPE_THETA] = 10000.0, [GP_ROPE_FACTOR] = 8.0}};
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &lin, &ro->k, rin, 2, err, sizeof err), 0);
-    /* LongRoPE (i[2] = GP_ROPE_LONGROPE): an attention factor that is not finite and > 0 refused. */
+    /* LongRoPE (scaling GP_ROPE_LONGROPE): an attention factor that is not finite and > 0 refused. */
     for (size_t i = 0; i < sizeof bad_linear / sizeof bad_linear[0]; i++) {
-        gp_attrs b = {.i = {0, 8, GP_ROPE_LONGROPE}, .f = {10000.0, bad_linear[i]}};
+        gp_attrs b = {.i = {[GP_ROPE_N_DIMS] = 8, [GP_ROPE_SCALING] = GP_ROPE_LONGROPE},
+                      .f = {[GP_ROPE_THETA] = 10000.0, [GP_ROPE_FACTOR] = bad_linear[i]}};
         CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &b, &ro->k, rin, 2, err, sizeof err), -1);
         CU_ASSERT(strstr(err, "rope: bad longrope scaling") == err);
     }
-    gp_attrs lr = {.i = {0, 8, GP_ROPE_LONGROPE}, .f = {10000.0, 1.19}};
+    gp_attrs lr = {.i = {[GP_ROPE_N_DIMS] = 8, [GP_ROPE_SCALING] = GP_ROPE_LONGROPE},
+                   .f = {[GP_ROPE_THETA] = 10000.0, [GP_ROPE_FACTOR] = 1.19}};
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &lr, &ro->k, rin, 2, err, sizeof err), 0);
     /* freq_factors: f32 [n/2] only. */
     float fw[8] = {1, 1, 1, 1, 1, 1, 1, 1};
@@ -1522,7 +1534,7 @@ static void test_matmul_epilogue(void)
             tt *r = tt_rand(GP_F32, 2, (int64_t[]){M, N}, 0, 0.01, 1);
             tt *ref = tt_new(GP_F32, 2, (int64_t[]){M, N}, 0);
             tt *out = tt_new(GP_F32, 2, (int64_t[]){M, N}, 0);
-            gp_attrs at = {.i = {0, 1}}, none = {0};
+            gp_attrs at = {.i = {[GP_MATMUL_TB] = 1}}, none = {0};
             gp_ktensor mm[2] = {a->k, w->k}, add_b[2] = {ref->k, b->k}, add_r[2] = {r->k, ref->k};
             gp_cpu_compute(GP_OP_MATMUL, &at, &ref->k, mm, 2, NULL, 0, 0, 1);
             gp_cpu_compute(GP_OP_ADD, &none, &ref->k, add_b, 2, NULL, 0, 0, 1);
@@ -1580,7 +1592,7 @@ static void test_pool_matmul(void)
     tt *a = tt_dims(GP_F32, 0, 2, 70, 131, 0, 0), *b = tt_dims(GP_F16, 0, 2, 200, 131, 0, 0);
     tt *o1 = tt_new(GP_F32, 2, (int64_t[]){70, 200}, 0), *o3 = tt_new(GP_F32, 2, (int64_t[]){70, 200}, 0);
     gp_ktensor in[2] = {a->k, b->k};
-    mm_ctx c = {&o1->k, in, {.i = {0, 1}}};
+    mm_ctx c = {&o1->k, in, {.i = {[GP_MATMUL_TB] = 1}}};
     gp_threadpool_run(NULL, mm_fn, &c);
     gp_threadpool *pool = gp_threadpool_new(3);
     c.out = &o3->k;
@@ -1602,7 +1614,7 @@ static float *mm_at_level(int level, const tt *a, const tt *b, int64_t M, int64_
     CU_ASSERT_EQUAL(gp_cpu_dot_level(level), level);
     tt *o = tt_new(GP_F32, 2, (int64_t[]){M, N}, 0);
     gp_ktensor in[2] = {a->k, b->k};
-    gp_attrs at = {.i = {0, tb}};
+    gp_attrs at = {.i = {[GP_MATMUL_TB] = tb}};
     for (int ith = 1; ith >= 0; ith--)
         gp_cpu_compute(GP_OP_MATMUL, &at, &o->k, in, 2, NULL, 0, ith, 2);
     float *r = malloc(sizeof(float) * (size_t)(M * N));
@@ -1678,7 +1690,7 @@ static void test_attention_levels(void)
             tt *v = tt_rand(kts[t], 3, (int64_t[]){S, G, D}, 0, 0.1, 1);
             int32_t pos[3] = {5, 6, 7};
             gp_ktensor in[4] = {q->k, k->k, v->k, {pos, GP_I32, 1, {3}, {4}}};
-            gp_attrs at = {.f = {0.125}};
+            gp_attrs at = {.f = {[GP_ATTENTION_SCALE] = 0.125}};
             float *r[3] = {NULL, NULL, NULL};
             for (int l = 0; l <= best; l++) {
                 CU_ASSERT_EQUAL(gp_cpu_dot_level(l), l);

@@ -354,7 +354,7 @@ static void test_merge_graph(void)
     for (int i = 0; i < p->n_nodes; i++)
         if (p->nodes[i].op == GP_OP_MATMUL) {
             matmuls++;
-            fan += p->nodes[i].attrs.i[0] == 1 && p->nodes[i].attrs.i[1] == 1;
+            fan += p->nodes[i].attrs.i[GP_MATMUL_TA] == 1 && p->nodes[i].attrs.i[GP_MATMUL_TB] == 1;
         }
     CU_ASSERT_EQUAL(matmuls, 8);
     CU_ASSERT_EQUAL(fan, 8); /* every GPT-2 target is a Conv1D */
@@ -369,7 +369,7 @@ static void test_merge_graph(void)
         const gp_plan_node *nd = &q->nodes[i];
         if (nd->op != GP_OP_MATMUL)
             continue;
-        CU_ASSERT_EQUAL(nd->attrs.i[0] + nd->attrs.i[1], 0); /* B A */
+        CU_ASSERT_EQUAL(nd->attrs.i[GP_MATMUL_TA] + nd->attrs.i[GP_MATMUL_TB], 0); /* B A */
         CU_ASSERT(strstr(q->tensors[nd->inputs[0]].name, ".lora_B.weight") != NULL);
     }
     /* k_proj [32, 64]: B [32, 4], A [4, 64]. */

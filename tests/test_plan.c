@@ -38,7 +38,7 @@ static int op(gp_graph *g, gp_diag *d, gp_op o, const char *name, int n, ...)
     gp_attrs a;
     memset(&a, 0, sizeof a);
     if (o == GP_OP_SCALE)
-        a.f[0] = 0.5;
+        a.f[GP_SCALE_FACTOR] = 0.5;
     return gp_graph_add_node(g, d, o, in, n, &a, NULL, 0, GP_F32, name, here);
 }
 
@@ -54,9 +54,9 @@ static int slice(gp_graph *g, gp_diag *d, int x, int axis, int start, int len, c
 {
     gp_attrs a;
     memset(&a, 0, sizeof a);
-    a.i[0] = axis;
-    a.i[1] = start;
-    a.i[2] = len;
+    a.i[GP_SLICE_AXIS] = axis;
+    a.i[GP_SLICE_START] = start;
+    a.i[GP_SLICE_LEN] = len;
     return gp_graph_add_node(g, d, GP_OP_SLICE, &x, 1, &a, NULL, 0, GP_F32, name, here);
 }
 
@@ -413,7 +413,7 @@ static void test_workspaces(void)
         int wq = gp_graph_add_tensor(gq, d, "wq", GP_TENSOR_WEIGHT, GP_Q4_0, 2, sw, NULL, here);
         gp_attrs at;
         memset(&at, 0, sizeof at);
-        at.i[1] = 1; /* b [N, K] */
+        at.i[GP_MATMUL_TB] = 1; /* b [N, K] */
         int in0[2] = {x, wq}, in1[2] = {x1, wq};
         gp_graph_add_node(gq, d, GP_OP_MATMUL, in0, 2, &at, NULL, 0, GP_F32, "yq", here);
         gp_graph_add_node(gq, d, GP_OP_MATMUL, in1, 2, &at, NULL, 0, GP_F32, "y1", here);
@@ -627,9 +627,9 @@ static gp_graph *random_graph(uint64_t *rng, int n_ops)
             int64_t len = 1 + (int64_t)(gp_test_rand(rng) % (uint64_t)(xc - 1));
             gp_attrs a;
             memset(&a, 0, sizeof a);
-            a.i[0] = 1;
-            a.i[1] = (int64_t)(gp_test_rand(rng) % (uint64_t)(xc - len + 1));
-            a.i[2] = len;
+            a.i[GP_SLICE_AXIS] = 1;
+            a.i[GP_SLICE_START] = (int64_t)(gp_test_rand(rng) % (uint64_t)(xc - len + 1));
+            a.i[GP_SLICE_LEN] = len;
             int s = gp_graph_add_node(g, d, GP_OP_SLICE, &x, 1, &a, NULL, 0, GP_F32, NULL, here);
             if (gp_test_rand(rng) % 2)
                 op(g, d, GP_OP_CONT, NULL, 1, s);
@@ -643,8 +643,8 @@ static gp_graph *random_graph(uint64_t *rng, int n_ops)
         } else if (r == 9) {
             gp_attrs a;
             memset(&a, 0, sizeof a);
-            a.i[0] = 1;
-            a.i[1] = 0;
+            a.i[GP_PERMUTE_AXES + 0] = 1;
+            a.i[GP_PERMUTE_AXES + 1] = 0;
             int t = gp_graph_add_node(g, d, GP_OP_PERMUTE, &x, 1, &a, NULL, 0, GP_F32, NULL, here);
             op(g, d, GP_OP_CONT, NULL, 1, t);
         } else {
@@ -836,18 +836,18 @@ static gp_graph *fixture_graph(gp_diag *d)
     int in3[3] = {cache, pos, b};
     int kv = gp_graph_add_node(g, d, GP_OP_STORE, in3, 3, &a0, NULL, 0, GP_F32, "kv", L2);
     gp_attrs sa = a0;
-    sa.i[0] = 0;
-    sa.i[1] = 8;
-    sa.i[2] = 8;
+    sa.i[GP_SLICE_AXIS] = 0;
+    sa.i[GP_SLICE_START] = 8;
+    sa.i[GP_SLICE_LEN] = 8;
     int sl = gp_graph_add_node(g, d, GP_OP_SLICE, &kv, 1, &sa, NULL, 0, GP_F32, "sl", L2);
     int in4[2] = {b, x};
     int c = gp_graph_add_node(g, d, GP_OP_ADD, in4, 2, &a0, NULL, 0, GP_F32, "c", L2);
     gp_attrs ta = a0;
-    ta.i[1] = 1; /* b transposed: sl is [N, K] */
+    ta.i[GP_MATMUL_TB] = 1; /* b transposed: sl is [N, K] */
     int in5[2] = {c, sl};
     int m = gp_graph_add_node(g, d, GP_OP_MATMUL, in5, 2, &ta, NULL, 0, GP_F32, "m", L2);
     gp_attrs sc2 = a0;
-    sc2.f[0] = 0.125;
+    sc2.f[GP_SCALE_FACTOR] = 0.125;
     int s = gp_graph_add_node(g, d, GP_OP_SCALE, &m, 1, &sc2, NULL, 0, GP_F32, "s", L2);
     gp_dim so[2] = {{8, T}, C(8)};
     int out = gp_graph_make_output(g, d, s, "logits", GP_F32, 2, so, L2);
@@ -891,7 +891,7 @@ static void test_accumulated_outputs(void)
     }
     gp_attrs an;
     memset(&an, 0, sizeof an);
-    an.f[0] = 1e-5;
+    an.f[GP_RMS_NORM_EPS] = 1e-5;
     int in1[2] = {x, gw};
     int n1 = gp_graph_add_node(g, d, GP_OP_RMS_NORM, in1, 2, &an, NULL, 0, GP_F32, "n1", here);
     int a = op(g, d, GP_OP_MATMUL, "a", 2, n1, w[0]);
@@ -1087,8 +1087,9 @@ static void test_fixture_contents(void)
     CU_ASSERT_EQUAL(p->tensors[2].dtype, GP_F16);
     CU_ASSERT_EQUAL(p->tensors[4].line, 7);
     CU_ASSERT_EQUAL(p->tensors[4].col, 9);
-    CU_ASSERT_EQUAL(p->nodes[6].attrs.f[0], 0.125);
-    CU_ASSERT_EQUAL(p->nodes[5].attrs.i[1], 1);
+    CU_ASSERT(p->nodes[6].op == GP_OP_SCALE && p->nodes[5].op == GP_OP_MATMUL);
+    CU_ASSERT_EQUAL(p->nodes[6].attrs.f[GP_SCALE_FACTOR], 0.125);
+    CU_ASSERT_EQUAL(p->nodes[5].attrs.i[GP_MATMUL_TB], 1);
     gp_plan_free(p);
 }
 
@@ -1342,6 +1343,66 @@ static void test_corrupt_good_loads(void)
     CU_ASSERT(p && p->version_minor == 7);
     gp_plan_free(p);
     free(b);
+}
+
+/* rope's float32 attributes f[2] and f[3] are bits 0..31 and 32..63 of the record's iattr[3]
+ * (docs/plan-format.md, nodes), and come back as they were; values the record cannot hold are
+ * refused by the writer. */
+static void test_node_attrs_record(void)
+{
+    gp_graph *g = gp_graph_new("r");
+    gp_diag *d = gp_diag_new(NULL);
+    gp_dim sx[3] = {C(4), C(2), C(8)}, sp[1] = {C(4)};
+    int x = gp_graph_add_tensor(g, d, "x", GP_TENSOR_INPUT, GP_F32, 3, sx, NULL, here);
+    int pos = gp_graph_add_tensor(g, d, "pos", GP_TENSOR_INPUT, GP_I32, 1, sp, NULL, here);
+    gp_attrs ra = {.i = {[GP_ROPE_N_DIMS] = 8, [GP_ROPE_SCALING] = 32},
+                   .f = {[GP_ROPE_THETA] = 10000, [GP_ROPE_FACTOR] = 8,
+                         [GP_ROPE_LOW_FACTOR] = 1.5, [GP_ROPE_HIGH_FACTOR] = 4.25}};
+    int in[2] = {x, pos};
+    int r = gp_graph_add_node(g, d, GP_OP_ROPE, in, 2, &ra, NULL, 0, GP_F32, "r", here);
+    gp_graph_make_output(g, d, r, "out", GP_F32, 3, sx, here);
+    CU_ASSERT_EQUAL_FATAL(gp_diag_count(d), 0);
+    gp_plan *p = build(g, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    int k = 0;
+    while (k < p->n_nodes && p->nodes[k].op != GP_OP_ROPE)
+        k++;
+    CU_ASSERT_FATAL(k < p->n_nodes);
+    char err[256];
+    unsigned char *data = NULL;
+    size_t len = 0;
+    CU_ASSERT_EQUAL_FATAL(gp_plan_write_mem(p, &data, &len, err, sizeof err), 0);
+    const unsigned char *rec = section(data, GP_PLAN_SEC_NODES) + 8 + (size_t)k * GP_PLAN_NODE_BYTES;
+    float lo = 1.5f, hi = 4.25f;
+    uint32_t ulo, uhi;
+    memcpy(&ulo, &lo, 4);
+    memcpy(&uhi, &hi, 4);
+    CU_ASSERT_EQUAL(get64(rec + 40 + 8 * 1), 8);
+    CU_ASSERT_EQUAL(get64(rec + 40 + 8 * 2), 32);
+    CU_ASSERT_EQUAL(get64(rec + 40 + 8 * 3), ((uint64_t)uhi << 32) | ulo);
+    double f0, f1;
+    uint64_t b0 = get64(rec + 72), b1 = get64(rec + 80);
+    memcpy(&f0, &b0, 8);
+    memcpy(&f1, &b1, 8);
+    CU_ASSERT(f0 == 10000 && f1 == 8);
+    gp_plan *q = NULL;
+    CU_ASSERT_EQUAL_FATAL(gp_plan_load_mem(data, len, "r.plan", &q, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(memcmp(&q->nodes[k].attrs, &p->nodes[k].attrs, sizeof(gp_attrs)), 0);
+    CU_ASSERT(q->nodes[k].attrs.f[GP_ROPE_HIGH_FACTOR] == 4.25);
+    CU_ASSERT_EQUAL(q->nodes[k].attrs.i[GP_MAX_IATTRS - 1], 0);
+    gp_plan_free(q);
+    free(data);
+
+    p->nodes[k].attrs.f[GP_ROPE_LOW_FACTOR] = 0.1; /* not a float32 value */
+    CU_ASSERT_EQUAL(gp_plan_write_mem(p, &data, &len, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "rope's low 0.10000000000000001 is not a float32 value"));
+    p->nodes[k].attrs.f[GP_ROPE_LOW_FACTOR] = 1.5;
+    p->nodes[k].attrs.i[GP_MAX_IATTRS - 1] = 5; /* the record's iattr[3] carries low and high */
+    CU_ASSERT_EQUAL(gp_plan_write_mem(p, &data, &len, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "rope's unused integer attribute 3 is 5, not 0"));
+    gp_plan_free(p);
+    gp_diag_free(d);
+    gp_graph_free(g);
 }
 
 static void test_corrupt_header(void)
@@ -1795,6 +1856,7 @@ void gp_suite_plan(void)
     CU_add_test(s, "write -> load round trip, every field", test_round_trip);
     CU_add_test(s, "empty graphs", test_empty_graphs);
     CU_add_test(s, "summary text", test_summary);
+    CU_add_test(s, "node attributes in a record", test_node_attrs_record);
     CU_pSuite c = CU_add_suite("plan file corruption", NULL, corrupt_clean);
     CU_add_test(c, "the good file loads; newer minor accepted", test_corrupt_good_loads);
     CU_add_test(c, "header fields", test_corrupt_header);

@@ -375,7 +375,7 @@ static void test_amx_node(void)
     in[1] = (gp_ktensor){p.w, GP_Q4_K, 2, {N, K}, {(int64_t)gp_dtype_row_bytes(GP_Q4_K, K), 0}};
     gp_attrs at;
     memset(&at, 0, sizeof at);
-    at.i[1] = 1; /* tb */
+    at.i[GP_MATMUL_TB] = 1; /* tb */
     size_t wsz = gp_cpu_workspace_bytes(GP_OP_MATMUL, &out, in, 2, 1);
     CU_ASSERT_EQUAL(wsz, (size_t)gp_quant_matmul_ws_bytes(M, K));
     void *ws = malloc(wsz);

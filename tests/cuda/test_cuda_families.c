@@ -22,7 +22,7 @@
  * L GP_ROPE_LINEAR: linear scaling by 8 (Gemma 3's global layers). */
 static gp_attrs fam_rope_attrs(int64_t n, double theta, int64_t L)
 {
-    gp_attrs a = {{0, n, L, L > 0 ? gp_rope_factors_pack(1.0f, 4.0f) : 0}, {theta, L ? 8.0 : 0.0}};
+    gp_attrs a = {{0, n, L}, {theta, L ? 8.0 : 0.0, L > 0 ? 1.0 : 0.0, L > 0 ? 4.0 : 0.0}};
     return a;
 }
 
