@@ -18,15 +18,12 @@ configure_file(${PROJECT_SOURCE_DIR}/include/gplan/gplan_version.h.in
 target_include_directories(gp_core PUBLIC $<BUILD_INTERFACE:${GP_GEN_INCLUDE}>)
 
 # ---- what makes up libgplan ----
-# The roots: the runtime (plan loader, sessions, backends, weights) and the tokenizer when it is
-# built. Their link closure is walked: every gplan static library in it (gp_runtime, gp_plan,
+# The roots: the runtime (plan loader, sessions, backends, weights) and the text API (tokenizer,
+# chat, families, and the compiler that plans a model's graph in process). Their link closure is walked: every gplan static library in it (gp_runtime, gp_plan,
 # gp_cpu, gp_weights, gp_core, gp_cuda when built, any library added later and linked from these)
 # puts its objects into libgplan; everything else (zlib, jansson, libm, ...) is an external
 # dependency.
-set(GP_LIB_ROOTS gp_runtime)
-if(TARGET gp_tokenizer)
-  list(APPEND GP_LIB_ROOTS gp_tokenizer)
-endif()
+set(GP_LIB_ROOTS gp_runtime gp_text)
 
 set(GP_LIB_PARTS "")
 set(GP_LIB_EXTERNAL "")
@@ -181,7 +178,7 @@ install(TARGETS gplan gplan_static EXPORT gplanTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # The public headers: self-contained (gplan.h includes only the two beside it).
-install(FILES ${PROJECT_SOURCE_DIR}/include/gplan/gplan.h
+install(FILES ${PROJECT_SOURCE_DIR}/include/gplan/gplan.h ${PROJECT_SOURCE_DIR}/include/gplan/text.h
               ${PROJECT_SOURCE_DIR}/include/gplan/gplan_types.h ${GP_GEN_INCLUDE}/gplan_version.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gplan)
 

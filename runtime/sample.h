@@ -7,23 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gplan/text.h"
+
 typedef struct gp_sampler gp_sampler;
 
-/* The filters run in Hugging Face's order: repetition penalty on the logits, then temperature,
- * top-k, top-p (over what top-k kept), min-p. Each filter off at its default value. */
-typedef struct {
-    double temp;           /* > 0 scales the logits by 1 / temp; 0: greedy (argmax) */
-    int64_t top_k;         /* keep the k most likely; 0: off */
-    double top_p;          /* keep the smallest most-likely prefix whose mass >= top_p; 1: off */
-    double min_p;          /* keep tokens with p >= min_p * p(most likely); 0: off */
-    double repeat_penalty; /* > 0; the logit l of a recently seen id becomes l / penalty when
-                              l > 0, l * penalty otherwise (CTRL's rule); 1: off */
-    int64_t repeat_last_n; /* how many of the last accepted ids the penalty looks at; 0: none */
-    uint64_t seed;         /* the PRNG's seed: the same seed and logits give the same ids */
-} gp_sampler_opts;
-
-/* The defaults: greedy, every filter off, repeat_last_n 64, seed 1. */
-gp_sampler_opts gp_sampler_defaults(void);
+/* gp_sampler_opts and gp_sampler_defaults are public (gplan/text.h). */
 
 /* vocab: the logits row's length. NULL with err set for bad options (temp < 0, top_p outside
  * (0, 1], min_p outside [0, 1], repeat_penalty <= 0, negative counts) or no memory. */

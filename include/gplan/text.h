@@ -1,0 +1,240 @@
+/* gplan's text API: a language model from a GGUF file or a Hugging Face folder, text in and out.
+ * Library libgplan, installed as <gplan/text.h> beside <gplan/gplan.h> (whose session API it is
+ * built on and which stays available: gp_lm_model gives the plan's gp_model).
+ *
+ *     char err[1024];
+ *     gp_lm *lm = gp_lm_load("SmolLM2-135M-Instruct.Q4_1.gguf", NULL, err, sizeof err);
+ *     gp_seq *s = gp_seq_new(lm, NULL, err, sizeof err);   // greedy
+ *     gp_gen_opts g = gp_gen_defaults();
+ *     g.max_tokens = 32;
+ *     g.on_text = print_piece;                             // streams whole UTF-8 characters
+ *     gp_gen_result r;
+ *     if (gp_seq_generate(s, "The capital of France is", &g, &r)) puts(gp_seq_error(s));
+ *     gp_seq_free(s);
+ *     gp_lm_free(lm);
+ *
+ * Loading: the graph is chosen by the file's architecture (general.architecture, or config.json's
+ * model_type) from the graphs built into the library, planned in process, and the plan kept in a
+ * cache folder keyed by the model file (path, size, modification time), the graph, the options
+ * and gplan's version, so a second load plans nothing. A given plan file skips all of that.
+ *
+ * Sequences: a model serves any number of sequences; each has its own session (KV cache), sampler
+ * state and text stream, and is used by one thread at a time. gp_seq_new allocates everything a
+ * sequence uses; after it, generating allocates nothing (the callbacks are the caller's).
+ *
+ * Errors: functions return -1 (or NULL) with a message in err, or in gp_seq_error for a sequence.
+ * A prompt longer than the context: "the prompt has 5000 tokens, more than the context of 4096
+ * positions" (gp_gen_result.prompt_tokens and gp_lm_context give the numbers).
+ */
+#ifndef GPLAN_TEXT_H
+#define GPLAN_TEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gplan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gp_lm gp_lm;   /* a model: plan, weights, tokenizer, chat template (read-only) */
+typedef struct gp_seq gp_seq; /* one sequence of a model: KV cache, sampler, stream */
+
+/* ---- models ---- */
+
+typedef struct {
+    const char *plan;        /* a plan file made by gplan-compile; NULL: plan from the architecture */
+    const char *tokenizer;   /* a .gguf, tokenizer.json or folder; NULL: the model's own (the
+                                GGUF file, else a tokenizer.json in or beside the checkpoint);
+                                "": none (token ids only) */
+    const char *const *defines; /* [n_defines] graph parameters "NAME=VALUE", as gplan-compile -D */
+    int n_defines;
+    int64_t context;         /* positions of the KV cache; 0: the file's, at most 4096 */
+    int64_t batch;           /* tokens per eval at most (prompt chunks); 0: 512 */
+    const char *cache_dir;   /* plans' cache; NULL: $GPLAN_CACHE_DIR, else $XDG_CACHE_HOME/gplan,
+                                else ~/.cache/gplan; "": no cache (plan in memory) */
+    const char *backend;     /* sessions' backend: "cpu" (NULL), "reference", "cuda" */
+    int n_threads;           /* CPU threads; <= 0: the online cores (at most 64) */
+    int device;              /* CUDA device ordinal */
+    int random_weights;      /* bind deterministic random weights of random_seed, not the file's */
+    uint64_t random_seed;
+} gp_lm_opts;
+
+/* path: a .gguf file, a Hugging Face folder (config.json, safetensors, tokenizer.json), or with
+ * o->plan a checkpoint for that plan. o may be NULL. NULL with err set: the file and what is wrong,
+ * e.g. "x.gguf: unsupported architecture 'mamba' (supported: gemma2, gemma3, ...)". */
+gp_lm *gp_lm_load(const char *path, const gp_lm_opts *o, char *err, size_t err_len);
+/* The options' defaults: every field 0 / NULL. */
+gp_lm_opts gp_lm_defaults(void);
+void gp_lm_free(gp_lm *lm); /* NULL is a no-op; free its sequences first */
+
+gp_model *gp_lm_model(gp_lm *lm);         /* the plan and weights, for gplan.h's session API */
+const char *gp_lm_plan_path(const gp_lm *lm); /* the plan file used (cache or given), or "" */
+const char *gp_lm_arch(const gp_lm *lm);  /* the architecture ("llama", ...), or "" with a plan */
+int64_t gp_lm_context(const gp_lm *lm);   /* positions a sequence holds */
+int64_t gp_lm_vocab(const gp_lm *lm);     /* logits per row */
+int gp_lm_has_tokenizer(const gp_lm *lm);
+/* 1 when generation ends at id: the vocabulary's EOS, end-of-turn and generation_config's ids. */
+int gp_lm_is_eog(const gp_lm *lm, int32_t id);
+/* The offset of the first byte of s[len] that is not well-formed UTF-8, or -1 when all are. */
+int64_t gp_utf8_invalid_at(const char *s, size_t len);
+
+/* Text to ids: special tokens' texts become their ids; add_special adds BOS (and EOS) as the
+ * vocabulary says. Returns the count, which may exceed cap (nothing past cap is written), or -1
+ * with err (invalid UTF-8, no tokenizer). */
+int64_t gp_lm_tokenize(const gp_lm *lm, const char *text, size_t len, int add_special,
+                       int32_t *ids, int64_t cap, char *err, size_t err_len);
+/* Ids to text (special tokens rendered as their texts): the length, which may exceed cap; out
+ * NUL-terminated when cap > 0. -1 for an id outside the vocabulary or no tokenizer. */
+int64_t gp_lm_detokenize(const gp_lm *lm, const int32_t *ids, int64_t n, char *out, size_t cap);
+
+typedef struct {
+    const char *role; /* "system", "user" or "assistant" */
+    const char *content;
+} gp_msg;
+
+/* Formats a conversation with the model's chat template (or the format named by
+ * gp_lm_set_chat_format) and, when add_assistant, the start of the assistant's reply. The length,
+ * which may exceed cap; -1 with err (no template, a role the format does not take). */
+int64_t gp_lm_chat_apply(const gp_lm *lm, const gp_msg *msgs, size_t n, int add_assistant,
+                         char *out, size_t cap, char *err, size_t err_len);
+/* Chooses a built-in chat format by name ("chatml", "llama3", ...) instead of the template's.
+ * -1 with err listing the names. */
+int gp_lm_set_chat_format(gp_lm *lm, const char *name, char *err, size_t err_len);
+const char *gp_lm_chat_formats(void); /* the names, comma-separated */
+/* 1 when the model has a chat template or a format was chosen. */
+int gp_lm_has_chat(const gp_lm *lm);
+
+/* ---- sampling ---- */
+
+/* The filters run in Hugging Face's order: repetition penalty, temperature, top-k, top-p (over
+ * what top-k kept), min-p; each off at its default. */
+typedef struct {
+    double temp;           /* > 0 scales the logits by 1 / temp; 0: greedy (argmax) */
+    int64_t top_k;         /* keep the k most likely; 0: off */
+    double top_p;          /* keep the smallest most-likely prefix whose mass >= top_p; 1: off */
+    double min_p;          /* keep tokens with p >= min_p * p(most likely); 0: off */
+    double repeat_penalty; /* > 0; a recently seen id's logit l becomes l / penalty when l > 0,
+                              l * penalty otherwise (CTRL's rule); 1: off */
+    int64_t repeat_last_n; /* how many of the last ids (prompt included) the penalty sees */
+    uint64_t seed;         /* the same seed and logits give the same ids */
+} gp_sampler_opts;
+
+/* Greedy, every filter off, repeat_last_n 64, seed 1. */
+gp_sampler_opts gp_sampler_defaults(void);
+
+/* ---- sequences ---- */
+
+/* A sequence: allocates its session and every buffer. so NULL: gp_sampler_defaults(). NULL with
+ * err for bad sampler options or no memory. */
+gp_seq *gp_seq_new(gp_lm *lm, const gp_sampler_opts *so, char *err, size_t err_len);
+void gp_seq_free(gp_seq *s); /* NULL is a no-op */
+const char *gp_seq_error(const gp_seq *s); /* the last error, "" when none */
+gp_session *gp_seq_session(gp_seq *s);     /* its session, for gplan.h's calls */
+
+/* New sampler options for the next tokens (the PRNG restarts from the seed). 0 or -1. */
+int gp_seq_set_sampler(gp_seq *s, const gp_sampler_opts *so);
+/* Forgets the sequence: the next prompt starts at position 0 (the KV cache is not cleared: its
+ * rows are overwritten as positions are filled). */
+void gp_seq_reset(gp_seq *s);
+int64_t gp_seq_length(const gp_seq *s);                /* positions filled */
+const int32_t *gp_seq_tokens(const gp_seq *s);         /* [gp_seq_length] the ids in the cache */
+
+typedef enum {
+    GP_FINISH_NONE,    /* still generating (gp_seq_step) */
+    GP_FINISH_LENGTH,  /* max_tokens generated */
+    GP_FINISH_STOP,    /* an end-of-generation token or a stop string */
+    GP_FINISH_CONTEXT, /* the context is full */
+    GP_FINISH_CANCEL,  /* the callback asked to stop, or gp_seq_cancel */
+} gp_finish;
+const char *gp_finish_name(gp_finish f); /* "length", "stop", "context", "cancel", "" */
+
+typedef struct {
+    int64_t max_tokens;       /* tokens to generate at most; < 0: until the context is full */
+    const char *const *stop;  /* [n_stop] strings that end generation; not part of the text */
+    int n_stop;               /* at most 16, each at most 256 bytes */
+    int ignore_eos;           /* go on past end-of-generation tokens */
+    int64_t eos;              /* another id that ends generation, or -1 */
+    /* Called with each piece of text as it becomes final (whole UTF-8 characters, held back
+     * while it may be the start of a stop string); nonzero cancels. NULL: no streaming. */
+    int (*on_text)(void *user, const char *text, size_t len);
+    /* Called with each generated id as it is picked, before its text; nonzero cancels. */
+    int (*on_token)(void *user, int32_t id);
+    void *user;
+} gp_gen_opts;
+
+/* max_tokens 16, no stop strings, eos -1, no callbacks. */
+gp_gen_opts gp_gen_defaults(void);
+
+typedef struct {
+    gp_finish finish;
+    int64_t prompt_tokens;     /* the prompt's tokens */
+    int64_t cached_tokens;     /* of which already in the KV cache (a shared prefix): not evaluated */
+    int64_t completion_tokens; /* generated */
+    double prompt_ms, gen_ms;  /* time in evals */
+    int64_t prompt_evals, gen_evals;
+    int64_t prompt_rows;       /* tokens evaluated by the prompt's evals */
+    int32_t stop_token;        /* the end-of-generation id that ended it (not emitted), or -1 */
+} gp_gen_result;
+
+/* gp_seq_start*'s results besides 0 and -1: the prompt does not fit in the context (the message
+ * says how many tokens were asked and how many positions there are; the sequence is unchanged). */
+#define GP_SEQ_TOO_LONG 1
+
+/* Feeds a prompt of ids: with keep_prefix the longest prefix that the cache already holds is kept
+ * (at least the last id is evaluated), else the sequence starts over; the rest is evaluated at the
+ * next positions in chunks of the plan's batch, and the first id to generate is picked. Then
+ * gp_seq_step generates. 0; GP_SEQ_TOO_LONG when n exceeds the context; -1 with the error (a bad
+ * id, an empty prompt, an eval failure). May allocate (growing the sequence's text buffers); the
+ * steps never do. */
+int gp_seq_start(gp_seq *s, const int32_t *ids, int64_t n, int keep_prefix, const gp_gen_opts *g);
+/* The same from text (tokenized with add_special). */
+int gp_seq_start_text(gp_seq *s, const char *text, size_t len, int keep_prefix,
+                      const gp_gen_opts *g);
+/* The same from a conversation, formatted with the chat template and the assistant's prompt;
+ * the cache is reused where the formatted text continues the text the cache holds (the last
+ * chat's prompt and reply, gp_seq_reply), else up to the first id that differs. A chat's steps
+ * evaluate every emitted token, so the reply is in the cache for the next turn. GP_SEQ_TOO_LONG
+ * when the conversation leaves no position for the reply. */
+int gp_seq_start_chat(gp_seq *s, const gp_msg *msgs, size_t n, const gp_gen_opts *g);
+/* One token: emits its text through the callbacks and evaluates it. GP_FINISH_NONE while
+ * running, else why it finished (then the held text is flushed); -1 on an eval error. */
+int gp_seq_step(gp_seq *s);
+/* gp_seq_start_text (keep_prefix 1) and gp_seq_step until finished. 0 or -1. r may be NULL. */
+int gp_seq_generate(gp_seq *s, const char *prompt, const gp_gen_opts *g, gp_gen_result *r);
+/* gp_seq_start_chat and gp_seq_step until finished. 0 or -1. */
+int gp_seq_chat(gp_seq *s, const gp_msg *msgs, size_t n, const gp_gen_opts *g, gp_gen_result *r);
+/* The text generated since the last start (what was streamed, stop strings cut): valid until the
+ * next start. */
+const char *gp_seq_text(const gp_seq *s, size_t *len);
+/* The text of every token generated since the last start as the cache holds it (a stop string
+ * and what follows it in its token included): the assistant's content that lets the next
+ * gp_seq_start_chat continue the cache. Valid until the next start. */
+const char *gp_seq_reply(const gp_seq *s, size_t *len);
+/* Asks a running generation to stop at its next step (any thread). */
+void gp_seq_cancel(gp_seq *s);
+/* The counts and times of the last generation. */
+void gp_seq_result(const gp_seq *s, gp_gen_result *r);
+
+/* The logits row of the last evaluated token: [gp_lm_vocab], valid until the next eval. */
+const float *gp_seq_logits(gp_seq *s);
+
+/* Calls around each eval of the sequence (prompt chunks and generated tokens), e.g. to time evals,
+ * count allocations or keep logits. after gets the eval's logits [n_rows, vocab] (the last row
+ * last); with all_rows the plan computes every token's row (its rows input's bound, -D n_rows,
+ * must hold the chunk). */
+typedef struct {
+    void (*before)(void *user, int64_t n_tokens);
+    void (*after)(void *user, const float *logits, int64_t n_rows, int64_t vocab);
+    void *user;
+    int all_rows;
+} gp_eval_hooks;
+/* h NULL: none. 0, or -1 when all_rows is asked of a plan that cannot give them. */
+int gp_seq_set_eval_hooks(gp_seq *s, const gp_eval_hooks *h);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

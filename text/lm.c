@@ -1,0 +1,539 @@
+/* gp_lm: a language model from a GGUF file or a Hugging Face folder. The graph is the family's
+ * (family/), compiled in process (dsl/, planner/) and its plan kept in a cache folder keyed by
+ * everything it is made from; then weights, tokenizer and chat template. */
+#define _GNU_SOURCE /* realpath, st_mtim */
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dsl/dsl.h"
+#include "family/family.h"
+#include "family/gguf_params.h"
+#include "planner/planner.h"
+#include "text/lm_impl.h"
+
+/* The context a plan gets when the file allows more and the caller says nothing: a KV cache of
+ * 128k positions would take gigabytes that a chat seldom uses. */
+#define GP_LM_DEFAULT_CONTEXT 4096
+#define GP_LM_MAX_DEFINES 64
+
+gp_lm_opts gp_lm_defaults(void)
+{
+    gp_lm_opts o;
+    memset(&o, 0, sizeof o);
+    return o;
+}
+
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return !stat(path, &st) && S_ISDIR(st.st_mode);
+}
+
+static int is_file(const char *path)
+{
+    struct stat st;
+    return !stat(path, &st) && S_ISREG(st.st_mode);
+}
+
+static int is_gguf(const char *path)
+{
+    char magic[4] = {0};
+    FILE *f = is_file(path) ? fopen(path, "rb") : NULL;
+    size_t n = f ? fread(magic, 1, 4, f) : 0;
+    if (f)
+        fclose(f);
+    return n == 4 && !memcmp(magic, "GGUF", 4);
+}
+
+/* ---- the plan cache ---- */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t fnv_str(uint64_t h, const char *s)
+{
+    return fnv(h, s, strlen(s) + 1);
+}
+
+/* The identity of a file: its real path, size and modification time. */
+static uint64_t fnv_file(uint64_t h, const char *path)
+{
+    char real[PATH_MAX];
+    struct stat st;
+    if (!realpath(path, real) || stat(real, &st))
+        return fnv_str(h, path);
+    int64_t v[3] = {(int64_t)st.st_size, (int64_t)st.st_mtim.tv_sec, (int64_t)st.st_mtim.tv_nsec};
+    return fnv(fnv_str(h, real), v, sizeof v);
+}
+
+/* The cache folder: o->cache_dir, $GPLAN_CACHE_DIR, $XDG_CACHE_HOME/gplan, ~/.cache/gplan; 0 when
+ * there is none (o->cache_dir "", or no home). */
+static int cache_dir(const gp_lm_opts *o, char *out, size_t cap)
+{
+    const char *env;
+    int n = -1;
+    if (o->cache_dir)
+        n = *o->cache_dir ? snprintf(out, cap, "%s", o->cache_dir) : -1;
+    else if ((env = getenv("GPLAN_CACHE_DIR")) && *env)
+        n = snprintf(out, cap, "%s", env);
+    else if ((env = getenv("XDG_CACHE_HOME")) && *env)
+        n = snprintf(out, cap, "%s/gplan", env);
+    else if ((env = getenv("HOME")) && *env)
+        n = snprintf(out, cap, "%s/.cache/gplan", env);
+    return n > 0 && (size_t)n < cap;
+}
+
+/* mkdir -p. 0 or -1. */
+static int make_dirs(char *path)
+{
+    for (char *p = path + 1;; p++) {
+        if (*p == '/' || !*p) {
+            char c = *p;
+            *p = '\0';
+            int bad = mkdir(path, 0755) && errno != EEXIST;
+            *p = c;
+            if (bad || !c)
+                return bad ? -1 : 0;
+        }
+    }
+}
+
+/* ---- compiling the family's graph ---- */
+
+typedef struct {
+    const char *defines[GP_LM_MAX_DEFINES];
+    int n;
+    char own[4][128]; /* the defines made here */
+    int n_own;
+} define_list;
+
+static int define_add(define_list *d, const char *name, int64_t value)
+{
+    if (d->n == GP_LM_MAX_DEFINES || d->n_own == 4)
+        return -1;
+    snprintf(d->own[d->n_own], sizeof d->own[0], "%s=%lld", name, (long long)value);
+    d->defines[d->n++] = d->own[d->n_own++];
+    return 0;
+}
+
+/* 1 when a define (the caller's) sets parameter name. */
+static int defines_set(const gp_lm_opts *o, const char *name)
+{
+    size_t n = strlen(name);
+    for (int i = 0; i < o->n_defines; i++)
+        if (!strncmp(o->defines[i], name, n) && o->defines[i][n] == '=')
+            return 1;
+    return 0;
+}
+
+/* The value of name in the resolved parameters' text ("a=1 b=2"), or -1 when absent. */
+static int64_t param_value(const char *params, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = params; p && *p; p += strcspn(p, " "), p += *p == ' ') {
+        if (!strncmp(p, name, n) && p[n] == '=')
+            return strtoll(p + n + 1, NULL, 10);
+    }
+    return -1;
+}
+
+typedef struct {
+    const gp_family *fam;
+    const char *path;        /* the GGUF file or the folder */
+    char config[PATH_MAX];   /* the folder's config.json, "" for GGUF */
+} source;
+
+/* Compiles the family's graph with the file's parameters and defs; the resolved parameters in
+ * *params. NULL with err. */
+static gp_graph *compile_graph(const source *src, const define_list *defs, char **params,
+                               char *err, size_t err_len)
+{
+    gp_dsl_opts dopts = {.defines = (const char **)defs->defines, .n_defines = defs->n,
+                         .params_out = params};
+    gp_gguf_params gparams = {{0}, 0};
+    gp_weights *gw = NULL;
+    if (src->config[0]) {
+        dopts.config_path = src->config;
+    } else {
+        if (gp_gguf_params_read(src->path, &gparams, err, err_len) ||
+            !(gw = gp_weights_open(src->path, err, err_len))) {
+            gp_gguf_params_free(&gparams);
+            return NULL;
+        }
+        dopts.file_params = (const char *const *)gparams.text;
+        dopts.n_file_params = gparams.n;
+        dopts.weight_dtype = gp_gguf_weight_dtype;
+        dopts.weight_dtype_ctx = gw;
+    }
+    gp_diag *d = gp_diag_new(NULL);
+    gp_graph *g = d ? gp_dsl_compile_string(src->fam->graph_file, src->fam->graph_text,
+                                            src->fam->graph_len, &dopts, d)
+                    : NULL;
+    if (!g)
+        snprintf(err, err_len, "%s: %s", src->path, d ? gp_diag_text(d) : "out of memory");
+    gp_diag_free(d);
+    gp_weights_close(gw);
+    gp_gguf_params_free(&gparams);
+    return g;
+}
+
+/* The graph with the caller's defines, and these unless the caller set them: the context capped
+ * at GP_LM_DEFAULT_CONTEXT, logits for one row (the graph's n_rows) unless asked otherwise. */
+static gp_graph *compile_for(const source *src, const gp_lm_opts *o, char *err, size_t err_len)
+{
+    define_list defs;
+    memset(&defs, 0, sizeof defs);
+    for (int i = 0; i < o->n_defines && defs.n < GP_LM_MAX_DEFINES; i++)
+        defs.defines[defs.n++] = o->defines[i];
+    const char *ctx_param = src->fam->ctx_param;
+    if ((o->batch > 0 && define_add(&defs, "n_batch", o->batch)) ||
+        (o->context > 0 && define_add(&defs, ctx_param, o->context))) {
+        snprintf(err, err_len, "%s: more than %d defines", src->path, GP_LM_MAX_DEFINES);
+        return NULL;
+    }
+    char *params = NULL;
+    gp_graph *g = compile_graph(src, &defs, &params, err, err_len);
+    if (!g)
+        return NULL;
+    int again = 0;
+    if (!o->context && !defines_set(o, ctx_param) &&
+        param_value(params, ctx_param) > GP_LM_DEFAULT_CONTEXT)
+        again |= !define_add(&defs, ctx_param, GP_LM_DEFAULT_CONTEXT);
+    if (!defines_set(o, "n_rows") && param_value(params, "n_rows") > 1)
+        again |= !define_add(&defs, "n_rows", 1);
+    free(params);
+    if (again) {
+        gp_graph_free(g);
+        g = compile_graph(src, &defs, NULL, err, err_len);
+    }
+    return g;
+}
+
+/* The plan of src under o: from the cache when it has it, else compiled, planned and cached
+ * (written to a file of this process, then renamed, so that loads never see half a plan). */
+static gp_model *plan_model(gp_lm *lm, const source *src, const gp_lm_opts *o, char *err,
+                            size_t err_len)
+{
+    uint64_t h = fnv_str(1469598103934665603ull, GPLAN_VERSION_STRING);
+    h = fnv_file(h, src->config[0] ? src->config : src->path);
+    h = fnv_str(fnv_str(h, src->fam->name), src->fam->graph_text);
+    for (int i = 0; i < o->n_defines; i++)
+        h = fnv_str(h, o->defines[i]);
+    int64_t sizes[2] = {o->context, o->batch};
+    h = fnv(h, sizes, sizeof sizes);
+
+    char dir[PATH_MAX - 64];
+    int cached = cache_dir(o, dir, sizeof dir);
+    if (cached) {
+        snprintf(lm->plan_path, sizeof lm->plan_path, "%s/plans/%s-%016llx.plan", dir,
+                 src->fam->name, (unsigned long long)h);
+        if (is_file(lm->plan_path)) {
+            gp_model *m = gp_model_load(lm->plan_path, err, err_len);
+            if (m)
+                return m; /* else a stale or damaged file: planned again below */
+        }
+    }
+    gp_graph *g = compile_for(src, o, err, err_len);
+    if (!g)
+        return NULL;
+    gp_plan *p = NULL;
+    gp_diag *d = gp_diag_new(NULL);
+    int bad = !d || gp_plan_build(g, NULL, &p, d);
+    if (bad)
+        snprintf(err, err_len, "%s: %s", src->path, d ? gp_diag_text(d) : "out of memory");
+    gp_diag_free(d);
+    gp_graph_free(g);
+    if (bad)
+        return NULL;
+    gp_model *m = NULL;
+    if (cached) {
+        char tmp[sizeof lm->plan_path + 32];
+        snprintf(tmp, sizeof tmp, "%s/plans", dir);
+        snprintf(tmp + strlen(tmp), sizeof tmp - strlen(tmp), "/.%ld.tmp", (long)getpid());
+        char plans[sizeof dir + 8];
+        snprintf(plans, sizeof plans, "%s/plans", dir);
+        if (!make_dirs(plans) && !gp_plan_write(p, tmp, err, err_len) &&
+            !rename(tmp, lm->plan_path))
+            m = gp_model_load(lm->plan_path, err, err_len);
+        else
+            unlink(tmp);
+    }
+    if (!m) { /* no cache, or it cannot be written: the plan stays in memory */
+        lm->plan_path[0] = '\0';
+        unsigned char *bytes = NULL;
+        size_t len = 0;
+        if (!gp_plan_write_mem(p, &bytes, &len, err, err_len))
+            m = gp_model_load_mem(bytes, len, src->path, err, err_len);
+        free(bytes);
+    }
+    gp_plan_free(p);
+    return m;
+}
+
+/* ---- tokenizer and chat ---- */
+
+/* o->tokenizer; else the GGUF file; else a tokenizer.json in the checkpoint folder or beside the
+ * checkpoint file. NULL without err when there is none. */
+static gp_tok *open_tokenizer(const char *path, const gp_lm_opts *o, int *failed, char *err,
+                              size_t err_len)
+{
+    char buf[PATH_MAX];
+    const char *use = o->tokenizer;
+    if (use && !*use)
+        return NULL;
+    if (!use && path) {
+        if (is_gguf(path)) {
+            use = path;
+        } else if (is_dir(path)) {
+            snprintf(buf, sizeof buf, "%s/tokenizer.json", path);
+            use = is_file(buf) ? path : NULL;
+        } else {
+            const char *slash = strrchr(path, '/');
+            int dir_len = !slash || slash == path ? 1 : (int)(slash - path);
+            snprintf(buf, sizeof buf, "%.*s/tokenizer.json", dir_len, slash ? path : ".");
+            if (is_file(buf)) {
+                snprintf(buf, sizeof buf, "%.*s", dir_len, slash ? path : ".");
+                use = buf;
+            }
+        }
+    }
+    if (!use)
+        return NULL;
+    gp_tok *t = gp_tok_load(use, err, err_len);
+    *failed = !t;
+    return t;
+}
+
+static void setup_chat(gp_lm *lm, const gp_family *fam)
+{
+    const char *tmpl = gp_tok_chat_template(lm->tok);
+    gp_chat_format f;
+    if (tmpl) {
+        lm->has_chat = !gp_chat_detect(tmpl, &lm->tpl, lm->chat_err, sizeof lm->chat_err);
+    } else if (fam && fam->chat_format && !gp_chat_format_parse(fam->chat_format, &f)) {
+        lm->tpl = gp_chat_builtin(f);
+        lm->has_chat = 1;
+    } else {
+        snprintf(lm->chat_err, sizeof lm->chat_err, "the tokenizer has no chat template: choose "
+                 "one with --chat-format NAME (%s)", gp_chat_format_list());
+    }
+    int32_t bos = gp_tok_bos(lm->tok), eos = gp_tok_eos(lm->tok);
+    int nb = bos >= 0 ? gp_tok_piece(lm->tok, bos, 1, lm->bos, sizeof lm->bos) : -1;
+    int ne = eos >= 0 ? gp_tok_piece(lm->tok, eos, 1, lm->eos, sizeof lm->eos) : -1;
+    lm->bos[nb > 0 && (size_t)nb < sizeof lm->bos ? nb : 0] = '\0';
+    lm->eos[ne > 0 && (size_t)ne < sizeof lm->eos ? ne : 0] = '\0';
+}
+
+/* ---- loading ---- */
+
+static int find_family(const char *path, source *src, char *err, size_t err_len)
+{
+    memset(src, 0, sizeof *src);
+    src->path = path;
+    if (is_dir(path)) {
+        snprintf(src->config, sizeof src->config, "%s/config.json", path);
+        if (!is_file(src->config)) {
+            snprintf(err, err_len, "%s: a folder without config.json (a Hugging Face model "
+                     "folder holds config.json, the safetensors and tokenizer.json)", path);
+            return -1;
+        }
+        return gp_family_from_hf_config(src->config, &src->fam, err, err_len);
+    }
+    if (!is_file(path)) {
+        snprintf(err, err_len, "%s: %s", path, access(path, F_OK) ? strerror(errno)
+                                                                   : "not a file or a folder");
+        return -1;
+    }
+    return gp_family_from_gguf(path, &src->fam, err, err_len);
+}
+
+gp_lm *gp_lm_load(const char *path, const gp_lm_opts *opts, char *err, size_t err_len)
+{
+    gp_lm_opts o = opts ? *opts : gp_lm_defaults();
+    gp_lm *lm = calloc(1, sizeof *lm);
+    if (!lm) {
+        snprintf(err, err_len, "out of memory");
+        return NULL;
+    }
+    source src;
+    memset(&src, 0, sizeof src);
+    snprintf(lm->backend, sizeof lm->backend, "%s", o.backend ? o.backend : "cpu");
+    lm->device = o.device;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    lm->n_threads = o.n_threads > 0 ? o.n_threads : cores < 1 ? 1 : cores > 64 ? 64 : (int)cores;
+    if (o.context < 0 || o.batch < 0 || o.n_defines < 0) {
+        snprintf(err, err_len, "negative context, batch or define count");
+        goto fail;
+    }
+    if (o.plan) {
+        if (!path && !o.random_weights) {
+            snprintf(err, err_len, "%s: no weights: give a checkpoint or random weights", o.plan);
+            goto fail;
+        }
+        if (!(lm->m = gp_model_load(o.plan, err, err_len)))
+            goto fail;
+        snprintf(lm->plan_path, sizeof lm->plan_path, "%s", o.plan);
+    } else {
+        if (!path) {
+            snprintf(err, err_len, "no model given");
+            goto fail;
+        }
+        if (find_family(path, &src, err, err_len) || !(lm->m = plan_model(lm, &src, &o, err,
+                                                                          err_len)))
+            goto fail;
+        snprintf(lm->arch, sizeof lm->arch, "%s", src.fam->gguf_arch);
+    }
+    gp_model_get_info(lm->m, &lm->info);
+    if (!lm->info.tokens || !lm->info.positions || !lm->info.logits || lm->info.vocab < 1) {
+        snprintf(err, err_len, "%s: not a language model (needs a token-id input read by "
+                 "get_rows, a positions input and a logits output)",
+                 o.plan ? o.plan : path);
+        goto fail;
+    }
+    int tok_failed = 0;
+    lm->tok = open_tokenizer(path, &o, &tok_failed, err, err_len);
+    if (tok_failed)
+        goto fail;
+    if (lm->tok) {
+        if (gp_tok_vocab_size(lm->tok) > lm->info.vocab) {
+            snprintf(err, err_len, "the tokenizer has %d tokens, more than the plan's vocabulary "
+                     "of %lld", gp_tok_vocab_size(lm->tok), (long long)lm->info.vocab);
+            goto fail;
+        }
+        for (int32_t id = 0; id < gp_tok_vocab_size(lm->tok); id++) {
+            char piece[8];
+            int n = gp_tok_piece(lm->tok, id, 1, piece, sizeof piece);
+            if (n > 0 && (size_t)n > lm->max_piece)
+                lm->max_piece = (size_t)n;
+        }
+        setup_chat(lm, o.plan ? NULL : src.fam);
+    }
+    if (o.random_weights ? gp_model_random_weights(lm->m, o.random_seed, err, err_len)
+                         : gp_model_bind_weights(lm->m, path, err, err_len))
+        goto fail;
+    gp_model_get_info(lm->m, &lm->info);
+    lm->ctx = lm->info.context > 0 ? lm->info.context : INT64_MAX;
+    return lm;
+fail:
+    gp_lm_free(lm);
+    return NULL;
+}
+
+void gp_lm_free(gp_lm *lm)
+{
+    if (!lm)
+        return;
+    gp_tok_free(lm->tok);
+    gp_model_free(lm->m);
+    free(lm);
+}
+
+gp_model *gp_lm_model(gp_lm *lm) { return lm->m; }
+const char *gp_lm_plan_path(const gp_lm *lm) { return lm->plan_path; }
+const char *gp_lm_arch(const gp_lm *lm) { return lm->arch; }
+int64_t gp_lm_context(const gp_lm *lm) { return lm->ctx == INT64_MAX ? 0 : lm->ctx; }
+int64_t gp_lm_vocab(const gp_lm *lm) { return lm->info.vocab; }
+int gp_lm_has_tokenizer(const gp_lm *lm) { return lm->tok != NULL; }
+int gp_lm_has_chat(const gp_lm *lm) { return lm->has_chat; }
+const char *gp_lm_chat_formats(void) { return gp_chat_format_list(); }
+
+int gp_lm_is_eog(const gp_lm *lm, int32_t id)
+{
+    return lm->tok && gp_tok_is_eog(lm->tok, id);
+}
+
+int64_t gp_utf8_invalid_at(const char *text, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!len || (len == 2 && c < 0xc2) || i + len > n)
+            return (int64_t)i;
+        for (size_t k = 1; k < len; k++)
+            if ((s[i + k] & 0xc0) != 0x80)
+                return (int64_t)i;
+        unsigned c1 = len > 1 ? s[i + 1] : 0;
+        if ((c == 0xe0 && c1 < 0xa0) || (c == 0xf0 && c1 < 0x90) || /* overlong */
+            (c == 0xed && c1 >= 0xa0) ||                              /* surrogates */
+            c > 0xf4 || (c == 0xf4 && c1 >= 0x90))                    /* past U+10FFFF */
+            return (int64_t)i;
+        i += len;
+    }
+    return -1;
+}
+
+static int need_tokenizer(const gp_lm *lm, char *err, size_t err_len)
+{
+    if (lm->tok)
+        return 0;
+    snprintf(err, err_len, "the model has no tokenizer: give one (a .gguf, a tokenizer.json or a "
+             "folder holding one)");
+    return -1;
+}
+
+int64_t gp_lm_tokenize(const gp_lm *lm, const char *text, size_t len, int add_special,
+                       int32_t *ids, int64_t cap, char *err, size_t err_len)
+{
+    if (need_tokenizer(lm, err, err_len))
+        return -1;
+    int64_t bad = gp_utf8_invalid_at(text, len);
+    if (bad >= 0) {
+        snprintf(err, err_len, "invalid UTF-8 at byte %lld", (long long)bad);
+        return -1;
+    }
+    return gp_tok_encode(lm->tok, text, len, add_special, 1, ids, cap, err, err_len);
+}
+
+int64_t gp_lm_detokenize(const gp_lm *lm, const int32_t *ids, int64_t n, char *out, size_t cap)
+{
+    return lm->tok ? gp_tok_decode(lm->tok, ids, n, 1, out, cap) : -1;
+}
+
+_Static_assert(sizeof(gp_msg) == sizeof(gp_chat_msg) &&
+                   offsetof(gp_msg, content) == offsetof(gp_chat_msg, content),
+               "gp_msg is gp_chat_msg's public twin");
+
+int64_t gp_lm_chat_apply(const gp_lm *lm, const gp_msg *msgs, size_t n, int add_assistant,
+                         char *out, size_t cap, char *err, size_t err_len)
+{
+    if (need_tokenizer(lm, err, err_len))
+        return -1;
+    if (!lm->has_chat) {
+        snprintf(err, err_len, "%s", lm->chat_err);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!msgs[i].role || !msgs[i].content) {
+            snprintf(err, err_len, "message %zu: no role or content", i);
+            return -1;
+        }
+    }
+    return gp_chat_apply(&lm->tpl, (const gp_chat_msg *)msgs, n, add_assistant, lm->bos, lm->eos,
+                         out, cap, err, err_len);
+}
+
+int gp_lm_set_chat_format(gp_lm *lm, const char *name, char *err, size_t err_len)
+{
+    gp_chat_format f;
+    if (!name || gp_chat_format_parse(name, &f)) {
+        snprintf(err, err_len, "unknown chat format: %s (formats: %s)", name ? name : "(null)",
+                 gp_chat_format_list());
+        return -1;
+    }
+    lm->tpl = gp_chat_builtin(f);
+    lm->has_chat = 1;
+    return 0;
+}
