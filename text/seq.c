@@ -182,12 +182,6 @@ void gp_seq_reset(gp_seq *s)
 
 int gp_seq_set_eval_hooks(gp_seq *s, const gp_eval_hooks *h)
 {
-    if (h && h->all_rows && s->lm->info.rows && s->lm->info.max_rows < s->lm->info.max_tokens) {
-        snprintf(s->err, sizeof s->err, "every row's logits need a plan whose rows input holds "
-                 "%lld rows (-D n_rows=%lld); it holds %lld", (long long)s->lm->info.max_tokens,
-                 (long long)s->lm->info.max_tokens, (long long)s->lm->info.max_rows);
-        return -1;
-    }
     if (h)
         s->hooks = *h;
     else
@@ -408,8 +402,8 @@ static int begin(gp_seq *s, int chat, const gp_gen_opts *g)
 static int too_long(gp_seq *s, int64_t n, const char *what)
 {
     s->r.prompt_tokens = n;
-    snprintf(s->err, sizeof s->err, "the %s has %lld tokens, more than the context of %lld "
-             "positions%s", what, (long long)n, (long long)s->lm->ctx,
+    snprintf(s->err, sizeof s->err, "the %s has %lld tokens, more than the planned context of "
+             "%lld positions%s", what, (long long)n, (long long)s->lm->ctx,
              s->chat ? " (with a position for the reply)" : "");
     return GP_SEQ_TOO_LONG;
 }

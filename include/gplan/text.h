@@ -230,7 +230,8 @@ typedef struct {
     void *user;
     int all_rows;
 } gp_eval_hooks;
-/* h NULL: none. 0, or -1 when all_rows is asked of a plan that cannot give them. */
+/* h NULL: none. 0. With all_rows, an eval of more tokens than the plan's rows input holds fails
+ * with the session's message. */
 int gp_seq_set_eval_hooks(gp_seq *s, const gp_eval_hooks *h);
 
 #ifdef __cplusplus

@@ -165,7 +165,7 @@ if [ -n "$run" ]; then
   check E313 1 "gplan-run: small.plan: not a language model (needs a token-id input read by get_rows, a positions input and a logits output)" run small.plan --random-weights 1
 
   # ---- gplan-run: flags (exit 2) ----
-  check E401 2 "gplan-run: no plan given" run
+  check E401 2 "gplan-run: no model or plan given" run
   check E402 2 "gplan-run: give exactly one of --weights and --random-weights" run tiny.plan
   check E403 2 "gplan-run: unknown option: --frob" run tiny.plan --random-weights 1 --frob
   check E404 2 "gplan-run: missing value for: --weights" run tiny.plan --weights

@@ -13,7 +13,7 @@ plan=$tmp/tiny.plan
 "$compile" "$src/examples/tiny.gplan" -o "$plan" > /dev/null || { echo "FAIL: compile"; exit 1; }
 
 # usage (2)
-expect 2 "no plan given"
+expect 2 "no model or plan given"
 expect 2 "give exactly one of --weights and --random-weights" "$plan"
 expect 2 "give exactly one of --weights and --random-weights" "$plan" --weights a --random-weights 1
 expect 2 "unknown option: --frobnicate" "$plan" --random-weights 1 --frobnicate
@@ -22,7 +22,7 @@ expect 2 "--threads needs 1..256" "$plan" --random-weights 1 --threads 0
 expect 2 "bad --temp" "$plan" --random-weights 1 --temp -1
 expect 2 "missing value for: -n" "$plan" --random-weights 1 -n
 expect 2 "--logits-all needs --logits-out FILE" "$plan" --random-weights 1 --logits-all
-expect 0 "usage: gplan-run PLAN" --help
+expect 0 "usage: gplan-run MODEL" --help
 
 # bad input (1)
 printf 'not a plan' > "$tmp/junk.plan"
