@@ -22,4 +22,7 @@ struct gp_lm {
     int n_threads, device;
 };
 
+/* Sets a sequence's error (printf-style); returns -1. */
+int gp_seq_fail(gp_seq *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif

@@ -3,6 +3,7 @@
  * whole UTF-8 characters with stop strings held back, and ended by EOS, stop strings, length, the
  * context or the caller. Every buffer a step touches is allocated by gp_seq_new or a start. */
 #define _GNU_SOURCE /* memmem */
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,11 +67,15 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static int fail(gp_seq *s, const char *fmt, const char *a)
+int gp_seq_fail(gp_seq *s, const char *fmt, ...)
 {
-    snprintf(s->err, sizeof s->err, fmt, a);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
     return -1;
 }
+#define fail gp_seq_fail
 
 gp_gen_opts gp_gen_defaults(void)
 {

@@ -342,94 +342,59 @@ static int steps(runner *r, const gp_gen_opts *g, gp_gen_result *res)
     return r->failed || f < 0 ? -1 : f;
 }
 
-/* One user turn and its reply. 0, 1 when the turn was refused, -1 when the chat must end. */
-static int chat_turn(runner *r, gp_msg *msgs, size_t *n, int sys, const gp_gen_opts *g,
-                     const char *line, size_t len, int turn)
-{
-    int64_t bad = gp_utf8_invalid_at(line, len), ctx = gp_lm_context(r->lm);
-    if (bad >= 0) {
-        fprintf(stderr, "gplan-run: stdin line %d: invalid UTF-8 at byte %lld; turn skipped\n",
-                turn, (long long)bad);
-        return 1;
-    }
-    if (!(msgs[*n].content = strdup(line)))
-        return -1;
-    msgs[(*n)++].role = "user";
-    int rc = gp_seq_start_chat(r->s, msgs, *n, g);
-    if (rc == GP_SEQ_TOO_LONG && *n > (size_t)sys + 1) {
-        fprintf(stderr, "gplan-run: the context is full (%lld positions): starting over with the "
-                "system prompt and this turn\n", (long long)ctx);
-        for (size_t i = sys; i < *n - 1; i++)
-            free((char *)msgs[i].content);
-        msgs[sys] = msgs[*n - 1];
-        *n = (size_t)sys + 1;
-        gp_seq_reset(r->s);
-        rc = gp_seq_start_chat(r->s, msgs, *n, g);
-    }
-    gp_gen_result res;
-    gp_seq_result(r->s, &res);
-    if (rc) {
-        if (rc == GP_SEQ_TOO_LONG)
-            fprintf(stderr, "gplan-run: stdin line %d: the turn needs %lld tokens, more than the "
-                    "%lld positions of the context; turn skipped\n", turn,
-                    (long long)res.prompt_tokens, (long long)ctx);
-        else
-            fprintf(stderr, "gplan-run: stdin line %d: %s; turn skipped\n", turn,
-                    gp_seq_error(r->s));
-        free((char *)msgs[--*n].content);
-        return 1;
-    }
-    int f = steps(r, g, &res);
-    printf("\n");
-    fflush(stdout);
-    if (f == GP_FINISH_CONTEXT)
-        fprintf(stderr, "gplan-run: the reply reached the end of the context (%lld positions); "
-                "the next turn starts over\n", (long long)ctx);
-    if (f >= 0 && r->o->stats)
-        fprintf(stderr, "stats: turn %d: %lld tokens evaluated (%lld already in the cache), %lld "
-                "generated\n", turn, (long long)(res.prompt_tokens - res.cached_tokens),
-                (long long)res.cached_tokens, (long long)res.completion_tokens);
-    /* The reply as the cache holds it, so that the next turn continues the cache. */
-    size_t rn;
-    const char *reply = gp_seq_reply(r->s, &rn);
-    msgs[*n] = (gp_msg){"assistant", strndup(reply, rn)};
-    return f < 0 || !msgs[(*n)++].content ? -1 : 0;
-}
-
+/* --chat: a turn a line of stdin. 0, 1 when a turn was refused, -1 on a failure. */
 static int run_chat(runner *r, const gp_gen_opts *g)
 {
     char err[1024], *line = NULL;
-    size_t cap_line = 0, n = 0, cap = 64;
-    int sys = !!r->o->system, refused = 0, rc = 0;
-    gp_msg *msgs = malloc(cap * sizeof *msgs);
+    size_t cap = 0;
+    int refused = 0, rc = 0;
+    int64_t ctx = gp_lm_context(r->lm);
+    gp_conv *c = NULL;
     if (r->o->chat_format ? gp_lm_set_chat_format(r->lm, r->o->chat_format, err, sizeof err)
                           : gp_lm_chat_apply(r->lm, NULL, 0, 0, NULL, 0, err, sizeof err) < 0)
         fprintf(stderr, "gplan-run: %s\n", err), rc = -1;
-    else if (!gp_lm_context(r->lm))
+    else if (!ctx)
         fprintf(stderr, "gplan-run: --chat needs a plan with a KV cache (an attention context)\n"),
             rc = -1;
-    if (!msgs || (sys && !(msgs[n++] = (gp_msg){"system", strdup(r->o->system)}).content))
-        rc = -1;
+    else if (!(c = gp_conv_new(r->s, r->o->system, err, sizeof err)))
+        fprintf(stderr, "gplan-run: %s\n", err), rc = -1;
     for (int turn = 1; rc >= 0; turn++) {
         if (isatty(STDIN_FILENO))
             fprintf(stderr, "> ");
-        ssize_t got = getline(&line, &cap_line, stdin);
+        ssize_t got = getline(&line, &cap, stdin);
         if (got < 0)
             break;
         while (got && (line[got - 1] == '\n' || line[got - 1] == '\r'))
             line[--got] = '\0';
-        gp_msg *more = n + 2 > cap ? realloc(msgs, (cap *= 2) * sizeof *msgs) : msgs;
-        if (!more)
-            break;
-        msgs = more;
-        if (!got)
+        if (!got) {
             turn--;
-        else
-            refused |= (rc = chat_turn(r, msgs, &n, sys, g, line, (size_t)got, turn)) > 0;
+            continue;
+        }
+        int st = gp_conv_start(c, line, (size_t)got, g);
+        if (gp_conv_dropped(c))
+            fprintf(stderr, "gplan-run: the context is full (%lld positions): the oldest %zu "
+                    "messages dropped, the cache started over\n", (long long)ctx,
+                    gp_conv_dropped(c));
+        if (st) {
+            fprintf(stderr, "gplan-run: stdin line %d: %s; turn skipped\n", turn,
+                    gp_seq_error(r->s));
+            refused = 1;
+            continue;
+        }
+        gp_gen_result res;
+        int f = steps(r, g, &res);
+        printf("\n");
+        fflush(stdout);
+        if (f == GP_FINISH_CONTEXT)
+            fprintf(stderr, "gplan-run: the reply reached the end of the context (%lld "
+                    "positions)\n", (long long)ctx);
+        if (f >= 0 && r->o->stats)
+            fprintf(stderr, "stats: turn %d: %lld tokens evaluated (%lld already in the cache), "
+                    "%lld generated\n", turn, (long long)(res.prompt_tokens - res.cached_tokens),
+                    (long long)res.cached_tokens, (long long)res.completion_tokens);
+        rc = f < 0 || gp_conv_end(c) ? -1 : 0;
     }
-    while (msgs && n)
-        free((char *)msgs[--n].content);
-    free(msgs);
+    gp_conv_free(c);
     free(line);
     return rc < 0 ? -1 : refused;
 }

@@ -217,6 +217,30 @@ void gp_seq_cancel(gp_seq *s);
 /* The counts and times of the last generation. */
 void gp_seq_result(const gp_seq *s, gp_gen_result *r);
 
+/* ---- conversations ----
+ * A conversation on a sequence, as a chat program holds one: the messages so far (copied), each
+ * user turn formatted with the chat template so that the cache is reused, the reply kept as the
+ * assistant's message as the cache holds it. When a turn does not fit in the context, the oldest
+ * turns are dropped (the system message kept) until it does, and the cache starts over. */
+typedef struct gp_conv gp_conv;
+
+/* system: the system message, or NULL (the template's default, if it has one). NULL with err. */
+gp_conv *gp_conv_new(gp_seq *s, const char *system, char *err, size_t err_len);
+void gp_conv_free(gp_conv *c); /* NULL is a no-op; the sequence stays */
+/* A user turn of len bytes and the reply, streamed through g's callbacks (r may be NULL). 0;
+ * GP_SEQ_TOO_LONG when the system message and this turn alone do not fit (nothing is kept);
+ * -1 with gp_seq_error (invalid UTF-8, ...), the turn not kept. */
+int gp_conv_turn(gp_conv *c, const char *text, size_t len, const gp_gen_opts *g,
+                 gp_gen_result *r);
+/* gp_conv_turn in parts, for a caller that steps itself: start (the same results; on 0 call
+ * gp_seq_step until it finishes), then end, which keeps the reply. */
+int gp_conv_start(gp_conv *c, const char *text, size_t len, const gp_gen_opts *g);
+int gp_conv_end(gp_conv *c);
+/* The messages so far: [*n], valid until the next turn. */
+const gp_msg *gp_conv_messages(const gp_conv *c, size_t *n);
+/* Messages dropped by the last turn to fit the context (0: the cache was continued). */
+size_t gp_conv_dropped(const gp_conv *c);
+
 /* The logits row of the last evaluated token: [gp_lm_vocab], valid until the next eval. */
 const float *gp_seq_logits(gp_seq *s);
 

@@ -209,7 +209,7 @@ Tell me a long story about the fox<|im_end|>
 out=$(printf 'Hello\nTell me a long story about the fox\n' |
       "$tool" "$small" --random-weights 4 --tokenizer "$tok" --chat -n 6 --ignore-eos --stats \
       2>&1 >/dev/null)
-has "$out" "gplan-run: the context is full (64 positions): starting over with the system prompt and this turn" ||
+has "$out" "gplan-run: the context is full (64 positions): the oldest 2 messages dropped, the cache started over" ||
   fail "chat restart message: $out"
 has "$out" "stats: turn 2: $n2 tokens evaluated (0 already in the cache)" ||
   fail "chat restart (expected $n2 tokens from position 0): $out"
