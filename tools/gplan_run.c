@@ -17,9 +17,10 @@ enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 
 typedef struct {
     const char *model, *weights, *tokenizer, *backend, *text, *text_file, *system, *chat_format;
-    const char *logits_out, *lora, *lora_merge_plan, *lora_mode, *ids, *wseed, *seed;
+    const char *logits_out, *lora, *lora_merge_plan, *lora_mode, *ids;
     const char *defines[64], *stops[16];
     int n_defines, n_stops, threads, ignore_eos, chat, logits_all, stats, loop, is_plan, lora_set;
+    int wseed; /* --random-weights given */
     uint64_t weights_seed;
     int32_t *prompt; /* [n_prompt] --prompt-ids */
     int64_t n_prompt, n_gen, eos, ctx;
@@ -30,38 +31,30 @@ typedef struct {
 static void usage(void)
 {
     printf("usage: gplan-run MODEL [options]     (MODEL: a .gguf file or a Hugging Face folder)\n"
-           "       gplan-run PLAN (--weights PATH | --random-weights SEED) [options]\n\n"
+           "       gplan-run PLAN (--weights PATH | --random-weights SEED) [options]\n"
            "Evaluates a prompt in chunks of the planned tokens per eval, then generates a token an\n"
            "eval, printing ids, or streaming text with --prompt, --prompt-file or --chat. A MODEL's\n"
-           "graph is its architecture's; its plan is cached ($GPLAN_CACHE_DIR, ~/.cache/gplan).\n\n"
-           "  -D NAME=VALUE, --ctx N  a MODEL's graph parameter; its context (default: the file's,\n"
-           "                          at most 4096)\n"
+           "graph is its architecture's; its plan is cached ($GPLAN_CACHE_DIR, ~/.cache/gplan).\n"
+           "  -D NAME=VALUE, --ctx N  a MODEL's parameter; its context (default: the file's, <= 4096)\n"
            "  --weights PATH          a PLAN's checkpoint (.gguf, safetensors, index.json, folder)\n"
            "  --random-weights SEED   deterministic random weights\n"
            "  --lora DIR              a PEFT adapter: --lora-mode merge (default; --lora-merge-plan F\n"
            "                          of gplan-compile -D lora_r=R --lora-merge) or runtime (a plan\n"
            "                          of -D lora_r=R); --lora-scale S multiplies lora_alpha / r\n"
-           "  --backend NAME          cpu (default), reference, or cuda (when built)\n"
-           "  --threads N             CPU threads (default: the online cores)\n"
+           "  --backend NAME          cpu (default), reference, or cuda (when built); --threads N\n"
            "  --prompt-ids LIST       comma-separated token ids (default: 0)\n"
+           "  --prompt TEXT, --prompt-file F  text in (special tokens' texts become their ids)\n"
+           "  --tokenizer PATH        a .gguf, tokenizer.json or folder (default: the model's)\n"
            "  -n N                    tokens to generate (default 16; with --chat, per reply)\n"
            "  --eos ID, --ignore-eos  also stop at ID; go on past end-of-generation ids\n"
-           "  --logits-out FILE       the last logits row of every eval (raw f32); --logits-all:\n"
-           "                          every row (the plan's rows input, -D n_rows, must hold them)\n"
-           "  --stats                 evals, times, allocations and memory, on stderr\n"
-           "  --loop                  at the end of the context start again at position 0 (ids)\n"
-           "  --prompt TEXT, --prompt-file F  text in (special tokens' texts become their ids)\n"
-           "  --tokenizer PATH        a .gguf, tokenizer.json or folder (default: the model's, or\n"
-           "                          one beside the --weights)\n"
            "  --stop STRING           stop before STRING (repeatable, up to 16)\n"
-           "  --chat                  each stdin line a user turn, the KV cache kept across turns;\n"
-           "                          a turn that does not fit starts over with the system prompt\n"
-           "  --system TEXT           the system prompt (default: the template's, if any)\n"
-           "  --chat-format NAME      %s (default: from the template)\n"
+           "  --chat                  a user turn a stdin line, the KV cache kept across turns\n"
+           "  --system TEXT, --chat-format NAME  (%s)\n"
            "  sampling, in this order: --repeat-penalty P (1), --repeat-last-n N (64), --temp T\n"
            "                          (0: greedy), --top-k K (0), --top-p P (1), --min-p P (0),\n"
            "                          --seed S (1)\n"
-           "  -h, --help, --version\n\n"
+           "  --logits-out FILE       the last logits row of each eval (f32); --logits-all: all rows\n"
+           "  --stats, --loop         figures on stderr; at the context's end restart (ids)\n"
            "exit status: 0 success, 1 bad input (model, plan, weights, ids, text, a prompt longer\n"
            "than the context), 2 bad usage\n", gp_lm_chat_formats());
 }
@@ -92,27 +85,6 @@ static int parse_ids(const char *s, options *o)
     }
 }
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    *out = strtoull(s, &end, 0);
-    return !*s || *end || errno || *s == '-' ? -1 : 0;
-}
-
-/* 1 when word is one of list's comma-separated names. */
-static int in_list(const char *list, const char *word)
-{
-    size_t n = strlen(word);
-    for (const char *p = list; *p; p += strspn(p, ", ")) {
-        size_t k = strcspn(p, ", ");
-        if (k == n && !strncmp(p, word, n))
-            return 1;
-        p += k;
-    }
-    return 0;
-}
-
 /* A GGUF file or a folder: a model; anything else is taken for a plan. */
 static int is_model(const char *path)
 {
@@ -125,14 +97,14 @@ static int is_model(const char *path)
     return dir || (n == 4 && !memcmp(magic, "GGUF", 4));
 }
 
-typedef enum { FLAG, STR, INT, I64, NUM, LIST } kind;
+typedef enum { FLAG, STR, INT, I64, U64, NUM, LIST } kind;
 typedef struct {
     const char *name;
     kind kind;
     void *dst;
     double lo, hi;     /* INT, I64, NUM: the values allowed; LIST: hi the most */
     const char *msg;   /* INT, I64, NUM: the message for others */
-    int *n;            /* LIST: the count */
+    int *n;            /* LIST: the count; U64: set to 1 */
 } opt;
 #define FL(name, dst) {name, FLAG, dst, 0, 0, NULL, NULL}
 #define ST(name, dst) {name, STR, dst, 0, 0, NULL, NULL}
@@ -152,7 +124,8 @@ static int parse_args(int argc, char **argv, options *o)
         FL("--ignore-eos", &o->ignore_eos), FL("--stats", &o->stats),
         FL("--loop", &o->loop), FL("--logits-all", &o->logits_all),
         FL("--chat", &o->chat), ST("--weights", &o->weights),
-        ST("--random-weights", &o->wseed), ST("--seed", &o->seed),
+        {"--random-weights", U64, &o->weights_seed, 0, 0, "bad --random-weights seed", &o->wseed},
+        {"--seed", U64, &so->seed, 0, 0, "bad --seed", NULL},
         ST("--backend", &o->backend), ST("--prompt-ids", &o->ids),
         ST("--prompt", &o->text), ST("--prompt-file", &o->text_file),
         ST("--tokenizer", &o->tokenizer), ST("--system", &o->system),
@@ -204,7 +177,14 @@ static int parse_args(int argc, char **argv, options *o)
         errno = 0;
         double d = p->kind == NUM ? strtod(v, &end) : (double)strtoll(v, &end, 10);
         int bad = !*v || *end || errno || !(d >= p->lo && d <= p->hi);
-        if (p->kind == STR) {
+        if (p->kind == U64) {
+            errno = 0;
+            *(uint64_t *)p->dst = strtoull(v, &end, 0);
+            if (!*v || *end || errno || *v == '-')
+                return usage_error(p->msg, v);
+            if (p->n)
+                *p->n = 1;
+        } else if (p->kind == STR) {
             *(const char **)p->dst = v;
         } else if (p->kind == LIST) {
             int *n = p->n;
@@ -223,15 +203,14 @@ static int parse_args(int argc, char **argv, options *o)
             *(double *)p->dst = d;
         }
     }
-    if (o->wseed && parse_u64(o->wseed, &o->weights_seed))
-        return usage_error("bad --random-weights seed", o->wseed);
-    if (o->seed && parse_u64(o->seed, &so->seed))
-        return usage_error("bad --seed", o->seed);
     if (o->ids && parse_ids(o->ids, o))
         return usage_error("bad --prompt-ids (comma-separated integers)", o->ids);
     if (o->lora_mode && strcmp(o->lora_mode, "merge") && strcmp(o->lora_mode, "runtime"))
         return usage_error("bad --lora-mode (merge or runtime)", o->lora_mode);
-    if (o->chat_format && !in_list(gp_lm_chat_formats(), o->chat_format)) {
+    char list[256], word[64];
+    snprintf(list, sizeof list, ", %s, ", gp_lm_chat_formats());
+    snprintf(word, sizeof word, ", %s, ", o->chat_format ? o->chat_format : "");
+    if (o->chat_format && (strchr(o->chat_format, ',') || !strstr(list, word))) {
         fprintf(stderr, "gplan-run: unknown --chat-format: %s (formats: %s)\n"
                 "try 'gplan-run --help'\n", o->chat_format, gp_lm_chat_formats());
         return EXIT_USAGE;
@@ -467,7 +446,7 @@ int main(int argc, char **argv)
     gp_lm_opts lo = {.plan = o.is_plan ? o.model : NULL, .tokenizer = r.text ? o.tokenizer : "",
                      .defines = o.defines, .n_defines = o.n_defines, .context = o.ctx,
                      .backend = o.backend, .n_threads = o.threads,
-                     .random_weights = o.wseed != NULL, .random_seed = o.weights_seed};
+                     .random_weights = o.wseed, .random_seed = o.weights_seed};
     gp_gen_opts g = {.max_tokens = o.n_gen, .stop = o.stops, .n_stop = o.n_stops,
                      .ignore_eos = o.ignore_eos, .eos = o.eos, .on_text = put_text,
                      .on_token = put_id, .user = &r};
