@@ -1,4 +1,4 @@
-# Installing gplan: one library libgplan (shared, SONAME libgplan.so.0, only gp_ symbols exported;
+# Installing gplan: one library libgplan (shared, SONAME libgplan.so.0, only the functions its headers declare exported;
 # and static) made of the runtime's internal libraries, the public headers under include/gplan/,
 # gplan.pc, the CMake package (find_package(gplan) -> gplan::gplan), the tools with man pages, and
 # a Debian package (cpack -G DEB). Included at the end of the top CMakeLists.txt, once every
@@ -159,11 +159,30 @@ foreach(t gplan gplan_static)
   target_include_directories(${t} INTERFACE $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 endforeach()
 set_target_properties(gplan_static PROPERTIES EXPORT_NAME gplan_static)
-# Only gp_* is exported (cmake/gplan.map); the SONAME carries the major version (0 until the API
-# is declared stable, then bumped on every incompatible change).
+# The exports are the functions the public headers declare (a version script made from them at
+# configure time); every other symbol stays inside. The SONAME carries the major version (0 until
+# the API is declared stable, then bumped on every incompatible change).
+set(GP_EXPORTS "")
+foreach(h gplan.h text.h)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+               ${PROJECT_SOURCE_DIR}/include/gplan/${h})
+  file(READ ${PROJECT_SOURCE_DIR}/include/gplan/${h} _gp_src)
+  string(REGEX REPLACE "/\\*([^*]|\\*+[^*/])*\\*+/" "" _gp_src "${_gp_src}")
+  string(REGEX MATCHALL "gp_[a-z0-9_]+[ \t\n]*\\(" _gp_decls "${_gp_src}")
+  foreach(d IN LISTS _gp_decls)
+    string(REGEX REPLACE "[ \t\n]*\\($" "" d "${d}")
+    list(APPEND GP_EXPORTS ${d})
+  endforeach()
+endforeach()
+list(REMOVE_DUPLICATES GP_EXPORTS)
+list(SORT GP_EXPORTS)
+list(JOIN GP_EXPORTS ";\n    " _gp_body)
+file(WRITE ${PROJECT_BINARY_DIR}/gplan.map "{\n  global:\n    ${_gp_body};\n  local:\n    *;\n};\n")
+list(LENGTH GP_EXPORTS _gp_n)
+message(STATUS "gplan: libgplan exports the ${_gp_n} functions of gplan.h and text.h")
 set_target_properties(gplan PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
-  LINK_DEPENDS ${PROJECT_SOURCE_DIR}/cmake/gplan.map)
-target_link_options(gplan PRIVATE -Wl,--version-script=${PROJECT_SOURCE_DIR}/cmake/gplan.map)
+  LINK_DEPENDS ${PROJECT_BINARY_DIR}/gplan.map)
+target_link_options(gplan PRIVATE -Wl,--version-script=${PROJECT_BINARY_DIR}/gplan.map)
 if(NOT GPLAN_SANITIZE)
   # Every symbol resolved at link time: a dependency missing here shows now, not in a user's link.
   target_link_options(gplan PRIVATE -Wl,--no-undefined)

