@@ -1,0 +1,26 @@
+#!/bin/sh
+# gplan-run FILE.gguf with no plan (the graph chosen by the file's architecture, planned in
+# process, the plan cached) gives the ids of gplan-compile GRAPH --gguf FILE and gplan-run on that
+# plan: greedy, 12 tokens after a 5-token prompt. The second run finds the plan in the cache.
+# usage: no_plan.sh BUILD_DIR GGUF GRAPH WORK_DIR [-D NAME=VALUE ...]
+set -u
+tools=$1 gguf=$2 graph=$3 work=$4
+shift 4
+compile=$tools/tools/gplan-compile run=$tools/tools/gplan-run
+name=$(basename "$gguf" .gguf)
+cache=$work/no_plan_cache_$name
+rm -rf "$cache" && mkdir -p "$cache" || exit 1
+"$compile" "$graph" --gguf "$gguf" "$@" -o "$work/no_plan_$name.plan" >/dev/null || exit 1
+want=$("$run" "$work/no_plan_$name.plan" --weights "$gguf" --prompt-ids 1,5,9,2,7 -n 12) || exit 1
+for pass in first cached; do
+  got=$(GPLAN_CACHE_DIR=$cache "$run" "$gguf" "$@" --prompt-ids 1,5,9,2,7 -n 12 --stats \
+        2>"$work/no_plan_$name.err")
+  plan=$(sed -n 's/^stats: backend .*, plan \(.*\)$/\1/p' "$work/no_plan_$name.err")
+  case $plan in
+    "$cache"/plans/*.plan) ;;
+    *) echo "FAIL: $name ($pass): the plan is '$plan', not in $cache/plans"; exit 1 ;;
+  esac
+  [ "$got" = "$want" ] || { echo "FAIL: $name ($pass): '$got', the compiled plan gives '$want'"; exit 1; }
+done
+[ "$(ls "$cache/plans" | wc -l)" -eq 1 ] || { echo "FAIL: $name: $(ls "$cache/plans")"; exit 1; }
+echo "ok: $name: $want"
