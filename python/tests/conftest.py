@@ -42,7 +42,8 @@ def llama_plan(tmp_path_factory):
 GPT2_TINY = ["n_layer=2", "n_embd=64", "n_head=4", "vocab_size=384", "n_batch=16",
              "n_positions=256"]
 TOKENIZER = EXAMPLES.parent / "tests" / "cli" / "tokenizer"
-SMOLLM2 = os.environ.get("GPLAN_SMOLLM2") or "/root/.cache/gplan/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2 = (os.environ.get("GPLAN_SMOLLM2") or
+           os.path.expanduser("~/.cache/gplan/SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
 @pytest.fixture(scope="session")
