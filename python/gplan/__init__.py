@@ -266,8 +266,9 @@ class Model:
         tokenizer.json): a text model (gp_lm_load). The graph of the file's architecture is planned
         in process and the plan cached (cache_dir); weights and tokenizer come from the file.
       - Model(weights, plan="x.plan"): a text model of that plan with the weights of a checkpoint;
-        Model(None, plan="x.plan", random_weights=SEED) or Model("x.plan", random_weights=SEED)
-        with random weights (tokenizer= names the tokenizer then).
+        Model(None, plan="x.plan", random_weights=SEED) with random weights (tokenizer= names
+        the tokenizer then). A plan file with any of the options below, Model("x.plan",
+        random_weights=SEED, ...), is the same as Model(None, plan="x.plan", ...).
       - a plan file alone, Model("x.plan"): the plan without weights, as before the text API:
         bind_weights or random_weights, then Session. Its text methods raise Error.
     A text model has generate, chat, tokenize, detokenize and the session API too: Session(model)

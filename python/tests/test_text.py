@@ -272,8 +272,8 @@ def test_context_overflow(tiny):
     long = "word " * 200
     n = len(tiny.tokenize(long))
     assert n > 256
-    with pytest.raises(gplan.ContextError,
-                       match="the prompt has %d tokens, more than the context of 256 positions" % n):
+    msg = "the prompt has %d tokens, more than the context of 256 positions" % n
+    with pytest.raises(gplan.ContextError, match=msg):
         tiny.generate(long)
     assert tiny.last_result.prompt_tokens == n
     with pytest.raises(gplan.ContextError, match=r"with a position for the reply"):
