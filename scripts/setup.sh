@@ -4,8 +4,9 @@
 # $BUILD (default: build). Sourced, not run.
 GP_PACKAGES=(cmake make gcc pkg-config flex bison libcunit1-dev zlib1g-dev libjansson-dev libpcre2-dev libutf8proc-dev)
 # What scripts/test.sh needs on top: valgrind for the memcheck run, clang and its libFuzzer
-# runtime for scripts/fuzz.sh (Debian 12's clang is 14).
-GP_TEST_PACKAGES=(valgrind clang libclang-rt-14-dev)
+# runtime for scripts/fuzz.sh (Debian 12's clang is 14), pytest and numpy for the Python binding's
+# tests (ctest's python entry).
+GP_TEST_PACKAGES=(valgrind clang libclang-rt-14-dev python3-pytest python3-numpy)
 # What scripts/package.sh needs on top: help2man for the man pages, dpkg-dev for cpack's Depends
 # (dpkg-shlibdeps), g++ to include the header from C++, Python's venv, pip, setuptools, pytest and
 # numpy for the wheel and its tests.

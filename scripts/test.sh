@@ -36,15 +36,16 @@ if [ "${1:-}" != "--quick" ]; then
   # replaces malloc & co., so an interposer sees no calls and its counts are 0), the CUDA suite, the
   # SmolLM2 and Gemma 3 270M parity runs (real models, over 10 minutes each under memcheck; their
   # code paths, the GGUF reader and the quantized kernels and models, are memchecked by the gguf,
-  # weights, quant, quant_f32 and quant_model suites), and parity_to_gguf_matches_gguf_py (it
+  # weights, quant, quant_f32 and quant_model suites), parity_to_gguf_matches_gguf_py (it
   # runs Python's gguf package, not gplan; parity-to-gguf is memchecked by the parity_to_gguf_*
-  # tests).
+  # tests) and python (the binding's pytest run: memcheck would trace the interpreter, whose own
+  # allocator it reports; the library calls it makes are the C suites' and tests/cli's).
   echo "== valgrind memcheck (no sanitizers, no CUDA)"
   gp_build build-valgrind -DGPLAN_WERROR=ON -DGPLAN_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
   vglogs=$GP_ROOT/build-valgrind/valgrind-logs
   rm -rf "$vglogs" && mkdir -p "$vglogs"
   (cd build-valgrind && ctest --output-on-failure -j "$(nproc)" -T memcheck \
-     -E '^(alloc_long_run|alloc_interpose|cuda|parity_smollm2_q4_1|parity_gemma3_270m_q4_k_m|parity_to_gguf_matches_gguf_py)$' \
+     -E '^(alloc_long_run|alloc_interpose|cuda|parity_smollm2_q4_1|parity_gemma3_270m_q4_k_m|parity_to_gguf_matches_gguf_py|python)$' \
      --overwrite MemoryCheckCommand="$(command -v valgrind)" \
      --overwrite "MemoryCheckCommandOptions=--error-exitcode=99 --leak-check=full \
 --errors-for-leak-kinds=definite --show-leak-kinds=definite --trace-children=yes \

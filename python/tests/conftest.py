@@ -1,5 +1,6 @@
 # Fixtures for the binding's tests: the tools (GPLAN_COMPILE / GPLAN_RUN, else gplan-compile and
-# gplan-run on PATH) and a small Llama plan compiled from examples/llama.gplan.
+# gplan-run on PATH), small Llama and GPT-2 plans compiled from examples/, and the real SmolLM2
+# file (GPLAN_SMOLLM2; its tests skip when it is absent).
 import os
 import pathlib
 import shutil
@@ -35,3 +36,28 @@ def llama_plan(tmp_path_factory):
         cmd += ["-D", d]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return out
+
+# A 2-layer, 64-wide GPT-2 with the 384-token byte-level BPE of tests/cli/tokenizer/ (which has a
+# chat template), 256 positions and 16 tokens per eval: prompts and turns take several evals.
+GPT2_TINY = ["n_layer=2", "n_embd=64", "n_head=4", "vocab_size=384", "n_batch=16",
+             "n_positions=256"]
+TOKENIZER = EXAMPLES.parent / "tests" / "cli" / "tokenizer"
+SMOLLM2 = (os.environ.get("GPLAN_SMOLLM2") or
+           os.path.expanduser("~/.cache/gplan/SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
+@pytest.fixture(scope="session")
+def gpt2_plan(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plans") / "gpt2-tiny.plan"
+    cmd = [_tool("GPLAN_COMPILE", "gplan-compile"), str(EXAMPLES / "gpt2.gplan"), "-o", str(out)]
+    for d in GPT2_TINY:
+        cmd += ["-D", d]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    if not os.path.isfile(SMOLLM2):
+        pytest.skip("no SmolLM2 file at %s (set GPLAN_SMOLLM2)" % SMOLLM2)
+    return SMOLLM2
