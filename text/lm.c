@@ -377,6 +377,11 @@ gp_lm *gp_lm_load(const char *path, const gp_lm_opts *opts, char *err, size_t er
         goto fail;
     }
     if (o.plan) {
+        if (o.n_defines || o.context || o.batch) {
+            snprintf(err, err_len, "%s: defines, context and batch are for a model file (a plan's "
+                     "are fixed by gplan-compile)", o.plan);
+            goto fail;
+        }
         if (!path && !o.random_weights) {
             snprintf(err, err_len, "%s: no weights: give a checkpoint or random weights", o.plan);
             goto fail;

@@ -62,7 +62,8 @@ typedef struct {
 } gp_lm_opts;
 
 /* path: a .gguf file, a Hugging Face folder (config.json, safetensors, tokenizer.json), or with
- * o->plan a checkpoint for that plan. o may be NULL. NULL with err set: the file and what is wrong,
+ * o->plan a checkpoint for that plan (defines, context and batch are then refused: a plan's are
+ * fixed by gplan-compile). o may be NULL. NULL with err set: the file and what is wrong,
  * e.g. "x.gguf: unsupported architecture 'mamba' (supported: gemma2, gemma3, ...)". */
 gp_lm *gp_lm_load(const char *path, const gp_lm_opts *o, char *err, size_t err_len);
 /* The options' defaults: every field 0 / NULL. */
@@ -201,9 +202,10 @@ int gp_seq_start_chat(gp_seq *s, const gp_msg *msgs, size_t n, const gp_gen_opts
 /* One token: emits its text through the callbacks and evaluates it. GP_FINISH_NONE while
  * running, else why it finished (then the held text is flushed); -1 on an eval error. */
 int gp_seq_step(gp_seq *s);
-/* gp_seq_start_text (keep_prefix 1) and gp_seq_step until finished. 0 or -1. r may be NULL. */
+/* gp_seq_start_text (keep_prefix 1) and gp_seq_step until finished. 0, GP_SEQ_TOO_LONG or -1;
+ * r may be NULL. */
 int gp_seq_generate(gp_seq *s, const char *prompt, const gp_gen_opts *g, gp_gen_result *r);
-/* gp_seq_start_chat and gp_seq_step until finished. 0 or -1. */
+/* gp_seq_start_chat and gp_seq_step until finished. 0, GP_SEQ_TOO_LONG or -1. */
 int gp_seq_chat(gp_seq *s, const gp_msg *msgs, size_t n, const gp_gen_opts *g, gp_gen_result *r);
 /* The text generated since the last start (what was streamed, stop strings cut): valid until the
  * next start. */

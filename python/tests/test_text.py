@@ -272,7 +272,7 @@ def test_context_overflow(tiny):
     long = "word " * 200
     n = len(tiny.tokenize(long))
     assert n > 256
-    msg = "the prompt has %d tokens, more than the context of 256 positions" % n
+    msg = "the prompt has %d tokens, more than the planned context of 256 positions" % n
     with pytest.raises(gplan.ContextError, match=msg):
         tiny.generate(long)
     assert tiny.last_result.prompt_tokens == n
@@ -384,7 +384,7 @@ def test_smollm2_chat(smollm2):
 def test_smollm2_context_overflow(smollm2_path, tmp_path):
     with gplan.Model(smollm2_path, context=64, cache_dir=tmp_path, threads=2) as m:
         assert m.context == 64
-        with pytest.raises(gplan.ContextError, match="more than the context of 64 positions"):
+        with pytest.raises(gplan.ContextError, match="more than the planned context of 64 positions"):
             m.generate("word " * 100)
         with pytest.raises(gplan.ContextError, match="with a position for the reply"):
             m.chat([{"role": "user", "content": "word " * 60}])
