@@ -133,7 +133,7 @@ AI void w_tile(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int64_t N, in
 static void w_tile_any(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int64_t N, int64_t k0,
                        int64_t kc, uint16_t *wb)
 {
-#define QA_W(T)                                                                                \
+#define QA_W(T, ...)                                                                               \
     case T:                                                                                    \
         w_tile(T, w, rb, n, N, k0, kc, wb);                                                    \
         break;

@@ -155,11 +155,9 @@ static uint32_t ld32(const uint8_t *p)
     return v;
 }
 
-/* block bytes and elements; super-block layouts as in cpu/quant.h */
-#define BB(t)                                                                                  \
-    (t == GP_Q4_0 ? 18 : t == GP_Q4_1 ? 20 : t == GP_Q5_0 ? 22 : t == GP_Q5_1 ? 24              \
-     : t == GP_Q8_0 ? 34 : t == GP_Q4_K ? 144 : t == GP_Q5_K ? 176 : 210)
-#define QK(t) (t == GP_Q4_K || t == GP_Q5_K || t == GP_Q6_K ? 256 : 32)
+/* block bytes and elements (ir/core.h's dtype table); super-block layouts as in cpu/quant.h */
+#define BB(t) gp_dtype_bytes_c(t)
+#define QK(t) gp_dtype_block_c(t)
 
 /* A block's scales as f32, computed once per block and row: 32-blocks d, m (s[0], o[0]);
  * q4_k / q5_k d sc_j and dmin m_j (s[j], o[j]); q6_k d * scales[i] (s[i]). */
@@ -527,7 +525,7 @@ AI void deq_tile(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int nt, int
 static void deq_tile_any(gp_dtype t, const uint8_t *w, size_t rb, int64_t n, int nt, int64_t k0,
                          int64_t kc, float *wb)
 {
-#define QF_DEQ(T)                                                                              \
+#define QF_DEQ(T, ...)                                                                             \
     case T:                                                                                    \
         deq_tile(T, w, rb, n, nt, k0, kc, wb);                                                 \
         break;

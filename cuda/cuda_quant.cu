@@ -69,9 +69,8 @@ __host__ __device__ __forceinline__ float sub_rn(float a, float b)
  */
 template <int T> __host__ __device__ __forceinline__ void deq8(const uint8_t *row, int e0, float (&v)[8])
 {
-    if (T == GP_Q4_0 || T == GP_Q4_1 || T == GP_Q5_0 || T == GP_Q5_1 || T == GP_Q8_0) {
-        const int bytes = T == GP_Q4_0 ? 18 : T == GP_Q4_1 ? 20 : T == GP_Q5_0 ? 22
-                        : T == GP_Q5_1 ? 24 : 34;
+    if (gp_dtype_block_c(T) == 32) {
+        const int bytes = gp_dtype_bytes_c(T);
         const uint8_t *b = row + (size_t)(e0 >> 5) * bytes;
         int j0 = e0 & 31;
         float d = ld_h16(b);
@@ -101,7 +100,7 @@ template <int T> __host__ __device__ __forceinline__ void deq8(const uint8_t *ro
                 v[u] = add_rn(mul_rn(d, (float)q), m);
         }
     } else if (T == GP_Q4_K || T == GP_Q5_K) {
-        const uint8_t *b = row + (size_t)(e0 >> 8) * (T == GP_Q4_K ? 144 : 176);
+        const uint8_t *b = row + (size_t)(e0 >> 8) * gp_dtype_bytes_c(T);
         int i0 = e0 & 255, j = i0 >> 5, l0 = i0 & 31;
         float d = ld_h16(b), dmin = ld_h16(b + 2);
         const uint8_t *s = b + 4;
@@ -207,8 +206,8 @@ enum { QV_WARPS = 8, QV_MAXS = 8, QV_SMEM_MAX = 160 << 10 };
 
 template <int T> struct QV {
     enum {
-        G = T == GP_Q4_0 ? 144 : T == GP_Q4_1 ? 160 : T == GP_Q5_0 ? 176 : T == GP_Q5_1 ? 192
-          : T == GP_Q8_0 ? 272 : T == GP_Q4_K ? 144 : T == GP_Q5_K ? 176 : 210, /* bytes a step */
+        /* bytes a step: 8 blocks of 32, or one super-block of 256 */
+        G = gp_dtype_bytes_c(T) * (256 / gp_dtype_block_c(T)),
         NU = T == GP_Q6_K ? 14 : G / 16, /* 16-byte loads a step (q6_k: from up to 14 bytes before) */
         NW = 4 * NU
     };
@@ -340,7 +339,7 @@ __host__ __device__ __forceinline__ void qv_step(const uint32_t (&w)[NW], const 
 {
     uint32_t v[4];
     if (T == GP_Q4_0 || T == GP_Q4_1) {
-        const int bb = T == GP_Q4_0 ? 18 : 20;
+        const int bb = gp_dtype_bytes_c(T);
 Q_UNROLL
         for (int t = 0; t < 8; t++) {
             float d = qh16(w, bb * t), a = 32.0f * d;
@@ -907,7 +906,7 @@ extern "C" int gp_cuda_quant_step_host(gp_dtype t, const void *step, int shift, 
                                        float *out)
 {
     const uint8_t *b = (const uint8_t *)step;
-#define QS_ONE(T)                                                                                  \
+#define QS_ONE(T, ...)                                                                             \
     case T: return step_shift<T>(b, shift, x, out);
     switch (t) {
         GP_QUANT_DTYPES(QS_ONE)
@@ -1002,7 +1001,7 @@ static int launch_fast(gp_dtype t, gp_cu_ctx *c, const QVD &d, const float *x, i
 {
     NORM nm;
     memset(&nm, 0, sizeof nm);
-#define QV_ONE(TT)                                                                                 \
+#define QV_ONE(TT, ...)                                                                            \
     case TT:                                                                                       \
         return M == 1 ? launch_qmv<TT, TT, 1, false, false>(c, d, x, ldx, K, M, msym, e, eo, nm)  \
                       : launch_qmv<TT, TT, 8, false, false>(c, d, x, ldx, K, M, msym, e, eo, nm);

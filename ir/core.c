@@ -12,20 +12,20 @@ static const struct {
     size_t size;        /* bytes of an element; 0 for block formats */
     int block;          /* elements per block */
     size_t block_bytes; /* bytes per block */
+    uint32_t ggml;      /* ggml type id */
 } dtypes[GP_DTYPE_COUNT] = {
-    [GP_F32] = {"f32", 4, 1, 4},
-    [GP_F16] = {"f16", 2, 1, 2},
-    [GP_BF16] = {"bf16", 2, 1, 2},
-    [GP_I32] = {"i32", 4, 1, 4},
-    [GP_Q4_0] = {"q4_0", 0, 32, 2 + 16},
-    [GP_Q4_1] = {"q4_1", 0, 32, 2 + 2 + 16},
-    [GP_Q5_0] = {"q5_0", 0, 32, 2 + 4 + 16},
-    [GP_Q5_1] = {"q5_1", 0, 32, 2 + 2 + 4 + 16},
-    [GP_Q8_0] = {"q8_0", 0, 32, 2 + 32},
-    [GP_Q4_K] = {"q4_k", 0, 256, 2 + 2 + 12 + 128},
-    [GP_Q5_K] = {"q5_k", 0, 256, 2 + 2 + 12 + 32 + 128},
-    [GP_Q6_K] = {"q6_k", 0, 256, 128 + 64 + 16 + 2},
+#define GP_DTYPE_ROW_(T, name, size, block, bytes, ggml) [T] = {name, size, block, bytes, ggml},
+    GP_DTYPE_TABLE(GP_DTYPE_ROW_)
+#undef GP_DTYPE_ROW_
 };
+
+int gp_dtype_from_ggml(uint32_t ggml_type)
+{
+    for (int t = 0; t < GP_DTYPE_COUNT; t++)
+        if (dtypes[t].name && dtypes[t].ggml == ggml_type)
+            return t;
+    return -1;
+}
 
 size_t gp_dtype_size(gp_dtype t)
 {

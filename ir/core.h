@@ -28,15 +28,53 @@ void gp_errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(pr
 
 /* gp_dtype (the element types) and GP_MAX_DIMS are public: include/gplan/gplan_types.h. */
 
+/* The dtypes, a row each: the enum, its name, bytes of an element (0 for a block format),
+ * elements and bytes of a block, and its ggml type id in GGUF files. Every per-dtype table,
+ * dispatch and reader is made from it: gp_dtype_* here, GP_QUANT_DTYPES, the GGUF reader's ids,
+ * the kernels' constant block sizes. Layouts: gplan_types.h, cpu/quant.h. */
+#define GP_DTYPE_TABLE(X)                                                                      \
+    X(GP_F32, "f32", 4, 1, 4, 0)                                                               \
+    X(GP_F16, "f16", 2, 1, 2, 1)                                                               \
+    X(GP_BF16, "bf16", 2, 1, 2, 30)                                                            \
+    X(GP_I32, "i32", 4, 1, 4, 26)                                                              \
+    GP_QUANT_DTYPES(X)
+/* The block-quantized rows, for code that instantiates a kernel per type:
+ * switch (t) { GP_QUANT_DTYPES(CASE) default: ... } with CASE(T, ...) expanding to `case T: ...`. */
+#define GP_QUANT_DTYPES(X)                                                                     \
+    X(GP_Q4_0, "q4_0", 0, 32, 2 + 16, 2)                                                       \
+    X(GP_Q4_1, "q4_1", 0, 32, 2 + 2 + 16, 3)                                                   \
+    X(GP_Q5_0, "q5_0", 0, 32, 2 + 4 + 16, 6)                                                   \
+    X(GP_Q5_1, "q5_1", 0, 32, 2 + 2 + 4 + 16, 7)                                               \
+    X(GP_Q8_0, "q8_0", 0, 32, 2 + 32, 8)                                                       \
+    X(GP_Q4_K, "q4_k", 0, 256, 2 + 2 + 12 + 128, 12)                                           \
+    X(GP_Q5_K, "q5_k", 0, 256, 2 + 2 + 12 + 32 + 128, 13)                                      \
+    X(GP_Q6_K, "q6_k", 0, 256, 128 + 64 + 16 + 2, 14)
+
 /* Bytes of one element; 0 for the block-quantized dtypes (use gp_dtype_row_bytes). */
 size_t gp_dtype_size(gp_dtype t);
 /* Elements per block (1 for f32/f16/bf16/i32) and bytes per block. */
 int gp_dtype_block(gp_dtype t);
 size_t gp_dtype_block_bytes(gp_dtype t);
 int gp_dtype_is_quant(gp_dtype t);
-/* Every block-quantized dtype, for code that instantiates a kernel per type:
- * switch (t) { GP_QUANT_DTYPES(CASE) default: ... } with CASE(T) expanding to `case T: ...`. */
-#define GP_QUANT_DTYPES(X) X(GP_Q4_0) X(GP_Q4_1) X(GP_Q5_0) X(GP_Q5_1) X(GP_Q8_0) X(GP_Q4_K) X(GP_Q5_K) X(GP_Q6_K)
+/* The same as constant expressions (kernels specialised per dtype fold them; CUDA's enums and
+ * templates take them): elements and bytes of a block, 0 for no dtype. */
+#ifdef __CUDACC__
+#define GP_DTYPE_CONST __host__ __device__ constexpr inline
+#else
+#define GP_DTYPE_CONST static inline
+#endif
+#define GP_DTYPE_BLOCK_CASE_(T, name, size, block, bytes, ggml) case T: return block;
+#define GP_DTYPE_BYTES_CASE_(T, name, size, block, bytes, ggml) case T: return bytes;
+GP_DTYPE_CONST int gp_dtype_block_c(int t)
+{
+    switch (t) { GP_DTYPE_TABLE(GP_DTYPE_BLOCK_CASE_) default: return 0; }
+}
+GP_DTYPE_CONST int gp_dtype_bytes_c(int t)
+{
+    switch (t) { GP_DTYPE_TABLE(GP_DTYPE_BYTES_CASE_) default: return 0; }
+}
+/* The dtype of a ggml type id, or -1 when gplan has none. */
+int gp_dtype_from_ggml(uint32_t ggml_type);
 /* Bytes of n elements: n * size, or n / block * block_bytes; 0 when n is not a whole number of
  * blocks (callers check gp_dtype_block first and report a located error). */
 size_t gp_dtype_row_bytes(gp_dtype t, int64_t n);

@@ -53,43 +53,42 @@ static const struct {
     const char *name; /* NULL: no such id */
     int block;        /* elements per block */
     int bytes;        /* bytes per block */
-    int gp;           /* gp_dtype, or -1 when gplan cannot compute with it */
 } ggml_types[] = {
-    [0] = {"f32", 1, 4, GP_F32},
-    [1] = {"f16", 1, 2, GP_F16},
-    [2] = {"q4_0", 32, 18, GP_Q4_0},
-    [3] = {"q4_1", 32, 20, GP_Q4_1},
-    [6] = {"q5_0", 32, 22, GP_Q5_0},
-    [7] = {"q5_1", 32, 24, GP_Q5_1},
-    [8] = {"q8_0", 32, 34, GP_Q8_0},
-    [9] = {"q8_1", 32, 40, -1},
-    [10] = {"q2_k", 256, 84, -1},
-    [11] = {"q3_k", 256, 110, -1},
-    [12] = {"q4_k", 256, 144, GP_Q4_K},
-    [13] = {"q5_k", 256, 176, GP_Q5_K},
-    [14] = {"q6_k", 256, 210, GP_Q6_K},
-    [15] = {"q8_k", 256, 292, -1},
-    [16] = {"iq2_xxs", 256, 66, -1},
-    [17] = {"iq2_xs", 256, 74, -1},
-    [18] = {"iq3_xxs", 256, 98, -1},
-    [19] = {"iq1_s", 256, 50, -1},
-    [20] = {"iq4_nl", 32, 18, -1},
-    [21] = {"iq3_s", 256, 110, -1},
-    [22] = {"iq2_s", 256, 82, -1},
-    [23] = {"iq4_xs", 256, 136, -1},
-    [24] = {"i8", 1, 1, -1},
-    [25] = {"i16", 1, 2, -1},
-    [26] = {"i32", 1, 4, GP_I32},
-    [27] = {"i64", 1, 8, -1},
-    [28] = {"f64", 1, 8, -1},
-    [29] = {"iq1_m", 256, 56, -1},
-    [30] = {"bf16", 1, 2, GP_BF16},
-    [34] = {"tq1_0", 256, 54, -1},
-    [35] = {"tq2_0", 256, 66, -1},
-    [39] = {"mxfp4", 32, 17, -1},
-    [40] = {"nvfp4", 64, 36, -1},
-    [41] = {"q1_0", 128, 18, -1},
-    [42] = {"q2_0", 64, 18, -1},
+    [0] = {"f32", 1, 4},
+    [1] = {"f16", 1, 2},
+    [2] = {"q4_0", 32, 18},
+    [3] = {"q4_1", 32, 20},
+    [6] = {"q5_0", 32, 22},
+    [7] = {"q5_1", 32, 24},
+    [8] = {"q8_0", 32, 34},
+    [9] = {"q8_1", 32, 40},
+    [10] = {"q2_k", 256, 84},
+    [11] = {"q3_k", 256, 110},
+    [12] = {"q4_k", 256, 144},
+    [13] = {"q5_k", 256, 176},
+    [14] = {"q6_k", 256, 210},
+    [15] = {"q8_k", 256, 292},
+    [16] = {"iq2_xxs", 256, 66},
+    [17] = {"iq2_xs", 256, 74},
+    [18] = {"iq3_xxs", 256, 98},
+    [19] = {"iq1_s", 256, 50},
+    [20] = {"iq4_nl", 32, 18},
+    [21] = {"iq3_s", 256, 110},
+    [22] = {"iq2_s", 256, 82},
+    [23] = {"iq4_xs", 256, 136},
+    [24] = {"i8", 1, 1},
+    [25] = {"i16", 1, 2},
+    [26] = {"i32", 1, 4},
+    [27] = {"i64", 1, 8},
+    [28] = {"f64", 1, 8},
+    [29] = {"iq1_m", 256, 56},
+    [30] = {"bf16", 1, 2},
+    [34] = {"tq1_0", 256, 54},
+    [35] = {"tq2_0", 256, 66},
+    [39] = {"mxfp4", 32, 17},
+    [40] = {"nvfp4", 64, 36},
+    [41] = {"q1_0", 128, 18},
+    [42] = {"q2_0", 64, 18},
 };
 #define N_GGML_TYPES (sizeof ggml_types / sizeof ggml_types[0])
 
@@ -435,8 +434,9 @@ static int read_tensor_info(cursor *c, gp_gguf_tensor *t, int64_t i)
     if (!ggml_known(type))
         return bad(g, "tensor \"%.64s\": unknown ggml type id %u", name, type);
     t->ggml_type = type;
-    t->supported = ggml_types[type].gp >= 0;
-    t->dtype = t->supported ? (gp_dtype)ggml_types[type].gp : GP_F32;
+    int gp = gp_dtype_from_ggml(type); /* -1: gplan cannot compute with it */
+    t->supported = gp >= 0;
+    t->dtype = t->supported ? (gp_dtype)gp : GP_F32;
     uint64_t block = (uint64_t)ggml_types[type].block, rows = numel / (uint64_t)t->ne[0];
     if ((uint64_t)t->ne[0] % block != 0)
         return bad(g, "tensor \"%.64s\": ne[0] = %lld is not a multiple of %s's block of %llu",
