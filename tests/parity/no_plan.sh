@@ -1,16 +1,20 @@
 #!/bin/sh
-# gplan-run FILE.gguf with no plan (the graph chosen by the file's architecture, planned in
-# process, the plan cached) gives the ids of gplan-compile GRAPH --gguf FILE and gplan-run on that
-# plan: greedy, 12 tokens after a 5-token prompt. The second run finds the plan in the cache.
-# usage: no_plan.sh BUILD_DIR GGUF GRAPH WORK_DIR [-D NAME=VALUE ...]
+# gplan-run MODEL with no plan (a GGUF file or a Hugging Face folder: the graph chosen by its
+# architecture, planned in process, the plan cached) gives the ids of gplan-compile GRAPH --gguf
+# FILE (--config FOLDER/config.json) and gplan-run on that plan: greedy, 12 tokens after a 5-token
+# prompt. The second run finds the plan in the cache.
+# usage: no_plan.sh BUILD_DIR MODEL GRAPH WORK_DIR [-D NAME=VALUE ...]
 set -u
 tools=$1 gguf=$2 graph=$3 work=$4
 shift 4
 compile=$tools/tools/gplan-compile run=$tools/tools/gplan-run
 name=$(basename "$gguf" .gguf)
+from="--gguf $gguf"
+[ -d "$gguf" ] && from="--config $gguf/config.json" name=hf_$name
 cache=$work/no_plan_cache_$name
 rm -rf "$cache" && mkdir -p "$cache" || exit 1
-"$compile" "$graph" --gguf "$gguf" "$@" -o "$work/no_plan_$name.plan" >/dev/null || exit 1
+# shellcheck disable=SC2086 # from is two words
+"$compile" "$graph" $from "$@" -o "$work/no_plan_$name.plan" >/dev/null || exit 1
 want=$("$run" "$work/no_plan_$name.plan" --weights "$gguf" --prompt-ids 1,5,9,2,7 -n 12) || exit 1
 for pass in first cached; do
   got=$(GPLAN_CACHE_DIR=$cache "$run" "$gguf" "$@" --prompt-ids 1,5,9,2,7 -n 12 --stats \
