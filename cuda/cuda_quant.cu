@@ -1,6 +1,7 @@
 /* CUDA kernels on ggml's block-quantized weights (cuda/cuda_quant.cuh): one-token products reading
  * the blocks directly, prompt products through tiles dequantized into shared memory, lookups. */
 #include <atomic>
+#include <type_traits>
 #include <stdio.h>
 #include <string.h>
 
@@ -838,17 +839,20 @@ __global__ void k_qget_rows(KT o, const uint8_t *tab, size_t rb, int64_t V, KT i
 
 /* ---- host ---- */
 
-/* Calls F<T>(args...) for the quantized dtype t; 0, or -1 when t is not one. */
+/* Calls f(std::integral_constant<int, T>{}) for the quantized dtype t (a switch over ir/core.h's
+ * table); 0, or -1 when t is not one. QUANT_DISPATCH(t, F, args...) calls F<T>(args...). */
+template <class Fn> static int quant_dispatch(int t, Fn &&f)
+{
+    switch (t) {
+#define QUANT_CASE(T, ...)                                                                         \
+    case T: f(std::integral_constant<int, T>{}); return 0;
+        GP_QUANT_DTYPES(QUANT_CASE)
+#undef QUANT_CASE
+    default: return -1;
+    }
+}
 #define QUANT_DISPATCH(t, F, ...)                                                                  \
-    ((t) == GP_Q4_0   ? (F<GP_Q4_0>(__VA_ARGS__), 0)                                               \
-     : (t) == GP_Q4_1 ? (F<GP_Q4_1>(__VA_ARGS__), 0)                                               \
-     : (t) == GP_Q5_0 ? (F<GP_Q5_0>(__VA_ARGS__), 0)                                               \
-     : (t) == GP_Q5_1 ? (F<GP_Q5_1>(__VA_ARGS__), 0)                                               \
-     : (t) == GP_Q8_0 ? (F<GP_Q8_0>(__VA_ARGS__), 0)                                               \
-     : (t) == GP_Q4_K ? (F<GP_Q4_K>(__VA_ARGS__), 0)                                               \
-     : (t) == GP_Q5_K ? (F<GP_Q5_K>(__VA_ARGS__), 0)                                               \
-     : (t) == GP_Q6_K ? (F<GP_Q6_K>(__VA_ARGS__), 0)                                               \
-                      : -1)
+    quant_dispatch((int)(t), [&](auto T_) { F<decltype(T_)::value>(__VA_ARGS__); })
 
 template <int T> static void deq8_host(const void *row, int e0, float *v)
 {
