@@ -51,7 +51,8 @@ struct gp_seq {
     int stopped;
     char *out;              /* [out_cap] the emitted text, NUL-terminated */
     size_t n_out, out_cap;
-    char *text;             /* [text_cap] the text the cache holds (chat), reply from reply_at */
+    char *text;             /* [text_cap] the text the cache holds (chat), reply from reply_at,
+                               NUL-terminated */
     size_t n_text, text_cap, reply_at;
     int text_valid;
 
@@ -499,6 +500,7 @@ int gp_seq_start_chat(gp_seq *s, const gp_msg *msgs, size_t n_msgs, const gp_gen
         return -1;
     memcpy(s->text, s->fmt, (size_t)len);
     s->n_text = s->reply_at = (size_t)len;
+    s->text[s->n_text] = '\0';
     s->text_valid = 1;
     return 0;
 }
@@ -554,6 +556,7 @@ int gp_seq_step(gp_seq *s)
         int pn = gp_tok_piece(lm->tok, id, 1, s->text + s->n_text, s->text_cap - s->n_text);
         if (pn > 0 && (size_t)pn < s->text_cap - s->n_text)
             s->n_text += (size_t)pn;
+        s->text[s->n_text] = '\0'; /* gp_seq_reply's text is a string */
     }
     if (done)
         return finish(s, s->stopped ? GP_FINISH_STOP : GP_FINISH_LENGTH);
