@@ -358,8 +358,9 @@ static int feed(gp_seq *s, const int32_t *ids, int64_t n, int keep_prefix)
     if (keep_prefix && s->ids)
         while (keep < n - 1 && keep < s->n_past && s->ids[keep] == ids[keep])
             keep++;
-    if (!s->ids || !keep_prefix || keep < s->n_past)
-        s->text_valid = 0;
+    /* The cache's text is a chat's: a plain prompt (and its tokens) would put ids in the cache
+     * that the text lacks. gp_seq_start_chat sets it again once its prompt is in. */
+    s->text_valid = 0;
     s->n_past = keep;
     /* Room for the text of every token the generation may emit. */
     int64_t room = lm->ctx == INT64_MAX ? 4096 : lm->ctx - n + 1;
