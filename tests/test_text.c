@@ -952,7 +952,7 @@ static void test_context(void)
     CU_ASSERT_EQUAL(gp_seq_start_text(s, lp, strlen(lp), 1, &g), GP_SEQ_TOO_LONG);
     CU_ASSERT_STRING_EQUAL(gp_seq_error(s), want);
     CU_ASSERT_EQUAL(gp_seq_length(s), held);
-    CU_ASSERT_NOT_EQUAL(gp_seq_generate(s, lp, &g, &r), 0);
+    CU_ASSERT_EQUAL(gp_seq_generate(s, lp, &g, &r), GP_SEQ_TOO_LONG);
     CU_ASSERT_EQUAL(r.prompt_tokens, n_long);
     CU_ASSERT_EQUAL(gp_seq_length(s), held);
     /* Exactly the context fits. */
