@@ -75,11 +75,29 @@ plan=$tmp/llama-tiny.plan
 expected=$("$P/bin/gplan-run" "$plan" --random-weights 3 -n 12 --threads 1 --prompt-ids 1,2,3)
 [ "$(echo "$expected" | wc -w)" = 12 ] || fail "gplan-run printed '$expected'"
 
+# examples/embed prints the text gplan-run generates from the parity GPT-2 (384 tokens) with the
+# test tokenizer beside its weights: from the Hugging Face folder (planned in process, the plan
+# cached under GPLAN_CACHE_DIR) and with that folder's plan made by gplan-compile.
+ckpt=$tmp/gpt2-ckpt
+mkdir -p "$ckpt"
+cp tests/parity/gpt2/model.safetensors tests/parity/gpt2/config.json \
+  tests/cli/tokenizer/tokenizer.json "$ckpt/"
+"$P/bin/gplan-compile" examples/gpt2.gplan --config "$ckpt/config.json" -o "$tmp/gpt2.plan" >/dev/null
+prompt="Hello, how are you?"
+expected_text=$("$P/bin/gplan-run" "$tmp/gpt2.plan" --weights "$ckpt" --prompt "$prompt" -n 12)
+[ -n "$expected_text" ] || fail "gplan-run printed no text"
+export GPLAN_CACHE_DIR=$tmp/cache
+
 # check_embed HOW BINARY SHARED|STATIC: runs it, compares with gplan-run, checks how it links.
 check_embed() {
   local got
-  got=$("$2" "$plan" --random-weights 3 12 1 2 3) || fail "embed ($1) failed"
-  [ "$got" = "$expected" ] || fail "embed ($1) printed '$got', gplan-run '$expected'"
+  got=$("$2" --plan "$tmp/gpt2.plan" "$ckpt" "$prompt" 12 2>"$tmp/embed.err") ||
+    { cat "$tmp/embed.err" >&2; fail "embed ($1) failed"; }
+  [ "$got" = "$expected_text" ] || fail "embed ($1) printed '$got', gplan-run '$expected_text'"
+  got=$("$2" "$ckpt" "$prompt" 12 2>"$tmp/embed.err") ||
+    { cat "$tmp/embed.err" >&2; fail "embed ($1) of the folder failed"; }
+  [ "$got" = "$expected_text" ] ||
+    fail "embed ($1) of the folder printed '$got', gplan-run '$expected_text'"
   if readelf -d "$2" | grep -q 'NEEDED.*libgplan'; then
     [ "$3" = SHARED ] || fail "embed ($1) needs libgplan.so but should be static"
   else

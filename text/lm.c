@@ -155,9 +155,10 @@ typedef struct {
 } source;
 
 /* Compiles the family's graph with the file's parameters and defs; the resolved parameters in
- * *params. NULL with err. */
+ * *params. The graph's source locations point into d, which must outlive it (gp_plan_build reads
+ * them). NULL with err. */
 static gp_graph *compile_graph(const source *src, const define_list *defs, char **params,
-                               char *err, size_t err_len)
+                               gp_diag *d, char *err, size_t err_len)
 {
     gp_dsl_opts dopts = {.defines = (const char **)defs->defines, .n_defines = defs->n,
                          .params_out = params};
@@ -176,13 +177,10 @@ static gp_graph *compile_graph(const source *src, const define_list *defs, char 
         dopts.weight_dtype = gp_gguf_weight_dtype;
         dopts.weight_dtype_ctx = gw;
     }
-    gp_diag *d = gp_diag_new(NULL);
-    gp_graph *g = d ? gp_dsl_compile_string(src->fam->graph_file, src->fam->graph_text,
-                                            src->fam->graph_len, &dopts, d)
-                    : NULL;
+    gp_graph *g = gp_dsl_compile_string(src->fam->graph_file, src->fam->graph_text,
+                                        src->fam->graph_len, &dopts, d);
     if (!g)
-        snprintf(err, err_len, "%s: %s", src->path, d ? gp_diag_text(d) : "out of memory");
-    gp_diag_free(d);
+        snprintf(err, err_len, "%s: %s", src->path, gp_diag_text(d));
     gp_weights_close(gw);
     gp_gguf_params_free(&gparams);
     return g;
@@ -190,7 +188,8 @@ static gp_graph *compile_graph(const source *src, const define_list *defs, char 
 
 /* The graph with the caller's defines, and these unless the caller set them: the context capped
  * at GP_LM_DEFAULT_CONTEXT, logits for one row (the graph's n_rows) unless asked otherwise. */
-static gp_graph *compile_for(const source *src, const gp_lm_opts *o, char *err, size_t err_len)
+static gp_graph *compile_for(const source *src, const gp_lm_opts *o, gp_diag *d, char *err,
+                             size_t err_len)
 {
     define_list defs;
     memset(&defs, 0, sizeof defs);
@@ -203,7 +202,7 @@ static gp_graph *compile_for(const source *src, const gp_lm_opts *o, char *err, 
         return NULL;
     }
     char *params = NULL;
-    gp_graph *g = compile_graph(src, &defs, &params, err, err_len);
+    gp_graph *g = compile_graph(src, &defs, &params, d, err, err_len);
     if (!g)
         return NULL;
     int again = 0;
@@ -215,7 +214,7 @@ static gp_graph *compile_for(const source *src, const gp_lm_opts *o, char *err, 
     free(params);
     if (again) {
         gp_graph_free(g);
-        g = compile_graph(src, &defs, NULL, err, err_len);
+        g = compile_graph(src, &defs, NULL, d, err, err_len);
     }
     return g;
 }
@@ -244,16 +243,16 @@ static gp_model *plan_model(gp_lm *lm, const source *src, const gp_lm_opts *o, c
                 return m; /* else a stale or damaged file: planned again below */
         }
     }
-    gp_graph *g = compile_for(src, o, err, err_len);
-    if (!g)
-        return NULL;
-    gp_plan *p = NULL;
     gp_diag *d = gp_diag_new(NULL);
-    int bad = !d || gp_plan_build(g, NULL, &p, d);
-    if (bad)
-        snprintf(err, err_len, "%s: %s", src->path, d ? gp_diag_text(d) : "out of memory");
-    gp_diag_free(d);
+    gp_graph *g = d ? compile_for(src, o, d, err, err_len) : NULL;
+    gp_plan *p = NULL;
+    int bad = !g || gp_plan_build(g, NULL, &p, d);
+    if (bad && g)
+        snprintf(err, err_len, "%s: %s", src->path, gp_diag_text(d));
+    else if (!d)
+        snprintf(err, err_len, "out of memory");
     gp_graph_free(g);
+    gp_diag_free(d); /* after the graph, whose locations point into it */
     if (bad)
         return NULL;
     gp_model *m = NULL;

@@ -52,7 +52,8 @@ struct gp_seq {
     int stopped;
     char *out;              /* [out_cap] the emitted text, NUL-terminated */
     size_t n_out, out_cap;
-    char *text;             /* [text_cap] the text the cache holds (chat), reply from reply_at */
+    char *text;             /* [text_cap] the text the cache holds (chat), reply from reply_at,
+                               NUL-terminated */
     size_t n_text, text_cap, reply_at;
     int text_valid;
 
@@ -356,8 +357,9 @@ static int feed(gp_seq *s, const int32_t *ids, int64_t n, int keep_prefix)
     if (keep_prefix && s->ids)
         while (keep < n - 1 && keep < s->n_past && s->ids[keep] == ids[keep])
             keep++;
-    if (!s->ids || !keep_prefix || keep < s->n_past)
-        s->text_valid = 0;
+    /* The cache's text is a chat's: a plain prompt (and its tokens) would put ids in the cache
+     * that the text lacks. gp_seq_start_chat sets it again once its prompt is in. */
+    s->text_valid = 0;
     s->n_past = keep;
     /* Room for the text of every token the generation may emit. */
     int64_t room = lm->ctx == INT64_MAX ? 4096 : lm->ctx - n + 1;
@@ -498,6 +500,7 @@ int gp_seq_start_chat(gp_seq *s, const gp_msg *msgs, size_t n_msgs, const gp_gen
         return -1;
     memcpy(s->text, s->fmt, (size_t)len);
     s->n_text = s->reply_at = (size_t)len;
+    s->text[s->n_text] = '\0';
     s->text_valid = 1;
     return 0;
 }
@@ -553,6 +556,7 @@ int gp_seq_step(gp_seq *s)
         int pn = gp_tok_piece(lm->tok, id, 1, s->text + s->n_text, s->text_cap - s->n_text);
         if (pn > 0 && (size_t)pn < s->text_cap - s->n_text)
             s->n_text += (size_t)pn;
+        s->text[s->n_text] = '\0'; /* gp_seq_reply's text is a string */
     }
     if (done)
         return finish(s, s->stopped ? GP_FINISH_STOP : GP_FINISH_LENGTH);

@@ -202,8 +202,8 @@ int gp_seq_start_chat(gp_seq *s, const gp_msg *msgs, size_t n, const gp_gen_opts
 /* One token: emits its text through the callbacks and evaluates it. GP_FINISH_NONE while
  * running, else why it finished (then the held text is flushed); -1 on an eval error. */
 int gp_seq_step(gp_seq *s);
-/* gp_seq_start_text (keep_prefix 1) and gp_seq_step until finished. 0, GP_SEQ_TOO_LONG or -1;
- * r may be NULL. */
+/* gp_seq_start_text (keep_prefix 1) and gp_seq_step until finished. 0, GP_SEQ_TOO_LONG (r has
+ * the prompt's tokens) or -1. r may be NULL. */
 int gp_seq_generate(gp_seq *s, const char *prompt, const gp_gen_opts *g, gp_gen_result *r);
 /* gp_seq_start_chat and gp_seq_step until finished. 0, GP_SEQ_TOO_LONG or -1. */
 int gp_seq_chat(gp_seq *s, const gp_msg *msgs, size_t n, const gp_gen_opts *g, gp_gen_result *r);
