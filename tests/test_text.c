@@ -940,7 +940,8 @@ static void test_context(void)
     int64_t n_long = tokenize(lm, lp, ids, 256);
     CU_ASSERT_FATAL(n_long > 64 && n_long <= 256);
     char want[256];
-    snprintf(want, sizeof want, "the prompt has %lld tokens, more than the context of 64 positions",
+    snprintf(want, sizeof want, "the prompt has %lld tokens, more than the planned context of 64 "
+             "positions",
              (long long)n_long);
     CU_ASSERT_EQUAL(gp_seq_start(s, ids, n_long, 1, &g), GP_SEQ_TOO_LONG);
     CU_ASSERT_STRING_EQUAL(gp_seq_error(s), want);
@@ -1307,8 +1308,8 @@ static void test_chat_too_long(void)
     gp_gen_result r;
     CU_ASSERT_EQUAL(gp_seq_chat(s, msgs, 1, NULL, &r), GP_SEQ_TOO_LONG);
     char want[256];
-    snprintf(want, sizeof want, "the conversation has %lld tokens, more than the context of 64 "
-             "positions (with a position for the reply)", (long long)n);
+    snprintf(want, sizeof want, "the conversation has %lld tokens, more than the planned context of "
+             "64 positions (with a position for the reply)", (long long)n);
     CU_ASSERT_STRING_EQUAL(gp_seq_error(s), want);
     CU_ASSERT_EQUAL(r.prompt_tokens, n);
     CU_ASSERT_EQUAL(gp_seq_length(s), 0);
@@ -1438,14 +1439,16 @@ static void test_eval_hooks(void)
     gp_seq_free(s);
     gp_lm_free(lm);
 
-    /* A plan of one logits row cannot give every row. */
+    /* A plan of one logits row cannot give every row of a longer eval: the eval says so. */
     lm = load_plan(plan_row1, 1, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
     s = new_seq(lm, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-    CU_ASSERT_EQUAL(gp_seq_set_eval_hooks(s, &every), -1);
-    CU_ASSERT_STRING_EQUAL(gp_seq_error(s), "every row's logits need a plan whose rows input "
-                                            "holds 16 rows (-D n_rows=16); it holds 1");
+    CU_ASSERT_EQUAL(gp_seq_set_eval_hooks(s, &every), 0);
+    int32_t two[2] = {1, 2};
+    CU_ASSERT_EQUAL(gp_seq_start(s, two, 2, 0, &g), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(gp_seq_error(s), "set_rows: 2 rows asked for, the plan computes "
+                                                   "at most 1"));
     CU_ASSERT_EQUAL(gp_seq_set_eval_hooks(s, &hooks), 0);
     gp_seq_free(s);
     gp_lm_free(lm);

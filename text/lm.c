@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* realpath, st_mtim */
 #include <errno.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,7 +260,9 @@ static gp_model *plan_model(gp_lm *lm, const source *src, const gp_lm_opts *o, c
     if (cached) {
         char tmp[sizeof lm->plan_path + 32];
         snprintf(tmp, sizeof tmp, "%s/plans", dir);
-        snprintf(tmp + strlen(tmp), sizeof tmp - strlen(tmp), "/.%ld.tmp", (long)getpid());
+        static atomic_uint serial; /* threads of one process load at once too */
+        snprintf(tmp + strlen(tmp), sizeof tmp - strlen(tmp), "/.%ld-%u.tmp", (long)getpid(),
+                 atomic_fetch_add(&serial, 1));
         char plans[sizeof dir + 8];
         snprintf(plans, sizeof plans, "%s/plans", dir);
         if (!make_dirs(plans) && !gp_plan_write(p, tmp, err, err_len) &&

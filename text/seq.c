@@ -169,6 +169,9 @@ const char *gp_seq_reply(const gp_seq *s, size_t *len)
 
 int gp_seq_set_sampler(gp_seq *s, const gp_sampler_opts *so)
 {
+    gp_sampler_opts d = gp_sampler_defaults();
+    if (!so)
+        so = &d;
     gp_sampler *n = gp_sampler_new(s->lm->info.vocab, so, s->err, sizeof s->err);
     if (!n)
         return -1;

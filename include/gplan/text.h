@@ -134,7 +134,8 @@ void gp_seq_free(gp_seq *s); /* NULL is a no-op */
 const char *gp_seq_error(const gp_seq *s); /* the last error, "" when none */
 gp_session *gp_seq_session(gp_seq *s);     /* its session, for gplan.h's calls */
 
-/* New sampler options for the next tokens (the PRNG restarts from the seed). 0 or -1. */
+/* New sampler options for the next tokens (the PRNG restarts from the seed); so NULL: the
+ * defaults. 0, or -1 (the old sampler kept). */
 int gp_seq_set_sampler(gp_seq *s, const gp_sampler_opts *so);
 /* Forgets the sequence: the next prompt starts at position 0 (the KV cache is not cleared: its
  * rows are overwritten as positions are filled). */
