@@ -1,6 +1,7 @@
 /* The table of model families (family/family.h) and the lookups over it: by name, by a GGUF
  * file's architecture and markers, by a Hugging Face config.json. */
 #include "family/family.h"
+#include "weights/filemap.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -341,6 +342,8 @@ int gp_family_from_hf_config(const char *config_json_path, const gp_family **out
 {
     *out = NULL;
     json_error_t jerr;
+    if (gp_file_check(config_json_path, err, n))
+        return -1;
     json_t *cfg = json_load_file(config_json_path, 0, &jerr);
     if (!cfg) {
         snprintf(err, n, "%s: cannot read config.json (%s)", config_json_path, jerr.text);

@@ -638,7 +638,7 @@ static void test_not_files(void)
     snprintf(want, sizeof want, "%s: cannot open (No such file or directory)", missing);
     CU_ASSERT_STRING_EQUAL(err, want);
     CU_ASSERT_PTR_NULL(gp_gguf_open(GP_SOURCE_DIR, err, sizeof err));
-    snprintf(want, sizeof want, "%s: cannot open (not a regular file)", GP_SOURCE_DIR);
+    snprintf(want, sizeof want, "%s: cannot open (not a regular file: a folder)", GP_SOURCE_DIR);
     CU_ASSERT_STRING_EQUAL(err, want);
     const char *empty = gp_test_tmpfile(".gguf");
     CU_ASSERT_EQUAL_FATAL(gp_test_write_file(empty, "", 0), 0);

@@ -218,7 +218,7 @@ static void test_load_errors(void)
     gp_lm_opts o = gp_lm_defaults();
     o.cache_dir = "";
     CU_ASSERT_PTR_NULL(gp_lm_load("/nonexistent/model.gguf", &o, err, sizeof err));
-    CU_ASSERT_STRING_EQUAL(err, "/nonexistent/model.gguf: No such file or directory");
+    CU_ASSERT_STRING_EQUAL(err, "/nonexistent/model.gguf: cannot open (No such file or directory)");
     CU_ASSERT_PTR_NULL(gp_lm_load(NULL, NULL, err, sizeof err));
     CU_ASSERT_STRING_EQUAL(err, "no model given");
 

@@ -16,6 +16,7 @@
 #include "family/family.h"
 #include "family/gguf_params.h"
 #include "planner/planner.h"
+#include "weights/filemap.h"
 #include "text/lm_impl.h"
 
 /* The context a plan gets when the file allows more and the caller says nothing: a KV cache of
@@ -352,11 +353,8 @@ static int find_family(const char *path, source *src, char *err, size_t err_len)
         }
         return gp_family_from_hf_config(src->config, &src->fam, err, err_len);
     }
-    if (!is_file(path)) {
-        snprintf(err, err_len, "%s: %s", path, access(path, F_OK) ? strerror(errno)
-                                                                   : "not a file or a folder");
+    if (gp_file_check(path, err, err_len))
         return -1;
-    }
     return gp_family_from_gguf(path, &src->fam, err, err_len);
 }
 

@@ -10,6 +10,7 @@
 #include <utf8proc.h>
 
 #include "tokenizer/tok_impl.h"
+#include "weights/filemap.h"
 
 typedef struct {
     const char *name;
@@ -211,6 +212,11 @@ static json_t *load_json_file(const char *path, int required, ctx *c, int *rc)
             snprintf(c->err, c->errlen, "%s: cannot open", path);
             *rc = -1;
         }
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) { /* a FIFO would block the read */
+        gp_file_check(path, c->err, c->errlen);
+        *rc = -1;
         return NULL;
     }
     json_t *j = json_load_file(path, JSON_ALLOW_NUL, &je);
@@ -447,6 +453,8 @@ gp_tok *gp_tok_load(const char *path, char *err, size_t errlen)
 {
     size_t n = strlen(path);
     int gguf_name = n >= 5 && strcmp(path + n - 5, ".gguf") == 0;
+    if (!is_dir(path) && gp_file_check(path, err, errlen))
+        return NULL;
     if (!is_dir(path) && (gguf_name || looks_gguf(path))) {
         gp_gguf *g = gp_gguf_open(path, err, errlen);
         if (!g)

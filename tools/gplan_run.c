@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gplan/text.h"
@@ -85,16 +86,19 @@ static int parse_ids(const char *s, options *o)
     }
 }
 
-/* A GGUF file or a folder: a model; anything else is taken for a plan. */
+/* A GGUF file or a folder: a model; another regular file is taken for a plan. What is neither
+ * (a FIFO, a device) goes to the model loader, which says what it is without opening it. */
 static int is_model(const char *path)
 {
     char magic[4] = {0};
+    struct stat st;
+    if (stat(path, &st) || !S_ISREG(st.st_mode))
+        return !stat(path, &st);
     FILE *f = fopen(path, "rb");
     size_t n = f ? fread(magic, 1, 4, f) : 0;
-    int dir = f && n == 0 && ferror(f); /* a folder opens but does not read */
     if (f)
         fclose(f);
-    return dir || (n == 4 && !memcmp(magic, "GGUF", 4));
+    return n == 4 && !memcmp(magic, "GGUF", 4);
 }
 
 typedef enum { FLAG, STR, INT, I64, U64, NUM, LIST } kind;

@@ -1,6 +1,7 @@
 /* Checkpoint sources (one safetensors file, an indexed folder of shards, or a GGUF file), the check
  * of a graph's declared weights against them, and reads with f32/f16/bf16 conversion
  * (ir/f16.h). */
+#include "weights/filemap.h"
 #include "weights/weights.h"
 
 #include "ir/f16.h"
@@ -287,6 +288,8 @@ gp_weights *gp_weights_open(const char *path, char *err, size_t errlen)
         }
         free(single);
         free(index);
+    } else if (gp_file_check(path, err, errlen)) {
+        rc = -1; /* a FIFO or a device: reading its magic would block or mean nothing */
     } else if (ends_with(path, ".index.json")) {
         rc = open_index(w, path, err, errlen);
     } else if (is_gguf(path)) {

@@ -35,6 +35,19 @@ expect 1 "the prompt has 65 tokens, more than the planned context of 64 position
 expect 1 "cuda" "$plan" --random-weights 1 --backend cuda
 expect 1 "unknown backend \"tpu\"" "$plan" --random-weights 1 --backend tpu
 
+# A FIFO or a device in place of a file is refused without opening it (opening a FIFO blocks);
+# timeout turns a hang into exit status 124.
+rm -f "$tmp/fifo" && mkfifo "$tmp/fifo" || fail "mkfifo"
+fifo_msg="$tmp/fifo: cannot open (not a regular file: a FIFO)"
+expect_cmd 1 "$fifo_msg" timeout 10 "$tool" "$tmp/fifo"
+expect_cmd 1 "$fifo_msg" timeout 10 "$tool" "$plan" --weights "$tmp/fifo"
+expect_cmd 1 "$fifo_msg" timeout 10 "$tool" "$plan" --random-weights 1 --tokenizer "$tmp/fifo" \
+  --prompt "Hi"
+expect_cmd 1 "/dev/null: cannot open (not a regular file: a character device)" \
+  timeout 10 "$tool" "$plan" --weights /dev/null --prompt "Hi"
+expect_cmd 1 "$fifo_msg" timeout 10 "$compile" "$src/examples/llama.gplan" --gguf "$tmp/fifo" \
+  -o "$tmp/fifo.plan"
+
 # success (0): token count, context stop, stats, logits file, greedy determinism
 expect 0 "stats: host allocations during evals:" "$plan" --random-weights 1 -n 4 --stats
 expect 0 "reached the planned context (64 positions)" "$plan" --random-weights 1 \
