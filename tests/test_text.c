@@ -7,6 +7,7 @@
 #include <CUnit/CUnit.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "tests/alloc/alloc_count.h"
 #include "tests/gguf_writer.h"
 #include "tests/testutil.h"
+#include "weights/safetensors.h"
 
 /* ---- fixtures ---- */
 
@@ -485,6 +487,91 @@ static void test_hf_folder(void)
     CU_ASSERT_EQUAL(gp_seq_generate(s, "Hello", NULL, &r), 0);
     CU_ASSERT(r.completion_tokens > 0);
     gp_seq_free(s);
+    gp_lm_free(lm);
+}
+
+/* The parity GPT-2 with one weight NaN: every logit is NaN, and generating stops with an error
+ * naming the eval, never picking an id. */
+static void test_non_finite_logits(void)
+{
+    char err[1024], dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s", gp_test_tmpfile(".nan"));
+    CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
+    gp_st_file *f = gp_st_open(gp_test_path("tests/parity/gpt2/model.safetensors"), err,
+                               sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    int n = gp_st_count(f);
+    gp_st_tensor *t = calloc((size_t)n, sizeof *t);
+    float *ln = NULL;
+    for (int i = 0; t && i < n; i++) {
+        t[i] = *gp_st_get(f, i);
+        if (!strcmp(t[i].name, "transformer.ln_f.bias") && (ln = malloc(t[i].nbytes))) {
+            memcpy(ln, t[i].data, t[i].nbytes);
+            ln[3] = NAN;
+            t[i].data = ln;
+        }
+    }
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ln);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CU_ASSERT_EQUAL(gp_st_write(path, t, n, NULL, err, sizeof err), 0);
+    size_t len;
+    char *cfg = gp_test_read_file(gp_test_path("tests/parity/gpt2/config.json"), &len);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CU_ASSERT_EQUAL(cfg ? gp_test_write_file(path, cfg, len) : -1, 0);
+    free(cfg);
+    free(ln);
+    free(t);
+    gp_st_close(f);
+
+    gp_lm_opts o = gp_lm_defaults();
+    o.cache_dir = "";
+    o.tokenizer = tok_dir;
+    gp_lm *lm = gp_lm_load(dir, &o, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    gp_seq *s = new_seq(lm, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    sink k = {0};
+    gp_gen_opts g = gen_opts(&k, 8, 1);
+    CU_ASSERT_EQUAL(gp_seq_start_text(s, "Hello", 5, 0, &g), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(gp_seq_error(s), "eval 1 (prompt, 0 tokens generated): logit 0 "
+                                                   "is nan"));
+    CU_ASSERT_EQUAL(k.n_ids, 0);
+    gp_seq_free(s);
+    gp_lm_free(lm);
+}
+
+/* An embedding of 400 rows with a 384-token vocabulary: the 16 ids the tokenizer cannot print are
+ * never sampled, even at a temperature that makes every id likely. */
+static void test_padded_vocab(void)
+{
+    static const char *const pad[] = {"n_layer=2", "n_embd=64", "n_head=4", "vocab_size=400",
+                                      "n_batch=16", "n_positions=256"};
+    char plan[4096];
+    CU_ASSERT_EQUAL_FATAL(compile_plan("examples/gpt2.gplan", pad, 6, plan, sizeof plan), 0);
+    gp_lm *lm = load_plan(plan, 3, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    CU_ASSERT_EQUAL(gp_lm_vocab(lm), 400);
+    CU_ASSERT_EQUAL(gp_lm_tokenizer_vocab(lm), 384);
+    for (int greedy = 0; greedy < 2; greedy++) {
+        gp_sampler_opts so = gp_sampler_defaults();
+        so.temp = greedy ? 0.0 : 50.0;
+        gp_seq *s = new_seq(lm, &so);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+        sink k = {0};
+        gp_gen_opts g = gen_opts(&k, 200, 1);
+        CU_ASSERT_EQUAL(gp_seq_start_text(s, "Hello", 5, 0, &g), 0);
+        CU_ASSERT_EQUAL(run_steps(s), GP_FINISH_LENGTH);
+        CU_ASSERT_EQUAL(k.n_ids, 200);
+        int over = 0, spread = 0;
+        for (int i = 0; i < k.n_ids; i++) {
+            over += k.ids[i] >= 384;
+            spread += k.ids[i] >= 300; /* the hot sampler reaches the top of the vocabulary */
+        }
+        CU_ASSERT_EQUAL(over, 0);
+        if (!greedy)
+            CU_ASSERT(spread > 10);
+        gp_seq_free(s);
+    }
     gp_lm_free(lm);
 }
 
@@ -1524,6 +1611,8 @@ void gp_suite_text(void)
     CU_add_test(s, "a plan and random weights", test_plan_model);
     CU_add_test(s, "a GGUF file's plan, cached", test_gguf_plan_cache);
     CU_add_test(s, "a Hugging Face folder", test_hf_folder);
+    CU_add_test(s, "non-finite logits stop with an error", test_non_finite_logits);
+    CU_add_test(s, "ids past the tokenizer's are never sampled", test_padded_vocab);
     CU_add_test(s, "tokenize and detokenize", test_tokenize);
     CU_add_test(s, "UTF-8 checks", test_utf8);
     CU_add_test(s, "greedy text is its ids' text", test_greedy_is_its_ids);

@@ -429,6 +429,7 @@ gp_lm *gp_lm_load(const char *path, const gp_lm_opts *opts, char *err, size_t er
         goto fail;
     gp_model_get_info(lm->m, &lm->info);
     lm->ctx = lm->info.context > 0 ? lm->info.context : INT64_MAX;
+    lm->n_pick = lm->tok ? gp_tok_vocab_size(lm->tok) : lm->info.vocab;
     return lm;
 fail:
     gp_lm_free(lm);
@@ -449,6 +450,7 @@ const char *gp_lm_plan_path(const gp_lm *lm) { return lm->plan_path; }
 const char *gp_lm_arch(const gp_lm *lm) { return lm->arch; }
 int64_t gp_lm_context(const gp_lm *lm) { return lm->ctx == INT64_MAX ? 0 : lm->ctx; }
 int64_t gp_lm_vocab(const gp_lm *lm) { return lm->info.vocab; }
+int64_t gp_lm_tokenizer_vocab(const gp_lm *lm) { return lm->tok ? gp_tok_vocab_size(lm->tok) : 0; }
 int gp_lm_has_tokenizer(const gp_lm *lm) { return lm->tok != NULL; }
 int gp_lm_has_chat(const gp_lm *lm) { return lm->has_chat; }
 const char *gp_lm_chat_formats(void) { return gp_chat_format_list(); }

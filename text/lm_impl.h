@@ -9,6 +9,7 @@
 struct gp_lm {
     gp_model *m;
     gp_model_info info;
+    int64_t n_pick;          /* ids that may be picked: the tokenizer's, else the vocabulary */
     int64_t ctx;             /* positions a sequence holds (INT64_MAX: the graph has no cache) */
     gp_tok *tok;             /* NULL: ids only */
     size_t max_piece;        /* the longest token text (special tokens rendered) */

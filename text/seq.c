@@ -106,7 +106,7 @@ gp_seq *gp_seq_new(gp_lm *lm, const gp_sampler_opts *so, char *err, size_t err_l
     s->pending = -1;
     gp_session_opts o = {lm->backend, lm->n_threads, lm->device};
     if (!(s->s = gp_session_new(lm->m, &o, err, err_len)) ||
-        !(s->sampler = gp_sampler_new(lm->info.vocab, &s->so, err, err_len)))
+        !(s->sampler = gp_sampler_new(lm->n_pick, &s->so, err, err_len)))
         goto fail;
     s->pos = malloc((size_t)lm->info.max_tokens * sizeof *s->pos);
     if (lm->ctx != INT64_MAX) {
@@ -172,7 +172,7 @@ int gp_seq_set_sampler(gp_seq *s, const gp_sampler_opts *so)
     gp_sampler_opts d = gp_sampler_defaults();
     if (!so)
         so = &d;
-    gp_sampler *n = gp_sampler_new(s->lm->info.vocab, so, s->err, sizeof s->err);
+    gp_sampler *n = gp_sampler_new(s->lm->n_pick, so, s->err, sizeof s->err);
     if (!n)
         return -1;
     gp_sampler_free(s->sampler);
@@ -232,16 +232,33 @@ static int eval_chunk(gp_seq *s, const int32_t *ids, int64_t n, int64_t pos0, in
     s->next = next && ni.ndim == 1 && ni.ne[0] == rows && ni.bytes == (size_t)rows * 4
                   ? next[rows - 1]
                   : -1;
+    /* A NaN or an infinity would be sampled as an id of garbage (greedy: id 0 every step). */
+    int64_t bad = -1;
+    for (int64_t i = 0; i < info->vocab && bad < 0; i += 1024) {
+        int64_t e = i + 1024 < info->vocab ? i + 1024 : info->vocab, nan = 0;
+        for (int64_t k = i; k < e; k++)
+            nan |= !(s->row[k] - s->row[k] == 0.0f);
+        for (int64_t k = i; nan && k < e && bad < 0; k++)
+            bad = !(s->row[k] - s->row[k] == 0.0f) ? k : -1;
+    }
+    if (bad >= 0) {
+        snprintf(s->err, sizeof s->err, "eval %lld (%s, %lld tokens generated): logit %lld is %g: "
+                 "the weights or the computation give non-finite values",
+                 (long long)(s->r.prompt_evals + s->r.gen_evals), is_prompt ? "prompt" : "generation",
+                 (long long)s->r.completion_tokens, (long long)bad, (double)s->row[bad]);
+        return -1;
+    }
     if (s->hooks.after)
         s->hooks.after(s->hooks.user, s->hooks.all_rows ? logits : s->row,
                        s->hooks.all_rows ? rows : 1, info->vocab);
     return 0;
 }
 
-/* The next id from the last row: the plan's own argmax when the pick is greedy. */
+/* The next id from the last row: the plan's own argmax when the pick is greedy. Ids past the
+ * tokenizer's (a padded embedding) are never picked: the sampler sees the first n_pick logits. */
 static int32_t pick(gp_seq *s)
 {
-    if (gp_sampler_is_greedy(s->sampler) && s->next >= 0 && s->next < s->lm->info.vocab)
+    if (gp_sampler_is_greedy(s->sampler) && s->next >= 0 && s->next < s->lm->n_pick)
         return (int32_t)s->next;
     return gp_sampler_sample(s->sampler, s->row);
 }

@@ -458,6 +458,10 @@ int main(int argc, char **argv)
     gp_model *m = (r.lm = gp_lm_load(o.is_plan ? o.weights : o.model, &lo, err, sizeof err))
                       ? gp_lm_model(r.lm) : NULL;
     int runtime = o.lora_mode && !strcmp(o.lora_mode, "runtime");
+    if (m && gp_lm_has_tokenizer(r.lm) && gp_lm_tokenizer_vocab(r.lm) < gp_lm_vocab(r.lm))
+        fprintf(stderr, "gplan-run: note: the tokenizer has %lld ids, the embedding %lld rows: the "
+                "ids past the tokenizer's are never sampled\n",
+                (long long)gp_lm_tokenizer_vocab(r.lm), (long long)gp_lm_vocab(r.lm));
     rc = EXIT_INPUT;
     if (!m || (o.lora && (runtime ? gp_model_bind_adapter(m, o.lora, o.lora_scale, err, sizeof err)
                                   : gp_model_apply_lora(m, o.lora, o.lora_merge_plan, o.lora_scale,

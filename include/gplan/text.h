@@ -76,6 +76,9 @@ const char *gp_lm_arch(const gp_lm *lm);  /* the architecture ("llama", ...), or
 int64_t gp_lm_context(const gp_lm *lm);   /* positions a sequence holds */
 int64_t gp_lm_vocab(const gp_lm *lm);     /* logits per row */
 int gp_lm_has_tokenizer(const gp_lm *lm);
+/* The tokenizer's ids (0 without one). When fewer than gp_lm_vocab (an embedding padded past the
+ * vocabulary), the ids past them are never sampled. */
+int64_t gp_lm_tokenizer_vocab(const gp_lm *lm);
 /* 1 when generation ends at id: the vocabulary's EOS, end-of-turn and generation_config's ids. */
 int gp_lm_is_eog(const gp_lm *lm, int32_t id);
 /* The offset of the first byte of s[len] that is not well-formed UTF-8, or -1 when all are. */
@@ -201,7 +204,8 @@ int gp_seq_start_text(gp_seq *s, const char *text, size_t len, int keep_prefix,
  * when the conversation leaves no position for the reply. */
 int gp_seq_start_chat(gp_seq *s, const gp_msg *msgs, size_t n, const gp_gen_opts *g);
 /* One token: emits its text through the callbacks and evaluates it. GP_FINISH_NONE while
- * running, else why it finished (then the held text is flushed); -1 on an eval error. */
+ * running, else why it finished (then the held text is flushed); -1 on an eval error, or when
+ * the logits are not finite ("eval 7 (generation, 5 tokens generated): logit 0 is nan: ..."). */
 int gp_seq_step(gp_seq *s);
 /* gp_seq_start_text (keep_prefix 1) and gp_seq_step until finished. 0, GP_SEQ_TOO_LONG (r has
  * the prompt's tokens) or -1. r may be NULL. */
