@@ -423,6 +423,12 @@ static const struct {
      "data section at offset 128 is past the end of the file (102 bytes)"},
     {"overlapping tensors", "tensors \"a\" [0, 64) and \"b\" [32, 96) overlap"},
     {"duplicate tensor name", "tensor info 1: duplicate name \"a\" (also tensor info 0)"},
+    {"one tensor info more than the count",
+     "byte 102 of the padding before the data section is 0x01, not 0 (more tensor infos than "
+     "tensor_count = 1?)"},
+    {"bytes after the last tensor",
+     "the data section holds 32 bytes after its last tensor \"x\" (more tensor infos than "
+     "tensor_count = 1?)"},
     {"empty file", "magic at offset 0 needs 4 bytes, the file has 0 left"},
     {"header cut in the tensor count",
      "tensor count at offset 8 needs 8 bytes, the file has 3 left"},
@@ -524,6 +530,16 @@ static void build_case(int k, gp_gw *w)
         gp_gw_tensor_info(w, "x", 1, ne, 0, 0);
     } else if (IS("overlapping tensors")) {
         two_tensors(w, "b", 16, 0, 16, 32, 96);
+    } else if (IS("one tensor info more than the count")) {
+        /* "y"'s info where the reader expects padding, its data where it expects the section. */
+        gp_gw_header(w, 3, 1, 1), gp_gw_kv_str(w, "general.architecture", "llama");
+        gp_gw_tensor_info(w, "x", 1, ne, 0, 0);
+        gp_gw_tensor_info(w, "y", 1, ne, 0, 32);
+        gp_gw_pad(w, 32);
+        for (size_t i = 0; i < 64; i++)
+            gp_gw_u8(w, 0);
+    } else if (IS("bytes after the last tensor")) {
+        one_tensor(w, 1, ne, 0, 0, 16 + 32);
     } else if (IS("duplicate tensor name")) {
         two_tensors(w, "a", 4, 0, 4, 32, 48);
     } else if (IS("empty file")) {

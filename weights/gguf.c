@@ -469,6 +469,13 @@ static int place_data(gp_gguf *g, size_t infos_end)
     if (start > g->len)
         return bad(g, "data section at offset %llu is past the end of the file (%zu bytes)",
                    (unsigned long long)start, g->len);
+    /* Padding is zeros: anything else there is more tensor infos than tensor_count says, and the
+     * data would be read from the wrong place. */
+    for (uint64_t i = infos_end; i < start; i++)
+        if (g->base[i] != 0)
+            return bad(g, "byte %llu of the padding before the data section is 0x%02x, not 0 (more "
+                       "tensor infos than tensor_count = %lld?)", (unsigned long long)i,
+                       g->base[i], (long long)g->n_tensors);
     uint64_t size = g->len - start;
     const gp_gguf_tensor **by = malloc((size_t)g->n_tensors * sizeof *by);
     if (!by)
@@ -488,6 +495,14 @@ static int place_data(gp_gguf *g, size_t infos_end)
     }
     if (rc == 0) {
         qsort(by, (size_t)g->n_tensors, sizeof *by, cmp_by_offset);
+        /* The data ends with its last tensor (and at most its padding): more bytes after it mean
+         * the section starts later than the header says. */
+        const gp_gguf_tensor *last = by[g->n_tensors - 1];
+        uint64_t end = last->offset + last->nbytes;
+        if (size - end >= g->alignment)
+            rc = bad(g, "the data section holds %llu bytes after its last tensor \"%.64s\" (more "
+                     "tensor infos than tensor_count = %lld?)", (unsigned long long)(size - end),
+                     last->name, (long long)g->n_tensors);
         for (int64_t i = 1; i < g->n_tensors && rc == 0; i++)
             if (by[i - 1]->offset + by[i - 1]->nbytes > by[i]->offset)
                 rc = bad(g, "tensors \"%.64s\" [%llu, %llu) and \"%.64s\" [%llu, %llu) overlap",
