@@ -14,31 +14,32 @@
 /* ---- GGUF metadata, one reading an architecture (gp_family_gguf) ---- */
 
 static const gp_family_key llama_keys[] = {
-    {"attention.key_length", "head_dim", 0},
-    {"rope.dimension_count", "rope_dims", 0},
+    {"attention.key_length", "head_dim", 0, GP_KEY_POSITIVE},
+    {"rope.dimension_count", "rope_dims", 0, GP_KEY_POSITIVE},
 };
 
 static const gp_family_key gpt2_keys[] = {
-    {"block_count", "n_layer", 0},
-    {"embedding_length", "n_embd", 0},
-    {"attention.head_count", "n_head", 0},
-    {"context_length", "n_positions", 0},
-    {"attention.layer_norm_epsilon", "layer_norm_epsilon", 1},
+    {"block_count", "n_layer", 0, GP_KEY_REQUIRED},
+    {"embedding_length", "n_embd", 0, GP_KEY_REQUIRED},
+    {"attention.head_count", "n_head", 0, GP_KEY_REQUIRED},
+    {"context_length", "n_positions", 0, GP_KEY_POSITIVE},
+    {"attention.layer_norm_epsilon", "layer_norm_epsilon", 1, GP_KEY_POSITIVE},
 };
 
 static const gp_family_key gemma_keys[] = {
-    {"attention.key_length", "head_dim", 0},
-    {"rope.freq_base_swa", "rope_local_base_freq", 1},       /* gemma3 */
-    {"rope.scaling.factor", "factor", 1},                     /* gemma3 */
-    {"attn_logit_softcapping", "attn_logit_softcapping", 1}, /* gemma2 */
-    {"final_logit_softcapping", "final_logit_softcapping", 1},
+    {"attention.key_length", "head_dim", 0, GP_KEY_POSITIVE},
+    {"rope.freq_base_swa", "rope_local_base_freq", 1, GP_KEY_POSITIVE},       /* gemma3 */
+    {"rope.scaling.factor", "factor", 1, GP_KEY_POSITIVE},                     /* gemma3 */
+    {"attn_logit_softcapping", "attn_logit_softcapping", 1, GP_KEY_OPTIONAL}, /* gemma2 */
+    {"final_logit_softcapping", "final_logit_softcapping", 1, GP_KEY_OPTIONAL},
 };
 
 /* LongRoPE's (the 128k models, Phi-3.5): the cosines' and sines' factor and the context its
  * short factors serve (examples/phi3.gplan); absent, llama.cpp takes 1 and context_length. */
 static const gp_family_key phi3_keys[] = {
-    {"rope.scaling.attn_factor", "attn_factor", 1},
-    {"rope.scaling.original_context_length", "original_max_position_embeddings", 0},
+    {"rope.scaling.attn_factor", "attn_factor", 1, GP_KEY_POSITIVE},
+    {"rope.scaling.original_context_length", "original_max_position_embeddings", 0,
+     GP_KEY_POSITIVE},
 };
 
 /* llama's q and k rows are permuted for the interleaved rotary form (docs/gguf.md); llama.cpp

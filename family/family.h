@@ -27,10 +27,19 @@ typedef struct {
 } gp_family_marker;
 
 /* One GGUF metadata key (after "ARCH.") and the graph parameter it sets. */
+typedef enum {
+    GP_KEY_OPTIONAL, /* may be absent (the graph's default is the format's); when present an int
+                        >= 0 or a finite float */
+    GP_KEY_POSITIVE, /* may be absent; when present > 0 */
+    GP_KEY_REQUIRED, /* the model's shape (layers, width, heads): absent, the file is
+                        refused; > 0 */
+} gp_family_key_need;
+
 typedef struct {
     const char *key;
     const char *param;
     int is_float;
+    gp_family_key_need need;
 } gp_family_key;
 
 /* How gp_gguf_params_read (family/gguf_params.h) reads one architecture's metadata: the layout

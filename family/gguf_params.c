@@ -6,21 +6,25 @@
 #include "family/family.h"
 
 #include <stdio.h>
+
+/* The largest count a key may hold: a context of more positions is past any model (and a plan
+ * of it past any machine). */
+#define GP_GGUF_MAX_COUNT (1 << 24)
 #include <stdlib.h>
 #include <string.h>
 
 /* The keys of llama.cpp's TextModel, which every architecture but gpt2 reads first
  * (gp_family_gguf.text_keys). */
 static const gp_family_key text_keys[] = {
-    {"block_count", "num_hidden_layers", 0},
-    {"embedding_length", "hidden_size", 0},
-    {"feed_forward_length", "intermediate_size", 0},
-    {"attention.head_count", "num_attention_heads", 0},
-    {"attention.head_count_kv", "num_key_value_heads", 0},
-    {"context_length", "max_position_embeddings", 0},
-    {"attention.layer_norm_rms_epsilon", "rms_norm_eps", 1},
-    {"rope.freq_base", "rope_theta", 1},
-    {"attention.sliding_window", "sliding_window", 0},
+    {"block_count", "num_hidden_layers", 0, GP_KEY_REQUIRED},
+    {"embedding_length", "hidden_size", 0, GP_KEY_REQUIRED},
+    {"feed_forward_length", "intermediate_size", 0, GP_KEY_POSITIVE},
+    {"attention.head_count", "num_attention_heads", 0, GP_KEY_REQUIRED},
+    {"attention.head_count_kv", "num_key_value_heads", 0, GP_KEY_POSITIVE},
+    {"context_length", "max_position_embeddings", 0, GP_KEY_POSITIVE},
+    {"attention.layer_norm_rms_epsilon", "rms_norm_eps", 1, GP_KEY_POSITIVE},
+    {"rope.freq_base", "rope_theta", 1, GP_KEY_POSITIVE},
+    {"attention.sliding_window", "sliding_window", 0, GP_KEY_OPTIONAL},
 };
 
 static int push(gp_gguf_params *p, const char *fmt, const char *name, double v, int is_float)
@@ -211,6 +215,61 @@ int gp_gguf_params_derive_phi3(const gp_gguf *g, const char *path, const char *a
     return 0;
 }
 
+/* A key's value against its meaning: counts positive, floats finite (and positive where they
+ * must be), a context a plan can hold. 0, or -1 with err "PATH: bad GGUF file (KEY = V: why)". */
+static int bad_value(const char *path, const char *key, const gp_family_key *m, double f,
+                     int64_t i, char *err, size_t errlen)
+{
+    const char *why = NULL;
+    if (m->is_float)
+        why = !(f - f == 0) ? "not a finite number"
+              : m->need != GP_KEY_OPTIONAL && !(f > 0) ? "must be positive" : NULL;
+    else
+        why = i < 0 ? "negative" : m->need != GP_KEY_OPTIONAL && i == 0 ? "must be positive"
+              : i > GP_GGUF_MAX_COUNT ? "more than a plan can hold (2^24)" : NULL;
+    if (!why)
+        return 0;
+    if (m->is_float)
+        snprintf(err, errlen, "%s: bad GGUF file (%s = %g: %s)", path, key, f, why);
+    else
+        snprintf(err, errlen, "%s: bad GGUF file (%s = %lld: %s)", path, key, (long long)i, why);
+    return -1;
+}
+
+/* The heads of llama.cpp's TextModel: head_count_kv absent is head_count (the format's default,
+ * not the graph's); the KV heads divide the query heads, and without attention.key_length the
+ * heads divide the embedding. 0, or -1 with err. */
+static int shape_check(const gp_gguf *g, const char *path, const char *arch, gp_gguf_params *p,
+                       char *err, size_t errlen)
+{
+    int64_t embd = 0, heads = 0, kv = 0, kl = 0;
+    int has_kv = arch_int(g, path, arch, "attention.head_count_kv", &kv, err, errlen);
+    int has_kl = arch_int(g, path, arch, "attention.key_length", &kl, err, errlen);
+    if (arch_int(g, path, arch, "embedding_length", &embd, err, errlen) ||
+        arch_int(g, path, arch, "attention.head_count", &heads, err, errlen) || has_kv < 0 ||
+        has_kl < 0)
+        return -1;
+    if (has_kv == 1)
+        kv = heads;
+    if (heads % kv) {
+        snprintf(err, errlen, "%s: bad GGUF file (%s.attention.head_count_kv = %lld: does not "
+                 "divide %s.attention.head_count = %lld)", path, arch, (long long)kv, arch,
+                 (long long)heads);
+        return -1;
+    }
+    if (has_kl == 1 && embd % heads) {
+        snprintf(err, errlen, "%s: bad GGUF file (%s.attention.head_count = %lld: does not divide "
+                 "%s.embedding_length = %lld)", path, arch, (long long)heads, arch,
+                 (long long)embd);
+        return -1;
+    }
+    if (has_kv == 1 && push(p, "%s=%lld", "num_key_value_heads", (double)kv, 0)) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    return 0;
+}
+
 /* The family of architecture arch (any of its families: they share their gp_family_gguf). */
 static const gp_family *find_family(gp_gguf_str arch)
 {
@@ -264,9 +323,18 @@ int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t e
             snprintf(err, errlen, "%s: metadata %s has the wrong type", path, key);
             goto done;
         }
+        if (got == 1 && m->need == GP_KEY_REQUIRED) {
+            snprintf(err, errlen, "%s: bad GGUF file (no %s: the model's shape cannot come from "
+                     "the graph's defaults)", path, key);
+            goto done;
+        }
+        if (got == 0 && bad_value(path, key, m, f, i, err, errlen))
+            goto done;
         if (got == 0 && push(p, "%s=%lld", m->param, m->is_float ? f : (double)i, m->is_float))
             goto oom;
     }
+    if (spec->text_keys && shape_check(g, path, fam->gguf_arch, p, err, errlen))
+        goto done;
     /* The vocabulary: rows of the embedding table (ne[1] in ggml's order). */
     const gp_gguf_tensor *emb = gp_gguf_tensor_find(g, "token_embd.weight");
     if (emb && emb->ndim == 2 && push(p, "%s=%lld", "vocab_size", (double)emb->ne[1], 0))

@@ -293,14 +293,17 @@ static void test_gguf_params(void)
     write_gguf(path, "qwen2", keys, 3, embd, 1);
     CU_ASSERT_EQUAL_FATAL(gp_gguf_params_read(path, &p, err, sizeof err), 0);
     static const char *const want[] = {"num_hidden_layers=3", "hidden_size=64",
-                                       "num_attention_heads=4", "vocab_size=2",
-                                       "tie_word_embeddings=1", "head_dim=16"};
-    CU_ASSERT_EQUAL(p.n, 6);
-    for (int i = 0; i < p.n && i < 6; i++)
+                                       "num_attention_heads=4", "num_key_value_heads=4",
+                                       "vocab_size=2", "tie_word_embeddings=1", "head_dim=16"};
+    CU_ASSERT_EQUAL(p.n, 7);
+    for (int i = 0; i < p.n && i < 7; i++)
         CU_ASSERT_STRING_EQUAL(p.text[i], want[i]);
     gp_gguf_params_free(&p);
 
-    write_gguf(path, "llama", NULL, 0, embd, 1);
+    static const kv llama[] = {{"llama.block_count", NULL, 3},
+                               {"llama.embedding_length", NULL, 64},
+                               {"llama.attention.head_count", NULL, 4}};
+    write_gguf(path, "llama", llama, 3, embd, 1);
     CU_ASSERT_EQUAL_FATAL(gp_gguf_params_read(path, &p, err, sizeof err), 0);
     CU_ASSERT(p.n >= 1 && !strcmp(p.text[0], "rope_mode=gptj"));
     gp_gguf_params_free(&p);

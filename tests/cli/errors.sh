@@ -109,10 +109,13 @@ check E118 1 "notgguf.gguf: bad GGUF file (version at offset 4 needs 4 bytes, th
 { ghead 1; kv_str general.architecture mamba; } >mamba.gguf
 check E119 1 'mamba.gguf: architecture "mamba" is not supported by --gguf (llama, qwen2, qwen3, gpt2, gemma2, gemma3, phi3)' compile --check llama.gplan --gguf mamba.gguf
 # local, global, local, local: no one period
-{ ghead 3; kv_str general.architecture gemma3; kv_u32 gemma3.attention.sliding_window 4
+{ ghead 6; kv_str general.architecture gemma3; kv_u32 gemma3.block_count 4
+  kv_u32 gemma3.embedding_length 2560; kv_u32 gemma3.attention.head_count 8
+  kv_u32 gemma3.attention.sliding_window 4
   kv_bools gemma3.attention.sliding_window_pattern 1 0 1 1; } >swpat.gguf
 check E120 1 "swpat.gguf: metadata gemma3.attention.sliding_window_pattern: layer 3 breaks the pattern of one global layer every 2 (sliding_window_pattern)" compile --check "$ex/gemma3.gplan" --gguf swpat.gguf
-{ ghead 4; kv_str general.architecture phi3; kv_u32 phi3.embedding_length 64
+{ ghead 5; kv_str general.architecture phi3; kv_u32 phi3.block_count 2
+  kv_u32 phi3.embedding_length 64
   kv_u32 phi3.attention.head_count 4; kv_u32 phi3.rope.dimension_count 12; } >partial.gguf
 check E121 1 "partial.gguf: phi3.rope.dimension_count is 12, not the head size 16: partial rotary embeddings (Phi-4-mini) are not supported" compile --check "$ex/phi3.gplan" --gguf partial.gguf
 

@@ -13,6 +13,7 @@ le() {
 gstr() { le ${#1} 8; printf '%s' "$1"; }
 kv_str() { gstr "$1"; le 8 4; gstr "$2"; }
 kv_u32() { gstr "$1"; le 4 4; le "$2" 4; }
+kv_u64() { gstr "$1"; le 10 4; le "$2" 8; }
 # kv_f32 KEY BITS: an f32 given by its bit pattern as an integer (1.25: 1067450368).
 kv_f32() { gstr "$1"; le 6 4; le "$2" 4; }
 # kv_bools KEY B...: an array of bools (0 or 1).

@@ -37,7 +37,8 @@ expect 0 "rope_type=\"default\" factor=8 rope_local_base_freq=10000 query_pre_at
   kv_u32 gemma3.attention.key_length 24; kv_u32 gemma3.attention.sliding_window 4
   kv_bools gemma3.attention.sliding_window_pattern 1 1 0 1; } >"$(g3 bools)"
 expect 0 " sliding_window_pattern=3 " --check "$ex/gemma3.gplan" --gguf "$(g3 bools)"
-{ ghead 5; kv_str general.architecture gemma3; kv_u32 gemma3.block_count 4
+{ ghead 7; kv_str general.architecture gemma3; kv_u32 gemma3.block_count 4
+  kv_u32 gemma3.embedding_length 2560; kv_u32 gemma3.attention.head_count 8
   kv_u32 gemma3.attention.sliding_window_pattern 2; kv_str gemma3.rope.scaling.type linear
   kv_u32 gemma3.attention.sliding_window 4; } >"$(g3 u32)"
 expect 0 "rope_type=\"linear\" " --check "$ex/gemma3.gplan" --gguf "$(g3 u32)"
@@ -53,16 +54,46 @@ expect 0 "query_pre_attn_scalar=168 sliding_window=1024 sliding_window_pattern=1
   kv_u32 gemma2.attention.key_length 128; } >"$tmp/g2_27b.gguf"
 expect 0 "rope_theta=10000 query_pre_attn_scalar=144 attn_logit_softcapping=50 final_logit_softcapping=30 sliding_window=4096 norm_offset=0 " \
   --check "$ex/gemma2.gplan" --gguf "$tmp/g2_27b.gguf"
-{ ghead 1; kv_str general.architecture phi3; } >"$tmp/phi3.gguf"
+phi3_shape() { kv_u32 phi3.block_count 32; kv_u32 phi3.embedding_length 3072
+  kv_u32 phi3.attention.head_count 32; }
+{ ghead 4; kv_str general.architecture phi3; phi3_shape; } >"$tmp/phi3.gguf"
 expect 0 " sliding_window=0 " --check "$ex/phi3.gplan" --gguf "$tmp/phi3.gguf"
 # LongRoPE's factors (Phi-3 128k): rope_type "longrope", the factors bound (the long ones past the
 # original context), its attention factor and original context from the file's keys
-{ ghead 4 1; kv_str general.architecture phi3; kv_u32 phi3.context_length 131072
+{ ghead 7 1; kv_str general.architecture phi3; phi3_shape; kv_u32 phi3.context_length 131072
   kv_u32 phi3.rope.scaling.original_context_length 4096
   kv_f32 phi3.rope.scaling.attn_factor 1067450368; tinfo rope_factors_long.weight 8; } >"$tmp/phi3l.gguf"
 tdata "$tmp/phi3l.gguf" 8
 expect 0 "rope_factors=1 original_max_position_embeddings=4096 attn_factor=1.25; tensors 2 input, 2 output, 195 weight" \
   --check "$ex/phi3.gplan" --gguf "$tmp/phi3l.gguf"
+# Metadata against its meaning: the shape's keys required, counts positive and dividing, floats
+# finite, a context a plan can hold; each refusal names the file and the key.
+llama_shape() { kv_str general.architecture llama; kv_u32 llama.block_count 2
+  kv_u32 llama.embedding_length 64; }
+bad_meta() { # bad_meta NAME MESSAGE: compile --check on $tmp/NAME.gguf, exit 1 and the message
+  expect 1 "$tmp/$1.gguf: bad GGUF file ($2)" --check "$ex/llama.gplan" --gguf "$tmp/$1.gguf"
+}
+{ ghead 3; kv_str general.architecture llama; kv_u32 llama.embedding_length 64
+  kv_u32 llama.attention.head_count 4; } >"$tmp/nolayers.gguf"
+bad_meta nolayers "no llama.block_count: the model's shape cannot come from the graph's defaults"
+{ ghead 3; llama_shape; } >"$tmp/noheads.gguf"
+bad_meta noheads "no llama.attention.head_count: the model's shape cannot come from the graph's defaults"
+{ ghead 4; llama_shape; kv_u32 llama.attention.head_count 0; } >"$tmp/heads0.gguf"
+bad_meta heads0 "llama.attention.head_count = 0: must be positive"
+{ ghead 4; llama_shape; kv_u32 llama.attention.head_count 6; } >"$tmp/heads6.gguf"
+bad_meta heads6 "llama.attention.head_count = 6: does not divide llama.embedding_length = 64"
+{ ghead 5; llama_shape; kv_u32 llama.attention.head_count 4
+  kv_u32 llama.attention.head_count_kv 3; } >"$tmp/kv3.gguf"
+bad_meta kv3 "llama.attention.head_count_kv = 3: does not divide llama.attention.head_count = 4"
+{ ghead 5; llama_shape; kv_u32 llama.attention.head_count 4
+  kv_f32 llama.attention.layer_norm_rms_epsilon 2143289344; } >"$tmp/epsnan.gguf"
+bad_meta epsnan "llama.attention.layer_norm_rms_epsilon = nan: not a finite number"
+{ ghead 5; llama_shape; kv_u32 llama.attention.head_count 4
+  kv_u64 llama.context_length 1099511627776; } >"$tmp/ctx40.gguf"
+bad_meta ctx40 "llama.context_length = 1099511627776: more than a plan can hold (2^24)"
+# head_count_kv absent is head_count (the format's default), not the graph's 4
+{ ghead 4; llama_shape; kv_u32 llama.attention.head_count 8; } >"$tmp/kvdefault.gguf"
+expect 0 " num_key_value_heads=8 " --check "$ex/llama.gplan" --gguf "$tmp/kvdefault.gguf"
 # a safetensors checkpoint's LongRoPE (its factors in config.json) stays refused
 expect 1 "rope: scaling \"longrope\" needs its per-frequency factors as freq_factors" \
   --check "$ex/phi3.gplan" -D rope_type=longrope
