@@ -63,17 +63,19 @@ static const char *const phi3_assumed[] = {"sliding_window=0", NULL};
 
 #define KEYS(t) t, sizeof t / sizeof t[0]
 /* qwen2 and qwen3 files carry llama's keys under their own prefix. */
+static const char *const phi3_optional[] = {"rope_factors_short.weight",
+                                            "rope_factors_long.weight", NULL};
 static const gp_family_gguf llama_gguf = {1, KEYS(llama_keys), llama_assumed,
-                                          gp_gguf_params_derive_llama};
+                                          gp_gguf_params_derive_llama, NULL};
 static const gp_family_gguf qwen_gguf = {1, KEYS(llama_keys), no_assumed,
-                                         gp_gguf_params_derive_llama};
-static const gp_family_gguf gpt2_gguf = {0, KEYS(gpt2_keys), gpt2_assumed, NULL};
+                                         gp_gguf_params_derive_llama, NULL};
+static const gp_family_gguf gpt2_gguf = {0, KEYS(gpt2_keys), gpt2_assumed, NULL, NULL};
 static const gp_family_gguf gemma2_gguf = {1, KEYS(gemma_keys), gemma2_assumed,
-                                           gp_gguf_params_derive_gemma2};
+                                           gp_gguf_params_derive_gemma2, NULL};
 static const gp_family_gguf gemma3_gguf = {1, KEYS(gemma_keys), gemma3_assumed,
-                                           gp_gguf_params_derive_gemma3};
+                                           gp_gguf_params_derive_gemma3, NULL};
 static const gp_family_gguf phi3_gguf = {1, KEYS(phi3_keys), phi3_assumed,
-                                         gp_gguf_params_derive_phi3};
+                                         gp_gguf_params_derive_phi3, phi3_optional};
 
 /* ---- markers: which of the families of one architecture ---- */
 

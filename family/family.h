@@ -52,6 +52,9 @@ typedef struct {
     const char *const *assumed;  /* "NAME=VALUE", NULL-terminated */
     int (*derive)(const gp_gguf *g, const char *path, const char *arch,
                   struct gp_gguf_params *p, char *err, size_t errlen); /* 0 or -1; NULL: none */
+    /* Tensors of its files that a plan may leave unused (NULL-terminated, or NULL): a graph that
+     * reads one of two sets, as Phi-3's LongRoPE factors (one set serves the planned context). */
+    const char *const *optional_tensors;
 } gp_family_gguf;
 
 typedef struct gp_family {

@@ -363,8 +363,76 @@ void gp_gguf_params_free(gp_gguf_params *p)
     p->n = 0;
 }
 
+int gp_gguf_weights_open(gp_gguf_weights *gw, const char *path, char *err, size_t errlen)
+{
+    gw->used = NULL;
+    gw->optional = NULL;
+    gp_gguf *g = gp_gguf_open(path, err, errlen);
+    gp_gguf_str arch;
+    const gp_family *fam = g && !gp_gguf_get_str(g, "general.architecture", &arch)
+                               ? find_family(arch) : NULL;
+    gw->optional = fam ? fam->gguf->optional_tensors : NULL;
+    gp_gguf_close(g);
+    if (!(gw->w = gp_weights_open(path, err, errlen)))
+        return -1;
+    int n = gp_weights_count(gw->w);
+    if (!(gw->used = calloc(n > 0 ? (size_t)n : 1, 1))) {
+        gp_gguf_weights_close(gw);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    return 0;
+}
+
+void gp_gguf_weights_close(gp_gguf_weights *gw)
+{
+    gp_weights_close(gw->w);
+    free(gw->used);
+    gw->w = NULL;
+    gw->used = NULL;
+}
+
 gp_dtype gp_gguf_weight_dtype(void *ctx, const char *checkpoint_name, gp_dtype declared)
 {
-    const gp_st_tensor *t = gp_weights_find((const gp_weights *)ctx, checkpoint_name);
-    return t && t->supported ? t->dtype : declared;
+    gp_gguf_weights *gw = ctx;
+    const gp_st_tensor *t = gp_weights_find(gw->w, checkpoint_name);
+    if (!t)
+        return declared;
+    /* Its index: the records are in name order. */
+    int lo = 0, hi = gp_weights_count(gw->w) - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(gp_weights_get(gw->w, mid)->name, t->name);
+        if (!c) {
+            gw->used[mid] = 1;
+            break;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return t->supported ? t->dtype : declared;
+}
+
+int gp_gguf_weights_unused(const gp_gguf_weights *gw, const char *path, char *err, size_t errlen)
+{
+    int n = gp_weights_count(gw->w), unused = 0;
+    char names[512] = "";
+    for (int i = 0; i < n; i++) {
+        int optional = 0;
+        for (const char *const *o = gw->optional; o && *o && !optional; o++)
+            optional = !strcmp(*o, gp_weights_get(gw->w, i)->name);
+        if (gw->used[i] || optional)
+            continue;
+        if (unused++ < 4)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%.96s",
+                     unused > 1 ? ", " : "", gp_weights_get(gw->w, i)->name);
+    }
+    if (!unused)
+        return 0;
+    snprintf(err, errlen, "%s: %d tensor%s of the file %s not in the graph (%s%s): the file holds "
+             "more layers than its block_count says, or another model's tensors (--allow-unused "
+             "loads a part of a file on purpose)", path, unused, unused == 1 ? "" : "s",
+             unused == 1 ? "is" : "are", names, unused > 4 ? ", ..." : "");
+    return -1;
 }

@@ -24,9 +24,25 @@ typedef struct gp_gguf_params {
 int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t errlen);
 void gp_gguf_params_free(gp_gguf_params *p);
 
-/* gp_dsl_opts.weight_dtype over an open gp_weights (ctx): the file tensor's dtype, found by its
- * checkpoint name or GGUF alias, else the declared one. */
+/* A GGUF file's tensors as the graph compiler sees them: the dtype of each, and which the graph
+ * asked for, so that a file with tensors the graph leaves unused (more layers than its
+ * block_count says, another model's tensors) is refused rather than half read. */
+typedef struct {
+    gp_weights *w;
+    unsigned char *used;             /* [gp_weights_count(w)] */
+    const char *const *optional;     /* the family's gp_family_gguf.optional_tensors */
+} gp_gguf_weights;
+
+/* 0, or -1 with err (the file's message). */
+int gp_gguf_weights_open(gp_gguf_weights *gw, const char *path, char *err, size_t errlen);
+void gp_gguf_weights_close(gp_gguf_weights *gw); /* a zeroed one is a no-op */
+/* gp_dsl_opts.weight_dtype over a gp_gguf_weights (ctx): the file tensor's dtype, found by its
+ * checkpoint name or GGUF alias (and marked used), else the declared one. */
 gp_dtype gp_gguf_weight_dtype(void *ctx, const char *checkpoint_name, gp_dtype declared);
+/* 0 when the graph asked for every tensor of the file, else -1 with err: "PATH: 28 tensors of
+ * the file are not in the graph (blk.2.attn_k.weight, ...): ...". */
+int gp_gguf_weights_unused(const gp_gguf_weights *gw, const char *path, char *err,
+                           size_t errlen);
 
 /* The families' gp_family_gguf.derive hooks: what no key of the file says. 0, or -1 with err. */
 int gp_gguf_params_derive_llama(const gp_gguf *g, const char *path, const char *arch,

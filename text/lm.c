@@ -154,6 +154,7 @@ typedef struct {
     const gp_family *fam;
     const char *path;        /* the GGUF file or the folder */
     char config[PATH_MAX];   /* the folder's config.json, "" for GGUF */
+    int allow_unused;        /* gp_lm_opts.allow_unused */
 } source;
 
 /* Compiles the family's graph with the file's parameters and defs; the resolved parameters in
@@ -165,25 +166,29 @@ static gp_graph *compile_graph(const source *src, const define_list *defs, char 
     gp_dsl_opts dopts = {.defines = (const char **)defs->defines, .n_defines = defs->n,
                          .params_out = params};
     gp_gguf_params gparams = {{0}, 0};
-    gp_weights *gw = NULL;
+    gp_gguf_weights gw = {0};
     if (src->config[0]) {
         dopts.config_path = src->config;
     } else {
         if (gp_gguf_params_read(src->path, &gparams, err, err_len) ||
-            !(gw = gp_weights_open(src->path, err, err_len))) {
+            gp_gguf_weights_open(&gw, src->path, err, err_len)) {
             gp_gguf_params_free(&gparams);
             return NULL;
         }
         dopts.file_params = (const char *const *)gparams.text;
         dopts.n_file_params = gparams.n;
         dopts.weight_dtype = gp_gguf_weight_dtype;
-        dopts.weight_dtype_ctx = gw;
+        dopts.weight_dtype_ctx = &gw;
     }
     gp_graph *g = gp_dsl_compile_string(src->fam->graph_file, src->fam->graph_text,
                                         src->fam->graph_len, &dopts, d);
     if (!g)
         snprintf(err, err_len, "%s: %s", src->path, gp_diag_text(d));
-    gp_weights_close(gw);
+    if (g && gw.w && !src->allow_unused && gp_gguf_weights_unused(&gw, src->path, err, err_len)) {
+        gp_graph_free(g);
+        g = NULL;
+    }
+    gp_gguf_weights_close(&gw);
     gp_gguf_params_free(&gparams);
     return g;
 }
@@ -231,7 +236,7 @@ static gp_model *plan_model(gp_lm *lm, const source *src, const gp_lm_opts *o, c
     h = fnv_str(fnv_str(h, src->fam->name), src->fam->graph_text);
     for (int i = 0; i < o->n_defines; i++)
         h = fnv_str(h, o->defines[i]);
-    int64_t sizes[2] = {o->context, o->batch};
+    int64_t sizes[3] = {o->context, o->batch, o->allow_unused};
     h = fnv(h, sizes, sizeof sizes);
 
     char dir[PATH_MAX - 64];
@@ -394,8 +399,10 @@ gp_lm *gp_lm_load(const char *path, const gp_lm_opts *opts, char *err, size_t er
             snprintf(err, err_len, "no model given");
             goto fail;
         }
-        if (find_family(path, &src, err, err_len) || !(lm->m = plan_model(lm, &src, &o, err,
-                                                                          err_len)))
+        if (find_family(path, &src, err, err_len))
+            goto fail;
+        src.allow_unused = o.allow_unused;
+        if (!(lm->m = plan_model(lm, &src, &o, err, err_len)))
             goto fail;
         snprintf(lm->arch, sizeof lm->arch, "%s", src.fam->gguf_arch);
     }

@@ -37,6 +37,7 @@ typedef struct {
     int64_t capacity;          /* --capacity for --buffers; 0: minimize */
     int lora_merge;            /* --lora-merge: the graph's LoRA merge graph instead of the graph */
     int backend_set;           /* --backend was given */
+    int allow_unused;          /* --allow-unused: a --gguf file's tensors need not all be used */
 } options;
 
 static void usage(FILE *out)
@@ -73,7 +74,9 @@ static void usage(FILE *out)
             "                      gpt2, gemma2, gemma3, phi3; named as the config.json keys)\n"
             "                      and llama.cpp's layout (rope_mode, conv1d_transposed,\n"
             "                      norm_offset), and every weight's dtype as the file stores it\n"
-            "                      (q4_0, q8_0, ...); -D wins (docs/gguf.md)\n"
+            "                      (q4_0, q8_0, ...); -D wins (docs/gguf.md). A file with\n"
+            "                      tensors the graph does not use is refused\n"
+            "  --allow-unused      with --gguf: allow that (a part of a file, on purpose)\n"
             "  --lora-merge        compile, print or plan the graph's LoRA merge graph instead\n"
             "                      (needs -D lora_r=R): per adapter target W += lora_scale * B A,\n"
             "                      planned for the CPU; gplan-run --lora-merge-plan runs it\n"
@@ -179,6 +182,8 @@ static int parse_args(int argc, char **argv, options *o)
                 i++;
         } else if (strcmp(a, "--lora-merge") == 0) {
             o->lora_merge = 1;
+        } else if (strcmp(a, "--allow-unused") == 0) {
+            o->allow_unused = 1;
         } else if (strcmp(a, "--config") == 0) {
             if (!next)
                 return usage_error("%s needs a FILE", a);
@@ -338,11 +343,11 @@ int main(int argc, char **argv)
     gp_dsl_opts dopts = {.defines = o.defines, .n_defines = o.n_defines, .config_path = o.config,
                          .params_out = &params, .devices = o.plan.n_devices};
     gp_gguf_params gparams = {{0}, 0};
-    gp_weights *gw = NULL;
+    gp_gguf_weights gw = {0};
+    char err[1024];
     if (o.gguf) {
-        char err[1024];
         if (gp_gguf_params_read(o.gguf, &gparams, err, sizeof err) ||
-            !(gw = gp_weights_open(o.gguf, err, sizeof err))) {
+            gp_gguf_weights_open(&gw, o.gguf, err, sizeof err)) {
             fprintf(stderr, "%s\n", err);
             gp_gguf_params_free(&gparams);
             gp_diag_free(d);
@@ -352,10 +357,15 @@ int main(int argc, char **argv)
         dopts.file_params = (const char *const *)gparams.text;
         dopts.n_file_params = gparams.n;
         dopts.weight_dtype = gp_gguf_weight_dtype;
-        dopts.weight_dtype_ctx = gw;
+        dopts.weight_dtype_ctx = &gw;
     }
     gp_graph *g = gp_dsl_compile_file(o.input, &dopts, d);
-    gp_weights_close(gw);
+    if (g && o.gguf && !o.allow_unused && gp_gguf_weights_unused(&gw, o.gguf, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        gp_graph_free(g);
+        g = NULL;
+    }
+    gp_gguf_weights_close(&gw);
     gp_gguf_params_free(&gparams);
     if (g && o.lora_merge) {
         gp_graph *mg = gp_lora_merge_graph(g, d);

@@ -21,6 +21,7 @@ typedef struct {
     const char *logits_out, *lora, *lora_merge_plan, *lora_mode, *ids;
     const char *defines[64], *stops[16];
     int n_defines, n_stops, threads, ignore_eos, chat, logits_all, stats, loop, is_plan, lora_set;
+    int allow_unused;
     int wseed; /* --random-weights given */
     uint64_t weights_seed;
     int32_t *prompt; /* [n_prompt] --prompt-ids */
@@ -37,6 +38,7 @@ static void usage(void)
            "eval, printing ids, or streaming text with --prompt, --prompt-file or --chat. A MODEL's\n"
            "graph is its architecture's; its plan is cached ($GPLAN_CACHE_DIR, ~/.cache/gplan).\n"
            "  -D NAME=VALUE, --ctx N  a MODEL's parameter; its context (default: the file's, <= 4096)\n"
+           "  --allow-unused          a MODEL's tensors need not all be in the graph\n"
            "  --weights PATH          a PLAN's checkpoint (.gguf, safetensors, index.json, folder)\n"
            "  --random-weights SEED   deterministic random weights\n"
            "  --lora DIR              a PEFT adapter: --lora-mode merge (default; --lora-merge-plan F\n"
@@ -127,7 +129,8 @@ static int parse_args(int argc, char **argv, options *o)
     const opt opts[] = {
         FL("--ignore-eos", &o->ignore_eos), FL("--stats", &o->stats),
         FL("--loop", &o->loop), FL("--logits-all", &o->logits_all),
-        FL("--chat", &o->chat), ST("--weights", &o->weights),
+        FL("--chat", &o->chat), FL("--allow-unused", &o->allow_unused),
+        ST("--weights", &o->weights),
         {"--random-weights", U64, &o->weights_seed, 0, 0, "bad --random-weights seed", &o->wseed},
         {"--seed", U64, &so->seed, 0, 0, "bad --seed", NULL},
         ST("--backend", &o->backend), ST("--prompt-ids", &o->ids),
@@ -449,7 +452,7 @@ int main(int argc, char **argv)
     runner r = {.o = &o, .text = o.text || o.text_file || o.chat};
     gp_lm_opts lo = {.plan = o.is_plan ? o.model : NULL, .tokenizer = r.text ? o.tokenizer : "",
                      .defines = o.defines, .n_defines = o.n_defines, .context = o.ctx,
-                     .backend = o.backend, .n_threads = o.threads,
+                     .backend = o.backend, .n_threads = o.threads, .allow_unused = o.allow_unused,
                      .random_weights = o.wseed, .random_seed = o.weights_seed};
     gp_gen_opts g = {.max_tokens = o.n_gen, .stop = o.stops, .n_stop = o.n_stops,
                      .ignore_eos = o.ignore_eos, .eos = o.eos, .on_text = put_text,

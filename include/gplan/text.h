@@ -57,6 +57,8 @@ typedef struct {
     const char *backend;     /* sessions' backend: "cpu" (NULL), "reference", "cuda" */
     int n_threads;           /* CPU threads; <= 0: the online cores (at most 64) */
     int device;              /* CUDA device ordinal */
+    int allow_unused;        /* a GGUF file's tensors need not all be in the graph (refused
+                                otherwise: more layers than block_count says, another model) */
     int random_weights;      /* bind deterministic random weights of random_seed, not the file's */
     uint64_t random_seed;
 } gp_lm_opts;

@@ -84,7 +84,8 @@ class _LmOpts(ctypes.Structure):
                 ("context", ctypes.c_int64), ("batch", ctypes.c_int64),
                 ("cache_dir", ctypes.c_char_p), ("backend", ctypes.c_char_p),
                 ("n_threads", ctypes.c_int), ("device", ctypes.c_int),
-                ("random_weights", ctypes.c_int), ("random_seed", ctypes.c_uint64)]
+                ("allow_unused", ctypes.c_int), ("random_weights", ctypes.c_int),
+                ("random_seed", ctypes.c_uint64)]
 
 
 class _Msg(ctypes.Structure):

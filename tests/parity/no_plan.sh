@@ -28,3 +28,21 @@ for pass in first cached; do
 done
 [ "$(ls "$cache/plans" | wc -l)" -eq 1 ] || { echo "FAIL: $name: $(ls "$cache/plans")"; exit 1; }
 echo "ok: $name: $want"
+# A plan of fewer layers than the file has leaves tensors unused: refused, unless asked for.
+if [ "$name" = gpt2 ]; then
+  # shellcheck disable=SC2086
+  out=$("$compile" --check "$graph" $from -D n_layer=1 2>&1)
+  case $out in
+    *"tensors of the file are not in the graph (blk.1."*) ;;
+    *) echo "FAIL: $name: one layer of two: '$out'"; exit 1 ;;
+  esac
+  # shellcheck disable=SC2086
+  "$compile" --check "$graph" $from -D n_layer=1 --allow-unused >/dev/null ||
+    { echo "FAIL: $name: --allow-unused refused"; exit 1; }
+  out=$("$run" "$gguf" -D n_layer=1 --prompt-ids 1 -n 1 2>&1)
+  case $out in
+    *"tensors of the file are not in the graph"*) ;;
+    *) echo "FAIL: $name: gplan-run with one layer of two: '$out'"; exit 1 ;;
+  esac
+  echo "ok: $name: unused tensors refused"
+fi

@@ -40,6 +40,7 @@ while [ $# -gt 0 ]; do
     --argmax) argmax=--argmax; shift ;;
     -D) defines="$defines -D $2"; shift 2 ;;
     --devices) defines="$defines --devices $2"; shift 2 ;;
+    --allow-unused) defines="$defines --allow-unused"; shift ;;
     --gguf) gguf=$2; shift 2 ;;
     --config) config=$2; shift 2 ;;
     --lora) lora_dir=$2; shift 2 ;;
