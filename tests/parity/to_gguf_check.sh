@@ -6,7 +6,10 @@
 # usage: to_gguf_check.sh PARITY_TO_GGUF SOURCE_DIR WORK_DIR
 set -u
 tool=$1 src=$2 work=$3
-python3 -c 'import numpy, gguf' >/dev/null 2>&1 || { echo "skipped: no python3 with numpy and gguf"; exit 77; }
+# From / with -I and -P: a gguf/ folder in the working directory (the build's tests/parity has
+# one) is a namespace package that imports without being gguf-py; its GGUFWriter tells them apart.
+(cd / && python3 -I -c 'import numpy; from gguf import GGUFWriter') >/dev/null 2>&1 ||
+  { echo "skipped: no python3 with numpy and gguf"; exit 77; }
 mkdir -p "$work" || exit 1
 status=0 n=0
 # FIXTURE [FLAG or - [KEY=...]]: parity-to-gguf FLAG FOLDER OUT KEY=...
