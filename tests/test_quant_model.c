@@ -27,13 +27,7 @@ enum { N_SHAPE = sizeof shape_defs / sizeof shape_defs[0] };
 
 static gp_model *model_of(const char *wtype, uint64_t seed)
 {
-    const char *defs[N_SHAPE + 1];
-    char w[32];
-    memcpy(defs, shape_defs, sizeof shape_defs);
-    snprintf(w, sizeof w, "wtype=%s", wtype);
-    defs[N_SHAPE] = w;
-    gp_test_model_opts o = {defs, N_SHAPE + 1, NULL, 1, seed};
-    return gp_test_model("examples/llama.gplan", &o, NULL);
+    return gp_test_model_wtype("examples/llama.gplan", shape_defs, N_SHAPE, wtype, seed);
 }
 
 /* Logits of a 5-token prompt then 3 single tokens: out [8, VOCAB]. */

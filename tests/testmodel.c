@@ -52,6 +52,22 @@ gp_model *gp_test_model(const char *example, const gp_test_model_opts *o, gp_gra
     return m;
 }
 
+gp_model *gp_test_model_wtype(const char *example, const char *const *defines, int n_defines,
+                              const char *wtype, uint64_t seed)
+{
+    const char **defs = malloc(((size_t)n_defines + 1) * sizeof *defs);
+    if (!defs)
+        return NULL;
+    char w[32];
+    memcpy(defs, defines, (size_t)n_defines * sizeof *defs);
+    snprintf(w, sizeof w, "wtype=%s", wtype);
+    defs[n_defines] = w;
+    gp_test_model_opts o = {defs, n_defines + 1, NULL, 1, seed};
+    gp_model *m = gp_test_model(example, &o, NULL);
+    free(defs);
+    return m;
+}
+
 int gp_test_eval_tokens(gp_session *s, int n, int start, int mult, float *out, int64_t vocab)
 {
     int32_t ids[64], pos[64];

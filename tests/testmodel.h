@@ -21,6 +21,12 @@ typedef struct {
  * into freed diagnostics, so only its tensors and nodes may be read. */
 gp_model *gp_test_model(const char *example, const gp_test_model_opts *o, gp_graph **graph_out);
 
+/* gp_test_model with defines[n_defines] then -D wtype=WTYPE (random weights of seed, quantized at
+ * load when wtype is a quantized type; 0: none): for the tests that build one graph in several
+ * weight types. */
+gp_model *gp_test_model_wtype(const char *example, const char *const *defines, int n_defines,
+                              const char *wtype, uint64_t seed);
+
 /* One eval of n tokens (n <= 64) at positions start..start+n-1, token i's id (start + i) * mult
  * mod vocab; copies the logits [n, vocab] into out. 0, or -1 after printing the session's error. */
 int gp_test_eval_tokens(gp_session *s, int n, int start, int mult, float *out, int64_t vocab);

@@ -473,13 +473,7 @@ enum { N_QSHAPE = sizeof quant_shape / sizeof quant_shape[0] };
 
 static gp_model *quant_llama(const char *wtype, uint64_t seed)
 {
-    const char *defs[N_QSHAPE + 1];
-    char w[32];
-    memcpy(defs, quant_shape, sizeof quant_shape);
-    snprintf(w, sizeof w, "wtype=%s", wtype);
-    defs[N_QSHAPE] = w;
-    gp_test_model_opts o = {defs, N_QSHAPE + 1, NULL, 1, seed};
-    return gp_test_model("examples/llama.gplan", &o, NULL);
+    return gp_test_model_wtype("examples/llama.gplan", quant_shape, N_QSHAPE, wtype, seed);
 }
 
 static void quant_model_parity(const char *wtype)
