@@ -464,27 +464,12 @@ void test_quant_matmul_refusals(void)
  * of 20 tokens (bucket 32: products on cuBLAS, x and W rounded to f16, so the tolerance of f16
  * weights' models, 5e-3), then 8 decode steps (the one-token kernels, f32 sums of the same
  * values, on a KV cache the prompt wrote); no allocation in evals. */
-static const char *const quant_shape[] = {
-    "num_hidden_layers=2", "hidden_size=256", "intermediate_size=512", "num_attention_heads=4",
-    "num_key_value_heads=2", "vocab_size=96", "max_position_embeddings=64", "n_batch=32",
-};
-
-enum { N_QSHAPE = sizeof quant_shape / sizeof quant_shape[0] };
-
-static gp_model *quant_llama(const char *wtype, uint64_t seed)
-{
-    return gp_test_model_wtype("examples/llama.gplan", quant_shape, N_QSHAPE, wtype, seed);
-}
-
 static void quant_model_parity(const char *wtype)
 {
-    gp_model *q = quant_llama(wtype, 11), *f = quant_llama("f32", 0);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(q);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    const char *path = gp_test_write_dequantized(q);
+    gp_model *q, *f;
+    const char *path = gp_test_llama_dequantized(64, 32, wtype, 11, &q, &f);
     CU_ASSERT_PTR_NOT_NULL_FATAL(path);
     char err[2048];
-    CU_ASSERT_EQUAL_FATAL(gp_model_bind_weights(f, path, err, sizeof err), 0);
     gp_session_opts oc = {"cpu", 2, 0}, og = {"cuda", 1, 0};
     int64_t c0 = gp_cuda_quant_count(0), c1 = gp_cuda_quant_count(1), c2 = gp_cuda_quant_count(2);
     int64_t c3 = gp_cuda_quant_count(3), c4 = gp_cuda_quant_count(4), c5 = gp_cuda_quant_count(5);
