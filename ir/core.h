@@ -26,6 +26,11 @@
 /* Formats a message into err[n] (a caller's error buffer); nothing when err is NULL or n is 0. */
 void gp_errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Reads the rest of f into a fresh buffer (the caller frees) of *len bytes and a NUL after them, in
+ * chunks, so a file of any size (or a pipe) is read without trusting its length. NULL when out of
+ * memory; the caller asks ferror(f) whether a read failed. */
+char *gp_read_stream(FILE *f, size_t *len);
+
 /* gp_dtype (the element types) and GP_MAX_DIMS are public: include/gplan/gplan_types.h. */
 
 /* Bytes of one element; 0 for the block-quantized dtypes (use gp_dtype_row_bytes). */

@@ -1127,26 +1127,9 @@ int gp_plan_load(const char *path, gp_plan **out, char *err, size_t err_len)
         gp_errf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
-    /* Read in chunks so a file of any size (or a pipe) is handled without trusting its length. */
-    size_t cap = 1 << 16, len = 0;
-    unsigned char *buf = malloc(cap);
+    size_t len = 0;
+    unsigned char *buf = (unsigned char *)gp_read_stream(f, &len);
     int rc = -1;
-    while (buf) {
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
-        if (len == cap) {
-            unsigned char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
     if (!buf)
         gp_errf(err, err_len, "%s: cannot read: out of memory", path);
     else if (ferror(f))
