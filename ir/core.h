@@ -244,6 +244,14 @@ typedef struct {
 } gp_op_info;
 
 const gp_op_info *gp_op_get(gp_op op); /* NULL for an op out of range */
+
+/* What a backend launches nothing for: GP_OP_NONE and the views that only describe input 0's
+ * storage anew (reshape, permute, slice, view; a store, also is_view, writes its cache). */
+static inline int gp_op_computes_nothing(gp_op op)
+{
+    return op == GP_OP_NONE || op == GP_OP_RESHAPE || op == GP_OP_PERMUTE || op == GP_OP_SLICE ||
+           op == GP_OP_VIEW;
+}
 int gp_op_from_name(const char *name, gp_op *out); /* 0 on success, -1 unknown */
 
 typedef enum { GP_ATTR_I, GP_ATTR_F } gp_attr_kind;     /* gp_attrs.i or gp_attrs.f */
