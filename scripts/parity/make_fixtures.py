@@ -75,18 +75,23 @@ def gpt2_config(**over):
 def llama_config(**over):
     # Grouped-query attention (4 query heads over 2 KV heads), rope_theta and rms_norm_eps off
     # their defaults (10000, 1e-6), untied LM head.
-    kw = dict(vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-              rms_norm_eps=5e-3, rope_theta=500000.0, tie_word_embeddings=False,
-              attention_bias=False, mlp_bias=False, hidden_act="silu",
-              bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return llama_cfg(dict(vocab_size=256, hidden_size=64, intermediate_size=160,
+                          num_key_value_heads=2, rms_norm_eps=5e-3, rope_theta=500000.0,
+                          tie_word_embeddings=False), over)
+
+
+# What both Llama fixtures share: 2 layers of 4 query heads, no biases, SiLU, no special tokens.
+LLAMA_COMMON = dict(num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64,
+                    attention_bias=False, mlp_bias=False, hidden_act="silu",
+                    bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+
+def llama_cfg(sizes, over):
+    """LlamaConfig of LLAMA_COMMON, sizes and then over, with rope_theta set whether this
+    transformers keeps it at the top level (4.x) or in rope_parameters (5.x); check_config verifies
+    what the model computes with."""
+    kw = dict(LLAMA_COMMON, **sizes)
     kw.update(over)
-    return llama_cfg(kw)
-
-
-def llama_cfg(kw):
-    """LlamaConfig with rope_theta set whether this transformers keeps it at the top level (4.x)
-    or in rope_parameters (5.x); check_config verifies what the model computes with."""
     cfg = LlamaConfig(**kw)
     rp = getattr(cfg, "rope_parameters", None)
     if isinstance(rp, dict) and rp.get("rope_theta") != kw["rope_theta"]:
@@ -96,13 +101,9 @@ def llama_cfg(kw):
 
 def llama_tied_config(**over):
     # Multi-query attention (4 query heads, 1 KV head), head_dim 8, odd sizes, tied LM head.
-    kw = dict(vocab_size=320, hidden_size=32, intermediate_size=80, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=64,
-              rms_norm_eps=2e-3, rope_theta=1000.0, tie_word_embeddings=True,
-              attention_bias=False, mlp_bias=False, hidden_act="silu",
-              bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    kw.update(over)
-    return llama_cfg(kw)
+    return llama_cfg(dict(vocab_size=320, hidden_size=32, intermediate_size=80,
+                          num_key_value_heads=1, rms_norm_eps=2e-3, rope_theta=1000.0,
+                          tie_word_embeddings=True), over)
 
 
 # The newer families: the same sizes as llama, each with what sets it apart.
