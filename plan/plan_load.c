@@ -43,8 +43,7 @@ static double rd_f64(const unsigned char *p)
     return d;
 }
 
-/* zlib's crc32 takes a uInt length: feed large buffers in pieces. */
-static uint32_t crc_update(uint32_t crc, const unsigned char *p, size_t n)
+uint32_t gp_plan_crc(uint32_t crc, const unsigned char *p, size_t n)
 {
     uLong c = crc;
     while (n > 0) {
@@ -1017,8 +1016,8 @@ static int parse_header(reader *r, uint16_t *minor)
         return -1;
     }
     size_t table_end = header_bytes + (size_t)n_sec * GP_PLAN_SECTION_ENTRY_BYTES;
-    uint32_t crc = crc_update(0, h, 60);
-    crc = crc_update(crc, h + GP_PLAN_HEADER_BYTES, table_end - GP_PLAN_HEADER_BYTES);
+    uint32_t crc = gp_plan_crc(0, h, 60);
+    crc = gp_plan_crc(crc, h + GP_PLAN_HEADER_BYTES, table_end - GP_PLAN_HEADER_BYTES);
     if (crc != rd_u32(h + 60)) {
         gp_errf(r->why, r->why_len, "header checksum mismatch (stored 0x%08x, computed 0x%08x)",
                 rd_u32(h + 60), crc);
@@ -1039,7 +1038,7 @@ static int parse_header(reader *r, uint16_t *minor)
                     section_name(id), (unsigned long long)off);
             return -1;
         }
-        if (crc_update(0, h + off, (size_t)size) != sec_crc) {
+        if (gp_plan_crc(0, h + off, (size_t)size) != sec_crc) {
             gp_errf(r->why, r->why_len, "checksum mismatch in section %s", section_name(id));
             return -1;
         }
