@@ -65,6 +65,13 @@ gp_model *gp_test_llama_small(int n_ctx, int n_batch, const char *wtype, uint64_
     return gp_test_model("examples/llama.gplan", &o, NULL);
 }
 
+int64_t gp_test_vocab(const gp_model *m)
+{
+    gp_model_info info;
+    gp_model_get_info(m, &info);
+    return info.vocab;
+}
+
 int gp_test_eval_tokens(gp_session *s, int n, int start, int mult, float *out, int64_t vocab)
 {
     int32_t ids[64], pos[64];

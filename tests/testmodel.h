@@ -32,6 +32,9 @@ gp_model *gp_test_llama_small(int n_ctx, int n_batch, const char *wtype, uint64_
 const char *gp_test_llama_dequantized(int n_ctx, int n_batch, const char *wtype, uint64_t seed,
                                       gp_model **q, gp_model **f);
 
+/* m's vocabulary size (gp_model_info's vocab). */
+int64_t gp_test_vocab(const gp_model *m);
+
 /* One eval of n tokens (n <= 64) at positions start..start+n-1, token i's id (start + i) * mult
  * mod vocab; copies the logits [n, vocab] into out. 0, or -1 after printing the session's error. */
 int gp_test_eval_tokens(gp_session *s, int n, int start, int mult, float *out, int64_t vocab);
