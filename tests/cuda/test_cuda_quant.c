@@ -351,15 +351,8 @@ void test_quant_get_rows(void)
         cudaMemcpy(di, ids, sizeof ids, cudaMemcpyHostToDevice);
         kctx k;
         kctx_new(&k, NULL, NULL, 0);
-        gp_cu_tensor ki;
-        memset(&ki, 0, sizeof ki);
-        ki.data = di;
-        ki.dtype = GP_I32;
+        gp_cu_tensor ki = dev_2d(di, GP_I32, T, 0, 4, 0, -1); /* the ids [T] */
         ki.ndim = 1;
-        ki.ne[0] = T;
-        ki.nb[0] = 4;
-        for (int d = 0; d < GP_MAX_DIMS; d++)
-            ki.sym[d] = -1;
         for (int f16 = 0; f16 < 2; f16++) {
             gp_dtype ot = f16 ? GP_F16 : GP_F32;
             size_t es = f16 ? 2 : 4;
