@@ -8,19 +8,6 @@
 #include "cpu/cpu_dot.h"
 #include "cpu/cpu_internal.h"
 
-/* Element i of a k or v row as f32. */
-static float kv_elt(gp_dtype t, const char *p, int64_t i)
-{
-    uint16_t h;
-    float f;
-    if (t == GP_F32) {
-        memcpy(&f, p + 4 * i, 4);
-        return f;
-    }
-    memcpy(&h, p + 2 * i, 2);
-    return t == GP_F16 ? gp_f16_to_f32(h) : gp_bf16_to_f32(h);
-}
-
 /* The portable builds of cpu/cpu_dot.h's attention loops: fmaf, the same lanes. */
 void gp_attn_scores_portable(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
                              int64_t n, float scale, float *sc)
@@ -29,7 +16,7 @@ void gp_attn_scores_portable(const float *q, const char *k, int64_t ks, gp_dtype
     for (int64_t s = 0; s < n; s++) {
         float c[GP_DOT_LANES] = {0};
         for (int64_t i = 0; i < dp; i++) {
-            float x = i < d ? q[i] : 0.0f, y = i < d ? kv_elt(kt, k + s * ks, i) : 0.0f;
+            float x = i < d ? q[i] : 0.0f, y = i < d ? gp_dot_elt(kt, k + s * ks, i) : 0.0f;
             c[i % GP_DOT_LANES] = fmaf(x, y, c[i % GP_DOT_LANES]);
         }
         sc[s] = gp_dot_total(c) * scale;
@@ -41,7 +28,7 @@ void gp_attn_accum_portable(const float *w, const char *v, int64_t vs, gp_dtype 
 {
     for (int64_t s = 0; s < n; s++)
         for (int64_t i = 0; i < d; i++)
-            acc[i] = fmaf(w[s], kv_elt(vt, v + s * vs, i), acc[i]);
+            acc[i] = fmaf(w[s], gp_dot_elt(vt, v + s * vs, i), acc[i]);
 }
 
 /* Softmax of the n scores sc[] in place (soft-capped first when cap > 0): exp(s - max) each,

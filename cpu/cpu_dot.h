@@ -4,8 +4,10 @@
 #define GP_CPU_CPU_DOT_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "ir/core.h"
+#include "ir/f16.h"
 
 /* Lanes per accumulator, rows of a and of w per kernel call. */
 enum { GP_DOT_LANES = 16, GP_DOT_RM = 6, GP_DOT_RN = 4 };
@@ -32,6 +34,20 @@ static inline float gp_dot_total(const float *l)
     for (int i = 0; i < 4; i++)
         s4[i] = s8[i] + s8[i + 4];
     return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+/* Element k of a row of dtype t (f32, f16 or bf16) at p, as f32: how the portable paths and the
+ * scalar tails read weights and K/V rows. */
+static inline float gp_dot_elt(gp_dtype t, const char *p, int64_t k)
+{
+    uint16_t h;
+    float f;
+    if (t == GP_F32) {
+        memcpy(&f, p + 4 * k, 4);
+        return f;
+    }
+    memcpy(&h, p + 2 * k, 2);
+    return t == GP_F16 ? gp_f16_to_f32(h) : gp_bf16_to_f32(h);
 }
 
 void gp_dot_portable(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,

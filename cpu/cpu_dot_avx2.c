@@ -18,19 +18,6 @@ static inline __attribute__((always_inline)) __m256 ldw(gp_dtype wt, const char 
     return _mm256_loadu_ps((const float *)(const void *)p + k);
 }
 
-/* Element k of a w row as f32 (the tail). */
-static float elt(gp_dtype wt, const char *p, int64_t k)
-{
-    uint16_t h;
-    float f;
-    if (wt == GP_F32) {
-        memcpy(&f, p + 4 * k, 4);
-        return f;
-    }
-    memcpy(&h, p + 2 * k, 2);
-    return wt == GP_F16 ? gp_f16_to_f32(h) : gp_bf16_to_f32(h);
-}
-
 static inline __attribute__((always_inline)) void row(gp_dtype wt, int64_t kc, const float *a,
                                                       const char *const *w, float *acc, int first,
                                                       float *tot)
@@ -57,7 +44,7 @@ static inline __attribute__((always_inline)) void row(gp_dtype wt, int64_t kc, c
         for (int64_t i = 0; i < kc - k; i++) {
             xa[i] = a[k + i];
             for (int n = 0; n < GP_DOT_RN; n++)
-                xw[n][i] = elt(wt, w[n], k + i);
+                xw[n][i] = gp_dot_elt(wt, w[n], k + i);
         }
         for (int h = 0; h < 2; h++) {
             __m256 x = _mm256_load_ps(xa + 8 * h);
@@ -113,7 +100,8 @@ void gp_attn_scores_avx2(const float *q, const char *k, int64_t ks, gp_dtype kt,
         _mm256_store_ps(l + 8, c1);
         if (d16 < d) /* the tail: +0 past d up to 16, as the other builds */
             for (int64_t i = d16; i < d16 + 16; i++)
-                l[i - d16] = fmaf(i < d ? q[i] : 0.0f, i < d ? elt(kt, kr, i) : 0.0f, l[i - d16]);
+                l[i - d16] =
+                    fmaf(i < d ? q[i] : 0.0f, i < d ? gp_dot_elt(kt, kr, i) : 0.0f, l[i - d16]);
         sc[s] = gp_dot_total(l) * scale;
     }
 }
@@ -138,7 +126,7 @@ void gp_attn_accum_avx2(const float *w, const char *v, int64_t vs, gp_dtype vt, 
     }
     for (int64_t i = d8; i < d; i++)
         for (int64_t s = 0; s < n; s++)
-            acc[i] = fmaf(w[s], elt(vt, v + s * vs, i), acc[i]);
+            acc[i] = fmaf(w[s], gp_dot_elt(vt, v + s * vs, i), acc[i]);
 }
 
 /* ---- rows: B [K, N] with n contiguous, one row of a at a time ---- */
@@ -162,7 +150,7 @@ static inline __attribute__((always_inline)) void rows_row(gp_dtype bt, int64_t 
     for (int j = 8 * nv; j < nc; j++) {
         float t = first ? 0.0f : acc[j];
         for (int64_t k = 0; k < kc; k++)
-            t = fmaf(a[k], elt(bt, b + k * ldb, j), t);
+            t = fmaf(a[k], gp_dot_elt(bt, b + k * ldb, j), t);
         acc[j] = t;
     }
 }

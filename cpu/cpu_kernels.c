@@ -585,13 +585,9 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
     const gp_op_info *info = gp_op_get(op);
     GP_ASSERT(info && n_in >= info->min_inputs && n_in <= info->max_inputs);
     GP_ASSERT(nth >= 1 && ith >= 0 && ith < nth);
+    if (gp_op_computes_nothing(op))
+        return;
     switch (op) {
-    case GP_OP_NONE:
-    case GP_OP_RESHAPE:
-    case GP_OP_PERMUTE:
-    case GP_OP_SLICE:
-    case GP_OP_VIEW:
-        break;
     case GP_OP_GET_ROWS:
         k_get_rows(out, in, ith, nth);
         break;

@@ -226,18 +226,6 @@ enum { MB_L = 48, NG_L = 16, KB_L = 512 };
 
 /* The portable build of the kernel: the same lanes and fused operations (fmaf), so the same bits
  * as the SIMD builds. */
-static float w_elt(gp_dtype wt, const char *p, int64_t k)
-{
-    uint16_t h;
-    float f;
-    if (wt == GP_F32) {
-        memcpy(&f, p + 4 * k, 4);
-        return f;
-    }
-    memcpy(&h, p + 2 * k, 2);
-    return wt == GP_F16 ? gp_f16_to_f32(h) : gp_bf16_to_f32(h);
-}
-
 void gp_dot_portable(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
                      float *acc, int64_t am, int first, float *tot, int64_t ldt, int64_t pf)
 {
@@ -249,7 +237,7 @@ void gp_dot_portable(int rm, int64_t kc, const float *const *a, const char *cons
             for (int l = 0; l < GP_DOT_LANES; l++)
                 c[l] = first ? 0.0f : acc[m * am + n * GP_DOT_LANES + l];
             for (int64_t k = 0; k < kp; k++) {
-                float x = k < kc ? a[m][k] : 0.0f, y = k < kc ? w_elt(wt, w[n], k) : 0.0f;
+                float x = k < kc ? a[m][k] : 0.0f, y = k < kc ? gp_dot_elt(wt, w[n], k) : 0.0f;
                 c[k % GP_DOT_LANES] = fmaf(x, y, c[k % GP_DOT_LANES]);
             }
             if (tot)
@@ -331,7 +319,7 @@ void gp_rows_portable(int rm, int64_t kc, const float *const *a, const char *b, 
         for (int j = 0; j < nc; j++) {
             float c = first ? 0.0f : acc[m * 64 + j];
             for (int64_t k = 0; k < kc; k++)
-                c = fmaf(a[m][k], w_elt(bt, b + k * ldb, j), c);
+                c = fmaf(a[m][k], gp_dot_elt(bt, b + k * ldb, j), c);
             acc[m * 64 + j] = c;
         }
 }

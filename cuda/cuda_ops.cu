@@ -799,13 +799,9 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
     }
     if (syms_ready(c, "gp_cuda_compute", info->name, out, in, n_in))
         return -1;
-    switch (op) {
-    case GP_OP_NONE:
-    case GP_OP_RESHAPE:
-    case GP_OP_PERMUTE:
-    case GP_OP_SLICE:
-    case GP_OP_VIEW:
+    if (gp_op_computes_nothing(op))
         return 0;
+    switch (op) {
     case GP_OP_ADD:
     case GP_OP_SUB:
     case GP_OP_MUL:

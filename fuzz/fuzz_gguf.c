@@ -3,10 +3,10 @@
  * so the path goes through the magic detection) with check and read of what it lists. */
 #define _GNU_SOURCE /* memfd_create */
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fuzz/fuzz.h"
+#include "fuzz/fuzz_memfd.h"
 #include "weights/gguf.h"
 #include "weights/weights.h"
 
@@ -85,20 +85,13 @@ static void walk_tensors(const gp_gguf *g, const unsigned char *base, size_t siz
 /* The same bytes as a checkpoint: every tensor found by its name, checked and read. */
 static void use_weights(const uint8_t *data, size_t size, int opened)
 {
-    int fd = memfd_create("fuzz.gguf", MFD_CLOEXEC);
+    char path[64], err[2048];
+    int whole;
+    int fd = gp_fuzz_memfd("fuzz.gguf", data, size, path, sizeof path, &whole);
     if (fd < 0)
         return;
-    size_t done = 0;
-    while (done < size) {
-        ssize_t k = write(fd, data + done, size - done);
-        if (k <= 0)
-            break;
-        done += (size_t)k;
-    }
-    char path[64], err[2048];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    gp_weights *w = done == size ? gp_weights_open(path, err, sizeof err) : NULL;
-    if (done == size && size >= 4 && memcmp(data, "GGUF", 4) == 0)
+    gp_weights *w = whole ? gp_weights_open(path, err, sizeof err) : NULL;
+    if (whole && size >= 4 && memcmp(data, "GGUF", 4) == 0)
         GP_FUZZ_CHECK((w != NULL) == opened);
     if (w) {
         int n = gp_weights_count(w);

@@ -3,10 +3,10 @@
  * model.safetensors.index.json, opened from a folder holding one fixed shard, "a.safetensors". */
 #define _GNU_SOURCE /* memfd_create */
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fuzz/fuzz.h"
+#include "fuzz/fuzz_memfd.h"
 #include "weights/weights.h"
 
 /* Supported tensors up to this many bytes are read (converted to f32) in full. */
@@ -108,19 +108,12 @@ static void fuzz_index(const uint8_t *data, size_t size)
 
 static void fuzz_file(const uint8_t *data, size_t size)
 {
-    int fd = memfd_create("fuzz.safetensors", MFD_CLOEXEC);
+    char path[64], err[1024];
+    int whole;
+    int fd = gp_fuzz_memfd("fuzz.safetensors", data, size, path, sizeof path, &whole);
     if (fd < 0)
         return;
-    size_t done = 0;
-    while (done < size) {
-        ssize_t k = write(fd, data + done, size - done);
-        if (k <= 0)
-            break;
-        done += (size_t)k;
-    }
-    char path[64], err[1024];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    if (done == size) {
+    if (whole) {
         gp_st_file *f = gp_st_open(path, err, sizeof err);
         GP_FUZZ_CHECK(f || strstr(err, path) == err);
         if (f) {

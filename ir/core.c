@@ -1,6 +1,6 @@
 /* The tables shared by compiler and runtime: dtype sizes and names, tensor kind names, the op
  * table (language name, arity, in-place input, view-ness) and its attributes (GP_OP_ATTRS); and
- * gp_errf, the one formatter of error messages into a caller's buffer. */
+ * gp_errf, the one formatter of error messages into a caller's buffer; gp_read_stream. */
 #include "ir/core.h"
 
 #include <math.h>
@@ -156,6 +156,30 @@ void gp_errf(char *err, size_t n, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, n, fmt, ap);
     va_end(ap);
+}
+
+char *gp_read_stream(FILE *f, size_t *len)
+{
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap + 1);
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *nb = cap > (SIZE_MAX - 1) / 2 ? NULL : realloc(buf, 2 * cap + 1);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (buf) {
+        buf[n] = '\0';
+        *len = n;
+    }
+    return buf;
 }
 
 /* ---- op attributes (core.h, GP_OP_ATTRS) ---- */

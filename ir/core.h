@@ -26,6 +26,11 @@
 /* Formats a message into err[n] (a caller's error buffer); nothing when err is NULL or n is 0. */
 void gp_errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Reads the rest of f into a fresh buffer (the caller frees) of *len bytes and a NUL after them, in
+ * chunks, so a file of any size (or a pipe) is read without trusting its length. NULL when out of
+ * memory; the caller asks ferror(f) whether a read failed. */
+char *gp_read_stream(FILE *f, size_t *len);
+
 /* gp_dtype (the element types) and GP_MAX_DIMS are public: include/gplan/gplan_types.h. */
 
 /* The dtypes, a row each: the enum, its name, bytes of an element (0 for a block format),
@@ -277,6 +282,14 @@ typedef struct {
 } gp_op_info;
 
 const gp_op_info *gp_op_get(gp_op op); /* NULL for an op out of range */
+
+/* What a backend launches nothing for: GP_OP_NONE and the views that only describe input 0's
+ * storage anew (reshape, permute, slice, view; a store, also is_view, writes its cache). */
+static inline int gp_op_computes_nothing(gp_op op)
+{
+    return op == GP_OP_NONE || op == GP_OP_RESHAPE || op == GP_OP_PERMUTE || op == GP_OP_SLICE ||
+           op == GP_OP_VIEW;
+}
 int gp_op_from_name(const char *name, gp_op *out); /* 0 on success, -1 unknown */
 
 typedef enum { GP_ATTR_I, GP_ATTR_F } gp_attr_kind;     /* gp_attrs.i or gp_attrs.f */

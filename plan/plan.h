@@ -162,6 +162,10 @@ int gp_plan_load(const char *path, gp_plan **out, char *err, size_t err_len);
 int gp_plan_load_mem(const void *data, size_t len, const char *name, gp_plan **out, char *err,
                      size_t err_len);
 
+/* The plan file's CRC-32 (zlib's) of n bytes at p continued from crc (0 to start), for the writer
+ * and the loader; fed to zlib in pieces, as its crc32 takes a uInt length. */
+uint32_t gp_plan_crc(uint32_t crc, const unsigned char *p, size_t n);
+
 /* The semantic checks the loader runs after parsing, for a plan built in memory too: references in
  * range, regions, offsets, alignment, shapes, views. 0 when valid, else -1 and the reason in why. */
 int gp_plan_validate(const gp_plan *p, char *why, size_t why_len);

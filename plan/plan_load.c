@@ -43,8 +43,7 @@ static double rd_f64(const unsigned char *p)
     return d;
 }
 
-/* zlib's crc32 takes a uInt length: feed large buffers in pieces. */
-static uint32_t crc_update(uint32_t crc, const unsigned char *p, size_t n)
+uint32_t gp_plan_crc(uint32_t crc, const unsigned char *p, size_t n)
 {
     uLong c = crc;
     while (n > 0) {
@@ -1017,8 +1016,8 @@ static int parse_header(reader *r, uint16_t *minor)
         return -1;
     }
     size_t table_end = header_bytes + (size_t)n_sec * GP_PLAN_SECTION_ENTRY_BYTES;
-    uint32_t crc = crc_update(0, h, 60);
-    crc = crc_update(crc, h + GP_PLAN_HEADER_BYTES, table_end - GP_PLAN_HEADER_BYTES);
+    uint32_t crc = gp_plan_crc(0, h, 60);
+    crc = gp_plan_crc(crc, h + GP_PLAN_HEADER_BYTES, table_end - GP_PLAN_HEADER_BYTES);
     if (crc != rd_u32(h + 60)) {
         gp_errf(r->why, r->why_len, "header checksum mismatch (stored 0x%08x, computed 0x%08x)",
                 rd_u32(h + 60), crc);
@@ -1039,7 +1038,7 @@ static int parse_header(reader *r, uint16_t *minor)
                     section_name(id), (unsigned long long)off);
             return -1;
         }
-        if (crc_update(0, h + off, (size_t)size) != sec_crc) {
+        if (gp_plan_crc(0, h + off, (size_t)size) != sec_crc) {
             gp_errf(r->why, r->why_len, "checksum mismatch in section %s", section_name(id));
             return -1;
         }
@@ -1127,26 +1126,9 @@ int gp_plan_load(const char *path, gp_plan **out, char *err, size_t err_len)
         gp_errf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
-    /* Read in chunks so a file of any size (or a pipe) is handled without trusting its length. */
-    size_t cap = 1 << 16, len = 0;
-    unsigned char *buf = malloc(cap);
+    size_t len = 0;
+    unsigned char *buf = (unsigned char *)gp_read_stream(f, &len);
     int rc = -1;
-    while (buf) {
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
-        if (len == cap) {
-            unsigned char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
     if (!buf)
         gp_errf(err, err_len, "%s: cannot read: out of memory", path);
     else if (ferror(f))

@@ -6,7 +6,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 typedef struct {
     unsigned char *data; /* [cap] */
@@ -112,18 +111,6 @@ static uint32_t str_ref(bytes *strtab, const char *s, int null_is_none)
     uint32_t ref = (uint32_t)strtab->len;
     put(strtab, s, strlen(s) + 1);
     return ref;
-}
-
-static uint32_t crc_of(const unsigned char *p, size_t n)
-{
-    uLong c = crc32(0, Z_NULL, 0);
-    while (n > 0) {
-        uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        c = crc32(c, p, chunk);
-        p += chunk;
-        n -= chunk;
-    }
-    return (uint32_t)c;
 }
 
 static void write_meta(bytes *b, bytes *st, const gp_plan *p)
@@ -262,7 +249,7 @@ int gp_plan_write_mem(const gp_plan *p, unsigned char **data, size_t *len, char 
     size_t off = GP_PLAN_HEADER_BYTES + N_SEC * GP_PLAN_SECTION_ENTRY_BYTES;
     for (int s = 1; s <= N_SEC; s++) {
         put_u32(&out, (uint32_t)s);
-        put_u32(&out, sec[s].failed ? 0 : crc_of(sec[s].data, sec[s].len));
+        put_u32(&out, sec[s].failed ? 0 : gp_plan_crc(0, sec[s].data, sec[s].len));
         put_u64(&out, off);
         put_u64(&out, sec[s].len);
         off += sec[s].len;
@@ -280,9 +267,9 @@ int gp_plan_write_mem(const gp_plan *p, unsigned char **data, size_t *len, char 
     }
     patch_u64(&out, 40, out.len);
     size_t table_end = GP_PLAN_HEADER_BYTES + N_SEC * GP_PLAN_SECTION_ENTRY_BYTES;
-    uLong crc = crc32(0, out.data, 60);
-    crc = crc32(crc, out.data + GP_PLAN_HEADER_BYTES, (uInt)(table_end - GP_PLAN_HEADER_BYTES));
-    patch_u32(&out, 60, (uint32_t)crc);
+    uint32_t crc = gp_plan_crc(0, out.data, 60);
+    crc = gp_plan_crc(crc, out.data + GP_PLAN_HEADER_BYTES, table_end - GP_PLAN_HEADER_BYTES);
+    patch_u32(&out, 60, crc);
     *data = out.data;
     *len = out.len;
     return 0;

@@ -101,13 +101,18 @@ void gp_aprob_release(gp_aprob *p)
     memset(p, 0, sizeof *p);
 }
 
-typedef struct {
-    int lo, idx;
-} by_lo;
-
-static int by_lo_cmp(const void *pa, const void *pb)
+int gp_key3_cmp(const void *pa, const void *pb)
 {
-    const by_lo *a = pa, *b = pb;
+    const gp_key3 *a = pa, *b = pb;
+    for (int i = 0; i < 3; i++)
+        if (a->k[i] != b->k[i])
+            return a->k[i] > b->k[i] ? -1 : 1;
+    return (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+int gp_lokey_cmp(const void *pa, const void *pb)
+{
+    const gp_lokey *a = pa, *b = pb;
     if (a->lo != b->lo)
         return a->lo < b->lo ? -1 : 1;
     return (a->idx > b->idx) - (a->idx < b->idx);
@@ -117,12 +122,12 @@ static int by_lo_cmp(const void *pa, const void *pb)
 static int build_adjacency(gp_aprob *p)
 {
     size_t n = p->n;
-    by_lo *s = malloc(n * sizeof *s);
+    gp_lokey *s = malloc(n * sizeof *s);
     if (!s)
         return -1;
     for (size_t i = 0; i < n; i++)
-        s[i] = (by_lo){p->lo[i], (int)i};
-    qsort(s, n, sizeof *s, by_lo_cmp);
+        s[i] = (gp_lokey){p->lo[i], (int)i};
+    qsort(s, n, sizeof *s, gp_lokey_cmp);
     /* In start order, the buffers that start before k ends overlap k. */
     int64_t pairs = 0;
     for (size_t k = 0; k < n && pairs <= GP_ADJ_PAIR_LIMIT; k++) {

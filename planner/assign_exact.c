@@ -40,13 +40,8 @@ typedef struct {
     int ctx_mark, arena_mark;
 } frame;
 
-/* Static orders (MiniMalloc's WAT, TAW, TWA): W lifespan width, A area, T the largest section
- * total the buffer lives through; all descending, ties by index. */
-typedef struct {
-    double k[3];
-    int idx;
-} skey;
-
+/* The static orders (MiniMalloc's WAT, TAW, TWA) sort gp_key3 keys: W lifespan width, A area, T
+ * the largest section total the buffer lives through; all descending, ties by index. */
 struct gp_exact {
     const gp_aprob *p;
     int m, S, s0;          /* buffers, sections, first global section */
@@ -60,7 +55,7 @@ struct gp_exact {
     int *rank;             /* [NUM_ORDERS, m] position of each buffer in each static order */
     double *width, *area;  /* [m] order keys that never change */
     int order;             /* the order of the current search */
-    skey *keys;            /* [m] scratch for re-ranking a new context */
+    gp_key3 *keys;         /* [m] scratch for re-ranking a new context */
     int64_t *st[ST_COUNT]; /* dynamic state: offset [m], minoff [m], floor/total/cut [S], remain */
     trail_entry *trail;
     size_t ntrail, trail_cap;
@@ -91,27 +86,6 @@ static int64_t pairs_bounded(const int *lo_sorted, const int *hi_by_lo, int m, i
         pairs += a - k - 1;
     }
     return pairs;
-}
-
-static int skey_cmp(const void *pa, const void *pb)
-{
-    const skey *a = pa, *b = pb;
-    for (int i = 0; i < 3; i++)
-        if (a->k[i] != b->k[i])
-            return a->k[i] > b->k[i] ? -1 : 1;
-    return (a->idx > b->idx) - (a->idx < b->idx);
-}
-
-typedef struct {
-    int lo, idx;
-} lokey;
-
-static int lokey_cmp(const void *pa, const void *pb)
-{
-    const lokey *a = pa, *b = pb;
-    if (a->lo != b->lo)
-        return a->lo < b->lo ? -1 : 1;
-    return (a->idx > b->idx) - (a->idx < b->idx);
 }
 
 void gp_exact_free(gp_exact *e)
@@ -150,7 +124,7 @@ static int build_orders(gp_exact *e)
 {
     const gp_buffer *b = e->p->b;
     int m = e->m;
-    skey *keys = malloc((size_t)m * sizeof *keys);
+    gp_key3 *keys = malloc((size_t)m * sizeof *keys);
     double *w = malloc((size_t)m * sizeof *w), *a = malloc((size_t)m * sizeof *a),
            *t = malloc((size_t)m * sizeof *t);
     e->width = w;
@@ -177,7 +151,7 @@ static int build_orders(gp_exact *e)
                 keys[i].k[c] = ch == 'W' ? w[i] : ch == 'A' ? a[i] : ch == 'Z' ? (double)e->size[i] : t[i];
             }
         }
-        qsort(keys, (size_t)m, sizeof *keys, skey_cmp);
+        qsort(keys, (size_t)m, sizeof *keys, gp_key3_cmp);
         for (int r = 0; r < m; r++)
             e->rank[o * m + keys[r].idx] = r;
     }
@@ -206,7 +180,7 @@ static int rerank(gp_exact *e, const context *c)
                               : key[q] == 'Z' ? (double)e->size[i]
                                               : (double)mx;
     }
-    qsort(e->keys, (size_t)c->n, sizeof *e->keys, skey_cmp);
+    qsort(e->keys, (size_t)c->n, sizeof *e->keys, gp_key3_cmp);
     for (int r = 0; r < c->n; r++)
         if (set(e, ST_RANK, e->keys[r].idx, r) != 0)
             return -1;
@@ -219,7 +193,7 @@ gp_exact *gp_exact_new(const gp_aprob *p, int q, int pair_limit, int *too_big)
     int m = p->part_start[q + 1] - p->part_start[q];
     int s0 = p->part_s0[q], S = p->part_s1[q] - s0;
     gp_exact *e = calloc(1, sizeof *e);
-    lokey *byl = malloc((size_t)m * sizeof *byl);
+    gp_lokey *byl = malloc((size_t)m * sizeof *byl);
     int *los = malloc((size_t)m * sizeof *los), *his = malloc((size_t)m * sizeof *his);
     if (!e || !byl || !los || !his)
         goto fail;
@@ -242,9 +216,9 @@ gp_exact *gp_exact_new(const gp_aprob *p, int q, int pair_limit, int *too_big)
         e->hi[i] = p->hi[g] - s0;
         e->size[i] = p->b[g].size;
         span += e->hi[i] - e->lo[i];
-        byl[i] = (lokey){e->lo[i], i};
+        byl[i] = (gp_lokey){e->lo[i], i};
     }
-    qsort(byl, (size_t)m, sizeof *byl, lokey_cmp);
+    qsort(byl, (size_t)m, sizeof *byl, gp_lokey_cmp);
     for (int k = 0; k < m; k++) {
         los[k] = byl[k].lo;
         his[k] = e->hi[byl[k].idx];

@@ -268,21 +268,7 @@ static int64_t best_fit(tindex *t, int64_t size)
     return best >= 0 ? best : top;
 }
 
-/* ---- orders ---- */
-
-typedef struct {
-    double k[3]; /* keys, compared descending */
-    int idx;
-} okey;
-
-static int okey_cmp(const void *pa, const void *pb)
-{
-    const okey *a = pa, *b = pb;
-    for (int i = 0; i < 3; i++)
-        if (a->k[i] != b->k[i])
-            return a->k[i] > b->k[i] ? -1 : 1;
-    return (a->idx > b->idx) - (a->idx < b->idx);
-}
+/* ---- orders (gp_key3: keys compared descending) ---- */
 
 /* For each buffer, the largest section total over its span and the first section reaching it
  * (sparse table over sections). */
@@ -313,7 +299,7 @@ static int breadth(const gp_aprob *p, int64_t *tot, int *arg)
     return 0;
 }
 
-static int make_order(const gp_aprob *p, int order, okey *keys)
+static int make_order(const gp_aprob *p, int order, gp_key3 *keys)
 {
     int64_t *tot = NULL;
     int *arg = NULL;
@@ -329,7 +315,7 @@ static int make_order(const gp_aprob *p, int order, okey *keys)
     for (size_t i = 0; i < p->n; i++) {
         const gp_buffer *b = &p->b[i];
         double size = (double)b->size, dur = (double)b->upper - (double)b->lower;
-        okey *k = &keys[i];
+        gp_key3 *k = &keys[i];
         k->idx = (int)i;
         switch (order) {
         /* breadth: the steps with the largest live total first, each step's buffers by size */
@@ -342,7 +328,7 @@ static int make_order(const gp_aprob *p, int order, okey *keys)
     }
     free(tot);
     free(arg);
-    qsort(keys, p->n, sizeof *keys, okey_cmp);
+    qsort(keys, p->n, sizeof *keys, gp_key3_cmp);
     return 0;
 }
 
@@ -381,7 +367,7 @@ static void sort_pairs(int64_t *v, int n, int64_t *scratch)
     }
 }
 
-static int run_lists(const gp_aprob *p, const okey *keys, const unsigned char *skip, int64_t *off)
+static int run_lists(const gp_aprob *p, const gp_key3 *keys, const unsigned char *skip, int64_t *off)
 {
     int64_t maxdeg = 0;
     for (size_t i = 0; i < p->n; i++)
@@ -436,7 +422,7 @@ done:
 
 int gp_greedy_run(const gp_aprob *p, int order, const unsigned char *skip, int use_tree, int64_t *off)
 {
-    okey *keys = malloc(p->n * sizeof *keys);
+    gp_key3 *keys = malloc(p->n * sizeof *keys);
     tindex t;
     memset(&t, 0, sizeof t);
     t.ns = p->ns;

@@ -37,6 +37,18 @@ enum { GP_ADJ_PAIR_LIMIT = 16000000 };
 int gp_aprob_init(gp_aprob *p, const gp_buffer *b, size_t n);
 void gp_aprob_release(gp_aprob *p);
 
+/* qsort keys of the orders (assign.c): gp_key3, three keys compared descending, ties by index;
+ * gp_lokey, a buffer's first section ascending, ties by index. */
+typedef struct {
+    double k[3];
+    int idx;
+} gp_key3;
+int gp_key3_cmp(const void *pa, const void *pb);
+typedef struct {
+    int lo, idx;
+} gp_lokey;
+int gp_lokey_cmp(const void *pa, const void *pb);
+
 /* Seconds on a monotonic clock. */
 double gp_assign_now(void);
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/core.h"
 #include "ir/diag.h"
 
 enum { COL_ID, COL_LOWER, COL_UPPER, COL_SIZE, COL_OFFSET, NUM_COLS };
@@ -307,21 +308,8 @@ int gp_csv_read(const char *path, gp_csv **out, char *err, size_t err_len)
             snprintf(err, err_len, "%s: cannot read (%s)", path, strerror(errno));
         return -1;
     }
-    size_t cap = 1 << 16, n = 0, got;
-    char *text = malloc(cap);
-    while (text && (got = fread(text + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *t = realloc(text, 2 * cap);
-            if (!t) {
-                free(text);
-                text = NULL;
-                break;
-            }
-            text = t;
-            cap *= 2;
-        }
-    }
+    size_t n = 0;
+    char *text = gp_read_stream(f, &n);
     int rd_err = ferror(f);
     fclose(f);
     if (!text || rd_err) {

@@ -70,7 +70,8 @@ typedef struct gp_backend_ops {
     /* Zeroes the STATE region (the session calls it to restart a sequence). 0 or -1 with err. */
     int (*reset_state)(void *ctx, char *err, size_t err_len);
     /* Host and device allocations this instance made after create returned (should stay 0: the
-     * figure gplan-run --stats reports as "device allocations during evals"). */
+     * figure gplan-run --stats reports as "device allocations during evals"); NULL when the
+     * backend allocates everything in create, so the count is always 0. */
     int64_t (*alloc_count)(void *ctx);
     void (*destroy)(void *ctx); /* NULL ctx: no-op */
     /* Several devices: makes the communicator the n instances of one session share (devices[r]:

@@ -371,14 +371,8 @@ static int cpu_reset_state(void *vctx, char *err, size_t err_len)
     return 0;
 }
 
-/* Everything is allocated in cpu_create; an eval allocates nothing. */
-static int64_t cpu_alloc_count(void *vctx)
-{
-    (void)vctx;
-    return 0;
-}
-
 const gp_backend_ops gp_backend_cpu = {
-    "cpu", cpu_create, cpu_eval, cpu_reset_state, cpu_alloc_count, cpu_destroy,
-    gp_host_comm_create, gp_host_comm_destroy, NULL, /* weights read in place */
+    "cpu", cpu_create, cpu_eval, cpu_reset_state,
+    NULL, /* no alloc_count: everything is allocated in cpu_create, an eval allocates nothing */
+    cpu_destroy, gp_host_comm_create, gp_host_comm_destroy, NULL, /* weights read in place */
 };

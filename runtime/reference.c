@@ -147,13 +147,8 @@ static int ref_reset_state(void *vctx, char *err, size_t err_len)
     return 0;
 }
 
-static int64_t ref_alloc_count(void *vctx)
-{
-    (void)vctx;
-    return 0;
-}
-
 const gp_backend_ops gp_backend_reference = {
-    "reference", ref_create, ref_eval, ref_reset_state, ref_alloc_count, ref_destroy,
-    gp_host_comm_create, gp_host_comm_destroy, NULL, /* weights read in place */
+    "reference", ref_create, ref_eval, ref_reset_state,
+    NULL, /* no alloc_count: everything is allocated in ref_create */
+    ref_destroy, gp_host_comm_create, gp_host_comm_destroy, NULL, /* weights read in place */
 };

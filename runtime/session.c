@@ -1337,7 +1337,7 @@ int64_t gp_session_eval_count(const gp_session *s)
 int64_t gp_session_backend_allocs(const gp_session *s)
 {
     int64_t n = 0;
-    for (int r = 0; s && r < s->p->n_devices; r++)
+    for (int r = 0; s && s->ops->alloc_count && r < s->p->n_devices; r++)
         n += s->ops->alloc_count(s->ranks[r].ctx);
     return n;
 }

@@ -1297,27 +1297,28 @@ static void test_check(void)
         CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &b, &ro->k, rin, 2, err, sizeof err), -1);
         CU_ASSERT(strstr(err, "rope: bad llama3 scaling") == err);
     }
-    /* Linear scaling (scaling GP_ROPE_LINEAR): a factor that is not finite and > 0 refused. */
-    const double bad_linear[] = {0, -2, NAN, INFINITY};
-    for (size_t i = 0; i < sizeof bad_linear / sizeof bad_linear[0]; i++) {
-        gp_attrs b = {.i = {[GP_ROPE_N_DIMS] = 8, [GP_ROPE_SCALING] = GP_ROPE_LINEAR},
-                      .f = {[GP_ROPE_THETA] = 10000.0, [GP_ROPE_FACTOR] = bad_linear[i]}};
-        CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &b, &ro->k, rin, 2, err, sizeof err), -1);
-        CU_ASSERT(strstr(err, "rope: bad linear scaling") == err);
+    /* Linear scaling (GP_ROPE_LINEAR) and LongRoPE (GP_ROPE_LONGROPE): a factor (LongRoPE's, the
+     * attention factor) that is not finite and > 0 refused, a good one taken. */
+    const double bad_factor[] = {0, -2, NAN, INFINITY};
+    const struct {
+        int64_t scaling;
+        const char *why;
+        double good;
+    } factored[] = {{GP_ROPE_LINEAR, "rope: bad linear scaling", 8.0},
+                    {GP_ROPE_LONGROPE, "rope: bad longrope scaling", 1.19}};
+    for (size_t s = 0; s < sizeof factored / sizeof factored[0]; s++) {
+        gp_attrs b = {.i = {[GP_ROPE_N_DIMS] = 8, [GP_ROPE_SCALING] = factored[s].scaling},
+                      .f = {[GP_ROPE_THETA] = 10000.0}};
+        for (size_t i = 0; i < sizeof bad_factor / sizeof bad_factor[0]; i++) {
+            b.f[GP_ROPE_FACTOR] = bad_factor[i];
+            CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &b, &ro->k, rin, 2, err, sizeof err), -1);
+            CU_ASSERT(strstr(err, factored[s].why) == err);
+        }
+        b.f[GP_ROPE_FACTOR] = factored[s].good;
+        CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &b, &ro->k, rin, 2, err, sizeof err), 0);
     }
     gp_attrs lin = {.i = {[GP_ROPE_N_DIMS] = 8, [GP_ROPE_SCALING] = GP_ROPE_LINEAR},
                     .f = {[GP_ROPE_THETA] = 10000.0, [GP_ROPE_FACTOR] = 8.0}};
-    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &lin, &ro->k, rin, 2, err, sizeof err), 0);
-    /* LongRoPE (scaling GP_ROPE_LONGROPE): an attention factor that is not finite and > 0 refused. */
-    for (size_t i = 0; i < sizeof bad_linear / sizeof bad_linear[0]; i++) {
-        gp_attrs b = {.i = {[GP_ROPE_N_DIMS] = 8, [GP_ROPE_SCALING] = GP_ROPE_LONGROPE},
-                      .f = {[GP_ROPE_THETA] = 10000.0, [GP_ROPE_FACTOR] = bad_linear[i]}};
-        CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &b, &ro->k, rin, 2, err, sizeof err), -1);
-        CU_ASSERT(strstr(err, "rope: bad longrope scaling") == err);
-    }
-    gp_attrs lr = {.i = {[GP_ROPE_N_DIMS] = 8, [GP_ROPE_SCALING] = GP_ROPE_LONGROPE},
-                   .f = {[GP_ROPE_THETA] = 10000.0, [GP_ROPE_FACTOR] = 1.19}};
-    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &lr, &ro->k, rin, 2, err, sizeof err), 0);
     /* freq_factors: f32 [n/2] only. */
     float fw[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     gp_ktensor fin[3] = {rx->k, rin[1], {fw, GP_F32, 1, {4}, {4}}};

@@ -56,6 +56,13 @@ static gp_model *compile_model(const char *example, const char **defs, int n_def
 
 /* Builds random A, B for every weight of g named "*.<target>.weight" for a target in `targets`
  * (space separated); fan: W is [in, out] (Conv1D) rather than [out, in]. */
+/* Module k's PEFT tensor names: base_model.model.MOD.lora_A.weight and .lora_B.weight. */
+static void name_module(adapter *ad, int k, const char *mod)
+{
+    snprintf(ad->aname[k], sizeof ad->aname[k], "base_model.model.%s.lora_A.weight", mod);
+    snprintf(ad->bname[k], sizeof ad->bname[k], "base_model.model.%s.lora_B.weight", mod);
+}
+
 static void make_adapter(const gp_graph *g, const char *targets, int64_t r, int fan, uint64_t seed,
                          adapter *ad)
 {
@@ -82,8 +89,7 @@ static void make_adapter(const gp_graph *g, const char *targets, int64_t r, int 
             continue;
         int k = ad->n++;
         snprintf(ad->wname[k], sizeof ad->wname[k], "%s", t->weight_name);
-        snprintf(ad->aname[k], sizeof ad->aname[k], "base_model.model.%s.lora_A.weight", mod);
-        snprintf(ad->bname[k], sizeof ad->bname[k], "base_model.model.%s.lora_B.weight", mod);
+        name_module(ad, k, mod);
         ad->fan[k] = fan;
         ad->out[k] = fan ? t->shape[1].size : t->shape[0].size;
         ad->in[k] = fan ? t->shape[0].size : t->shape[1].size;
@@ -153,6 +159,21 @@ static void write_config(const char *dir, int64_t r, double alpha, const char *t
              "\"bias\": \"none\"}",
              (long long)r, alpha, targets_json, fan ? "true" : "false", rslora ? "true" : "false");
     write_text(dir, "adapter_config.json", cfg);
+}
+
+/* An adapter for the targets of g (rank r, fan, random A and B from seed) into *ad, written to a
+ * fresh folder with its config (alpha, targets_json, the config's fan_in_fan_out, rslora): the
+ * folder's path. The caller frees *ad. */
+static const char *write_adapter(const gp_graph *g, const char *targets, int64_t r, int fan,
+                                 uint64_t seed, double alpha, const char *targets_json, int cfg_fan,
+                                 int rslora, adapter *ad)
+{
+    make_adapter(g, targets, r, fan, seed, ad);
+    CU_ASSERT(ad->n > 0);
+    const char *dir = tmpdir();
+    write_config(dir, r, alpha, targets_json, cfg_fan, rslora);
+    write_weights(dir, ad, -1);
+    return dir;
 }
 
 /* Writes g's random weights (SEED) with the adapter merged in double precision:
@@ -233,6 +254,16 @@ static float *logits_of(const gp_model *m, const char *backend, size_t *n)
     return out;
 }
 
+/* Whether m's CPU logits are base [nb], bit for bit. */
+static int logits_are(const gp_model *m, const float *base, size_t nb)
+{
+    size_t n = 0;
+    float *l = logits_of(m, "cpu", &n);
+    int same = l && n == nb && memcmp(l, base, n * sizeof(float)) == 0;
+    free(l);
+    return same;
+}
+
 /* Writes the plan of `example` compiled with defs (merge: its merge plan, as gplan-compile
  * --lora-merge does; the last def is then lora_r=R) to a new file; returns its path (static
  * storage: copy it) or NULL. */
@@ -289,11 +320,8 @@ static double merged_vs_reference(const char *example, const char **defs, int n_
     double rd = -1;
     char err[2048];
     adapter ad;
-    make_adapter(g, targets, r, fan, 99, &ad);
-    CU_ASSERT(ad.n > 0);
-    const char *dir = tmpdir();
-    write_config(dir, r, alpha, targets_json, cfg_fan, rslora);
-    write_weights(dir, &ad, -1);
+    const char *dir = write_adapter(g, targets, r, fan, 99, alpha, targets_json, cfg_fan, rslora,
+                                    &ad);
     char ckpt[700];
     snprintf(ckpt, sizeof ckpt, "%s/merged.safetensors", dir);
     adapter ad_ref = ad; /* the same A, B; square weights read with the reference orientation */
@@ -473,10 +501,8 @@ static void test_scale_zero(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(path);
     snprintf(mplan, sizeof mplan, "%s", path);
     adapter ad;
-    make_adapter(g, "c_attn c_fc", 4, 1, 5, &ad);
-    const char *dir = tmpdir();
-    write_config(dir, 4, 16, "[\"c_attn\", \"c_fc\"]", 1, 0);
-    write_weights(dir, &ad, -1);
+    const char *dir =
+        write_adapter(g, "c_attn c_fc", 4, 1, 5, 16, "[\"c_attn\", \"c_fc\"]", 1, 0, &ad);
     CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, SEED, err, sizeof err), 0);
     gp_model_info before, after;
     gp_model_get_info(m, &before);
@@ -617,8 +643,7 @@ static void test_errors(void)
                  "[64, 192], Conv1D [in, out])");
 
     /* A module of a layer the merge plan lacks. */
-    snprintf(ad.aname[1], sizeof ad.aname[1], "base_model.model.transformer.h.7.attn.c_attn.lora_A.weight");
-    snprintf(ad.bname[1], sizeof ad.bname[1], "base_model.model.transformer.h.7.attn.c_attn.lora_B.weight");
+    name_module(&ad, 1, "transformer.h.7.attn.c_attn");
     write_weights(dir, &ad, -1);
     snprintf(want, sizeof want,
              "lora: \"base_model.model.transformer.h.7.attn.c_attn.lora_A.weight\": the merge plan "
@@ -643,8 +668,7 @@ static void test_errors(void)
 
     /* The right adapter with merge plans that do not fit: the model's own plan, a plan of other
      * weight dtypes, a plan of more layers whose extra layer the adapter covers, no file. */
-    snprintf(ad.aname[1], sizeof ad.aname[1], "base_model.model.transformer.h.1.attn.c_attn.lora_A.weight");
-    snprintf(ad.bname[1], sizeof ad.bname[1], "base_model.model.transformer.h.1.attn.c_attn.lora_B.weight");
+    name_module(&ad, 1, "transformer.h.1.attn.c_attn");
     write_weights(dir, &ad, -1);
     snprintf(other, sizeof other, "%s", plan_file("examples/gpt2.gplan", gpt2_defs, 6, 0, NULL));
     snprintf(want, sizeof want, "%s: not a LoRA merge plan (no input \"lora_scale\" f32 [1]; make "
@@ -660,8 +684,7 @@ static void test_errors(void)
     const char *l3_defs[] = {"n_layer=3", "n_embd=64", "n_head=4", "vocab_size=256",
                              "n_positions=64", "n_batch=8", "lora_r=4"};
     snprintf(other, sizeof other, "%s", merge_plan_file("examples/gpt2.gplan", l3_defs, 7, NULL));
-    snprintf(ad.aname[1], sizeof ad.aname[1], "base_model.model.transformer.h.2.attn.c_attn.lora_A.weight");
-    snprintf(ad.bname[1], sizeof ad.bname[1], "base_model.model.transformer.h.2.attn.c_attn.lora_B.weight");
+    name_module(&ad, 1, "transformer.h.2.attn.c_attn");
     write_weights(dir, &ad, -1);
     snprintf(want, sizeof want, "lora: merge plan %s: \"transformer.h.2.attn.c_attn.weight\" is "
              "f32 [64, 192], but the model's plan \"gpt2\" has no such weight (compile both from "
@@ -673,8 +696,7 @@ static void test_errors(void)
     CU_ASSERT_NSTRING_EQUAL(err, want, strlen(want));
 
     /* A second adapter on the same binding. */
-    snprintf(ad.aname[1], sizeof ad.aname[1], "base_model.model.transformer.h.1.attn.c_attn.lora_A.weight");
-    snprintf(ad.bname[1], sizeof ad.bname[1], "base_model.model.transformer.h.1.attn.c_attn.lora_B.weight");
+    name_module(&ad, 1, "transformer.h.1.attn.c_attn");
     write_weights(dir, &ad, -1);
     CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, mplan, 1.0, err, sizeof err), 0);
     CU_ASSERT_EQUAL(gp_model_apply_lora(m, dir, mplan, 1.0, err, sizeof err), -1);
@@ -682,10 +704,7 @@ static void test_errors(void)
                            "again first)");
     /* Binding again drops the merged copies. */
     CU_ASSERT_EQUAL(gp_model_random_weights(m, SEED, err, sizeof err), 0);
-    size_t n = 0;
-    float *l = logits_of(m, "cpu", &n);
-    CU_ASSERT(l && n == nb && memcmp(l, base, n * sizeof(float)) == 0);
-    free(l);
+    CU_ASSERT(logits_are(m, base, nb));
 
     free(base);
     adapter_free(&ad);
@@ -705,10 +724,8 @@ static void test_no_alloc(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(path);
     snprintf(mplan, sizeof mplan, "%s", path);
     adapter ad;
-    make_adapter(g, "c_attn c_proj c_fc", 4, 1, 8, &ad);
-    const char *dir = tmpdir();
-    write_config(dir, 4, 8, "[\"c_attn\", \"c_proj\", \"c_fc\"]", 1, 0);
-    write_weights(dir, &ad, -1);
+    const char *dir = write_adapter(g, "c_attn c_proj c_fc", 4, 1, 8, 8,
+                                    "[\"c_attn\", \"c_proj\", \"c_fc\"]", 1, 0, &ad);
     CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, SEED, err, sizeof err), 0);
     gp_lora_merge *mg = gp_lora_merge_new(m, dir, mplan, 1.0, err, sizeof err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(mg);
@@ -755,11 +772,7 @@ static const char *adapter_dir(const gp_graph *g, const char *targets, const cha
                                double alpha, uint64_t seed)
 {
     adapter ad;
-    make_adapter(g, targets, 4, fan, seed, &ad);
-    CU_ASSERT(ad.n > 0);
-    const char *dir = tmpdir();
-    write_config(dir, 4, alpha, json, fan, 0);
-    write_weights(dir, &ad, -1);
+    const char *dir = write_adapter(g, targets, 4, fan, seed, alpha, json, fan, 0, &ad);
     adapter_free(&ad);
     return dir;
 }
@@ -910,7 +923,7 @@ static void test_runtime_errors(void)
     CU_ASSERT_STRING_EQUAL(err, "lora: plan \"gpt2\" has no adapter slots (compile the graph "
                            "with -D lora_r=R for runtime adapters)");
     CU_ASSERT_EQUAL_FATAL(gp_model_random_weights(m, SEED, err, sizeof err), 0);
-    size_t nb = 0, n = 0;
+    size_t nb = 0;
     float *base = logits_of(m, "cpu", &nb);
     CU_ASSERT_PTR_NOT_NULL_FATAL(base);
 
@@ -933,8 +946,7 @@ static void test_runtime_errors(void)
                            "weight\": the plan's slot is [192, 4], file has [96, 4]");
 
     /* A module the plan has no slot for (layer 7 of 2). */
-    snprintf(ad.aname[1], sizeof ad.aname[1], "base_model.model.transformer.h.7.attn.c_attn.lora_A.weight");
-    snprintf(ad.bname[1], sizeof ad.bname[1], "base_model.model.transformer.h.7.attn.c_attn.lora_B.weight");
+    name_module(&ad, 1, "transformer.h.7.attn.c_attn");
     write_weights(dir, &ad, -1);
     CU_ASSERT_EQUAL(gp_model_bind_adapter(m, dir, 1.0, err, sizeof err), -1);
     CU_ASSERT_STRING_EQUAL(err, "lora: \"base_model.model.transformer.h.7.attn.c_attn.lora_A."
@@ -942,9 +954,7 @@ static void test_runtime_errors(void)
                            "the graph declares the targets of runtime mode)");
 
     /* The slots are unchanged (still zero): the logits are the base model's. */
-    float *l = logits_of(m, "cpu", &n);
-    CU_ASSERT(l && n == nb && memcmp(l, base, n * sizeof(float)) == 0);
-    free(l);
+    CU_ASSERT(logits_are(m, base, nb));
     free(base);
     adapter_free(&ad);
     gp_model_free(m);

@@ -19,21 +19,9 @@
 
 #define VOCAB 96
 
-static const char *const shape_defs[] = {
-    "num_hidden_layers=2", "hidden_size=256", "intermediate_size=512", "num_attention_heads=4",
-    "num_key_value_heads=2", "vocab_size=96", "max_position_embeddings=32", "n_batch=8",
-};
-enum { N_SHAPE = sizeof shape_defs / sizeof shape_defs[0] };
-
 static gp_model *model_of(const char *wtype, uint64_t seed)
 {
-    const char *defs[N_SHAPE + 1];
-    char w[32];
-    memcpy(defs, shape_defs, sizeof shape_defs);
-    snprintf(w, sizeof w, "wtype=%s", wtype);
-    defs[N_SHAPE] = w;
-    gp_test_model_opts o = {defs, N_SHAPE + 1, NULL, 1, seed};
-    return gp_test_model("examples/llama.gplan", &o, NULL);
+    return gp_test_llama_small(32, 8, wtype, seed);
 }
 
 /* Logits of a 5-token prompt then 3 single tokens: out [8, VOCAB]. */
@@ -61,14 +49,9 @@ static const char *const types[] = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_
 static void test_against_dequantized(void)
 {
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
-        gp_model *q = model_of(types[k], 11);
-        gp_model *f = model_of("f32", 0);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(q);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-        const char *path = gp_test_write_dequantized(q);
+        gp_model *q, *f;
+        const char *path = gp_test_llama_dequantized(32, 8, types[k], 11, &q, &f);
         CU_ASSERT_PTR_NOT_NULL_FATAL(path);
-        char err[2048];
-        CU_ASSERT_EQUAL_FATAL(gp_model_bind_weights(f, path, err, sizeof err), 0);
         float lq[4 * VOCAB], lf[4 * VOCAB], l1[4 * VOCAB], lr[4 * VOCAB];
         CU_ASSERT_EQUAL_FATAL(run(q, "cpu", 2, lq), 0);
         CU_ASSERT_EQUAL_FATAL(run(f, "cpu", 2, lf), 0);

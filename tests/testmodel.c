@@ -52,6 +52,26 @@ gp_model *gp_test_model(const char *example, const gp_test_model_opts *o, gp_gra
     return m;
 }
 
+gp_model *gp_test_llama_small(int n_ctx, int n_batch, const char *wtype, uint64_t seed)
+{
+    char ctx[48], batch[32], w[32];
+    snprintf(ctx, sizeof ctx, "max_position_embeddings=%d", n_ctx);
+    snprintf(batch, sizeof batch, "n_batch=%d", n_batch);
+    snprintf(w, sizeof w, "wtype=%s", wtype);
+    const char *defs[] = {"num_hidden_layers=2",  "hidden_size=256",       "intermediate_size=512",
+                          "num_attention_heads=4", "num_key_value_heads=2", "vocab_size=96",
+                          ctx, batch, w};
+    gp_test_model_opts o = {defs, (int)(sizeof defs / sizeof defs[0]), NULL, 1, seed};
+    return gp_test_model("examples/llama.gplan", &o, NULL);
+}
+
+int64_t gp_test_vocab(const gp_model *m)
+{
+    gp_model_info info;
+    gp_model_get_info(m, &info);
+    return info.vocab;
+}
+
 int gp_test_eval_tokens(gp_session *s, int n, int start, int mult, float *out, int64_t vocab)
 {
     int32_t ids[64], pos[64];
@@ -126,4 +146,24 @@ const char *gp_test_write_dequantized(const gp_model *m)
     free(bufs);
     free(ts);
     return rc ? NULL : path;
+}
+
+const char *gp_test_llama_dequantized(int n_ctx, int n_batch, const char *wtype, uint64_t seed,
+                                      gp_model **q, gp_model **f)
+{
+    *q = gp_test_llama_small(n_ctx, n_batch, wtype, seed);
+    *f = gp_test_llama_small(n_ctx, n_batch, "f32", 0);
+    const char *path = *q && *f ? gp_test_write_dequantized(*q) : NULL;
+    char err[2048];
+    if (path && gp_model_bind_weights(*f, path, err, sizeof err)) {
+        fprintf(stderr, "gp_test_llama_dequantized: %s\n", err);
+        remove(path);
+        path = NULL;
+    }
+    if (!path) {
+        gp_model_free(*q);
+        gp_model_free(*f);
+        *q = *f = NULL;
+    }
+    return path;
 }

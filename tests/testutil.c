@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ir/core.h"
+
 const char *gp_test_path(const char *rel)
 {
     static char buf[4096];
@@ -90,27 +92,10 @@ char *gp_test_read_file(const char *path, size_t *len)
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *nb = realloc(buf, 2 * cap + 1);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
+    size_t n;
+    char *buf = gp_read_stream(f, &n);
     fclose(f);
-    if (!buf)
-        return NULL;
-    buf[n] = '\0';
-    if (len)
+    if (buf && len)
         *len = n;
     return buf;
 }

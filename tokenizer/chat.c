@@ -161,6 +161,25 @@ static int check_turns(const gp_chat_template *t, const gp_chat_msg *m, size_t n
     return 0;
 }
 
+/* Every message as PRE role MID content END, the content trimmed when strip is set, then prompt
+ * when gen is set: the layout of the families that write each role's name (ChatML, Llama 3, Phi-3). */
+static void turns(writer *w, const gp_chat_msg *m, size_t n, const char *pre, const char *mid,
+                  const char *end, int strip, int gen, const char *prompt)
+{
+    for (size_t i = 0; i < n; i++) {
+        put(w, pre);
+        put(w, m[i].role);
+        put(w, mid);
+        if (strip)
+            put_stripped(w, m[i].content);
+        else
+            put(w, m[i].content);
+        put(w, end);
+    }
+    if (gen)
+        put(w, prompt);
+}
+
 /* ChatML (SmolLM2-Instruct, Qwen2): the template's default system prompt when the first message
  * is not a system one. */
 static void chatml(writer *w, const gp_chat_template *t, const gp_chat_msg *m, size_t n, int gen)
@@ -170,29 +189,14 @@ static void chatml(writer *w, const gp_chat_template *t, const gp_chat_msg *m, s
         put_n(w, t->default_system, t->default_system_len);
         put(w, "<|im_end|>\n");
     }
-    for (size_t i = 0; i < n; i++) {
-        put(w, "<|im_start|>");
-        put(w, m[i].role);
-        put(w, "\n");
-        put(w, m[i].content);
-        put(w, "<|im_end|>\n");
-    }
-    if (gen)
-        put(w, "<|im_start|>assistant\n");
+    turns(w, m, n, "<|im_start|>", "\n", "<|im_end|>\n", 0, gen, "<|im_start|>assistant\n");
 }
 
 /* Llama 3 (Meta-Llama-3-8B-Instruct): contents trimmed. */
 static void llama3(writer *w, const gp_chat_msg *m, size_t n, int gen)
 {
-    for (size_t i = 0; i < n; i++) {
-        put(w, "<|start_header_id|>");
-        put(w, m[i].role);
-        put(w, "<|end_header_id|>\n\n");
-        put_stripped(w, m[i].content);
-        put(w, "<|eot_id|>");
-    }
-    if (gen)
-        put(w, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    turns(w, m, n, "<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>", 1, gen,
+          "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 /* Llama 2 (Llama-2-7b-chat-hf): BOS before every [INST]; the system block inside the first user
@@ -255,15 +259,7 @@ static void gemma(writer *w, const gp_chat_msg *m, size_t n, int gen)
 /* Phi-3 (Phi-3-mini-4k-instruct): <|role|>\n content <|end|>\n. */
 static void phi3(writer *w, const gp_chat_msg *m, size_t n, int gen)
 {
-    for (size_t i = 0; i < n; i++) {
-        put(w, "<|");
-        put(w, m[i].role);
-        put(w, "|>\n");
-        put(w, m[i].content);
-        put(w, "<|end|>\n");
-    }
-    if (gen)
-        put(w, "<|assistant|>\n");
+    turns(w, m, n, "<|", "|>\n", "<|end|>\n", 0, gen, "<|assistant|>\n");
 }
 
 /* Mistral (Mistral-7B-Instruct-v0.1 and v0.2's first template): one BOS at the start; a system

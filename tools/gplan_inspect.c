@@ -8,8 +8,11 @@
 
 #include "gplan/gplan_version.h" /* generated from include/gplan/gplan_version.h.in */
 #include "plan/plan.h"
+#include "tools/cli.h"
 
 enum { EXIT_OK = 0, EXIT_BAD = 1, EXIT_USAGE = 2 };
+
+static const char prog[] = "gplan-inspect";
 
 typedef struct {
     const char *plan;
@@ -44,13 +47,6 @@ static void usage(FILE *out)
             "  --version       print the version and exit\n"
             "\n"
             "exit status: 0 success, 1 bad plan file (or FILE cannot be written), 2 bad usage\n");
-}
-
-static int usage_error(const char *msg, const char *arg)
-{
-    fprintf(stderr, "gplan-inspect: %s%s%s\ntry 'gplan-inspect --help'\n", msg, arg ? ": " : "",
-            arg ? arg : "");
-    return EXIT_USAGE;
 }
 
 /* ---- the tensor table ---- */
@@ -418,11 +414,7 @@ int main(int argc, char **argv)
     options o = {.width = 64};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return EXIT_OK;
-        } else if (!strcmp(a, "--version")) {
-            printf("gplan-inspect %s\n", GPLAN_VERSION_STRING);
+        if (gp_cli_help_version(a, prog, GPLAN_VERSION_STRING, usage)) {
             return EXIT_OK;
         } else if (!strcmp(a, "--timeline")) {
             o.timeline = 1;
@@ -430,26 +422,26 @@ int main(int argc, char **argv)
             o.json = 1;
         } else if (!strcmp(a, "--svg")) {
             if (++i >= argc)
-                return usage_error("--svg needs a FILE", NULL);
+                return gp_cli_usage_error(prog, "--svg needs a FILE", NULL);
             o.svg = argv[i];
         } else if (!strcmp(a, "--width")) {
             char *end;
             if (++i >= argc)
-                return usage_error("--width needs a number", NULL);
+                return gp_cli_usage_error(prog, "--width needs a number", NULL);
             long v = strtol(argv[i], &end, 10);
             if (*end || end == argv[i] || v < 8 || v > 1000)
-                return usage_error("--width wants a number in 8..1000, not", argv[i]);
+                return gp_cli_usage_error(prog, "--width wants a number in 8..1000, not", argv[i]);
             o.width = (int)v;
         } else if (a[0] == '-' && a[1]) {
-            return usage_error("unknown option", a);
+            return gp_cli_usage_error(prog, "unknown option", a);
         } else if (o.plan) {
-            return usage_error("one PLAN only; extra argument", a);
+            return gp_cli_usage_error(prog, "one PLAN only; extra argument", a);
         } else {
             o.plan = a;
         }
     }
     if (!o.plan)
-        return usage_error("no PLAN given", NULL);
+        return gp_cli_usage_error(prog, "no PLAN given", NULL);
 
     gp_plan *p = NULL;
     char err[1024];

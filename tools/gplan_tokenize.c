@@ -8,8 +8,11 @@
 
 #include "gplan/gplan.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/cli.h"
 
 enum { EXIT_OK = 0, EXIT_BAD = 1, EXIT_USAGE = 2 };
+
+static const char prog[] = "gplan-tokenize";
 
 static void usage(FILE *out)
 {
@@ -34,13 +37,6 @@ static void usage(FILE *out)
             "\n"
             "exit status: 0 success, 1 bad model, file or input (invalid UTF-8, bad id),\n"
             "2 bad usage\n");
-}
-
-static int usage_error(const char *msg, const char *arg)
-{
-    fprintf(stderr, "gplan-tokenize: %s%s%s\ntry 'gplan-tokenize --help'\n", msg,
-            arg ? ": " : "", arg ? arg : "");
-    return EXIT_USAGE;
 }
 
 static char *read_all(FILE *f, size_t *len)
@@ -121,11 +117,7 @@ int main(int argc, char **argv)
     int add_special = 1, parse_special = 0, count = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return EXIT_OK;
-        } else if (!strcmp(a, "--version")) {
-            printf("gplan-tokenize %s\n", GPLAN_VERSION_STRING);
+        if (gp_cli_help_version(a, prog, GPLAN_VERSION_STRING, usage)) {
             return EXIT_OK;
         } else if (!strcmp(a, "--no-special"))
             add_special = 0;
@@ -135,21 +127,21 @@ int main(int argc, char **argv)
             count = 1;
         else if (!strcmp(a, "--file") || !strcmp(a, "--decode")) {
             if (i + 1 >= argc)
-                return usage_error("missing argument for", a);
+                return gp_cli_usage_error(prog, "missing argument for", a);
             *(a[2] == 'f' ? &file : &ids) = argv[++i];
         } else if (a[0] == '-' && a[1] == '-' && !model)
-            return usage_error("unknown option", a);
+            return gp_cli_usage_error(prog, "unknown option", a);
         else if (!model)
             model = a;
         else if (!text)
             text = a;
         else
-            return usage_error("unexpected argument", a);
+            return gp_cli_usage_error(prog, "unexpected argument", a);
     }
     if (!model)
-        return usage_error("no MODEL given", NULL);
+        return gp_cli_usage_error(prog, "no MODEL given", NULL);
     if ((text != NULL) + (file != NULL) + (ids != NULL) > 1)
-        return usage_error("give one of TEXT, --file F and --decode IDS", NULL);
+        return gp_cli_usage_error(prog, "give one of TEXT, --file F and --decode IDS", NULL);
 
     char err[1024];
     gp_tok *t = gp_tok_load(model, err, sizeof err);

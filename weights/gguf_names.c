@@ -42,26 +42,14 @@ static const alias gpt2_names[] = {
     {"blk.#.ffn_down", "transformer.h.#.mlp.c_proj"},
 };
 
-/* Gemma 2 and 3: four norms a block, and the one after attention is post_attention_norm (llama's
- * ffn_norm is Gemma's pre_feedforward_layernorm). Gemma 2 files have no output tensor (the head is
- * always the embedding); Gemma 3's q and k norms are qwen3's names. */
+/* Gemma 2 and 3: llama's names but for the norms, four a block, searched before llama's table: the
+ * one after attention is post_attention_norm (llama's ffn_norm is Gemma's
+ * pre_feedforward_layernorm). Gemma 2 files have no output tensor (the head is always the
+ * embedding); Gemma 3's q and k norms are qwen3's names. */
 static const alias gemma_names[] = {
-    {"token_embd", "model.embed_tokens"},
-    {"output_norm", "model.norm"},
-    {"output", "lm_head"},
-    {"blk.#.attn_norm", "model.layers.#.input_layernorm"},
-    {"blk.#.attn_q", "model.layers.#.self_attn.q_proj"},
-    {"blk.#.attn_k", "model.layers.#.self_attn.k_proj"},
-    {"blk.#.attn_v", "model.layers.#.self_attn.v_proj"},
-    {"blk.#.attn_output", "model.layers.#.self_attn.o_proj"},
-    {"blk.#.attn_q_norm", "model.layers.#.self_attn.q_norm"},
-    {"blk.#.attn_k_norm", "model.layers.#.self_attn.k_norm"},
     {"blk.#.post_attention_norm", "model.layers.#.post_attention_layernorm"},
     {"blk.#.ffn_norm", "model.layers.#.pre_feedforward_layernorm"},
     {"blk.#.post_ffw_norm", "model.layers.#.post_feedforward_layernorm"},
-    {"blk.#.ffn_gate", "model.layers.#.mlp.gate_proj"},
-    {"blk.#.ffn_up", "model.layers.#.mlp.up_proj"},
-    {"blk.#.ffn_down", "model.layers.#.mlp.down_proj"},
 };
 
 /* Phi-3: the checkpoint's fused projections keep their layout, qkv_proj as attn_qkv and
@@ -83,23 +71,30 @@ static const struct {
     const char *arch;
     const alias *names;
     size_t count;
+    int then_llama; /* names not in this table are looked up in llama's */
 } tables[] = {
-    {"gpt2", TABLE(gpt2_names)},
-    {"gemma2", TABLE(gemma_names)},
-    {"gemma3", TABLE(gemma_names)},
-    {"phi3", TABLE(phi3_names)},
+    {"gpt2", TABLE(gpt2_names), 0},
+    {"gemma2", TABLE(gemma_names), 1},
+    {"gemma3", TABLE(gemma_names), 1},
+    {"phi3", TABLE(phi3_names), 0},
 };
 
-/* The table of arch: its own, or llama's (qwen2, qwen3, any other, NULL). */
-static const alias *names_of(const char *arch, size_t *count)
+/* The tables of arch, searched in order: its own (and llama's after it where then_llama), or
+ * llama's alone (qwen2, qwen3, any other, NULL). Returns how many, 1 or 2. */
+static int tables_of(const char *arch, const alias *tab[2], size_t count[2])
 {
+    int n = 0;
     for (size_t i = 0; arch && i < sizeof tables / sizeof tables[0]; i++)
         if (strcmp(arch, tables[i].arch) == 0) {
-            *count = tables[i].count;
-            return tables[i].names;
+            tab[n] = tables[i].names;
+            count[n++] = tables[i].count;
+            if (!tables[i].then_llama)
+                return n;
+            break;
         }
-    *count = sizeof llama_names / sizeof llama_names[0];
-    return llama_names;
+    tab[n] = llama_names;
+    count[n++] = sizeof llama_names / sizeof llama_names[0];
+    return n;
 }
 
 /* Length of name's stem when it ends in ".weight" or ".bias", else -1. */
@@ -140,12 +135,15 @@ static int match(const char *pat, const char *stem, long len, const char **num, 
 
 static int translate(const char *arch, const char *name, int to_hf, char *out, size_t n)
 {
-    size_t count;
-    const alias *tab = names_of(arch, &count);
+    const alias *tabs[2];
+    size_t counts[2];
+    int n_tabs = tables_of(arch, tabs, counts);
     long len = name ? stem_len(name) : -1;
     if (len < 0 || !out || n == 0)
         return -1;
-    for (size_t k = 0; k < count; k++) {
+    for (int t = 0; t < n_tabs; t++)
+    for (size_t k = 0; k < counts[t]; k++) {
+        const alias *tab = tabs[t];
         const char *num;
         long nlen;
         if (!match(to_hf ? tab[k].gguf : tab[k].hf, name, len, &num, &nlen))

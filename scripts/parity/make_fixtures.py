@@ -75,18 +75,23 @@ def gpt2_config(**over):
 def llama_config(**over):
     # Grouped-query attention (4 query heads over 2 KV heads), rope_theta and rms_norm_eps off
     # their defaults (10000, 1e-6), untied LM head.
-    kw = dict(vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-              rms_norm_eps=5e-3, rope_theta=500000.0, tie_word_embeddings=False,
-              attention_bias=False, mlp_bias=False, hidden_act="silu",
-              bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return llama_cfg(dict(vocab_size=256, hidden_size=64, intermediate_size=160,
+                          num_key_value_heads=2, rms_norm_eps=5e-3, rope_theta=500000.0,
+                          tie_word_embeddings=False), over)
+
+
+# What both Llama fixtures share: 2 layers of 4 query heads, no biases, SiLU, no special tokens.
+LLAMA_COMMON = dict(num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64,
+                    attention_bias=False, mlp_bias=False, hidden_act="silu",
+                    bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+
+def llama_cfg(sizes, over):
+    """LlamaConfig of LLAMA_COMMON, sizes and then over, with rope_theta set whether this
+    transformers keeps it at the top level (4.x) or in rope_parameters (5.x); check_config verifies
+    what the model computes with."""
+    kw = dict(LLAMA_COMMON, **sizes)
     kw.update(over)
-    return llama_cfg(kw)
-
-
-def llama_cfg(kw):
-    """LlamaConfig with rope_theta set whether this transformers keeps it at the top level (4.x)
-    or in rope_parameters (5.x); check_config verifies what the model computes with."""
     cfg = LlamaConfig(**kw)
     rp = getattr(cfg, "rope_parameters", None)
     if isinstance(rp, dict) and rp.get("rope_theta") != kw["rope_theta"]:
@@ -96,13 +101,9 @@ def llama_cfg(kw):
 
 def llama_tied_config(**over):
     # Multi-query attention (4 query heads, 1 KV head), head_dim 8, odd sizes, tied LM head.
-    kw = dict(vocab_size=320, hidden_size=32, intermediate_size=80, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=64,
-              rms_norm_eps=2e-3, rope_theta=1000.0, tie_word_embeddings=True,
-              attention_bias=False, mlp_bias=False, hidden_act="silu",
-              bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    kw.update(over)
-    return llama_cfg(kw)
+    return llama_cfg(dict(vocab_size=320, hidden_size=32, intermediate_size=80,
+                          num_key_value_heads=1, rms_norm_eps=2e-3, rope_theta=1000.0,
+                          tie_word_embeddings=True), over)
 
 
 # The newer families: the same sizes as llama, each with what sets it apart.
@@ -533,6 +534,25 @@ def write_run(path, prompt, tokens, rows):
     np.asarray(rows, dtype="<f4").tofile(os.path.join(path, "logits.f32"))
 
 
+def fixture_checks(path, rows, cache_vs_forward, fp32_vs_fp64):
+    """The entries of every fixture.json (this script's and make_lora_fixtures.py's): the logits'
+    layout, the error measure, the files in path and the reference's checks of itself."""
+    return {
+        "logits": "logits.f32: [n_gen, vocab] little-endian float32",
+        "rel_err": "max_i |a_i - b_i| / max_i |b_i| per step, max over steps",
+        "files": sorted(os.listdir(path)),
+        "check_cache_vs_full_forward": cache_vs_forward,
+        "check_fp32_vs_fp64": fp32_vs_fp64,
+        "min_top2_margin_rel": min_margin(rows),
+    }
+
+
+def write_fixture_json(path, info):
+    with open(os.path.join(path, "fixture.json"), "w") as f:
+        json.dump(info, f, indent=1)
+        f.write("\n")
+
+
 def make(out_dir, name, kind, seed, n_prompt, shard, n_gen):
     model = build(kind, seed)
     kw = CLAIMED[kind]
@@ -601,25 +621,18 @@ def make(out_dir, name, kind, seed, n_prompt, shard, n_gen):
         with open(os.path.join(path, "config_v4.json"), "w") as f:
             json.dump(gemma3_v4_config(saved), f, indent=2, sort_keys=True)
             f.write("\n")
-    files = sorted(os.listdir(path))
     info = {
         "name": name, "architecture": type(model).__name__, "seed": seed,
         "torch": torch.__version__, "transformers": transformers.__version__,
         "prompt": prompt, "tokens": tokens, "n_gen": n_gen, "vocab": vocab,
-        "logits": "logits.f32: [n_gen, vocab] little-endian float32",
-        "rel_err": "max_i |a_i - b_i| / max_i |b_i| per step, max over steps",
-        "files": files,
-        "check_cache_vs_full_forward": cache_vs_forward,
-        "check_fp32_vs_fp64": fp32_vs_fp64,
-        "min_top2_margin_rel": min_margin(rows),
+        **fixture_checks(path, rows, cache_vs_forward, fp32_vs_fp64),
         "generate_agrees": gen_tokens is not None,
         "sensitivity_rel_err": sens,
         "config_top_level_rope_theta": saved.get("rope_theta"),
         "config_rope_parameters": saved.get("rope_parameters"),
     }
-    with open(os.path.join(path, "fixture.json"), "w") as f:
-        json.dump(info, f, indent=1)
-        f.write("\n")
+    write_fixture_json(path, info)
+    files = info["files"]
     weak = [k for k, v in sens.items() if not v > 100 * TOL_FP32]
     print(f"  {name}: vocab {vocab}, prompt {len(prompt)}, tokens {tokens[:8]}..., "
           f"cache-vs-forward {cache_vs_forward:.2e}, fp32-vs-fp64 {fp32_vs_fp64:.2e}, "
@@ -633,6 +646,20 @@ def make(out_dir, name, kind, seed, n_prompt, shard, n_gen):
         raise SystemExit(f"make_fixtures: {name}: transformers disagrees with itself")
 
 
+def make_each(prog, fixtures, make_one):
+    """make_one(*fixture) for each fixture (its name first); a failure is reported and the others
+    still made. Returns how many failed."""
+    failed = 0
+    for fx in fixtures:
+        try:
+            make_one(*fx)
+        except (Exception, SystemExit) as e:  # report and go on with the other fixtures
+            traceback.print_exc()
+            print(f"{prog}: {fx[0]} FAILED: {e}")
+            failed += 1
+    return failed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
@@ -644,16 +671,8 @@ def main():
     os.makedirs(a.out_dir, exist_ok=True)
     print(f"make_fixtures: torch {torch.__version__}, transformers {transformers.__version__}, "
           f"CPU float32 (float64 for the noise floor)")
-    failed = 0
-    for name, kind, seed, n_prompt, shard in FIXTURES:
-        if only and name not in only:
-            continue
-        try:
-            make(a.out_dir, name, kind, seed, n_prompt, shard, a.n_gen)
-        except (Exception, SystemExit) as e:  # report and go on with the other fixtures
-            traceback.print_exc()
-            print(f"make_fixtures: {name} FAILED: {e}")
-            failed += 1
+    chosen = [fx for fx in FIXTURES if not only or fx[0] in only]
+    failed = make_each("make_fixtures", chosen, lambda *fx: make(a.out_dir, *fx, a.n_gen))
     return 1 if failed else 0
 
 

@@ -26,7 +26,6 @@ import os
 import shutil
 import sys
 import tarfile
-import traceback
 
 import numpy as np
 import peft
@@ -36,8 +35,8 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_fixtures import (forced, greedy, min_margin, rel_err, seq_rel_err,  # noqa: E402
-                           write_run)
+from make_fixtures import (fixture_checks, forced, greedy, make_each, rel_err,  # noqa: E402
+                           seq_rel_err, write_fixture_json, write_run)
 
 TOL_FP32 = 1e-4
 RANK, ALPHA = 4, 8
@@ -142,7 +141,6 @@ def make(out_dir, base_dir, name, base_name, seed, cfg_kw, skip, n_gen):
     with open(os.path.join(path, "adapter_config.json")) as f:
         acfg = json.load(f)
 
-    files = sorted(os.listdir(path))
     info = {
         "name": name, "base": base_name, "seed": seed,
         "torch": torch.__version__, "transformers": transformers.__version__,
@@ -152,17 +150,11 @@ def make(out_dir, base_dir, name, base_name, seed, cfg_kw, skip, n_gen):
         "n_lora_layers": len(lora_layers(model)),
         "prompt": prompt, "tokens": tokens, "n_gen": n_gen,
         "tokens_differing_from_base": sum(a != b for a, b in zip(tokens, base_tokens)),
-        "logits": "logits.f32: [n_gen, vocab] little-endian float32",
-        "rel_err": "max_i |a_i - b_i| / max_i |b_i| per step, max over steps",
-        "files": files,
-        "check_cache_vs_full_forward": cache_vs_forward,
-        "check_fp32_vs_fp64": fp32_vs_fp64,
-        "min_top2_margin_rel": min_margin(rows),
+        **fixture_checks(path, rows, cache_vs_forward, fp32_vs_fp64),
         "sensitivity_rel_err": sens,
     }
-    with open(os.path.join(path, "fixture.json"), "w") as f:
-        json.dump(info, f, indent=1)
-        f.write("\n")
+    write_fixture_json(path, info)
+    files = info["files"]
     print(f"  {name}: base {base_name}, {info['n_lora_layers']} LoRA layers, targets "
           f"{info['target_modules']}, tokens {tokens[:8]}... ({info['tokens_differing_from_base']}"
           f"/{n_gen} differ from the base), cache-vs-forward {cache_vs_forward:.2e}, "
@@ -188,14 +180,8 @@ def main():
     os.makedirs(a.out_dir, exist_ok=True)
     print(f"make_lora_fixtures: torch {torch.__version__}, transformers "
           f"{transformers.__version__}, peft {peft.__version__}, CPU float32")
-    failed = 0
-    for name, base_name, seed, cfg_kw, skip in FIXTURES:
-        try:
-            make(a.out_dir, a.base_dir, name, base_name, seed, cfg_kw, skip, a.n_gen)
-        except (Exception, SystemExit) as e:  # report and go on with the other fixture
-            traceback.print_exc()
-            print(f"make_lora_fixtures: {name} FAILED: {e}")
-            failed += 1
+    failed = make_each("make_lora_fixtures", FIXTURES,
+                       lambda *fx: make(a.out_dir, a.base_dir, *fx, a.n_gen))
     if a.tar:
         with tarfile.open(a.tar, "w") as t:
             for name, *_ in FIXTURES:

@@ -12,11 +12,9 @@ tmp=$5
 doc=$src/docs/errors.md
 mkdir -p "$tmp"
 cd "$tmp" || exit 1
-failed=0
+. "$src/tests/cli/lib.sh"  # failed, fail, expect_run
 ran=0
 ids=""
-
-fail() { echo "FAIL: $*"; failed=1; }
 
 # Digits become N, so a message checks against the catalogue whatever sizes or offsets it names.
 shape() { printf '%s\n' "$1" | sed 's/[0-9][0-9]*/N/g'; }
@@ -35,16 +33,8 @@ check() {
     inspect) exe=$inspect ;;
     run) exe=$run ;;
   esac
-  out=$("$exe" "$@" 2>&1)
-  rc=$?
+  expect_run line 5 "$id: gplan-$tool $*" "$want" "$line" "$exe" "$@"
   ran=$((ran + 1))
-  if [ "$rc" -ne "$want" ]; then
-    fail "$id: gplan-$tool $*: exit status $rc, expected $want"
-    printf '%s\n' "$out" | head -5
-  elif ! printf '%s\n' "$out" | grep -qxF -- "$line"; then
-    fail "$id: gplan-$tool $*: no output line is exactly: $line"
-    printf '%s\n' "$out" | head -5
-  fi
   grep -qF -- "\`$id\`" "$doc" || fail "$id is not in docs/errors.md"
   shape "$(cat "$doc")" | grep -qF -- "$(shape "$line")" ||
     fail "$id: docs/errors.md lacks the message: $line"

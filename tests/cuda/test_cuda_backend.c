@@ -38,9 +38,7 @@ static void model_parity(const char *wtype, double tol)
     CU_ASSERT_PTR_NOT_NULL(sc);
     CU_ASSERT_PTR_NOT_NULL(sg);
     if (sc && sg) {
-        gp_model_info info;
-        gp_model_get_info(m, &info);
-        int64_t V = info.vocab;
+        int64_t V = gp_test_vocab(m);
         float *lc = malloc(sizeof(float) * 64 * (size_t)V), *lg = malloc(sizeof(float) * 64 * (size_t)V);
         /* A 5-token prompt (bucket 8: padded launches), 3 decode steps, then 3 tokens (bucket 4),
          * then a reset and the prompt again; a reset, a 40-token prompt (bucket 64: the
@@ -155,9 +153,7 @@ static void decode_on_vs_off(const char *example, const char *const *defs, int n
                 example, off_var ? off_var : "-", off_val ? off_val : "-", (long long)(c1 - c0),
                 (long long)(c2 - c1), (long long)min_on);
     if (off && on && cpu) {
-        gp_model_info info;
-        gp_model_get_info(m, &info);
-        int64_t V = info.vocab;
+        int64_t V = gp_test_vocab(m);
         size_t n = 8 * (size_t)V;
         float *l_on = malloc(sizeof(float) * n), *l_off = malloc(sizeof(float) * n);
         float *l_cpu = malloc(sizeof(float) * n);
@@ -252,9 +248,7 @@ void test_model_prompt_tiles(void)
         CU_ASSERT_EQUAL(made[1], 0);
         CU_ASSERT_EQUAL(made[2], 0);
         CU_ASSERT_PTR_NOT_NULL_FATAL(cpu);
-        gp_model_info info;
-        gp_model_get_info(m, &info);
-        int64_t V = info.vocab;
+        int64_t V = gp_test_vocab(m);
         size_t bytes = sizeof(float) * 40 * (size_t)V;
         float *lc = malloc(bytes), *lg = malloc(bytes);
         const int plan[][2] = {{40, 0}, {1, 40}, {20, 41}, {1, 61}};
@@ -485,9 +479,7 @@ void test_model_atthead_long(void)
         CU_ASSERT_PTR_NOT_NULL_FATAL(on);
         CU_ASSERT_PTR_NOT_NULL_FATAL(off);
         CU_ASSERT_PTR_NOT_NULL_FATAL(cpu);
-        gp_model_info info;
-        gp_model_get_info(m, &info);
-        int64_t V = info.vocab;
+        int64_t V = gp_test_vocab(m);
         size_t n = 64 * (size_t)V; /* gp_test_eval_tokens' most tokens an eval */
         float *l_on = malloc(sizeof(float) * n), *l_cpu = malloc(sizeof(float) * n);
         int start = 0, longs = 0;

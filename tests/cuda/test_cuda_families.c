@@ -409,9 +409,7 @@ static void fam_model(const char *family, const char *wtype, const char *n_batch
         fprintf(stderr, "\n  %s: cuda session: %s\n", example, err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(sc);
     CU_ASSERT_PTR_NOT_NULL_FATAL(sg);
-    gp_model_info info;
-    gp_model_get_info(m, &info);
-    int64_t V = info.vocab;
+    int64_t V = gp_test_vocab(m);
     float *lc = malloc(sizeof(float) * 9 * (size_t)V), *lg = malloc(sizeof(float) * 9 * (size_t)V);
     int at = 0;
     for (int e = 0; e < 33; e++) {

@@ -33,9 +33,7 @@ void test_lora_rebind(void)
     gp_session *sg = gp_session_new(m, &og, err, sizeof err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(sc);
     CU_ASSERT_PTR_NOT_NULL_FATAL(sg);
-    gp_model_info info;
-    gp_model_get_info(m, &info);
-    int64_t V = info.vocab;
+    int64_t V = gp_test_vocab(m);
     float *lc = malloc(sizeof(float) * 8 * (size_t)V), *lg = malloc(sizeof(float) * 8 * (size_t)V);
     float *base = malloc(sizeof(float) * 8 * (size_t)V);
     /* No adapter (zero slots), then the adapter at scale 1, then at scale 0.5, then none again:
@@ -226,9 +224,7 @@ static void lora_case(const char *wtype, int64_t r, double tol)
     CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
     write_gpt2_adapter(dir, r, 7u + (uint32_t)r);
     CU_ASSERT_EQUAL(gp_model_bind_adapter(m, dir, 1.0, err, sizeof err), 0);
-    gp_model_info info;
-    gp_model_get_info(m, &info);
-    int64_t V = info.vocab;
+    int64_t V = gp_test_vocab(m);
     gp_session_opts oc = {"cpu", 1, 0};
     int64_t m0 = gp_cuda_lora_merged_count();
     gp_session *cpu = gp_session_new(m, &oc, err, sizeof err), *on = session_with(m, NULL, NULL);

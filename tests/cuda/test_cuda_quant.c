@@ -351,15 +351,8 @@ void test_quant_get_rows(void)
         cudaMemcpy(di, ids, sizeof ids, cudaMemcpyHostToDevice);
         kctx k;
         kctx_new(&k, NULL, NULL, 0);
-        gp_cu_tensor ki;
-        memset(&ki, 0, sizeof ki);
-        ki.data = di;
-        ki.dtype = GP_I32;
+        gp_cu_tensor ki = dev_2d(di, GP_I32, T, 0, 4, 0, -1); /* the ids [T] */
         ki.ndim = 1;
-        ki.ne[0] = T;
-        ki.nb[0] = 4;
-        for (int d = 0; d < GP_MAX_DIMS; d++)
-            ki.sym[d] = -1;
         for (int f16 = 0; f16 < 2; f16++) {
             gp_dtype ot = f16 ? GP_F16 : GP_F32;
             size_t es = f16 ? 2 : 4;
@@ -464,33 +457,12 @@ void test_quant_matmul_refusals(void)
  * of 20 tokens (bucket 32: products on cuBLAS, x and W rounded to f16, so the tolerance of f16
  * weights' models, 5e-3), then 8 decode steps (the one-token kernels, f32 sums of the same
  * values, on a KV cache the prompt wrote); no allocation in evals. */
-static const char *const quant_shape[] = {
-    "num_hidden_layers=2", "hidden_size=256", "intermediate_size=512", "num_attention_heads=4",
-    "num_key_value_heads=2", "vocab_size=96", "max_position_embeddings=64", "n_batch=32",
-};
-
-enum { N_QSHAPE = sizeof quant_shape / sizeof quant_shape[0] };
-
-static gp_model *quant_llama(const char *wtype, uint64_t seed)
-{
-    const char *defs[N_QSHAPE + 1];
-    char w[32];
-    memcpy(defs, quant_shape, sizeof quant_shape);
-    snprintf(w, sizeof w, "wtype=%s", wtype);
-    defs[N_QSHAPE] = w;
-    gp_test_model_opts o = {defs, N_QSHAPE + 1, NULL, 1, seed};
-    return gp_test_model("examples/llama.gplan", &o, NULL);
-}
-
 static void quant_model_parity(const char *wtype)
 {
-    gp_model *q = quant_llama(wtype, 11), *f = quant_llama("f32", 0);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(q);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    const char *path = gp_test_write_dequantized(q);
+    gp_model *q, *f;
+    const char *path = gp_test_llama_dequantized(64, 32, wtype, 11, &q, &f);
     CU_ASSERT_PTR_NOT_NULL_FATAL(path);
     char err[2048];
-    CU_ASSERT_EQUAL_FATAL(gp_model_bind_weights(f, path, err, sizeof err), 0);
     gp_session_opts oc = {"cpu", 2, 0}, og = {"cuda", 1, 0};
     int64_t c0 = gp_cuda_quant_count(0), c1 = gp_cuda_quant_count(1), c2 = gp_cuda_quant_count(2);
     int64_t c3 = gp_cuda_quant_count(3), c4 = gp_cuda_quant_count(4), c5 = gp_cuda_quant_count(5);
@@ -501,9 +473,7 @@ static void quant_model_parity(const char *wtype)
     if (!sg)
         fprintf(stderr, "\n  cuda session (%s): %s\n", wtype, err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(sg);
-    gp_model_info info;
-    gp_model_get_info(q, &info);
-    int64_t V = info.vocab;
+    int64_t V = gp_test_vocab(q);
     float *lc = malloc(sizeof(float) * 20 * (size_t)V), *lg = malloc(sizeof(float) * 20 * (size_t)V);
     double worst = 0;
     for (int i = 0; i < 9; i++) {

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "fuzz/fuzz.h"
+#include "ir/core.h"
 
 static int run_file(const char *path)
 {
@@ -19,21 +20,8 @@ static int run_file(const char *path)
         fprintf(stderr, "%s: cannot open\n", path);
         return -1;
     }
-    size_t cap = 4096, n = 0, got;
-    uint8_t *buf = malloc(cap);
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            uint8_t *b = realloc(buf, 2 * cap);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = b;
-            cap *= 2;
-        }
-    }
+    size_t n = 0;
+    char *buf = gp_read_stream(f, &n);
     fclose(f);
     if (!buf) {
         fprintf(stderr, "%s: out of memory\n", path);

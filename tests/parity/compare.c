@@ -12,7 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/cli.h"
+
 enum { EXIT_PASS = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+static const char prog[] = "parity-compare";
 
 #define MAX_FILE_BYTES (1L << 30) /* logits files beyond this are not a parity fixture */
 
@@ -46,13 +50,6 @@ static void usage(FILE *out)
             "  --name LABEL        the row's first column (default: FIXTURE_DIR)\n"
             "  -h, --help          this help\n"
             "exit status: 0 pass, 1 fail, 2 bad usage or unreadable input\n");
-}
-
-static int usage_error(const char *msg, const char *arg)
-{
-    fprintf(stderr, "parity-compare: %s%s%s\ntry 'parity-compare --help'\n", msg, arg ? ": " : "",
-            arg ? arg : "");
-    return EXIT_USAGE;
 }
 
 /* Reads a whole file (at most MAX_FILE_BYTES) into a NUL-terminated buffer; NULL with a message. */
@@ -170,7 +167,7 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (!strcmp(a, "--got-tokens") || !strcmp(a, "--skip") || !strcmp(a, "--tol") ||
                    !strcmp(a, "--name")) {
             if (!v)
-                return usage_error("missing value for", a);
+                return gp_cli_usage_error(prog, "missing value for", a);
             i++;
             if (!strcmp(a, "--got-tokens")) {
                 o->got_tokens = v;
@@ -180,22 +177,22 @@ static int parse_args(int argc, char **argv, options *o)
                 errno = 0;
                 o->skip = strtol(v, &end, 10);
                 if (errno || end == v || *end || o->skip < 0 || o->skip > 1000000)
-                    return usage_error("bad --skip", v);
+                    return gp_cli_usage_error(prog, "bad --skip", v);
             } else {
                 o->tol = strtod(v, &end);
                 if (end == v || *end || !(o->tol >= 0) || !isfinite(o->tol))
-                    return usage_error("bad --tol (a number >= 0)", v);
+                    return gp_cli_usage_error(prog, "bad --tol (a number >= 0)", v);
             }
         } else if (a[0] == '-' && a[1]) {
-            return usage_error("unknown option", a);
+            return gp_cli_usage_error(prog, "unknown option", a);
         } else if (n_pos < 2) {
             pos[n_pos++] = a;
         } else {
-            return usage_error("unexpected argument", a);
+            return gp_cli_usage_error(prog, "unexpected argument", a);
         }
     }
     if (n_pos != 2)
-        return usage_error("expected FIXTURE_DIR and GOT_LOGITS", NULL);
+        return gp_cli_usage_error(prog, "expected FIXTURE_DIR and GOT_LOGITS", NULL);
     o->fixture = pos[0];
     o->got_logits = pos[1];
     if (!o->name)
