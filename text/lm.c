@@ -210,8 +210,10 @@ static gp_graph *compile_for(const source *src, const gp_lm_opts *o, gp_diag *d,
     }
     char *params = NULL;
     gp_graph *g = compile_graph(src, &defs, &params, d, err, err_len);
-    if (!g)
+    if (!g) {
+        free(params); /* the parameters are resolved before a later check refuses the graph */
         return NULL;
+    }
     int again = 0;
     if (!o->context && !defines_set(o, ctx_param) &&
         param_value(params, ctx_param) > GP_LM_DEFAULT_CONTEXT)
