@@ -50,67 +50,67 @@ char *gp_dsl_read_file(gp_diag *d, const char *path, const char *what, size_t *l
     return text;
 }
 
-char *ast_strndup(const char *s, size_t n)
+char *gp_ast_strndup(const char *s, size_t n)
 {
     char *p = xcalloc(n + 1, 1);
     memcpy(p, s, n);
     return p;
 }
 
-char *ast_strdup(const char *s)
+char *gp_ast_strdup(const char *s)
 {
-    return ast_strndup(s, strlen(s));
+    return gp_ast_strndup(s, strlen(s));
 }
 
-static ast_expr *expr_new(ast_expr_kind kind, gp_loc loc)
+static gp_ast_expr *expr_new(gp_ast_expr_kind kind, gp_loc loc)
 {
-    ast_expr *e = xcalloc(1, sizeof *e);
+    gp_ast_expr *e = xcalloc(1, sizeof *e);
     e->kind = kind;
     e->loc = loc;
     e->depth = 1;
     return e;
 }
 
-ast_expr *ast_int(gp_loc loc, int64_t v)
+gp_ast_expr *gp_ast_int(gp_loc loc, int64_t v)
 {
-    ast_expr *e = expr_new(AST_INT, loc);
+    gp_ast_expr *e = expr_new(AST_INT, loc);
     e->i = v;
     return e;
 }
 
-ast_expr *ast_float(gp_loc loc, double v)
+gp_ast_expr *gp_ast_float(gp_loc loc, double v)
 {
-    ast_expr *e = expr_new(AST_FLOAT, loc);
+    gp_ast_expr *e = expr_new(AST_FLOAT, loc);
     e->f = v;
     return e;
 }
 
-ast_expr *ast_string(gp_loc loc, char *s)
+gp_ast_expr *gp_ast_string(gp_loc loc, char *s)
 {
-    ast_expr *e = expr_new(AST_STRING, loc);
+    gp_ast_expr *e = expr_new(AST_STRING, loc);
     e->s = s;
     return e;
 }
 
-ast_expr *ast_name(gp_loc loc, char *s)
+gp_ast_expr *gp_ast_name(gp_loc loc, char *s)
 {
-    ast_expr *e = expr_new(AST_NAME, loc);
+    gp_ast_expr *e = expr_new(AST_NAME, loc);
     e->s = s;
     return e;
 }
 
-ast_expr *ast_unary(gp_loc loc, int op, ast_expr *a)
+gp_ast_expr *gp_ast_unary(gp_loc loc, int op, gp_ast_expr *a)
 {
-    ast_expr *e = expr_new(AST_UNARY, loc);
+    gp_ast_expr *e = expr_new(AST_UNARY, loc);
     e->op = op;
     e->a = a;
     e->depth = a->depth + 1;
     return e;
 }
 
-ast_expr *ast_binary(gp_loc loc, int op, ast_expr *a, ast_expr *b)
+gp_ast_expr *gp_ast_binary(gp_loc loc, int op, gp_ast_expr *a, gp_ast_expr *b)
 {
-    ast_expr *e = expr_new(AST_BINARY, loc);
+    gp_ast_expr *e = expr_new(AST_BINARY, loc);
     e->op = op;
     e->a = a;
     e->b = b;
@@ -118,9 +118,9 @@ ast_expr *ast_binary(gp_loc loc, int op, ast_expr *a, ast_expr *b)
     return e;
 }
 
-ast_expr *ast_call(gp_loc loc, char *name, ast_list *args)
+gp_ast_expr *gp_ast_call(gp_loc loc, char *name, gp_ast_list *args)
 {
-    ast_expr *e = expr_new(AST_CALL, loc);
+    gp_ast_expr *e = expr_new(AST_CALL, loc);
     e->s = name;
     e->args = args;
     for (int k = 0; k < args->n; k++)
@@ -129,84 +129,84 @@ ast_expr *ast_call(gp_loc loc, char *name, ast_list *args)
     return e;
 }
 
-ast_expr *ast_index(gp_loc loc, ast_expr *a, ast_expr *b)
+gp_ast_expr *gp_ast_index(gp_loc loc, gp_ast_expr *a, gp_ast_expr *b)
 {
-    ast_expr *e = ast_binary(loc, '[', a, b);
+    gp_ast_expr *e = gp_ast_binary(loc, '[', a, b);
     e->kind = AST_INDEX;
     return e;
 }
 
-void ast_expr_free(ast_expr *e)
+void gp_ast_expr_free(gp_ast_expr *e)
 {
     if (!e)
         return;
-    ast_expr_free(e->a);
-    ast_expr_free(e->b);
-    ast_list_free(e->args);
+    gp_ast_expr_free(e->a);
+    gp_ast_expr_free(e->b);
+    gp_ast_list_free(e->args);
     free(e->s);
     free(e);
 }
 
-ast_list *ast_list_new(void)
+gp_ast_list *gp_ast_list_new(void)
 {
-    return xcalloc(1, sizeof(ast_list));
+    return xcalloc(1, sizeof(gp_ast_list));
 }
 
-ast_list *ast_list_add(ast_list *l, char *key, gp_loc key_loc, ast_expr *value)
+gp_ast_list *gp_ast_list_add(gp_ast_list *l, char *key, gp_loc key_loc, gp_ast_expr *value)
 {
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 4;
-        ast_arg *v = realloc(l->v, (size_t)cap * sizeof *v);
+        gp_ast_arg *v = realloc(l->v, (size_t)cap * sizeof *v);
         GP_ASSERT(v != NULL);
         l->v = v;
         l->cap = cap;
     }
-    l->v[l->n++] = (ast_arg){key, key_loc, value};
+    l->v[l->n++] = (gp_ast_arg){key, key_loc, value};
     return l;
 }
 
-void ast_list_free(ast_list *l)
+void gp_ast_list_free(gp_ast_list *l)
 {
     if (!l)
         return;
     for (int k = 0; k < l->n; k++) {
         free(l->v[k].key);
-        ast_expr_free(l->v[k].value);
+        gp_ast_expr_free(l->v[k].value);
     }
     free(l->v);
     free(l);
 }
 
-ast_stmt *ast_stmt_new(ast_stmt_kind kind, gp_loc loc)
+gp_ast_stmt *gp_ast_stmt_new(gp_ast_stmt_kind kind, gp_loc loc)
 {
-    ast_stmt *s = xcalloc(1, sizeof *s);
+    gp_ast_stmt *s = xcalloc(1, sizeof *s);
     s->kind = kind;
     s->loc = loc;
     return s;
 }
 
-void ast_stmt_free(ast_stmt *s)
+void gp_ast_stmt_free(gp_ast_stmt *s)
 {
     if (!s)
         return;
     free(s->name);
-    ast_expr_free(s->value);
-    ast_expr_free(s->value2);
+    gp_ast_expr_free(s->value);
+    gp_ast_expr_free(s->value2);
     free(s->dtype);
-    ast_list_free(s->shape);
+    gp_ast_list_free(s->shape);
     free(s->weight_name);
-    ast_expr_free(s->split);
-    ast_block_free(s->body);
-    ast_block_free(s->else_body);
+    gp_ast_expr_free(s->split);
+    gp_ast_block_free(s->body);
+    gp_ast_block_free(s->else_body);
     free(s);
 }
 
-ast_block *ast_block_new(void)
+gp_ast_block *gp_ast_block_new(void)
 {
-    return xcalloc(1, sizeof(ast_block));
+    return xcalloc(1, sizeof(gp_ast_block));
 }
 
-ast_block *ast_block_add(ast_block *b, ast_stmt *s)
+gp_ast_block *gp_ast_block_add(gp_ast_block *b, gp_ast_stmt *s)
 {
     if (b->tail)
         b->tail->next = s;
@@ -216,23 +216,23 @@ ast_block *ast_block_add(ast_block *b, ast_stmt *s)
     return b;
 }
 
-void ast_block_free(ast_block *b)
+void gp_ast_block_free(gp_ast_block *b)
 {
     if (!b)
         return;
     /* Iterative over the list: a long block must not recurse once per statement. */
-    ast_stmt *s = b->head;
+    gp_ast_stmt *s = b->head;
     while (s) {
-        ast_stmt *next = s->next;
-        ast_stmt_free(s);
+        gp_ast_stmt *next = s->next;
+        gp_ast_stmt_free(s);
         s = next;
     }
     free(b);
 }
 
-ast_graph *ast_graph_new(gp_loc loc, char *name, ast_list *params, ast_block *body)
+gp_ast_graph *gp_ast_graph_new(gp_loc loc, char *name, gp_ast_list *params, gp_ast_block *body)
 {
-    ast_graph *g = xcalloc(1, sizeof *g);
+    gp_ast_graph *g = xcalloc(1, sizeof *g);
     g->loc = loc;
     g->name = name;
     g->params = params;
@@ -240,17 +240,17 @@ ast_graph *ast_graph_new(gp_loc loc, char *name, ast_list *params, ast_block *bo
     return g;
 }
 
-void ast_graph_free(ast_graph *g)
+void gp_ast_graph_free(gp_ast_graph *g)
 {
     if (!g)
         return;
     free(g->name);
-    ast_list_free(g->params);
-    ast_block_free(g->body);
+    gp_ast_list_free(g->params);
+    gp_ast_block_free(g->body);
     free(g);
 }
 
-/* A bounded string builder for ast_expr_format. */
+/* A bounded string builder for gp_ast_expr_format. */
 typedef struct {
     char *buf;
     size_t cap, n;
@@ -286,7 +286,7 @@ static const char *op_text(int op)
     }
 }
 
-static void format(const ast_expr *e, sbuf *b)
+static void format(const gp_ast_expr *e, sbuf *b)
 {
     switch (e->kind) {
     case AST_INT: put(b, "%lld", (long long)e->i); break;
@@ -325,7 +325,7 @@ static void format(const ast_expr *e, sbuf *b)
     }
 }
 
-void ast_expr_format(const ast_expr *e, char *buf, size_t cap)
+void gp_ast_expr_format(const gp_ast_expr *e, char *buf, size_t cap)
 {
     if (cap == 0)
         return;

@@ -28,103 +28,103 @@ typedef enum {
     AST_BINARY, /* a op b: + - * / @ < > and AST_OP_* below */
     AST_CALL,   /* s(args) */
     AST_INDEX,  /* a[b] */
-} ast_expr_kind;
+} gp_ast_expr_kind;
 
 /* Two-character operators, as AST_BINARY's op (single-character ones are the character). */
 enum { AST_OP_EQ = 256, AST_OP_NE, AST_OP_LE, AST_OP_GE, AST_OP_AND, AST_OP_OR };
 
-typedef struct ast_expr ast_expr;
+typedef struct gp_ast_expr gp_ast_expr;
 
 /* One item of a list: a call argument (key NULL when positional), a graph parameter (key = name)
  * or a shape dim (key NULL). */
 typedef struct {
     char *key;
     gp_loc key_loc;
-    ast_expr *value;
-} ast_arg;
+    gp_ast_expr *value;
+} gp_ast_arg;
 
 typedef struct {
-    ast_arg *v;
+    gp_ast_arg *v;
     int n, cap;
-} ast_list;
+} gp_ast_list;
 
-struct ast_expr {
-    ast_expr_kind kind;
+struct gp_ast_expr {
+    gp_ast_expr_kind kind;
     gp_loc loc;    /* the operator, the call's name, or the literal */
     int depth;     /* 1 for a leaf */
     int op;
     int64_t i;
     double f;
     char *s;
-    ast_expr *a, *b;
-    ast_list *args; /* calls */
+    gp_ast_expr *a, *b;
+    gp_ast_list *args; /* calls */
 };
 
-typedef enum { AST_DIM, AST_LET, AST_ASSIGN, AST_DECL, AST_FOR, AST_IF } ast_stmt_kind;
+typedef enum { AST_DIM, AST_LET, AST_ASSIGN, AST_DECL, AST_FOR, AST_IF } gp_ast_stmt_kind;
 
-typedef struct ast_stmt ast_stmt;
+typedef struct gp_ast_stmt gp_ast_stmt;
 
 typedef struct {
-    ast_stmt *head, *tail;
-} ast_block;
+    gp_ast_stmt *head, *tail;
+} gp_ast_block;
 
-struct ast_stmt {
-    ast_stmt_kind kind;
+struct gp_ast_stmt {
+    gp_ast_stmt_kind kind;
     gp_loc loc;        /* the statement's first token */
     char *name;        /* dim, let, assign, decl: the name defined; for: the loop variable */
     gp_loc name_loc;
-    ast_expr *value;   /* dim: the bound; let/assign: the value; for: start; if: condition */
-    ast_expr *value2;  /* for: end (exclusive) */
+    gp_ast_expr *value;   /* dim: the bound; let/assign: the value; for: start; if: condition */
+    gp_ast_expr *value2;  /* for: end (exclusive) */
     /* AST_DECL */
     gp_tensor_kind tkind;
     char *dtype;       /* a dtype name or a parameter holding one */
     gp_loc dtype_loc;
-    ast_list *shape;   /* dims, outermost first */
+    gp_ast_list *shape;   /* dims, outermost first */
     char *weight_name; /* a template, or NULL */
     gp_loc weight_loc;
-    ast_expr *split;   /* weights: the `split(...)` clause after the name, or NULL */
-    ast_block *body;      /* for, if */
-    ast_block *else_body; /* if: NULL when absent */
-    ast_stmt *next;
+    gp_ast_expr *split;   /* weights: the `split(...)` clause after the name, or NULL */
+    gp_ast_block *body;      /* for, if */
+    gp_ast_block *else_body; /* if: NULL when absent */
+    gp_ast_stmt *next;
 };
 
 typedef struct {
     char *name;
     gp_loc loc;
-    ast_list *params; /* key = parameter name, value = default */
-    ast_block *body;
-} ast_graph;
+    gp_ast_list *params; /* key = parameter name, value = default */
+    gp_ast_block *body;
+} gp_ast_graph;
 
 /* Constructors take ownership of their pointer arguments. They never return NULL (they abort when
  * memory runs out, as an invariant failure: the inputs they see are bounded by the source size). */
-ast_expr *ast_int(gp_loc loc, int64_t v);
-ast_expr *ast_float(gp_loc loc, double v);
-ast_expr *ast_string(gp_loc loc, char *s);
-ast_expr *ast_name(gp_loc loc, char *s);
-ast_expr *ast_unary(gp_loc loc, int op, ast_expr *a);
-ast_expr *ast_binary(gp_loc loc, int op, ast_expr *a, ast_expr *b);
-ast_expr *ast_call(gp_loc loc, char *name, ast_list *args);
-ast_expr *ast_index(gp_loc loc, ast_expr *a, ast_expr *b);
-void ast_expr_free(ast_expr *e);
+gp_ast_expr *gp_ast_int(gp_loc loc, int64_t v);
+gp_ast_expr *gp_ast_float(gp_loc loc, double v);
+gp_ast_expr *gp_ast_string(gp_loc loc, char *s);
+gp_ast_expr *gp_ast_name(gp_loc loc, char *s);
+gp_ast_expr *gp_ast_unary(gp_loc loc, int op, gp_ast_expr *a);
+gp_ast_expr *gp_ast_binary(gp_loc loc, int op, gp_ast_expr *a, gp_ast_expr *b);
+gp_ast_expr *gp_ast_call(gp_loc loc, char *name, gp_ast_list *args);
+gp_ast_expr *gp_ast_index(gp_loc loc, gp_ast_expr *a, gp_ast_expr *b);
+void gp_ast_expr_free(gp_ast_expr *e);
 
-ast_list *ast_list_new(void);
-ast_list *ast_list_add(ast_list *l, char *key, gp_loc key_loc, ast_expr *value); /* returns l */
-void ast_list_free(ast_list *l);
+gp_ast_list *gp_ast_list_new(void);
+gp_ast_list *gp_ast_list_add(gp_ast_list *l, char *key, gp_loc key_loc, gp_ast_expr *value); /* returns l */
+void gp_ast_list_free(gp_ast_list *l);
 
-ast_stmt *ast_stmt_new(ast_stmt_kind kind, gp_loc loc);
-void ast_stmt_free(ast_stmt *s);
-ast_block *ast_block_new(void);
-ast_block *ast_block_add(ast_block *b, ast_stmt *s); /* returns b */
-void ast_block_free(ast_block *b);
+gp_ast_stmt *gp_ast_stmt_new(gp_ast_stmt_kind kind, gp_loc loc);
+void gp_ast_stmt_free(gp_ast_stmt *s);
+gp_ast_block *gp_ast_block_new(void);
+gp_ast_block *gp_ast_block_add(gp_ast_block *b, gp_ast_stmt *s); /* returns b */
+void gp_ast_block_free(gp_ast_block *b);
 
-ast_graph *ast_graph_new(gp_loc loc, char *name, ast_list *params, ast_block *body);
-void ast_graph_free(ast_graph *g);
+gp_ast_graph *gp_ast_graph_new(gp_loc loc, char *name, gp_ast_list *params, gp_ast_block *body);
+void gp_ast_graph_free(gp_ast_graph *g);
 
 /* Writes e as an S-expression, e.g. "(+ 1 (* x 2))", into buf (truncated to cap); for tests. */
-void ast_expr_format(const ast_expr *e, char *buf, size_t cap);
+void gp_ast_expr_format(const gp_ast_expr *e, char *buf, size_t cap);
 
-char *ast_strdup(const char *s);
-char *ast_strndup(const char *s, size_t n);
+char *gp_ast_strdup(const char *s);
+char *gp_ast_strndup(const char *s, size_t n);
 
 /* The scanner's and parser's shared state (yyextra of the scanner, a parse-param of the parser). */
 typedef struct {
@@ -135,12 +135,12 @@ typedef struct {
     int n_errors;     /* lexical and syntax errors */
     int stopped;      /* gave up: report nothing more */
     int depth_reported;
-    ast_graph *graph; /* the result */
+    gp_ast_graph *graph; /* the result */
 } gp_dsl_parser;
 
 /* Parses a whole source text (registered with d under `file` by the caller; `file` is the stable
  * name gp_diag_add_source returned). Returns the tree, or NULL after reporting errors to d. */
-ast_graph *gp_dsl_parse(gp_diag *d, const char *file, const char *text, size_t len);
+gp_ast_graph *gp_dsl_parse(gp_diag *d, const char *file, const char *text, size_t len);
 
 /* One token, for scanner tests. */
 typedef struct {

@@ -219,7 +219,7 @@ static const gp_tensor *tensor_of(const lower *L, value v) { return &L->g->tenso
 
 /* ---- Expressions ----------------------------------------------------------------------------- */
 
-static value eval(lower *L, const ast_expr *e, const char *name);
+static value eval(lower *L, const gp_ast_expr *e, const char *name);
 
 static const char *op_str(int op)
 {
@@ -242,7 +242,7 @@ static const char *op_str(int op)
 }
 
 /* Compile-time arithmetic: integers exactly (overflow is an error), floats as doubles. */
-static value arith(lower *L, const ast_expr *e, value a, value b)
+static value arith(lower *L, const gp_ast_expr *e, value a, value b)
 {
     int op = e->op;
     if (op == '/' && num(b) == 0) {
@@ -309,7 +309,7 @@ static int truthy(lower *L, value v, gp_loc loc, const char *what)
     return num(v) != 0;
 }
 
-static value eval_binary(lower *L, const ast_expr *e, const char *name)
+static value eval_binary(lower *L, const gp_ast_expr *e, const char *name)
 {
     if (e->op == AST_OP_AND || e->op == AST_OP_OR) {
         int a = truthy(L, eval(L, e->a, NULL), e->a->loc, "an operand of && and ||");
@@ -363,7 +363,7 @@ static value eval_binary(lower *L, const ast_expr *e, const char *name)
     return ERR;
 }
 
-static value eval_unary(lower *L, const ast_expr *e, const char *name)
+static value eval_unary(lower *L, const gp_ast_expr *e, const char *name)
 {
     value a = eval(L, e->a, NULL);
     if (a.k == V_ERR)
@@ -387,7 +387,7 @@ static value eval_unary(lower *L, const ast_expr *e, const char *name)
     return ERR;
 }
 
-static value eval_name(lower *L, const ast_expr *e)
+static value eval_name(lower *L, const gp_ast_expr *e)
 {
     int k = lookup(L, e->s);
     if (k < 0) {
@@ -406,7 +406,7 @@ static value eval_name(lower *L, const ast_expr *e)
 }
 
 /* k_cache[l]: row l of a tensor, as a view without axis 0 (slice of length 1, then reshape). */
-static value eval_index(lower *L, const ast_expr *e, const char *name)
+static value eval_index(lower *L, const gp_ast_expr *e, const char *name)
 {
     value x = eval(L, e->a, NULL);
     value i = eval(L, e->b, NULL);
@@ -507,7 +507,7 @@ static const op_spec op_specs[] = {
 
 /* One call being lowered: its spec and evaluated arguments. */
 typedef struct {
-    const ast_expr *e;
+    const gp_ast_expr *e;
     const op_spec *spec;
     value pos[MAX_ARGS];
     gp_loc pos_loc[MAX_ARGS];
@@ -569,7 +569,7 @@ static int check_kind(lower *L, call *c, int k)
 /* Evaluates the arguments of a call into c; -1 after an error. */
 static int eval_args(lower *L, call *c)
 {
-    const ast_list *args = c->e->args;
+    const gp_ast_list *args = c->e->args;
     int n_pos = 0, failed = 0;
     for (int k = 0; k < MAX_KEYS; k++)
         c->kw[k] = ERR;
@@ -580,7 +580,7 @@ static int eval_args(lower *L, call *c)
         return -1;
     int seen_key = 0;
     for (int k = 0; k < args->n; k++) {
-        const ast_arg *a = &args->v[k];
+        const gp_ast_arg *a = &args->v[k];
         if (!a->key) {
             if (seen_key) {
                 error(L, a->key_loc, "positional argument after a keyword argument");
@@ -793,7 +793,7 @@ static value compile_time_call(lower *L, call *c)
     return r;
 }
 
-static value eval_call(lower *L, const ast_expr *e, const char *name)
+static value eval_call(lower *L, const gp_ast_expr *e, const char *name)
 {
     const op_spec *spec = NULL;
     for (size_t k = 0; k < sizeof op_specs / sizeof op_specs[0]; k++)
@@ -966,7 +966,7 @@ static value eval_call(lower *L, const ast_expr *e, const char *name)
 }
 
 /* Evaluates e; `name` names the node that computes the result (a let's name), or NULL. */
-static value eval(lower *L, const ast_expr *e, const char *name)
+static value eval(lower *L, const gp_ast_expr *e, const char *name)
 {
     if (L->stop)
         return ERR;
@@ -985,10 +985,10 @@ static value eval(lower *L, const ast_expr *e, const char *name)
 
 /* ---- Statements ------------------------------------------------------------------------------ */
 
-static void exec_block(lower *L, const ast_block *b);
+static void exec_block(lower *L, const gp_ast_block *b);
 
 /* A dtype named in a declaration: a dtype name or a parameter holding one. */
-static int dtype_of(lower *L, const ast_stmt *s, gp_dtype *out)
+static int dtype_of(lower *L, const gp_ast_stmt *s, gp_dtype *out)
 {
     int k = lookup(L, s->dtype);
     if (k < 0) {
@@ -1010,7 +1010,7 @@ static int dtype_of(lower *L, const ast_stmt *s, gp_dtype *out)
 }
 
 /* The declared shape; returns ndim or -1. */
-static int shape_of(lower *L, const ast_stmt *s, gp_dim *shape)
+static int shape_of(lower *L, const gp_ast_stmt *s, gp_dim *shape)
 {
     if (s->shape->n > GP_MAX_DIMS) {
         error(L, s->shape->v[GP_MAX_DIMS].key_loc, "'%s' has %d dims (at most %d)", s->name,
@@ -1018,7 +1018,7 @@ static int shape_of(lower *L, const ast_stmt *s, gp_dim *shape)
         return -1;
     }
     for (int k = 0; k < s->shape->n; k++) {
-        const ast_expr *e = s->shape->v[k].value;
+        const gp_ast_expr *e = s->shape->v[k].value;
         value v = eval(L, e, NULL);
         char buf[128];
         if (v.k == V_ERR)
@@ -1121,13 +1121,13 @@ static int claim_checkpoint_name(lower *L, const char *name)
     for (; L->ckpt[j]; j = (j + 1) % (unsigned)L->cap_ckpt)
         if (strcmp(L->ckpt[j], name) == 0)
             return -1;
-    L->ckpt[j] = ast_strdup(name);
+    L->ckpt[j] = gp_ast_strdup(name);
     L->n_ckpt++;
     return 0;
 }
 
 /* An integer argument of the split clause; 0, or -1 after reporting. */
-static int split_int(lower *L, const ast_arg *a, int64_t lo, int64_t *out)
+static int split_int(lower *L, const gp_ast_arg *a, int64_t lo, int64_t *out)
 {
     value v = eval(L, a->value, NULL);
     if (v.k == V_ERR)
@@ -1145,9 +1145,9 @@ static int split_int(lower *L, const ast_arg *a, int64_t lo, int64_t *out)
 /* The clause `split(DIM, groups=G, unit=U)` of a weight declared at its checkpoint shape: checks
  * it and shrinks shape[DIM] to one device's share (ir/ir.h, gp_split). On one device the shape is
  * kept and nothing is recorded. 0, or -1 after reporting. */
-static int split_of(lower *L, const ast_stmt *s, int ndim, gp_dim *shape, gp_split *out)
+static int split_of(lower *L, const gp_ast_stmt *s, int ndim, gp_dim *shape, gp_split *out)
 {
-    const ast_expr *e = s->split;
+    const gp_ast_expr *e = s->split;
     if (strcmp(e->s, "split") != 0) {
         error(L, e->loc, "expected ';' or split(...) after the checkpoint name, got '%s(...)'",
               e->s);
@@ -1156,7 +1156,7 @@ static int split_of(lower *L, const ast_stmt *s, int ndim, gp_dim *shape, gp_spl
     int64_t dim = 0, groups = 1, unit = 1;
     int have_dim = 0;
     for (int k = 0; k < e->args->n; k++) {
-        const ast_arg *a = &e->args->v[k];
+        const gp_ast_arg *a = &e->args->v[k];
         int64_t *dst = NULL;
         if (!a->key && k == 0) {
             dst = &dim;
@@ -1204,7 +1204,7 @@ static int split_of(lower *L, const ast_stmt *s, int ndim, gp_dim *shape, gp_spl
     return 0;
 }
 
-static void exec_decl(lower *L, const ast_stmt *s)
+static void exec_decl(lower *L, const gp_ast_stmt *s)
 {
     const char *kind = gp_tensor_kind_name(s->tkind);
     if (s->tkind != GP_TENSOR_WEIGHT && L->nest > 0) {
@@ -1242,7 +1242,7 @@ static void exec_decl(lower *L, const ast_stmt *s)
     const char *irn = ir_name(L, s->name, nb, sizeof nb);
     char *ckpt = NULL;
     if (s->tkind == GP_TENSOR_WEIGHT) {
-        ckpt = s->weight_name ? expand(L, s->weight_name, s->weight_loc) : ast_strdup(irn);
+        ckpt = s->weight_name ? expand(L, s->weight_name, s->weight_loc) : gp_ast_strdup(irn);
         if (!ckpt) {
             define(L, s->name, B_TENSOR, ERR, s->name_loc);
             return;
@@ -1272,7 +1272,7 @@ static void exec_decl(lower *L, const ast_stmt *s)
     define(L, s->name, B_TENSOR, vtensor(id), s->name_loc);
 }
 
-static void exec_assign(lower *L, const ast_stmt *s)
+static void exec_assign(lower *L, const gp_ast_stmt *s)
 {
     int k = lookup(L, s->name);
     if (k < 0) {
@@ -1307,13 +1307,13 @@ static void exec_assign(lower *L, const ast_stmt *s)
                                         b->out_ndim, b->out_shape, s->name_loc));
 }
 
-static void exec_for(lower *L, const ast_stmt *s)
+static void exec_for(lower *L, const gp_ast_stmt *s)
 {
     value from = eval(L, s->value, NULL), to = eval(L, s->value2, NULL);
     if (from.k == V_ERR || to.k == V_ERR)
         return;
     if (from.k != V_INT || to.k != V_INT) {
-        const ast_expr *bad = from.k != V_INT ? s->value : s->value2;
+        const gp_ast_expr *bad = from.k != V_INT ? s->value : s->value2;
         error(L, bad->loc, "loop bounds must be integers, got %s",
               kind_name(from.k != V_INT ? from.k : to.k));
         return;
@@ -1345,7 +1345,7 @@ static void exec_for(lower *L, const ast_stmt *s)
     L->nest--;
 }
 
-static void exec_stmt(lower *L, const ast_stmt *s)
+static void exec_stmt(lower *L, const gp_ast_stmt *s)
 {
     switch (s->kind) {
     case AST_DIM: {
@@ -1396,10 +1396,10 @@ static void exec_stmt(lower *L, const ast_stmt *s)
     }
 }
 
-static void exec_block(lower *L, const ast_block *b)
+static void exec_block(lower *L, const gp_ast_block *b)
 {
     int mark = L->n;
-    for (const ast_stmt *s = b->head; s && !L->stop; s = s->next)
+    for (const gp_ast_stmt *s = b->head; s && !L->stop; s = s->next)
         exec_stmt(L, s);
     pop_scope(L, mark);
 }
@@ -1424,13 +1424,13 @@ static void append_param(char **out, size_t *n, const lower *L, const char *name
 
 /* Binds the graph's parameters: default, then config.json, then -D. Returns 0, or -1 if any error
  * was reported. */
-static int bind_params(lower *L, const ast_graph *ag, const gp_dsl_opts *o, char **params_text)
+static int bind_params(lower *L, const gp_ast_graph *ag, const gp_dsl_opts *o, char **params_text)
 {
     int errors = gp_diag_count(L->d);
     gp_dsl_params *overrides = L->overrides = gp_dsl_params_new(L->d, ag, o);
     size_t n_text = 0;
     for (int p = 0; p < ag->params->n; p++) {
-        const ast_arg *a = &ag->params->v[p];
+        const gp_ast_arg *a = &ag->params->v[p];
         L->defining = a->key;
         value v = eval(L, a->value, NULL);
         L->defining = NULL;
@@ -1451,7 +1451,7 @@ static int bind_params(lower *L, const ast_graph *ag, const gp_dsl_opts *o, char
 
 /* ---- The graph ------------------------------------------------------------------------------- */
 
-static gp_graph *lower_graph(const ast_graph *ag, const gp_dsl_opts *o, gp_diag *d)
+static gp_graph *lower_graph(const gp_ast_graph *ag, const gp_dsl_opts *o, gp_diag *d)
 {
     lower L;
     memset(&L, 0, sizeof L);
@@ -1482,7 +1482,7 @@ static gp_graph *lower_graph(const ast_graph *ag, const gp_dsl_opts *o, gp_diag 
 
     char *params_text = NULL;
     if (bind_params(&L, ag, o, o && o->params_out ? &params_text : NULL) == 0) {
-        for (const ast_stmt *s = ag->body->head; s && !L.stop; s = s->next)
+        for (const gp_ast_stmt *s = ag->body->head; s && !L.stop; s = s->next)
             exec_stmt(&L, s);
         /* After other errors an output may be unassigned only because its statement failed. */
         int n_outputs = 0, clean = !L.stop && gp_diag_count(d) == errors;
@@ -1508,7 +1508,7 @@ static gp_graph *lower_graph(const ast_graph *ag, const gp_dsl_opts *o, gp_diag 
         return NULL;
     }
     if (o && o->params_out)
-        *o->params_out = params_text ? params_text : ast_strdup("");
+        *o->params_out = params_text ? params_text : gp_ast_strdup("");
     return L.g;
 }
 
@@ -1520,11 +1520,11 @@ gp_graph *gp_dsl_compile_string(const char *name, const char *text, size_t len,
     const char *file = gp_diag_add_source(d, name ? name : "<input>", text, len);
     if (!file)
         file = name ? name : "<input>";
-    ast_graph *ag = gp_dsl_parse(d, file, text, len);
+    gp_ast_graph *ag = gp_dsl_parse(d, file, text, len);
     if (!ag)
         return NULL;
     gp_graph *g = lower_graph(ag, opts, d);
-    ast_graph_free(ag);
+    gp_ast_graph_free(ag);
     return g;
 }
 

@@ -307,7 +307,7 @@ static json_t *load_config(gp_diag *d, const char *path, const char **file, char
     return root;
 }
 
-gp_dsl_params *gp_dsl_params_new(gp_diag *d, const ast_graph *ag, const gp_dsl_opts *o)
+gp_dsl_params *gp_dsl_params_new(gp_diag *d, const gp_ast_graph *ag, const gp_dsl_opts *o)
 {
     gp_dsl_params *p = calloc(1, sizeof *p);
     GP_ASSERT(p != NULL);

@@ -26,7 +26,7 @@ typedef struct gp_dsl_params gp_dsl_params;
 /* Checks the -D overrides (NAME=VALUE syntax, NAME a parameter of ag) and loads o->config_path
  * when set; errors go to d. Never returns NULL: what failed to load overrides nothing. o may be
  * NULL. */
-gp_dsl_params *gp_dsl_params_new(gp_diag *d, const ast_graph *ag, const gp_dsl_opts *o);
+gp_dsl_params *gp_dsl_params_new(gp_diag *d, const gp_ast_graph *ag, const gp_dsl_opts *o);
 /* The parameter `name` with default def (V_INT, V_FLOAT, V_STR or V_DTYPE): the config's value if
  * it has the key, then the last -D for it; V_ERR after reporting a value that does not fit.
  * A V_STR result points into the options or the config, so it lives until gp_dsl_params_free. */

@@ -33,7 +33,7 @@ static void gp_dsl_yyerror(GP_DSL_YYLTYPE *loc, yyscan_t scanner, gp_dsl_parser 
 
 /* Keeps trees shallow (the lowering recurses over them): a too deep expression is reported once
  * and replaced by a literal. */
-static ast_expr *shallow(gp_dsl_parser *ps, ast_expr *e)
+static gp_ast_expr *shallow(gp_dsl_parser *ps, gp_ast_expr *e)
 {
     if (e->depth <= GP_DSL_MAX_DEPTH)
         return e;
@@ -43,14 +43,14 @@ static ast_expr *shallow(gp_dsl_parser *ps, ast_expr *e)
     }
     ps->depth_reported = 1;
     gp_loc loc = e->loc;
-    ast_expr_free(e);
-    return ast_int(loc, 0);
+    gp_ast_expr_free(e);
+    return gp_ast_int(loc, 0);
 }
 
-static ast_stmt *named(ast_stmt_kind kind, gp_loc loc, char *name, gp_loc name_loc,
-                       ast_expr *value)
+static gp_ast_stmt *named(gp_ast_stmt_kind kind, gp_loc loc, char *name, gp_loc name_loc,
+                       gp_ast_expr *value)
 {
-    ast_stmt *s = ast_stmt_new(kind, loc);
+    gp_ast_stmt *s = gp_ast_stmt_new(kind, loc);
     s->name = name;
     s->name_loc = name_loc;
     s->value = value;
@@ -58,10 +58,10 @@ static ast_stmt *named(ast_stmt_kind kind, gp_loc loc, char *name, gp_loc name_l
 }
 
 /* input/output/weight/state NAME: DTYPE[SHAPE] */
-static ast_stmt *decl(gp_loc loc, int kind, char *name, gp_loc name_loc, char *dtype,
-                      gp_loc dtype_loc, ast_list *shape)
+static gp_ast_stmt *decl(gp_loc loc, int kind, char *name, gp_loc name_loc, char *dtype,
+                      gp_loc dtype_loc, gp_ast_list *shape)
 {
-    ast_stmt *s = named(AST_DECL, loc, name, name_loc, NULL);
+    gp_ast_stmt *s = named(AST_DECL, loc, name, name_loc, NULL);
     s->tkind = (gp_tensor_kind)kind;
     s->dtype = dtype;
     s->dtype_loc = dtype_loc;
@@ -69,7 +69,7 @@ static ast_stmt *decl(gp_loc loc, int kind, char *name, gp_loc name_loc, char *d
     return s;
 }
 
-#define BIN(at, op, a, b) shallow(ps, ast_binary(L(at), (op), (a), (b)))
+#define BIN(at, op, a, b) shallow(ps, gp_ast_binary(L(at), (op), (a), (b)))
 }
 
 %union {
@@ -77,11 +77,11 @@ static ast_stmt *decl(gp_loc loc, int kind, char *name, gp_loc name_loc, char *d
     double f;
     char *str;
     int kind;
-    ast_expr *expr;
-    ast_list *list;
-    ast_stmt *stmt;
-    ast_block *block;
-    ast_graph *graph;
+    gp_ast_expr *expr;
+    gp_ast_list *list;
+    gp_ast_stmt *stmt;
+    gp_ast_block *block;
+    gp_ast_graph *graph;
 }
 
 %token <str> NAME "identifier"
@@ -103,11 +103,11 @@ static ast_stmt *decl(gp_loc loc, int kind, char *name, gp_loc name_loc, char *d
 %type <kind> tensor_kind
 
 %destructor { free($$); } <str>
-%destructor { ast_expr_free($$); } <expr>
-%destructor { ast_list_free($$); } <list>
-%destructor { ast_stmt_free($$); } <stmt>
-%destructor { ast_block_free($$); } <block>
-%destructor { ast_graph_free($$); } <graph>
+%destructor { gp_ast_expr_free($$); } <expr>
+%destructor { gp_ast_list_free($$); } <list>
+%destructor { gp_ast_stmt_free($$); } <stmt>
+%destructor { gp_ast_block_free($$); } <block>
+%destructor { gp_ast_graph_free($$); } <graph>
 
 %left "'||'"
 %left "'&&'"
@@ -123,19 +123,19 @@ file:
   ;
 
 graph:
-    "'graph'" NAME "'('" params "')'" block       { $$ = ast_graph_new(L(@1), $2, $4, $6); }
+    "'graph'" NAME "'('" params "')'" block       { $$ = gp_ast_graph_new(L(@1), $2, $4, $6); }
   ;
 
 params:
-    %empty                                  { $$ = ast_list_new(); }
+    %empty                                  { $$ = gp_ast_list_new(); }
   | param_list
   | param_list "','"
-  | error                                   { $$ = ast_list_new(); }
+  | error                                   { $$ = gp_ast_list_new(); }
   ;
 
 param_list:
-    NAME "'='" expr                           { $$ = ast_list_add(ast_list_new(), $1, L(@1), $3); }
-  | param_list "','" NAME "'='" expr            { $$ = ast_list_add($1, $3, L(@3), $5); }
+    NAME "'='" expr                           { $$ = gp_ast_list_add(gp_ast_list_new(), $1, L(@1), $3); }
+  | param_list "','" NAME "'='" expr            { $$ = gp_ast_list_add($1, $3, L(@3), $5); }
   ;
 
 block:
@@ -144,8 +144,8 @@ block:
   ;
 
 stmts:
-    %empty                                  { $$ = ast_block_new(); }
-  | stmts stmt                              { $$ = $2 ? ast_block_add($1, $2) : $1; }
+    %empty                                  { $$ = gp_ast_block_new(); }
+  | stmts stmt                              { $$ = $2 ? gp_ast_block_add($1, $2) : $1; }
   ;
 
 stmt:
@@ -162,7 +162,7 @@ stmt:
         $$ = decl(L(@1), $1, $2, L(@2), $4, L(@4), $5);
         $$->weight_name = $7;
         $$->weight_loc = L(@7);
-        $$->split = ast_call(L(@8), $8, $10);
+        $$->split = gp_ast_call(L(@8), $8, $10);
     }
   | "'for'" NAME "'in'" expr "'..'" expr block {
         $$ = named(AST_FOR, L(@1), $2, L(@2), $4);
@@ -171,7 +171,7 @@ stmt:
     }
   | if_stmt
   | error "';'"                               { yyerrok; $$ = NULL; }
-  | error block                             { yyerrok; ast_block_free($2); $$ = NULL; }
+  | error block                             { yyerrok; gp_ast_block_free($2); $$ = NULL; }
   ;
 
 if_stmt:
@@ -184,7 +184,7 @@ if_stmt:
   | "'if'" expr block "'else'" if_stmt {
         $$ = named(AST_IF, L(@1), NULL, L(@1), $2);
         $$->body = $3;
-        $$->else_body = ast_block_add(ast_block_new(), $5);
+        $$->else_body = gp_ast_block_add(gp_ast_block_new(), $5);
     }
   ;
 
@@ -196,13 +196,13 @@ tensor_kind:
   ;
 
 shape:
-    "'['" "']'"                                 { $$ = ast_list_new(); }
+    "'['" "']'"                                 { $$ = gp_ast_list_new(); }
   | "'['" dims "']'"                            { $$ = $2; }
   ;
 
 dims:
-    expr                                    { $$ = ast_list_add(ast_list_new(), NULL, L(@1), $1); }
-  | dims "','" expr                           { $$ = ast_list_add($1, NULL, L(@3), $3); }
+    expr                                    { $$ = gp_ast_list_add(gp_ast_list_new(), NULL, L(@1), $1); }
+  | dims "','" expr                           { $$ = gp_ast_list_add($1, NULL, L(@3), $3); }
   ;
 
 expr:
@@ -220,30 +220,30 @@ expr:
   | expr "'>='" expr                          { $$ = BIN(@2, AST_OP_GE, $1, $3); }
   | expr "'&&'" expr                          { $$ = BIN(@2, AST_OP_AND, $1, $3); }
   | expr "'||'" expr                          { $$ = BIN(@2, AST_OP_OR, $1, $3); }
-  | "'-'" expr %prec UNARY                    { $$ = shallow(ps, ast_unary(L(@1), '-', $2)); }
-  | "'!'" expr %prec UNARY                    { $$ = shallow(ps, ast_unary(L(@1), '!', $2)); }
+  | "'-'" expr %prec UNARY                    { $$ = shallow(ps, gp_ast_unary(L(@1), '-', $2)); }
+  | "'!'" expr %prec UNARY                    { $$ = shallow(ps, gp_ast_unary(L(@1), '!', $2)); }
   ;
 
 primary:
-    INT                                     { $$ = ast_int(L(@1), $1); }
-  | FLOAT                                   { $$ = ast_float(L(@1), $1); }
-  | STRING                                  { $$ = ast_string(L(@1), $1); }
-  | NAME                                    { $$ = ast_name(L(@1), $1); }
-  | NAME "'('" args "')'"                       { $$ = shallow(ps, ast_call(L(@1), $1, $3)); }
-  | primary "'['" expr "']'"                    { $$ = shallow(ps, ast_index(L(@2), $1, $3)); }
+    INT                                     { $$ = gp_ast_int(L(@1), $1); }
+  | FLOAT                                   { $$ = gp_ast_float(L(@1), $1); }
+  | STRING                                  { $$ = gp_ast_string(L(@1), $1); }
+  | NAME                                    { $$ = gp_ast_name(L(@1), $1); }
+  | NAME "'('" args "')'"                       { $$ = shallow(ps, gp_ast_call(L(@1), $1, $3)); }
+  | primary "'['" expr "']'"                    { $$ = shallow(ps, gp_ast_index(L(@2), $1, $3)); }
   | "'('" expr "')'"                            { $$ = $2; }
   ;
 
 args:
-    %empty                                  { $$ = ast_list_new(); }
+    %empty                                  { $$ = gp_ast_list_new(); }
   | arg_list
   ;
 
 arg_list:
-    expr                                    { $$ = ast_list_add(ast_list_new(), NULL, L(@1), $1); }
-  | NAME "'='" expr                           { $$ = ast_list_add(ast_list_new(), $1, L(@1), $3); }
-  | arg_list "','" expr                       { $$ = ast_list_add($1, NULL, L(@3), $3); }
-  | arg_list "','" NAME "'='" expr              { $$ = ast_list_add($1, $3, L(@3), $5); }
+    expr                                    { $$ = gp_ast_list_add(gp_ast_list_new(), NULL, L(@1), $1); }
+  | NAME "'='" expr                           { $$ = gp_ast_list_add(gp_ast_list_new(), $1, L(@1), $3); }
+  | arg_list "','" expr                       { $$ = gp_ast_list_add($1, NULL, L(@3), $3); }
+  | arg_list "','" NAME "'='" expr              { $$ = gp_ast_list_add($1, $3, L(@3), $5); }
   ;
 
 %%

@@ -156,14 +156,14 @@ static void check_expr(const char *expr, const char *want)
     char src[512], got[512];
     snprintf(src, sizeof src, "graph g() { let x = %s; }", expr);
     gp_diag *d = gp_diag_new(NULL);
-    ast_graph *g = gp_dsl_parse(d, "t.gplan", src, strlen(src));
+    gp_ast_graph *g = gp_dsl_parse(d, "t.gplan", src, strlen(src));
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     CU_ASSERT_EQUAL(g->body->head->kind, AST_LET);
-    ast_expr_format(g->body->head->value, got, sizeof got);
+    gp_ast_expr_format(g->body->head->value, got, sizeof got);
     if (strcmp(got, want) != 0)
         fprintf(stderr, "\n%s: got %s, want %s\n", expr, got, want);
     CU_ASSERT_STRING_EQUAL(got, want);
-    ast_graph_free(g);
+    gp_ast_graph_free(g);
     gp_diag_free(d);
 }
 
@@ -194,13 +194,13 @@ static void test_parser_statements(void)
                       "  if a == 1 { } else if a { } else { let z = 1; }\n"
                       "}\n";
     gp_diag *d = gp_diag_new(NULL);
-    ast_graph *g = gp_dsl_parse(d, "t.gplan", src, strlen(src));
+    gp_ast_graph *g = gp_dsl_parse(d, "t.gplan", src, strlen(src));
     CU_ASSERT_EQUAL(gp_diag_count(d), 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     CU_ASSERT_STRING_EQUAL(g->name, "m");
     CU_ASSERT_EQUAL_FATAL(g->params->n, 2);
     CU_ASSERT_STRING_EQUAL(g->params->v[1].key, "b");
-    ast_stmt *s = g->body->head;
+    gp_ast_stmt *s = g->body->head;
     CU_ASSERT_EQUAL(s->kind, AST_DIM);
     CU_ASSERT_STRING_EQUAL(s->name, "T");
     CU_ASSERT_EQUAL(s->loc.line, 2);
@@ -228,7 +228,7 @@ static void test_parser_statements(void)
     CU_ASSERT_EQUAL_FATAL(s->else_body->head->kind, AST_IF);
     CU_ASSERT_EQUAL(s->else_body->head->else_body->head->kind, AST_LET);
     CU_ASSERT_PTR_NULL(s->next);
-    ast_graph_free(g);
+    gp_ast_graph_free(g);
     gp_diag_free(d);
 }
 
@@ -238,7 +238,7 @@ static void test_parser_recovery(void)
 {
     const char *src = "graph g() {\n  let = 1;\n  for { }\n  let y = (1 + ;\n  input a: f32[2]\n}\n";
     gp_diag *d = gp_diag_new(NULL);
-    ast_graph *g = gp_dsl_parse(d, "t.gplan", src, strlen(src));
+    gp_ast_graph *g = gp_dsl_parse(d, "t.gplan", src, strlen(src));
     CU_ASSERT_PTR_NULL(g);
     CU_ASSERT_EQUAL(gp_diag_count(d), 4);
     gp_diag_free(d);
