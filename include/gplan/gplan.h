@@ -1,5 +1,6 @@
 /* gplan's embedding API: load a plan, bind weights, create a session on a backend, set inputs and
- * runtime dims, evaluate, read outputs. Library gp_runtime; it carries no compiler (dsl/, planner/).
+ * runtime dims, evaluate, read outputs. Part of libgplan (gp_runtime); the text API,
+ * <gplan/text.h>, is built on it and plans models in process.
  *
  * Typical use (error handling shortened):
  *
