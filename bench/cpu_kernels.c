@@ -119,7 +119,7 @@ static void bench_attention(gp_threadpool *pool, int64_t T, int64_t H, int64_t G
     for (int64_t t = 0; t < T; t++)
         ((int32_t *)n.in[3].data)[t] = (int32_t)(S - T + t);
     n.out = tensor(GP_F32, 3, (int64_t[]){T, H, D});
-    n.ws_size = gp_cpu_workspace_bytes(n.op, &n.out, n.in, 4, nth);
+    n.ws_size = gp_cpu_workspace_bytes(n.op, NULL, &n.out, n.in, 4, nth);
     n.ws = malloc(n.ws_size);
     double s = time_node(pool, &n);
     printf("attention T %4lld H %3lld G %3lld D %4lld S %5lld f16 cache %9.3f ms\n", (long long)T,

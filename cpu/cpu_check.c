@@ -62,6 +62,36 @@ static int check_index(const gp_ktensor *ids, int64_t want, int64_t bound, const
     return 0;
 }
 
+/* A ragged batch's attention: seq [T] names rows of blocks [N, M], pos [T] stays under M * block,
+ * and the blocks query t reads (those of positions 0..pos[t]) are blocks of the cache. */
+static int check_blocks(const gp_attrs *a, const gp_ktensor *x, const gp_ktensor *k,
+                        const gp_ktensor *in, gp_op op, char *err, size_t n)
+{
+    const gp_ktensor *pos = &in[3], *seq = &in[4], *tab = &in[5];
+    int64_t block = a->i[GP_ATTENTION_BLOCK], T = x->ne[0];
+    if (tab->dtype != GP_I32 || tab->ndim != 2 || block < 1 || k->ne[0] % block ||
+        tab->ne[1] > INT32_MAX / block || a->i[GP_ATTENTION_RING])
+        return fail(err, n, op, "blocks must be i32 [N, M] with block >= 1 dividing the cache "
+                    "and no ring");
+    if (check_index(seq, T, tab->ne[0], "seq", op, err, n) ||
+        check_index(pos, T, tab->ne[1] * block, "pos", op, err, n))
+        return -1;
+    int64_t n_blocks = k->ne[0] / block;
+    for (int64_t t = 0; t < T; t++) {
+        int32_t s, p, b;
+        memcpy(&s, (const char *)seq->data + t * seq->nb[0], 4);
+        memcpy(&p, (const char *)pos->data + t * pos->nb[0], 4);
+        for (int64_t j = 0; j <= p / block; j++) {
+            memcpy(&b, (const char *)tab->data + s * tab->nb[0] + j * tab->nb[1], 4);
+            if (b < 0 || b >= n_blocks)
+                return fail(err, n, op, "blocks[%d, %lld] = %d (read by token %lld at position "
+                            "%d) is out of range [0, %lld)", s, (long long)j, b, (long long)t, p,
+                            (long long)n_blocks);
+        }
+    }
+    return 0;
+}
+
 /* fail() for tensor i of a node: "out" (i < 0) or "input i" first, its name formatted only here,
  * on failure, since every eval checks the index nodes again. */
 static int tensor_fail(char *err, size_t n, gp_op op, int i, const char *fmt, ...)
@@ -254,6 +284,8 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
             return fail(err, n, op, "a ring of %lld rows cannot hold a window of %lld for %lld "
                         "new tokens (needs window + tokens - 1 rows)", (long long)k->ne[0],
                         (long long)window, (long long)x->ne[0]);
+        if (n_in == 6)
+            return check_blocks(a, x, k, in, op, err, n);
         return check_index(&in[3], x->ne[0], ring ? INT32_MAX : k->ne[0], "pos", op, err, n);
     }
     default:
@@ -279,7 +311,7 @@ int gp_cpu_check(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_kt
             return -1;
         /* Index inputs are checked per op; every other input and out are floats (cast: any). */
         int index_in = (op == GP_OP_GET_ROWS && i == 1) || (op == GP_OP_ROPE && i == 1) ||
-                       (op == GP_OP_STORE && i == 1) || (op == GP_OP_ATTENTION && i == 3);
+                       (op == GP_OP_STORE && i == 1) || (op == GP_OP_ATTENTION && i >= 3);
         /* Quantized weights: get_rows' table and matmul's b (checked with the shapes). */
         int quant_in = gp_dtype_is_quant(in[i].dtype) &&
                        ((op == GP_OP_GET_ROWS && i == 0) || (op == GP_OP_MATMUL && i == 1));

@@ -177,7 +177,10 @@ void gp_cpu_unary(gp_op op, const gp_attrs *a, float *x, int64_t n);
  * holds gp_quant_matmul_ws_bytes(M, K)). */
 void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, void *ws, size_t ws_size,
                          int ith, int nth);
-void gp_cpu_attention(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, void *ws,
-                      size_t ws_size, int ith, int nth);
+void gp_cpu_attention(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int n_in,
+                      void *ws, size_t ws_size, int ith, int nth);
+/* The rows one query may score: the cache's, or a ragged batch's positions of a sequence
+ * (blocks' M * block; n_in 6). */
+int64_t gp_cpu_attention_span(const gp_attrs *a, const gp_ktensor *in, int n_in);
 
 #endif

@@ -640,7 +640,7 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
         k_store(a, in, ith, nth);
         break;
     case GP_OP_ATTENTION:
-        gp_cpu_attention(a, out, in, ws, ws_size, ith, nth);
+        gp_cpu_attention(a, out, in, n_in, ws, ws_size, ith, nth);
         break;
     default:
         GP_ASSERT(!"gp_cpu_compute: unknown op");
@@ -673,8 +673,8 @@ void gp_cpu_compute_phase(gp_op op, const gp_ktensor *out, const gp_ktensor *in,
                                 out->nb[0] / (int64_t)sizeof(float), ws);
 }
 
-size_t gp_cpu_workspace_bytes(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in,
-                              int nth)
+size_t gp_cpu_workspace_bytes(gp_op op, const gp_attrs *a, const gp_ktensor *out,
+                              const gp_ktensor *in, int n_in, int nth)
 {
     (void)out;
     /* plan.h reserves scores for at most GP_WS_CPU_MAX_THREADS threads; the kernel uses no more
@@ -682,7 +682,7 @@ size_t gp_cpu_workspace_bytes(gp_op op, const gp_ktensor *out, const gp_ktensor 
     if (nth > GP_WS_CPU_MAX_THREADS)
         nth = GP_WS_CPU_MAX_THREADS;
     if (op == GP_OP_ATTENTION && n_in >= 2 && nth > 0 && in[1].ne[0] > 0)
-        return (size_t)nth * (size_t)in[1].ne[0] * sizeof(float);
+        return (size_t)nth * (size_t)gp_cpu_attention_span(a, in, n_in) * sizeof(float);
     if (op == GP_OP_MATMUL && n_in >= 2 && in[0].ndim == 2 && gp_dtype_is_quant(in[1].dtype))
         return (size_t)gp_quant_matmul_ws_bytes(in[0].ne[0], in[0].ne[1]);
     return 0;

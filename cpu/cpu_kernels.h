@@ -78,13 +78,14 @@ void gp_cpu_compute_phase(gp_op op, const gp_ktensor *out, const gp_ktensor *in,
  * Workspace bytes that gp_cpu_compute needs for this node at these shapes with nth threads (the
  * formulas agree with plan/plan.h):
  *   attention: min(nth, GP_WS_CPU_MAX_THREADS) * S * 4 (f32 scores [threads, S]; S = in[1]->ne[0],
- *              the cache rows); with less, fewer threads do the work (same results);
+ *              the cache rows, or a ragged batch's positions of a sequence, M * block); with
+ *              less, fewer threads do the work (same results);
  *   matmul on quantized weights: gp_quant_matmul_ws_bytes(M, K) (cpu/quant.h: prompts on AMX,
  *              each activation as two bf16); with less, the f32 path (other bits);
  *   every other op: 0.
  */
-size_t gp_cpu_workspace_bytes(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in,
-                              int nth);
+size_t gp_cpu_workspace_bytes(gp_op op, const gp_attrs *a, const gp_ktensor *out,
+                              const gp_ktensor *in, int n_in, int nth);
 
 /*
  * Checks a node before it runs: input count, dtypes, shapes against core.h's rules and `out`, and

@@ -492,7 +492,7 @@ static const op_spec op_specs[] = {
     {"cast", GP_OP_CAST, "td", {0}},
     {"concat", GP_OP_CONCAT, "tti", {0}},
     {"store", GP_OP_STORE, "ttt", {"ring"}},
-    {"attention", GP_OP_ATTENTION, "tttt", {"scale", "window", "ring", "softcap"}},
+    {"attention", GP_OP_ATTENTION, "ttttoo", {"scale", "window", "ring", "softcap", "block"}},
     {"all_reduce", GP_OP_ALL_REDUCE, "to", {0}},
     {"argmax", GP_OP_ARGMAX, "t", {0}},
     {"min", GP_OP_NONE, "nn", {0}},
@@ -955,6 +955,11 @@ static value eval_call(lower *L, const gp_ast_expr *e, const char *name)
         if (kw_flag(L, &c, 2, &at.i[GP_ATTENTION_RING]) ||
             kw_positive(L, &c, 3, &at.f[GP_ATTENTION_SOFTCAP]))
             return ERR;
+        if (c.kw[4].k != V_ERR) {
+            if (c.kw[4].k != V_INT || c.kw[4].i < 1 || c.kw[4].i > INT32_MAX)
+                return bad_kw(L, &c, 4, "an integer in 1..2147483647"), ERR;
+            at.i[GP_ATTENTION_BLOCK] = c.kw[4].i;
+        }
         break;
     case GP_OP_STORE:
         if (kw_flag(L, &c, 0, &at.i[GP_STORE_RING]))

@@ -121,7 +121,7 @@ static const gp_op_info ops[GP_OP_COUNT] = {
     [GP_OP_CAST] = {"cast", 1, 1, -1, 0},
     [GP_OP_CONCAT] = {"concat", 2, 2, -1, 0},
     [GP_OP_STORE] = {"store", 3, 3, -1, 1},
-    [GP_OP_ATTENTION] = {"attention", 4, 4, -1, 0},
+    [GP_OP_ATTENTION] = {"attention", 4, 6, -1, 0},
     [GP_OP_ALL_REDUCE] = {"all_reduce", 1, 2, 0, 0},
     [GP_OP_ARGMAX] = {"argmax", 1, 1, -1, 0},
 };

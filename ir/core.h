@@ -10,7 +10,7 @@
 
 #include "gplan/gplan_types.h"
 
-#define GP_MAX_INPUTS 4
+#define GP_MAX_INPUTS 6
 #define GP_MAX_IATTRS 4
 #define GP_MAX_FATTRS 4
 
@@ -163,7 +163,10 @@ typedef enum {
     GP_OP_STORE,
     /* attention(q [T, H, D], k [S, G, D], v [S, G, D], pos i32[T]) -> f32[T, H, D]: causal
      * scaled-dot-product attention over a KV cache: query t attends to cache rows 0..pos[t], or
-     * the last window of them. H % G == 0 (grouped-query: head h reads KV head h / (H / G)). */
+     * the last window of them. H % G == 0 (grouped-query: head h reads KV head h / (H / G)).
+     * With inputs 4 and 5, seq i32[T] and blocks i32[N, M] (a ragged batch over a pool of KV
+     * blocks of `block` rows): query t belongs to sequence seq[t], whose position j is cache row
+     * blocks[seq[t], j / block] * block + j % block; positions run to M * block. */
     GP_OP_ATTENTION,
     /* all_reduce(x [, y]) -> x summed over the devices of a tensor-parallel plan (every device
      * gets the same sum, added in device order), plus y once when given: y is the same on every
@@ -236,7 +239,9 @@ typedef enum {
      * that storing the T new rows keeps every row a query of this eval reads */                  \
     X(ATTENTION, I, 1, RING, "ring", NONZERO)                                                     \
     /* c > 0 soft-caps the scores after the scale: c tanh(score / c) (Gemma 2) */                 \
-    X(ATTENTION, F, 1, SOFTCAP, "softcap", NONZERO)
+    X(ATTENTION, F, 1, SOFTCAP, "softcap", NONZERO)                                               \
+    /* rows of a KV block when inputs seq and blocks are given (a ragged batch); 0: none */       \
+    X(ATTENTION, I, 2, BLOCK, "block", NONZERO)
 
 /* The slots: GP_ROPE_MODE indexes gp_attrs.i, GP_ROPE_THETA gp_attrs.f; integer and float
  * attributes in enums of their own. */

@@ -18,7 +18,7 @@ static const char *const roles[GP_OP_COUNT][GP_MAX_INPUTS] = {
     [GP_OP_PERMUTE] = {"x"},              [GP_OP_SLICE] = {"x"},
     [GP_OP_VIEW] = {"x"},                 [GP_OP_CONT] = {"x"},
     [GP_OP_CAST] = {"x"},                 [GP_OP_CONCAT] = {"a", "b"},
-    [GP_OP_STORE] = {"dst", "pos", "src"}, [GP_OP_ATTENTION] = {"q", "k", "v", "pos"},
+    [GP_OP_STORE] = {"dst", "pos", "src"}, [GP_OP_ATTENTION] = {"q", "k", "v", "pos", "seq", "blocks"},
     [GP_OP_ALL_REDUCE] = {"x", "y"},      [GP_OP_ARGMAX] = {"x"},
 };
 
@@ -308,6 +308,36 @@ static int infer_rope(ctx *c)
     return 0;
 }
 
+/* A ragged batch's inputs: seq i32[T], blocks i32[N, M] (constant), and block rows dividing
+ * the constant S; or neither, and no block. */
+static int infer_attention_blocks(ctx *c)
+{
+    const gp_tensor *k = c->in[1];
+    int64_t block = c->attrs->i[GP_ATTENTION_BLOCK];
+    char b[GP_SHAPE_STR + 32];
+    if (c->n_in == 5)
+        return ERR(c, "attention: seq needs blocks (a ragged batch gives both)");
+    if (c->n_in < 6)
+        return block ? ERR(c, "attention: block=%lld needs the inputs seq and blocks",
+                           (long long)block) : 0;
+    if (need_index(c, 4, c->in[0]->shape[0], "the first dim of q"))
+        return -1;
+    const gp_tensor *t = c->in[5];
+    if (t->dtype != GP_I32 || t->ndim != 2 || t->shape[0].sym >= 0 || t->shape[1].sym >= 0)
+        return ERR(c, "attention: %s, expected i32[N, M] (constant)", desc(c, 5, b));
+    if (block < 1)
+        return ERR(c, "attention: seq and blocks need block=B (rows of a KV block)");
+    if (c->attrs->i[GP_ATTENTION_RING])
+        return ERR(c, "attention: a ragged batch has no ring (a window reads its sequence's rows)");
+    if (k->shape[0].sym >= 0 || k->shape[0].size % block)
+        return ERR(c, "attention: the cache %s is not a whole number of blocks of %lld rows",
+                   desc(c, 1, b), (long long)block);
+    if (t->shape[1].size > INT32_MAX / block)
+        return ERR(c, "attention: %s of %lld rows: more than 2^31 positions",
+                   desc(c, 5, b), (long long)block);
+    return 0;
+}
+
 static int infer_attention(ctx *c)
 {
     const gp_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
@@ -344,6 +374,8 @@ static int infer_attention(ctx *c)
         (window < 1 || k->shape[0].sym >= 0 || window > k->shape[0].size))
         return ERR(c, "attention: a ring cache needs a window of 1..S rows (S constant), got "
                    "window %lld for %s", (long long)window, desc(c, 1, b1));
+    if (infer_attention_blocks(c))
+        return -1;
     if (c->attrs->f[GP_ATTENTION_SCALE] == 0)
         c->attrs->f[GP_ATTENTION_SCALE] = 1.0 / sqrt((double)q->shape[2].size);
     c->out->dtype = GP_F32;

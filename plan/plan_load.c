@@ -940,8 +940,9 @@ static void parse_nodes(gp_plan *p, uint32_t count, uint32_t rec, const unsigned
         gp_plan_node *nd = &p->nodes[i];
         nd->op = (gp_op)rd_u16(q);
         nd->n_inputs = q[2];
-        for (int k = 0; k < GP_MAX_INPUTS; k++)
-            nd->inputs[k] = rd_i32(q + 4 + 4 * k);
+        for (int k = 0; k < GP_MAX_INPUTS; k++) /* 4 and 5 from version 1.2 */
+            nd->inputs[k] = k < 4 ? rd_i32(q + 4 + 4 * k)
+                                  : rec >= GP_PLAN_NODE_BYTES ? rd_i32(q + 88 + 4 * (k - 4)) : -1;
         nd->output = rd_i32(q + 20);
         nd->workspace = rd_i32(q + 24);
         uint32_t line = rd_u32(q + 28), col = rd_u32(q + 32);
@@ -1074,7 +1075,7 @@ static int parse(reader *r, gp_plan **out)
     const unsigned char *q_s, *q_t, *q_n;
     if (read_records(r, GP_PLAN_SEC_SYMS, GP_PLAN_SYM_BYTES, &n_syms, &rec_s, &q_s) ||
         read_records(r, GP_PLAN_SEC_TENSORS, GP_PLAN_TENSOR_BYTES_1_0, &n_tensors, &rec_t, &q_t) ||
-        read_records(r, GP_PLAN_SEC_NODES, GP_PLAN_NODE_BYTES, &n_nodes, &rec_n, &q_n))
+        read_records(r, GP_PLAN_SEC_NODES, GP_PLAN_NODE_BYTES_1_1, &n_nodes, &rec_n, &q_n))
         return -1;
     /* The counts are bounded by the file's size now, so these allocations are too. */
     gp_plan *p = gp_plan_alloc((int)n_syms, (int)n_tensors, (int)n_nodes);

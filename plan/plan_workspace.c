@@ -40,9 +40,12 @@ int64_t gp_plan_workspace_min(const gp_plan *p, int i, gp_backend backend)
     const gp_plan_tensor *k = &p->tensors[nd->inputs[1]]; /* [S, G, D] */
     if (q->ndim != 3 || k->ndim != 3)
         return 0;
+    int64_t s = k->dims[0]; /* the rows a query scores: a ragged batch's, its sequence's */
+    if (nd->n_inputs == 6 && p->tensors[nd->inputs[5]].ndim == 2)
+        s = p->tensors[nd->inputs[5]].dims[1] * nd->attrs.i[GP_ATTENTION_BLOCK];
     if (backend == GP_BACKEND_CPU)
-        return k->dims[0] * 4; /* one thread's scores */
-    return gp_workspace_bytes(nd->op, backend, q->dims[0], q->dims[1], q->dims[2], k->dims[0]);
+        return s * 4; /* one thread's scores */
+    return gp_workspace_bytes(nd->op, backend, q->dims[0], q->dims[1], q->dims[2], s);
 }
 
 int gp_plan_check_workspaces(const gp_plan *p, gp_backend backend, char *err, size_t err_len)

@@ -192,7 +192,7 @@ static void write_nodes(bytes *b, const gp_plan *p)
         put_u16(b, (unsigned)nd->op);
         put_u8(b, (unsigned)nd->n_inputs);
         put_u8(b, 0);
-        for (int k = 0; k < GP_MAX_INPUTS; k++)
+        for (int k = 0; k < 4; k++)
             put_i32(b, nd->inputs[k]);
         put_i32(b, nd->output);
         put_i32(b, nd->workspace);
@@ -206,6 +206,8 @@ static void write_nodes(bytes *b, const gp_plan *p)
             put_i64(b, iattr[k]);
         for (int k = 0; k < GP_PLAN_FATTRS; k++)
             put_f64(b, fattr[k]);
+        for (int k = 4; k < GP_MAX_INPUTS; k++) /* version 1.2 */
+            put_i32(b, nd->inputs[k]);
     }
 }
 

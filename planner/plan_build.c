@@ -45,6 +45,8 @@ int64_t gp_op_workspace_bytes(const gp_node *node, const gp_graph *g, gp_backend
         if (q->ndim != 3 || k->ndim != 3)
             return 0;
         t = q->shape[0].size, h = q->shape[1].size, d = q->shape[2].size, s = k->shape[0].size;
+        if (node->n_inputs == 6) /* a ragged batch: a query scores its sequence's positions */
+            s = g->tensors[node->inputs[5]].shape[1].size * node->attrs.i[GP_ATTENTION_BLOCK];
     }
     return gp_workspace_bytes(node->op, backend, t, h, d, s);
 }

@@ -228,6 +228,8 @@ static int analyze(gp_model *m, char *why, size_t n)
         }
         if (nd->op == GP_OP_ATTENTION && !nd->attrs.i[GP_ATTENTION_RING]) { /* a ring limits no context */
             int64_t s = p->tensors[nd->inputs[1]].dims[0];
+            if (nd->n_inputs == 6) /* a ragged batch: the positions of one sequence */
+                s = p->tensors[nd->inputs[5]].dims[1] * nd->attrs.i[GP_ATTENTION_BLOCK];
             if (m->context == 0 || s < m->context)
                 m->context = s;
         }
@@ -1200,6 +1202,11 @@ static int check_nodes(gp_session *s)
         for (int j = 0; j < s->n_index_nodes && !dup; j++) {
             const gp_plan_node *o = &p->nodes[s->index_nodes[j]];
             dup = o->op == nd->op && o->inputs[idx] == nd->inputs[idx] && index_bound(s, o) == bound;
+            /* a ragged batch's attention also depends on its seq and blocks */
+            if (dup && nd->op == GP_OP_ATTENTION)
+                dup = o->n_inputs == nd->n_inputs && o->inputs[4] == nd->inputs[4] &&
+                      o->inputs[5] == nd->inputs[5] &&
+                      o->attrs.i[GP_ATTENTION_BLOCK] == nd->attrs.i[GP_ATTENTION_BLOCK];
         }
         if (!dup)
             s->index_nodes[s->n_index_nodes++] = k;

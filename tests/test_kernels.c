@@ -195,7 +195,7 @@ static void run_node(kcase *c, int nth)
     gp_ktensor in[GP_MAX_INPUTS];
     for (int i = 0; i < c->n_in; i++)
         in[i] = c->in[i]->k;
-    size_t ws_size = gp_cpu_workspace_bytes(c->op, &c->out->k, in, c->n_in, nth);
+    size_t ws_size = gp_cpu_workspace_bytes(c->op, &c->at, &c->out->k, in, c->n_in, nth);
     void *ws = ws_size ? malloc(ws_size) : NULL;
     /* Calls in reverse order: a share must not depend on another having run. */
     for (int ith = nth - 1; ith >= 0; ith--)
@@ -1087,10 +1087,10 @@ static void test_attention(void)
         ((float *)v->k.data)[i] = (float)((i / D) % G + 1);
     gp_ktensor in[4] = {q->k, k->k, v->k, {pos, GP_I32, 1, {2}, {4}}};
     gp_attrs at = {.f = {[GP_ATTENTION_SCALE] = 0.5}};
-    size_t ws = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &o->k, in, 4, 2);
+    size_t ws = gp_cpu_workspace_bytes(GP_OP_ATTENTION, NULL, &o->k, in, 4, 2);
     CU_ASSERT_EQUAL(ws, 2 * S * sizeof(float));
     /* plan.h plans scores for at most 64 threads. */
-    CU_ASSERT_EQUAL(gp_cpu_workspace_bytes(GP_OP_ATTENTION, &o->k, in, 4, 100), 64 * S * sizeof(float));
+    CU_ASSERT_EQUAL(gp_cpu_workspace_bytes(GP_OP_ATTENTION, NULL, &o->k, in, 4, 100), 64 * S * sizeof(float));
     float *w = malloc(ws);
     /* A workspace for one thread: the second call must not touch anything. */
     gp_cpu_compute(GP_OP_ATTENTION, &at, &o->k, in, 4, w, ws / 2, 1, 2);
@@ -1134,10 +1134,10 @@ static void test_attention_grouped(void)
         gp_attrs at = {.i = {[GP_ATTENTION_WINDOW] = cs[c].window},
                        .f = {[GP_ATTENTION_SCALE] = 1.0 / sqrt((double)D),
                              [GP_ATTENTION_SOFTCAP] = cs[c].cap}};
-        size_t big = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &o1->k, in, 4, 64);
+        size_t big = gp_cpu_workspace_bytes(GP_OP_ATTENTION, NULL, &o1->k, in, 4, 64);
         float *w = malloc(big);
         for (int nth = 1; nth <= 2; nth++) {
-            size_t one = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &o1->k, in, 4, nth);
+            size_t one = gp_cpu_workspace_bytes(GP_OP_ATTENTION, NULL, &o1->k, in, 4, nth);
             for (int ith = 0; ith < nth; ith++) {
                 gp_cpu_compute(GP_OP_ATTENTION, &at, &o1->k, in, 4, w, one, ith, nth);
                 gp_cpu_compute(GP_OP_ATTENTION, &at, &og->k, in, 4, w, big, ith, nth);
@@ -1154,6 +1154,101 @@ static void test_attention_grouped(void)
     }
 }
 
+/* A ragged batch: three sequences of different lengths in one eval over a pool of KV blocks
+ * (scattered, two of them adjacent), each query's output the bits of its sequence alone over a
+ * contiguous cache; then tables and indices out of range refused by gp_cpu_check. Each cache
+ * dtype, GQA and MHA, a window, 1 and 2 threads. */
+static void test_attention_ragged(void)
+{
+    enum { B = 4, NB = 12, M = 5, N = 3 };
+    const int32_t tab[N][M] = {{7, 2, 9, 0, 0}, {3, 4, 5, 11, 0}, {10, 1, 0, 0, 0}};
+    const int32_t len[N] = {11, 17, 6}; /* positions each sequence holds after this eval */
+    const int32_t news[N] = {1, 4, 6};  /* of which new in this eval: a decode, a chunk, a prompt */
+    const struct {
+        int64_t H, G, D, window;
+        gp_dtype kvt;
+    } cs[] = {{4, 2, 16, 0, GP_F32}, {6, 2, 64, 0, GP_F16}, {3, 3, 32, 5, GP_BF16}};
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int64_t H = cs[c].H, G = cs[c].G, D = cs[c].D, T = news[0] + news[1] + news[2];
+        tt *pool_k = tt_rand(cs[c].kvt, 3, (int64_t[]){NB * B, G, D}, 0, -1, 1);
+        tt *pool_v = tt_rand(cs[c].kvt, 3, (int64_t[]){NB * B, G, D}, 0, -1, 1);
+        tt *q = tt_rand(GP_F32, 3, (int64_t[]){T, H, D}, 0, -1, 1);
+        tt *o = tt_new(GP_F32, 3, (int64_t[]){T, H, D}, 0);
+        int32_t pos[16], seq[16];
+        for (int64_t t = 0, sq = 0, k = 0; sq < N; sq++)
+            for (k = 0; k < news[sq]; k++, t++) {
+                seq[t] = (int32_t)sq;
+                pos[t] = len[sq] - news[sq] + (int32_t)k;
+            }
+        gp_ktensor in[6] = {q->k, pool_k->k, pool_v->k, {pos, GP_I32, 1, {T}, {4}},
+                            {seq, GP_I32, 1, {T}, {4}}, {(void *)tab, GP_I32, 2, {N, M}, {M * 4, 4}}};
+        gp_attrs at = {.i = {[GP_ATTENTION_WINDOW] = cs[c].window, [GP_ATTENTION_BLOCK] = B},
+                       .f = {[GP_ATTENTION_SCALE] = 1.0 / sqrt((double)D)}};
+        char err[256];
+        CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &o->k, in, 6, err, sizeof err), 0);
+        size_t wsz = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &at, &o->k, in, 6, 2);
+        CU_ASSERT_EQUAL(wsz, 2 * M * B * sizeof(float));
+        float *w = malloc(wsz);
+        size_t row = (size_t)pool_k->k.nb[0];
+        for (int nth = 1; nth <= 2; nth++) {
+            for (int ith = 0; ith < nth; ith++)
+                gp_cpu_compute(GP_OP_ATTENTION, &at, &o->k, in, 6, w, wsz, ith, nth);
+            /* Each sequence alone: its rows copied out of the pool into a contiguous cache. */
+            for (int64_t sq = 0, t0 = 0; sq < N; t0 += news[sq], sq++) {
+                int64_t S = len[sq];
+                tt *kc = tt_new(cs[c].kvt, 3, (int64_t[]){S, G, D}, 0);
+                tt *vc = tt_new(cs[c].kvt, 3, (int64_t[]){S, G, D}, 0);
+                for (int64_t j = 0; j < S; j++) {
+                    size_t at_row = (size_t)(tab[sq][j / B] * B + j % B) * row;
+                    memcpy((char *)kc->k.data + j * row, (char *)pool_k->k.data + at_row, row);
+                    memcpy((char *)vc->k.data + j * row, (char *)pool_v->k.data + at_row, row);
+                }
+                tt *q1 = tt_new(GP_F32, 3, (int64_t[]){news[sq], H, D}, 0);
+                tt *o1 = tt_new(GP_F32, 3, (int64_t[]){news[sq], H, D}, 0);
+                size_t qrow = (size_t)(H * D) * sizeof(float);
+                memcpy(q1->k.data, (char *)q->k.data + t0 * qrow, (size_t)news[sq] * qrow);
+                gp_ktensor in1[4] = {q1->k, kc->k, vc->k, {pos + t0, GP_I32, 1, {news[sq]}, {4}}};
+                gp_attrs at1 = at;
+                at1.i[GP_ATTENTION_BLOCK] = 0;
+                size_t w1 = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &at1, &o1->k, in1, 4, nth);
+                float *ws1 = malloc(w1);
+                for (int ith = 0; ith < nth; ith++)
+                    gp_cpu_compute(GP_OP_ATTENTION, &at1, &o1->k, in1, 4, ws1, w1, ith, nth);
+                int same = !memcmp(o1->k.data, (char *)o->k.data + t0 * qrow, (size_t)news[sq] * qrow);
+                if (!same)
+                    printf("\n  ragged attention case %zu, sequence %lld, %d threads: not the bits of "
+                           "the sequence alone\n", c, (long long)sq, nth);
+                CU_ASSERT(same);
+                free(ws1);
+                tt *all[] = {kc, vc, q1, o1};
+                for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+                    tt_free(all[i]);
+            }
+        }
+        /* Refused: a sequence past the table, a block past the pool, a position past M * B. */
+        seq[0] = N;
+        CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &o->k, in, 6, err, sizeof err), -1);
+        CU_ASSERT(strstr(err, "seq[0] = 3 is out of range [0, 3)") != NULL);
+        seq[0] = 0;
+        int32_t bad[N][M];
+        memcpy(bad, tab, sizeof bad);
+        bad[1][3] = NB;
+        in[5].data = bad;
+        CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &o->k, in, 6, err, sizeof err), -1);
+        CU_ASSERT(strstr(err, "blocks[1, 3] = 12") != NULL);
+        bad[1][3] = 11;
+        bad[2][4] = -1; /* past every position in use: not read, not refused */
+        CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &o->k, in, 6, err, sizeof err), 0);
+        pos[T - 1] = M * B;
+        CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ATTENTION, &at, &o->k, in, 6, err, sizeof err), -1);
+        CU_ASSERT(strstr(err, "pos[") != NULL && strstr(err, "out of range [0, 20)") != NULL);
+        free(w);
+        tt *all[] = {pool_k, pool_v, q, o};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            tt_free(all[i]);
+    }
+}
+
 /* Views compute nothing: out stays as it was. */
 static void test_views(void)
 {
@@ -1163,7 +1258,7 @@ static void test_views(void)
     for (int i = 0; i < 4; i++) {
         gp_cpu_compute(views[i], &at, &o->k, &x->k, 1, NULL, 0, 0, 1);
         CU_ASSERT_EQUAL(((unsigned char *)o->buf)[0], 0x5a);
-        CU_ASSERT_EQUAL(gp_cpu_workspace_bytes(views[i], &o->k, &x->k, 1, 4), 0);
+        CU_ASSERT_EQUAL(gp_cpu_workspace_bytes(views[i], NULL, &o->k, &x->k, 1, 4), 0);
     }
     tt_free(x);
     tt_free(o);
@@ -1696,7 +1791,7 @@ static void test_attention_levels(void)
             for (int l = 0; l <= best; l++) {
                 CU_ASSERT_EQUAL(gp_cpu_dot_level(l), l);
                 tt *o = tt_new(GP_F32, 3, (int64_t[]){T, H, D}, 0);
-                size_t ws = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &o->k, in, 4, 1);
+                size_t ws = gp_cpu_workspace_bytes(GP_OP_ATTENTION, NULL, &o->k, in, 4, 1);
                 void *w = malloc(ws);
                 gp_cpu_compute(GP_OP_ATTENTION, &at, &o->k, in, 4, w, ws, 0, 1);
                 r[l] = malloc(sizeof(float) * (size_t)(T * H * D));
@@ -1741,6 +1836,8 @@ void gp_suite_kernels(void)
     CU_add_test(s, "store", test_store);
     CU_add_test(s, "attention with GQA", test_attention);
     CU_add_test(s, "attention: a KV group's heads at once, the one-head bits", test_attention_grouped);
+    CU_add_test(s, "attention: a ragged batch over KV blocks, the bits of each sequence alone",
+                test_attention_ragged);
     CU_add_test(s, "attention: every kernel build the same bits", test_attention_levels);
     CU_add_test(s, "views compute nothing", test_views);
     CU_add_test(s, "gp_cpu_check", test_check);

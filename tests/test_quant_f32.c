@@ -376,7 +376,7 @@ static void test_amx_node(void)
     gp_attrs at;
     memset(&at, 0, sizeof at);
     at.i[GP_MATMUL_TB] = 1; /* tb */
-    size_t wsz = gp_cpu_workspace_bytes(GP_OP_MATMUL, &out, in, 2, 1);
+    size_t wsz = gp_cpu_workspace_bytes(GP_OP_MATMUL, NULL, &out, in, 2, 1);
     CU_ASSERT_EQUAL(wsz, (size_t)gp_quant_matmul_ws_bytes(M, K));
     void *ws = malloc(wsz);
     out = (gp_ktensor){NULL, GP_F32, 2, {M, N}, {p.ldy * 4, 4}};

@@ -146,7 +146,7 @@ head -c 100 small.plan >trunc.plan
 check E304 1 "gplan-inspect: trunc.plan: bad plan file (file size field says $size bytes, the file has 100 (truncated?))" inspect trunc.plan
 cat small.plan small.plan >long.plan
 check E308 1 "gplan-inspect: long.plan: bad plan file (file size field says $size bytes, the file has $((2 * size)) (data appended?))" inspect long.plan
-cp small.plan crc.plan && poke crc.plan $((size - 1)) 377
+cp small.plan crc.plan && poke crc.plan $((size - 1)) 376
 check E305 1 "gplan-inspect: crc.plan: bad plan file (checksum mismatch in section nodes)" inspect crc.plan
 check E306 1 "gplan-inspect: missing.plan: cannot open: No such file or directory" inspect missing.plan
 check E307 2 "gplan-inspect: unknown option: --frob" inspect --frob small.plan

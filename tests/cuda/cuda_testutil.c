@@ -174,7 +174,7 @@ double run_op(gp_op op, const gp_attrs *a, tt *out, tt **ins, int n_in, size_t w
         hin[i] = ins[i]->h;
         din[i] = ins[i]->d;
     }
-    size_t wsz = gp_cpu_workspace_bytes(op, &out->h, hin, n_in, 1);
+    size_t wsz = gp_cpu_workspace_bytes(op, a, &out->h, hin, n_in, 1);
     void *ws = wsz ? malloc(wsz) : NULL;
     gp_cpu_compute(op, a, &out->h, hin, n_in, ws, wsz, 0, 1);
     free(ws);

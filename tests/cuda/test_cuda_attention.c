@@ -128,7 +128,7 @@ static void dec_case_new(dec_case *c, gp_dtype ct, int64_t H, int64_t G, int64_t
     gp_cpu_compute(GP_OP_STORE, &none, &c->kc.h, s0, 3, NULL, 0, 0, 1);
     gp_cpu_compute(GP_OP_STORE, &none, &c->vc.h, s1, 3, NULL, 0, 0, 1);
     gp_ktensor ain[4] = {*q_in, c->kc.h, c->vc.h, c->pos.h};
-    size_t wsz = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &c->out.h, ain, 4, 1);
+    size_t wsz = gp_cpu_workspace_bytes(GP_OP_ATTENTION, NULL, &c->out.h, ain, 4, 1);
     void *hws = malloc(wsz);
     gp_cpu_compute(GP_OP_ATTENTION, &aa, &c->out.h, ain, 4, hws, wsz, 0, 1);
     free(hws);
@@ -361,7 +361,7 @@ void test_attention_decode_edges(void)
     tt ref;
     tt_new(&ref, GP_F32, 3, sq, 1.0f);
     gp_ktensor ain[4] = {*qin, kc.h, vc.h, pos.h};
-    size_t wsz = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &ref.h, ain, 4, 1);
+    size_t wsz = gp_cpu_workspace_bytes(GP_OP_ATTENTION, NULL, &ref.h, ain, 4, 1);
     void *hws = malloc(wsz);
     gp_cpu_compute(GP_OP_ATTENTION, &aa, &ref.h, ain, 4, hws, wsz, 0, 1);
     free(hws);

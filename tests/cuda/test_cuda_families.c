@@ -301,7 +301,7 @@ static void fam_decode_case(kctx *k, gp_dtype ct, int64_t H, int64_t G, int64_t 
     gp_cpu_compute(GP_OP_STORE, &st, &kc.h, s0, 3, NULL, 0, 0, 1);
     gp_cpu_compute(GP_OP_STORE, &st, &vc.h, s1, 3, NULL, 0, 0, 1);
     gp_ktensor ain[4] = {qr.h, kc.h, vc.h, pos.h};
-    size_t wsz = gp_cpu_workspace_bytes(GP_OP_ATTENTION, &out.h, ain, 4, 1);
+    size_t wsz = gp_cpu_workspace_bytes(GP_OP_ATTENTION, NULL, &out.h, ain, 4, 1);
     void *hws = malloc(wsz);
     gp_cpu_compute(GP_OP_ATTENTION, &aa, &out.h, ain, 4, hws, wsz, 0, 1);
     free(hws);
