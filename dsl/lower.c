@@ -1212,8 +1212,10 @@ static int split_of(lower *L, const gp_ast_stmt *s, int ndim, gp_dim *shape, gp_
 static void exec_decl(lower *L, const gp_ast_stmt *s)
 {
     const char *kind = gp_tensor_kind_name(s->tkind);
-    if (s->tkind != GP_TENSOR_WEIGHT && L->nest > 0) {
-        error(L, s->loc, "%s declarations must be at the top level of the graph", kind);
+    /* One tensor each: an if may choose the graph's interface, a loop would repeat it. */
+    if (s->tkind != GP_TENSOR_WEIGHT && L->n_loops > 0) {
+        error(L, s->loc, "%s declarations may not be inside a loop (one tensor, not one per "
+              "iteration)", kind);
         return;
     }
     if (s->weight_name && s->tkind != GP_TENSOR_WEIGHT) {

@@ -198,6 +198,7 @@ static int analyze(gp_model *m, char *why, size_t n)
 {
     const gp_plan *p = m->plan;
     m->tokens = m->positions = m->logits = m->rows = -1;
+    int store_index = -1; /* the positions of a graph with stores and neither rope nor attention */
     for (int k = 0; k < m->n_io && m->logits < 0; k++)
         if (p->tensors[m->io_ids[k]].kind == GP_TENSOR_OUTPUT)
             m->logits = m->io_ids[k];
@@ -223,8 +224,10 @@ static int analyze(gp_model *m, char *why, size_t n)
                 m->tokens = root;
                 m->vocab = p->tensors[nd->inputs[0]].dims[0];
             }
-        } else if (m->positions < 0) {
-            m->positions = root;
+        } else if (nd->op != GP_OP_STORE && m->positions < 0) {
+            m->positions = root; /* rope's or attention's: a ragged batch stores at kv_row */
+        } else if (nd->op == GP_OP_STORE && store_index < 0) {
+            store_index = root;
         }
         if (nd->op == GP_OP_ATTENTION && !nd->attrs.i[GP_ATTENTION_RING]) { /* a ring limits no context */
             int64_t s = p->tensors[nd->inputs[1]].dims[0];
@@ -234,6 +237,8 @@ static int analyze(gp_model *m, char *why, size_t n)
                 m->context = s;
         }
     }
+    if (m->positions < 0)
+        m->positions = store_index;
     return check_views(p, why, n);
 }
 

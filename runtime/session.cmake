@@ -30,3 +30,7 @@ gp_add_suite(NAME tp SOURCES ${CMAKE_SOURCE_DIR}/tests/test_tp.c
 add_test(NAME cli_gplan_run
          COMMAND sh ${CMAKE_SOURCE_DIR}/tests/cli/gplan_run.sh $<TARGET_FILE:gplan-compile>
                  $<TARGET_FILE:gplan-run> ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/cli_gplan_run)
+
+# Ragged batches: every family with -D n_seq against each sequence alone (tests/test_batch.c).
+gp_add_suite(NAME batch SOURCES ${CMAKE_SOURCE_DIR}/tests/test_batch.c
+             ${CMAKE_SOURCE_DIR}/tests/testmodel.c LIBS gp_runtime gp_planner gp_dsl gp_family)

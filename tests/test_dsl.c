@@ -498,7 +498,7 @@ static const golden goldens[] = {
     {"declaration in a loop",
      "graph g() { for i in 0..2 { input b: f32[2]; } }",
      {},
-     "t.gplan:1:29: error: input declarations must be at the top level of the graph\ngraph g() { for i in 0..2 { input b: f32[2]; } }\n                            ^\n"},
+     "t.gplan:1:29: error: input declarations may not be inside a loop (one tensor, not one per iteration)\ngraph g() { for i in 0..2 { input b: f32[2]; } }\n                            ^\n"},
     {"unknown name in template",
      "graph g() { weight w: f32[2] = \"h.{k}.w\"; }",
      {},

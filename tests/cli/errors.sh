@@ -88,7 +88,7 @@ check E113 1 'badconfig.json:1:2: error: config key '"'n_layer'"': expected an i
 printf 'graph g() { weight w: f32[4, 6] = "w" split(1, groups=4); }\n' >split.gplan
 check E114 1 "split.gplan:1:39: error: split: dim 1 of 'w' (6) is not 4 groups of whole units of 1" compile --check split.gplan
 cp "$ex/llama.gplan" llama.gplan
-check E115 1 "llama.gplan:25:15: error: exact_div: 32 is not a multiple of 3" compile --check llama.gplan --devices 3
+check E115 1 "llama.gplan:30:15: error: exact_div: 32 is not a multiple of 3" compile --check llama.gplan --devices 3
 printf 'graph g() { weight w: q4_0[4, 30]; }\n' >qrow.gplan
 check E116 1 "qrow.gplan:1:20: error: tensor 'w': q4_0 packs rows in blocks of 32: the last dim of [4, 30] must be a multiple of 32" compile --check qrow.gplan
 printf 'graph g() { weight w: q8_0[2, 32]; input x: f32[2, 32]; output y: f32[2, 32]; y = x + w; }\n' >qread.gplan

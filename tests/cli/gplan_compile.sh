@@ -64,7 +64,7 @@ expect 0 " sliding_window=0 " --check "$ex/phi3.gplan" --gguf "$tmp/phi3.gguf"
   kv_u32 phi3.rope.scaling.original_context_length 4096
   kv_f32 phi3.rope.scaling.attn_factor 1067450368; tinfo rope_factors_long.weight 8; } >"$tmp/phi3l.gguf"
 tdata "$tmp/phi3l.gguf" 8
-expect 0 "rope_factors=1 original_max_position_embeddings=4096 attn_factor=1.25; tensors 2 input, 2 output, 195 weight" \
+expect 0 "rope_factors=1 original_max_position_embeddings=4096 attn_factor=1.25 n_seq=0 kv_block=16 kv_pool=0; tensors 2 input, 2 output, 195 weight" \
   --check "$ex/phi3.gplan" --gguf "$tmp/phi3l.gguf"
 # Metadata against its meaning: the shape's keys required, counts positive and dividing, floats
 # finite, a context a plan can hold; each refusal names the file and the key.
