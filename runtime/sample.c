@@ -19,7 +19,8 @@ struct gp_sampler {
     float *e;       /* [vocab] each id's weight exp((z - max) / temp) */
     uint32_t *seen; /* [vocab] the stamp of the last call that penalized the id */
     uint32_t stamp;
-    int32_t *hist;  /* [repeat_last_n] ring of the last accepted ids */
+    int32_t *hist;  /* [hist_cap >= repeat_last_n] ring of the last accepted ids */
+    int64_t hist_cap;
     int64_t n_hist, hist_at;
     int by_id;      /* the last filter left every id a candidate, weighing e[id] of total */
     double total;
@@ -32,13 +33,12 @@ gp_sampler_opts gp_sampler_defaults(void)
     return o;
 }
 
-gp_sampler *gp_sampler_new(int64_t vocab, const gp_sampler_opts *o, char *err, size_t err_len)
+/* What is wrong with options d, or NULL. */
+static const char *bad_opts(const gp_sampler_opts *o)
 {
-    gp_sampler_opts d = o ? *o : gp_sampler_defaults();
+    const gp_sampler_opts d = *o;
     const char *bad = NULL;
-    if (vocab < 1 || vocab > INT32_MAX)
-        bad = "vocabulary size outside [1, 2^31)";
-    else if (!(d.temp >= 0) || !isfinite(d.temp))
+    if (!(d.temp >= 0) || !isfinite(d.temp))
         bad = "temperature must be a number >= 0";
     else if (d.top_k < 0)
         bad = "top-k must be >= 0";
@@ -50,6 +50,14 @@ gp_sampler *gp_sampler_new(int64_t vocab, const gp_sampler_opts *o, char *err, s
         bad = "repeat penalty must be a number > 0";
     else if (d.repeat_last_n < 0 || d.repeat_last_n > INT32_MAX)
         bad = "repeat-last-n must be in [0, 2^31)";
+    return bad;
+}
+
+gp_sampler *gp_sampler_new(int64_t vocab, const gp_sampler_opts *o, char *err, size_t err_len)
+{
+    gp_sampler_opts d = o ? *o : gp_sampler_defaults();
+    const char *bad = vocab < 1 || vocab > INT32_MAX ? "vocabulary size outside [1, 2^31)"
+                                                     : bad_opts(&d);
     if (bad) {
         snprintf(err, err_len, "sampler: %s", bad);
         return NULL;
@@ -63,7 +71,8 @@ gp_sampler *gp_sampler_new(int64_t vocab, const gp_sampler_opts *o, char *err, s
         s->prob = malloc((size_t)vocab * sizeof *s->prob);
         s->e = malloc((size_t)vocab * sizeof *s->e);
         s->seen = calloc((size_t)vocab, sizeof *s->seen);
-        s->hist = malloc((size_t)(d.repeat_last_n ? d.repeat_last_n : 1) * sizeof *s->hist);
+        s->hist_cap = d.repeat_last_n > GP_SAMPLER_MIN_HIST ? d.repeat_last_n : GP_SAMPLER_MIN_HIST;
+        s->hist = malloc((size_t)s->hist_cap * sizeof *s->hist);
         s->rng = d.seed;
     }
     if (!s || !s->z || !s->cand || !s->prob || !s->e || !s->seen || !s->hist) {
@@ -106,6 +115,21 @@ void gp_sampler_accept(gp_sampler *s, int32_t id)
     s->hist_at = (s->hist_at + 1) % s->o.repeat_last_n;
     if (s->n_hist < s->o.repeat_last_n)
         s->n_hist++;
+}
+
+int gp_sampler_set(gp_sampler *s, const gp_sampler_opts *o, char *err, size_t err_len)
+{
+    gp_sampler_opts d = o ? *o : gp_sampler_defaults();
+    const char *bad = bad_opts(&d);
+    if (!bad && d.repeat_last_n > s->hist_cap)
+        bad = "repeat-last-n is over what this sampler holds";
+    if (bad) {
+        snprintf(err, err_len, "sampler: %s", bad);
+        return -1;
+    }
+    s->o = d;
+    gp_sampler_reset(s);
+    return 0;
 }
 
 void gp_sampler_reset(gp_sampler *s)

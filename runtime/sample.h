@@ -17,6 +17,11 @@ typedef struct gp_sampler gp_sampler;
  * (0, 1], min_p outside [0, 1], repeat_penalty <= 0, negative counts) or no memory. */
 gp_sampler *gp_sampler_new(int64_t vocab, const gp_sampler_opts *o, char *err, size_t err_len);
 void gp_sampler_free(gp_sampler *s); /* NULL is a no-op */
+/* New options for the same vocabulary without allocating (the PRNG restarts from the seed, the
+ * seen ids are forgotten): -1 with err for bad options or a repeat_last_n over the largest the
+ * sampler was made with (at least GP_SAMPLER_MIN_HIST). */
+#define GP_SAMPLER_MIN_HIST 1024
+int gp_sampler_set(gp_sampler *s, const gp_sampler_opts *o, char *err, size_t err_len);
 
 /* 1 when a pick is the argmax of the raw logits (temp 0 and no penalty in effect): a caller may use
  * the argmax it already has. */

@@ -279,6 +279,43 @@ static void test_seed(void)
     CU_ASSERT_EQUAL(memcmp(a, b, sizeof a), 0);
 }
 
+/* gp_sampler_set: another sampler's options in place give that sampler's draws; bad options and a
+ * repeat window over the sampler's capacity are refused, the old options kept. */
+static void test_set(void)
+{
+    float l[300];
+    uint64_t rng = 9;
+    gp_test_uniform(l, 300, 0.0f, 4.0f, &rng);
+    char err[128];
+    gp_sampler_opts a = gp_sampler_defaults(), b = a;
+    b.temp = 0.8;
+    b.top_k = 40;
+    b.repeat_penalty = 1.3;
+    b.seed = 77;
+    gp_sampler *sa = gp_sampler_new(300, &a, err, sizeof err), *sb = gp_sampler_new(300, &b, err, sizeof err);
+    CU_ASSERT_FATAL(sa && sb);
+    gp_sampler_accept(sa, 5);
+    CU_ASSERT_EQUAL(gp_sampler_set(sa, &b, err, sizeof err), 0);
+    int same = 1;
+    for (int i = 0; i < 64; i++) {
+        int32_t x = gp_sampler_sample(sa, l), y = gp_sampler_sample(sb, l);
+        same &= x == y;
+        gp_sampler_accept(sa, x);
+        gp_sampler_accept(sb, y);
+    }
+    CU_ASSERT(same);
+    gp_sampler_opts bad = b;
+    bad.top_p = 0;
+    CU_ASSERT_EQUAL(gp_sampler_set(sa, &bad, err, sizeof err), -1);
+    CU_ASSERT(strstr(err, "top-p") != NULL);
+    bad = b;
+    bad.repeat_last_n = GP_SAMPLER_MIN_HIST + 1;
+    CU_ASSERT_EQUAL(gp_sampler_set(sa, &bad, err, sizeof err), -1);
+    CU_ASSERT(strstr(err, "repeat-last-n") != NULL);
+    gp_sampler_free(sa);
+    gp_sampler_free(sb);
+}
+
 /* Chi-square of n draws against the expected probabilities; df = the count of nonzero ones - 1.
  * Bound: the 99.99th percentile for df <= 7 is under 30. */
 static void chi_square(gp_sampler *s, const float *l, int64_t V, const double *expect, int n)
@@ -417,6 +454,7 @@ void gp_suite_sample(void)
 {
     CU_pSuite s = CU_add_suite("sample", NULL, NULL);
     CU_add_test(s, "greedy and top-k 1 are the argmax", test_greedy_and_top_k1);
+    CU_add_test(s, "options set in place: the draws of a new sampler", test_set);
     CU_add_test(s, "top-p keeps the smallest prefix with the mass", test_top_p_known);
     CU_add_test(s, "min-p against the most likely", test_min_p_known);
     CU_add_test(s, "filters equal a sort-everything reference", test_against_reference);

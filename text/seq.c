@@ -172,6 +172,12 @@ int gp_seq_set_sampler(gp_seq *s, const gp_sampler_opts *so)
     gp_sampler_opts d = gp_sampler_defaults();
     if (!so)
         so = &d;
+    if (so->repeat_last_n <= GP_SAMPLER_MIN_HIST) { /* in place: no allocation */
+        if (gp_sampler_set(s->sampler, so, s->err, sizeof s->err))
+            return -1;
+        s->so = *so;
+        return 0;
+    }
     gp_sampler *n = gp_sampler_new(s->lm->n_pick, so, s->err, sizeof s->err);
     if (!n)
         return -1;
