@@ -47,6 +47,8 @@ expect_cmd 1 "/dev/null: cannot open (not a regular file: a character device)" \
   timeout 10 "$tool" "$plan" --weights /dev/null --prompt "Hi"
 expect_cmd 1 "$fifo_msg" timeout 10 "$compile" "$src/examples/llama.gplan" --gguf "$tmp/fifo" \
   -o "$tmp/fifo.plan"
+expect_cmd 1 "$tmp/fifo: cannot open: not a regular file (a FIFO)" \
+  timeout 10 "$tool" "$plan" --random-weights 1 --lora "$tmp" --lora-merge-plan "$tmp/fifo"
 
 # success (0): token count, context stop, stats, logits file, greedy determinism
 expect 0 "stats: host allocations during evals:" "$plan" --random-weights 1 -n 4 --stats
