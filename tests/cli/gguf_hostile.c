@@ -39,7 +39,7 @@ static const struct {
     {"ffn-length-0", "meta",
      "llama.feed_forward_length = 0: must be positive"},
     {"block-count-string", "meta",
-     "metadata llama.block_count has the wrong type"},
+     "bad GGUF file (llama.block_count is a string, not an integer)"},
     {"eps-nan", "meta",
      "llama.attention.layer_norm_rms_epsilon = nan: not a finite number"},
     {"eps-negative", "meta",
