@@ -96,18 +96,11 @@ static int parse_ids(const char *s, options *o)
 }
 
 /* A GGUF file or a folder: a model; another regular file is taken for a plan. What is neither
- * (a FIFO, a device) goes to the model loader, which says what it is without opening it. */
+ * (a FIFO, a device) goes to the model loader too, which says what it is without opening it. */
 static int is_model(const char *path)
 {
-    char magic[4] = {0};
     struct stat st;
-    if (stat(path, &st) || !S_ISREG(st.st_mode))
-        return !stat(path, &st);
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(magic, 1, 4, f) : 0;
-    if (f)
-        fclose(f);
-    return n == 4 && !memcmp(magic, "GGUF", 4);
+    return gp_lm_is_model(path) || (!stat(path, &st) && !S_ISREG(st.st_mode));
 }
 
 typedef enum { FLAG, STR, INT, I64, U64, NUM, LIST } kind;
