@@ -50,6 +50,18 @@ static int push_text(gp_gguf_params *p, const char *text)
     return 0;
 }
 
+/* "FILE: bad GGUF file (KEY is a string, not an integer)" for a key gp_gguf_get_int or
+ * gp_gguf_get_float would not take. */
+static void wrong_type(const gp_gguf *g, const char *path, const char *key, int is_float,
+                       char *err, size_t errlen)
+{
+    gp_gguf_type t = gp_gguf_kv_type(g, gp_gguf_find(g, key));
+    const char *name = gp_gguf_value_type_name(t);
+    snprintf(err, errlen, "%s: bad GGUF file (%s is a%s %s%s, not %s)", path, key,
+             name[0] == 'i' || name[0] == 'a' ? "n" : "", name,
+             t == GP_GGUF_UINT64 ? " past 2^63" : "", is_float ? "a number" : "an integer");
+}
+
 /* ARCH.key as an integer: 0 found, 1 absent, -1 wrong type (err set). */
 static int arch_int(const gp_gguf *g, const char *path, const char *arch, const char *key,
                     int64_t *v, char *err, size_t errlen)
@@ -58,7 +70,7 @@ static int arch_int(const gp_gguf *g, const char *path, const char *arch, const 
     snprintf(k, sizeof k, "%s.%s", arch, key);
     int got = gp_gguf_get_int(g, k, v);
     if (got < 0)
-        snprintf(err, errlen, "%s: metadata %s has the wrong type", path, k);
+        wrong_type(g, path, k, 0, err, errlen);
     return got;
 }
 
@@ -320,7 +332,7 @@ int gp_gguf_params_read(const char *path, gp_gguf_params *p, char *err, size_t e
         int64_t i;
         int got = m->is_float ? gp_gguf_get_float(g, key, &f) : gp_gguf_get_int(g, key, &i);
         if (got < 0) {
-            snprintf(err, errlen, "%s: metadata %s has the wrong type", path, key);
+            wrong_type(g, path, key, m->is_float, err, errlen);
             goto done;
         }
         if (got == 1 && m->need == GP_KEY_REQUIRED) {

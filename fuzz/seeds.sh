@@ -46,5 +46,7 @@ st "$out/safetensors/padded.safetensors" '{"x":{"dtype":"F32","shape":[1],"data_
 printf '{"metadata":{"total_size":20},"weight_map":{"x":"a.safetensors","y":"a.safetensors"}}' \
   >"$out/safetensors/index.json"
 
-# gguf: gguf-py's GGUFWriter output (the committed corpus, fuzz/corpus/gguf/, has the test writer's).
+# gguf: gguf-py's GGUFWriter output (the committed corpus, fuzz/corpus/gguf/, has the test writer's,
+# and the hostile-GGUF catalogue's tiny model and its variants, written by tests/cli/gguf_hostile.c
+# and checked to be current by ctest cli_hostile_gguf).
 cp "$src/tests/gguf/fixture.gguf" "$out/gguf/"

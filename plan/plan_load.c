@@ -3,9 +3,12 @@
 #include "plan/plan.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 /* ---- small helpers ---- */
@@ -1118,15 +1121,35 @@ int gp_plan_load_mem(const void *data, size_t len, const char *name, gp_plan **o
     return 0;
 }
 
+/* Opens path for reading when it is a regular file. O_NONBLOCK: a FIFO named as a plan must not
+ * block the open (it is refused after it); a device or a folder is refused the same way. */
+static FILE *open_regular(const char *path, char *err, size_t err_len)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    FILE *f = NULL;
+    if (fd < 0) {
+        gp_errf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+    } else if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        mode_t m = st.st_mode;
+        gp_errf(err, err_len, "%s: cannot open: not a regular file%s", path,
+                S_ISDIR(m) ? " (a folder)" : S_ISFIFO(m) ? " (a FIFO)"
+                : S_ISCHR(m) || S_ISBLK(m) ? " (a device)" : "");
+    } else if (!(f = fdopen(fd, "rb"))) {
+        gp_errf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+    }
+    if (fd >= 0 && !f)
+        close(fd);
+    return f;
+}
+
 int gp_plan_load(const char *path, gp_plan **out, char *err, size_t err_len)
 {
     if (out)
         *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        gp_errf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f = open_regular(path, err, err_len);
+    if (!f)
         return -1;
-    }
     size_t len = 0;
     unsigned char *buf = (unsigned char *)gp_read_stream(f, &len);
     int rc = -1;

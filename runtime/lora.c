@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cpu/cpu_kernels.h"
+#include "weights/filemap.h"
 #include "weights/safetensors.h"
 #include "weights/weights.h"
 
@@ -78,6 +80,9 @@ static int empty_object(json_t *root, const char *key)
 static int read_config(const char *path, lora_config *c, char *err, size_t n)
 {
     json_error_t je;
+    struct stat st; /* a FIFO would block jansson's open: what exists must be a regular file */
+    if (!stat(path, &st) && gp_file_check(path, err, n))
+        return -1;
     json_t *root = json_load_file(path, 0, &je);
     if (!root) {
         if (je.line > 0)

@@ -2,7 +2,8 @@
  * test writer (tests/gguf_writer.c), the hostile-file catalogue with its exact messages (also
  * listed in docs/errors.md), every truncation of a valid file, gguf-py's own output
  * (tests/gguf/fixture.gguf) and llama.cpp's vocabulary files; and GGUF checkpoints through
- * gp_weights (weights/weights.c, weights/gguf_names.c). */
+ * gp_weights (weights/weights.c, weights/gguf_names.c), and gp_weights_scan's search for
+ * non-finite values (weights/weights_scan.c). */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gplan/gplan.h"
 #include "ir/f16.h"
 #include "weights/gguf.h"
 #include "weights/weights.h"
@@ -1164,6 +1166,105 @@ static void test_weights_gguf(void)
     free(q2k);
 }
 
+/* ---- gp_weights_scan ---- */
+
+enum { SCAN_MAX = 16 };
+typedef struct {
+    int n;
+    gp_tensor_scan t[SCAN_MAX];
+    char names[SCAN_MAX][32], dtypes[SCAN_MAX][16]; /* copies: the scan's live until it returns */
+} scan_log;
+
+static void log_tensor(void *user, const gp_tensor_scan *t)
+{
+    scan_log *l = user;
+    if (l->n == SCAN_MAX)
+        return;
+    l->t[l->n] = *t;
+    l->t[l->n].name = strncpy(l->names[l->n], t->name, 31);
+    l->t[l->n].dtype = strncpy(l->dtypes[l->n], t->dtype, 15);
+    l->n++;
+}
+
+static void scan_is(const gp_tensor_scan *t, const char *name, int64_t values, int64_t bad,
+                    int64_t first, const char *first_is)
+{
+    CU_ASSERT_STRING_EQUAL(t->name, name);
+    CU_ASSERT_EQUAL(t->values, values);
+    CU_ASSERT_EQUAL(t->nonfinite, bad);
+    CU_ASSERT_EQUAL(t->first, first);
+    CU_ASSERT_STRING_EQUAL(t->first_is, first_is);
+    if (t->nonfinite != bad || t->first != first)
+        fprintf(stderr, "\n%s: %lld non-finite from %lld, expected %lld from %lld\n", name,
+                (long long)t->nonfinite, (long long)t->first, (long long)bad, (long long)first);
+}
+
+/* NaNs and infinities planted in f32, f16 and bf16 elements and in q4_1's and q6_k's scales are
+ * found at their element; clean, integer and unscanned tensors are told apart. */
+static void test_scan(void)
+{
+    float f32[12] = {1, -0.0f, 3e38f, 1e-40f, 0, 0, 0, NAN, 0, INFINITY, 0, 0};
+    uint16_t f16[8] = {0, 0x3c00, 0x7bff, 0, 0, 0xfc00, 0, 0}; /* 1, 65504, -inf at 5 */
+    uint16_t bf16[4] = {0x7fc0, 0x3f80, 0, 0};                 /* nan at 0 */
+    unsigned char q41[3 * 20] = {0}, q6k[2 * 210] = {0}, q2k[84] = {0};
+    q41[20 + 2] = 0x00, q41[20 + 3] = 0x7e;                    /* block 1's m: f16 nan */
+    q6k[210 + 208] = 0x00, q6k[210 + 209] = 0x7c;              /* block 1's d: f16 inf */
+    float clean[4] = {1, 2, 3, 4};
+    int32_t ints[4] = {-1, 0x7fc00000, 0x7f800000, 3};          /* NaN's bits, as integers */
+    const gp_gw_tensor ts[] = {
+        {"a.f32", 0, 2, {4, 3}, f32, sizeof f32},   {"b.f16", 1, 1, {8}, f16, sizeof f16},
+        {"c.bf16", 30, 1, {4}, bf16, sizeof bf16},  {"d.q4_1", 3, 2, {32, 3}, q41, sizeof q41},
+        {"e.q6_k", 14, 2, {256, 2}, q6k, sizeof q6k}, {"f.clean", 0, 1, {4}, clean, sizeof clean},
+        {"g.q2_k", 10, 1, {256}, q2k, sizeof q2k},  {"h.i32", 26, 1, {4}, ints, sizeof ints},
+    };
+    gp_gw w;
+    gp_gw_init(&w);
+    gp_gw_model(&w, "llama", 32, ts, 8);
+    char path[4200];
+    snprintf(path, sizeof path, "%s", gp_test_tmpfile(".gguf"));
+    CU_ASSERT_EQUAL_FATAL(gp_gw_save(&w, path), 0);
+    gp_gw_free(&w);
+    scan_log l = {0};
+    CU_ASSERT_EQUAL(gp_weights_scan(path, log_tensor, &l, err, sizeof err), 5);
+    CU_ASSERT_EQUAL_FATAL(l.n, 8); /* name order */
+    scan_is(&l.t[0], "a.f32", 12, 2, 7, "nan");
+    scan_is(&l.t[1], "b.f16", 8, 1, 5, "-inf");
+    scan_is(&l.t[2], "c.bf16", 4, 1, 0, "nan");
+    scan_is(&l.t[3], "d.q4_1", 96, 32, 32, "nan");
+    scan_is(&l.t[4], "e.q6_k", 512, 256, 256, "inf");
+    scan_is(&l.t[5], "f.clean", 4, 0, -1, "");
+    scan_is(&l.t[6], "g.q2_k", 256, -1, -1, "");
+    scan_is(&l.t[7], "h.i32", 4, 0, -1, "");
+    CU_ASSERT_STRING_EQUAL(l.t[3].dtype, "q4_1");
+
+    /* clean: 0; unreadable: -1 and the reader's message */
+    gp_gw_init(&w);
+    gp_gw_model(&w, "llama", 32, ts + 5, 3);
+    CU_ASSERT_EQUAL_FATAL(gp_gw_save(&w, path), 0);
+    CU_ASSERT_EQUAL(gp_weights_scan(path, NULL, NULL, err, sizeof err), 0);
+    w.len -= 1;
+    CU_ASSERT_EQUAL_FATAL(gp_gw_save(&w, path), 0);
+    gp_gw_free(&w);
+    CU_ASSERT_EQUAL(gp_weights_scan(path, NULL, NULL, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, ": bad GGUF file ("));
+    remove(path);
+
+    /* safetensors, f64 among them */
+    double f64[3] = {1, 2, -INFINITY};
+    const gp_st_tensor st[] = {
+        {.name = "x", .file_dtype = "F64", .ndim = 1, .shape = {3}, .data = f64, .nbytes = 24},
+        {.name = "y", .dtype = GP_F32, .ndim = 2, .shape = {3, 4}, .data = f32, .nbytes = 48},
+    };
+    snprintf(path, sizeof path, "%s", gp_test_tmpfile(".safetensors"));
+    CU_ASSERT_EQUAL_FATAL(gp_st_write(path, st, 2, NULL, err, sizeof err), 0);
+    l.n = 0;
+    CU_ASSERT_EQUAL(gp_weights_scan(path, log_tensor, &l, err, sizeof err), 2);
+    CU_ASSERT_EQUAL_FATAL(l.n, 2);
+    scan_is(&l.t[0], "x", 3, 1, 2, "-inf");
+    scan_is(&l.t[1], "y", 12, 2, 7, "nan");
+    remove(path);
+}
+
 void gp_suite_gguf(void)
 {
     CU_pSuite s = CU_add_suite("gguf", NULL, NULL);
@@ -1179,4 +1280,5 @@ void gp_suite_gguf(void)
     CU_add_test(s, "GGUF <-> Hugging Face name aliases", test_name_aliases);
     CU_add_test(s, "a GGUF file as a checkpoint: both names, shapes, check, read",
                 test_weights_gguf);
+    CU_add_test(s, "gp_weights_scan: planted NaNs and infinities found at their element", test_scan);
 }

@@ -53,6 +53,11 @@ static int is_gguf(const char *path)
     return n == 4 && !memcmp(magic, "GGUF", 4);
 }
 
+int gp_lm_is_model(const char *path)
+{
+    return path && (is_dir(path) || is_gguf(path));
+}
+
 /* ---- the plan cache ---- */
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n)

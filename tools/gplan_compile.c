@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dsl/dsl.h"
 #include "family/gguf_params.h"
@@ -11,6 +12,7 @@
 #include "planner/csv.h"
 #include "planner/lora_merge.h"
 #include "planner/planner.h"
+#include "weights/filemap.h"
 
 #ifndef GP_VERSION
 #define GP_VERSION "unknown"
@@ -316,6 +318,18 @@ static int plan_and_write(const gp_graph *g, const options *o, gp_diag *d)
     return rc;
 }
 
+/* An input that exists but is no regular file (a FIFO, a device, a folder) is refused before the
+ * compiler opens it: opening a FIFO would block. A missing one gets the reader's own message. */
+static int special_file(const char *path)
+{
+    char err[4200];
+    struct stat st;
+    if (!path || stat(path, &st) || !gp_file_check(path, err, sizeof err))
+        return 0;
+    fprintf(stderr, "gplan-compile: %s\n", err);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -324,6 +338,10 @@ int main(int argc, char **argv)
     if (rc >= 0) {
         free(o.defines);
         return rc;
+    }
+    if (special_file(o.input) || special_file(o.config)) {
+        free(o.defines);
+        return EXIT_INPUT;
     }
 
     if (o.mode == MODE_BUFFERS) {

@@ -1,7 +1,9 @@
 /* gplan-run: runs a model (a GGUF file or a Hugging Face folder, planned on the fly) or a plan of
  * gplan-compile: a prompt of token ids or text, then generated tokens, printed as they come; --chat
  * keeps the KV cache across the turns of a conversation on stdin. Built on gplan/text.h alone.
- * Exit status: 0 ok, 1 bad input (model, plan, weights, ids, text, prompt too long), 2 bad usage. */
+ * --check-weights scans a checkpoint for NaNs and infinities instead.
+ * Exit status: 0 ok, 1 bad input (model, plan, weights, ids, text, prompt too long), 2 bad usage;
+ * --check-weights: 0 all finite, 1 non-finite values found, 2 an unreadable file. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>
@@ -18,7 +20,7 @@ enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 
 typedef struct {
     const char *model, *weights, *tokenizer, *backend, *text, *text_file, *system, *chat_format;
-    const char *logits_out, *lora, *lora_merge_plan, *lora_mode, *ids;
+    const char *logits_out, *lora, *lora_merge_plan, *lora_mode, *ids, *check_weights;
     const char *defines[64], *stops[16];
     int n_defines, n_stops, threads, ignore_eos, chat, logits_all, stats, loop, is_plan, lora_set;
     int allow_unused;
@@ -34,6 +36,7 @@ static void usage(void)
 {
     printf("usage: gplan-run MODEL [options]     (MODEL: a .gguf file or a Hugging Face folder)\n"
            "       gplan-run PLAN (--weights PATH | --random-weights SEED) [options]\n"
+           "       gplan-run --check-weights PATH   (a .gguf, safetensors, index.json or folder)\n"
            "Evaluates a prompt in chunks of the planned tokens per eval, then generates a token an\n"
            "eval, printing ids, or streaming text with --prompt, --prompt-file or --chat. A MODEL's\n"
            "graph is its architecture's; its plan is cached ($GPLAN_CACHE_DIR, ~/.cache/gplan).\n"
@@ -58,8 +61,12 @@ static void usage(void)
            "                          --seed S (1)\n"
            "  --logits-out FILE       the last logits row of each eval (f32); --logits-all: all rows\n"
            "  --stats, --loop         figures on stderr; at the context's end restart (ids)\n"
+           "  --check-weights PATH    scan every tensor for NaN and infinite values (f32, f16,\n"
+           "                          bf16, f64, the block formats' scales): a line per tensor\n"
+           "                          holding any, then a summary; runs nothing\n"
            "exit status: 0 success, 1 bad input (model, plan, weights, ids, text, a prompt longer\n"
-           "than the context), 2 bad usage\n", gp_lm_chat_formats());
+           "than the context), 2 bad usage; --check-weights: 0 all finite, 1 non-finite values\n"
+           "found, 2 the file cannot be read\n", gp_lm_chat_formats());
 }
 
 static int usage_error(const char *msg, const char *arg)
@@ -89,18 +96,11 @@ static int parse_ids(const char *s, options *o)
 }
 
 /* A GGUF file or a folder: a model; another regular file is taken for a plan. What is neither
- * (a FIFO, a device) goes to the model loader, which says what it is without opening it. */
+ * (a FIFO, a device) goes to the model loader too, which says what it is without opening it. */
 static int is_model(const char *path)
 {
-    char magic[4] = {0};
     struct stat st;
-    if (stat(path, &st) || !S_ISREG(st.st_mode))
-        return !stat(path, &st);
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(magic, 1, 4, f) : 0;
-    if (f)
-        fclose(f);
-    return n == 4 && !memcmp(magic, "GGUF", 4);
+    return gp_lm_is_model(path) || (!stat(path, &st) && !S_ISREG(st.st_mode));
 }
 
 typedef enum { FLAG, STR, INT, I64, U64, NUM, LIST } kind;
@@ -138,7 +138,7 @@ static int parse_args(int argc, char **argv, options *o)
         ST("--tokenizer", &o->tokenizer), ST("--system", &o->system),
         ST("--chat-format", &o->chat_format), ST("--logits-out", &o->logits_out),
         ST("--lora", &o->lora), ST("--lora-merge-plan", &o->lora_merge_plan),
-        ST("--lora-mode", &o->lora_mode),
+        ST("--lora-mode", &o->lora_mode), ST("--check-weights", &o->check_weights),
         {"--stop", LIST, o->stops, 0, 16, NULL, &o->n_stops},
         {"-D", LIST, o->defines, 0, 64, NULL, &o->n_defines},
         {"--threads", INT, &o->threads, 1, 256, "--threads needs 1..256", NULL},
@@ -210,6 +210,8 @@ static int parse_args(int argc, char **argv, options *o)
             *(double *)p->dst = d;
         }
     }
+    if (o->check_weights)
+        return argc == 3 ? -1 : usage_error("--check-weights PATH takes no other arguments", NULL);
     if (o->ids && parse_ids(o->ids, o))
         return usage_error("bad --prompt-ids (comma-separated integers)", o->ids);
     if (o->lora_mode && strcmp(o->lora_mode, "merge") && strcmp(o->lora_mode, "runtime"))
@@ -438,6 +440,49 @@ static char *read_file(const char *path, size_t *len)
     return f ? fclose(f), buf : NULL;
 }
 
+/* --check-weights: a line per tensor holding non-finite values or not scanned, then a summary. */
+typedef struct {
+    const char *path;
+    int64_t tensors, values, skipped;
+} scan_totals;
+
+static void on_tensor(void *user, const gp_tensor_scan *t)
+{
+    scan_totals *c = user;
+    c->tensors++;
+    if (t->nonfinite < 0) {
+        c->skipped++;
+        printf("%s: tensor %s: not scanned (%s values)\n", c->path, t->name, t->dtype);
+        return;
+    }
+    c->values += t->values;
+    if (t->nonfinite > 0)
+        printf("%s: tensor %s: %lld non-finite value%s (first at element %lld: %s)\n", c->path,
+               t->name, (long long)t->nonfinite, t->nonfinite == 1 ? "" : "s",
+               (long long)t->first, t->first_is);
+}
+
+static int check_weights(const char *path)
+{
+    char err[4096];
+    scan_totals c = {.path = path};
+    int64_t bad = gp_weights_scan(path, on_tensor, &c, err, sizeof err);
+    if (bad < 0) {
+        fprintf(stderr, "gplan-run: %s\n", err);
+        return 2;
+    }
+    if (bad)
+        printf("%s: %lld of %lld tensors hold non-finite values\n", path, (long long)bad,
+               (long long)c.tensors);
+    else
+        printf("%s: %lld tensors, %lld values, all finite\n", path, (long long)c.tensors,
+               (long long)c.values);
+    if (c.skipped)
+        printf("%s: %lld tensor%s of a dtype the scan does not read\n", path, (long long)c.skipped,
+               c.skipped == 1 ? "" : "s");
+    return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     gp_alloc_interpose_on();
@@ -447,6 +492,8 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0)
         return free(o.prompt), rc;
+    if (o.check_weights)
+        return check_weights(o.check_weights);
     char err[4096], *file = NULL;
     size_t len = 0;
     runner r = {.o = &o, .text = o.text || o.text_file || o.chat};

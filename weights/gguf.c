@@ -112,6 +112,11 @@ static const struct {
     {"uint64", 8}, {"int64", 8},   {"float64", 8},
 };
 
+const char *gp_gguf_value_type_name(gp_gguf_type t)
+{
+    return (unsigned)t < GP_GGUF_TYPE_COUNT ? value_types[t].name : "unknown";
+}
+
 static size_t scalar_size(gp_gguf_type t)
 {
     return (unsigned)t < GP_GGUF_TYPE_COUNT ? value_types[t].size : 0;

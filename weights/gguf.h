@@ -92,6 +92,9 @@ int64_t gp_gguf_tensor_count(const gp_gguf *g);
 const gp_gguf_tensor *gp_gguf_tensor_get(const gp_gguf *g, int64_t i); /* file order */
 const gp_gguf_tensor *gp_gguf_tensor_find(const gp_gguf *g, const char *name); /* NULL: absent */
 
+/* A metadata value type's name ("uint32", "string", ...), or "unknown". */
+const char *gp_gguf_value_type_name(gp_gguf_type t);
+
 /* ggml type id -> name ("q4_0", ...) for messages; "type N" spelled into a static buffer is not
  * thread-safe, so unknown ids give "unknown". */
 const char *gp_gguf_type_name(uint32_t ggml_type);

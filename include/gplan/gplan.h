@@ -76,6 +76,29 @@ int gp_model_apply_lora(gp_model *m, const char *dir, const char *merge_plan, do
  * allocation of weights and no replanning. Details: runtime/lora.h. 0, or -1 with err set. */
 int gp_model_bind_adapter(gp_model *m, const char *dir, double scale, char *err, size_t err_len);
 
+/* ---- checking a checkpoint's values ---- */
+
+/* One tensor as gp_weights_scan saw it. */
+typedef struct {
+    const char *name;     /* as the file names it */
+    const char *dtype;    /* the file's dtype: "f32", "q4_1", "BF16", ... */
+    int64_t values;       /* its elements */
+    int64_t nonfinite;    /* values that are NaN or infinite (a block format's: every value of a
+                             block whose scale, d or the min's m / dmin, is); -1: a dtype the
+                             scan does not read (i8, q2_k, ...) */
+    int64_t first;        /* the first such value's element index, row-major; -1 when none */
+    const char *first_is; /* "nan", "inf" or "-inf" (a block's: its scale's); "" when none */
+} gp_tensor_scan;
+typedef void (*gp_tensor_scan_fn)(void *user, const gp_tensor_scan *t);
+
+/* Checks every tensor of a checkpoint (a GGUF file, a safetensors file, an index.json or a folder,
+ * as gp_model_bind_weights takes) for NaNs and infinities, in place in the memory-mapped file, a
+ * tensor at a time: f32, f16, bf16, f64, and the scales of q4_0 ... q6_k. fn (may be NULL) gets
+ * each tensor in name order (its strings last until fn returns). The number of tensors holding non-finite values (0: all finite), or
+ * -1 with err set when the checkpoint cannot be read. */
+int64_t gp_weights_scan(const char *path, gp_tensor_scan_fn fn, void *user, char *err,
+                        size_t err_len);
+
 typedef struct {
     const char *graph_name;
     int n_inputs, n_outputs;  /* INPUT / OUTPUT tensors */

@@ -70,6 +70,9 @@ typedef struct {
 gp_lm *gp_lm_load(const char *path, const gp_lm_opts *o, char *err, size_t err_len);
 /* The options' defaults: every field 0 / NULL. */
 gp_lm_opts gp_lm_defaults(void);
+/* 1 when gp_lm_load reads path as a model: a regular file starting with GGUF's magic, or a folder;
+ * 0 for anything else (a plan file, a missing path, a FIFO: never opened, so never blocking). */
+int gp_lm_is_model(const char *path);
 void gp_lm_free(gp_lm *lm); /* NULL is a no-op; free its sequences first */
 
 gp_model *gp_lm_model(gp_lm *lm);         /* the plan and weights, for gplan.h's session API */

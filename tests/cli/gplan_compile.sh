@@ -108,6 +108,16 @@ printf '{"n_layer": "two"}\n' > "$tmp/badconfig.json"
 expect 1 "$tmp/badconfig.json:1:2: error: config key 'n_layer': expected an integer" \
   --check "$ex/tiny.gplan" --config "$tmp/badconfig.json"
 
+# Inputs that are no regular file are refused before they are opened (a FIFO would block the
+# open; timeout turns a hang into exit status 124).
+rm -f "$tmp/fifo" && mkfifo "$tmp/fifo" || fail "mkfifo"
+fifo_msg="gplan-compile: $tmp/fifo: cannot open (not a regular file: a FIFO)"
+expect_cmd 1 "$fifo_msg" timeout 10 "$tool" "$tmp/fifo" -o "$tmp/fifo.plan"
+expect_cmd 1 "$fifo_msg" timeout 10 "$tool" --check "$ex/llama.gplan" --config "$tmp/fifo"
+expect_cmd 1 "$fifo_msg" timeout 10 "$tool" --buffers "$tmp/fifo" -o "$tmp/fifo.csv"
+expect_cmd 1 "gplan-compile: $ex: cannot open (not a regular file: a folder)" \
+  timeout 10 "$tool" --check "$ex"
+
 # 2: bad usage
 expect 2 "unknown option '--frob'" --check "$ex/tiny.gplan" --frob
 expect 2 "-o FILE is required to plan" "$ex/tiny.gplan"

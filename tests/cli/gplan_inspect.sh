@@ -33,6 +33,15 @@ cp "$plan" "$tmp/magic.plan" && printf 'X' | dd of="$tmp/magic.plan" bs=1 count=
 expect 1 "$tmp/magic.plan: bad plan file (" "$tmp/magic.plan"
 expect 1 "$src/examples/tiny.gplan: bad plan file (" "$src/examples/tiny.gplan"
 expect 1 "$tmp/none.plan" "$tmp/none.plan"
+# A FIFO, a device or a folder is refused without waiting on it (opening a FIFO blocks; timeout
+# turns a hang into exit status 124).
+rm -f "$tmp/fifo" && mkfifo "$tmp/fifo" || fail "mkfifo"
+expect_cmd 1 "gplan-inspect: $tmp/fifo: cannot open: not a regular file (a FIFO)" \
+  timeout 10 "$inspect" "$tmp/fifo"
+expect_cmd 1 "gplan-inspect: /dev/null: cannot open: not a regular file (a device)" \
+  timeout 10 "$inspect" /dev/null
+expect_cmd 1 "gplan-inspect: $tmp: cannot open: not a regular file (a folder)" \
+  timeout 10 "$inspect" "$tmp"
 expect 2 "" --frob "$plan"
 expect 2 ""
 

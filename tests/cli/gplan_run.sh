@@ -47,6 +47,8 @@ expect_cmd 1 "/dev/null: cannot open (not a regular file: a character device)" \
   timeout 10 "$tool" "$plan" --weights /dev/null --prompt "Hi"
 expect_cmd 1 "$fifo_msg" timeout 10 "$compile" "$src/examples/llama.gplan" --gguf "$tmp/fifo" \
   -o "$tmp/fifo.plan"
+expect_cmd 1 "$tmp/fifo: cannot open: not a regular file (a FIFO)" \
+  timeout 10 "$tool" "$plan" --random-weights 1 --lora "$tmp" --lora-merge-plan "$tmp/fifo"
 
 # success (0): token count, context stop, stats, logits file, greedy determinism
 expect 0 "stats: host allocations during evals:" "$plan" --random-weights 1 -n 4 --stats
@@ -94,6 +96,26 @@ b=$("$tool" "$plan" --random-weights 3 --prompt-ids 1,2,3 -n 8 --threads 2 --bac
 c=$("$tool" "$plan" --random-weights 3 --prompt-ids 1,2,3 -n 8 --temp 0.8 --seed 5 2>/dev/null)
 d=$("$tool" "$plan" --random-weights 3 --prompt-ids 1,2,3 -n 8 --temp 0.8 --seed 5 2>/dev/null)
 [ "$c" = "$d" ] || { echo "FAIL: seeded sampling differs: '$c' vs '$d'"; failed=1; }
+
+# --check-weights: a NaN planted at element 5 of an f32 tensor is found there (exit 1); a clean file
+# exits 0, an unreadable one 2. tests/test_gguf.c's test_scan covers f16, bf16 and block scales.
+. "$src/tests/cli/gguf_lib.sh"
+{ ghead 0 1; tinfo w.weight 8; } >"$tmp/nan.gguf"
+tdata "$tmp/nan.gguf" 5
+{ le 2143289344 4; le 0 8; } >>"$tmp/nan.gguf"
+expect_run line 5 "--check-weights nan.gguf" 1 \
+  "$tmp/nan.gguf: tensor w.weight: 1 non-finite value (first at element 5: nan)" \
+  "$tool" --check-weights "$tmp/nan.gguf"
+expect 1 "$tmp/nan.gguf: 1 of 1 tensors hold non-finite values" --check-weights "$tmp/nan.gguf"
+{ ghead 0 1; tinfo w.weight 8; } >"$tmp/clean.gguf"
+tdata "$tmp/clean.gguf" 8
+expect 0 "$tmp/clean.gguf: 1 tensors, 8 values, all finite" --check-weights "$tmp/clean.gguf"
+expect 0 "all finite" --check-weights "$src/tests/parity/qwen2"
+head -c 80 "$tmp/nan.gguf" >"$tmp/cut.gguf"
+expect 2 "gplan-run: $tmp/cut.gguf: bad GGUF file (" --check-weights "$tmp/cut.gguf"
+expect_cmd 2 "$tmp/fifo: cannot open (not a regular file: a FIFO)" \
+  timeout 10 "$tool" --check-weights "$tmp/fifo"
+expect 2 "--check-weights PATH takes no other arguments" --check-weights "$tmp/nan.gguf" -n 1
 
 [ $failed -eq 0 ] && echo "gplan-run: all checks passed"
 exit $failed

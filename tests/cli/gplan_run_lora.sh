@@ -61,5 +61,12 @@ expect_cmd 1 "graph 'gpt2' declares no LoRA weights" \
 # shellcheck disable=SC2086
 expect_cmd 2 "--lora-merge makes a CPU plan of one device" \
   "$compile" "$src/examples/gpt2.gplan" $dims -D lora_r=4 --lora-merge --backend cuda -o "$tmp/x.plan"
+# an adapter folder whose adapter_config.json is a FIFO: refused, not waited on
+mkdir -p "$tmp/fifo_adapter"
+rm -f "$tmp/fifo_adapter/adapter_config.json"
+mkfifo "$tmp/fifo_adapter/adapter_config.json" || fail "mkfifo"
+# shellcheck disable=SC2086
+expect_cmd 1 "$tmp/fifo_adapter/adapter_config.json: cannot open (not a regular file: a FIFO)" \
+  timeout 10 "$run" "$tmp/base.plan" --random-weights 5 --lora "$tmp/fifo_adapter" $mp
 [ $failed -eq 0 ] && echo "gplan-run --lora: merge and runtime modes agree ($merged)"
 exit $failed

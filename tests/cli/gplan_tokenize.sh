@@ -57,6 +57,8 @@ expect 1 "$tmp/trunc.gguf: bad GGUF file (" "$tmp/trunc.gguf"
 printf 'GG' >"$tmp/short.gguf"
 expect 1 "$tmp/short.gguf: bad GGUF file (" "$tmp/short.gguf"
 expect 1 "$tmp/missing.txt: cannot open" "$gpt2" --file "$tmp/missing.txt"
+rm -f "$tmp/fifo" && mkfifo "$tmp/fifo" || fail "mkfifo"
+expect_cmd 1 "$tmp/fifo: cannot open (not a regular file: a FIFO)" timeout 10 "$tool" "$tmp/fifo" "x"
 expect 2 "no MODEL given"
 expect 2 "unknown option" --frob "$gpt2"
 expect 2 "give one of TEXT" "$gpt2" "x" --decode 1
