@@ -268,7 +268,7 @@ static void test_load_errors(void)
     o.tokenizer = tok_dir;
     o.context = -1;
     CU_ASSERT_PTR_NULL(gp_lm_load(NULL, &o, err, sizeof err));
-    CU_ASSERT_STRING_EQUAL(err, "negative context, batch or define count");
+    CU_ASSERT_STRING_EQUAL(err, "negative context, batch, define count, n_seq or kv_positions");
     gp_lm_free(NULL);
     gp_seq_free(NULL);
 
@@ -1453,6 +1453,156 @@ static void test_steps_no_alloc(void)
     gp_lm_free(lm);
 }
 
+/* ---- batches ---- */
+
+static gp_lm *load_folder(const char *rel, int n_seq, int64_t kv_positions)
+{
+    char err[1024];
+    gp_lm_opts o = gp_lm_defaults();
+    o.cache_dir = "";
+    o.tokenizer = tok_dir;
+    o.n_threads = 2;
+    o.n_seq = n_seq;
+    o.kv_positions = kv_positions;
+    gp_lm *lm = gp_lm_load(gp_test_path(rel), &o, err, sizeof err);
+    if (!lm)
+        fprintf(stderr, "\n  %s: %s\n", rel, err);
+    return lm;
+}
+
+/* Four requests of different prompts, lengths, stop strings and starts, in a batch of 4 slots:
+ * each one's text, ids and finish are those of the same request alone; the steps allocate
+ * nothing; a request that the pool cannot hold is refused; a prompt sharing a finished one's
+ * prefix reuses its cache. */
+static void test_batch(void)
+{
+    gp_lm *one = load_folder("tests/parity/gpt2", 0, 0), *many = load_folder("tests/parity/gpt2", 4, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(one);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(many);
+    char err[1024];
+    CU_ASSERT_PTR_NULL(gp_seq_new(many, NULL, err, sizeof err));
+    CU_ASSERT(strstr(err, "gp_batch_new") != NULL);
+    CU_ASSERT_PTR_NULL(gp_batch_new(one, err, sizeof err));
+    CU_ASSERT(strstr(err, "n_seq") != NULL);
+    gp_batch *b = gp_batch_new(many, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_EQUAL(gp_batch_slots(b), 4);
+    CU_ASSERT_EQUAL(gp_batch_blocks(b), 4 * 64 / 16);
+    const char *prompts[4] = {"Hello world, this is a longer prompt of", "Hi", "abc abc abc",
+                              "The quick brown fox jumps over"};
+    const int64_t max[4] = {20, 33, 12, 25};
+    const int start_at[4] = {0, 0, 3, 5};
+    /* Request 3 stops at two bytes of what it generates alone, 6 bytes in (whole characters). */
+    sink want[4], got[4];
+    gp_gen_result wr[4], gr[4];
+    char stop3[8] = "";
+    const char *stop[1] = {stop3};
+    {
+        gp_seq *s = new_seq(one, NULL);
+        gp_gen_opts g = gen_opts(&want[3], max[3], 1);
+        CU_ASSERT_EQUAL(gp_seq_generate(s, prompts[3], &g, &wr[3]), 0);
+        size_t at = 6;
+        while (at < want[3].n_text && ((unsigned char)want[3].text[at] & 0xc0) == 0x80)
+            at++;
+        CU_ASSERT_FATAL(at + 2 < want[3].n_text);
+        memcpy(stop3, want[3].text + at, 2);
+        gp_seq_free(s);
+    }
+    for (int i = 0; i < 4; i++) {
+        gp_seq *s = new_seq(one, NULL);
+        gp_gen_opts g = gen_opts(&want[i], max[i], 1);
+        if (i == 3) {
+            g.stop = stop;
+            g.n_stop = 1;
+        }
+        CU_ASSERT_EQUAL(gp_seq_generate(s, prompts[i], &g, &wr[i]), 0);
+        gp_seq_free(s);
+    }
+    gp_gen_opts gs[4];
+    for (int i = 0; i < 4; i++) {
+        gs[i] = gen_opts(&got[i], max[i], 1);
+        if (i == 3) {
+            gs[i].stop = stop;
+            gs[i].n_stop = 1;
+        }
+    }
+    /* Warm-up: the starts may grow text buffers; the steps must not allocate. */
+    int64_t allocs = 0;
+    int running = 0, steps = 0;
+    for (int e = 0; e < 200; e++) {
+        for (int i = 0; i < 4; i++)
+            if (e == start_at[i])
+                CU_ASSERT_EQUAL(gp_seq_start_text(gp_batch_seq(b, i), prompts[i], strlen(prompts[i]),
+                                                  1, &gs[i]), 0);
+        gp_alloc_count_start();
+        running = gp_batch_step(b);
+        allocs += gp_alloc_count_stop();
+        steps++;
+        if (running <= 0 && e >= 5)
+            break;
+    }
+    CU_ASSERT_EQUAL(running, 0);
+    CU_ASSERT_EQUAL(allocs, 0);
+    CU_ASSERT(gp_batch_evals(b) < 40); /* the four shared evals: far fewer than their sum */
+    for (int i = 0; i < 4; i++) {
+        gp_seq_result(gp_batch_seq(b, i), &gr[i]);
+        CU_ASSERT_EQUAL(gr[i].finish, wr[i].finish);
+        CU_ASSERT_EQUAL(gr[i].completion_tokens, wr[i].completion_tokens);
+        CU_ASSERT_EQUAL(got[i].n_ids, want[i].n_ids);
+        CU_ASSERT(!memcmp(got[i].ids, want[i].ids, sizeof(int32_t) * (size_t)want[i].n_ids));
+        CU_ASSERT_STRING_EQUAL(got[i].text, want[i].text);
+        if (strcmp(got[i].text, want[i].text))
+            fprintf(stderr, "\n  request %d: batch \"%s\", alone \"%s\"\n", i, got[i].text,
+                    want[i].text);
+    }
+    CU_ASSERT_EQUAL(gr[3].finish, GP_FINISH_STOP);
+    CU_ASSERT_EQUAL(gr[0].finish, GP_FINISH_LENGTH);
+
+    /* The same prompt again: the slot with the longest common prefix, its cache reused. */
+    int32_t ids[64];
+    int64_t n = tokenize(many, prompts[0], ids, 64), common = 0;
+    int slot = gp_batch_pick_slot(b, ids, n, &common);
+    CU_ASSERT_EQUAL(slot, 0);
+    CU_ASSERT_EQUAL(common, n);
+    sink again;
+    gp_gen_opts ga = gen_opts(&again, max[0], 1);
+    CU_ASSERT_EQUAL(gp_seq_start(gp_batch_seq(b, slot), ids, n, 1, &ga), 0);
+    while (gp_batch_step(b) > 0)
+        ;
+    gp_gen_result ra;
+    gp_seq_result(gp_batch_seq(b, slot), &ra);
+    CU_ASSERT_EQUAL(ra.cached_tokens, n - 1);
+    CU_ASSERT_STRING_EQUAL(again.text, want[0].text);
+    gp_batch_free(b);
+    gp_lm_free(many);
+
+    /* A pool of 3 blocks (48 positions): a request for 40 positions fits, a second does not
+     * while the first runs (nothing changes), and fits once the first is done. */
+    gp_lm *small = load_folder("tests/parity/gpt2", 2, 48);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(small);
+    b = gp_batch_new(small, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_EQUAL(gp_batch_blocks(b), 3);
+    sink k1, k2;
+    gp_gen_opts g1 = gen_opts(&k1, 38, 1), g2 = gen_opts(&k2, 38, 1);
+    CU_ASSERT_EQUAL(gp_seq_start_text(gp_batch_seq(b, 0), "Hi", 2, 1, &g1), 0);
+    CU_ASSERT_EQUAL(gp_batch_free_blocks(b), 0);
+    CU_ASSERT_EQUAL(gp_seq_start_text(gp_batch_seq(b, 1), "Ho", 2, 1, &g2), GP_SEQ_NO_ROOM);
+    CU_ASSERT(strstr(gp_seq_error(gp_batch_seq(b, 1)), "KV pool") != NULL);
+    CU_ASSERT_EQUAL(gp_batch_state(b, 1), 0);
+    while (gp_batch_step(b) > 0)
+        ;
+    CU_ASSERT_EQUAL(gp_seq_start_text(gp_batch_seq(b, 1), "Ho", 2, 1, &g2), 0);
+    CU_ASSERT_EQUAL(gp_batch_state(b, 1), 2);
+    CU_ASSERT_EQUAL(gp_seq_length(gp_batch_seq(b, 0)), 0); /* its idle cache was dropped */
+    while (gp_batch_step(b) > 0)
+        ;
+    CU_ASSERT_EQUAL(k2.n_ids, 38);
+    gp_batch_free(b);
+    gp_lm_free(small);
+    gp_lm_free(one);
+}
+
 typedef struct {
     int64_t before[32], after[32];
     int n_before, n_after;
@@ -1630,5 +1780,6 @@ void gp_suite_text(void)
     CU_add_test(s, "chat too long", test_chat_too_long);
     CU_add_test(s, "no allocation per step", test_steps_no_alloc);
     CU_add_test(s, "eval hooks", test_eval_hooks);
+    CU_add_test(s, "a batch: requests together = each alone, no allocation, the pool", test_batch);
     CU_add_test(s, "SmolLM2 (when present)", test_smollm2);
 }

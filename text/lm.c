@@ -17,11 +17,14 @@
 #include "family/gguf_params.h"
 #include "planner/planner.h"
 #include "weights/filemap.h"
+#include "runtime/lora.h" /* gp_model_plan */
 #include "text/lm_impl.h"
 
 /* The context a plan gets when the file allows more and the caller says nothing: a KV cache of
  * 128k positions would take gigabytes that a chat seldom uses. */
 #define GP_LM_DEFAULT_CONTEXT 4096
+/* The rows of a ragged batch's KV blocks (gp_lm_opts.n_seq). */
+#define GP_LM_KV_BLOCK 16
 #define GP_LM_MAX_DEFINES 64
 
 gp_lm_opts gp_lm_defaults(void)
@@ -208,8 +211,14 @@ static gp_graph *compile_for(const source *src, const gp_lm_opts *o, gp_diag *d,
     for (int i = 0; i < o->n_defines && defs.n < GP_LM_MAX_DEFINES; i++)
         defs.defines[defs.n++] = o->defines[i];
     const char *ctx_param = src->fam->ctx_param;
+    /* A ragged batch: a logits row for every sequence, its pool in blocks of the graph's rows. */
+    int64_t pool = o->kv_positions > 0 ? (o->kv_positions + GP_LM_KV_BLOCK - 1) / GP_LM_KV_BLOCK
+                                       : 0;
     if ((o->batch > 0 && define_add(&defs, "n_batch", o->batch)) ||
-        (o->context > 0 && define_add(&defs, ctx_param, o->context))) {
+        (o->context > 0 && define_add(&defs, ctx_param, o->context)) ||
+        (o->n_seq > 0 && (define_add(&defs, "n_seq", o->n_seq) ||
+                          define_add(&defs, "kv_block", GP_LM_KV_BLOCK) ||
+                          (pool && define_add(&defs, "kv_pool", pool))))) {
         snprintf(err, err_len, "%s: more than %d defines", src->path, GP_LM_MAX_DEFINES);
         return NULL;
     }
@@ -223,8 +232,9 @@ static gp_graph *compile_for(const source *src, const gp_lm_opts *o, gp_diag *d,
     if (!o->context && !defines_set(o, ctx_param) &&
         param_value(params, ctx_param) > GP_LM_DEFAULT_CONTEXT)
         again |= !define_add(&defs, ctx_param, GP_LM_DEFAULT_CONTEXT);
-    if (!defines_set(o, "n_rows") && param_value(params, "n_rows") > 1)
-        again |= !define_add(&defs, "n_rows", 1);
+    int64_t rows = o->n_seq > 0 ? o->n_seq : 1;
+    if (!defines_set(o, "n_rows") && param_value(params, "n_rows") > rows)
+        again |= !define_add(&defs, "n_rows", rows);
     free(params);
     if (again) {
         gp_graph_free(g);
@@ -243,7 +253,7 @@ static gp_model *plan_model(gp_lm *lm, const source *src, const gp_lm_opts *o, c
     h = fnv_str(fnv_str(h, src->fam->name), src->fam->graph_text);
     for (int i = 0; i < o->n_defines; i++)
         h = fnv_str(h, o->defines[i]);
-    int64_t sizes[3] = {o->context, o->batch, o->allow_unused};
+    int64_t sizes[5] = {o->context, o->batch, o->allow_unused, o->n_seq, o->kv_positions};
     h = fnv(h, sizes, sizeof sizes);
 
     char dir[PATH_MAX - 64];
@@ -384,13 +394,13 @@ gp_lm *gp_lm_load(const char *path, const gp_lm_opts *opts, char *err, size_t er
     lm->device = o.device;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     lm->n_threads = o.n_threads > 0 ? o.n_threads : cores < 1 ? 1 : cores > 64 ? 64 : (int)cores;
-    if (o.context < 0 || o.batch < 0 || o.n_defines < 0) {
-        snprintf(err, err_len, "negative context, batch or define count");
+    if (o.context < 0 || o.batch < 0 || o.n_defines < 0 || o.n_seq < 0 || o.kv_positions < 0) {
+        snprintf(err, err_len, "negative context, batch, define count, n_seq or kv_positions");
         goto fail;
     }
     if (o.plan) {
-        if (o.n_defines || o.context || o.batch) {
-            snprintf(err, err_len, "%s: defines, context and batch are for a model file (a plan's "
+        if (o.n_defines || o.context || o.batch || o.n_seq || o.kv_positions) {
+            snprintf(err, err_len, "%s: defines, context, batch and n_seq are for a model file (a plan's "
                      "are fixed by gplan-compile)", o.plan);
             goto fail;
         }
@@ -443,6 +453,11 @@ gp_lm *gp_lm_load(const char *path, const gp_lm_opts *opts, char *err, size_t er
         goto fail;
     gp_model_get_info(lm->m, &lm->info);
     lm->ctx = lm->info.context > 0 ? lm->info.context : INT64_MAX;
+    const gp_plan *plan = gp_model_plan(lm->m);
+    for (int i = 0; i < plan->n_tensors; i++) /* a ragged batch's block table: its sequences */
+        if (plan->tensors[i].kind == GP_TENSOR_INPUT && plan->tensors[i].name &&
+            !strcmp(plan->tensors[i].name, "kv_table") && plan->tensors[i].ndim == 2)
+            lm->n_seq = (int)plan->tensors[i].dims[0];
     lm->n_pick = lm->tok ? gp_tok_vocab_size(lm->tok) : lm->info.vocab;
     return lm;
 fail:

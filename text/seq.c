@@ -58,6 +58,13 @@ struct gp_seq {
     int text_valid;
 
     gp_eval_hooks hooks;
+
+    /* in a batch (text/batch.c evaluates it): its slot, and a prompt being evaluated */
+    gp_batch *batch;
+    int slot;
+    int prefill;            /* s->prompt[fed .. n_feed) still to evaluate */
+    int64_t fed, n_feed;
+    int64_t limit;          /* positions it may fill: the context, or a batch slot's blocks */
     char err[1024];
 };
 
@@ -95,6 +102,17 @@ const char *gp_finish_name(gp_finish f)
 
 gp_seq *gp_seq_new(gp_lm *lm, const gp_sampler_opts *so, char *err, size_t err_len)
 {
+    if (lm->n_seq > 0) {
+        snprintf(err, err_len, "the plan holds a ragged batch of %d sequences: its sequences are a "
+                 "gp_batch's (gp_batch_new)", lm->n_seq);
+        return NULL;
+    }
+    return gp_seq_new_in(lm, NULL, 0, so, err, err_len);
+}
+
+gp_seq *gp_seq_new_in(gp_lm *lm, gp_batch *b, int slot, const gp_sampler_opts *so, char *err,
+                      size_t err_len)
+{
     gp_seq *s = calloc(1, sizeof *s);
     if (!s) {
         snprintf(err, err_len, "out of memory");
@@ -104,8 +122,11 @@ gp_seq *gp_seq_new(gp_lm *lm, const gp_sampler_opts *so, char *err, size_t err_l
     s->so = so ? *so : gp_sampler_defaults();
     s->next = -1;
     s->pending = -1;
+    s->batch = b;
+    s->slot = slot;
+    s->limit = lm->ctx;
     gp_session_opts o = {lm->backend, lm->n_threads, lm->device};
-    if (!(s->s = gp_session_new(lm->m, &o, err, err_len)) ||
+    if ((!b && !(s->s = gp_session_new(lm->m, &o, err, err_len))) ||
         !(s->sampler = gp_sampler_new(lm->n_pick, &s->so, err, err_len)))
         goto fail;
     s->pos = malloc((size_t)lm->info.max_tokens * sizeof *s->pos);
@@ -191,12 +212,15 @@ void gp_seq_reset(gp_seq *s)
 {
     s->n_past = 0;
     s->text_valid = 0;
-    s->started = 0;
-    gp_session_reset(s->s);
+    s->started = s->prefill = 0;
+    if (s->s)
+        gp_session_reset(s->s);
 }
 
 int gp_seq_set_eval_hooks(gp_seq *s, const gp_eval_hooks *h)
 {
+    if (s->batch && h)
+        return fail(s, "%s", "a batch's sequences have no eval hooks (their evals are shared)");
     if (h)
         s->hooks = *h;
     else
@@ -222,6 +246,24 @@ static int eval_chunk(gp_seq *s, const int32_t *ids, int64_t n, int64_t pos0, in
     double dt = now_ms() - t0;
     if (rc)
         return fail(s, "%s", gp_session_error(s->s));
+    gp_tensor_info li, ni;
+    const float *logits = gp_session_output(s->s, info->logits, &li);
+    int64_t rows = li.ndim >= 1 ? li.ne[0] : 1;
+    const int32_t *next = gp_session_output(s->s, "next", &ni);
+    int64_t nx = next && ni.ndim == 1 && ni.ne[0] == rows && ni.bytes == (size_t)rows * 4
+                     ? next[rows - 1]
+                     : -1;
+    if (gp_seq_take_row(s, logits + (rows - 1) * info->vocab, nx, n, is_prompt, dt))
+        return -1;
+    if (s->hooks.after)
+        s->hooks.after(s->hooks.user, s->hooks.all_rows ? logits : s->row,
+                       s->hooks.all_rows ? rows : 1, info->vocab);
+    return 0;
+}
+
+int gp_seq_take_row(gp_seq *s, const float *row, int64_t next, int64_t n, int is_prompt, double dt)
+{
+    const gp_model_info *info = &s->lm->info;
     if (is_prompt) {
         s->r.prompt_evals++;
         s->r.prompt_rows += n;
@@ -230,14 +272,8 @@ static int eval_chunk(gp_seq *s, const int32_t *ids, int64_t n, int64_t pos0, in
         s->r.gen_evals++;
         s->r.gen_ms += dt;
     }
-    gp_tensor_info li, ni;
-    const float *logits = gp_session_output(s->s, info->logits, &li);
-    int64_t rows = li.ndim >= 1 ? li.ne[0] : 1;
-    s->row = logits + (rows - 1) * info->vocab;
-    const int32_t *next = gp_session_output(s->s, "next", &ni);
-    s->next = next && ni.ndim == 1 && ni.ne[0] == rows && ni.bytes == (size_t)rows * 4
-                  ? next[rows - 1]
-                  : -1;
+    s->row = row;
+    s->next = next;
     /* A NaN or an infinity would be sampled as an id of garbage (greedy: id 0 every step). */
     int64_t bad = -1;
     for (int64_t i = 0; i < info->vocab && bad < 0; i += 1024) {
@@ -248,15 +284,13 @@ static int eval_chunk(gp_seq *s, const int32_t *ids, int64_t n, int64_t pos0, in
             bad = !(s->row[k] - s->row[k] == 0.0f) ? k : -1;
     }
     if (bad >= 0) {
+        s->started = s->prefill = 0; /* a batch's sequence stops; alone, gp_seq_step fails */
         snprintf(s->err, sizeof s->err, "eval %lld (%s, %lld tokens generated): logit %lld is %g: "
                  "the weights or the computation give non-finite values",
                  (long long)(s->r.prompt_evals + s->r.gen_evals), is_prompt ? "prompt" : "generation",
                  (long long)s->r.completion_tokens, (long long)bad, (double)s->row[bad]);
         return -1;
     }
-    if (s->hooks.after)
-        s->hooks.after(s->hooks.user, s->hooks.all_rows ? logits : s->row,
-                       s->hooks.all_rows ? rows : 1, info->vocab);
     return 0;
 }
 
@@ -401,7 +435,20 @@ static int feed(gp_seq *s, const int32_t *ids, int64_t n, int keep_prefix)
     s->stopped = 0;
     gp_tok_stream_init(&s->st);
     atomic_store(&s->cancel, 0);
-    s->started = 0;
+    s->started = s->prefill = 0;
+    if (s->batch) { /* gp_batch_step evaluates it */
+        int64_t need = s->g.max_tokens < 0 || n + s->g.max_tokens > lm->ctx ? lm->ctx
+                                                                             : n + s->g.max_tokens;
+        int rc = gp_batch_reserve(s->batch, s->slot, keep, need, s->err, sizeof s->err);
+        if (rc)
+            return rc;
+        if (ids != s->prompt)
+            memcpy(s->prompt, ids, (size_t)n * sizeof *ids);
+        s->fed = keep;
+        s->n_feed = n;
+        s->prefill = 1;
+        return 0;
+    }
     for (int64_t i = keep; i < n; i += lm->info.max_tokens) {
         int64_t k = n - i < lm->info.max_tokens ? n - i : lm->info.max_tokens;
         if (eval_chunk(s, ids + i, k, i, 1))
@@ -410,7 +457,14 @@ static int feed(gp_seq *s, const int32_t *ids, int64_t n, int keep_prefix)
             memmove(s->ids + i, ids + i, (size_t)k * sizeof *ids);
         s->n_past = i + k;
     }
+    gp_seq_fed(s, ids, n);
+    return 0;
+}
+
+void gp_seq_fed(gp_seq *s, const int32_t *ids, int64_t n)
+{
     s->n_past = n;
+    s->prefill = 0;
     /* The sampler sees the whole sequence, so a prompt and seed give the same ids whatever the
      * cache held before. */
     gp_sampler_reset(s->sampler);
@@ -418,7 +472,6 @@ static int feed(gp_seq *s, const int32_t *ids, int64_t n, int keep_prefix)
         gp_sampler_accept(s->sampler, ids[i]);
     s->pending = s->g.max_tokens != 0 ? pick(s) : -1;
     s->started = 1;
-    return 0;
 }
 
 /* A start: no error, no generation, fresh counts. */
@@ -522,8 +575,9 @@ int gp_seq_start_chat(gp_seq *s, const gp_msg *msgs, size_t n_msgs, const gp_gen
     size_t need = (size_t)len + (size_t)(s->lm->ctx - n + 1) * s->lm->max_piece + 1;
     if (grow(s, &s->text, &s->text_cap, need))
         return -1;
-    if (feed(s, s->prompt, n, 1))
-        return -1;
+    int rc = feed(s, s->prompt, n, 1);
+    if (rc)
+        return rc;
     memcpy(s->text, s->fmt, (size_t)len);
     s->n_text = s->reply_at = (size_t)len;
     s->text[s->n_text] = '\0';
@@ -542,6 +596,19 @@ static int finish(gp_seq *s, gp_finish f)
 }
 
 int gp_seq_step(gp_seq *s)
+{
+    if (s->batch)
+        return fail(s, "%s", "a batch's sequences step in gp_batch_step");
+    int32_t id;
+    int done, rc = gp_seq_step_begin(s, &id, &done);
+    if (rc != GP_SEQ_STEP_EVAL)
+        return rc;
+    if (eval_chunk(s, &id, 1, s->n_past, 0))
+        return -1;
+    return gp_seq_step_end(s, id, done);
+}
+
+int gp_seq_step_begin(gp_seq *s, int32_t *out, int *done_out)
 {
     if (!s->started) {
         if (s->r.finish != GP_FINISH_NONE)
@@ -570,10 +637,16 @@ int gp_seq_step(gp_seq *s)
     int done = s->stopped || s->r.completion_tokens == s->g.max_tokens;
     if (done && !s->chat)
         return finish(s, s->stopped ? GP_FINISH_STOP : GP_FINISH_LENGTH);
-    if (s->n_past >= lm->ctx)
+    if (s->n_past >= s->limit)
         return finish(s, GP_FINISH_CONTEXT);
-    if (eval_chunk(s, &id, 1, s->n_past, 0))
-        return -1;
+    *out = id;
+    *done_out = done;
+    return GP_SEQ_STEP_EVAL;
+}
+
+int gp_seq_step_end(gp_seq *s, int32_t id, int done)
+{
+    const gp_lm *lm = s->lm;
     gp_sampler_accept(s->sampler, id);
     if (s->ids)
         s->ids[s->n_past] = id;
@@ -588,6 +661,40 @@ int gp_seq_step(gp_seq *s)
         return finish(s, s->stopped ? GP_FINISH_STOP : GP_FINISH_LENGTH);
     s->pending = pick(s);
     return GP_FINISH_NONE;
+}
+
+/* ---- a batch's sequences (text/batch.c) ---- */
+
+int gp_seq_running(const gp_seq *s) { return s->prefill ? 2 : s->started ? 1 : 0; }
+void gp_seq_set_limit(gp_seq *s, int64_t positions) { s->limit = positions; }
+
+int64_t gp_seq_prompt_next(gp_seq *s, int64_t room, const int32_t **ids, int64_t *pos0)
+{
+    if (!s->prefill)
+        return 0;
+    int64_t k = s->n_feed - s->fed < room ? s->n_feed - s->fed : room;
+    *ids = s->prompt + s->fed;
+    *pos0 = s->fed;
+    return k;
+}
+
+int gp_seq_prompt_took(gp_seq *s, int64_t k, const float *row, int64_t next, double dt)
+{
+    memcpy(s->ids + s->fed, s->prompt + s->fed, (size_t)k * sizeof *s->ids);
+    s->fed += k;
+    s->n_past = s->fed;
+    if (s->fed < s->n_feed) {
+        s->r.prompt_evals++;
+        s->r.prompt_rows += k;
+        s->r.prompt_ms += dt;
+        return 0;
+    }
+    if (gp_seq_take_row(s, row, next, k, 1, dt)) {
+        s->prefill = 0;
+        return -1;
+    }
+    gp_seq_fed(s, s->prompt, s->n_feed);
+    return 0;
 }
 
 static int run(gp_seq *s, gp_gen_result *r)

@@ -40,6 +40,7 @@ extern "C" {
 
 typedef struct gp_lm gp_lm;   /* a model: plan, weights, tokenizer, chat template (read-only) */
 typedef struct gp_seq gp_seq; /* one sequence of a model: KV cache, sampler, stream */
+typedef struct gp_batch gp_batch; /* sequences evaluated together (a ragged batch) */
 
 /* ---- models ---- */
 
@@ -61,6 +62,10 @@ typedef struct {
                                 otherwise: more layers than block_count says, another model) */
     int random_weights;      /* bind deterministic random weights of random_seed, not the file's */
     uint64_t random_seed;
+    int n_seq;               /* > 0: plan a ragged batch of up to n_seq sequences (gp_batch), whose
+                                KV caches share a pool of blocks; 0: one sequence a session */
+    int64_t kv_positions;    /* with n_seq: the pool's positions (all sequences together); 0:
+                                n_seq * context */
 } gp_lm_opts;
 
 /* path: a .gguf file, a Hugging Face folder (config.json, safetensors, tokenizer.json), or with
@@ -191,6 +196,9 @@ typedef struct {
 /* gp_seq_start*'s results besides 0 and -1: the prompt does not fit in the context (the message
  * says how many tokens were asked and how many positions there are; the sequence is unchanged). */
 #define GP_SEQ_TOO_LONG 1
+/* A batch's sequence whose prompt and max_tokens need more KV blocks than the pool has free, even
+ * with every idle sequence's cache dropped (the message says how many; nothing changed). */
+#define GP_SEQ_NO_ROOM 2
 
 /* Feeds a prompt of ids: with keep_prefix the longest prefix that the cache already holds is kept
  * (at least the last id is evaluated), else the sequence starts over; the rest is evaluated at the
@@ -228,6 +236,36 @@ const char *gp_seq_reply(const gp_seq *s, size_t *len);
 void gp_seq_cancel(gp_seq *s);
 /* The counts and times of the last generation. */
 void gp_seq_result(const gp_seq *s, gp_gen_result *r);
+
+/* ---- batches ----
+ * The sequences of a model planned with n_seq > 0, evaluated together: each gp_batch_step is one
+ * eval holding the next token of every generating sequence and, in the room left of the plan's
+ * batch, chunks of the prompts being evaluated (first started, first served), each sequence
+ * reading and writing only its own blocks of the KV pool. A batch's sequences are started, read
+ * and cancelled with the gp_seq calls (gp_seq_start*, gp_seq_text, gp_seq_result, ...; not
+ * gp_seq_step, gp_seq_generate or eval hooks); a start reserves the KV blocks its prompt and
+ * max_tokens need (GP_SEQ_NO_ROOM when the pool cannot hold them) and keeps the cached prefix of
+ * the slot's last sequence. An idle slot keeps its cache until its blocks are needed. Steps
+ * allocate nothing. One thread drives a batch (gp_seq_cancel may come from any). */
+gp_batch *gp_batch_new(gp_lm *lm, char *err, size_t err_len);
+void gp_batch_free(gp_batch *b); /* NULL is a no-op */
+int gp_batch_slots(const gp_batch *b);
+gp_seq *gp_batch_seq(gp_batch *b, int slot);  /* slot's sequence, 0 <= slot < gp_batch_slots */
+/* One eval: the sequences that finish on it (a stop, the length, a cancel) are idle after it.
+ * The count of sequences still running (generating or evaluating a prompt), or -1 with
+ * gp_batch_error (an eval failure). A sequence whose logits are not finite fails alone: its
+ * gp_seq_error says so, the others go on. */
+int gp_batch_step(gp_batch *b);
+const char *gp_batch_error(const gp_batch *b);
+/* 1 generating, 2 evaluating its prompt, 0 idle (finished or never started). */
+int gp_batch_state(const gp_batch *b, int slot);
+/* The slot whose cache holds the longest prefix of ids[n] among the idle ones (ties: the one
+ * idle longest), *common that prefix's length; -1 when every slot is running. */
+int gp_batch_pick_slot(const gp_batch *b, const int32_t *ids, int64_t n, int64_t *common);
+int64_t gp_batch_free_blocks(const gp_batch *b); /* the pool's blocks no sequence holds */
+int64_t gp_batch_blocks(const gp_batch *b);      /* the pool's blocks */
+int64_t gp_batch_block_rows(const gp_batch *b);  /* positions one block holds */
+int64_t gp_batch_evals(const gp_batch *b);       /* evals so far */
 
 /* ---- conversations ----
  * A conversation on a sequence, as a chat program holds one: the messages so far (copied), each

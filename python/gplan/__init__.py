@@ -85,7 +85,8 @@ class _LmOpts(ctypes.Structure):
                 ("cache_dir", ctypes.c_char_p), ("backend", ctypes.c_char_p),
                 ("n_threads", ctypes.c_int), ("device", ctypes.c_int),
                 ("allow_unused", ctypes.c_int), ("random_weights", ctypes.c_int),
-                ("random_seed", ctypes.c_uint64)]
+                ("random_seed", ctypes.c_uint64), ("n_seq", ctypes.c_int),
+                ("kv_positions", ctypes.c_int64)]
 
 
 class _Msg(ctypes.Structure):

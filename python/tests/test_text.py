@@ -31,7 +31,7 @@ def test_struct_defaults():
     lib = gplan._load()
     o = lib.gp_lm_defaults()
     assert [getattr(o, f) for f, _ in gplan._LmOpts._fields_ if f != "defines"] == \
-        [None, None, 0, 0, 0, None, None, 0, 0, 0, 0, 0]
+        [None, None, 0, 0, 0, None, None, 0, 0, 0, 0, 0, 0, 0]
     so = lib.gp_sampler_defaults()
     assert (so.temp, so.top_k, so.top_p, so.min_p, so.repeat_penalty, so.repeat_last_n,
             so.seed) == (0.0, 0, 1.0, 0.0, 1.0, 64, 1)
