@@ -1573,6 +1573,37 @@ static void test_batch(void)
     gp_seq_result(gp_batch_seq(b, slot), &ra);
     CU_ASSERT_EQUAL(ra.cached_tokens, n - 1);
     CU_ASSERT_STRING_EQUAL(again.text, want[0].text);
+
+    /* A longer prompt on another slot shares slot 0's whole blocks of the common prefix; slot 0
+     * restarted on another prompt writes its own block, never the shared one: slot 2's cache
+     * still gives the same text. */
+    int32_t longer[64];
+    memcpy(longer, ids, sizeof(int32_t) * (size_t)n);
+    int64_t nl = n + tokenize(many, " and more", longer + n, 64 - n);
+    CU_ASSERT_FATAL(n >= 17);
+    sink ref, shared;
+    gp_seq *alone = new_seq(one, NULL);
+    gp_gen_opts gr0 = gen_opts(&ref, 10, 1), gsh = gen_opts(&shared, 10, 1);
+    CU_ASSERT_EQUAL(gp_seq_start(alone, longer, nl, 0, &gr0), 0);
+    while (gp_seq_step(alone) == GP_FINISH_NONE)
+        ;
+    gp_seq_free(alone);
+    CU_ASSERT_EQUAL(gp_seq_start(gp_batch_seq(b, 2), longer, nl, 1, &gsh), 0);
+    gp_seq_result(gp_batch_seq(b, 2), &ra);
+    CU_ASSERT_EQUAL(ra.cached_tokens, n / 16 * 16);
+    sink other;
+    gp_gen_opts go = gen_opts(&other, 5, 1);
+    CU_ASSERT_EQUAL(gp_seq_start_text(gp_batch_seq(b, 0), "Zz", 2, 1, &go), 0);
+    gp_seq_result(gp_batch_seq(b, 0), &ra);
+    CU_ASSERT_EQUAL(ra.cached_tokens, 0);
+    while (gp_batch_step(b) > 0)
+        ;
+    CU_ASSERT_STRING_EQUAL(shared.text, ref.text);
+    gsh = gen_opts(&shared, 10, 1);
+    CU_ASSERT_EQUAL(gp_seq_start(gp_batch_seq(b, 2), longer, nl, 1, &gsh), 0);
+    while (gp_batch_step(b) > 0)
+        ;
+    CU_ASSERT_STRING_EQUAL(shared.text, ref.text);
     gp_batch_free(b);
     gp_lm_free(many);
 

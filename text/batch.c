@@ -23,6 +23,8 @@ struct gp_batch {
     int64_t *idle_since;                 /* [n_seq] the eval count when it last ran */
     int64_t *started;                    /* [n_seq] its start's order (prompts: first come first) */
     int32_t *free_blocks;                /* [n_blocks] a stack */
+    int32_t *refs;                       /* [n_blocks] the slots holding each block (a shared
+                                            prefix: full blocks only, never written again) */
     int64_t n_free, evals, starts;
     /* one eval: tokens, positions, sequences, pool rows; rows of logits and whose they are */
     int32_t *tok, *pos, *seq, *row, *rows;
@@ -89,6 +91,7 @@ gp_batch *gp_batch_new(gp_lm *lm, char *err, size_t err_len)
     b->idle_since = calloc(ns, sizeof *b->idle_since);
     b->started = calloc(ns, sizeof *b->started);
     b->free_blocks = malloc((size_t)b->n_blocks * sizeof *b->free_blocks);
+    b->refs = calloc((size_t)b->n_blocks, sizeof *b->refs);
     b->tok = malloc(nt * sizeof *b->tok);
     b->pos = malloc(nt * sizeof *b->pos);
     b->seq = malloc(nt * sizeof *b->seq);
@@ -99,6 +102,7 @@ gp_batch *gp_batch_new(gp_lm *lm, char *err, size_t err_len)
     b->row_len = malloc(ns * sizeof *b->row_len);
     b->order = malloc(ns * sizeof *b->order);
     if (!b->seqs || !b->table || !b->owned || !b->idle_since || !b->started || !b->free_blocks ||
+        !b->refs ||
         !b->tok || !b->pos || !b->seq || !b->row || !b->rows || !b->row_slot || !b->row_kind ||
         !b->row_len || !b->order) {
         snprintf(err, err_len, "out of memory");
@@ -135,6 +139,7 @@ void gp_batch_free(gp_batch *b)
     free(b->idle_since);
     free(b->started);
     free(b->free_blocks);
+    free(b->refs);
     free(b->tok);
     free(b->pos);
     free(b->seq);
@@ -185,28 +190,83 @@ int gp_batch_pick_slot(const gp_batch *b, const int32_t *ids, int64_t n, int64_t
     return best;
 }
 
-/* Slot i gives back its blocks past the first keep (its cache shrinks to keep * block rows). */
+/* Slot i gives back its blocks past the first keep (its cache shrinks to keep * block rows); a
+ * block returns to the pool when no slot holds it. */
 static void release(gp_batch *b, int i, int64_t keep)
 {
     int32_t *t = b->table + (size_t)i * (size_t)b->seq_blocks;
-    while (b->owned[i] > keep)
-        b->free_blocks[b->n_free++] = t[--b->owned[i]];
+    while (b->owned[i] > keep) {
+        int32_t blk = t[--b->owned[i]];
+        if (--b->refs[blk] == 0)
+            b->free_blocks[b->n_free++] = blk;
+    }
     gp_seq_set_limit(b->seqs[i], b->owned[i] * b->block);
 }
 
-int gp_batch_reserve(gp_batch *b, int slot, int64_t keep, int64_t need, char *err, size_t n)
+/* Blocks that releasing slot i past its first keep would return to the pool. */
+static int64_t freed_by(const gp_batch *b, int i, int64_t keep)
 {
+    const int32_t *t = b->table + (size_t)i * (size_t)b->seq_blocks;
+    int64_t k = 0;
+    for (int64_t j = keep; j < b->owned[i]; j++)
+        k += b->refs[t[j]] == 1;
+    return k;
+}
+
+int64_t gp_batch_share(gp_batch *b, int slot, const int32_t *ids, int64_t n, int64_t keep,
+                       int32_t *cache)
+{
+    int best = -1;
+    int64_t best_blocks = keep / b->block;
+    for (int j = 0; j < b->n_seq; j++) {
+        if (j == slot)
+            continue;
+        const int32_t *have = gp_seq_tokens(b->seqs[j]);
+        int64_t m = gp_seq_length(b->seqs[j]), k = 0;
+        while (k < n - 1 && k < m && have[k] == ids[k])
+            k++;
+        if (k / b->block > best_blocks) {
+            best = j;
+            best_blocks = k / b->block;
+        }
+    }
+    if (best < 0)
+        return keep;
+    /* The other slot's full blocks of the common prefix: they are never written again (its own
+     * writes come after its length, a restart of it copies before writing). */
+    release(b, slot, 0);
+    const int32_t *from = b->table + (size_t)best * (size_t)b->seq_blocks;
+    int32_t *t = b->table + (size_t)slot * (size_t)b->seq_blocks;
+    for (int64_t j = 0; j < best_blocks; j++) {
+        t[j] = from[j];
+        b->refs[t[j]]++;
+    }
+    b->owned[slot] = best_blocks;
+    memcpy(cache, gp_seq_tokens(b->seqs[best]), (size_t)(best_blocks * b->block) * sizeof *cache);
+    return best_blocks * b->block;
+}
+
+int gp_batch_reserve(gp_batch *b, int slot, int64_t *keep_io, int64_t need, char *err, size_t n)
+{
+    int64_t keep = *keep_io;
     int64_t want = (need + b->block - 1) / b->block, kept = (keep + b->block - 1) / b->block;
     if (want > b->seq_blocks)
         want = b->seq_blocks;
     if (kept > b->owned[slot])
         kept = b->owned[slot];
+    /* The block that the first new position goes to must be this slot's alone: a shared one is
+     * left to the others, and its kept positions are evaluated again. */
+    const int32_t *own = b->table + (size_t)slot * (size_t)b->seq_blocks;
+    if (kept > keep / b->block && b->refs[own[keep / b->block]] > 1) {
+        kept = keep / b->block;
+        keep = kept * b->block;
+    }
     /* What the pool can give: the free blocks, this slot's own past its prefix, and every idle
-     * slot's cache. */
-    int64_t have = b->n_free + b->owned[slot] - kept;
+     * slot's cache (blocks others hold too are not counted). */
+    int64_t have = b->n_free + freed_by(b, slot, kept);
     for (int i = 0; i < b->n_seq; i++)
         if (i != slot && !gp_seq_running(b->seqs[i]))
-            have += b->owned[i];
+            have += freed_by(b, i, 0);
     if (want - kept > have) {
         snprintf(err, n, "the KV pool has %lld free blocks of %lld positions (%lld with idle "
                  "sequences' caches dropped); this sequence needs %lld more for %lld positions",
@@ -215,6 +275,7 @@ int gp_batch_reserve(gp_batch *b, int slot, int64_t keep, int64_t need, char *er
         return GP_SEQ_NO_ROOM;
     }
     release(b, slot, kept);
+    *keep_io = keep;
     while (b->n_free < want - kept) { /* the idle cache unused longest goes first */
         int victim = -1;
         for (int i = 0; i < b->n_seq; i++)
@@ -225,8 +286,11 @@ int gp_batch_reserve(gp_batch *b, int slot, int64_t keep, int64_t need, char *er
         release(b, victim, 0);
     }
     int32_t *t = b->table + (size_t)slot * (size_t)b->seq_blocks;
-    while (b->owned[slot] < want)
-        t[b->owned[slot]++] = b->free_blocks[--b->n_free];
+    while (b->owned[slot] < want) {
+        int32_t blk = b->free_blocks[--b->n_free];
+        b->refs[blk] = 1;
+        t[b->owned[slot]++] = blk;
+    }
     gp_seq_set_limit(b->seqs[slot], b->owned[slot] * b->block);
     b->started[slot] = ++b->starts;
     return 0;

@@ -121,16 +121,19 @@ static int make_dirs(char *path)
 
 /* ---- compiling the family's graph ---- */
 
+/* n_batch, the context, n_seq, kv_block, kv_pool, and the context and n_rows again. */
+#define GP_LM_OWN_DEFINES 8
+
 typedef struct {
     const char *defines[GP_LM_MAX_DEFINES];
     int n;
-    char own[4][128]; /* the defines made here */
+    char own[GP_LM_OWN_DEFINES][128]; /* the defines made here */
     int n_own;
 } define_list;
 
 static int define_add(define_list *d, const char *name, int64_t value)
 {
-    if (d->n == GP_LM_MAX_DEFINES || d->n_own == 4)
+    if (d->n == GP_LM_MAX_DEFINES || d->n_own == GP_LM_OWN_DEFINES)
         return -1;
     snprintf(d->own[d->n_own], sizeof d->own[0], "%s=%lld", name, (long long)value);
     d->defines[d->n++] = d->own[d->n_own++];

@@ -55,8 +55,14 @@ int gp_seq_running(const gp_seq *s); /* 1 generating, 2 evaluating its prompt, 0
 void gp_seq_set_limit(gp_seq *s, int64_t positions);
 
 /* text/batch.c for text/seq.c: a batch sequence's blocks for positions 0 .. need - 1, of which
- * 0 .. keep - 1 are its cached prefix. 0, or GP_SEQ_NO_ROOM with err when the pool cannot hold
- * them even with idle sequences' caches dropped. */
-int gp_batch_reserve(gp_batch *b, int slot, int64_t keep, int64_t need, char *err, size_t n);
+ * 0 .. *keep - 1 are its cached prefix (lowered to a block's start when that block is shared).
+ * 0, or GP_SEQ_NO_ROOM with err when the pool cannot hold them even with idle sequences' caches
+ * dropped (nothing changed then). */
+int gp_batch_reserve(gp_batch *b, int slot, int64_t *keep, int64_t need, char *err, size_t n);
+/* A longer cached prefix of ids[n] than the slot's own keep, in whole blocks of another slot's
+ * cache (a shared system prompt): those blocks shared, their ids copied to cache; the new keep,
+ * or keep when no other slot has more. */
+int64_t gp_batch_share(gp_batch *b, int slot, const int32_t *ids, int64_t n, int64_t keep,
+                       int32_t *cache);
 
 #endif

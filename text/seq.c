@@ -417,6 +417,8 @@ static int feed(gp_seq *s, const int32_t *ids, int64_t n, int keep_prefix)
     if (keep_prefix && s->ids)
         while (keep < n - 1 && keep < s->n_past && s->ids[keep] == ids[keep])
             keep++;
+    if (keep_prefix && s->batch) /* another slot's cache may hold more of it */
+        keep = gp_batch_share(s->batch, s->slot, ids, n, keep, s->ids);
     /* The cache's text is a chat's: a plain prompt (and its tokens) would put ids in the cache
      * that the text lacks. gp_seq_start_chat sets it again once its prompt is in. */
     s->text_valid = 0;
@@ -439,9 +441,14 @@ static int feed(gp_seq *s, const int32_t *ids, int64_t n, int keep_prefix)
     if (s->batch) { /* gp_batch_step evaluates it */
         int64_t need = s->g.max_tokens < 0 || n + s->g.max_tokens > lm->ctx ? lm->ctx
                                                                              : n + s->g.max_tokens;
-        int rc = gp_batch_reserve(s->batch, s->slot, keep, need, s->err, sizeof s->err);
-        if (rc)
+        int64_t keep0 = keep;
+        int rc = gp_batch_reserve(s->batch, s->slot, &keep, need, s->err, sizeof s->err);
+        if (rc) {
+            s->n_past = keep0;
             return rc;
+        }
+        s->n_past = keep;
+        s->r.cached_tokens = keep;
         if (ids != s->prompt)
             memcpy(s->prompt, ids, (size_t)n * sizeof *ids);
         s->fed = keep;

@@ -197,7 +197,8 @@ typedef struct {
  * says how many tokens were asked and how many positions there are; the sequence is unchanged). */
 #define GP_SEQ_TOO_LONG 1
 /* A batch's sequence whose prompt and max_tokens need more KV blocks than the pool has free, even
- * with every idle sequence's cache dropped (the message says how many; nothing changed). */
+ * with every idle sequence's cache dropped (the message says how many; no other sequence is
+ * touched). */
 #define GP_SEQ_NO_ROOM 2
 
 /* Feeds a prompt of ids: with keep_prefix the longest prefix that the cache already holds is kept
@@ -244,8 +245,10 @@ void gp_seq_result(const gp_seq *s, gp_gen_result *r);
  * reading and writing only its own blocks of the KV pool. A batch's sequences are started, read
  * and cancelled with the gp_seq calls (gp_seq_start*, gp_seq_text, gp_seq_result, ...; not
  * gp_seq_step, gp_seq_generate or eval hooks); a start reserves the KV blocks its prompt and
- * max_tokens need (GP_SEQ_NO_ROOM when the pool cannot hold them) and keeps the cached prefix of
- * the slot's last sequence. An idle slot keeps its cache until its blocks are needed. Steps
+ * max_tokens need (GP_SEQ_NO_ROOM when the pool cannot hold them) and, with keep_prefix, keeps
+ * the cached prefix of the slot's last sequence, or shares the whole blocks of a longer common
+ * prefix in another slot's cache (a shared system prompt is evaluated once; gp_gen_result's
+ * cached_tokens counts it). An idle slot keeps its cache until its blocks are needed. Steps
  * allocate nothing. One thread drives a batch (gp_seq_cancel may come from any). */
 gp_batch *gp_batch_new(gp_lm *lm, char *err, size_t err_len);
 void gp_batch_free(gp_batch *b); /* NULL is a no-op */
