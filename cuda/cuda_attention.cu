@@ -22,12 +22,12 @@
  */
 template <int J>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
-    k_attention(float scale, AttMask mk, KT o, KT q, KT k, KT v, KT pos, float *part, int64_t Tl,
+    k_attention(float scale, AttMask mk0, KT o, KT q, KT k, KT v, KT pos, float *part, int64_t Tl,
                 unsigned *counters, int pf, const int64_t *syms)
 {
     __shared__ AttSmem<J> sm;
     if (pf)
-        prefetch_rows(q, k, v, pos, syms, mk);
+        prefetch_rows(q, k, v, pos, syms, mk0);
     pdl_begin();
     kt_resolve(o, syms);
     kt_resolve(q, syms);
@@ -37,8 +37,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     if (t >= T)
         return;
     int32_t p = *(const int32_t *)(pos.p + t * pos.nb[3]);
-    if (!att_pos_ok(mk, p, S))
+    if (!att_pos_ok(mk0, p, S))
         return; /* the runtime checks pos before the eval */
+    AttMask mk = att_for_query(mk0, t);
     int64_t s0, s1;
     split_rows(att_lo(mk, p), p, nsplit, split, &s0, &s1);
     float qv[J], acc[J];
@@ -84,7 +85,7 @@ static void launch_att(dim3 grid, float scale, const AttMask &mk, KT o, KT q, KT
                        float *part, int64_t Tl, unsigned *counters, const gp_cu_ctx *c)
 {
     gp_cu_launch(c, k_attention<J>, grid, ATT_WARPS * 32, 0, scale, mk, o, q, k, v, p, part, Tl,
-                 counters, c->pdl && c->kv_prefetch, c->d_syms);
+                 counters, c->pdl && c->kv_prefetch && !mk.block, c->d_syms);
 }
 
 /* ---- prompts: tiles of queries against tiles of keys ---- */
@@ -628,6 +629,7 @@ static unsigned *att_counters(const gp_cu_ctx *c, int nsplit, int64_t T, int64_t
 static AttMask att_mask(const gp_attrs *a, int64_t S)
 {
     AttMask mk;
+    memset(&mk, 0, sizeof mk);
     int64_t window = a->i[GP_ATTENTION_WINDOW];
     double cap = a->f[GP_ATTENTION_SOFTCAP];
     mk.window = window > 0 ? window : 0;
@@ -670,12 +672,23 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
     unsigned *counters = att_counters(c, nsplit, T, H);
     int J = (int)((D + 31) / 32);
     AttMask mk = att_mask(a, S);
-    /* The tiles walk positions (a window's, of a ring's rows) with capped scores as any others. */
-    if (nsplit == 1 && c->att_mma && tc_ok(k, v, D) &&
+    if (a->i[GP_ATTENTION_BLOCK] > 0) { /* a ragged batch: inputs seq [T] and blocks [N, M] */
+        KT sq = gp_kt_of(c, &in[4]), tb = gp_kt_of(c, &in[5]);
+        mk.block = a->i[GP_ATTENTION_BLOCK];
+        mk.span = in[5].ne[1] * mk.block;
+        mk.tab = tb.p;
+        mk.tab_row = tb.nb[2];
+        mk.tab_col = tb.nb[3];
+        mk.seq = sq.p;
+        mk.seq_nb = sq.nb[3];
+    }
+    /* The tiles walk positions (a window's, of a ring's rows) with capped scores as any others;
+     * a ragged batch's rows take the one-block-a-query kernel. */
+    if (nsplit == 1 && !mk.block && c->att_mma && tc_ok(k, v, D) &&
         (D <= 64 ? launch_mma<64>(scale, mk, o, q, k, v, p, c)
                  : launch_mma<128>(scale, mk, o, q, k, v, p, c)))
         return gp_cu_check_launch(c, "attention (tensor cores)");
-    if (nsplit == 1 && c->att_tiles && D <= 128 &&
+    if (nsplit == 1 && !mk.block && c->att_tiles && D <= 128 &&
         (D <= 64 ? launch_tiles<64>(scale, mk, o, q, k, v, p, c)
                  : launch_tiles<128>(scale, mk, o, q, k, v, p, c)))
         return gp_cu_check_launch(c, "attention (tiles)");
@@ -690,7 +703,7 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
     if (nsplit == 1 || counters)
         return 0;
     gp_cu_launch(c, k_attention_combine, dim3((unsigned)H, (unsigned)T), 64, 0, nsplit, o, p, S,
-                 (int)(mk.ring != 0), (const float *)part, T, c->d_syms);
+                 (int)(mk.ring != 0 || mk.block), (const float *)part, T, c->d_syms);
     return gp_cu_check_launch(c, "attention_combine");
 }
 

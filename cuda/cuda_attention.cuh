@@ -95,10 +95,18 @@ __device__ __forceinline__ void combine_partials(int nsplit, const KT &o, int64_
  * query at position p attends to positions lo..p, lo = max(0, p - window + 1) (window 0: lo 0);
  * position s is cache row s % ring in a ring (ring = S; 0: row s); each score, after the scale,
  * becomes cap tanh(score / cap) when cap > 0. All zero: causal attention over rows 0..p.
+ * A ragged batch (block > 0): position s of the query's sequence is row tab[s / block] * block +
+ * s % block, tab that sequence's row of the block table (att_for_query sets it), positions under
+ * span (the table's width times block).
  */
 struct AttMask {
     int64_t window, ring;
     float cap;
+    int64_t block, span;
+    const char *tab;          /* the block table [N, M] (att_for_query: the query's row) */
+    int64_t tab_row, tab_col; /* its strides in bytes */
+    const char *seq;          /* seq [T]: each query's sequence */
+    int64_t seq_nb;
 };
 
 __device__ __forceinline__ int64_t att_lo(const AttMask &mk, int32_t p)
@@ -109,7 +117,19 @@ __device__ __forceinline__ int64_t att_lo(const AttMask &mk, int32_t p)
 /* The cache row of position s >= 0. */
 __device__ __forceinline__ int64_t att_row(const AttMask &mk, int64_t s)
 {
+    if (mk.block)
+        return (int64_t)*(const int32_t *)(mk.tab + s / mk.block * mk.tab_col) * mk.block +
+               s % mk.block;
     return mk.ring ? s % mk.ring : s;
+}
+
+/* The mask of query t: in a ragged batch, its sequence's row of the block table. */
+__device__ __forceinline__ AttMask att_for_query(const AttMask &mk, int64_t t)
+{
+    AttMask m = mk;
+    if (mk.block)
+        m.tab += (int64_t)*(const int32_t *)(mk.seq + t * mk.seq_nb) * mk.tab_row;
+    return m;
 }
 
 __device__ __forceinline__ float att_cap(const AttMask &mk, float x)
@@ -121,7 +141,7 @@ __device__ __forceinline__ float att_cap(const AttMask &mk, float x)
  * eval; a ring takes any p >= 0). */
 __device__ __forceinline__ bool att_pos_ok(const AttMask &mk, int32_t p, int64_t S)
 {
-    return p >= 0 && (mk.ring || p < S);
+    return p >= 0 && (mk.ring || p < (mk.block ? mk.span : S));
 }
 
 /* Positions [*s0, *s1) of split `split` of nsplit over positions lo..p. */

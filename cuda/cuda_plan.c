@@ -1216,12 +1216,6 @@ static int lora_merge(cuda_be *b, const cu_lora *l)
 int gp_cuda_be_plan(cuda_be *b, char *err, size_t err_len)
 {
     const gp_plan *p = b->p;
-    for (int i = 0; i < p->n_nodes; i++)
-        if (p->nodes[i].op == GP_OP_ATTENTION && p->nodes[i].n_inputs == 6) {
-            snprintf(err, err_len, "cuda: node %d (attention, line %d): a ragged batch (inputs "
-                     "seq and blocks) runs on the CPU backend only for now", i, p->nodes[i].line);
-            return -1;
-        }
     /* Readers of each tensor; conts that need no copy; then every node's descriptors. */
     int *uses = calloc((size_t)p->n_tensors + 1, sizeof *uses);
     b->alias = calloc((size_t)p->n_tensors + 1, sizeof *b->alias);

@@ -35,10 +35,12 @@ static gp_model *family_model(const gp_family *f, const char **defs, int n_defs)
     return gp_test_model(rel, &o, NULL);
 }
 
+static const char *backend = "cpu"; /* the sessions' */
+
 static gp_session *new_session(const gp_model *m)
 {
     char err[512];
-    gp_session_opts o = {"cpu", 2, 0};
+    gp_session_opts o = {backend, 2, 0};
     gp_session *s = gp_session_new(m, &o, err, sizeof err);
     if (!s)
         fprintf(stderr, "gp_session_new: %s\n", err);
@@ -250,8 +252,30 @@ static void check_family(const gp_family *f)
 
 static void test_families(void)
 {
+    backend = "cpu";
     for (int i = 0; i < gp_family_count(); i++)
         check_family(gp_family_at(i));
+}
+
+/* The same on the CUDA backend, where this build has it and a device is present. */
+static void test_families_cuda(void)
+{
+    const gp_family *f = gp_family_at(0);
+    const char *defs[] = {"n_seq=2"};
+    gp_model *m = family_model(f, defs, 1);
+    char err[512];
+    gp_session_opts o = {"cuda", 1, 0};
+    gp_session *s = m ? gp_session_new(m, &o, err, sizeof err) : NULL;
+    gp_session_free(s);
+    gp_model_free(m);
+    if (!s) {
+        gp_test_skip("batch (cuda)", err);
+        return;
+    }
+    backend = "cuda";
+    for (int i = 0; i < gp_family_count(); i++)
+        check_family(gp_family_at(i));
+    backend = "cpu";
 }
 
 void gp_suite_batch(void);
@@ -259,4 +283,5 @@ void gp_suite_batch(void)
 {
     CU_pSuite s = CU_add_suite("batch", NULL, NULL);
     CU_add_test(s, "every family: sequences in one ragged eval = each alone", test_families);
+    CU_add_test(s, "the same on CUDA", test_families_cuda);
 }

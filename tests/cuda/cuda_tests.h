@@ -28,6 +28,7 @@ void test_param_block(void);
 
 /* test_cuda_attention.c */
 void test_attention(void);
+void test_attention_ragged(void);
 void test_attention_decode(void);
 void test_attention_head(void);
 void test_attention_decode_edges(void);

@@ -32,6 +32,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "matvec group: q/k/v and gate/up/swiglu in one launch", test_matvec_group);
     CU_add_test(s, "matvec group computing the rms_norm before it", test_matvec_group_norm);
     CU_add_test(s, "attention: split-KV decode and prompts", test_attention);
+    CU_add_test(s, "attention: a ragged batch over KV blocks", test_attention_ragged);
     CU_add_test(s, "one-token attention with ropes and K/V stores inside", test_attention_decode);
     CU_add_test(s, "atthead: one-token attention in one block a head", test_attention_head);
     CU_add_test(s, "prompts: a cuBLAS product's epilogue in one launch", test_blas_epilogue);

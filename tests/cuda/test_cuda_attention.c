@@ -82,6 +82,56 @@ void test_attention(void)
     kctx_free(&k);
 }
 
+/* A ragged batch (seq and a block table over a pool, block 4): three sequences of different
+ * lengths, a decode token, a chunk and a prompt in one launch, scattered blocks, a window; the
+ * CPU's kernel is the reference. f16 and f32 caches, split or not. */
+void test_attention_ragged(void)
+{
+    kctx k;
+    kctx_new(&k, NULL, NULL, 0);
+    enum { B = 4, NB = 16, M = 6, N = 3 };
+    const int32_t tab[N][M] = {{7, 2, 9, 0, 0, 0}, {3, 4, 5, 11, 12, 0}, {10, 1, 0, 0, 0, 0}};
+    const int32_t len[N] = {11, 19, 6}, news[N] = {1, 5, 6};
+    for (int c = 0; c < 4; c++) {
+        int64_t H = 4, G = 2, D = c == 3 ? 128 : 64, T = 12, window = c == 2 ? 5 : 0;
+        gp_dtype kvt = c % 2 ? GP_F32 : GP_F16;
+        int64_t sq[3] = {T, H, D}, skv[3] = {NB * B, G, D}, st[1] = {T}, stab[2] = {N, M};
+        tt q, kk, v, pos, seq, tb, out;
+        tt_new(&q, GP_F32, 3, sq, 1.0f);
+        tt_new(&kk, kvt, 3, skv, 1.0f);
+        tt_new(&v, kvt, 3, skv, 1.0f);
+        tt_new(&pos, GP_I32, 1, st, 1.0f);
+        tt_new(&seq, GP_I32, 1, st, 1.0f);
+        tt_new(&tb, GP_I32, 2, stab, 1.0f);
+        tt_new(&out, GP_F32, 3, sq, 1.0f);
+        for (int s = 0, t = 0; s < N; s++)
+            for (int j = 0; j < news[s]; j++, t++) {
+                set_i32(&seq, t, s);
+                set_i32(&pos, t, len[s] - news[s] + j);
+            }
+        for (int i = 0; i < N * M; i++)
+            set_i32(&tb, i, tab[i / M][i % M]);
+        tt *ins[6] = {&q, &kk, &v, &pos, &seq, &tb};
+        gp_attrs at = {{[GP_ATTENTION_WINDOW] = window, [GP_ATTENTION_BLOCK] = B},
+                       {1.0 / sqrt((double)D), 0}};
+        size_t ws = (size_t)16 * (size_t)T * (size_t)H * (size_t)(D + 2) * 4;
+        for (int mode = 0; mode < 2; mode++) {
+            k.c.att_combine = k.c.pdl = k.c.kv_prefetch = mode;
+            k.c.att_tiles = k.c.att_mma = 1; /* asked for, never taken by a ragged batch */
+            int64_t n0 = gp_cuda_attention_tiles_count(), m0 = gp_cuda_attention_mma_count();
+            char name[96];
+            snprintf(name, sizeof name, "ragged attention case %d mode %d", c, mode);
+            CHECK_ERR(name, run_op(GP_OP_ATTENTION, &at, &out, ins, 6, ws, &k), 1e-5);
+            CU_ASSERT_EQUAL(gp_cuda_attention_tiles_count() - n0, 0);
+            CU_ASSERT_EQUAL(gp_cuda_attention_mma_count() - m0, 0);
+        }
+        tt *all[] = {&q, &kk, &v, &pos, &seq, &tb, &out};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            tt_free(all[i]);
+    }
+    kctx_free(&k);
+}
+
 /* The CPU's rope (when r is on) of x into y (a [1, n, D] f32 tensor), as the graph's rope node. */
 static const gp_ktensor *cpu_rope(const gp_cu_rope *r, const gp_ktensor *x, const tt *pos, tt *y)
 {
