@@ -470,13 +470,16 @@ static json_t *logprobs_json(const gp_api_logprobs *l)
                      "top_logprobs", l->top, "text_offset", l->off);
 }
 
-static void logprobs_clear(gp_api_logprobs *l)
+/* The logprobs so far as a choice's object, leaving l empty (a stream's next chunk starts over). */
+static json_t *logprobs_take(gp_api_logprobs *l)
 {
-    json_array_clear(l->content);
-    json_array_clear(l->tokens);
-    json_array_clear(l->token_lp);
-    json_array_clear(l->top);
-    json_array_clear(l->off);
+    json_t *j = logprobs_json(l);
+    json_t **arrays[] = {&l->content, &l->tokens, &l->token_lp, &l->top, &l->off};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
+        json_decref(*arrays[i]);
+        *arrays[i] = json_array();
+    }
+    return j;
 }
 
 static json_t *usage_json(const gp_api_usage *u)
@@ -527,10 +530,8 @@ char *gp_api_chunk_sse(const gp_api_meta *m, int role, const char *text, size_t 
                        gp_api_logprobs *logprobs, const char *finish, int with_usage)
 {
     json_t *r = head(m, m->chat ? "chat.completion.chunk" : "text_completion");
-    json_t *lp = logprobs && gp_api_logprobs_count(logprobs) ? logprobs_json(logprobs)
+    json_t *lp = logprobs && gp_api_logprobs_count(logprobs) ? logprobs_take(logprobs)
                                                              : json_null();
-    if (logprobs)
-        logprobs_clear(logprobs);
     json_t *choice;
     if (m->chat) {
         json_t *delta = json_object();

@@ -260,7 +260,7 @@ int gp_job_submit(gp_job *j, int64_t n, const gp_job_params *p, char *err, size_
     return full ? -1 : 0;
 }
 
-gp_job_state gp_job_drain(gp_job *j, int timeout_ms,
+gp_job_state gp_job_drain(gp_job *j, int timeout_ms, size_t max_bytes,
                           void (*text_cb)(void *user, const char *text, size_t len),
                           void (*token_cb)(void *user, const gp_job_token *t), void *user,
                           gp_job_status *st)
@@ -269,6 +269,7 @@ gp_job_state gp_job_drain(gp_job *j, int timeout_ms,
     timespec_in(&until, timeout_ms);
     unsigned char buf[16384];
     gp_job_state state;
+    size_t taken = 0;
     pthread_mutex_lock(&j->mu);
     while (j->head == j->tail && j->state < GP_JOB_DONE && timeout_ms > 0 &&
            pthread_cond_timedwait(&j->cv, &j->mu, &until) == 0)
@@ -277,7 +278,7 @@ gp_job_state gp_job_drain(gp_job *j, int timeout_ms,
         /* Whole records into buf, then the callbacks with the ring unlocked. */
         size_t n = 0;
         int was_tight = ring_room(j) < j->e->reserve;
-        while (j->head != j->tail) {
+        while (j->head != j->tail && (!max_bytes || taken < max_bytes)) {
             rec_head h;
             size_t at = j->tail;
             ring_copy_out(j, &h, sizeof h);
@@ -292,8 +293,10 @@ gp_job_state gp_job_drain(gp_job *j, int timeout_ms,
             memcpy(buf + n, &h, sizeof h);
             ring_copy_out(j, buf + n + sizeof h, h.len);
             n += sizeof h + h.len;
+            taken += sizeof h + h.len;
         }
-        state = j->state;
+        /* DONE with records left would end the response before them. */
+        state = j->head == j->tail ? j->state : j->state < GP_JOB_DONE ? j->state : GP_JOB_RUNNING;
         if (st)
             *st = j->st;
         pthread_mutex_unlock(&j->mu);
@@ -316,7 +319,7 @@ gp_job_state gp_job_drain(gp_job *j, int timeout_ms,
             at += h.len;
         }
         pthread_mutex_lock(&j->mu);
-        if (j->head == j->tail)
+        if (j->head == j->tail || (max_bytes && taken >= max_bytes))
             break;
     }
     /* The state read with the last records: a job that ended after them is seen next time. */

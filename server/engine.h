@@ -85,10 +85,11 @@ int32_t *gp_job_prompt(gp_job *j, int64_t *cap);
 /* Queues the job with n prompt ids (at most the context). 0; -1 when the queue is full or the
  * engine stops admitting (then release the job). */
 int gp_job_submit(gp_job *j, int64_t n, const gp_job_params *p, char *err, size_t err_len);
-/* Waits at most timeout_ms for output, then hands every text piece and token the ring holds to
- * the callbacks (on the caller's thread) and frees their room. Returns the job's state; *st (may
- * be NULL) gets its status. */
-gp_job_state gp_job_drain(gp_job *j, int timeout_ms,
+/* Waits at most timeout_ms for output, then hands the text pieces and tokens the ring holds (of
+ * at most max_bytes of records when > 0: a slow reader keeps the rest back, and the engine waits
+ * when the ring is full) to the callbacks on the caller's thread and frees their room. Returns
+ * the job's state, DONE or ERROR only once the ring is empty; *st (may be NULL) its status. */
+gp_job_state gp_job_drain(gp_job *j, int timeout_ms, size_t max_bytes,
                           void (*on_text)(void *user, const char *text, size_t len),
                           void (*on_token)(void *user, const gp_job_token *t), void *user,
                           gp_job_status *st);

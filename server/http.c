@@ -212,7 +212,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
             continue;
         }
         gp_job_status st;
-        gp_job_state s = gp_job_drain(k->job, 100, on_text, on_token, k, &st);
+        gp_job_state s = gp_job_drain(k->job, 100, 2048, on_text, on_token, k, &st);
         if (k->oom)
             return MHD_CONTENT_READER_END_WITH_ERROR;
         if ((k->n_text || (k->lp && gp_api_logprobs_count(k->lp))) &&
@@ -367,7 +367,7 @@ static enum MHD_Result complete(conn *k)
     }
     gp_job_status st;
     gp_job_state s;
-    while ((s = gp_job_drain(k->job, 100, on_text, on_token, k, &st)) < GP_JOB_DONE)
+    while ((s = gp_job_drain(k->job, 100, 0, on_text, on_token, k, &st)) < GP_JOB_DONE)
         if (client_gone(k)) {
             gp_job_cancel(k->job);
             return MHD_NO; /* closes the connection */
@@ -495,6 +495,13 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         k->route = route_of(url);
         *con_cls = k;
         atomic_fetch_add(&h->active, 1);
+        /* A bounded send buffer (no autotuning to megabytes): a client that reads nothing soon
+         * fills it, its job's ring fills behind it and the engine stops generating for it. */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        int sndbuf = 32 << 10;
+        if (ci)
+            setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
         int post = k->route == R_CHAT || k->route == R_COMPLETIONS;
         int is_get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
         if (k->route == R_NONE)
