@@ -1,6 +1,7 @@
 """gplan-serve on the real SmolLM2-135M-Instruct Q4_1 (GPLAN_SMOLLM2, else
 /root/.cache/gplan/SmolLM2-135M-Instruct.Q4_1.gguf; exit 77, skipped, when absent): a chat at
-temperature 0, the same streamed, and a second turn that finds the first in a slot's cache.
+temperature 0, the same streamed, a second turn that finds the first in a slot's cache, a long
+prompt, and no allocation on the engine thread.
 Usage: test_smollm2.py GPLAN_SERVE GPLAN_COMPILE SOURCE_DIR TMP_DIR"""
 import os
 import sys
@@ -30,6 +31,12 @@ try:
     u = r["usage"]
     check(st == 200 and u["prompt_tokens_details"]["cached_tokens"] >= 20,
           "second turn: cached %r" % u)
+    # A long prompt (one eval of ~300 tokens) allocates nothing on the engine thread either.
+    st, r = s.post("/v1/completions", {"prompt": "The sky is blue. " * 60, "max_tokens": 4})
+    check(st == 200 and r["usage"]["prompt_tokens"] > 250, "long prompt: %d %r" % (st, r))
+    m = s.metrics()
+    check(not m["gplan_engine_alloc_counting"] or m["gplan_engine_allocations_total"] == 0,
+          "allocations on the engine thread: %d" % m["gplan_engine_allocations_total"])
 finally:
     check(s.stop() == 0, "exit status")
 check.done("test_smollm2")
