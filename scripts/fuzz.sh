@@ -9,7 +9,7 @@ cd "$GP_ROOT"
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(dsl plan safetensors csv gguf tokenizer)
+[ ${#targets[@]} -gt 0 ] || targets=(dsl plan safetensors csv gguf tokenizer request)
 case $secs in '' | *[!0-9]*) echo "usage: scripts/fuzz.sh [SECONDS] [TARGET...]" >&2; exit 2 ;; esac
 
 # Longest input per target: a little over the largest seed, so mutations stay near real files.

@@ -2,7 +2,8 @@
 # Shared set-up for scripts/demo.sh and scripts/test.sh: makes sure the Debian packages gplan needs
 # are present (installing them with apt-get when run as root), then configures and builds into
 # $BUILD (default: build). Sourced, not run.
-GP_PACKAGES=(cmake make gcc pkg-config flex bison libcunit1-dev zlib1g-dev libjansson-dev libpcre2-dev libutf8proc-dev)
+GP_PACKAGES=(cmake make gcc pkg-config flex bison libcunit1-dev zlib1g-dev libjansson-dev libpcre2-dev libutf8proc-dev
+  libmicrohttpd-dev)
 # What scripts/test.sh needs on top: valgrind for the memcheck run, clang and its libFuzzer
 # runtime for scripts/fuzz.sh (Debian 12's clang is 14), pytest and numpy for the Python binding's
 # tests (ctest's python entry).

@@ -20,6 +20,8 @@ export GPLAN_VOCAB_DIR=${GPLAN_VOCAB_DIR:-$("$GP_ROOT/scripts/fetch_vocab.sh" ||
 
 echo "== build (warnings are errors)"
 gp_build build-test -DGPLAN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# The official openai client for serve_openai, from PyPI into a venv (skipped when unreachable).
+scripts/serve_venv.sh build-test || echo "note: the openai client could not be installed: serve_openai is skipped"
 (cd build-test && ctest --output-on-failure -j "$(nproc)")
 
 if [ "${1:-}" != "--quick" ]; then
@@ -38,14 +40,15 @@ if [ "${1:-}" != "--quick" ]; then
   # code paths, the GGUF reader and the quantized kernels and models, are memchecked by the gguf,
   # weights, quant, quant_f32 and quant_model suites), parity_to_gguf_matches_gguf_py (it
   # runs Python's gguf package, not gplan; parity-to-gguf is memchecked by the parity_to_gguf_*
-  # tests) and python (the binding's pytest run: memcheck would trace the interpreter, whose own
-  # allocator it reports; the library calls it makes are the C suites' and tests/cli's).
+  # tests), python (the binding's pytest run: memcheck would trace the interpreter, whose own
+  # allocator it reports; the library calls it makes are the C suites' and tests/cli's) and the
+  # serve tests (Python drivers, traced the same way; gplan-serve runs under ASan above).
   echo "== valgrind memcheck (no sanitizers, no CUDA)"
   gp_build build-valgrind -DGPLAN_WERROR=ON -DGPLAN_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
   vglogs=$GP_ROOT/build-valgrind/valgrind-logs
   rm -rf "$vglogs" && mkdir -p "$vglogs"
   (cd build-valgrind && ctest --output-on-failure -j "$(nproc)" -T memcheck \
-     -E '^(alloc_long_run|alloc_interpose|cuda|parity_smollm2_q4_1|parity_gemma3_270m_q4_k_m|parity_to_gguf_matches_gguf_py|python)$' \
+     -E '^(alloc_long_run|alloc_interpose|cuda|parity_smollm2_q4_1|parity_gemma3_270m_q4_k_m|parity_to_gguf_matches_gguf_py|python|serve|serve_openai|serve_smollm2)$' \
      --overwrite MemoryCheckCommand="$(command -v valgrind)" \
      --overwrite "MemoryCheckCommandOptions=--error-exitcode=99 --leak-check=full \
 --errors-for-leak-kinds=definite --show-leak-kinds=definite --trace-children=yes \

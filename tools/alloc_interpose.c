@@ -15,7 +15,8 @@ static atomic_int counting, in_eval, abort_at_first;
 /* Initial-exec: a preloaded copy's first use allocates nothing. */
 static _Thread_local int on_eval_thread __attribute__((tls_model("initial-exec")));
 static _Thread_local int in_generation __attribute__((tls_model("initial-exec")));
-static atomic_long n_eval, n_eval_thread, n_generation, n_threads;
+static _Thread_local int marked_thread __attribute__((tls_model("initial-exec")));
+static atomic_long n_eval, n_eval_thread, n_generation, n_threads, n_marked;
 
 #ifndef GP_NO_ALLOC_INTERPOSE
 static void *(*real_malloc)(size_t);
@@ -71,6 +72,8 @@ static void count(int thread)
 {
     if (!atomic_load_explicit(&counting, memory_order_relaxed))
         return;
+    if (!thread && marked_thread)
+        atomic_fetch_add(&n_marked, 1);
     if (atomic_load_explicit(&in_eval, memory_order_relaxed)) {
         atomic_fetch_add(thread ? &n_threads : &n_eval, 1);
         if (!thread && on_eval_thread)
@@ -181,6 +184,11 @@ void gp_alloc_interpose_generation(int on)
     in_generation = on;
 }
 
+void gp_alloc_interpose_mark_thread(int on)
+{
+    marked_thread = on;
+}
+
 void gp_alloc_interpose_abort_at_first(int on)
 {
     atomic_store(&abort_at_first, on);
@@ -192,4 +200,5 @@ void gp_alloc_interpose_read(gp_alloc_interpose_counts *c)
     c->eval_thread = atomic_load(&n_eval_thread);
     c->generation = atomic_load(&n_generation);
     c->threads = atomic_load(&n_threads);
+    c->marked = atomic_load(&n_marked);
 }

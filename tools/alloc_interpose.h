@@ -30,6 +30,9 @@ GP_ALLOC_INTERPOSE_API void gp_alloc_interpose_eval(int in_eval);
 /* 1 while the calling thread generates (samples, decodes, prints between evals): its calls
  * outside evals count as `generation`. */
 GP_ALLOC_INTERPOSE_API void gp_alloc_interpose_generation(int on);
+/* 1 on a thread whose every call counts as `marked`, in evals or not (a server's engine thread,
+ * which must allocate nothing once warm while other threads do). */
+GP_ALLOC_INTERPOSE_API void gp_alloc_interpose_mark_thread(int on);
 /* 1: abort() at the first call counted during an eval (under a debugger: who allocated). */
 GP_ALLOC_INTERPOSE_API void gp_alloc_interpose_abort_at_first(int on);
 
@@ -38,6 +41,7 @@ typedef struct {
     long eval_thread; /* those of the threads that marked the evals */
     long generation;  /* those of a generating thread outside evals */
     long threads;     /* pthread_create during evals */
+    long marked;      /* those of the threads marked with gp_alloc_interpose_mark_thread */
 } gp_alloc_interpose_counts;
 
 GP_ALLOC_INTERPOSE_API void gp_alloc_interpose_read(gp_alloc_interpose_counts *c);

@@ -49,6 +49,7 @@ static gp_alloc_interpose_counts since(gp_alloc_interpose_counts *base)
     d.eval_thread = now.eval_thread - base->eval_thread;
     d.generation = now.generation - base->generation;
     d.threads = now.threads - base->threads;
+    d.marked = now.marked - base->marked;
     *base = now;
     return d;
 }
@@ -63,7 +64,7 @@ static void *worker(void *arg)
 
 int main(void)
 {
-    gp_alloc_interpose_counts base = {0, 0, 0, 0}, d;
+    gp_alloc_interpose_counts base = {0, 0, 0, 0, 0}, d;
     /* Before gp_alloc_interpose_on nothing counts, eval or not. */
     gp_alloc_interpose_eval(1);
     alloc_free();
@@ -120,6 +121,19 @@ int main(void)
     alloc_free();
     d = since(&base);
     CHECK(d.generation == 2 && d.eval == 2 && d.eval_thread == 2);
+
+    /* A marked thread: its calls count in evals and out, another thread's do not. */
+    gp_alloc_interpose_mark_thread(1);
+    alloc_free();
+    gp_alloc_interpose_eval(1);
+    alloc_free();
+    gp_alloc_interpose_eval(0);
+    CHECK(pthread_create(&t, NULL, worker, NULL) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    gp_alloc_interpose_mark_thread(0);
+    alloc_free();
+    d = since(&base);
+    CHECK(d.marked == 4 && d.eval_thread == 2);
 
     /* Abort at the first counted call: none outside an eval, one at the first inside. */
     fflush(NULL);

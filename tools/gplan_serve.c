@@ -1,0 +1,341 @@
+/* gplan-serve: an OpenAI-compatible HTTP server for a model: chat and text completions, streamed
+ * or not, for several clients at once (one sequence a slot), on loopback by default. Built on
+ * server/ (HTTP, API, engine) and gplan/text.h. SIGTERM or SIGINT: stop accepting, let running
+ * requests finish (cancelled after --grace seconds), exit 0.
+ * Exit status: 0 after a signal, 1 bad input (model, address), 2 bad usage. */
+#define _GNU_SOURCE /* sigtimedwait */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gplan/text.h"
+#include "server/engine.h"
+#include "server/http.h"
+#include "tools/alloc_interpose.h"
+#include "tools/cli.h"
+
+enum { EXIT_OK = 0, EXIT_INPUT = 1 };
+
+typedef struct {
+    const char *model, *host, *backend, *tokenizer, *weights, *alias, *chat_format, *cache_dir;
+    const char *defines[64];
+    int n_defines, port, slots, queue, threads, max_conns, timeout, grace, allow_unused, verbose;
+    int wseed;
+    uint64_t seed;
+    int64_t ctx, batch, max_body;
+} options;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: gplan-serve MODEL [options]     (MODEL: a .gguf file or a Hugging Face folder)\n"
+            "       gplan-serve PLAN (--weights PATH | --random-weights SEED) [options]\n"
+            "Serves the model over HTTP/1.1 with OpenAI's API: POST /v1/chat/completions and\n"
+            "/v1/completions (streamed as server-sent events with \"stream\": true), GET /v1/models,\n"
+            "/health (503 while loading) and /metrics (Prometheus text). Each of --slots sequences\n"
+            "has its own KV cache of --ctx positions; the weights are shared. A request waits in a\n"
+            "queue of --queue when every slot is busy; past it the answer is 503 with Retry-After.\n"
+            "  --host ADDR             address to listen on (default 127.0.0.1)\n"
+            "  --port N                port (default 8080; 0: any free one, printed at start)\n"
+            "  --slots N               sequences generating at once (default 4)\n"
+            "  --queue N               requests waiting beyond the slots (default 16)\n"
+            "  --ctx N                 positions per slot (default: the model's, at most 4096)\n"
+            "  --batch N               prompt tokens per eval at most (default 512)\n"
+            "  --threads N             CPU threads (default: the online cores)\n"
+            "  --backend NAME          cpu (default), reference or cuda (when built)\n"
+            "  --max-body BYTES        largest request body (default 1048576); more: 413\n"
+            "  --max-connections N     connections at once (default 256)\n"
+            "  --timeout S             an idle connection is closed after S seconds (default 60)\n"
+            "  --grace S               at SIGTERM, running requests get S seconds (default 10)\n"
+            "  --alias NAME            the model's name in responses (default: the file's)\n"
+            "  --chat-format NAME      a built-in chat format instead of the template's (%s)\n"
+            "  -D NAME=VALUE           a MODEL's graph parameter; --allow-unused: tensors need not\n"
+            "                          all be in the graph\n"
+            "  --tokenizer PATH        a .gguf, tokenizer.json or folder (default: the model's)\n"
+            "  --weights PATH, --random-weights SEED  a PLAN's weights\n"
+            "  --cache-dir DIR         plans' cache (default $GPLAN_CACHE_DIR or ~/.cache/gplan)\n"
+            "  --verbose               libmicrohttpd's messages on stderr\n"
+            "exit status: 0 after SIGTERM or SIGINT, 1 bad input (model, address), 2 bad usage\n",
+            gp_lm_chat_formats());
+}
+
+static int usage_error(const char *msg, const char *arg)
+{
+    return gp_cli_usage_error("gplan-serve", msg, arg);
+}
+
+static int parse_num(const char *v, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+/* A GGUF file or a folder: a model; another regular file is taken for a plan. */
+static int is_model(const char *path)
+{
+    char magic[4] = {0};
+    struct stat st;
+    if (stat(path, &st) || !S_ISREG(st.st_mode))
+        return 1;
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(magic, 1, 4, f) : 0;
+    if (f)
+        fclose(f);
+    return n == 4 && !memcmp(magic, "GGUF", 4);
+}
+
+static int parse_args(int argc, char **argv, options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->slots = 4;
+    o->queue = 16;
+    o->max_body = 1 << 20;
+    o->max_conns = 256;
+    o->timeout = 60;
+    o->grace = 10;
+    o->backend = "cpu";
+    static const struct {
+        const char *name;
+        long long lo, hi;
+        int size; /* 4: int, 8: int64_t */
+        const char *msg;
+    } nums[] = {
+        {"--port", 0, 65535, 4, "--port needs 0..65535"},
+        {"--slots", 1, 1024, 4, "--slots needs 1..1024"},
+        {"--queue", 0, 1 << 20, 4, "--queue needs 0..1048576"},
+        {"--threads", 1, 256, 4, "--threads needs 1..256"},
+        {"--max-connections", 1, 65536, 4, "--max-connections needs 1..65536"},
+        {"--timeout", 1, 86400, 4, "--timeout needs 1..86400 seconds"},
+        {"--grace", 0, 86400, 4, "--grace needs 0..86400 seconds"},
+        {"--ctx", 1, INT32_MAX, 8, "bad --ctx (an integer >= 1)"},
+        {"--batch", 1, INT32_MAX, 8, "bad --batch (an integer >= 1)"},
+        {"--max-body", 1, (long long)1 << 40, 8, "bad --max-body (bytes, >= 1)"},
+    };
+    void *num_dst[] = {&o->port,    &o->slots, &o->queue, &o->threads,  &o->max_conns,
+                       &o->timeout, &o->grace, &o->ctx,   &o->batch,    &o->max_body};
+    static const char *const strs[] = {"--host",  "--backend",     "--tokenizer", "--weights",
+                                       "--alias", "--chat-format", "--cache-dir"};
+    const char **str_dst[] = {&o->host,  &o->backend,     &o->tokenizer, &o->weights,
+                              &o->alias, &o->chat_format, &o->cache_dir};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (gp_cli_help_version(a, "gplan-serve", GPLAN_VERSION_STRING, usage))
+            exit(EXIT_OK);
+        if (a[0] != '-' || !a[1]) {
+            if (o->model)
+                return usage_error("unexpected argument", a);
+            o->model = a;
+            continue;
+        }
+        if (!strcmp(a, "--allow-unused")) {
+            o->allow_unused = 1;
+            continue;
+        }
+        if (!strcmp(a, "--verbose")) {
+            o->verbose = 1;
+            continue;
+        }
+        int done = 0;
+        for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++) {
+            if (strcmp(a, nums[k].name))
+                continue;
+            long long x;
+            if (!v || parse_num(v, nums[k].lo, nums[k].hi, &x))
+                return usage_error(nums[k].msg, v);
+            if (nums[k].size == 4)
+                *(int *)num_dst[k] = (int)x;
+            else
+                *(int64_t *)num_dst[k] = x;
+            done = 1;
+        }
+        for (size_t k = 0; k < sizeof strs / sizeof strs[0] && !done; k++) {
+            if (strcmp(a, strs[k]))
+                continue;
+            if (!v)
+                return usage_error("missing value for", a);
+            *str_dst[k] = v;
+            done = 1;
+        }
+        if (!done && !strcmp(a, "--random-weights")) {
+            char *end;
+            errno = 0;
+            if (!v || !*v || *v == '-' || (o->seed = strtoull(v, &end, 0), *end) || errno)
+                return usage_error("bad --random-weights seed", v);
+            o->wseed = done = 1;
+        }
+        if (!done && !strcmp(a, "-D")) {
+            if (!v || !strchr(v, '=') || o->n_defines == 64)
+                return usage_error("bad -D (NAME=VALUE, at most 64)", v);
+            o->defines[o->n_defines++] = v;
+            done = 1;
+        }
+        if (!done)
+            return usage_error("unknown option", a);
+        i++;
+    }
+    if (!o->model)
+        return usage_error("no model given", NULL);
+    int plan = !is_model(o->model);
+    if (plan && !o->weights == !o->wseed)
+        return usage_error("a plan needs exactly one of --weights and --random-weights", NULL);
+    if (!plan && o->weights)
+        return usage_error("--weights is for a plan; a model file holds its weights", NULL);
+    if (plan && (o->n_defines || o->ctx || o->batch))
+        return usage_error("-D, --ctx and --batch need a model file (a plan's are fixed by "
+                           "gplan-compile)", NULL);
+    if (!o->threads) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        o->threads = cores < 1 ? 1 : cores > 64 ? 64 : (int)cores;
+    }
+    return -1;
+}
+
+/* What responses call the model: --alias, else the file's name without .gguf. */
+static void model_name(const options *o, char *out, size_t cap)
+{
+    if (o->alias) {
+        snprintf(out, cap, "%s", o->alias);
+        return;
+    }
+    const char *p = o->model + strlen(o->model);
+    while (p > o->model && p[-1] == '/')
+        p--;
+    const char *end = p;
+    while (p > o->model && p[-1] != '/')
+        p--;
+    size_t n = (size_t)(end - p);
+    if (n > 5 && !strncmp(end - 5, ".gguf", 5))
+        n -= 5;
+    snprintf(out, cap, "%.*s", (int)n, p);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The next SIGTERM/SIGINT within ms (0 when none came). */
+static int wait_signal(const sigset_t *set, int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    int sig = sigtimedwait(set, NULL, &ts);
+    return sig > 0 ? sig : 0;
+}
+
+int main(int argc, char **argv)
+{
+    gp_alloc_interpose_on();
+    options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    /* Every thread (libmicrohttpd's, the engine's, the backend's) inherits the mask: the signals
+     * come to sigtimedwait here. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char err[4096], name[256];
+    model_name(&o, name, sizeof name);
+    gp_http_opts ho = {o.host, o.port, (size_t)o.max_body, o.max_conns, o.timeout, name,
+                       o.verbose};
+    gp_http *h = gp_http_start(&ho, err, sizeof err);
+    if (!h) {
+        fprintf(stderr, "gplan-serve: %s\n", err);
+        return EXIT_INPUT;
+    }
+    printf("gplan-serve: listening on http://%s%s%s:%d\n", strchr(o.host, ':') ? "[" : "",
+           o.host, strchr(o.host, ':') ? "]" : "", gp_http_port(h));
+    fflush(stdout);
+
+    int plan = !is_model(o.model);
+    gp_lm_opts lo = gp_lm_defaults();
+    lo.plan = plan ? o.model : NULL;
+    lo.tokenizer = o.tokenizer;
+    lo.defines = o.defines;
+    lo.n_defines = o.n_defines;
+    lo.context = o.ctx;
+    lo.batch = o.batch;
+    lo.cache_dir = o.cache_dir;
+    lo.backend = o.backend;
+    lo.n_threads = o.threads;
+    lo.allow_unused = o.allow_unused;
+    lo.random_weights = o.wseed;
+    lo.random_seed = o.seed;
+    gp_lm *lm = gp_lm_load(plan ? o.weights : o.model, &lo, err, sizeof err);
+    gp_engine *e = NULL;
+    if (lm && o.chat_format && gp_lm_set_chat_format(lm, o.chat_format, err, sizeof err)) {
+        gp_lm_free(lm);
+        lm = NULL;
+    }
+    if (lm) {
+        gp_engine_opts eo = {o.slots, o.queue, 1};
+        e = gp_engine_new(lm, &eo, err, sizeof err);
+    }
+    if (!e) {
+        fprintf(stderr, "gplan-serve: %s\n", err);
+        gp_http_stop(h);
+        gp_lm_free(lm);
+        return EXIT_INPUT;
+    }
+    gp_http_serve(h, lm, e);
+    int sig = 0;
+    while (!gp_engine_ready(e) && !*gp_engine_error(e) && !(sig = wait_signal(&set, 50)))
+        ;
+    if (*gp_engine_error(e)) {
+        fprintf(stderr, "gplan-serve: %s\n", gp_engine_error(e));
+        gp_http_stop(h);
+        gp_engine_free(e);
+        gp_lm_free(lm);
+        return EXIT_INPUT;
+    }
+    if (!sig) {
+        printf("gplan-serve: ready: %s, %d slots of %lld positions, %d threads, backend %s\n",
+               name, o.slots, (long long)gp_lm_context(lm), o.threads, o.backend);
+        fflush(stdout);
+        while (!(sig = wait_signal(&set, 1000)))
+            ;
+    }
+    /* Draining: no new connections or requests; running ones get the grace period, then are
+     * cancelled (a second signal cancels at once). */
+    fprintf(stderr, "gplan-serve: %s: finishing %d requests\n", strsignal(sig),
+            gp_http_active(h));
+    gp_http_drain(h);
+    gp_engine_close(e);
+    double until = now_s() + o.grace;
+    int cancelled = 0;
+    while (gp_http_active(h) > 0) {
+        if (!cancelled && (now_s() > until || wait_signal(&set, 20))) {
+            gp_engine_cancel_all(e);
+            cancelled = 1;
+            until = now_s() + 5;
+        } else if (cancelled && now_s() > until) {
+            break; /* a client that reads nothing: closed by gp_http_stop */
+        } else if (cancelled) {
+            struct timespec ts = {0, 20000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    gp_http_stop(h);
+    gp_engine_free(e);
+    gp_lm_free(lm);
+    return EXIT_OK;
+}
