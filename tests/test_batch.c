@@ -241,7 +241,12 @@ static void check_family(const gp_family *f)
     CU_ASSERT(strstr(gp_session_error(s), "kv_row") != NULL);
     b.row[0] = good;
     CU_ASSERT_EQUAL(set_batch(s, mn, &b, table, table_bytes) || gp_session_eval(s), 0);
-    CU_ASSERT(!memcmp(before, logits_row(s, mn, &b, 0, vocab), sizeof(float) * (size_t)vocab));
+    /* the same logits (CUDA's launches may sum in another order after a first eval) */
+    const float *after = logits_row(s, mn, &b, 0, vocab);
+    double d = 0;
+    for (int64_t i = 0; i < vocab; i++)
+        d = fmax(d, fabs((double)after[i] - before[i]) / (1.0 + fabs(before[i])));
+    CU_ASSERT(d <= 1e-5);
     free(before);
     gp_session_free(s);
     free(table);
