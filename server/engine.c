@@ -1,6 +1,8 @@
-/* The engine of server/engine.h: slots of gp_seq, a FIFO of waiting jobs, one thread that admits
- * a job into the free slot whose cache holds the longest prefix of its prompt and then steps every
- * running sequence once a step, writing text and tokens into each job's ring for the HTTP side. */
+/* The engine of server/engine.h: the slots of a gp_batch (a ragged-batch plan), a FIFO of waiting
+ * jobs, one thread that admits a job into the free slot whose cache holds the longest prefix of
+ * its prompt, starts it when the KV pool has the blocks its prompt and max_tokens need, and runs
+ * one batched eval a step for every running sequence (gp_batch_step), writing text and tokens
+ * into each job's ring for the HTTP side. */
 #define _GNU_SOURCE /* pthread_condattr_setclock */
 #include "server/engine.h"
 
@@ -46,10 +48,10 @@ struct gp_job {
 
 typedef struct {
     gp_engine *e;
-    gp_seq *seq;
+    gp_seq *seq;  /* the batch's sequence of this slot */
+    int index;
     gp_job *job;  /* running here, or NULL */
     int fresh;    /* admitted, prompt not fed yet */
-    int64_t used; /* positions the running job fills */
 } slot;
 
 struct gp_engine {
@@ -57,6 +59,7 @@ struct gp_engine {
     gp_engine_opts o;
     int64_t ctx, vocab; /* positions a slot holds; logits a sampler sees */
     size_t max_piece, ring_cap, reserve; /* reserve: ring room one step may need */
+    gp_batch *batch;
     slot *slots;        /* [n_slots] */
 
     pthread_mutex_t mu; /* everything below and the jobs' links */
@@ -395,7 +398,6 @@ static void slot_finish(gp_engine *e, slot *s, gp_job_state state, const gp_gen_
     j->engine_done = 1;
     job_maybe_free(e, j);
     s->job = NULL;
-    s->used = 0;
     e->stats.running--;
     e->stats.free_slots++;
 }
@@ -447,13 +449,28 @@ static void admit(gp_engine *e)
         slot *s = pick_slot(e, j);
         s->job = j;
         s->fresh = 1;
-        s->used = j->n_prompt;
         e->stats.running++;
         e->stats.free_slots--;
     }
 }
 
-/* Feeds a fresh job's prompt. 0, or -1 with the job ended. */
+/* Under e->mu: a job the pool has no room for yet goes back to the queue's head. */
+static void requeue(gp_engine *e, slot *s)
+{
+    gp_job *j = s->job;
+    j->next = e->queue_head;
+    e->queue_head = j;
+    if (!e->queue_tail)
+        e->queue_tail = j;
+    e->waiting++;
+    s->job = NULL;
+    s->fresh = 0;
+    e->stats.running--;
+    e->stats.free_slots++;
+}
+
+/* Starts a fresh job's prompt (the batch evaluates it). 0; 1 when the KV pool has no room for it
+ * yet (back in the queue); -1 with the job ended. */
 static int slot_start(gp_engine *e, slot *s)
 {
     gp_job *j = s->job;
@@ -473,6 +490,15 @@ static int slot_start(gp_engine *e, slot *s)
     pthread_mutex_unlock(&j->mu);
     int rc = gp_seq_start(s->seq, j->prompt, j->n_prompt, 1, &g);
     s->fresh = 0;
+    if (rc == GP_SEQ_NO_ROOM) {
+        pthread_mutex_lock(&j->mu);
+        j->state = j->st.state = GP_JOB_QUEUED;
+        pthread_mutex_unlock(&j->mu);
+        pthread_mutex_lock(&e->mu);
+        requeue(e, s);
+        pthread_mutex_unlock(&e->mu);
+        return 1;
+    }
     if (rc) {
         gp_gen_result r;
         gp_seq_result(s->seq, &r);
@@ -484,38 +510,69 @@ static int slot_start(gp_engine *e, slot *s)
     return 0;
 }
 
-/* One token for the slot's job. 1 when it made progress. */
-static int slot_step(gp_engine *e, slot *s)
+/* The queue's head when nothing runs and the pool still has no room for it: it never will. */
+static void fail_unfit(gp_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    gp_job *j = e->queue_head;
+    if (!j) {
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    e->queue_head = j->next;
+    if (!e->queue_head)
+        e->queue_tail = NULL;
+    j->next = NULL;
+    e->waiting--;
+    char msg[256];
+    snprintf(msg, sizeof msg, "the KV pool holds %lld positions, fewer than this request's "
+             "prompt and max_tokens need",
+             (long long)(gp_batch_blocks(e->batch) * gp_batch_block_rows(e->batch)));
+    gp_gen_result r;
+    memset(&r, 0, sizeof r);
+    r.prompt_tokens = j->n_prompt;
+    job_end(j, GP_JOB_ERROR, &r, msg);
+    e->stats.finished[0]++;
+    j->engine_done = 1;
+    job_maybe_free(e, j);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Before a step: cancels passed on, and a job whose reader is behind held out of it. */
+static void slot_prepare(gp_engine *e, slot *s)
 {
     gp_job *j = s->job;
-    int cancel = atomic_load(&j->cancel);
-    if (!cancel) {
-        pthread_mutex_lock(&j->mu);
-        int room = ring_room(j) >= e->reserve;
-        pthread_mutex_unlock(&j->mu);
-        if (!room)
-            return 0; /* the reader is behind: this job waits a step */
-    } else {
+    if (atomic_load(&j->cancel)) {
         gp_seq_cancel(s->seq);
+        gp_batch_hold(e->batch, s->index, 0);
+        return;
     }
-    int rc = gp_seq_step(s->seq);
-    if (rc == GP_FINISH_NONE) {
-        s->used = gp_seq_length(s->seq);
-        return 1;
-    }
+    pthread_mutex_lock(&j->mu);
+    int room = ring_room(j) >= e->reserve;
+    pthread_mutex_unlock(&j->mu);
+    gp_batch_hold(e->batch, s->index, !room);
+}
+
+/* After a step: a sequence that is idle now has finished (or failed alone). 1 when it ended. */
+static int slot_check(gp_engine *e, slot *s, const char *batch_err)
+{
+    if (!batch_err && gp_batch_state(e->batch, s->index))
+        return 0;
     gp_gen_result r;
     gp_seq_result(s->seq, &r);
+    const char *msg = batch_err ? batch_err : gp_seq_error(s->seq);
+    int failed = batch_err || (r.finish == GP_FINISH_NONE && msg[0]);
+    if (batch_err)
+        gp_seq_reset(s->seq);
     pthread_mutex_lock(&e->mu);
-    if (rc < 0)
-        slot_finish(e, s, GP_JOB_ERROR, &r, gp_seq_error(s->seq));
-    else
-        slot_finish(e, s, GP_JOB_DONE, &r, NULL);
+    slot_finish(e, s, failed ? GP_JOB_ERROR : GP_JOB_DONE, &r, failed ? msg : NULL);
     pthread_mutex_unlock(&e->mu);
     return 1;
 }
 
-/* Each slot's buffers at their largest (a generation as long as the context) and its session
- * through one eval, so serving allocates nothing. */
+/* Each slot's buffers at their largest (a generation as long as the context: a start sizes them
+ * before it asks the pool for blocks) and the batch's session through its evals, one slot at a
+ * time, so serving allocates nothing. */
 static int warm_up(gp_engine *e)
 {
     for (int i = 0; i < e->o.n_slots; i++) {
@@ -524,12 +581,19 @@ static int warm_up(gp_engine *e)
         gp_gen_opts g = gp_gen_defaults();
         g.max_tokens = -1;
         g.ignore_eos = 1;
-        if (gp_seq_start(q, &id, 1, 0, &g) || gp_seq_step(q) < 0) {
-            snprintf(e->err, sizeof e->err, "warm-up of slot %d: %s", i, gp_seq_error(q));
+        int rc = gp_seq_start(q, &id, 1, 0, &g);
+        if (rc == GP_SEQ_NO_ROOM)
+            continue; /* the pool holds fewer than a context for it: the buffers are grown */
+        for (int k = 0; rc == 0 && k < 2; k++)
+            rc = gp_batch_step(e->batch) < 0 ? -1 : 0;
+        gp_seq_cancel(q);
+        if (rc == 0)
+            rc = gp_batch_step(e->batch) < 0 ? -1 : 0;
+        if (rc) {
+            snprintf(e->err, sizeof e->err, "warm-up of slot %d: %s%s", i, gp_seq_error(q),
+                     gp_batch_error(e->batch));
             return -1;
         }
-        gp_seq_cancel(q);
-        gp_seq_step(q);
         gp_seq_reset(q);
     }
     return 0;
@@ -553,10 +617,7 @@ static void *engine_main(void *arg)
     atomic_store(&e->ready, 1);
     for (;;) {
         admit(e);
-        int64_t kv_used = 0;
-        for (int i = 0; i < e->o.n_slots; i++)
-            kv_used += e->slots[i].used;
-        e->stats.kv_free = e->stats.kv_positions - kv_used;
+        e->stats.kv_free = gp_batch_free_blocks(e->batch) * gp_batch_block_rows(e->batch);
         e->stats.waiting = e->waiting;
         e->stats.allocs = engine_allocs() - base;
         if (e->stats.running == 0) {
@@ -566,18 +627,39 @@ static void *engine_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&e->mu);
-        int progress = 0;
+        /* Starts in admission order until the pool has no room (the rest wait in the queue),
+         * then one eval for everything running. */
+        int progress = 0, blocked = 0;
         for (int i = 0; i < e->o.n_slots; i++) {
             slot *s = &e->slots[i];
-            if (!s->job)
+            if (!s->job || !s->fresh)
                 continue;
-            if (s->fresh) {
-                slot_start(e, s);
-                progress = 1;
-            } else {
-                progress |= slot_step(e, s);
+            if (blocked) { /* first come, first served: none starts before the blocked one */
+                pthread_mutex_lock(&e->mu);
+                requeue(e, s);
+                pthread_mutex_unlock(&e->mu);
+                continue;
             }
+            int rc = slot_start(e, s);
+            blocked = rc == 1;
+            progress |= rc != 1;
         }
+        for (int i = 0; i < e->o.n_slots; i++)
+            if (e->slots[i].job)
+                slot_prepare(e, &e->slots[i]);
+        int64_t evals = gp_batch_evals(e->batch);
+        int rc = gp_batch_step(e->batch);
+        progress |= gp_batch_evals(e->batch) != evals;
+        int running = 0;
+        for (int i = 0; i < e->o.n_slots; i++)
+            if (e->slots[i].job && !e->slots[i].fresh) {
+                int ended = slot_check(e, &e->slots[i], rc < 0 ? gp_batch_error(e->batch) : NULL);
+                progress |= ended;
+                running += !ended;
+            }
+        /* A job the empty pool cannot hold would wait forever: it ends with the reason. */
+        if (blocked && !running)
+            fail_unfit(e);
         pthread_mutex_lock(&e->mu);
         e->stats.steps++;
         if (!progress) {
@@ -629,15 +711,24 @@ gp_engine *gp_engine_new(gp_lm *lm, const gp_engine_opts *o, char *err, size_t e
         gp_engine_free(e);
         return NULL;
     }
+    if (!(e->batch = gp_batch_new(lm, err, err_len))) {
+        gp_engine_free(e);
+        return NULL;
+    }
+    if (o->n_slots > gp_batch_slots(e->batch)) {
+        snprintf(err, err_len, "%d slots: the plan holds a batch of %d sequences (compile it with "
+                 "-D n_seq=%d)", o->n_slots, gp_batch_slots(e->batch), o->n_slots);
+        gp_engine_free(e);
+        return NULL;
+    }
     for (int i = 0; i < o->n_slots; i++) {
         e->slots[i].e = e;
-        if (!(e->slots[i].seq = gp_seq_new(lm, NULL, err, err_len))) {
-            gp_engine_free(e);
-            return NULL;
-        }
+        e->slots[i].index = i;
+        e->slots[i].seq = gp_batch_seq(e->batch, i);
     }
     e->stats.n_slots = e->stats.free_slots = o->n_slots;
-    e->stats.kv_positions = e->stats.kv_free = e->ctx * o->n_slots;
+    e->stats.kv_positions = e->stats.kv_free =
+        gp_batch_blocks(e->batch) * gp_batch_block_rows(e->batch);
 #ifndef GP_NO_ALLOC_INTERPOSE
     e->stats.alloc_counting = o->alloc_mark;
 #endif
@@ -701,8 +792,7 @@ void gp_engine_free(gp_engine *e)
         pthread_mutex_unlock(&e->mu);
         pthread_join(e->thread, NULL);
     }
-    for (int i = 0; e->slots && i < e->o.n_slots; i++)
-        gp_seq_free(e->slots[i].seq);
+    gp_batch_free(e->batch);
     free(e->slots);
     for (gp_job *j = e->free_jobs, *n; j; j = n) {
         n = j->next;

@@ -22,6 +22,7 @@ struct gp_batch {
     int64_t *owned;                      /* [n_seq] blocks each slot holds (its row's first) */
     int64_t *idle_since;                 /* [n_seq] the eval count when it last ran */
     int64_t *started;                    /* [n_seq] its start's order (prompts: first come first) */
+    unsigned char *held;                 /* [n_seq] left out of the steps (gp_batch_hold) */
     int32_t *free_blocks;                /* [n_blocks] a stack */
     int32_t *refs;                       /* [n_blocks] the slots holding each block (a shared
                                             prefix: full blocks only, never written again) */
@@ -90,6 +91,7 @@ gp_batch *gp_batch_new(gp_lm *lm, char *err, size_t err_len)
     b->owned = calloc(ns, sizeof *b->owned);
     b->idle_since = calloc(ns, sizeof *b->idle_since);
     b->started = calloc(ns, sizeof *b->started);
+    b->held = calloc(ns, 1);
     b->free_blocks = malloc((size_t)b->n_blocks * sizeof *b->free_blocks);
     b->refs = calloc((size_t)b->n_blocks, sizeof *b->refs);
     b->tok = malloc(nt * sizeof *b->tok);
@@ -102,7 +104,7 @@ gp_batch *gp_batch_new(gp_lm *lm, char *err, size_t err_len)
     b->row_len = malloc(ns * sizeof *b->row_len);
     b->order = malloc(ns * sizeof *b->order);
     if (!b->seqs || !b->table || !b->owned || !b->idle_since || !b->started || !b->free_blocks ||
-        !b->refs ||
+        !b->refs || !b->held ||
         !b->tok || !b->pos || !b->seq || !b->row || !b->rows || !b->row_slot || !b->row_kind ||
         !b->row_len || !b->order) {
         snprintf(err, err_len, "out of memory");
@@ -138,6 +140,7 @@ void gp_batch_free(gp_batch *b)
     free(b->owned);
     free(b->idle_since);
     free(b->started);
+    free(b->held);
     free(b->free_blocks);
     free(b->refs);
     free(b->tok);
@@ -162,6 +165,12 @@ int64_t gp_batch_evals(const gp_batch *b) { return b->evals; }
 gp_seq *gp_batch_seq(gp_batch *b, int slot)
 {
     return slot >= 0 && slot < b->n_seq ? b->seqs[slot] : NULL;
+}
+
+void gp_batch_hold(gp_batch *b, int slot, int hold)
+{
+    if (slot >= 0 && slot < b->n_seq)
+        b->held[slot] = hold != 0;
 }
 
 int gp_batch_state(const gp_batch *b, int slot)
@@ -314,7 +323,7 @@ int gp_batch_step(gp_batch *b)
     int32_t ids[1];
     for (int i = 0; i < b->n_seq; i++) {
         gp_seq *s = b->seqs[i];
-        if (gp_seq_running(s) != 1)
+        if (gp_seq_running(s) != 1 || b->held[i])
             continue;
         int done, rc = gp_seq_step_begin(s, ids, &done);
         if (rc != GP_SEQ_STEP_EVAL) {
@@ -330,7 +339,7 @@ int gp_batch_step(gp_batch *b)
     /* Prompt chunks in the room left, the earliest started first. */
     int np = 0;
     for (int i = 0; i < b->n_seq; i++)
-        if (gp_seq_running(b->seqs[i]) == 2)
+        if (gp_seq_running(b->seqs[i]) == 2 && !b->held[i])
             b->order[np++] = i;
     for (int a = 1; a < np; a++) /* insertion sort by start order: n_seq is small */
         for (int c = a; c > 0 && b->started[b->order[c]] < b->started[b->order[c - 1]]; c--) {

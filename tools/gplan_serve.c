@@ -28,7 +28,7 @@ typedef struct {
     int n_defines, port, slots, queue, threads, max_conns, timeout, grace, allow_unused, verbose;
     int wseed;
     uint64_t seed;
-    int64_t ctx, batch, max_body;
+    int64_t ctx, batch, max_body, kv_positions;
 } options;
 
 static void usage(FILE *f)
@@ -38,14 +38,18 @@ static void usage(FILE *f)
             "       gplan-serve PLAN (--weights PATH | --random-weights SEED) [options]\n"
             "Serves the model over HTTP/1.1 with OpenAI's API: POST /v1/chat/completions and\n"
             "/v1/completions (streamed as server-sent events with \"stream\": true), GET /v1/models,\n"
-            "/health (503 while loading) and /metrics (Prometheus text). Each of --slots sequences\n"
-            "has its own KV cache of --ctx positions; the weights are shared. A request waits in a\n"
-            "queue of --queue when every slot is busy; past it the answer is 503 with Retry-After.\n"
+            "/health (503 while loading) and /metrics (Prometheus text). Up to --slots sequences\n"
+            "run in one batched eval a step (continuous batching), their KV caches blocks of one\n"
+            "pool planned ahead (--kv-positions); a request starts when its prompt and max_tokens\n"
+            "fit, else waits in a queue of --queue; past it the answer is 503 with Retry-After.\n"
+            "A PLAN must hold a ragged batch of at least --slots sequences (gplan-compile -D n_seq).\n"
             "  --host ADDR             address to listen on (default 127.0.0.1)\n"
             "  --port N                port (default 8080; 0: any free one, printed at start)\n"
             "  --slots N               sequences generating at once (default 4)\n"
             "  --queue N               requests waiting beyond the slots (default 16)\n"
-            "  --ctx N                 positions per slot (default: the model's, at most 4096)\n"
+            "  --ctx N                 positions per sequence (default: the model's, at most 4096)\n"
+            "  --kv-positions N        the KV pool's positions, all sequences together (default:\n"
+            "                          --slots times --ctx)\n"
             "  --batch N               prompt tokens per eval at most (default 512)\n"
             "  --threads N             CPU threads (default: the online cores)\n"
             "  --backend NAME          cpu (default), reference or cuda (when built)\n"
@@ -82,19 +86,6 @@ static int parse_num(const char *v, long long lo, long long hi, long long *out)
 }
 
 /* A GGUF file or a folder: a model; another regular file is taken for a plan. */
-static int is_model(const char *path)
-{
-    char magic[4] = {0};
-    struct stat st;
-    if (stat(path, &st) || !S_ISREG(st.st_mode))
-        return 1;
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(magic, 1, 4, f) : 0;
-    if (f)
-        fclose(f);
-    return n == 4 && !memcmp(magic, "GGUF", 4);
-}
-
 static int parse_args(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
@@ -123,9 +114,10 @@ static int parse_args(int argc, char **argv, options *o)
         {"--ctx", 1, INT32_MAX, 8, "bad --ctx (an integer >= 1)"},
         {"--batch", 1, INT32_MAX, 8, "bad --batch (an integer >= 1)"},
         {"--max-body", 1, (long long)1 << 40, 8, "bad --max-body (bytes, >= 1)"},
+        {"--kv-positions", 1, (long long)1 << 40, 8, "bad --kv-positions (an integer >= 1)"},
     };
-    void *num_dst[] = {&o->port,    &o->slots, &o->queue, &o->threads,  &o->max_conns,
-                       &o->timeout, &o->grace, &o->ctx,   &o->batch,    &o->max_body};
+    void *num_dst[] = {&o->port,    &o->slots, &o->queue, &o->threads, &o->max_conns, &o->timeout,
+                       &o->grace,   &o->ctx,   &o->batch, &o->max_body, &o->kv_positions};
     static const char *const strs[] = {"--host",  "--backend",     "--tokenizer", "--weights",
                                        "--alias", "--chat-format", "--cache-dir"};
     const char **str_dst[] = {&o->host,  &o->backend,     &o->tokenizer, &o->weights,
@@ -188,14 +180,14 @@ static int parse_args(int argc, char **argv, options *o)
     }
     if (!o->model)
         return usage_error("no model given", NULL);
-    int plan = !is_model(o->model);
+    int plan = !gp_lm_is_model(o->model);
     if (plan && !o->weights == !o->wseed)
         return usage_error("a plan needs exactly one of --weights and --random-weights", NULL);
     if (!plan && o->weights)
         return usage_error("--weights is for a plan; a model file holds its weights", NULL);
-    if (plan && (o->n_defines || o->ctx || o->batch))
-        return usage_error("-D, --ctx and --batch need a model file (a plan's are fixed by "
-                           "gplan-compile)", NULL);
+    if (plan && (o->n_defines || o->ctx || o->batch || o->kv_positions))
+        return usage_error("-D, --ctx, --batch and --kv-positions need a model file (a plan's "
+                           "are fixed by gplan-compile)", NULL);
     if (!o->threads) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         o->threads = cores < 1 ? 1 : cores > 64 ? 64 : (int)cores;
@@ -266,7 +258,7 @@ int main(int argc, char **argv)
            o.host, strchr(o.host, ':') ? "]" : "", gp_http_port(h));
     fflush(stdout);
 
-    int plan = !is_model(o.model);
+    int plan = !gp_lm_is_model(o.model);
     gp_lm_opts lo = gp_lm_defaults();
     lo.plan = plan ? o.model : NULL;
     lo.tokenizer = o.tokenizer;
@@ -274,6 +266,8 @@ int main(int argc, char **argv)
     lo.n_defines = o.n_defines;
     lo.context = o.ctx;
     lo.batch = o.batch;
+    lo.n_seq = plan ? 0 : o.slots; /* a plan's batch is its own (-D n_seq) */
+    lo.kv_positions = o.kv_positions;
     lo.cache_dir = o.cache_dir;
     lo.backend = o.backend;
     lo.n_threads = o.threads;

@@ -262,6 +262,8 @@ int gp_batch_step(gp_batch *b);
 const char *gp_batch_error(const gp_batch *b);
 /* 1 generating, 2 evaluating its prompt, 0 idle (finished or never started). */
 int gp_batch_state(const gp_batch *b, int slot);
+/* hold 1: the slot's sequence takes no part in the next steps (its reader is behind); 0 again. */
+void gp_batch_hold(gp_batch *b, int slot, int hold);
 /* The slot whose cache holds the longest prefix of ids[n] among the idle ones (ties: the one
  * idle longest), *common that prefix's length; -1 when every slot is running. */
 int gp_batch_pick_slot(const gp_batch *b, const int32_t *ids, int64_t n, int64_t *common);

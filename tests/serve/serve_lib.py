@@ -113,7 +113,7 @@ def tiny_model(compile_tool, src, tmp, n_positions=256):
     plan = os.path.join(tmp, "tiny%d.plan" % n_positions)
     defs = ["n_layer=2", "n_embd=64", "n_head=4", "vocab_size=384", "n_batch=16",
             "n_positions=%d" % n_positions]
-    cmd = [compile_tool, os.path.join(src, "examples/gpt2.gplan"), "-o", plan]
+    cmd = [compile_tool, os.path.join(src, "examples/gpt2.gplan"), "-o", plan, "-D", "n_seq=16"]
     for d in defs:
         cmd += ["-D", d]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
