@@ -721,6 +721,7 @@ gp_engine *gp_engine_new(gp_lm *lm, const gp_engine_opts *o, char *err, size_t e
         gp_engine_free(e);
         return NULL;
     }
+    gp_batch_set_prompt_budget(e->batch, o->prompt_budget);
     for (int i = 0; i < o->n_slots; i++) {
         e->slots[i].e = e;
         e->slots[i].index = i;

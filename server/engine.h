@@ -22,6 +22,7 @@ typedef struct {
     int n_slots;    /* sequences generating at once */
     int n_queue;    /* jobs waiting for a slot beyond them; a submission past them is refused */
     int alloc_mark; /* mark the engine thread for tools/alloc_interpose's per-thread count */
+    int64_t prompt_budget; /* prompt tokens a step while others generate (gp_batch_set_prompt_budget) */
 } gp_engine_opts;
 
 /* What a job asks for. Strings are copied by gp_job_submit. */

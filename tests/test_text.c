@@ -1558,6 +1558,24 @@ static void test_batch(void)
     CU_ASSERT_EQUAL(gr[3].finish, GP_FINISH_STOP);
     CU_ASSERT_EQUAL(gr[0].finish, GP_FINISH_LENGTH);
 
+    /* A prompt budget of 2 tokens a step while another generates: the long prompt takes one
+     * eval alone, then 2 tokens a step beside the generated ones; the texts stay the same. */
+    gp_batch_set_prompt_budget(b, 2);
+    sink kb0, kb1;
+    gp_gen_opts gb0 = gen_opts(&kb0, 30, 1), gb1 = gen_opts(&kb1, max[0], 1);
+    CU_ASSERT_EQUAL(gp_seq_start_text(gp_batch_seq(b, 1), "Hi", 2, 0, &gb0), 0);
+    CU_ASSERT_EQUAL(gp_batch_step(b), 1); /* the prompt "Hi", alone: one eval */
+    CU_ASSERT_EQUAL(gp_seq_start_text(gp_batch_seq(b, 0), prompts[0], strlen(prompts[0]), 0, &gb1), 0);
+    int32_t pids[64];
+    int64_t np0 = tokenize(many, prompts[0], pids, 64), before_ev = gp_batch_evals(b);
+    while (gp_batch_state(b, 0) == 2)
+        CU_ASSERT(gp_batch_step(b) > 0);
+    CU_ASSERT_EQUAL(gp_batch_evals(b) - before_ev, (np0 + 1) / 2);
+    while (gp_batch_step(b) > 0)
+        ;
+    CU_ASSERT_STRING_EQUAL(kb1.text, want[0].text);
+    gp_batch_set_prompt_budget(b, 0);
+
     /* The same prompt again: the slot with the longest common prefix, its cache reused. */
     int32_t ids[64];
     int64_t n = tokenize(many, prompts[0], ids, 64), common = 0;

@@ -32,6 +32,7 @@ struct gp_batch {
     int *row_slot, *row_kind, *order;    /* row_kind: 1 a generated token, 2 a prompt chunk */
     int64_t *row_len;
     int64_t max_t, max_r;
+    int64_t prompt_budget;               /* prompt tokens a step (gp_batch_set_prompt_budget) */
     char err[1024];
 };
 
@@ -85,6 +86,7 @@ gp_batch *gp_batch_new(gp_lm *lm, char *err, size_t err_len)
     }
     b->max_t = lm->info.max_tokens;
     b->max_r = lm->info.rows ? lm->info.max_rows : b->max_t;
+    b->prompt_budget = b->max_t;
     size_t ns = (size_t)b->n_seq, nt = (size_t)b->max_t;
     b->seqs = calloc(ns, sizeof *b->seqs);
     b->table = calloc(ns * (size_t)b->seq_blocks, sizeof *b->table);
@@ -165,6 +167,11 @@ int64_t gp_batch_evals(const gp_batch *b) { return b->evals; }
 gp_seq *gp_batch_seq(gp_batch *b, int slot)
 {
     return slot >= 0 && slot < b->n_seq ? b->seqs[slot] : NULL;
+}
+
+void gp_batch_set_prompt_budget(gp_batch *b, int64_t tokens)
+{
+    b->prompt_budget = tokens > 0 && tokens < b->max_t ? tokens : b->max_t;
 }
 
 void gp_batch_hold(gp_batch *b, int slot, int hold)
@@ -347,10 +354,12 @@ int gp_batch_step(gp_batch *b)
             b->order[c] = b->order[c - 1];
             b->order[c - 1] = t;
         }
-    for (int a = 0; a < np && n < b->max_t; a++) {
+    /* With tokens being generated the prompts get the budget, alone the whole batch. */
+    int64_t end = n && n + b->prompt_budget < b->max_t ? n + b->prompt_budget : b->max_t;
+    for (int a = 0; a < np && n < end; a++) {
         int i = b->order[a];
         const int32_t *p;
-        int64_t p0, k = gp_seq_prompt_next(b->seqs[i], b->max_t - n, &p, &p0);
+        int64_t p0, k = gp_seq_prompt_next(b->seqs[i], end - n, &p, &p0);
         for (int64_t j = 0; j < k; j++)
             put(b, n + j, i, p[j], p0 + j);
         n += k;

@@ -28,7 +28,7 @@ typedef struct {
     int n_defines, port, slots, queue, threads, max_conns, timeout, grace, allow_unused, verbose;
     int wseed;
     uint64_t seed;
-    int64_t ctx, batch, max_body, kv_positions;
+    int64_t ctx, batch, max_body, kv_positions, prompt_chunk;
 } options;
 
 static void usage(FILE *f)
@@ -50,7 +50,9 @@ static void usage(FILE *f)
             "  --ctx N                 positions per sequence (default: the model's, at most 4096)\n"
             "  --kv-positions N        the KV pool's positions, all sequences together (default:\n"
             "                          --slots times --ctx)\n"
-            "  --batch N               prompt tokens per eval at most (default 512)\n"
+            "  --batch N               tokens per eval at most (default 512)\n"
+            "  --prompt-chunk N        prompt tokens an eval takes while others generate (default\n"
+            "                          64: their next tokens keep coming)\n"
             "  --threads N             CPU threads (default: the online cores)\n"
             "  --backend NAME          cpu (default), reference or cuda (when built)\n"
             "  --max-body BYTES        largest request body (default 1048576); more: 413\n"
@@ -92,6 +94,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->host = "127.0.0.1";
     o->port = 8080;
     o->slots = 4;
+    o->prompt_chunk = 64;
     o->queue = 16;
     o->max_body = 1 << 20;
     o->max_conns = 256;
@@ -115,9 +118,11 @@ static int parse_args(int argc, char **argv, options *o)
         {"--batch", 1, INT32_MAX, 8, "bad --batch (an integer >= 1)"},
         {"--max-body", 1, (long long)1 << 40, 8, "bad --max-body (bytes, >= 1)"},
         {"--kv-positions", 1, (long long)1 << 40, 8, "bad --kv-positions (an integer >= 1)"},
+        {"--prompt-chunk", 1, INT32_MAX, 8, "bad --prompt-chunk (an integer >= 1)"},
     };
-    void *num_dst[] = {&o->port,    &o->slots, &o->queue, &o->threads, &o->max_conns, &o->timeout,
-                       &o->grace,   &o->ctx,   &o->batch, &o->max_body, &o->kv_positions};
+    void *num_dst[] = {&o->port,     &o->slots,        &o->queue, &o->threads, &o->max_conns,
+                       &o->timeout,  &o->grace,        &o->ctx,   &o->batch,   &o->max_body,
+                       &o->kv_positions, &o->prompt_chunk};
     static const char *const strs[] = {"--host",  "--backend",     "--tokenizer", "--weights",
                                        "--alias", "--chat-format", "--cache-dir"};
     const char **str_dst[] = {&o->host,  &o->backend,     &o->tokenizer, &o->weights,
@@ -281,7 +286,7 @@ int main(int argc, char **argv)
         lm = NULL;
     }
     if (lm) {
-        gp_engine_opts eo = {o.slots, o.queue, 1};
+        gp_engine_opts eo = {o.slots, o.queue, 1, o.prompt_chunk};
         e = gp_engine_new(lm, &eo, err, sizeof err);
     }
     if (!e) {

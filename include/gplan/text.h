@@ -264,6 +264,10 @@ const char *gp_batch_error(const gp_batch *b);
 int gp_batch_state(const gp_batch *b, int slot);
 /* hold 1: the slot's sequence takes no part in the next steps (its reader is behind); 0 again. */
 void gp_batch_hold(gp_batch *b, int slot, int hold);
+/* Prompt tokens a step takes at most besides the generated ones while some sequences generate (so
+ * that a long prompt does not stall their next tokens for a whole batch's eval); a step of prompts
+ * alone takes the whole batch. 0 or more than the plan's batch: no bound (the default). */
+void gp_batch_set_prompt_budget(gp_batch *b, int64_t tokens);
 /* The slot whose cache holds the longest prefix of ids[n] among the idle ones (ties: the one
  * idle longest), *common that prefix's length; -1 when every slot is running. */
 int gp_batch_pick_slot(const gp_batch *b, const int32_t *ids, int64_t n, int64_t *common);
