@@ -4,6 +4,8 @@
 #include "family/gguf_params.h"
 
 #include "family/family.h"
+#include "ir/ir.h"
+#include "plan/plan.h" /* gp_lora_is_slot */
 
 #include <stdio.h>
 
@@ -447,4 +449,55 @@ int gp_gguf_weights_unused(const gp_gguf_weights *gw, const char *path, char *er
              "loads a part of a file on purpose)", path, unused, unused == 1 ? "" : "s",
              unused == 1 ? "is" : "are", names, unused > 4 ? ", ..." : "");
     return -1;
+}
+
+static void shape_str(char *out, size_t cap, int ndim, const int64_t *dims, gp_dtype t)
+{
+    size_t n = (size_t)snprintf(out, cap, "[");
+    for (int d = 0; d < ndim && n < cap; d++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%lld", d ? ", " : "", (long long)dims[d]);
+    if (n < cap)
+        snprintf(out + n, cap - n, "] %s", gp_dtype_name(t));
+}
+
+int gp_gguf_weights_missing(const gp_gguf_weights *gw, const gp_graph *g, const char *path,
+                            char *err, size_t errlen)
+{
+    /* A file of metadata alone (its family's optional tensors aside) gives parameters only. */
+    int weights = 0;
+    for (int i = 0; i < gp_weights_count(gw->w) && !weights; i++) {
+        int optional = 0;
+        for (const char *const *o = gw->optional; o && *o && !optional; o++)
+            optional = !strcmp(*o, gp_weights_get(gw->w, i)->name);
+        weights = !optional;
+    }
+    if (!weights)
+        return 0;
+    for (int i = 0; i < g->n_tensors; i++) {
+        const gp_tensor *t = &g->tensors[i];
+        if (t->kind != GP_TENSOR_WEIGHT || !t->weight_name || gp_lora_is_slot(t->weight_name))
+            continue;
+        const gp_st_tensor *f = gp_weights_find(gw->w, t->weight_name);
+        if (!f) {
+            snprintf(err, errlen, "%s: weights: missing tensor \"%s\"", path, t->weight_name);
+            return -1;
+        }
+        /* A tensor-parallel weight holds one device's share of its split dim. */
+        int64_t want[GP_MAX_DIMS];
+        for (int d = 0; d < t->ndim; d++)
+            want[d] = t->split.groups && d == t->split.dim ? t->split.full : t->shape[d].size;
+        int same = f->ndim == t->ndim;
+        for (int d = 0; same && d < t->ndim; d++)
+            same = f->shape[d] == want[d];
+        if (!same) {
+            char a[96], b[96];
+            shape_str(a, sizeof a, t->ndim, want, t->dtype);
+            shape_str(b, sizeof b, f->ndim > GP_MAX_DIMS ? GP_MAX_DIMS : f->ndim, f->shape,
+                      f->dtype);
+            snprintf(err, errlen, "%s: weights: \"%s\": expected shape %s, file has %s", path,
+                     t->weight_name, a, b);
+            return -1;
+        }
+    }
+    return 0;
 }

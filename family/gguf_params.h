@@ -3,6 +3,7 @@
 #ifndef GP_FAMILY_GGUF_PARAMS_H
 #define GP_FAMILY_GGUF_PARAMS_H
 
+#include "ir/ir.h"
 #include "weights/gguf.h"
 #include "weights/weights.h"
 
@@ -43,6 +44,12 @@ gp_dtype gp_gguf_weight_dtype(void *ctx, const char *checkpoint_name, gp_dtype d
  * the file are not in the graph (blk.2.attn_k.weight, ...): ...". */
 int gp_gguf_weights_unused(const gp_gguf_weights *gw, const char *path, char *err,
                            size_t errlen);
+/* 0 when every weight of g (adapter slots aside: their tensors come from an adapter) is in the
+ * file with the graph's shape (or the file holds none but the family's optional ones: metadata
+ * alone), else -1 with err: "PATH: weights: missing tensor \"NAME\"" or
+ * "PATH: weights: \"NAME\": expected shape [8, 8] f16, file has [4, 8] f16". */
+int gp_gguf_weights_missing(const gp_gguf_weights *gw, const gp_graph *g, const char *path,
+                            char *err, size_t errlen);
 
 /* The families' gp_family_gguf.derive hooks: what no key of the file says. 0, or -1 with err. */
 int gp_gguf_params_derive_llama(const gp_gguf *g, const char *path, const char *arch,

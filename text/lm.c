@@ -166,6 +166,7 @@ typedef struct {
     const char *path;        /* the GGUF file or the folder */
     char config[PATH_MAX];   /* the folder's config.json, "" for GGUF */
     int allow_unused;        /* gp_lm_opts.allow_unused */
+    int random_weights;      /* gp_lm_opts.random_weights: the file's tensors are not read */
 } source;
 
 /* Compiles the family's graph with the file's parameters and defs; the resolved parameters in
@@ -195,7 +196,9 @@ static gp_graph *compile_graph(const source *src, const define_list *defs, char 
                                         src->fam->graph_len, &dopts, d);
     if (!g)
         snprintf(err, err_len, "%s: %s", src->path, gp_diag_text(d));
-    if (g && gw.w && !src->allow_unused && gp_gguf_weights_unused(&gw, src->path, err, err_len)) {
+    if (g && gw.w && !src->random_weights &&
+        ((!src->allow_unused && gp_gguf_weights_unused(&gw, src->path, err, err_len)) ||
+         gp_gguf_weights_missing(&gw, g, src->path, err, err_len))) {
         gp_graph_free(g);
         g = NULL;
     }
@@ -422,6 +425,7 @@ gp_lm *gp_lm_load(const char *path, const gp_lm_opts *opts, char *err, size_t er
         if (find_family(path, &src, err, err_len))
             goto fail;
         src.allow_unused = o.allow_unused;
+        src.random_weights = o.random_weights;
         if (!(lm->m = plan_model(lm, &src, &o, err, err_len)))
             goto fail;
         snprintf(lm->arch, sizeof lm->arch, "%s", src.fam->gguf_arch);

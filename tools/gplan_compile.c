@@ -378,7 +378,9 @@ int main(int argc, char **argv)
         dopts.weight_dtype_ctx = &gw;
     }
     gp_graph *g = gp_dsl_compile_file(o.input, &dopts, d);
-    if (g && o.gguf && !o.allow_unused && gp_gguf_weights_unused(&gw, o.gguf, err, sizeof err)) {
+    if (g && o.gguf &&
+        ((!o.allow_unused && gp_gguf_weights_unused(&gw, o.gguf, err, sizeof err)) ||
+         gp_gguf_weights_missing(&gw, g, o.gguf, err, sizeof err))) {
         fprintf(stderr, "%s\n", err);
         gp_graph_free(g);
         g = NULL;

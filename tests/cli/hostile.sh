@@ -48,15 +48,8 @@ n=0
 while IFS='	' read -r name class want; do
   f=$tmp/hostile-$name.gguf
   n=$((n + 1))
-  if [ "$class" = weights ]; then
-    # a plan compiles (the graph's tensors are checked against the file when it is bound)
-    timeout 20 "$compile" "$llama" --gguf "$f" -o "$tmp/$name.plan" >/dev/null 2>&1
-    rc=$?
-    [ "$rc" -le 1 ] || fail "$name: gplan-compile --gguf: exit status $rc"
-  else
-    refused "$name: gplan-compile --gguf" "$f" "$want" \
-      "$compile" "$llama" --gguf "$f" -o "$tmp/$name.plan"
-  fi
+  refused "$name: gplan-compile --gguf" "$f" "$want" \
+    "$compile" "$llama" --gguf "$f" -o "$tmp/$name.plan"
   # shellcheck disable=SC2086
   refused "$name: gplan-run MODEL" "$f" "$want" "$tool" "$f" $ids
   if [ "$class" != meta ]; then
