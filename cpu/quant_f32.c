@@ -73,8 +73,9 @@ void gp_quant_matmul_f32(gp_dtype wt, const void *w, int64_t n0, int64_t n1, con
 int gp_quant_matmul_ws_taken(gp_dtype wt, int64_t M, int64_t K, const void *ws, size_t ws_size)
 {
     GP_ASSERT(gp_dtype_is_quant(wt) && K > 0 && K % gp_dtype_block(wt) == 0);
+    int isa = gp_quant_isa();
     return M > GP_QUANT_WS_MIN_M && ws && (int64_t)ws_size >= gp_quant_matmul_ws_bytes(M, K) &&
-           gp_quant_isa() == GP_QUANT_ISA_AMX;
+           (isa == GP_QUANT_ISA_AMX || (isa == GP_QUANT_ISA_VNNI && gp_qvnni_supports(wt)));
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -85,14 +86,23 @@ int gp_quant_matmul_ws(gp_dtype wt, const void *w, int64_t N, const float *x, in
     GP_ASSERT(N >= 0 && M >= 0 && ldx >= K && (M <= 1 || ldy >= N) && 0 <= ith && ith < nth);
     if (!gp_quant_matmul_ws_taken(wt, M, K, ws, ws_size))
         return 0;
-    if (N > 0)
+    if (N > 0 && gp_quant_isa() == GP_QUANT_ISA_AMX) {
         gp_qamx(wt, w, N, x, ldx, M, K, y, ldy, ws, ith, nth);
+    } else if (N > 0) { /* vnni: this thread's rows, all columns */
+        int64_t m0 = M * ith / nth, m1 = M * (ith + 1) / nth;
+        gp_qvnni_prep(x, ldx, M, K, ws, m0, m1);
+        gp_qvnni_cols(wt, w, 0, N, M, K, y, ldy, ws, m0, m1);
+    }
     return 1;
 }
 
 void gp_quant_matmul_ws_prep(const float *x, int64_t ldx, int64_t M, int64_t K, void *ws, int ith,
                              int nth)
 {
+    if (gp_quant_isa() == GP_QUANT_ISA_VNNI) {
+        gp_qvnni_prep(x, ldx, M, K, ws, M * ith / nth, M * (ith + 1) / nth);
+        return;
+    }
     int64_t mt = (M + 15) / 16;
     gp_qamx_prep(x, ldx, M, K, ws, mt * ith / nth, mt * (ith + 1) / nth);
 }
@@ -101,6 +111,10 @@ void gp_quant_matmul_ws_cols(gp_dtype wt, const void *w, int64_t n0, int64_t n1,
                              int64_t K, float *y, int64_t ldy, const void *ws)
 {
     GP_ASSERT(0 <= n0 && n0 <= n1 && (M <= 1 || ldy >= n1));
+    if (gp_quant_isa() == GP_QUANT_ISA_VNNI) {
+        gp_qvnni_cols(wt, w, n0, n1, M, K, y, ldy, ws, 0, M);
+        return;
+    }
     gp_qamx_cols(wt, w, n0, n1, M, K, y, ldy, ws, 0, (M + 15) / 16);
 }
 #else

@@ -36,4 +36,14 @@ void gp_qamx_prep(const float *x, int64_t ldx, int64_t M, int64_t K, void *ws, i
 void gp_qamx_cols(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t M, int64_t K,
                   float *y, int64_t ldy, const void *ws, int64_t mt0, int64_t mt1);
 
+/* cpu/quant_vnni.c: the integer path of gp_quant_matmul_ws on AVX-512 VNNI (no AMX), for the
+ * formats gp_qvnni_supports takes; prep quantizes rows [m0, m1) of x into ws (gp_qvnni_ws_bytes),
+ * cols computes columns [n0, n1) of rows [m0, m1). */
+int gp_qvnni_supports(gp_dtype wt);
+int64_t gp_qvnni_ws_bytes(int64_t M, int64_t K);
+void gp_qvnni_prep(const float *x, int64_t ldx, int64_t M, int64_t K, void *ws, int64_t m0,
+                   int64_t m1);
+void gp_qvnni_cols(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t M, int64_t K,
+                   float *y, int64_t ldy, const void *ws, int64_t m0, int64_t m1);
+
 #endif

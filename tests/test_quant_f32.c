@@ -9,6 +9,7 @@
 
 #include "cpu/cpu_kernels.h"
 #include "cpu/quant.h"
+#include "cpu/quant_f32_internal.h" /* gp_qvnni_supports */
 #include "tests/testutil.h"
 
 static const gp_dtype types[] = {GP_Q4_0, GP_Q4_1, GP_Q5_0, GP_Q5_1,
@@ -343,7 +344,7 @@ static void test_amx(void)
                                          (size_t)gp_quant_matmul_ws_bytes(6, K) - 1, 0, 1) == 0);
             CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_VNNI) == 0);
             CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 6, K, y, p.ldy, ws, wsz, 0, 1) ==
-                      0);
+                      gp_qvnni_supports(p.t));
             CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AMX) == 0);
             free(y);
             free(y2);
@@ -351,6 +352,109 @@ static void test_amx(void)
             problem_free(&p);
         }
     printf("(largest |y - ref| / sum |x w|: %.2g) ", worst);
+    CU_ASSERT(checked > 0);
+    CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
+}
+
+/* The integer path on AVX-512 VNNI (q4_0, q4_1, q8_0, M > GP_QUANT_WS_MIN_M): within the bound of
+ * x's two 8-bit parts, sum over blocks of (d / 508) sum |w| with d = max |x| / 127 of the block,
+ * plus the f32 sum's; the same bits for every split of rows (one phase) and of columns (two
+ * phases); other formats not taken. */
+static void test_vnni(void)
+{
+    if (gp_quant_force_isa(GP_QUANT_ISA_VNNI) != 0) {
+        printf("(vnni not available here: skipped) ");
+        return;
+    }
+    static const int Ks[] = {64, 544, 1056, 1280}; /* 1056: tiles of 512, 512, 32; 1280: k-quants */
+    static const int Ms[] = {6, 16, 37};
+    double worst = 0;
+    int checked = 0;
+    for (int t = 0; t < NTYPES; t++) {
+        if (!gp_qvnni_supports(types[t])) {
+            problem p;
+            problem_make(&p, types[t], 8, 256, 6);
+            size_t wsz = (size_t)gp_quant_matmul_ws_bytes(6, 256);
+            void *ws = malloc(wsz);
+            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 6, 256, ws, wsz));
+            free(ws);
+            problem_free(&p);
+            continue;
+        }
+        for (int ki = 0; ki < 4; ki++) {
+            int K = Ks[ki], N = 45; /* a full tile of 32 columns and 13 more */
+            if (K % gp_dtype_block(types[t]))
+                continue;
+            problem p;
+            problem_make(&p, types[t], N, K, 37);
+            size_t wsz = (size_t)gp_quant_matmul_ws_bytes(37, K);
+            void *ws = malloc(wsz);
+            float *y = malloc((size_t)37 * p.ldy * sizeof *y), *y2 = malloc((size_t)37 * p.ldy * sizeof *y2);
+            for (int mi = 0; mi < 3; mi++) {
+                int M = Ms[mi], bad = 0, split = 0, pad = 0;
+                for (int i = 0; i < 37 * p.ldy; i++)
+                    y[i] = y2[i] = -1234.5f;
+                CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y, p.ldy, ws, wsz, 0,
+                                             1) == 1);
+                double g = 2.0 * (K / 32 + 8) * 0x1p-24;
+                for (int m = 0; m < M; m++) {
+                    for (int n = 0; n < N; n++) {
+                        /* the f32 roundings fall on d q = w - m, not w: |x| (|w| + |m|), with
+                         * |m| at most twice a group's largest |w| */
+                        double bound = 0, mag = 0;
+                        for (int b = 0; b < K / 32; b++) {
+                            double amax = 0, sw = 0, wmax = 0, sx = 0;
+                            for (int i = 0; i < 32; i++) {
+                                double xv = fabs(p.x[(size_t)m * p.ldx + b * 32 + i]);
+                                double wv = fabs(p.wf[(size_t)n * K + b * 32 + i]);
+                                amax = xv > amax ? xv : amax;
+                                wmax = wv > wmax ? wv : wmax;
+                                sw += wv;
+                                sx += xv;
+                                mag += xv * wv;
+                            }
+                            bound += amax / 127 / 508 * sw * (1 + 1e-3);
+                            mag += 2 * wmax * sx;
+                        }
+                        double e = fabs(y[m * p.ldy + n] - p.ref[m * N + n]);
+                        bad += !(e <= bound + g * mag + 1e-30);
+                        worst = e / (bound + 1e-30) > worst ? e / (bound + 1e-30) : worst;
+                        checked++;
+                    }
+                    for (int n = N; n < p.ldy; n++)
+                        pad += y[m * p.ldy + n] != -1234.5f;
+                }
+                for (int i = M * p.ldy; i < 37 * p.ldy; i++)
+                    pad += y[i] != -1234.5f;
+                /* rows split over 3 threads, one phase */
+                for (int ith = 2; ith >= 0; ith--)
+                    CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y2, p.ldy, ws, wsz,
+                                                 ith, 3) == 1);
+                for (int m = 0; m < M; m++)
+                    split += memcmp(y + m * p.ldy, y2 + m * p.ldy, (size_t)N * sizeof *y) != 0;
+                /* two phases: rows by 2 threads, then columns in parts of whole 32-column tiles */
+                static const int cuts[] = {0, 32, 45};
+                memset(y2, 0, (size_t)37 * p.ldy * sizeof *y2);
+                CU_ASSERT(gp_quant_matmul_ws_taken(p.t, M, K, ws, wsz));
+                gp_quant_matmul_ws_prep(p.x, p.ldx, M, K, ws, 1, 2);
+                gp_quant_matmul_ws_prep(p.x, p.ldx, M, K, ws, 0, 2);
+                for (int c = 1; c >= 0; c--)
+                    gp_quant_matmul_ws_cols(p.t, p.w, cuts[c], cuts[c + 1], M, K, y2, p.ldy, ws);
+                for (int m = 0; m < M; m++)
+                    split += memcmp(y + m * p.ldy, y2 + m * p.ldy, (size_t)N * sizeof *y) != 0;
+                if (bad || split || pad)
+                    printf("\n%s vnni M %d K %d: %d past the bound, %d rows differ by splits, %d "
+                           "pad\n", tname[t], M, K, bad, split, pad);
+                CU_ASSERT(bad == 0 && split == 0 && pad == 0);
+            }
+            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 5, K, ws, wsz));
+            free(y);
+            free(y2);
+            free(ws);
+            problem_free(&p);
+        }
+    }
+    printf("(largest |y - ref| / bound: %.2g) ", worst);
     CU_ASSERT(checked > 0);
     CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
 }
@@ -418,4 +522,5 @@ void gp_suite_quant_f32(void)
     CU_add_test(s, "column ranges", test_ranges);
     CU_add_test(s, "amx prompts vs double, thread counts", test_amx);
     CU_add_test(s, "amx matmul node: one phase = two phases", test_amx_node);
+    CU_add_test(s, "vnni prompts: within x's quantization bound, splits", test_vnni);
 }
