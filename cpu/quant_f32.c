@@ -75,7 +75,9 @@ int gp_quant_matmul_ws_taken(gp_dtype wt, int64_t M, int64_t K, const void *ws, 
     GP_ASSERT(gp_dtype_is_quant(wt) && K > 0 && K % gp_dtype_block(wt) == 0);
     int isa = gp_quant_isa();
     return M > GP_QUANT_WS_MIN_M && ws && (int64_t)ws_size >= gp_quant_matmul_ws_bytes(M, K) &&
-           (isa == GP_QUANT_ISA_AMX || (isa == GP_QUANT_ISA_VNNI && gp_qvnni_supports(wt)));
+           (isa == GP_QUANT_ISA_AMX ||
+            (isa == GP_QUANT_ISA_VNNI && gp_qvnni_supports(wt) &&
+             (gp_dtype_block(wt) == 32 || M >= GP_QUANT_VNNI_MIN_M)));
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)

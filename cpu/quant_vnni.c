@@ -181,9 +181,70 @@ static void unpack_group(gp_dtype wt, const uint8_t *row, int64_t g, uint32_t *q
     }
 }
 
+/* 16 lanes: the 4 bits of each lane's x & 15 to bit 4 of its 4 bytes (spread4 on every lane). */
+static __m512i spread4_v(__m512i x)
+{
+    const __m512i one = _mm512_set1_epi32(1);
+    __m512i r = _mm512_slli_epi32(_mm512_and_si512(x, one), 4);
+    r = _mm512_or_si512(r, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(x, 1), one), 12));
+    r = _mm512_or_si512(r, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(x, 2), one), 20));
+    return _mm512_or_si512(r, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(x, 3), one), 28));
+}
+
+/* unpack for the formats of 32-element blocks: each of 16 columns' dwords gathered at once. */
+static void unpack32(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n, int nt, int64_t kb0,
+                     int kn, tile *t)
+{
+    size_t bb = gp_dtype_block_bytes(wt);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                             11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)rb));
+    const __m512i lo4 = _mm512_set1_epi32(0x0f0f0f0f);
+    for (int h = 0; h < 2; h++) {
+        int cols = nt - 16 * h;
+        __mmask16 k = cols >= 16 ? 0xffff : cols > 0 ? (__mmask16)((1u << cols) - 1) : 0;
+        for (int b = 0; b < kn; b++) {
+            const uint8_t *base = w + (size_t)(n + 16 * h) * rb + (size_t)(kb0 + b) * bb;
+            const __m512i z = _mm512_setzero_si512();
+#define GATHER(off) _mm512_mask_i32gather_epi32(z, k, idx, (const void *)(base + (off)), 1)
+            __m512i head = GATHER(0); /* d, then m (q4_1, q5_1) */
+            __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+            __m512 m = _mm512_setzero_ps();
+            if (wt == GP_Q4_1 || wt == GP_Q5_1)
+                m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
+            _mm512_storeu_ps(t->d[b] + 16 * h, d);
+            _mm512_storeu_ps(t->m[b] + 16 * h, m);
+            if (wt == GP_Q8_0) {
+                for (int j = 0; j < 8; j++)
+                    _mm512_storeu_si512(t->q[b][j] + 16 * h,
+                                        _mm512_xor_si512(GATHER(2 + 4 * j),
+                                                         _mm512_set1_epi32((int)0x80808080u)));
+                continue;
+            }
+            int qs = wt == GP_Q4_0 ? 2 : wt == GP_Q4_1 ? 4 : wt == GP_Q5_0 ? 6 : 8;
+            __m512i qh = wt == GP_Q5_0 || wt == GP_Q5_1 ? GATHER(qs - 4) : z;
+            for (int j = 0; j < 4; j++) {
+                __m512i u = GATHER(qs + 4 * j);
+                __m512i a = _mm512_and_si512(u, lo4), c = _mm512_and_si512(_mm512_srli_epi32(u, 4), lo4);
+                if (wt == GP_Q5_0 || wt == GP_Q5_1) {
+                    a = _mm512_or_si512(a, spread4_v(_mm512_srli_epi32(qh, 4 * j)));
+                    c = _mm512_or_si512(c, spread4_v(_mm512_srli_epi32(qh, 16 + 4 * j)));
+                }
+                _mm512_storeu_si512(t->q[b][j] + 16 * h, a);
+                _mm512_storeu_si512(t->q[b][j + 4] + 16 * h, c);
+            }
+#undef GATHER
+        }
+    }
+}
+
 static void unpack(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n, int nt, int64_t kb0,
                    int kn, tile *t)
 {
+    if (gp_dtype_block(wt) == BLK) {
+        unpack32(wt, w, rb, n, nt, kb0, kn, t);
+        return;
+    }
     for (int c = 0; c < NT; c++)
         for (int b = 0; b < kn; b++) {
             uint32_t q[8] = {0};

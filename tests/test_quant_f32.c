@@ -344,7 +344,7 @@ static void test_amx(void)
                                          (size_t)gp_quant_matmul_ws_bytes(6, K) - 1, 0, 1) == 0);
             CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_VNNI) == 0);
             CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 6, K, y, p.ldy, ws, wsz, 0, 1) ==
-                      gp_qvnni_supports(p.t));
+                      0); /* vnni: fewer than GP_QUANT_VNNI_MIN_M rows */
             CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AMX) == 0);
             free(y);
             free(y2);
@@ -367,16 +367,16 @@ static void test_vnni(void)
         return;
     }
     static const int Ks[] = {64, 544, 1056, 1280}; /* 1056: tiles of 512, 512, 32; 1280: k-quants */
-    static const int Ms[] = {6, 16, 37};
+    static const int Ms[] = {6, GP_QUANT_VNNI_MIN_M, 70};
     double worst = 0;
     int checked = 0;
     for (int t = 0; t < NTYPES; t++) {
         if (!gp_qvnni_supports(types[t])) {
             problem p;
-            problem_make(&p, types[t], 8, 256, 6);
-            size_t wsz = (size_t)gp_quant_matmul_ws_bytes(6, 256);
+            problem_make(&p, types[t], 8, 256, 40);
+            size_t wsz = (size_t)gp_quant_matmul_ws_bytes(40, 256);
             void *ws = malloc(wsz);
-            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 6, 256, ws, wsz));
+            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 40, 256, ws, wsz));
             free(ws);
             problem_free(&p);
             continue;
@@ -386,13 +386,17 @@ static void test_vnni(void)
             if (K % gp_dtype_block(types[t]))
                 continue;
             problem p;
-            problem_make(&p, types[t], N, K, 37);
-            size_t wsz = (size_t)gp_quant_matmul_ws_bytes(37, K);
+            problem_make(&p, types[t], N, K, 70);
+            size_t wsz = (size_t)gp_quant_matmul_ws_bytes(70, K);
             void *ws = malloc(wsz);
-            float *y = malloc((size_t)37 * p.ldy * sizeof *y), *y2 = malloc((size_t)37 * p.ldy * sizeof *y2);
+            float *y = malloc((size_t)70 * p.ldy * sizeof *y), *y2 = malloc((size_t)70 * p.ldy * sizeof *y2);
             for (int mi = 0; mi < 3; mi++) {
                 int M = Ms[mi], bad = 0, split = 0, pad = 0;
-                for (int i = 0; i < 37 * p.ldy; i++)
+                if (gp_dtype_block(p.t) != 32 && M < GP_QUANT_VNNI_MIN_M) {
+                    CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, M, K, ws, wsz));
+                    continue;
+                }
+                for (int i = 0; i < 70 * p.ldy; i++)
                     y[i] = y2[i] = -1234.5f;
                 CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y, p.ldy, ws, wsz, 0,
                                              1) == 1);
@@ -424,7 +428,7 @@ static void test_vnni(void)
                     for (int n = N; n < p.ldy; n++)
                         pad += y[m * p.ldy + n] != -1234.5f;
                 }
-                for (int i = M * p.ldy; i < 37 * p.ldy; i++)
+                for (int i = M * p.ldy; i < 70 * p.ldy; i++)
                     pad += y[i] != -1234.5f;
                 /* rows split over 3 threads, one phase */
                 for (int ith = 2; ith >= 0; ith--)
@@ -434,7 +438,7 @@ static void test_vnni(void)
                     split += memcmp(y + m * p.ldy, y2 + m * p.ldy, (size_t)N * sizeof *y) != 0;
                 /* two phases: rows by 2 threads, then columns in parts of whole 32-column tiles */
                 static const int cuts[] = {0, 32, 45};
-                memset(y2, 0, (size_t)37 * p.ldy * sizeof *y2);
+                memset(y2, 0, (size_t)70 * p.ldy * sizeof *y2);
                 CU_ASSERT(gp_quant_matmul_ws_taken(p.t, M, K, ws, wsz));
                 gp_quant_matmul_ws_prep(p.x, p.ldx, M, K, ws, 1, 2);
                 gp_quant_matmul_ws_prep(p.x, p.ldx, M, K, ws, 0, 2);
@@ -447,7 +451,7 @@ static void test_vnni(void)
                            "pad\n", tname[t], M, K, bad, split, pad);
                 CU_ASSERT(bad == 0 && split == 0 && pad == 0);
             }
-            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 5, K, ws, wsz));
+            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, GP_QUANT_WS_MIN_M, K, ws, wsz));
             free(y);
             free(y2);
             free(ws);
