@@ -332,7 +332,7 @@ int gp_batch_step(gp_batch *b)
         gp_seq *s = b->seqs[i];
         if (gp_seq_running(s) != 1 || b->held[i])
             continue;
-        int done, rc = gp_seq_step_begin(s, ids, &done);
+        int done = 0, rc = gp_seq_step_begin(s, ids, &done);
         if (rc != GP_SEQ_STEP_EVAL) {
             b->idle_since[i] = b->evals;
             continue;

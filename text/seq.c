@@ -617,8 +617,8 @@ int gp_seq_step(gp_seq *s)
 {
     if (s->batch)
         return fail(s, "%s", "a batch's sequences step in gp_batch_step");
-    int32_t id;
-    int done, rc = gp_seq_step_begin(s, &id, &done);
+    int32_t id = 0;
+    int done = 0, rc = gp_seq_step_begin(s, &id, &done);
     if (rc != GP_SEQ_STEP_EVAL)
         return rc;
     if (eval_chunk(s, &id, 1, s->n_past, 0))
