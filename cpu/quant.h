@@ -83,10 +83,10 @@ enum {
  * 16-row tiles of x; each output's operations depend on its row and column only, so every thread
  * count gives the same bits (not those of gp_quant_matmul_f32). */
 #define GP_QUANT_WS_MIN_M 5 /* at M = 5 the f32 path is still faster (bench/quant-notes.md) */
-/* The VNNI path (cpu/quant_vnni.c) for the k-quants from this many rows (their weights unpacked
- * one group at a time cost more than the f32 path's products below it); the formats of 32-element
- * blocks (unpacked 16 columns at a time) take it from GP_QUANT_WS_MIN_M + 1 (bench/quant-notes.md). */
-#define GP_QUANT_VNNI_MIN_M 32
+/* The VNNI path (cpu/quant_vnni.c) for the k-quants from this many rows (at 6 it only matches
+ * the f32 path: each superblock's 6-bit scales are decoded column by column); the formats of
+ * 32-element blocks take it from GP_QUANT_WS_MIN_M + 1 (bench/quant-notes.md). */
+#define GP_QUANT_VNNI_MIN_M 8
 static inline int64_t gp_quant_matmul_ws_bytes(int64_t M, int64_t K)
 {
     return M > GP_QUANT_WS_MIN_M ? 4 * K * ((M + 15) / 16 * 16) : 0;

@@ -238,11 +238,75 @@ static void unpack32(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n, int nt
     }
 }
 
+/* unpack for q4_k and q5_k: the quads of 16 columns gathered at once, each column's 6-bit scales
+ * decoded apart. */
+static void unpackk(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n, int nt, int64_t kb0,
+                    int kn, tile *t)
+{
+    size_t bb = gp_dtype_block_bytes(wt);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                             11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)rb));
+    const __m512i lo4 = _mm512_set1_epi32(0x0f0f0f0f), bit = _mm512_set1_epi32(0x01010101);
+    const __m512i z = _mm512_setzero_si512();
+    for (int h = 0; h < 2; h++) {
+        int cols = nt - 16 * h;
+        __mmask16 k = cols >= 16 ? 0xffff : cols > 0 ? (__mmask16)((1u << cols) - 1) : 0;
+        float sd[16][8], sm[16][8]; /* the current superblock's scales, each column's */
+        int64_t have = -1;
+        for (int b = 0; b < kn; b++) {
+            int64_t g = kb0 + b;
+            int j = (int)(g % 8);
+            const uint8_t *base = w + (size_t)(n + 16 * h) * rb + (size_t)(g / 8) * bb;
+            if (g / 8 != have) {
+                have = g / 8;
+                for (int c = 0; c < 16; c++) {
+                    uint8_t sc[8] = {0}, mn[8] = {0};
+                    float d = 0.0f, dmin = 0.0f;
+                    if (c < cols) {
+                        const uint8_t *blk = base + (size_t)c * rb;
+                        uint16_t hd, hm;
+                        gp_quant_k_scales(blk + 4, sc, mn);
+                        memcpy(&hd, blk, 2);
+                        memcpy(&hm, blk + 2, 2);
+                        d = gp_f16_to_f32(hd);
+                        dmin = gp_f16_to_f32(hm);
+                    }
+                    for (int i = 0; i < 8; i++) {
+                        sd[c][i] = d * (float)sc[i];
+                        sm[c][i] = -dmin * (float)mn[i];
+                    }
+                }
+            }
+            for (int c = 0; c < 16; c++) {
+                t->d[b][16 * h + c] = sd[c][j];
+                t->m[b][16 * h + c] = sm[c][j];
+            }
+            const uint8_t *qs = base + (wt == GP_Q5_K ? 48 : 16) + 32 * (j >> 1);
+            for (int q = 0; q < 8; q++) {
+                __m512i u = _mm512_mask_i32gather_epi32(z, k, idx, (const void *)(qs + 4 * q), 1);
+                u = _mm512_and_si512(_mm512_srli_epi32(u, 4 * (j & 1)), lo4);
+                if (wt == GP_Q5_K) {
+                    __m512i hb = _mm512_mask_i32gather_epi32(z, k, idx,
+                                                             (const void *)(base + 16 + 4 * q), 1);
+                    u = _mm512_or_si512(u, _mm512_slli_epi32(
+                                               _mm512_and_si512(_mm512_srli_epi32(hb, j), bit), 4));
+                }
+                _mm512_storeu_si512(t->q[b][q] + 16 * h, u);
+            }
+        }
+    }
+}
+
 static void unpack(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n, int nt, int64_t kb0,
                    int kn, tile *t)
 {
     if (gp_dtype_block(wt) == BLK) {
         unpack32(wt, w, rb, n, nt, kb0, kn, t);
+        return;
+    }
+    if (wt == GP_Q4_K || wt == GP_Q5_K) {
+        unpackk(wt, w, rb, n, nt, kb0, kn, t);
         return;
     }
     for (int c = 0; c < NT; c++)
