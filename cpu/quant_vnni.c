@@ -104,83 +104,6 @@ typedef struct {
     float d[KB][NT], m[KB][NT];
 } tile;
 
-/* Bit i of b (i < 4) to bit 4 of byte i: a 5-bit format's high bits for 4 elements. */
-static uint32_t spread4(uint32_t b)
-{
-    return (b & 1) << 4 | (b & 2) << 11 | (b & 4) << 18 | (b & 8) << 25;
-}
-
-/* Group g (32 elements of K) of one weight row: its 8 quads of unsigned bytes q (w = d (q - zero) +
- * m, zero as micro's) and d, m. */
-static void unpack_group(gp_dtype wt, const uint8_t *row, int64_t g, uint32_t *q, float *d,
-                         float *m)
-{
-    int per = gp_dtype_block(wt) / BLK; /* groups a block: 1, or 8 for the k-quants */
-    const uint8_t *blk = row + (size_t)(g / per) * gp_dtype_block_bytes(wt);
-    int j = (int)(g % per);
-    uint16_t h;
-    uint32_t u, hb;
-    memcpy(&h, blk, 2);
-    *d = gp_f16_to_f32(h);
-    *m = 0.0f;
-    switch (wt) {
-    case GP_Q4_0:
-    case GP_Q4_1:
-        if (wt == GP_Q4_1) {
-            memcpy(&h, blk + 2, 2);
-            *m = gp_f16_to_f32(h);
-        }
-        for (int k = 0; k < 4; k++) {
-            memcpy(&u, blk + (wt == GP_Q4_1 ? 4 : 2) + 4 * k, 4);
-            q[k] = u & 0x0f0f0f0fu;            /* elements 4 k .. 4 k + 3 */
-            q[k + 4] = (u >> 4) & 0x0f0f0f0fu; /* elements 16 + 4 k .. */
-        }
-        break;
-    case GP_Q5_0:
-    case GP_Q5_1: {
-        int o = wt == GP_Q5_1 ? 2 : 0;
-        if (o) {
-            memcpy(&h, blk + 2, 2);
-            *m = gp_f16_to_f32(h);
-        }
-        memcpy(&hb, blk + 2 + o, 4);
-        for (int k = 0; k < 4; k++) {
-            memcpy(&u, blk + 6 + o + 4 * k, 4);
-            q[k] = (u & 0x0f0f0f0fu) | spread4(hb >> (4 * k) & 15);
-            q[k + 4] = ((u >> 4) & 0x0f0f0f0fu) | spread4(hb >> (16 + 4 * k) & 15);
-        }
-        break;
-    }
-    case GP_Q8_0:
-        for (int k = 0; k < 8; k++) {
-            memcpy(&u, blk + 2 + 4 * k, 4);
-            q[k] = u ^ 0x80808080u; /* q + 128, unsigned */
-        }
-        break;
-    case GP_Q4_K:
-    case GP_Q5_K: {
-        uint8_t sc[8], mn[8];
-        gp_quant_k_scales(blk + 4, sc, mn);
-        memcpy(&h, blk + 2, 2);
-        float dmin = gp_f16_to_f32(h);
-        *m = -dmin * (float)mn[j];
-        *d = *d * (float)sc[j];
-        const uint8_t *qs = blk + (wt == GP_Q5_K ? 48 : 16) + 32 * (j >> 1);
-        for (int k = 0; k < 8; k++) {
-            memcpy(&u, qs + 4 * k, 4);
-            q[k] = (u >> (4 * (j & 1))) & 0x0f0f0f0fu;
-            if (wt == GP_Q5_K) {
-                memcpy(&hb, blk + 16 + 4 * k, 4);
-                q[k] |= ((hb >> j) & 0x01010101u) << 4;
-            }
-        }
-        break;
-    }
-    default:
-        GP_ASSERT(!"gp_qvnni: an unsupported format");
-    }
-}
-
 /* 16 lanes: the 4 bits of each lane's x & 15 to bit 4 of its 4 bytes (spread4 on every lane). */
 static __m512i spread4_v(__m512i x)
 {
@@ -191,18 +114,29 @@ static __m512i spread4_v(__m512i x)
     return _mm512_or_si512(r, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(x, 3), one), 28));
 }
 
+/* The byte offsets of 16 weight rows rb bytes apart: a gather's index. */
+static __m512i col_offsets(size_t rb)
+{
+    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                              _mm512_set1_epi32((int)rb));
+}
+
+/* The first n of 16 lanes (n <= 0: none). */
+static __mmask16 lanes(int n)
+{
+    return n >= 16 ? 0xffff : n > 0 ? (__mmask16)((1u << n) - 1) : 0;
+}
+
 /* unpack for the formats of 32-element blocks: each of 16 columns' dwords gathered at once. */
 static void unpack32(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n, int nt, int64_t kb0,
                      int kn, tile *t)
 {
     size_t bb = gp_dtype_block_bytes(wt);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-                                                             11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)rb));
+    const __m512i idx = col_offsets(rb);
     const __m512i lo4 = _mm512_set1_epi32(0x0f0f0f0f);
     for (int h = 0; h < 2; h++) {
         int cols = nt - 16 * h;
-        __mmask16 k = cols >= 16 ? 0xffff : cols > 0 ? (__mmask16)((1u << cols) - 1) : 0;
+        __mmask16 k = lanes(cols);
         for (int b = 0; b < kn; b++) {
             const uint8_t *base = w + (size_t)(n + 16 * h) * rb + (size_t)(kb0 + b) * bb;
             const __m512i z = _mm512_setzero_si512();
@@ -244,14 +178,12 @@ static void unpackk(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n, int nt,
                     int kn, tile *t)
 {
     size_t bb = gp_dtype_block_bytes(wt);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-                                                             11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)rb));
+    const __m512i idx = col_offsets(rb);
     const __m512i lo4 = _mm512_set1_epi32(0x0f0f0f0f), bit = _mm512_set1_epi32(0x01010101);
     const __m512i z = _mm512_setzero_si512();
     for (int h = 0; h < 2; h++) {
         int cols = nt - 16 * h;
-        __mmask16 k = cols >= 16 ? 0xffff : cols > 0 ? (__mmask16)((1u << cols) - 1) : 0;
+        __mmask16 k = lanes(cols);
         float sd[16][8], sm[16][8]; /* the current superblock's scales, each column's */
         int64_t have = -1;
         for (int b = 0; b < kn; b++) {
@@ -301,25 +233,10 @@ static void unpackk(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n, int nt,
 static void unpack(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n, int nt, int64_t kb0,
                    int kn, tile *t)
 {
-    if (gp_dtype_block(wt) == BLK) {
+    if (gp_dtype_block(wt) == BLK)
         unpack32(wt, w, rb, n, nt, kb0, kn, t);
-        return;
-    }
-    if (wt == GP_Q4_K || wt == GP_Q5_K) {
-        unpackk(wt, w, rb, n, nt, kb0, kn, t);
-        return;
-    }
-    for (int c = 0; c < NT; c++)
-        for (int b = 0; b < kn; b++) {
-            uint32_t q[8] = {0};
-            float d = 0.0f, m = 0.0f;
-            if (c < nt)
-                unpack_group(wt, w + (size_t)(n + c) * rb, kb0 + b, q, &d, &m);
-            for (int k = 0; k < 8; k++)
-                t->q[b][k][c] = q[k];
-            t->d[b][c] = d;
-            t->m[b][c] = m;
-        }
+    else
+        unpackk(wt, w, rb, n, nt, kb0, kn, t); /* q4_k, q5_k (gp_qvnni_supports) */
 }
 
 /* rows r < MR of the tile at row m: y[m + r][n ..] (+)= the tile's part of the product. */
@@ -331,8 +248,7 @@ static inline __attribute__((always_inline)) void micro(const int MR, gp_dtype w
     int64_t nb = K / BLK;
     /* the offset each block's integer dot carries: q4_0 stores q + 8, q5_0 q + 16, q8_0 q + 128 */
     int zero = wt == GP_Q4_0 ? 8 : wt == GP_Q5_0 ? 16 : wt == GP_Q8_0 ? 128 : 0;
-    __mmask16 k0 = nt >= 16 ? 0xffff : (__mmask16)((1u << nt) - 1);
-    __mmask16 k1 = nt >= 32 ? 0xffff : nt > 16 ? (__mmask16)((1u << (nt - 16)) - 1) : 0;
+    __mmask16 k0 = lanes(nt), k1 = lanes(nt - 16);
     __m512 acc[4][2];
     for (int r = 0; r < MR; r++) {
         float *yr = y + (m + r) * ldy;
