@@ -14,7 +14,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "text/seq_sampler.h"
 #include "tools/alloc_interpose.h"
 
 enum { REC_TEXT = 1, REC_TOKEN = 2 };
@@ -42,8 +41,6 @@ struct gp_job {
     int64_t n_prompt, prompt_cap;
     gp_job_params p;
     char stops[GP_ENGINE_MAX_STOPS][257];
-    gp_sampler *sampler;       /* the job's, swapped into its slot at admission (the slot's old
-                                  one comes back here and is freed off the engine thread) */
 };
 
 typedef struct {
@@ -190,10 +187,7 @@ gp_job *gp_engine_job_new(gp_engine *e)
     if (j)
         e->free_jobs = j->next;
     pthread_mutex_unlock(&e->mu);
-    if (j) {
-        gp_sampler_free(j->sampler); /* a slot's old sampler, left by the engine */
-        j->sampler = NULL;
-    } else {
+    if (!j) {
         if (!(j = calloc(1, sizeof *j)))
             return NULL;
         j->e = e;
@@ -241,8 +235,6 @@ int gp_job_submit(gp_job *j, int64_t n, const gp_job_params *p, char *err, size_
         snprintf(j->stops[i], sizeof j->stops[i], "%s", p->stop[i]);
         j->p.stop[i] = j->stops[i];
     }
-    if (!(j->sampler = gp_sampler_new(e->vocab, &p->so, err, err_len)))
-        return -1;
     pthread_mutex_lock(&e->mu);
     int full = e->closed || e->stop || e->waiting >= e->o.n_queue + e->stats.free_slots;
     if (full) {
@@ -475,7 +467,8 @@ static int slot_start(gp_engine *e, slot *s)
 {
     gp_job *j = s->job;
     gp_job_params *p = &j->p;
-    j->sampler = gp_seq_swap_sampler(s->seq, j->sampler, &p->so);
+    /* in place, allocating nothing: the API leaves repeat_last_n at its default (64) */
+    int rc = gp_seq_set_sampler(s->seq, &p->so);
     gp_gen_opts g = gp_gen_defaults();
     g.max_tokens = p->max_tokens;
     g.stop = p->stop;
@@ -488,7 +481,8 @@ static int slot_start(gp_engine *e, slot *s)
     j->state = GP_JOB_RUNNING;
     j->st.state = GP_JOB_RUNNING;
     pthread_mutex_unlock(&j->mu);
-    int rc = gp_seq_start(s->seq, j->prompt, j->n_prompt, 1, &g);
+    if (rc == 0)
+        rc = gp_seq_start(s->seq, j->prompt, j->n_prompt, 1, &g);
     s->fresh = 0;
     if (rc == GP_SEQ_NO_ROOM) {
         pthread_mutex_lock(&j->mu);
@@ -693,7 +687,7 @@ gp_engine *gp_engine_new(gp_lm *lm, const gp_engine_opts *o, char *err, size_t e
     e->lm = lm;
     e->o = *o;
     e->ctx = gp_lm_context(lm);
-    e->vocab = gp_seq_sampler_vocab(lm);
+    e->vocab = gp_lm_tokenizer_vocab(lm); /* the ids a sampler sees: the engine needs a tokenizer */
     char piece[4096];
     for (int32_t id = 0; id < e->vocab; id++) {
         int64_t n = gp_lm_detokenize(lm, &id, 1, piece, sizeof piece);
@@ -797,7 +791,6 @@ void gp_engine_free(gp_engine *e)
     free(e->slots);
     for (gp_job *j = e->free_jobs, *n; j; j = n) {
         n = j->next;
-        gp_sampler_free(j->sampler);
         pthread_mutex_destroy(&j->mu);
         pthread_cond_destroy(&j->cv);
         free(j->ring);

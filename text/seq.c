@@ -13,7 +13,6 @@
 
 #include "runtime/sample.h"
 #include "text/lm_impl.h"
-#include "text/seq_sampler.h"
 
 #define GP_SEQ_MAX_STOPS 16
 #define GP_SEQ_MAX_STOP_LEN 256
@@ -207,16 +206,6 @@ int gp_seq_set_sampler(gp_seq *s, const gp_sampler_opts *so)
     s->sampler = n;
     s->so = *so;
     return 0;
-}
-
-int64_t gp_seq_sampler_vocab(const gp_lm *lm) { return lm->n_pick; }
-
-gp_sampler *gp_seq_swap_sampler(gp_seq *s, gp_sampler *n, const gp_sampler_opts *so)
-{
-    gp_sampler *old = s->sampler;
-    s->sampler = n;
-    s->so = *so;
-    return old;
 }
 
 void gp_seq_reset(gp_seq *s)
