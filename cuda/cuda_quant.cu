@@ -3,13 +3,26 @@
 #include <atomic>
 #include <type_traits>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_matvec.cuh"
+#include "cuda/cuda_qdot.cuh"
 #include "cuda/cuda_quant.cuh"
 #include "ir/f16.h"
 
 static std::atomic<int64_t> quant_counts[6];
+
+/* A/B switch while k_qdot and k_qmv are measured side by side: GPLAN_CUDA_QDOT=0 takes k_qmv. */
+static int qdot_on()
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("GPLAN_CUDA_QDOT");
+        on = !(v && v[0] == '0');
+    }
+    return on;
+}
 
 extern "C" int64_t gp_cuda_quant_count(int which)
 {
@@ -1051,8 +1064,8 @@ extern "C" int gp_cu_quant_group(gp_cu_ctx *c, const gp_cu_group *g, int *launch
         t = GP_Q4_K;
         t2 = GP_Q6_K;
     }
-    if (!qv_group_type(t) || g->n < 2 || g->n > GP_CU_MAX_GROUP || (g->glu && g->n != 2) ||
-        (g->has_norm && g->norm.is_ln))
+    if ((!qdot_on() && !qv_group_type(t)) || g->n < 2 || g->n > GP_CU_MAX_GROUP ||
+        (g->glu && g->n != 2) || (g->has_norm && g->norm.is_ln))
         return 0;
     const gp_cu_tensor *xt = g->has_norm ? &g->norm.x : &g->x;
     KT kx = gp_kt_of(c, xt);
@@ -1075,7 +1088,9 @@ extern "C" int gp_cu_quant_group(gp_cu_ctx *c, const gp_cu_group *g, int *launch
         KT o = gp_kt_of(c, &g->out[g->glu ? 0 : s]);
         d.rb[s] = gp_dtype_row_bytes(w->dtype, K);
         if ((w->dtype != t && w->dtype != t2) || !g->tb[s] || w->ndim != 2 || w->ne[1] != K ||
-            w->sym[0] >= 0 || w->sym[1] >= 0 || !qv_fits(w->dtype, w->data, d.rb[s], K, 1) ||
+            w->sym[0] >= 0 || w->sym[1] >= 0 ||
+            !(qdot_on() ? qd_fits(w->dtype, w->data, (const float *)kx.p, K, K, 1, g->has_norm)
+                        : qv_fits(w->dtype, w->data, d.rb[s], K, 1)) ||
             o.t != GP_F32 || kt_count(o, 3) != 1 || o.nb[3] != 4 || o.ne[3] != w->ne[0] ||
             w->ne[0] < 1 || w->ne[0] > ((int64_t)1 << 30) ||
             (g->glu && s == 1 && w->ne[0] != d.N[0]))
@@ -1087,6 +1102,19 @@ extern "C" int gp_cu_quant_group(gp_cu_ctx *c, const gp_cu_group *g, int *launch
     }
     const float *x = (const float *)kx.p;
     int r = 0, gl = g->glu, hn = g->has_norm;
+    if (qdot_on()) {
+        QDD q;
+        memset(&q, 0, sizeof q);
+        q.n = d.n;
+        q.t2 = d.t2;
+        for (int s = 0; s < d.n; s++) {
+            q.w[s] = d.w[s];
+            q.rb[s] = d.rb[s];
+            q.N[s] = d.N[s];
+            q.y[s] = d.y[s];
+        }
+        r = qd_group(c, t, t2, q, x, (int)K, gl, hn, nm);
+    } else
     switch (mix ? -1 : (int)t) {
     case -1: r = launch_group_t<GP_Q4_K, GP_Q6_K>(c, d, x, (int)K, gl, hn, nm); break;
     case GP_Q4_0: r = launch_group_t<GP_Q4_0, GP_Q4_0>(c, d, x, (int)K, gl, hn, nm); break;
@@ -1240,7 +1268,25 @@ extern "C" int gp_cu_quant_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_t
         }
     }
     int fast = 0;
-    if (vec && qv_fits(t, wt->data, rb, K, M)) {
+    if (vec && qdot_on() &&
+        qd_fits(t, wt->data, (const float *)xt->data, xt->nb[0] / 4, K, M, 0)) {
+        QDD d;
+        memset(&d, 0, sizeof d);
+        d.n = 1;
+        d.w[0] = (const uint8_t *)wt->data;
+        d.N[0] = (int)N;
+        d.y[0] = (float *)out->data;
+        d.rb[0] = rb;
+        d.ldy = out->nb[0] / 4;
+        EPI e;
+        KT eo;
+        memset(&e, 0, sizeof e);
+        memset(&eo, 0, sizeof eo);
+        d.epi = epi && fused && M == 1 && qv_epilogue(c, epi, N, &e, &eo);
+        fast = qd_matmul(c, t, d, (const float *)xt->data, xt->nb[0] / 4, (int)K, M, msym, e, eo);
+        if (fast && d.epi)
+            *fused = 1;
+    } else if (vec && qv_fits(t, wt->data, rb, K, M)) {
         QVD d;
         memset(&d, 0, sizeof d);
         d.n = 1;

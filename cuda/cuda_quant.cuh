@@ -63,6 +63,11 @@ int gp_cuda_quant_deq8_host(gp_dtype t, const void *row, int e0, float *v);
  * 0, or -1 for a type or shift it does not take. */
 int gp_cuda_quant_step_host(gp_dtype t, const void *step, int shift, const float *x, float *out);
 
+/* k_qdot's arithmetic run on the host (no GPU needed): y [M, N] = x [M, K] w [N, K]^T as the
+ * kernel computes it (x quantized in two 8-bit parts a block of 32, integer dot products), w's
+ * rows contiguous and 16-byte aligned, M <= 8. 0, or -1 for a type or shape it does not take. */
+int gp_cuda_qdot_host(gp_dtype t, const void *w, int N, const float *x, int K, int M, float *y);
+
 /* Launches so far in this process, for tests: which 0, one-token products; 1, prompt products;
  * 2, lookups; 3, one-token products in k_qmv; 4, prompt products on cuBLAS; 5, grouped launches
  * (gp_cu_quant_group; their products count in 0 and 3 too). */

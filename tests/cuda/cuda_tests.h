@@ -64,6 +64,7 @@ void test_quant_model(void);
 void test_quant_speed(void);
 void test_quant_deq8_host(void);
 void test_quant_step_host(void);
+void test_qdot_host(void);
 
 /* test_cuda_families.c */
 void test_fam_rope(void);

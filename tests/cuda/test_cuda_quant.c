@@ -59,6 +59,26 @@ static gp_cu_tensor dev_2d(void *data, gp_dtype t, int64_t d0, int64_t d1, int64
     return k;
 }
 
+/* The error bound of k_qdot's products (cuda_qdot.cu): x's quantization in two 8-bit parts, at
+ * most d_x / 508 an element (d_x = max |x| / 127 over its block of 32), times the element's
+ * integer part's weight |a q| <= |w| + |m| (m the block's offset, at most 2 max |w| over its block
+ * here), plus f32 rounding, 1e-5 of sum |x| |w|. */
+static double qdot_bound(const float *x, const float *w, int64_t K)
+{
+    double b = 0, sxw = 0;
+    for (int64_t k0 = 0; k0 < K; k0 += 32) {
+        double am = 0, wm = 0, sw = 0;
+        for (int i = 0; i < 32; i++) {
+            am = fmax(am, fabs(x[k0 + i]));
+            wm = fmax(wm, fabs(w[k0 + i]));
+            sw += fabs(w[k0 + i]);
+            sxw += fabs((double)x[k0 + i] * w[k0 + i]);
+        }
+        b += am / 127.0 / 508.0 * (sw + 64 * wm);
+    }
+    return b + 1e-5 * sxw;
+}
+
 /*
  * One product y [M, N] = x [M, K] W [N, K]^T on the GPU (gp_cuda_compute, as the backend
  * launches it) against gp_quant_matmul_f32 (the CPU's f32 products on quantized weights) and a
@@ -109,8 +129,8 @@ static double quant_matmul_case(gp_dtype t, int64_t M, int64_t M_exact, int64_t 
     *path = gp_cuda_quant_count(1) > c1 ? 1 : 0;
     CU_ASSERT_EQUAL(gp_cuda_quant_count(0) - c0 + gp_cuda_quant_count(1) - c1, 1);
     CU_ASSERT_EQUAL(*path, M > 8); /* the launch size picks the kernel */
-    /* one token, rows of 16-byte multiples, K of 256 (q6_k: 2048): the fast kernel (k_qmv) */
-    int fast = M <= 8 && rb % 16 == 0 && K % (t == GP_Q6_K ? 2048 : 256) == 0;
+    /* one token, x's rows staged within k_qdot's shared memory: the fast kernel (k_qdot) */
+    int fast = M <= 8 && M * K * 11 / 4 <= (200 << 10);
     CU_ASSERT_EQUAL(gp_cuda_quant_count(3) - c3, fast);
     if (!*path && fast)
         *path = 2;
@@ -130,7 +150,10 @@ static double quant_matmul_case(gp_dtype t, int64_t M, int64_t M_exact, int64_t 
                 bound += fabs((double)x[m * K + i] * wd[n * K + i]);
             }
             double g = yg[m * N + n], e = fabs(g - yref[m * N + n]) / (bound > 0 ? bound : 1);
-            if (!(e <= tol) || !(fabs(g - s) <= tol * bound + 1e-30))
+            /* k_qdot: within its bound of x's quantization (of the CPU's f32 path: and 1e-5) */
+            double qb = *path == 2 ? qdot_bound(x + m * K, wd + n * K, K) : 0;
+            if (*path == 2 ? !(fabs(g - s) <= qb) || !(fabs(g - yref[m * N + n]) <= qb + 1e-5 * bound)
+                           : !(e <= tol) || !(fabs(g - s) <= tol * bound + 1e-30))
                 bad++;
             worst = e > worst || e != e ? e : worst;
         }
@@ -202,10 +225,11 @@ void test_quant_matmul(void)
     }
 }
 
-/* Quantized groups (gp_cuda_matvec_group -> gp_cu_quant_group, one k_qmv launch): q, k, v of
+/* Quantized groups (gp_cuda_matvec_group -> gp_cu_quant_group, one k_qdot launch): q, k, v of
  * q4_k and q6_k (Q4_K_M's mix) with and without the rms_norm before them, gate/up/swiglu of q4_k
- * and of q4_0 with the norm, q8_0 products; each output within 1e-5 of sum |x'| |w| of the double
- * sums over the dequantized weights (x' the normed x, computed in double), outputs past N
+ * and of q4_0 with the norm, q8_0 products; each output within k_qdot's bound (qdot_bound, through
+ * silu for GLU) plus 1e-5 of sum |x'| |w| of the double sums over the dequantized weights (x' the
+ * normed x, computed in double), outputs past N
  * untouched; a pair of q4_0 and q4_k is not taken (nothing launched). */
 void test_quant_group(void)
 {
@@ -232,8 +256,11 @@ void test_quant_group(void)
         }
         const float eps = 1e-5f;
         double inv = 1.0 / sqrt(ssq / (double)K + eps);
-        for (int64_t i = 0; i < K; i++)
+        float *xf = malloc((size_t)K * sizeof *xf);
+        for (int64_t i = 0; i < K; i++) {
             xn[i] = cs[c].norm ? (double)x[i] * inv * nw[i] : x[i];
+            xf[i] = (float)xn[i];
+        }
         void *dx = NULL, *dnw = NULL, *dw[3] = {NULL}, *dy[3] = {NULL};
         uint8_t *wq[3] = {NULL};
         float *wd[3] = {NULL};
@@ -291,15 +318,20 @@ void test_quant_group(void)
                         bb += fabs(xn[i] * wd[1][n * K + i]);
                     }
                 }
-                double ref = a, bound = ab;
+                /* k_qdot's bound of x's quantization (qdot_bound, of the normed x) */
+                double qa = qdot_bound(xf, wd[s] + n * K, K), qb = 0;
+                if (cs[c].glu)
+                    qb = qdot_bound(xf, wd[1] + n * K, K);
+                double ref = a, bound = ab, qt = qa;
                 if (cs[c].glu) { /* silu(a) b: its error from a's and b's */
                     double sg = 1.0 / (1.0 + exp(-a));
                     ref = a * sg * b;
                     bound = fabs(sg * (1 + a * (1 - sg)) * b) * ab + fabs(a * sg) * bb;
+                    qt = fabs(sg * (1 + a * (1 - sg)) * b) * qa + fabs(a * sg) * qb;
                 }
                 /* below -88.7 silu's exp(-a) overflows f32 and silu(a) is 0 (as on the CPU):
                  * a product then within 1e-30 of its tiny double value passes */
-                double e = fabs(y[n] - ref) / (bound > 0 ? bound : 1);
+                double e = (fabs(y[n] - ref) - qt) / (bound > 0 ? bound : 1);
                 if (fabs(y[n] - ref) <= 1e-30)
                     e = 0;
                 if (!(e <= 1e-5) && bad < 4)
@@ -327,6 +359,7 @@ void test_quant_group(void)
         free(x);
         free(nw);
         free(xn);
+        free(xf);
     }
     kctx_free(&k);
 }
@@ -493,15 +526,14 @@ static void quant_model_parity(const char *wtype)
     int64_t n2 = gp_cuda_quant_count(2) - c2;
     int64_t n3 = gp_cuda_quant_count(3) - c3, n4 = gp_cuda_quant_count(4) - c4;
     CU_ASSERT(n0 > 0 && n1 > 0 && n2 > 0);
-    CU_ASSERT(n3 > 0 && n4 > 0); /* rows of 16-byte multiples (K 256, 512): k_qmv; prompts: cuBLAS */
+    CU_ASSERT(n3 > 0 && n4 > 0); /* one token: k_qdot; prompts: cuBLAS */
     /* q, k, v and gate, up, swiglu grouped (with their norms) for the types built for groups; the
      * residual adds after o and down in the prompts' products: one epilogue launch after cuBLAS */
     int64_t n5 = gp_cuda_quant_count(5) - c5, ne = gp_cuda_blas_epilogue_count(0) - e0;
-    int grouped = !strcmp(wtype, "q4_k") || !strcmp(wtype, "q8_0") || !strcmp(wtype, "q4_0");
-    CU_ASSERT_EQUAL(n5 > 0, grouped);
+    CU_ASSERT(n5 > 0); /* every block type */
     CU_ASSERT(ne > 0);
     printf("  llama %-5s CUDA vs CPU f32 (dequantized): worst logits error %.3g (tolerance 5e-3), "
-           "eval allocations %lld, launches: one-token %lld (k_qmv %lld, grouped launches %lld) "
+           "eval allocations %lld, launches: one-token %lld (k_qdot %lld, grouped launches %lld) "
            "prompt %lld (cuBLAS %lld, epilogues after %lld) lookups %lld\n",
            wtype, worst, (long long)allocs, (long long)n0, (long long)n3, (long long)n5,
            (long long)n1, (long long)n4, (long long)ne, (long long)n2);
@@ -693,4 +725,77 @@ void test_quant_step_host(void)
     float x[256] = {0}, o;
     unsigned char b[256] = {0};
     CU_ASSERT_EQUAL(gp_cuda_quant_step_host(GP_F16, b, 0, x, &o), -1);
+}
+
+/* k_qdot's arithmetic (gp_cuda_qdot_host: x's staging, every unit as a lane computes it): rows of
+ * every type from real values (odd numbers of blocks, so 2-byte-aligned rows and super-blocks
+ * too), M 1, 3 and 8, x with outliers, against the double sums of the dequantized weights within
+ * qdot_bound; a NaN in x makes its row's outputs NaN; shapes it does not take are refused. The
+ * worst error over the bound is printed per type (1 would be at the bound). */
+void test_qdot_host(void)
+{
+    static const int64_t Ks[3] = {256, 544, 2304};
+    static const int Ms[3] = {1, 3, 8};
+    const int N = 7;
+    printf("\n  k_qdot on the host, worst error / its bound:");
+    for (int ti = 0; ti < 8; ti++) {
+        gp_dtype t = quant_types[ti];
+        double worst = 0;
+        int bad = 0;
+        for (int ki = 0; ki < 3; ki++) {
+            int64_t K = Ks[ki];
+            if (K % gp_dtype_block(t))
+                K = 768; /* 3 super-blocks: q6_k's odd count */
+            float *wd;
+            uint8_t *wq = quant_rows(t, N, K, &wd);
+            size_t rb = gp_dtype_row_bytes(t, K);
+            /* 16-byte aligned, with a word to spare past the rows (the kernel's aligned windows) */
+            uint8_t *w16 = aligned_alloc(16, ((size_t)N * rb + 31) / 16 * 16);
+            memcpy(w16, wq, (size_t)N * rb);
+            for (int mi = 0; mi < 3; mi++) {
+                int M = Ms[mi];
+                float *x = malloc((size_t)M * K * sizeof *x), *y = malloc((size_t)M * N * sizeof *y);
+                for (int64_t i = 0; i < M * K; i++)
+                    x[i] = frand() * (i % 41 == 0 ? 30.0f : 1.0f) * (float)(1 + mi);
+                CU_ASSERT_EQUAL_FATAL(gp_cuda_qdot_host(t, w16, N, x, (int)K, M, y), 0);
+                for (int m = 0; m < M; m++)
+                    for (int n = 0; n < N; n++) {
+                        double s = 0;
+                        for (int64_t i = 0; i < K; i++)
+                            s += (double)x[m * K + i] * wd[n * K + i];
+                        double e = fabs(y[m * N + n] - s) / qdot_bound(x + m * K, wd + n * K, K);
+                        bad += !(e <= 1.0);
+                        worst = e > worst || e != e ? e : worst;
+                    }
+                /* a NaN in row M - 1 */
+                x[(M - 1) * K + K / 2] = NAN;
+                CU_ASSERT_EQUAL_FATAL(gp_cuda_qdot_host(t, w16, N, x, (int)K, M, y), 0);
+                for (int n = 0; n < N; n++) {
+                    CU_ASSERT(isnan(y[(M - 1) * N + n]));
+                    if (M > 1)
+                        CU_ASSERT(!isnan(y[n]));
+                }
+                free(x);
+                free(y);
+            }
+            free(w16);
+            free(wq);
+            free(wd);
+        }
+        if (bad)
+            fprintf(stderr, "\n  %s: %d k_qdot outputs past the bound (worst %.3g)\n",
+                    gp_dtype_name(t), bad, worst);
+        CU_ASSERT_EQUAL(bad, 0);
+        printf(" %s %.2g", gp_dtype_name(t), worst);
+    }
+    printf("\n");
+    float x[64] = {0}, y[8];
+    uint8_t *w = aligned_alloc(16, 256);
+    memset(w, 0, 256);
+    CU_ASSERT_EQUAL(gp_cuda_qdot_host(GP_F16, w, 1, x, 32, 1, y), -1);
+    CU_ASSERT_EQUAL(gp_cuda_qdot_host(GP_Q4_K, w, 1, x, 32, 1, y), -1); /* K not of 256 */
+    CU_ASSERT_EQUAL(gp_cuda_qdot_host(GP_Q4_0, w, 1, x, 48, 1, y), -1);
+    CU_ASSERT_EQUAL(gp_cuda_qdot_host(GP_Q4_0, w, 1, x, 32, 9, y), -1);
+    CU_ASSERT_EQUAL(gp_cuda_qdot_host(GP_Q4_0, w + 2, 1, x, 32, 1, y), -1);
+    free(w);
 }
