@@ -34,7 +34,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 
 # 1. The quantized kernels' tests against the CPU, and their speed table.
 if [ "${TESTS:-1}" = 1 ]; then
-    GPLAN_TEST_ONLY=quant timeout 300 "$B/tests/test_cuda" >"$OUT/test_quant.log" 2>&1
+    GPLAN_TEST_ONLY=quant timeout 300 "$B/tests/gplan_tests" cuda >"$OUT/test_quant.log" 2>&1
     echo "test_cuda (quant): exit $?"
     sed -n '/quant matmul: worst/,/^ *q6_k/p;/quant speed/,/^$/p' "$OUT/test_quant.log" | head -40
     grep -E "error|FAIL|off \(|Run Summary|asserts" "$OUT/test_quant.log" | head -20
