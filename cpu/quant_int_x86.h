@@ -7,8 +7,8 @@
  *
  *   prep: each row of x quantized once per product in blocks of 32 (the weights' blocks) to two
  *         8-bit parts: d = max |x| / 127, hi = round(x / d), lo = round((x - d hi) 254 / d), both
- *         clamped to [-127, 127] (a no-op but for rounding slop; maddubs' bounds below rely on it),
- *         so x = d (hi + lo / 254) within d / 508; with the block's sums of hi and lo (int, and
+ *         in [-127, 127] (maddubs' bounds below rely on it), so x = d (hi + lo / 254) within
+ *         d / 508; with the block's sums of hi and lo (int, and
  *         those of its first 16 for q6_k) and of x (f32, in a fixed order);
  *   cols: 32 columns a tile, their blocks unpacked to bytes laid out "lanes over columns" (lane c
  *         of a vector: column c's 4 bytes at k, k + 1, k + 2, k + 3), so that one vpdpbusd against
@@ -59,13 +59,22 @@ AI vi vi_xor(vi a, vi b) { return _mm512_xor_si512(a, b); }
 AI vi vi_add(vi a, vi b) { return _mm512_add_epi32(a, b); }
 AI vi vi_sub(vi a, vi b) { return _mm512_sub_epi32(a, b); }
 AI vi vi_mul(vi a, vi b) { return _mm512_mullo_epi32(a, b); }
-AI vi vi_min(vi a, vi b) { return _mm512_min_epi32(a, b); }
 AI vi vi_max(vi a, vi b) { return _mm512_max_epi32(a, b); }
 AI vi vi_srl(vi a, int n) { return _mm512_srl_epi32(a, _mm_cvtsi32_si128(n)); }
 AI vi vi_sll(vi a, int n) { return _mm512_sll_epi32(a, _mm_cvtsi32_si128(n)); }
 AI vi vi_sra(vi a, int n) { return _mm512_sra_epi32(a, _mm_cvtsi32_si128(n)); }
 AI vi vi_iota(void) { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
-AI int vi_sum(vi a) { return _mm512_reduce_add_epi32(a); }
+/* o[i]: the sum of the lanes of a, b, c, e (i = 0 .. 3), the four in one tree */
+AI void vi_sum4(vi a, vi b, vi c, vi e, int32_t *o)
+{
+    vi ab = _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xee));
+    vi ce = _mm512_add_epi32(_mm512_shuffle_i64x2(c, e, 0x44), _mm512_shuffle_i64x2(c, e, 0xee));
+    vi s = _mm512_add_epi32(_mm512_shuffle_i64x2(ab, ce, 0x88), _mm512_shuffle_i64x2(ab, ce, 0xdd));
+    s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, (_MM_PERM_ENUM)0x4e));
+    s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, (_MM_PERM_ENUM)0xb1));
+    s = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s);
+    _mm_storeu_si128((__m128i *)o, _mm512_castsi512_si128(s));
+}
 /* the first n lanes (n <= 0: none) */
 AI vm vm_first(int n) { return n >= 16 ? 0xffff : n > 0 ? (__mmask16)((1u << n) - 1) : 0; }
 /* 4 bytes at base + each lane's offset, where the mask is set (elsewhere 0, nothing read) */
@@ -126,17 +135,16 @@ AI vi vi_xor(vi a, vi b) { return _mm256_xor_si256(a, b); }
 AI vi vi_add(vi a, vi b) { return _mm256_add_epi32(a, b); }
 AI vi vi_sub(vi a, vi b) { return _mm256_sub_epi32(a, b); }
 AI vi vi_mul(vi a, vi b) { return _mm256_mullo_epi32(a, b); }
-AI vi vi_min(vi a, vi b) { return _mm256_min_epi32(a, b); }
 AI vi vi_max(vi a, vi b) { return _mm256_max_epi32(a, b); }
 AI vi vi_srl(vi a, int n) { return _mm256_srl_epi32(a, _mm_cvtsi32_si128(n)); }
 AI vi vi_sll(vi a, int n) { return _mm256_sll_epi32(a, _mm_cvtsi32_si128(n)); }
 AI vi vi_sra(vi a, int n) { return _mm256_sra_epi32(a, _mm_cvtsi32_si128(n)); }
 AI vi vi_iota(void) { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
-AI int vi_sum(vi a)
+AI void vi_sum4(vi a, vi b, vi c, vi e, int32_t *o)
 {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)));
+    vi s = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, e));
+    _mm_storeu_si128((__m128i *)o, _mm_add_epi32(_mm256_castsi256_si128(s),
+                                                 _mm256_extracti128_si256(s, 1)));
 }
 AI vm vm_first(int n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), vi_iota()); }
 AI vi vi_gather(vm k, vi off, const uint8_t *base)
@@ -218,7 +226,7 @@ static void prep(const float *x, int64_t ldx, int64_t M, int64_t K, void *ws, in
 {
     xq_view v = view_of(ws, M, K);
     int64_t nb = K / BLK;
-    const vi lim = vi_set(127), nlim = vi_set(-127);
+    const vi nlim = vi_set(-127);
     for (int64_t m = m0; m < m1; m++)
         for (int64_t b = 0; b < nb; b++) {
             const float *xb = x + m * ldx + b * BLK;
@@ -229,28 +237,32 @@ static void prep(const float *x, int64_t ldx, int64_t M, int64_t K, void *ws, in
             }
             float amax = vf_hmax(mx), d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
             vf s = vf_set(id), vd = vf_set(d), s2 = vf_set(254.0f * id);
-            vi h[NX], l[NX], sh = vi_zero(), sl = vi_zero(), sh0 = vi_zero(), sl0 = vi_zero();
+            vi h[NX], l[NX];
             for (int i = 0; i < NX; i++) {
-                h[i] = vi_max(vi_min(vf_round(vf_mul(a[i], s)), lim), nlim);
+                /* |x / d| <= 127 (1 + 3 2^-24) rounds to 127 at most, and so does the rest; a
+                 * conversion out of range (x not finite, 1 / d overflowing) gives INT_MIN: one
+                 * bound holds them all in [-127, 127] */
+                h[i] = vi_max(vf_round(vf_mul(a[i], s)), nlim);
                 /* the rest, |x - d hi| <= d / 2, in steps of d / 254 */
                 vf r = vf_fnma(vf_cvt(h[i]), vd, a[i]);
-                l[i] = vi_max(vi_min(vf_round(vf_mul(r, s2)), lim), nlim);
-                sh = vi_add(sh, h[i]);
-                sl = vi_add(sl, l[i]);
-                if (i == NX / 2 - 1) {
-                    sh0 = sh;
-                    sl0 = sl;
-                }
+                l[i] = vi_max(vf_round(vf_mul(r, s2)), nlim);
             }
             int8_t *q = v.q + (m * nb + b) * 2 * BLK;
             vi_st_bytes(q, h);
             vi_st_bytes(q + BLK, l);
             int64_t at = m * nb + b;
+            int32_t sum[4]; /* hi's over the first 16 and the last, then lo's */
+#if QI_BITS == 512
+            vi_sum4(h[0], h[1], l[0], l[1], sum);
+#else
+            vi_sum4(vi_add(h[0], h[1]), vi_add(h[2], h[3]), vi_add(l[0], l[1]), vi_add(l[2], l[3]),
+                    sum);
+#endif
             v.d[at] = d;
-            v.shi[at] = vi_sum(sh);
-            v.slo[at] = vi_sum(sl);
-            v.shi0[at] = vi_sum(sh0);
-            v.slo0[at] = vi_sum(sl0);
+            v.shi[at] = sum[0] + sum[1];
+            v.slo[at] = sum[2] + sum[3];
+            v.shi0[at] = sum[0];
+            v.slo0[at] = sum[2];
             v.fsum[at] = vf_sum32(a);
         }
 }
@@ -460,15 +472,16 @@ AI void micro(const int MR, const int KIND, gp_dtype wt, const tile *t, int c0, 
     const vf inv = vf_set(1.0f / 254.0f);
     for (int b = 0; b < kn; b++) {
         int64_t kb = kb0 + b;
-        vi th[4][NV], tl[4][NV]; /* the block's integer dots (hi's, lo's) */
+        /* the block's integer dots (hi's, lo's); q6_k's th, tl: its groups' scaled and added */
+        vi hi[4][NV], lo[4][NV], th[4][NV], tl[4][NV];
         for (int g = 0; g < NG; g++) {
-            vi hi[4][NV], lo[4][NV];
 #if QI_MADDUBS
             vi ph[4][NV], pl[4][NV];
 #endif
             for (int r = 0; r < MR; r++)
                 for (int u = 0; u < NV; u++)
                     hi[r][u] = lo[r][u] = vi_zero();
+#pragma GCC unroll 8
             for (int jj = 0; jj < QG; jj++) {
                 int j = QG * g + jj;
                 vi wq[NV];
@@ -503,17 +516,11 @@ AI void micro(const int MR, const int KIND, gp_dtype wt, const tile *t, int c0, 
                     }
                 }
             }
+            if (KIND != G16)
+                continue;
             for (int r = 0; r < MR; r++) {
-                int64_t at = (m + r) * nb + kb;
-                if (KIND != G16) {
-                    vi oh = vi_set(zero * v->shi[at]), ol = vi_set(zero * v->slo[at]);
-                    for (int u = 0; u < NV; u++) {
-                        th[r][u] = vi_sub(hi[r][u], oh);
-                        tl[r][u] = vi_sub(lo[r][u], ol);
-                    }
-                    continue;
-                }
                 /* q6_k's group g: (dot - 32 sum x) sc_g, exact in int32 */
+                int64_t at = (m + r) * nb + kb;
                 int sh = g ? v->shi[at] - v->shi0[at] : v->shi0[at];
                 int sl = g ? v->slo[at] - v->slo0[at] : v->slo0[at];
                 vi oh = vi_set(32 * sh), ol = vi_set(32 * sl);
@@ -534,8 +541,11 @@ AI void micro(const int MR, const int KIND, gp_dtype wt, const tile *t, int c0, 
         for (int r = 0; r < MR; r++) {
             int64_t at = (m + r) * nb + kb;
             vf dx = vf_set(v->d[at]);
+            vi oh = vi_set(zero * v->shi[at]), ol = vi_set(zero * v->slo[at]);
             for (int u = 0; u < NV; u++) {
-                vf f = vf_fma(vf_cvt(tl[r][u]), inv, vf_cvt(th[r][u]));
+                vi eh = KIND == G16 ? th[r][u] : vi_sub(hi[r][u], oh);
+                vi el = KIND == G16 ? tl[r][u] : vi_sub(lo[r][u], ol);
+                vf f = vf_fma(vf_cvt(el), inv, vf_cvt(eh));
                 acc[r][u] = vf_fma(f, vf_mul(d[u], dx), acc[r][u]);
             }
             if (has_m) {
@@ -584,7 +594,7 @@ static void cols(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t 
             for (int c0 = 0; c0 < nt; c0 += NV * NL) {
                 if (kind == G16)
                     rows(MR_G16, G16, wt, &t, c0, nt, kn, kb0, &v, m0, m1, K, y + n, ldy);
-                else if (kind == Q8)
+                else if (QI_MADDUBS && kind == Q8)
                     rows(MR_PLAIN, Q8, wt, &t, c0, nt, kn, kb0, &v, m0, m1, K, y + n, ldy);
                 else
                     rows(MR_PLAIN, PLAIN, wt, &t, c0, nt, kn, kb0, &v, m0, m1, K, y + n, ldy);
