@@ -52,7 +52,8 @@ void gp_quant_quantize_row(gp_dtype t, const float *src, void *dst, int64_t n);
  * (cpu/quant_f32_internal.h): bit for bit the same for every split of [n0, n1) and every M
  * (decode and prompt agree), and the same on the AVX2 and AVX-512 paths (the portable one rounds
  * each product, so it differs in the last bits). w: [N] rows of gp_dtype_row_bytes(wt, K) bytes;
- * K a multiple of gp_dtype_block(wt). The path follows gp_quant_force_isa (vnni runs avx512's). */
+ * K a multiple of gp_dtype_block(wt). The path follows gp_quant_force_isa (vnni and amx run
+ * avx512's, avxvnni avx2's). */
 void gp_quant_matmul_f32(gp_dtype wt, const void *w, int64_t n0, int64_t n1, const float *x,
                          int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy);
 
@@ -61,13 +62,15 @@ void gp_quant_matmul_f32(gp_dtype wt, const void *w, int64_t n0, int64_t n1, con
 enum {
     GP_QUANT_ISA_AUTO = -1,
     GP_QUANT_ISA_PORTABLE = 0, /* plain C */
-    GP_QUANT_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C */
-    GP_QUANT_ISA_AVX512 = 2,   /* AVX-512 F/BW/VL */
-    GP_QUANT_ISA_VNNI = 3,     /* AVX-512 F/BW/VL + VNNI: runs the avx512 path (no integer dots) */
+    GP_QUANT_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C (gp_quant_matmul_ws: maddubs integer dots) */
+    GP_QUANT_ISA_AVX512 = 2,   /* AVX-512 F/BW/VL (gp_quant_matmul_ws: avx2's integer dots) */
+    GP_QUANT_ISA_VNNI = 3,     /* AVX-512 F/BW/VL + VNNI: gp_quant_matmul_f32 runs avx512's;
+                                * gp_quant_matmul_ws vpdpbusd on zmm */
     GP_QUANT_ISA_AMX = 4,      /* vnni + AVX512-BF16 + AMX-TILE/BF16 (the OS granting the tile
                                 * state): gp_quant_matmul_f32 runs avx512's; gp_quant_matmul_ws
                                 * runs prompts on AMX tiles */
-    GP_QUANT_ISA_AVXVNNI = 5,  /* avx2 + AVX-VNNI (vpdpbusd on ymm): runs the avx2 path */
+    GP_QUANT_ISA_AVXVNNI = 5,  /* avx2 + AVX-VNNI: gp_quant_matmul_f32 runs avx2's;
+                                * gp_quant_matmul_ws vpdpbusd on ymm */
     GP_QUANT_ISA_COUNT
 };
 
