@@ -354,6 +354,12 @@ static int cpu_f16c(void)
     unsigned a, b, c, d;
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
+/* AVX-VNNI: CPUID 7.1 EAX bit 4 (not every compiler's __builtin_cpu_supports knows it). */
+static int cpu_avxvnni(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+}
 #endif
 
 int gp_quant_isa_supported(int isa)
@@ -372,6 +378,8 @@ int gp_quant_isa_supported(int isa)
                gp_quant_isa_supported(GP_QUANT_ISA_AVX512);
     case GP_QUANT_ISA_AMX:
         return gp_quant_isa_supported(GP_QUANT_ISA_VNNI) && cpu_amx();
+    case GP_QUANT_ISA_AVXVNNI:
+        return cpu_avxvnni() && gp_quant_isa_supported(GP_QUANT_ISA_AVX2);
 #endif
     default:
         return 0;
@@ -381,7 +389,7 @@ int gp_quant_isa_supported(int isa)
 static int best_isa(void)
 {
     static const int order[] = {GP_QUANT_ISA_AMX, GP_QUANT_ISA_VNNI, GP_QUANT_ISA_AVX512,
-                                GP_QUANT_ISA_AVX2};
+                                GP_QUANT_ISA_AVXVNNI, GP_QUANT_ISA_AVX2};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         if (gp_quant_isa_supported(order[i]))
             return order[i];
@@ -410,6 +418,6 @@ int gp_quant_isa(void)
 
 const char *gp_quant_isa_name(int isa)
 {
-    static const char *names[] = {"portable", "avx2", "avx512", "vnni", "amx"};
+    static const char *names[] = {"portable", "avx2", "avx512", "vnni", "amx", "avxvnni"};
     return isa >= 0 && isa < GP_QUANT_ISA_COUNT ? names[isa] : "auto";
 }

@@ -52,7 +52,8 @@ void gp_quant_quantize_row(gp_dtype t, const float *src, void *dst, int64_t n);
  * (cpu/quant_f32_internal.h): bit for bit the same for every split of [n0, n1) and every M
  * (decode and prompt agree), and the same on the AVX2 and AVX-512 paths (the portable one rounds
  * each product, so it differs in the last bits). w: [N] rows of gp_dtype_row_bytes(wt, K) bytes;
- * K a multiple of gp_dtype_block(wt). The path follows gp_quant_force_isa (vnni runs avx512's). */
+ * K a multiple of gp_dtype_block(wt). The path follows gp_quant_force_isa (vnni and amx run
+ * avx512's, avxvnni avx2's). */
 void gp_quant_matmul_f32(gp_dtype wt, const void *w, int64_t n0, int64_t n1, const float *x,
                          int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy);
 
@@ -61,29 +62,37 @@ void gp_quant_matmul_f32(gp_dtype wt, const void *w, int64_t n0, int64_t n1, con
 enum {
     GP_QUANT_ISA_AUTO = -1,
     GP_QUANT_ISA_PORTABLE = 0, /* plain C */
-    GP_QUANT_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C */
-    GP_QUANT_ISA_AVX512 = 2,   /* AVX-512 F/BW/VL */
-    GP_QUANT_ISA_VNNI = 3,     /* AVX-512 F/BW/VL + VNNI: runs the avx512 path (no integer dots) */
+    GP_QUANT_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C (gp_quant_matmul_ws: maddubs integer dots) */
+    GP_QUANT_ISA_AVX512 = 2,   /* AVX-512 F/BW/VL (gp_quant_matmul_ws: avx2's integer dots) */
+    GP_QUANT_ISA_VNNI = 3,     /* AVX-512 F/BW/VL + VNNI: gp_quant_matmul_f32 runs avx512's;
+                                * gp_quant_matmul_ws vpdpbusd on zmm */
     GP_QUANT_ISA_AMX = 4,      /* vnni + AVX512-BF16 + AMX-TILE/BF16 (the OS granting the tile
                                 * state): gp_quant_matmul_f32 runs avx512's; gp_quant_matmul_ws
                                 * runs prompts on AMX tiles */
+    GP_QUANT_ISA_AVXVNNI = 5,  /* avx2 + AVX-VNNI: gp_quant_matmul_f32 runs avx2's;
+                                * gp_quant_matmul_ws vpdpbusd on ymm */
     GP_QUANT_ISA_COUNT
 };
 
-/* Prompt products on AMX (cpu/quant_amx.c), with a planned workspace:
+/* Prompt products with a planned workspace, on AMX (cpu/quant_amx.c) or with integer dot
+ * products (cpu/quant_int_x86.h: paths vnni, avxvnni, avx2 and avx512, which runs avx2's):
  * gp_quant_matmul_ws_bytes(M, K) is the workspace for M rows of K: 4 K (M rounded up to 16) bytes
- * (each activation as two bf16) when M > GP_QUANT_WS_MIN_M, else 0.
+ * when M > GP_QUANT_WS_MIN_M, else 0.
  * gp_quant_matmul_ws is thread ith's part of y [M, N] = x W^T (all threads call it with the same
- * arguments); it returns 0, having done nothing, unless the path is amx, M > GP_QUANT_WS_MIN_M
- * and ws_size >= gp_quant_matmul_ws_bytes(M, K): then gp_quant_matmul_f32 is the caller's to run.
- * When it takes the product (returns 1), each weight and activation is split into two bf16 halves,
- * hi = bf16(v) and lo = bf16(v - hi), and y = sum hi_x hi_w + lo_x hi_w + hi_x lo_w in f32 (AMX's
- * TDPBF16PS, which flushes subnormal inputs and results to zero); the error is some
- * 2^-16 of sum |x w| beyond the f32 sum's (tests/test_quant_f32.c bounds it). Threads split the
- * 16-row tiles of x; each output's operations depend on its row and column only, so every thread
- * count gives the same bits (not those of gp_quant_matmul_f32). */
+ * arguments); it returns 0, having done nothing, unless the path has such a form, M >
+ * GP_QUANT_WS_MIN_M (the k-quants on the integer paths: M >= GP_QUANT_VNNI_MIN_M) and ws_size >=
+ * gp_quant_matmul_ws_bytes(M, K): then gp_quant_matmul_f32 is the caller's to run.
+ * amx: each weight and activation is split into two bf16 halves, hi = bf16(v) and
+ * lo = bf16(v - hi), and y = sum hi_x hi_w + lo_x hi_w + hi_x lo_w in f32 (AMX's TDPBF16PS, which
+ * flushes subnormal inputs and results to zero); the error is some 2^-16 of sum |x w| beyond the
+ * f32 sum's (tests/test_quant_f32.c bounds it). Threads split the 16-row tiles of x.
+ * The integer paths: x quantized per block of 32 to two 8-bit parts, the weights' integers exact;
+ * the error is at most sum over blocks of (max |x| / 127 / 508) sum |w| beyond the f32 rounding
+ * (cpu/quant_int_x86.h), and the integer paths give the same bits as each other.
+ * Each output's operations depend on its row and column only, so every thread count gives the same
+ * bits (not those of gp_quant_matmul_f32). */
 #define GP_QUANT_WS_MIN_M 5 /* at M = 5 the f32 path is still faster (bench/quant-notes.md) */
-/* The VNNI path (cpu/quant_vnni.c) for the k-quants from this many rows (at 6 it only matches
+/* The integer paths (cpu/quant_int_x86.h) for the k-quants from this many rows (at 6 it only matches
  * the f32 path: each superblock's 6-bit scales are decoded column by column); the formats of
  * 32-element blocks take it from GP_QUANT_WS_MIN_M + 1 (bench/quant-notes.md). */
 #define GP_QUANT_VNNI_MIN_M 8
@@ -113,7 +122,8 @@ int gp_quant_isa_supported(int isa);
  * unsupported. Meant for tests and benchmarks, not to be called while products run. */
 int gp_quant_force_isa(int isa);
 /* The path gp_quant_matmul_f32 uses now, and a name for one ("portable", "avx2", "avx512",
- * "vnni", "amx"). AUTO prefers amx, vnni, avx512, avx2, portable, in that order. */
+ * "vnni", "amx", "avxvnni"). AUTO prefers amx, vnni, avx512, avxvnni, avx2, portable, in that
+ * order. */
 int gp_quant_isa(void);
 const char *gp_quant_isa_name(int isa);
 

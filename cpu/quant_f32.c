@@ -63,11 +63,36 @@ void gp_quant_matmul_f32(gp_dtype wt, const void *w, int64_t n0, int64_t n1, con
         return;
     gp_qf32_fn fn = qf32_portable;
 #if defined(__x86_64__) && defined(__GNUC__)
-    static const gp_qf32_fn fns[GP_QUANT_ISA_COUNT] = {qf32_portable, gp_qf32_avx2, gp_qf32_avx512,
-                                                       gp_qf32_avx512, gp_qf32_avx512};
+    static const gp_qf32_fn fns[GP_QUANT_ISA_COUNT] = {qf32_portable,  gp_qf32_avx2,
+                                                       gp_qf32_avx512, gp_qf32_avx512,
+                                                       gp_qf32_avx512, gp_qf32_avx2};
     fn = fns[gp_quant_isa()];
 #endif
     fn(wt, w, n0, n1, x, ldx, M, K, y, ldy);
+}
+
+/* Every block format has an integer form (cpu/quant_int_x86.h). */
+int gp_qint_supports(gp_dtype wt)
+{
+    return gp_dtype_is_quant(wt);
+}
+
+/* The integer path of each gp_quant_isa (NULL: none; amx has its own): AVX-512 without VNNI
+ * takes the AVX2 variant. */
+static const gp_qint_path *qint_path(int isa)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    static const gp_qint_path *const paths[GP_QUANT_ISA_COUNT] = {
+        [GP_QUANT_ISA_AVX2] = &gp_qint_avx2,
+        [GP_QUANT_ISA_AVX512] = &gp_qint_avx2,
+        [GP_QUANT_ISA_VNNI] = &gp_qint_avx512,
+        [GP_QUANT_ISA_AVXVNNI] = &gp_qint_avxvnni,
+    };
+    return isa >= 0 && isa < GP_QUANT_ISA_COUNT ? paths[isa] : NULL;
+#else
+    (void)isa;
+    return NULL;
+#endif
 }
 
 int gp_quant_matmul_ws_taken(gp_dtype wt, int64_t M, int64_t K, const void *ws, size_t ws_size)
@@ -76,7 +101,7 @@ int gp_quant_matmul_ws_taken(gp_dtype wt, int64_t M, int64_t K, const void *ws, 
     int isa = gp_quant_isa();
     return M > GP_QUANT_WS_MIN_M && ws && (int64_t)ws_size >= gp_quant_matmul_ws_bytes(M, K) &&
            (isa == GP_QUANT_ISA_AMX ||
-            (isa == GP_QUANT_ISA_VNNI && gp_qvnni_supports(wt) &&
+            (qint_path(isa) && gp_qint_supports(wt) &&
              (gp_dtype_block(wt) == 32 || M >= GP_QUANT_VNNI_MIN_M)));
 }
 
@@ -90,10 +115,11 @@ int gp_quant_matmul_ws(gp_dtype wt, const void *w, int64_t N, const float *x, in
         return 0;
     if (N > 0 && gp_quant_isa() == GP_QUANT_ISA_AMX) {
         gp_qamx(wt, w, N, x, ldx, M, K, y, ldy, ws, ith, nth);
-    } else if (N > 0) { /* vnni: this thread's rows, all columns */
+    } else if (N > 0) { /* integer: this thread's rows, all columns */
+        const gp_qint_path *p = qint_path(gp_quant_isa());
         int64_t m0 = M * ith / nth, m1 = M * (ith + 1) / nth;
-        gp_qvnni_prep(x, ldx, M, K, ws, m0, m1);
-        gp_qvnni_cols(wt, w, 0, N, M, K, y, ldy, ws, m0, m1);
+        p->prep(x, ldx, M, K, ws, m0, m1);
+        p->cols(wt, w, 0, N, M, K, y, ldy, ws, m0, m1);
     }
     return 1;
 }
@@ -101,8 +127,9 @@ int gp_quant_matmul_ws(gp_dtype wt, const void *w, int64_t N, const float *x, in
 void gp_quant_matmul_ws_prep(const float *x, int64_t ldx, int64_t M, int64_t K, void *ws, int ith,
                              int nth)
 {
-    if (gp_quant_isa() == GP_QUANT_ISA_VNNI) {
-        gp_qvnni_prep(x, ldx, M, K, ws, M * ith / nth, M * (ith + 1) / nth);
+    const gp_qint_path *p = qint_path(gp_quant_isa());
+    if (p) {
+        p->prep(x, ldx, M, K, ws, M * ith / nth, M * (ith + 1) / nth);
         return;
     }
     int64_t mt = (M + 15) / 16;
@@ -113,8 +140,9 @@ void gp_quant_matmul_ws_cols(gp_dtype wt, const void *w, int64_t n0, int64_t n1,
                              int64_t K, float *y, int64_t ldy, const void *ws)
 {
     GP_ASSERT(0 <= n0 && n0 <= n1 && (M <= 1 || ldy >= n1));
-    if (gp_quant_isa() == GP_QUANT_ISA_VNNI) {
-        gp_qvnni_cols(wt, w, n0, n1, M, K, y, ldy, ws, 0, M);
+    const gp_qint_path *p = qint_path(gp_quant_isa());
+    if (p) {
+        p->cols(wt, w, n0, n1, M, K, y, ldy, ws, 0, M);
         return;
     }
     gp_qamx_cols(wt, w, n0, n1, M, K, y, ldy, ws, 0, (M + 15) / 16);

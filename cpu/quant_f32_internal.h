@@ -36,14 +36,26 @@ void gp_qamx_prep(const float *x, int64_t ldx, int64_t M, int64_t K, void *ws, i
 void gp_qamx_cols(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t M, int64_t K,
                   float *y, int64_t ldy, const void *ws, int64_t mt0, int64_t mt1);
 
-/* cpu/quant_vnni.c: the integer path of gp_quant_matmul_ws on AVX-512 VNNI (no AMX), for the
- * formats gp_qvnni_supports takes; prep quantizes rows [m0, m1) of x into ws (gp_qvnni_ws_bytes),
- * cols computes columns [n0, n1) of rows [m0, m1). */
-int gp_qvnni_supports(gp_dtype wt);
-int64_t gp_qvnni_ws_bytes(int64_t M, int64_t K);
-void gp_qvnni_prep(const float *x, int64_t ldx, int64_t M, int64_t K, void *ws, int64_t m0,
-                   int64_t m1);
-void gp_qvnni_cols(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t M, int64_t K,
-                   float *y, int64_t ldy, const void *ws, int64_t m0, int64_t m1);
+/* cpu/quant_int_*.c: the integer path of gp_quant_matmul_ws where there is no AMX
+ * (cpu/quant_int_x86.h), for the formats gp_qint_supports takes; prep quantizes rows [m0, m1) of
+ * x into ws (gp_qint_ws_bytes), cols computes columns [n0, n1) of rows [m0, m1). One variant per
+ * instruction set, all giving the same bits; quant_f32.c picks one by gp_quant_isa. */
+typedef struct {
+    void (*prep)(const float *x, int64_t ldx, int64_t M, int64_t K, void *ws, int64_t m0,
+                 int64_t m1);
+    void (*cols)(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t M, int64_t K,
+                 float *y, int64_t ldy, const void *ws, int64_t m0, int64_t m1);
+} gp_qint_path;
+extern const gp_qint_path gp_qint_avx512; /* AVX-512 VNNI */
+extern const gp_qint_path gp_qint_avxvnni; /* AVX-VNNI on ymm */
+extern const gp_qint_path gp_qint_avx2;    /* AVX2: vpmaddubsw + vpmaddwd */
+
+int gp_qint_supports(gp_dtype wt);
+/* x's two 8-bit parts (2 M K bytes) and 24 bytes of scale and sums per row and block of 32: at
+ * most gp_quant_matmul_ws_bytes(M, K) = 4 K (M rounded up to 16) */
+static inline int64_t gp_qint_ws_bytes(int64_t M, int64_t K)
+{
+    return 2 * M * K + 24 * M * (K / 32);
+}
 
 #endif

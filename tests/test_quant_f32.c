@@ -9,7 +9,7 @@
 
 #include "cpu/cpu_kernels.h"
 #include "cpu/quant.h"
-#include "cpu/quant_f32_internal.h" /* gp_qvnni_supports */
+#include "cpu/quant_f32_internal.h" /* gp_qint_supports, gp_qint_ws_bytes */
 #include "tests/testutil.h"
 
 static const gp_dtype types[] = {GP_Q4_0, GP_Q4_1, GP_Q5_0, GP_Q5_1,
@@ -344,7 +344,7 @@ static void test_amx(void)
                                          (size_t)gp_quant_matmul_ws_bytes(6, K) - 1, 0, 1) == 0);
             CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_VNNI) == 0);
             CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 6, K, y, p.ldy, ws, wsz, 0, 1) ==
-                      0); /* vnni: fewer than GP_QUANT_VNNI_MIN_M rows */
+                      (gp_dtype_block(p.t) == 32)); /* vnni: k-quants from GP_QUANT_VNNI_MIN_M */
             CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AMX) == 0);
             free(y);
             free(y2);
@@ -356,31 +356,63 @@ static void test_amx(void)
     CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
 }
 
-/* The integer path on AVX-512 VNNI (q4_0, q4_1, q8_0, M > GP_QUANT_WS_MIN_M): within the bound of
- * x's two 8-bit parts, sum over blocks of (d / 508) sum |w| with d = max |x| / 127 of the block,
- * plus the f32 sum's; the same bits for every split of rows (one phase) and of columns (two
- * phases); other formats not taken. */
+/* The integer paths (cpu/quant_int_x86.h), each the CPU has, forced through gp_quant_force_isa;
+ * avx512 (no VNNI) runs the avx2 variant. */
+static const int int_isas[] = {GP_QUANT_ISA_VNNI, GP_QUANT_ISA_AVXVNNI, GP_QUANT_ISA_AVX2,
+                               GP_QUANT_ISA_AVX512};
+#define NINT 4
+
+/* The bound of x's two 8-bit parts on y[m, n]: sum over blocks of (d / 508) sum |w| with d = max |x|
+ * / 127 of the block, plus the f32 sum's. */
+static int int_within(const problem *p, int m, int n, float y, double *worst)
+{
+    int K = p->K;
+    double g = 2.0 * (K / 32 + 8) * 0x1p-24, bound = 0, mag = 0;
+    for (int b = 0; b < K / 32; b++) {
+        double amax = 0, sw = 0, wmax = 0, sx = 0;
+        for (int i = 0; i < 32; i++) {
+            double xv = fabs(p->x[(size_t)m * p->ldx + b * 32 + i]);
+            double wv = fabs(p->wf[(size_t)n * K + b * 32 + i]);
+            amax = xv > amax ? xv : amax;
+            wmax = wv > wmax ? wv : wmax;
+            sw += wv;
+            sx += xv;
+            mag += xv * wv;
+        }
+        bound += amax / 127 / 508 * sw * (1 + 1e-3);
+        /* the f32 roundings fall on d q = w - m, not w: |x| (|w| + |m|), with |m| at most twice a
+         * group's largest |w| */
+        mag += 2 * wmax * sx;
+    }
+    double e = fabs(y - p->ref[m * p->N + n]);
+    if (e / (bound + 1e-30) > *worst)
+        *worst = e / (bound + 1e-30);
+    return e <= bound + g * mag + 1e-30;
+}
+
+/*
+ * Every integer path, every format, M > GP_QUANT_WS_MIN_M: within the bound of x's two 8-bit parts
+ * (int_within); the same bits for every split of rows (one phase) and of columns (two phases); the
+ * same bits on every path (the first one available gives the bits the others must match); the
+ * k-quants not taken below GP_QUANT_VNNI_MIN_M rows.
+ */
 static void test_vnni(void)
 {
-    if (gp_quant_force_isa(GP_QUANT_ISA_VNNI) != 0) {
-        printf("(vnni not available here: skipped) ");
-        return;
-    }
     static const int Ks[] = {64, 544, 1056, 1280}; /* 1056: tiles of 512, 512, 32; 1280: k-quants */
     static const int Ms[] = {6, GP_QUANT_VNNI_MIN_M, 70}; /* 6: not taken by the k-quants */
     double worst = 0;
-    int checked = 0;
-    for (int t = 0; t < NTYPES; t++) {
-        if (!gp_qvnni_supports(types[t])) {
-            problem p;
-            problem_make(&p, types[t], 8, 256, 40);
-            size_t wsz = (size_t)gp_quant_matmul_ws_bytes(40, 256);
-            void *ws = malloc(wsz);
-            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 40, 256, ws, wsz));
-            free(ws);
-            problem_free(&p);
-            continue;
+    int checked = 0, paths = 0;
+    for (int i = 0; i < NINT; i++)
+        if (gp_quant_isa_supported(int_isas[i])) {
+            printf("%s ", gp_quant_isa_name(int_isas[i]));
+            paths++;
         }
+    if (!paths) {
+        printf("(no integer path here: skipped) ");
+        return;
+    }
+    for (int t = 0; t < NTYPES; t++) {
+        CU_ASSERT(gp_qint_supports(types[t]));
         for (int ki = 0; ki < 4; ki++) {
             int K = Ks[ki], N = 45; /* a full tile of 32 columns and 13 more */
             if (K % gp_dtype_block(types[t]))
@@ -390,73 +422,156 @@ static void test_vnni(void)
             size_t wsz = (size_t)gp_quant_matmul_ws_bytes(70, K);
             void *ws = malloc(wsz);
             float *y = malloc((size_t)70 * p.ldy * sizeof *y), *y2 = malloc((size_t)70 * p.ldy * sizeof *y2);
-            for (int mi = 0; mi < 3; mi++) {
-                int M = Ms[mi], bad = 0, split = 0, pad = 0;
-                if (gp_dtype_block(p.t) != 32 && M < GP_QUANT_VNNI_MIN_M) {
-                    CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, M, K, ws, wsz));
+            float *y0[3] = {NULL, NULL, NULL}; /* the first path's y for each M */
+            for (int pi = 0; pi < NINT; pi++) {
+                if (gp_quant_force_isa(int_isas[pi]) != 0)
                     continue;
-                }
-                for (int i = 0; i < 70 * p.ldy; i++)
-                    y[i] = y2[i] = -1234.5f;
-                CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y, p.ldy, ws, wsz, 0,
-                                             1) == 1);
-                double g = 2.0 * (K / 32 + 8) * 0x1p-24;
-                for (int m = 0; m < M; m++) {
-                    for (int n = 0; n < N; n++) {
-                        /* the f32 roundings fall on d q = w - m, not w: |x| (|w| + |m|), with
-                         * |m| at most twice a group's largest |w| */
-                        double bound = 0, mag = 0;
-                        for (int b = 0; b < K / 32; b++) {
-                            double amax = 0, sw = 0, wmax = 0, sx = 0;
-                            for (int i = 0; i < 32; i++) {
-                                double xv = fabs(p.x[(size_t)m * p.ldx + b * 32 + i]);
-                                double wv = fabs(p.wf[(size_t)n * K + b * 32 + i]);
-                                amax = xv > amax ? xv : amax;
-                                wmax = wv > wmax ? wv : wmax;
-                                sw += wv;
-                                sx += xv;
-                                mag += xv * wv;
-                            }
-                            bound += amax / 127 / 508 * sw * (1 + 1e-3);
-                            mag += 2 * wmax * sx;
-                        }
-                        double e = fabs(y[m * p.ldy + n] - p.ref[m * N + n]);
-                        bad += !(e <= bound + g * mag + 1e-30);
-                        worst = e / (bound + 1e-30) > worst ? e / (bound + 1e-30) : worst;
-                        checked++;
+                const char *pname = gp_quant_isa_name(int_isas[pi]);
+                for (int mi = 0; mi < 3; mi++) {
+                    int M = Ms[mi], bad = 0, split = 0, pad = 0, other = 0;
+                    CU_ASSERT(gp_qint_ws_bytes(M, K) <= gp_quant_matmul_ws_bytes(M, K));
+                    if (gp_dtype_block(p.t) != 32 && M < GP_QUANT_VNNI_MIN_M) {
+                        CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, M, K, ws, wsz));
+                        continue;
                     }
-                    for (int n = N; n < p.ldy; n++)
-                        pad += y[m * p.ldy + n] != -1234.5f;
+                    for (int i = 0; i < 70 * p.ldy; i++)
+                        y[i] = y2[i] = -1234.5f;
+                    CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y, p.ldy, ws, wsz,
+                                                 0, 1) == 1);
+                    for (int m = 0; m < M; m++) {
+                        for (int n = 0; n < N; n++) {
+                            bad += !int_within(&p, m, n, y[m * p.ldy + n], &worst);
+                            checked++;
+                        }
+                        for (int n = N; n < p.ldy; n++)
+                            pad += y[m * p.ldy + n] != -1234.5f;
+                    }
+                    for (int i = M * p.ldy; i < 70 * p.ldy; i++)
+                        pad += y[i] != -1234.5f;
+                    if (!y0[mi]) {
+                        y0[mi] = malloc((size_t)M * p.ldy * sizeof *y);
+                        memcpy(y0[mi], y, (size_t)M * p.ldy * sizeof *y);
+                    }
+                    for (int m = 0; m < M; m++)
+                        other += memcmp(y0[mi] + m * p.ldy, y + m * p.ldy, (size_t)N * sizeof *y) != 0;
+                    /* rows split over 3 threads, one phase */
+                    for (int ith = 2; ith >= 0; ith--)
+                        CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y2, p.ldy, ws,
+                                                     wsz, ith, 3) == 1);
+                    for (int m = 0; m < M; m++)
+                        split += memcmp(y + m * p.ldy, y2 + m * p.ldy, (size_t)N * sizeof *y) != 0;
+                    /* two phases: rows by 2 threads, then columns in parts (8 and 32 column tiles) */
+                    static const int cuts[] = {0, 8, 32, 45};
+                    memset(y2, 0, (size_t)70 * p.ldy * sizeof *y2);
+                    CU_ASSERT(gp_quant_matmul_ws_taken(p.t, M, K, ws, wsz));
+                    gp_quant_matmul_ws_prep(p.x, p.ldx, M, K, ws, 1, 2);
+                    gp_quant_matmul_ws_prep(p.x, p.ldx, M, K, ws, 0, 2);
+                    for (int c = 2; c >= 0; c--)
+                        gp_quant_matmul_ws_cols(p.t, p.w, cuts[c], cuts[c + 1], M, K, y2, p.ldy,
+                                                ws);
+                    for (int m = 0; m < M; m++)
+                        split += memcmp(y + m * p.ldy, y2 + m * p.ldy, (size_t)N * sizeof *y) != 0;
+                    if (bad || split || pad || other)
+                        printf("\n%s %s M %d K %d: %d past the bound, %d rows differ by splits, "
+                               "%d pad, %d rows differ from the first path\n",
+                               tname[t], pname, M, K, bad, split, pad, other);
+                    CU_ASSERT(bad == 0 && split == 0 && pad == 0 && other == 0);
                 }
-                for (int i = M * p.ldy; i < 70 * p.ldy; i++)
-                    pad += y[i] != -1234.5f;
-                /* rows split over 3 threads, one phase */
-                for (int ith = 2; ith >= 0; ith--)
-                    CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y2, p.ldy, ws, wsz,
-                                                 ith, 3) == 1);
-                for (int m = 0; m < M; m++)
-                    split += memcmp(y + m * p.ldy, y2 + m * p.ldy, (size_t)N * sizeof *y) != 0;
-                /* two phases: rows by 2 threads, then columns in parts of whole 32-column tiles */
-                static const int cuts[] = {0, 32, 45};
-                memset(y2, 0, (size_t)70 * p.ldy * sizeof *y2);
-                CU_ASSERT(gp_quant_matmul_ws_taken(p.t, M, K, ws, wsz));
-                gp_quant_matmul_ws_prep(p.x, p.ldx, M, K, ws, 1, 2);
-                gp_quant_matmul_ws_prep(p.x, p.ldx, M, K, ws, 0, 2);
-                for (int c = 1; c >= 0; c--)
-                    gp_quant_matmul_ws_cols(p.t, p.w, cuts[c], cuts[c + 1], M, K, y2, p.ldy, ws);
-                for (int m = 0; m < M; m++)
-                    split += memcmp(y + m * p.ldy, y2 + m * p.ldy, (size_t)N * sizeof *y) != 0;
-                if (bad || split || pad)
-                    printf("\n%s vnni M %d K %d: %d past the bound, %d rows differ by splits, %d "
-                           "pad\n", tname[t], M, K, bad, split, pad);
-                CU_ASSERT(bad == 0 && split == 0 && pad == 0);
+                CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, GP_QUANT_WS_MIN_M, K, ws, wsz));
             }
-            CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, GP_QUANT_WS_MIN_M, K, ws, wsz));
+            for (int mi = 0; mi < 3; mi++)
+                free(y0[mi]);
             free(y);
             free(y2);
             free(ws);
             problem_free(&p);
         }
+    }
+    printf("(largest |y - ref| / bound: %.2g) ", worst);
+    CU_ASSERT(checked > 0);
+    CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
+}
+
+/*
+ * The integer paths at the edges of their integer ranges, where vpmaddubsw's int16 sums would
+ * saturate first: weight bytes all 0xff (q 15, 31, 63, q8_0 -1), all 0x80 (q8_0 -128, q6_k scales
+ * -128) or drawn from {0x00, 0x0f, 0x7f, 0x80, 0xf0, 0xff}, block by block; x = +-1 per block all
+ * alike or mixed (x's parts +-127 and 0). Every path within the bound and bit for bit the first's.
+ */
+static void test_int_extremes(void)
+{
+    enum { N = 37, K = 512, M = 9 };
+    static const uint8_t pick[] = {0x00, 0x0f, 0x7f, 0x80, 0xf0, 0xff};
+    double worst = 0;
+    int checked = 0;
+    for (int t = 0; t < NTYPES; t++) {
+        problem p;
+        problem_make(&p, types[t], N, K, M);
+        size_t rb = gp_dtype_row_bytes(p.t, K), bb = gp_dtype_block_bytes(p.t);
+        int qk = (int)gp_dtype_block(p.t);
+        /* where each block keeps its f16 d (and m or dmin), set to finite values below */
+        int hd = p.t == GP_Q6_K ? 208 : 0, nh = p.t == GP_Q4_1 || p.t == GP_Q5_1 ||
+                                                         p.t == GP_Q4_K || p.t == GP_Q5_K ? 2 : 1;
+        for (int n = 0; n < N; n++)
+            for (int b = 0; b < K / qk; b++) {
+                uint8_t *blk = p.w + (size_t)n * rb + (size_t)b * bb;
+                uint64_t r = gp_test_rand(&rng) % 3;
+                for (size_t i = 0; i < bb; i++)
+                    blk[i] = r == 0 ? 0xff : r == 1 ? 0x80 : pick[gp_test_rand(&rng) % 6];
+                for (int h = 0; h < nh; h++) {
+                    uint16_t f = h ? 0xb800 : 0x3c00; /* 1, -0.5 */
+                    memcpy(blk + hd + 2 * h, &f, 2);
+                }
+            }
+        for (int n = 0; n < N; n++)
+            gp_quant_dequantize_row(p.t, p.w + (size_t)n * rb, p.wf + (size_t)n * K, K);
+        for (int m = 0; m < M; m++)
+            for (int b = 0; b < K / 32; b++) {
+                uint64_t r = gp_test_rand(&rng) % 3;
+                for (int i = 0; i < 32; i++)
+                    p.x[(size_t)m * p.ldx + b * 32 + i] =
+                        r == 0 ? 1.0f : r == 1 ? -1.0f : gp_test_rand(&rng) % 2 ? 1.0f : -1.0f;
+            }
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                double s = 0, a = 0;
+                for (int k = 0; k < K; k++) {
+                    double v = (double)p.x[(size_t)m * p.ldx + k] * p.wf[(size_t)n * K + k];
+                    s += v;
+                    a += fabs(v);
+                }
+                p.ref[m * N + n] = s;
+                p.mag[m * N + n] = a;
+            }
+        size_t wsz = (size_t)gp_quant_matmul_ws_bytes(M, K);
+        void *ws = malloc(wsz);
+        float *y = malloc((size_t)M * p.ldy * sizeof *y), *y0 = NULL;
+        for (int pi = 0; pi < NINT; pi++) {
+            if (gp_quant_force_isa(int_isas[pi]) != 0)
+                continue;
+            int bad = 0, other = 0;
+            CU_ASSERT_FATAL(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y, p.ldy, ws, wsz,
+                                               0, 1) == 1);
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) {
+                    bad += !int_within(&p, m, n, y[m * p.ldy + n], &worst);
+                    checked++;
+                }
+            if (!y0) {
+                y0 = malloc((size_t)M * p.ldy * sizeof *y0);
+                memcpy(y0, y, (size_t)M * p.ldy * sizeof *y);
+            }
+            for (int m = 0; m < M; m++)
+                other += memcmp(y0 + m * p.ldy, y + m * p.ldy, (size_t)N * sizeof *y) != 0;
+            if (bad || other)
+                printf("\n%s %s extremes: %d past the bound, %d rows differ from the first path\n",
+                       tname[t], gp_quant_isa_name(int_isas[pi]), bad, other);
+            CU_ASSERT(bad == 0 && other == 0);
+        }
+        free(y0);
+        free(y);
+        free(ws);
+        problem_free(&p);
     }
     printf("(largest |y - ref| / bound: %.2g) ", worst);
     CU_ASSERT(checked > 0);
@@ -526,5 +641,6 @@ void gp_suite_quant_f32(void)
     CU_add_test(s, "column ranges", test_ranges);
     CU_add_test(s, "amx prompts vs double, thread counts", test_amx);
     CU_add_test(s, "amx matmul node: one phase = two phases", test_amx_node);
-    CU_add_test(s, "vnni prompts: within x's quantization bound, splits", test_vnni);
+    CU_add_test(s, "integer paths: within x's quantization bound, splits, paths agree", test_vnni);
+    CU_add_test(s, "integer paths at the int16 edges (maddubs)", test_int_extremes);
 }

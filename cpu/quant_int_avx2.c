@@ -1,0 +1,6 @@
+/* gp_quant_matmul_ws's integer path on AVX2 (vpmaddubsw + vpmaddwd; cpu/quant_int_x86.h), built
+ * with AVX2 + FMA + F16C only (cpu/CMakeLists.txt); chosen at run time by cpu/quant_f32.c. */
+#define QI_BITS 256
+#define QI_MADDUBS 1
+#define QI_PATH gp_qint_avx2
+#include "cpu/quant_int_x86.h"
