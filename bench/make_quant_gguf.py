@@ -3,7 +3,7 @@
 and struct only (no `gguf` package: the GPU machine may lack it), for timing gplan's CUDA kernels
 side by side with llama.cpp on the same file (bench/gpu_gguf.sh).
 
-usage: make_quant_gguf.py OUT.gguf --shape llama3-8b|llama3.2-1b [--mix q4_k_m|q4_0]
+usage: make_quant_gguf.py OUT.gguf --shape llama3-8b|llama3.2-1b [--mix q4_k_m|q4_0|q8_0]
 Block bytes are random, every block's f16 scales (d, and m / dmin where the type has them) drawn
 in [1e-3, 3e-3], a tenth of that for the k-quants (whose 6- or 8-bit sub-scales multiply them), so
 that weights are of a real model's size (a few 1e-2) and activations stay finite (the logits are
@@ -14,6 +14,7 @@ makes them:
   q4_k_m: q4_k everywhere; attn_v and ffn_down in q6_k on llama.cpp's "more bits" layers (the
           first and last eighth, and every third between: half of them at 32 layers); output q6_k.
   q4_0:   q4_0 everywhere, output q6_k (llama-quantize gives the head q6_k unless asked not to).
+  q8_0:   q8_0 everywhere, the head too.
 The file is written in large repeated slices of one random buffer per type (fast: the bytes'
 values do not matter for timing)."""
 import argparse
@@ -46,7 +47,7 @@ TYPES = {
     "q5_k": (13, 256, 176, (0, 2)),
     "q6_k": (14, 256, 210, (208,)),
 }
-FILE_TYPE = {"q4_0": 2, "q4_k_m": 15}  # llama.cpp's general.file_type values
+FILE_TYPE = {"q4_0": 2, "q8_0": 7, "q4_k_m": 15}  # llama.cpp's general.file_type values
 ALIGN = 32
 
 U32, I32, F32, STR, ARR = 4, 5, 6, 8, 9
@@ -84,10 +85,10 @@ def more_bits(i, n):
 def tensors(s, mix):
     """(name, ggml dims (fastest first), type) in file order."""
     h, d = s["hidden"], s["hidden"] // s["heads"]
-    base = "q4_k" if mix == "q4_k_m" else "q4_0"
+    base = "q4_k" if mix == "q4_k_m" else mix
     out = [("token_embd.weight", (h, s["vocab"]), base),
            ("output_norm.weight", (h,), "f32"),
-           ("output.weight", (h, s["vocab"]), "q6_k")]
+           ("output.weight", (h, s["vocab"]), "q8_0" if mix == "q8_0" else "q6_k")]
     for i in range(s["layers"]):
         p = f"blk.{i}."
         six = "q6_k" if mix == "q4_k_m" and more_bits(i, s["layers"]) else base

@@ -587,8 +587,19 @@ static int launch_qdot(gp_cu_ctx *c, const QDD &d, const float *x, int64_t ldx, 
         }
         allowed |= 1u << dev;
     }
+    /* as many blocks as are resident at once (the rows are grid-strided), from the occupancy of
+     * this instance at this shared memory (the last asked kept: one size per product) */
+    static std::atomic<int64_t> occ; /* smem << 8 | blocks a multiprocessor */
+    int64_t o = occ.load(), bps = (o >> 8) == (int64_t)smem ? (o & 255) : 0;
+    if (!bps) {
+        int nb = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k, QD_THREADS, smem) != cudaSuccess)
+            cudaGetLastError();
+        bps = nb > 0 ? (nb < 255 ? nb : 255) : 1;
+        occ.store((int64_t)smem << 8 | bps);
+    }
     int64_t most = rows0 > rows1 ? rows0 : rows1, want = (most + QD_WARPS - 1) / QD_WARPS;
-    int64_t cap = (int64_t)(c->n_sm > 0 ? c->n_sm : 132) * (smem <= (100 << 10) ? 2 : 1);
+    int64_t cap = (int64_t)(c->n_sm > 0 ? c->n_sm : 132) * bps;
     unsigned blocks = (unsigned)(want < cap ? want : cap);
     gp_cu_launch(c, k, dim3(blocks), dim3(QD_THREADS), smem, d, x, ldx, K, M, msym, c->d_syms, e,
                  eo, nm, rows0, rows1);
