@@ -109,23 +109,6 @@ static int check_io(const gp_plan *p, char *err, size_t err_len)
     return 0;
 }
 
-/* rope's freq_factors input (llama.cpp's rope_freqs tensor) and LongRoPE's attention factor have
- * no CUDA kernel yet (CPU only). */
-static int check_rope_freq_factors(const gp_plan *p, char *err, size_t err_len)
-{
-    for (int i = 0; i < p->n_nodes; i++) {
-        const gp_plan_node *nd = &p->nodes[i];
-        if (nd->op == GP_OP_ROPE &&
-            (nd->n_inputs > 2 || nd->attrs.i[GP_ROPE_SCALING] == GP_ROPE_LONGROPE)) {
-            snprintf(err, err_len, "cuda: node %d (rope, line %d): rope %s has no CUDA kernel "
-                     "yet; run this plan with --backend cpu", i, nd->line,
-                     nd->n_inputs > 2 ? "freq_factors" : "scaling longrope");
-            return -1;
-        }
-    }
-    return 0;
-}
-
 /* all_reduce nodes go to NCCL as flat arrays: input and output contiguous at every size (packed
  * strides, only the first dim symbolic), one dtype NCCL sums, the same shape, and the output
  * either the input's bytes (in place) or disjoint from them. */
@@ -209,7 +192,7 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
         snprintf(err, err_len, "cuda: device %d out of range (%d devices)", init->device, ndev);
         return -1;
     }
-    if (check_io(p, err, err_len) || check_rope_freq_factors(p, err, err_len))
+    if (check_io(p, err, err_len))
         return -1;
     if (init->n_ranks > 1 && (!init->comm || init->rank < 0 || init->rank >= init->n_ranks ||
                               init->n_ranks != p->n_devices)) {

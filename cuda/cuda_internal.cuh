@@ -113,9 +113,12 @@ __device__ __forceinline__ double rope_freq(const gp_cu_rope &r, int64_t i)
 __device__ __forceinline__ void rope_cos_sin(const gp_cu_rope &r, double p, int64_t i, float *c,
                                              float *s)
 {
-    double ang = p * rope_freq(r, i);
-    *c = (float)cos(ang);
-    *s = (float)sin(ang);
+    double f = rope_freq(r, i);
+    if (r.ff) /* llama.cpp's rope_freqs, LongRoPE's factors: the frequency over the pair's */
+        f /= (double)*(const float *)(r.ff + i * r.ff_nb);
+    double ang = p * f;
+    *c = (float)cos(ang) * r.mscale;
+    *s = (float)sin(ang) * r.mscale;
 }
 
 /* ld_f in two steps: an element's bits (its 2 or 4 bytes), then their value. A row's loads can then

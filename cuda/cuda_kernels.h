@@ -215,6 +215,12 @@ typedef struct {
     int64_t orig_len;
     double factor;
     float low, high;
+    /* the rope's freq_factors input (f32 [n / 2], element i at ff + i ff_nb; NULL: none), each
+     * pair's frequency divided by its factor; mscale: LongRoPE's attention factor on the cosines
+     * and sines (else 1) */
+    const char *ff;
+    int64_t ff_nb;
+    float mscale;
 } gp_cu_rope;
 
 /* The rope node's attributes as a gp_cu_rope (on; dtype: the output's). */

@@ -442,6 +442,7 @@ extern "C" gp_cu_rope gp_cuda_rope_of(const gp_attrs *a, gp_dtype dtype)
     r.n = a->i[GP_ROPE_N_DIMS];
     r.theta = a->f[GP_ROPE_THETA];
     r.dtype = dtype;
+    r.mscale = scaling == GP_ROPE_LONGROPE ? (float)a->f[GP_ROPE_FACTOR] : 1.0f;
     if (scaling == GP_ROPE_LINEAR) { /* linear scaling (ir/core.h) */
         r.orig_len = GP_ROPE_LINEAR;
         r.factor = a->f[GP_ROPE_FACTOR];
@@ -861,8 +862,13 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         }
         if (kt_count(o, 4) == 0)
             return 0;
-        gp_cu_launch(c, k_rope, rows_grid(o), 128, 0, gp_cuda_rope_of(a, out->dtype), o, x, p,
-                     c->d_syms);
+        gp_cu_rope rp = gp_cuda_rope_of(a, out->dtype);
+        if (n_in > 2) {
+            KT ff = gp_kt_of(c, &in[2]);
+            rp.ff = ff.p;
+            rp.ff_nb = ff.nb[3];
+        }
+        gp_cu_launch(c, k_rope, rows_grid(o), 128, 0, rp, o, x, p, c->d_syms);
         return gp_cu_check_launch(c, "rope");
     }
     case GP_OP_GET_ROWS: {

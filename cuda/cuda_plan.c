@@ -702,6 +702,10 @@ static int rope_source(const cuda_be *b, const int *uses, int id, int pos, gp_cu
         return 0;
     const gp_plan_node *nd = &p->nodes[n];
     *r = gp_cuda_rope_of(&nd->attrs, t->dtype);
+    if (nd->n_inputs > 2) { /* freq_factors: a 1-d f32 tensor */
+        r->ff = (const char *)b->nodes[n].in[2].data;
+        r->ff_nb = b->nodes[n].in[2].nb[0];
+    }
     *node = n;
     *src = nd->inputs[0];
     return 1;
@@ -1065,7 +1069,8 @@ static void plan_rope_tables(cuda_be *b, float *tabs)
                 const gp_cu_rope_tab *t = &b->rope_tabs[j];
                 if (t->rope.theta == r->theta && t->rope.n == r->n &&
                     t->rope.orig_len == r->orig_len && t->rope.factor == r->factor &&
-                    t->rope.low == r->low && t->rope.high == r->high &&
+                    t->rope.low == r->low && t->rope.high == r->high && t->rope.ff == r->ff &&
+                    t->rope.ff_nb == r->ff_nb && t->rope.mscale == r->mscale &&
                     t->pos.data == cn->dec.pos.data)
                     break;
             }

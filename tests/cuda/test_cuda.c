@@ -74,7 +74,7 @@ void gp_suite_cuda(void)
     CU_add_test(s, "quant: Llama q4_k, q8_0, q4_1: CUDA vs CPU, no eval allocations",
                 test_quant_model);
     CU_add_test(s, "quant: speed of the products (printed)", test_quant_speed);
-    CU_add_test(s, "families: rope with llama3 and linear scaling", test_fam_rope);
+    CU_add_test(s, "families: rope with llama3, linear and LongRoPE scaling, freq_factors", test_fam_rope);
     CU_add_test(s, "families: scale's softcap, rms_norm's weight offset", test_fam_scale_norm);
     CU_add_test(s, "families: ring stores, alone and paired", test_fam_store_ring);
     CU_add_test(s, "families: attention with windows, rings, soft-capping", test_fam_attention);

@@ -244,9 +244,9 @@ void test_attention_decode(void)
                     /* ropes: none, both rotate-half, both interleaved, q rotate-half and k
                      * interleaved with another theta, k only */
                     int rv = idx % 5;
-                    gp_cu_rope rn = {1, 0, D - 16, 10000.0, GP_F32, 0, 0, 0, 0},
-                               ri = {1, 1, D / 2, 10000.0, GP_F32, 0, 0, 0, 0};
-                    gp_cu_rope off = {0, 0, 0, 0.0, GP_F32, 0, 0, 0, 0}, rk2 = ri;
+                    gp_cu_rope rn = {1, 0, D - 16, 10000.0, GP_F32, 0, 0, 0, 0, NULL, 0, 1.0f},
+                               ri = {1, 1, D / 2, 10000.0, GP_F32, 0, 0, 0, 0, NULL, 0, 1.0f};
+                    gp_cu_rope off = {0, 0, 0, 0.0, GP_F32, 0, 0, 0, 0, NULL, 0, 1.0f}, rk2 = ri;
                     rk2.theta = 500000.0;
                     gp_cu_rope rq = rv == 1 || rv == 3 ? rn : rv == 2 ? ri : off;
                     gp_cu_rope rk = rv == 1 ? rn : rv == 2 ? ri : rv == 3 ? rk2 : rv == 4 ? rn : off;
@@ -333,7 +333,7 @@ void test_attention_head(void)
                 for (int pi = 0; pi < np; pi++, idx++) {
                     int64_t G = gq ? 2 : 4, D = dims[dd];
                     int32_t P = poss[pi];
-                    gp_cu_rope off = {0, 0, 0, 0.0, GP_F32, 0, 0, 0, 0};
+                    gp_cu_rope off = {0, 0, 0, 0.0, GP_F32, 0, 0, 0, 0, NULL, 0, 1.0f};
                     dec_case dc;
                     dec_case_new(&dc, dt ? GP_F16 : GP_F32, H, G, D, S, P, off, off);
                     gp_cu_decode_att a = dc.a;
@@ -380,7 +380,7 @@ void test_attention_decode_edges(void)
     tt_new(&qr, GP_F32, 3, sq, 1.0f);
     tt_new(&kr, GP_F32, 3, sk, 1.0f);
     tt_new(&out, GP_F32, 3, sq, 1.0f);
-    gp_cu_rope rope = {1, 0, D, 10000.0, GP_F32, 0, 0, 0, 0};
+    gp_cu_rope rope = {1, 0, D, 10000.0, GP_F32, 0, 0, 0, 0, NULL, 0, 1.0f};
     gp_cu_decode_att a = {.q = q.d, .k = kx.d, .v = vx.d, .k_cache = kc.d, .v_cache = vc.d,
                           .pos = pos.d, .rope_q = rope, .rope_k = rope, .scale = 0.125,
                           .pos_const = 1};

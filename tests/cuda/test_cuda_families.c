@@ -28,31 +28,46 @@ static gp_attrs fam_rope_attrs(int64_t n, double theta, int64_t L)
 
 /* rope with llama3 scaling, with linear scaling and without (a control) against the CPU: f32 and
  * f16 outputs, all dims rotated or 48 of 64, positions 0, 77 and 5000 (with L 32 every frequency
- * band of llama3's is met: kept, mixed, divided by the factor). */
+ * band of llama3's is met: kept, mixed, divided by the factor); then with a freq_factors input
+ * (Llama 3.1's rope_freqs), unscaled, llama3 and LongRoPE (Phi-3's: its attention factor too). */
 void test_fam_rope(void)
 {
     kctx k;
     kctx_new(&k, NULL, NULL, 0);
     int64_t sx[3] = {3, 4, 64}, sp[1] = {3};
     const int32_t ps[3] = {0, 77, 5000};
-    for (int c = 0; c < 12; c++) {
+    for (int c = 0; c < 20; c++) {
+        /* 12..19: with freq_factors (llama.cpp's rope_freqs), 16..19 LongRoPE's (its attention
+         * factor on the cosines and sines) */
         gp_dtype ot = c & 1 ? GP_F16 : GP_F32;
-        int64_t n = c & 2 ? 48 : 64, L = c >= 8 ? GP_ROPE_LINEAR : c & 4 ? 32 : 0;
-        tt x, pos, out;
+        int64_t n = c & 2 ? 48 : 64;
+        int64_t L = c >= 16 ? GP_ROPE_LONGROPE : c >= 8 && c < 12 ? GP_ROPE_LINEAR : c & 4 ? 32 : 0;
+        int nin = c >= 12 ? 3 : 2;
+        tt x, pos, out, ff;
+        int64_t sf[1] = {n / 2};
         tt_new(&x, GP_F32, 3, sx, 1.0f);
         tt_new(&pos, GP_I32, 1, sp, 1.0f);
         tt_new(&out, ot, 3, sx, 1.0f);
+        tt_new(&ff, GP_F32, 1, sf, 1.0f);
         for (int t = 0; t < 3; t++)
             set_i32(&pos, t, ps[t]);
+        float *fv = (float *)ff.h.data;
+        for (int64_t j = 0; j < n / 2; j++)
+            fv[j] = 1.0f + 39.0f * fabsf(frand()); /* Llama 3.1's span: 1 .. 40 */
+        cudaMemcpy(ff.d.data, fv, (size_t)(n / 2) * 4, cudaMemcpyHostToDevice);
         gp_attrs a = fam_rope_attrs(n, 10000.0, L);
-        tt *ins[2] = {&x, &pos};
+        if (L == GP_ROPE_LONGROPE)
+            a.f[GP_ROPE_FACTOR] = 1.19;
+        tt *ins[3] = {&x, &pos, &ff};
         char name[64];
-        snprintf(name, sizeof name, "rope %s n %d scaling %s", ot == GP_F16 ? "f16" : "f32",
-                 (int)n, L > 0 ? "llama3" : L ? "linear" : "none");
-        CHECK_ERR(name, run_op(GP_OP_ROPE, &a, &out, ins, 2, 0, &k), 1e-5);
+        snprintf(name, sizeof name, "rope %s n %d scaling %s%s", ot == GP_F16 ? "f16" : "f32",
+                 (int)n, L == GP_ROPE_LONGROPE ? "longrope" : L > 0 ? "llama3" : L ? "linear" : "none",
+                 nin > 2 ? " freq_factors" : "");
+        CHECK_ERR(name, run_op(GP_OP_ROPE, &a, &out, ins, nin, 0, &k), 1e-5);
         tt_free(&x);
         tt_free(&pos);
         tt_free(&out);
+        tt_free(&ff);
     }
     kctx_free(&k);
 }
