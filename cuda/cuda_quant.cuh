@@ -17,14 +17,13 @@ extern "C" {
  * takes), x and y f32 with contiguous rows, W the blocks as they are (rows of
  * gp_dtype_row_bytes(W, K) bytes, contiguous), K a multiple of the block. W's values are those of
  * gp_quant_dequantize_row (the same bits). M may be symbolic (read from the param block). At launch
- * sizes M <= 8 (one token) the sums are in f32, fused multiply-adds in an order of their own: where
- * W and its rows are 16-byte aligned and K a multiple of 256 (q6_k: 2048), and x fits in shared
- * memory, k_qmv (each lane a row, 256 elements a step, 16-byte loads, x staged), else one warp a
- * row. Larger M (prompts), with ws (a workspace of GP_WS_CUBLAS_BYTES, as the planner gives every
+ * sizes M <= 8 (one token): where W is 16-byte aligned and x's rows fit in shared memory as
+ * k_qdot stages them, k_qdot (cuda_qdot.cu: x quantized in two 8-bit parts, integer dot products,
+ * within its documented bound of the exact sums), else one warp a row in f32. Larger M (prompts), with ws (a workspace of GP_WS_CUBLAS_BYTES, as the planner gives every
  * CUDA matmul) and cuBLAS: x and tiles of W rounded to f16 in ws, their products on tensor cores
  * in f32 sums, rows of y past the param block's M written too (the launch size's); without ws,
  * tiles of 64 x 64 outputs in f32, W's tile dequantized into shared memory. epi (may be NULL):
- * k_qmv applies it for one row of x (*fused = 1: only epi->out written), else *fused = 0 (the
+ * k_qdot applies it for one row of x (*fused = 1: only epi->out written), else *fused = 0 (the
  * caller runs it). No norm of x (gp_cu_matmul refuses pre; groups take one). Allocates nothing.
  * 0, or -1 with c->err set (layouts it does not take, a launch or cuBLAS error).
  */
@@ -34,10 +33,9 @@ int gp_cu_quant_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
 
 /*
  * gp_cuda_matvec_group for quantized weights (gp_cuda_matvec_group calls it): q, k and v, or gate
- * and up with their swiglu, in one k_qmv launch, x staged once per block (with has_norm: as
- * rms_norm(norm.x, norm.w), computed there and never written). Weights of one type among q4_0,
- * q8_0, q4_k, q6_k, or of q4_k and q6_k (Q4_K_M's q, k and v; GLU: one type, not q6_k), k_qmv's
- * layouts, x one f32 row. *launched = 0 when it does not take them (nothing launched). 0, or -1
+ * and up with their swiglu, in one k_qdot launch, x staged once per block (with has_norm: as
+ * rms_norm(norm.x, norm.w), computed there and never written). Weights of one block type, or of
+ * q4_k and q6_k (Q4_K_M's q, k and v; GLU: one type), k_qdot's layouts, x one f32 row. *launched = 0 when it does not take them (nothing launched). 0, or -1
  * with c->err.
  */
 int gp_cu_quant_group(gp_cu_ctx *c, const gp_cu_group *g, int *launched);
@@ -57,19 +55,13 @@ int gp_cu_quant_get_rows(gp_cu_ctx *c, const gp_cu_tensor *out, const gp_cu_tens
  * v[8]. 0, or -1 when t is not quantized or e0 is not a multiple of 8. */
 int gp_cuda_quant_deq8_host(gp_dtype t, const void *row, int e0, float *v);
 
-/* k_qmv's arithmetic run on the host (no GPU needed): *out = the dot product of one step of
- * type t (256 elements: a super-block or 8 blocks, at step) with x[256], as a lane computes it,
- * its bytes loaded from shift bytes before step (q6_k's steps: 0, 2, ..., 14; the others 0).
- * 0, or -1 for a type or shift it does not take. */
-int gp_cuda_quant_step_host(gp_dtype t, const void *step, int shift, const float *x, float *out);
-
 /* k_qdot's arithmetic run on the host (no GPU needed): y [M, N] = x [M, K] w [N, K]^T as the
  * kernel computes it (x quantized in two 8-bit parts a block of 32, integer dot products), w's
  * rows contiguous and 16-byte aligned, M <= 8. 0, or -1 for a type or shape it does not take. */
 int gp_cuda_qdot_host(gp_dtype t, const void *w, int N, const float *x, int K, int M, float *y);
 
 /* Launches so far in this process, for tests: which 0, one-token products; 1, prompt products;
- * 2, lookups; 3, one-token products in k_qmv; 4, prompt products on cuBLAS; 5, grouped launches
+ * 2, lookups; 3, one-token products in k_qdot; 4, prompt products on cuBLAS; 5, grouped launches
  * (gp_cu_quant_group; their products count in 0 and 3 too). */
 int64_t gp_cuda_quant_count(int which);
 

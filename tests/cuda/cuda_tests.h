@@ -63,7 +63,6 @@ void test_quant_matmul_refusals(void);
 void test_quant_model(void);
 void test_quant_speed(void);
 void test_quant_deq8_host(void);
-void test_quant_step_host(void);
 void test_qdot_host(void);
 
 /* test_cuda_families.c */

@@ -88,7 +88,5 @@ void gp_suite_cuda_host(void)
     CU_pSuite s = CU_add_suite("cuda_host", NULL, NULL);
     CU_add_test(s, "quant: the kernels' dequantization on the host, bit for bit",
                 test_quant_deq8_host);
-    CU_add_test(s, "quant: k_qmv's step on the host against the dequantized sums",
-                test_quant_step_host);
     CU_add_test(s, "quant: k_qdot's arithmetic on the host within its error bound", test_qdot_host);
 }

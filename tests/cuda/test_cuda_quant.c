@@ -87,7 +87,7 @@ static double qdot_bound(const float *x, const float *w, int64_t K)
  * within 2^-10 of its size). ws_bytes > 0: a workspace of that many bytes (the cuBLAS path's).
  * M_exact < M: M symbolic (the param block says M_exact); rows past it stay unwritten (but on
  * cuBLAS, which computes the launch's rows). Returns the largest error against the CPU over that
- * scale; path gets the kernel used (0 one token, 1 tiles, 2 one token in k_qmv, 3 cuBLAS).
+ * scale; path gets the kernel used (0 one token, 1 tiles, 2 one token in k_qdot, 3 cuBLAS).
  */
 static double quant_matmul_case(gp_dtype t, int64_t M, int64_t M_exact, int64_t K, int64_t N,
                                 size_t ws_bytes, int *path)
@@ -677,54 +677,6 @@ void test_quant_deq8_host(void)
     float v[8];
     unsigned char row[64] = {0};
     CU_ASSERT_EQUAL(gp_cuda_quant_deq8_host(GP_F16, row, 0, v), -1);
-}
-
-/* k_qmv's arithmetic (its step, compiled for the host): one step of every type (q6_k at each of
- * its eight shifts) from real values of several sizes, against the double sum of the dequantized
- * values, within 1e-6 of sum |x| |w| (its bytes placed under a float's exponent cost a few bits of
- * the f32 sums); a bad shift is refused. */
-void test_quant_step_host(void)
-{
-    float worst[8] = {0};
-    for (int ti = 0; ti < 8; ti++) {
-        gp_dtype t = quant_types[ti];
-        size_t sb = gp_dtype_row_bytes(t, 256);
-        uint8_t *q = malloc(sb);
-        float f[256], d[256], x[256];
-        for (int rep = 0; rep < 200; rep++) {
-            for (int i = 0; i < 256; i++) {
-                f[i] = frand() * (float)(1 + rep % 7) * (i % 37 == 0 ? 8.0f : 1.0f);
-                x[i] = frand() * (rep % 3 ? 1.0f : 100.0f);
-            }
-            gp_quant_quantize_row(t, f, q, 256);
-            gp_quant_dequantize_row(t, q, d, 256);
-            double sum = 0, bound = 0;
-            for (int i = 0; i < 256; i++) {
-                sum += (double)x[i] * d[i];
-                bound += fabs((double)x[i] * d[i]);
-            }
-            for (int sh = 0; sh < (t == GP_Q6_K ? 16 : 2); sh += 2) {
-                float got = 0;
-                CU_ASSERT_EQUAL_FATAL(gp_cuda_quant_step_host(t, q, sh, x, &got), 0);
-                double e = fabs(got - sum) / (bound > 0 ? bound : 1);
-                worst[ti] = e > worst[ti] || e != e ? (float)e : worst[ti];
-            }
-        }
-        float o;
-        CU_ASSERT_EQUAL(gp_cuda_quant_step_host(t, q, 1, x, &o), -1);
-        if (!(worst[ti] <= 1e-6))
-            fprintf(stderr, "\n  %s: k_qmv's step off by %.3g of sum |x||w|\n", gp_dtype_name(t),
-                    worst[ti]);
-        CU_ASSERT(worst[ti] <= 1e-6);
-        free(q);
-    }
-    printf("\n  k_qmv step on the host, worst error / sum |x||w|:");
-    for (int ti = 0; ti < 8; ti++)
-        printf(" %s %.2g", gp_dtype_name(quant_types[ti]), worst[ti]);
-    printf("\n");
-    float x[256] = {0}, o;
-    unsigned char b[256] = {0};
-    CU_ASSERT_EQUAL(gp_cuda_quant_step_host(GP_F16, b, 0, x, &o), -1);
 }
 
 /* k_qdot's arithmetic (gp_cuda_qdot_host: x's staging, every unit as a lane computes it): rows of
