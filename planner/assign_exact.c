@@ -14,7 +14,9 @@
  * buffer's place there: placing swaps the buffer behind the others without the trail, since
  * restoring the count restores the set; only a new context's copy is trailed, so that leaving
  * the context finds the positions in its parent again. */
-enum { ST_OFFSET, ST_MINOFF, ST_RANK, ST_APOS, ST_FLOOR, ST_TOTAL, ST_CUT, ST_UNPL, ST_REMAIN, ST_COUNT };
+enum {
+    ST_OFFSET, ST_MINOFF, ST_RANK, ST_APOS, ST_FLOOR, ST_TOTAL, ST_CUT, ST_UNPL, ST_REMAIN, ST_COUNT
+};
 enum { NUM_ORDERS = 3 };
 static const char *order_keys[NUM_ORDERS] = {"WAT", "TAW", "TWA"};
 enum { DFS_ABORT = 100 }; /* the node limit ran out: try the next order */
