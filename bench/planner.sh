@@ -1,6 +1,7 @@
 #!/bin/sh
-# Builds gplan in Release and runs planner-bench (offset assignment: MiniMalloc instances, the
-# iopddl trace, synthetic graphs). Usage: bench/planner.sh [DATA_DIR]  (default ../shared/data)
+# Builds gplan in Release and runs planner-bench (offset assignment: MiniMalloc instances, every
+# trace in DATA_DIR/traces, synthetic graphs): a line per instance, then one summary table.
+# Usage: bench/planner.sh [DATA_DIR [FILTER]]  (default: ../shared/data, else ../../shared/data)
 set -e
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build-bench"

@@ -317,6 +317,7 @@ typedef struct {
     int improve_used;   /* ruin and recreate improved some partition */
     int64_t best;       /* the lowest overall peak so far, reached at time t_best */
     double t_best;
+    int64_t bound;      /* proven: no placement has a lower peak */
 } state;
 
 static int64_t overall_peak(const state *st)
@@ -440,6 +441,8 @@ static int fit_all(state *st, int64_t capacity, double deadline, int64_t budget,
             *nomem = 1;
         if (s != GP_EXACT_INFEASIBLE)
             *proven = 0;
+        else if (capacity + 1 > st->bound)
+            st->bound = capacity + 1; /* partitions are independent: the whole needs more too */
         return 0;
     }
     return 1;
@@ -578,7 +581,7 @@ gp_assign_status gp_assign(gp_buffer *b, size_t n, const gp_assign_opts *opts, g
     state st = {&p, malloc(n * sizeof(int64_t)), malloc((size_t)p.np * sizeof(int64_t)),
                 calloc((size_t)p.np, sizeof(gp_exact *)),
                 o.strategy == GP_STRATEGY_EXACT ? EXACT_PAIR_LIMIT : AUTO_PAIR_LIMIT,
-                o.strategy == GP_STRATEGY_EXACT ? INT_MAX : AUTO_BUFFER_LIMIT, 0, 0, 0, 0};
+                o.strategy == GP_STRATEGY_EXACT ? INT_MAX : AUTO_BUFFER_LIMIT, 0, 0, 0, 0, 0};
     gp_assign_status status = GP_ASSIGN_OK;
     int nomem = 0;
     int order = (st.off && st.part_peak && st.ex) ? run_heuristics(&st) : -1;
@@ -592,6 +595,7 @@ gp_assign_status gp_assign(gp_buffer *b, size_t n, const gp_assign_opts *opts, g
     int64_t greedy_peak = overall_peak(&st);
     st.best = greedy_peak;
     st.t_best = gp_assign_now();
+    st.bound = p.lower_bound;
     int proven = 1;
 
     if (o.strategy != GP_STRATEGY_GREEDY) {
@@ -613,6 +617,7 @@ gp_assign_status gp_assign(gp_buffer *b, size_t n, const gp_assign_opts *opts, g
         set_method(r, !st.improve_used ? "exact" : st.exact_used ? "exact+improve" : "improve");
     r->optimal = r->peak == p.lower_bound ||
                  (o.strategy != GP_STRATEGY_GREEDY && o.capacity == 0 && proven);
+    r->proven_bound = r->optimal ? r->peak : st.bound;
     for (size_t i = 0; i < n; i++)
         b[i].offset = st.off[i];
     if (o.capacity > 0 && r->peak > o.capacity)

@@ -37,6 +37,7 @@ typedef struct {
     gp_assign_status status;
     int64_t peak;        /* max over buffers of offset + size */
     int64_t lower_bound; /* largest sum of sizes alive at one time */
+    int64_t proven_bound; /* >= lower_bound: the exact search proved that no peak is lower */
     int optimal;         /* peak == lower_bound, or the exact search proved optimality */
     double seconds;      /* wall time spent */
     double seconds_best; /* wall time until the final peak was first reached */

@@ -459,6 +459,10 @@ static void test_exact_vs_brute_force(void)
         gp_assign_opts a = {GP_STRATEGY_AUTO, 5.0, 0};
         CU_ASSERT_EQUAL(gp_assign(b, (size_t)n, &a, &r), GP_ASSIGN_OK);
         CU_ASSERT_EQUAL(r.peak, opt);
+        /* The proven bound: never above the optimum, the optimum once proven. */
+        CU_ASSERT_TRUE(r.proven_bound >= lb && r.proven_bound <= opt);
+        if (r.optimal)
+            CU_ASSERT_EQUAL(r.proven_bound, opt);
 
         /* Decisions: fits at the optimum, not one byte below. */
         memcpy(b, src, sizeof b);
@@ -469,12 +473,42 @@ static void test_exact_vs_brute_force(void)
             memcpy(b, src, sizeof b);
             gp_assign_opts below = {GP_STRATEGY_EXACT, 5.0, opt - 1};
             CU_ASSERT_EQUAL(gp_assign(b, (size_t)n, &below, &r), GP_ASSIGN_NO_FIT);
+            CU_ASSERT_EQUAL(r.proven_bound, opt);
             CU_ASSERT_EQUAL(gp_assign_check(b, (size_t)n, 0, why, sizeof why), 0);
         }
     }
     /* The search must have had work to do: instances where the heuristics miss the optimum.
      * (Random instances this small practically always reach the lower bound.) */
     CU_ASSERT_TRUE(greedy_worse > 0);
+}
+
+/* An instance whose optimum (12) is above the largest live sum (11): the search proves it, and
+ * the proven bound says so, minimizing and deciding. */
+static void test_proven_bound(void)
+{
+    static const gp_buffer src[] = {{0, 6, 1, -1}, {0, 3, 4, -1}, {5, 6, 5, -1},
+                                    {1, 5, 1, -1}, {4, 6, 5, -1}, {2, 4, 3, -1},
+                                    {2, 5, 1, -1}, {3, 5, 3, -1}, {0, 1, 5, -1}};
+    enum { N = sizeof src / sizeof *src };
+    gp_buffer b[N];
+    char why[256];
+    memcpy(b, src, sizeof b);
+    gp_assign_opts o = {GP_STRATEGY_AUTO, 5.0, 0};
+    gp_assign_result r;
+    CU_ASSERT_EQUAL(gp_assign(b, N, &o, &r), GP_ASSIGN_OK);
+    CU_ASSERT_EQUAL(r.lower_bound, 11);
+    CU_ASSERT_EQUAL(r.peak, 12);
+    CU_ASSERT_TRUE(r.optimal);
+    CU_ASSERT_EQUAL(r.proven_bound, 12);
+    CU_ASSERT_EQUAL(gp_assign_check(b, N, 12, why, sizeof why), 0);
+    memcpy(b, src, sizeof b);
+    gp_assign_opts c = {GP_STRATEGY_EXACT, 5.0, 11};
+    CU_ASSERT_EQUAL(gp_assign(b, N, &c, &r), GP_ASSIGN_NO_FIT);
+    CU_ASSERT_EQUAL(r.proven_bound, 12);
+    memcpy(b, src, sizeof b);
+    gp_assign_opts g = {GP_STRATEGY_GREEDY, 5.0, 0};
+    CU_ASSERT_EQUAL(gp_assign(b, N, &g, &r), GP_ASSIGN_OK);
+    CU_ASSERT_EQUAL(r.proven_bound, r.optimal ? r.peak : 11);
 }
 
 /* Larger instances at a capacity the heuristics miss but a known packing meets: buffers cut from
@@ -736,6 +770,7 @@ void gp_suite_assign(void)
     CU_add_test(s, "auto on a large instance", test_auto_large);
     CU_add_test(s, "exact equals brute force", test_exact_vs_brute_force);
     CU_add_test(s, "exact packs tight instances", test_exact_packs_tight);
+    CU_add_test(s, "proven bound above the live peak", test_proven_bound);
     CU_add_test(s, "csv round trip", test_csv_round_trip);
     CU_add_test(s, "csv errors", test_csv_errors);
     CU_add_test(s, "buffers main", test_buffers_main);
