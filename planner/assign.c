@@ -397,6 +397,35 @@ done:
     return rc;
 }
 
+/* A probe that ran out of nodes stood at a placement within the capacity but partial, often
+ * nearly complete: finished by best fit, it can beat the heuristics (and gives ruin and
+ * recreate a better start). Kept when its peak is lower. */
+static int salvage(state *st, int q)
+{
+    const gp_aprob *p = st->p;
+    int64_t *tmp = malloc(p->n * sizeof *tmp);
+    if (!tmp)
+        return -1;
+    if (gp_exact_partial(st->ex[q], tmp) != 0) {
+        free(tmp);
+        return 0;
+    }
+    if (gp_improve_complete(p, q, tmp) != 0) {
+        free(tmp);
+        return -1;
+    }
+    int64_t pk = peak_of(p, q, tmp);
+    if (pk < st->part_peak[q]) {
+        for (int k = p->part_start[q]; k < p->part_start[q + 1]; k++)
+            st->off[p->part_buf[k]] = tmp[p->part_buf[k]];
+        st->part_peak[q] = pk;
+        st->exact_used = 1;
+        note_best(st, gp_assign_now());
+    }
+    free(tmp);
+    return 0;
+}
+
 /* Decides whether partition q fits in capacity; on success keeps the offsets. */
 static gp_exact_status decide(state *st, int q, int64_t capacity, double deadline, int64_t budget,
                               int *too_big)
@@ -415,6 +444,8 @@ static gp_exact_status decide(state *st, int q, int64_t capacity, double deadlin
     }
     int64_t nodes = budget > 0 ? budget * (st->p->part_start[q + 1] - st->p->part_start[q]) : 0;
     gp_exact_status s = gp_exact_decide(st->ex[q], capacity, deadline, nodes, st->off);
+    if (s == GP_EXACT_TIMEOUT && budget > 0 && salvage(st, q) != 0)
+        return GP_EXACT_NOMEM;
     if (s == GP_EXACT_FOUND) {
         int64_t pk = peak_of(st->p, q, st->off);
         if (pk < st->part_peak[q])

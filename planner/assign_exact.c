@@ -77,6 +77,7 @@ struct gp_exact {
     int *witness;          /* [S] position in sec of an unplaced buffer at or below the floor */
     int *piece;            /* [S + 1] scratch for decomposition */
     int64_t nodes;
+    int searched;          /* a search ran: the state arrays hold its last placement */
 };
 
 static int64_t pairs_bounded(const int *lo_sorted, const int *hi_by_lo, int m, int64_t limit)
@@ -319,6 +320,15 @@ int64_t gp_exact_nodes(const gp_exact *e)
     return e ? e->nodes : 0;
 }
 
+int gp_exact_partial(const gp_exact *e, int64_t *off)
+{
+    if (!e || !e->searched)
+        return -1;
+    for (int i = 0; i < e->m; i++)
+        off[e->gid[i]] = e->st[ST_OFFSET][i];
+    return 0;
+}
+
 /* ---- undoable state ---- */
 
 static int set(gp_exact *e, int kind, int idx, int64_t v)
@@ -550,6 +560,7 @@ static int dfs(gp_exact *e, int order, int64_t cap, int64_t limit, double deadli
     const int m = e->m;
     int64_t *offset = e->st[ST_OFFSET], *minoff = e->st[ST_MINOFF], *rank = e->st[ST_RANK];
     e->order = order;
+    e->searched = 1;
     for (int i = 0; i < m; i++) {
         offset[i] = -1;
         minoff[i] = 0;

@@ -471,3 +471,57 @@ done:
     free(s.viol);
     return rc;
 }
+
+static int size_desc(const void *pa, const void *pb)
+{
+    const int64_t *a = pa, *b = pb; /* (size, id) pairs */
+    if (a[0] != b[0])
+        return a[0] > b[0] ? -1 : 1;
+    return (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+int gp_improve_complete(const gp_aprob *p, int q, int64_t *off)
+{
+    int m = p->part_start[q + 1] - p->part_start[q];
+    lns s;
+    memset(&s, 0, sizeof s);
+    s.p = p;
+    s.off = off;
+    int rc = -1;
+    int64_t *todo = malloc(2 * ((size_t)m + 1) * sizeof *todo);
+    if (!todo || tquery_init(&s.tq, p, q) != 0) {
+        free(todo);
+        return -1;
+    }
+    s.lifted = calloc(p->n, 1);
+    s.nb = malloc(((size_t)m + 1) * sizeof *s.nb);
+    s.iv = malloc(2 * ((size_t)m + 1) * sizeof *s.iv);
+    s.scratch = malloc(2 * ((size_t)m + 1) * sizeof *s.scratch);
+    if (!s.lifted || !s.nb || !s.iv || !s.scratch)
+        goto done;
+    int nt = 0;
+    for (int k = p->part_start[q]; k < p->part_start[q + 1]; k++) {
+        int i = p->part_buf[k];
+        if (off[i] < 0) {
+            s.lifted[i] = 1;
+            todo[2 * nt] = p->b[i].size;
+            todo[2 * nt + 1] = i;
+            nt++;
+        }
+    }
+    qsort(todo, (size_t)nt, 2 * sizeof *todo, size_desc);
+    for (int k = 0; k < nt; k++) {
+        int i = (int)todo[2 * k + 1];
+        off[i] = fit(&s, i, 0);
+        s.lifted[i] = 0;
+    }
+    rc = 0;
+done:
+    tquery_free(&s.tq);
+    free(todo);
+    free(s.lifted);
+    free(s.nb);
+    free(s.iv);
+    free(s.scratch);
+    return rc;
+}

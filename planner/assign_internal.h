@@ -74,6 +74,11 @@ typedef struct {
 int gp_improve_run(const gp_aprob *p, int q, int64_t target, double deadline, int64_t max_moves,
                    uint64_t seed, int64_t *off, gp_improve_stats *stats);
 
+/* Completes a partial placement of partition q: every buffer with off[id] < 0 goes, largest
+ * first, into the tightest gap among its placed neighbours in time, else on top. 0 on success,
+ * -1 when out of memory. */
+int gp_improve_complete(const gp_aprob *p, int q, int64_t *off);
+
 /* Exact search on one partition (assign_exact.c). */
 typedef struct gp_exact gp_exact;
 typedef enum { GP_EXACT_FOUND, GP_EXACT_INFEASIBLE, GP_EXACT_TIMEOUT, GP_EXACT_NOMEM } gp_exact_status;
@@ -87,6 +92,11 @@ void gp_exact_free(gp_exact *e);
  * On FOUND writes off[id] for the partition's buffers only. */
 gp_exact_status gp_exact_decide(gp_exact *e, int64_t capacity, double deadline, int64_t max_nodes,
                                 int64_t *off);
+
+/* After a decision that did not find a placement: the placement the search stood at when it
+ * stopped (within the capacity, but partial), off[id] for the partition's buffers, -1 for those
+ * not placed. -1 when no search ran (e NULL or never decided). */
+int gp_exact_partial(const gp_exact *e, int64_t *off);
 
 /* Nodes expanded so far (for the benchmark's curiosity and tests). */
 int64_t gp_exact_nodes(const gp_exact *e);

@@ -325,6 +325,39 @@ static void test_improve_invariants(void)
     CU_ASSERT_TRUE(lowered * 2 >= above);
 }
 
+/* Completing a partial placement places every buffer left out, moves none of the others, and
+ * leaves no two buffers overlapping. */
+static void test_improve_complete(void)
+{
+    uint64_t seed = 1701;
+    char why[256];
+    for (int round = 0; round < 40; round++) {
+        gp_buffer b[300];
+        int n = random_instance(&seed, b, 300, round % 2 ? 200 : 30, round % 3 ? 1000 : 16);
+        gp_aprob p;
+        CU_ASSERT_EQUAL_FATAL(gp_aprob_init(&p, b, (size_t)n), 0);
+        int64_t off[300], kept[300];
+        CU_ASSERT_EQUAL_FATAL(gp_greedy_run(&p, round % GP_GREEDY_ORDERS, NULL, 0, off), 0);
+        for (int i = 0; i < n; i++) {
+            if (gp_test_rand(&seed) % 3 == 0)
+                off[i] = -1;
+            kept[i] = off[i];
+        }
+        for (int q = 0; q < p.np; q++)
+            CU_ASSERT_EQUAL(gp_improve_complete(&p, q, off), 0);
+        int moved = 0, unplaced = 0;
+        for (int i = 0; i < n; i++) {
+            moved += kept[i] >= 0 && off[i] != kept[i];
+            unplaced += off[i] < 0;
+            b[i].offset = off[i];
+        }
+        CU_ASSERT_EQUAL(moved, 0);
+        CU_ASSERT_EQUAL(unplaced, 0);
+        CU_ASSERT_EQUAL(gp_assign_check(b, (size_t)n, 0, why, sizeof why), 0);
+        gp_aprob_release(&p);
+    }
+}
+
 /* AUTO on a large instance whose heuristics stop above the bound: valid, no worse than the
  * heuristics, and the time to the final peak within the time spent. */
 static void test_auto_large(void)
@@ -767,6 +800,7 @@ void gp_suite_assign(void)
     CU_add_test(s, "deterministic", test_deterministic);
     CU_add_test(s, "tree matches lists", test_tree_matches_lists);
     CU_add_test(s, "ruin and recreate keeps invariants", test_improve_invariants);
+    CU_add_test(s, "completing a partial placement", test_improve_complete);
     CU_add_test(s, "auto on a large instance", test_auto_large);
     CU_add_test(s, "exact equals brute force", test_exact_vs_brute_force);
     CU_add_test(s, "exact packs tight instances", test_exact_packs_tight);
