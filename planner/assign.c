@@ -479,12 +479,11 @@ static int fit_all(state *st, int64_t capacity, double deadline, int64_t budget,
     return 1;
 }
 
-/* Ruin and recreate on partition q until it reaches its lower bound or the deadline. */
-static void improve(state *st, int q, double deadline, int *nomem)
+/* Ruin and recreate on partition q until its peak reaches target or the deadline. */
+static void improve(state *st, int q, int64_t target, double deadline, int *nomem)
 {
     gp_improve_stats s;
-    if (gp_improve_run(st->p, q, st->p->part_lb[q], deadline, INT64_MAX, (uint64_t)q + 1, st->off,
-                       &s) != 0) {
+    if (gp_improve_run(st->p, q, target, deadline, INT64_MAX, (uint64_t)q + 1, st->off, &s) != 0) {
         *nomem = 1;
         return;
     }
@@ -495,26 +494,59 @@ static void improve(state *st, int q, double deadline, int *nomem)
     }
 }
 
-/* Ruin and recreate on every partition above its lower bound that select() accepts, the time
- * until deadline shared by buffer count. */
-static void improve_all(state *st, int only_big, double deadline, int *nomem)
+/* What ruin and recreate aims at in partition q: the capacity when one is given, else the lower
+ * bound; -1 when the partition is there already or cannot get there. */
+static int64_t improve_target(const state *st, int q, int64_t capacity)
+{
+    int64_t t = capacity > 0 ? capacity : st->p->part_lb[q];
+    return st->part_peak[q] > t && st->p->part_lb[q] <= t ? t : -1;
+}
+
+/* Ruin and recreate on every partition above its target (only those too large for the exact
+ * search when only_big), the time until deadline shared by buffer count. */
+static void improve_all(state *st, int only_big, int64_t capacity, double deadline, int *nomem)
 {
     const gp_aprob *p = st->p;
     int64_t total = 0;
     for (int q = 0; q < p->np; q++)
-        if (st->part_peak[q] > p->part_lb[q] &&
+        if (improve_target(st, q, capacity) >= 0 &&
             (!only_big || p->part_start[q + 1] - p->part_start[q] > st->buffer_limit))
             total += p->part_start[q + 1] - p->part_start[q];
     for (int q = 0; q < p->np && total > 0 && !*nomem; q++) {
         int m = p->part_start[q + 1] - p->part_start[q];
-        if (st->part_peak[q] <= p->part_lb[q] || (only_big && m <= st->buffer_limit))
+        int64_t target = improve_target(st, q, capacity);
+        if (target < 0 || (only_big && m <= st->buffer_limit))
             continue;
         double now = gp_assign_now();
         if (now >= deadline)
             return;
-        improve(st, q, now + (deadline - now) * (double)m / (double)total, nomem);
+        improve(st, q, target, now + (deadline - now) * (double)m / (double)total, nomem);
         total -= m;
     }
+}
+
+/* Deciding a capacity: ruin and recreate first on the partitions too large for the exact search
+ * (half the time when others need the search too), the exact search, then ruin and recreate on
+ * whatever is still above. */
+static void decide_capacity(state *st, int64_t capacity, double deadline, int *proven, int *nomem)
+{
+    const gp_aprob *p = st->p;
+    int big = 0, small = 0;
+    for (int q = 0; q < p->np; q++)
+        if (improve_target(st, q, capacity) >= 0) {
+            if (p->part_start[q + 1] - p->part_start[q] > st->buffer_limit)
+                big = 1;
+            else
+                small = 1;
+        }
+    if (big) {
+        double now = gp_assign_now();
+        improve_all(st, 1, capacity, small ? now + (deadline - now) / 2 : deadline, nomem);
+    }
+    int too_big = 0;
+    if (!*nomem && overall_peak(st) > capacity &&
+        !fit_all(st, capacity, deadline, 0, proven, nomem, &too_big) && !*nomem && !*proven)
+        improve_all(st, 0, capacity, deadline, nomem);
 }
 
 /* Minimizing the peak. Partitions too large for the exact search get ruin and recreate first.
@@ -535,7 +567,7 @@ static void minimize(state *st, double t0, double deadline, int *proven, int *no
         }
     if (big) {
         double now = gp_assign_now();
-        improve_all(st, 1, small ? now + (deadline - now) / 2 : deadline, nomem);
+        improve_all(st, 1, 0, small ? now + (deadline - now) / 2 : deadline, nomem);
     }
     int64_t lo = p->lower_bound, hi = overall_peak(st);
     int first = 1, too_big = 0, unproven = 1;
@@ -573,7 +605,7 @@ static void minimize(state *st, double t0, double deadline, int *proven, int *no
         *proven = 0;
     /* Proven optimal above the bound (lo reached hi by proofs): nothing left to improve. */
     if (!*nomem && !(lo >= hi && *proven) && overall_peak(st) > p->lower_bound)
-        improve_all(st, 0, deadline, nomem);
+        improve_all(st, 0, 0, deadline, nomem);
 }
 
 static void set_method(gp_assign_result *r, const char *name)
@@ -631,9 +663,8 @@ gp_assign_status gp_assign(gp_buffer *b, size_t n, const gp_assign_opts *opts, g
 
     if (o.strategy != GP_STRATEGY_GREEDY) {
         if (o.capacity > 0) {
-            int too_big = 0;
             if (greedy_peak > o.capacity)
-                fit_all(&st, o.capacity, deadline, 0, &proven, &nomem, &too_big);
+                decide_capacity(&st, o.capacity, deadline, &proven, &nomem);
         } else {
             minimize(&st, t0, deadline, &proven, &nomem);
         }

@@ -390,6 +390,13 @@ static void test_auto_large(void)
     CU_ASSERT_TRUE(ra.peak >= ra.lower_bound);
     CU_ASSERT_TRUE(ra.seconds_best >= 0 && ra.seconds_best <= ra.seconds);
     CU_ASSERT_TRUE(ra.seconds < 3.0);
+    /* Deciding a capacity between the heuristics' peak and that answer: met, and valid. */
+    int64_t cap = rg.peak - (rg.peak - ra.peak) / 2;
+    memcpy(b, src, N * sizeof *b);
+    gp_assign_opts c = {GP_STRATEGY_AUTO, 1.0, cap};
+    CU_ASSERT_EQUAL(gp_assign(b, N, &c, &ra), GP_ASSIGN_OK);
+    CU_ASSERT_TRUE(ra.peak <= cap);
+    CU_ASSERT_EQUAL(gp_assign_check(b, N, cap, why, sizeof why), 0);
     free(src);
     free(b);
 }
