@@ -569,7 +569,17 @@ static void minimize(state *st, double t0, double deadline, int *proven, int *no
         double now = gp_assign_now();
         improve_all(st, 1, 0, small ? now + (deadline - now) / 2 : deadline, nomem);
     }
-    int64_t lo = p->lower_bound, hi = overall_peak(st);
+    /* The search cannot take the large partitions: the peak stays at least theirs, so capacities
+     * below it are not tried (and optimality is not proven while one is above its bound). */
+    int64_t floor_big = p->lower_bound;
+    for (int q = 0; q < p->np; q++)
+        if (p->part_start[q + 1] - p->part_start[q] > st->buffer_limit) {
+            if (st->part_peak[q] > floor_big)
+                floor_big = st->part_peak[q];
+            if (st->part_peak[q] > p->part_lb[q])
+                *proven = 0;
+        }
+    int64_t lo = floor_big, hi = overall_peak(st);
     int first = 1, too_big = 0, unproven = 1;
     double probe_end = t0 + (deadline - t0) / 3;
     while (lo < hi && !*nomem && !too_big && (hi - lo) * PROBE_CLOSE > hi) {
@@ -582,7 +592,7 @@ static void minimize(state *st, double t0, double deadline, int *proven, int *no
         else
             lo = c + 1;
     }
-    lo = p->lower_bound;
+    lo = floor_big;
     first = 1;
     too_big = 0;
     /* The full search stops early enough to leave ruin and recreate some time to polish. */
