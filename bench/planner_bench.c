@@ -261,6 +261,7 @@ int main(int argc, char **argv)
     print_header();
     for (int k = 0; k < nrows; k++)
         print_row(&rows[k]);
-    printf("MiniMalloc challenging instances, total time: %.3f s\n", mm_total);
+    if (mm_total > 0)
+        printf("MiniMalloc challenging instances, total time: %.3f s\n", mm_total);
     return 0;
 }
