@@ -163,46 +163,35 @@ static uint64_t rng(uint64_t *s)
     return x * 0x2545F4914F6CDD1Dull;
 }
 
-/* A graph-like instance: two tensors per step; 87% are read by the next 1-3 steps, 12.8% are
- * skip connections living 5-44 steps, 0.2% live 100-2099 steps (masks, rotary tables); sizes from
- * 4 KiB to 48 MiB, 256-byte aligned. */
-static gp_buffer *synthetic(size_t n, uint64_t seed)
+/* Graph-like instances, two tensors per step, 256-byte aligned. Default: 87% are read by the next
+ * 1-3 steps, 12.8% are skip connections living 5-44 steps, 0.2% live 100-2099 steps (masks,
+ * rotary tables); sizes from 4 KiB to 48 MiB. Heavy, a harder mix like compiler traces with
+ * sharded tensors: 70% live 1-4 steps, 25% 4-63, 5% 50-3049; sizes log-uniform over 1 KiB - 8 GiB
+ * (the largest ~6% of the peak). */
+static gp_buffer *synthetic(size_t n, uint64_t seed, int heavy)
 {
     gp_buffer *b = malloc(n * sizeof *b);
     if (!b)
         return NULL;
     uint64_t s = seed;
     for (size_t i = 0; i < n; i++) {
-        int64_t t = (int64_t)(i / 2);
+        int64_t t = (int64_t)(i / 2), life, size;
         uint64_t r = rng(&s) % 1000;
-        int64_t life = r < 870 ? 1 + (int64_t)(rng(&s) % 3)
-                       : r < 998 ? 5 + (int64_t)(rng(&s) % 40)
-                                 : 100 + (int64_t)(rng(&s) % 2000);
-        uint64_t z = rng(&s) % 100;
-        int64_t size = z < 60 ? 4096 + (int64_t)(rng(&s) % 65536)
-                       : z < 95 ? 1048576 + (int64_t)(rng(&s) % 4194304)
-                                : 16777216 + (int64_t)(rng(&s) % 33554432);
+        if (!heavy) {
+            life = r < 870 ? 1 + (int64_t)(rng(&s) % 3)
+                   : r < 998 ? 5 + (int64_t)(rng(&s) % 40)
+                             : 100 + (int64_t)(rng(&s) % 2000);
+            uint64_t z = rng(&s) % 100;
+            size = z < 60 ? 4096 + (int64_t)(rng(&s) % 65536)
+                   : z < 95 ? 1048576 + (int64_t)(rng(&s) % 4194304)
+                            : 16777216 + (int64_t)(rng(&s) % 33554432);
+        } else {
+            life = r < 700 ? 1 + (int64_t)(rng(&s) % 4)
+                   : r < 950 ? 4 + (int64_t)(rng(&s) % 60)
+                             : 50 + (int64_t)(rng(&s) % 3000);
+            size = (int64_t)pow(2.0, 10.0 + 23.0 * (double)(rng(&s) % 100000) / 100000.0);
+        }
         b[i] = (gp_buffer){t, t + life, (size + 255) / 256 * 256, 0};
-    }
-    return b;
-}
-
-/* A harder mix, like compiler traces with sharded tensors: sizes log-uniform over 1 KiB - 8 GiB
- * (the largest ~6% of the peak), 70% live 1-4 steps, 25% 4-63, 5% 50-3049. */
-static gp_buffer *synthetic_heavy(size_t n, uint64_t seed)
-{
-    gp_buffer *b = malloc(n * sizeof *b);
-    if (!b)
-        return NULL;
-    uint64_t s = seed;
-    for (size_t i = 0; i < n; i++) {
-        int64_t t = (int64_t)(i / 2);
-        uint64_t r = rng(&s) % 1000;
-        int64_t life = r < 700 ? 1 + (int64_t)(rng(&s) % 4)
-                       : r < 950 ? 4 + (int64_t)(rng(&s) % 60)
-                                 : 50 + (int64_t)(rng(&s) % 3000);
-        double size = pow(2.0, 10.0 + 23.0 * (double)(rng(&s) % 100000) / 100000.0);
-        b[i] = (gp_buffer){t, t + life, ((int64_t)size + 255) / 256 * 256, 0};
     }
     return b;
 }
@@ -213,7 +202,7 @@ static void synthetic_row(const char *kind, size_t n, uint64_t seed, double limi
     snprintf(name, sizeof name, "synthetic%s-%.1fk", kind, (double)n / 1000.0);
     if (filter && !strstr(name, filter))
         return;
-    gp_buffer *b = kind[0] ? synthetic_heavy(n, seed) : synthetic(n, seed);
+    gp_buffer *b = synthetic(n, seed, kind[0] != 0);
     if (!b) {
         printf("%-24s out of memory\n", name);
         return;

@@ -193,48 +193,6 @@ static int64_t part_peak(const lns *s, int q)
     return peak;
 }
 
-/* Sorts n (start, end) pairs by start: insertion sort on runs of 16, then merges that alternate
- * between v and scratch. Returns whichever of the two holds the result. */
-static int64_t *sort_iv(int64_t *v, int n, int64_t *scratch)
-{
-    enum { RUN = 16 };
-    for (int r = 0; r < n; r += RUN) {
-        int end = r + RUN < n ? r + RUN : n;
-        for (int i = r + 1; i < end; i++) {
-            int64_t a = v[2 * i], e = v[2 * i + 1];
-            int j = i - 1;
-            while (j >= r && v[2 * j] > a) {
-                v[2 * j + 2] = v[2 * j];
-                v[2 * j + 3] = v[2 * j + 1];
-                j--;
-            }
-            v[2 * j + 2] = a;
-            v[2 * j + 3] = e;
-        }
-    }
-    int64_t *src = v, *dst = scratch;
-    for (int w = RUN; w < n; w *= 2) {
-        for (int l = 0; l < n; l += 2 * w) {
-            int mid = l + w < n ? l + w : n, r = l + 2 * w < n ? l + 2 * w : n;
-            int i = l, j = mid, k = l;
-            while (i < mid && j < r) {
-                int from = src[2 * i] <= src[2 * j] ? i++ : j++;
-                dst[2 * k] = src[2 * from];
-                dst[2 * k + 1] = src[2 * from + 1];
-                k++;
-            }
-            if (i < mid)
-                memcpy(dst + 2 * k, src + 2 * i, (size_t)(mid - i) * 2 * sizeof *src);
-            else if (j < r)
-                memcpy(dst + 2 * k, src + 2 * j, (size_t)(r - j) * 2 * sizeof *src);
-        }
-        int64_t *t = src;
-        src = dst;
-        dst = t;
-    }
-    return src;
-}
-
 /* The offset for buffer i among its placed neighbours: the tightest gap that holds it (best) or
  * the lowest (first), else on top. */
 static int64_t fit(lns *s, int i, int first_fit)
@@ -250,7 +208,7 @@ static int64_t fit(lns *s, int i, int first_fit)
         s->iv[2 * cnt + 1] = s->off[j] + s->p->b[j].size;
         cnt++;
     }
-    const int64_t *iv = sort_iv(s->iv, cnt, s->scratch);
+    const int64_t *iv = gp_pairs_sort(s->iv, cnt, s->scratch);
     int64_t top = 0, best = -1, best_gap = 0;
     for (int k = 0; k < cnt; k++) {
         const int64_t *x = iv + 2 * k;

@@ -62,6 +62,10 @@ const char *gp_greedy_name(int order);
  * 0 on success, -1 when out of memory. */
 int gp_greedy_run(const gp_aprob *p, int order, const unsigned char *skip, int use_tree, int64_t *off);
 
+/* Sorts n (start, end) pairs by start (stable); returns whichever of v and scratch ([2 n] each)
+ * holds the result. */
+int64_t *gp_pairs_sort(int64_t *v, int n, int64_t *scratch);
+
 /* Ruin-and-recreate improvement of partition q (assign_improve.c): moves the partition's buffers
  * in off (a valid placement on entry, still valid on return) to shrink their area above target;
  * the partition's peak never rises. Stops when every buffer is at or below target, after
