@@ -3,8 +3,8 @@
  * per instance as it finishes and one table at the end: lower bound, greedy and final peaks over
  * it, fit, the time to reach the final peak and the total time.
  * Usage: planner-bench [DATA_DIR] [FILTER] (DATA_DIR empty or absent: ../shared/data, else
- * ../../shared/data, next to the source tree; FILTER: only instances whose name contains it). To add a row, call
- * bench_row() with a name, the buffers and the options (see main). */
+ * ../../shared/data, next to the source tree; FILTER: only instances whose name contains it).
+ * To add a row, call bench_row() with a name, the buffers and the options (see main). */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -245,8 +245,8 @@ int main(int argc, char **argv)
     synthetic_row("-heavy", 18700, 3, 10.0);
     synthetic_row("-heavy", 28500, 7, 10.0);
 
-    printf("\nSummary (bound: proven by the exact search, at least the lower bound; to best: seconds\n"
-           "until the final peak was first reached)\n");
+    printf("\nSummary (bound: proven by the exact search, at least the lower bound; to best:\n"
+           "seconds until the final peak was first reached)\n");
     print_header();
     for (int k = 0; k < nrows; k++)
         print_row(&rows[k]);

@@ -249,7 +249,8 @@ gp_exact *gp_exact_new(const gp_aprob *p, int q, int pair_limit, int *too_big)
     e->total0 = calloc((size_t)S, sizeof *e->total0);
     e->cut0 = calloc((size_t)S, sizeof *e->cut0);
     e->rank = malloc((size_t)NUM_ORDERS * (size_t)m * sizeof *e->rank);
-    if (!e->adj_start || !e->adj || !e->sec_start || !e->sec || !e->pbase || !e->pos || !e->total0 || !e->cut0 || !e->rank)
+    if (!e->adj_start || !e->adj || !e->sec_start || !e->sec || !e->pbase || !e->pos ||
+        !e->total0 || !e->cut0 || !e->rank)
         goto fail;
     for (int k = 0; k < m; k++)
         for (int j = k + 1; j < m && los[j] < his[k]; j++) {
