@@ -12,10 +12,14 @@
 
 /* The exact search gives up on partitions with more overlapping pairs than this (its adjacency
  * lists would not fit in memory, and nodes cost O(buffers) each). */
-enum { AUTO_PAIR_LIMIT = 4000000, EXACT_PAIR_LIMIT = 40000000 };
+enum { AUTO_PAIR_LIMIT = 8000000, EXACT_PAIR_LIMIT = 40000000 };
 /* AUTO also skips partitions this large: a node costs O(buffers), so a leaf is out of reach. */
-enum { AUTO_BUFFER_LIMIT = 20000 };
+enum { AUTO_BUFFER_LIMIT = 32768 };
 static const double DEFAULT_TIME_LIMIT = 10.0;
+/* Probes: nodes per buffer of a partition, and when to stop bisecting (within 1/PROBE_CLOSE). */
+enum { PROBE_NODES = 4, PROBE_CLOSE = 2000 };
+/* The share of the time limit the exact search may use when minimizing. */
+static const double EXACT_SHARE = 0.6;
 
 double gp_assign_now(void)
 {
@@ -310,6 +314,10 @@ typedef struct {
     gp_exact **ex;      /* [np] exact searchers, made on first use */
     int pair_limit, buffer_limit;
     int exact_used;     /* the exact search improved some partition */
+    int improve_used;   /* ruin and recreate improved some partition */
+    int64_t best;       /* the lowest overall peak so far, reached at time t_best */
+    double t_best;
+    int64_t bound;      /* proven: no placement has a lower peak */
 } state;
 
 static int64_t overall_peak(const state *st)
@@ -319,6 +327,16 @@ static int64_t overall_peak(const state *st)
         if (st->part_peak[q] > peak)
             peak = st->part_peak[q];
     return peak;
+}
+
+/* Records when the overall peak last fell (when: the time it happened). */
+static void note_best(state *st, double when)
+{
+    int64_t peak = overall_peak(st);
+    if (peak < st->best) {
+        st->best = peak;
+        st->t_best = when;
+    }
 }
 
 static int64_t peak_of(const gp_aprob *p, int q, const int64_t *off)
@@ -379,8 +397,38 @@ done:
     return rc;
 }
 
+/* A probe that ran out of nodes stood at a placement within the capacity but partial, often
+ * nearly complete: finished by best fit, it can beat the heuristics (and gives ruin and
+ * recreate a better start). Kept when its peak is lower. */
+static int salvage(state *st, int q)
+{
+    const gp_aprob *p = st->p;
+    int64_t *tmp = malloc(p->n * sizeof *tmp);
+    if (!tmp)
+        return -1;
+    if (gp_exact_partial(st->ex[q], tmp) != 0) {
+        free(tmp);
+        return 0;
+    }
+    if (gp_improve_complete(p, q, tmp) != 0) {
+        free(tmp);
+        return -1;
+    }
+    int64_t pk = peak_of(p, q, tmp);
+    if (pk < st->part_peak[q]) {
+        for (int k = p->part_start[q]; k < p->part_start[q + 1]; k++)
+            st->off[p->part_buf[k]] = tmp[p->part_buf[k]];
+        st->part_peak[q] = pk;
+        st->exact_used = 1;
+        note_best(st, gp_assign_now());
+    }
+    free(tmp);
+    return 0;
+}
+
 /* Decides whether partition q fits in capacity; on success keeps the offsets. */
-static gp_exact_status decide(state *st, int q, int64_t capacity, double deadline, int *too_big)
+static gp_exact_status decide(state *st, int q, int64_t capacity, double deadline, int64_t budget,
+                              int *too_big)
 {
     if (!st->ex[q]) {
         if (st->p->part_start[q + 1] - st->p->part_start[q] > st->buffer_limit) {
@@ -394,34 +442,180 @@ static gp_exact_status decide(state *st, int q, int64_t capacity, double deadlin
             return big ? GP_EXACT_TIMEOUT : GP_EXACT_NOMEM;
         }
     }
-    gp_exact_status s = gp_exact_decide(st->ex[q], capacity, deadline, st->off);
+    int64_t nodes = budget > 0 ? budget * (st->p->part_start[q + 1] - st->p->part_start[q]) : 0;
+    gp_exact_status s = gp_exact_decide(st->ex[q], capacity, deadline, nodes, st->off);
+    if (s == GP_EXACT_TIMEOUT && budget > 0 && salvage(st, q) != 0)
+        return GP_EXACT_NOMEM;
     if (s == GP_EXACT_FOUND) {
         int64_t pk = peak_of(st->p, q, st->off);
         if (pk < st->part_peak[q])
             st->exact_used = 1;
         st->part_peak[q] = pk;
+        note_best(st, gp_assign_now());
     }
     return s;
 }
 
 /* All partitions above capacity searched against it; 1 when all fit. *proven stays 1 while every
- * failure was a proof of infeasibility. */
-static int fit_all(state *st, int64_t capacity, double deadline, int *proven, int *nomem,
-                   int *too_big)
+ * failure was a proof of infeasibility. budget > 0: at most budget nodes per buffer of a
+ * partition (a probe, not a proof). */
+static int fit_all(state *st, int64_t capacity, double deadline, int64_t budget, int *proven,
+                   int *nomem, int *too_big)
 {
     for (int q = 0; q < st->p->np; q++) {
         if (st->part_peak[q] <= capacity)
             continue;
-        gp_exact_status s = decide(st, q, capacity, deadline, too_big);
+        gp_exact_status s = decide(st, q, capacity, deadline, budget, too_big);
         if (s == GP_EXACT_FOUND)
             continue;
         if (s == GP_EXACT_NOMEM)
             *nomem = 1;
         if (s != GP_EXACT_INFEASIBLE)
             *proven = 0;
+        else if (capacity + 1 > st->bound)
+            st->bound = capacity + 1; /* partitions are independent: the whole needs more too */
         return 0;
     }
     return 1;
+}
+
+/* Ruin and recreate on partition q until its peak reaches target or the deadline. */
+static void improve(state *st, int q, int64_t target, double deadline, int *nomem)
+{
+    gp_improve_stats s;
+    if (gp_improve_run(st->p, q, target, deadline, INT64_MAX, (uint64_t)q + 1, st->off, &s) != 0) {
+        *nomem = 1;
+        return;
+    }
+    if (s.peak < st->part_peak[q]) {
+        st->part_peak[q] = s.peak;
+        st->improve_used = 1;
+        note_best(st, s.when);
+    }
+}
+
+/* What ruin and recreate aims at in partition q: the capacity when one is given, else the lower
+ * bound; -1 when the partition is there already or cannot get there. */
+static int64_t improve_target(const state *st, int q, int64_t capacity)
+{
+    int64_t t = capacity > 0 ? capacity : st->p->part_lb[q];
+    return st->part_peak[q] > t && st->p->part_lb[q] <= t ? t : -1;
+}
+
+/* Ruin and recreate on every partition above its target (only those too large for the exact
+ * search when only_big), the time until deadline shared by buffer count. */
+static void improve_all(state *st, int only_big, int64_t capacity, double deadline, int *nomem)
+{
+    const gp_aprob *p = st->p;
+    int64_t total = 0;
+    for (int q = 0; q < p->np; q++)
+        if (improve_target(st, q, capacity) >= 0 &&
+            (!only_big || p->part_start[q + 1] - p->part_start[q] > st->buffer_limit))
+            total += p->part_start[q + 1] - p->part_start[q];
+    for (int q = 0; q < p->np && total > 0 && !*nomem; q++) {
+        int m = p->part_start[q + 1] - p->part_start[q];
+        int64_t target = improve_target(st, q, capacity);
+        if (target < 0 || (only_big && m <= st->buffer_limit))
+            continue;
+        double now = gp_assign_now();
+        if (now >= deadline)
+            return;
+        improve(st, q, target, now + (deadline - now) * (double)m / (double)total, nomem);
+        total -= m;
+    }
+}
+
+/* Deciding a capacity: ruin and recreate first on the partitions too large for the exact search
+ * (half the time when others need the search too), the exact search, then ruin and recreate on
+ * whatever is still above. */
+static void decide_capacity(state *st, int64_t capacity, double deadline, int *proven, int *nomem)
+{
+    const gp_aprob *p = st->p;
+    int big = 0, small = 0;
+    for (int q = 0; q < p->np; q++)
+        if (improve_target(st, q, capacity) >= 0) {
+            if (p->part_start[q + 1] - p->part_start[q] > st->buffer_limit)
+                big = 1;
+            else
+                small = 1;
+        }
+    if (big) {
+        double now = gp_assign_now();
+        improve_all(st, 1, capacity, small ? now + (deadline - now) / 2 : deadline, nomem);
+    }
+    int too_big = 0;
+    if (!*nomem && overall_peak(st) > capacity &&
+        !fit_all(st, capacity, deadline, 0, proven, nomem, &too_big) && !*nomem && !*proven)
+        improve_all(st, 0, capacity, deadline, nomem);
+}
+
+/* Minimizing the peak. Partitions too large for the exact search get ruin and recreate first.
+ * Then cheap probes (a few nodes per buffer, so a dive or two per order) bisect between the lower
+ * bound and the best peak, since on large partitions a search either finds a placement on its
+ * first dives or not within any useful time; then the full search tries the lower bound (often
+ * reachable, and a proof when not) and bisects; leftover time goes to ruin and recreate. */
+static void minimize(state *st, double t0, double deadline, int *proven, int *nomem)
+{
+    const gp_aprob *p = st->p;
+    int big = 0, small = 0;
+    for (int q = 0; q < p->np; q++)
+        if (st->part_peak[q] > p->part_lb[q]) {
+            if (p->part_start[q + 1] - p->part_start[q] > st->buffer_limit)
+                big = 1;
+            else
+                small = 1;
+        }
+    if (big) {
+        double now = gp_assign_now();
+        improve_all(st, 1, 0, small ? now + (deadline - now) / 2 : deadline, nomem);
+    }
+    /* The search cannot take the large partitions: the peak stays at least theirs, so capacities
+     * below it are not tried (and optimality is not proven while one is above its bound). */
+    int64_t floor_big = p->lower_bound;
+    for (int q = 0; q < p->np; q++)
+        if (p->part_start[q + 1] - p->part_start[q] > st->buffer_limit) {
+            if (st->part_peak[q] > floor_big)
+                floor_big = st->part_peak[q];
+            if (st->part_peak[q] > p->part_lb[q])
+                *proven = 0;
+        }
+    int64_t lo = floor_big, hi = overall_peak(st);
+    int first = 1, too_big = 0, unproven = 1;
+    double probe_end = t0 + (deadline - t0) / 3;
+    while (lo < hi && !*nomem && !too_big && (hi - lo) * PROBE_CLOSE > hi) {
+        if (gp_assign_now() >= probe_end)
+            break;
+        int64_t c = first ? lo : lo + (hi - lo) / 2;
+        first = 0;
+        if (fit_all(st, c, probe_end, PROBE_NODES, &unproven, nomem, &too_big))
+            hi = overall_peak(st);
+        else
+            lo = c + 1;
+    }
+    lo = floor_big;
+    first = 1;
+    too_big = 0;
+    /* The full search stops early enough to leave ruin and recreate some time to polish. */
+    double exact_end = t0 + (deadline - t0) * EXACT_SHARE;
+    while (lo < hi && !*nomem && !too_big) {
+        double now = gp_assign_now();
+        if (now >= exact_end) {
+            *proven = 0;
+            break;
+        }
+        int64_t c = first ? lo : lo + (hi - lo) / 2;
+        first = 0;
+        double slice = now + (exact_end - now) / 2;
+        if (fit_all(st, c, slice, 0, proven, nomem, &too_big))
+            hi = overall_peak(st);
+        else
+            lo = c + 1;
+    }
+    if (too_big)
+        *proven = 0;
+    /* Proven optimal above the bound (lo reached hi by proofs): nothing left to improve. */
+    if (!*nomem && !(lo >= hi && *proven) && overall_peak(st) > p->lower_bound)
+        improve_all(st, 0, 0, deadline, nomem);
 }
 
 static void set_method(gp_assign_result *r, const char *name)
@@ -460,7 +654,7 @@ gp_assign_status gp_assign(gp_buffer *b, size_t n, const gp_assign_opts *opts, g
     state st = {&p, malloc(n * sizeof(int64_t)), malloc((size_t)p.np * sizeof(int64_t)),
                 calloc((size_t)p.np, sizeof(gp_exact *)),
                 o.strategy == GP_STRATEGY_EXACT ? EXACT_PAIR_LIMIT : AUTO_PAIR_LIMIT,
-                o.strategy == GP_STRATEGY_EXACT ? INT_MAX : AUTO_BUFFER_LIMIT, 0};
+                o.strategy == GP_STRATEGY_EXACT ? INT_MAX : AUTO_BUFFER_LIMIT, 0, 0, 0, 0, 0};
     gp_assign_status status = GP_ASSIGN_OK;
     int nomem = 0;
     int order = (st.off && st.part_peak && st.ex) ? run_heuristics(&st) : -1;
@@ -472,31 +666,17 @@ gp_assign_status gp_assign(gp_buffer *b, size_t n, const gp_assign_opts *opts, g
     set_method(r, gp_greedy_name(order));
     r->lower_bound = p.lower_bound;
     int64_t greedy_peak = overall_peak(&st);
+    st.best = greedy_peak;
+    st.t_best = gp_assign_now();
+    st.bound = p.lower_bound;
     int proven = 1;
 
     if (o.strategy != GP_STRATEGY_GREEDY) {
         if (o.capacity > 0) {
-            int too_big = 0;
             if (greedy_peak > o.capacity)
-                fit_all(&st, o.capacity, deadline, &proven, &nomem, &too_big);
+                decide_capacity(&st, o.capacity, deadline, &proven, &nomem);
         } else {
-            /* Minimize: try the lower bound first (often reachable), then bisect. */
-            int64_t lo = p.lower_bound, hi = greedy_peak;
-            int first = 1, too_big = 0;
-            while (lo < hi && !nomem && !too_big) {
-                double now = gp_assign_now();
-                if (now >= deadline) {
-                    proven = 0;
-                    break;
-                }
-                int64_t c = first ? lo : lo + (hi - lo) / 2;
-                first = 0;
-                double slice = now + (deadline - now) / 2;
-                if (fit_all(&st, c, slice, &proven, &nomem, &too_big))
-                    hi = overall_peak(&st);
-                else
-                    lo = c + 1;
-            }
+            minimize(&st, t0, deadline, &proven, &nomem);
         }
     }
     if (nomem) {
@@ -505,10 +685,11 @@ gp_assign_status gp_assign(gp_buffer *b, size_t n, const gp_assign_opts *opts, g
         goto done;
     }
     r->peak = overall_peak(&st);
-    if (st.exact_used && r->peak < greedy_peak)
-        set_method(r, "exact");
+    if (r->peak < greedy_peak && (st.exact_used || st.improve_used))
+        set_method(r, !st.improve_used ? "exact" : st.exact_used ? "exact+improve" : "improve");
     r->optimal = r->peak == p.lower_bound ||
                  (o.strategy != GP_STRATEGY_GREEDY && o.capacity == 0 && proven);
+    r->proven_bound = r->optimal ? r->peak : st.bound;
     for (size_t i = 0; i < n; i++)
         b[i].offset = st.off[i];
     if (o.capacity > 0 && r->peak > o.capacity)
@@ -522,5 +703,6 @@ done:
     free(st.part_peak);
     gp_aprob_release(&p);
     r->seconds = gp_assign_now() - t0;
+    r->seconds_best = status == GP_ASSIGN_ERROR ? r->seconds : st.t_best - t0;
     return r->status = status;
 }

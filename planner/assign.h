@@ -22,7 +22,8 @@ typedef enum {
 
 typedef struct {
     gp_strategy strategy;
-    double time_limit; /* seconds for the exact search; <= 0 means the default (10 s) */
+    double time_limit; /* seconds for the search after the heuristics (exact search, ruin and
+                        * recreate); <= 0 means the default (10 s) */
     int64_t capacity;  /* 0: minimize the peak; > 0: the answer must fit in this many bytes */
 } gp_assign_opts;
 
@@ -36,8 +37,10 @@ typedef struct {
     gp_assign_status status;
     int64_t peak;        /* max over buffers of offset + size */
     int64_t lower_bound; /* largest sum of sizes alive at one time */
+    int64_t proven_bound; /* >= lower_bound: the exact search proved that no peak is lower */
     int optimal;         /* peak == lower_bound, or the exact search proved optimality */
     double seconds;      /* wall time spent */
+    double seconds_best; /* wall time until the final peak was first reached */
     char method[32];     /* which heuristic or search produced the answer, e.g. "greedy-size" */
 } gp_assign_result;
 

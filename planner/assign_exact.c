@@ -9,8 +9,14 @@
 
 #include "planner/assign_internal.h"
 
-/* Undoable state lives in int64 arrays; the trail records (array, index, old value). */
-enum { ST_OFFSET, ST_MINOFF, ST_RANK, ST_FLOOR, ST_TOTAL, ST_CUT, ST_REMAIN, ST_COUNT };
+/* Undoable state lives in int64 arrays; the trail records (array, index, old value). A context's
+ * buffers sit in the arena with the unplaced ones first (ST_REMAIN of them) and ST_APOS is each
+ * buffer's place there: placing swaps the buffer behind the others without the trail, since
+ * restoring the count restores the set; only a new context's copy is trailed, so that leaving
+ * the context finds the positions in its parent again. */
+enum {
+    ST_OFFSET, ST_MINOFF, ST_RANK, ST_APOS, ST_FLOOR, ST_TOTAL, ST_CUT, ST_UNPL, ST_REMAIN, ST_COUNT
+};
 enum { NUM_ORDERS = 3 };
 static const char *order_keys[NUM_ORDERS] = {"WAT", "TAW", "TWA"};
 enum { DFS_ABORT = 100 }; /* the node limit ran out: try the next order */
@@ -49,14 +55,18 @@ struct gp_exact {
     int *lo, *hi;          /* [m] local section span */
     int64_t *size;         /* [m] */
     int *adj_start, *adj;  /* CSR: buffers overlapping each buffer in time */
-    int *sec_start, *sec;  /* CSR: buffers live in each section */
+    int *sec_start, *sec;  /* CSR: buffers live in each section, the unplaced ones first (ST_UNPL
+                            * of them); placing a buffer swaps it behind them, and undoing the
+                            * count restores the set, so the order itself needs no undo */
+    int *pbase, *pos;      /* pos[pbase[i] + s - lo[i]]: where buffer i sits in section s's list */
     int64_t *total0, *cut0;/* [S] initial section totals; buffers crossing s -> s + 1 */
     int64_t part_lb;
     int *rank;             /* [NUM_ORDERS, m] position of each buffer in each static order */
     double *width, *area;  /* [m] order keys that never change */
     int order;             /* the order of the current search */
     gp_key3 *keys;         /* [m] scratch for re-ranking a new context */
-    int64_t *st[ST_COUNT]; /* dynamic state: offset [m], minoff [m], floor/total/cut [S], remain */
+    int64_t *st[ST_COUNT]; /* dynamic state: offset [m], minoff [m], floor/total/cut/unpl [S],
+                            * remain */
     trail_entry *trail;
     size_t ntrail, trail_cap;
     frame *frames;         /* [m + 2] */
@@ -64,10 +74,10 @@ struct gp_exact {
     int nctx;
     int *arena;
     int narena, arena_cap;
-    int *stamp, gen;       /* [S] section marks */
-    int *affected;         /* [S] */
+    int *witness;          /* [S] position in sec of an unplaced buffer at or below the floor */
     int *piece;            /* [S + 1] scratch for decomposition */
     int64_t nodes;
+    int searched;          /* a search ran: the state arrays hold its last placement */
 };
 
 static int64_t pairs_bounded(const int *lo_sorted, const int *hi_by_lo, int m, int64_t limit)
@@ -100,6 +110,8 @@ void gp_exact_free(gp_exact *e)
     free(e->adj);
     free(e->sec_start);
     free(e->sec);
+    free(e->pbase);
+    free(e->pos);
     free(e->total0);
     free(e->cut0);
     free(e->rank);
@@ -112,8 +124,7 @@ void gp_exact_free(gp_exact *e)
     free(e->frames);
     free(e->ctxs);
     free(e->arena);
-    free(e->stamp);
-    free(e->affected);
+    free(e->witness);
     free(e->piece);
     free(e);
 }
@@ -233,10 +244,13 @@ gp_exact *gp_exact_new(const gp_aprob *p, int q, int pair_limit, int *too_big)
     e->adj = malloc((size_t)(2 * pairs + 1) * sizeof *e->adj);
     e->sec_start = calloc((size_t)S + 1, sizeof *e->sec_start);
     e->sec = malloc((size_t)(span + 1) * sizeof *e->sec);
+    e->pbase = malloc(((size_t)m + 1) * sizeof *e->pbase);
+    e->pos = malloc((size_t)(span + 1) * sizeof *e->pos);
     e->total0 = calloc((size_t)S, sizeof *e->total0);
     e->cut0 = calloc((size_t)S, sizeof *e->cut0);
     e->rank = malloc((size_t)NUM_ORDERS * (size_t)m * sizeof *e->rank);
-    if (!e->adj_start || !e->adj || !e->sec_start || !e->sec || !e->total0 || !e->cut0 || !e->rank)
+    if (!e->adj_start || !e->adj || !e->sec_start || !e->sec || !e->pbase || !e->pos ||
+        !e->total0 || !e->cut0 || !e->rank)
         goto fail;
     for (int k = 0; k < m; k++)
         for (int j = k + 1; j < m && los[j] < his[k]; j++) {
@@ -266,25 +280,30 @@ gp_exact *gp_exact_new(const gp_aprob *p, int q, int pair_limit, int *too_big)
     for (int s = 0; s < S; s++)
         e->sec_start[s + 1] += e->sec_start[s];
     memcpy(fill, e->sec_start, (size_t)S * sizeof *fill);
-    for (int i = 0; i < m; i++)
-        for (int s = e->lo[i]; s < e->hi[i]; s++)
+    for (int i = 0, base = 0; i < m; i++) {
+        e->pbase[i] = base;
+        for (int s = e->lo[i]; s < e->hi[i]; s++) {
+            e->pos[base++] = fill[s];
             e->sec[fill[s]++] = i;
+        }
+    }
     free(fill);
     if (build_orders(e) != 0)
         goto fail;
     for (int k = 0; k < ST_COUNT; k++) {
-        size_t len = k <= ST_RANK ? (size_t)m : k == ST_REMAIN ? 2 * (size_t)m + 2 : (size_t)S;
+        size_t len = k <= ST_APOS ? (size_t)m : k == ST_REMAIN ? 2 * (size_t)m + 2 : (size_t)S;
         e->st[k] = malloc(len * sizeof(int64_t));
         if (!e->st[k])
             goto fail;
     }
     e->frames = malloc(((size_t)m + 2) * sizeof *e->frames);
     e->ctxs = malloc((2 * (size_t)m + 2) * sizeof *e->ctxs);
-    e->stamp = calloc((size_t)S, sizeof *e->stamp);
-    e->affected = malloc((size_t)S * sizeof *e->affected);
+    e->witness = malloc((size_t)S * sizeof *e->witness);
     e->piece = malloc(((size_t)S + 1) * sizeof *e->piece);
-    if (!e->frames || !e->ctxs || !e->stamp || !e->affected || !e->piece)
+    if (!e->frames || !e->ctxs || !e->witness || !e->piece)
         goto fail;
+    for (int s = 0; s < S; s++)
+        e->witness[s] = e->sec_start[s];
     free(byl);
     free(los);
     free(his);
@@ -300,6 +319,15 @@ fail:
 int64_t gp_exact_nodes(const gp_exact *e)
 {
     return e ? e->nodes : 0;
+}
+
+int gp_exact_partial(const gp_exact *e, int64_t *off)
+{
+    if (!e || !e->searched)
+        return -1;
+    for (int i = 0; i < e->m; i++)
+        off[e->gid[i]] = e->st[ST_OFFSET][i];
+    return 0;
 }
 
 /* ---- undoable state ---- */
@@ -344,17 +372,11 @@ static int arena_reserve(gp_exact *e, int more)
 
 /* ---- the search ---- */
 
+/* The frame's dominance height is computed on its first visit, in the same scan that picks the
+ * first candidate (the state is the same on every visit, after the undo). */
 static void push_frame(gp_exact *e, int *nf, int ctx, int64_t off, int rank, int root)
 {
-    const int64_t *offset = e->st[ST_OFFSET], *minoff = e->st[ST_MINOFF];
-    const context *c = &e->ctxs[ctx];
-    int64_t h = INT64_MAX;
-    for (int k = 0; k < c->n; k++) {
-        int i = e->arena[c->start + k];
-        if (offset[i] < 0 && minoff[i] + e->size[i] < h)
-            h = minoff[i] + e->size[i];
-    }
-    e->frames[(*nf)++] = (frame){ctx, root, off, rank, h, 0, e->ntrail, e->nctx, e->narena};
+    e->frames[(*nf)++] = (frame){ctx, root, off, rank, -1, 0, e->ntrail, e->nctx, e->narena};
 }
 
 /* Places buffer i at off and propagates: neighbours' lowest offsets, section floors and totals,
@@ -366,11 +388,9 @@ static int place(gp_exact *e, int i, int64_t off, int *hatless)
     int64_t top = off + e->size[i];
     if (set(e, ST_OFFSET, i, off) != 0)
         return -1;
-    int na = 0;
-    if (++e->gen == INT_MAX) {
-        memset(e->stamp, 0, (size_t)e->S * sizeof *e->stamp);
-        e->gen = 1;
-    }
+    /* Every neighbour overlaps i, so the sections of those whose lowest offset rose, with i's own,
+     * form one range. */
+    int a0 = INT_MAX, a1 = -1;
     *hatless = 1;
     for (int k = e->adj_start[i]; k < e->adj_start[i + 1]; k++) {
         int j = e->adj[k];
@@ -381,24 +401,51 @@ static int place(gp_exact *e, int i, int64_t off, int *hatless)
             continue;
         if (set(e, ST_MINOFF, j, top) != 0)
             return -1;
-        for (int s = e->lo[j]; s < e->hi[j]; s++)
-            if (e->stamp[s] != e->gen) {
-                e->stamp[s] = e->gen;
-                e->affected[na++] = s;
-            }
+        if (e->lo[j] < a0)
+            a0 = e->lo[j];
+        if (e->hi[j] > a1)
+            a1 = e->hi[j];
     }
-    for (int s = e->lo[i]; s < e->hi[i]; s++)
+    int64_t *unpl = e->st[ST_UNPL];
+    for (int s = e->lo[i]; s < e->hi[i]; s++) {
         if (set(e, ST_FLOOR, s, top) != 0 || set(e, ST_TOTAL, s, e->st[ST_TOTAL][s] - e->size[i]) != 0)
             return -1;
-    for (int a = 0; a < na; a++) {
-        int s = e->affected[a];
+        /* Swap i behind the unplaced buffers of s. */
+        int last = e->sec_start[s] + (int)unpl[s] - 1, at = e->pos[e->pbase[i] + s - e->lo[i]];
+        int x = e->sec[last];
+        e->sec[at] = x;
+        e->pos[e->pbase[x] + s - e->lo[x]] = at;
+        e->sec[last] = i;
+        e->pos[e->pbase[i] + s - e->lo[i]] = last;
+        if (set(e, ST_UNPL, s, unpl[s] - 1) != 0)
+            return -1;
+    }
+    if (a1 >= 0) {
+        if (e->lo[i] < a0)
+            a0 = e->lo[i];
+        if (e->hi[i] > a1)
+            a1 = e->hi[i];
+    }
+    for (int s = a0; s < a1; s++) {
+        if (unpl[s] == 0)
+            continue;
+        /* The floor rises only when every unplaced buffer of s sits above it: one that does not
+         * (a witness, remembered per section as a hint) settles it without the full scan. */
+        int w = e->sec[e->witness[s]];
+        if (offset[w] < 0 && minoff[w] <= floor_[s])
+            continue;
         int64_t low = INT64_MAX;
-        for (int k = e->sec_start[s]; k < e->sec_start[s + 1]; k++) {
+        for (int k = e->sec_start[s]; k < e->sec_start[s] + unpl[s]; k++) {
             int j = e->sec[k];
-            if (offset[j] < 0 && minoff[j] < low)
+            if (minoff[j] <= floor_[s]) {
+                e->witness[s] = k;
+                low = INT64_MAX;
+                break;
+            }
+            if (minoff[j] < low)
                 low = minoff[j];
         }
-        if (low != INT64_MAX && low > floor_[s] && set(e, ST_FLOOR, s, low) != 0)
+        if (low != INT64_MAX && set(e, ST_FLOOR, s, low) != 0)
             return -1;
     }
     return 0;
@@ -447,8 +494,8 @@ static int decompose(gp_exact *e, int fi, int ci, int i)
     int *cnt = calloc((size_t)np, sizeof *cnt);
     if (!cnt)
         return -2;
-    int left = 0;
-    for (int k = 0; k < c.n; k++) {
+    int left = 0, live = (int)e->st[ST_REMAIN][ci];
+    for (int k = 0; k < live; k++) {
         int j = e->arena[c.start + k];
         if (offset[j] < 0) {
             cnt[e->piece[e->lo[j]]]++;
@@ -486,10 +533,15 @@ static int decompose(gp_exact *e, int fi, int ci, int i)
         pos += cnt[q];
     }
     e->ctxs[e->nctx - 1].cont = c.cont;
-    for (int k = 0; k < c.n; k++) {
+    for (int k = 0; k < live; k++) {
         int j = e->arena[c.start + k];
         if (offset[j] < 0) {
             int q = e->piece[e->lo[j]];
+            if (set(e, ST_APOS, j, at[q]) != 0) {
+                free(at);
+                free(cnt);
+                return -2;
+            }
             e->arena[at[q]++] = j;
         }
     }
@@ -509,6 +561,7 @@ static int dfs(gp_exact *e, int order, int64_t cap, int64_t limit, double deadli
     const int m = e->m;
     int64_t *offset = e->st[ST_OFFSET], *minoff = e->st[ST_MINOFF], *rank = e->st[ST_RANK];
     e->order = order;
+    e->searched = 1;
     for (int i = 0; i < m; i++) {
         offset[i] = -1;
         minoff[i] = 0;
@@ -517,12 +570,16 @@ static int dfs(gp_exact *e, int order, int64_t cap, int64_t limit, double deadli
     memset(e->st[ST_FLOOR], 0, (size_t)e->S * sizeof(int64_t));
     memcpy(e->st[ST_TOTAL], e->total0, (size_t)e->S * sizeof(int64_t));
     memcpy(e->st[ST_CUT], e->cut0, (size_t)e->S * sizeof(int64_t));
+    for (int s = 0; s < e->S; s++)
+        e->st[ST_UNPL][s] = e->sec_start[s + 1] - e->sec_start[s];
     e->ntrail = 0;
     e->narena = 0;
     if (arena_reserve(e, m) != 0)
         return GP_EXACT_NOMEM;
-    for (int i = 0; i < m; i++)
+    for (int i = 0; i < m; i++) {
         e->arena[i] = i;
+        e->st[ST_APOS][i] = i;
+    }
     e->narena = m;
     e->ctxs[0] = (context){0, m, 0, e->S, -1, -1};
     e->st[ST_REMAIN][0] = m;
@@ -540,14 +597,15 @@ static int dfs(gp_exact *e, int order, int64_t cap, int64_t limit, double deadli
         const context *c = &e->ctxs[f->ctx];
         /* The next candidate in (lowest offset, static rank) order after the last one tried. */
         int best = -1, best_rank = 0;
-        int64_t best_off = 0;
-        for (int k = 0; k < c->n; k++) {
+        int64_t best_off = 0, h = INT64_MAX;
+        const int live = (int)e->st[ST_REMAIN][f->ctx];
+        for (int k = 0; k < live; k++) {
             int i = e->arena[c->start + k];
-            if (offset[i] >= 0)
-                continue;
             int64_t o = minoff[i];
             int r = (int)rank[i];
-            if (o >= f->min_height || o + e->size[i] > cap)
+            if (o + e->size[i] < h)
+                h = o + e->size[i];
+            if (o + e->size[i] > cap)
                 continue;
             if (o < f->cur_off || (o == f->cur_off && r <= f->cur_rank))
                 continue;
@@ -557,6 +615,12 @@ static int dfs(gp_exact *e, int order, int64_t cap, int64_t limit, double deadli
                 best_rank = r;
             }
         }
+        /* Dominance: nothing at or above the lowest top of an unplaced buffer. Candidates come in
+         * offset order, so checking the chosen one covers the rest. */
+        if (f->min_height < 0)
+            f->min_height = h;
+        if (best >= 0 && best_off >= f->min_height)
+            best = -1;
         /* A buffer that overlaps nothing unplaced keeps its lowest offset forever: when placing it
          * there failed, every later candidate (higher in canonical order) would strand it. */
         if (f->hatless)
@@ -587,6 +651,16 @@ static int dfs(gp_exact *e, int order, int64_t cap, int64_t limit, double deadli
             continue;
         if (set(e, ST_REMAIN, ci, e->st[ST_REMAIN][ci] - 1) != 0)
             return GP_EXACT_NOMEM;
+        {
+            /* Swap it behind the context's unplaced buffers (see ST_APOS). */
+            int64_t *apos = e->st[ST_APOS];
+            int last = c->start + (int)e->st[ST_REMAIN][ci], at = (int)apos[best];
+            int x = e->arena[last];
+            e->arena[at] = x;
+            apos[x] = at;
+            e->arena[last] = best;
+            apos[best] = last;
+        }
         if (e->st[ST_REMAIN][ci] == 0) {
             int next = c->cont;
             if (next < 0) {
@@ -607,16 +681,25 @@ static int dfs(gp_exact *e, int order, int64_t cap, int64_t limit, double deadli
     }
 }
 
-gp_exact_status gp_exact_decide(gp_exact *e, int64_t capacity, double deadline, int64_t *off)
+gp_exact_status gp_exact_decide(gp_exact *e, int64_t capacity, double deadline, int64_t max_nodes,
+                                int64_t *off)
 {
     if (e->part_lb > capacity)
         return GP_EXACT_INFEASIBLE;
-    int64_t limit = e->m > 0 ? e->m : 1;
+    int64_t limit = e->m > 0 ? e->m : 1, start = e->nodes;
     for (;;) {
         if (limit < INT64_MAX / 4)
             limit *= 2;
         for (int o = 0; o < NUM_ORDERS; o++) {
-            int s = dfs(e, o, capacity, limit, deadline, off);
+            int64_t lim = limit;
+            if (max_nodes > 0) {
+                int64_t left = max_nodes - (e->nodes - start);
+                if (left <= 0)
+                    return GP_EXACT_TIMEOUT;
+                if (left < lim)
+                    lim = left;
+            }
+            int s = dfs(e, o, capacity, lim, deadline, off);
             if (s != DFS_ABORT)
                 return (gp_exact_status)s;
         }

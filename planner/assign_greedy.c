@@ -334,8 +334,8 @@ static int make_order(const gp_aprob *p, int order, gp_key3 *keys)
 
 /* ---- best fit with overlap lists (few overlapping pairs) ---- */
 
-/* Sorts n (start, end) pairs by start: insertion sort for short runs, then bottom-up merges. */
-static void sort_pairs(int64_t *v, int n, int64_t *scratch)
+/* Insertion sort on runs of 16, then merges that alternate between v and scratch. */
+int64_t *gp_pairs_sort(int64_t *v, int n, int64_t *scratch)
 {
     enum { RUN = 16 };
     for (int r = 0; r < n; r += RUN) {
@@ -352,19 +352,27 @@ static void sort_pairs(int64_t *v, int n, int64_t *scratch)
             v[2 * j + 3] = e;
         }
     }
+    int64_t *src = v, *dst = scratch;
     for (int w = RUN; w < n; w *= 2) {
         for (int l = 0; l < n; l += 2 * w) {
-            int m = l + w < n ? l + w : n, r = l + 2 * w < n ? l + 2 * w : n;
-            int i = l, j = m, k = l;
-            while (i < m || j < r) {
-                int from = (j == r || (i < m && v[2 * i] <= v[2 * j])) ? i++ : j++;
-                scratch[2 * k] = v[2 * from];
-                scratch[2 * k + 1] = v[2 * from + 1];
+            int mid = l + w < n ? l + w : n, r = l + 2 * w < n ? l + 2 * w : n;
+            int i = l, j = mid, k = l;
+            while (i < mid && j < r) {
+                int from = src[2 * i] <= src[2 * j] ? i++ : j++;
+                dst[2 * k] = src[2 * from];
+                dst[2 * k + 1] = src[2 * from + 1];
                 k++;
             }
+            if (i < mid)
+                memcpy(dst + 2 * k, src + 2 * i, (size_t)(mid - i) * 2 * sizeof *src);
+            else if (j < r)
+                memcpy(dst + 2 * k, src + 2 * j, (size_t)(r - j) * 2 * sizeof *src);
         }
-        memcpy(v, scratch, (size_t)n * 2 * sizeof *v);
+        int64_t *t = src;
+        src = dst;
+        dst = t;
     }
+    return src;
 }
 
 static int run_lists(const gp_aprob *p, const gp_key3 *keys, const unsigned char *skip, int64_t *off)
@@ -393,11 +401,11 @@ static int run_lists(const gp_aprob *p, const gp_key3 *keys, const unsigned char
             v[2 * cnt + 1] = x[1];
             cnt += x[1] > 0;
         }
-        sort_pairs(v, cnt, scratch);
+        const int64_t *iv = gp_pairs_sort(v, cnt, scratch);
         int64_t size = p->b[i].size, top = 0, best = -1, best_gap = 0;
         for (int q = 0; q < cnt; q++) {
-            if (v[2 * q] > top) {
-                int64_t gap = v[2 * q] - top;
+            if (iv[2 * q] > top) {
+                int64_t gap = iv[2 * q] - top;
                 if (gap >= size && (best < 0 || gap < best_gap)) {
                     best = top;
                     best_gap = gap;
@@ -405,8 +413,8 @@ static int run_lists(const gp_aprob *p, const gp_key3 *keys, const unsigned char
                         break;
                 }
             }
-            if (v[2 * q + 1] > top)
-                top = v[2 * q + 1];
+            if (iv[2 * q + 1] > top)
+                top = iv[2 * q + 1];
         }
         off[i] = best >= 0 ? best : top;
         at[2 * i] = off[i];

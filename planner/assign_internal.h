@@ -62,6 +62,27 @@ const char *gp_greedy_name(int order);
  * 0 on success, -1 when out of memory. */
 int gp_greedy_run(const gp_aprob *p, int order, const unsigned char *skip, int use_tree, int64_t *off);
 
+/* Sorts n (start, end) pairs by start (stable); returns whichever of v and scratch ([2 n] each)
+ * holds the result. */
+int64_t *gp_pairs_sort(int64_t *v, int n, int64_t *scratch);
+
+/* Ruin-and-recreate improvement of partition q (assign_improve.c): moves the partition's buffers
+ * in off (a valid placement on entry, still valid on return) to shrink their area above target;
+ * the partition's peak never rises. Stops when every buffer is at or below target, after
+ * max_moves moves or at deadline (gp_assign_now() seconds). 0 on success, -1 when out of memory. */
+typedef struct {
+    int64_t moves, accepted; /* moves tried, moves kept */
+    int64_t start_peak, peak; /* the partition's peak before and after */
+    double when;              /* gp_assign_now() when the peak last fell (0: never) */
+} gp_improve_stats;
+int gp_improve_run(const gp_aprob *p, int q, int64_t target, double deadline, int64_t max_moves,
+                   uint64_t seed, int64_t *off, gp_improve_stats *stats);
+
+/* Completes a partial placement of partition q: every buffer with off[id] < 0 goes, largest
+ * first, into the tightest gap among its placed neighbours in time, else on top. 0 on success,
+ * -1 when out of memory. */
+int gp_improve_complete(const gp_aprob *p, int q, int64_t *off);
+
 /* Exact search on one partition (assign_exact.c). */
 typedef struct gp_exact gp_exact;
 typedef enum { GP_EXACT_FOUND, GP_EXACT_INFEASIBLE, GP_EXACT_TIMEOUT, GP_EXACT_NOMEM } gp_exact_status;
@@ -71,8 +92,15 @@ gp_exact *gp_exact_new(const gp_aprob *p, int part, int size_limit, int *too_big
 void gp_exact_free(gp_exact *e);
 
 /* Decision: a placement of the partition's buffers within capacity, searched until deadline
- * (gp_assign_now() seconds). On FOUND writes off[id] for the partition's buffers only. */
-gp_exact_status gp_exact_decide(gp_exact *e, int64_t capacity, double deadline, int64_t *off);
+ * (gp_assign_now() seconds) or, when max_nodes > 0, until that many nodes (TIMEOUT either way).
+ * On FOUND writes off[id] for the partition's buffers only. */
+gp_exact_status gp_exact_decide(gp_exact *e, int64_t capacity, double deadline, int64_t max_nodes,
+                                int64_t *off);
+
+/* After a decision that did not find a placement: the placement the search stood at when it
+ * stopped (within the capacity, but partial), off[id] for the partition's buffers, -1 for those
+ * not placed. -1 when no search ran (e NULL or never decided). */
+int gp_exact_partial(const gp_exact *e, int64_t *off);
 
 /* Nodes expanded so far (for the benchmark's curiosity and tests). */
 int64_t gp_exact_nodes(const gp_exact *e);

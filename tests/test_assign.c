@@ -274,6 +274,133 @@ static void test_tree_matches_lists(void)
     }
 }
 
+/* Ruin and recreate keeps a valid placement (no two buffers overlapping in time and bytes, every
+ * buffer placed), never raises the peak nor goes below the lower bound, reports the peak it
+ * leaves, and lowers the peak of greedy placements that sit above the bound. */
+static void test_improve_invariants(void)
+{
+    uint64_t seed = 90210;
+    char why[256];
+    int lowered = 0, above = 0;
+    for (int round = 0; round < 40; round++) {
+        gp_buffer b[400];
+        int n = random_instance(&seed, b, 400, round % 2 ? 300 : 60, round % 3 ? 1000 : 64);
+        gp_aprob p;
+        CU_ASSERT_EQUAL_FATAL(gp_aprob_init(&p, b, (size_t)n), 0);
+        int64_t off[400];
+        CU_ASSERT_EQUAL_FATAL(gp_greedy_run(&p, 1, NULL, 0, off), 0);
+        for (int q = 0; q < p.np; q++) {
+            int64_t before = 0;
+            for (int k = p.part_start[q]; k < p.part_start[q + 1]; k++) {
+                int i = p.part_buf[k];
+                if (off[i] + b[i].size > before)
+                    before = off[i] + b[i].size;
+            }
+            if (before <= p.part_lb[q])
+                continue;
+            above++;
+            gp_improve_stats st;
+            CU_ASSERT_EQUAL(gp_improve_run(&p, q, p.part_lb[q], gp_assign_now() + 5.0, 400,
+                                           (uint64_t)round + 1, off, &st), 0);
+            int64_t after = 0;
+            for (int k = p.part_start[q]; k < p.part_start[q + 1]; k++) {
+                int i = p.part_buf[k];
+                CU_ASSERT_TRUE(off[i] >= 0);
+                if (off[i] + b[i].size > after)
+                    after = off[i] + b[i].size;
+            }
+            CU_ASSERT_EQUAL(st.start_peak, before);
+            CU_ASSERT_EQUAL(st.peak, after);
+            CU_ASSERT_TRUE(after <= before);
+            CU_ASSERT_TRUE(after >= p.part_lb[q]);
+            CU_ASSERT_TRUE(st.moves <= 400);
+            lowered += after < before;
+        }
+        for (int i = 0; i < n; i++)
+            b[i].offset = off[i];
+        CU_ASSERT_EQUAL(gp_assign_check(b, (size_t)n, 0, why, sizeof why), 0);
+        gp_aprob_release(&p);
+    }
+    CU_ASSERT_TRUE(above >= 10);
+    CU_ASSERT_TRUE(lowered * 2 >= above);
+}
+
+/* Completing a partial placement places every buffer left out, moves none of the others, and
+ * leaves no two buffers overlapping. */
+static void test_improve_complete(void)
+{
+    uint64_t seed = 1701;
+    char why[256];
+    for (int round = 0; round < 40; round++) {
+        gp_buffer b[300];
+        int n = random_instance(&seed, b, 300, round % 2 ? 200 : 30, round % 3 ? 1000 : 16);
+        gp_aprob p;
+        CU_ASSERT_EQUAL_FATAL(gp_aprob_init(&p, b, (size_t)n), 0);
+        int64_t off[300], kept[300];
+        CU_ASSERT_EQUAL_FATAL(gp_greedy_run(&p, round % GP_GREEDY_ORDERS, NULL, 0, off), 0);
+        for (int i = 0; i < n; i++) {
+            if (gp_test_rand(&seed) % 3 == 0)
+                off[i] = -1;
+            kept[i] = off[i];
+        }
+        for (int q = 0; q < p.np; q++)
+            CU_ASSERT_EQUAL(gp_improve_complete(&p, q, off), 0);
+        int moved = 0, unplaced = 0;
+        for (int i = 0; i < n; i++) {
+            moved += kept[i] >= 0 && off[i] != kept[i];
+            unplaced += off[i] < 0;
+            b[i].offset = off[i];
+        }
+        CU_ASSERT_EQUAL(moved, 0);
+        CU_ASSERT_EQUAL(unplaced, 0);
+        CU_ASSERT_EQUAL(gp_assign_check(b, (size_t)n, 0, why, sizeof why), 0);
+        gp_aprob_release(&p);
+    }
+}
+
+/* AUTO on a large instance whose heuristics stop above the bound: valid, no worse than the
+ * heuristics, and the time to the final peak within the time spent. */
+static void test_auto_large(void)
+{
+    enum { N = 6000 };
+    gp_buffer *src = malloc(N * sizeof *src), *b = malloc(N * sizeof *b);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(src);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    uint64_t seed = 5150;
+    for (int i = 0; i < N; i++) {
+        int64_t t = i / 2, r = (int64_t)(gp_test_rand(&seed) % 100);
+        int64_t life = r < 70 ? 1 + (int64_t)(gp_test_rand(&seed) % 4)
+                       : r < 95 ? 4 + (int64_t)(gp_test_rand(&seed) % 60)
+                                : 50 + (int64_t)(gp_test_rand(&seed) % 1500);
+        int64_t size = (int64_t)1 << (8 + gp_test_rand(&seed) % 12);
+        src[i] = (gp_buffer){t, t + life, size + (int64_t)(gp_test_rand(&seed) % 4096), -1};
+    }
+    char why[256];
+    memcpy(b, src, N * sizeof *b);
+    gp_assign_opts g = {GP_STRATEGY_GREEDY, 0, 0};
+    gp_assign_result rg, ra;
+    CU_ASSERT_EQUAL(gp_assign(b, N, &g, &rg), GP_ASSIGN_OK);
+    memcpy(b, src, N * sizeof *b);
+    gp_assign_opts a = {GP_STRATEGY_AUTO, 1.0, 0};
+    CU_ASSERT_EQUAL(gp_assign(b, N, &a, &ra), GP_ASSIGN_OK);
+    CU_ASSERT_EQUAL(gp_assign_check(b, N, 0, why, sizeof why), 0);
+    CU_ASSERT_EQUAL(ra.peak, peak_of(b, N));
+    CU_ASSERT_TRUE(rg.peak > rg.lower_bound);
+    CU_ASSERT_TRUE(ra.peak < rg.peak);
+    CU_ASSERT_TRUE(ra.peak >= ra.lower_bound);
+    CU_ASSERT_TRUE(ra.seconds_best >= 0 && ra.seconds_best <= ra.seconds);
+    CU_ASSERT_TRUE(ra.seconds < 3.0);
+    /* Deciding a capacity between the heuristics' peak and that answer: met, and valid. */
+    int64_t cap = rg.peak - (rg.peak - ra.peak) / 2;
+    memcpy(b, src, N * sizeof *b);
+    gp_assign_opts c = {GP_STRATEGY_AUTO, 1.0, cap};
+    CU_ASSERT_EQUAL(gp_assign(b, N, &c, &ra), GP_ASSIGN_OK);
+    CU_ASSERT_TRUE(ra.peak <= cap);
+    CU_ASSERT_EQUAL(gp_assign_check(b, N, cap, why, sizeof why), 0);
+    free(src);
+    free(b);
+}
+
 /* ---- brute force, independent of the assigner ---- */
 
 /* Lowest offset for b[i] clear of the placed buffers that share time with it. */
@@ -372,6 +499,10 @@ static void test_exact_vs_brute_force(void)
         gp_assign_opts a = {GP_STRATEGY_AUTO, 5.0, 0};
         CU_ASSERT_EQUAL(gp_assign(b, (size_t)n, &a, &r), GP_ASSIGN_OK);
         CU_ASSERT_EQUAL(r.peak, opt);
+        /* The proven bound: never above the optimum, the optimum once proven. */
+        CU_ASSERT_TRUE(r.proven_bound >= lb && r.proven_bound <= opt);
+        if (r.optimal)
+            CU_ASSERT_EQUAL(r.proven_bound, opt);
 
         /* Decisions: fits at the optimum, not one byte below. */
         memcpy(b, src, sizeof b);
@@ -382,12 +513,42 @@ static void test_exact_vs_brute_force(void)
             memcpy(b, src, sizeof b);
             gp_assign_opts below = {GP_STRATEGY_EXACT, 5.0, opt - 1};
             CU_ASSERT_EQUAL(gp_assign(b, (size_t)n, &below, &r), GP_ASSIGN_NO_FIT);
+            CU_ASSERT_EQUAL(r.proven_bound, opt);
             CU_ASSERT_EQUAL(gp_assign_check(b, (size_t)n, 0, why, sizeof why), 0);
         }
     }
     /* The search must have had work to do: instances where the heuristics miss the optimum.
      * (Random instances this small practically always reach the lower bound.) */
     CU_ASSERT_TRUE(greedy_worse > 0);
+}
+
+/* An instance whose optimum (12) is above the largest live sum (11): the search proves it, and
+ * the proven bound says so, minimizing and deciding. */
+static void test_proven_bound(void)
+{
+    static const gp_buffer src[] = {{0, 6, 1, -1}, {0, 3, 4, -1}, {5, 6, 5, -1},
+                                    {1, 5, 1, -1}, {4, 6, 5, -1}, {2, 4, 3, -1},
+                                    {2, 5, 1, -1}, {3, 5, 3, -1}, {0, 1, 5, -1}};
+    enum { N = sizeof src / sizeof *src };
+    gp_buffer b[N];
+    char why[256];
+    memcpy(b, src, sizeof b);
+    gp_assign_opts o = {GP_STRATEGY_AUTO, 5.0, 0};
+    gp_assign_result r;
+    CU_ASSERT_EQUAL(gp_assign(b, N, &o, &r), GP_ASSIGN_OK);
+    CU_ASSERT_EQUAL(r.lower_bound, 11);
+    CU_ASSERT_EQUAL(r.peak, 12);
+    CU_ASSERT_TRUE(r.optimal);
+    CU_ASSERT_EQUAL(r.proven_bound, 12);
+    CU_ASSERT_EQUAL(gp_assign_check(b, N, 12, why, sizeof why), 0);
+    memcpy(b, src, sizeof b);
+    gp_assign_opts c = {GP_STRATEGY_EXACT, 5.0, 11};
+    CU_ASSERT_EQUAL(gp_assign(b, N, &c, &r), GP_ASSIGN_NO_FIT);
+    CU_ASSERT_EQUAL(r.proven_bound, 12);
+    memcpy(b, src, sizeof b);
+    gp_assign_opts g = {GP_STRATEGY_GREEDY, 5.0, 0};
+    CU_ASSERT_EQUAL(gp_assign(b, N, &g, &r), GP_ASSIGN_OK);
+    CU_ASSERT_EQUAL(r.proven_bound, r.optimal ? r.peak : 11);
 }
 
 /* Larger instances at a capacity the heuristics miss but a known packing meets: buffers cut from
@@ -645,8 +806,12 @@ void gp_suite_assign(void)
     CU_add_test(s, "random instances are valid", test_random_valid);
     CU_add_test(s, "deterministic", test_deterministic);
     CU_add_test(s, "tree matches lists", test_tree_matches_lists);
+    CU_add_test(s, "ruin and recreate keeps invariants", test_improve_invariants);
+    CU_add_test(s, "completing a partial placement", test_improve_complete);
+    CU_add_test(s, "auto on a large instance", test_auto_large);
     CU_add_test(s, "exact equals brute force", test_exact_vs_brute_force);
     CU_add_test(s, "exact packs tight instances", test_exact_packs_tight);
+    CU_add_test(s, "proven bound above the live peak", test_proven_bound);
     CU_add_test(s, "csv round trip", test_csv_round_trip);
     CU_add_test(s, "csv errors", test_csv_errors);
     CU_add_test(s, "buffers main", test_buffers_main);
