@@ -416,14 +416,6 @@ __device__ __forceinline__ int qd_row(const QDD &d, int ph, int64_t r, int *n)
     return -1;
 }
 
-/* A row's bytes into L2, a line a lane at a time (a hint: safe before the wait, weights being
- * constant), so that its units' loads later meet L2 rather than memory. */
-__device__ __forceinline__ void qd_prefetch(const uint8_t *row, size_t rb, int lane)
-{
-    for (size_t o = (size_t)lane * 128; o < rb; o += 32 * 128)
-        prefetch_l2(row + o);
-}
-
 __device__ __forceinline__ float qd_silu(float v)
 {
     return v / (1.0f + expf(-v)); /* as the swiglu node (cuda_ops.cu) */
@@ -435,7 +427,7 @@ __device__ __forceinline__ float qd_silu(float v)
 template <int TT, int MM, bool GLU>
 __device__ __forceinline__ void qd_rows(const QDD &d, int ph, int64_t rows, const QX &x, int M,
                                         const EPI &e, const KT &eo, QRaw<TT> (&cur)[2],
-                                        QRaw<TT> (&cur2)[2], bool first, int pf)
+                                        QRaw<TT> (&cur2)[2], bool first)
 {
     const int lane = threadIdx.x & 31, U = x.K / 32, G = (U + 63) / 64;
     const int64_t nw = (int64_t)gridDim.x * QD_WARPS;
@@ -458,12 +450,6 @@ __device__ __forceinline__ void qd_rows(const QDD &d, int ph, int64_t rows, cons
     for (int m = 0; m < MM; m++)
         acc[m] = acc2[m] = 0.0f;
     while (row) {
-        if (pf && g == 0 && r + nw < rows) { /* the next row but one of this warp, into L2 */
-            int n3 = 0, s3 = qd_row(d, ph, r + nw, &n3);
-            qd_prefetch(d.w[s3] + (size_t)n3 * d.rb[s3], d.rb[s3], lane);
-            if (GLU)
-                qd_prefetch(d.w[1] + (size_t)n3 * d.rb[1], d.rb[1], lane);
-        }
         /* the next step: this row's next pair of units, or the next row's first */
         int g2 = g + 1, n2 = n, s2 = s;
         int64_t r2 = r;
@@ -526,10 +512,10 @@ __device__ __forceinline__ void qd_rows(const QDD &d, int ph, int64_t rows, cons
  * (PDL: weights are constant), x staged (dynamic shared memory: m_launch K 2.75 bytes, RMS: and K
  * floats), then the rows of type T (t2 bit 0), then those of T2.
  */
-template <int T, int T2, int MM, bool GLU, bool RMS, int OCC>
-__global__ void __launch_bounds__(QD_THREADS, OCC)
+template <int T, int T2, int MM, bool GLU, bool RMS>
+__global__ void __launch_bounds__(QD_THREADS, 1)
     k_qdot(QDD d, const float *x, int64_t ldx, int K, int64_t m_launch, int msym,
-           const int64_t *syms, EPI e, KT eo, NORM nm, int64_t rows0, int64_t rows1, int pf)
+           const int64_t *syms, EPI e, KT eo, NORM nm, int64_t rows0, int64_t rows1)
 {
     extern __shared__ float4 qd_smem[];
     uint8_t *sm = (uint8_t *)qd_smem;
@@ -550,10 +536,6 @@ __global__ void __launch_bounds__(QD_THREADS, OCC)
     }
     if (RMS)
         prefetch_norm(nm, 0, K);
-    if (pf && r + (int64_t)gridDim.x * QD_WARPS < rows0) {
-        int n = 0, s = qd_row(d, 0, r + (int64_t)gridDim.x * QD_WARPS, &n);
-        qd_prefetch(d.w[s] + (size_t)n * d.rb[s], d.rb[s], lane);
-    }
     pdl_begin();
     int64_t Ml = msym >= 0 ? syms[msym] : m_launch;
     int M = (int)(Ml < m_launch ? Ml : m_launch);
@@ -563,13 +545,13 @@ __global__ void __launch_bounds__(QD_THREADS, OCC)
     xv.l = sm + (size_t)M * K;
     xv.s = (const float2 *)(sm + (size_t)2 * M * K);
     xv.K = K;
-    qd_rows<T, MM, GLU>(d, 0, rows0, xv, M, e, eo, cur, cur2, true, pf);
+    qd_rows<T, MM, GLU>(d, 0, rows0, xv, M, e, eo, cur, cur2, true);
     if (T2 != T && rows1 > 0) {
         /* the second type's halves are staged with its own swizzle */
         __syncthreads();
         qd_stage<T2, false>(RMS ? xf : x, RMS ? K : ldx, K, M, nm, sm, xf);
         QRaw<T2> c2[2], c22[2];
-        qd_rows<T2, MM, GLU>(d, 1, rows1, xv, M, e, eo, c2, c22, false, pf);
+        qd_rows<T2, MM, GLU>(d, 1, rows1, xv, M, e, eo, c2, c22, false);
     }
 }
 /* ---- host ---- */
@@ -584,17 +566,9 @@ int qd_fits(gp_dtype t, const void *w, const float *x, int64_t ldx, int64_t K, i
            m_launch <= QD_MAXM && smem <= QD_SMEM_MAX && K <= ((int64_t)1 << 24);
 }
 
-/* A/B switches while measured: GPLAN_QDOT_PF=1 prefetches rows into L2, GPLAN_QDOT_OCC=2 builds
- * for two blocks a multiprocessor (64 registers). */
-static int qd_env(const char *name)
-{
-    const char *v = getenv(name);
-    return v ? atoi(v) : 0;
-}
-
-template <int T, int T2, int MM, bool GLU, bool RMS, int OCC>
-static int launch_qdot_occ(gp_cu_ctx *c, const QDD &d, const float *x, int64_t ldx, int K,
-                           int64_t M, int msym, const EPI &e, const KT &eo, const NORM &nm)
+template <int T, int T2, int MM, bool GLU, bool RMS>
+static int launch_qdot(gp_cu_ctx *c, const QDD &d, const float *x, int64_t ldx, int K, int64_t M,
+                       int msym, const EPI &e, const KT &eo, const NORM &nm)
 {
     int64_t rows0 = 0, rows1 = 0;
     for (int s = 0; s < (GLU ? 1 : d.n); s++)
@@ -602,7 +576,7 @@ static int launch_qdot_occ(gp_cu_ctx *c, const QDD &d, const float *x, int64_t l
     size_t smem = (size_t)M * (size_t)K * 2 + (size_t)M * (size_t)(K / 16) * 8 +
                   (RMS ? (size_t)K * 4 : 0);
     void (*k)(QDD, const float *, int64_t, int, int64_t, int, const int64_t *, EPI, KT, NORM,
-              int64_t, int64_t, int) = k_qdot<T, T2, MM, GLU, RMS, OCC>;
+              int64_t, int64_t) = k_qdot<T, T2, MM, GLU, RMS>;
     static std::atomic<unsigned> allowed;
     int dev = 0;
     if (smem > (48 << 10) && cudaGetDevice(&dev) == cudaSuccess && dev < 32 &&
@@ -628,24 +602,11 @@ static int launch_qdot_occ(gp_cu_ctx *c, const QDD &d, const float *x, int64_t l
     int64_t most = rows0 > rows1 ? rows0 : rows1, want = (most + QD_WARPS - 1) / QD_WARPS;
     int64_t cap = (int64_t)(c->n_sm > 0 ? c->n_sm : 132) * bps;
     unsigned blocks = (unsigned)(want < cap ? want : cap);
-    static int pf = -1;
-    if (pf < 0)
-        pf = qd_env("GPLAN_QDOT_PF");
     gp_cu_launch(c, k, dim3(blocks), dim3(QD_THREADS), smem, d, x, ldx, K, M, msym, c->d_syms, e,
-                 eo, nm, rows0, rows1, pf);
+                 eo, nm, rows0, rows1);
     return 1;
 }
 
-template <int T, int T2, int MM, bool GLU, bool RMS>
-static int launch_qdot(gp_cu_ctx *c, const QDD &d, const float *x, int64_t ldx, int K, int64_t M,
-                       int msym, const EPI &e, const KT &eo, const NORM &nm)
-{
-    static int occ = -1;
-    if (occ < 0)
-        occ = qd_env("GPLAN_QDOT_OCC") == 2 ? 2 : 1;
-    return occ == 2 ? launch_qdot_occ<T, T2, MM, GLU, RMS, 2>(c, d, x, ldx, K, M, msym, e, eo, nm)
-                    : launch_qdot_occ<T, T2, MM, GLU, RMS, 1>(c, d, x, ldx, K, M, msym, e, eo, nm);
-}
 
 /* The instances: single products of every type for one row and for up to QD_MAXM, groups (one
  * row, with or without the norm, GLU) of every type, and Q4_K_M's q4_k + q6_k q, k and v. */
