@@ -192,6 +192,8 @@ int gp_plan_write_mem(const gp_plan *p, unsigned char **data, size_t *len, char 
 /* The summary the tools print: sizes of every region, the arena against its lower bound and the
  * naive size, in-place count, planning time. */
 void gp_plan_summary_print(const gp_plan *p, FILE *out);
+/* bytes as text into buf: "512 B", "1.50 KiB" ... "2.00 TiB" (binary units); returns buf */
+const char *gp_plan_bytes_text(int64_t bytes, char *buf, size_t n);
 
 /* Bytes of zeros in device's shares of the split weights (their units past the checkpoint's
  * last); 0 for a plan of one device. */
