@@ -92,7 +92,7 @@ check E115 1 "llama.gplan:30:15: error: exact_div: 32 is not a multiple of 3" co
 printf 'graph g() { weight w: q4_0[4, 30]; }\n' >qrow.gplan
 check E116 1 "qrow.gplan:1:20: error: tensor 'w': q4_0 packs rows in blocks of 32: the last dim of [4, 30] must be a multiple of 32" compile --check qrow.gplan
 printf 'graph g() { weight w: q8_0[2, 32]; input x: f32[2, 32]; output y: f32[2, 32]; y = x + w; }\n' >qread.gplan
-check E117 1 "qread.gplan:1:85: error: add: b ('w') is q8_0: quantized weights are read only by get_rows (the table) and matmul (a 2-dim b with tb=1)" compile --check qread.gplan
+check E117 1 "qread.gplan:1:85: error: add: b ('w') is q8_0: quantized weights are read only by get_rows (the table), matmul (a 2-dim b with tb=1) and moe (the router and experts)" compile --check qread.gplan
 printf 'GGUF' >notgguf.gguf
 check E118 1 "notgguf.gguf: bad GGUF file (version at offset 4 needs 4 bytes, the file has 0 left)" compile --check llama.gplan --gguf notgguf.gguf
 . "$src/tests/cli/gguf_lib.sh"  # metadata-only GGUF files
