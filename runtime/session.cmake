@@ -23,7 +23,8 @@ gp_add_suite(NAME quant_model SOURCES ${CMAKE_SOURCE_DIR}/tests/test_quant_model
 
 # Routed experts: the CPU kernel, MoE graphs, stacked expert weights (tests/test_moe.c).
 gp_add_suite(NAME moe SOURCES ${CMAKE_SOURCE_DIR}/tests/test_moe.c
-             LIBS gp_runtime gp_planner gp_dsl)
+             ${CMAKE_SOURCE_DIR}/tests/testmodel.c ${CMAKE_SOURCE_DIR}/tests/gguf_writer.c
+             LIBS gp_runtime gp_planner gp_dsl gp_alloc_wrap)
 
 # Tensor parallelism on the CPU: cutting weights, the host all-reduce, N devices = 1 device.
 gp_add_suite(NAME tp SOURCES ${CMAKE_SOURCE_DIR}/tests/test_tp.c

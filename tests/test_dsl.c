@@ -1139,6 +1139,43 @@ static void test_moe_lowering(void)
     }
 }
 
+/* Qwen3-MoE's config through its graph: transformers 5 spells num_experts num_local_experts; a
+ * dense layer in mlp_only_layers (a count to the graph) or a decoder_sparse_step of 2 is refused
+ * at the graph's require(). */
+static void test_config_qwen3moe(void)
+{
+    static const char *cfgs[] = {
+        "{\"model_type\": \"qwen3_moe\", \"num_local_experts\": 6, \"num_experts_per_tok\": 2, "
+        "\"num_hidden_layers\": 1, "
+        "\"mlp_only_layers\": []}",
+        "{\"num_experts\": 6, \"num_hidden_layers\": 1, \"mlp_only_layers\": [0]}",
+        "{\"num_experts\": 6, \"num_hidden_layers\": 1, \"decoder_sparse_step\": 2}"};
+    const char *path = gp_test_tmpfile(".json");
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfgs[i], strlen(cfgs[i])), 0);
+        gp_diag *d = gp_diag_new(NULL);
+        gp_dsl_opts o = {.config_path = path};
+        gp_graph *g = gp_dsl_compile_file(gp_test_path("examples/qwen3moe.gplan"), &o, d);
+        if (i == 0) {
+            CU_ASSERT_PTR_NOT_NULL(g);
+            int r = g ? gp_graph_find_tensor(g, "router.0") : -1;
+            CU_ASSERT(r >= 0 && g->tensors[r].shape[0].size == 6);
+            int e = g ? gp_graph_find_tensor(g, "e_gate.0") : -1;
+            CU_ASSERT(e >= 0 && !strcmp(g->tensors[e].weight_name,
+                                        "model.layers.0.mlp.experts.*.gate_proj.weight"));
+        } else {
+            CU_ASSERT_PTR_NULL(g);
+            CU_ASSERT_PTR_NOT_NULL(strstr(gp_diag_text(d), "error: dense MLP layers "
+                                                                "(decoder_sparse_step != 1, "
+                                                                "mlp_only_layers) are not "
+                                                                "supported"));
+        }
+        gp_graph_free(g);
+        gp_diag_free(d);
+    }
+    remove(path);
+}
+
 /* A string parameter from config.json used after the parameters are bound (in a weight-name
  * template): the value must outlive the config's parsing (ASan found a use after free). */
 static void test_config_string_param(void)
@@ -1498,6 +1535,7 @@ void gp_suite_dsl(void)
     CU_add_test(s, "config.json overrides", test_config_overrides);
     CU_add_test(s, "config.json string parameter in a weight name", test_config_string_param);
     CU_add_test(s, "moe: keywords into attributes, bad values refused", test_moe_lowering);
+    CU_add_test(s, "config.json: Qwen3-MoE's expert count and dense layers", test_config_qwen3moe);
     CU_add_test(s, "config.json: llama3 rope scaling, a null sliding_window", test_config_families);
     CU_add_test(s, "config.json: Gemma 3's rope by layer type and layer_types", test_config_gemma3);
     CU_add_test(s, "language features", test_features);

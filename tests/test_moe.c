@@ -1,7 +1,9 @@
 /* Tests of the routed experts (suite "moe"): the CPU kernel against a double-precision reference
  * (routing, normalisations, ties, grouping with uneven counts, float and quantized experts), the
  * same bits for every thread count and for a token alone or in a batch, gp_cpu_check's refusals,
- * the planned workspace. */
+ * the planned workspace; and whole MoE graphs: no allocation per eval whatever the routing, 1 and
+ * 2 threads bit-identical, stacked expert weights from safetensors and GGUF files (merged, one
+ * by one adjacent or not), and the refusals of bad expert tensors. */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,7 +14,14 @@
 #include "cpu/moe.h"
 #include "cpu/quant.h"
 #include "ir/f16.h"
+#include "plan/plan.h"
+#include "runtime/lora.h" /* gp_model_plan */
+#include "tests/alloc/alloc_count.h"
+#include "tests/gguf_writer.h"
+#include "tests/testmodel.h"
 #include "tests/testutil.h"
+#include "weights/gguf.h"
+#include "weights/safetensors.h"
 
 /* ---- a weight in any dtype and the values the kernel sees ---- */
 
@@ -530,6 +539,310 @@ static void test_workspace(void)
     CU_ASSERT(gp_moe_ws(4, 64, 8, 3, 32).total < l.total);
 }
 
+/* ---- whole graphs ---- */
+
+static const char *const small_defs[] = {
+    "num_hidden_layers=2", "hidden_size=64", "moe_intermediate_size=32", "num_experts=8",
+    "num_experts_per_tok=2", "num_attention_heads=4", "num_key_value_heads=2", "head_dim=16",
+    "vocab_size=96", "max_position_embeddings=64", "n_batch=16"};
+#define N_SMALL ((int)(sizeof small_defs / sizeof small_defs[0]))
+
+/* examples/qwen3moe.gplan at a small shape (+ extra defines), random weights of seed. */
+static gp_model *small_model(const char *extra, uint64_t seed, gp_graph **g)
+{
+    const char *defs[N_SMALL + 1];
+    memcpy(defs, small_defs, sizeof small_defs);
+    defs[N_SMALL] = extra;
+    gp_test_model_opts o = {defs, N_SMALL + (extra != NULL), NULL, 1, seed};
+    return gp_test_model("examples/qwen3moe.gplan", &o, g);
+}
+
+static gp_session *session(gp_model *m, const char *backend, int threads)
+{
+    char err[512];
+    gp_session_opts o = {backend, threads, 0};
+    gp_session *s = gp_session_new(m, &o, err, sizeof err);
+    if (!s)
+        fprintf(stderr, "\n  session: %s\n", err);
+    return s;
+}
+
+/* The plan reserves the moe nodes' workspace at the bound of T; 1 and 2 threads, and the
+ * reference backend, give the same logits bit for bit; evals allocate nothing, whatever the
+ * routing of their tokens. */
+static void test_model(void)
+{
+    gp_model *m = small_model(NULL, 5, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    const gp_plan *p = gp_model_plan(m);
+    int moes = 0;
+    for (int i = 0; i < p->n_nodes; i++) {
+        if (p->nodes[i].op != GP_OP_MOE)
+            continue;
+        moes++;
+        CU_ASSERT(p->nodes[i].workspace >= 0);
+        if (p->nodes[i].workspace >= 0)
+            CU_ASSERT(p->tensors[p->nodes[i].workspace].size >= gp_moe_ws(16, 64, 8, 2, 32).total);
+    }
+    CU_ASSERT_EQUAL(moes, 2);
+    int64_t V = gp_test_vocab(m);
+    gp_session *s1 = session(m, "cpu", 1), *s2 = session(m, "cpu", 2);
+    gp_session *sr = session(m, "reference", 1);
+    CU_ASSERT_FATAL(s1 && s2 && sr);
+    float *a = malloc(sizeof(float) * 16 * (size_t)V), *b = malloc(sizeof(float) * 16 * (size_t)V);
+    float *r = malloc(sizeof(float) * 16 * (size_t)V);
+    /* a prompt of 12, then decode steps */
+    int steps[] = {12, 1, 1, 3, 1}, start = 0, same = 1, same_ref = 1;
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        int n = steps[i];
+        CU_ASSERT_EQUAL(gp_test_eval_tokens(s1, n, start, 37, a, V), 0);
+        CU_ASSERT_EQUAL(gp_test_eval_tokens(s2, n, start, 37, b, V), 0);
+        CU_ASSERT_EQUAL(gp_test_eval_tokens(sr, n, start, 37, r, V), 0);
+        same &= !memcmp(a, b, sizeof(float) * (size_t)(n * V));
+        same_ref &= !memcmp(a, r, sizeof(float) * (size_t)(n * V));
+        start += n;
+    }
+    CU_ASSERT(same);
+    CU_ASSERT(same_ref);
+
+    /* No allocation during evals: token ids vary (so does the routing), T from 1 to 16. */
+    int failures = 0;
+    gp_alloc_count_start();
+    for (int i = 0; i < 40; i++) {
+        int n = 1 + (i * 7) % 16;
+        if (i % 8 == 0)
+            failures += gp_session_reset(s2) != 0;
+        failures += gp_test_eval_tokens(s2, n, (i % 8) * 4 % (64 - 16), 11 + i, b, V) != 0;
+    }
+    CU_ASSERT_EQUAL(gp_alloc_count_stop(), 0);
+    CU_ASSERT_EQUAL(failures, 0);
+    free(a);
+    free(b);
+    free(r);
+    gp_session_free(s1);
+    gp_session_free(s2);
+    gp_session_free(sr);
+    gp_model_free(m);
+}
+
+/* ---- stacked expert weights from checkpoints ---- */
+
+static const char *const mixtral_defs[] = {
+    "num_hidden_layers=2", "hidden_size=64", "intermediate_size=32", "num_local_experts=8",
+    "num_experts_per_tok=2", "num_attention_heads=4", "num_key_value_heads=2", "head_dim=16",
+    "vocab_size=96", "max_position_embeddings=64", "n_batch=16"};
+
+static gp_model *family_model(const char *family, uint64_t seed)
+{
+    char path[64];
+    snprintf(path, sizeof path, "examples/%s.gplan", family);
+    int mix = !strcmp(family, "mixtral");
+    gp_test_model_opts o = {mix ? mixtral_defs : small_defs,
+                            mix ? (int)(sizeof mixtral_defs / sizeof *mixtral_defs) : N_SMALL,
+                            NULL, 1, seed};
+    return gp_test_model(path, &o, NULL);
+}
+
+/* How a test writes m's weights. */
+enum { ST_SPLIT, ST_SPLIT_ADJACENT, GGUF_MERGED, GGUF_SPLIT, GGUF_SPLIT_INTERLEAVED };
+
+typedef struct {
+    char name[160];
+    gp_dtype t;
+    int ndim;
+    int64_t shape[GP_MAX_DIMS];
+    const char *data;
+    size_t nbytes;
+    int expert, kind; /* a slice: its index, and which stacked weight (its tensor id); else -1 */
+} out_t;
+
+/* m's weights (one per checkpoint name) as out tensors: stacked ones one a slice, or whole,
+ * GGUF names under arch when arch; *n of them (the caller frees). `bad` changes one: 1 drops
+ * slice 5 of the first down weight, 2 gives slice 3 of the first up weight [F, H - 16]. */
+static out_t *weights_of(const gp_model *m, const char *arch, int split, int bad, int *n)
+{
+    const gp_plan *p = gp_model_plan(m);
+    out_t *o = calloc(4096, sizeof *o);
+    int k = 0, downs = 0, ups = 0;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        if (t->kind != GP_TENSOR_WEIGHT)
+            continue;
+        const char *wn = t->weight_name ? t->weight_name : t->name;
+        int dup = 0;
+        for (int j = 0; j < k && !dup; j++)
+            dup = o[j].kind == i || (o[j].kind < 0 && !strcmp(o[j].name, wn));
+        const char *data = gp_model_weight_data(m, i);
+        size_t bytes = (size_t)t->size;
+        if (dup || !data)
+            continue;
+        int stacked = strchr(wn, '*') != NULL;
+        int parts = stacked && split ? (int)t->dims[0] : 1;
+        int is_down = stacked && (strstr(wn, "down_proj") || strstr(wn, ".w2."));
+        int is_up = stacked && (strstr(wn, "up_proj") || strstr(wn, ".w3."));
+        downs += is_down;
+        ups += is_up;
+        for (int e = 0; e < parts; e++) {
+            if (bad == 1 && is_down && downs == 1 && e == 5)
+                continue;
+            out_t *x = &o[k++];
+            char hf[160];
+            const char *star = strchr(wn, '*');
+            if (parts > 1)
+                snprintf(hf, sizeof hf, "%.*s%d%s", (int)(star - wn), wn, e, star + 1);
+            else
+                snprintf(hf, sizeof hf, "%s", wn);
+            if (!arch || gp_gguf_name_from_hf(arch, hf, x->name, sizeof x->name))
+                snprintf(x->name, sizeof x->name, "%s", hf);
+            x->t = t->dtype;
+            x->ndim = parts > 1 ? t->ndim - 1 : t->ndim;
+            for (int d = 0; d < x->ndim; d++)
+                x->shape[d] = t->dims[d + (parts > 1)];
+            x->nbytes = bytes / (size_t)parts;
+            x->data = data + (size_t)e * x->nbytes;
+            x->expert = parts > 1 ? e : -1;
+            x->kind = parts > 1 ? i : -1;
+            if (bad == 2 && is_up && ups == 1 && e == 3) {
+                x->shape[x->ndim - 1] -= 16; /* the same bytes' first rows, narrower */
+                x->nbytes = (size_t)(x->shape[0] * x->shape[1]) * 4;
+            }
+        }
+    }
+    *n = k;
+    return o;
+}
+
+/* Writes them: safetensors (slices interleaved, as a Hugging Face checkpoint's name order has
+ * them: every weight's slice 0, then every slice 1, ...; or one weight's after another) or GGUF
+ * (the same choice). */
+static void write_ckpt(const char *path, const char *arch, out_t *o, int n, int interleave)
+{
+    out_t *ord = calloc((size_t)n, sizeof *ord);
+    int k = 0;
+    for (int pass = 0; pass < (interleave ? 64 : 1); pass++)
+        for (int i = 0; i < n; i++)
+            if (!interleave || o[i].expert == pass || (pass == 0 && o[i].expert < 0))
+                ord[k++] = o[i];
+    CU_ASSERT_EQUAL(k, n);
+    if (!arch) {
+        gp_st_tensor *ts = calloc((size_t)n, sizeof *ts);
+        for (int i = 0; i < n; i++)
+            ts[i] = (gp_st_tensor){ord[i].name, NULL, 1, ord[i].t, ord[i].ndim,
+                                   {ord[i].shape[0], ord[i].shape[1], ord[i].shape[2],
+                                    ord[i].shape[3]},
+                                   ord[i].data, ord[i].nbytes};
+        char err[512];
+        CU_ASSERT_EQUAL(gp_st_write(path, ts, n, NULL, err, sizeof err), 0);
+        free(ts);
+        free(ord);
+        return;
+    }
+    gp_gw_tensor *gt = calloc((size_t)n, sizeof *gt);
+    for (int i = 0; i < n; i++) {
+        gt[i].name = ord[i].name;
+        gt[i].ggml_type = 0; /* f32 */
+        gt[i].ndim = (uint32_t)ord[i].ndim;
+        for (int d = 0; d < ord[i].ndim; d++)
+            gt[i].ne[d] = ord[i].shape[ord[i].ndim - 1 - d];
+        gt[i].data = ord[i].data;
+        gt[i].nbytes = ord[i].nbytes;
+    }
+    gp_gw w;
+    gp_gw_init(&w);
+    gp_gw_model(&w, arch, 32, gt, n);
+    CU_ASSERT_EQUAL(gp_gw_save(&w, path), 0);
+    gp_gw_free(&w);
+    free(gt);
+    free(ord);
+}
+
+/* ref's weights written as `how`, bound to a fresh model of the same plan: 0 and the same
+ * logits bit for bit, or -1 with the binding's error in err. */
+static int bind_same(const char *family, gp_model *ref, const char *arch, int how, int bad,
+                     char *err, size_t n, gp_model_info *info)
+{
+    int count;
+    out_t *o = weights_of(ref, arch, how != GGUF_MERGED, bad, &count);
+    const char *path = gp_test_tmpfile(arch ? "gguf" : "safetensors");
+    write_ckpt(path, arch, o, count, how == GGUF_SPLIT_INTERLEAVED || how == ST_SPLIT);
+    gp_model *m = family_model(family, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    int rc = gp_model_bind_weights(m, path, err, n);
+    if (rc == 0) {
+        gp_model_get_info(m, info);
+        int64_t V = gp_test_vocab(m);
+        gp_session *a = session(ref, "cpu", 2), *b = session(m, "cpu", 2);
+        float *la = malloc(sizeof(float) * 9 * (size_t)V), *lb = malloc(sizeof(float) * 9 * (size_t)V);
+        CU_ASSERT_EQUAL(gp_test_eval_tokens(a, 9, 0, 13, la, V), 0);
+        CU_ASSERT_EQUAL(gp_test_eval_tokens(b, 9, 0, 13, lb, V), 0);
+        CU_ASSERT_EQUAL(memcmp(la, lb, sizeof(float) * 9 * (size_t)V), 0);
+        free(la);
+        free(lb);
+        gp_session_free(a);
+        gp_session_free(b);
+    }
+    gp_model_free(m);
+    remove(path);
+    free(o);
+    return rc;
+}
+
+static void test_stacked_weights(void)
+{
+    char err[2048];
+    gp_model_info info;
+    gp_model *q = family_model("qwen3moe", 9), *x = family_model("mixtral", 10);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(q);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(x);
+    /* 2 layers of 3 stacked [8, 32, 64] f32 weights */
+    const int64_t experts = 2 * 3 * 8 * 32 * 64 * 4;
+
+    /* A Hugging Face checkpoint's experts one by one: stacked once, at load (the bytes
+     * counted as loaded); in place where the file has them one after another. */
+    CU_ASSERT_EQUAL(bind_same("qwen3moe", q, NULL, ST_SPLIT, 0, err, sizeof err, &info), 0);
+    CU_ASSERT_EQUAL(info.weights_loaded, experts);
+    CU_ASSERT_EQUAL(bind_same("mixtral", x, NULL, ST_SPLIT, 0, err, sizeof err, &info), 0);
+    CU_ASSERT_EQUAL(info.weights_loaded, experts);
+    CU_ASSERT_EQUAL(bind_same("qwen3moe", q, NULL, ST_SPLIT_ADJACENT, 0, err, sizeof err, &info),
+                    0);
+    CU_ASSERT_EQUAL(info.weights_loaded, 0);
+    /* llama.cpp's merged ffn_*_exps: in place, nothing copied. */
+    CU_ASSERT_EQUAL(bind_same("qwen3moe", q, "qwen3moe", GGUF_MERGED, 0, err, sizeof err, &info),
+                    0);
+    CU_ASSERT_EQUAL(info.weights_loaded, 0);
+    CU_ASSERT(info.weights_mapped >= experts);
+    CU_ASSERT_EQUAL(bind_same("mixtral", x, "llama", GGUF_MERGED, 0, err, sizeof err, &info), 0);
+    CU_ASSERT_EQUAL(info.weights_loaded, 0);
+    /* Old Mixtral files' experts one by one (blk.N.ffn_gate.E): in place when adjacent ... */
+    CU_ASSERT_EQUAL(bind_same("mixtral", x, "llama", GGUF_SPLIT, 0, err, sizeof err, &info), 0);
+    CU_ASSERT_EQUAL(info.weights_loaded, 0);
+    /* ... refused when not. */
+    CU_ASSERT_EQUAL(
+        bind_same("mixtral", x, "llama", GGUF_SPLIT_INTERLEAVED, 0, err, sizeof err, &info), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "weights: \"model.layers.0.block_sparse_moe.experts.*.w1."
+                                       "weight\": the file holds its 8 slices as separate tensors "
+                                       "(blk.0.ffn_gate.0.weight, ...) that are not adjacent in "
+                                       "the file; gplan maps a GGUF file's experts in place only"));
+    /* An expert missing, an expert of another shape. */
+    CU_ASSERT_EQUAL(bind_same("qwen3moe", q, NULL, ST_SPLIT, 1, err, sizeof err, &info), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "weights: missing tensor \"model.layers.0.mlp.experts.5."
+                                       "down_proj.weight\" (the stacked \"model.layers.0.mlp."
+                                       "experts.*.down_proj.weight\" is one tensor or 8"));
+    CU_ASSERT_EQUAL(bind_same("qwen3moe", q, NULL, ST_SPLIT, 2, err, sizeof err, &info), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "weights: \"model.layers.0.mlp.experts.3.up_proj.weight\" "
+                                       "(slice 3 of \"model.layers.0.mlp.experts.*.up_proj."
+                                       "weight\"): expected shape [32, 64] f32, file has [32, 48] "
+                                       "f32"));
+    CU_ASSERT_EQUAL(bind_same("mixtral", x, "llama", GGUF_SPLIT, 2, err, sizeof err, &info), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "weights: \"blk.0.ffn_up.3.weight\" (slice 3 of "
+                                       "\"model.layers.0.block_sparse_moe.experts.*.w3.weight\"): "
+                                       "expected shape [32, 64] f32, file has [32, 48] f32"));
+    if (!strstr(err, "blk.0.ffn_up.3.weight"))
+        fprintf(stderr, "\n  got: %s\n", err);
+    gp_model_free(q);
+    gp_model_free(x);
+}
+
 void gp_suite_moe(void)
 {
     CU_pSuite s = CU_add_suite("moe", NULL, NULL);
@@ -539,4 +852,7 @@ void gp_suite_moe(void)
     CU_add_test(s, "the same bits: 1 to 3 threads, a token alone or in a batch", test_bits);
     CU_add_test(s, "gp_cpu_check refusals", test_check);
     CU_add_test(s, "the workspace's layout", test_workspace);
+    CU_add_test(s, "a Qwen3-MoE graph: threads, reference, no allocation per eval", test_model);
+    CU_add_test(s, "stacked experts: safetensors, GGUF merged and one by one, refusals",
+                test_stacked_weights);
 }
