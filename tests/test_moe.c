@@ -843,6 +843,62 @@ static void test_stacked_weights(void)
     gp_model_free(x);
 }
 
+/* The integers of the JSON array at text's first '[' (nested arrays flattened) into v[cap];
+ * how many. */
+static int json_ints(const char *text, long *v, int cap)
+{
+    int depth = 0, n = 0;
+    for (const char *q = strchr(text, '['); q && *q; q++) {
+        if (*q == '[')
+            depth++;
+        else if (*q == ']' && --depth == 0)
+            break;
+        else if (*q >= '0' && *q <= '9') {
+            char *end;
+            long x = strtol(q, &end, 10);
+            if (n < cap)
+                v[n] = x;
+            n++;
+            q = end - 1;
+        }
+    }
+    return n;
+}
+
+/* The parity fixtures' routing is not degenerate: fixture.json (written by
+ * scripts/parity/make_fixtures.py from transformers' routers over the prompt and the 32 tokens)
+ * has each layer choose at least 4 of the 8 experts, no expert take every token, and the k-th
+ * probability clear of the next (a tie's order would be torch.topk's own). */
+static void test_fixture_routing(void)
+{
+    static const char *const fixtures[] = {"tests/parity/qwen3moe/fixture.json",
+                                           "tests/parity/mixtral/fixture.json"};
+    for (int f = 0; f < 2; f++) {
+        char *text = gp_test_read_file(gp_test_path(fixtures[f]), NULL);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+        const char *used = strstr(text, "\"moe_experts_used_per_layer\":");
+        const char *tok = strstr(text, "\"moe_expert_tokens_per_layer\":");
+        const char *mg = strstr(text, "\"moe_min_topk_margin_rel\":");
+        CU_ASSERT_FATAL(used && tok && mg);
+        long v[64];
+        CU_ASSERT_EQUAL(json_ints(used, v, 64), 2);
+        CU_ASSERT(v[0] >= 4 && v[0] <= 8 && v[1] >= 4 && v[1] <= 8);
+        /* 40 tokens (the prompt of 9 and 31 fed back) a layer, 2 experts each */
+        CU_ASSERT_EQUAL_FATAL(json_ints(tok, v, 64), 16);
+        for (int l = 0; l < 2; l++) {
+            long sum = 0, most = 0;
+            for (int e = 0; e < 8; e++) {
+                sum += v[8 * l + e];
+                most = v[8 * l + e] > most ? v[8 * l + e] : most;
+            }
+            CU_ASSERT_EQUAL(sum, 80);
+            CU_ASSERT(most < 40);
+        }
+        CU_ASSERT(strtod(mg + strlen("\"moe_min_topk_margin_rel\":"), NULL) > 1e-4);
+        free(text);
+    }
+}
+
 void gp_suite_moe(void)
 {
     CU_pSuite s = CU_add_suite("moe", NULL, NULL);
@@ -855,4 +911,5 @@ void gp_suite_moe(void)
     CU_add_test(s, "a Qwen3-MoE graph: threads, reference, no allocation per eval", test_model);
     CU_add_test(s, "stacked experts: safetensors, GGUF merged and one by one, refusals",
                 test_stacked_weights);
+    CU_add_test(s, "the parity fixtures' routing: many experts, no ties", test_fixture_routing);
 }
