@@ -823,22 +823,53 @@ static void test_stacked_weights(void)
                                        "weight\": the file holds its 8 slices as separate tensors "
                                        "(blk.0.ffn_gate.0.weight, ...) that are not adjacent in "
                                        "the file; gplan maps a GGUF file's experts in place only"));
+    /* docs/errors.md E514 (tests/cli/errors.sh greps this line) */
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "that are not adjacent in the file; gplan maps a GGUF file's experts in place only: convert the model again with a current llama.cpp, which merges them (ffn_*_exps)"));
     /* An expert missing, an expert of another shape. */
     CU_ASSERT_EQUAL(bind_same("qwen3moe", q, NULL, ST_SPLIT, 1, err, sizeof err, &info), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "weights: missing tensor \"model.layers.0.mlp.experts.5."
                                        "down_proj.weight\" (the stacked \"model.layers.0.mlp."
                                        "experts.*.down_proj.weight\" is one tensor or 8"));
+    /* docs/errors.md E512 */
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "is one tensor or 8, '*' standing for the index)"));
     CU_ASSERT_EQUAL(bind_same("qwen3moe", q, NULL, ST_SPLIT, 2, err, sizeof err, &info), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "weights: \"model.layers.0.mlp.experts.3.up_proj.weight\" "
                                        "(slice 3 of \"model.layers.0.mlp.experts.*.up_proj."
                                        "weight\"): expected shape [32, 64] f32, file has [32, 48] "
                                        "f32"));
+    /* docs/errors.md E513 */
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "up_proj.weight\"): expected shape [32, 64] f32, file has [32, 48] f32"));
     CU_ASSERT_EQUAL(bind_same("mixtral", x, "llama", GGUF_SPLIT, 2, err, sizeof err, &info), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "weights: \"blk.0.ffn_up.3.weight\" (slice 3 of "
                                        "\"model.layers.0.block_sparse_moe.experts.*.w3.weight\"): "
                                        "expected shape [32, 64] f32, file has [32, 48] f32"));
     if (!strstr(err, "blk.0.ffn_up.3.weight"))
         fprintf(stderr, "\n  got: %s\n", err);
+
+    /* A float checkpoint quantized at load (-D wtype=q8_0): the experts one by one give the
+     * merged tensor's bits. */
+    float *l[2];
+    int64_t V = 0;
+    for (int how = 0; how < 2; how++) {
+        int count;
+        out_t *o = weights_of(q, how ? NULL : "qwen3moe", how, 0, &count);
+        const char *path = gp_test_tmpfile(how ? "safetensors" : "gguf");
+        write_ckpt(path, how ? NULL : "qwen3moe", o, count, how);
+        gp_model *m = small_model("wtype=q8_0", 0, NULL);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+        CU_ASSERT_EQUAL(gp_model_bind_weights(m, path, err, sizeof err), 0);
+        V = gp_test_vocab(m);
+        l[how] = malloc(sizeof(float) * 5 * (size_t)V);
+        gp_session *ss = session(m, "cpu", 2);
+        CU_ASSERT_EQUAL(gp_test_eval_tokens(ss, 5, 0, 7, l[how], V), 0);
+        gp_session_free(ss);
+        gp_model_free(m);
+        remove(path);
+        free(o);
+    }
+    CU_ASSERT_EQUAL(memcmp(l[0], l[1], sizeof(float) * 5 * (size_t)V), 0);
+    free(l[0]);
+    free(l[1]);
     gp_model_free(q);
     gp_model_free(x);
 }
