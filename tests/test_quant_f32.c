@@ -579,7 +579,7 @@ static void test_int_extremes(void)
 }
 
 /* The CPU kernels' matmul node on quantized weights: gp_cpu_compute (rows split, one phase) and
- * the backend's two-phase form (gp_cpu_compute_phase) give the same bits for 1 to 3 threads;
+ * the backend's phased form (gp_cpu_compute_phase, two phases) give the same bits for 1 to 3 threads;
  * without the workspace neither takes the amx path. */
 static void test_amx_node(void)
 {
@@ -603,8 +603,8 @@ static void test_amx_node(void)
     CU_ASSERT_EQUAL(wsz, (size_t)gp_quant_matmul_ws_bytes(M, K));
     void *ws = malloc(wsz);
     out = (gp_ktensor){NULL, GP_F32, 2, {M, N}, {p.ldy * 4, 4}};
-    CU_ASSERT(!gp_cpu_two_phase(GP_OP_MATMUL, &out, in, 2, NULL, 0));
-    CU_ASSERT(gp_cpu_two_phase(GP_OP_MATMUL, &out, in, 2, ws, wsz));
+    CU_ASSERT_EQUAL(gp_cpu_phases(GP_OP_MATMUL, &out, in, 2, NULL, 0), 1);
+    CU_ASSERT_EQUAL(gp_cpu_phases(GP_OP_MATMUL, &out, in, 2, ws, wsz), 2);
     int diff = 0, bad = 0;
     for (int nth = 1; nth <= 3; nth++) {
         for (int f = 0; f < 2; f++) {
@@ -616,7 +616,8 @@ static void test_amx_node(void)
             } else {
                 for (int ph = 0; ph < 2; ph++)
                     for (int ith = nth - 1; ith >= 0; ith--)
-                        gp_cpu_compute_phase(GP_OP_MATMUL, &out, in, 2, ws, wsz, ith, nth, ph);
+                        gp_cpu_compute_phase(GP_OP_MATMUL, &at, &out, in, 2, ws, wsz, ith, nth,
+                                             ph);
             }
         }
         for (int m = 0; m < M; m++) {

@@ -42,6 +42,7 @@ void gp_suite_cuda(void)
                 test_attention_decode_edges);
     CU_add_test(s, "matmul: matvec, cuBLAS, batched, fallback", test_matmul);
     CU_add_test(s, "sizes from the param block", test_param_block);
+    CU_add_test(s, "a plan with a moe node refused, the node named", test_model_refuses_moe);
     CU_add_test(s, "tiny model f32: CPU vs CUDA, no eval allocations", test_model_f32);
     CU_add_test(s, "tiny model f16 weights: CPU vs CUDA", test_model_f16);
     CU_add_test(s, "tiny model: fusions off, PDL on and off", test_model_switches);
@@ -89,4 +90,5 @@ void gp_suite_cuda_host(void)
     CU_add_test(s, "quant: the kernels' dequantization on the host, bit for bit",
                 test_quant_deq8_host);
     CU_add_test(s, "quant: k_qdot's arithmetic on the host within its error bound", test_qdot_host);
+    CU_add_test(s, "a plan with a moe node refused, the node named", test_model_refuses_moe);
 }
