@@ -180,11 +180,12 @@ void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, void *ws, 
 void gp_cpu_attention(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int n_in,
                       void *ws, size_t ws_size, int ith, int nth);
 /* moe (cpu/cpu_moe.c): GP_MOE_PHASES phases with a barrier between them, each called by every
- * thread (route a share of the tokens; group them by expert, thread 0; gather x's rows; gate and
- * up on a share of the columns; down and the weighted sums on a share of the columns);
+ * thread (route a share of the tokens; group them by expert, thread 0; gather x's rows; quantize
+ * them for the integer products (quantized experts); gate and up on a share of the columns;
+ * quantize silu(gate) * up's rows; down and the weighted sums on a share of the columns);
  * gp_cpu_moe runs them all on thread 0 (the others return). ws: gp_moe_ws(T, ...).total bytes
  * (cpu/moe.h). The same bits for every thread count and either form. */
-#define GP_MOE_PHASES 5
+#define GP_MOE_PHASES 7
 void gp_cpu_moe_phase(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, void *ws,
                       size_t ws_size, int ith, int nth, int phase);
 void gp_cpu_moe(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, void *ws,

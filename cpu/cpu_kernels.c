@@ -705,7 +705,7 @@ size_t gp_cpu_workspace_bytes(gp_op op, const gp_attrs *a, const gp_ktensor *out
         return (size_t)gp_quant_matmul_ws_bytes(in[0].ne[0], in[0].ne[1]);
     if (op == GP_OP_MOE && n_in == 5 && a)
         return (size_t)gp_moe_ws(in[0].ne[0], in[0].ne[1], in[1].ne[0], a->i[GP_MOE_TOP_K],
-                                 in[2].ne[1])
+                                 in[2].ne[1], gp_dtype_is_quant(in[2].dtype))
             .total;
     return 0;
 }

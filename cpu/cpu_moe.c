@@ -15,9 +15,12 @@
 
 typedef struct {
     int64_t T, H, E, K, F;
+    int quant; /* block-quantized experts: q and qrow planned */
     gp_moe_ws_layout l;
     int32_t *sel, *off, *cur, *slot;
+    int64_t *qrow;
     float *wt, *logits, *xg, *g, *u;
+    char *q;
 } moe_ctx;
 
 static moe_ctx ctx_of(const gp_attrs *a, const gp_ktensor *in, void *ws, size_t ws_size)
@@ -28,7 +31,8 @@ static moe_ctx ctx_of(const gp_attrs *a, const gp_ktensor *in, void *ws, size_t 
     c.E = in[1].ne[0];
     c.F = in[2].ne[1];
     c.K = a->i[GP_MOE_TOP_K];
-    c.l = gp_moe_ws(c.T, c.H, c.E, c.K, c.F);
+    c.quant = gp_dtype_is_quant(in[2].dtype);
+    c.l = gp_moe_ws(c.T, c.H, c.E, c.K, c.F, c.quant);
     GP_ASSERT(ws && (int64_t)ws_size >= c.l.total);
     char *w = ws;
     c.sel = (int32_t *)(void *)(w + c.l.sel);
@@ -40,13 +44,17 @@ static moe_ctx ctx_of(const gp_attrs *a, const gp_ktensor *in, void *ws, size_t 
     c.xg = (float *)(void *)(w + c.l.xg);
     c.g = (float *)(void *)(w + c.l.g);
     c.u = (float *)(void *)(w + c.l.u);
+    c.qrow = (int64_t *)(void *)(w + c.l.qrow);
+    c.q = w + c.l.q;
     return c;
 }
 
 /* y[m * ldy + n] = sum_k x[m * ldx + k] W[n, k] for m < M, n in [n0, n1): W is w itself (the
- * router, [N, K]) when e < 0, else expert e of w [E, N, K]. The product kernels' results depend
- * on K alone (the lanes path; gp_quant_matmul_f32), not on M or the columns taken, so a token's
- * output is the same in any batch and for any thread count. */
+ * router, [N, K]) when e < 0, else expert e of w [E, N, K]. These kernels' results depend on K
+ * alone (the lanes path; gp_quant_matmul_f32), not on M or the columns taken; an expert of more
+ * than GP_QUANT_WS_MIN_M rows of quantized weights takes the integer path instead
+ * (expert_product), whose results depend on x's quantization (cpu/quant.h), not on the columns
+ * taken: every thread count gives the same bits. */
 static void product(const gp_ktensor *w, int64_t e, int64_t n0, int64_t n1, const float *x,
                     int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy)
 {
@@ -151,8 +159,48 @@ static void route(const moe_ctx *c, const gp_attrs *a, const gp_ktensor *in, int
     }
 }
 
+/* Expert e's rows of q as the integer products' workspace for rows of K (NULL: none planned,
+ * or too few rows for the integer path), its bytes in *bytes. */
+static void *qws(const moe_ctx *c, int64_t e, int64_t K, size_t *bytes)
+{
+    int64_t m = c->off[e + 1] - c->off[e];
+    *bytes = (size_t)gp_quant_matmul_ws_bytes(m, K);
+    return c->quant && *bytes ? c->q + c->qrow[e] * 4 * K : NULL;
+}
+
+/* y (rows ldy apart) = the m rows of x times expert e's weights w, columns [n0, n1): on the
+ * integer path (x's rows already quantized into qw) when it takes the product, else product(). */
+static void expert_product(const moe_ctx *c, const gp_ktensor *w, int64_t e, int64_t n0,
+                           int64_t n1, const float *x, int64_t K, float *y, int64_t ldy)
+{
+    int64_t m = c->off[e + 1] - c->off[e];
+    size_t qb;
+    const void *q = qws(c, e, K, &qb);
+    if (q && gp_quant_matmul_ws_taken(w->dtype, m, K, q, qb))
+        gp_quant_matmul_ws_cols(w->dtype, (const char *)w->data + e * w->nb[0], n0, n1, m, K, y,
+                                ldy, q);
+    else
+        product(w, e, n0, n1, x, K, m, K, y, ldy);
+}
+
+/* Phases 3 and 5, a share of the rows: each expert's rows of x (K wide) quantized into its rows
+ * of q where a product of weights a or b (b may be NULL) takes the integer path. */
+static void quantize_rows(const moe_ctx *c, const float *x, int64_t K, const gp_ktensor *a,
+                          const gp_ktensor *b, int ith, int nth)
+{
+    for (int64_t e = 0; c->quant && e < c->E; e++) {
+        int64_t r0 = c->off[e], m = c->off[e + 1] - r0;
+        size_t qb;
+        void *q = qws(c, e, K, &qb);
+        if (q && (gp_quant_matmul_ws_taken(a->dtype, m, K, q, qb) ||
+                  (b && gp_quant_matmul_ws_taken(b->dtype, m, K, q, qb))))
+            gp_quant_matmul_ws_prep(x + r0 * K, K, m, K, q, ith, nth);
+    }
+}
+
 /* Phase 1, one thread: expert e's rows are its tokens in ascending order, at
- * [off[e], off[e + 1]); slot[t k + j] is the row of token t's j-th expert. */
+ * [off[e], off[e + 1]); slot[t k + j] is the row of token t's j-th expert; with quantized
+ * experts, e's rows of q from qrow[e] (its rows rounded up to 16). */
 static void group(const moe_ctx *c)
 {
     int64_t E = c->E, n = c->T * c->K;
@@ -165,6 +213,11 @@ static void group(const moe_ctx *c)
     }
     for (int64_t i = 0; i < n; i++)
         c->slot[i] = c->cur[c->sel[i]]++;
+    if (c->quant) {
+        c->qrow[0] = 0;
+        for (int64_t e = 0; e < E; e++)
+            c->qrow[e + 1] = c->qrow[e] + (c->off[e + 1] - c->off[e] + 15) / 16 * 16;
+    }
 }
 
 /* Phase 2, a share of the tokens: each token's row of x copied to its experts' rows. */
@@ -178,7 +231,7 @@ static void gather(const moe_ctx *c, const gp_ktensor *x, int ith, int nth)
                    (size_t)c->H * sizeof(float));
 }
 
-/* Phase 3, a share of F's columns for every used expert: gate and up products over its rows,
+/* Phase 4, a share of F's columns for every used expert: gate and up products over its rows,
  * then silu(gate) * up in gate's place (the swiglu op's operations). */
 static void gate_up(const moe_ctx *c, const gp_ktensor *in, int ith, int nth)
 {
@@ -190,8 +243,8 @@ static void gate_up(const moe_ctx *c, const gp_ktensor *in, int ith, int nth)
         int64_t r0 = c->off[e], m = c->off[e + 1] - r0;
         if (m == 0)
             continue;
-        product(&in[2], e, f0, f1, c->xg + r0 * H, H, m, H, c->g + r0 * F, F);
-        product(&in[3], e, f0, f1, c->xg + r0 * H, H, m, H, c->u + r0 * F, F);
+        expert_product(c, &in[2], e, f0, f1, c->xg + r0 * H, H, c->g + r0 * F, F);
+        expert_product(c, &in[3], e, f0, f1, c->xg + r0 * H, H, c->u + r0 * F, F);
         for (int64_t r = r0; r < r0 + m; r++) {
             float *g = c->g + r * F + f0;
             const float *u = c->u + r * F + f0;
@@ -202,7 +255,7 @@ static void gate_up(const moe_ctx *c, const gp_ktensor *in, int ith, int nth)
     }
 }
 
-/* Phase 4, a share of H's columns: every used expert's down product (into xg, whose rows x's
+/* Phase 6, a share of H's columns: every used expert's down product (into xg, whose rows x's
  * copies no longer need), then each token's weighted sum over its experts, ascending. */
 static void down_combine(const moe_ctx *c, const gp_ktensor *in, const gp_ktensor *out, int ith,
                          int nth)
@@ -213,7 +266,8 @@ static void down_combine(const moe_ctx *c, const gp_ktensor *in, const gp_ktenso
         return;
     for (int64_t e = 0; e < c->E; e++) {
         int64_t r0 = c->off[e], m = c->off[e + 1] - r0;
-        product(&in[4], e, h0, h1, c->g + r0 * F, F, m, F, c->xg + r0 * H, H);
+        if (m > 0)
+            expert_product(c, &in[4], e, h0, h1, c->g + r0 * F, F, c->xg + r0 * H, H);
     }
     float acc[COLS];
     for (int64_t t = 0; t < c->T; t++) {
@@ -244,8 +298,10 @@ void gp_cpu_moe_phase(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor
             group(&c);
         break;
     case 2: gather(&c, &in[0], ith, nth); break;
-    case 3: gate_up(&c, in, ith, nth); break;
-    case 4: down_combine(&c, in, out, ith, nth); break;
+    case 3: quantize_rows(&c, c.xg, c.H, &in[2], &in[3], ith, nth); break;
+    case 4: gate_up(&c, in, ith, nth); break;
+    case 5: quantize_rows(&c, c.g, c.F, &in[4], NULL, ith, nth); break;
+    case 6: down_combine(&c, in, out, ith, nth); break;
     default: GP_ASSERT(!"gp_cpu_moe_phase: no such phase");
     }
 }

@@ -41,7 +41,7 @@ int64_t gp_plan_workspace_min(const gp_plan *p, int i, gp_backend backend)
         if (backend != GP_BACKEND_CPU || x->ndim != 2 || r->ndim != 2 || g->ndim != 3)
             return 0;
         return gp_moe_ws(x->dims[0], x->dims[1], r->dims[0], nd->attrs.i[GP_MOE_TOP_K],
-                         g->dims[1])
+                         g->dims[1], gp_dtype_is_quant(g->dtype))
             .total;
     }
     if (nd->op != GP_OP_ATTENTION)

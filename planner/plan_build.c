@@ -46,7 +46,8 @@ int64_t gp_op_workspace_bytes(const gp_node *node, const gp_graph *g, gp_backend
         if (backend != GP_BACKEND_CPU)
             return 0;
         return gp_moe_ws(x->shape[0].size, x->shape[1].size, r->shape[0].size,
-                         node->attrs.i[GP_MOE_TOP_K], gt->shape[1].size)
+                         node->attrs.i[GP_MOE_TOP_K], gt->shape[1].size,
+                         gp_dtype_is_quant(gt->dtype))
             .total;
     }
     if (node->op == GP_OP_ATTENTION) {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/cpu_internal.h"
 #include "cpu/moe.h"
 #include "cpu/quant.h"
 #include "ir/f16.h"
@@ -229,14 +230,15 @@ static void run(const mcase *c, int nth, float *y, void **ws_out)
     char err[256];
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_MOE, &a, &out, in, 5, err, sizeof err), 0);
     size_t ws_size = gp_cpu_workspace_bytes(GP_OP_MOE, &a, &out, in, 5, nth ? nth : 1);
-    CU_ASSERT_EQUAL(ws_size, (size_t)gp_moe_ws(c->T, c->H, c->E, c->K, c->F).total);
+    CU_ASSERT_EQUAL(ws_size,
+                    (size_t)gp_moe_ws(c->T, c->H, c->E, c->K, c->F, gp_dtype_is_quant(c->g.t)).total);
     void *ws = malloc(ws_size);
     memset(ws, 0xa5, ws_size); /* no stale zeros to lean on */
     if (nth == 0) {
         gp_cpu_compute(GP_OP_MOE, &a, &out, in, 5, ws, ws_size, 0, 1);
     } else {
         int ph = gp_cpu_phases(GP_OP_MOE, &out, in, 5, ws, ws_size);
-        CU_ASSERT_EQUAL(ph, 5);
+        CU_ASSERT_EQUAL(ph, GP_MOE_PHASES);
         for (int p = 0; p < ph; p++)
             for (int ith = nth - 1; ith >= 0; ith--) /* threads in any order */
                 gp_cpu_compute_phase(GP_OP_MOE, &a, &out, in, 5, ws, ws_size, ith, nth, p);
@@ -270,7 +272,7 @@ static double check_case(const mcase *c, double tol, double wtol)
     void *ws;
     moe_ref(c, ref, rs, rw);
     run(c, 0, y, &ws);
-    gp_moe_ws_layout l = gp_moe_ws(c->T, c->H, c->E, c->K, c->F);
+    gp_moe_ws_layout l = gp_moe_ws(c->T, c->H, c->E, c->K, c->F, gp_dtype_is_quant(c->g.t));
     const int32_t *sel = (const int32_t *)(const void *)((const char *)ws + l.sel);
     const float *wt = (const float *)(const void *)((const char *)ws + l.wt);
     int bad_sel = 0, bad_wt = 0;
@@ -339,7 +341,7 @@ static void test_routing(void)
         float y[4 * 16];
         void *ws;
         run(&c, 0, y, &ws);
-        gp_moe_ws_layout l = gp_moe_ws(4, 16, 5, 2, 16);
+        gp_moe_ws_layout l = gp_moe_ws(4, 16, 5, 2, 16, 0);
         const int32_t *sel = (const int32_t *)(const void *)((const char *)ws + l.sel);
         const float *wt = (const float *)(const void *)((const char *)ws + l.wt);
         for (int t = 0; t < 4; t++) {
@@ -372,7 +374,7 @@ static void test_grouping(void)
         float y[7 * 32];
         void *ws;
         run(&c, 2, y, &ws);
-        gp_moe_ws_layout l = gp_moe_ws(7, 32, 4, k, 16);
+        gp_moe_ws_layout l = gp_moe_ws(7, 32, 4, k, 16, 0);
         const int32_t *off = (const int32_t *)(const void *)((const char *)ws + l.off);
         int32_t want1[5] = {0, 7, 7, 7, 7}, want2[5] = {0, 7, 14, 14, 14};
         CU_ASSERT_EQUAL(memcmp(off, k == 1 ? want1 : want2, sizeof want1), 0);
@@ -475,6 +477,41 @@ static void test_bits(void)
     }
 }
 
+/* ---- the integer products ---- */
+
+/* Experts of many rows (40 tokens, 2 of 4 experts each: about 20 rows an expert) of quantized
+ * weights take the integer path (x's rows quantized in two 8-bit parts, cpu/quant.h) where the
+ * CPU has one: within its error of the dequantized reference, the same bits for 1 to 3 threads,
+ * and not the bits of the f32 path (forced with gp_quant_force_isa), which is within 1e-4. */
+static void test_integer_path(void)
+{
+    static const gp_dtype q[] = {GP_Q4_0, GP_Q4_1, GP_Q5_0, GP_Q5_1,
+                                 GP_Q8_0, GP_Q4_K, GP_Q5_K, GP_Q6_K};
+    int have = gp_quant_isa() != GP_QUANT_ISA_PORTABLE;
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
+        mcase c = case_new(40, 256, 4, 256, 2, GP_MOE_SOFTMAX_NORM, GP_F32, q[i], 3);
+        int64_t n = c.T * c.H;
+        float *y = malloc((size_t)n * sizeof *y), *y1 = malloc((size_t)n * sizeof *y1);
+        double e = check_case(&c, 5e-4, 1e-6); /* measured 0.35e-4 to 1.15e-4 */
+        run(&c, 1, y1, NULL);
+        for (int nth = 2; nth <= 3; nth++) {
+            run(&c, nth, y, NULL);
+            CU_ASSERT_EQUAL(memcmp(y, y1, (size_t)n * sizeof *y), 0);
+        }
+        gp_quant_force_isa(GP_QUANT_ISA_PORTABLE);
+        double ef = check_case(&c, 1e-4, 1e-6);
+        run(&c, 1, y, NULL);
+        gp_quant_force_isa(GP_QUANT_ISA_AUTO);
+        if (have)
+            CU_ASSERT(memcmp(y, y1, (size_t)n * sizeof *y) != 0);
+        if (getenv("GP_TEST_VERBOSE"))
+            fprintf(stderr, "\n  %s: integer %.3g, f32 %.3g", gp_dtype_name(q[i]), e, ef);
+        free(y);
+        free(y1);
+        case_free(&c);
+    }
+}
+
 /* ---- refusals ---- */
 
 static void test_check(void)
@@ -527,7 +564,7 @@ static void test_check(void)
 static void test_workspace(void)
 {
     /* Parts in order, aligned, not overlapping, covering every row whatever the routing. */
-    gp_moe_ws_layout l = gp_moe_ws(5, 64, 8, 3, 32);
+    gp_moe_ws_layout l = gp_moe_ws(5, 64, 8, 3, 32, 0);
     int64_t at[] = {l.sel, l.wt, l.logits, l.off, l.cur, l.slot, l.xg, l.g, l.u, l.total};
     int64_t need[] = {4 * 15, 4 * 15, 4 * 40, 4 * 9, 4 * 8, 4 * 15, 4 * 15 * 64, 4 * 15 * 32,
                       4 * 15 * 32};
@@ -536,7 +573,7 @@ static void test_workspace(void)
         CU_ASSERT(at[i + 1] - at[i] >= need[i]);
     }
     CU_ASSERT_EQUAL(at[0], 0);
-    CU_ASSERT(gp_moe_ws(4, 64, 8, 3, 32).total < l.total);
+    CU_ASSERT(gp_moe_ws(4, 64, 8, 3, 32, 0).total < l.total);
 }
 
 /* ---- whole graphs ---- */
@@ -582,7 +619,7 @@ static void test_model(void)
         moes++;
         CU_ASSERT(p->nodes[i].workspace >= 0);
         if (p->nodes[i].workspace >= 0)
-            CU_ASSERT(p->tensors[p->nodes[i].workspace].size >= gp_moe_ws(16, 64, 8, 2, 32).total);
+            CU_ASSERT(p->tensors[p->nodes[i].workspace].size >= gp_moe_ws(16, 64, 8, 2, 32, 0).total);
     }
     CU_ASSERT_EQUAL(moes, 2);
     int64_t V = gp_test_vocab(m);
@@ -937,6 +974,7 @@ void gp_suite_moe(void)
     CU_add_test(s, "grouping: idle experts, every token to one", test_grouping);
     CU_add_test(s, "experts f16, bf16 and every block format", test_dtypes);
     CU_add_test(s, "the same bits: 1 to 3 threads, a token alone or in a batch", test_bits);
+    CU_add_test(s, "experts of many rows on the integer products", test_integer_path);
     CU_add_test(s, "gp_cpu_check refusals", test_check);
     CU_add_test(s, "the workspace's layout", test_workspace);
     CU_add_test(s, "a Qwen3-MoE graph: threads, reference, no allocation per eval", test_model);
