@@ -117,7 +117,7 @@ void gp_attn_accum_neon(const float *w, const char *v, int64_t vs, gp_dtype vt, 
 #endif
 /* The same loops for r < R (1..GP_ATTN_GROUP) query heads of one KV group at once, each row of
  * k and v read once for all R: sc[r][s] and acc[r][i] bit for bit what the one-head loops give
- * for q[r] and w[r]. Built for AVX-512 only. */
+ * for q[r] and w[r]. Built for AVX-512 and NEON. */
 enum { GP_ATTN_GROUP = 4 };
 typedef void (*gp_attn_scores_group_fn)(int R, const float *const *q, const char *k, int64_t ks,
                                         gp_dtype kt, int64_t d, int64_t n, float scale,
@@ -129,6 +129,12 @@ void gp_attn_scores_group_avx512(int R, const float *const *q, const char *k, in
                                  gp_dtype kt, int64_t d, int64_t n, float scale, float *const *sc);
 void gp_attn_accum_group_avx512(int R, const float *const *w, const char *v, int64_t vs,
                                 gp_dtype vt, int64_t d, int64_t n, float *const *acc);
+#endif
+#ifdef GP_DOT_NEON
+void gp_attn_scores_group_neon(int R, const float *const *q, const char *k, int64_t ks,
+                               gp_dtype kt, int64_t d, int64_t n, float scale, float *const *sc);
+void gp_attn_accum_group_neon(int R, const float *const *w, const char *v, int64_t vs,
+                              gp_dtype vt, int64_t d, int64_t n, float *const *acc);
 #endif
 /* The attention loops of the level in use. */
 gp_attn_scores_fn gp_cpu_attn_scores(void);

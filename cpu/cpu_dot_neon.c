@@ -236,6 +236,129 @@ void gp_attn_accum_neon(const float *w, const char *v, int64_t vs, gp_dtype vt, 
         accum_typed(GP_F32, w, v, vs, d, n, acc);
 }
 
+/* R (<= GP_ATTN_GROUP) query heads of one KV group against each row of k: the row loaded and
+ * widened once for all R (16 accumulators), every head's chain and total as scores_rows's. */
+AI void scores_group_typed(int R, gp_dtype kt, const float *const *q, const char *k, int64_t ks,
+                           int64_t d, int64_t n, float scale, float *const *sc)
+{
+    for (int64_t s = 0; s < n; s++) {
+        const char *kr = k + s * ks;
+        float32x4_t c[GP_ATTN_GROUP][4];
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < 4; i++)
+                c[r][i] = vdupq_n_f32(0.0f);
+        int64_t i0 = 0;
+        for (; i0 + 16 <= d; i0 += 16) {
+            float32x4_t kv[4];
+            ldw16(kt, kr, i0, kv);
+            for (int r = 0; r < R; r++)
+                for (int i = 0; i < 4; i++)
+                    c[r][i] = vfmaq_f32(c[r][i], vld1q_f32(q[r] + i0 + 4 * i), kv[i]);
+        }
+        if (i0 < d) {
+            float xk[16] = {0};
+            for (int64_t i = i0; i < d; i++)
+                xk[i - i0] = gp_dot_elt(kt, kr, i);
+            for (int r = 0; r < R; r++) {
+                float xq[16] = {0};
+                for (int64_t i = i0; i < d; i++)
+                    xq[i - i0] = q[r][i];
+                for (int i = 0; i < 4; i++)
+                    c[r][i] = vfmaq_f32(c[r][i], vld1q_f32(xq + 4 * i), vld1q_f32(xk + 4 * i));
+            }
+        }
+        for (int r = 0; r < R; r++)
+            sc[r][s] = total16(c[r]) * scale;
+    }
+}
+
+void gp_attn_scores_group_neon(int R, const float *const *q, const char *k, int64_t ks,
+                               gp_dtype kt, int64_t d, int64_t n, float scale, float *const *sc)
+{
+#define QG(RR, T)                                                                                  \
+    case RR:                                                                                       \
+        scores_group_typed(RR, T, q, k, ks, d, n, scale, sc);                                      \
+        break;
+#define QG_T(T)                                                                                    \
+    switch (R) {                                                                                   \
+        QG(2, T) QG(3, T) QG(4, T)                                                                 \
+    default:                                                                                       \
+        scores_group_typed(1, T, q, k, ks, d, n, scale, sc);                                       \
+    }
+    if (kt == GP_F16) {
+        QG_T(GP_F16)
+    } else if (kt == GP_BF16) {
+        QG_T(GP_BF16)
+    } else {
+        QG_T(GP_F32)
+    }
+#undef QG_T
+#undef QG
+}
+
+/* R heads' accumulators for 16 elements (4 NV vectors, NV <= 4) over every s, each row of v
+ * loaded and widened once for all R; every element's chain as accum_block's. */
+AI void accum_group_block(int R, int NV, gp_dtype vt, const float *const *w, const char *v,
+                          int64_t vs, int64_t n, float *const *acc, int64_t off)
+{
+    float32x4_t c[GP_ATTN_GROUP][4];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < NV; j++)
+            c[r][j] = vld1q_f32(acc[r] + off + 4 * j);
+    for (int64_t s = 0; s < n; s++) {
+        const char *vr = v + s * vs;
+        float32x4_t vv[4];
+        for (int j = 0; j < NV; j++)
+            vv[j] = ldw4(vt, vr, off + 4 * j);
+        for (int r = 0; r < R; r++) {
+            float32x4_t x = vdupq_n_f32(w[r][s]);
+            for (int j = 0; j < NV; j++)
+                c[r][j] = vfmaq_f32(c[r][j], x, vv[j]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < NV; j++)
+            vst1q_f32(acc[r] + off + 4 * j, c[r][j]);
+}
+
+AI void accum_group_typed(int R, gp_dtype vt, const float *const *w, const char *v, int64_t vs,
+                          int64_t d, int64_t n, float *const *acc)
+{
+    int64_t d4 = d / 4 * 4, i = 0;
+    for (; i + 16 <= d4; i += 16)
+        accum_group_block(R, 4, vt, w, v, vs, n, acc, i);
+    for (; i < d4; i += 4)
+        accum_group_block(R, 1, vt, w, v, vs, n, acc, i);
+    for (int r = 0; r < R; r++)
+        for (int64_t e = d4; e < d; e++)
+            for (int64_t s = 0; s < n; s++)
+                acc[r][e] = fmaf(w[r][s], gp_dot_elt(vt, v + s * vs, e), acc[r][e]);
+}
+
+void gp_attn_accum_group_neon(int R, const float *const *w, const char *v, int64_t vs,
+                              gp_dtype vt, int64_t d, int64_t n, float *const *acc)
+{
+#define QA(RR, T)                                                                                  \
+    case RR:                                                                                       \
+        accum_group_typed(RR, T, w, v, vs, d, n, acc);                                             \
+        break;
+#define QA_T(T)                                                                                    \
+    switch (R) {                                                                                   \
+        QA(2, T) QA(3, T) QA(4, T)                                                                 \
+    default:                                                                                       \
+        accum_group_typed(1, T, w, v, vs, d, n, acc);                                              \
+    }
+    if (vt == GP_F16) {
+        QA_T(GP_F16)
+    } else if (vt == GP_BF16) {
+        QA_T(GP_BF16)
+    } else {
+        QA_T(GP_F32)
+    }
+#undef QA_T
+#undef QA
+}
+
 /* ---- rows: B [K, N] with n contiguous ----
  * MR (<= 2) rows of a by 32 columns: 16 accumulators; a's elements four at a time, each
  * multiply-add by lane (the same fused operation as with a broadcast). */

@@ -355,6 +355,12 @@ int gp_cpu_attn_group(gp_attn_scores_group_fn *scores, gp_attn_accum_group_fn *a
         *accum = gp_attn_accum_group_avx512;
         return 1;
     }
+#elif defined(GP_DOT_NEON)
+    if (level_now() == 1) {
+        *scores = gp_attn_scores_group_neon;
+        *accum = gp_attn_accum_group_neon;
+        return 1;
+    }
 #endif
     (void)scores, (void)accum;
     return 0;
