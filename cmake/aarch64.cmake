@@ -11,15 +11,21 @@ set(CMAKE_C_COMPILER ${GP_AARCH64_TRIPLE}-gcc)
 set(CMAKE_LIBRARY_ARCHITECTURE ${GP_AARCH64_TRIPLE})
 # The cross libc (libc6-dev-arm64-cross) under /usr/aarch64-linux-gnu; the multiarch libraries in
 # /usr/lib/aarch64-linux-gnu with their headers in /usr/include, found through the root "/".
-set(CMAKE_FIND_ROOT_PATH /usr/${GP_AARCH64_TRIPLE} /)
+# GPLAN_AARCH64_SYSROOT (optional): a folder where arm64 packages were unpacked (dpkg -x), searched
+# first: the whole project's libraries without installing them (bench/quant-notes.md); point
+# pkg-config there too (PKG_CONFIG_LIBDIR, PKG_CONFIG_SYSROOT_DIR).
+set(CMAKE_FIND_ROOT_PATH ${GPLAN_AARCH64_SYSROOT} /usr/${GP_AARCH64_TRIPLE} /)
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
-# Programs link statically: qemu-user then needs no arm64 loader and C library at run time (with
-# -L /usr/aarch64-linux-gnu the cross libc's loader met the multiarch libc6:arm64, a later build
-# of glibc, and pthread_create looped forever in their mismatched stack cache).
-set(CMAKE_EXE_LINKER_FLAGS_INIT -static)
+# Programs link statically (but for a sysroot's build, whose libraries pkg-config names as shared
+# objects): qemu-user then needs no arm64 loader and C library at run time (with -L
+# /usr/aarch64-linux-gnu the cross libc's loader met the multiarch libc6:arm64, a later build of
+# glibc, and pthread_create looped forever in their mismatched stack cache).
+if(NOT GPLAN_AARCH64_SYSROOT)
+  set(CMAKE_EXE_LINKER_FLAGS_INIT -static)
+endif()
 # ctest runs each test binary through qemu-user.
 find_program(GP_QEMU_AARCH64 NAMES qemu-aarch64 qemu-aarch64-static)
 if(GP_QEMU_AARCH64)
