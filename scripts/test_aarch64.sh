@@ -18,7 +18,9 @@ if [ "${1:-}" = "--full" ]; then
   full=1
   shift
 fi
-dir=${1:-$GP_ROOT/build-aarch64$([ "$full" = 1 ] && echo -full)}
+suffix=
+[ "$full" = 0 ] || suffix=-full
+dir=${1:-$GP_ROOT/build-aarch64$suffix}
 missing=()
 command -v aarch64-linux-gnu-gcc >/dev/null || missing+=(gcc-aarch64-linux-gnu)
 [ -e /usr/aarch64-linux-gnu/include/stdio.h ] || missing+=(libc6-dev-arm64-cross)
