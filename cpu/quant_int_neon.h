@@ -228,13 +228,13 @@ AI void tr4(int8x16_t *c)
 }
 #endif
 
-/* The tile's blocks, 4 columns at a time; the k-quants' 6-bit scales decoded once a super-block
- * and column. */
+/* The tile's blocks, 4 columns at a time (up to nt; the micro kernels read no group past it);
+ * the k-quants' 6-bit scales decoded once a super-block and column. */
 static void unpack(gp_dtype wt, const uint8_t *w, size_t rb, int64_t n, int nt, int64_t kb0,
                    int kn, tile *t)
 {
     int kq = wt == GP_Q4_K || wt == GP_Q5_K;
-    for (int c0 = 0; c0 < NT; c0 += 4) {
+    for (int c0 = 0; c0 < nt; c0 += 4) {
         float sd[4][8] = {{0}}, sm[4][8] = {{0}}; /* the current super-block's, each column's */
         int64_t have = -1;
         for (int b = 0; b < kn; b++) {
