@@ -634,5 +634,8 @@ int gp_cu_attention(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
 int gp_cu_matmul(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out, const gp_cu_tensor *in,
                  void *ws, size_t ws_size, const gp_cu_epilogue *epi, const gp_cu_prenorm *pre,
                  int *fused, int *pre_used);
+/* cuda_moe.cu; ws: gp_cuda_moe_ws(T, H, E, top_k, F).total bytes at the launch's T at least. */
+extern "C" int gp_cu_moe(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *out,
+                         const gp_cu_tensor *in, void *ws, size_t ws_size);
 
 #endif

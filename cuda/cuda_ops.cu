@@ -906,6 +906,8 @@ extern "C" int gp_cuda_compute(gp_cu_ctx *c, gp_op op, const gp_attrs *a, const 
         return gp_cu_matmul(c, a, out, in, ws, ws_size, NULL, NULL, NULL, NULL);
     case GP_OP_ATTENTION:
         return gp_cu_attention(c, a, out, in, ws, ws_size);
+    case GP_OP_MOE:
+        return gp_cu_moe(c, a, out, in, ws, ws_size);
     default:
         snprintf(c->err, sizeof c->err, "gp_cuda_compute: unknown op %d", (int)op);
         return -1;

@@ -634,3 +634,27 @@ extern "C" int gp_cu_quant_get_rows(gp_cu_ctx *c, const gp_cu_tensor *out,
     quant_counts[2]++;
     return gp_cu_check_launch(c, "quant_get_rows");
 }
+
+/* ---- moe: the experts' products on quantized weights (cuda_moe.cuh's kernels over deq8) ---- */
+
+#include "cuda/cuda_moe.cuh"
+
+template <int T> struct QuantRows {
+    static __device__ __forceinline__ void ld8(const uint8_t *row, int e0, int K, float (&v)[8])
+    {
+        (void)K; /* rows of whole blocks: e0 + 8 <= K */
+        deq8<T>(row, e0, v);
+    }
+};
+
+template <int T>
+static void moe_quant(const gp_cu_ctx *c, const MoeProd &p, int vec, int64_t tiles)
+{
+    moe_launch<QuantRows<T>>(c, p, vec, tiles);
+}
+
+int gp_cu_moe_quant_launch(const gp_cu_ctx *c, gp_dtype t, const MoeProd &p, int vec,
+                           int64_t tiles)
+{
+    return QUANT_DISPATCH(t, moe_quant, c, p, vec, tiles);
+}

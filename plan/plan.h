@@ -63,9 +63,11 @@ const char *gp_region_name(gp_region r); /* "arena", ... ; "?" out of range */
  *              f32 [GP_WS_ATTN_SPLITS, min(T, GP_WS_ATTN_SPLIT_MAX_T), H, D + 2] (output, max, sum);
  *              CPU: per-thread scores f32 [GP_WS_CPU_MAX_THREADS, S]: a CPU backend uses at most
  *              GP_WS_CPU_MAX_THREADS threads for attention.
- *   moe:       CPU: gp_moe_ws(T, H, E, top_k, F).total (cpu/moe.h: the routing, the grouping and
+ *   moe:       CPU: gp_moe_ws(T, H, E, top_k, F, quantized experts).total (cpu/moe.h: the routing, the grouping and
  *              the experts' T top_k rows of x, gate, up and down, whatever the routing), all of
- *              it required; CUDA: none (no kernel; the backend refuses the op).
+ *              it required; CUDA: gp_cuda_moe_ws(T, H, E, top_k, F).total (cuda/cuda_moe.h: the
+ *              router's logits, the routing, the grouping with its row tiles, the T top_k rows of
+ *              x (then of down) and of silu(gate) * up; never more than the CPU's), required.
  *   others:    none.
  */
 #define GP_WS_CUBLAS_BYTES ((int64_t)32 << 20)

@@ -243,8 +243,7 @@ fi
 check E906 1 "error: graph 'gpt2' declares no LoRA weights (base_model.model.<module>.lora_A.weight): compile it with -D lora_r=R to build its merge graph" compile "$ex/gpt2.gplan" -D n_layer=1 --lora-merge -o nolora.plan
 check E907 2 "gplan-compile: --lora-merge makes a CPU plan of one device (no --buffers, --devices or --backend other than cpu)" compile "$ex/gpt2.gplan" -D lora_r=4 --lora-merge --devices 2 -o x.plan
 
-# ---- stacked expert weights and CUDA's refusal of moe: asserted in tests/test_moe.c and
-# tests/cuda/test_cuda_backend.c ----
+# ---- stacked expert weights: asserted in tests/test_moe.c ----
 for e in "E512 is one tensor or 8, '*' standing for the index)" \
          'E513 up_proj.weight"): expected shape [32, 64] f32, file has [32, 48] f32' \
          "E514 that are not adjacent in the file; gplan maps a GGUF file's experts in place only: convert the model again with a current llama.cpp, which merges them (ffn_*_exps)"; do
@@ -254,11 +253,6 @@ for e in "E512 is one tensor or 8, '*' standing for the index)" \
     fail "$id: tests/test_moe.c no longer asserts: $m"
   grep -qF -- "$m" "$doc" || fail "$id: docs/errors.md lacks: $m"
 done
-m="the CUDA backend has no kernel for moe (routed experts) yet; run this plan on the CPU backend"
-ids="$ids E704"
-grep -qF -- "$m" "$src/tests/cuda/test_cuda_backend.c" ||
-  fail "E704: tests/cuda/test_cuda_backend.c no longer asserts: $m"
-grep -qF -- "$m" "$doc" || fail "E704: docs/errors.md lacks: $m"
 
 # ---- the embedding API (include/gplan/gplan.h): asserted exactly in tests/test_runtime.c ----
 for m in "T = 65 is outside [1, 64] (the plan's bound)"; do

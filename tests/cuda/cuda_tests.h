@@ -34,7 +34,6 @@ void test_attention_head(void);
 void test_attention_decode_edges(void);
 
 /* test_cuda_backend.c */
-void test_model_refuses_moe(void);
 void test_model_f32(void);
 void test_model_f16(void);
 void test_model_switches(void);
@@ -65,6 +64,12 @@ void test_quant_model(void);
 void test_quant_speed(void);
 void test_quant_deq8_host(void);
 void test_qdot_host(void);
+
+/* test_cuda_moe.c */
+void test_moe_host(void);
+void test_moe_ws_host(void);
+void test_moe_ops(void);
+void test_moe_models(void);
 
 /* test_cuda_families.c */
 void test_fam_rope(void);

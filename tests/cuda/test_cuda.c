@@ -42,7 +42,10 @@ void gp_suite_cuda(void)
                 test_attention_decode_edges);
     CU_add_test(s, "matmul: matvec, cuBLAS, batched, fallback", test_matmul);
     CU_add_test(s, "sizes from the param block", test_param_block);
-    CU_add_test(s, "a plan with a moe node refused, the node named", test_model_refuses_moe);
+    CU_add_test(s, "moe: every weight dtype, T 1, 3, 17, top k 1, 2, 8, against the CPU",
+                test_moe_ops);
+    CU_add_test(s, "moe: Qwen3-MoE and Mixtral CPU vs CUDA, no eval allocations",
+                test_moe_models);
     CU_add_test(s, "tiny model f32: CPU vs CUDA, no eval allocations", test_model_f32);
     CU_add_test(s, "tiny model f16 weights: CPU vs CUDA", test_model_f16);
     CU_add_test(s, "tiny model: fusions off, PDL on and off", test_model_switches);
@@ -90,5 +93,6 @@ void gp_suite_cuda_host(void)
     CU_add_test(s, "quant: the kernels' dequantization on the host, bit for bit",
                 test_quant_deq8_host);
     CU_add_test(s, "quant: k_qdot's arithmetic on the host within its error bound", test_qdot_host);
-    CU_add_test(s, "a plan with a moe node refused, the node named", test_model_refuses_moe);
+    CU_add_test(s, "moe: routing and grouping on the host, as the CPU's", test_moe_host);
+    CU_add_test(s, "moe: the CUDA workspace's layout within the CPU's", test_moe_ws_host);
 }

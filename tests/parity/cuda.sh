@@ -13,7 +13,7 @@
 # Parity (tests/parity/parity.sh, --backend cuda): the committed fixtures of gpt2, llama,
 # llama_tied, llama3, mistral (a window; a ring of 13 rows at n_batch 9), qwen2, qwen3, phi3 (a
 # ring of 14 rows at n_batch 9), gemma2 and gemma3 (rings of 12 rows at n_batch 9; its transformers
-# 4 config too); f32 within 1e-4 with 32 identical greedy tokens, f16
+# 4 config too), the mixtures qwen3moe and mixtral (the moe op, cuda/cuda_moe.cu); f32 within 1e-4 with 32 identical greedy tokens, f16
 # (weights and KV cache) within 1e-2 teacher-forced, every step's argmax the transformers token
 # for the families the CPU checks so (ctest's parity_* tests, tests/parity/CMakeLists.txt).
 # Timings: gplan-run --stats on CUDA, fp16 weights and KV cache, random weights, a 32-token prompt
@@ -100,7 +100,7 @@ if [ "${PARITY:-1}" != 0 ]; then
     row "llama_tied/cuda/$d" llama_tied examples/llama.gplan $d
   done
   # each family: f32, its ring at n_batch 9 where it has one, f16 teacher-forced
-  for f in llama3 mistral qwen2 qwen3 phi3 gemma2 gemma3; do
+  for f in llama3 mistral qwen2 qwen3 phi3 gemma2 gemma3 qwen3moe mixtral; do
     row "$f/cuda/f32" $f "examples/$f.gplan" f32
     case $f in
     mistral) row mistral_ring13/cuda/f32 mistral examples/mistral.gplan f32 -D n_batch=9 ;;
