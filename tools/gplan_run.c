@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gplan/alloc_interpose.h"
 #include "gplan/text.h"
-#include "tools/alloc_interpose.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 
@@ -401,19 +401,19 @@ static void print_stats(runner *r)
             fprintf(stderr, "stats: %s %lld tokens, %.3f ms per eval, %.1f tokens/s\n",
                     i ? "generation" : "prompt    ", (long long)r->tokens[i],
                     r->ms[i] / r->evals[i], r->ms[i] > 0 ? r->tokens[i] * 1e3 / r->ms[i] : 0.0);
-#ifdef GP_NO_ALLOC_INTERPOSE
-    fprintf(stderr, "stats: host allocations during evals: n/a (sanitizer build)\n");
-#else
     /* Other threads: the CPU backend's workers, or the CUDA driver's own thread, which
      * allocates about 10 times a second even when idle (bench/gpu-notes.md). */
     gp_alloc_interpose_counts ac;
     gp_alloc_interpose_read(&ac);
-    fprintf(stderr, "stats: host allocations during evals: %lld on the eval thread, %lld on other "
-            "threads%s\n", (long long)ac.eval_thread, (long long)(ac.eval - ac.eval_thread),
-            strcmp(be, "cuda") ? "" : " (driver)");
-    fprintf(stderr, "stats: host allocations while generating, outside evals (sampling, decoding, "
-            "printing): %lld\n", (long long)ac.generation);
-#endif
+    if (!gp_alloc_interpose_active()) {
+        fprintf(stderr, "stats: host allocations during evals: n/a (sanitizer build)\n");
+    } else {
+        fprintf(stderr, "stats: host allocations during evals: %lld on the eval thread, %lld on "
+                "other threads%s\n", (long long)ac.eval_thread,
+                (long long)(ac.eval - ac.eval_thread), strcmp(be, "cuda") ? "" : " (driver)");
+        fprintf(stderr, "stats: host allocations while generating, outside evals (sampling, "
+                "decoding, printing): %lld\n", (long long)ac.generation);
+    }
     gp_model_info info;
     gp_model_get_info(gp_lm_model(r->lm), &info);
     fprintf(stderr, "stats: device allocations during evals: %lld\nstats: weights %.1f MiB "

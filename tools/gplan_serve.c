@@ -14,10 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gplan/alloc_interpose.h"
 #include "gplan/text.h"
 #include "server/engine.h"
 #include "server/http.h"
-#include "tools/alloc_interpose.h"
 #include "tools/cli.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1 };

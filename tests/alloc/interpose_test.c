@@ -1,4 +1,4 @@
-/* The allocation interposer's counts (tools/alloc_interpose.c, linked in as gplan-run links it):
+/* The allocation interposer's counts (gplan_alloc, linked in as gplan-run links it):
  * nothing before gp_alloc_interpose_on or outside a window; each call of malloc & co. and mmap
  * inside an eval, on the marking thread and on another; pthread_create during an eval; a
  * generating thread's calls outside evals only; an abort at the first counted call when asked.
@@ -13,15 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/alloc_interpose.h"
+#include "gplan/alloc_interpose.h"
 
-#ifdef GP_NO_ALLOC_INTERPOSE
-int main(void)
-{
-    printf("interpose_test: skipped (sanitizer build: no interposer)\n");
-    return 77;
-}
-#else
 static int failed;
 static void *volatile sink; /* the compiler may drop an allocation nobody reads */
 
@@ -64,6 +57,10 @@ static void *worker(void *arg)
 
 int main(void)
 {
+    if (!gp_alloc_interpose_active()) {
+        printf("interpose_test: skipped (sanitizer build: no interposer)\n");
+        return 77;
+    }
     gp_alloc_interpose_counts base = {0, 0, 0, 0, 0}, d;
     /* Before gp_alloc_interpose_on nothing counts, eval or not. */
     gp_alloc_interpose_eval(1);
@@ -153,4 +150,3 @@ int main(void)
         printf("interpose_test: ok\n");
     return failed;
 }
-#endif

@@ -1,13 +1,24 @@
-/* Host allocations counted in-process: alloc_interpose.c defines malloc, calloc, realloc, free,
- * posix_memalign, aligned_alloc, memalign, mmap and pthread_create, each forwarding to the next
- * definition (dlsym(RTLD_NEXT)), so that linked into an executable (gplan-run) or preloaded
- * (tests/alloc/shim.c) it sees every such call of the process, libraries' included. It counts
- * nothing before gp_alloc_interpose_on. It allocates nothing itself: counters are atomics, and
- * what dlsym allocates while the forwards are resolved comes from a static buffer.
+/* gplan's allocation counter: host allocations counted in-process, to check the runtime's promise
+ * of no allocation per eval in a program of one's own (gplan-run --stats and gplan-serve's
+ * /metrics use it). Library libgplan_alloc.a (CMake gplan::gplan_alloc; link it with -ldl
+ * -pthread), installed as <gplan/alloc_interpose.h>; apart from libgplan because it defines
+ * malloc, calloc, realloc, free, posix_memalign, aligned_alloc, memalign, mmap and pthread_create,
+ * each forwarding to the next definition (dlsym(RTLD_NEXT)): linked into an executable (or built
+ * into an LD_PRELOAD shim, tests/alloc/shim.c) it sees every such call of the process, libraries'
+ * included. It counts nothing before gp_alloc_interpose_on and allocates nothing itself (atomic
+ * counters; what dlsym allocates while the forwards are resolved comes from a static buffer).
+ *
+ *     gp_alloc_interpose_on();                       // first thing in main
+ *     gp_eval_hooks h = {before, after, NULL, 0};    // before: gp_alloc_interpose_eval(1),
+ *     gp_seq_set_eval_hooks(seq, &h);                // after: gp_alloc_interpose_eval(0)
+ *     ... generate ...
+ *     gp_alloc_interpose_counts c;
+ *     gp_alloc_interpose_read(&c);                   // c.eval_thread: 0 expected
+ *
  * Sanitizer builds own malloc: there (GP_NO_ALLOC_INTERPOSE, defined below or by the build) it
- * defines none of them, and every count reads 0. */
-#ifndef GP_TOOLS_ALLOC_INTERPOSE_H
-#define GP_TOOLS_ALLOC_INTERPOSE_H
+ * defines none of them, every count reads 0 and gp_alloc_interpose_active says 0. */
+#ifndef GPLAN_ALLOC_INTERPOSE_H
+#define GPLAN_ALLOC_INTERPOSE_H
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define GP_NO_ALLOC_INTERPOSE 1
@@ -19,9 +30,15 @@
 #endif
 #endif
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Hidden: a preloaded copy and an executable's copy each keep their own counts. */
 #define GP_ALLOC_INTERPOSE_API __attribute__((visibility("hidden")))
 
+/* 1 when this build counts (it defines malloc & co.), 0 in a sanitizer build. */
+GP_ALLOC_INTERPOSE_API int gp_alloc_interpose_active(void);
 /* Starts counting (resolving the forwards first, so that dlsym's own calls never count). */
 GP_ALLOC_INTERPOSE_API void gp_alloc_interpose_on(void);
 /* 1 when an eval starts on the calling thread, 0 when it ends. In between every thread's calls
@@ -45,5 +62,9 @@ typedef struct {
 } gp_alloc_interpose_counts;
 
 GP_ALLOC_INTERPOSE_API void gp_alloc_interpose_read(gp_alloc_interpose_counts *c);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
