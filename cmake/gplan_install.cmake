@@ -197,10 +197,11 @@ install(TARGETS gplan gplan_static gplan_alloc EXPORT gplanTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # The public headers: self-contained (gplan.h includes only the two beside it); alloc_interpose.h
-# is libgplan_alloc.a's (runtime/CMakeLists.txt).
+# is libgplan_alloc.a's (runtime/CMakeLists.txt), cli.h header-only (the tools' command lines).
 install(FILES ${PROJECT_SOURCE_DIR}/include/gplan/gplan.h ${PROJECT_SOURCE_DIR}/include/gplan/text.h
               ${PROJECT_SOURCE_DIR}/include/gplan/gplan_types.h ${GP_GEN_INCLUDE}/gplan_version.h
               ${PROJECT_SOURCE_DIR}/include/gplan/alloc_interpose.h
+              ${PROJECT_SOURCE_DIR}/include/gplan/cli.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gplan)
 
 # pkg-config: relocatable (prefix from the .pc file's own place), so an install to any prefix and
