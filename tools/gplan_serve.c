@@ -11,7 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "gplan/alloc_interpose.h"
 #include "gplan/cli.h"
@@ -135,10 +134,6 @@ static int parse_args(int argc, char **argv, options *o)
     if (plan && (o->n_defines || o->ctx || o->batch || o->kv_positions))
         return usage_error("-D, --ctx, --batch and --kv-positions need a model file (a plan's "
                            "are fixed by gplan-compile)", NULL);
-    if (!o->threads) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        o->threads = cores < 1 ? 1 : cores > 64 ? 64 : (int)cores;
-    }
     return -1;
 }
 
@@ -217,20 +212,19 @@ int main(int argc, char **argv)
     lo.kv_positions = o.kv_positions;
     lo.cache_dir = o.cache_dir;
     lo.backend = o.backend;
-    lo.n_threads = o.threads;
+    lo.n_threads = o.threads; /* 0: the online cores */
+    lo.chat_format = o.chat_format;
     lo.allow_unused = o.allow_unused;
     lo.random_weights = o.wseed;
     lo.random_seed = o.seed;
     gp_lm *lm = gp_lm_load(plan ? o.weights : o.model, &lo, err, sizeof err);
     gp_engine *e = NULL;
-    if (lm && o.chat_format && gp_lm_set_chat_format(lm, o.chat_format, err, sizeof err)) {
-        gp_lm_free(lm);
-        lm = NULL;
-    }
     if (lm) {
         gp_engine_opts eo = {o.slots, o.queue, 1, o.prompt_chunk};
         e = gp_engine_new(lm, &eo, err, sizeof err);
     }
+    if (lm && *gp_lm_note(lm))
+        fprintf(stderr, "gplan-serve: note: %s\n", gp_lm_note(lm));
     if (!e) {
         fprintf(stderr, "gplan-serve: %s\n", err);
         gp_http_stop(h);
@@ -250,7 +244,7 @@ int main(int argc, char **argv)
     }
     if (!sig) {
         printf("gplan-serve: ready: %s, %d slots of %lld positions, %d threads, backend %s\n",
-               name, o.slots, (long long)gp_lm_context(lm), o.threads, o.backend);
+               name, o.slots, (long long)gp_lm_context(lm), gp_lm_threads(lm), o.backend);
         fflush(stdout);
         while (!(sig = wait_signal(&set, 1000)))
             ;
