@@ -1225,7 +1225,10 @@ static void test_scan(void)
     CU_ASSERT_EQUAL_FATAL(gp_gw_save(&w, path), 0);
     gp_gw_free(&w);
     scan_log l = {0};
-    CU_ASSERT_EQUAL(gp_weights_scan(path, log_tensor, &l, err, sizeof err), 5);
+    gp_weights_scan_totals tot;
+    CU_ASSERT_EQUAL(gp_weights_scan(path, log_tensor, &l, &tot, err, sizeof err), 5);
+    /* every tensor's elements but q2_k's, which is skipped */
+    CU_ASSERT(tot.tensors == 8 && tot.values == 12 + 8 + 4 + 96 + 512 + 4 + 4 && tot.skipped == 1);
     CU_ASSERT_EQUAL_FATAL(l.n, 8); /* name order */
     scan_is(&l.t[0], "a.f32", 12, 2, 7, "nan");
     scan_is(&l.t[1], "b.f16", 8, 1, 5, "-inf");
@@ -1241,11 +1244,12 @@ static void test_scan(void)
     gp_gw_init(&w);
     gp_gw_model(&w, "llama", 32, ts + 5, 3);
     CU_ASSERT_EQUAL_FATAL(gp_gw_save(&w, path), 0);
-    CU_ASSERT_EQUAL(gp_weights_scan(path, NULL, NULL, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(gp_weights_scan(path, NULL, NULL, &tot, err, sizeof err), 0);
+    CU_ASSERT(tot.tensors == 3 && tot.values == 4 + 4 && tot.skipped == 1);
     w.len -= 1;
     CU_ASSERT_EQUAL_FATAL(gp_gw_save(&w, path), 0);
     gp_gw_free(&w);
-    CU_ASSERT_EQUAL(gp_weights_scan(path, NULL, NULL, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(gp_weights_scan(path, NULL, NULL, NULL, err, sizeof err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, ": bad GGUF file ("));
     remove(path);
 
@@ -1258,7 +1262,7 @@ static void test_scan(void)
     snprintf(path, sizeof path, "%s", gp_test_tmpfile(".safetensors"));
     CU_ASSERT_EQUAL_FATAL(gp_st_write(path, st, 2, NULL, err, sizeof err), 0);
     l.n = 0;
-    CU_ASSERT_EQUAL(gp_weights_scan(path, log_tensor, &l, err, sizeof err), 2);
+    CU_ASSERT_EQUAL(gp_weights_scan(path, log_tensor, &l, NULL, err, sizeof err), 2);
     CU_ASSERT_EQUAL_FATAL(l.n, 2);
     scan_is(&l.t[0], "x", 3, 1, 2, "-inf");
     scan_is(&l.t[1], "y", 12, 2, 7, "nan");

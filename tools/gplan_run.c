@@ -466,7 +466,7 @@ static int check_weights(const char *path)
 {
     char err[4096];
     scan_totals c = {.path = path};
-    int64_t bad = gp_weights_scan(path, on_tensor, &c, err, sizeof err);
+    int64_t bad = gp_weights_scan(path, on_tensor, &c, NULL, err, sizeof err);
     if (bad < 0) {
         fprintf(stderr, "gplan-run: %s\n", err);
         return 2;
