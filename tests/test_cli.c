@@ -155,9 +155,11 @@ static void test_read_all(void)
 
 void gp_suite_cli(void)
 {
-    CU_pSuite s = CU_add_suite("cli", NULL, NULL);
-    CU_add_test(s, "every kind of option into its destination", test_values);
-    CU_add_test(s, "usage errors, help and version: messages and statuses", test_errors);
-    CU_add_test(s, "gp_cli_in_list", test_in_list);
-    CU_add_test(s, "gp_cli_read_all", test_read_all);
+    static const gp_test_case tests[] = {
+        {"every kind of option into its destination", test_values},
+        {"usage errors, help and version: messages and statuses", test_errors},
+        {"gp_cli_in_list", test_in_list},
+        {"gp_cli_read_all", test_read_all},
+    };
+    gp_test_add_suite("cli", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

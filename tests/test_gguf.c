@@ -1271,18 +1271,19 @@ static void test_scan(void)
 
 void gp_suite_gguf(void)
 {
-    CU_pSuite s = CU_add_suite("gguf", NULL, NULL);
-    CU_add_test(s, "every value type and several tensor types round trip (v2, v3)", test_roundtrip);
-    CU_add_test(s, "ggml type names", test_type_names);
-    CU_add_test(s, "hostile files: each gets its exact message", test_hostile);
-    CU_add_test(s, "every hostile-file message is in docs/errors.md", test_catalogue_documented);
-    CU_add_test(s, "the valid file truncated at every length", test_truncated);
-    CU_add_test(s, "every byte of the valid file damaged", test_damaged_bytes);
-    CU_add_test(s, "missing, folder and empty files", test_not_files);
-    CU_add_test(s, "gguf-py's GGUFWriter output (tests/gguf/fixture.gguf)", test_fixture);
-    CU_add_test(s, "llama.cpp's vocabulary files", test_vocab_files);
-    CU_add_test(s, "GGUF <-> Hugging Face name aliases", test_name_aliases);
-    CU_add_test(s, "a GGUF file as a checkpoint: both names, shapes, check, read",
-                test_weights_gguf);
-    CU_add_test(s, "gp_weights_scan: planted NaNs and infinities found at their element", test_scan);
+    static const gp_test_case tests[] = {
+        {"every value type and several tensor types round trip (v2, v3)", test_roundtrip},
+        {"ggml type names", test_type_names},
+        {"hostile files: each gets its exact message", test_hostile},
+        {"every hostile-file message is in docs/errors.md", test_catalogue_documented},
+        {"the valid file truncated at every length", test_truncated},
+        {"every byte of the valid file damaged", test_damaged_bytes},
+        {"missing, folder and empty files", test_not_files},
+        {"gguf-py's GGUFWriter output (tests/gguf/fixture.gguf)", test_fixture},
+        {"llama.cpp's vocabulary files", test_vocab_files},
+        {"GGUF <-> Hugging Face name aliases", test_name_aliases},
+        {"a GGUF file as a checkpoint: both names, shapes, check, read", test_weights_gguf},
+        {"gp_weights_scan: planted NaNs and infinities found at their element", test_scan},
+    };
+    gp_test_add_suite("gguf", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

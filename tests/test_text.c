@@ -2026,35 +2026,37 @@ static void test_lora_opts(void)
 
 void gp_suite_text(void)
 {
-    CU_pSuite s = CU_add_suite("text", text_init, text_cleanup);
-    CU_add_test(s, "load errors", test_load_errors);
-    CU_add_test(s, "a plan and random weights", test_plan_model);
-    CU_add_test(s, "a GGUF file's plan, cached", test_gguf_plan_cache);
-    CU_add_test(s, "a Hugging Face folder", test_hf_folder);
-    CU_add_test(s, "non-finite logits stop with an error", test_non_finite_logits);
-    CU_add_test(s, "ids past the tokenizer's are never sampled", test_padded_vocab);
-    CU_add_test(s, "tokenize and detokenize", test_tokenize);
-    CU_add_test(s, "UTF-8 checks", test_utf8);
-    CU_add_test(s, "greedy text is its ids' text", test_greedy_is_its_ids);
-    CU_add_test(s, "counts, max_tokens, prompt chunks", test_counts);
-    CU_add_test(s, "keep_prefix evaluates the rest", test_keep_prefix);
-    CU_add_test(s, "stop strings", test_stop_strings);
-    CU_add_test(s, "end of generation, ignore_eos, eos", test_end_of_generation);
-    CU_add_test(s, "the context: full, too long", test_context);
-    CU_add_test(s, "cancel", test_cancel);
-    CU_add_test(s, "sampling: seeds, bad options", test_sampling);
-    CU_add_test(s, "chat templates and formats", test_chat_apply);
-    CU_add_test(s, "chat turns over the cache", test_chat_turns);
-    CU_add_test(s, "chat with a stop string", test_chat_stop);
-    CU_add_test(s, "chat after a plain start", test_chat_after_start);
-    CU_add_test(s, "chat too long", test_chat_too_long);
-    CU_add_test(s, "no allocation per step", test_steps_no_alloc);
-    CU_add_test(s, "eval hooks", test_eval_hooks);
-    CU_add_test(s, "a batch: requests together = each alone, no allocation, the pool", test_batch);
-    CU_add_test(s, "SmolLM2 (when present)", test_smollm2);
-    CU_add_test(s, "restart past a full context = restarting by hand", test_restart);
-    CU_add_test(s, "totals over generations, the figures as text", test_totals_stats);
-    CU_add_test(s, "a conversation's needs, chat_format at load", test_conv_needs);
-    CU_add_test(s, "what gp_lm_is_model takes for a model", test_is_model);
-    CU_add_test(s, "a LoRA adapter at load", test_lora_opts);
+    static const gp_test_case tests[] = {
+        {"load errors", test_load_errors},
+        {"a plan and random weights", test_plan_model},
+        {"a GGUF file's plan, cached", test_gguf_plan_cache},
+        {"a Hugging Face folder", test_hf_folder},
+        {"non-finite logits stop with an error", test_non_finite_logits},
+        {"ids past the tokenizer's are never sampled", test_padded_vocab},
+        {"tokenize and detokenize", test_tokenize},
+        {"UTF-8 checks", test_utf8},
+        {"greedy text is its ids' text", test_greedy_is_its_ids},
+        {"counts, max_tokens, prompt chunks", test_counts},
+        {"keep_prefix evaluates the rest", test_keep_prefix},
+        {"stop strings", test_stop_strings},
+        {"end of generation, ignore_eos, eos", test_end_of_generation},
+        {"the context: full, too long", test_context},
+        {"cancel", test_cancel},
+        {"sampling: seeds, bad options", test_sampling},
+        {"chat templates and formats", test_chat_apply},
+        {"chat turns over the cache", test_chat_turns},
+        {"chat with a stop string", test_chat_stop},
+        {"chat after a plain start", test_chat_after_start},
+        {"chat too long", test_chat_too_long},
+        {"no allocation per step", test_steps_no_alloc},
+        {"eval hooks", test_eval_hooks},
+        {"a batch: requests together = each alone, no allocation, the pool", test_batch},
+        {"SmolLM2 (when present)", test_smollm2},
+        {"restart past a full context = restarting by hand", test_restart},
+        {"totals over generations, the figures as text", test_totals_stats},
+        {"a conversation's needs, chat_format at load", test_conv_needs},
+        {"what gp_lm_is_model takes for a model", test_is_model},
+        {"a LoRA adapter at load", test_lora_opts},
+    };
+    gp_test_add_suite("text", text_init, text_cleanup, tests, GP_TEST_COUNT(tests));
 }
