@@ -237,6 +237,20 @@ def _seed(what, v):
     return v
 
 
+class _Closes:
+    """A with-block's object whose close() frees its handle _h, also when it is collected."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_h", None) and _lib is not None:
+            self.close()
+
+
 @dataclasses.dataclass(frozen=True)
 class Result:
     """The counts and times of a model's last generation (gp_gen_result)."""
@@ -252,7 +266,7 @@ class Result:
     stop_token: int         # the end-of-generation id that ended it (not emitted), or -1
 
 
-class Model:
+class Model(_Closes):
     """A model: a plan and its weights, with the text API when loaded from a model file.
 
     Model(path, ...) decides by what it is given:
@@ -619,16 +633,6 @@ class Model:
             _lib.gp_model_free(self._h)
         self._h = None
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_h", None) and _lib is not None:
-            self.close()
-
 
 def _messages(messages):
     """[{"role", "content"}, ...] as a gp_msg array, and the bytes it points to (keep alive)."""
@@ -711,7 +715,7 @@ class _Stream:
             self._end()
 
 
-class Session:
+class Session(_Closes):
     """One running instance of a model: Session(model, backend="cpu", threads=1)."""
 
     def __init__(self, model, backend="cpu", threads=1, device=0):
@@ -855,13 +859,3 @@ class Session:
         if self._h:
             _lib.gp_session_free(self._h)
             self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_h", None) and _lib is not None:
-            self.close()
