@@ -17,11 +17,11 @@ static void usage(FILE *f)
 }
 
 typedef struct {
-    int flag, n, seen, n_list, n_ids;
+    int flag, n, seen, n_list, n_ids, n_defs;
     int64_t big;
     uint64_t seed;
     double x;
-    const char *s, *pos, *list[2];
+    const char *s, *pos, *list[2], *defs[2];
     int32_t *ids;
 } dests;
 
@@ -38,6 +38,7 @@ static int parse(dests *d, char **out, const char *const *words)
         {"--s", GP_CLI_STR, &d->s, 0, 0, NULL, NULL},
         {"--l", GP_CLI_LIST, d->list, 0, 2, "--l needs a non-empty string", &d->n_list},
         {"--ids", GP_CLI_IDS, &d->ids, 0, 0, "bad --ids", &d->n_ids},
+        {"-D", GP_CLI_DEFINES, d->defs, 0, 2, "bad -D (NAME=VALUE)", &d->n_defs},
     };
     char *argv[32] = {"t"};
     int argc = 1;
@@ -70,12 +71,13 @@ static void test_values(void)
     char *out;
     const char *const w[] = {"--flag", "-n", "3", "--big", "1000000000000", "--seed", "0x10",
                              "--x", "0.25", "--s", "abc", "--l", "a", "--l", "b", "--ids",
-                             "1,-2,3", "model", NULL};
+                             "1,-2,3", "-D", "a=1", "model", NULL};
     CU_ASSERT_EQUAL(parse(&d, &out, w), -1);
     CU_ASSERT_STRING_EQUAL(out, "");
     CU_ASSERT(d.flag == 1 && d.n == 3 && d.seen == 1 && d.big == 1000000000000LL);
     CU_ASSERT(d.seed == 16 && d.x == 0.25 && !strcmp(d.s, "abc") && !strcmp(d.pos, "model"));
     CU_ASSERT(d.n_list == 2 && !strcmp(d.list[0], "a") && !strcmp(d.list[1], "b"));
+    CU_ASSERT(d.n_defs == 1 && !strcmp(d.defs[0], "a=1"));
     CU_ASSERT_FATAL(d.n_ids == 3);
     CU_ASSERT(d.ids[0] == 1 && d.ids[1] == -2 && d.ids[2] == 3);
     free(d.ids);
@@ -98,6 +100,7 @@ static void test_errors(void)
         {{"--x", "1.5"}, 2, "t: bad --x (in [0, 1]): 1.5\ntry 't --help'\n"},
         {{"--l", ""}, 2, "t: --l needs a non-empty string\ntry 't --help'\n"},
         {{"--l", "a", "--l", "b"}, -1, ""},
+        {{"-D", "a"}, 2, "t: bad -D (NAME=VALUE)\ntry 't --help'\n"},
         {{"--ids", "1,,2"}, 2, "t: bad --ids: 1,,2\ntry 't --help'\n"},
         {{"--ids", "3000000000"}, 2, "t: bad --ids: 3000000000\ntry 't --help'\n"},
         {{"a", "b"}, 2, "t: unexpected argument: b\ntry 't --help'\n"},
@@ -148,9 +151,16 @@ static void test_read_all(void)
         CU_ASSERT_PTR_NOT_NULL_FATAL(got);
         CU_ASSERT(len == sizes[k] && got[len] == '\0' && !memcmp(got, data, len));
         free(got);
+        got = gp_cli_read_file(path, &len, NULL, 0);
+        CU_ASSERT(got && len == sizes[k] && !memcmp(got, data, len));
+        free(got);
         free(data);
         remove(path);
     }
+    char err[256];
+    size_t len;
+    CU_ASSERT_PTR_NULL(gp_cli_read_file("/nonexistent/x.txt", &len, err, sizeof err));
+    CU_ASSERT_STRING_EQUAL(err, "/nonexistent/x.txt: cannot open: No such file or directory");
 }
 
 void gp_suite_cli(void)
@@ -159,7 +169,7 @@ void gp_suite_cli(void)
         {"every kind of option into its destination", test_values},
         {"usage errors, help and version: messages and statuses", test_errors},
         {"gp_cli_in_list", test_in_list},
-        {"gp_cli_read_all", test_read_all},
+        {"gp_cli_read_all and gp_cli_read_file", test_read_all},
     };
     gp_test_add_suite("cli", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

@@ -113,7 +113,8 @@ static int parse_args(int argc, char **argv, options *o)
         {"--chat-format", GP_CLI_STR, &o->chat_format, 0, 0, NULL, NULL},
         {"--cache-dir", GP_CLI_STR, &o->cache_dir, 0, 0, NULL, NULL},
         {"--random-weights", GP_CLI_U64, &o->seed, 0, 0, "bad --random-weights seed", &o->wseed},
-        {"-D", GP_CLI_LIST, o->defines, 0, 64, "bad -D (NAME=VALUE, at most 64)", &o->n_defines},
+        {"-D", GP_CLI_DEFINES, o->defines, 0, 64, "bad -D (NAME=VALUE, at most 64)",
+         &o->n_defines},
         {"--allow-unused", GP_CLI_FLAG, &o->allow_unused, 0, 0, NULL, NULL},
         {"--verbose", GP_CLI_FLAG, &o->verbose, 0, 0, NULL, NULL},
     };
@@ -121,9 +122,6 @@ static int parse_args(int argc, char **argv, options *o)
                           sizeof opts / sizeof opts[0], argc, argv, &o->model);
     if (rc >= 0)
         return rc;
-    for (int k = 0; k < o->n_defines; k++)
-        if (!strchr(o->defines[k], '='))
-            return usage_error("bad -D (NAME=VALUE, at most 64)", o->defines[k]);
     if (!o->model)
         return usage_error("no model given", NULL);
     int plan = !gp_lm_is_model(o->model);

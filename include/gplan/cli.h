@@ -1,7 +1,7 @@
 /* gplan's command-line helpers: what the gplan-* tools share, for a program of one's own on gplan
  * too: the answers to -h/--help and --version, one form of a usage error, a table of options
  * parsed into typed destinations (numbers in ranges, strings, lists, token ids), and a whole file
- * read into memory. Header-only (nothing of it
+ * or stream read into memory. Header-only (nothing of it
  * is in libgplan), installed as <gplan/cli.h>; it needs only the C library.
  *
  *     static int n_threads = 1, verbose;
@@ -73,6 +73,7 @@ typedef enum {
     GP_CLI_U64,  /* uint64_t: decimal, 0x hexadecimal or 0 octal, no sign (a seed) */
     GP_CLI_NUM,  /* double: a number in [lo, hi] */
     GP_CLI_LIST, /* const char *[hi]: each value appended, *seen the count; repeatable */
+    GP_CLI_DEFINES, /* a LIST of NAME=VALUE (gplan-compile's -D): a value without '=' is bad */
     GP_CLI_IDS,  /* int32_t *: comma-separated integers ("1,2,3"), allocated (the caller frees
                     it, also after a usage error), *seen their count */
 } gp_cli_kind;
@@ -83,9 +84,10 @@ typedef struct {
     void *dst;
     double lo, hi;    /* INT, I64, NUM: the values allowed; LIST: the most values */
     /* The usage error for a bad value (the value follows it, "bad --temp: x"); a LIST's for an
-     * empty value (nothing follows). NULL: "bad NAME". */
+     * empty value, a DEFINES' also for one without '=' (nothing follows). NULL: "bad NAME". */
     const char *msg;
-    int *seen;        /* set to 1 when the option is given (NULL: not kept); LIST, IDS: the count */
+    int *seen;        /* set to 1 when the option is given (NULL: not kept); LIST, DEFINES, IDS:
+                         the count */
 } gp_cli_opt;
 
 /* Parses argv[1 .. argc) by opts[n] and at most one positional argument (*positional, left as it
@@ -115,7 +117,8 @@ static inline int gp_cli_parse(const char *prog, const char *version, void (*usa
         char bad[128];
         snprintf(bad, sizeof bad, "bad %s", a);
         const char *msg = p->msg ? p->msg : bad;
-        if (p->seen && p->kind != GP_CLI_LIST && p->kind != GP_CLI_IDS)
+        int list = p->kind == GP_CLI_LIST || p->kind == GP_CLI_DEFINES;
+        if (p->seen && !list && p->kind != GP_CLI_IDS)
             *p->seen = 1;
         if (p->kind == GP_CLI_FLAG) {
             *(int *)p->dst = 1;
@@ -128,8 +131,8 @@ static inline int gp_cli_parse(const char *prog, const char *version, void (*usa
         errno = 0;
         if (p->kind == GP_CLI_STR) {
             *(const char **)p->dst = v;
-        } else if (p->kind == GP_CLI_LIST) {
-            if (!*v)
+        } else if (list) {
+            if (!*v || (p->kind == GP_CLI_DEFINES && !strchr(v, '=')))
                 return gp_cli_usage_error(prog, msg, NULL);
             if (*p->seen >= (int)p->hi) {
                 snprintf(bad, sizeof bad, "more than %d %s values", (int)p->hi, a);
@@ -195,6 +198,19 @@ static inline char *gp_cli_read_all(FILE *f, size_t *len)
     }
     free(buf);
     return NULL;
+}
+
+/* The whole file at path as gp_cli_read_all reads it; NULL with err set ("PATH: cannot open: No
+ * such file or directory", "PATH: cannot read: ..."). */
+static inline char *gp_cli_read_file(const char *path, size_t *len, char *err, size_t err_len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = f ? gp_cli_read_all(f, len) : NULL;
+    if (!buf)
+        snprintf(err, err_len, "%s: cannot %s: %s", path, f ? "read" : "open", strerror(errno));
+    if (f)
+        fclose(f);
+    return buf;
 }
 
 #endif
