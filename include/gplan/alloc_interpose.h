@@ -9,8 +9,8 @@
  * counters; what dlsym allocates while the forwards are resolved comes from a static buffer).
  *
  *     gp_alloc_interpose_on();                       // first thing in main
- *     gp_eval_hooks h = {before, after, NULL, 0};    // before: gp_alloc_interpose_eval(1),
- *     gp_seq_set_eval_hooks(seq, &h);                // after: gp_alloc_interpose_eval(0)
+ *     gp_eval_hooks h = {gp_alloc_interpose_before, gp_alloc_interpose_after, NULL, 0};
+ *     gp_seq_set_eval_hooks(seq, &h);                // <gplan/text.h>: every eval marked
  *     ... generate ...
  *     gp_alloc_interpose_counts c;
  *     gp_alloc_interpose_read(&c);                   // c.eval_thread: 0 expected
@@ -19,6 +19,8 @@
  * defines none of them, every count reads 0 and gp_alloc_interpose_active says 0. */
 #ifndef GPLAN_ALLOC_INTERPOSE_H
 #define GPLAN_ALLOC_INTERPOSE_H
+
+#include <stdint.h>
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define GP_NO_ALLOC_INTERPOSE 1
@@ -62,6 +64,20 @@ typedef struct {
 } gp_alloc_interpose_counts;
 
 GP_ALLOC_INTERPOSE_API void gp_alloc_interpose_read(gp_alloc_interpose_counts *c);
+
+/* gp_eval_hooks' before and after (<gplan/text.h>) that mark each eval for the counter. */
+static inline void gp_alloc_interpose_before(void *user, int64_t n_tokens)
+{
+    (void)user, (void)n_tokens;
+    gp_alloc_interpose_eval(1);
+}
+
+static inline void gp_alloc_interpose_after(void *user, const float *logits, int64_t n_rows,
+                                            int64_t vocab)
+{
+    (void)user, (void)logits, (void)n_rows, (void)vocab;
+    gp_alloc_interpose_eval(0);
+}
 
 #ifdef __cplusplus
 }

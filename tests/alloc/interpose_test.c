@@ -108,6 +108,14 @@ int main(void)
     CHECK(d.threads == 1);
     CHECK(d.eval - d.eval_thread == 10);
 
+    /* The eval hooks for gp_eval_hooks mark the same window. */
+    gp_alloc_interpose_before(NULL, 1);
+    alloc_free();
+    gp_alloc_interpose_after(NULL, NULL, 1, 1);
+    alloc_free();
+    d = since(&base);
+    CHECK(d.eval == 2 && d.eval_thread == 2);
+
     /* Generating: the thread's calls outside evals count as generation, inside as eval. */
     gp_alloc_interpose_generation(1);
     alloc_free();
