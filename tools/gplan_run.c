@@ -68,11 +68,6 @@ static void usage(FILE *f)
         "found, 2 the file cannot be read\n", gp_lm_chat_formats());
 }
 
-static int usage_error(const char *msg, const char *arg)
-{
-    return gp_cli_usage_error(PROG, msg, arg);
-}
-
 #define FL(name, dst) {name, GP_CLI_FLAG, dst, 0, 0, NULL, NULL}
 #define ST(name, dst) {name, GP_CLI_STR, dst, 0, 0, NULL, NULL}
 
@@ -106,7 +101,8 @@ static int parse_args(int argc, char **argv, options *o)
         {"--lora-merge-plan", GP_CLI_STR, &lm->lora_merge_plan, 0, 0, NULL, &o->lora_set},
         {"--lora-mode", GP_CLI_STR, &o->lora_mode, 0, 0, NULL, &o->lora_set},
         {"--stop", GP_CLI_LIST, o->stops, 0, 16, "--stop needs a non-empty string", &g->n_stop},
-        {"-D", GP_CLI_LIST, o->defines, 0, 64, "bad -D (NAME=VALUE, at most 64)", &lm->n_defines},
+        {"-D", GP_CLI_DEFINES, o->defines, 0, 64, "bad -D (NAME=VALUE, at most 64)",
+         &lm->n_defines},
         {"--threads", GP_CLI_INT, &lm->n_threads, 1, 256, "--threads needs 1..256", NULL},
         {"-n", GP_CLI_I64, &g->max_tokens, 0, 1e15, "bad -n", NULL},
         {"--eos", GP_CLI_I64, &g->eos, 0, INT32_MAX, "bad --eos", NULL},
@@ -126,13 +122,11 @@ static int parse_args(int argc, char **argv, options *o)
                           argc, argv, &o->model);
     if (rc >= 0)
         return rc;
-    for (int k = 0; k < lm->n_defines; k++)
-        if (!strchr(o->defines[k], '='))
-            return usage_error("bad -D (NAME=VALUE, at most 64)", NULL);
+    const char *alone = "--check-weights PATH takes no other arguments";
     if (o->check_weights)
-        return argc == 3 ? -1 : usage_error("--check-weights PATH takes no other arguments", NULL);
+        return argc == 3 ? -1 : gp_cli_usage_error(PROG, alone, NULL);
     if (o->lora_mode && !gp_cli_in_list(o->lora_mode, "merge, runtime"))
-        return usage_error("bad --lora-mode (merge or runtime)", o->lora_mode);
+        return gp_cli_usage_error(PROG, "bad --lora-mode (merge or runtime)", o->lora_mode);
     if (lm->chat_format && !gp_cli_in_list(lm->chat_format, gp_lm_chat_formats())) {
         fprintf(stderr, "gplan-run: unknown --chat-format: %s (formats: %s)\n"
                 "try 'gplan-run --help'\n", o->lm.chat_format, gp_lm_chat_formats());
@@ -162,11 +156,11 @@ static int parse_args(int argc, char **argv, options *o)
         : g->restart && text ? "--loop is for --prompt-ids (text stops at the end of the context)"
                           : NULL;
     if (why)
-        return usage_error(why, NULL);
+        return gp_cli_usage_error(PROG, why, NULL);
     if (!o->prompt && !text) { /* the default prompt: id 0 */
         o->n_prompt = 1;
         if (!(o->prompt = calloc(1, sizeof *o->prompt)))
-            return usage_error("out of memory", NULL);
+            return gp_cli_usage_error(PROG, "out of memory", NULL);
     }
     return -1;
 }
@@ -182,16 +176,10 @@ typedef struct {
 } runner;
 
 /* The eval hooks: the allocation counter's window, and --logits-out's rows. */
-static void before_eval(void *user, int64_t n)
-{
-    (void)user, (void)n;
-    gp_alloc_interpose_eval(1);
-}
-
 static void after_eval(void *user, const float *logits, int64_t rows, int64_t vocab)
 {
     runner *r = user;
-    gp_alloc_interpose_eval(0);
+    gp_alloc_interpose_after(user, logits, rows, vocab);
     size_t n = (size_t)(rows * vocab);
     r->failed |= r->logits && fwrite(logits, sizeof *logits, n, r->logits) != n;
 }
@@ -302,19 +290,6 @@ static void print_stats(runner *r)
             "printing): %lld\n", (long long)ac.generation);
 }
 
-/* --prompt-file's text, NUL-terminated; NULL with the message printed. */
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = f ? gp_cli_read_all(f, len) : NULL;
-    if (!buf)
-        fprintf(stderr, "gplan-run: %s: cannot %s: %s\n", path, f ? "read" : "open",
-                strerror(errno));
-    if (f)
-        fclose(f);
-    return buf;
-}
-
 /* --check-weights: a line per tensor holding non-finite values or not scanned, then a summary. */
 static void on_tensor(void *user, const gp_tensor_scan *t)
 {
@@ -367,7 +342,7 @@ int main(int argc, char **argv)
     o.gen.on_text = put_text;
     o.gen.on_token = put_id;
     o.gen.user = &r;
-    gp_eval_hooks hooks = {before_eval, after_eval, &r, o.logits_all};
+    gp_eval_hooks hooks = {gp_alloc_interpose_before, after_eval, &r, o.logits_all};
     gp_model *m = (r.lm = gp_lm_load(o.is_plan ? o.weights : o.model, &o.lm, err, sizeof err))
                       ? gp_lm_model(r.lm) : NULL;
     if (m && *gp_lm_note(r.lm))
@@ -381,13 +356,13 @@ int main(int argc, char **argv)
                 o.weights ? "; none was found beside the weights" : "");
     } else if (o.logits_out && !(r.logits = fopen(o.logits_out, "wb"))) {
         fprintf(stderr, "gplan-run: %s: cannot open: %s\n", o.logits_out, strerror(errno));
-    } else if ((!o.text_file || (file = read_file(o.text_file, &len))) &&
+    } else if ((o.text_file && !(file = gp_cli_read_file(o.text_file, &len, err, sizeof err))) ||
                !(r.s = gp_seq_new(r.lm, &o.sampling, err, sizeof err))) {
-        fprintf(stderr, "gplan-run: %s\n", err);
-    } else if (r.s && o.chat) {
+        fprintf(stderr, "gplan-run: %s\n", err); /* --prompt-file's, or the sequence's */
+    } else if (o.chat) {
         gp_seq_set_eval_hooks(r.s, &hooks);
         rc = run_chat(&r, &o.gen) ? EXIT_INPUT : EXIT_OK;
-    } else if (r.s) {
+    } else {
         gp_seq_set_eval_hooks(r.s, &hooks);
         const char *text = file ? file : o.text;
         int st = r.text ? gp_seq_start_text(r.s, text, file ? len : strlen(text), 0, &o.gen)
