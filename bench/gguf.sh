@@ -5,6 +5,7 @@
 # scripts/fetch_models.sh) and the TinyLlama-1.1B shape in Q8_0, Q4_0 and Q4_K_M (random weights:
 # scripts/bench/make_random_gguf.py writes f16, llama-quantize quantizes it), in $GPLAN_CACHE/bench.
 # usage: bench/gguf.sh LLAMA_CPP_BUILD_BIN [THREADS (2)] [REPEATS (3)]
+#   GGUF_MODELS="NAME:FILE:GRAPH ..." replaces the models (bench/moe.sh), GRAPH in examples/.
 #   LLAMA_CPP_BUILD_BIN holds llama-bench and llama-quantize, built from llama-cpp-python 0.3.36's
 #   vendor/llama.cpp (cmake -B build -DGGML_CUDA=OFF; cmake --build build --target llama-bench
 #   llama-quantize). Record the table in bench/gguf-notes.md with the machine and the date.
@@ -19,26 +20,31 @@ cd "$GP_ROOT"
 gp_build "$B" -DCMAKE_BUILD_TYPE=Release -DGPLAN_CUDA=OFF
 
 mkdir -p "$cache/bench"
-smol=$(scripts/fetch_models.sh)
-f16=$cache/bench/tinyllama-f16.gguf
-if [ ! -s "$f16" ]; then
-  python3 scripts/bench/make_random_gguf.py "$f16" ../shared/data/vocab/ggml-vocab-llama-spm.gguf
+if [ -z "${GGUF_MODELS:-}" ]; then
+  smol=$(scripts/fetch_models.sh)
+  f16=$cache/bench/tinyllama-f16.gguf
+  if [ ! -s "$f16" ]; then
+    python3 scripts/bench/make_random_gguf.py "$f16" ../shared/data/vocab/ggml-vocab-llama-spm.gguf
+  fi
+  for q in Q8_0 Q4_0 Q4_K_M; do
+    [ -s "$cache/bench/tinyllama-$q.gguf" ] ||
+      "$lcpp/llama-quantize" "$f16" "$cache/bench/tinyllama-$q.gguf" "$q" >/dev/null 2>&1
+  done
 fi
-for q in Q8_0 Q4_0 Q4_K_M; do
-  [ -s "$cache/bench/tinyllama-$q.gguf" ] ||
-    "$lcpp/llama-quantize" "$f16" "$cache/bench/tinyllama-$q.gguf" "$q" >/dev/null 2>&1
-done
 
 prompt=$(seq -s, 100 227)
 echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg); $threads threads"
 rows=() notes=()
-for m in "smollm2-135m q4_1:$smol" "tinyllama-1.1b q8_0:$cache/bench/tinyllama-Q8_0.gguf" \
-         "tinyllama-1.1b q4_0:$cache/bench/tinyllama-Q4_0.gguf" \
-         "tinyllama-1.1b q4_k_m:$cache/bench/tinyllama-Q4_K_M.gguf"; do
-  name=${m%%:*} file=${m#*:}
+models=("smollm2-135m_q4_1:$smol:llama" "tinyllama-1.1b_q8_0:$cache/bench/tinyllama-Q8_0.gguf:llama"
+        "tinyllama-1.1b_q4_0:$cache/bench/tinyllama-Q4_0.gguf:llama"
+        "tinyllama-1.1b_q4_k_m:$cache/bench/tinyllama-Q4_K_M.gguf:llama")
+[ -z "${GGUF_MODELS:-}" ] || read -r -a models <<<"$GGUF_MODELS"
+for m in "${models[@]}"; do
+  name=${m%%:*} rest=${m#*:}
+  file=${rest%:*} graph=${rest##*:} name=${name//_/ }
   plan=$B/$(echo "$name" | tr ' ' _).plan
-  "$B/tools/gplan-compile" examples/llama.gplan --gguf "$file" -D max_position_embeddings=512 \
+  "$B/tools/gplan-compile" "examples/$graph.gplan" --gguf "$file" -D max_position_embeddings=512 \
     -D n_batch=128 --backend cpu -o "$plan" >/dev/null
   gd=() gp=() ld=() lp=() crashes=0 norepack=0
   for _ in $(seq 1 "$repeats"); do

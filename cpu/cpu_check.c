@@ -126,6 +126,60 @@ static int check_tensor(const gp_ktensor *t, int i, gp_op op, char *err, size_t 
     return 0;
 }
 
+/* Expert weight w (input i): dims [d0, d1, d2] of the dtype's whole rows, rows contiguous, as
+ * the product kernels read them. */
+static int expert_weight(const gp_ktensor *w, int i, int ndim, const int64_t *want, gp_op op,
+                         char *err, size_t n)
+{
+    static const char *const names[] = {"x", "router", "gate", "up", "down"};
+    int ok = w->ndim == ndim;
+    for (int d = 0; ok && d < ndim; d++)
+        ok = w->ne[d] == want[d];
+    int64_t k = want[ndim - 1];
+    int quant = gp_dtype_is_quant(w->dtype);
+    size_t row = quant ? gp_dtype_row_bytes(w->dtype, k) : gp_dtype_size(w->dtype) * (size_t)k;
+    if (!ok || row == 0) {
+        char shape[96];
+        int at = snprintf(shape, sizeof shape, "[%lld, %lld", (long long)want[0],
+                          (long long)want[1]);
+        snprintf(shape + at, sizeof shape - (size_t)at, ndim == 3 ? ", %lld]" : "]",
+                 (long long)want[ndim - 1]);
+        return fail(err, n, op, "%s must be %s of whole %s rows", names[i], shape,
+                    gp_dtype_name(w->dtype));
+    }
+    if ((!quant && w->nb[ndim - 1] != (int64_t)gp_dtype_size(w->dtype)) ||
+        (ndim == 3 && w->nb[1] != (int64_t)row) || w->nb[0] < (int64_t)row * (ndim == 3 ? want[1] : 1))
+        return fail(err, n, op, "%s's rows must be contiguous", names[i]);
+    return 0;
+}
+
+/* moe: x f32 [T, H] (rows of contiguous elements), router [E, H], gate and up [E, F, H], down
+ * [E, H, F], out f32 [T, H]; 1 <= top_k <= min(E, GP_MOE_MAX_K); the norm and act known. */
+static int check_moe(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, char *err,
+                     size_t n)
+{
+    const gp_op op = GP_OP_MOE;
+    const gp_ktensor *x = &in[0];
+    if (x->dtype != GP_F32 || x->ndim != 2 || x->nb[1] != 4 || in[1].ndim != 2 || in[2].ndim != 3)
+        return fail(err, n, op, "expected x f32 [T, H] (rows contiguous), router [E, H] and "
+                    "gate, up [E, F, H]");
+    int64_t T = x->ne[0], H = x->ne[1], E = in[1].ne[0], F = in[2].ne[1];
+    int64_t k = a->i[GP_MOE_TOP_K], norm = a->i[GP_MOE_NORM];
+    int64_t r[2] = {E, H}, gu[3] = {E, F, H}, dn[3] = {E, H, F};
+    if (expert_weight(&in[1], 1, 2, r, op, err, n) || expert_weight(&in[2], 2, 3, gu, op, err, n) ||
+        expert_weight(&in[3], 3, 3, gu, op, err, n) || expert_weight(&in[4], 4, 3, dn, op, err, n))
+        return -1;
+    if (E < 1 || k < 1 || k > E || k > GP_MOE_MAX_K)
+        return fail(err, n, op, "top_k %lld for %lld experts (expected 1..%d and at most E)",
+                    (long long)k, (long long)E, GP_MOE_MAX_K);
+    if (norm < 0 || norm >= GP_MOE_NORM_COUNT || a->i[GP_MOE_ACT] != GP_MOE_SILU)
+        return fail(err, n, op, "unknown norm %lld or act %lld", (long long)norm,
+                    (long long)a->i[GP_MOE_ACT]);
+    if (out->dtype != GP_F32 || out->ndim != 2 || out->ne[0] != T || out->ne[1] != H)
+        return fail(err, n, op, "out must be f32 [%lld, %lld]", (long long)T, (long long)H);
+    return 0;
+}
+
 static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in,
                         int n_in, char *err, size_t n)
 {
@@ -173,6 +227,8 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
         if (!same_shape(x, out))
             return fail(err, n, op, "out must have the shape of x");
         return 0;
+    case GP_OP_MOE:
+        return check_moe(a, out, in, err, n);
     case GP_OP_ARGMAX: {
         int ok = x->ndim >= 1 && out->ndim == x->ndim - 1 && out->dtype == GP_I32;
         for (int d = 0; ok && d < out->ndim; d++)
@@ -312,9 +368,11 @@ int gp_cpu_check(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_kt
         /* Index inputs are checked per op; every other input and out are floats (cast: any). */
         int index_in = (op == GP_OP_GET_ROWS && i == 1) || (op == GP_OP_ROPE && i == 1) ||
                        (op == GP_OP_STORE && i == 1) || (op == GP_OP_ATTENTION && i >= 3);
-        /* Quantized weights: get_rows' table and matmul's b (checked with the shapes). */
+        /* Quantized weights: get_rows' table, matmul's b, moe's router and experts (checked
+         * with the shapes). */
         int quant_in = gp_dtype_is_quant(in[i].dtype) &&
-                       ((op == GP_OP_GET_ROWS && i == 0) || (op == GP_OP_MATMUL && i == 1));
+                       ((op == GP_OP_GET_ROWS && i == 0) || (op == GP_OP_MATMUL && i == 1) ||
+                        (op == GP_OP_MOE && i >= 1));
         if (!index_in && !quant_in && !is_float(in[i].dtype) && op != GP_OP_CAST &&
             !info->is_view)
             return fail(err, err_size, op, "input %d must be a float tensor, not %s", i,

@@ -59,6 +59,11 @@ void gp_dot_avx2(int rm, int64_t kc, const float *const *a, const char *const *w
 void gp_dot_avx512(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
                    float *acc, int64_t am, int first, float *tot, int64_t ldt, int64_t pf);
 #endif
+#if defined(__aarch64__) && defined(__GNUC__)
+#define GP_DOT_NEON 1 /* cpu/cpu_dot_neon.c */
+void gp_dot_neon(int rm, int64_t kc, const float *const *a, const char *const *w, gp_dtype wt,
+                 float *acc, int64_t am, int first, float *tot, int64_t ldt, int64_t pf);
+#endif
 
 /* The product with B's rows contiguous in n (a [K, N] weight, tb=0): out(m, n) is one chain of
  * fused multiply-adds over k ascending, vectors over n. For m < rm (1..GP_DOT_RM), j < nc (1..64):
@@ -73,6 +78,10 @@ void gp_rows_avx2(int rm, int64_t kc, const float *const *a, const char *b, int6
                   gp_dtype bt, int nc, float *acc, int first);
 void gp_rows_avx512(int rm, int64_t kc, const float *const *a, const char *b, int64_t ldb,
                     gp_dtype bt, int nc, float *acc, int first);
+#endif
+#ifdef GP_DOT_NEON
+void gp_rows_neon(int rm, int64_t kc, const float *const *a, const char *b, int64_t ldb,
+                  gp_dtype bt, int nc, float *acc, int first);
 #endif
 gp_rows_fn gp_cpu_rows(void);
 
@@ -100,9 +109,15 @@ void gp_attn_scores_avx512(const float *q, const char *k, int64_t ks, gp_dtype k
 void gp_attn_accum_avx512(const float *w, const char *v, int64_t vs, gp_dtype vt, int64_t d,
                           int64_t n, float *acc);
 #endif
+#ifdef GP_DOT_NEON
+void gp_attn_scores_neon(const float *q, const char *k, int64_t ks, gp_dtype kt, int64_t d,
+                         int64_t n, float scale, float *sc);
+void gp_attn_accum_neon(const float *w, const char *v, int64_t vs, gp_dtype vt, int64_t d,
+                        int64_t n, float *acc);
+#endif
 /* The same loops for r < R (1..GP_ATTN_GROUP) query heads of one KV group at once, each row of
  * k and v read once for all R: sc[r][s] and acc[r][i] bit for bit what the one-head loops give
- * for q[r] and w[r]. Built for AVX-512 only. */
+ * for q[r] and w[r]. Built for AVX-512 and NEON. */
 enum { GP_ATTN_GROUP = 4 };
 typedef void (*gp_attn_scores_group_fn)(int R, const float *const *q, const char *k, int64_t ks,
                                         gp_dtype kt, int64_t d, int64_t n, float scale,
@@ -115,6 +130,12 @@ void gp_attn_scores_group_avx512(int R, const float *const *q, const char *k, in
 void gp_attn_accum_group_avx512(int R, const float *const *w, const char *v, int64_t vs,
                                 gp_dtype vt, int64_t d, int64_t n, float *const *acc);
 #endif
+#ifdef GP_DOT_NEON
+void gp_attn_scores_group_neon(int R, const float *const *q, const char *k, int64_t ks,
+                               gp_dtype kt, int64_t d, int64_t n, float scale, float *const *sc);
+void gp_attn_accum_group_neon(int R, const float *const *w, const char *v, int64_t vs,
+                              gp_dtype vt, int64_t d, int64_t n, float *const *acc);
+#endif
 /* The attention loops of the level in use. */
 gp_attn_scores_fn gp_cpu_attn_scores(void);
 gp_attn_accum_fn gp_cpu_attn_accum(void);
@@ -123,7 +144,7 @@ int gp_cpu_attn_group(gp_attn_scores_group_fn *scores, gp_attn_accum_group_fn *a
 
 /* The kernel in use: the best build the CPU runs (`gp_cpu_dot_level`). */
 gp_dot_fn gp_cpu_dot(void);
-/* Levels: 0 portable, 1 AVX2+FMA+F16C, 2 AVX-512 F/BW/VL. Sets the level to use (tests compare the
+/* Levels: 0 portable, 1 AVX2+FMA+F16C (aarch64: NEON), 2 AVX-512 F/BW/VL. Sets the level to use (tests compare the
  * builds; -1: the best the CPU has), capped at what the CPU has; returns the level now in use. */
 int gp_cpu_dot_level(int want);
 

@@ -179,6 +179,17 @@ void gp_cpu_matmul_quant(const gp_ktensor *out, const gp_ktensor *in, void *ws, 
                          int ith, int nth);
 void gp_cpu_attention(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int n_in,
                       void *ws, size_t ws_size, int ith, int nth);
+/* moe (cpu/cpu_moe.c): GP_MOE_PHASES phases with a barrier between them, each called by every
+ * thread (route a share of the tokens; group them by expert, thread 0; gather x's rows; quantize
+ * them for the integer products (quantized experts); gate and up on a share of the columns;
+ * quantize silu(gate) * up's rows; down and the weighted sums on a share of the columns);
+ * gp_cpu_moe runs them all on thread 0 (the others return). ws: gp_moe_ws(T, ...).total bytes
+ * (cpu/moe.h). The same bits for every thread count and either form. */
+#define GP_MOE_PHASES 7
+void gp_cpu_moe_phase(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, void *ws,
+                      size_t ws_size, int ith, int nth, int phase);
+void gp_cpu_moe(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, void *ws,
+                size_t ws_size, int ith, int nth);
 /* The rows one query may score: the cache's, or a ragged batch's positions of a sequence
  * (blocks' M * block; n_in 6). */
 int64_t gp_cpu_attention_span(const gp_attrs *a, const gp_ktensor *in, int n_in);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cpu/cpu_internal.h"
+#include "cpu/moe.h"
 #include "cpu/quant.h"
 #include "plan/plan.h"
 
@@ -39,6 +40,27 @@ static int have_f16c(void)
     return s == 2;
 }
 #define GP_HAVE_F16C() have_f16c()
+#elif defined(__aarch64__) && defined(__GNUC__)
+#include <arm_neon.h>
+/* The same with FCVTL, which every ARMv8-A processor has (exact, NaNs quieted: gp_f16_to_f32's
+ * bits). */
+static void f16_row_f16c(float *dst, const char *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint16_t h[8];
+        memcpy(h, src + 2 * i, sizeof h);
+        float16x8_t v = vreinterpretq_f16_u16(vld1q_u16(h));
+        vst1q_f32(dst + i, vcvt_f32_f16(vget_low_f16(v)));
+        vst1q_f32(dst + i + 4, vcvt_high_f32_f16(v));
+    }
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        dst[i] = gp_f16_to_f32(h);
+    }
+}
+#define GP_HAVE_F16C() 1
 #else
 #define GP_HAVE_F16C() 0
 #define f16_row_f16c(dst, src, n) ((void)0)
@@ -630,23 +652,40 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
     case GP_OP_ATTENTION:
         gp_cpu_attention(a, out, in, n_in, ws, ws_size, ith, nth);
         break;
+    case GP_OP_MOE:
+        gp_cpu_moe(a, out, in, ws, ws_size, ith, nth);
+        break;
     default:
         GP_ASSERT(!"gp_cpu_compute: unknown op");
     }
 }
 
-int gp_cpu_two_phase(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in,
-                     const void *ws, size_t ws_size)
+int gp_cpu_phases(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in, const void *ws,
+                  size_t ws_size)
 {
     (void)out;
+    if (op == GP_OP_MOE)
+        return GP_MOE_PHASES;
     return op == GP_OP_MATMUL && n_in >= 2 && gp_dtype_is_quant(in[1].dtype) &&
-           gp_quant_matmul_ws_taken(in[1].dtype, in[0].ne[0], in[0].ne[1], ws, ws_size);
+                   gp_quant_matmul_ws_taken(in[1].dtype, in[0].ne[0], in[0].ne[1], ws, ws_size)
+               ? 2
+               : 1;
 }
 
-void gp_cpu_compute_phase(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in, void *ws,
-                          size_t ws_size, int ith, int nth, int phase)
+void gp_cpu_compute_phase(gp_op op, const gp_attrs *a, const gp_ktensor *out,
+                          const gp_ktensor *in, int n_in, void *ws, size_t ws_size, int ith,
+                          int nth, int phase)
 {
-    GP_ASSERT(gp_cpu_two_phase(op, out, in, n_in, ws, ws_size) && (phase == 0 || phase == 1));
+    int n = gp_cpu_phases(op, out, in, n_in, ws, ws_size);
+    GP_ASSERT(phase >= 0 && phase < n);
+    if (n == 1) {
+        gp_cpu_compute(op, a, out, in, n_in, ws, ws_size, ith, nth);
+        return;
+    }
+    if (op == GP_OP_MOE) {
+        gp_cpu_moe_phase(a, out, in, ws, ws_size, ith, nth, phase);
+        return;
+    }
     const gp_ktensor *x = &in[0], *w = &in[1];
     int64_t M = x->ne[0], K = x->ne[1], N = w->ne[0], n0, n1;
     if (phase == 0) {
@@ -673,5 +712,9 @@ size_t gp_cpu_workspace_bytes(gp_op op, const gp_attrs *a, const gp_ktensor *out
         return (size_t)nth * (size_t)gp_cpu_attention_span(a, in, n_in) * sizeof(float);
     if (op == GP_OP_MATMUL && n_in >= 2 && in[0].ndim == 2 && gp_dtype_is_quant(in[1].dtype))
         return (size_t)gp_quant_matmul_ws_bytes(in[0].ne[0], in[0].ne[1]);
+    if (op == GP_OP_MOE && n_in == 5 && a)
+        return (size_t)gp_moe_ws(in[0].ne[0], in[0].ne[1], in[1].ne[0], a->i[GP_MOE_TOP_K],
+                                 in[2].ne[1], gp_dtype_is_quant(in[2].dtype))
+            .total;
     return 0;
 }

@@ -54,6 +54,9 @@ static inline int64_t gp_ktensor_numel(const gp_ktensor *t)
  *    largest t wins, for any nth.
  *  - attention: uses min(nth, ws_size / (4 S)) threads (others return at once); a query row with
  *    pos[t] = p attends to cache rows 0..p.
+ *  - moe: every product runs on f32 activations with the weights in their stored dtype (float or
+ *    quantized, gp_quant_matmul_f32), whose results depend on K alone: a token's output is the
+ *    same alone or in any batch. gp_cpu_compute runs it on thread 0 (see gp_cpu_phases).
  *  - cast between i32 and floats: i32 -> float rounds to nearest; float -> i32 truncates toward
  *    zero and saturates, NaN -> 0.
  */
@@ -61,18 +64,21 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
                     int n_in, void *ws, size_t ws_size, int ith, int nth);
 
 /*
- * The two-phase form of a node, for a thread pool with a barrier (runtime/cpu_backend.c): when
- * gp_cpu_two_phase is 1 (it depends on the shapes, dtypes and ws_size only), every thread calls
- * gp_cpu_compute_phase(..., 0), all wait at a barrier, then every thread calls
- * gp_cpu_compute_phase(..., 1), in place of gp_cpu_compute; the results are gp_cpu_compute's bits.
- * Today: matmul on quantized weights when gp_quant_matmul_ws takes it (cpu/quant.h): phase 0
- * the activations' halves into ws by rows, phase 1 the output columns (gp_cpu_compute splits the
- * rows instead and unpacks the weights in every thread).
+ * The phased form of a node, for a thread pool with a barrier (runtime/cpu_backend.c):
+ * gp_cpu_phases gives n (it depends on the op, shapes, dtypes and ws_size only); when n > 1,
+ * every thread calls gp_cpu_compute_phase(..., p) for p = 0 .. n - 1 with all threads waiting at
+ * a barrier between phases, in place of gp_cpu_compute; the results are gp_cpu_compute's bits
+ * (phase 0 of a one-phase node is gp_cpu_compute itself). Today:
+ *  - matmul on quantized weights when gp_quant_matmul_ws takes it (cpu/quant.h), 2 phases: the
+ *    activations' halves into ws by rows, then the output columns (gp_cpu_compute splits the
+ *    rows instead and unpacks the weights in every thread);
+ *  - moe, GP_MOE_PHASES (cpu/cpu_internal.h): gp_cpu_compute runs them on one thread.
  */
-int gp_cpu_two_phase(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in,
-                     const void *ws, size_t ws_size);
-void gp_cpu_compute_phase(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in, void *ws,
-                          size_t ws_size, int ith, int nth, int phase);
+int gp_cpu_phases(gp_op op, const gp_ktensor *out, const gp_ktensor *in, int n_in, const void *ws,
+                  size_t ws_size);
+void gp_cpu_compute_phase(gp_op op, const gp_attrs *a, const gp_ktensor *out,
+                          const gp_ktensor *in, int n_in, void *ws, size_t ws_size, int ith,
+                          int nth, int phase);
 
 /*
  * Workspace bytes that gp_cpu_compute needs for this node at these shapes with nth threads (the
@@ -82,6 +88,7 @@ void gp_cpu_compute_phase(gp_op op, const gp_ktensor *out, const gp_ktensor *in,
  *              less, fewer threads do the work (same results);
  *   matmul on quantized weights: gp_quant_matmul_ws_bytes(M, K) (cpu/quant.h: prompts on AMX,
  *              each activation as two bf16); with less, the f32 path (other bits);
+ *   moe: gp_moe_ws(T, H, E, top_k, F).total (cpu/moe.h), required (a: the node's attributes);
  *   every other op: 0.
  */
 size_t gp_cpu_workspace_bytes(gp_op op, const gp_attrs *a, const gp_ktensor *out,

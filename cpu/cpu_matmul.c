@@ -268,6 +268,8 @@ static int dot_best(void)
         __builtin_cpu_supports("avx512vl"))
         return 2;
     return avx2 ? 1 : 0;
+#elif defined(GP_DOT_NEON)
+    return 1; /* Advanced SIMD: every ARMv8-A processor */
 #else
     return 0;
 #endif
@@ -296,6 +298,9 @@ gp_dot_fn gp_cpu_dot(void)
         return gp_dot_avx512;
     if (l == 1)
         return gp_dot_avx2;
+#elif defined(GP_DOT_NEON)
+    if (l == 1)
+        return gp_dot_neon;
 #endif
     return gp_dot_portable;
 }
@@ -308,6 +313,9 @@ gp_rows_fn gp_cpu_rows(void)
         return gp_rows_avx512;
     if (l == 1)
         return gp_rows_avx2;
+#elif defined(GP_DOT_NEON)
+    if (l == 1)
+        return gp_rows_neon;
 #endif
     return gp_rows_portable;
 }
@@ -332,6 +340,9 @@ gp_attn_scores_fn gp_cpu_attn_scores(void)
         return gp_attn_scores_avx512;
     if (l == 1)
         return gp_attn_scores_avx2;
+#elif defined(GP_DOT_NEON)
+    if (l == 1)
+        return gp_attn_scores_neon;
 #endif
     return gp_attn_scores_portable;
 }
@@ -342,6 +353,12 @@ int gp_cpu_attn_group(gp_attn_scores_group_fn *scores, gp_attn_accum_group_fn *a
     if (level_now() == 2) {
         *scores = gp_attn_scores_group_avx512;
         *accum = gp_attn_accum_group_avx512;
+        return 1;
+    }
+#elif defined(GP_DOT_NEON)
+    if (level_now() == 1) {
+        *scores = gp_attn_scores_group_neon;
+        *accum = gp_attn_accum_group_neon;
         return 1;
     }
 #endif
@@ -357,6 +374,9 @@ gp_attn_accum_fn gp_cpu_attn_accum(void)
         return gp_attn_accum_avx512;
     if (l == 1)
         return gp_attn_accum_avx2;
+#elif defined(GP_DOT_NEON)
+    if (l == 1)
+        return gp_attn_accum_neon;
 #endif
     return gp_attn_accum_portable;
 }

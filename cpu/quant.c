@@ -362,6 +362,16 @@ static int cpu_avxvnni(void)
 }
 #endif
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+/* FEAT_DotProd and FEAT_I8MM as the kernel reports them (HWCAP_ASIMDDP, HWCAP2_I8MM; the bit
+ * values of <asm/hwcap.h>, spelled out for C libraries whose headers predate them). */
+static int cpu_hwcap(int which, unsigned long bit)
+{
+    return (getauxval(which == 2 ? AT_HWCAP2 : AT_HWCAP) & bit) != 0;
+}
+#endif
+
 int gp_quant_isa_supported(int isa)
 {
     switch (isa) {
@@ -381,6 +391,17 @@ int gp_quant_isa_supported(int isa)
     case GP_QUANT_ISA_AVXVNNI:
         return cpu_avxvnni() && gp_quant_isa_supported(GP_QUANT_ISA_AVX2);
 #endif
+#if defined(__aarch64__) && defined(__GNUC__)
+    case GP_QUANT_ISA_NEON:
+        return 1; /* Advanced SIMD: every ARMv8-A processor */
+#endif
+#if defined(__aarch64__) && defined(__linux__) && defined(__GNUC__)
+    case GP_QUANT_ISA_DOTPROD:
+        return cpu_hwcap(1, 1ul << 20 /* HWCAP_ASIMDDP */);
+    case GP_QUANT_ISA_I8MM:
+        return cpu_hwcap(2, 1ul << 13 /* HWCAP2_I8MM */) &&
+               gp_quant_isa_supported(GP_QUANT_ISA_DOTPROD);
+#endif
     default:
         return 0;
     }
@@ -388,8 +409,9 @@ int gp_quant_isa_supported(int isa)
 
 static int best_isa(void)
 {
-    static const int order[] = {GP_QUANT_ISA_AMX, GP_QUANT_ISA_VNNI, GP_QUANT_ISA_AVX512,
-                                GP_QUANT_ISA_AVXVNNI, GP_QUANT_ISA_AVX2};
+    static const int order[] = {GP_QUANT_ISA_AMX,     GP_QUANT_ISA_VNNI,    GP_QUANT_ISA_AVX512,
+                                GP_QUANT_ISA_AVXVNNI, GP_QUANT_ISA_AVX2,    GP_QUANT_ISA_I8MM,
+                                GP_QUANT_ISA_DOTPROD, GP_QUANT_ISA_NEON};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         if (gp_quant_isa_supported(order[i]))
             return order[i];
@@ -418,6 +440,7 @@ int gp_quant_isa(void)
 
 const char *gp_quant_isa_name(int isa)
 {
-    static const char *names[] = {"portable", "avx2", "avx512", "vnni", "amx", "avxvnni"};
+    static const char *names[] = {"portable", "avx2",    "avx512", "vnni", "amx",
+                                  "avxvnni",  "neon",    "dotprod", "i8mm"};
     return isa >= 0 && isa < GP_QUANT_ISA_COUNT ? names[isa] : "auto";
 }

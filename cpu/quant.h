@@ -1,6 +1,7 @@
 /* ggml's block-quantized weight formats (q4_0 ... q6_k, ir/core.h): dequantize and quantize rows,
  * and the CPU products of f32 activations with quantized weights dequantized on the fly.
- * Nothing here allocates; the products' SIMD paths (AVX2, AVX-512) are chosen at run time. */
+ * Nothing here allocates; the products' SIMD paths (AVX2, AVX-512; NEON on aarch64) are chosen at
+ * run time. */
 #ifndef GP_CPU_QUANT_H
 #define GP_CPU_QUANT_H
 
@@ -50,10 +51,10 @@ void gp_quant_quantize_row(gp_dtype t, const float *src, void *dst, int64_t n);
  * y[m * ldy + n] = sum_k x[m * ldx + k] W[n, k] for n in [n0, n1) and every m < M, W's values those
  * of gp_quant_dequantize_row and the sum in f32 in one fixed order per output
  * (cpu/quant_f32_internal.h): bit for bit the same for every split of [n0, n1) and every M
- * (decode and prompt agree), and the same on the AVX2 and AVX-512 paths (the portable one rounds
- * each product, so it differs in the last bits). w: [N] rows of gp_dtype_row_bytes(wt, K) bytes;
+ * (decode and prompt agree), and the same on the AVX2, AVX-512 and NEON paths (the portable one
+ * rounds each product, so it differs in the last bits). w: [N] rows of gp_dtype_row_bytes(wt, K) bytes;
  * K a multiple of gp_dtype_block(wt). The path follows gp_quant_force_isa (vnni and amx run
- * avx512's, avxvnni avx2's). */
+ * avx512's, avxvnni avx2's, dotprod and i8mm neon's). */
 void gp_quant_matmul_f32(gp_dtype wt, const void *w, int64_t n0, int64_t n1, const float *x,
                          int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy);
 
@@ -71,11 +72,18 @@ enum {
                                 * runs prompts on AMX tiles */
     GP_QUANT_ISA_AVXVNNI = 5,  /* avx2 + AVX-VNNI: gp_quant_matmul_f32 runs avx2's;
                                 * gp_quant_matmul_ws vpdpbusd on ymm */
+    GP_QUANT_ISA_NEON = 6,     /* aarch64 Advanced SIMD (every ARMv8-A processor): the f32
+                                * products in NEON (the same bits as avx2's); gp_quant_matmul_ws
+                                * widening multiplies (SMULL + SADALP) */
+    GP_QUANT_ISA_DOTPROD = 7,  /* neon + FEAT_DotProd: gp_quant_matmul_ws SDOT */
+    GP_QUANT_ISA_I8MM = 8,     /* dotprod + FEAT_I8MM: gp_quant_matmul_ws SMMLA on pairs of
+                                * rows and columns */
     GP_QUANT_ISA_COUNT
 };
 
 /* Prompt products with a planned workspace, on AMX (cpu/quant_amx.c) or with integer dot
- * products (cpu/quant_int_x86.h: paths vnni, avxvnni, avx2 and avx512, which runs avx2's):
+ * products (cpu/quant_int_x86.h: paths vnni, avxvnni, avx2 and avx512, which runs avx2's;
+ * cpu/quant_int_neon.h: paths i8mm, dotprod and neon):
  * gp_quant_matmul_ws_bytes(M, K) is the workspace for M rows of K: 4 K (M rounded up to 16) bytes
  * when M > GP_QUANT_WS_MIN_M, else 0.
  * gp_quant_matmul_ws is thread ith's part of y [M, N] = x W^T (all threads call it with the same
@@ -94,7 +102,8 @@ enum {
 #define GP_QUANT_WS_MIN_M 5 /* at M = 5 the f32 path is still faster (bench/quant-notes.md) */
 /* The integer paths (cpu/quant_int_x86.h) for the k-quants from this many rows (at 6 it only matches
  * the f32 path: each superblock's 6-bit scales are decoded column by column); the formats of
- * 32-element blocks take it from GP_QUANT_WS_MIN_M + 1 (bench/quant-notes.md). */
+ * 32-element blocks take it from GP_QUANT_WS_MIN_M + 1 (bench/quant-notes.md). Both thresholds
+ * apply unmeasured to the aarch64 paths (no aarch64 machine to time them on). */
 #define GP_QUANT_VNNI_MIN_M 8
 static inline int64_t gp_quant_matmul_ws_bytes(int64_t M, int64_t K)
 {
@@ -122,8 +131,8 @@ int gp_quant_isa_supported(int isa);
  * unsupported. Meant for tests and benchmarks, not to be called while products run. */
 int gp_quant_force_isa(int isa);
 /* The path gp_quant_matmul_f32 uses now, and a name for one ("portable", "avx2", "avx512",
- * "vnni", "amx", "avxvnni"). AUTO prefers amx, vnni, avx512, avxvnni, avx2, portable, in that
- * order. */
+ * "vnni", "amx", "avxvnni", "neon", "dotprod", "i8mm"). AUTO prefers amx, vnni, avx512, avxvnni,
+ * avx2 (x86-64), i8mm, dotprod, neon (aarch64), portable, in that order. */
 int gp_quant_isa(void);
 const char *gp_quant_isa_name(int isa);
 

@@ -5,6 +5,13 @@
 #include "cpu/quant.h"
 #include "cpu/quant_f32_internal.h"
 
+/* The architectures with SIMD paths: x86-64 (AVX2, AVX-512, AMX) and aarch64 (NEON). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define QF_X86 1
+#elif defined(__aarch64__) && defined(__GNUC__)
+#define QF_NEON 1
+#endif
+
 /* The fixed tree of quant_f32_internal.h over 32 lane sums. */
 static float red32(const float *l)
 {
@@ -62,16 +69,19 @@ void gp_quant_matmul_f32(gp_dtype wt, const void *w, int64_t n0, int64_t n1, con
     if (n0 == n1 || M == 0)
         return;
     gp_qf32_fn fn = qf32_portable;
-#if defined(__x86_64__) && defined(__GNUC__)
+#ifdef QF_X86
     static const gp_qf32_fn fns[GP_QUANT_ISA_COUNT] = {qf32_portable,  gp_qf32_avx2,
                                                        gp_qf32_avx512, gp_qf32_avx512,
                                                        gp_qf32_avx512, gp_qf32_avx2};
     fn = fns[gp_quant_isa()];
+#elif defined(QF_NEON)
+    if (gp_quant_isa() != GP_QUANT_ISA_PORTABLE) /* neon, dotprod, i8mm */
+        fn = gp_qf32_neon;
 #endif
     fn(wt, w, n0, n1, x, ldx, M, K, y, ldy);
 }
 
-/* Every block format has an integer form (cpu/quant_int_x86.h). */
+/* Every block format has an integer form (cpu/quant_int_x86.h, cpu/quant_int_neon.h). */
 int gp_qint_supports(gp_dtype wt)
 {
     return gp_dtype_is_quant(wt);
@@ -81,12 +91,18 @@ int gp_qint_supports(gp_dtype wt)
  * takes the AVX2 variant. */
 static const gp_qint_path *qint_path(int isa)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(QF_X86) || defined(QF_NEON)
     static const gp_qint_path *const paths[GP_QUANT_ISA_COUNT] = {
+#ifdef QF_X86
         [GP_QUANT_ISA_AVX2] = &gp_qint_avx2,
         [GP_QUANT_ISA_AVX512] = &gp_qint_avx2,
         [GP_QUANT_ISA_VNNI] = &gp_qint_avx512,
         [GP_QUANT_ISA_AVXVNNI] = &gp_qint_avxvnni,
+#else
+        [GP_QUANT_ISA_NEON] = &gp_qint_neon,
+        [GP_QUANT_ISA_DOTPROD] = &gp_qint_dotprod,
+        [GP_QUANT_ISA_I8MM] = &gp_qint_i8mm,
+#endif
     };
     return isa >= 0 && isa < GP_QUANT_ISA_COUNT ? paths[isa] : NULL;
 #else
@@ -105,7 +121,7 @@ int gp_quant_matmul_ws_taken(gp_dtype wt, int64_t M, int64_t K, const void *ws, 
              (gp_dtype_block(wt) == 32 || M >= GP_QUANT_VNNI_MIN_M)));
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(QF_X86) || defined(QF_NEON)
 int gp_quant_matmul_ws(gp_dtype wt, const void *w, int64_t N, const float *x, int64_t ldx,
                        int64_t M, int64_t K, float *y, int64_t ldy, void *ws, size_t ws_size,
                        int ith, int nth)
@@ -114,7 +130,9 @@ int gp_quant_matmul_ws(gp_dtype wt, const void *w, int64_t N, const float *x, in
     if (!gp_quant_matmul_ws_taken(wt, M, K, ws, ws_size))
         return 0;
     if (N > 0 && gp_quant_isa() == GP_QUANT_ISA_AMX) {
+#ifdef QF_X86
         gp_qamx(wt, w, N, x, ldx, M, K, y, ldy, ws, ith, nth);
+#endif
     } else if (N > 0) { /* integer: this thread's rows, all columns */
         const gp_qint_path *p = qint_path(gp_quant_isa());
         int64_t m0 = M * ith / nth, m1 = M * (ith + 1) / nth;
@@ -132,8 +150,12 @@ void gp_quant_matmul_ws_prep(const float *x, int64_t ldx, int64_t M, int64_t K, 
         p->prep(x, ldx, M, K, ws, M * ith / nth, M * (ith + 1) / nth);
         return;
     }
+#ifdef QF_X86
     int64_t mt = (M + 15) / 16;
     gp_qamx_prep(x, ldx, M, K, ws, mt * ith / nth, mt * (ith + 1) / nth);
+#else
+    GP_ASSERT(!"no integer path chosen");
+#endif
 }
 
 void gp_quant_matmul_ws_cols(gp_dtype wt, const void *w, int64_t n0, int64_t n1, int64_t M,
@@ -145,10 +167,14 @@ void gp_quant_matmul_ws_cols(gp_dtype wt, const void *w, int64_t n0, int64_t n1,
         p->cols(wt, w, n0, n1, M, K, y, ldy, ws, 0, M);
         return;
     }
+#ifdef QF_X86
     gp_qamx_cols(wt, w, n0, n1, M, K, y, ldy, ws, 0, (M + 15) / 16);
+#else
+    GP_ASSERT(!"no integer path chosen");
+#endif
 }
 #else
-/* no amx path in this build: gp_quant_matmul_ws_taken is never true */
+/* no workspace path in this build: gp_quant_matmul_ws_taken is never true */
 int gp_quant_matmul_ws(gp_dtype wt, const void *w, int64_t N, const float *x, int64_t ldx,
                        int64_t M, int64_t K, float *y, int64_t ldy, void *ws, size_t ws_size,
                        int ith, int nth)

@@ -14,7 +14,7 @@
  * a rounded product, then a rounded add); then s16[i] = lane[i] + lane[16 + i], s8[i] = s16[i] +
  * s16[8 + i], s4[i] = s8[i] + s8[4 + i], s2[i] = s4[i] + s4[2 + i], y = s2[0] + s2[1]. Nothing in it
  * depends on n0, n1 or M, so every split of the columns and every batch of rows gives the same bits;
- * the AVX2 and AVX-512 paths give the same bits as each other.
+ * the AVX2, AVX-512 and NEON paths give the same bits as each other.
  */
 #define GP_QF32_LANES 32
 
@@ -26,6 +26,9 @@ void gp_qf32_avx2(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, const f
                   int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy);
 void gp_qf32_avx512(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, const float *x,
                     int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy);
+/* cpu/quant_f32_neon.c: aarch64, the same bits as the two above */
+void gp_qf32_neon(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, const float *x,
+                  int64_t ldx, int64_t M, int64_t K, float *y, int64_t ldy);
 
 /* cpu/quant_amx.c: gp_quant_matmul_ws's body; ws as that function checks it */
 void gp_qamx(gp_dtype wt, const uint8_t *w, int64_t N, const float *x, int64_t ldx, int64_t M,
@@ -37,7 +40,7 @@ void gp_qamx_cols(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t
                   float *y, int64_t ldy, const void *ws, int64_t mt0, int64_t mt1);
 
 /* cpu/quant_int_*.c: the integer path of gp_quant_matmul_ws where there is no AMX
- * (cpu/quant_int_x86.h), for the formats gp_qint_supports takes; prep quantizes rows [m0, m1) of
+ * (cpu/quant_int_x86.h, cpu/quant_int_neon.h), for the formats gp_qint_supports takes; prep quantizes rows [m0, m1) of
  * x into ws (gp_qint_ws_bytes), cols computes columns [n0, n1) of rows [m0, m1). One variant per
  * instruction set, all giving the same bits; quant_f32.c picks one by gp_quant_isa. */
 typedef struct {
@@ -49,6 +52,10 @@ typedef struct {
 extern const gp_qint_path gp_qint_avx512; /* AVX-512 VNNI */
 extern const gp_qint_path gp_qint_avxvnni; /* AVX-VNNI on ymm */
 extern const gp_qint_path gp_qint_avx2;    /* AVX2: vpmaddubsw + vpmaddwd */
+/* aarch64 (cpu/quant_int_neon.h): the same arithmetic, the same bits as the x86 variants */
+extern const gp_qint_path gp_qint_neon;    /* NEON: SMULL + SADALP */
+extern const gp_qint_path gp_qint_dotprod; /* FEAT_DotProd: SDOT */
+extern const gp_qint_path gp_qint_i8mm;    /* FEAT_I8MM: SMMLA */
 
 int gp_qint_supports(gp_dtype wt);
 /* x's two 8-bit parts (2 M K bytes) and 24 bytes of scale and sums per row and block of 32: at

@@ -183,6 +183,8 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     const gp_plan *p = init->plan;
     int ndev = 0;
     *out = NULL;
+    if (gp_cuda_be_check_ops(p, err, err_len))
+        return -1;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
         cudaGetLastError();
         snprintf(err, err_len, "cuda: no CUDA device");

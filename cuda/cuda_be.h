@@ -218,6 +218,10 @@ static inline size_t launch_numel(const cuda_be *b, const gp_cu_tensor *k)
     return (size_t)n;
 }
 
+/* cuda_plan.c: 0 when every op of p has a CUDA kernel; else -1 with err naming the first node
+ * that has none (moe). */
+int gp_cuda_be_check_ops(const gp_plan *p, char *err, size_t err_len);
+
 /* cuda_plan.c: every fusion planned at creation, in the order they depend on each other, from
  * the plan and the switches (b->disable); also the nodes' descriptors. 0, or -1 with err. */
 int gp_cuda_be_plan(cuda_be *b, char *err, size_t err_len);

@@ -1217,6 +1217,23 @@ static int lora_merge(cuda_be *b, const cu_lora *l)
                               p->tensors[l->w].dtype, l->in, l->out, l->r, l->tb);
 }
 
+/* The ops without a CUDA kernel: moe (routed experts). Checked before anything is allocated, so
+ * a plan holding one is refused with the node named, on hosts without a GPU too. */
+int gp_cuda_be_check_ops(const gp_plan *p, char *err, size_t err_len)
+{
+    for (int i = 0; i < p->n_nodes; i++) {
+        const gp_plan_node *nd = &p->nodes[i];
+        if (nd->op != GP_OP_MOE)
+            continue;
+        snprintf(err, err_len,
+                 "cuda: node %d (moe -> %s, line %d): the CUDA backend has no kernel for moe "
+                 "(routed experts) yet; run this plan on the CPU backend",
+                 i, p->tensors[nd->output].name, nd->line);
+        return -1;
+    }
+    return 0;
+}
+
 /* Every fusion, in the order they depend on each other (cuda_be.h). */
 int gp_cuda_be_plan(cuda_be *b, char *err, size_t err_len)
 {

@@ -453,7 +453,7 @@ static value eval_index(lower *L, const gp_ast_expr *e, const char *name)
 }
 
 /* The calls: ops of the IR and a few compile-time functions. Positional argument kinds (sig):
- * t tensor, o optional tensor (last), i integer, n number, d dtype, D one or more dims
+ * t tensor, o optional tensor (last), i integer, n number, s string, d dtype, D one or more dims
  * (integers or symbolic dims; the rest), I one or more integers (the rest). */
 #define MAX_KEYS 10 /* keywords of one op (rope's take the most) */
 
@@ -495,12 +495,14 @@ static const op_spec op_specs[] = {
     {"attention", GP_OP_ATTENTION, "ttttoo", {"scale", "window", "ring", "softcap", "block"}},
     {"all_reduce", GP_OP_ALL_REDUCE, "to", {0}},
     {"argmax", GP_OP_ARGMAX, "t", {0}},
+    {"moe", GP_OP_MOE, "ttttt", {"top_k", "norm_topk", "gating", "act"}},
     {"min", GP_OP_NONE, "nn", {0}},
     {"max", GP_OP_NONE, "nn", {0}},
     {"sqrt", GP_OP_NONE, "n", {0}},
     {"cdiv", GP_OP_NONE, "nn", {0}},
     {"exact_div", GP_OP_NONE, "nn", {0}},
     {"dense", GP_OP_NONE, "d", {0}},
+    {"require", GP_OP_NONE, "ns", {0}},
 };
 
 #define MAX_ARGS 8
@@ -556,6 +558,7 @@ static int check_kind(lower *L, call *c, int k)
     case 'I': need = v.k == V_INT ? NULL : "an integer"; break;
     case 'n': need = is_num(v) ? NULL : "a number"; break;
     case 'd': need = v.k == V_DTYPE ? NULL : "a dtype"; break;
+    case 's': need = v.k == V_STR ? NULL : "a string"; break;
     case 'D': need = v.k == V_INT || v.k == V_SYM ? NULL : "an integer or a dim name"; break;
     }
     if (!need)
@@ -730,6 +733,40 @@ static int rope_scaling(lower *L, call *c, gp_attrs *at)
     return 0;
 }
 
+/* moe's keywords: top_k (required; its range is the IR's check), norm_topk=0|1 (the k
+ * probabilities renormalised), gating="softmax" (the default: softmax over every expert, then
+ * the top k) or "topk_softmax" (the top k logits, then a softmax over them), act="silu". */
+static int moe_attrs(lower *L, call *c, gp_attrs *at)
+{
+    if (c->kw[0].k == V_ERR) {
+        error(L, c->e->loc, "moe: needs top_k=K (the experts each token runs)");
+        return -1;
+    }
+    if (c->kw[0].k != V_INT || c->kw[0].i < 1 || c->kw[0].i > INT32_MAX)
+        return bad_kw(L, c, 0, "a positive integer");
+    at->i[GP_MOE_TOP_K] = c->kw[0].i;
+    int64_t norm_topk = 0;
+    if (kw_flag(L, c, 1, &norm_topk))
+        return -1;
+    at->i[GP_MOE_NORM] = norm_topk ? GP_MOE_SOFTMAX_NORM : GP_MOE_SOFTMAX;
+    value g = c->kw[2];
+    if (g.k != V_ERR && !(g.k == V_STR && strcmp(g.s, "softmax") == 0)) {
+        if (g.k != V_STR || strcmp(g.s, "topk_softmax") != 0)
+            return bad_kw(L, c, 2, "\"softmax\" or \"topk_softmax\"");
+        if (norm_topk) {
+            error(L, c->kw_loc[1], "moe: norm_topk=1 with gating=\"topk_softmax\" (whose k "
+                                   "weights sum to 1 already)");
+            return -1;
+        }
+        at->i[GP_MOE_NORM] = GP_MOE_TOPK_SOFTMAX;
+    }
+    value a = c->kw[3];
+    if (a.k != V_ERR && !(a.k == V_STR && strcmp(a.s, "silu") == 0))
+        return bad_kw(L, c, 3, "\"silu\" (silu(gate) * up; no other expert activation yet)");
+    at->i[GP_MOE_ACT] = GP_MOE_SILU;
+    return 0;
+}
+
 /* The dims of reshape/view from positional argument `first` on; returns ndim or -1. */
 static int dims_from(lower *L, call *c, int first, gp_dim *shape)
 {
@@ -765,6 +802,13 @@ static value compile_time_call(lower *L, call *c)
     value a = c->pos[0];
     if (strcmp(nm, "dense") == 0) /* the dtype itself, or f32 for a block-quantized one */
         return gp_dtype_is_quant((gp_dtype)a.i) ? (value){V_DTYPE, GP_F32, 0, NULL} : a;
+    if (strcmp(nm, "require") == 0) { /* a graph refusing parameters it cannot express */
+        if (num(a) == 0) {
+            error(L, c->e->loc, "%s", c->pos[1].s);
+            return ERR;
+        }
+        return vint(1);
+    }
     if (strcmp(nm, "sqrt") == 0) {
         if (num(a) < 0) {
             error(L, c->pos_loc[0], "sqrt of a negative number (%g)", num(a));
@@ -963,6 +1007,10 @@ static value eval_call(lower *L, const gp_ast_expr *e, const char *name)
         break;
     case GP_OP_STORE:
         if (kw_flag(L, &c, 0, &at.i[GP_STORE_RING]))
+            return ERR;
+        break;
+    case GP_OP_MOE:
+        if (moe_attrs(L, &c, &at))
             return ERR;
         break;
     default: break;

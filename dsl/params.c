@@ -148,7 +148,8 @@ static gp_loc offset_loc(const char *file, const char *text, size_t len, size_t 
  * local layers' in "sliding_attention"); in "text_config" (a multimodal model's language model)
  * and its rope objects; in "rope_scaling" (transformers 4's Llama 3 and Gemma 3 scaling).
  * rope_local_base_freq (Gemma 3's local theta, a top-level key in transformers 4) is
- * rope_parameters.sliding_attention.rope_theta in transformers 5. */
+ * rope_parameters.sliding_attention.rope_theta in transformers 5; num_experts (Qwen3-MoE's, as
+ * the released configs spell it) is num_local_experts in what transformers 5 writes. */
 typedef struct {
     const char *obj[3]; /* the nested objects, outermost first; NULL ends */
     const char *alias;  /* the key's name there for parameter `param`; NULL: the parameter's */
@@ -157,6 +158,7 @@ typedef struct {
 
 static const cfg_place CFG_PLACES[] = {
     {{NULL}, NULL, NULL},
+    {{NULL}, "num_local_experts", "num_experts"}, /* Qwen3-MoE's, as transformers 5 writes it */
     {{"rope_parameters"}, NULL, NULL},
     {{"rope_parameters", "full_attention"}, NULL, NULL},
     {{"rope_parameters", "sliding_attention"}, "rope_theta", "rope_local_base_freq"},
@@ -397,6 +399,11 @@ value gp_dsl_params_resolve(gp_dsl_params *p, const char *name, value def)
         derived = pattern_from_layer_types(p, &v);
         if (derived < 0)
             v = ERR;
+    }
+    if (def.k == V_INT && strcmp(name, "mlp_only_layers") == 0 && json_is_array(j)) {
+        /* Qwen3-MoE's list of the layers with a dense MLP: the graph sees how many there are */
+        v = vint((int64_t)json_array_size(j));
+        derived = 1;
     }
     if (!derived && j && !json_is_null(j)) /* null (Mistral's "sliding_window": null): the default */
         v = from_json(p->d, v, name, j, config_loc(p, name));

@@ -13,9 +13,21 @@
 
 /* ---- GGUF metadata, one reading an architecture (gp_family_gguf) ---- */
 
+/* The expert counts are Mixtral's (llama with experts; 0 or absent in a dense model). */
 static const gp_family_key llama_keys[] = {
     {"attention.key_length", "head_dim", 0, GP_KEY_POSITIVE},
     {"rope.dimension_count", "rope_dims", 0, GP_KEY_POSITIVE},
+    {"expert_count", "num_local_experts", 0, GP_KEY_OPTIONAL},
+    {"expert_used_count", "num_experts_per_tok", 0, GP_KEY_OPTIONAL},
+};
+
+/* Qwen3-MoE: the experts are its shape (a file without them is refused). */
+static const gp_family_key qwen3moe_keys[] = {
+    {"attention.key_length", "head_dim", 0, GP_KEY_POSITIVE},
+    {"rope.dimension_count", "rope_dims", 0, GP_KEY_POSITIVE},
+    {"expert_count", "num_experts", 0, GP_KEY_REQUIRED},
+    {"expert_used_count", "num_experts_per_tok", 0, GP_KEY_REQUIRED},
+    {"expert_feed_forward_length", "moe_intermediate_size", 0, GP_KEY_REQUIRED},
 };
 
 static const gp_family_key gpt2_keys[] = {
@@ -58,6 +70,8 @@ static const char *const gemma2_assumed[] = {
 static const char *const gemma3_assumed[] = {
     "norm_offset=0", "rope_theta=10000", "rope_local_base_freq=10000", "rope_type=default",
     "sliding_window_pattern=6", NULL};
+/* llama.cpp renormalises Qwen3-MoE's top k (its configs' norm_topk_prob); no key says so. */
+static const char *const qwen3moe_assumed[] = {"norm_topk_prob=true", NULL};
 /* No attention.sliding_window: no window (Phi-3's converters write 0 for none). */
 static const char *const phi3_assumed[] = {"sliding_window=0", NULL};
 
@@ -69,6 +83,8 @@ static const gp_family_gguf llama_gguf = {1, KEYS(llama_keys), llama_assumed,
                                           gp_gguf_params_derive_llama, NULL};
 static const gp_family_gguf qwen_gguf = {1, KEYS(llama_keys), no_assumed,
                                          gp_gguf_params_derive_llama, NULL};
+static const gp_family_gguf qwen3moe_gguf = {1, KEYS(qwen3moe_keys), qwen3moe_assumed,
+                                             gp_gguf_params_derive_llama, NULL};
 static const gp_family_gguf gpt2_gguf = {0, KEYS(gpt2_keys), gpt2_assumed, NULL, NULL};
 static const gp_family_gguf gemma2_gguf = {1, KEYS(gemma_keys), gemma2_assumed,
                                            gp_gguf_params_derive_gemma2, NULL};
@@ -91,6 +107,11 @@ static const gp_family_marker mistral_gguf_marks[] = {
     {GP_FAMILY_MARK_KEY, "llama.attention.sliding_window", NULL},
     {GP_FAMILY_MARK_STR_HAS, "general.name", "mistral"},
     {GP_FAMILY_MARK_END, NULL, NULL}};
+/* Mixtral files are arch llama with experts (llama.cpp's converter writes expert_count only for
+ * a model that has them). */
+static const gp_family_marker mixtral_gguf_marks[] = {
+    {GP_FAMILY_MARK_POSITIVE, "llama.expert_count", NULL},
+    {GP_FAMILY_MARK_END, NULL, NULL}};
 /* transformers 5 writes rope_parameters, 4 rope_scaling (Llama 3.0's is null: llama's graph). */
 static const gp_family_marker llama3_hf_marks[] = {
     {GP_FAMILY_MARK_STR, "rope_parameters.rope_type", "llama3"},
@@ -107,6 +128,8 @@ static const gp_family_marker llama3_hf_marks[] = {
 static const gp_family families[] = {
     {"llama", GRAPH(llama), "llama", NULL, &llama_gguf, "llama", "LlamaForCausalLM", NULL,
      "llama2", "max_position_embeddings"},
+    {"mixtral", GRAPH(mixtral), "llama", mixtral_gguf_marks, &llama_gguf, "mixtral",
+     "MixtralForCausalLM", NULL, "mistral", "max_position_embeddings"},
     {"llama3", GRAPH(llama3), "llama", llama3_gguf_marks, &llama_gguf, "llama",
      "LlamaForCausalLM", llama3_hf_marks, "llama3", "max_position_embeddings"},
     {"mistral", GRAPH(mistral), "llama", mistral_gguf_marks, &llama_gguf, "mistral",
@@ -115,6 +138,8 @@ static const gp_family families[] = {
      "max_position_embeddings"},
     {"qwen3", GRAPH(qwen3), "qwen3", NULL, &qwen_gguf, "qwen3", "Qwen3ForCausalLM", NULL, "chatml",
      "max_position_embeddings"},
+    {"qwen3moe", GRAPH(qwen3moe), "qwen3moe", NULL, &qwen3moe_gguf, "qwen3_moe",
+     "Qwen3MoeForCausalLM", NULL, "chatml", "max_position_embeddings"},
     {"gpt2", GRAPH(gpt2), "gpt2", NULL, &gpt2_gguf, "gpt2", "GPT2LMHeadModel", NULL, NULL,
      "n_positions"},
     {"gemma2", GRAPH(gemma2), "gemma2", NULL, &gemma2_gguf, "gemma2", "Gemma2ForCausalLM", NULL,
@@ -245,7 +270,9 @@ static int gguf_marked(const gp_gguf *g, const gp_family_marker *m)
 {
     for (; m && m->kind != GP_FAMILY_MARK_END; m++) {
         gp_gguf_str s;
+        int64_t v = 0;
         if ((m->kind == GP_FAMILY_MARK_TENSOR && gp_gguf_tensor_find(g, m->key)) ||
+            (m->kind == GP_FAMILY_MARK_POSITIVE && gp_gguf_get_int(g, m->key, &v) == 0 && v > 0) ||
             (m->kind == GP_FAMILY_MARK_KEY && gp_gguf_find(g, m->key) >= 0) ||
             ((m->kind == GP_FAMILY_MARK_STR || m->kind == GP_FAMILY_MARK_STR_HAS) &&
              gp_gguf_get_str(g, m->key, &s) == 0 && str_matches(m, s.s, s.len)))
@@ -320,6 +347,7 @@ static int hf_marked(json_t *cfg, const gp_family_marker *m)
     for (; m && m->kind != GP_FAMILY_MARK_END; m++) {
         json_t *v = json_at(cfg, m->key);
         if ((m->kind == GP_FAMILY_MARK_KEY && v) ||
+            (m->kind == GP_FAMILY_MARK_POSITIVE && json_is_number(v) && json_number_value(v) > 0) ||
             ((m->kind == GP_FAMILY_MARK_STR || m->kind == GP_FAMILY_MARK_STR_HAS) &&
              json_is_string(v) && str_matches(m, json_string_value(v), json_string_length(v))))
             return 1;

@@ -17,7 +17,8 @@ typedef enum {
     GP_FAMILY_MARK_TENSOR, /* GGUF: the file has a tensor named key */
     GP_FAMILY_MARK_KEY,    /* GGUF: the metadata has key (config.json: the member at key) */
     GP_FAMILY_MARK_STR,    /* the string at key is value */
-    GP_FAMILY_MARK_STR_HAS /* the string at key holds value, ASCII case ignored */
+    GP_FAMILY_MARK_STR_HAS, /* the string at key holds value, ASCII case ignored */
+    GP_FAMILY_MARK_POSITIVE /* the integer at key is > 0 (config.json: a number > 0) */
 } gp_family_mark_kind;
 
 typedef struct {

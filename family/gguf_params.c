@@ -406,13 +406,9 @@ void gp_gguf_weights_close(gp_gguf_weights *gw)
     gw->used = NULL;
 }
 
-gp_dtype gp_gguf_weight_dtype(void *ctx, const char *checkpoint_name, gp_dtype declared)
+/* Marks file tensor t used (the records are in name order). */
+static void mark_used(gp_gguf_weights *gw, const gp_st_tensor *t)
 {
-    gp_gguf_weights *gw = ctx;
-    const gp_st_tensor *t = gp_weights_find(gw->w, checkpoint_name);
-    if (!t)
-        return declared;
-    /* Its index: the records are in name order. */
     int lo = 0, hi = gp_weights_count(gw->w) - 1;
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2, c = strcmp(gp_weights_get(gw->w, mid)->name, t->name);
@@ -425,6 +421,23 @@ gp_dtype gp_gguf_weight_dtype(void *ctx, const char *checkpoint_name, gp_dtype d
         else
             hi = mid - 1;
     }
+}
+
+gp_dtype gp_gguf_weight_dtype(void *ctx, const char *checkpoint_name, gp_dtype declared)
+{
+    gp_gguf_weights *gw = ctx;
+    const gp_st_tensor *t = gp_weights_find(gw->w, checkpoint_name);
+    if (!t && gp_weights_is_stacked(checkpoint_name)) {
+        /* experts one by one (old Mixtral files): slice 0's dtype, every slice used */
+        const gp_st_tensor *part;
+        for (int64_t e = 0; (part = gp_weights_slice(gw->w, checkpoint_name, e)); e++) {
+            mark_used(gw, part);
+            t = t ? t : part;
+        }
+    }
+    if (!t)
+        return declared;
+    mark_used(gw, t);
     return t->supported ? t->dtype : declared;
 }
 
@@ -460,6 +473,36 @@ static void shape_str(char *out, size_t cap, int ndim, const int64_t *dims, gp_d
         snprintf(out + n, cap - n, "] %s", gp_dtype_name(t));
 }
 
+/* Weight t [n, ...] stacked ('*' in its name) held as n tensors of the rest of its shape. */
+static int stacked_missing(const gp_gguf_weights *gw, const gp_tensor *t, const char *path,
+                           char *err, size_t errlen)
+{
+    for (int64_t e = 0; e < t->shape[0].size; e++) {
+        const gp_st_tensor *f = gp_weights_slice(gw->w, t->weight_name, e);
+        if (!f) {
+            snprintf(err, errlen, "%s: weights: missing tensor \"%s\" (nor the slice %lld of "
+                     "its experts one by one)", path, t->weight_name, (long long)e);
+            return -1;
+        }
+        int same = f->ndim == t->ndim - 1;
+        for (int d = 1; same && d < t->ndim; d++)
+            same = f->shape[d - 1] == t->shape[d].size;
+        if (!same) {
+            int64_t want[GP_MAX_DIMS];
+            char a[96], b[96];
+            for (int d = 1; d < t->ndim; d++)
+                want[d - 1] = t->shape[d].size;
+            shape_str(a, sizeof a, t->ndim - 1, want, t->dtype);
+            shape_str(b, sizeof b, f->ndim > GP_MAX_DIMS ? GP_MAX_DIMS : f->ndim, f->shape,
+                      f->dtype);
+            snprintf(err, errlen, "%s: weights: \"%s\" (slice %lld of \"%s\"): expected shape "
+                     "%s, file has %s", path, f->name, (long long)e, t->weight_name, a, b);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int gp_gguf_weights_missing(const gp_gguf_weights *gw, const gp_graph *g, const char *path,
                             char *err, size_t errlen)
 {
@@ -478,6 +521,13 @@ int gp_gguf_weights_missing(const gp_gguf_weights *gw, const gp_graph *g, const 
         if (t->kind != GP_TENSOR_WEIGHT || !t->weight_name || gp_lora_is_slot(t->weight_name))
             continue;
         const gp_st_tensor *f = gp_weights_find(gw->w, t->weight_name);
+        if (!f && gp_weights_is_stacked(t->weight_name) && t->ndim >= 2) {
+            /* experts one by one: each slice of the rest of the shape (their place in the file
+             * is checked where they are bound) */
+            if (stacked_missing(gw, t, path, err, errlen))
+                return -1;
+            continue;
+        }
         if (!f) {
             snprintf(err, errlen, "%s: weights: missing tensor \"%s\"", path, t->weight_name);
             return -1;

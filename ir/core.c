@@ -124,6 +124,7 @@ static const gp_op_info ops[GP_OP_COUNT] = {
     [GP_OP_ATTENTION] = {"attention", 4, 6, -1, 0},
     [GP_OP_ALL_REDUCE] = {"all_reduce", 1, 2, 0, 0},
     [GP_OP_ARGMAX] = {"argmax", 1, 1, -1, 0},
+    [GP_OP_MOE] = {"moe", 5, 5, -1, 0},
 };
 
 const gp_op_info *gp_op_get(gp_op op)

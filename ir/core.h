@@ -180,6 +180,13 @@ typedef enum {
      * on ties; NaN is never the largest (a row of NaN only gives 0). For greedy decoding on the
      * device: a few bytes to read back instead of the row. */
     GP_OP_ARGMAX,
+    /* moe(x f32[T, H], router [E, H], gate [E, F, H], up [E, F, H], down [E, H, F]) -> f32[T, H]:
+     * routed experts (a mixture-of-experts MLP). Each token's router logits x W_r^T pick top_k of
+     * the E experts with weights by the NORM rule (GP_MOE_*); the output is the sum over the
+     * chosen experts e of w_e down_e(silu(gate_e x) * up_e x), the experts taken in ascending
+     * order. gate, up and down hold every expert's Linear weight ([out, in], llama.cpp's merged
+     * ffn_*_exps tensors). Top-k ties go to the lower expert index. */
+    GP_OP_MOE,
     GP_OP_COUNT
 } gp_op;
 
@@ -245,7 +252,13 @@ typedef enum {
     /* c > 0 soft-caps the scores after the scale: c tanh(score / c) (Gemma 2) */                 \
     X(ATTENTION, F, 1, SOFTCAP, "softcap", NONZERO)                                               \
     /* rows of a KV block when inputs seq and blocks are given (a ragged batch); 0: none */       \
-    X(ATTENTION, I, 2, BLOCK, "block", NONZERO)
+    X(ATTENTION, I, 2, BLOCK, "block", NONZERO)                                                   \
+    /* k: the experts each token runs, 1 <= k <= min(E, GP_MOE_MAX_K) */                          \
+    X(MOE, I, 0, TOP_K, "top_k", ALWAYS)                                                          \
+    /* the weights of the k: GP_MOE_SOFTMAX, GP_MOE_SOFTMAX_NORM or GP_MOE_TOPK_SOFTMAX */        \
+    X(MOE, I, 1, NORM, "norm", ALWAYS)                                                            \
+    /* the experts' activation: GP_MOE_SILU (silu(gate) * up) */                                  \
+    X(MOE, I, 2, ACT, "act", NONZERO)
 
 /* The slots: GP_ROPE_MODE indexes gp_attrs.i, GP_ROPE_THETA gp_attrs.f; integer and float
  * attributes in enums of their own. */
@@ -259,6 +272,17 @@ typedef enum {
     GP_ATTR_SLOT_F_##kind(GP_##op##_##name, slot)
 typedef enum { GP_OP_ATTRS(GP_ATTR_SLOT_I) } gp_iattr;
 typedef enum { GP_OP_ATTRS(GP_ATTR_SLOT_F) } gp_fattr;
+
+/* moe's NORM: how the k chosen experts are weighted from the router logits l [E].
+ * SOFTMAX: p = softmax(l) over all E, the k largest p as they are (Qwen3-MoE with
+ * norm_topk_prob false). SOFTMAX_NORM: the same k p divided by their sum (Qwen3-MoE's
+ * norm_topk_prob, Mixtral: transformers computes both so). TOPK_SOFTMAX: the k largest l, then
+ * softmax over those k (the same values as SOFTMAX_NORM up to rounding; gpt-oss's order). */
+enum { GP_MOE_SOFTMAX = 0, GP_MOE_SOFTMAX_NORM = 1, GP_MOE_TOPK_SOFTMAX = 2, GP_MOE_NORM_COUNT };
+/* The most experts a token may run (kernels keep a token's k on the stack). */
+#define GP_MOE_MAX_K 64
+/* moe's ACT; the only one so far (gpt-oss's clamped SwiGLU would be another). */
+enum { GP_MOE_SILU = 0, GP_MOE_ACT_COUNT };
 
 /* rope's scaling for linear frequency scaling and for LongRoPE; > 0 is llama3's, 0 none. */
 #define GP_ROPE_LINEAR (-1)

@@ -20,6 +20,7 @@ static const char *const roles[GP_OP_COUNT][GP_MAX_INPUTS] = {
     [GP_OP_CAST] = {"x"},                 [GP_OP_CONCAT] = {"a", "b"},
     [GP_OP_STORE] = {"dst", "pos", "src"}, [GP_OP_ATTENTION] = {"q", "k", "v", "pos", "seq", "blocks"},
     [GP_OP_ALL_REDUCE] = {"x", "y"},      [GP_OP_ARGMAX] = {"x"},
+    [GP_OP_MOE] = {"x", "router", "gate", "up", "down"},
 };
 
 /* What one add_node call works on. */
@@ -579,6 +580,63 @@ static int infer_argmax(ctx *c)
     return 0;
 }
 
+/* Input i is [want[0], ..., want[n - 1]], all constant dims but none symbolic. */
+static int need_dims(const ctx *c, int i, int n, const gp_dim *want, const char *expect)
+{
+    const gp_tensor *t = c->in[i];
+    char b[GP_SHAPE_STR + 32];
+    int ok = t->ndim == n;
+    for (int d = 0; ok && d < n; d++)
+        ok = gp_ir_dim_eq(t->shape[d], want[d]);
+    if (!ok)
+        return ERR(c, "moe: %s, expected %s", desc(c, i, b), expect);
+    return 0;
+}
+
+/* x [T, H] f32, router [E, H], gate and up [E, F, H], down [E, H, F] (the experts' dims
+ * constant), 1 <= top_k <= E. */
+static int infer_moe(ctx *c)
+{
+    const gp_tensor *x = c->in[0], *r = c->in[1], *g = c->in[2];
+    char b[GP_SHAPE_STR + 32], e1[GP_SHAPE_STR + 64];
+    if (need_floats(c))
+        return -1;
+    if (x->dtype != GP_F32 || x->ndim != 2)
+        return ERR(c, "moe: x must be f32 [T, H], got %s %s", gp_dtype_name(x->dtype),
+                   desc(c, 0, b));
+    if (r->ndim != 2 || r->shape[0].sym >= 0 || r->shape[1].sym >= 0 ||
+        !gp_ir_dim_eq(r->shape[1], x->shape[1]))
+        return ERR(c, "moe: %s, expected [E, %s] (E experts; H the last dim of x)",
+                   desc(c, 1, b), dimstr(c, x->shape[1], e1));
+    if (g->ndim != 3 || g->shape[1].sym >= 0)
+        return ERR(c, "moe: %s, expected [E, F, H] (each expert's [F, H] gate weight)",
+                   desc(c, 2, b));
+    gp_dim E = r->shape[0], H = x->shape[1], F = g->shape[1];
+    char es[64], fs[64], hs[64];
+    dimstr(c, E, es), dimstr(c, F, fs), dimstr(c, H, hs);
+    snprintf(e1, sizeof e1, "[%s, %s, %s] (E, F, H: router [E, H], gate [E, F, H])", es, fs, hs);
+    gp_dim up[3] = {E, F, H}, down[3] = {E, H, F};
+    if (need_dims(c, 2, 3, up, e1) || need_dims(c, 3, 3, up, e1))
+        return -1;
+    snprintf(e1, sizeof e1, "[%s, %s, %s] (E, H, F: each expert's [H, F] down weight)", es, hs,
+             fs);
+    if (need_dims(c, 4, 3, down, e1))
+        return -1;
+    int64_t k = c->attrs->i[GP_MOE_TOP_K], norm = c->attrs->i[GP_MOE_NORM];
+    if (k < 1 || k > E.size || k > GP_MOE_MAX_K)
+        return ERR(c, "moe: top_k %lld, expected 1..%lld (the experts of router %s; at most %d)",
+                   (long long)k, (long long)(E.size < GP_MOE_MAX_K ? E.size : GP_MOE_MAX_K),
+                   shp(c, r, b), GP_MOE_MAX_K);
+    if (norm < 0 || norm >= GP_MOE_NORM_COUNT)
+        return ERR(c, "moe: norm %lld, expected 0..%d", (long long)norm, GP_MOE_NORM_COUNT - 1);
+    if (c->attrs->i[GP_MOE_ACT] != GP_MOE_SILU)
+        return ERR(c, "moe: act %lld, expected %d (silu)", (long long)c->attrs->i[GP_MOE_ACT],
+                   GP_MOE_SILU);
+    c->out->dtype = GP_F32;
+    same_shape(c, x);
+    return 0;
+}
+
 static int infer(ctx *c)
 {
     switch (c->op) {
@@ -605,6 +663,7 @@ static int infer(ctx *c)
     case GP_OP_CONT: same_shape(c, c->in[0]); return 0;
     case GP_OP_CAST: return infer_cast(c);
     case GP_OP_ARGMAX: return infer_argmax(c);
+    case GP_OP_MOE: return infer_moe(c);
     case GP_OP_CONCAT: return infer_concat(c);
     case GP_OP_STORE: return infer_store(c);
     case GP_OP_ATTENTION: return infer_attention(c);
@@ -654,9 +713,11 @@ int gp_graph_add_node(gp_graph *g, gp_diag *d, gp_op op, const int *inputs, int 
         /* Quantized weights are read by the products and lookups that have kernels for them. */
         if (gp_dtype_is_quant(c.in[i]->dtype) &&
             !(op == GP_OP_GET_ROWS && i == 0) &&
-            !(op == GP_OP_MATMUL && i == 1 && node.attrs.i[GP_MATMUL_TB] && c.in[i]->ndim == 2)) {
+            !(op == GP_OP_MATMUL && i == 1 && node.attrs.i[GP_MATMUL_TB] && c.in[i]->ndim == 2) &&
+            !(op == GP_OP_MOE && i >= 1)) {
             gp_diag_error(d, loc, "%s: %s ('%s') is %s: quantized weights are read only by "
-                          "get_rows (the table) and matmul (a 2-dim b with tb=1)", info->name,
+                          "get_rows (the table), matmul (a 2-dim b with tb=1) and moe (the "
+                          "router and experts)", info->name,
                           roles[op][i], c.in[i]->name, gp_dtype_name(c.in[i]->dtype));
             return -1;
         }

@@ -63,6 +63,9 @@ const char *gp_region_name(gp_region r); /* "arena", ... ; "?" out of range */
  *              f32 [GP_WS_ATTN_SPLITS, min(T, GP_WS_ATTN_SPLIT_MAX_T), H, D + 2] (output, max, sum);
  *              CPU: per-thread scores f32 [GP_WS_CPU_MAX_THREADS, S]: a CPU backend uses at most
  *              GP_WS_CPU_MAX_THREADS threads for attention.
+ *   moe:       CPU: gp_moe_ws(T, H, E, top_k, F).total (cpu/moe.h: the routing, the grouping and
+ *              the experts' T top_k rows of x, gate, up and down, whatever the routing), all of
+ *              it required; CUDA: none (no kernel; the backend refuses the op).
  *   others:    none.
  */
 #define GP_WS_CUBLAS_BYTES ((int64_t)32 << 20)
@@ -192,6 +195,8 @@ int gp_plan_write_mem(const gp_plan *p, unsigned char **data, size_t *len, char 
 /* The summary the tools print: sizes of every region, the arena against its lower bound and the
  * naive size, in-place count, planning time. */
 void gp_plan_summary_print(const gp_plan *p, FILE *out);
+/* bytes as text into buf: "512 B", "1.50 KiB" ... "2.00 TiB" (binary units); returns buf */
+const char *gp_plan_bytes_text(int64_t bytes, char *buf, size_t n);
 
 /* Bytes of zeros in device's shares of the split weights (their units past the checkpoint's
  * last); 0 for a plan of one device. */

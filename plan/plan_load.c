@@ -598,10 +598,12 @@ static int check_nodes(const gp_plan *p, char *why, size_t n)
             if (check_tensor_ref(p, i, "input", nd->inputs[k], why, n))
                 return -1;
             const gp_plan_tensor *in = &p->tensors[nd->inputs[k]];
-            /* The kernels that read quantized weights: get_rows' table, matmul's [N, K] b. */
+            /* The kernels that read quantized weights: get_rows' table, matmul's [N, K] b, moe's
+             * router and experts. */
             if (gp_dtype_is_quant(in->dtype) && !(nd->op == GP_OP_GET_ROWS && k == 0) &&
                 !(nd->op == GP_OP_MATMUL && k == 1 && nd->attrs.i[GP_MATMUL_TB] &&
-                  !nd->attrs.i[GP_MATMUL_TA] && in->ndim == 2)) {
+                  !nd->attrs.i[GP_MATMUL_TA] && in->ndim == 2) &&
+                !(nd->op == GP_OP_MOE && k >= 1)) {
                 gp_errf(why, n, "node %d: op %s reads %s tensor %s as input %d", i, info->name,
                         gp_dtype_name(in->dtype), in->name, k);
                 return -1;

@@ -17,7 +17,7 @@ static const char *strategy_name(int s)
 }
 
 /* "12.50 MiB" into buf. */
-static const char *human(int64_t bytes, char *buf, size_t n)
+const char *gp_plan_bytes_text(int64_t bytes, char *buf, size_t n)
 {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = (double)bytes;
@@ -64,19 +64,19 @@ static void print_devices(const gp_plan *p, FILE *out)
     }
     fprintf(out, "tensor parallel over %d devices, one layout: each device holds every region "
             "above; weights %s split (a 1/%d share each), %s whole on every device\n",
-            p->n_devices, human(split, h[0], sizeof h[0]), p->n_devices,
-            human(whole, h[1], sizeof h[1]));
+            p->n_devices, gp_plan_bytes_text(split, h[0], sizeof h[0]), p->n_devices,
+            gp_plan_bytes_text(whole, h[1], sizeof h[1]));
     for (int d = 0; d < p->n_devices; d++) {
         int64_t pad = gp_plan_split_padding(p, d), total = 0;
         for (int r = 0; r < GP_REGION_EXTRAS; r++)
             total += p->regions[r].size;
         fprintf(out, "  device %d: arena %s, state %s, weights %s (%s zero padding), io %s; "
-                "%s\n", d, human(p->regions[GP_REGION_ARENA].size, h[0], sizeof h[0]),
-                human(p->regions[GP_REGION_STATE].size, h[1], sizeof h[1]),
-                human(p->regions[GP_REGION_WEIGHTS].size, h[2], sizeof h[2]),
-                human(pad, h[3], sizeof h[3]), human(p->regions[GP_REGION_IO].size, h[4],
-                                                      sizeof h[4]),
-                human(total, h[5], sizeof h[5]));
+                "%s\n", d, gp_plan_bytes_text(p->regions[GP_REGION_ARENA].size, h[0], sizeof h[0]),
+                gp_plan_bytes_text(p->regions[GP_REGION_STATE].size, h[1], sizeof h[1]),
+                gp_plan_bytes_text(p->regions[GP_REGION_WEIGHTS].size, h[2], sizeof h[2]),
+                gp_plan_bytes_text(pad, h[3], sizeof h[3]),
+                gp_plan_bytes_text(p->regions[GP_REGION_IO].size, h[4], sizeof h[4]),
+                gp_plan_bytes_text(total, h[5], sizeof h[5]));
     }
 }
 
@@ -101,14 +101,15 @@ void gp_plan_summary_print(const gp_plan *p, FILE *out)
     }
     int64_t arena = p->regions[GP_REGION_ARENA].size;
     fprintf(out, "  arena    %12lld B  %-11s lower bound %s, ratio %.3f; naive %s (%.2fx)\n",
-            (long long)arena, human(arena, h1, sizeof h1), human(p->lower_bound, h2, sizeof h2),
+            (long long)arena, gp_plan_bytes_text(arena, h1, sizeof h1),
+            gp_plan_bytes_text(p->lower_bound, h2, sizeof h2),
             p->lower_bound > 0 ? (double)arena / (double)p->lower_bound : 1.0,
-            human(p->naive_bytes, h3, sizeof h3),
+            gp_plan_bytes_text(p->naive_bytes, h3, sizeof h3),
             arena > 0 ? (double)p->naive_bytes / (double)arena : 1.0);
     for (int r = GP_REGION_STATE; r < GP_REGION_COUNT; r++) {
         int64_t sz = p->regions[r].size;
         fprintf(out, "  %-8s %12lld B  %s", gp_region_name((gp_region)r), (long long)sz,
-                human(sz, h1, sizeof h1));
+                gp_plan_bytes_text(sz, h1, sizeof h1));
         if (r == GP_REGION_EXTRAS)
             fprintf(out, "  (%d records of %lld B)", p->n_tensors,
                     (long long)GP_EXTRAS_RECORD_BYTES(p->n_devices));

@@ -2,6 +2,7 @@
  * by the planner to size them and by sessions to refuse a plan sized for another backend. */
 #include <stdio.h>
 
+#include "cpu/moe.h" /* gp_moe_ws (inline) */
 #include "plan/plan.h"
 
 const char *gp_backend_name(gp_backend b)
@@ -34,6 +35,15 @@ int64_t gp_workspace_bytes(gp_op op, gp_backend backend, int64_t t, int64_t h, i
 int64_t gp_plan_workspace_min(const gp_plan *p, int i, gp_backend backend)
 {
     const gp_plan_node *nd = &p->nodes[i];
+    if (nd->op == GP_OP_MOE) { /* the CPU's layout, at the bounds; CUDA has no moe kernel */
+        const gp_plan_tensor *x = &p->tensors[nd->inputs[0]], *r = &p->tensors[nd->inputs[1]];
+        const gp_plan_tensor *g = &p->tensors[nd->inputs[2]];
+        if (backend != GP_BACKEND_CPU || x->ndim != 2 || r->ndim != 2 || g->ndim != 3)
+            return 0;
+        return gp_moe_ws(x->dims[0], x->dims[1], r->dims[0], nd->attrs.i[GP_MOE_TOP_K],
+                         g->dims[1], gp_dtype_is_quant(g->dtype))
+            .total;
+    }
     if (nd->op != GP_OP_ATTENTION)
         return gp_workspace_bytes(nd->op, backend, 0, 0, 0, 0);
     const gp_plan_tensor *q = &p->tensors[nd->inputs[0]]; /* [T, H, D] */

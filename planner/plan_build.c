@@ -1,6 +1,7 @@
 /* IR -> gp_plan: liveness, in-place reuse, op workspaces, extras slots, the fixed regions and the
  * arena's offsets (gp_assign, always verified by the independent gp_assign_check). */
 #include "planner/planner.h"
+#include "cpu/moe.h"   /* gp_moe_ws (inline; no link to gp_cpu) */
 #include "cpu/quant.h" /* gp_quant_matmul_ws_bytes (inline; no link to gp_cpu) */
 
 #include <stdlib.h>
@@ -38,6 +39,16 @@ int64_t gp_op_workspace_bytes(const gp_node *node, const gp_graph *g, gp_backend
         const gp_tensor *x = &g->tensors[node->inputs[0]], *w = &g->tensors[node->inputs[1]];
         if (gp_dtype_is_quant(w->dtype) && x->ndim == 2)
             return gp_quant_matmul_ws_bytes(x->shape[0].size, x->shape[1].size);
+    }
+    if (node->op == GP_OP_MOE) { /* x [T, H], router [E, H], gate [E, F, H]: the CPU's only */
+        const gp_tensor *x = &g->tensors[node->inputs[0]], *r = &g->tensors[node->inputs[1]];
+        const gp_tensor *gt = &g->tensors[node->inputs[2]];
+        if (backend != GP_BACKEND_CPU)
+            return 0;
+        return gp_moe_ws(x->shape[0].size, x->shape[1].size, r->shape[0].size,
+                         node->attrs.i[GP_MOE_TOP_K], gt->shape[1].size,
+                         gp_dtype_is_quant(gt->dtype))
+            .total;
     }
     if (node->op == GP_OP_ATTENTION) {
         const gp_tensor *q = &g->tensors[node->inputs[0]]; /* [T, H, D] */

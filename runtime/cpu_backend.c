@@ -1,6 +1,6 @@
 /* The CPU backend: the plan's arena and state regions allocated once, weights used in place from the
  * host, the session's io block as the io region; one thread-pool run per eval walks every node with
- * a barrier after each (and one inside a node of two phases, gp_cpu_two_phase). */
+ * a barrier after each (and between the phases of a node that has several, gp_cpu_phases). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,13 +324,16 @@ static void run_nodes(void *vctx, int ith, int nth)
             ws = c->arena + w->offset;
             ws_size = (size_t)w->size;
         }
-        int n_in = gp_cpu_device_inputs(nd->op, nd->n_inputs, c->slot);
+        int n_in = gp_cpu_device_inputs(nd->op, nd->n_inputs, c->slot), phases;
         if (nd->op == GP_OP_MATMUL && !gp_dtype_is_quant(in[1].dtype)) {
             gp_cpu_matmul_epi(&nd->attrs, &out, in, NULL, &c->next[k], ith, nth);
-        } else if (gp_cpu_two_phase(nd->op, &out, in, n_in, ws, ws_size)) {
-            gp_cpu_compute_phase(nd->op, &out, in, n_in, ws, ws_size, ith, nth, 0);
-            gp_threadpool_barrier(c->pool);
-            gp_cpu_compute_phase(nd->op, &out, in, n_in, ws, ws_size, ith, nth, 1);
+        } else if ((phases = gp_cpu_phases(nd->op, &out, in, n_in, ws, ws_size)) > 1) {
+            for (int ph = 0; ph < phases; ph++) {
+                if (ph)
+                    gp_threadpool_barrier(c->pool);
+                gp_cpu_compute_phase(nd->op, &nd->attrs, &out, in, n_in, ws, ws_size, ith, nth,
+                                     ph);
+            }
         } else {
             gp_cpu_compute(nd->op, &nd->attrs, &out, in, n_in, ws, ws_size, ith, nth);
         }

@@ -446,6 +446,58 @@ static void share_tied(gp_model *m)
     }
 }
 
+/* Checkpoint weight d read into `into` (bytes long) as dtype dt: its one tensor, or a stacked
+ * weight's slices one after another (weights/weights.h). 0, or -1 with err. */
+static int read_weight(const gp_weights *w, const gp_weight_decl *d, gp_dtype dt, void *into,
+                       size_t bytes, char *err, size_t err_len)
+{
+    const gp_st_tensor *one = gp_weights_find(w, d->name);
+    if (one)
+        return gp_weights_read(one, dt, into, bytes, err, err_len);
+    int64_t n = d->shape[0];
+    const gp_st_tensor **parts = malloc((size_t)(n > 0 ? n : 1) * sizeof *parts);
+    char missing[512];
+    int rc = -1;
+    if (!parts)
+        gp_errf(err, err_len, "weights: \"%s\": out of memory", d->name);
+    else if (gp_weights_parts(w, d->name, n, parts, missing, sizeof missing) != n)
+        gp_errf(err, err_len, "weights: missing tensor \"%s\"", missing);
+    else if (bytes % (size_t)n)
+        gp_errf(err, err_len, "weights: \"%s\": %zu bytes for %lld slices", d->name, bytes,
+                (long long)n);
+    else
+        for (int64_t e = (rc = 0); e < n && rc == 0; e++)
+            rc = gp_weights_read(parts[e], dt, (char *)into + (size_t)e * (bytes / (size_t)n),
+                                 bytes / (size_t)n, err, err_len);
+    free(parts);
+    return rc;
+}
+
+/* The tensor that holds weight d's bytes in place: its one tensor, or a stacked weight's first
+ * slice when the slices lie one after another; NULL when none does. *src gets the dtype the
+ * checkpoint holds it in. */
+static const gp_st_tensor *in_place(const gp_weights *w, const gp_weight_decl *d, gp_dtype *src,
+                                    size_t *nbytes)
+{
+    const gp_st_tensor *one = gp_weights_find(w, d->name);
+    if (one) {
+        *src = one->dtype;
+        *nbytes = one->nbytes;
+        return one;
+    }
+    int64_t n = d->shape[0];
+    const gp_st_tensor **parts = malloc((size_t)(n > 0 ? n : 1) * sizeof *parts);
+    const gp_st_tensor *t = NULL;
+    if (parts && gp_weights_parts(w, d->name, n, parts, NULL, 0) == n) {
+        *src = parts[0]->dtype;
+        *nbytes = parts[0]->nbytes * (size_t)n;
+        if (gp_weights_parts_adjacent(parts, n))
+            t = parts[0];
+    }
+    free(parts);
+    return t;
+}
+
 int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_len)
 {
     if (!m || !path) {
@@ -494,12 +546,14 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
     size_t block = 0;
     for (int k = 0; k < n; k++) {
         const gp_plan_tensor *t = &p->tensors[ids[k]];
-        const gp_st_tensor *st = gp_weights_find(w, decls[k].name);
+        gp_dtype src = t->dtype;
+        size_t nbytes = 0;
+        const gp_st_tensor *st = in_place(w, &decls[k], &src, &nbytes);
         size_t es = gp_dtype_is_quant(t->dtype) ? 2 : gp_dtype_size(t->dtype); /* f16 scales */
-        if (!t->split.groups && !convert[k] && st->dtype == t->dtype &&
-            st->nbytes == weight_bytes(t) && (uintptr_t)st->data % es == 0) {
+        if (st && !t->split.groups && !convert[k] && src == t->dtype &&
+            nbytes == weight_bytes(t) && (uintptr_t)st->data % es == 0) {
             place_weight(m, ids[k], st->data, NULL);
-            m->bytes_mapped += (int64_t)st->nbytes;
+            m->bytes_mapped += (int64_t)nbytes;
         } else {
             block = round_up(block, GP_HOST_ALIGN) + block_bytes(p, t);
         }
@@ -539,12 +593,15 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
         size_t bytes = t->split.groups
                            ? (size_t)gp_split_full_numel(t) * gp_dtype_size(t->dtype)
                            : weight_bytes(t);
-        if (k < n_ckpt && gp_dtype_is_quant(t->dtype) && convert[k]) {
+        gp_dtype src = t->dtype;
+        size_t src_bytes = 0;
+        if (k < n_ckpt)
+            (void)in_place(w, &decls[k], &src, &src_bytes);
+        if (k < n_ckpt && gp_dtype_is_quant(t->dtype) && !gp_dtype_is_quant(src)) {
             /* A float checkpoint tensor declared quantized (-D wtype=q8_0): f32, then blocks. */
-            const gp_st_tensor *st = gp_weights_find(w, decls[k].name);
-            size_t nf = (size_t)gp_st_numel(st) * sizeof(float);
+            size_t nf = (size_t)gp_split_full_numel(t) * sizeof(float);
             float *f = malloc(nf ? nf : 1);
-            int bad = !f || gp_weights_read(st, GP_F32, f, nf, err, err_len) ||
+            int bad = !f || read_weight(w, &decls[k], GP_F32, f, nf, err, err_len) ||
                       quantize_weight(t, into, from_f32, f);
             if (bad && !f)
                 gp_errf(err, err_len, "%s: cannot allocate %zu bytes to quantize %s", path, nf,
@@ -552,8 +609,8 @@ int gp_model_bind_weights(gp_model *m, const char *path, char *err, size_t err_l
             free(f);
             if (bad)
                 goto done;
-        } else if (k < n_ckpt && gp_weights_read(gp_weights_find(w, decls[k].name), t->dtype,
-                                                 into, bytes, err, err_len)) {
+        } else if (k < n_ckpt &&
+                   read_weight(w, &decls[k], t->dtype, into, bytes, err, err_len)) {
             goto done;
         }
         place_weight(m, ids[k], k < n_ckpt ? into : NULL, dst);

@@ -21,6 +21,11 @@ endif()
 gp_add_suite(NAME quant_model SOURCES ${CMAKE_SOURCE_DIR}/tests/test_quant_model.c
              ${CMAKE_SOURCE_DIR}/tests/testmodel.c LIBS gp_runtime gp_planner gp_dsl)
 
+# Routed experts: the CPU kernel, MoE graphs, stacked expert weights (tests/test_moe.c).
+gp_add_suite(NAME moe SOURCES ${CMAKE_SOURCE_DIR}/tests/test_moe.c
+             ${CMAKE_SOURCE_DIR}/tests/testmodel.c ${CMAKE_SOURCE_DIR}/tests/gguf_writer.c
+             LIBS gp_runtime gp_planner gp_dsl gp_alloc_wrap)
+
 # Tensor parallelism on the CPU: cutting weights, the host all-reduce, N devices = 1 device.
 gp_add_suite(NAME tp SOURCES ${CMAKE_SOURCE_DIR}/tests/test_tp.c
              ${CMAKE_SOURCE_DIR}/tests/testmodel.c

@@ -6,8 +6,10 @@ GP_PACKAGES=(cmake make gcc pkg-config flex bison libcunit1-dev zlib1g-dev libja
   libmicrohttpd-dev)
 # What scripts/test.sh needs on top: valgrind for the memcheck run, clang and its libFuzzer
 # runtime for scripts/fuzz.sh (Debian 12's clang is 14), pytest and numpy for the Python binding's
-# tests (ctest's python entry).
-GP_TEST_PACKAGES=(valgrind clang libclang-rt-14-dev python3-pytest python3-numpy)
+# tests (ctest's python entry), the aarch64 cross compiler, qemu-user and CUnit for arm64 (from
+# Debian's multiarch: gp_setup adds the architecture) for scripts/test_aarch64.sh.
+GP_TEST_PACKAGES=(valgrind clang libclang-rt-14-dev python3-pytest python3-numpy
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libcunit1-dev:arm64)
 # What scripts/package.sh needs on top: help2man for the man pages, dpkg-dev for cpack's Depends
 # (dpkg-shlibdeps), g++ to include the header from C++, Python's venv, pip, setuptools, pytest and
 # numpy for the wheel and its tests.
@@ -29,6 +31,14 @@ gp_setup() {
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
       echo "== installing: $missing"
       export DEBIAN_FRONTEND=noninteractive
+      # packages of another architecture (libcunit1-dev:arm64) need it known to dpkg, then a fresh
+      # package list
+      local arch
+      for arch in $(printf '%s\n' $missing | sed -n 's/.*:\([a-z0-9]*\)$/\1/p' | sort -u); do
+        if ! dpkg --print-foreign-architectures | grep -qx "$arch"; then
+          dpkg --add-architecture "$arch" && apt-get update >/dev/null
+        fi
+      done
       apt-get install -y --no-install-recommends $missing >/dev/null ||
         { apt-get update >/dev/null && apt-get install -y --no-install-recommends $missing >/dev/null; } ||
         { echo "error: could not install: $missing" >&2; exit 1; }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: a warnings-as-errors build, then the same suite under ASan+UBSan, then
-# under valgrind's memcheck (a build without sanitizers). --quick runs the first build only.
+# Runs the whole test suite: a warnings-as-errors build, the CPU kernels' suites cross-built for
+# aarch64 and run under qemu (scripts/test_aarch64.sh; "skipped" without the cross tools), then the
+# same suite under ASan+UBSan, then under valgrind's memcheck (a build without sanitizers).
+# --quick runs the first build only.
 # Installs missing Debian packages when run as root. Usage: scripts/test.sh [--quick]
 set -euo pipefail
 GP_ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +25,14 @@ gp_build build-test -DGPLAN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # The official openai client for serve_openai, from PyPI into a venv (skipped when unreachable).
 scripts/serve_venv.sh build-test || echo "note: the openai client could not be installed: serve_openai is skipped"
 (cd build-test && ctest --output-on-failure -j "$(nproc)")
+
+if [ "${1:-}" != "--quick" ]; then
+  # The CPU kernels built for aarch64 and run under qemu-user (correctness only: no timings).
+  echo "== aarch64 cross build, its kernel suites under qemu"
+  rc=0
+  scripts/test_aarch64.sh build-aarch64 || rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
+fi
 
 if [ "${1:-}" != "--quick" ]; then
   echo "== build with address and undefined-behaviour sanitizers"

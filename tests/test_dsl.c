@@ -454,7 +454,7 @@ static const golden goldens[] = {
      "graph g() { weight w: q8_0[2, 32]; input x: f32[2, 32]; output y: f32[2, 32]; y = x + w; }",
      {},
      "t.gplan:1:85: error: add: b ('w') is q8_0: quantized weights are read only by get_rows (the "
-     "table) and matmul (a 2-dim b with tb=1)\n"
+     "table), matmul (a 2-dim b with tb=1) and moe (the router and experts)\n"
      "graph g() { weight w: q8_0[2, 32]; input x: f32[2, 32]; output y: f32[2, 32]; y = x + w; }\n"
      "                                                                                    ^\n"},
     {"quantized matmul with a transposed a",
@@ -1079,6 +1079,103 @@ static void test_config_overrides(void)
     remove(path);
 }
 
+/* moe's keywords lowered into its attributes, and refused. */
+static void test_moe_lowering(void)
+{
+    /* the experts' rows of 32: whole q8_0 blocks */
+    static const char *head =
+        "graph g(k = 2, nt = 0) { input x: f32[3, 32]; weight r: f32[4, 32]; "
+        "weight gu: q8_0[4, 32, 32]; weight d: f32[4, 32, 32]; output y: f32[3, 32]; ";
+    static const struct {
+        const char *call;
+        int64_t k, norm;
+    } ok[] = {{"y = moe(x, r, gu, gu, d, top_k=k); }", 2, GP_MOE_SOFTMAX},
+              {"y = moe(x, r, gu, gu, d, top_k=3, norm_topk=nt + 1); }", 3, GP_MOE_SOFTMAX_NORM},
+              {"y = moe(x, r, gu, gu, d, top_k=1, gating=\"topk_softmax\", act=\"silu\"); }", 1,
+               GP_MOE_TOPK_SOFTMAX}};
+    char src[512];
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        snprintf(src, sizeof src, "%s%s", head, ok[i].call);
+        gp_diag *d;
+        gp_graph *g = compile(src, NULL, 0, NULL, &d);
+        if (!g)
+            fprintf(stderr, "\n%s\n%s", src, gp_diag_text(d));
+        CU_ASSERT_PTR_NOT_NULL(g);
+        const gp_node *n = g ? first_node(g, GP_OP_MOE) : NULL;
+        CU_ASSERT_PTR_NOT_NULL(n);
+        if (n) {
+            CU_ASSERT_EQUAL(n->n_inputs, 5);
+            CU_ASSERT_EQUAL(n->attrs.i[GP_MOE_TOP_K], ok[i].k);
+            CU_ASSERT_EQUAL(n->attrs.i[GP_MOE_NORM], ok[i].norm);
+            CU_ASSERT_EQUAL(n->attrs.i[GP_MOE_ACT], GP_MOE_SILU);
+        }
+        gp_graph_free(g);
+        gp_diag_free(d);
+    }
+    /* Keyword values refused, each at its keyword. */
+    static const struct {
+        const char *call, *msg;
+    } bad[] = {
+        {"let y = moe(x, r, gu, gu, d, top_k=0); }",
+         "keyword 'top_k' of 'moe' must be a positive integer, got 0"},
+        {"let y = moe(x, r, gu, gu, d, top_k=2, gating=\"sigmoid\"); }",
+         "keyword 'gating' of 'moe' must be \"softmax\" or \"topk_softmax\""},
+        {"let y = moe(x, r, gu, gu, d, top_k=2, act=\"gelu\"); }",
+         "keyword 'act' of 'moe' must be \"silu\""},
+        {"let y = moe(x, r, gu, gu, d, top_k=2, norm_topk=2); }",
+         "keyword 'norm_topk' of 'moe' must be 0 or 1, got 2"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(src, sizeof src, "graph g() { input x: f32[3, 8]; weight r: f32[4, 8]; "
+                 "weight gu: f32[4, 6, 8]; weight d: f32[4, 8, 6]; %s", bad[i].call);
+        gp_diag *d;
+        gp_graph *g = compile(src, NULL, 0, NULL, &d);
+        CU_ASSERT_PTR_NULL(g);
+        CU_ASSERT_PTR_NOT_NULL(strstr(gp_diag_text(d), bad[i].msg));
+        if (!strstr(gp_diag_text(d), bad[i].msg))
+            fprintf(stderr, "\n  want: %s\n  got: %s", bad[i].msg, gp_diag_text(d));
+        gp_graph_free(g);
+        gp_diag_free(d);
+    }
+}
+
+/* Qwen3-MoE's config through its graph: transformers 5 spells num_experts num_local_experts; a
+ * dense layer in mlp_only_layers (a count to the graph) or a decoder_sparse_step of 2 is refused
+ * at the graph's require(). */
+static void test_config_qwen3moe(void)
+{
+    static const char *cfgs[] = {
+        "{\"model_type\": \"qwen3_moe\", \"num_local_experts\": 6, \"num_experts_per_tok\": 2, "
+        "\"num_hidden_layers\": 1, "
+        "\"mlp_only_layers\": []}",
+        "{\"num_experts\": 6, \"num_hidden_layers\": 1, \"mlp_only_layers\": [0]}",
+        "{\"num_experts\": 6, \"num_hidden_layers\": 1, \"decoder_sparse_step\": 2}"};
+    const char *path = gp_test_tmpfile(".json");
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT_EQUAL_FATAL(gp_test_write_file(path, cfgs[i], strlen(cfgs[i])), 0);
+        gp_diag *d = gp_diag_new(NULL);
+        gp_dsl_opts o = {.config_path = path};
+        gp_graph *g = gp_dsl_compile_file(gp_test_path("examples/qwen3moe.gplan"), &o, d);
+        if (i == 0) {
+            CU_ASSERT_PTR_NOT_NULL(g);
+            int r = g ? gp_graph_find_tensor(g, "router.0") : -1;
+            CU_ASSERT(r >= 0 && g->tensors[r].shape[0].size == 6);
+            int e = g ? gp_graph_find_tensor(g, "e_gate.0") : -1;
+            CU_ASSERT(e >= 0 && !strcmp(g->tensors[e].weight_name,
+                                        "model.layers.0.mlp.experts.*.gate_proj.weight"));
+        } else {
+            CU_ASSERT_PTR_NULL(g);
+            CU_ASSERT_PTR_NOT_NULL(strstr(gp_diag_text(d), "error: dense MLP layers "
+                                                                "(decoder_sparse_step != 1, "
+                                                                "mlp_only_layers) are not "
+                                                                "supported"));
+        }
+        gp_graph_free(g);
+        gp_diag_free(d);
+    }
+    remove(path);
+}
+
 /* A string parameter from config.json used after the parameters are bound (in a weight-name
  * template): the value must outlive the config's parsing (ASan found a use after free). */
 static void test_config_string_param(void)
@@ -1437,6 +1534,8 @@ void gp_suite_dsl(void)
     CU_add_test(s, "example tiny", test_example_tiny);
     CU_add_test(s, "config.json overrides", test_config_overrides);
     CU_add_test(s, "config.json string parameter in a weight name", test_config_string_param);
+    CU_add_test(s, "moe: keywords into attributes, bad values refused", test_moe_lowering);
+    CU_add_test(s, "config.json: Qwen3-MoE's expert count and dense layers", test_config_qwen3moe);
     CU_add_test(s, "config.json: llama3 rope scaling, a null sliding_window", test_config_families);
     CU_add_test(s, "config.json: Gemma 3's rope by layer type and layer_types", test_config_gemma3);
     CU_add_test(s, "language features", test_features);

@@ -47,7 +47,7 @@ static int weights_have_gguf_names(const gp_family *f, const gp_graph *g)
 
 static void test_graphs_compile(void)
 {
-    CU_ASSERT_EQUAL_FATAL(gp_family_count(), 9);
+    CU_ASSERT_EQUAL_FATAL(gp_family_count(), 11);
     for (int i = 0; i < gp_family_count(); i++) {
         const gp_family *f = gp_family_at(i);
         char rel[128], fixture[128], ctx[96];
@@ -118,7 +118,8 @@ static void test_lookup(void)
 
 static void test_list_text(void)
 {
-    static const char want[] = "gemma2, gemma3, gpt2, llama, llama3, mistral, phi3, qwen2, qwen3";
+    static const char want[] =
+        "gemma2, gemma3, gpt2, llama, llama3, mistral, mixtral, phi3, qwen2, qwen3, qwen3moe";
     char buf[256];
     CU_ASSERT_EQUAL(gp_family_list_text(buf, sizeof buf), strlen(want));
     CU_ASSERT_STRING_EQUAL(buf, want);
@@ -235,6 +236,17 @@ static void test_from_gguf(void)
     static const kv window[] = {{"llama.attention.sliding_window", NULL, 4096}};
     static const kv named[] = {{"general.name", "Mistral 7B Instruct v0.3", 0}};
     static const kv other[] = {{"general.name", "TinyLlama 1.1B Chat", 0}};
+    static const kv experts[] = {{"llama.expert_count", NULL, 8}};
+    static const kv no_experts[] = {{"llama.expert_count", NULL, 0}};
+    /* Mixtral: llama with experts (and its name holds no "mistral"); 0 experts: llama */
+    static const kv mixtral[] = {{"general.name", "Mixtral 8x7B Instruct v0.1", 0},
+                                 {"llama.expert_count", NULL, 8}};
+    CU_ASSERT_PTR_EQUAL(gguf_family("llama", experts, 1, embd, 1, err, sizeof err),
+                        gp_family_by_name("mixtral"));
+    CU_ASSERT_PTR_EQUAL(gguf_family("llama", mixtral, 2, embd, 1, err, sizeof err),
+                        gp_family_by_name("mixtral"));
+    CU_ASSERT_PTR_EQUAL(gguf_family("llama", no_experts, 1, embd, 1, err, sizeof err),
+                        gp_family_by_name("llama"));
     CU_ASSERT_PTR_EQUAL(gguf_family("llama", NULL, 0, embd, 1, err, sizeof err),
                         gp_family_by_name("llama"));
     CU_ASSERT_PTR_EQUAL(gguf_family("llama", spm, 1, embd, 1, err, sizeof err),
@@ -252,7 +264,7 @@ static void test_from_gguf(void)
     /* Markers of one architecture mean nothing under another. */
     CU_ASSERT_PTR_EQUAL(gguf_family("qwen2", bpe, 1, freqs, 2, err, sizeof err),
                         gp_family_by_name("qwen2"));
-    static const char *const archs[] = {"qwen3", "gpt2", "gemma2", "gemma3", "phi3"};
+    static const char *const archs[] = {"qwen3", "gpt2", "gemma2", "gemma3", "phi3", "qwen3moe"};
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         CU_ASSERT_PTR_EQUAL(gguf_family(archs[i], NULL, 0, embd, 1, err, sizeof err),
                             gp_family_by_name(archs[i]));
@@ -266,7 +278,7 @@ static void test_from_gguf(void)
     char want[1024];
     snprintf(want, sizeof want,
              "%s: unsupported architecture 'mamba' (supported: gemma2, gemma3, gpt2, llama, phi3, "
-             "qwen2, qwen3)",
+             "qwen2, qwen3, qwen3moe)",
              path);
     CU_ASSERT_STRING_EQUAL(err, want);
     write_gguf(path, NULL, NULL, 0, embd, 1);
@@ -308,12 +320,42 @@ static void test_gguf_params(void)
     CU_ASSERT(p.n >= 1 && !strcmp(p.text[0], "rope_mode=gptj"));
     gp_gguf_params_free(&p);
 
+    /* Qwen3-MoE: its expert keys under the config's names, llama.cpp's renormalised top k; a
+     * file without experts is refused, naming the key. */
+    static const kv moe[] = {{"qwen3moe.block_count", NULL, 2},
+                             {"qwen3moe.embedding_length", NULL, 64},
+                             {"qwen3moe.attention.head_count", NULL, 4},
+                             {"qwen3moe.expert_count", NULL, 8},
+                             {"qwen3moe.expert_used_count", NULL, 2},
+                             {"qwen3moe.expert_feed_forward_length", NULL, 32}};
+    write_gguf(path, "qwen3moe", moe, 6, embd, 1);
+    CU_ASSERT_EQUAL_FATAL(gp_gguf_params_read(path, &p, err, sizeof err), 0);
+    static const char *const moe_want[] = {"norm_topk_prob=true", "num_hidden_layers=2",
+                                           "hidden_size=64", "num_attention_heads=4",
+                                           "num_experts=8", "num_experts_per_tok=2",
+                                           "moe_intermediate_size=32", "num_key_value_heads=4"};
+    CU_ASSERT(p.n >= 8);
+    for (int i = 0; i < p.n && i < 8; i++)
+        CU_ASSERT_STRING_EQUAL(p.text[i], moe_want[i]);
+    gp_gguf_params_free(&p);
+    static const kv moe0[] = {{"qwen3moe.block_count", NULL, 2},
+                              {"qwen3moe.embedding_length", NULL, 64},
+                              {"qwen3moe.attention.head_count", NULL, 4},
+                              {"qwen3moe.expert_count", NULL, 0},
+                              {"qwen3moe.expert_used_count", NULL, 2},
+                              {"qwen3moe.expert_feed_forward_length", NULL, 32}};
+    write_gguf(path, "qwen3moe", moe0, 6, embd, 1);
+    CU_ASSERT_EQUAL(gp_gguf_params_read(path, &p, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "qwen3moe.expert_count"));
+    if (!strstr(err, "qwen3moe.expert_count"))
+        fprintf(stderr, "\n  got: %s\n", err);
+
     write_gguf(path, "mamba", NULL, 0, embd, 1);
     CU_ASSERT_EQUAL(gp_gguf_params_read(path, &p, err, sizeof err), -1);
     char msg[1024];
     snprintf(msg, sizeof msg,
-             "%s: architecture \"mamba\" is not supported by --gguf (llama, qwen2, qwen3, gpt2, "
-             "gemma2, gemma3, phi3)",
+             "%s: architecture \"mamba\" is not supported by --gguf (llama, qwen2, qwen3, "
+             "qwen3moe, gpt2, gemma2, gemma3, phi3)",
              path);
     CU_ASSERT_STRING_EQUAL(err, msg);
     remove(path);
@@ -350,6 +392,9 @@ static void test_from_hf_config(void)
         {"{\"model_type\": \"gemma3\"}", "gemma3"},
         {"{\"architectures\": [\"Qwen2ForCausalLM\"]}", "qwen2"},
         {"{\"model_type\": \"gpt2\", \"architectures\": [\"Nonsense\"]}", "gpt2"},
+        {"{\"model_type\": \"mixtral\"}", "mixtral"},
+        {"{\"model_type\": \"qwen3_moe\"}", "qwen3moe"},
+        {"{\"architectures\": [\"Qwen3MoeForCausalLM\"]}", "qwen3moe"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const gp_family *f = hf_family(cases[i].json, err, sizeof err);
@@ -362,7 +407,8 @@ static void test_from_hf_config(void)
         {"gpt2", "gpt2"},     {"llama", "llama"},   {"llama_tied", "llama"},
         {"llama3", "llama3"}, {"mistral", "mistral"}, {"qwen2", "qwen2"},
         {"qwen3", "qwen3"},   {"gemma2", "gemma2"}, {"gemma3", "gemma3"},
-        {"phi3", "phi3"},     {"phi3_longrope", "phi3"}};
+        {"phi3", "phi3"},     {"phi3_longrope", "phi3"}, {"qwen3moe", "qwen3moe"},
+        {"mixtral", "mixtral"}};
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
         char rel[128];
         snprintf(rel, sizeof rel, "tests/parity/%s/config.json", fixtures[i][0]);
@@ -380,7 +426,7 @@ static void test_from_hf_config(void)
     CU_ASSERT_PTR_NULL(f);
     snprintf(want, sizeof want,
              "%s: unsupported model_type 'mamba' (supported: gemma2, gemma3, gemma3_text, gpt2, "
-             "llama, mistral, phi3, qwen2, qwen3)",
+             "llama, mistral, mixtral, phi3, qwen2, qwen3, qwen3_moe)",
              path);
     CU_ASSERT_STRING_EQUAL(err, want);
     CU_ASSERT_EQUAL(gp_test_write_file(path, "{\"architectures\": [\"MambaForCausalLM\"]}", 39),
@@ -389,7 +435,8 @@ static void test_from_hf_config(void)
     snprintf(want, sizeof want,
              "%s: unsupported architecture 'MambaForCausalLM' (supported: GPT2LMHeadModel, "
              "Gemma2ForCausalLM, Gemma3ForCausalLM, LlamaForCausalLM, MistralForCausalLM, "
-             "Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)",
+             "MixtralForCausalLM, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+             "Qwen3MoeForCausalLM)",
              path);
     CU_ASSERT_STRING_EQUAL(err, want);
     CU_ASSERT_EQUAL(gp_test_write_file(path, "{\"vocab_size\": 5}", 17), 0);

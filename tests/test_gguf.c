@@ -958,6 +958,22 @@ static void test_name_aliases(void)
         {"phi3", "blk.3.ffn_up.weight", "model.layers.3.mlp.gate_up_proj.weight"},
         {"phi3", "blk.3.ffn_norm.weight", "model.layers.3.post_attention_layernorm.weight"},
         {"phi3", "blk.3.attn_output.weight", "model.layers.3.self_attn.o_proj.weight"},
+        /* the mixtures' routers and experts: merged (a stacked '*' name) or, in old Mixtral
+         * files, one by one (two numbers: the layer, then the expert) */
+        {"qwen3moe", "blk.5.ffn_gate_inp.weight", "model.layers.5.mlp.gate.weight"},
+        {"qwen3moe", "blk.5.ffn_gate_exps.weight", "model.layers.5.mlp.experts.*.gate_proj.weight"},
+        {"qwen3moe", "blk.5.ffn_up_exps.weight", "model.layers.5.mlp.experts.*.up_proj.weight"},
+        {"qwen3moe", "blk.5.ffn_down_exps.weight", "model.layers.5.mlp.experts.*.down_proj.weight"},
+        {"qwen3moe", "blk.5.attn_q_norm.weight", "model.layers.5.self_attn.q_norm.weight"},
+        {"llama", "blk.3.ffn_gate_inp.weight", "model.layers.3.block_sparse_moe.gate.weight"},
+        {"llama", "blk.3.ffn_gate_exps.weight",
+         "model.layers.3.block_sparse_moe.experts.*.w1.weight"},
+        {"llama", "blk.3.ffn_up_exps.weight", "model.layers.3.block_sparse_moe.experts.*.w3.weight"},
+        {"llama", "blk.3.ffn_down_exps.weight",
+         "model.layers.3.block_sparse_moe.experts.*.w2.weight"},
+        {"llama", "blk.31.ffn_gate.7.weight", "model.layers.31.block_sparse_moe.experts.7.w1.weight"},
+        {"llama", "blk.0.ffn_up.12.weight", "model.layers.0.block_sparse_moe.experts.12.w3.weight"},
+        {"llama", "blk.2.ffn_down.0.weight", "model.layers.2.block_sparse_moe.experts.0.w2.weight"},
     };
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         out[0] = '\0';
@@ -971,6 +987,11 @@ static void test_name_aliases(void)
     CU_ASSERT_EQUAL(gp_gguf_name_from_hf("gemma2", "model.layers.0.mlp.gate_up_proj.weight", out,
                                          sizeof out), -1);
     CU_ASSERT_EQUAL(gp_gguf_name_to_hf("phi3", "blk.0.attn_q.weight", out, sizeof out), -1);
+    /* a per-expert name's numbers are two, no more; a '*' is only itself */
+    CU_ASSERT_EQUAL(gp_gguf_name_to_hf("llama", "blk.1.ffn_gate.2.3.weight", out, sizeof out), -1);
+    CU_ASSERT_EQUAL(gp_gguf_name_to_hf("llama", "blk.1.ffn_gate.01.weight", out, sizeof out), -1);
+    CU_ASSERT_EQUAL(gp_gguf_name_from_hf("qwen3moe", "model.layers.1.mlp.experts.3.up_proj.weight",
+                                         out, sizeof out), -1);
 }
 
 /* Bytes 0, 1, 2, ... of n. */

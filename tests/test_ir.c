@@ -136,7 +136,7 @@ static void test_core_tables(void)
     static const char *const names[] = {
         "get_rows", "add", "sub", "mul", "div", "scale", "matmul", "layer_norm", "rms_norm",
         "softmax", "gelu", "gelu_erf", "silu", "swiglu", "rope", "reshape", "permute", "slice",
-        "view", "cont", "cast", "concat", "store", "attention", "all_reduce", "argmax"};
+        "view", "cont", "cast", "concat", "store", "attention", "all_reduce", "argmax", "moe"};
     CU_ASSERT_EQUAL(sizeof names / sizeof names[0], GP_OP_COUNT - 1);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         gp_op op = GP_OP_NONE;
@@ -739,6 +739,80 @@ static void test_argmax(void)
     CHECK_ERR(node1(GP_OP_ARGMAX, ids), "argmax: x ('ids') is i32, expected a float tensor");
 }
 
+/* moe(x, router, gate, up, down): node of five inputs (the helper node() takes four). */
+static int moe_node(int x, int r, int gt, int up, int dn, int64_t k, int64_t norm)
+{
+    int ins[5] = {x, r, gt, up, dn};
+    gp_attrs a = {.i = {[GP_MOE_TOP_K] = k, [GP_MOE_NORM] = norm}};
+    return gp_graph_add_node(g, d, GP_OP_MOE, ins, 5, &a, NULL, 0, GP_F32, NULL, here);
+}
+
+static int wt(const char *name, gp_dtype dt, int ndim, int a, int b, int c)
+{
+    return leaf(name, GP_TENSOR_WEIGHT, dt, ndim, a, b, c);
+}
+
+static void test_moe(void)
+{
+    fresh();
+    int x = in("x", GP_F32, 2, SYMT, 64, 0);
+    int r = wt("r", GP_F32, 2, 8, 64, 0), gt = wt("g", GP_Q4_K, 3, 8, 32, 256 - 192);
+    /* a q4_k row needs 256 elements: the gate's [8, 32, 64] cannot be q4_k */
+    CU_ASSERT_EQUAL(gt, -1);
+    fresh();
+    x = in("x", GP_F32, 2, SYMT, 256, 0);
+    r = wt("r", GP_F32, 2, 8, 256, 0);
+    gt = wt("g", GP_Q4_K, 3, 8, 32, 256);
+    int up = wt("u", GP_Q8_0, 3, 8, 32, 256), dn = wt("d", GP_F16, 3, 8, 256, 32);
+    int y = moe_node(x, r, gt, up, dn, 2, GP_MOE_SOFTMAX_NORM);
+    CHECK_OUT(y, GP_TENSOR_INTERMEDIATE, GP_F32);
+    CU_ASSERT(shape_is(y, 2, SYMT, 256));
+    CU_ASSERT_EQUAL(g->nodes[g->n_nodes - 1].attrs.i[GP_MOE_TOP_K], 2);
+    /* top_k out of 1..E, a bad norm, an unknown act */
+    CHECK_ERR(moe_node(x, r, gt, up, dn, 9, 0),
+              "moe: top_k 9, expected 1..8 (the experts of router [8, 256]; at most 64)");
+    fresh();
+    x = in("x", GP_F32, 2, SYMT, 256, 0);
+    r = wt("r", GP_F32, 2, 8, 256, 0);
+    gt = wt("g", GP_F32, 3, 8, 32, 256);
+    up = wt("u", GP_F32, 3, 8, 32, 256);
+    dn = wt("d", GP_F32, 3, 8, 256, 32);
+    CHECK_ERR(moe_node(x, r, gt, up, dn, 0, 0), "moe: top_k 0, expected 1..8");
+    fresh();
+    x = in("x", GP_F32, 2, SYMT, 256, 0);
+    r = wt("r", GP_F32, 2, 8, 256, 0);
+    gt = wt("g", GP_F32, 3, 8, 32, 256);
+    up = wt("u", GP_F32, 3, 8, 32, 256);
+    dn = wt("d", GP_F32, 3, 8, 256, 32);
+    CHECK_ERR(moe_node(x, r, gt, up, dn, 2, 7), "moe: norm 7, expected 0..2");
+    /* mismatched experts: up of 7 experts, down [E, F, H] (gate's layout), the router's H */
+    fresh();
+    x = in("x", GP_F32, 2, SYMT, 256, 0);
+    r = wt("r", GP_F32, 2, 8, 256, 0);
+    gt = wt("g", GP_F32, 3, 8, 32, 256);
+    up = wt("u", GP_F32, 3, 7, 32, 256);
+    dn = wt("d", GP_F32, 3, 8, 256, 32);
+    CHECK_ERR(moe_node(x, r, gt, up, dn, 2, 0),
+              "moe: up [7, 32, 256], expected [8, 32, 256] (E, F, H: router [E, H], gate");
+    fresh();
+    x = in("x", GP_F32, 2, SYMT, 256, 0);
+    r = wt("r", GP_F32, 2, 8, 256, 0);
+    gt = wt("g", GP_F32, 3, 8, 32, 256);
+    dn = wt("d", GP_F32, 3, 8, 32, 256);
+    CHECK_ERR(moe_node(x, r, gt, gt, dn, 2, 0),
+              "moe: down [8, 32, 256], expected [8, 256, 32] (E, H, F: each expert's [H, F]");
+    fresh();
+    x = in("x", GP_F32, 2, SYMT, 256, 0);
+    r = wt("r", GP_F32, 2, 8, 128, 0);
+    gt = wt("g", GP_F32, 3, 8, 32, 256);
+    CHECK_ERR(moe_node(x, r, gt, gt, gt, 2, 0),
+              "moe: router [8, 128], expected [E, 256] (E experts; H the last dim of x)");
+    fresh();
+    x = in("x", GP_F16, 2, SYMT, 256, 0);
+    r = wt("r", GP_F32, 2, 8, 256, 0);
+    CHECK_ERR(moe_node(x, r, r, r, r, 2, 0), "moe: x must be f32 [T, H], got f16 x [T, 256]");
+}
+
 static void test_cast_cont(void)
 {
     fresh();
@@ -1095,6 +1169,7 @@ void gp_suite_ir(void)
     CU_add_test(s, "norms", test_norms);
     CU_add_test(s, "softmax", test_softmax);
     CU_add_test(s, "argmax", test_argmax);
+    CU_add_test(s, "moe: shapes, top_k, norm, mismatched experts", test_moe);
     CU_add_test(s, "rope", test_rope);
     CU_add_test(s, "attention", test_attention);
     CU_add_test(s, "get_rows", test_get_rows);

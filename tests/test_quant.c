@@ -212,8 +212,9 @@ static void test_quantize_exact(void)
  * refused and changes nothing; AUTO picks a supported path, the best in the documented order. */
 static void test_isa_select(void)
 {
-    static const int order[] = {GP_QUANT_ISA_AMX,     GP_QUANT_ISA_VNNI, GP_QUANT_ISA_AVX512,
-                                GP_QUANT_ISA_AVXVNNI, GP_QUANT_ISA_AVX2, GP_QUANT_ISA_PORTABLE};
+    static const int order[] = {GP_QUANT_ISA_AMX,     GP_QUANT_ISA_VNNI,    GP_QUANT_ISA_AVX512,
+                                GP_QUANT_ISA_AVXVNNI, GP_QUANT_ISA_AVX2,    GP_QUANT_ISA_I8MM,
+                                GP_QUANT_ISA_DOTPROD, GP_QUANT_ISA_NEON,    GP_QUANT_ISA_PORTABLE};
     CU_ASSERT(gp_quant_isa_supported(GP_QUANT_ISA_PORTABLE) == 1);
     CU_ASSERT(gp_quant_isa_supported(GP_QUANT_ISA_COUNT) == 0);
     CU_ASSERT(gp_quant_isa_supported(GP_QUANT_ISA_AUTO) == 0);
@@ -238,11 +239,15 @@ static void test_isa_select(void)
     CU_ASSERT(gp_quant_isa_supported(GP_QUANT_ISA_VNNI) <= gp_quant_isa_supported(GP_QUANT_ISA_AVX512));
     CU_ASSERT(gp_quant_isa_supported(GP_QUANT_ISA_AVX512) <= gp_quant_isa_supported(GP_QUANT_ISA_AVX2));
     CU_ASSERT(gp_quant_isa_supported(GP_QUANT_ISA_AVXVNNI) <= gp_quant_isa_supported(GP_QUANT_ISA_AVX2));
+    CU_ASSERT(gp_quant_isa_supported(GP_QUANT_ISA_I8MM) <= gp_quant_isa_supported(GP_QUANT_ISA_DOTPROD));
+    CU_ASSERT(gp_quant_isa_supported(GP_QUANT_ISA_DOTPROD) <= gp_quant_isa_supported(GP_QUANT_ISA_NEON));
+    /* one architecture's paths at most */
+    CU_ASSERT(!(gp_quant_isa_supported(GP_QUANT_ISA_NEON) && gp_quant_isa_supported(GP_QUANT_ISA_AVX2)));
     CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_COUNT) == -1);
     CU_ASSERT(strcmp(gp_quant_isa_name(GP_QUANT_ISA_COUNT), "auto") == 0);
     CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
     int best = 0;
-    while (!gp_quant_isa_supported(order[best])) /* order[5], portable, always is */
+    while (!gp_quant_isa_supported(order[best])) /* the last, portable, always is */
         best++;
     CU_ASSERT(gp_quant_isa() == order[best]);
 }

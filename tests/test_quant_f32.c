@@ -10,6 +10,8 @@
 #include "cpu/cpu_kernels.h"
 #include "cpu/quant.h"
 #include "cpu/quant_f32_internal.h" /* gp_qint_supports, gp_qint_ws_bytes */
+#include "cpu/quant_internal.h"     /* gp_quant_k_scales */
+#include "ir/f16.h"
 #include "tests/testutil.h"
 
 static const gp_dtype types[] = {GP_Q4_0, GP_Q4_1, GP_Q5_0, GP_Q5_1,
@@ -182,20 +184,23 @@ static void test_reference(void)
     CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
 }
 
-/* Rows of a batch and the same rows alone (bits), and the AVX2 and AVX-512 paths against each
- * other (the same documented order: the same bits): on a 32-block K that is not a whole number
- * of 256 columns, on prompt batches of every tail size, and with K = 8448, beyond one column
- * chunk of the prompt path and with a row group (~512 KiB of x) smaller than M. */
+/* Rows of a batch and the same rows alone (bits), and the SIMD paths (AVX2, AVX-512; NEON on
+ * aarch64) against each other (the same documented order: the same bits): on a 32-block K that
+ * is not a whole number of 256 columns, on prompt batches of every tail size, and with K = 8448,
+ * beyond one column chunk of the prompt path and with a row group (~512 KiB of x) smaller than
+ * M. */
 static void test_batches_and_paths(void)
 {
     static const int Ms[] = {4, 5, 6, 7, 8, 13, 24, 25, 49};
+    static const int simd[] = {GP_QUANT_ISA_AVX2, GP_QUANT_ISA_AVX512, GP_QUANT_ISA_NEON};
     for (int c = 0; c < 2 * NTYPES; c++) {
         int t = c % NTYPES, N = 17, cuts[] = {0, N}, big = c >= NTYPES;
         int K = big ? 8448 : gp_dtype_block(types[t]) == 32 ? 288 + 32 : 512, MT = big ? 25 : 49;
         problem p;
         problem_make(&p, types[t], N, K, MT);
         float *prev = NULL;
-        for (int isa = GP_QUANT_ISA_AVX2; isa <= GP_QUANT_ISA_AVX512; isa++) {
+        for (int si = 0; si < 3; si++) {
+            int isa = simd[si];
             if (gp_quant_force_isa(isa) != 0)
                 continue;
             float *y1 = malloc((size_t)MT * p.ldy * sizeof *y1); /* the rows one at a time */
@@ -356,11 +361,134 @@ static void test_amx(void)
     CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
 }
 
-/* The integer paths (cpu/quant_int_x86.h), each the CPU has, forced through gp_quant_force_isa;
- * avx512 (no VNNI) runs the avx2 variant. */
+/* The integer paths (cpu/quant_int_x86.h, cpu/quant_int_neon.h), each the CPU has, forced
+ * through gp_quant_force_isa; avx512 (no VNNI) runs the avx2 variant. */
 static const int int_isas[] = {GP_QUANT_ISA_VNNI, GP_QUANT_ISA_AVXVNNI, GP_QUANT_ISA_AVX2,
-                               GP_QUANT_ISA_AVX512};
-#define NINT 4
+                               GP_QUANT_ISA_AVX512, GP_QUANT_ISA_I8MM, GP_QUANT_ISA_DOTPROD,
+                               GP_QUANT_ISA_NEON};
+#define NINT 7
+
+/* cvtps2dq (and the aarch64 variants' spelling of it): nearest, ties to even; INT_MIN where out
+ * of range or NaN */
+static int32_t cvt_x86(float v)
+{
+    return fabsf(v) < 2147483648.0f ? (int32_t)nearbyintf(v) : INT32_MIN;
+}
+
+/* x's block b of row m as the integer paths quantize it: the two parts, d and the sum of x in
+ * quant_f32_internal.h's tree */
+static void int_emulate_x(const float *x, int8_t *hi, int8_t *lo, float *d, float *sum)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++)
+        amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f, s2 = 254.0f * id;
+    for (int i = 0; i < 32; i++) {
+        int32_t h = cvt_x86(x[i] * id);
+        h = h < -127 ? -127 : h;
+        int32_t l = cvt_x86(fmaf(-(float)h, dd, x[i]) * s2);
+        hi[i] = (int8_t)h;
+        lo[i] = (int8_t)(l < -127 ? -127 : l);
+    }
+    float s16[16], s8[8], s4[4];
+    for (int i = 0; i < 16; i++)
+        s16[i] = x[i] + x[16 + i];
+    for (int i = 0; i < 8; i++)
+        s8[i] = s16[i] + s16[8 + i];
+    for (int i = 0; i < 4; i++)
+        s4[i] = s8[i] + s8[4 + i];
+    *d = dd;
+    *sum = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+static float f16_at(const uint8_t *p)
+{
+    return gp_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
+/* Block g (of 32 elements) of a weight row, from cpu/quant.h's layouts: q - zero (q6_k: q - 32),
+ * the scale d, the offset m (0 where the format has none), q6_k's two int8 scales. */
+static void int_emulate_w(gp_dtype t, const uint8_t *row, int g, int *q, float *d, float *m,
+                          int *sc)
+{
+    size_t bb = gp_dtype_block_bytes(t);
+    *m = 0.0f;
+    if (gp_dtype_block(t) == 32) {
+        const uint8_t *b = row + (size_t)g * bb;
+        int zero = t == GP_Q4_0 ? 8 : t == GP_Q5_0 ? 16 : 0, qs = 0;
+        uint32_t qh = 0;
+        *d = f16_at(b);
+        if (t == GP_Q4_1 || t == GP_Q5_1)
+            *m = f16_at(b + 2);
+        qs = t == GP_Q4_0 ? 2 : t == GP_Q4_1 ? 4 : t == GP_Q5_0 ? 6 : 8;
+        if (t == GP_Q5_0 || t == GP_Q5_1)
+            memcpy(&qh, b + qs - 4, 4);
+        for (int i = 0; i < 32; i++) {
+            if (t == GP_Q8_0)
+                q[i] = (int8_t)b[2 + i];
+            else
+                q[i] = (i < 16 ? b[qs + i] & 15 : b[qs + i - 16] >> 4) + (int)(qh >> i & 1) * 16 -
+                       zero;
+        }
+        return;
+    }
+    const uint8_t *b = row + (size_t)(g / 8) * bb;
+    int j = g % 8;
+    if (t == GP_Q6_K) {
+        *d = f16_at(b + 208);
+        sc[0] = (int8_t)b[192 + 2 * j];
+        sc[1] = (int8_t)b[193 + 2 * j];
+        for (int l = 0; l < 32; l++) {
+            int i = 32 * j + l, h = i / 128, k = i % 128 / 32;
+            q[l] = ((b[64 * h + 32 * (k & 1) + l] >> 4 * (k >> 1) & 15) |
+                    (b[128 + 32 * h + l] >> 2 * k & 3) << 4) - 32;
+        }
+        return;
+    }
+    uint8_t s[8], mn[8];
+    gp_quant_k_scales(b + 4, s, mn);
+    *d = f16_at(b) * (float)s[j];
+    *m = -f16_at(b + 2) * (float)mn[j];
+    const uint8_t *qs = b + (t == GP_Q5_K ? 48 : 16) + 32 * (j >> 1);
+    for (int l = 0; l < 32; l++)
+        q[l] = (qs[l] >> 4 * (j & 1) & 15) | (t == GP_Q5_K ? (b[16 + l] >> j & 1) << 4 : 0);
+}
+
+/*
+ * y[m, n] of the integer paths, computed from their documented arithmetic (cpu/quant_int_x86.h,
+ * cpu/quant_int_neon.h) in scalar C: per block of 32, the exact integer dots of x's parts with
+ * q - zero (q6_k: each group of 16's dot times its scale), f = lo / 254 + hi fused, y += f (d_w
+ * d_x) fused, y += m_w (sum of x) fused for the formats with an offset. Every variant, on x86-64
+ * and on aarch64, must give these bits.
+ */
+static float int_emulate(const problem *p, int m, int n)
+{
+    size_t rb = gp_dtype_row_bytes(p->t, p->K);
+    int has_m = p->t == GP_Q4_1 || p->t == GP_Q5_1 || p->t == GP_Q4_K || p->t == GP_Q5_K;
+    float acc = 0.0f;
+    for (int g = 0; g < p->K / 32; g++) {
+        int8_t hi[32], lo[32];
+        int q[32], sc[2] = {1, 1};
+        float dx, sx, dw, mw;
+        int_emulate_x(p->x + (size_t)m * p->ldx + 32 * g, hi, lo, &dx, &sx);
+        int_emulate_w(p->t, p->w + (size_t)n * rb, g, q, &dw, &mw, sc);
+        int32_t eh = 0, el = 0;
+        for (int h = 0; h < 2; h++) {
+            int32_t gh = 0, gl = 0;
+            for (int i = 16 * h; i < 16 * h + 16; i++) {
+                gh += q[i] * hi[i];
+                gl += q[i] * lo[i];
+            }
+            eh += gh * (p->t == GP_Q6_K ? sc[h] : 1);
+            el += gl * (p->t == GP_Q6_K ? sc[h] : 1);
+        }
+        float f = fmaf((float)el, 1.0f / 254.0f, (float)eh);
+        acc = fmaf(f, dw * dx, acc);
+        if (has_m)
+            acc = fmaf(mw, sx, acc);
+    }
+    return acc;
+}
 
 /* The bound of x's two 8-bit parts on y[m, n]: sum over blocks of (d / 508) sum |w| with d = max |x|
  * / 127 of the block, plus the f32 sum's. */
@@ -392,9 +520,11 @@ static int int_within(const problem *p, int m, int n, float y, double *worst)
 
 /*
  * Every integer path, every format, M > GP_QUANT_WS_MIN_M: within the bound of x's two 8-bit parts
- * (int_within); the same bits for every split of rows (one phase) and of columns (two phases); the
- * same bits on every path (the first one available gives the bits the others must match); the
- * k-quants not taken below GP_QUANT_VNNI_MIN_M rows.
+ * (int_within); bit for bit the scalar emulation of the documented arithmetic (int_emulate: so
+ * the same bits on x86-64 and aarch64); the same bits for every split of rows (one phase: odd
+ * boundaries split SMMLA's pairs of rows) and of columns (two phases); the same bits on every path
+ * (the first one available gives the bits the others must match); the k-quants not taken below
+ * GP_QUANT_VNNI_MIN_M rows.
  */
 static void test_vnni(void)
 {
@@ -423,12 +553,16 @@ static void test_vnni(void)
             void *ws = malloc(wsz);
             float *y = malloc((size_t)70 * p.ldy * sizeof *y), *y2 = malloc((size_t)70 * p.ldy * sizeof *y2);
             float *y0[3] = {NULL, NULL, NULL}; /* the first path's y for each M */
+            float *emu = malloc((size_t)70 * N * sizeof *emu);
+            for (int m = 0; m < 70; m++)
+                for (int n = 0; n < N; n++)
+                    emu[m * N + n] = int_emulate(&p, m, n);
             for (int pi = 0; pi < NINT; pi++) {
                 if (gp_quant_force_isa(int_isas[pi]) != 0)
                     continue;
                 const char *pname = gp_quant_isa_name(int_isas[pi]);
                 for (int mi = 0; mi < 3; mi++) {
-                    int M = Ms[mi], bad = 0, split = 0, pad = 0, other = 0;
+                    int M = Ms[mi], bad = 0, split = 0, pad = 0, other = 0, off = 0;
                     CU_ASSERT(gp_qint_ws_bytes(M, K) <= gp_quant_matmul_ws_bytes(M, K));
                     if (gp_dtype_block(p.t) != 32 && M < GP_QUANT_VNNI_MIN_M) {
                         CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, M, K, ws, wsz));
@@ -441,6 +575,7 @@ static void test_vnni(void)
                     for (int m = 0; m < M; m++) {
                         for (int n = 0; n < N; n++) {
                             bad += !int_within(&p, m, n, y[m * p.ldy + n], &worst);
+                            off += memcmp(&y[m * p.ldy + n], &emu[m * N + n], sizeof *y) != 0;
                             checked++;
                         }
                         for (int n = N; n < p.ldy; n++)
@@ -471,16 +606,18 @@ static void test_vnni(void)
                                                 ws);
                     for (int m = 0; m < M; m++)
                         split += memcmp(y + m * p.ldy, y2 + m * p.ldy, (size_t)N * sizeof *y) != 0;
-                    if (bad || split || pad || other)
+                    if (bad || split || pad || other || off)
                         printf("\n%s %s M %d K %d: %d past the bound, %d rows differ by splits, "
-                               "%d pad, %d rows differ from the first path\n",
-                               tname[t], pname, M, K, bad, split, pad, other);
-                    CU_ASSERT(bad == 0 && split == 0 && pad == 0 && other == 0);
+                               "%d pad, %d rows differ from the first path, %d outputs from the "
+                               "emulation\n",
+                               tname[t], pname, M, K, bad, split, pad, other, off);
+                    CU_ASSERT(bad == 0 && split == 0 && pad == 0 && other == 0 && off == 0);
                 }
                 CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, GP_QUANT_WS_MIN_M, K, ws, wsz));
             }
             for (int mi = 0; mi < 3; mi++)
                 free(y0[mi]);
+            free(emu);
             free(y);
             free(y2);
             free(ws);
@@ -496,14 +633,22 @@ static void test_vnni(void)
  * The integer paths at the edges of their integer ranges, where vpmaddubsw's int16 sums would
  * saturate first: weight bytes all 0xff (q 15, 31, 63, q8_0 -1), all 0x80 (q8_0 -128, q6_k scales
  * -128) or drawn from {0x00, 0x0f, 0x7f, 0x80, 0xf0, 0xff}, block by block; x = +-1 per block all
- * alike or mixed (x's parts +-127 and 0). Every path within the bound and bit for bit the first's.
+ * alike or mixed (x's parts +-127 and 0), and blocks of +-1e-39 (d subnormal, 1 / d infinite: the
+ * conversions out of range). Every path within the bound, bit for bit the first's and the
+ * emulation's.
  */
 static void test_int_extremes(void)
 {
     enum { N = 37, K = 512, M = 9 };
     static const uint8_t pick[] = {0x00, 0x0f, 0x7f, 0x80, 0xf0, 0xff};
     double worst = 0;
-    int checked = 0;
+    int checked = 0, paths = 0;
+    for (int i = 0; i < NINT; i++)
+        paths += gp_quant_isa_supported(int_isas[i]);
+    if (!paths) {
+        printf("(no integer path here: skipped) ");
+        return;
+    }
     for (int t = 0; t < NTYPES; t++) {
         problem p;
         problem_make(&p, types[t], N, K, M);
@@ -527,10 +672,11 @@ static void test_int_extremes(void)
             gp_quant_dequantize_row(p.t, p.w + (size_t)n * rb, p.wf + (size_t)n * K, K);
         for (int m = 0; m < M; m++)
             for (int b = 0; b < K / 32; b++) {
-                uint64_t r = gp_test_rand(&rng) % 3;
+                uint64_t r = gp_test_rand(&rng) % 4;
                 for (int i = 0; i < 32; i++)
                     p.x[(size_t)m * p.ldx + b * 32 + i] =
-                        r == 0 ? 1.0f : r == 1 ? -1.0f : gp_test_rand(&rng) % 2 ? 1.0f : -1.0f;
+                        r == 0 ? 1.0f : r == 1 ? -1.0f : (gp_test_rand(&rng) % 2 ? 1.0f : -1.0f) *
+                                                             (r == 3 ? 1e-39f : 1.0f);
             }
         for (int m = 0; m < M; m++)
             for (int n = 0; n < N; n++) {
@@ -549,12 +695,14 @@ static void test_int_extremes(void)
         for (int pi = 0; pi < NINT; pi++) {
             if (gp_quant_force_isa(int_isas[pi]) != 0)
                 continue;
-            int bad = 0, other = 0;
+            int bad = 0, other = 0, off = 0;
             CU_ASSERT_FATAL(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, M, K, y, p.ldy, ws, wsz,
                                                0, 1) == 1);
             for (int m = 0; m < M; m++)
                 for (int n = 0; n < N; n++) {
+                    float e = int_emulate(&p, m, n);
                     bad += !int_within(&p, m, n, y[m * p.ldy + n], &worst);
+                    off += memcmp(&y[m * p.ldy + n], &e, sizeof e) != 0;
                     checked++;
                 }
             if (!y0) {
@@ -563,10 +711,11 @@ static void test_int_extremes(void)
             }
             for (int m = 0; m < M; m++)
                 other += memcmp(y0 + m * p.ldy, y + m * p.ldy, (size_t)N * sizeof *y) != 0;
-            if (bad || other)
-                printf("\n%s %s extremes: %d past the bound, %d rows differ from the first path\n",
-                       tname[t], gp_quant_isa_name(int_isas[pi]), bad, other);
-            CU_ASSERT(bad == 0 && other == 0);
+            if (bad || other || off)
+                printf("\n%s %s extremes: %d past the bound, %d rows differ from the first path, "
+                       "%d outputs from the emulation\n",
+                       tname[t], gp_quant_isa_name(int_isas[pi]), bad, other, off);
+            CU_ASSERT(bad == 0 && other == 0 && off == 0);
         }
         free(y0);
         free(y);
@@ -579,7 +728,7 @@ static void test_int_extremes(void)
 }
 
 /* The CPU kernels' matmul node on quantized weights: gp_cpu_compute (rows split, one phase) and
- * the backend's two-phase form (gp_cpu_compute_phase) give the same bits for 1 to 3 threads;
+ * the backend's phased form (gp_cpu_compute_phase, two phases) give the same bits for 1 to 3 threads;
  * without the workspace neither takes the amx path. */
 static void test_amx_node(void)
 {
@@ -603,8 +752,8 @@ static void test_amx_node(void)
     CU_ASSERT_EQUAL(wsz, (size_t)gp_quant_matmul_ws_bytes(M, K));
     void *ws = malloc(wsz);
     out = (gp_ktensor){NULL, GP_F32, 2, {M, N}, {p.ldy * 4, 4}};
-    CU_ASSERT(!gp_cpu_two_phase(GP_OP_MATMUL, &out, in, 2, NULL, 0));
-    CU_ASSERT(gp_cpu_two_phase(GP_OP_MATMUL, &out, in, 2, ws, wsz));
+    CU_ASSERT_EQUAL(gp_cpu_phases(GP_OP_MATMUL, &out, in, 2, NULL, 0), 1);
+    CU_ASSERT_EQUAL(gp_cpu_phases(GP_OP_MATMUL, &out, in, 2, ws, wsz), 2);
     int diff = 0, bad = 0;
     for (int nth = 1; nth <= 3; nth++) {
         for (int f = 0; f < 2; f++) {
@@ -616,7 +765,8 @@ static void test_amx_node(void)
             } else {
                 for (int ph = 0; ph < 2; ph++)
                     for (int ith = nth - 1; ith >= 0; ith--)
-                        gp_cpu_compute_phase(GP_OP_MATMUL, &out, in, 2, ws, wsz, ith, nth, ph);
+                        gp_cpu_compute_phase(GP_OP_MATMUL, &at, &out, in, 2, ws, wsz, ith, nth,
+                                             ph);
             }
         }
         for (int m = 0; m < M; m++) {
@@ -637,10 +787,12 @@ void gp_suite_quant_f32(void)
 {
     CU_pSuite s = CU_add_suite("quant_f32", NULL, NULL);
     CU_add_test(s, "every type x path x M x K vs double, order, splits", test_reference);
-    CU_add_test(s, "batches = single rows; avx2 = avx512", test_batches_and_paths);
+    CU_add_test(s, "batches = single rows; the SIMD paths agree", test_batches_and_paths);
     CU_add_test(s, "column ranges", test_ranges);
     CU_add_test(s, "amx prompts vs double, thread counts", test_amx);
     CU_add_test(s, "amx matmul node: one phase = two phases", test_amx_node);
-    CU_add_test(s, "integer paths: within x's quantization bound, splits, paths agree", test_vnni);
-    CU_add_test(s, "integer paths at the int16 edges (maddubs)", test_int_extremes);
+    CU_add_test(s, "integer paths: within x's quantization bound, = emulation, splits, paths agree",
+                test_vnni);
+    CU_add_test(s, "integer paths at the int16 edges (maddubs) and past 1 / d's range",
+                test_int_extremes);
 }

@@ -7,18 +7,20 @@
 #include <sys/stat.h>
 
 #include "dsl/dsl.h"
+#include "family/family.h"
 #include "family/gguf_params.h"
 #include "ir/ir.h"
 #include "planner/csv.h"
 #include "planner/lora_merge.h"
 #include "planner/planner.h"
+#include "tools/compile_fit.h"
 #include "weights/filemap.h"
 
 #ifndef GP_VERSION
 #define GP_VERSION "unknown"
 #endif
 
-enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
+enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2, EXIT_NOFIT = 3 };
 
 typedef enum {
     MODE_CHECK,   /* --check: compile and print a one-line summary */
@@ -40,6 +42,9 @@ typedef struct {
     int lora_merge;            /* --lora-merge: the graph's LoRA merge graph instead of the graph */
     int backend_set;           /* --backend was given */
     int allow_unused;          /* --allow-unused: a --gguf file's tensors need not all be used */
+    int64_t budget;            /* --memory DEV=SIZE: bytes the plan must fit on DEV; 0: none */
+    char budget_dev[8];        /* "cpu" or "cuda" */
+    int fit;                   /* --fit: the largest context (or n_seq) within the budget */
 } options;
 
 static void usage(FILE *out)
@@ -96,12 +101,22 @@ static void usage(FILE *out)
             "                      plan serves both; cpu leaves out cuBLAS's 32 MiB workspace)\n"
             "  --capacity BYTES    with --buffers: the answer must fit in BYTES (exit status 3\n"
             "                      when no fit is found in time); without it, minimize\n"
+            "  --memory DEV=SIZE   the plan must fit SIZE on DEV (cpu or cuda; SIZE in B, KiB,\n"
+            "                      MiB, GiB or TiB): its weights, state (KV cache), arena, io\n"
+            "                      and extras; one that does not is refused with its figures\n"
+            "                      (exit status 3); the CUDA runtime's context comes on top.\n"
+            "                      Sets --backend DEV. Layers are not placed on the host yet\n"
+            "  --fit               with --memory: print the largest context (the family's\n"
+            "                      context parameter, at most its value here) whose plan fits,\n"
+            "                      or with -D n_seq=N the largest n_seq (with -D kv_pool=P the\n"
+            "                      largest kv_pool); -o is optional and writes that plan\n"
             "\n"
             "  -h, --help          print this help and exit\n"
             "  --version           print the version and exit\n"
             "\n"
             "exit status: 0 success, 1 bad input (errors are printed as FILE:LINE:COL: error:\n"
-            "MESSAGE), 2 bad usage, 3 no placement within --capacity found in time\n");
+            "MESSAGE), 2 bad usage, 3 no placement within --capacity found in time, or a plan\n"
+            "larger than --memory\n");
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -256,6 +271,14 @@ static int parse_args(int argc, char **argv, options *o)
             if (!next || parse_int(next, 1, INT64_MAX, &o->capacity) != 0)
                 return usage_error("%s needs a positive number of bytes", a);
             i++;
+        } else if (strcmp(a, "--memory") == 0) {
+            char err[256];
+            if (!next || fit_parse_budget(next, o->budget_dev, sizeof o->budget_dev, &o->budget,
+                                          err, sizeof err) != 0)
+                return usage_error("--memory: %s", next ? err : "needs DEVICE=SIZE (cuda=8GiB)");
+            i++;
+        } else if (strcmp(a, "--fit") == 0) {
+            o->fit = 1;
         } else if (a[0] == '-') {
             return usage_error("unknown option '%s'", a);
         } else if (!have_mode) {
@@ -269,7 +292,19 @@ static int parse_args(int argc, char **argv, options *o)
     if (!have_mode)
         return usage_error("%s", "no input given (FILE -o PLAN, --check FILE, --emit-ir FILE "
                                  "or --buffers CSV)");
-    if ((o->mode == MODE_PLAN || o->mode == MODE_BUFFERS) && !o->output)
+    if (o->fit && !o->budget)
+        return usage_error("%s", "--fit needs --memory DEV=SIZE");
+    if (o->budget && (o->mode != MODE_PLAN || o->plan.n_devices > 1 || o->lora_merge))
+        return usage_error("%s", "--memory applies to planning FILE for one device (no --check, "
+                                 "--emit-ir, --buffers, --devices or --lora-merge)");
+    if (o->budget) {
+        unsigned want = GP_BACKEND_BIT(strcmp(o->budget_dev, "cuda") == 0 ? GP_BACKEND_CUDA
+                                                                          : GP_BACKEND_CPU);
+        if (o->backend_set && o->plan.backends != want)
+            return usage_error("--memory %s=...: --backend must be that device", o->budget_dev);
+        o->plan.backends = want;
+    }
+    if ((o->mode == MODE_PLAN || o->mode == MODE_BUFFERS) && !o->output && !o->fit)
         return usage_error("%s", "-o FILE is required to plan");
     if (o->mode != MODE_BUFFERS && o->capacity)
         return usage_error("%s", "--capacity applies to --buffers only");
@@ -299,6 +334,22 @@ static void print_summary(const gp_graph *g, const char *params)
            (long long)weight_bytes);
 }
 
+/* 1 (after saying so on stderr) when p is larger than --memory's budget. */
+static int over_budget(const gp_plan *p, const options *o, const char *what)
+{
+    fit_bytes b;
+    fit_bytes_of(p, &b);
+    if (!o->budget || b.total <= o->budget)
+        return 0;
+    char h[2][32];
+    fprintf(stderr, "gplan-compile: %s: the plan%s needs %s on %s (", o->input, what,
+            gp_plan_bytes_text(b.total, h[0], sizeof h[0]), o->budget_dev);
+    fit_bytes_print(&b, stderr);
+    fprintf(stderr, "), more than --memory's %s; placing layers on the host is not implemented\n",
+            gp_plan_bytes_text(o->budget, h[1], sizeof h[1]));
+    return 1;
+}
+
 /* Plans g and writes the plan file; the summary goes to stdout. */
 static int plan_and_write(const gp_graph *g, const options *o, gp_diag *d)
 {
@@ -307,7 +358,9 @@ static int plan_and_write(const gp_graph *g, const options *o, gp_diag *d)
         return EXIT_INPUT;
     char err[512];
     int rc = EXIT_OK;
-    if (gp_plan_write(p, o->output, err, sizeof err) != 0) {
+    if (over_budget(p, o, "")) {
+        rc = EXIT_NOFIT;
+    } else if (gp_plan_write(p, o->output, err, sizeof err) != 0) {
         fprintf(stderr, "gplan-compile: %s\n", err);
         rc = EXIT_INPUT;
     } else {
@@ -315,6 +368,118 @@ static int plan_and_write(const gp_graph *g, const options *o, gp_diag *d)
         gp_plan_summary_print(p, stdout);
     }
     gp_plan_free(p);
+    return rc;
+}
+
+/* --fit's plans: the graph compiled again with one more -D, planned by the heuristics alone (the
+ * final plan's search only lowers the arena, so what fits here fits there). */
+typedef struct {
+    const options *o;
+    gp_dsl_opts dopts;
+    const char **defines; /* o's, then one more */
+    const char *param;
+} fit_ctx;
+
+static int fit_build(void *vc, int64_t v, gp_plan **out, char *err, size_t n)
+{
+    fit_ctx *c = vc;
+    char def[128];
+    snprintf(def, sizeof def, "%s=%lld", c->param, (long long)v);
+    c->defines[c->o->n_defines] = def;
+    gp_dsl_opts dopts = c->dopts;
+    dopts.defines = c->defines;
+    dopts.n_defines = c->o->n_defines + 1;
+    dopts.params_out = NULL;
+    gp_plan_opts po = c->o->plan;
+    po.strategy = GP_STRATEGY_GREEDY;
+    gp_diag *d = gp_diag_new(NULL);
+    gp_graph *g = d ? gp_dsl_compile_file(c->o->input, &dopts, d) : NULL;
+    int rc = g && gp_plan_build(g, &po, out, d) == 0 ? 0 : -1;
+    if (rc) {
+        const char *t = d ? gp_diag_text(d) : "out of memory";
+        snprintf(err, n, "%s: with %s: %.*s", c->o->input, def, (int)strcspn(t, "\n"), t);
+    }
+    gp_graph_free(g);
+    gp_diag_free(d);
+    return rc;
+}
+
+/* The value of parameter name in gp_dsl's "k=v k=v" text; -1 when absent or not an integer. */
+static int64_t param_value(const char *params, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = params; p && *p; p += strcspn(p, " "), p += *p == ' ') {
+        if (strncmp(p, name, n) == 0 && p[n] == '=') {
+            char *end;
+            long long v = strtoll(p + n + 1, &end, 10);
+            return end != p + n + 1 && (*end == ' ' || !*end) ? v : -1;
+        }
+    }
+    return -1;
+}
+
+/* --fit: the parameter to grow (kv_pool, n_seq or the family's context), the largest value whose
+ * plan fits, printed; with -o, that plan written. */
+static int fit_main(const gp_graph *g, const char *params, options *o, gp_dsl_opts *dopts,
+                    gp_diag *d)
+{
+    const gp_family *fam = gp_family_by_name(g->name);
+    int64_t n_seq = param_value(params, "n_seq"), hi = 0;
+    fit_ctx c = {o, *dopts, NULL, NULL};
+    if (n_seq > 0) {
+        c.param = param_value(params, "kv_pool") > 0 ? "kv_pool" : "n_seq";
+    } else if (fam && fam->ctx_param && (hi = param_value(params, fam->ctx_param)) > 0) {
+        c.param = fam->ctx_param;
+    } else {
+        fprintf(stderr,
+                "gplan-compile: %s: --fit grows the context parameter of a known family's graph, "
+                "or n_seq (-D n_seq=N); graph '%s' has neither\n",
+                o->input, g->name);
+        return EXIT_INPUT;
+    }
+    c.defines = calloc((size_t)o->n_defines + 1, sizeof *c.defines);
+    if (!c.defines) {
+        fprintf(stderr, "gplan-compile: out of memory\n");
+        return EXIT_INPUT;
+    }
+    memcpy(c.defines, o->defines, (size_t)o->n_defines * sizeof *c.defines);
+    int64_t best = 0;
+    fit_bytes b;
+    char err[1024], h[2][32];
+    int r = fit_search(fit_build, &c, hi, o->budget, &best, &b, err, sizeof err);
+    int rc = EXIT_OK;
+    if (r < 0) {
+        fprintf(stderr, "gplan-compile: %s\n", err);
+        rc = EXIT_INPUT;
+    } else if (r == 0) {
+        fprintf(stderr, "gplan-compile: %s: even %s=1 needs %s on %s (", o->input, c.param,
+                gp_plan_bytes_text(b.total, h[0], sizeof h[0]), o->budget_dev);
+        fit_bytes_print(&b, stderr);
+        fprintf(stderr, "), more than --memory's %s; placing layers on the host is not "
+                        "implemented\n", gp_plan_bytes_text(o->budget, h[1], sizeof h[1]));
+        rc = EXIT_NOFIT;
+    } else {
+        printf("fit: %s=%s: %s=%lld", o->budget_dev,
+               gp_plan_bytes_text(o->budget, h[0], sizeof h[0]), c.param, (long long)best);
+        if (hi > 0)
+            printf(" (of %lld)", (long long)hi);
+        printf(" needs %s: ", gp_plan_bytes_text(b.total, h[1], sizeof h[1]));
+        fit_bytes_print(&b, stdout);
+        printf("\nplacement: every layer on %s\n", o->budget_dev);
+    }
+    if (rc == EXIT_OK && o->output) {
+        char def[128];
+        snprintf(def, sizeof def, "%s=%lld", c.param, (long long)best);
+        c.defines[o->n_defines] = def;
+        gp_dsl_opts dd = *dopts;
+        dd.defines = c.defines;
+        dd.n_defines = o->n_defines + 1;
+        dd.params_out = NULL;
+        gp_graph *fg = gp_dsl_compile_file(o->input, &dd, d);
+        rc = fg ? plan_and_write(fg, o, d) : EXIT_INPUT;
+        gp_graph_free(fg);
+    }
+    free(c.defines);
     return rc;
 }
 
@@ -385,8 +550,6 @@ int main(int argc, char **argv)
         gp_graph_free(g);
         g = NULL;
     }
-    gp_gguf_weights_close(&gw);
-    gp_gguf_params_free(&gparams);
     if (g && o.lora_merge) {
         gp_graph *mg = gp_lora_merge_graph(g, d);
         gp_graph_free(g);
@@ -397,7 +560,9 @@ int main(int argc, char **argv)
         switch (o.mode) {
         case MODE_CHECK: print_summary(g, params); break;
         case MODE_EMIT_IR: gp_graph_print(g, stdout); break;
-        case MODE_PLAN: rc = plan_and_write(g, &o, d); break;
+        case MODE_PLAN:
+            rc = o.fit ? fit_main(g, params, &o, &dopts, d) : plan_and_write(g, &o, d);
+            break;
         case MODE_BUFFERS: break; /* handled before compiling */
         }
     }
@@ -407,6 +572,8 @@ int main(int argc, char **argv)
     }
     free(params);
     gp_graph_free(g);
+    gp_gguf_weights_close(&gw);
+    gp_gguf_params_free(&gparams);
     gp_diag_free(d);
     free(o.defines);
     return rc;

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Name stems without ".weight" / ".bias"; '#' stands for a layer number. */
+/* Name stems without ".weight" / ".bias"; '#' stands for a number (the layer; then an expert's
+ * index in llama.cpp's old per-expert Mixtral names), taken in order; '*' is itself, a stacked
+ * weight's (weights/weights.h): the merged ffn_*_exps tensors hold every expert. */
 typedef struct {
     const char *gguf;
     const char *hf;
@@ -27,6 +29,23 @@ static const alias llama_names[] = {
     {"blk.#.ffn_gate", "model.layers.#.mlp.gate_proj"},
     {"blk.#.ffn_up", "model.layers.#.mlp.up_proj"},
     {"blk.#.ffn_down", "model.layers.#.mlp.down_proj"},
+    /* Mixtral (arch llama with experts): the router, the merged experts and the older files'
+     * experts one by one (w1 gate, w3 up, w2 down) */
+    {"blk.#.ffn_gate_inp", "model.layers.#.block_sparse_moe.gate"},
+    {"blk.#.ffn_gate_exps", "model.layers.#.block_sparse_moe.experts.*.w1"},
+    {"blk.#.ffn_up_exps", "model.layers.#.block_sparse_moe.experts.*.w3"},
+    {"blk.#.ffn_down_exps", "model.layers.#.block_sparse_moe.experts.*.w2"},
+    {"blk.#.ffn_gate.#", "model.layers.#.block_sparse_moe.experts.#.w1"},
+    {"blk.#.ffn_up.#", "model.layers.#.block_sparse_moe.experts.#.w3"},
+    {"blk.#.ffn_down.#", "model.layers.#.block_sparse_moe.experts.#.w2"},
+};
+
+/* Qwen3-MoE: llama's names (and qwen3's q and k norms) but for the router and the experts. */
+static const alias qwen3moe_names[] = {
+    {"blk.#.ffn_gate_inp", "model.layers.#.mlp.gate"},
+    {"blk.#.ffn_gate_exps", "model.layers.#.mlp.experts.*.gate_proj"},
+    {"blk.#.ffn_up_exps", "model.layers.#.mlp.experts.*.up_proj"},
+    {"blk.#.ffn_down_exps", "model.layers.#.mlp.experts.*.down_proj"},
 };
 
 static const alias gpt2_names[] = {
@@ -77,6 +96,7 @@ static const struct {
     {"gemma2", TABLE(gemma_names), 1},
     {"gemma3", TABLE(gemma_names), 1},
     {"phi3", TABLE(phi3_names), 0},
+    {"qwen3moe", TABLE(qwen3moe_names), 1},
 };
 
 /* The tables of arch, searched in order: its own (and llama's after it where then_llama), or
@@ -108,13 +128,14 @@ static long stem_len(const char *name)
     return -1;
 }
 
-/* Whether stem[len] matches pat; '#' takes a decimal number without leading zeros (at most 9
- * digits), returned in num[nlen]. */
-static int match(const char *pat, const char *stem, long len, const char **num, long *nlen)
+#define MAX_NUMS 2 /* numbers in one name: the layer, an expert */
+
+/* Whether stem[len] matches pat; each '#' takes a decimal number without leading zeros (at most 9
+ * digits), returned in order in num[k], nlen[k] (*n of them). */
+static int match(const char *pat, const char *stem, long len, const char **num, long *nlen, int *n)
 {
     long i = 0;
-    *num = NULL;
-    *nlen = 0;
+    *n = 0;
     for (; *pat; pat++) {
         if (*pat != '#') {
             if (i >= len || stem[i] != *pat)
@@ -125,10 +146,11 @@ static int match(const char *pat, const char *stem, long len, const char **num, 
         long start = i;
         while (i < len && stem[i] >= '0' && stem[i] <= '9')
             i++;
-        if (i == start || i - start > 9 || (stem[start] == '0' && i - start > 1))
+        if (i == start || i - start > 9 || (stem[start] == '0' && i - start > 1) ||
+            *n == MAX_NUMS)
             return 0;
-        *num = stem + start;
-        *nlen = i - start;
+        num[*n] = stem + start;
+        nlen[(*n)++] = i - start;
     }
     return i == len;
 }
@@ -144,16 +166,25 @@ static int translate(const char *arch, const char *name, int to_hf, char *out, s
     for (int t = 0; t < n_tabs; t++)
     for (size_t k = 0; k < counts[t]; k++) {
         const alias *tab = tabs[t];
-        const char *num;
-        long nlen;
-        if (!match(to_hf ? tab[k].gguf : tab[k].hf, name, len, &num, &nlen))
+        const char *num[MAX_NUMS];
+        long nlen[MAX_NUMS];
+        int nums;
+        if (!match(to_hf ? tab[k].gguf : tab[k].hf, name, len, num, nlen, &nums))
             continue;
-        const char *to = to_hf ? tab[k].hf : tab[k].gguf;
-        const char *hash = strchr(to, '#');
-        int w = hash ? snprintf(out, n, "%.*s%.*s%s%s", (int)(hash - to), to, (int)nlen, num,
-                                hash + 1, name + len)
-                     : snprintf(out, n, "%s%s", to, name + len);
-        return w >= 0 && (size_t)w < n ? 0 : -1;
+        /* The numbers into the other name's '#'s, in order. */
+        size_t at = 0;
+        int used = 0;
+        for (const char *to = to_hf ? tab[k].hf : tab[k].gguf; *to; to++) {
+            int w = *to == '#' && used < nums
+                        ? snprintf(out + at, n - at, "%.*s", (int)nlen[used], num[used])
+                        : snprintf(out + at, n - at, "%c", *to);
+            used += *to == '#';
+            if (w < 0 || (size_t)w >= n - at)
+                return -1;
+            at += (size_t)w;
+        }
+        int w = snprintf(out + at, n - at, "%s", name + len);
+        return used == nums && w >= 0 && (size_t)w < n - at ? 0 : -1;
     }
     return -1;
 }

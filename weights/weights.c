@@ -352,6 +352,64 @@ const gp_st_tensor *gp_weights_find(const gp_weights *w, const char *name)
     return t;
 }
 
+/* ---- stacked weights: dim 0 held as one tensor per index ---- */
+
+int gp_weights_is_stacked(const char *name)
+{
+    return name && strchr(name, '*') != NULL;
+}
+
+/* name with its '*' replaced by e, into out[cap]; -1 when it does not fit. */
+static int slice_name(const char *name, int64_t e, char *out, size_t cap)
+{
+    const char *star = strchr(name, '*');
+    int k = snprintf(out, cap, "%.*s%lld%s", (int)(star - name), name, (long long)e, star + 1);
+    return k >= 0 && (size_t)k < cap ? 0 : -1;
+}
+
+const gp_st_tensor *gp_weights_slice(const gp_weights *w, const char *name, int64_t e)
+{
+    char part[512];
+    if (!gp_weights_is_stacked(name) || e < 0 || slice_name(name, e, part, sizeof part))
+        return NULL;
+    return gp_weights_find(w, part);
+}
+
+int gp_weights_parts(const gp_weights *w, const char *name, int64_t n, const gp_st_tensor **parts,
+                     char *missing, size_t cap)
+{
+    if (missing && cap)
+        missing[0] = '\0';
+    const gp_st_tensor *t = gp_weights_find(w, name);
+    if (t) {
+        parts[0] = t;
+        return 1;
+    }
+    if (!gp_weights_is_stacked(name) || n < 1 || n > INT32_MAX) {
+        gp_errf(missing, cap, "%s", name);
+        return 0;
+    }
+    for (int64_t e = 0; e < n; e++)
+        if (!(parts[e] = gp_weights_slice(w, name, e))) {
+            char part[512];
+            if (slice_name(name, e, part, sizeof part))
+                snprintf(part, sizeof part, "%s", name);
+            gp_errf(missing, cap, "%s", part);
+            return 0;
+        }
+    return (int)n;
+}
+
+int gp_weights_parts_adjacent(const gp_st_tensor *const *parts, int64_t n)
+{
+    for (int64_t e = 1; e < n; e++)
+        if (parts[e]->dtype != parts[0]->dtype || parts[e]->nbytes != parts[0]->nbytes ||
+            (const char *)parts[e]->data !=
+                (const char *)parts[0]->data + (size_t)e * parts[0]->nbytes)
+            return 0;
+    return 1;
+}
+
 /* ---- checking declarations ---- */
 
 static int is_float(gp_dtype t)
@@ -392,6 +450,59 @@ static void add_line(char *err, size_t errlen, size_t *at, const char *fmt, ...)
         *at = *at + (size_t)k < errlen ? *at + (size_t)k : errlen - 1;
 }
 
+/* A stacked declaration d [n, ...] whose name no tensor has: its n slices must exist with the
+ * shape [...] in one dtype the plan's converts from. A GGUF file's must lie one after the
+ * other in the file in the plan's dtype (they are mapped in place as one tensor, never copied:
+ * only llama.cpp's old Mixtral files hold experts one by one). Returns 1 when the slices are
+ * fine but must be copied into one buffer, 0 when they map in place or on a problem (line set). */
+static int check_stacked(const gp_weights *w, const gp_weight_decl *d, char *line, size_t cap)
+{
+    int64_t n = d->shape[0];
+    const gp_st_tensor **parts = malloc((size_t)(n > 0 ? n : 1) * sizeof *parts);
+    char missing[512], want[128], have[128];
+    int copy = 0;
+    if (!parts) {
+        snprintf(line, cap, "weights: \"%s\": out of memory", d->name);
+        return 0;
+    }
+    fmt_shape(want, sizeof want, d->ndim - 1, d->shape + 1);
+    if (!gp_weights_parts(w, d->name, n, parts, missing, sizeof missing)) {
+        snprintf(line, cap, "weights: missing tensor \"%s\" (the stacked \"%s\" is one tensor "
+                 "or %lld, '*' standing for the index)", missing, d->name, (long long)n);
+        goto out;
+    }
+    for (int64_t e = 0; e < n; e++) {
+        const gp_st_tensor *t = parts[e];
+        int same = t->ndim == d->ndim - 1;
+        for (int k = 0; k + 1 < d->ndim && same; k++)
+            same = t->shape[k] == d->shape[k + 1];
+        if (!same || !t->supported || !convertible(t->dtype, d->dtype) ||
+            t->dtype != parts[0]->dtype) {
+            fmt_shape(have, sizeof have, t->ndim < GP_MAX_DIMS ? t->ndim : GP_MAX_DIMS, t->shape);
+            snprintf(line, cap,
+                     "weights: \"%s\" (slice %lld of \"%s\"): expected shape %s %s, file has "
+                     "%s %s", t->name, (long long)e, d->name, want,
+                     e ? gp_dtype_name(parts[0]->dtype) : gp_dtype_name(d->dtype), have,
+                     t->supported ? gp_dtype_name(t->dtype) : t->file_dtype);
+            goto out;
+        }
+    }
+    copy = !gp_weights_parts_adjacent(parts, n) || parts[0]->dtype != d->dtype;
+    if (copy && w->gguf) {
+        snprintf(line, cap,
+                 "weights: \"%s\": the file holds its %lld slices as separate tensors (%s, ...) "
+                 "%s; gplan maps a GGUF file's experts in place only: convert the model again "
+                 "with a current llama.cpp, which merges them (ffn_*_exps)", d->name,
+                 (long long)n, parts[0]->name,
+                 parts[0]->dtype != d->dtype ? "of another dtype than the plan's"
+                                             : "that are not adjacent in the file");
+        copy = 0;
+    }
+out:
+    free(parts);
+    return copy;
+}
+
 int gp_weights_check(const gp_weights *w, const gp_weight_decl *decls, int n,
                      unsigned char *convert, char *err, size_t errlen)
 {
@@ -411,7 +522,10 @@ int gp_weights_check(const gp_weights *w, const gp_weight_decl *decls, int n,
         } else {
             const gp_st_tensor *t = gp_weights_find(w, d->name);
             fmt_shape(want, sizeof want, d->ndim, d->shape);
-            if (!t) {
+            if (!t && gp_weights_is_stacked(d->name) && d->ndim >= 2) {
+                if (check_stacked(w, d, line, sizeof line) && convert)
+                    convert[i] = 1; /* read slice by slice into one buffer */
+            } else if (!t) {
                 snprintf(line, sizeof line, "weights: missing tensor \"%s\"", d->name);
             } else if (t->ndim > GP_MAX_DIMS) {
                 snprintf(line, sizeof line,

@@ -45,13 +45,29 @@ typedef struct {
 
 /* Checks every declaration: the tensor exists, has the same shape, and its dtype is the same or one
  * gp_weights_read converts (f32, f16, bf16 among themselves; a quantized tensor only as itself). Extra tensors in the checkpoint are
- * fine. convert, when not NULL, is [n]: set to 1 where the file dtype differs and reading converts.
+ * fine. convert, when not NULL, is [n]: set to 1 where the file dtype differs and reading converts,
+ * or where a stacked weight's slices must be copied into one buffer (not adjacent in memory).
  * Returns the number of problems (0: all good). err gets one line per problem, e.g.
  *   weights: missing tensor "transformer.h.3.attn.c_attn.weight"
  *   weights: "transformer.wte.weight": expected shape [50257, 768] f32, file has [50257, 512] f32
  * up to GP_WEIGHTS_MAX_REPORTED, then "weights: ... and K more problems". */
 int gp_weights_check(const gp_weights *w, const gp_weight_decl *decls, int n,
                      unsigned char *convert, char *err, size_t errlen);
+
+/* Stacked weights: a weight name holding '*' (the experts of a mixture of experts,
+ * "model.layers.3.mlp.experts.*.gate_proj.weight" [E, F, H]) is one tensor of that name (a GGUF
+ * file's merged blk.3.ffn_gate_exps through its alias), or else its dim 0 as n tensors, '*'
+ * replaced by 0 .. n - 1, each of the rest of the shape. gp_weights_check checks either form. */
+int gp_weights_is_stacked(const char *name);
+/* Slice e of stacked weight `name` (the name with '*' replaced by e), or NULL. */
+const gp_st_tensor *gp_weights_slice(const gp_weights *w, const char *name, int64_t e);
+/* The tensors of weight `name` (dim 0 of n): parts[0] the one tensor (returns 1), or a stacked
+ * name's n slices into parts[n] (returns n); 0 when one is absent, its name in missing[cap]. */
+int gp_weights_parts(const gp_weights *w, const char *name, int64_t n, const gp_st_tensor **parts,
+                     char *missing, size_t cap);
+/* 1 when the n parts have one dtype and size and lie one after another in memory (then
+ * parts[0]->data is the stacked tensor, in place). */
+int gp_weights_parts_adjacent(const gp_st_tensor *const *parts, int64_t n);
 
 /* Copies a tensor into dst ([numel] of dtype, dst_bytes long), converting between f32, f16 and bf16
  * (round to nearest even); i32 only to i32; a quantized tensor only into its own dtype (its

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Builds the Hugging Face parity fixtures: tiny random GPT2LMHeadModel, LlamaForCausalLM (plain and
 with Llama 3 rope scaling), Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM,
-Phi3ForCausalLM, Gemma2ForCausalLM and Gemma3ForCausalLM checkpoints
+Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Qwen3MoeForCausalLM and
+MixtralForCausalLM checkpoints
 saved with save_pretrained, and what transformers computes for them (a prompt, 32
 greedy tokens and the logits of every step). Needs torch and transformers (run it where they are).
 
@@ -43,9 +44,10 @@ import transformers
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
                           GPT2Config, GPT2LMHeadModel,
                           LlamaConfig, LlamaForCausalLM,
-                          MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM,
+                          MistralConfig, MistralForCausalLM, MixtralConfig, MixtralForCausalLM,
+                          Phi3Config, Phi3ForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+                          Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 TOL_FP32 = 1e-4
 
@@ -140,6 +142,38 @@ def qwen3_config(**over):
               tie_word_embeddings=False, attention_bias=False, use_sliding_window=False)
     kw.update(over)
     return rope_cfg(Qwen3Config, kw)
+
+
+# The mixtures of experts: 8 experts of 32, 2 a token, on the families' 64-wide block. The
+# routing's margins (the k-th against the next probability) are recorded in fixture.json and
+# must be clear of ties, whose order torch.topk leaves unspecified.
+MOE_COMMON = dict(DECODER_COMMON, head_dim=16, rms_norm_eps=5e-3, tie_word_embeddings=False,
+                  num_experts_per_tok=2)
+
+
+def moe_eager(cfg):
+    """The experts' loop as the modeling file writes it (one expert at a time; runs in float64
+    too, which the grouped-product implementation does not)."""
+    cfg._experts_implementation = "eager"
+    return cfg
+
+
+def qwen3moe_config(**over):
+    # Qwen3-MoE: qwen3's q and k norms, every layer MoE (decoder_sparse_step 1, no
+    # mlp_only_layers), the top 2 renormalised (norm_topk_prob, as Qwen3-30B-A3B).
+    kw = dict(MOE_COMMON, rope_theta=1000000.0, num_experts=8, moe_intermediate_size=32,
+              norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+              attention_bias=False, use_sliding_window=False)
+    kw.update(over)
+    return moe_eager(rope_cfg(Qwen3MoeConfig, kw))
+
+
+def mixtral_config(**over):
+    # Mixtral: mistral's attention (no window, as Mixtral-8x7B), experts of intermediate_size.
+    kw = dict(MOE_COMMON, rope_theta=1000000.0, num_local_experts=8, intermediate_size=32,
+              sliding_window=None, router_jitter_noise=0.0)
+    kw.update(over)
+    return moe_eager(rope_cfg(MixtralConfig, kw))
 
 
 def llama3_config(**over):
@@ -246,6 +280,8 @@ FAMILIES = {
     "qwen3": (qwen3_config, Qwen3ForCausalLM),
     "llama3": (llama3_config, LlamaForCausalLM),
     "mistral": (mistral_config, MistralForCausalLM),
+    "qwen3moe": (qwen3moe_config, Qwen3MoeForCausalLM),
+    "mixtral": (mixtral_config, MixtralForCausalLM),
 }
 
 
@@ -274,6 +310,9 @@ def randomise(model, seed, emb_std):
                 fan_in = p.shape[0] if conv1d else p.shape[1]
                 gain = 4.0 if name.startswith("lm_head") else 1.5
                 v = gain / math.sqrt(fan_in) * r
+            elif p.ndim == 3 and ".experts." in name:
+                # a mixture's experts stacked [E, out, in] (gate_up_proj, down_proj)
+                v = 1.5 / math.sqrt(p.shape[2]) * r
             else:
                 raise SystemExit(f"make_fixtures: no rule for parameter {name} {tuple(p.shape)}")
             p.copy_(v.to(p.dtype))
@@ -391,6 +430,11 @@ def check_config_values(kind, model, cfg_kw):
     if "rms_norm_eps" in cfg_kw:
         eps = model.model.norm.variance_epsilon
         assert abs(eps - cfg_kw["rms_norm_eps"]) < 1e-12, eps
+    if "moe" in cfg_kw:
+        n_exp, k, norm = cfg_kw["moe"]
+        for r in routers(model):
+            assert r.weight.shape[0] == n_exp and r.top_k == k, (r.weight.shape, r.top_k)
+            assert getattr(r, "norm_topk_prob", True) == norm
     tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     assert tied == cfg_kw["tie_word_embeddings"], tied
 
@@ -409,6 +453,8 @@ FIXTURES = [
     ("phi3", "phi3", 3141, 9, None),
     ("gemma2", "gemma2", 2718, 9, None),
     ("gemma3", "gemma3", 2025, 9, None),
+    ("qwen3moe", "qwen3moe", 4242, 9, None),
+    ("mixtral", "mixtral", 8787, 9, None),
 ]
 
 SENSITIVITY = {
@@ -453,7 +499,27 @@ SENSITIVITY = {
              ("rms_norm_eps=1e-6", dict(rms_norm_eps=1e-6))],
     "mistral": [("sliding_window=None (full attention)", dict(sliding_window=None)),
                 ("sliding_window=6", dict(sliding_window=6))],
+    "qwen3moe": [("norm_topk_prob=False", dict(norm_topk_prob=False)),
+                 ("num_experts_per_tok=1", dict(num_experts_per_tok=1)),
+                 ("num_experts_per_tok=3", dict(num_experts_per_tok=3)),
+                 ("router rows of experts 0 and 1 swapped",
+                  lambda sd: swap_rows(sd, ".gate.weight", 0, 1)),
+                 ("q_norm and k_norm weights 1", lambda sd: ones(sd, ("q_norm.weight",
+                                                                      "k_norm.weight")))],
+    "mixtral": [("num_experts_per_tok=1", dict(num_experts_per_tok=1)),
+                ("num_experts_per_tok=3", dict(num_experts_per_tok=3)),
+                ("router rows of experts 0 and 1 swapped",
+                 lambda sd: swap_rows(sd, ".gate.weight", 0, 1))],
 }
+
+
+def swap_rows(sd, suffix, i, j):
+    """Rows i and j of every router (in the model's names: mlp.gate.weight in transformers 5)."""
+    for k in sd:
+        if k.endswith(suffix):
+            w = sd[k].clone()
+            w[[i, j]] = w[[j, i]]
+            sd[k] = w
 
 
 def zero(sd, suffixes):
@@ -484,7 +550,44 @@ CLAIMED = {
     "gemma2": dict(rope_theta=10000.0, tie_word_embeddings=True, sliding_window=4),
     "gemma3": dict(gemma3_rope=(50000.0, 4.0, 1000.0), rms_norm_eps=5e-3, tie_word_embeddings=True,
                    sliding_window=4),
+    "qwen3moe": dict(rope_theta=1000000.0, rms_norm_eps=5e-3, tie_word_embeddings=False,
+                     moe=(8, 2, True)),
+    "mixtral": dict(rope_theta=1000000.0, rms_norm_eps=5e-3, tie_word_embeddings=False,
+                    moe=(8, 2, True)),
 }
+
+
+def routers(model):
+    """The router module of each layer (Qwen3-MoE's mlp.gate, Mixtral's block_sparse_moe.gate)."""
+    out = []
+    for layer in model.model.layers:
+        block = getattr(layer, "mlp", None) or getattr(layer, "block_sparse_moe")
+        out.append(block.gate)
+    return out
+
+
+@torch.no_grad()
+def routing_stats(model, prompt, tokens, top_k):
+    """Over one forward of prompt + tokens: the experts each layer's router chose (how many
+    tokens each), and the smallest gap between a token's k-th and (k+1)-th router probability
+    (relative to the k-th): a tie's order is torch.topk's own, so the fixture must have none."""
+    seen = []
+
+    def hook(mod, inp, out):
+        h = inp[0].reshape(-1, inp[0].shape[-1])
+        p = torch.softmax(torch.nn.functional.linear(h, mod.weight).double(), dim=-1)
+        seen.append(p)
+    handles = [r.register_forward_hook(hook) for r in routers(model)]
+    model(input_ids=torch.tensor([prompt + tokens[:-1]]), use_cache=False)
+    for h in handles:
+        h.remove()
+    counts, margin = [], 1e9
+    for p in seen:
+        s = torch.sort(p, dim=-1, descending=True).values
+        margin = min(margin, float(((s[:, top_k - 1] - s[:, top_k]) / s[:, top_k - 1]).min()))
+        idx = torch.topk(p, top_k, dim=-1).indices.flatten()
+        counts.append([int((idx == e).sum()) for e in range(p.shape[-1])])
+    return counts, margin
 
 
 def write_gguf(path, model):
@@ -602,6 +705,16 @@ def make(out_dir, name, kind, seed, n_prompt, shard, n_gen):
             m2 = clone_with(kind, model, **over)
         sens[label] = seq_rel_err(forced(m2, prompt, tokens), frows)
 
+    moe = {}
+    if "moe" in kw:
+        counts, margin = routing_stats(model, prompt, tokens, kw["moe"][1])
+        used = [sum(1 for c in layer if c) for layer in counts]
+        moe = {"moe_expert_tokens_per_layer": counts, "moe_experts_used_per_layer": used,
+               "moe_min_topk_margin_rel": margin}
+        if min(used) < 4 or margin < 1e-3:
+            raise SystemExit(f"make_fixtures: {name}: degenerate routing: experts used {used}, "
+                             f"k-th vs next margin {margin:.2e}")
+
     path = os.path.join(out_dir, name)
     shutil.rmtree(path, ignore_errors=True)
     if shard:
@@ -630,6 +743,7 @@ def make(out_dir, name, kind, seed, n_prompt, shard, n_gen):
         "sensitivity_rel_err": sens,
         "config_top_level_rope_theta": saved.get("rope_theta"),
         "config_rope_parameters": saved.get("rope_parameters"),
+        **moe,
     }
     write_fixture_json(path, info)
     files = info["files"]
@@ -640,6 +754,9 @@ def make(out_dir, name, kind, seed, n_prompt, shard, n_gen):
     print(f"  {name}: sensitivity " + ", ".join(f"{k}: {v:.2e}" for k, v in sens.items()))
     print(f"  {name}: files {files}; config rope_theta {saved.get('rope_theta')}, "
           f"rope_parameters {saved.get('rope_parameters')}")
+    if moe:
+        print(f"  {name}: experts used per layer {moe['moe_experts_used_per_layer']}, "
+              f"min k-th margin {moe['moe_min_topk_margin_rel']:.2e}")
     if weak:
         print(f"  {name}: WARNING: weakly tested parameters (< 1e-2): {weak}")
     if cache_vs_forward > 1e-5 or fp32_vs_fp64 > 1e-5:

@@ -148,8 +148,9 @@ END {
 # which cases above give), the command line (-D), the graph as a whole (no LoRA weights) or the
 # machine (out of memory, planner invariants). Unreachable from a file: a parameter's default can
 # only name builtins and earlier parameters (constants); the lowering checks softmax's causal and
-# rope's mode and attention's window keywords and computes view offsets in elements; the IR builder's checks of its own
-# callers (tests/test_ir.c asserts them through the API).
+# rope's mode and attention's window keywords, sets moe's norm and act itself and computes view
+# offsets in elements; the IR builder's checks of its own callers (tests/test_ir.c asserts them
+# through the API).
 cat >exempt.txt <<'EOF'
 %s
 -D %s=%s: expected an integer
@@ -177,6 +178,8 @@ parameter '%s' must default to a constant, got %s
 softmax: causal must be 0 or 1, got %lld
 rope: mode must be 0 (rotate-half) or 1 (interleaved), got %lld
 attention: window must be in 0..%d, got %lld
+moe: norm %lld, expected 0..%d
+moe: act %lld, expected %d (silu)
 view: offset %lld is not a multiple of the %lld-byte element size
 %s: %d dims (at most %d are supported)
 %s: missing shape

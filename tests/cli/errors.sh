@@ -92,12 +92,12 @@ check E115 1 "llama.gplan:30:15: error: exact_div: 32 is not a multiple of 3" co
 printf 'graph g() { weight w: q4_0[4, 30]; }\n' >qrow.gplan
 check E116 1 "qrow.gplan:1:20: error: tensor 'w': q4_0 packs rows in blocks of 32: the last dim of [4, 30] must be a multiple of 32" compile --check qrow.gplan
 printf 'graph g() { weight w: q8_0[2, 32]; input x: f32[2, 32]; output y: f32[2, 32]; y = x + w; }\n' >qread.gplan
-check E117 1 "qread.gplan:1:85: error: add: b ('w') is q8_0: quantized weights are read only by get_rows (the table) and matmul (a 2-dim b with tb=1)" compile --check qread.gplan
+check E117 1 "qread.gplan:1:85: error: add: b ('w') is q8_0: quantized weights are read only by get_rows (the table), matmul (a 2-dim b with tb=1) and moe (the router and experts)" compile --check qread.gplan
 printf 'GGUF' >notgguf.gguf
 check E118 1 "notgguf.gguf: bad GGUF file (version at offset 4 needs 4 bytes, the file has 0 left)" compile --check llama.gplan --gguf notgguf.gguf
 . "$src/tests/cli/gguf_lib.sh"  # metadata-only GGUF files
 { ghead 1; kv_str general.architecture mamba; } >mamba.gguf
-check E119 1 'mamba.gguf: architecture "mamba" is not supported by --gguf (llama, qwen2, qwen3, gpt2, gemma2, gemma3, phi3)' compile --check llama.gplan --gguf mamba.gguf
+check E119 1 'mamba.gguf: architecture "mamba" is not supported by --gguf (llama, qwen2, qwen3, qwen3moe, gpt2, gemma2, gemma3, phi3)' compile --check llama.gplan --gguf mamba.gguf
 # local, global, local, local: no one period
 { ghead 6; kv_str general.architecture gemma3; kv_u32 gemma3.block_count 4
   kv_u32 gemma3.embedding_length 2560; kv_u32 gemma3.attention.head_count 8
@@ -242,6 +242,23 @@ fi
 # shellcheck disable=SC2086
 check E906 1 "error: graph 'gpt2' declares no LoRA weights (base_model.model.<module>.lora_A.weight): compile it with -D lora_r=R to build its merge graph" compile "$ex/gpt2.gplan" -D n_layer=1 --lora-merge -o nolora.plan
 check E907 2 "gplan-compile: --lora-merge makes a CPU plan of one device (no --buffers, --devices or --backend other than cpu)" compile "$ex/gpt2.gplan" -D lora_r=4 --lora-merge --devices 2 -o x.plan
+
+# ---- stacked expert weights and CUDA's refusal of moe: asserted in tests/test_moe.c and
+# tests/cuda/test_cuda_backend.c ----
+for e in "E512 is one tensor or 8, '*' standing for the index)" \
+         'E513 up_proj.weight"): expected shape [32, 64] f32, file has [32, 48] f32' \
+         "E514 that are not adjacent in the file; gplan maps a GGUF file's experts in place only: convert the model again with a current llama.cpp, which merges them (ffn_*_exps)"; do
+  id=${e%% *} m=${e#* }
+  ids="$ids $id"
+  sed 's/\\"/"/g' "$src/tests/test_moe.c" | grep -qF -- "$m" ||
+    fail "$id: tests/test_moe.c no longer asserts: $m"
+  grep -qF -- "$m" "$doc" || fail "$id: docs/errors.md lacks: $m"
+done
+m="the CUDA backend has no kernel for moe (routed experts) yet; run this plan on the CPU backend"
+ids="$ids E704"
+grep -qF -- "$m" "$src/tests/cuda/test_cuda_backend.c" ||
+  fail "E704: tests/cuda/test_cuda_backend.c no longer asserts: $m"
+grep -qF -- "$m" "$doc" || fail "E704: docs/errors.md lacks: $m"
 
 # ---- the embedding API (include/gplan/gplan.h): asserted exactly in tests/test_runtime.c ----
 for m in "T = 65 is outside [1, 64] (the plan's bound)"; do

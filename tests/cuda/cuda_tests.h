@@ -34,6 +34,7 @@ void test_attention_head(void);
 void test_attention_decode_edges(void);
 
 /* test_cuda_backend.c */
+void test_model_refuses_moe(void);
 void test_model_f32(void);
 void test_model_f16(void);
 void test_model_switches(void);

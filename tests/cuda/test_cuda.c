@@ -41,6 +41,7 @@ void gp_suite_cuda(void)
          test_attention_decode_edges},
         {"matmul: matvec, cuBLAS, batched, fallback", test_matmul},
         {"sizes from the param block", test_param_block},
+        {"a plan with a moe node refused, the node named", test_model_refuses_moe},
         {"tiny model f32: CPU vs CUDA, no eval allocations", test_model_f32},
         {"tiny model f16 weights: CPU vs CUDA", test_model_f16},
         {"tiny model: fusions off, PDL on and off", test_model_switches},
@@ -77,7 +78,7 @@ void gp_suite_cuda(void)
         {"families: one-token attention with them, fused", test_fam_decode},
         {"families: llama3, mistral, phi3, gemma2, gemma3 CPU vs CUDA", test_fam_models},
     };
-    gp_test_add_suite("cuda", NULL, NULL, tests, GP_TEST_COUNT(tests));
+    CU_pSuite s = gp_test_add_suite("cuda", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }
 
 /* What runs without a GPU. */
@@ -86,6 +87,7 @@ void gp_suite_cuda_host(void)
     static const gp_test_case tests[] = {
         {"quant: the kernels' dequantization on the host, bit for bit", test_quant_deq8_host},
         {"quant: k_qdot's arithmetic on the host within its error bound", test_qdot_host},
+        {"a plan with a moe node refused, the node named", test_model_refuses_moe},
     };
     gp_test_add_suite("cuda_host", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

@@ -529,3 +529,28 @@ void test_model_atttrig(void)
 {
     gpt2_all_on_vs_off("GPLAN_CUDA_TRIG", "0", "none", gp_cuda_attention_trig_count, 1, 0, 2, 1);
 }
+
+/* A plan with a moe node (routed experts, no CUDA kernel yet) is refused at session creation
+ * with the node named, before any device is touched: on a host without a GPU too. */
+void test_model_refuses_moe(void)
+{
+    const char *defs[] = {"num_hidden_layers=1", "hidden_size=64", "moe_intermediate_size=32",
+                          "num_experts=4", "num_experts_per_tok=2", "num_attention_heads=4",
+                          "num_key_value_heads=2", "head_dim=16", "vocab_size=64",
+                          "max_position_embeddings=32", "n_batch=4"};
+    gp_test_model_opts o = {defs, (int)(sizeof defs / sizeof defs[0]), NULL, 1, 3};
+    gp_model *m = gp_test_model("examples/qwen3moe.gplan", &o, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    char err[1024] = "";
+    gp_session_opts og = {"cuda", 1, 0};
+    gp_session *s = gp_session_new(m, &og, err, sizeof err);
+    CU_ASSERT_PTR_NULL(s);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "cuda: node "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, " (moe -> "));
+    /* docs/errors.md E704 (tests/cli/errors.sh greps this line) */
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "the CUDA backend has no kernel for moe (routed experts) yet; run this plan on the CPU backend"));
+    if (!strstr(err, "no kernel for moe"))
+        fprintf(stderr, "\n  got: %s\n", err);
+    gp_session_free(s);
+    gp_model_free(m);
+}

@@ -21,13 +21,18 @@
  * - gemma2, gemma3 (model_type gemma3 or gemma3_text): every norm weight + 1 (transformers scales
  *   by 1 + w); Gemma 2's lm_head dropped (llama.cpp's head is the embedding).
  * - phi3: the fused qkv_proj and gate_up_proj kept as they are (attn_qkv, ffn_up).
+ * - mixtral (arch llama) and qwen3_moe (arch qwen3moe, q and k not permuted): each layer's
+ *   experts.E.* merged into one [E, out, in] tensor, blk.N.ffn_{gate,up,down}_exps, as the
+ *   converter merges them; with --split-experts (Mixtral only) written one by one under the old
+ *   files' names, blk.N.ffn_gate.E, each kind's experts one after another. The router
+ *   (ffn_gate_inp) stays f32 with --f16, as the converter keeps it.
  * - a tied lm_head dropped; names by gp_gguf_name_from_hf; ARCH.* metadata from config.json, only
  *   the keys the converter writes, in its order; every tensor f32, or with --f16 every 2-dim one
  *   f16 (the converter's default --outtype f16).
  * Tensors go in the checkpoint's name order (strcmp), data aligned to 32 bytes.
  *
- * usage: parity-to-gguf [--f16] [--sliding-window] [--no-head-dim] [--config CONFIG.json]
- *                       FIXTURE_DIR OUT.gguf
+ * usage: parity-to-gguf [--f16] [--sliding-window] [--no-head-dim] [--split-experts]
+ *                       [--config CONFIG.json] FIXTURE_DIR OUT.gguf
  *                       [KEY=u32:N | KEY=f32:X | KEY=str:S]...
  *   --sliding-window also writes llama.attention.sliding_window from config.json (llama.cpp's
  *   converter does not for llama files; gplan-compile --gguf reads it when it is there).
@@ -56,7 +61,7 @@
 
 enum { GGML_F32 = 0, GGML_F16 = 1, LLAMA_FTYPE_F32 = 0, LLAMA_FTYPE_F16 = 1 };
 
-typedef enum { A_GPT2, A_LLAMA, A_GEMMA2, A_GEMMA3, A_PHI3 } arch_id;
+typedef enum { A_GPT2, A_LLAMA, A_GEMMA2, A_GEMMA3, A_PHI3, A_QWEN3MOE } arch_id;
 
 static const struct {
     const char *model_type, *arch;
@@ -65,7 +70,8 @@ static const struct {
     {"gpt2", "gpt2", A_GPT2},       {"llama", "llama", A_LLAMA},
     {"mistral", "llama", A_LLAMA},  {"gemma2", "gemma2", A_GEMMA2},
     {"gemma3", "gemma3", A_GEMMA3}, {"gemma3_text", "gemma3", A_GEMMA3},
-    {"phi3", "phi3", A_PHI3},
+    {"phi3", "phi3", A_PHI3},       {"mixtral", "llama", A_LLAMA},
+    {"qwen3_moe", "qwen3moe", A_QWEN3MOE},
 };
 
 /* One metadata value to write. */
@@ -307,9 +313,35 @@ static void phi3_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_hea
     add_u32(m, "attention.sliding_window", num(cfg, window, &v) == 0 ? v : 0);
 }
 
+/* The experts' keys TextModel writes (num_local_experts or num_experts, num_experts_per_tok)
+ * and Qwen3-MoE's expert_feed_forward_length; nothing for a dense config. */
+static void expert_meta(meta *m, const json_t *cfg)
+{
+    double v = 0;
+    const char *n[] = {"num_local_experts", "num_experts", NULL};
+    if (num(cfg, n, &v) == 0)
+        add_u32(m, "expert_count", v);
+    const char *k[] = {"num_experts_per_tok", NULL};
+    if (num(cfg, k, &v) == 0)
+        add_u32(m, "expert_used_count", v);
+}
+
+static void mixtral_llama_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_head_dim)
+{
+    llama_meta(m, cfg, opt_window, opt_no_head_dim);
+    expert_meta(m, cfg);
+}
+
+static void qwen3moe_meta(meta *m, const json_t *cfg, int opt_window, int opt_no_head_dim)
+{
+    llama_meta(m, cfg, opt_window, opt_no_head_dim);
+    expert_meta(m, cfg);
+    add_u32(m, "expert_feed_forward_length", need(m, cfg, "moe_intermediate_size"));
+}
+
 static void (*const arch_meta[])(meta *, const json_t *, int, int) = {
-    [A_GPT2] = gpt2_meta,     [A_LLAMA] = llama_meta, [A_GEMMA2] = gemma2_meta,
-    [A_GEMMA3] = gemma3_meta, [A_PHI3] = phi3_meta,
+    [A_GPT2] = gpt2_meta,     [A_LLAMA] = mixtral_llama_meta, [A_GEMMA2] = gemma2_meta,
+    [A_GEMMA3] = gemma3_meta, [A_PHI3] = phi3_meta,          [A_QWEN3MOE] = qwen3moe_meta,
 };
 
 /* "KEY=u32:N", "KEY=f32:X" or "KEY=str:S". */
@@ -518,6 +550,107 @@ static int phi3_longrope(meta *m, const json_t *cfg, out_tensor *t)
     return 2;
 }
 
+/* The expert index E of a checkpoint name "...experts.E.rest", or -1. */
+static int expert_of(const char *name)
+{
+    const char *at = strstr(name, ".experts.");
+    if (!at)
+        return -1;
+    char *end;
+    long e = strtol(at + 9, &end, 10);
+    return end != at + 9 && *end == '.' && e >= 0 && e < 4096 ? (int)e : -1;
+}
+
+/* The experts 0 .. n - 1 of expert 0's tensor s ("...experts.0.rest"), one [n, rows, cols]
+ * tensor into *o under the GGUF name of the stacked "...experts.*.rest" (f16 with --f16). */
+static int merge_experts(const gp_st_file *st, const gp_st_tensor *s, int64_t n, const char *arch,
+                         int f16, out_tensor *o)
+{
+    char stacked[256], part[256];
+    const char *at = strstr(s->name, ".experts.0.");
+    if (!at || n < 1 || s->ndim != 2)
+        return fail("%s: an expert weight of a config without experts, or not 2 dims%s", s->name,
+                    "");
+    snprintf(stacked, sizeof stacked, "%.*s.experts.*.%s", (int)(at - s->name), s->name, at + 11);
+    if (gp_gguf_name_from_hf(arch, stacked, o->name, sizeof o->name))
+        return fail("%s: no GGUF name for the %s architecture", stacked, arch);
+    int64_t rows = s->shape[0], cols = s->shape[1], each = rows * cols;
+    float *all = malloc((size_t)(n * each) * sizeof *all);
+    if (!all)
+        return fail("%s: %s", s->name, "out of memory");
+    for (int64_t e = 0; e < n; e++) {
+        char err[256];
+        snprintf(part, sizeof part, "%.*s.experts.%lld.%s", (int)(at - s->name), s->name,
+                 (long long)e, at + 11);
+        const gp_st_tensor *p = gp_st_find(st, part);
+        if (!p || p->ndim != 2 || p->shape[0] != rows || p->shape[1] != cols ||
+            gp_weights_read(p, GP_F32, all + e * each, (size_t)each * sizeof *all, err,
+                            sizeof err)) {
+            free(all);
+            return fail("%s: %s", part, p ? "not of expert 0's shape" : "missing");
+        }
+    }
+    o->ndim = 3;
+    o->ne[0] = cols;
+    o->ne[1] = rows;
+    o->ne[2] = n;
+    size_t count = (size_t)(n * each);
+    if (f16) {
+        uint16_t *h = malloc(count * sizeof *h);
+        if (!h) {
+            free(all);
+            return fail("%s: %s", s->name, "out of memory");
+        }
+        for (size_t k = 0; k < count; k++)
+            h[k] = gp_f32_to_f16(all[k]);
+        free(all);
+        o->type = GGML_F16;
+        o->data = h;
+        o->nbytes = count * sizeof *h;
+    } else {
+        o->type = GGML_F32;
+        o->data = all;
+        o->nbytes = count * sizeof *all;
+    }
+    return 0;
+}
+
+/* Old Mixtral files' experts one by one: blk.N.KIND.E.weight's key blk.N.KIND.weight and E
+ * (-1 for any other name). */
+static long expert_key(const char *name, char *key, size_t cap)
+{
+    const char *w = strrchr(name, '.'), *d = w;
+    while (d && d > name && d[-1] >= '0' && d[-1] <= '9')
+        d--;
+    if (!w || d == w || d == name || d[-1] != '.' || strncmp(name, "blk.", 4) != 0 ||
+        strchr(name + 4, '.') >= d - 1) {
+        snprintf(key, cap, "%s", name);
+        return -1;
+    }
+    snprintf(key, cap, "%.*s%s", (int)(d - 1 - name), name, w);
+    return strtol(d, NULL, 10);
+}
+
+/* Each kind's experts one after another in ascending order (a stable sort by key, then E), as
+ * the old files hold them. */
+static void group_experts(out_tensor *t, int n)
+{
+    for (int i = 1; i < n; i++) {
+        out_tensor x = t[i];
+        char kx[160], kj[160];
+        long ex = expert_key(x.name, kx, sizeof kx);
+        int j = i;
+        for (; j > 0; j--) {
+            long ej = expert_key(t[j - 1].name, kj, sizeof kj);
+            int c = strcmp(kj, kx);
+            if (c < 0 || (c == 0 && ej <= ex))
+                break;
+            t[j] = t[j - 1];
+        }
+        t[j] = x;
+    }
+}
+
 static int write_file(const char *path, const meta *m, const out_tensor *t, int n_t)
 {
     gp_gw w;
@@ -552,7 +685,7 @@ static int write_file(const char *path, const meta *m, const out_tensor *t, int 
 
 int main(int argc, char **argv)
 {
-    int f16 = 0, window = 0, no_head_dim = 0, a = 1;
+    int f16 = 0, window = 0, no_head_dim = 0, split_experts = 0, a = 1;
     const char *config = NULL;
     for (; a < argc && argv[a][0] == '-'; a++) {
         if (strcmp(argv[a], "--f16") == 0)
@@ -563,12 +696,14 @@ int main(int argc, char **argv)
             window = 1;
         else if (strcmp(argv[a], "--no-head-dim") == 0)
             no_head_dim = 1;
+        else if (strcmp(argv[a], "--split-experts") == 0)
+            split_experts = 1;
         else
             break;
     }
     if (argc - a < 2) {
         fprintf(stderr, "usage: parity-to-gguf [--f16] [--sliding-window] [--no-head-dim] "
-                        "[--config CONFIG.json] FIXTURE_DIR OUT.gguf "
+                        "[--split-experts] [--config CONFIG.json] FIXTURE_DIR OUT.gguf "
                         "[KEY=u32:N|KEY=f32:X|KEY=str:S]...\n");
         return 1;
     }
@@ -588,8 +723,8 @@ int main(int argc, char **argv)
         if (model_type && strcmp(model_type, archs[i].model_type) == 0)
             m.arch = archs[i].arch, arch = archs[i].id;
     if (!m.arch) {
-        fail("%s: model_type \"%s\" is not gpt2, llama, mistral, gemma2, gemma3, gemma3_text or "
-             "phi3", path, model_type ? model_type : "");
+        fail("%s: model_type \"%s\" is not gpt2, llama, mistral, mixtral, gemma2, gemma3, "
+             "gemma3_text, phi3 or qwen3_moe", path, model_type ? model_type : "");
         json_decref(cfg);
         return 1;
     }
@@ -603,6 +738,10 @@ int main(int argc, char **argv)
         extra(&m, argv[i]);
     add_u32(&m, "general.file_type", f16 ? LLAMA_FTYPE_F16 : LLAMA_FTYPE_F32);
     int heads = 0, kv = 0;
+    double experts = 0;
+    const char *ne_keys[] = {"num_local_experts", "num_experts", NULL};
+    if (num(cfg, ne_keys, &experts) || experts < 0 || experts > 4096)
+        experts = 0;
     if (arch == A_LLAMA) {
         heads = (int)need(&m, cfg, "num_attention_heads");
         kv = (int)kv_heads(&m, cfg);
@@ -625,6 +764,20 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < gp_st_count(st); i++) {
         const gp_st_tensor *s = gp_st_get(st, i);
+        int expert = expert_of(s->name);
+        if (expert >= 0 && !split_experts) {
+            /* merged at its expert 0; the others are in it */
+            if (expert > 0)
+                continue;
+            if (n_t == MAX_TENSORS) {
+                fail("%s: %s", s->name, "too many tensors");
+                goto done;
+            }
+            if (merge_experts(st, s, (int64_t)experts, m.arch, f16, &t[n_t]))
+                goto done;
+            n_t++;
+            continue;
+        }
         if (arch == A_GPT2 &&
             (ends_with(s->name, ".attn.bias") || ends_with(s->name, ".attn.masked_bias")))
             continue;
@@ -648,7 +801,7 @@ int main(int argc, char **argv)
         o->ne[0] = cols;
         o->ne[1] = rows;
         size_t count = (size_t)(rows * cols);
-        if (f16 && s->ndim == 2) {
+        if (f16 && s->ndim == 2 && !ends_with(o->name, "ffn_gate_inp.weight")) {
             uint16_t *h = malloc(count * sizeof *h);
             if (!h) {
                 free(v);
@@ -667,6 +820,8 @@ int main(int argc, char **argv)
             o->nbytes = count * sizeof *v;
         }
     }
+    if (split_experts)
+        group_experts(t, n_t);
     rc = write_file(out, &m, t, n_t) ? 1 : 0;
 done:
     for (int i = 0; i < n_t; i++)
