@@ -42,6 +42,8 @@ static int push(gp_conv *c, const char *role, const char *text, size_t n)
 /* Drops messages [at, at + k). */
 static void drop(gp_conv *c, size_t at, size_t k)
 {
+    if (!k) /* nothing, maybe no array yet: memmove takes no NULL */
+        return;
     for (size_t i = at; i < at + k; i++)
         free((char *)c->msgs[i].content);
     memmove(c->msgs + at, c->msgs + at + k, (c->n - at - k) * sizeof *c->msgs);
