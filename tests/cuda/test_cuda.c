@@ -78,7 +78,7 @@ void gp_suite_cuda(void)
         {"families: one-token attention with them, fused", test_fam_decode},
         {"families: llama3, mistral, phi3, gemma2, gemma3 CPU vs CUDA", test_fam_models},
     };
-    CU_pSuite s = gp_test_add_suite("cuda", NULL, NULL, tests, GP_TEST_COUNT(tests));
+    gp_test_add_suite("cuda", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }
 
 /* What runs without a GPU. */
