@@ -193,12 +193,15 @@ target_link_libraries(gplan PRIVATE ${GP_LIB_EXTERNAL})
 target_link_libraries(gplan_static INTERFACE $<INSTALL_INTERFACE:${GP_LIB_FLAGS}>)
 
 # ---- install ----
-install(TARGETS gplan gplan_static EXPORT gplanTargets
+install(TARGETS gplan gplan_static gplan_alloc EXPORT gplanTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-# The public headers: self-contained (gplan.h includes only the two beside it).
+# The public headers: self-contained (gplan.h includes only the two beside it); alloc_interpose.h
+# is libgplan_alloc.a's (runtime/CMakeLists.txt), cli.h header-only (the tools' command lines).
 install(FILES ${PROJECT_SOURCE_DIR}/include/gplan/gplan.h ${PROJECT_SOURCE_DIR}/include/gplan/text.h
               ${PROJECT_SOURCE_DIR}/include/gplan/gplan_types.h ${GP_GEN_INCLUDE}/gplan_version.h
+              ${PROJECT_SOURCE_DIR}/include/gplan/alloc_interpose.h
+              ${PROJECT_SOURCE_DIR}/include/gplan/cli.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gplan)
 
 # pkg-config: relocatable (prefix from the .pc file's own place), so an install to any prefix and
@@ -209,7 +212,8 @@ list(JOIN GP_LIB_FLAGS " " GP_PC_LIBS_PRIVATE)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/gplan.pc.in ${PROJECT_BINARY_DIR}/gplan.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/gplan.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
-# CMake package: find_package(gplan 0.1) -> gplan::gplan (shared) and gplan::gplan_static.
+# CMake package: find_package(gplan 0.1) -> gplan::gplan (shared), gplan::gplan_static and
+# gplan::gplan_alloc (the allocation counter).
 # 0.x: a minor version may break the API, so only the same major.minor is compatible.
 set(GP_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/gplan)
 install(EXPORT gplanTargets NAMESPACE gplan:: DESTINATION ${GP_CMAKE_DIR})
@@ -257,7 +261,7 @@ endif()
 # Everything the install rules take, and nothing else (no tests): scripts/package.sh builds this
 # target, with -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON so that cpack does not build the rest.
 add_custom_target(gplan-dist)
-add_dependencies(gplan-dist gplan gplan_static ${GP_TOOL_TARGETS})
+add_dependencies(gplan-dist gplan gplan_static gplan_alloc ${GP_TOOL_TARGETS})
 if(TARGET gplan-man)
   add_dependencies(gplan-dist gplan-man)
 endif()

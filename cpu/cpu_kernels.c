@@ -123,18 +123,6 @@ void gp_cpu_load_row(float *dst, const char *src, int64_t n, int64_t stride, gp_
     }
 }
 
-/* f32 -> i32 for cast: toward zero, saturating, NaN -> 0 (C leaves the overflow undefined). */
-static int32_t f32_to_i32(float f)
-{
-    if (f != f)
-        return 0;
-    if (f >= 2147483648.0f)
-        return INT32_MAX;
-    if (f <= -2147483648.0f)
-        return INT32_MIN;
-    return (int32_t)f;
-}
-
 void gp_cpu_store_row(char *dst, int64_t stride, gp_dtype t, const float *src, int64_t n)
 {
     switch (t) {
@@ -160,7 +148,7 @@ void gp_cpu_store_row(char *dst, int64_t stride, gp_dtype t, const float *src, i
         break;
     case GP_I32:
         for (int64_t i = 0; i < n; i++) {
-            int32_t v = f32_to_i32(src[i]);
+            int32_t v = gp_f32_to_i32_sat(src[i]);
             memcpy(dst + i * stride, &v, 4);
         }
         break;

@@ -43,26 +43,57 @@
 
 enum { BLK = 32, NT = 32, KB = 16 }; /* a block; columns a tile; blocks a tile holds of K */
 
+/* The wrappers both widths share, one definition each: MM(op) is _mm512_op or _mm256_op, MMI(op)
+ * _mm512_op_si512 or _mm256_op_si256. */
 #if QI_BITS == 512
+#define MM(op) _mm512_##op
+#define MMI(op) _mm512_##op##_si512
 enum { NL = 16, NV = 2 }; /* int32 lanes a vector; vectors of columns a micro kernel's */
 enum { MR_PLAIN = 4, MR_G16 = 2 }; /* rows a micro kernel's (q6_k's holds twice the sums) */
 typedef __m512i vi;
 typedef __m512 vf;
 typedef __mmask16 vm;
-AI vi vi_zero(void) { return _mm512_setzero_si512(); }
-AI vi vi_set(int a) { return _mm512_set1_epi32(a); }
-AI vi vi_ld(const void *p) { return _mm512_loadu_si512(p); }
-AI void vi_st(void *p, vi a) { _mm512_storeu_si512(p, a); }
-AI vi vi_and(vi a, vi b) { return _mm512_and_si512(a, b); }
-AI vi vi_or(vi a, vi b) { return _mm512_or_si512(a, b); }
-AI vi vi_xor(vi a, vi b) { return _mm512_xor_si512(a, b); }
-AI vi vi_add(vi a, vi b) { return _mm512_add_epi32(a, b); }
-AI vi vi_sub(vi a, vi b) { return _mm512_sub_epi32(a, b); }
-AI vi vi_mul(vi a, vi b) { return _mm512_mullo_epi32(a, b); }
-AI vi vi_max(vi a, vi b) { return _mm512_max_epi32(a, b); }
-AI vi vi_srl(vi a, int n) { return _mm512_srl_epi32(a, _mm_cvtsi32_si128(n)); }
-AI vi vi_sll(vi a, int n) { return _mm512_sll_epi32(a, _mm_cvtsi32_si128(n)); }
-AI vi vi_sra(vi a, int n) { return _mm512_sra_epi32(a, _mm_cvtsi32_si128(n)); }
+#else
+#define MM(op) _mm256_##op
+#define MMI(op) _mm256_##op##_si256
+enum { NL = 8, NV = 1 };
+#if QI_MADDUBS
+enum { MR_PLAIN = 2, MR_G16 = 2 }; /* 16 ymm registers: the int16 partial sums take room */
+#else
+enum { MR_PLAIN = 4, MR_G16 = 2 };
+#endif
+typedef __m256i vi;
+typedef __m256 vf;
+typedef __m256i vm;
+#endif
+AI vi vi_zero(void) { return MMI(setzero)(); }
+AI vi vi_set(int a) { return MM(set1_epi32)(a); }
+AI vi vi_ld(const void *p) { return MMI(loadu)((const vi *)p); }
+AI void vi_st(void *p, vi a) { MMI(storeu)((vi *)p, a); }
+AI vi vi_and(vi a, vi b) { return MMI(and)(a, b); }
+AI vi vi_or(vi a, vi b) { return MMI(or)(a, b); }
+AI vi vi_xor(vi a, vi b) { return MMI(xor)(a, b); }
+AI vi vi_add(vi a, vi b) { return MM(add_epi32)(a, b); }
+AI vi vi_sub(vi a, vi b) { return MM(sub_epi32)(a, b); }
+AI vi vi_mul(vi a, vi b) { return MM(mullo_epi32)(a, b); }
+AI vi vi_max(vi a, vi b) { return MM(max_epi32)(a, b); }
+AI vi vi_srl(vi a, int n) { return MM(srl_epi32)(a, _mm_cvtsi32_si128(n)); }
+AI vi vi_sll(vi a, int n) { return MM(sll_epi32)(a, _mm_cvtsi32_si128(n)); }
+AI vi vi_sra(vi a, int n) { return MM(sra_epi32)(a, _mm_cvtsi32_si128(n)); }
+AI vf vf_zero(void) { return MM(setzero_ps)(); }
+AI vf vf_set(float a) { return MM(set1_ps)(a); }
+AI vf vf_ld(const float *p) { return MM(loadu_ps)(p); }
+AI void vf_st(float *p, vf a) { MM(storeu_ps)(p, a); }
+AI vf vf_add(vf a, vf b) { return MM(add_ps)(a, b); }
+AI vf vf_mul(vf a, vf b) { return MM(mul_ps)(a, b); }
+AI vf vf_fma(vf a, vf b, vf c) { return MM(fmadd_ps)(a, b, c); }
+AI vf vf_fnma(vf a, vf b, vf c) { return MM(fnmadd_ps)(a, b, c); }
+AI vf vf_cvt(vi a) { return MM(cvtepi32_ps)(a); }
+AI vi vf_round(vf a) { return MM(cvtps_epi32)(a); } /* nearest, ties to even */
+AI vf vf_max(vf a, vf b) { return MM(max_ps)(a, b); }
+
+/* What differs between the widths. */
+#if QI_BITS == 512
 AI vi vi_iota(void) { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
 /* o[i]: the sum of the lanes of a, b, c, e (i = 0 .. 3), the four in one tree */
 AI void vi_sum4(vi a, vi b, vi c, vi e, int32_t *o)
@@ -82,20 +113,9 @@ AI vi vi_gather(vm k, vi off, const uint8_t *base)
 {
     return _mm512_mask_i32gather_epi32(vi_zero(), k, off, (const void *)base, 1);
 }
-AI vf vf_zero(void) { return _mm512_setzero_ps(); }
-AI vf vf_set(float a) { return _mm512_set1_ps(a); }
-AI vf vf_ld(const float *p) { return _mm512_loadu_ps(p); }
-AI void vf_st(float *p, vf a) { _mm512_storeu_ps(p, a); }
 AI vf vf_ldm(vm k, const float *p) { return _mm512_maskz_loadu_ps(k, p); }
 AI void vf_stm(float *p, vm k, vf a) { _mm512_mask_storeu_ps(p, k, a); }
-AI vf vf_add(vf a, vf b) { return _mm512_add_ps(a, b); }
-AI vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
-AI vf vf_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-AI vf vf_fnma(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); }
-AI vf vf_cvt(vi a) { return _mm512_cvtepi32_ps(a); }
-AI vi vf_round(vf a) { return _mm512_cvtps_epi32(a); } /* nearest, ties to even */
 AI vf vf_abs(vf a) { return _mm512_abs_ps(a); }
-AI vf vf_max(vf a, vf b) { return _mm512_max_ps(a, b); }
 AI float vf_hmax(vf a) { return _mm512_reduce_max_ps(a); }
 /* each lane's low 16 bits as binary16 */
 AI vf vf_f16(vi a) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(a)); }
@@ -116,29 +136,6 @@ AI void vi_st_bytes(int8_t *q, const vi *v)
     _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtsepi32_epi8(v[1]));
 }
 #else
-enum { NL = 8, NV = 1 };
-#if QI_MADDUBS
-enum { MR_PLAIN = 2, MR_G16 = 2 }; /* 16 ymm registers: the int16 partial sums take room */
-#else
-enum { MR_PLAIN = 4, MR_G16 = 2 };
-#endif
-typedef __m256i vi;
-typedef __m256 vf;
-typedef __m256i vm;
-AI vi vi_zero(void) { return _mm256_setzero_si256(); }
-AI vi vi_set(int a) { return _mm256_set1_epi32(a); }
-AI vi vi_ld(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-AI void vi_st(void *p, vi a) { _mm256_storeu_si256((__m256i *)p, a); }
-AI vi vi_and(vi a, vi b) { return _mm256_and_si256(a, b); }
-AI vi vi_or(vi a, vi b) { return _mm256_or_si256(a, b); }
-AI vi vi_xor(vi a, vi b) { return _mm256_xor_si256(a, b); }
-AI vi vi_add(vi a, vi b) { return _mm256_add_epi32(a, b); }
-AI vi vi_sub(vi a, vi b) { return _mm256_sub_epi32(a, b); }
-AI vi vi_mul(vi a, vi b) { return _mm256_mullo_epi32(a, b); }
-AI vi vi_max(vi a, vi b) { return _mm256_max_epi32(a, b); }
-AI vi vi_srl(vi a, int n) { return _mm256_srl_epi32(a, _mm_cvtsi32_si128(n)); }
-AI vi vi_sll(vi a, int n) { return _mm256_sll_epi32(a, _mm_cvtsi32_si128(n)); }
-AI vi vi_sra(vi a, int n) { return _mm256_sra_epi32(a, _mm_cvtsi32_si128(n)); }
 AI vi vi_iota(void) { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
 AI void vi_sum4(vi a, vi b, vi c, vi e, int32_t *o)
 {
@@ -151,20 +148,9 @@ AI vi vi_gather(vm k, vi off, const uint8_t *base)
 {
     return _mm256_mask_i32gather_epi32(vi_zero(), (const int *)(const void *)base, off, k, 1);
 }
-AI vf vf_zero(void) { return _mm256_setzero_ps(); }
-AI vf vf_set(float a) { return _mm256_set1_ps(a); }
-AI vf vf_ld(const float *p) { return _mm256_loadu_ps(p); }
-AI void vf_st(float *p, vf a) { _mm256_storeu_ps(p, a); }
 AI vf vf_ldm(vm k, const float *p) { return _mm256_maskload_ps(p, k); }
 AI void vf_stm(float *p, vm k, vf a) { _mm256_maskstore_ps(p, k, a); }
-AI vf vf_add(vf a, vf b) { return _mm256_add_ps(a, b); }
-AI vf vf_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
-AI vf vf_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
-AI vf vf_fnma(vf a, vf b, vf c) { return _mm256_fnmadd_ps(a, b, c); }
-AI vf vf_cvt(vi a) { return _mm256_cvtepi32_ps(a); }
-AI vi vf_round(vf a) { return _mm256_cvtps_epi32(a); }
 AI vf vf_abs(vf a) { return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
-AI vf vf_max(vf a, vf b) { return _mm256_max_ps(a, b); }
 AI float vf_hmax(vf a)
 {
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));

@@ -459,7 +459,7 @@ __device__ __forceinline__ float round_to(float v, int t)
     case GP_BF16:
         return __bfloat162float(__float2bfloat16_rn(v));
     default:
-        return (float)f2i_sat(v);
+        return (float)gp_f32_to_i32_sat(v);
     }
 }
 

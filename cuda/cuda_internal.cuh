@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "cuda/cuda_kernels.h"
+#include "ir/f16.h"
 
 /* A tensor right-aligned to four dims (missing outer dims: ne 1, nb 0, sym -1). Passed by value. */
 struct KT {
@@ -143,18 +144,6 @@ __device__ __forceinline__ float bits_f(uint32_t u, int t)
     }
 }
 
-/* f32 -> i32 as the CPU's cast: toward zero, saturating, NaN -> 0. */
-__device__ __forceinline__ int32_t f2i_sat(float f)
-{
-    if (f != f)
-        return 0;
-    if (f >= 2147483648.0f)
-        return INT32_MAX;
-    if (f <= -2147483648.0f)
-        return INT32_MIN;
-    return (int32_t)f;
-}
-
 __device__ __forceinline__ void st_f(char *p, int t, float v)
 {
     switch (t) {
@@ -168,7 +157,7 @@ __device__ __forceinline__ void st_f(char *p, int t, float v)
         *(__nv_bfloat16 *)p = __float2bfloat16_rn(v);
         break;
     default:
-        *(int32_t *)p = f2i_sat(v);
+        *(int32_t *)p = gp_f32_to_i32_sat(v);
         break;
     }
 }
@@ -187,7 +176,7 @@ __device__ __forceinline__ void st_f4(char *p, int t, const float (&y)[4])
     } else if (t == GP_F32) {
         *(float4 *)p = make_float4(y[0], y[1], y[2], y[3]);
     } else {
-        *(int4 *)p = make_int4(f2i_sat(y[0]), f2i_sat(y[1]), f2i_sat(y[2]), f2i_sat(y[3]));
+        *(int4 *)p = make_int4(gp_f32_to_i32_sat(y[0]), gp_f32_to_i32_sat(y[1]), gp_f32_to_i32_sat(y[2]), gp_f32_to_i32_sat(y[3]));
     }
 }
 

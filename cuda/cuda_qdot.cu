@@ -25,15 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cuda_hostdev.cuh"
 #include "cuda/cuda_qdot.cuh"
 #include "cuda/cuda_quant.cuh"
-#include "ir/f16.h"
-
-#ifdef __CUDA_ARCH__
-#define QD_UNROLL _Pragma("unroll")
-#else
-#define QD_UNROLL
-#endif
 
 /* ---- the device's intrinsics, and their host forms (gp_cuda_qdot_host) ---- */
 
@@ -75,24 +69,6 @@ __host__ __device__ __forceinline__ int qd_dp4a(uint32_t a, uint32_t b, int c)
     for (int i = 0; i < 4; i++)
         c += (int)(int8_t)(a >> 8 * i) * (int)(int8_t)(b >> 8 * i);
     return c;
-#endif
-}
-
-__host__ __device__ __forceinline__ float qd_h2f(uint32_t bits)
-{
-#ifdef __CUDA_ARCH__
-    return __half2float(__ushort_as_half((unsigned short)(bits & 0xffffu)));
-#else
-    return gp_f16_to_f32((uint16_t)(bits & 0xffffu));
-#endif
-}
-
-__host__ __device__ __forceinline__ float qd_mul(float a, float b)
-{
-#ifdef __CUDA_ARCH__
-    return __fmul_rn(a, b);
-#else
-    return a * b;
 #endif
 }
 
@@ -146,7 +122,7 @@ template <int T> __host__ __device__ __forceinline__ void qd_fetch(const uint8_t
         const uint8_t *ql = b + 64 * h + 32 * k0 + l0, *qh = b + 128 + 32 * h + l0;
         r.o = (int)((uintptr_t)b & 2); /* the super-block's offset (210 bytes: 2-aligned) */
         const uint8_t *a = ql - r.o, *hh = qh - r.o;
-        QD_UNROLL
+        HD_UNROLL
         for (int i = 0; i < 5; i++) {
             r.w[i] = i < 4 || r.o ? qd_ldw(a + 4 * i) : 0u;
             r.w[5 + i] = i < 4 || r.o ? qd_ldw(hh + 4 * i) : 0u;
@@ -159,7 +135,7 @@ template <int T> __host__ __device__ __forceinline__ void qd_fetch(const uint8_t
         const uint8_t *b = row + (size_t)u * QD<T>::BB;
         r.o = QD<T>::BB % 4 ? (int)((uintptr_t)b & 2) : 0;
         const uint8_t *a = b - r.o;
-        QD_UNROLL
+        HD_UNROLL
         for (int i = 0; i < QD<T>::NR; i++)
             r.w[i] = qd_ldw(a + 4 * i);
     }
@@ -190,7 +166,7 @@ __host__ __device__ __forceinline__ void qd_half(const uint32_t (&q)[4], float a
                                                  const QX &x, int M, float (&acc)[MM])
 {
     const int slot = qd_slot<T>(p);
-    QD_UNROLL
+    HD_UNROLL
     for (int m = 0; m < MM; m++) {
         if (m >= M)
             break;
@@ -240,11 +216,11 @@ __host__ __device__ __forceinline__ void qd_unit(const QRaw<T> &r, int u, const 
     uint32_t q0[4], q1[4];
     if constexpr (T == GP_Q4_K || T == GP_Q5_K) {
         int c = u & 7, j = 2 * (c >> 1), p = 16 * (u >> 3) + 2 * j + (c & 1);
-        float d = qd_h2f(r.w[0]), dmin = qd_h2f(r.w[0] >> 16);
+        float d = h2f_bits(r.w[0]), dmin = h2f_bits(r.w[0] >> 16);
         int sc0, mn0, sc1, mn1;
         qd_kscale(r.w[1], r.w[2], r.w[3], j, sc0, mn0);
         qd_kscale(r.w[1], r.w[2], r.w[3], j + 1, sc1, mn1);
-        QD_UNROLL
+        HD_UNROLL
         for (int i = 0; i < 4; i++) {
             uint32_t v = T == GP_Q4_K ? r.w[4 + i] : r.w[8 + i];
             q0[i] = v & 0x0F0F0F0Fu;
@@ -255,34 +231,34 @@ __host__ __device__ __forceinline__ void qd_unit(const QRaw<T> &r, int u, const 
                 q1[i] |= (h >> (j + 1) & 0x01010101u) << 4;
             }
         }
-        qd_half<T, MM>(q0, qd_mul(d, (float)sc0), -qd_mul(dmin, (float)mn0), p, x, M, acc);
-        qd_half<T, MM>(q1, qd_mul(d, (float)sc1), -qd_mul(dmin, (float)mn1), p + 2, x, M, acc);
+        qd_half<T, MM>(q0, mul_rn(d, (float)sc0), -mul_rn(dmin, (float)mn0), p, x, M, acc);
+        qd_half<T, MM>(q1, mul_rn(d, (float)sc1), -mul_rn(dmin, (float)mn1), p + 2, x, M, acc);
     } else if constexpr (T == GP_Q6_K) {
         int s = u & 7, k0 = s >> 1 & 1;
         int p = 16 * (u >> 3) + 8 * (s >> 2) + 2 * k0 + (s & 1);
-        float d = qd_h2f(r.o ? r.w[11] >> 16 : r.w[11]);
-        QD_UNROLL
+        float d = h2f_bits(r.o ? r.w[11] >> 16 : r.w[11]);
+        HD_UNROLL
         for (int i = 0; i < 4; i++) {
             uint32_t l = r.o ? qd_fun16(r.w[i], r.w[i + 1]) : r.w[i];
             uint32_t h = r.o ? qd_fun16(r.w[5 + i], r.w[6 + i]) : r.w[5 + i];
             q0[i] = (l & 0x0F0F0F0Fu) | (h >> 2 * k0 & 0x03030303u) << 4;
             q1[i] = (l >> 4 & 0x0F0F0F0Fu) | (h >> (2 * k0 + 4) & 0x03030303u) << 4;
         }
-        float a0 = qd_mul(d, (float)(int8_t)(r.w[10] & 0xffu));
-        float a1 = qd_mul(d, (float)(int8_t)(r.w[10] >> 8 & 0xffu));
+        float a0 = mul_rn(d, (float)(int8_t)(r.w[10] & 0xffu));
+        float a1 = mul_rn(d, (float)(int8_t)(r.w[10] >> 8 & 0xffu));
         qd_half<T, MM>(q0, a0, -32.0f * a0, p, x, M, acc);
         qd_half<T, MM>(q1, a1, -32.0f * a1, p + 4, x, M, acc);
     } else {
         /* blocks of 32: d, then (q4_1, q5_1) m, then (q5_0, q5_1) qh, then the quants */
         const int qoff = T == GP_Q4_0 ? 2 : T == GP_Q4_1 ? 4 : T == GP_Q5_0 ? 6 : T == GP_Q5_1 ? 8 : 2;
         uint32_t w0 = qd_w32<T, 0>(r);
-        float d = qd_h2f(w0), c = 0.0f;
+        float d = h2f_bits(w0), c = 0.0f;
         if (T == GP_Q4_0)
             c = -8.0f * d;
         else if (T == GP_Q5_0)
             c = -16.0f * d;
         else if (T == GP_Q4_1 || T == GP_Q5_1)
-            c = qd_h2f(w0 >> 16);
+            c = h2f_bits(w0 >> 16);
         uint32_t hb = 0;
         if (T == GP_Q5_0)
             hb = qd_w32<T, 2>(r);
@@ -296,7 +272,7 @@ __host__ __device__ __forceinline__ void qd_unit(const QRaw<T> &r, int u, const 
         } else {
             uint32_t v[4] = {qd_w32<T, qoff>(r), qd_w32<T, qoff + 4>(r), qd_w32<T, qoff + 8>(r),
                              qd_w32<T, qoff + 12>(r)};
-            QD_UNROLL
+            HD_UNROLL
             for (int i = 0; i < 4; i++) {
                 q0[i] = v[i] & 0x0F0F0F0Fu;
                 q1[i] = v[i] >> 4 & 0x0F0F0F0Fu;
@@ -329,11 +305,11 @@ __host__ __device__ __forceinline__ void qd_quant4(const float *v4, float d, uin
     float id = d > 0.0f ? 1.0f / d : 0.0f;
     uint32_t wh = 0, wl = 0;
     int sh = 0, sl = 0;
-    QD_UNROLL
+    HD_UNROLL
     for (int i = 0; i < 4; i++) {
         int hi = (int)rintf(v4[i] * id);
         hi = hi > 127 ? 127 : hi < -127 ? -127 : hi;
-        float rr = v4[i] - qd_mul(d, (float)hi);
+        float rr = v4[i] - mul_rn(d, (float)hi);
         int lo = (int)rintf(rr * 254.0f * id);
         lo = lo > 127 ? 127 : lo < -127 ? -127 : lo;
         wh |= (uint32_t)(hi & 255) << 8 * i;

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cuda_hostdev.cuh"
 #include "cuda/cuda_matvec.cuh"
 #include "cuda/cuda_qdot.cuh"
 #include "cuda/cuda_quant.cuh"
-#include "ir/f16.h"
 
 static std::atomic<int64_t> quant_counts[6];
 
@@ -22,47 +22,7 @@ extern "C" int64_t gp_cuda_quant_count(int which)
 /* A little-endian binary16 at p (any alignment: blocks of 18, 22, 34 or 210 bytes). */
 __host__ __device__ __forceinline__ float ld_h16(const uint8_t *p)
 {
-#ifdef __CUDA_ARCH__
-    return __half2float(__ushort_as_half((unsigned short)(p[0] | p[1] << 8)));
-#else
-    return gp_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
-#endif
-}
-
-/* #pragma unroll in code the host compiles too (gcc warns of pragmas it does not know). */
-#ifdef __CUDA_ARCH__
-#define Q_UNROLL _Pragma("unroll")
-#else
-#define Q_UNROLL
-#endif
-
-/* Products, sums and differences rounded on their own (never contracted into fused multiply-adds),
- * on the device and on the host (gp_cuda_quant_deq8_host; x86-64's baseline has no FMA). */
-__host__ __device__ __forceinline__ float mul_rn(float a, float b)
-{
-#ifdef __CUDA_ARCH__
-    return __fmul_rn(a, b);
-#else
-    return a * b;
-#endif
-}
-
-__host__ __device__ __forceinline__ float add_rn(float a, float b)
-{
-#ifdef __CUDA_ARCH__
-    return __fadd_rn(a, b);
-#else
-    return a + b;
-#endif
-}
-
-__host__ __device__ __forceinline__ float sub_rn(float a, float b)
-{
-#ifdef __CUDA_ARCH__
-    return __fsub_rn(a, b);
-#else
-    return a - b;
-#endif
+    return h2f_bits((uint32_t)(p[0] | p[1] << 8));
 }
 
 /*
@@ -79,7 +39,7 @@ template <int T> __host__ __device__ __forceinline__ void deq8(const uint8_t *ro
         int j0 = e0 & 31;
         float d = ld_h16(b);
         if (T == GP_Q8_0) {
-            Q_UNROLL
+            HD_UNROLL
             for (int u = 0; u < 8; u++)
                 v[u] = mul_rn((float)(int8_t)b[2 + j0 + u], d);
             return;
@@ -90,7 +50,7 @@ template <int T> __host__ __device__ __forceinline__ void deq8(const uint8_t *ro
         if (T == GP_Q5_0 || T == GP_Q5_1)
             h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
         const uint8_t *qs = b + (T == GP_Q4_0 ? 2 : T == GP_Q4_1 ? 4 : T == GP_Q5_0 ? 6 : 8);
-        Q_UNROLL
+        HD_UNROLL
         for (int u = 0; u < 8; u++) {
             int i = j0 + u;
             int q = qs[i & 15] >> (i >> 4 << 2) & 15;
@@ -118,7 +78,7 @@ template <int T> __host__ __device__ __forceinline__ void deq8(const uint8_t *ro
         }
         float dl = mul_rn(d, (float)sc), ml = mul_rn(dmin, (float)mn);
         const uint8_t *qh = b + 16, *qs = T == GP_Q5_K ? b + 48 : b + 16;
-        Q_UNROLL
+        HD_UNROLL
         for (int u = 0; u < 8; u++) {
             int l = l0 + u;
             int q = qs[32 * (j >> 1) + l] >> 4 * (j & 1) & 15;
@@ -132,7 +92,7 @@ template <int T> __host__ __device__ __forceinline__ void deq8(const uint8_t *ro
         const int8_t *sc = (const int8_t *)(b + 192);
         int i0 = e0 & 255;
         float ds = mul_rn(ld_h16(b + 208), (float)sc[i0 >> 4]); /* 8 elements: one group of 16 */
-        Q_UNROLL
+        HD_UNROLL
         for (int u = 0; u < 8; u++) {
             int i = i0 + u, h = i >> 7, k = i >> 5 & 3, l = i & 31;
             int q = (ql[64 * h + 32 * (k & 1) + l] >> 4 * (k >> 1) & 15) |

@@ -159,6 +159,19 @@ void gp_errf(char *err, size_t n, const char *fmt, ...)
     va_end(ap);
 }
 
+int gp_err_bad(char *err, size_t n, const char *path, const char *what, const char *fmt, ...)
+{
+    if (!err || n == 0)
+        return -1;
+    char reason[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    snprintf(err, n, "%s: bad %s (%s)", path, what, reason);
+    return -1;
+}
+
 char *gp_read_stream(FILE *f, size_t *len)
 {
     size_t cap = 1 << 16, n = 0, got;

@@ -25,6 +25,10 @@
 
 /* Formats a message into err[n] (a caller's error buffer); nothing when err is NULL or n is 0. */
 void gp_errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A loader's one message form, "PATH: bad WHAT (REASON)" ("x.gguf: bad GGUF file (...)"), REASON
+ * from fmt, into err[n] as gp_errf does. Returns -1, for `return gp_err_bad(...)`. */
+int gp_err_bad(char *err, size_t n, const char *path, const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* Reads the rest of f into a fresh buffer (the caller frees) of *len bytes and a NUL after them, in
  * chunks, so a file of any size (or a pipe) is read without trusting its length. NULL when out of

@@ -1,5 +1,6 @@
 /* Half-precision conversions (IEEE binary16 and bfloat16 <-> f32), bit-exact with the hardware
- * instructions: round to nearest even, subnormals kept, overflow to Inf, NaNs stay NaN (quieted). */
+ * instructions: round to nearest even, subnormals kept, overflow to Inf, NaNs stay NaN (quieted);
+ * and cast's f32 -> int32, which every backend does alike. */
 #ifndef GP_IR_F16_H
 #define GP_IR_F16_H
 
@@ -72,6 +73,24 @@ static inline uint16_t gp_f32_to_bf16(float f)
         return (uint16_t)((x >> 16) | 0x0040u);
     x += 0x7fffu + ((x >> 16) & 1u);
     return (uint16_t)(x >> 16);
+}
+
+/* f32 -> int32 as cast does it on every backend: toward zero, saturating, NaN -> 0 (C leaves the
+ * overflow undefined). Device code too (cuda/cuda_internal.cuh). */
+#ifdef __CUDACC__
+#define GP_F16_HD __host__ __device__ __forceinline__
+#else
+#define GP_F16_HD static inline
+#endif
+GP_F16_HD int32_t gp_f32_to_i32_sat(float f)
+{
+    if (f != f)
+        return 0;
+    if (f >= 2147483648.0f)
+        return INT32_MAX;
+    if (f <= -2147483648.0f)
+        return INT32_MIN;
+    return (int32_t)f;
 }
 
 #endif

@@ -525,10 +525,9 @@ static void improve_all(state *st, int only_big, int64_t capacity, double deadli
     }
 }
 
-/* Deciding a capacity: ruin and recreate first on the partitions too large for the exact search
- * (half the time when others need the search too), the exact search, then ruin and recreate on
- * whatever is still above. */
-static void decide_capacity(state *st, int64_t capacity, double deadline, int *proven, int *nomem)
+/* Ruin and recreate on the partitions above their target (capacity, 0: their bounds) too large
+ * for the exact search: half the time left when smaller ones above theirs need the search too. */
+static void improve_big(state *st, int64_t capacity, double deadline, int *nomem)
 {
     const gp_aprob *p = st->p;
     int big = 0, small = 0;
@@ -543,6 +542,13 @@ static void decide_capacity(state *st, int64_t capacity, double deadline, int *p
         double now = gp_assign_now();
         improve_all(st, 1, capacity, small ? now + (deadline - now) / 2 : deadline, nomem);
     }
+}
+
+/* Deciding a capacity: ruin and recreate first on the partitions too large for the exact search,
+ * the exact search, then ruin and recreate on whatever is still above. */
+static void decide_capacity(state *st, int64_t capacity, double deadline, int *proven, int *nomem)
+{
+    improve_big(st, capacity, deadline, nomem);
     int too_big = 0;
     if (!*nomem && overall_peak(st) > capacity &&
         !fit_all(st, capacity, deadline, 0, proven, nomem, &too_big) && !*nomem && !*proven)
@@ -557,18 +563,7 @@ static void decide_capacity(state *st, int64_t capacity, double deadline, int *p
 static void minimize(state *st, double t0, double deadline, int *proven, int *nomem)
 {
     const gp_aprob *p = st->p;
-    int big = 0, small = 0;
-    for (int q = 0; q < p->np; q++)
-        if (st->part_peak[q] > p->part_lb[q]) {
-            if (p->part_start[q + 1] - p->part_start[q] > st->buffer_limit)
-                big = 1;
-            else
-                small = 1;
-        }
-    if (big) {
-        double now = gp_assign_now();
-        improve_all(st, 1, 0, small ? now + (deadline - now) / 2 : deadline, nomem);
-    }
+    improve_big(st, 0, deadline, nomem); /* above their bounds: improve_target's at capacity 0 */
     /* The search cannot take the large partitions: the peak stays at least theirs, so capacities
      * below it are not tried (and optimality is not proven while one is above its bound). */
     int64_t floor_big = p->lower_bound;

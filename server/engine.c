@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tools/alloc_interpose.h"
+#include "gplan/alloc_interpose.h"
 
 enum { REC_TEXT = 1, REC_TOKEN = 2 };
 
@@ -724,9 +724,7 @@ gp_engine *gp_engine_new(gp_lm *lm, const gp_engine_opts *o, char *err, size_t e
     e->stats.n_slots = e->stats.free_slots = o->n_slots;
     e->stats.kv_positions = e->stats.kv_free =
         gp_batch_blocks(e->batch) * gp_batch_block_rows(e->batch);
-#ifndef GP_NO_ALLOC_INTERPOSE
-    e->stats.alloc_counting = o->alloc_mark;
-#endif
+    e->stats.alloc_counting = o->alloc_mark && gp_alloc_interpose_active();
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         snprintf(err, err_len, "gp_engine_new: cannot start the engine thread");
         gp_engine_free(e);

@@ -21,7 +21,7 @@ typedef struct gp_job gp_job; /* one request, from gp_engine_job_new to gp_job_r
 typedef struct {
     int n_slots;    /* sequences generating at once */
     int n_queue;    /* jobs waiting for a slot beyond them; a submission past them is refused */
-    int alloc_mark; /* mark the engine thread for tools/alloc_interpose's per-thread count */
+    int alloc_mark; /* mark the engine thread for gplan/alloc_interpose.h's per-thread count */
     int64_t prompt_budget; /* prompt tokens a step while others generate (gp_batch_set_prompt_budget) */
 } gp_engine_opts;
 

@@ -799,22 +799,24 @@ static void test_buffers_main(void)
 
 void gp_suite_assign(void)
 {
-    CU_pSuite s = CU_add_suite("assign", NULL, NULL);
-    CU_add_test(s, "input.12 fits at 12", test_input12);
-    CU_add_test(s, "lower bound", test_lower_bound);
-    CU_add_test(s, "edge inputs", test_edge_inputs);
-    CU_add_test(s, "checker catches conflicts", test_checker);
-    CU_add_test(s, "checker vs pairwise scan", test_checker_random);
-    CU_add_test(s, "random instances are valid", test_random_valid);
-    CU_add_test(s, "deterministic", test_deterministic);
-    CU_add_test(s, "tree matches lists", test_tree_matches_lists);
-    CU_add_test(s, "ruin and recreate keeps invariants", test_improve_invariants);
-    CU_add_test(s, "completing a partial placement", test_improve_complete);
-    CU_add_test(s, "auto on a large instance", test_auto_large);
-    CU_add_test(s, "exact equals brute force", test_exact_vs_brute_force);
-    CU_add_test(s, "exact packs tight instances", test_exact_packs_tight);
-    CU_add_test(s, "proven bound above the live peak", test_proven_bound);
-    CU_add_test(s, "csv round trip", test_csv_round_trip);
-    CU_add_test(s, "csv errors", test_csv_errors);
-    CU_add_test(s, "buffers main", test_buffers_main);
+    static const gp_test_case tests[] = {
+        {"input.12 fits at 12", test_input12},
+        {"lower bound", test_lower_bound},
+        {"edge inputs", test_edge_inputs},
+        {"checker catches conflicts", test_checker},
+        {"checker vs pairwise scan", test_checker_random},
+        {"random instances are valid", test_random_valid},
+        {"deterministic", test_deterministic},
+        {"tree matches lists", test_tree_matches_lists},
+        {"ruin and recreate keeps invariants", test_improve_invariants},
+        {"completing a partial placement", test_improve_complete},
+        {"auto on a large instance", test_auto_large},
+        {"exact equals brute force", test_exact_vs_brute_force},
+        {"exact packs tight instances", test_exact_packs_tight},
+        {"proven bound above the live peak", test_proven_bound},
+        {"csv round trip", test_csv_round_trip},
+        {"csv errors", test_csv_errors},
+        {"buffers main", test_buffers_main},
+    };
+    gp_test_add_suite("assign", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

@@ -199,11 +199,13 @@ static void test_short_buffer_no_alloc(void)
 
 void gp_suite_chat(void)
 {
-    CU_pSuite s = CU_add_suite("chat", NULL, NULL);
-    CU_add_test(s, "formats equal real templates rendered by jinja2", test_cases);
-    CU_add_test(s, "families recognized by their markers", test_detect);
-    CU_add_test(s, "unknown templates and format names", test_unknown_and_names);
-    CU_add_test(s, "built-in formats without a template", test_builtin);
-    CU_add_test(s, "roles and turn order", test_errors);
-    CU_add_test(s, "short buffers, no allocation", test_short_buffer_no_alloc);
+    static const gp_test_case tests[] = {
+        {"formats equal real templates rendered by jinja2", test_cases},
+        {"families recognized by their markers", test_detect},
+        {"unknown templates and format names", test_unknown_and_names},
+        {"built-in formats without a template", test_builtin},
+        {"roles and turn order", test_errors},
+        {"short buffers, no allocation", test_short_buffer_no_alloc},
+    };
+    gp_test_add_suite("chat", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

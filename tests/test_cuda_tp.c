@@ -748,17 +748,15 @@ void gp_suite_cuda_tp(void)
         return;
     }
     gp_cuda_comm_free(c);
-    CU_pSuite s = CU_add_suite("cuda_tp", NULL, NULL);
-    CU_add_test(s, "comm_new refuses missing and repeated devices, bad switches",
-                test_comm_refusals);
-    CU_add_test(s, "all-reduce over P2P: f32/f16/bf16, 1 to 256 KiB + 1, captured",
-                test_all_reduce_p2p);
-    CU_add_test(s, "all-reduce over NCCL: f32/f16/bf16, 1 to 256 KiB + 1, captured",
-                test_all_reduce_nccl);
-    CU_add_test(s, "P2P: 3 all-reduces in a graph replayed 1000 times", test_replays_p2p);
-    CU_add_test(s, "P2P: the norm after an all-reduce in its kernel (rms, layer norm)",
-                test_all_reduce_norm);
-    CU_add_test(s, "NCCL: 3 all-reduces in a graph replayed 1000 times", test_replays_nccl);
+    static const gp_test_case tests[] = {
+        {"comm_new refuses missing and repeated devices, bad switches", test_comm_refusals},
+        {"all-reduce over P2P: f32/f16/bf16, 1 to 256 KiB + 1, captured", test_all_reduce_p2p},
+        {"all-reduce over NCCL: f32/f16/bf16, 1 to 256 KiB + 1, captured", test_all_reduce_nccl},
+        {"P2P: 3 all-reduces in a graph replayed 1000 times", test_replays_p2p},
+        {"P2P: the norm after an all-reduce in its kernel (rms, layer norm)", test_all_reduce_norm},
+        {"NCCL: 3 all-reduces in a graph replayed 1000 times", test_replays_nccl},
+    };
+    CU_pSuite s = gp_test_add_suite("cuda_tp", NULL, NULL, tests, GP_TEST_COUNT(tests));
     if (peers_ok()) {
         CU_add_test(s, "P2P: a failed rank stops the other's wait", test_failure_p2p);
         CU_add_test(s, "P2P: a rank that never comes: the other times out", test_timeout_p2p);

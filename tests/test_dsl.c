@@ -1517,27 +1517,29 @@ static void test_fuzz(void)
 
 void gp_suite_dsl(void)
 {
-    CU_pSuite s = CU_add_suite("dsl", NULL, NULL);
-    CU_add_test(s, "scanner tokens and locations", test_scanner_tokens);
-    CU_add_test(s, "scanner numbers", test_scanner_numbers);
-    CU_add_test(s, "scanner comments and errors", test_scanner_comments_and_errors);
-    CU_add_test(s, "parser expressions", test_parser_expressions);
-    CU_add_test(s, "parser statements", test_parser_statements);
-    CU_add_test(s, "parser error recovery", test_parser_recovery);
-    CU_add_test(s, "--devices N: split weights, KV cache, all_reduce", test_devices);
-    CU_add_test(s, "golden diagnostics", test_golden);
-    CU_add_test(s, "golden diagnostics: limits", test_golden_limits);
-    CU_add_test(s, "golden diagnostics: config.json", test_golden_config);
-    CU_add_test(s, "missing file", test_missing_file);
-    CU_add_test(s, "example gpt2", test_example_gpt2);
-    CU_add_test(s, "example llama", test_example_llama);
-    CU_add_test(s, "example tiny", test_example_tiny);
-    CU_add_test(s, "config.json overrides", test_config_overrides);
-    CU_add_test(s, "config.json string parameter in a weight name", test_config_string_param);
-    CU_add_test(s, "moe: keywords into attributes, bad values refused", test_moe_lowering);
-    CU_add_test(s, "config.json: Qwen3-MoE's expert count and dense layers", test_config_qwen3moe);
-    CU_add_test(s, "config.json: llama3 rope scaling, a null sliding_window", test_config_families);
-    CU_add_test(s, "config.json: Gemma 3's rope by layer type and layer_types", test_config_gemma3);
-    CU_add_test(s, "language features", test_features);
-    CU_add_test(s, "fuzz: truncations and mutations", test_fuzz);
+    static const gp_test_case tests[] = {
+        {"scanner tokens and locations", test_scanner_tokens},
+        {"scanner numbers", test_scanner_numbers},
+        {"scanner comments and errors", test_scanner_comments_and_errors},
+        {"parser expressions", test_parser_expressions},
+        {"parser statements", test_parser_statements},
+        {"parser error recovery", test_parser_recovery},
+        {"--devices N: split weights, KV cache, all_reduce", test_devices},
+        {"golden diagnostics", test_golden},
+        {"golden diagnostics: limits", test_golden_limits},
+        {"golden diagnostics: config.json", test_golden_config},
+        {"missing file", test_missing_file},
+        {"example gpt2", test_example_gpt2},
+        {"example llama", test_example_llama},
+        {"example tiny", test_example_tiny},
+        {"config.json overrides", test_config_overrides},
+        {"config.json string parameter in a weight name", test_config_string_param},
+        {"moe: keywords into attributes, bad values refused", test_moe_lowering},
+        {"config.json: Qwen3-MoE's expert count and dense layers", test_config_qwen3moe},
+        {"config.json: llama3 rope scaling, a null sliding_window", test_config_families},
+        {"config.json: Gemma 3's rope by layer type and layer_types", test_config_gemma3},
+        {"language features", test_features},
+        {"fuzz: truncations and mutations", test_fuzz},
+    };
+    gp_test_add_suite("dsl", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

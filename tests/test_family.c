@@ -452,12 +452,14 @@ static void test_from_hf_config(void)
 
 void gp_suite_family(void)
 {
-    CU_pSuite s = CU_add_suite("family", NULL, NULL);
-    CU_add_test(s, "every family's graph is its file and compiles", test_graphs_compile);
-    CU_add_test(s, "lookups by name and architecture", test_lookup);
-    CU_add_test(s, "the sorted list of names", test_list_text);
-    CU_add_test(s, "the table against examples/*.gplan", test_table_matches_examples);
-    CU_add_test(s, "a GGUF file's family, markers and messages", test_from_gguf);
-    CU_add_test(s, "gplan-compile --gguf's parameters through the table", test_gguf_params);
-    CU_add_test(s, "a config.json's family and messages", test_from_hf_config);
+    static const gp_test_case tests[] = {
+        {"every family's graph is its file and compiles", test_graphs_compile},
+        {"lookups by name and architecture", test_lookup},
+        {"the sorted list of names", test_list_text},
+        {"the table against examples/*.gplan", test_table_matches_examples},
+        {"a GGUF file's family, markers and messages", test_from_gguf},
+        {"gplan-compile --gguf's parameters through the table", test_gguf_params},
+        {"a config.json's family and messages", test_from_hf_config},
+    };
+    gp_test_add_suite("family", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

@@ -1246,7 +1246,10 @@ static void test_scan(void)
     CU_ASSERT_EQUAL_FATAL(gp_gw_save(&w, path), 0);
     gp_gw_free(&w);
     scan_log l = {0};
-    CU_ASSERT_EQUAL(gp_weights_scan(path, log_tensor, &l, err, sizeof err), 5);
+    gp_weights_scan_totals tot;
+    CU_ASSERT_EQUAL(gp_weights_scan(path, log_tensor, &l, &tot, err, sizeof err), 5);
+    /* every tensor's elements but q2_k's, which is skipped */
+    CU_ASSERT(tot.tensors == 8 && tot.values == 12 + 8 + 4 + 96 + 512 + 4 + 4 && tot.skipped == 1);
     CU_ASSERT_EQUAL_FATAL(l.n, 8); /* name order */
     scan_is(&l.t[0], "a.f32", 12, 2, 7, "nan");
     scan_is(&l.t[1], "b.f16", 8, 1, 5, "-inf");
@@ -1262,11 +1265,12 @@ static void test_scan(void)
     gp_gw_init(&w);
     gp_gw_model(&w, "llama", 32, ts + 5, 3);
     CU_ASSERT_EQUAL_FATAL(gp_gw_save(&w, path), 0);
-    CU_ASSERT_EQUAL(gp_weights_scan(path, NULL, NULL, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(gp_weights_scan(path, NULL, NULL, &tot, err, sizeof err), 0);
+    CU_ASSERT(tot.tensors == 3 && tot.values == 4 + 4 && tot.skipped == 1);
     w.len -= 1;
     CU_ASSERT_EQUAL_FATAL(gp_gw_save(&w, path), 0);
     gp_gw_free(&w);
-    CU_ASSERT_EQUAL(gp_weights_scan(path, NULL, NULL, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(gp_weights_scan(path, NULL, NULL, NULL, err, sizeof err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, ": bad GGUF file ("));
     remove(path);
 
@@ -1279,7 +1283,7 @@ static void test_scan(void)
     snprintf(path, sizeof path, "%s", gp_test_tmpfile(".safetensors"));
     CU_ASSERT_EQUAL_FATAL(gp_st_write(path, st, 2, NULL, err, sizeof err), 0);
     l.n = 0;
-    CU_ASSERT_EQUAL(gp_weights_scan(path, log_tensor, &l, err, sizeof err), 2);
+    CU_ASSERT_EQUAL(gp_weights_scan(path, log_tensor, &l, NULL, err, sizeof err), 2);
     CU_ASSERT_EQUAL_FATAL(l.n, 2);
     scan_is(&l.t[0], "x", 3, 1, 2, "-inf");
     scan_is(&l.t[1], "y", 12, 2, 7, "nan");
@@ -1288,18 +1292,19 @@ static void test_scan(void)
 
 void gp_suite_gguf(void)
 {
-    CU_pSuite s = CU_add_suite("gguf", NULL, NULL);
-    CU_add_test(s, "every value type and several tensor types round trip (v2, v3)", test_roundtrip);
-    CU_add_test(s, "ggml type names", test_type_names);
-    CU_add_test(s, "hostile files: each gets its exact message", test_hostile);
-    CU_add_test(s, "every hostile-file message is in docs/errors.md", test_catalogue_documented);
-    CU_add_test(s, "the valid file truncated at every length", test_truncated);
-    CU_add_test(s, "every byte of the valid file damaged", test_damaged_bytes);
-    CU_add_test(s, "missing, folder and empty files", test_not_files);
-    CU_add_test(s, "gguf-py's GGUFWriter output (tests/gguf/fixture.gguf)", test_fixture);
-    CU_add_test(s, "llama.cpp's vocabulary files", test_vocab_files);
-    CU_add_test(s, "GGUF <-> Hugging Face name aliases", test_name_aliases);
-    CU_add_test(s, "a GGUF file as a checkpoint: both names, shapes, check, read",
-                test_weights_gguf);
-    CU_add_test(s, "gp_weights_scan: planted NaNs and infinities found at their element", test_scan);
+    static const gp_test_case tests[] = {
+        {"every value type and several tensor types round trip (v2, v3)", test_roundtrip},
+        {"ggml type names", test_type_names},
+        {"hostile files: each gets its exact message", test_hostile},
+        {"every hostile-file message is in docs/errors.md", test_catalogue_documented},
+        {"the valid file truncated at every length", test_truncated},
+        {"every byte of the valid file damaged", test_damaged_bytes},
+        {"missing, folder and empty files", test_not_files},
+        {"gguf-py's GGUFWriter output (tests/gguf/fixture.gguf)", test_fixture},
+        {"llama.cpp's vocabulary files", test_vocab_files},
+        {"GGUF <-> Hugging Face name aliases", test_name_aliases},
+        {"a GGUF file as a checkpoint: both names, shapes, check, read", test_weights_gguf},
+        {"gp_weights_scan: planted NaNs and infinities found at their element", test_scan},
+    };
+    gp_test_add_suite("gguf", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

@@ -1154,32 +1154,34 @@ static void test_print(void)
 
 void gp_suite_ir(void)
 {
-    CU_pSuite s = CU_add_suite("ir", NULL, suite_clean);
-    CU_add_test(s, "core tables", test_core_tables);
-    CU_add_test(s, "attribute table", test_attr_table);
-    CU_add_test(s, "diag format", test_diag_format);
-    CU_add_test(s, "diag copies and prints", test_diag_copies_and_prints);
-    CU_add_test(s, "diag limit", test_diag_limit);
-    CU_add_test(s, "add tensor", test_add_tensor);
-    CU_add_test(s, "names", test_names);
-    CU_add_test(s, "binary broadcast", test_binary_broadcast);
-    CU_add_test(s, "unary", test_unary);
-    CU_add_test(s, "swiglu", test_swiglu);
-    CU_add_test(s, "matmul", test_matmul);
-    CU_add_test(s, "norms", test_norms);
-    CU_add_test(s, "softmax", test_softmax);
-    CU_add_test(s, "argmax", test_argmax);
-    CU_add_test(s, "moe: shapes, top_k, norm, mismatched experts", test_moe);
-    CU_add_test(s, "rope", test_rope);
-    CU_add_test(s, "attention", test_attention);
-    CU_add_test(s, "get_rows", test_get_rows);
-    CU_add_test(s, "store", test_store);
-    CU_add_test(s, "concat", test_concat);
-    CU_add_test(s, "cast and cont", test_cast_cont);
-    CU_add_test(s, "reshape", test_reshape);
-    CU_add_test(s, "permute", test_permute);
-    CU_add_test(s, "slice", test_slice);
-    CU_add_test(s, "view", test_view);
-    CU_add_test(s, "make_output", test_make_output);
-    CU_add_test(s, "print", test_print);
+    static const gp_test_case tests[] = {
+        {"core tables", test_core_tables},
+        {"attribute table", test_attr_table},
+        {"diag format", test_diag_format},
+        {"diag copies and prints", test_diag_copies_and_prints},
+        {"diag limit", test_diag_limit},
+        {"add tensor", test_add_tensor},
+        {"names", test_names},
+        {"binary broadcast", test_binary_broadcast},
+        {"unary", test_unary},
+        {"swiglu", test_swiglu},
+        {"matmul", test_matmul},
+        {"norms", test_norms},
+        {"softmax", test_softmax},
+        {"argmax", test_argmax},
+        {"moe: shapes, top_k, norm, mismatched experts", test_moe},
+        {"rope", test_rope},
+        {"attention", test_attention},
+        {"get_rows", test_get_rows},
+        {"store", test_store},
+        {"concat", test_concat},
+        {"cast and cont", test_cast_cont},
+        {"reshape", test_reshape},
+        {"permute", test_permute},
+        {"slice", test_slice},
+        {"view", test_view},
+        {"make_output", test_make_output},
+        {"print", test_print},
+    };
+    gp_test_add_suite("ir", NULL, suite_clean, tests, GP_TEST_COUNT(tests));
 }

@@ -1817,30 +1817,32 @@ static void test_attention_levels(void)
 
 void gp_suite_kernels(void)
 {
-    CU_pSuite s = CU_add_suite("kernels", NULL, NULL);
-    CU_add_test(s, "f16 exhaustive round trip", test_f16_exhaustive);
-    CU_add_test(s, "f16 rounding and ties", test_f16_rounding);
-    CU_add_test(s, "bf16 exhaustive and ties", test_bf16);
-    CU_add_test(s, "thread pool counts and barrier phases", test_threadpool);
-    CU_add_test(s, "get_rows", test_get_rows);
-    CU_add_test(s, "add sub mul div swiglu with broadcasting", test_binary);
-    CU_add_test(s, "scale gelu gelu_erf silu", test_unary);
-    CU_add_test(s, "matmul", test_matmul);
-    CU_add_test(s, "matmul: every kernel build the same bits, products fused", test_matmul_levels);
-    CU_add_test(s, "layer_norm rms_norm", test_norms);
-    CU_add_test(s, "softmax and the causal mask", test_softmax);
-    CU_add_test(s, "argmax: first of the largest, NaN never", test_argmax);
-    CU_add_test(s, "rope both modes", test_rope);
-    CU_add_test(s, "cont cast", test_copies);
-    CU_add_test(s, "concat", test_concat);
-    CU_add_test(s, "store", test_store);
-    CU_add_test(s, "attention with GQA", test_attention);
-    CU_add_test(s, "attention: a KV group's heads at once, the one-head bits", test_attention_grouped);
-    CU_add_test(s, "attention: a ragged batch over KV blocks, the bits of each sequence alone",
-                test_attention_ragged);
-    CU_add_test(s, "attention: every kernel build the same bits", test_attention_levels);
-    CU_add_test(s, "views compute nothing", test_views);
-    CU_add_test(s, "gp_cpu_check", test_check);
-    CU_add_test(s, "matmul through the pool", test_pool_matmul);
-    CU_add_test(s, "matmul with a fused epilogue: the unfused nodes' bits", test_matmul_epilogue);
+    static const gp_test_case tests[] = {
+        {"f16 exhaustive round trip", test_f16_exhaustive},
+        {"f16 rounding and ties", test_f16_rounding},
+        {"bf16 exhaustive and ties", test_bf16},
+        {"thread pool counts and barrier phases", test_threadpool},
+        {"get_rows", test_get_rows},
+        {"add sub mul div swiglu with broadcasting", test_binary},
+        {"scale gelu gelu_erf silu", test_unary},
+        {"matmul", test_matmul},
+        {"matmul: every kernel build the same bits, products fused", test_matmul_levels},
+        {"layer_norm rms_norm", test_norms},
+        {"softmax and the causal mask", test_softmax},
+        {"argmax: first of the largest, NaN never", test_argmax},
+        {"rope both modes", test_rope},
+        {"cont cast", test_copies},
+        {"concat", test_concat},
+        {"store", test_store},
+        {"attention with GQA", test_attention},
+        {"attention: a KV group's heads at once, the one-head bits", test_attention_grouped},
+        {"attention: a ragged batch over KV blocks, the bits of each sequence alone",
+         test_attention_ragged},
+        {"attention: every kernel build the same bits", test_attention_levels},
+        {"views compute nothing", test_views},
+        {"gp_cpu_check", test_check},
+        {"matmul through the pool", test_pool_matmul},
+        {"matmul with a fused epilogue: the unfused nodes' bits", test_matmul_epilogue},
+    };
+    gp_test_add_suite("kernels", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

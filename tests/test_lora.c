@@ -1042,18 +1042,20 @@ static int suite_clean(void)
 void gp_suite_lora(void);
 void gp_suite_lora(void)
 {
-    CU_pSuite s = CU_add_suite("lora", NULL, suite_clean);
-    CU_add_test(s, "merge graph: 3 nodes per target, one arena for all layers", test_merge_graph);
-    CU_add_test(s, "tiny GPT-2 (Conv1D): merged = double-precision reference", test_gpt2_merge);
-    CU_add_test(s, "fan_in_fan_out: transposed delta by value", test_fan_in_fan_out);
-    CU_add_test(s, "llama (Linear): merged = reference; rslora", test_llama_merge);
-    CU_add_test(s, "scale 0: bit for bit the base model", test_scale_zero);
-    CU_add_test(s, "errors, with weights unchanged", test_errors);
-    CU_add_test(s, "no allocation in the planned merge and in evals", test_no_alloc);
-    CU_add_test(s, "runtime mode, tiny GPT-2: = merged", test_runtime_gpt2);
-    CU_add_test(s, "runtime mode, small llama: = merged", test_runtime_llama);
-    CU_add_test(s, "runtime mode: rebinding between evals, no allocation", test_runtime_rebind);
-    CU_add_test(s, "runtime mode: errors, slots unchanged", test_runtime_errors);
-    CU_add_test(s, "runtime mode, plans for CUDA: accumulated outputs start as without branches",
-                test_runtime_accumulated);
+    static const gp_test_case tests[] = {
+        {"merge graph: 3 nodes per target, one arena for all layers", test_merge_graph},
+        {"tiny GPT-2 (Conv1D): merged = double-precision reference", test_gpt2_merge},
+        {"fan_in_fan_out: transposed delta by value", test_fan_in_fan_out},
+        {"llama (Linear): merged = reference; rslora", test_llama_merge},
+        {"scale 0: bit for bit the base model", test_scale_zero},
+        {"errors, with weights unchanged", test_errors},
+        {"no allocation in the planned merge and in evals", test_no_alloc},
+        {"runtime mode, tiny GPT-2: = merged", test_runtime_gpt2},
+        {"runtime mode, small llama: = merged", test_runtime_llama},
+        {"runtime mode: rebinding between evals, no allocation", test_runtime_rebind},
+        {"runtime mode: errors, slots unchanged", test_runtime_errors},
+        {"runtime mode, plans for CUDA: accumulated outputs start as without branches",
+         test_runtime_accumulated},
+    };
+    gp_test_add_suite("lora", NULL, suite_clean, tests, GP_TEST_COUNT(tests));
 }

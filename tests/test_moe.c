@@ -969,16 +969,18 @@ static void test_fixture_routing(void)
 
 void gp_suite_moe(void)
 {
-    CU_pSuite s = CU_add_suite("moe", NULL, NULL);
-    CU_add_test(s, "routing: each norm, top-k, ties to the lower index", test_routing);
-    CU_add_test(s, "grouping: idle experts, every token to one", test_grouping);
-    CU_add_test(s, "experts f16, bf16 and every block format", test_dtypes);
-    CU_add_test(s, "the same bits: 1 to 3 threads, a token alone or in a batch", test_bits);
-    CU_add_test(s, "experts of many rows on the integer products", test_integer_path);
-    CU_add_test(s, "gp_cpu_check refusals", test_check);
-    CU_add_test(s, "the workspace's layout", test_workspace);
-    CU_add_test(s, "a Qwen3-MoE graph: threads, reference, no allocation per eval", test_model);
-    CU_add_test(s, "stacked experts: safetensors, GGUF merged and one by one, refusals",
-                test_stacked_weights);
-    CU_add_test(s, "the parity fixtures' routing: many experts, no ties", test_fixture_routing);
+    static const gp_test_case tests[] = {
+        {"routing: each norm, top-k, ties to the lower index", test_routing},
+        {"grouping: idle experts, every token to one", test_grouping},
+        {"experts f16, bf16 and every block format", test_dtypes},
+        {"the same bits: 1 to 3 threads, a token alone or in a batch", test_bits},
+        {"experts of many rows on the integer products", test_integer_path},
+        {"gp_cpu_check refusals", test_check},
+        {"the workspace's layout", test_workspace},
+        {"a Qwen3-MoE graph: threads, reference, no allocation per eval", test_model},
+        {"stacked experts: safetensors, GGUF merged and one by one, refusals",
+         test_stacked_weights},
+        {"the parity fixtures' routing: many experts, no ties", test_fixture_routing},
+    };
+    gp_test_add_suite("moe", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

@@ -1837,36 +1837,40 @@ static void test_corrupt_nodes(void)
 
 void gp_suite_plan(void)
 {
-    CU_pSuite s = CU_add_suite("plan", NULL, NULL);
-    CU_add_test(s, "liveness: exact first/last, regions, in-place, extras", test_liveness_exact);
-    CU_add_test(s, "liveness: views extend their root's life", test_view_lifetime);
-    CU_add_test(s, "regions: io inputs first, then outputs smallest first", test_io_order);
-    CU_add_test(s, "liveness: accumulated outputs in plans for CUDA", test_accumulated_outputs);
-    CU_add_test(s, "liveness: what a one-token attention's launch writes, in plans for CUDA",
-                test_attention_lifetimes);
-    CU_add_test(s, "in-place: chains", test_inplace_chain);
-    CU_add_test(s, "in-place: every refusal rule", test_inplace_refused);
-    CU_add_test(s, "in-place: through a reshape view", test_inplace_through_view);
-    CU_add_test(s, "workspaces: sizes per backend and lifetimes; syms", test_workspaces);
-    CU_add_test(s, "workspaces: a fused attention's from the ropes and stores it absorbs",
-                test_workspace_fused_attention);
-    CU_add_test(s, "options: refused with a message", test_bad_options);
-    CU_add_test(s, "random DAGs: no overlap, lower bound, loader accepts", test_random_dags);
-    CU_add_test(s, "fixture plan contents", test_fixture_contents);
-    CU_add_test(s, "write -> load round trip, every field", test_round_trip);
-    CU_add_test(s, "empty graphs", test_empty_graphs);
-    CU_add_test(s, "summary text", test_summary);
-    CU_add_test(s, "node attributes in a record", test_node_attrs_record);
-    CU_pSuite c = CU_add_suite("plan file corruption", NULL, corrupt_clean);
-    CU_add_test(c, "the good file loads; newer minor accepted", test_corrupt_good_loads);
-    CU_add_test(c, "header fields", test_corrupt_header);
-    CU_add_test(c, "section table, CRCs, counts", test_corrupt_sections);
-    CU_add_test(c, "truncated at every length", test_corrupt_truncated);
-    CU_add_test(c, "every single byte flipped", test_corrupt_every_byte);
-    CU_add_test(c, "random damage behind fixed CRCs", test_corrupt_random_fixed);
-    CU_add_test(c, "string references", test_corrupt_strings);
-    CU_add_test(c, "meta, regions, syms", test_corrupt_meta_regions);
-    CU_add_test(c, "tensor records", test_corrupt_tensors);
-    CU_add_test(c, "node records", test_corrupt_nodes);
-    CU_add_test(c, "weight splits (plan format 1.1)", test_corrupt_split);
+    static const gp_test_case tests[] = {
+        {"liveness: exact first/last, regions, in-place, extras", test_liveness_exact},
+        {"liveness: views extend their root's life", test_view_lifetime},
+        {"regions: io inputs first, then outputs smallest first", test_io_order},
+        {"liveness: accumulated outputs in plans for CUDA", test_accumulated_outputs},
+        {"liveness: what a one-token attention's launch writes, in plans for CUDA",
+         test_attention_lifetimes},
+        {"in-place: chains", test_inplace_chain},
+        {"in-place: every refusal rule", test_inplace_refused},
+        {"in-place: through a reshape view", test_inplace_through_view},
+        {"workspaces: sizes per backend and lifetimes; syms", test_workspaces},
+        {"workspaces: a fused attention's from the ropes and stores it absorbs",
+         test_workspace_fused_attention},
+        {"options: refused with a message", test_bad_options},
+        {"random DAGs: no overlap, lower bound, loader accepts", test_random_dags},
+        {"fixture plan contents", test_fixture_contents},
+        {"write -> load round trip, every field", test_round_trip},
+        {"empty graphs", test_empty_graphs},
+        {"summary text", test_summary},
+        {"node attributes in a record", test_node_attrs_record},
+    };
+    gp_test_add_suite("plan", NULL, NULL, tests, GP_TEST_COUNT(tests));
+    static const gp_test_case c_tests[] = {
+        {"the good file loads; newer minor accepted", test_corrupt_good_loads},
+        {"header fields", test_corrupt_header},
+        {"section table, CRCs, counts", test_corrupt_sections},
+        {"truncated at every length", test_corrupt_truncated},
+        {"every single byte flipped", test_corrupt_every_byte},
+        {"random damage behind fixed CRCs", test_corrupt_random_fixed},
+        {"string references", test_corrupt_strings},
+        {"meta, regions, syms", test_corrupt_meta_regions},
+        {"tensor records", test_corrupt_tensors},
+        {"node records", test_corrupt_nodes},
+        {"weight splits (plan format 1.1)", test_corrupt_split},
+    };
+    gp_test_add_suite("plan file corruption", NULL, corrupt_clean, c_tests, GP_TEST_COUNT(c_tests));
 }

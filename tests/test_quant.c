@@ -254,10 +254,12 @@ static void test_isa_select(void)
 
 void gp_suite_quant(void)
 {
-    CU_pSuite s = CU_add_suite("quant", NULL, NULL);
-    CU_add_test(s, "dequantize = gguf, bit for bit", test_dequantize_gguf);
-    CU_add_test(s, "quantize = gguf bytes (ggml's rules)", test_quantize_gguf);
-    CU_add_test(s, "quantize error bounds", test_quantize_error);
-    CU_add_test(s, "quantize exact values", test_quantize_exact);
-    CU_add_test(s, "ISA selector", test_isa_select);
+    static const gp_test_case tests[] = {
+        {"dequantize = gguf, bit for bit", test_dequantize_gguf},
+        {"quantize = gguf bytes (ggml's rules)", test_quantize_gguf},
+        {"quantize error bounds", test_quantize_error},
+        {"quantize exact values", test_quantize_exact},
+        {"ISA selector", test_isa_select},
+    };
+    gp_test_add_suite("quant", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

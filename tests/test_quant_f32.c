@@ -785,14 +785,15 @@ static void test_amx_node(void)
 
 void gp_suite_quant_f32(void)
 {
-    CU_pSuite s = CU_add_suite("quant_f32", NULL, NULL);
-    CU_add_test(s, "every type x path x M x K vs double, order, splits", test_reference);
-    CU_add_test(s, "batches = single rows; the SIMD paths agree", test_batches_and_paths);
-    CU_add_test(s, "column ranges", test_ranges);
-    CU_add_test(s, "amx prompts vs double, thread counts", test_amx);
-    CU_add_test(s, "amx matmul node: one phase = two phases", test_amx_node);
-    CU_add_test(s, "integer paths: within x's quantization bound, = emulation, splits, paths agree",
-                test_vnni);
-    CU_add_test(s, "integer paths at the int16 edges (maddubs) and past 1 / d's range",
-                test_int_extremes);
+    static const gp_test_case tests[] = {
+        {"every type x path x M x K vs double, order, splits", test_reference},
+        {"batches = single rows; the SIMD paths agree", test_batches_and_paths},
+        {"column ranges", test_ranges},
+        {"amx prompts vs double, thread counts", test_amx},
+        {"amx matmul node: one phase = two phases", test_amx_node},
+        {"integer paths: within x's quantization bound, = emulation, splits, paths agree",
+         test_vnni},
+        {"integer paths at the int16 edges (maddubs) and past 1 / d's range", test_int_extremes},
+    };
+    gp_test_add_suite("quant_f32", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

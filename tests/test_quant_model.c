@@ -109,7 +109,9 @@ static void test_quantize_at_load(void)
 
 void gp_suite_quant_model(void)
 {
-    CU_pSuite s = CU_add_suite("quant_model", NULL, NULL);
-    CU_add_test(s, "quantized llama against its weights dequantized in f32", test_against_dequantized);
-    CU_add_test(s, "a float checkpoint quantized at load", test_quantize_at_load);
+    static const gp_test_case tests[] = {
+        {"quantized llama against its weights dequantized in f32", test_against_dequantized},
+        {"a float checkpoint quantized at load", test_quantize_at_load},
+    };
+    gp_test_add_suite("quant_model", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

@@ -780,17 +780,19 @@ static void test_no_alloc(void)
 void gp_suite_runtime(void);
 void gp_suite_runtime(void)
 {
-    CU_pSuite s = CU_add_suite("runtime", NULL, NULL);
-    CU_add_test(s, "tiny: planned CPU = reference, bit for bit", test_tiny_bitexact);
-    CU_add_test(s, "gpt2 (2 layers): planned CPU = reference", test_gpt2_bitexact);
-    CU_add_test(s, "llama (GQA): planned CPU = reference", test_llama_bitexact);
-    CU_add_test(s, "input validation errors", test_input_errors);
-    CU_add_test(s, "index checks after a passing eval at the same dims", test_index_checks_same_dims);
-    CU_add_test(s, "session and model errors, model info", test_session_errors);
-    CU_add_test(s, "weights: errors, in place, converted", test_weights);
-    CU_add_test(s, "state: zeroed at creation, persists, reset", test_state);
-    CU_add_test(s, "outputs at T < bound", test_outputs_partial);
-    CU_add_test(s, "rows: the last row's logits by default, any rows on request", test_rows);
-    CU_add_test(s, "no allocation in 1000 evals", test_no_alloc);
-    CU_add_test(s, "gp_argmax", test_argmax);
+    static const gp_test_case tests[] = {
+        {"tiny: planned CPU = reference, bit for bit", test_tiny_bitexact},
+        {"gpt2 (2 layers): planned CPU = reference", test_gpt2_bitexact},
+        {"llama (GQA): planned CPU = reference", test_llama_bitexact},
+        {"input validation errors", test_input_errors},
+        {"index checks after a passing eval at the same dims", test_index_checks_same_dims},
+        {"session and model errors, model info", test_session_errors},
+        {"weights: errors, in place, converted", test_weights},
+        {"state: zeroed at creation, persists, reset", test_state},
+        {"outputs at T < bound", test_outputs_partial},
+        {"rows: the last row's logits by default, any rows on request", test_rows},
+        {"no allocation in 1000 evals", test_no_alloc},
+        {"gp_argmax", test_argmax},
+    };
+    gp_test_add_suite("runtime", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

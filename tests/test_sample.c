@@ -452,15 +452,17 @@ static void test_bad_options(void)
 
 void gp_suite_sample(void)
 {
-    CU_pSuite s = CU_add_suite("sample", NULL, NULL);
-    CU_add_test(s, "greedy and top-k 1 are the argmax", test_greedy_and_top_k1);
-    CU_add_test(s, "options set in place: the draws of a new sampler", test_set);
-    CU_add_test(s, "top-p keeps the smallest prefix with the mass", test_top_p_known);
-    CU_add_test(s, "min-p against the most likely", test_min_p_known);
-    CU_add_test(s, "filters equal a sort-everything reference", test_against_reference);
-    CU_add_test(s, "repetition penalty over the last n ids", test_penalty);
-    CU_add_test(s, "same seed, same ids", test_seed);
-    CU_add_test(s, "drawn distribution (chi-square)", test_distribution);
-    CU_add_test(s, "no allocation per pick", test_no_alloc);
-    CU_add_test(s, "bad options", test_bad_options);
+    static const gp_test_case tests[] = {
+        {"greedy and top-k 1 are the argmax", test_greedy_and_top_k1},
+        {"options set in place: the draws of a new sampler", test_set},
+        {"top-p keeps the smallest prefix with the mass", test_top_p_known},
+        {"min-p against the most likely", test_min_p_known},
+        {"filters equal a sort-everything reference", test_against_reference},
+        {"repetition penalty over the last n ids", test_penalty},
+        {"same seed, same ids", test_seed},
+        {"drawn distribution (chi-square)", test_distribution},
+        {"no allocation per pick", test_no_alloc},
+        {"bad options", test_bad_options},
+    };
+    gp_test_add_suite("sample", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

@@ -272,9 +272,11 @@ static void test_load_errors(void)
     gp_lm_free(NULL);
     gp_seq_free(NULL);
 
-    /* The defaults: every field 0. */
+    /* The defaults: every field 0 but lora_scale, 1. */
     gp_lm_opts z = gp_lm_defaults(), zero;
     memset(&zero, 0, sizeof zero);
+    CU_ASSERT_EQUAL(z.lora_scale, 1.0);
+    zero.lora_scale = 1;
     CU_ASSERT_EQUAL(memcmp(&z, &zero, sizeof z), 0);
 }
 
@@ -552,6 +554,8 @@ static void test_padded_vocab(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
     CU_ASSERT_EQUAL(gp_lm_vocab(lm), 400);
     CU_ASSERT_EQUAL(gp_lm_tokenizer_vocab(lm), 384);
+    CU_ASSERT_STRING_EQUAL(gp_lm_note(lm), "the tokenizer has 384 ids, the embedding 400 rows: the "
+                           "ids past the tokenizer's are never sampled");
     for (int greedy = 0; greedy < 2; greedy++) {
         gp_sampler_opts so = gp_sampler_defaults();
         so.temp = greedy ? 0.0 : 50.0;
@@ -1803,32 +1807,256 @@ static void test_smollm2(void)
     gp_lm_free(lm);
 }
 
+
+/* ---- generation past the context, totals, figures, notes, loading options ---- */
+
+/* gp_gen_opts.restart against what it stands for: a full context, then a start of the last id
+ * alone at position 0 for the tokens still to come, again and again (sampled, so the sampler's
+ * restart from its seed is checked too). The same ids; the restarts' evals counted as
+ * generation's. */
+static void test_restart(void)
+{
+    gp_lm *lm = load_plan(plan64, 4, "");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    gp_sampler_opts so = gp_sampler_defaults();
+    so.temp = 0.9;
+    so.seed = 7;
+    int32_t prompt[60];
+    for (int i = 0; i < 60; i++)
+        prompt[i] = i + 1;
+    enum { N = 150 };
+    /* By hand: 60 + 4 positions give 5 ids, then each start of one id 64 more. */
+    gp_seq *a = new_seq(lm, &so);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    sink ka;
+    gp_gen_opts g = gen_opts(&ka, N, 1);
+    int32_t want[N];
+    int n_want = 0, f = -1, starts = 0;
+    int64_t evals = 0;
+    gp_gen_result r;
+    for (int rc = gp_seq_start(a, prompt, 60, 0, &g); !rc && n_want < N;) {
+        int from = ka.n_ids;
+        starts++;
+        f = run_steps(a);
+        gp_seq_result(a, &r);
+        evals += r.prompt_evals + r.gen_evals;
+        for (int i = from; i < ka.n_ids && n_want < N; i++)
+            want[n_want++] = ka.ids[i];
+        if (f != GP_FINISH_CONTEXT)
+            break;
+        gp_gen_opts more = g;
+        more.max_tokens = N - n_want;
+        gp_seq_reset(a);
+        rc = gp_seq_start(a, &want[n_want - 1], 1, 0, &more);
+    }
+    CU_ASSERT_EQUAL(f, GP_FINISH_LENGTH);
+    CU_ASSERT_EQUAL(n_want, N);
+    CU_ASSERT_EQUAL(starts, 4); /* 5 + 64 + 64 + 17 */
+    gp_seq_free(a);
+
+    gp_seq *b = new_seq(lm, &so);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    sink kb;
+    g = gen_opts(&kb, N, 1);
+    g.restart = 1;
+    CU_ASSERT_EQUAL_FATAL(gp_seq_start(b, prompt, 60, 0, &g), 0);
+    CU_ASSERT_EQUAL(run_steps(b), GP_FINISH_LENGTH);
+    CU_ASSERT_EQUAL_FATAL(kb.n_ids, N);
+    CU_ASSERT_EQUAL(memcmp(kb.ids, want, sizeof want), 0);
+    gp_seq_result(b, &r);
+    CU_ASSERT(r.completion_tokens == N && r.prompt_evals == 4 && r.prompt_rows == 60);
+    CU_ASSERT_EQUAL(r.prompt_evals + r.gen_evals, evals);
+    CU_ASSERT_EQUAL(gp_seq_length(b), 17); /* the last restart's id, 16 more; the last not evaluated */
+
+    /* Not for chats. */
+    gp_lm *chat = load_plan(plan64, 4, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(chat);
+    gp_seq *c = new_seq(chat, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    gp_msg m = {"user", "Hello"};
+    CU_ASSERT_EQUAL(gp_seq_start_chat(c, &m, 1, &g), -1);
+    CU_ASSERT_STRING_EQUAL(gp_seq_error(c),
+                           "restart is for a sequence of its own, not a chat or a batch's");
+    gp_seq_free(c);
+    gp_lm_free(chat);
+    gp_seq_free(b);
+    gp_lm_free(lm);
+}
+
+/* gp_seq_totals sums the generations; gp_seq_stats writes the figures, cut to its buffer. */
+static void test_totals_stats(void)
+{
+    gp_lm *lm = load_plan(plan256, 4, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    CU_ASSERT_EQUAL(gp_lm_threads(lm), 2);
+    CU_ASSERT_STRING_EQUAL(gp_lm_note(lm), ""); /* the tokenizer covers the embedding */
+    gp_seq *s = new_seq(lm, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    sink k;
+    gp_gen_opts g = gen_opts(&k, 5, 1);
+    gp_gen_result a, b, t;
+    CU_ASSERT_EQUAL(gp_seq_generate(s, "Hello there", &g, &a), 0);
+    CU_ASSERT_EQUAL(gp_seq_generate(s, "Hi", &g, &b), 0);
+    gp_seq_totals(s, &t);
+    CU_ASSERT(t.completion_tokens == 10 && t.gen_evals == a.gen_evals + b.gen_evals);
+    CU_ASSERT(t.prompt_tokens == a.prompt_tokens + b.prompt_tokens &&
+              t.prompt_rows == a.prompt_rows + b.prompt_rows &&
+              t.prompt_evals == a.prompt_evals + b.prompt_evals && t.finish == b.finish);
+    CU_ASSERT(t.prompt_ms == a.prompt_ms + b.prompt_ms && t.gen_ms == a.gen_ms + b.gen_ms);
+    char text[8192], line[4200], small[16];
+    int64_t n = gp_seq_stats(s, "stats: ", text, sizeof text);
+    CU_ASSERT_EQUAL(n, (int64_t)strlen(text));
+    snprintf(line, sizeof line, "stats: backend cpu, 2 threads, plan %s\n", plan256);
+    CU_ASSERT_EQUAL(strncmp(text, line, strlen(line)), 0);
+    snprintf(line, sizeof line, "\nstats: evals %lld (prompt %lld, generation %lld)\n",
+             (long long)(t.prompt_evals + t.gen_evals), (long long)t.prompt_evals,
+             (long long)t.gen_evals);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, line));
+    snprintf(line, sizeof line, "\nstats: prompt     %lld tokens, ", (long long)t.prompt_rows);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, line));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "\nstats: device allocations during evals: 0\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "\nstats: peak RSS "));
+    CU_ASSERT_EQUAL(gp_seq_stats(s, "stats: ", small, sizeof small), n);
+    CU_ASSERT_STRING_EQUAL(small, "stats: backend ");
+    CU_ASSERT_EQUAL(gp_seq_stats(s, "stats: ", NULL, 0), n);
+    gp_seq_free(s);
+    gp_lm_free(lm);
+}
+
+/* A conversation needs a chat format (and a KV cache, which every example graph has);
+ * gp_lm_opts.chat_format chooses one. */
+static void test_conv_needs(void)
+{
+    char err[1024];
+    gp_lm *lm = load_plan(plan256, 4, "");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    gp_seq *s = new_seq(lm, NULL);
+    CU_ASSERT_PTR_NULL(gp_conv_new(s, NULL, err, sizeof err));
+    CU_ASSERT_EQUAL(strncmp(err, "the model has no tokenizer", 26), 0);
+    gp_seq_free(s);
+    gp_lm_free(lm);
+    lm = load_plan(plan256, 4, no_tmpl);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    s = new_seq(lm, NULL);
+    CU_ASSERT_PTR_NULL(gp_conv_new(s, NULL, err, sizeof err));
+    CU_ASSERT_EQUAL(strncmp(err, "the tokenizer has no chat template", 34), 0);
+    gp_seq_free(s);
+    gp_lm_free(lm);
+
+    gp_lm_opts o = gp_lm_defaults();
+    o.plan = plan256;
+    o.random_weights = 1;
+    o.tokenizer = no_tmpl;
+    o.chat_format = "llama3";
+    lm = gp_lm_load(NULL, &o, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    gp_msg m = {"user", "Hi"};
+    char out[256];
+    CU_ASSERT(gp_lm_chat_apply(lm, &m, 1, 0, out, sizeof out, err, sizeof err) > 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "<|start_header_id|>user<|end_header_id|>\n\nHi"));
+    s = new_seq(lm, NULL);
+    gp_conv *c = gp_conv_new(s, NULL, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL(c);
+    gp_conv_free(c);
+    gp_seq_free(s);
+    gp_lm_free(lm);
+    o.chat_format = "vicuna";
+    CU_ASSERT_PTR_NULL(gp_lm_load(NULL, &o, err, sizeof err));
+    CU_ASSERT_EQUAL(strncmp(err, "unknown chat format: vicuna (formats: chatml, ", 46), 0);
+}
+
+/* What gp_lm_is_model takes for a model: folders, GGUF files, what is no regular file. */
+static void test_is_model(void)
+{
+    char gguf[4096], fifo[4096];
+    snprintf(gguf, sizeof gguf, "%s", gp_test_tmpfile(".gguf"));
+    snprintf(fifo, sizeof fifo, "%s", gp_test_tmpfile(".fifo"));
+    CU_ASSERT_EQUAL_FATAL(gp_test_write_file(gguf, "GGUF\3\0\0\0", 8), 0);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(fifo, 0600), 0);
+    CU_ASSERT_EQUAL(gp_lm_is_model(gguf), 1);
+    CU_ASSERT_EQUAL(gp_lm_is_model(tok_dir), 1);
+    CU_ASSERT_EQUAL(gp_lm_is_model(fifo), 1); /* not opened: the loader says what it is */
+    CU_ASSERT_EQUAL(gp_lm_is_model(plan256), 0);
+    CU_ASSERT_EQUAL(gp_lm_is_model("/nonexistent/x.gguf"), 0);
+    CU_ASSERT_EQUAL(gp_lm_is_model(NULL), 0);
+    remove(gguf);
+    remove(fifo);
+}
+
+/* gp_lm_opts.lora: an adapter bound at load into a plan of -D lora_r=4 (runtime mode), as
+ * gp_model_bind_adapter after the load would; refused by a plan without slots. */
+static void test_lora_opts(void)
+{
+    static const char *const dims[] = {"n_layer=1", "n_embd=64", "n_head=4", "vocab_size=256",
+                                       "n_positions=64", "n_batch=16", "lora_r=4"};
+    char plan[4096], err[1024];
+    CU_ASSERT_EQUAL_FATAL(compile_plan("examples/gpt2.gplan", dims, 7, plan, sizeof plan), 0);
+    char adapter[4096];
+    snprintf(adapter, sizeof adapter, "%s", gp_test_path("tests/cli/lora_adapter"));
+    float rows[3][256];
+    for (int k = 0; k < 3; k++) {
+        gp_lm_opts o = gp_lm_defaults();
+        o.plan = k == 2 ? tiny_plan : plan;
+        o.random_weights = 1;
+        o.random_seed = 5;
+        o.tokenizer = "";
+        o.lora = k ? adapter : NULL;
+        gp_lm *lm = gp_lm_load(NULL, &o, err, sizeof err);
+        if (k == 2) {
+            CU_ASSERT_PTR_NULL(lm);
+            CU_ASSERT_PTR_NOT_NULL(strstr(err, "has no adapter slots"));
+            break;
+        }
+        CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+        if (k == 1) { /* the same adapter bound by hand gives the same logits */
+            CU_ASSERT_EQUAL(gp_model_bind_adapter(gp_lm_model(lm), adapter, 1.0, err, sizeof err),
+                            0);
+        }
+        gp_seq *s = new_seq(lm, NULL);
+        int32_t ids[3] = {1, 2, 3};
+        gp_gen_opts g = gp_gen_defaults();
+        g.max_tokens = 1;
+        CU_ASSERT_EQUAL(gp_seq_start(s, ids, 3, 0, &g), 0);
+        memcpy(rows[k], gp_seq_logits(s), sizeof rows[k]);
+        gp_seq_free(s);
+        gp_lm_free(lm);
+    }
+    CU_ASSERT(memcmp(rows[0], rows[1], sizeof rows[0]) != 0); /* the adapter changes them */
+}
+
 void gp_suite_text(void)
 {
-    CU_pSuite s = CU_add_suite("text", text_init, text_cleanup);
-    CU_add_test(s, "load errors", test_load_errors);
-    CU_add_test(s, "a plan and random weights", test_plan_model);
-    CU_add_test(s, "a GGUF file's plan, cached", test_gguf_plan_cache);
-    CU_add_test(s, "a Hugging Face folder", test_hf_folder);
-    CU_add_test(s, "non-finite logits stop with an error", test_non_finite_logits);
-    CU_add_test(s, "ids past the tokenizer's are never sampled", test_padded_vocab);
-    CU_add_test(s, "tokenize and detokenize", test_tokenize);
-    CU_add_test(s, "UTF-8 checks", test_utf8);
-    CU_add_test(s, "greedy text is its ids' text", test_greedy_is_its_ids);
-    CU_add_test(s, "counts, max_tokens, prompt chunks", test_counts);
-    CU_add_test(s, "keep_prefix evaluates the rest", test_keep_prefix);
-    CU_add_test(s, "stop strings", test_stop_strings);
-    CU_add_test(s, "end of generation, ignore_eos, eos", test_end_of_generation);
-    CU_add_test(s, "the context: full, too long", test_context);
-    CU_add_test(s, "cancel", test_cancel);
-    CU_add_test(s, "sampling: seeds, bad options", test_sampling);
-    CU_add_test(s, "chat templates and formats", test_chat_apply);
-    CU_add_test(s, "chat turns over the cache", test_chat_turns);
-    CU_add_test(s, "chat with a stop string", test_chat_stop);
-    CU_add_test(s, "chat after a plain start", test_chat_after_start);
-    CU_add_test(s, "chat too long", test_chat_too_long);
-    CU_add_test(s, "no allocation per step", test_steps_no_alloc);
-    CU_add_test(s, "eval hooks", test_eval_hooks);
-    CU_add_test(s, "a batch: requests together = each alone, no allocation, the pool", test_batch);
-    CU_add_test(s, "SmolLM2 (when present)", test_smollm2);
+    static const gp_test_case tests[] = {
+        {"load errors", test_load_errors},
+        {"a plan and random weights", test_plan_model},
+        {"a GGUF file's plan, cached", test_gguf_plan_cache},
+        {"a Hugging Face folder", test_hf_folder},
+        {"non-finite logits stop with an error", test_non_finite_logits},
+        {"ids past the tokenizer's are never sampled", test_padded_vocab},
+        {"tokenize and detokenize", test_tokenize},
+        {"UTF-8 checks", test_utf8},
+        {"greedy text is its ids' text", test_greedy_is_its_ids},
+        {"counts, max_tokens, prompt chunks", test_counts},
+        {"keep_prefix evaluates the rest", test_keep_prefix},
+        {"stop strings", test_stop_strings},
+        {"end of generation, ignore_eos, eos", test_end_of_generation},
+        {"the context: full, too long", test_context},
+        {"cancel", test_cancel},
+        {"sampling: seeds, bad options", test_sampling},
+        {"chat templates and formats", test_chat_apply},
+        {"chat turns over the cache", test_chat_turns},
+        {"chat with a stop string", test_chat_stop},
+        {"chat after a plain start", test_chat_after_start},
+        {"chat too long", test_chat_too_long},
+        {"no allocation per step", test_steps_no_alloc},
+        {"eval hooks", test_eval_hooks},
+        {"a batch: requests together = each alone, no allocation, the pool", test_batch},
+        {"SmolLM2 (when present)", test_smollm2},
+        {"restart past a full context = restarting by hand", test_restart},
+        {"totals over generations, the figures as text", test_totals_stats},
+        {"a conversation's needs, chat_format at load", test_conv_needs},
+        {"what gp_lm_is_model takes for a model", test_is_model},
+        {"a LoRA adapter at load", test_lora_opts},
+    };
+    gp_test_add_suite("text", text_init, text_cleanup, tests, GP_TEST_COUNT(tests));
 }

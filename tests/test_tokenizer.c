@@ -636,15 +636,17 @@ VOCABS(DEF)
 
 void gp_suite_tokenizer(void)
 {
-    CU_pSuite s = CU_add_suite("tokenizer", NULL, NULL);
-    CU_add_test(s, "byte-level BPE ids (built-in vocabulary)", test_tiny_bpe);
-    CU_add_test(s, "SentencePiece ids and byte fallback (built-in vocabulary)", test_tiny_spm);
-    CU_add_test(s, "special and user tokens, BOS, space prefix after specials", test_specials);
-    CU_add_test(s, "round trip and stream on random UTF-8 (built-in)", test_round_trip_tiny);
-    CU_add_test(s, "stream holds split characters", test_stream_split);
-    CU_add_test(s, "invalid UTF-8 named by byte offset; bad ids", test_invalid_utf8);
-    CU_add_test(s, "bad vocabularies: clear errors", test_bad_vocab);
-    CU_add_test(s, "Hugging Face folder: BOS, EOG ids, chat template", test_json_folder);
+    static const gp_test_case tests[] = {
+        {"byte-level BPE ids (built-in vocabulary)", test_tiny_bpe},
+        {"SentencePiece ids and byte fallback (built-in vocabulary)", test_tiny_spm},
+        {"special and user tokens, BOS, space prefix after specials", test_specials},
+        {"round trip and stream on random UTF-8 (built-in)", test_round_trip_tiny},
+        {"stream holds split characters", test_stream_split},
+        {"invalid UTF-8 named by byte offset; bad ids", test_invalid_utf8},
+        {"bad vocabularies: clear errors", test_bad_vocab},
+        {"Hugging Face folder: BOS, EOG ids, chat template", test_json_folder},
+    };
+    CU_pSuite s = gp_test_add_suite("tokenizer", NULL, NULL, tests, GP_TEST_COUNT(tests));
     if (vocab_file("gpt-2", ""))
         CU_add_test(s, "round trip and stream on random UTF-8 (real vocabularies)",
                     test_round_trip_real);

@@ -325,14 +325,16 @@ static void test_no_alloc(void)
 void gp_suite_tp(void);
 void gp_suite_tp(void)
 {
-    CU_pSuite s = CU_add_suite("tp", NULL, NULL);
-    CU_add_test(s, "split: groups, units, zero padding", test_split_copy);
-    CU_add_test(s, "split: rows of f16", test_split_rows);
-    CU_add_test(s, "host all-reduce f32, 3 ranks, uneven chunks", test_all_reduce_f32);
-    CU_add_test(s, "host all-reduce f16", test_all_reduce_f16);
-    CU_add_test(s, "host all-reduce: abort and reset", test_all_reduce_abort);
-    CU_add_test(s, "gpt2: 2, 3, 4 devices = 1 device; cpu = reference", test_gpt2_devices);
-    CU_add_test(s, "llama (GQA): 2, 4 devices = 1 device", test_llama_devices);
-    CU_add_test(s, "per-device memory", test_model_info);
-    CU_add_test(s, "no allocation during 300 evals on 2 devices", test_no_alloc);
+    static const gp_test_case tests[] = {
+        {"split: groups, units, zero padding", test_split_copy},
+        {"split: rows of f16", test_split_rows},
+        {"host all-reduce f32, 3 ranks, uneven chunks", test_all_reduce_f32},
+        {"host all-reduce f16", test_all_reduce_f16},
+        {"host all-reduce: abort and reset", test_all_reduce_abort},
+        {"gpt2: 2, 3, 4 devices = 1 device; cpu = reference", test_gpt2_devices},
+        {"llama (GQA): 2, 4 devices = 1 device", test_llama_devices},
+        {"per-device memory", test_model_info},
+        {"no allocation during 300 evals on 2 devices", test_no_alloc},
+    };
+    gp_test_add_suite("tp", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

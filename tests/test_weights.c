@@ -827,21 +827,23 @@ static void test_init_for(void)
 
 void gp_suite_weights(void)
 {
-    CU_pSuite s = CU_add_suite("weights", NULL, NULL);
-    CU_add_test(s, "write and read back every dtype", test_roundtrip);
-    CU_add_test(s, "find among many names", test_find_many);
-    CU_add_test(s, "writer refuses bad tensors", test_write_errors);
-    CU_add_test(s, "bad header lengths", test_bad_lengths);
-    CU_add_test(s, "bad header JSON", test_bad_json);
-    CU_add_test(s, "bad tensor entries", test_bad_entries);
-    CU_add_test(s, "truncated and damaged files", test_damage);
-    CU_add_test(s, "missing files and folders", test_not_files);
-    CU_add_test(s, "unsupported tensors fail only when asked for", test_unsupported_listed);
-    CU_add_test(s, "sharded folder with an index", test_sharded);
-    CU_add_test(s, "bad index files", test_bad_index);
-    CU_add_test(s, "declared weights are checked", test_check);
-    CU_add_test(s, "reads convert f32/f16/bf16", test_read_convert);
-    CU_add_test(s, "random fill is deterministic", test_random_determinism);
-    CU_add_test(s, "random fill range", test_random_range);
-    CU_add_test(s, "default init by name", test_init_for);
+    static const gp_test_case tests[] = {
+        {"write and read back every dtype", test_roundtrip},
+        {"find among many names", test_find_many},
+        {"writer refuses bad tensors", test_write_errors},
+        {"bad header lengths", test_bad_lengths},
+        {"bad header JSON", test_bad_json},
+        {"bad tensor entries", test_bad_entries},
+        {"truncated and damaged files", test_damage},
+        {"missing files and folders", test_not_files},
+        {"unsupported tensors fail only when asked for", test_unsupported_listed},
+        {"sharded folder with an index", test_sharded},
+        {"bad index files", test_bad_index},
+        {"declared weights are checked", test_check},
+        {"reads convert f32/f16/bf16", test_read_convert},
+        {"random fill is deterministic", test_random_determinism},
+        {"random fill range", test_random_range},
+        {"default init by name", test_init_for},
+    };
+    gp_test_add_suite("weights", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

@@ -2,6 +2,7 @@
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "tests/testutil.h"
 
+#include <CUnit/CUnit.h>
 #include <dirent.h>
 #include <ftw.h>
 #include <math.h>
@@ -158,6 +159,15 @@ double gp_test_rel_err(const float *got, const float *want, size_t n, int kind)
 }
 
 static int skipped;
+
+struct CU_Suite *gp_test_add_suite(const char *name, int (*init)(void), int (*cleanup)(void),
+                                   const gp_test_case *tests, size_t n)
+{
+    CU_pSuite s = CU_add_suite(name, init, cleanup);
+    for (size_t i = 0; s && i < n; i++)
+        CU_add_test(s, tests[i].name, tests[i].fn);
+    return s;
+}
 
 void gp_test_skip(const char *suite, const char *why)
 {

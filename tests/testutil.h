@@ -43,6 +43,18 @@ void gp_test_normal(float *x, size_t n, float sd, uint64_t *state);
 enum { GP_TEST_MAX, GP_TEST_L2 };
 double gp_test_rel_err(const float *got, const float *want, size_t n, int kind);
 
+/* One test of a suite, for gp_test_add_suite. */
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+} gp_test_case;
+
+/* Registers the CUnit suite name (init and cleanup may be NULL) with its tests[n] in order; the
+ * suite (NULL when the registry refused it), for tests added on conditions. */
+struct CU_Suite *gp_test_add_suite(const char *name, int (*init)(void), int (*cleanup)(void),
+                                   const gp_test_case *tests, size_t n);
+#define GP_TEST_COUNT(tests) (sizeof(tests) / sizeof((tests)[0]))
+
 /* Called by a suite's registration function instead of adding tests when what it needs is absent
  * (a GPU): prints "NAME: skipped (WHY)". When every suite the driver was asked to run skipped, the
  * driver exits with GP_TEST_SKIPPED, which ctest reports as skipped, never as passed. */

@@ -42,6 +42,8 @@ static int push(gp_conv *c, const char *role, const char *text, size_t n)
 /* Drops messages [at, at + k). */
 static void drop(gp_conv *c, size_t at, size_t k)
 {
+    if (!k) /* nothing, maybe no array yet: memmove takes no NULL */
+        return;
     for (size_t i = at; i < at + k; i++)
         free((char *)c->msgs[i].content);
     memmove(c->msgs + at, c->msgs + at + k, (c->n - at - k) * sizeof *c->msgs);
@@ -50,6 +52,13 @@ static void drop(gp_conv *c, size_t at, size_t k)
 
 gp_conv *gp_conv_new(gp_seq *s, const char *system, char *err, size_t err_len)
 {
+    /* Refused now rather than at the first turn: a chat program says so before reading input. */
+    if (gp_lm_chat_apply(gp_seq_lm(s), NULL, 0, 0, NULL, 0, err, err_len) < 0)
+        return NULL;
+    if (!gp_lm_context(gp_seq_lm(s))) {
+        snprintf(err, err_len, "a chat needs a plan with a KV cache (an attention context)");
+        return NULL;
+    }
     gp_conv *c = calloc(1, sizeof *c);
     if (!c || (system && push(c, "system", system, strlen(system)))) {
         gp_conv_free(c);

@@ -31,6 +31,7 @@ gp_lm_opts gp_lm_defaults(void)
 {
     gp_lm_opts o;
     memset(&o, 0, sizeof o);
+    o.lora_scale = 1;
     return o;
 }
 
@@ -58,7 +59,8 @@ static int is_gguf(const char *path)
 
 int gp_lm_is_model(const char *path)
 {
-    return path && (is_dir(path) || is_gguf(path));
+    struct stat st;
+    return path && !stat(path, &st) && (!S_ISREG(st.st_mode) || is_gguf(path));
 }
 
 /* ---- the plan cache ---- */
@@ -455,8 +457,15 @@ gp_lm *gp_lm_load(const char *path, const gp_lm_opts *opts, char *err, size_t er
         }
         setup_chat(lm, o.plan ? NULL : src.fam);
     }
+    if (o.chat_format && gp_lm_set_chat_format(lm, o.chat_format, err, err_len))
+        goto fail;
     if (o.random_weights ? gp_model_random_weights(lm->m, o.random_seed, err, err_len)
                          : gp_model_bind_weights(lm->m, path, err, err_len))
+        goto fail;
+    if (o.lora && (o.lora_merge_plan ? gp_model_apply_lora(lm->m, o.lora, o.lora_merge_plan,
+                                                           o.lora_scale, err, err_len)
+                                     : gp_model_bind_adapter(lm->m, o.lora, o.lora_scale, err,
+                                                             err_len)))
         goto fail;
     gp_model_get_info(lm->m, &lm->info);
     lm->ctx = lm->info.context > 0 ? lm->info.context : INT64_MAX;
@@ -466,6 +475,10 @@ gp_lm *gp_lm_load(const char *path, const gp_lm_opts *opts, char *err, size_t er
             !strcmp(plan->tensors[i].name, "kv_table") && plan->tensors[i].ndim == 2)
             lm->n_seq = (int)plan->tensors[i].dims[0];
     lm->n_pick = lm->tok ? gp_tok_vocab_size(lm->tok) : lm->info.vocab;
+    if (lm->n_pick < lm->info.vocab)
+        snprintf(lm->note, sizeof lm->note, "the tokenizer has %lld ids, the embedding %lld rows: "
+                 "the ids past the tokenizer's are never sampled", (long long)lm->n_pick,
+                 (long long)lm->info.vocab);
     return lm;
 fail:
     gp_lm_free(lm);
@@ -486,6 +499,8 @@ const char *gp_lm_plan_path(const gp_lm *lm) { return lm->plan_path; }
 const char *gp_lm_arch(const gp_lm *lm) { return lm->arch; }
 int64_t gp_lm_context(const gp_lm *lm) { return lm->ctx == INT64_MAX ? 0 : lm->ctx; }
 int64_t gp_lm_vocab(const gp_lm *lm) { return lm->info.vocab; }
+int gp_lm_threads(const gp_lm *lm) { return lm->n_threads; }
+const char *gp_lm_note(const gp_lm *lm) { return lm->note; }
 int64_t gp_lm_tokenizer_vocab(const gp_lm *lm) { return lm->tok ? gp_tok_vocab_size(lm->tok) : 0; }
 int gp_lm_has_tokenizer(const gp_lm *lm) { return lm->tok != NULL; }
 int gp_lm_has_chat(const gp_lm *lm) { return lm->has_chat; }

@@ -19,6 +19,7 @@ struct gp_lm {
     char bos[256], eos[256]; /* the vocabulary's BOS/EOS texts ("" when none) */
     char arch[64];           /* the family's GGUF architecture, "" with a given plan */
     char plan_path[4096];    /* the plan file used, "" for a plan in memory */
+    char note[256];          /* gp_lm_note's */
     char backend[32];
     int n_threads, device;
     int n_seq;               /* a ragged batch's sequences (kv_table's rows), 0: one sequence */
@@ -28,6 +29,7 @@ struct gp_lm {
 
 /* Sets a sequence's error (printf-style); returns -1. */
 int gp_seq_fail(gp_seq *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+gp_lm *gp_seq_lm(const gp_seq *s); /* the sequence's model (text/conv.c) */
 
 /* ---- text/seq.c for text/batch.c: the sequences of a batch, whose evals the batch runs ---- */
 

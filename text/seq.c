@@ -37,6 +37,7 @@ struct gp_seq {
     const char *stop_ptrs[GP_SEQ_MAX_STOPS];
     size_t max_stop;
     gp_gen_result r;
+    gp_gen_result past;     /* the generations before r, summed (gp_seq_totals) */
     int started, chat;      /* chat: every emitted token is evaluated (the reply is cached) */
     int32_t pending;        /* the next id to emit */
     const float *row;       /* the last evaluated token's logits */
@@ -166,12 +167,27 @@ void gp_seq_free(gp_seq *s)
 }
 
 const char *gp_seq_error(const gp_seq *s) { return s->err; }
+gp_lm *gp_seq_lm(const gp_seq *s) { return s->lm; }
 gp_session *gp_seq_session(gp_seq *s) { return s->s; }
 int64_t gp_seq_length(const gp_seq *s) { return s->n_past; }
 const int32_t *gp_seq_tokens(const gp_seq *s) { return s->ids; }
 const float *gp_seq_logits(gp_seq *s) { return s->row; }
 void gp_seq_cancel(gp_seq *s) { atomic_store(&s->cancel, 1); }
 void gp_seq_result(const gp_seq *s, gp_gen_result *r) { *r = s->r; }
+
+void gp_seq_totals(const gp_seq *s, gp_gen_result *r)
+{
+    gp_gen_result t = s->r;
+    t.prompt_tokens += s->past.prompt_tokens;
+    t.cached_tokens += s->past.cached_tokens;
+    t.completion_tokens += s->past.completion_tokens;
+    t.prompt_ms += s->past.prompt_ms;
+    t.gen_ms += s->past.gen_ms;
+    t.prompt_evals += s->past.prompt_evals;
+    t.gen_evals += s->past.gen_evals;
+    t.prompt_rows += s->past.prompt_rows;
+    *r = t;
+}
 
 const char *gp_seq_text(const gp_seq *s, size_t *len)
 {
@@ -387,6 +403,8 @@ static int set_gen(gp_seq *s, const gp_gen_opts *g)
         g = &d;
     if (g->n_stop < 0 || g->n_stop > GP_SEQ_MAX_STOPS)
         return fail(s, "%s", "more than 16 stop strings");
+    if (g->restart && (s->chat || s->batch))
+        return fail(s, "%s", "restart is for a sequence of its own, not a chat or a batch's");
     s->max_stop = 0;
     for (int i = 0; i < g->n_stop; i++) {
         size_t n = g->stop[i] ? strlen(g->stop[i]) : 0;
@@ -481,12 +499,13 @@ void gp_seq_fed(gp_seq *s, const int32_t *ids, int64_t n)
     s->started = 1;
 }
 
-/* A start: no error, no generation, fresh counts. */
+/* A start: no error, no generation, fresh counts (the last generation's summed into past). */
 static int begin(gp_seq *s, int chat, const gp_gen_opts *g)
 {
     s->err[0] = '\0';
     s->chat = chat;
     s->started = 0;
+    gp_seq_totals(s, &s->past);
     memset(&s->r, 0, sizeof s->r);
     s->r.stop_token = -1;
     return set_gen(s, g);
@@ -644,8 +663,14 @@ int gp_seq_step_begin(gp_seq *s, int32_t *out, int *done_out)
     int done = s->stopped || s->r.completion_tokens == s->g.max_tokens;
     if (done && !s->chat)
         return finish(s, s->stopped ? GP_FINISH_STOP : GP_FINISH_LENGTH);
-    if (s->n_past >= s->limit)
+    if (s->n_past >= s->limit && !s->g.restart)
         return finish(s, GP_FINISH_CONTEXT);
+    if (s->n_past >= s->limit) { /* as gp_seq_start of this one id would: the sampler too */
+        s->n_past = 0;
+        gp_sampler_reset(s->sampler);
+        if (gp_session_reset(s->s))
+            return fail(s, "%s", gp_session_error(s->s));
+    }
     *out = id;
     *done_out = done;
     return GP_SEQ_STEP_EVAL;

@@ -4,24 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/core.h"
 #include "tokenizer/tok_impl.h"
 
-#define BAD(...) bad(err, errlen, name, __VA_ARGS__)
-
-static gp_tok *bad(char *err, size_t errlen, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-#include <stdarg.h>
-static gp_tok *bad(char *err, size_t errlen, const char *name, const char *fmt, ...)
-{
-    char why[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    snprintf(err, errlen, "%s: bad tokenizer (%s)", name, why);
-    return NULL;
-}
+/* "NAME: bad tokenizer (REASON)", and NULL. */
+#define BAD(...) (gp_err_bad(err, errlen, name, "tokenizer", __VA_ARGS__), (gp_tok *)NULL)
 
 /* An array of n elements under key, or -1 (absent: *n = 0) / -2 (not an array of elem). */
 static int64_t array(const gp_gguf *g, const char *key, int want_str, uint64_t *n)

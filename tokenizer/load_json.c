@@ -2,13 +2,13 @@
  * normalizer, pre-tokenizer), tokenizer_config.json (BOS/EOS flags, chat template) and
  * generation_config.json (EOS ids); and gp_tok_load, which picks GGUF or JSON by the path. */
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <utf8proc.h>
 
+#include "ir/core.h"
 #include "tokenizer/tok_impl.h"
 #include "weights/filemap.h"
 
@@ -18,17 +18,8 @@ typedef struct {
     size_t errlen;
 } ctx;
 
-static int fail(ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(ctx *c, const char *fmt, ...)
-{
-    char why[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    snprintf(c->err, c->errlen, "%s: bad tokenizer (%s)", c->name, why);
-    return -1;
-}
+/* "NAME: bad tokenizer (REASON)"; -1. */
+#define fail(c, ...) gp_err_bad((c)->err, (c)->errlen, (c)->name, "tokenizer", __VA_ARGS__)
 
 static const char *type_of(json_t *o)
 {

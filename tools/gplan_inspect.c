@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gplan/cli.h"
 #include "gplan/gplan_version.h" /* generated from include/gplan/gplan_version.h.in */
 #include "plan/plan.h"
-#include "tools/cli.h"
 
 enum { EXIT_OK = 0, EXIT_BAD = 1, EXIT_USAGE = 2 };
 

@@ -4,7 +4,6 @@
  * requests finish (cancelled after --grace seconds), exit 0.
  * Exit status: 0 after a signal, 1 bad input (model, address), 2 bad usage. */
 #define _GNU_SOURCE /* sigtimedwait */
-#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,13 +11,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "gplan/alloc_interpose.h"
+#include "gplan/cli.h"
 #include "gplan/text.h"
 #include "server/engine.h"
 #include "server/http.h"
-#include "tools/alloc_interpose.h"
-#include "tools/cli.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1 };
 
@@ -76,17 +74,6 @@ static int usage_error(const char *msg, const char *arg)
     return gp_cli_usage_error("gplan-serve", msg, arg);
 }
 
-static int parse_num(const char *v, long long lo, long long hi, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (!*v || *end || errno || x < lo || x > hi)
-        return -1;
-    *out = x;
-    return 0;
-}
-
 /* A GGUF file or a folder: a model; another regular file is taken for a plan. */
 static int parse_args(int argc, char **argv, options *o)
 {
@@ -101,88 +88,40 @@ static int parse_args(int argc, char **argv, options *o)
     o->timeout = 60;
     o->grace = 10;
     o->backend = "cpu";
-    static const struct {
-        const char *name;
-        long long lo, hi;
-        int size; /* 4: int, 8: int64_t */
-        const char *msg;
-    } nums[] = {
-        {"--port", 0, 65535, 4, "--port needs 0..65535"},
-        {"--slots", 1, 1024, 4, "--slots needs 1..1024"},
-        {"--queue", 0, 1 << 20, 4, "--queue needs 0..1048576"},
-        {"--threads", 1, 256, 4, "--threads needs 1..256"},
-        {"--max-connections", 1, 65536, 4, "--max-connections needs 1..65536"},
-        {"--timeout", 1, 86400, 4, "--timeout needs 1..86400 seconds"},
-        {"--grace", 0, 86400, 4, "--grace needs 0..86400 seconds"},
-        {"--ctx", 1, INT32_MAX, 8, "bad --ctx (an integer >= 1)"},
-        {"--batch", 1, INT32_MAX, 8, "bad --batch (an integer >= 1)"},
-        {"--max-body", 1, (long long)1 << 40, 8, "bad --max-body (bytes, >= 1)"},
-        {"--kv-positions", 1, (long long)1 << 40, 8, "bad --kv-positions (an integer >= 1)"},
-        {"--prompt-chunk", 1, INT32_MAX, 8, "bad --prompt-chunk (an integer >= 1)"},
+    const gp_cli_opt opts[] = {
+        {"--port", GP_CLI_INT, &o->port, 0, 65535, "--port needs 0..65535", NULL},
+        {"--slots", GP_CLI_INT, &o->slots, 1, 1024, "--slots needs 1..1024", NULL},
+        {"--queue", GP_CLI_INT, &o->queue, 0, 1 << 20, "--queue needs 0..1048576", NULL},
+        {"--threads", GP_CLI_INT, &o->threads, 1, 256, "--threads needs 1..256", NULL},
+        {"--max-connections", GP_CLI_INT, &o->max_conns, 1, 65536,
+         "--max-connections needs 1..65536", NULL},
+        {"--timeout", GP_CLI_INT, &o->timeout, 1, 86400, "--timeout needs 1..86400 seconds", NULL},
+        {"--grace", GP_CLI_INT, &o->grace, 0, 86400, "--grace needs 0..86400 seconds", NULL},
+        {"--ctx", GP_CLI_I64, &o->ctx, 1, INT32_MAX, "bad --ctx (an integer >= 1)", NULL},
+        {"--batch", GP_CLI_I64, &o->batch, 1, INT32_MAX, "bad --batch (an integer >= 1)", NULL},
+        {"--max-body", GP_CLI_I64, &o->max_body, 1, 1099511627776.0,
+         "bad --max-body (bytes, >= 1)", NULL},
+        {"--kv-positions", GP_CLI_I64, &o->kv_positions, 1, 1099511627776.0,
+         "bad --kv-positions (an integer >= 1)", NULL},
+        {"--prompt-chunk", GP_CLI_I64, &o->prompt_chunk, 1, INT32_MAX,
+         "bad --prompt-chunk (an integer >= 1)", NULL},
+        {"--host", GP_CLI_STR, &o->host, 0, 0, NULL, NULL},
+        {"--backend", GP_CLI_STR, &o->backend, 0, 0, NULL, NULL},
+        {"--tokenizer", GP_CLI_STR, &o->tokenizer, 0, 0, NULL, NULL},
+        {"--weights", GP_CLI_STR, &o->weights, 0, 0, NULL, NULL},
+        {"--alias", GP_CLI_STR, &o->alias, 0, 0, NULL, NULL},
+        {"--chat-format", GP_CLI_STR, &o->chat_format, 0, 0, NULL, NULL},
+        {"--cache-dir", GP_CLI_STR, &o->cache_dir, 0, 0, NULL, NULL},
+        {"--random-weights", GP_CLI_U64, &o->seed, 0, 0, "bad --random-weights seed", &o->wseed},
+        {"-D", GP_CLI_DEFINES, o->defines, 0, 64, "bad -D (NAME=VALUE, at most 64)",
+         &o->n_defines},
+        {"--allow-unused", GP_CLI_FLAG, &o->allow_unused, 0, 0, NULL, NULL},
+        {"--verbose", GP_CLI_FLAG, &o->verbose, 0, 0, NULL, NULL},
     };
-    void *num_dst[] = {&o->port,     &o->slots,        &o->queue, &o->threads, &o->max_conns,
-                       &o->timeout,  &o->grace,        &o->ctx,   &o->batch,   &o->max_body,
-                       &o->kv_positions, &o->prompt_chunk};
-    static const char *const strs[] = {"--host",  "--backend",     "--tokenizer", "--weights",
-                                       "--alias", "--chat-format", "--cache-dir"};
-    const char **str_dst[] = {&o->host,  &o->backend,     &o->tokenizer, &o->weights,
-                              &o->alias, &o->chat_format, &o->cache_dir};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (gp_cli_help_version(a, "gplan-serve", GPLAN_VERSION_STRING, usage))
-            exit(EXIT_OK);
-        if (a[0] != '-' || !a[1]) {
-            if (o->model)
-                return usage_error("unexpected argument", a);
-            o->model = a;
-            continue;
-        }
-        if (!strcmp(a, "--allow-unused")) {
-            o->allow_unused = 1;
-            continue;
-        }
-        if (!strcmp(a, "--verbose")) {
-            o->verbose = 1;
-            continue;
-        }
-        int done = 0;
-        for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++) {
-            if (strcmp(a, nums[k].name))
-                continue;
-            long long x;
-            if (!v || parse_num(v, nums[k].lo, nums[k].hi, &x))
-                return usage_error(nums[k].msg, v);
-            if (nums[k].size == 4)
-                *(int *)num_dst[k] = (int)x;
-            else
-                *(int64_t *)num_dst[k] = x;
-            done = 1;
-        }
-        for (size_t k = 0; k < sizeof strs / sizeof strs[0] && !done; k++) {
-            if (strcmp(a, strs[k]))
-                continue;
-            if (!v)
-                return usage_error("missing value for", a);
-            *str_dst[k] = v;
-            done = 1;
-        }
-        if (!done && !strcmp(a, "--random-weights")) {
-            char *end;
-            errno = 0;
-            if (!v || !*v || *v == '-' || (o->seed = strtoull(v, &end, 0), *end) || errno)
-                return usage_error("bad --random-weights seed", v);
-            o->wseed = done = 1;
-        }
-        if (!done && !strcmp(a, "-D")) {
-            if (!v || !strchr(v, '=') || o->n_defines == 64)
-                return usage_error("bad -D (NAME=VALUE, at most 64)", v);
-            o->defines[o->n_defines++] = v;
-            done = 1;
-        }
-        if (!done)
-            return usage_error("unknown option", a);
-        i++;
-    }
+    int rc = gp_cli_parse("gplan-serve", GPLAN_VERSION_STRING, usage, opts,
+                          sizeof opts / sizeof opts[0], argc, argv, &o->model);
+    if (rc >= 0)
+        return rc;
     if (!o->model)
         return usage_error("no model given", NULL);
     int plan = !gp_lm_is_model(o->model);
@@ -193,10 +132,6 @@ static int parse_args(int argc, char **argv, options *o)
     if (plan && (o->n_defines || o->ctx || o->batch || o->kv_positions))
         return usage_error("-D, --ctx, --batch and --kv-positions need a model file (a plan's "
                            "are fixed by gplan-compile)", NULL);
-    if (!o->threads) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        o->threads = cores < 1 ? 1 : cores > 64 ? 64 : (int)cores;
-    }
     return -1;
 }
 
@@ -275,20 +210,19 @@ int main(int argc, char **argv)
     lo.kv_positions = o.kv_positions;
     lo.cache_dir = o.cache_dir;
     lo.backend = o.backend;
-    lo.n_threads = o.threads;
+    lo.n_threads = o.threads; /* 0: the online cores */
+    lo.chat_format = o.chat_format;
     lo.allow_unused = o.allow_unused;
     lo.random_weights = o.wseed;
     lo.random_seed = o.seed;
     gp_lm *lm = gp_lm_load(plan ? o.weights : o.model, &lo, err, sizeof err);
     gp_engine *e = NULL;
-    if (lm && o.chat_format && gp_lm_set_chat_format(lm, o.chat_format, err, sizeof err)) {
-        gp_lm_free(lm);
-        lm = NULL;
-    }
     if (lm) {
         gp_engine_opts eo = {o.slots, o.queue, 1, o.prompt_chunk};
         e = gp_engine_new(lm, &eo, err, sizeof err);
     }
+    if (lm && *gp_lm_note(lm))
+        fprintf(stderr, "gplan-serve: note: %s\n", gp_lm_note(lm));
     if (!e) {
         fprintf(stderr, "gplan-serve: %s\n", err);
         gp_http_stop(h);
@@ -308,7 +242,7 @@ int main(int argc, char **argv)
     }
     if (!sig) {
         printf("gplan-serve: ready: %s, %d slots of %lld positions, %d threads, backend %s\n",
-               name, o.slots, (long long)gp_lm_context(lm), o.threads, o.backend);
+               name, o.slots, (long long)gp_lm_context(lm), gp_lm_threads(lm), o.backend);
         fflush(stdout);
         while (!(sig = wait_signal(&set, 1000)))
             ;

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gplan/cli.h"
 #include "gplan/gplan.h"
 #include "tokenizer/tokenizer.h"
-#include "tools/cli.h"
 
 enum { EXIT_OK = 0, EXIT_BAD = 1, EXIT_USAGE = 2 };
 
@@ -37,32 +37,6 @@ static void usage(FILE *out)
             "\n"
             "exit status: 0 success, 1 bad model, file or input (invalid UTF-8, bad id),\n"
             "2 bad usage\n");
-}
-
-static char *read_all(FILE *f, size_t *len)
-{
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) {
-            if (ferror(f)) {
-                free(buf);
-                return NULL;
-            }
-            break;
-        }
-        char *p = realloc(buf, cap * 2);
-        if (!p) {
-            free(buf);
-            return NULL;
-        }
-        buf = p;
-        cap *= 2;
-    }
-    *len = n;
-    return buf;
 }
 
 static int decode(const gp_tok *t, const char *list, int render)
@@ -166,7 +140,7 @@ int main(int argc, char **argv)
             gp_tok_free(t);
             return EXIT_BAD;
         }
-        buf = read_all(f, &len);
+        buf = gp_cli_read_all(f, &len);
         if (file)
             fclose(f);
         if (!buf) {

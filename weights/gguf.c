@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/core.h"
 #include "weights/filemap.h"
 
 #define GGUF_DEFAULT_ALIGNMENT 32
@@ -123,19 +124,7 @@ static size_t scalar_size(gp_gguf_type t)
 }
 
 /* The one error function: "PATH: bad GGUF file (REASON)". Returns -1. */
-static int bad(gp_gguf *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int bad(gp_gguf *g, const char *fmt, ...)
-{
-    if (!g->err || g->errlen == 0)
-        return -1;
-    char reason[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(reason, sizeof reason, fmt, ap);
-    va_end(ap);
-    snprintf(g->err, g->errlen, "%s: bad GGUF file (%s)", g->path, reason);
-    return -1;
-}
+#define bad(g, ...) gp_err_bad((g)->err, (g)->errlen, (g)->path, "GGUF file", __VA_ARGS__)
 
 /* ---- the cursor: every read checks the bytes left first ---- */
 

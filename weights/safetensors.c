@@ -5,11 +5,11 @@
 
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/core.h"
 #include "weights/filemap.h"
 
 struct gp_st_file {
@@ -63,18 +63,7 @@ const char *gp_st_dtype_name(gp_dtype t)
 }
 
 /* The one error function of the loader: "PATH: bad safetensors file (REASON)". Returns -1. */
-static int bad(char *err, size_t errlen, const char *path, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return -1;
-    char reason[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(reason, sizeof reason, fmt, ap);
-    va_end(ap);
-    snprintf(err, errlen, "%s: bad safetensors file (%s)", path, reason);
-    return -1;
-}
+#define bad(err, errlen, path, ...) gp_err_bad(err, errlen, path, "safetensors file", __VA_ARGS__)
 
 static uint64_t read_le64(const unsigned char *p)
 {

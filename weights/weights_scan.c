@@ -82,13 +82,14 @@ static void drop_pages(const void *data, size_t n)
         madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
-int64_t gp_weights_scan(const char *path, gp_tensor_scan_fn fn, void *user, char *err,
-                        size_t err_len)
+int64_t gp_weights_scan(const char *path, gp_tensor_scan_fn fn, void *user,
+                        gp_weights_scan_totals *totals, char *err, size_t err_len)
 {
     gp_weights *w = gp_weights_open(path, err, err_len);
     if (!w)
         return -1;
     int64_t bad = 0;
+    gp_weights_scan_totals sum = {gp_weights_count(w), 0, 0};
     for (int i = 0; i < gp_weights_count(w); i++) {
         const gp_st_tensor *t = gp_weights_get(w, i);
         gp_tensor_scan s = {t->name, t->file_dtype, 1, 0, -1, ""};
@@ -106,9 +107,13 @@ int64_t gp_weights_scan(const char *path, gp_tensor_scan_fn fn, void *user, char
             scan_elements(&s, p, t->dtype == GP_F32 ? &F32 : t->dtype == GP_F16 ? &F16 : &BF16);
         drop_pages(t->data, t->nbytes);
         bad += s.nonfinite > 0;
+        sum.skipped += s.nonfinite < 0;
+        sum.values += s.nonfinite < 0 ? 0 : s.values;
         if (fn)
             fn(user, &s);
     }
     gp_weights_close(w);
+    if (totals)
+        *totals = sum;
     return bad;
 }

@@ -91,13 +91,21 @@ typedef struct {
 } gp_tensor_scan;
 typedef void (*gp_tensor_scan_fn)(void *user, const gp_tensor_scan *t);
 
+/* What a whole scan saw, for its summary. */
+typedef struct {
+    int64_t tensors; /* the checkpoint's tensors */
+    int64_t values;  /* the elements of those it scanned */
+    int64_t skipped; /* tensors of a dtype the scan does not read (nonfinite -1) */
+} gp_weights_scan_totals;
+
 /* Checks every tensor of a checkpoint (a GGUF file, a safetensors file, an index.json or a folder,
  * as gp_model_bind_weights takes) for NaNs and infinities, in place in the memory-mapped file, a
  * tensor at a time: f32, f16, bf16, f64, and the scales of q4_0 ... q6_k. fn (may be NULL) gets
- * each tensor in name order (its strings last until fn returns). The number of tensors holding non-finite values (0: all finite), or
- * -1 with err set when the checkpoint cannot be read. */
-int64_t gp_weights_scan(const char *path, gp_tensor_scan_fn fn, void *user, char *err,
-                        size_t err_len);
+ * each tensor in name order (its strings last until fn returns); totals (may be NULL) the counts.
+ * The number of tensors holding non-finite values (0: all finite), or -1 with err set when the
+ * checkpoint cannot be read. */
+int64_t gp_weights_scan(const char *path, gp_tensor_scan_fn fn, void *user,
+                        gp_weights_scan_totals *totals, char *err, size_t err_len);
 
 typedef struct {
     const char *graph_name;

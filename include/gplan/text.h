@@ -66,6 +66,14 @@ typedef struct {
                                 KV caches share a pool of blocks; 0: one sequence a session */
     int64_t kv_positions;    /* with n_seq: the pool's positions (all sequences together); 0:
                                 n_seq * context */
+    const char *chat_format; /* a built-in chat format by name instead of the template's, as
+                                gp_lm_set_chat_format; NULL: the template's */
+    const char *lora;        /* a PEFT adapter folder applied at load (gplan.h), or NULL: merged
+                                into the weights by lora_merge_plan (gp_model_apply_lora), else
+                                bound into the adapter slots of a plan of -D lora_r=R
+                                (runtime mode, gp_model_bind_adapter) */
+    const char *lora_merge_plan;
+    double lora_scale;       /* multiplies the adapter's lora_alpha / r; gp_lm_defaults: 1 */
 } gp_lm_opts;
 
 /* path: a .gguf file, a Hugging Face folder (config.json, safetensors, tokenizer.json), or with
@@ -73,10 +81,12 @@ typedef struct {
  * fixed by gplan-compile). o may be NULL. NULL with err set: the file and what is wrong,
  * e.g. "x.gguf: unsupported architecture 'mamba' (supported: gemma2, gemma3, ...)". */
 gp_lm *gp_lm_load(const char *path, const gp_lm_opts *o, char *err, size_t err_len);
-/* The options' defaults: every field 0 / NULL. */
+/* The options' defaults: every field 0 / NULL but lora_scale, 1. */
 gp_lm_opts gp_lm_defaults(void);
-/* 1 when gp_lm_load reads path as a model: a regular file starting with GGUF's magic, or a folder;
- * 0 for anything else (a plan file, a missing path, a FIFO: never opened, so never blocking). */
+/* 1 when path is for gp_lm_load as the model itself rather than as o->plan: a folder, a regular
+ * file starting with GGUF's magic, or what is no regular file (a FIFO, a device: the loader
+ * refuses it, saying what it is); 0 for another regular file (a plan), a missing path or NULL.
+ * Only a regular file is opened, so it never blocks. */
 int gp_lm_is_model(const char *path);
 void gp_lm_free(gp_lm *lm); /* NULL is a no-op; free its sequences first */
 
@@ -85,10 +95,15 @@ const char *gp_lm_plan_path(const gp_lm *lm); /* the plan file used (cache or gi
 const char *gp_lm_arch(const gp_lm *lm);  /* the architecture ("llama", ...), or "" with a plan */
 int64_t gp_lm_context(const gp_lm *lm);   /* positions a sequence holds */
 int64_t gp_lm_vocab(const gp_lm *lm);     /* logits per row */
+int gp_lm_threads(const gp_lm *lm);       /* CPU threads a session uses (n_threads resolved) */
 int gp_lm_has_tokenizer(const gp_lm *lm);
 /* The tokenizer's ids (0 without one). When fewer than gp_lm_vocab (an embedding padded past the
  * vocabulary), the ids past them are never sampled. */
 int64_t gp_lm_tokenizer_vocab(const gp_lm *lm);
+/* What the load noticed without refusing it, a sentence for the user ("" when nothing): today a
+ * tokenizer of fewer ids than the embedding's rows ("the tokenizer has 49152 ids, the embedding
+ * 49280 rows: the ids past the tokenizer's are never sampled"). */
+const char *gp_lm_note(const gp_lm *lm);
 /* 1 when generation ends at id: the vocabulary's EOS, end-of-turn and generation_config's ids. */
 int gp_lm_is_eog(const gp_lm *lm, int32_t id);
 /* The offset of the first byte of s[len] that is not well-formed UTF-8, or -1 when all are. */
@@ -177,6 +192,11 @@ typedef struct {
     /* Called with each generated id as it is picked, before its text; nonzero cancels. */
     int (*on_token)(void *user, int32_t id);
     void *user;
+    /* When the context is full: 0 finishes (GP_FINISH_CONTEXT); 1 starts again at position 0
+     * from the last id, as a start of that one id would (the cache forgotten, the sampler
+     * restarted from its seed), and goes on: generation longer than the context in constant
+     * memory, its evals counted as generation's. Not for chats or a batch's sequences. */
+    int restart;
 } gp_gen_opts;
 
 /* max_tokens 16, no stop strings, eos -1, no callbacks. */
@@ -237,6 +257,10 @@ const char *gp_seq_reply(const gp_seq *s, size_t *len);
 void gp_seq_cancel(gp_seq *s);
 /* The counts and times of the last generation. */
 void gp_seq_result(const gp_seq *s, gp_gen_result *r);
+/* The counts and times of every generation since gp_seq_new, summed (chat turns, prompts, failed
+ * starts' prompt_tokens); finish and stop_token are the last generation's. For figures over a
+ * whole run: tokens per second of prompts (prompt_rows / prompt_ms) and generation. */
+void gp_seq_totals(const gp_seq *s, gp_gen_result *r);
 
 /* ---- batches ----
  * The sequences of a model planned with n_seq > 0, evaluated together: each gp_batch_step is one
@@ -283,7 +307,9 @@ int64_t gp_batch_evals(const gp_batch *b);       /* evals so far */
  * turns are dropped (the system message kept) until it does, and the cache starts over. */
 typedef struct gp_conv gp_conv;
 
-/* system: the system message, or NULL (the template's default, if it has one). NULL with err. */
+/* system: the system message, or NULL (the template's default, if it has one). NULL with err,
+ * also when the model has no chat format (no template nor gp_lm_set_chat_format: "the tokenizer
+ * has no chat template: ...") or the plan no KV cache. */
 gp_conv *gp_conv_new(gp_seq *s, const char *system, char *err, size_t err_len);
 void gp_conv_free(gp_conv *c); /* NULL is a no-op; the sequence stays */
 /* A user turn of len bytes and the reply, streamed through g's callbacks (r may be NULL). 0;
@@ -299,6 +325,14 @@ int gp_conv_end(gp_conv *c);
 const gp_msg *gp_conv_messages(const gp_conv *c, size_t *n);
 /* Messages dropped by the last turn to fit the context (0: the cache was continued). */
 size_t gp_conv_dropped(const gp_conv *c);
+
+/* The sequence's figures as text, a line each starting with prefix (may be ""): its backend and
+ * threads, the plan file; the evals of every generation since gp_seq_new (gp_seq_totals) and the
+ * prompts' and generation's tokens, ms per eval and tokens per second; the device allocations its
+ * evals made (0 expected); the weights mapped and loaded; the process's peak RSS. For a report at
+ * the end of a run (gplan-run --stats); the host's allocations are <gplan/alloc_interpose.h>'s.
+ * The length, which may exceed cap (out NUL-terminated when cap > 0). */
+int64_t gp_seq_stats(gp_seq *s, const char *prefix, char *out, size_t cap);
 
 /* The logits row of the last evaluated token: [gp_lm_vocab], valid until the next eval. */
 const float *gp_seq_logits(gp_seq *s);

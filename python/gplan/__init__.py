@@ -86,7 +86,9 @@ class _LmOpts(ctypes.Structure):
                 ("n_threads", ctypes.c_int), ("device", ctypes.c_int),
                 ("allow_unused", ctypes.c_int), ("random_weights", ctypes.c_int),
                 ("random_seed", ctypes.c_uint64), ("n_seq", ctypes.c_int),
-                ("kv_positions", ctypes.c_int64)]
+                ("kv_positions", ctypes.c_int64), ("chat_format", ctypes.c_char_p),
+                ("lora", ctypes.c_char_p), ("lora_merge_plan", ctypes.c_char_p),
+                ("lora_scale", ctypes.c_double)]
 
 
 class _Msg(ctypes.Structure):
@@ -102,7 +104,8 @@ class _SamplerOpts(ctypes.Structure):
 class _GenOpts(ctypes.Structure):
     _fields_ = [("max_tokens", ctypes.c_int64), ("stop", ctypes.POINTER(ctypes.c_char_p)),
                 ("n_stop", ctypes.c_int), ("ignore_eos", ctypes.c_int), ("eos", ctypes.c_int64),
-                ("on_text", _ON_TEXT), ("on_token", _ON_TOKEN), ("user", ctypes.c_void_p)]
+                ("on_text", _ON_TEXT), ("on_token", _ON_TOKEN), ("user", ctypes.c_void_p),
+                ("restart", ctypes.c_int)]
 
 
 class _GenResult(ctypes.Structure):
@@ -147,6 +150,7 @@ def _declare(lib):
         "gp_lm_load": (P, [S, ctypes.POINTER(_LmOpts), B, SZ]),
         "gp_lm_defaults": (_LmOpts, []),
         "gp_lm_free": (None, [P]),
+        "gp_lm_is_model": (I, [S]),
         "gp_lm_model": (P, [P]),
         "gp_lm_plan_path": (S, [P]),
         "gp_lm_arch": (S, [P]),
@@ -226,23 +230,25 @@ def _dec(b):
     return b.decode("utf-8", errors="replace")
 
 
-def _is_text_source(path):
-    """A GGUF file (magic "GGUF") or a folder (a Hugging Face checkpoint): what gp_lm_load plans
-    itself. Anything else is taken for a plan file."""
-    if os.path.isdir(path):
-        return True
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == b"GGUF"
-    except OSError:
-        return False
-
-
 def _seed(what, v):
     v = int(v)
     if not 0 <= v < 1 << 64:
         raise Error("%s: the seed must be in [0, 2^64), not %d" % (what, v))
     return v
+
+
+class _Closes:
+    """A with-block's object whose close() frees its handle _h, also when it is collected."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_h", None) and _lib is not None:
+            self.close()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,7 +266,7 @@ class Result:
     stop_token: int         # the end-of-generation id that ended it (not emitted), or -1
 
 
-class Model:
+class Model(_Closes):
     """A model: a plan and its weights, with the text API when loaded from a model file.
 
     Model(path, ...) decides by what it is given:
@@ -283,7 +289,9 @@ class Model:
     cache; None: $GPLAN_CACHE_DIR, else ~/.cache/gplan; "": none), backend ("cpu", "reference",
     "cuda"), threads (0: the online cores), device (CUDA ordinal), random_weights (a seed: random
     weights instead of the file's), chat_format (a built-in chat format by name instead of the
-    model's template: gplan.chat_formats()).
+    model's template: gplan.chat_formats()), lora (a PEFT adapter folder: merged into the weights
+    by lora_merge_plan, a plan of gplan-compile -D lora_r=R --lora-merge, or without one bound
+    into the adapter slots of a plan compiled with -D lora_r=R), lora_scale (times lora_alpha/r).
 
     Generation runs on one sequence per model (its KV cache kept between calls, so a prompt that
     continues the last one evaluates only the rest): one generation at a time. A call that starts
@@ -292,7 +300,7 @@ class Model:
 
     def __init__(self, path=None, *, plan=None, tokenizer=None, defines=None, context=0, batch=0,
                  cache_dir=None, backend="cpu", threads=0, device=0, random_weights=None,
-                 chat_format=None):
+                 chat_format=None, lora=None, lora_merge_plan=None, lora_scale=1.0):
         lib = _load()
         self._h = None        # gp_model*: the plan model's own, or the text model's gp_lm_model
         self._lm = None       # gp_lm*: text models only
@@ -303,8 +311,8 @@ class Model:
         p = None if path is None or os.fspath(path) in ("", b"") else os.fspath(path)
         text_opts = (tokenizer is not None or defines or context or batch or cache_dir is not None
                      or backend != "cpu" or threads or device or random_weights is not None
-                     or chat_format is not None)
-        if plan is None and p is not None and not _is_text_source(p):
+                     or chat_format is not None or lora is not None)
+        if plan is None and p is not None and not lib.gp_lm_is_model(_enc(p)):
             if not text_opts:
                 err = _err_buf()
                 self._h = lib.gp_model_load(_enc(p), err, len(err))
@@ -327,15 +335,15 @@ class Model:
         o.n_threads, o.device = int(threads), int(device)
         if random_weights is not None:
             o.random_weights, o.random_seed = 1, _seed("random_weights", random_weights)
+        o.chat_format = None if chat_format is None else _enc(chat_format)
+        o.lora = None if lora is None else _enc(os.fspath(lora))
+        o.lora_merge_plan = None if lora_merge_plan is None else _enc(os.fspath(lora_merge_plan))
+        o.lora_scale = float(lora_scale)
         err = _err_buf()
         self._lm = lib.gp_lm_load(None if p is None else _enc(p), ctypes.byref(o), err, len(err))
         if not self._lm:
             raise Error(_dec(err.value))
         self._h = lib.gp_lm_model(self._lm)
-        if chat_format is not None and lib.gp_lm_set_chat_format(self._lm, _enc(chat_format), err,
-                                                                 len(err)):
-            self.close()
-            raise Error(_dec(err.value))
 
     def _handle(self):
         if not self._h:
@@ -625,16 +633,6 @@ class Model:
             _lib.gp_model_free(self._h)
         self._h = None
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_h", None) and _lib is not None:
-            self.close()
-
 
 def _messages(messages):
     """[{"role", "content"}, ...] as a gp_msg array, and the bytes it points to (keep alive)."""
@@ -717,7 +715,7 @@ class _Stream:
             self._end()
 
 
-class Session:
+class Session(_Closes):
     """One running instance of a model: Session(model, backend="cpu", threads=1)."""
 
     def __init__(self, model, backend="cpu", threads=1, device=0):
@@ -861,13 +859,3 @@ class Session:
         if self._h:
             _lib.gp_session_free(self._h)
             self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_h", None) and _lib is not None:
-            self.close()

@@ -28,14 +28,20 @@ def gplan_run():
     return _tool("GPLAN_RUN", "gplan-run")
 
 
-@pytest.fixture(scope="session")
-def llama_plan(tmp_path_factory):
-    out = tmp_path_factory.mktemp("plans") / "llama-tiny.plan"
-    cmd = [_tool("GPLAN_COMPILE", "gplan-compile"), str(EXAMPLES / "llama.gplan"), "-o", str(out)]
-    for d in LLAMA_TINY:
+def _compile(tmp_path_factory, graph, defines):
+    """A plan of examples/GRAPH.gplan with the -D defines, in the session's temporary folder."""
+    out = tmp_path_factory.mktemp("plans") / (graph + "-tiny.plan")
+    cmd = [_tool("GPLAN_COMPILE", "gplan-compile"), str(EXAMPLES / (graph + ".gplan")), "-o",
+           str(out)]
+    for d in defines:
         cmd += ["-D", d]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return out
+
+
+@pytest.fixture(scope="session")
+def llama_plan(tmp_path_factory):
+    return _compile(tmp_path_factory, "llama", LLAMA_TINY)
 
 # A 2-layer, 64-wide GPT-2 with the 384-token byte-level BPE of tests/cli/tokenizer/ (which has a
 # chat template), 256 positions and 16 tokens per eval: prompts and turns take several evals.
@@ -48,12 +54,7 @@ SMOLLM2 = (os.environ.get("GPLAN_SMOLLM2") or
 
 @pytest.fixture(scope="session")
 def gpt2_plan(tmp_path_factory):
-    out = tmp_path_factory.mktemp("plans") / "gpt2-tiny.plan"
-    cmd = [_tool("GPLAN_COMPILE", "gplan-compile"), str(EXAMPLES / "gpt2.gplan"), "-o", str(out)]
-    for d in GPT2_TINY:
-        cmd += ["-D", d]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return out
+    return _compile(tmp_path_factory, "gpt2", GPT2_TINY)
 
 
 @pytest.fixture(scope="session")

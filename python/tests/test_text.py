@@ -31,13 +31,13 @@ def test_struct_defaults():
     lib = gplan._load()
     o = lib.gp_lm_defaults()
     assert [getattr(o, f) for f, _ in gplan._LmOpts._fields_ if f != "defines"] == \
-        [None, None, 0, 0, 0, None, None, 0, 0, 0, 0, 0, 0, 0]
+        [None, None, 0, 0, 0, None, None, 0, 0, 0, 0, 0, 0, 0, None, None, None, 1.0]
     so = lib.gp_sampler_defaults()
     assert (so.temp, so.top_k, so.top_p, so.min_p, so.repeat_penalty, so.repeat_last_n,
             so.seed) == (0.0, 0, 1.0, 0.0, 1.0, 64, 1)
     g = lib.gp_gen_defaults()
-    assert (g.max_tokens, g.n_stop, g.ignore_eos, g.eos, bool(g.on_text), g.user) == \
-        (16, 0, 0, -1, False, None)
+    assert (g.max_tokens, g.n_stop, g.ignore_eos, g.eos, bool(g.on_text), g.user, g.restart) == \
+        (16, 0, 0, -1, False, None, 0)
 
 
 def _include_dirs():

@@ -12,7 +12,7 @@ target_link_options(gp_alloc_wrap INTERFACE
 # malloc, and a preloaded malloc would come before its runtime).
 if(NOT GPLAN_SANITIZE)
   add_library(gp_alloc_shim MODULE ${CMAKE_CURRENT_LIST_DIR}/shim.c
-              ${CMAKE_SOURCE_DIR}/tools/alloc_interpose.c)
+              ${CMAKE_SOURCE_DIR}/runtime/alloc_interpose.c)
   gp_target_flags(gp_alloc_shim)
   target_link_libraries(gp_alloc_shim PRIVATE ${CMAKE_DL_LIBS})
   add_test(NAME alloc_long_run
@@ -22,14 +22,10 @@ if(NOT GPLAN_SANITIZE)
   set_tests_properties(alloc_long_run PROPERTIES TIMEOUT 600)
 endif()
 
-# The interposer's own counts (tools/alloc_interpose.c, as gplan-run links it); skipped (77) in
-# sanitizer builds, where it is compiled out.
-add_executable(alloc_interpose_test ${CMAKE_CURRENT_LIST_DIR}/interpose_test.c
-               ${CMAKE_SOURCE_DIR}/tools/alloc_interpose.c)
+# The interposer's own counts (gplan_alloc, as gplan-run links it); skipped (77) in sanitizer
+# builds, where it is compiled out.
+add_executable(alloc_interpose_test ${CMAKE_CURRENT_LIST_DIR}/interpose_test.c)
 gp_target_flags(alloc_interpose_test)
-target_link_libraries(alloc_interpose_test PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
-if(GPLAN_SANITIZE)
-  target_compile_definitions(alloc_interpose_test PRIVATE GP_NO_ALLOC_INTERPOSE=1)
-endif()
+target_link_libraries(alloc_interpose_test PRIVATE gplan_alloc)
 add_test(NAME alloc_interpose COMMAND alloc_interpose_test)
 set_tests_properties(alloc_interpose PROPERTIES SKIP_RETURN_CODE 77)

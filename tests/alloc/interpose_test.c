@@ -1,4 +1,4 @@
-/* The allocation interposer's counts (tools/alloc_interpose.c, linked in as gplan-run links it):
+/* The allocation interposer's counts (gplan_alloc, linked in as gplan-run links it):
  * nothing before gp_alloc_interpose_on or outside a window; each call of malloc & co. and mmap
  * inside an eval, on the marking thread and on another; pthread_create during an eval; a
  * generating thread's calls outside evals only; an abort at the first counted call when asked.
@@ -13,15 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/alloc_interpose.h"
+#include "gplan/alloc_interpose.h"
 
-#ifdef GP_NO_ALLOC_INTERPOSE
-int main(void)
-{
-    printf("interpose_test: skipped (sanitizer build: no interposer)\n");
-    return 77;
-}
-#else
 static int failed;
 static void *volatile sink; /* the compiler may drop an allocation nobody reads */
 
@@ -64,6 +57,10 @@ static void *worker(void *arg)
 
 int main(void)
 {
+    if (!gp_alloc_interpose_active()) {
+        printf("interpose_test: skipped (sanitizer build: no interposer)\n");
+        return 77;
+    }
     gp_alloc_interpose_counts base = {0, 0, 0, 0, 0}, d;
     /* Before gp_alloc_interpose_on nothing counts, eval or not. */
     gp_alloc_interpose_eval(1);
@@ -111,6 +108,14 @@ int main(void)
     CHECK(d.threads == 1);
     CHECK(d.eval - d.eval_thread == 10);
 
+    /* The eval hooks for gp_eval_hooks mark the same window. */
+    gp_alloc_interpose_before(NULL, 1);
+    alloc_free();
+    gp_alloc_interpose_after(NULL, NULL, 1, 1);
+    alloc_free();
+    d = since(&base);
+    CHECK(d.eval == 2 && d.eval_thread == 2);
+
     /* Generating: the thread's calls outside evals count as generation, inside as eval. */
     gp_alloc_interpose_generation(1);
     alloc_free();
@@ -153,4 +158,3 @@ int main(void)
         printf("interpose_test: ok\n");
     return failed;
 }
-#endif

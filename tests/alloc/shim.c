@@ -1,4 +1,4 @@
-/* An LD_PRELOAD allocation counter for the long-generation test, on tools/alloc_interpose.c:
+/* An LD_PRELOAD allocation counter for the long-generation test, on runtime/alloc_interpose.c:
  * counts malloc & co., mmap and pthread_create between the runtime's eval markers
  * (gp_alloc_shim_eval, looked up by gp_session_new), and samples the resident set at the end of
  * eval 100 and of the last eval. At exit it writes one line to $GP_ALLOC_SHIM_OUT (or stderr):
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tools/alloc_interpose.h"
+#include "gplan/alloc_interpose.h"
 
 #define RSS_SAMPLE_EVAL 100
 

@@ -3,11 +3,8 @@
 # summed from its summary), refusals with figures (exit 3), usage errors (exit 2).
 # Usage: compile_fit.sh TOOL SOURCE_DIR TMP_DIR
 set -u
-tool=$1
-src=$2
-tmp=$3
-mkdir -p "$tmp"
-. "$src/tests/cli/lib.sh"
+. "$2/tests/cli/lib.sh"
+tool_src_tmp "$@"
 
 g=$src/examples/llama.gplan
 small="-D num_hidden_layers=2 -D hidden_size=256 -D intermediate_size=512 -D num_attention_heads=4

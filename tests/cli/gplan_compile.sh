@@ -1,11 +1,8 @@
 #!/bin/sh
 # gplan-compile's exit statuses and messages. Usage: gplan_compile.sh TOOL SOURCE_DIR TMP_DIR
 set -u
-tool=$1
-src=$2
-tmp=$3
-mkdir -p "$tmp"
-. "$src/tests/cli/lib.sh"
+. "$2/tests/cli/lib.sh"
+tool_src_tmp "$@"
 
 ex=$src/examples
 

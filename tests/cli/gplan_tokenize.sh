@@ -4,11 +4,8 @@
 # its refusals (invalid UTF-8, bad ids, bad models, bad usage). Usage: gplan_tokenize.sh TOOL
 # SOURCE_DIR TMP_DIR
 set -u
-tool=$1
-src=$2
-tmp=$3
-mkdir -p "$tmp"
-. "$src/tests/cli/lib.sh"
+. "$2/tests/cli/lib.sh"
+tool_src_tmp "$@"
 
 gpt2=$src/tests/tokenizer/json/gpt-2
 spm=$src/tests/tokenizer/json/llama-spm

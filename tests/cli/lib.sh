@@ -2,6 +2,10 @@
 # Helpers shared by the command-line tests (sourced after setting $tool, the program under test).
 failed=0
 
+# tool_src_tmp TOOL SOURCE_DIR TMP_DIR: the arguments of a script that tests one tool, as $tool,
+# $src and $tmp (made).
+tool_src_tmp() { tool=$1 src=$2 tmp=$3; mkdir -p "$tmp"; }
+
 fail() { echo "FAIL: $*"; failed=1; }
 
 # expect_run HOW LINES LABEL STATUS TEXT COMMAND...: COMMAND must exit with STATUS and print TEXT

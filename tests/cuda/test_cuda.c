@@ -16,83 +16,80 @@ void gp_suite_cuda(void)
         gp_test_skip("cuda", "no GPU");
         return;
     }
-    CU_pSuite s = CU_add_suite("cuda", NULL, NULL);
-    CU_add_test(s, "elementwise ops and broadcasting", test_elementwise);
-    CU_add_test(s, "norms and softmax", test_norms_softmax);
-    CU_add_test(s, "rope, get_rows, cont/cast, concat", test_rope_rows_copies);
-    CU_add_test(s, "get_rows_add: two lookups and their sum in one launch", test_get_rows_add);
-    CU_add_test(s, "store: the last repeated position wins", test_store);
-    CU_add_test(s, "store2: K and V stores in one launch, strided sources", test_store2);
-    CU_add_test(s, "matvec computing the norm before it", test_matvec_prenorm);
-    CU_add_test(s, "matvec pairs: two short rows per warp", test_matvec_pairs);
-    CU_add_test(s, "argmax: first of the largest, NaN never", test_argmax);
-    CU_add_test(s, "matvec cluster: [K, N] splits combined in a cluster", test_matvec_cluster);
-    CU_add_test(s, "matvec add: splits added into a residual in place", test_matvec_add);
-    CU_add_test(s, "matvec acc: zeroed outputs added into, gelu(x) staged", test_matvec_acc);
-    CU_add_test(s, "matvec group: q/k/v and gate/up/swiglu in one launch", test_matvec_group);
-    CU_add_test(s, "matvec group computing the rms_norm before it", test_matvec_group_norm);
-    CU_add_test(s, "attention: split-KV decode and prompts", test_attention);
-    CU_add_test(s, "attention: a ragged batch over KV blocks", test_attention_ragged);
-    CU_add_test(s, "one-token attention with ropes and K/V stores inside", test_attention_decode);
-    CU_add_test(s, "atthead: one-token attention in one block a head", test_attention_head);
-    CU_add_test(s, "prompts: a cuBLAS product's epilogue in one launch", test_blas_epilogue);
-    CU_add_test(s, "prompts: attention in tiles, on tensor cores, against the CPU",
-                test_model_prompt_tiles);
-    CU_add_test(s, "one-token attention: output over q, pos out of range, refusals",
-                test_attention_decode_edges);
-    CU_add_test(s, "matmul: matvec, cuBLAS, batched, fallback", test_matmul);
-    CU_add_test(s, "sizes from the param block", test_param_block);
-    CU_add_test(s, "moe: every weight dtype, T 1, 3, 17, top k 1, 2, 8, against the CPU",
-                test_moe_ops);
-    CU_add_test(s, "moe: Qwen3-MoE and Mixtral CPU vs CUDA, no eval allocations",
-                test_moe_models);
-    CU_add_test(s, "tiny model f32: CPU vs CUDA, no eval allocations", test_model_f32);
-    CU_add_test(s, "tiny model f16 weights: CPU vs CUDA", test_model_f16);
-    CU_add_test(s, "tiny model: fusions off, PDL on and off", test_model_switches);
-    CU_add_test(s, "Llama and GPT-2 decode: one-token attention fused or not", test_model_attnfuse);
-    CU_add_test(s, "GPT-2 decode: c_attn inside the one-token attention or not", test_model_qkvatt);
-    CU_add_test(s, "GPT-2 decode: residual products adding with atomics or not", test_model_atomic);
-    CU_add_test(s, "GPT-2 decode: layer norms folded into their products or not", test_model_fold);
-    CU_add_test(s, "GPT-2 decode: products adding into zeroed outputs or not", test_model_accum);
-    CU_add_test(s, "GPT-2 decode: kernel instances for the operands' dtypes or generic ones",
-                test_model_typed);
-    CU_add_test(s, "GPT-2 decode: one-token attention in one block a head or in a cluster",
-                test_model_atthead);
-    CU_add_test(s, "GPT-2 decode: the split attention past the rows atthead loads early",
-                test_model_atthead_long);
-    CU_add_test(s, "GPT-2 decode: products letting the next one start at their start or not",
-                test_model_trig);
-    CU_add_test(s, "GPT-2 decode: the attention letting c_proj start at its start or not",
-                test_model_atttrig);
-    CU_add_test(s, "Llama and GPT-2 decode: inputs and outputs in one copy each or not",
-                test_model_copies);
-    CU_add_test(s, "LoRA runtime mode: adapters rebound in a live session", test_lora_rebind);
-    CU_add_test(s, "LoRA runtime mode: branches merged into the products, ranks 8 and 64",
-                test_model_lora);
-    CU_add_test(s, "LoRA runtime mode: GPT-2 117M-shaped decode fuses as without branches",
-                test_model_lora_117m);
-    CU_add_test(s, "quant: products on the eight block types against the CPU", test_quant_matmul);
-    CU_add_test(s, "quant: get_rows on quantized tables", test_quant_get_rows);
-    CU_add_test(s, "quant: q/k/v and gate/up/swiglu groups in one launch", test_quant_group);
-    CU_add_test(s, "quant: layouts the products refuse", test_quant_matmul_refusals);
-    CU_add_test(s, "quant: Llama q4_k, q8_0, q4_1: CUDA vs CPU, no eval allocations",
-                test_quant_model);
-    CU_add_test(s, "quant: speed of the products (printed)", test_quant_speed);
-    CU_add_test(s, "families: rope with llama3, linear and LongRoPE scaling, freq_factors", test_fam_rope);
-    CU_add_test(s, "families: scale's softcap, rms_norm's weight offset", test_fam_scale_norm);
-    CU_add_test(s, "families: ring stores, alone and paired", test_fam_store_ring);
-    CU_add_test(s, "families: attention with windows, rings, soft-capping", test_fam_attention);
-    CU_add_test(s, "families: one-token attention with them, fused", test_fam_decode);
-    CU_add_test(s, "families: llama3, mistral, phi3, gemma2, gemma3 CPU vs CUDA", test_fam_models);
+    static const gp_test_case tests[] = {
+        {"elementwise ops and broadcasting", test_elementwise},
+        {"norms and softmax", test_norms_softmax},
+        {"rope, get_rows, cont/cast, concat", test_rope_rows_copies},
+        {"get_rows_add: two lookups and their sum in one launch", test_get_rows_add},
+        {"store: the last repeated position wins", test_store},
+        {"store2: K and V stores in one launch, strided sources", test_store2},
+        {"matvec computing the norm before it", test_matvec_prenorm},
+        {"matvec pairs: two short rows per warp", test_matvec_pairs},
+        {"argmax: first of the largest, NaN never", test_argmax},
+        {"matvec cluster: [K, N] splits combined in a cluster", test_matvec_cluster},
+        {"matvec add: splits added into a residual in place", test_matvec_add},
+        {"matvec acc: zeroed outputs added into, gelu(x) staged", test_matvec_acc},
+        {"matvec group: q/k/v and gate/up/swiglu in one launch", test_matvec_group},
+        {"matvec group computing the rms_norm before it", test_matvec_group_norm},
+        {"attention: split-KV decode and prompts", test_attention},
+        {"attention: a ragged batch over KV blocks", test_attention_ragged},
+        {"one-token attention with ropes and K/V stores inside", test_attention_decode},
+        {"atthead: one-token attention in one block a head", test_attention_head},
+        {"prompts: a cuBLAS product's epilogue in one launch", test_blas_epilogue},
+        {"prompts: attention in tiles, on tensor cores, against the CPU", test_model_prompt_tiles},
+        {"one-token attention: output over q, pos out of range, refusals",
+         test_attention_decode_edges},
+        {"matmul: matvec, cuBLAS, batched, fallback", test_matmul},
+        {"sizes from the param block", test_param_block},
+        {"moe: every weight dtype, T 1, 3, 17, top k 1, 2, 8, against the CPU", test_moe_ops},
+        {"moe: Qwen3-MoE and Mixtral CPU vs CUDA, no eval allocations", test_moe_models},
+        {"tiny model f32: CPU vs CUDA, no eval allocations", test_model_f32},
+        {"tiny model f16 weights: CPU vs CUDA", test_model_f16},
+        {"tiny model: fusions off, PDL on and off", test_model_switches},
+        {"Llama and GPT-2 decode: one-token attention fused or not", test_model_attnfuse},
+        {"GPT-2 decode: c_attn inside the one-token attention or not", test_model_qkvatt},
+        {"GPT-2 decode: residual products adding with atomics or not", test_model_atomic},
+        {"GPT-2 decode: layer norms folded into their products or not", test_model_fold},
+        {"GPT-2 decode: products adding into zeroed outputs or not", test_model_accum},
+        {"GPT-2 decode: kernel instances for the operands' dtypes or generic ones",
+         test_model_typed},
+        {"GPT-2 decode: one-token attention in one block a head or in a cluster",
+         test_model_atthead},
+        {"GPT-2 decode: the split attention past the rows atthead loads early",
+         test_model_atthead_long},
+        {"GPT-2 decode: products letting the next one start at their start or not",
+         test_model_trig},
+        {"GPT-2 decode: the attention letting c_proj start at its start or not",
+         test_model_atttrig},
+        {"Llama and GPT-2 decode: inputs and outputs in one copy each or not", test_model_copies},
+        {"LoRA runtime mode: adapters rebound in a live session", test_lora_rebind},
+        {"LoRA runtime mode: branches merged into the products, ranks 8 and 64", test_model_lora},
+        {"LoRA runtime mode: GPT-2 117M-shaped decode fuses as without branches",
+         test_model_lora_117m},
+        {"quant: products on the eight block types against the CPU", test_quant_matmul},
+        {"quant: get_rows on quantized tables", test_quant_get_rows},
+        {"quant: q/k/v and gate/up/swiglu groups in one launch", test_quant_group},
+        {"quant: layouts the products refuse", test_quant_matmul_refusals},
+        {"quant: Llama q4_k, q8_0, q4_1: CUDA vs CPU, no eval allocations", test_quant_model},
+        {"quant: speed of the products (printed)", test_quant_speed},
+        {"families: rope with llama3, linear and LongRoPE scaling, freq_factors", test_fam_rope},
+        {"families: scale's softcap, rms_norm's weight offset", test_fam_scale_norm},
+        {"families: ring stores, alone and paired", test_fam_store_ring},
+        {"families: attention with windows, rings, soft-capping", test_fam_attention},
+        {"families: one-token attention with them, fused", test_fam_decode},
+        {"families: llama3, mistral, phi3, gemma2, gemma3 CPU vs CUDA", test_fam_models},
+    };
+    gp_test_add_suite("cuda", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }
 
 /* What runs without a GPU. */
 void gp_suite_cuda_host(void)
 {
-    CU_pSuite s = CU_add_suite("cuda_host", NULL, NULL);
-    CU_add_test(s, "quant: the kernels' dequantization on the host, bit for bit",
-                test_quant_deq8_host);
-    CU_add_test(s, "quant: k_qdot's arithmetic on the host within its error bound", test_qdot_host);
-    CU_add_test(s, "moe: routing and grouping on the host, as the CPU's", test_moe_host);
-    CU_add_test(s, "moe: the CUDA workspace's layout within the CPU's", test_moe_ws_host);
+    static const gp_test_case tests[] = {
+        {"quant: the kernels' dequantization on the host, bit for bit", test_quant_deq8_host},
+        {"quant: k_qdot's arithmetic on the host within its error bound", test_qdot_host},
+        {"moe: routing and grouping on the host, as the CPU's", test_moe_host},
+        {"moe: the CUDA workspace's layout within the CPU's", test_moe_ws_host},
+    };
+    gp_test_add_suite("cuda_host", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }

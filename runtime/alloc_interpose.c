@@ -1,7 +1,7 @@
-/* The allocation interposer (see alloc_interpose.h): malloc & co., mmap and pthread_create
- * counted while an eval or a generation is marked, and forwarded. */
+/* The allocation interposer (include/gplan/alloc_interpose.h): malloc & co., mmap and
+ * pthread_create counted while an eval or a generation is marked, and forwarded. */
 #define _GNU_SOURCE /* RTLD_NEXT */
-#include "tools/alloc_interpose.h"
+#include "gplan/alloc_interpose.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -164,6 +164,15 @@ int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), v
     return real_pthread_create(t, a, fn, arg);
 }
 #endif
+
+int gp_alloc_interpose_active(void)
+{
+#ifdef GP_NO_ALLOC_INTERPOSE
+    return 0;
+#else
+    return 1;
+#endif
+}
 
 void gp_alloc_interpose_on(void)
 {
