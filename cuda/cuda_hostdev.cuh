@@ -44,6 +44,15 @@ __host__ __device__ __forceinline__ float sub_rn(float a, float b)
 #endif
 }
 
+__host__ __device__ __forceinline__ float div_rn(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+
 /* The binary16 in the low 16 bits of bits. */
 __host__ __device__ __forceinline__ float h2f_bits(uint32_t bits)
 {

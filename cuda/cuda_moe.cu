@@ -61,18 +61,18 @@ __global__ void __launch_bounds__(RT_WARPS * 32)
                 mx = fmaxf(mx, v[e]);
             mx = warp_max(mx);
             for (int e = lane; e < E; e += 32)
-                v[e] = moe_expf(moe_sub(v[e], mx));
+                v[e] = moe_expf(sub_rn(v[e], mx));
             __syncwarp();
             if (lane < 8) {
                 float s = 0.0f;
                 for (int e = lane; e < E; e += 8)
-                    s = moe_add(s, v[e]);
+                    s = add_rn(s, v[e]);
                 part_s[w][lane] = s;
             }
             __syncwarp();
             float sum = moe_acc8_total(part_s[w]);
             for (int e = lane; e < E; e += 32)
-                v[e] = moe_div(v[e], sum);
+                v[e] = div_rn(v[e], sum);
             __syncwarp();
         }
         for (int j = 0; j < k; j++) {
@@ -168,7 +168,7 @@ __global__ void k_moe_combine(KT o, const float *y, const int32_t *slot, const f
             float acc = 0.0f;
             for (int j = 0; j < k; j++) {
                 int64_t i = t * k + j;
-                acc = moe_add(acc, moe_mul(wt[i], y[(int64_t)slot[i] * H + h]));
+                acc = add_rn(acc, mul_rn(wt[i], y[(int64_t)slot[i] * H + h]));
             }
             st_f(o.p + t * o.nb[2] + (int64_t)h * o.nb[3], o.t, acc);
         }

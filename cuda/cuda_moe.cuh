@@ -10,49 +10,15 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cuda/cuda_hostdev.cuh"
 #include "cuda/cuda_internal.cuh"
 #include "cuda/cuda_moe.h"
 
 /* ---- arithmetic run on the device and on the host ---- */
 
-/* f32 operations rounded on their own (never contracted into fused multiply-adds), as the CPU's
- * code is compiled (-ffp-contract=off), so that the twins give the CPU's bits. */
-__host__ __device__ __forceinline__ float moe_mul(float a, float b)
-{
-#ifdef __CUDA_ARCH__
-    return __fmul_rn(a, b);
-#else
-    return a * b;
-#endif
-}
-
-__host__ __device__ __forceinline__ float moe_add(float a, float b)
-{
-#ifdef __CUDA_ARCH__
-    return __fadd_rn(a, b);
-#else
-    return a + b;
-#endif
-}
-
-__host__ __device__ __forceinline__ float moe_sub(float a, float b)
-{
-#ifdef __CUDA_ARCH__
-    return __fsub_rn(a, b);
-#else
-    return a - b;
-#endif
-}
-
-__host__ __device__ __forceinline__ float moe_div(float a, float b)
-{
-#ifdef __CUDA_ARCH__
-    return __fdiv_rn(a, b);
-#else
-    return a / b;
-#endif
-}
-
+/* f32 operations rounded on their own (cuda/cuda_hostdev.cuh's mul_rn, add_rn, sub_rn, div_rn:
+ * never contracted into fused multiply-adds), as the CPU's code is compiled (-ffp-contract=off),
+ * so that the twins give the CPU's bits. */
 __host__ __device__ __forceinline__ float moe_bits_f32(uint32_t u)
 {
 #ifdef __CUDA_ARCH__
@@ -71,34 +37,34 @@ __host__ __device__ __forceinline__ float moe_expf(float x)
     xc = xc > 89.0f ? 89.0f : xc;
     xc = xc != xc ? 0.0f : xc;
     const float magic = 12582912.0f;
-    float nf = moe_sub(moe_add(moe_mul(xc, 1.44269504f), magic), magic);
-    float r = moe_sub(moe_sub(xc, moe_mul(nf, 0.693145752f)), moe_mul(nf, 1.42860677e-6f));
+    float nf = sub_rn(add_rn(mul_rn(xc, 1.44269504f), magic), magic);
+    float r = sub_rn(sub_rn(xc, mul_rn(nf, 0.693145752f)), mul_rn(nf, 1.42860677e-6f));
     float p = 1.98412698e-4f;
-    p = moe_add(moe_mul(p, r), 1.38888889e-3f);
-    p = moe_add(moe_mul(p, r), 8.33333333e-3f);
-    p = moe_add(moe_mul(p, r), 4.16666667e-2f);
-    p = moe_add(moe_mul(p, r), 1.66666667e-1f);
-    p = moe_add(moe_mul(p, r), 0.5f);
-    p = moe_add(moe_mul(p, r), 1.0f);
-    p = moe_add(moe_mul(p, r), 1.0f);
+    p = add_rn(mul_rn(p, r), 1.38888889e-3f);
+    p = add_rn(mul_rn(p, r), 8.33333333e-3f);
+    p = add_rn(mul_rn(p, r), 4.16666667e-2f);
+    p = add_rn(mul_rn(p, r), 1.66666667e-1f);
+    p = add_rn(mul_rn(p, r), 0.5f);
+    p = add_rn(mul_rn(p, r), 1.0f);
+    p = add_rn(mul_rn(p, r), 1.0f);
     int32_t n = (int32_t)nf, n1 = n / 2;
     float s1 = moe_bits_f32((uint32_t)(n1 + 127) << 23);
     float s2 = moe_bits_f32((uint32_t)(n - n1 + 127) << 23);
-    float y = moe_mul(moe_mul(p, s1), s2);
+    float y = mul_rn(mul_rn(p, s1), s2);
     return x != x ? x : y;
 }
 
 /* silu as the CPU's unary op computes it. */
 __host__ __device__ __forceinline__ float moe_silu(float x)
 {
-    return moe_div(x, moe_add(1.0f, moe_expf(-x)));
+    return div_rn(x, add_rn(1.0f, moe_expf(-x)));
 }
 
 /* gp_acc8_total: the 8 lanes of a sum combined pairwise. */
 __host__ __device__ __forceinline__ float moe_acc8_total(const float *l)
 {
-    return moe_add(moe_add(moe_add(l[0], l[1]), moe_add(l[2], l[3])),
-                   moe_add(moe_add(l[4], l[5]), moe_add(l[6], l[7])));
+    return add_rn(add_rn(add_rn(l[0], l[1]), add_rn(l[2], l[3])),
+                   add_rn(add_rn(l[4], l[5]), add_rn(l[6], l[7])));
 }
 
 /* cpu_moe.c's softmax of v[0..n) in place: v - max, exponentials, their sum in 8 lanes (element
@@ -109,12 +75,12 @@ __host__ __device__ __forceinline__ void moe_softmax_seq(float *v, int n)
     for (int i = 0; i < n; i++)
         mx = fmaxf(mx, v[i]);
     for (int i = 0; i < n; i++)
-        v[i] = moe_expf(moe_sub(v[i], mx));
+        v[i] = moe_expf(sub_rn(v[i], mx));
     for (int i = 0; i < n; i++)
-        l[i % 8] = moe_add(l[i % 8], v[i]);
+        l[i % 8] = add_rn(l[i % 8], v[i]);
     float sum = moe_acc8_total(l);
     for (int i = 0; i < n; i++)
-        v[i] = moe_div(v[i], sum);
+        v[i] = div_rn(v[i], sum);
 }
 
 /* A candidate of a top-k round: value v of expert i (i < 0: none). */
@@ -182,9 +148,9 @@ __host__ __device__ __forceinline__ void moe_finish(const float *v, int32_t *pic
     } else if (norm == GP_MOE_SOFTMAX_NORM) {
         float sum = 0.0f;
         for (int j = 0; j < k; j++)
-            sum = moe_add(sum, w[j]);
+            sum = add_rn(sum, w[j]);
         for (int j = 0; j < k; j++)
-            w[j] = moe_div(w[j], sum);
+            w[j] = div_rn(w[j], sum);
     }
     for (int j = 1; j < k; j++)
         for (int q = j; q > 0 && pick[q - 1] > pick[q]; q--) {
