@@ -20,6 +20,7 @@ cd "$GP_ROOT"
 gp_build "$B" -DCMAKE_BUILD_TYPE=Release -DGPLAN_CUDA=OFF
 
 mkdir -p "$cache/bench"
+smol=
 if [ -z "${GGUF_MODELS:-}" ]; then
   smol=$(scripts/fetch_models.sh)
   f16=$cache/bench/tinyllama-f16.gguf
