@@ -11,8 +11,10 @@
 #   elsewhere and carried, or built here when cmake and nvcc exist). LLAMA_BENCH: the path of a
 #   CUDA llama-bench (llama-cpp-python 0.3.36's vendor/llama.cpp, -DGGML_CUDA=ON
 #   -DCMAKE_CUDA_ARCHITECTURES=90), run as llama-bench -m FILE -p 512 -n 128 -ngl 99.
-#   REPEATS (3): runs of each timing; MODELS (both): llama3-8b and/or llama3.2-1b; GGUF_DIR
-#   (/tmp/gplan-gguf-models): where the files go (4.6 and 0.85 GiB; kept for later runs); OUT
+#   REPEATS (3): runs of each timing; MODELS (llama3-8b llama3.2-1b): those and/or
+#   qwen3moe-30b-a3b (the Qwen3-30B-A3B shape in Q4_K_M's mix, examples/qwen3moe.gplan: the
+#   mixture-of-experts row of bench/moe.sh); GGUF_DIR (/tmp/gplan-gguf-models): where the files go
+#   (4.6, 0.85 and 17 GiB; kept for later runs); OUT
 #   (/tmp/gplan-gguf): logs; TESTS (1): 0 skips the tests.
 set -u
 B=${1:?usage: bench/gpu_gguf.sh BUILD_DIR [LLAMA_BENCH]}
@@ -43,9 +45,11 @@ fi
 # 2. Files, plans, timings.
 : >"$OUT/rows.txt"
 for name in $MODELS; do
+    graph=llama
     case $name in
     llama3-8b) mix=q4_k_m ;;
     llama3.2-1b) mix=q4_0 ;;
+    qwen3moe-30b-a3b) mix=q4_k_m graph=qwen3moe ;;
     *) echo "gpu_gguf.sh: unknown model $name"; continue ;;
     esac
     f=$DIR/$name-$mix.gguf
@@ -54,7 +58,7 @@ for name in $MODELS; do
             { echo "gpu_gguf.sh: could not write $f"; continue; }
     fi
     plan=$OUT/$name-$mix.plan
-    "$B/tools/gplan-compile" examples/llama.gplan --gguf "$f" -D kv_type=f16 \
+    "$B/tools/gplan-compile" "examples/$graph.gplan" --gguf "$f" -D kv_type=f16 \
         -D max_position_embeddings=1024 -D n_batch=512 --backend cuda -o "$plan" \
         >"$OUT/$name.compile.log" 2>&1 || { echo "gpu_gguf.sh: compile failed:"; cat "$OUT/$name.compile.log"; continue; }
     gd="" ge="" gp="" gr="" ld="" lp=""
