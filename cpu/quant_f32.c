@@ -115,10 +115,13 @@ int gp_quant_matmul_ws_taken(gp_dtype wt, int64_t M, int64_t K, const void *ws, 
 {
     GP_ASSERT(gp_dtype_is_quant(wt) && K > 0 && K % gp_dtype_block(wt) == 0);
     int isa = gp_quant_isa();
+    const gp_qint_path *p = qint_path(isa);
+    if (M == 1) /* a prompt's workspace, lent to a decode step's one row */
+        return ws && (int64_t)ws_size >= gp_qint_ws_bytes(1, K) && p && p->row &&
+               gp_qint_row_supports(wt);
     return M > GP_QUANT_WS_MIN_M && ws && (int64_t)ws_size >= gp_quant_matmul_ws_bytes(M, K) &&
            (isa == GP_QUANT_ISA_AMX ||
-            (qint_path(isa) && gp_qint_supports(wt) &&
-             (gp_dtype_block(wt) == 32 || M >= GP_QUANT_VNNI_MIN_M)));
+            (p && gp_qint_supports(wt) && (gp_dtype_block(wt) == 32 || M >= GP_QUANT_VNNI_MIN_M)));
 }
 
 #if defined(QF_X86) || defined(QF_NEON)
@@ -137,7 +140,10 @@ int gp_quant_matmul_ws(gp_dtype wt, const void *w, int64_t N, const float *x, in
         const gp_qint_path *p = qint_path(gp_quant_isa());
         int64_t m0 = M * ith / nth, m1 = M * (ith + 1) / nth;
         p->prep(x, ldx, M, K, ws, m0, m1);
-        p->cols(wt, w, 0, N, M, K, y, ldy, ws, m0, m1);
+        if (M == 1 && m0 < m1)
+            p->row(wt, w, 0, N, K, y, ws);
+        else
+            p->cols(wt, w, 0, N, M, K, y, ldy, ws, m0, m1);
     }
     return 1;
 }
@@ -163,6 +169,10 @@ void gp_quant_matmul_ws_cols(gp_dtype wt, const void *w, int64_t n0, int64_t n1,
 {
     GP_ASSERT(0 <= n0 && n0 <= n1 && (M <= 1 || ldy >= n1));
     const gp_qint_path *p = qint_path(gp_quant_isa());
+    if (p && M == 1) {
+        p->row(wt, w, n0, n1, K, y, ws);
+        return;
+    }
     if (p) {
         p->cols(wt, w, n0, n1, M, K, y, ldy, ws, 0, M);
         return;

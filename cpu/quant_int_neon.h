@@ -575,4 +575,4 @@ static void cols(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t 
     }
 }
 
-const gp_qint_path QI_PATH = {prep, cols};
+const gp_qint_path QI_PATH = {prep, cols, NULL};

@@ -589,4 +589,9 @@ static void cols(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t 
     }
 }
 
-const gp_qint_path QI_PATH = {prep, cols};
+#if QI_BITS == 256
+#include "cpu/quant_int_row.h"
+const gp_qint_path QI_PATH = {prep, cols, row};
+#else
+const gp_qint_path QI_PATH = {prep, cols, NULL}; /* unmeasured on AVX-512: its f32 path decodes */
+#endif

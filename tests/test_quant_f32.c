@@ -783,6 +783,69 @@ static void test_amx_node(void)
     CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
 }
 
+/*
+ * One row (M = 1, cpu/quant_int_row.h): on the 256-bit x86 paths (avx2, avxvnni; avx512 runs
+ * avx2's) the formats of 32-element blocks take it, within x's two-part bound; every split of the
+ * columns gives the same bits, the outputs past N stay untouched; a workspace too small, the
+ * k-quants and the other paths are not taken.
+ */
+static void test_int_row(void)
+{
+    static const int Ks[] = {32, 544, 1056, 1280};
+    static const int rows_isas[] = {GP_QUANT_ISA_AVXVNNI, GP_QUANT_ISA_AVX2, GP_QUANT_ISA_AVX512};
+    double worst = 0;
+    int checked = 0;
+    for (int pi = 0; pi < NINT; pi++) {
+        if (gp_quant_force_isa(int_isas[pi]) != 0)
+            continue;
+        int has_row = 0;
+        for (int i = 0; i < 3; i++)
+            has_row |= int_isas[pi] == rows_isas[i];
+        printf("%s%s ", gp_quant_isa_name(int_isas[pi]), has_row ? "" : " (none)");
+        for (int t = 0; t < NTYPES; t++)
+            for (int ki = 0; ki < 4; ki++) {
+                int K = Ks[ki], N = 45, bad = 0, split = 0, pad = 0;
+                if (K % gp_dtype_block(types[t]))
+                    continue;
+                problem p;
+                problem_make(&p, types[t], N, K, 1);
+                size_t wsz = (size_t)gp_qint_ws_bytes(1, K);
+                void *ws = malloc(wsz);
+                int want = has_row && gp_dtype_block(p.t) == 32;
+                CU_ASSERT(gp_quant_matmul_ws_taken(p.t, 1, K, ws, wsz) == want);
+                CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 1, K, ws, wsz - 1));
+                CU_ASSERT(!gp_quant_matmul_ws_taken(p.t, 1, K, NULL, wsz));
+                if (want) {
+                    float *y = malloc((size_t)p.ldy * sizeof *y), *y2 = malloc((size_t)p.ldy * sizeof *y2);
+                    for (int i = 0; i < p.ldy; i++)
+                        y[i] = y2[i] = -1234.5f;
+                    CU_ASSERT(gp_quant_matmul_ws(p.t, p.w, N, p.x, p.ldx, 1, K, y, p.ldy, ws, wsz,
+                                                 0, 1) == 1);
+                    for (int n = 0; n < N; n++, checked++)
+                        bad += !int_within(&p, 0, n, y[n], &worst);
+                    for (int n = N; n < p.ldy; n++)
+                        pad += y[n] != -1234.5f;
+                    static const int cuts[] = {0, 3, 4, 32, 41, 45}; /* tiles of 4 and the rest */
+                    gp_quant_matmul_ws_prep(p.x, p.ldx, 1, K, ws, 0, 1);
+                    for (int c = 4; c >= 0; c--)
+                        gp_quant_matmul_ws_cols(p.t, p.w, cuts[c], cuts[c + 1], 1, K, y2, p.ldy, ws);
+                    split = memcmp(y, y2, (size_t)p.ldy * sizeof *y) != 0;
+                    if (bad || split || pad)
+                        printf("\n%s %s M 1 K %d: %d past the bound, splits differ %d, %d pad\n",
+                               tname[t], gp_quant_isa_name(int_isas[pi]), K, bad, split, pad);
+                    CU_ASSERT(bad == 0 && split == 0 && pad == 0);
+                    free(y);
+                    free(y2);
+                }
+                free(ws);
+                problem_free(&p);
+            }
+    }
+    printf("(largest |y - ref| / bound: %.2g) ", worst);
+    CU_ASSERT(gp_quant_force_isa(GP_QUANT_ISA_AUTO) == 0);
+    (void)checked;
+}
+
 void gp_suite_quant_f32(void)
 {
     static const gp_test_case tests[] = {
@@ -794,6 +857,7 @@ void gp_suite_quant_f32(void)
         {"integer paths: within x's quantization bound, = emulation, splits, paths agree",
          test_vnni},
         {"integer paths at the int16 edges (maddubs) and past 1 / d's range", test_int_extremes},
+        {"integer paths, one row: within the bound, column splits, not taken", test_int_row},
     };
     gp_test_add_suite("quant_f32", NULL, NULL, tests, GP_TEST_COUNT(tests));
 }
