@@ -5,10 +5,14 @@ tokenizer of a GGUF vocabulary file, for bench/cpu.sh side by side with llama-be
 
 usage: make_gpt2_gguf.py OUT.gguf VOCAB.gguf (e.g. ../shared/data/vocab/ggml-vocab-gpt-2.gguf)
 Weights: normal(0, 0.02), norms 1 +- 0.05, biases 0.01 normal, fixed seed."""
+import os
 import sys
 
 import numpy as np
 import gguf
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../scripts/parity"))
+from gguf_write import add_vocab, write_gguf  # noqa: E402
 
 LAYERS, EMBD, HEADS, CTX, EPS = 12, 768, 12, 1024, 1e-5
 
@@ -19,9 +23,6 @@ def main():
     out, vocab = sys.argv[1], sys.argv[2]
     rng = np.random.default_rng(2)
     v = gguf.GGUFReader(vocab)
-    f = v.fields["tokenizer.ggml.tokens"]
-    tokens = [bytes(f.parts[i]).decode("utf-8", "replace") for i in f.data]
-    n_vocab = len(tokens)
     w = gguf.GGUFWriter(out, "gpt2")
     w.add_block_count(LAYERS)
     w.add_context_length(CTX)
@@ -30,12 +31,7 @@ def main():
     w.add_head_count(HEADS)
     w.add_layer_norm_eps(EPS)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    w.add_tokenizer_model(v.fields["tokenizer.ggml.model"].contents())
-    w.add_token_list(tokens)
-    if "tokenizer.ggml.token_type" in v.fields:
-        w.add_token_types([int(x) for x in v.fields["tokenizer.ggml.token_type"].contents()])
-    if "tokenizer.ggml.merges" in v.fields:
-        w.add_token_merges(v.fields["tokenizer.ggml.merges"].contents())
+    n_vocab = add_vocab(w, v)  # (GPT-2's vocabulary has no scores)
 
     def mat(rows, cols):
         return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
@@ -61,10 +57,7 @@ def main():
         w.add_tensor(p + "ffn_up.bias", vec(4 * EMBD))
         w.add_tensor(p + "ffn_down.weight", mat(EMBD, 4 * EMBD))
         w.add_tensor(p + "ffn_down.bias", vec(EMBD))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_gguf(w)
 
 
 if __name__ == "__main__":

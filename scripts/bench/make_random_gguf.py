@@ -7,9 +7,14 @@ llama-quantize to compare quantized kernels on the same file): the llama archite
 usage: make_random_gguf.py OUT.gguf VOCAB.gguf [--shape tinyllama|smollm2|qwen3moe-small]
 Weights: normal(0, 0.02), norms 1 +- 0.05, fixed seed."""
 import argparse
+import os
+import sys
 
 import numpy as np
 import gguf
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../parity"))
+from gguf_write import add_vocab, write_gguf  # noqa: E402
 
 SHAPES = {
     # TinyLlama-1.1B: 22 layers, 2048 wide, 5632 inner, 32 heads, 4 KV heads, 32000 tokens
@@ -33,9 +38,6 @@ def main():
     s = dict(SHAPES[a.shape])
     rng = np.random.default_rng(1)
     v = gguf.GGUFReader(a.vocab)
-    tokens = [bytes(v.fields["tokenizer.ggml.tokens"].parts[i]).decode("utf-8", "replace")
-              for i in v.fields["tokenizer.ggml.tokens"].data]
-    n_vocab = len(tokens)
     arch = s.get("arch", "llama")
     moe = "experts" in s
     w = gguf.GGUFWriter(a.out, arch)
@@ -57,14 +59,7 @@ def main():
         w.add_expert_used_count(s["used"])
         w.add_expert_feed_forward_length(s["inner"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    w.add_tokenizer_model(v.fields["tokenizer.ggml.model"].contents())
-    w.add_token_list(tokens)
-    if "tokenizer.ggml.scores" in v.fields:
-        w.add_token_scores([float(x) for x in v.fields["tokenizer.ggml.scores"].contents()])
-    if "tokenizer.ggml.token_type" in v.fields:
-        w.add_token_types([int(x) for x in v.fields["tokenizer.ggml.token_type"].contents()])
-    if "tokenizer.ggml.merges" in v.fields:
-        w.add_token_merges(v.fields["tokenizer.ggml.merges"].contents())
+    n_vocab = add_vocab(w, v)
     for key, fn in (("bos", w.add_bos_token_id), ("eos", w.add_eos_token_id)):
         f = v.fields.get(f"tokenizer.ggml.{key}_token_id")
         if f is not None:
@@ -101,10 +96,7 @@ def main():
             w.add_tensor(p + "ffn_gate.weight", lin(s["inner"], h))
             w.add_tensor(p + "ffn_up.weight", lin(s["inner"], h))
             w.add_tensor(p + "ffn_down.weight", lin(h, s["inner"]))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_gguf(w)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ import sys
 import numpy as np
 import gguf
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gguf_write import write_gguf  # noqa: E402
+
 CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
 GPT2_NAMES = {"transformer.wte": "token_embd", "transformer.wpe": "position_embd",
               "transformer.ln_f": "output_norm", "lm_head": "output"}
@@ -242,10 +245,7 @@ def main():
         gname = names.get_name(name, try_suffixes=(".weight", ".bias")) if names else \
             gguf_name(name, gpt2)
         w.add_tensor(gname, t)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_gguf(w)
 
 
 if __name__ == "__main__":
