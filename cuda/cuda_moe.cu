@@ -232,12 +232,23 @@ extern "C" int gp_cu_moe(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *ou
     if (E > 12288 || T * k > INT32_MAX / 2 || H > INT32_MAX / 2 || F > INT32_MAX / 2 ||
         ko.ne[2] != T || out->ne[1] != H)
         return fail(c, "sizes out of the kernels' range (at most 12288 experts)");
-    if (!weight_ok(r, H, &rbr) || !weight_ok(g, H, &rbg) ||
-        !weight_ok(u, H, &rbu) || !weight_ok(d, F, &rbd) || g->dtype != u->dtype ||
-        g->nb[0] != u->nb[0] || rbg != rbu || d->ne[1] != H || g->ne[0] != E ||
-        d->ne[0] != E || u->ne[1] != F)
-        return fail(c, "needs gate and up of one dtype and layout, weights in rows of contiguous "
-                       "elements or of whole blocks");
+    const gp_cu_tensor *ws4[4] = {r, g, u, d};
+    int64_t *rbs[4] = {&rbr, &rbg, &rbu, &rbd};
+    for (int i = 0; i < 4; i++)
+        if (!weight_ok(ws4[i], i == 3 ? F : H, rbs[i])) {
+            const gp_cu_tensor *t = ws4[i];
+            snprintf(c->err, sizeof c->err,
+                     "moe: the %s weight (%s, ne %lld %lld %lld, nb %lld %lld %lld) is not in rows "
+                     "of contiguous elements or of whole blocks",
+                     i == 0 ? "router" : i == 1 ? "gate" : i == 2 ? "up" : "down",
+                     gp_dtype_name(t->dtype), (long long)t->ne[0], (long long)t->ne[1],
+                     (long long)t->ne[2], (long long)t->nb[0], (long long)t->nb[1],
+                     (long long)t->nb[2]);
+            return -1;
+        }
+    if (g->dtype != u->dtype || g->nb[0] != u->nb[0] || rbg != rbu || d->ne[1] != H ||
+        g->ne[0] != E || d->ne[0] != E || u->ne[1] != F)
+        return fail(c, "needs gate and up of one dtype and layout, and down [E, H, F]");
     gp_cuda_moe_ws_layout l = gp_cuda_moe_ws(T, H, E, k, F);
     if (!ws || (int64_t)ws_size < l.total) {
         snprintf(c->err, sizeof c->err,
