@@ -45,7 +45,7 @@ n_exports=$(wc -l <"$tmp/exports")
 [ "$n_exports" -gt 20 ] && grep -qx gp_session_eval "$tmp/exports" || fail "libgplan.so exports too little"
 sed -n 's/^ *\(gp_[a-z0-9_]*\);$/\1/p' "$B/gplan.map" | sort >"$tmp/declared"
 sort "$tmp/exports" | diff "$tmp/declared" - >&2 ||
-  fail "libgplan.so's exports differ from the functions gplan.h and text.h declare (above)"
+  fail "libgplan.so's exports differ from the functions its headers declare (gplan.map, above)"
 nm -g --defined-only "$P/lib/libgplan.a" | awk 'NF == 3 {print $3}' | sort -u >"$tmp/static"
 if grep -v '^gp_' "$tmp/static" >&2; then fail "libgplan.a defines globals outside gp_ (above)"; fi
 echo "libgplan.so.0: $n_exports symbols, the functions its headers declare"
