@@ -161,7 +161,7 @@ endforeach()
 set_target_properties(gplan_static PROPERTIES EXPORT_NAME gplan_static)
 # The public headers of libgplan's functions (installed below with the headers of the other
 # libraries); a new one joins this list.
-set(GP_LIB_HEADERS gplan.h text.h tokenizer.h plan.h)
+set(GP_LIB_HEADERS gplan.h text.h tokenizer.h plan.h compile.h)
 # The exports are the functions these headers declare (a version script made from them at
 # configure time); every other symbol stays inside. The SONAME carries the major version (0 until
 # the API is declared stable, then bumped on every incompatible change).
