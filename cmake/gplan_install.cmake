@@ -210,6 +210,23 @@ list(APPEND GP_INSTALL_HEADERS ${PROJECT_SOURCE_DIR}/include/gplan/gplan_types.h
      ${PROJECT_SOURCE_DIR}/include/gplan/cli.h)
 install(FILES ${GP_INSTALL_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gplan)
 
+# The server, when libmicrohttpd was found (server/): libgplan_server.a, <gplan/server.h>. Apart from
+# libgplan, whose exports it uses, because its engine counts its thread's allocations through
+# libgplan_alloc.a, which defines malloc and belongs in an executable. Made of gp_server_api's and
+# gp_server's objects (the build's gplan-serve links those libraries); installed, it links
+# gplan::gplan and gplan::gplan_alloc and names its system libraries.
+if(TARGET gp_server)
+  add_library(gplan_server STATIC $<TARGET_OBJECTS:gp_server_api> $<TARGET_OBJECTS:gp_server>)
+  set_target_properties(gplan_server PROPERTIES ARCHIVE_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/lib)
+  target_include_directories(gplan_server INTERFACE
+                             $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  set(GP_SERVER_LINK gplan::gplan gplan::gplan_alloc ${MHD_LDFLAGS} ${JANSSON_LDFLAGS} -pthread -lm)
+  target_link_libraries(gplan_server INTERFACE $<INSTALL_INTERFACE:${GP_SERVER_LINK}>)
+  install(TARGETS gplan_server EXPORT gplanTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(FILES ${PROJECT_SOURCE_DIR}/include/gplan/server.h
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gplan)
+endif()
+
 # pkg-config: relocatable (prefix from the .pc file's own place), so an install to any prefix and
 # the .deb's /usr both work.
 file(RELATIVE_PATH GP_PC_PREFIX /gp/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /gp/prefix)
@@ -268,6 +285,9 @@ endif()
 # target, with -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON so that cpack does not build the rest.
 add_custom_target(gplan-dist)
 add_dependencies(gplan-dist gplan gplan_static gplan_alloc ${GP_TOOL_TARGETS})
+if(TARGET gplan_server)
+  add_dependencies(gplan-dist gplan_server)
+endif()
 if(TARGET gplan-man)
   add_dependencies(gplan-dist gplan-man)
 endif()
