@@ -159,11 +159,14 @@ foreach(t gplan gplan_static)
   target_include_directories(${t} INTERFACE $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 endforeach()
 set_target_properties(gplan_static PROPERTIES EXPORT_NAME gplan_static)
-# The exports are the functions the public headers declare (a version script made from them at
+# The public headers of libgplan's functions (installed below with the headers of the other
+# libraries); a new one joins this list.
+set(GP_LIB_HEADERS gplan.h text.h tokenizer.h plan.h compile.h)
+# The exports are the functions these headers declare (a version script made from them at
 # configure time); every other symbol stays inside. The SONAME carries the major version (0 until
 # the API is declared stable, then bumped on every incompatible change).
 set(GP_EXPORTS "")
-foreach(h gplan.h text.h)
+foreach(h IN LISTS GP_LIB_HEADERS)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
                ${PROJECT_SOURCE_DIR}/include/gplan/${h})
   file(READ ${PROJECT_SOURCE_DIR}/include/gplan/${h} _gp_src)
@@ -179,7 +182,8 @@ list(SORT GP_EXPORTS)
 list(JOIN GP_EXPORTS ";\n    " _gp_body)
 file(WRITE ${PROJECT_BINARY_DIR}/gplan.map "{\n  global:\n    ${_gp_body};\n  local:\n    *;\n};\n")
 list(LENGTH GP_EXPORTS _gp_n)
-message(STATUS "gplan: libgplan exports the ${_gp_n} functions of gplan.h and text.h")
+list(JOIN GP_LIB_HEADERS ", " _gp_headers)
+message(STATUS "gplan: libgplan exports the ${_gp_n} functions of ${_gp_headers}")
 set_target_properties(gplan PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
   LINK_DEPENDS ${PROJECT_BINARY_DIR}/gplan.map)
 target_link_options(gplan PRIVATE -Wl,--version-script=${PROJECT_BINARY_DIR}/gplan.map)
@@ -196,13 +200,32 @@ target_link_libraries(gplan_static INTERFACE $<INSTALL_INTERFACE:${GP_LIB_FLAGS}
 install(TARGETS gplan gplan_static gplan_alloc EXPORT gplanTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-# The public headers: self-contained (gplan.h includes only the two beside it); alloc_interpose.h
-# is libgplan_alloc.a's (runtime/CMakeLists.txt), cli.h header-only (the tools' command lines).
-install(FILES ${PROJECT_SOURCE_DIR}/include/gplan/gplan.h ${PROJECT_SOURCE_DIR}/include/gplan/text.h
-              ${PROJECT_SOURCE_DIR}/include/gplan/gplan_types.h ${GP_GEN_INCLUDE}/gplan_version.h
-              ${PROJECT_SOURCE_DIR}/include/gplan/alloc_interpose.h
-              ${PROJECT_SOURCE_DIR}/include/gplan/cli.h
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gplan)
+# The public headers: self-contained (each includes only headers beside it); libgplan's, then
+# alloc_interpose.h, libgplan_alloc.a's (runtime/CMakeLists.txt), and cli.h, header-only (the
+# tools' command lines).
+list(TRANSFORM GP_LIB_HEADERS PREPEND ${PROJECT_SOURCE_DIR}/include/gplan/
+     OUTPUT_VARIABLE GP_INSTALL_HEADERS)
+list(APPEND GP_INSTALL_HEADERS ${PROJECT_SOURCE_DIR}/include/gplan/gplan_types.h
+     ${GP_GEN_INCLUDE}/gplan_version.h ${PROJECT_SOURCE_DIR}/include/gplan/alloc_interpose.h
+     ${PROJECT_SOURCE_DIR}/include/gplan/cli.h)
+install(FILES ${GP_INSTALL_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gplan)
+
+# The server, when libmicrohttpd was found (server/): libgplan_server.a, <gplan/server.h>. Apart from
+# libgplan, whose exports it uses, because its engine counts its thread's allocations through
+# libgplan_alloc.a, which defines malloc and belongs in an executable. Made of gp_server_api's and
+# gp_server's objects (the build's gplan-serve links those libraries); installed, it links
+# gplan::gplan and gplan::gplan_alloc and names its system libraries.
+if(TARGET gp_server)
+  add_library(gplan_server STATIC $<TARGET_OBJECTS:gp_server_api> $<TARGET_OBJECTS:gp_server>)
+  set_target_properties(gplan_server PROPERTIES ARCHIVE_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/lib)
+  target_include_directories(gplan_server INTERFACE
+                             $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  set(GP_SERVER_LINK gplan::gplan gplan::gplan_alloc ${MHD_LDFLAGS} ${JANSSON_LDFLAGS} -pthread -lm)
+  target_link_libraries(gplan_server INTERFACE $<INSTALL_INTERFACE:${GP_SERVER_LINK}>)
+  install(TARGETS gplan_server EXPORT gplanTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(FILES ${PROJECT_SOURCE_DIR}/include/gplan/server.h
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gplan)
+endif()
 
 # pkg-config: relocatable (prefix from the .pc file's own place), so an install to any prefix and
 # the .deb's /usr both work.
@@ -262,6 +285,9 @@ endif()
 # target, with -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON so that cpack does not build the rest.
 add_custom_target(gplan-dist)
 add_dependencies(gplan-dist gplan gplan_static gplan_alloc ${GP_TOOL_TARGETS})
+if(TARGET gplan_server)
+  add_dependencies(gplan-dist gplan_server)
+endif()
 if(TARGET gplan-man)
   add_dependencies(gplan-dist gplan-man)
 endif()

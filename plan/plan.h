@@ -1,7 +1,9 @@
 /* The in-memory plan: every tensor's region, offset and lifetime, every node, the regions' sizes and
  * the per-tensor extras layout. The contract between the planner (which builds it), the tools and
  * the runtime; library gp_plan loads, validates, writes and prints it. The file format is
- * docs/plan-format.md. */
+ * docs/plan-format.md. The public part (gp_plan as an opaque handle, load, write, the printers,
+ * backends and strategies) is <gplan/plan.h>; here the struct and what the planner and the
+ * runtime share besides. */
 #ifndef GP_PLAN_PLAN_H
 #define GP_PLAN_PLAN_H
 
@@ -9,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "gplan/plan.h"
 #include "ir/core.h"
 
 /* The plan file's version. A loader reads any minor version of its major version (newer minors only
@@ -46,11 +49,6 @@ const char *gp_region_name(gp_region r); /* "arena", ... ; "?" out of range */
 #define GP_EXTRAS_RECORD_BYTES(n) ((int64_t)16 * (n) + 16 * GP_MAX_DIMS)
 #define GP_EXTRAS_ALIGNMENT 64 /* the extras region's alignment (a cache line) */
 
-/* Limits every plan obeys (the loader refuses a file beyond them). */
-#define GP_PLAN_MAX_DEVICES 64
-#define GP_PLAN_MAX_ALIGNMENT ((int64_t)1 << 20) /* alignments are powers of two up to 1 MiB */
-#define GP_PLAN_MAX_DIM ((int64_t)1 << 40)
-
 /*
  * Op workspaces, fixed here because planner and backends must agree on them: the planner reserves
  * the maximum over backends so one plan serves CPU and CUDA; a backend uses at most its own share.
@@ -74,15 +72,6 @@ const char *gp_region_name(gp_region r); /* "arena", ... ; "?" out of range */
 #define GP_WS_ATTN_SPLITS 16
 #define GP_WS_ATTN_SPLIT_MAX_T 16
 #define GP_WS_CPU_MAX_THREADS 64
-
-/* The backends a plan's workspaces can be sized for (gplan-compile --backend; a bit mask in
- * gp_plan_opts.backends). A plan sized for one backend is refused by the other at session creation
- * when a workspace is too small (gp_plan_check_workspaces). */
-typedef enum { GP_BACKEND_CPU, GP_BACKEND_CUDA, GP_BACKEND_COUNT } gp_backend;
-#define GP_BACKEND_BIT(b) (1u << (b))
-#define GP_BACKENDS_ALL ((1u << GP_BACKEND_COUNT) - 1u)
-
-const char *gp_backend_name(gp_backend b); /* "cpu", "cuda"; "?" out of range */
 
 /* Workspace bytes an op needs on `backend` (the GP_WS_* formulas above) at the bound shapes:
  * t, h, d from attention's q [T, H, D] and s the cache rows of its k [S, G, D]; 0 for ops that
@@ -133,12 +122,12 @@ typedef struct {
     int line, col;             /* source location of the statement that made it; 0 when unknown */
 } gp_plan_node;
 
-typedef struct {
+struct gp_plan {
     int version_major, version_minor; /* of the file it was loaded from (the current when built) */
     char *graph_name;
     char *source;          /* the graph source file name; "" when unknown */
     int n_devices;         /* extras records hold this many data pointers and sync slots */
-    int strategy;          /* the gp_strategy used for the arena */
+    int strategy;          /* the gp_strategy used for the arena (an int: the loader checks it) */
     char *method;          /* what produced the arena offsets, e.g. "greedy-size" */
     double plan_seconds;   /* time spent planning */
     int64_t lower_bound;   /* the arena's lower bound: most aligned bytes alive at one step */
@@ -150,7 +139,7 @@ typedef struct {
     int n_tensors;
     gp_plan_node *nodes;   /* [n_nodes] in schedule order: node i runs at step i */
     int n_nodes;
-} gp_plan;
+};
 
 /* The least workspace a backend can run node i with: all of gp_workspace_bytes on CUDA; on the CPU,
  * attention's scores for one thread (it then uses as many threads as the workspace holds). */
@@ -160,14 +149,6 @@ int64_t gp_plan_workspace_min(const gp_plan *p, int i, gp_backend backend);
  * and a message naming the node, the op, the bytes planned and needed, in err. */
 int gp_plan_check_workspaces(const gp_plan *p, gp_backend backend, char *err, size_t err_len);
 
-/* Loads and validates a plan file (untrusted input). On failure returns -1, sets *out = NULL and
- * writes `FILE: bad plan file (REASON)` (or `FILE: cannot read: ...`) to err. */
-int gp_plan_load(const char *path, gp_plan **out, char *err, size_t err_len);
-
-/* The same from bytes in memory; `name` stands for FILE in messages. */
-int gp_plan_load_mem(const void *data, size_t len, const char *name, gp_plan **out, char *err,
-                     size_t err_len);
-
 /* The plan file's CRC-32 (zlib's) of n bytes at p continued from crc (0 to start), for the writer
  * and the loader; fed to zlib in pieces, as its crc32 takes a uInt length. */
 uint32_t gp_plan_crc(uint32_t crc, const unsigned char *p, size_t n);
@@ -175,8 +156,6 @@ uint32_t gp_plan_crc(uint32_t crc, const unsigned char *p, size_t n);
 /* The semantic checks the loader runs after parsing, for a plan built in memory too: references in
  * range, regions, offsets, alignment, shapes, views. 0 when valid, else -1 and the reason in why. */
 int gp_plan_validate(const gp_plan *p, char *why, size_t why_len);
-
-void gp_plan_free(gp_plan *p);
 
 /* Bytes spanned by a tensor's elements from its first: (1 + sum (dims[d] - 1) * stride[d]) * dtype
  * size, at the bounds; -1 when a dim or stride is out of range or the result overflows. */
@@ -186,19 +165,8 @@ int64_t gp_plan_tensor_span(const gp_plan_tensor *t);
  * NULL when out of memory. */
 gp_plan *gp_plan_alloc(int n_syms, int n_tensors, int n_nodes);
 
-/* Writes the plan file (to PATH.tmp, then renamed over PATH). 0, or -1 with a message
- * `PATH: ...` in err. */
-int gp_plan_write(const gp_plan *p, const char *path, char *err, size_t err_len);
-
-/* The plan file's bytes in memory; *data is malloc'd (the caller frees). 0 or -1 with err. */
-int gp_plan_write_mem(const gp_plan *p, unsigned char **data, size_t *len, char *err,
-                      size_t err_len);
-
-/* The summary the tools print: sizes of every region, the arena against its lower bound and the
- * naive size, in-place count, planning time. */
-void gp_plan_summary_print(const gp_plan *p, FILE *out);
-/* bytes as text into buf: "512 B", "1.50 KiB" ... "2.00 TiB" (binary units); returns buf */
-const char *gp_plan_bytes_text(int64_t bytes, char *buf, size_t n);
+/* 1 when tensor i is its producer's workspace. */
+int gp_plan_is_workspace(const gp_plan *p, int i);
 
 /* Bytes of zeros in device's shares of the split weights (their units past the checkpoint's
  * last); 0 for a plan of one device. */

@@ -1,17 +1,17 @@
 /* The plan summary the tools print (gplan-compile -o, gplan-inspect): region sizes, the arena
- * against its lower bound and against no reuse at all, in-place and workspace counts. */
+ * against its lower bound and against no reuse at all, in-place and workspace counts; the tensor
+ * table (gplan-inspect) and a device's bytes (gplan-compile --memory). */
 #include "plan/plan.h"
 
 #include <string.h>
 
-/* The META section's strategy: gp_strategy's values (planner/assign.h), fixed by the file format
- * (docs/plan-format.md) so that this library needs no planner header. */
+/* The META section's strategy (gp_strategy's values, fixed by the file format). */
 static const char *strategy_name(int s)
 {
     switch (s) {
-    case 0: return "auto";
-    case 1: return "greedy";
-    case 2: return "exact";
+    case GP_STRATEGY_AUTO: return "auto";
+    case GP_STRATEGY_GREEDY: return "greedy";
+    case GP_STRATEGY_EXACT: return "exact";
     default: return "?";
     }
 }
@@ -121,4 +121,89 @@ void gp_plan_summary_print(const gp_plan *p, FILE *out)
             p->plan_seconds * 1e3);
     if (p->n_devices > 1)
         print_devices(p, out);
+}
+
+/* ---- the tensor table ---- */
+
+int gp_plan_is_workspace(const gp_plan *p, int i)
+{
+    int pr = p->tensors[i].producer;
+    return pr >= 0 && p->nodes[pr].workspace == i;
+}
+
+/* "[T=8, 16]": symbolic dims by name at their bound. */
+static const char *shape_str(const gp_plan *p, const gp_plan_tensor *t, char *buf, size_t n)
+{
+    size_t pos = 0;
+    pos += (size_t)snprintf(buf + pos, n - pos, "[");
+    for (int d = 0; d < t->ndim && pos < n; d++) {
+        const char *sep = d ? ", " : "";
+        if (t->sym[d] >= 0)
+            pos += (size_t)snprintf(buf + pos, n - pos, "%s%s=%lld", sep, p->syms[t->sym[d]].name,
+                                    (long long)t->dims[d]);
+        else
+            pos += (size_t)snprintf(buf + pos, n - pos, "%s%lld", sep, (long long)t->dims[d]);
+    }
+    if (pos < n)
+        snprintf(buf + pos, n - pos, "]");
+    return buf;
+}
+
+void gp_plan_table_print(const gp_plan *p, FILE *out)
+{
+    int w = 4;
+    for (int i = 0; i < p->n_tensors; i++) {
+        int len = (int)strlen(p->tensors[i].name);
+        if (len > w)
+            w = len;
+    }
+    if (w > 40)
+        w = 40;
+    fprintf(out, "\n%5s  %-*s  %-12s  %-5s  %-18s  %-7s  %12s  %12s  %5s  %5s  %s\n", "id", w,
+            "name", "kind", "dtype", "shape", "region", "offset", "size", "first", "last",
+            "alias");
+    for (int i = 0; i < p->n_tensors; i++) {
+        const gp_plan_tensor *t = &p->tensors[i];
+        char shape[128], alias[160] = "";
+        if (t->inplace_of >= 0)
+            snprintf(alias, sizeof alias, "in-place of %s", p->tensors[t->inplace_of].name);
+        else if (t->view_src >= 0)
+            snprintf(alias, sizeof alias, "view of %s +%lld", p->tensors[t->view_src].name,
+                     (long long)t->view_offset);
+        else if (gp_plan_is_workspace(p, i))
+            snprintf(alias, sizeof alias, "workspace of node %d", t->producer);
+        else if (t->weight_name && t->split.groups)
+            snprintf(alias, sizeof alias, "weight %s, split dim %d of %lld (%d group%s, unit %lld)",
+                     t->weight_name, t->split.dim, (long long)t->split.full, t->split.groups,
+                     t->split.groups == 1 ? "" : "s", (long long)t->split.unit);
+        else if (t->weight_name)
+            snprintf(alias, sizeof alias, "weight %s", t->weight_name);
+        fprintf(out, "%5d  %-*.*s  %-12s  %-5s  %-18s  %-7s  %12lld  %12lld  %5d  %5d  %s\n", i, w,
+                w, t->name, gp_tensor_kind_name(t->kind), gp_dtype_name(t->dtype),
+                shape_str(p, t, shape, sizeof shape), gp_region_name(t->region),
+                (long long)t->offset, (long long)t->size, t->first, t->last, alias);
+    }
+}
+
+/* ---- a device's bytes ---- */
+
+void gp_plan_memory_of(const gp_plan *p, gp_plan_memory *m)
+{
+    m->weights = p->regions[GP_REGION_WEIGHTS].size;
+    m->state = p->regions[GP_REGION_STATE].size;
+    m->arena = p->regions[GP_REGION_ARENA].size;
+    m->io = p->regions[GP_REGION_IO].size;
+    m->extras = p->regions[GP_REGION_EXTRAS].size;
+    m->total = m->weights + m->state + m->arena + m->io + m->extras;
+}
+
+void gp_plan_memory_print(const gp_plan_memory *m, FILE *out)
+{
+    char h[5][32];
+    fprintf(out, "weights %s, state %s, arena %s, io %s, extras %s",
+            gp_plan_bytes_text(m->weights, h[0], sizeof h[0]),
+            gp_plan_bytes_text(m->state, h[1], sizeof h[1]),
+            gp_plan_bytes_text(m->arena, h[2], sizeof h[2]),
+            gp_plan_bytes_text(m->io, h[3], sizeof h[3]),
+            gp_plan_bytes_text(m->extras, h[4], sizeof h[4]));
 }

@@ -8,17 +8,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gplan/plan.h" /* gp_strategy */
+
 typedef struct {
     int64_t lower, upper; /* alive over [lower, upper), half-open; lower < upper */
     int64_t size;         /* bytes, > 0 */
     int64_t offset;       /* the answer: written by gp_assign */
 } gp_buffer;
-
-typedef enum {
-    GP_STRATEGY_AUTO,   /* heuristics, then the exact search while above the lower bound */
-    GP_STRATEGY_GREEDY, /* heuristics only */
-    GP_STRATEGY_EXACT,  /* the exact search (seeded by the heuristics) */
-} gp_strategy;
 
 typedef struct {
     gp_strategy strategy;

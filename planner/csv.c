@@ -346,8 +346,8 @@ int gp_csv_write(const char *path, const gp_csv *c, char *err, size_t err_len)
     return 0;
 }
 
-int gp_buffers_main(const char *in, const char *out, int64_t capacity, double time_limit,
-                    gp_strategy s, FILE *log)
+int gp_buffers_solve(const char *in, const char *out, int64_t capacity, double time_limit,
+                     gp_strategy s, FILE *log)
 {
     if (!log)
         log = stderr;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "gplan/compile.h" /* gp_buffers_solve: gplan-compile --buffers, built on these */
 #include "planner/assign.h"
 
 typedef struct {
@@ -31,12 +32,5 @@ int gp_csv_read(const char *path, gp_csv **out, char *err, size_t err_len);
 int gp_csv_write(const char *path, const gp_csv *c, char *err, size_t err_len);
 
 void gp_csv_free(gp_csv *c);
-
-/* `gplan-compile --buffers IN [--capacity BYTES] -o OUT [--time-limit S]`: reads IN, assigns
- * offsets (capacity 0: minimize), checks the answer independently, writes OUT and prints a
- * one-line summary to log. Returns the exit status: 0 success, 1 bad input, 2 I/O or internal
- * error, 3 a capacity was given and no fitting placement was found in time (OUT not written). */
-int gp_buffers_main(const char *in, const char *out, int64_t capacity, double time_limit,
-                    gp_strategy s, FILE *log);
 
 #endif

@@ -4,20 +4,12 @@
 #ifndef GP_PLANNER_PLANNER_H
 #define GP_PLANNER_PLANNER_H
 
+#include "gplan/compile.h" /* gp_plan_opts */
 #include "ir/ir.h"
 #include "plan/plan.h"
 #include "planner/assign.h"
 
 #define GP_PLAN_DEFAULT_ALIGNMENT 256
-
-typedef struct {
-    gp_strategy strategy; /* for the arena's offsets; default GP_STRATEGY_AUTO */
-    double time_limit;    /* seconds for the exact search; <= 0: gp_assign's default */
-    int64_t alignment;    /* bytes, a power of two; 0: GP_PLAN_DEFAULT_ALIGNMENT */
-    int n_devices;        /* data pointers per extras record; 0: 1 */
-    int no_inplace;       /* 1: never write an output into an input's storage (for comparisons) */
-    unsigned backends;    /* GP_BACKEND_BIT()s the workspaces are sized for; 0: all of them */
-} gp_plan_opts;
 
 /* Builds the plan of g. o may be NULL (all defaults; a zeroed gp_plan_opts is the defaults too).
  * Returns 0 and *out, or -1 after reporting to d (bad options, a graph too large, out of memory,

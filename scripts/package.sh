@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packaging check (CI, after scripts/test.sh): builds what `cmake --install` installs into
 # build-package (no CUDA, no tests), installs it to a temporary prefix and checks it (libgplan.so
-# exports only the functions its headers declare, the headers stand alone, every tool answers
+# exports only the functions its headers declare, the headers stand alone in C and C++, every tool answers
 # --version and has a man page), builds examples/embed against it through pkg-config and through find_package (shared and
 # static) and runs it against gplan-run, builds the .deb and installs it (dpkg -i), runs from it,
 # removes it (dpkg -P), then builds the Python wheel, installs it in a venv and runs its tests.
@@ -45,7 +45,7 @@ n_exports=$(wc -l <"$tmp/exports")
 [ "$n_exports" -gt 20 ] && grep -qx gp_session_eval "$tmp/exports" || fail "libgplan.so exports too little"
 sed -n 's/^ *\(gp_[a-z0-9_]*\);$/\1/p' "$B/gplan.map" | sort >"$tmp/declared"
 sort "$tmp/exports" | diff "$tmp/declared" - >&2 ||
-  fail "libgplan.so's exports differ from the functions gplan.h and text.h declare (above)"
+  fail "libgplan.so's exports differ from the functions its headers declare (gplan.map, above)"
 nm -g --defined-only "$P/lib/libgplan.a" | awk 'NF == 3 {print $3}' | sort -u >"$tmp/static"
 if grep -v '^gp_' "$tmp/static" >&2; then fail "libgplan.a defines globals outside gp_ (above)"; fi
 echo "libgplan.so.0: $n_exports symbols, the functions its headers declare"
@@ -53,8 +53,11 @@ for h in "$P"/include/gplan/*.h; do
   printf '#include <gplan/%s>\ntypedef int gp_header_check;\n' "$(basename "$h")" >"$tmp/h.c"
   cc -std=c11 -Wall -Wextra -Werror -pedantic -I"$P/include" -c "$tmp/h.c" -o "$tmp/h.o" ||
     fail "$(basename "$h") does not compile on its own"
+  cp "$tmp/h.c" "$tmp/h.cc"
+  c++ -std=c++17 -Wall -Wextra -Werror -pedantic -I"$P/include" -c "$tmp/h.cc" -o "$tmp/h.o" ||
+    fail "$(basename "$h") does not compile from C++"
 done
-internal='ir\|dsl\|plan\|planner\|weights\|cpu\|runtime\|tokenizer\|family\|text\|cuda'
+internal='ir\|dsl\|plan\|planner\|weights\|cpu\|runtime\|tokenizer\|family\|text\|cuda\|compile\|server'
 if grep -n "#include \"\($internal\)/" "$P"/include/gplan/*.h >&2; then
   fail "an installed header includes an internal one (above)"
 fi

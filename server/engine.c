@@ -668,8 +668,17 @@ static void *engine_main(void *arg)
 
 /* ---- the engine ---- */
 
+gp_engine_opts gp_engine_defaults(void)
+{
+    gp_engine_opts o = {4, 16, 1, 64};
+    return o;
+}
+
 gp_engine *gp_engine_new(gp_lm *lm, const gp_engine_opts *o, char *err, size_t err_len)
 {
+    gp_engine_opts defaults = gp_engine_defaults();
+    if (!o)
+        o = &defaults;
     if (o->n_slots < 1 || o->n_queue < 0) {
         snprintf(err, err_len, "gp_engine_new: %d slots, %d queued: need >= 1 and >= 0",
                  o->n_slots, o->n_queue);

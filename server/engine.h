@@ -1,29 +1,25 @@
 /* The serving engine: slots (one gp_seq each) over one gp_lm, a queue of waiting jobs, and one
  * engine thread that admits jobs into free slots and steps every running sequence once a step.
  * The HTTP side (server/http.c) only submits jobs, drains each job's output ring and cancels; how
- * a step is computed (today one gp_seq_step per slot, later one batched eval) stays behind this
- * header. Once warm the engine thread allocates nothing: slots, samplers, rings and prompts are
- * allocated by gp_engine_new or by the submitting thread. */
+ * a step is computed (one batched eval of every slot, gp_batch) stays behind this header. Once
+ * warm the engine thread allocates nothing: slots, samplers, rings and prompts are allocated by
+ * gp_engine_new or by the submitting thread. The engine's own calls (options, new, free, ready,
+ * stats) are public, <gplan/server.h>; here the jobs, which the HTTP side makes. */
 #ifndef GP_SERVER_ENGINE_H
 #define GP_SERVER_ENGINE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gplan/server.h"
 #include "gplan/text.h"
 
 #define GP_ENGINE_MAX_STOPS 16
 #define GP_ENGINE_MAX_TOP 20 /* top_logprobs at most */
 
-typedef struct gp_engine gp_engine;
 typedef struct gp_job gp_job; /* one request, from gp_engine_job_new to gp_job_release */
-
-typedef struct {
-    int n_slots;    /* sequences generating at once */
-    int n_queue;    /* jobs waiting for a slot beyond them; a submission past them is refused */
-    int alloc_mark; /* mark the engine thread for gplan/alloc_interpose.h's per-thread count */
-    int64_t prompt_budget; /* prompt tokens a step while others generate (gp_batch_set_prompt_budget) */
-} gp_engine_opts;
+/* Every job must be released before gp_engine_free (gp_http_stop releases the HTTP side's);
+ * after gp_engine_close, gp_job_submit fails. */
 
 /* What a job asks for. Strings are copied by gp_job_submit. */
 typedef struct {
@@ -59,25 +55,6 @@ typedef struct {
     char message[512];
 } gp_job_status;
 
-typedef struct {
-    int n_slots, running, waiting, free_slots;
-    int64_t kv_positions, kv_free;         /* positions of every slot; of them unused */
-    int64_t prompt_tokens, cached_tokens;  /* counters since start */
-    int64_t completion_tokens, steps;
-    int64_t finished[5];                   /* by gp_finish (GP_FINISH_NONE: errors) */
-    int64_t rejected_queue_full;
-    int alloc_counting;                    /* the counts below are taken (not in sanitizer builds) */
-    long warmup_allocs, allocs;            /* the engine thread's: during warm-up, after it */
-} gp_engine_stats;
-
-/* Allocates the slots (sessions) and starts the engine thread, which warms each slot up before
- * serving. NULL with err. */
-gp_engine *gp_engine_new(gp_lm *lm, const gp_engine_opts *o, char *err, size_t err_len);
-/* Cancels what runs, stops the thread, frees everything; every job must be released. NULL ok. */
-void gp_engine_free(gp_engine *e);
-/* Positions a slot holds (the model's context). */
-int64_t gp_engine_context(const gp_engine *e);
-
 /* A job record with room for a prompt of gp_engine_context ids (allocated here, on the caller's
  * thread, or reused). NULL when out of memory. */
 gp_job *gp_engine_job_new(gp_engine *e);
@@ -99,15 +76,6 @@ void gp_job_cancel(gp_job *j);
 /* The caller is done with the job (cancelled first when it still runs). NULL ok. */
 void gp_job_release(gp_job *j);
 
-/* Stops admitting new jobs (gp_job_submit fails); what is queued or running goes on. */
-void gp_engine_close(gp_engine *e);
-/* Cancels every queued and running job. */
-void gp_engine_cancel_all(gp_engine *e);
-/* The warm-up's failure once the engine thread gave up; "" while it warms up or serves. */
-const char *gp_engine_error(gp_engine *e);
-/* 1 when the slots are warm and the engine serves. */
-int gp_engine_ready(const gp_engine *e);
-void gp_engine_get_stats(gp_engine *e, gp_engine_stats *s);
 /* The largest text of one token (special tokens rendered), for callers' buffers. */
 size_t gp_engine_max_piece(const gp_engine *e);
 

@@ -1,10 +1,10 @@
-/* The HTTP side of gplan-serve (server/http.h): libmicrohttpd with a thread per connection. A
+/* The HTTP side of gplan-serve (<gplan/server.h>): libmicrohttpd with a thread per connection. A
  * request's body is gathered (up to --max-body), parsed by server/api.c, its prompt templated and
  * tokenized here (the text API's tokenizer and templates are read-only, safe from any thread),
  * and its job submitted to the engine; the thread then drains the job's ring into one response or
  * into server-sent events, and cancels the job when the client goes away. */
 #define _GNU_SOURCE /* POLLRDHUP */
-#include "server/http.h"
+#include "gplan/server.h"
 
 #include <microhttpd.h>
 #include <netdb.h>
@@ -583,15 +583,24 @@ static void logger(void *cls, const char *fmt, va_list ap)
 
 /* ---- the daemon ---- */
 
+gp_http_opts gp_http_defaults(void)
+{
+    gp_http_opts o = {"127.0.0.1", 8080, (size_t)1 << 20, 256, 60, "gplan", 0};
+    return o;
+}
+
 gp_http *gp_http_start(const gp_http_opts *o, char *err, size_t err_len)
 {
+    gp_http_opts defaults = gp_http_defaults();
+    if (!o)
+        o = &defaults;
     gp_http *h = calloc(1, sizeof *h);
     if (!h) {
         snprintf(err, err_len, "out of memory");
         return NULL;
     }
     h->o = *o;
-    snprintf(h->model, sizeof h->model, "%s", o->model_name);
+    snprintf(h->model, sizeof h->model, "%s", o->model_name ? o->model_name : "gplan");
     h->started = now_s();
     char port[16];
     snprintf(port, sizeof port, "%d", o->port);

@@ -751,7 +751,7 @@ static void test_buffers_main(void)
 
     FILE *lf = fopen(log, "w");
     CU_ASSERT_PTR_NOT_NULL_FATAL(lf);
-    CU_ASSERT_EQUAL(gp_buffers_main(in, out, 12, 5.0, GP_STRATEGY_AUTO, lf), 0);
+    CU_ASSERT_EQUAL(gp_buffers_solve(in, out, 12, 5.0, GP_STRATEGY_AUTO, lf), 0);
     fclose(lf);
     char *text = gp_test_read_file(log, NULL);
     CU_ASSERT_PTR_NOT_NULL(text);
@@ -768,13 +768,13 @@ static void test_buffers_main(void)
 
     /* Minimize (no capacity). */
     lf = fopen(log, "w");
-    CU_ASSERT_EQUAL(gp_buffers_main(in, out, 0, 1.0, GP_STRATEGY_GREEDY, lf), 0);
+    CU_ASSERT_EQUAL(gp_buffers_solve(in, out, 0, 1.0, GP_STRATEGY_GREEDY, lf), 0);
     fclose(lf);
     remove(out);
 
     /* No fit below the lower bound: status 3, no output. */
     lf = fopen(log, "w");
-    CU_ASSERT_EQUAL(gp_buffers_main(in, out, 11, 1.0, GP_STRATEGY_AUTO, lf), 3);
+    CU_ASSERT_EQUAL(gp_buffers_solve(in, out, 11, 1.0, GP_STRATEGY_AUTO, lf), 3);
     fclose(lf);
     FILE *o = fopen(out, "r");
     CU_ASSERT_PTR_NULL(o);
@@ -785,13 +785,13 @@ static void test_buffers_main(void)
     const char *bad = "id,lower,upper,size\na,3,1,4\n";
     CU_ASSERT_EQUAL_FATAL(gp_test_write_file(in, bad, strlen(bad)), 0);
     lf = fopen(log, "w");
-    CU_ASSERT_EQUAL(gp_buffers_main(in, out, 0, 1.0, GP_STRATEGY_AUTO, lf), 1);
+    CU_ASSERT_EQUAL(gp_buffers_solve(in, out, 0, 1.0, GP_STRATEGY_AUTO, lf), 1);
     fclose(lf);
     text = gp_test_read_file(log, NULL);
     CU_ASSERT_PTR_NOT_NULL(text ? strstr(text, ":2:3: error: empty lifespan: lower 3 >= upper 1\na,3,1,4\n  ^\n") : NULL);
     free(text);
     lf = fopen(log, "w");
-    CU_ASSERT_EQUAL(gp_buffers_main("/nonexistent/x.csv", out, 0, 1.0, GP_STRATEGY_AUTO, lf), 1);
+    CU_ASSERT_EQUAL(gp_buffers_solve("/nonexistent/x.csv", out, 0, 1.0, GP_STRATEGY_AUTO, lf), 1);
     fclose(lf);
     remove(in);
     remove(log);

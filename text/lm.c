@@ -1,5 +1,5 @@
 /* gp_lm: a language model from a GGUF file or a Hugging Face folder. The graph is the family's
- * (family/), compiled in process (dsl/, planner/) and its plan kept in a cache folder keyed by
+ * (family/), compiled in process (compile/, planner/) and its plan kept in a cache folder keyed by
  * everything it is made from; then weights, tokenizer and chat template. */
 #define _GNU_SOURCE /* realpath, st_mtim */
 #include <errno.h>
@@ -12,9 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dsl/dsl.h"
+#include "compile/compile_impl.h"
 #include "family/family.h"
-#include "family/gguf_params.h"
 #include "planner/planner.h"
 #include "weights/filemap.h"
 #include "runtime/lora.h" /* gp_model_plan */
@@ -152,17 +151,6 @@ static int defines_set(const gp_lm_opts *o, const char *name)
     return 0;
 }
 
-/* The value of name in the resolved parameters' text ("a=1 b=2"), or -1 when absent. */
-static int64_t param_value(const char *params, const char *name)
-{
-    size_t n = strlen(name);
-    for (const char *p = params; p && *p; p += strcspn(p, " "), p += *p == ' ') {
-        if (!strncmp(p, name, n) && p[n] == '=')
-            return strtoll(p + n + 1, NULL, 10);
-    }
-    return -1;
-}
-
 typedef struct {
     const gp_family *fam;
     const char *path;        /* the GGUF file or the folder */
@@ -171,41 +159,22 @@ typedef struct {
     int random_weights;      /* gp_lm_opts.random_weights: the file's tensors are not read */
 } source;
 
-/* Compiles the family's graph with the file's parameters and defs; the resolved parameters in
- * *params. The graph's source locations point into d, which must outlive it (gp_plan_build reads
- * them). NULL with err. */
-static gp_graph *compile_graph(const source *src, const define_list *defs, char **params,
-                               gp_diag *d, char *err, size_t err_len)
+/* Compiles the family's graph with the file's parameters (the GGUF file's read into *gg once)
+ * and defs; the resolved parameters in *params. The graph's source locations point into d, which
+ * must outlive it (gp_plan_build reads them). NULL with err. */
+static gp_graph *compile_graph(const source *src, const define_list *defs, gp_compile_gguf *gg,
+                               char **params, gp_diag *d, char *err, size_t err_len)
 {
-    gp_dsl_opts dopts = {.defines = (const char **)defs->defines, .n_defines = defs->n,
-                         .params_out = params};
-    gp_gguf_params gparams = {{0}, 0};
-    gp_gguf_weights gw = {0};
-    if (src->config[0]) {
-        dopts.config_path = src->config;
-    } else {
-        if (gp_gguf_params_read(src->path, &gparams, err, err_len) ||
-            gp_gguf_weights_open(&gw, src->path, err, err_len)) {
-            gp_gguf_params_free(&gparams);
-            return NULL;
-        }
-        dopts.file_params = (const char *const *)gparams.text;
-        dopts.n_file_params = gparams.n;
-        dopts.weight_dtype = gp_gguf_weight_dtype;
-        dopts.weight_dtype_ctx = &gw;
-    }
-    gp_graph *g = gp_dsl_compile_string(src->fam->graph_file, src->fam->graph_text,
-                                        src->fam->graph_len, &dopts, d);
-    if (!g)
+    gp_compile_opts o = gp_compile_defaults();
+    o.defines = defs->defines;
+    o.n_defines = defs->n;
+    o.config = src->config[0] ? src->config : NULL;
+    o.gguf = src->config[0] ? NULL : src->path;
+    o.allow_unused = src->allow_unused;
+    gp_graph *g = gp_compile_graph(src->fam->graph_file, src->fam->graph_text, src->fam->graph_len,
+                                   &o, gg, !src->random_weights, params, d, err, err_len);
+    if (!g && !*err)
         snprintf(err, err_len, "%s: %s", src->path, gp_diag_text(d));
-    if (g && gw.w && !src->random_weights &&
-        ((!src->allow_unused && gp_gguf_weights_unused(&gw, src->path, err, err_len)) ||
-         gp_gguf_weights_missing(&gw, g, src->path, err, err_len))) {
-        gp_graph_free(g);
-        g = NULL;
-    }
-    gp_gguf_weights_close(&gw);
-    gp_gguf_params_free(&gparams);
     return g;
 }
 
@@ -231,23 +200,22 @@ static gp_graph *compile_for(const source *src, const gp_lm_opts *o, gp_diag *d,
         return NULL;
     }
     char *params = NULL;
-    gp_graph *g = compile_graph(src, &defs, &params, d, err, err_len);
-    if (!g) {
-        free(params); /* the parameters are resolved before a later check refuses the graph */
-        return NULL;
-    }
+    gp_compile_gguf gg;
+    memset(&gg, 0, sizeof gg);
+    gp_graph *g = compile_graph(src, &defs, &gg, &params, d, err, err_len);
     int again = 0;
-    if (!o->context && !defines_set(o, ctx_param) &&
-        param_value(params, ctx_param) > GP_LM_DEFAULT_CONTEXT)
+    if (g && !o->context && !defines_set(o, ctx_param) &&
+        gp_compile_param(params, ctx_param) > GP_LM_DEFAULT_CONTEXT)
         again |= !define_add(&defs, ctx_param, GP_LM_DEFAULT_CONTEXT);
     int64_t rows = o->n_seq > 0 ? o->n_seq : 1;
-    if (!defines_set(o, "n_rows") && param_value(params, "n_rows") > rows)
+    if (g && !defines_set(o, "n_rows") && gp_compile_param(params, "n_rows") > rows)
         again |= !define_add(&defs, "n_rows", rows);
-    free(params);
+    free(params); /* resolved also when a later check refuses the graph */
     if (again) {
         gp_graph_free(g);
-        g = compile_graph(src, &defs, NULL, d, err, err_len);
+        g = compile_graph(src, &defs, &gg, NULL, d, err, err_len);
     }
+    gp_compile_gguf_close(&gg);
     return g;
 }
 

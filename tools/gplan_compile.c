@@ -1,20 +1,11 @@
 /* gplan-compile: checks a graph (*.gplan), prints its IR, plans it into a plan file, or solves a bare
- * offset problem from a CSV. A thin main: argument parsing, then calls into gp_dsl, gp_ir and
- * gp_planner. Exit status: 0 ok, 1 bad input, 2 bad usage, 3 no fit within --capacity. */
+ * offset problem from a CSV. A thin main: argument parsing, then calls into <gplan/compile.h>.
+ * Exit status: 0 ok, 1 bad input, 2 bad usage, 3 no fit within --capacity. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-#include "dsl/dsl.h"
-#include "family/family.h"
-#include "family/gguf_params.h"
-#include "ir/ir.h"
-#include "planner/csv.h"
-#include "planner/lora_merge.h"
-#include "planner/planner.h"
-#include "tools/compile_fit.h"
-#include "weights/filemap.h"
+#include "gplan/compile.h"
 
 #ifndef GP_VERSION
 #define GP_VERSION "unknown"
@@ -201,18 +192,12 @@ static int parse_args(int argc, char **argv, options *o)
             o->lora_merge = 1;
         } else if (strcmp(a, "--allow-unused") == 0) {
             o->allow_unused = 1;
-        } else if (strcmp(a, "--config") == 0) {
+        } else if (!strcmp(a, "--config") || !strcmp(a, "--gguf") || !strcmp(a, "-o")) {
             if (!next)
                 return usage_error("%s needs a FILE", a);
-            o->config = next;
+            *(a[1] == 'o' ? &o->output : a[2] == 'c' ? &o->config : &o->gguf) = next;
             i++;
-        } else if (strcmp(a, "--gguf") == 0) {
-            if (!next)
-                return usage_error("%s needs a FILE", a);
-            o->gguf = next;
-            i++;
-        }
-        else if (strcmp(a, "--buffers") == 0) {
+        } else if (strcmp(a, "--buffers") == 0) {
             if (have_mode)
                 return usage_error("more than one mode given (at '%s')", a);
             if (!next)
@@ -220,11 +205,6 @@ static int parse_args(int argc, char **argv, options *o)
             o->mode = MODE_BUFFERS;
             o->input = next;
             have_mode = 1;
-            i++;
-        } else if (strcmp(a, "-o") == 0) {
-            if (!next)
-                return usage_error("%s needs a FILE", a);
-            o->output = next;
             i++;
         } else if (strcmp(a, "--strategy") == 0) {
             if (!next)
@@ -273,8 +253,8 @@ static int parse_args(int argc, char **argv, options *o)
             i++;
         } else if (strcmp(a, "--memory") == 0) {
             char err[256];
-            if (!next || fit_parse_budget(next, o->budget_dev, sizeof o->budget_dev, &o->budget,
-                                          err, sizeof err) != 0)
+            if (!next || gp_budget_parse(next, o->budget_dev, sizeof o->budget_dev, &o->budget,
+                                         err, sizeof err) != 0)
                 return usage_error("--memory: %s", next ? err : "needs DEVICE=SIZE (cuda=8GiB)");
             i++;
         } else if (strcmp(a, "--fit") == 0) {
@@ -317,46 +297,37 @@ static int parse_args(int argc, char **argv, options *o)
     return -1;
 }
 
-/* `gpt2: params n_layer=12 ...; tensors 2 input, ...; 512 nodes; 148 weights, 497759232 bytes` */
-static void print_summary(const gp_graph *g, const char *params)
-{
-    int by_kind[GP_TENSOR_KIND_COUNT] = {0};
-    int64_t weight_bytes = 0;
-    for (int i = 0; i < g->n_tensors; i++) {
-        by_kind[g->tensors[i].kind]++;
-        if (g->tensors[i].kind == GP_TENSOR_WEIGHT)
-            weight_bytes += gp_tensor_nbytes(&g->tensors[i]);
-    }
-    printf("%s: params %s; tensors", g->name, params && *params ? params : "(none)");
-    for (int k = 0; k < GP_TENSOR_KIND_COUNT; k++)
-        printf("%s %d %s", k ? "," : "", by_kind[k], gp_tensor_kind_name((gp_tensor_kind)k));
-    printf("; %d nodes; %d weights, %lld bytes\n", g->n_nodes, by_kind[GP_TENSOR_WEIGHT],
-           (long long)weight_bytes);
-}
-
 /* 1 (after saying so on stderr) when p is larger than --memory's budget. */
 static int over_budget(const gp_plan *p, const options *o, const char *what)
 {
-    fit_bytes b;
-    fit_bytes_of(p, &b);
-    if (!o->budget || b.total <= o->budget)
+    gp_plan_memory m;
+    gp_plan_memory_of(p, &m);
+    if (!o->budget || m.total <= o->budget)
         return 0;
     char h[2][32];
     fprintf(stderr, "gplan-compile: %s: the plan%s needs %s on %s (", o->input, what,
-            gp_plan_bytes_text(b.total, h[0], sizeof h[0]), o->budget_dev);
-    fit_bytes_print(&b, stderr);
+            gp_plan_bytes_text(m.total, h[0], sizeof h[0]), o->budget_dev);
+    gp_plan_memory_print(&m, stderr);
     fprintf(stderr, "), more than --memory's %s; placing layers on the host is not implemented\n",
             gp_plan_bytes_text(o->budget, h[1], sizeof h[1]));
     return 1;
 }
 
+/* An error the library did not print already (its diagnostics go to stderr as they come). */
+static int input_error(const char *err)
+{
+    if (*err)
+        fprintf(stderr, "%s\n", err);
+    return EXIT_INPUT;
+}
+
 /* Plans g and writes the plan file; the summary goes to stdout. */
-static int plan_and_write(const gp_graph *g, const options *o, gp_diag *d)
+static int plan_and_write(const gp_program *g, const options *o)
 {
     gp_plan *p = NULL;
-    if (gp_plan_build(g, &o->plan, &p, d) != 0)
-        return EXIT_INPUT;
-    char err[512];
+    char err[1024];
+    if (gp_program_plan(g, &o->plan, &p, err, sizeof err) != 0)
+        return input_error(err);
     int rc = EXIT_OK;
     if (over_budget(p, o, "")) {
         rc = EXIT_NOFIT;
@@ -371,115 +342,46 @@ static int plan_and_write(const gp_graph *g, const options *o, gp_diag *d)
     return rc;
 }
 
-/* --fit's plans: the graph compiled again with one more -D, planned by the heuristics alone (the
- * final plan's search only lowers the arena, so what fits here fits there). */
-typedef struct {
-    const options *o;
-    gp_dsl_opts dopts;
-    const char **defines; /* o's, then one more */
-    const char *param;
-} fit_ctx;
-
-static int fit_build(void *vc, int64_t v, gp_plan **out, char *err, size_t n)
-{
-    fit_ctx *c = vc;
-    char def[128];
-    snprintf(def, sizeof def, "%s=%lld", c->param, (long long)v);
-    c->defines[c->o->n_defines] = def;
-    gp_dsl_opts dopts = c->dopts;
-    dopts.defines = c->defines;
-    dopts.n_defines = c->o->n_defines + 1;
-    dopts.params_out = NULL;
-    gp_plan_opts po = c->o->plan;
-    po.strategy = GP_STRATEGY_GREEDY;
-    gp_diag *d = gp_diag_new(NULL);
-    gp_graph *g = d ? gp_dsl_compile_file(c->o->input, &dopts, d) : NULL;
-    int rc = g && gp_plan_build(g, &po, out, d) == 0 ? 0 : -1;
-    if (rc) {
-        const char *t = d ? gp_diag_text(d) : "out of memory";
-        snprintf(err, n, "%s: with %s: %.*s", c->o->input, def, (int)strcspn(t, "\n"), t);
-    }
-    gp_graph_free(g);
-    gp_diag_free(d);
-    return rc;
-}
-
-/* The value of parameter name in gp_dsl's "k=v k=v" text; -1 when absent or not an integer. */
-static int64_t param_value(const char *params, const char *name)
-{
-    size_t n = strlen(name);
-    for (const char *p = params; p && *p; p += strcspn(p, " "), p += *p == ' ') {
-        if (strncmp(p, name, n) == 0 && p[n] == '=') {
-            char *end;
-            long long v = strtoll(p + n + 1, &end, 10);
-            return end != p + n + 1 && (*end == ' ' || !*end) ? v : -1;
-        }
-    }
-    return -1;
-}
-
 /* --fit: the parameter to grow (kv_pool, n_seq or the family's context), the largest value whose
  * plan fits, printed; with -o, that plan written. */
-static int fit_main(const gp_graph *g, const char *params, options *o, gp_dsl_opts *dopts,
-                    gp_diag *d)
+static int fit_main(const gp_program *g, const options *o)
 {
-    const gp_family *fam = gp_family_by_name(g->name);
-    int64_t n_seq = param_value(params, "n_seq"), hi = 0;
-    fit_ctx c = {o, *dopts, NULL, NULL};
-    if (n_seq > 0) {
-        c.param = param_value(params, "kv_pool") > 0 ? "kv_pool" : "n_seq";
-    } else if (fam && fam->ctx_param && (hi = param_value(params, fam->ctx_param)) > 0) {
-        c.param = fam->ctx_param;
-    } else {
+    int64_t hi = 0, best = 0;
+    const char *param = gp_program_fit_param(g, &hi);
+    if (!param) {
         fprintf(stderr,
                 "gplan-compile: %s: --fit grows the context parameter of a known family's graph, "
                 "or n_seq (-D n_seq=N); graph '%s' has neither\n",
-                o->input, g->name);
+                o->input, gp_program_name(g));
         return EXIT_INPUT;
     }
-    c.defines = calloc((size_t)o->n_defines + 1, sizeof *c.defines);
-    if (!c.defines) {
-        fprintf(stderr, "gplan-compile: out of memory\n");
-        return EXIT_INPUT;
-    }
-    memcpy(c.defines, o->defines, (size_t)o->n_defines * sizeof *c.defines);
-    int64_t best = 0;
-    fit_bytes b;
+    gp_plan_memory m;
     char err[1024], h[2][32];
-    int r = fit_search(fit_build, &c, hi, o->budget, &best, &b, err, sizeof err);
-    int rc = EXIT_OK;
+    int r = gp_program_fit(g, param, hi, &o->plan, o->budget, &best, &m, err, sizeof err);
     if (r < 0) {
         fprintf(stderr, "gplan-compile: %s\n", err);
-        rc = EXIT_INPUT;
-    } else if (r == 0) {
-        fprintf(stderr, "gplan-compile: %s: even %s=1 needs %s on %s (", o->input, c.param,
-                gp_plan_bytes_text(b.total, h[0], sizeof h[0]), o->budget_dev);
-        fit_bytes_print(&b, stderr);
+        return EXIT_INPUT;
+    }
+    if (r == 0) {
+        fprintf(stderr, "gplan-compile: %s: even %s=1 needs %s on %s (", o->input, param,
+                gp_plan_bytes_text(m.total, h[0], sizeof h[0]), o->budget_dev);
+        gp_plan_memory_print(&m, stderr);
         fprintf(stderr, "), more than --memory's %s; placing layers on the host is not "
                         "implemented\n", gp_plan_bytes_text(o->budget, h[1], sizeof h[1]));
-        rc = EXIT_NOFIT;
-    } else {
-        printf("fit: %s=%s: %s=%lld", o->budget_dev,
-               gp_plan_bytes_text(o->budget, h[0], sizeof h[0]), c.param, (long long)best);
-        if (hi > 0)
-            printf(" (of %lld)", (long long)hi);
-        printf(" needs %s: ", gp_plan_bytes_text(b.total, h[1], sizeof h[1]));
-        fit_bytes_print(&b, stdout);
-        printf("\nplacement: every layer on %s\n", o->budget_dev);
+        return EXIT_NOFIT;
     }
-    if (rc == EXIT_OK && o->output) {
-        char def[128];
-        snprintf(def, sizeof def, "%s=%lld", c.param, (long long)best);
-        c.defines[o->n_defines] = def;
-        gp_dsl_opts dd = *dopts;
-        dd.defines = c.defines;
-        dd.n_defines = o->n_defines + 1;
-        dd.params_out = NULL;
-        gp_graph *fg = gp_dsl_compile_file(o->input, &dd, d);
-        rc = fg ? plan_and_write(fg, o, d) : EXIT_INPUT;
-        gp_graph_free(fg);
-    }
-    free(c.defines);
+    printf("fit: %s=%s: %s=%lld", o->budget_dev, gp_plan_bytes_text(o->budget, h[0], sizeof h[0]),
+           param, (long long)best);
+    if (hi > 0)
+        printf(" (of %lld)", (long long)hi);
+    printf(" needs %s: ", gp_plan_bytes_text(m.total, h[1], sizeof h[1]));
+    gp_plan_memory_print(&m, stdout);
+    printf("\nplacement: every layer on %s\n", o->budget_dev);
+    if (!o->output)
+        return EXIT_OK;
+    gp_program *fg = gp_program_define(g, param, best, err, sizeof err);
+    int rc = fg ? plan_and_write(fg, o) : input_error(err);
+    gp_program_free(fg);
     return rc;
 }
 
@@ -488,8 +390,7 @@ static int fit_main(const gp_graph *g, const char *params, options *o, gp_dsl_op
 static int special_file(const char *path)
 {
     char err[4200];
-    struct stat st;
-    if (!path || stat(path, &st) || !gp_file_check(path, err, sizeof err))
+    if (!gp_compile_check_file(path, err, sizeof err))
         return 0;
     fprintf(stderr, "gplan-compile: %s\n", err);
     return 1;
@@ -510,59 +411,29 @@ int main(int argc, char **argv)
     }
 
     if (o.mode == MODE_BUFFERS) {
-        rc = gp_buffers_main(o.input, o.output, o.capacity, o.plan.time_limit, o.plan.strategy,
-                             stdout);
+        rc = gp_buffers_solve(o.input, o.output, o.capacity, o.plan.time_limit, o.plan.strategy,
+                              stdout);
         free(o.defines);
         return rc;
     }
 
-    gp_diag *d = gp_diag_new(stderr);
-    if (!d) {
-        free(o.defines);
-        fprintf(stderr, "gplan-compile: out of memory\n");
-        return EXIT_INPUT;
-    }
-    char *params = NULL;
-    gp_dsl_opts dopts = {.defines = o.defines, .n_defines = o.n_defines, .config_path = o.config,
-                         .params_out = &params, .devices = o.plan.n_devices};
-    gp_gguf_params gparams = {{0}, 0};
-    gp_gguf_weights gw = {0};
+    gp_compile_opts co = gp_compile_defaults();
+    co.defines = o.defines;
+    co.n_defines = o.n_defines;
+    co.config = o.config;
+    co.gguf = o.gguf;
+    co.allow_unused = o.allow_unused;
+    co.devices = o.plan.n_devices;
+    co.lora_merge = o.lora_merge;
+    co.diag = stderr;
     char err[1024];
-    if (o.gguf) {
-        if (gp_gguf_params_read(o.gguf, &gparams, err, sizeof err) ||
-            gp_gguf_weights_open(&gw, o.gguf, err, sizeof err)) {
-            fprintf(stderr, "%s\n", err);
-            gp_gguf_params_free(&gparams);
-            gp_diag_free(d);
-            free(o.defines);
-            return EXIT_INPUT;
-        }
-        dopts.file_params = (const char *const *)gparams.text;
-        dopts.n_file_params = gparams.n;
-        dopts.weight_dtype = gp_gguf_weight_dtype;
-        dopts.weight_dtype_ctx = &gw;
-    }
-    gp_graph *g = gp_dsl_compile_file(o.input, &dopts, d);
-    if (g && o.gguf &&
-        ((!o.allow_unused && gp_gguf_weights_unused(&gw, o.gguf, err, sizeof err)) ||
-         gp_gguf_weights_missing(&gw, g, o.gguf, err, sizeof err))) {
-        fprintf(stderr, "%s\n", err);
-        gp_graph_free(g);
-        g = NULL;
-    }
-    if (g && o.lora_merge) {
-        gp_graph *mg = gp_lora_merge_graph(g, d);
-        gp_graph_free(g);
-        g = mg;
-    }
-    rc = g ? EXIT_OK : EXIT_INPUT;
+    gp_program *g = gp_program_compile(o.input, &co, err, sizeof err);
+    rc = g ? EXIT_OK : input_error(err);
     if (g) {
         switch (o.mode) {
-        case MODE_CHECK: print_summary(g, params); break;
-        case MODE_EMIT_IR: gp_graph_print(g, stdout); break;
-        case MODE_PLAN:
-            rc = o.fit ? fit_main(g, params, &o, &dopts, d) : plan_and_write(g, &o, d);
-            break;
+        case MODE_CHECK: gp_program_summary_print(g, stdout); break;
+        case MODE_EMIT_IR: gp_program_ir_print(g, stdout); break;
+        case MODE_PLAN: rc = o.fit ? fit_main(g, &o) : plan_and_write(g, &o); break;
         case MODE_BUFFERS: break; /* handled before compiling */
         }
     }
@@ -570,11 +441,7 @@ int main(int argc, char **argv)
         perror("gplan-compile: stdout");
         rc = EXIT_INPUT;
     }
-    free(params);
-    gp_graph_free(g);
-    gp_gguf_weights_close(&gw);
-    gp_gguf_params_free(&gparams);
-    gp_diag_free(d);
+    gp_program_free(g);
     free(o.defines);
     return rc;
 }

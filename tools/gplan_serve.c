@@ -1,6 +1,6 @@
 /* gplan-serve: an OpenAI-compatible HTTP server for a model: chat and text completions, streamed
- * or not, for several clients at once (one sequence a slot), on loopback by default. Built on
- * server/ (HTTP, API, engine) and gplan/text.h. SIGTERM or SIGINT: stop accepting, let running
+ * or not, for several clients at once (one sequence a slot), on loopback by default. A thin main
+ * over <gplan/server.h> and <gplan/text.h>. SIGTERM or SIGINT: stop accepting, let running
  * requests finish (cancelled after --grace seconds), exit 0.
  * Exit status: 0 after a signal, 1 bad input (model, address), 2 bad usage. */
 #define _GNU_SOURCE /* sigtimedwait */
@@ -14,9 +14,8 @@
 
 #include "gplan/alloc_interpose.h"
 #include "gplan/cli.h"
+#include "gplan/server.h"
 #include "gplan/text.h"
-#include "server/engine.h"
-#include "server/http.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1 };
 

@@ -1,6 +1,6 @@
 /* gplan-tokenize: text to token ids (comma-separated, one line) and ids back to text, with the
  * tokenizer of a GGUF file, a tokenizer.json or a Hugging Face folder. A thin main over
- * tokenizer/tokenizer.h. Exit status: 0 ok, 1 bad model or input, 2 bad usage. */
+ * <gplan/tokenizer.h>. Exit status: 0 ok, 1 bad model or input, 2 bad usage. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 
 #include "gplan/cli.h"
 #include "gplan/gplan.h"
-#include "tokenizer/tokenizer.h"
+#include "gplan/tokenizer.h"
 
 enum { EXIT_OK = 0, EXIT_BAD = 1, EXIT_USAGE = 2 };
 
