@@ -195,13 +195,19 @@ static int products(const gp_cu_ctx *c, gp_dtype t, const MoeProd &p, int vec, i
 
 /* 1 when w (ndim 2 or 3, [..., N, K]) has rows the loaders read: float elements contiguous, or
  * quantized rows of whole blocks one after another; *rb gets the bytes between rows. */
-static int weight_ok(const gp_cu_tensor *w, int64_t K, int64_t *rb)
+static int weight_ok(const gp_cu_tensor *w, int64_t K, int64_t *rb, int64_t *eb)
 {
     int nd = w->ndim;
     gp_dtype t = w->dtype;
     *rb = w->nb[nd - 2];
-    if (gp_dtype_is_quant(t))
-        return K % gp_dtype_block(t) == 0 && *rb == (int64_t)gp_dtype_row_bytes(t, K);
+    *eb = w->nb[0];
+    if (gp_dtype_is_quant(t)) {
+        /* the runtime gives quantized weights no strides (packed rows of whole blocks, which
+         * plan_load checked): rows and experts from the shape */
+        *rb = (int64_t)gp_dtype_row_bytes(t, K);
+        *eb = w->ne[nd - 2] * *rb;
+        return K % gp_dtype_block(t) == 0 && w->ne[nd - 1] == K;
+    }
     return (t == GP_F32 || t == GP_F16 || t == GP_BF16) &&
            w->nb[nd - 1] == (int64_t)gp_dtype_size(t);
 }
@@ -233,9 +239,9 @@ extern "C" int gp_cu_moe(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *ou
         ko.ne[2] != T || out->ne[1] != H)
         return fail(c, "sizes out of the kernels' range (at most 12288 experts)");
     const gp_cu_tensor *ws4[4] = {r, g, u, d};
-    int64_t *rbs[4] = {&rbr, &rbg, &rbu, &rbd};
+    int64_t *rbs[4] = {&rbr, &rbg, &rbu, &rbd}, ebs[4];
     for (int i = 0; i < 4; i++)
-        if (!weight_ok(ws4[i], i == 3 ? F : H, rbs[i])) {
+        if (!weight_ok(ws4[i], i == 3 ? F : H, rbs[i], &ebs[i])) {
             const gp_cu_tensor *t = ws4[i];
             snprintf(c->err, sizeof c->err,
                      "moe: the %s weight (%s, ne %lld %lld %lld, nb %lld %lld %lld) is not in rows "
@@ -246,7 +252,7 @@ extern "C" int gp_cu_moe(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *ou
                      (long long)t->nb[2]);
             return -1;
         }
-    if (g->dtype != u->dtype || g->nb[0] != u->nb[0] || rbg != rbu || d->ne[1] != H ||
+    if (g->dtype != u->dtype || ebs[1] != ebs[2] || rbg != rbu || d->ne[1] != H ||
         g->ne[0] != E || d->ne[0] != E || u->ne[1] != F)
         return fail(c, "needs gate and up of one dtype and layout, and down [E, H, F]");
     gp_cuda_moe_ws_layout l = gp_cuda_moe_ws(T, H, E, k, F);
@@ -299,7 +305,7 @@ extern "C" int gp_cu_moe(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *ou
     memset(&p, 0, sizeof p);
     p.w0 = (const uint8_t *)g->data;
     p.w1 = (const uint8_t *)u->data;
-    p.eb = g->nb[0];
+    p.eb = ebs[1];
     p.rb = rbg;
     p.x = xg;
     p.ldx = H;
@@ -314,7 +320,7 @@ extern "C" int gp_cu_moe(gp_cu_ctx *c, const gp_attrs *a, const gp_cu_tensor *ou
         return -1;
     p.w0 = (const uint8_t *)d->data;
     p.w1 = NULL;
-    p.eb = d->nb[0];
+    p.eb = ebs[3];
     p.rb = rbd;
     p.x = act;
     p.ldx = F;
