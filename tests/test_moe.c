@@ -777,9 +777,23 @@ static void model_checks(gp_model *m)
     gp_session_free(sr);
 }
 
+/* examples/gpt_oss.gplan at the same small shape (its sinks, biases, yarn rope, alternating
+ * windows and clamped SwiGLU), random weights. */
+static const char *const gpt_oss_defs[] = {
+    "num_hidden_layers=2", "hidden_size=64", "intermediate_size=32", "num_local_experts=8",
+    "num_experts_per_tok=2", "num_attention_heads=4", "num_key_value_heads=2", "head_dim=16",
+    "vocab_size=96", "max_position_embeddings=64", "n_batch=16", "sliding_window=5",
+    "original_max_position_embeddings=256", "factor=4", "swiglu_limit=1.5"};
+
 static void test_model(void)
 {
     gp_model *m = small_model(NULL, 5, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    model_checks(m);
+    gp_model_free(m);
+    gp_test_model_opts o = {gpt_oss_defs, (int)(sizeof gpt_oss_defs / sizeof *gpt_oss_defs),
+                            NULL, 1, 6};
+    m = gp_test_model("examples/gpt_oss.gplan", &o, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     model_checks(m);
     gp_model_free(m);
@@ -1101,7 +1115,7 @@ void gp_suite_moe(void)
         {"gp_cpu_check refusals", test_check},
         {"gpt-oss's experts: biases, clamped SwiGLU, strided views", test_gpt_oss},
         {"the workspace's layout", test_workspace},
-        {"a Qwen3-MoE graph: threads, reference, no allocation per eval", test_model},
+        {"Qwen3-MoE and gpt-oss graphs: threads, reference, no allocation per eval", test_model},
         {"stacked experts: safetensors, GGUF merged and one by one, refusals",
          test_stacked_weights},
         {"the parity fixtures' routing: many experts, no ties", test_fixture_routing},
