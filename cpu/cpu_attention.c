@@ -32,8 +32,10 @@ void gp_attn_accum_portable(const float *w, const char *v, int64_t vs, gp_dtype 
 }
 
 /* Softmax of the n scores sc[] in place (soft-capped first when cap > 0): exp(s - max) each,
- * their sum's inverse returned. */
-static float softmax_row(float *sc, int64_t n, float cap)
+ * their sum's inverse returned. A sink (sinks: a finite logit, else -INFINITY for none) joins
+ * the max and, as exp(sink - max), the sum after the scores' (transformers' gpt-oss: the sink is
+ * the softmax's last column). */
+static float softmax_row(float *sc, int64_t n, float cap, float sink)
 {
     float mx = -INFINITY;
     for (int64_t s = 0; s < n; s++) {
@@ -42,12 +44,26 @@ static float softmax_row(float *sc, int64_t n, float cap)
     }
     for (int64_t s = 0; s < n; s++) /* fmaxf's result (no NaN in sc), as a select */
         mx = sc[s] > mx ? sc[s] : mx;
+    mx = sink > mx ? sink : mx;
     gp_acc8 sum;
     gp_acc8_zero(&sum);
     for (int64_t s = 0; s < n; s++)
         sc[s] = gp_expf(sc[s] - mx);
     gp_acc8_add(&sum, sc, n);
-    return 1.0f / gp_acc8_total(&sum);
+    float total = gp_acc8_total(&sum);
+    if (sink > -INFINITY)
+        total += gp_expf(sink - mx);
+    return 1.0f / total;
+}
+
+/* Head h's sink logit (attention's sinks: input 4, f32 [H]), or -INFINITY without sinks. */
+static float sink_of(const gp_attrs *at, const gp_ktensor *in, int n_in, int64_t h)
+{
+    if (!at->i[GP_ATTENTION_SINKS] || n_in != 5)
+        return -INFINITY;
+    float w;
+    memcpy(&w, (const char *)in[4].data + h * in[4].nb[0], 4);
+    return w;
 }
 
 /* Where query t's positions are in the cache: row s (a plain cache), s % S (a ring) or, in a
@@ -136,7 +152,7 @@ static void attention_grouped(const gp_attrs *at, const gp_ktensor *out, const g
                    k->dtype, D, m, scale, part);
         }
         for (int j = 0; j < nr; j++) {
-            inv[j] = softmax_row(scs[j], n, cap);
+            inv[j] = softmax_row(scs[j], n, cap, sink_of(at, in, n_in, h0 + j));
             for (int64_t i = 0; i < D; i++)
                 acc[j][i] = 0.0f;
         }
@@ -164,7 +180,7 @@ int64_t gp_cpu_attention_span(const gp_attrs *a, const gp_ktensor *in, int n_in)
 }
 
 /* q [T, H, D], k [S, G, D], v [S, G, D], pos i32 [T] (and a ragged batch's seq i32 [T] and
- * blocks i32 [N, M]) -> out f32-or-other [T, H, D]. ws: f32 [nth_used, span] scores (with room
+ * blocks i32 [N, M], or sinks f32 [H]) -> out f32-or-other [T, H, D]. ws: f32 [nth_used, span] scores (with room
  * for R rows a thread: the heads of a KV group R at a time). */
 void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktensor *in, int n_in,
                       void *ws, size_t ws_size, int ith, int nth)
@@ -237,7 +253,7 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
                 m = run_at(&map, s, p, &row);
                 scores(bq, pk + row * k->nb[0], k->nb[0], k->dtype, D, m, scale, sc + (s - s0));
             }
-            float inv = softmax_row(sc, n, cap);
+            float inv = softmax_row(sc, n, cap, sink_of(at, in, n_in, h));
             for (int64_t i = 0; i < D; i++)
                 acc[i] = 0.0f;
             for (int64_t s = s0, row, m; s <= p; s += m) {
@@ -266,12 +282,17 @@ void gp_cpu_attention(const gp_attrs *at, const gp_ktensor *out, const gp_ktenso
                 sc[s - s0] = cap * tanhf(sc[s - s0] / cap);
             mx = fmaxf(mx, sc[s - s0]);
         }
+        float sink = sink_of(at, in, n_in, h); /* as softmax_row */
+        mx = sink > mx ? sink : mx;
         gp_acc8 sum;
         gp_acc8_zero(&sum);
         for (int64_t s = s0; s <= p; s++)
             sc[s - s0] = gp_expf(sc[s - s0] - mx);
         gp_acc8_add(&sum, sc, p + 1 - s0);
-        float inv = 1.0f / gp_acc8_total(&sum);
+        float total = gp_acc8_total(&sum);
+        if (sink > -INFINITY)
+            total += gp_expf(sink - mx);
+        float inv = 1.0f / total;
         /* out = sum_s sc[s] v[s] / sum, one chunk of D at a time, s ascending. */
         for (int64_t c = 0; c < D; c += GP_CHUNK) {
             int64_t m = D - c < GP_CHUNK ? D - c : GP_CHUNK;

@@ -127,11 +127,13 @@ static int check_tensor(const gp_ktensor *t, int i, gp_op op, char *err, size_t 
 }
 
 /* Expert weight w (input i): dims [d0, d1, d2] of the dtype's whole rows, rows contiguous, as
- * the product kernels read them. */
+ * the product kernels read them; float weights (read by gp_cpu_matmul, any strides) may be
+ * strided views (Hugging Face gpt-oss's gate_up_proj, its bias), biases (inputs 5..8) too. */
 static int expert_weight(const gp_ktensor *w, int i, int ndim, const int64_t *want, gp_op op,
                          char *err, size_t n)
 {
-    static const char *const names[] = {"x", "router", "gate", "up", "down"};
+    static const char *const names[] = {"x",           "router",    "gate",    "up",       "down",
+                                        "router_bias", "gate_bias", "up_bias", "down_bias"};
     int ok = w->ndim == ndim;
     for (int d = 0; ok && d < ndim; d++)
         ok = w->ne[d] == want[d];
@@ -140,13 +142,16 @@ static int expert_weight(const gp_ktensor *w, int i, int ndim, const int64_t *wa
     size_t row = quant ? gp_dtype_row_bytes(w->dtype, k) : gp_dtype_size(w->dtype) * (size_t)k;
     if (!ok || row == 0) {
         char shape[96];
-        int at = snprintf(shape, sizeof shape, "[%lld, %lld", (long long)want[0],
-                          (long long)want[1]);
-        snprintf(shape + at, sizeof shape - (size_t)at, ndim == 3 ? ", %lld]" : "]",
-                 (long long)want[ndim - 1]);
+        int at = 0;
+        for (int d = 0; d < ndim; d++)
+            at += snprintf(shape + at, sizeof shape - (size_t)at, "%s%lld", d ? ", " : "[",
+                           (long long)want[d]);
+        snprintf(shape + at, sizeof shape - (size_t)at, "]");
         return fail(err, n, op, "%s must be %s of whole %s rows", names[i], shape,
                     gp_dtype_name(w->dtype));
     }
+    if (!quant && (w->dtype == GP_F32 || w->dtype == GP_F16 || w->dtype == GP_BF16))
+        return 0; /* any strides (gp_cpu_matmul's general path) */
     if ((!quant && w->nb[ndim - 1] != (int64_t)gp_dtype_size(w->dtype)) ||
         (ndim == 3 && w->nb[1] != (int64_t)row) || w->nb[0] < (int64_t)row * (ndim == 3 ? want[1] : 1))
         return fail(err, n, op, "%s's rows must be contiguous", names[i]);
@@ -155,8 +160,8 @@ static int expert_weight(const gp_ktensor *w, int i, int ndim, const int64_t *wa
 
 /* moe: x f32 [T, H] (rows of contiguous elements), router [E, H], gate and up [E, F, H], down
  * [E, H, F], out f32 [T, H]; 1 <= top_k <= min(E, GP_MOE_MAX_K); the norm and act known. */
-static int check_moe(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, char *err,
-                     size_t n)
+static int check_moe(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int n_in,
+                     char *err, size_t n)
 {
     const gp_op op = GP_OP_MOE;
     const gp_ktensor *x = &in[0];
@@ -172,9 +177,21 @@ static int check_moe(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor 
     if (E < 1 || k < 1 || k > E || k > GP_MOE_MAX_K)
         return fail(err, n, op, "top_k %lld for %lld experts (expected 1..%d and at most E)",
                     (long long)k, (long long)E, GP_MOE_MAX_K);
-    if (norm < 0 || norm >= GP_MOE_NORM_COUNT || a->i[GP_MOE_ACT] != GP_MOE_SILU)
-        return fail(err, n, op, "unknown norm %lld or act %lld", (long long)norm,
-                    (long long)a->i[GP_MOE_ACT]);
+    int64_t act = a->i[GP_MOE_ACT];
+    if (norm < 0 || norm >= GP_MOE_NORM_COUNT || act < 0 || act >= GP_MOE_ACT_COUNT)
+        return fail(err, n, op, "unknown norm %lld or act %lld", (long long)norm, (long long)act);
+    if (act == GP_MOE_SWIGLU_OAI && !(a->f[GP_MOE_LIMIT] > 0))
+        return fail(err, n, op, "the clamped swiglu needs a limit > 0");
+    if (n_in != 5 && n_in != 9)
+        return fail(err, n, op, "%d inputs: the four biases come together", n_in);
+    int64_t rb[1] = {E}, gb[2] = {E, F}, db[2] = {E, H};
+    if (n_in == 9 &&
+        (expert_weight(&in[5], 5, 1, rb, op, err, n) || expert_weight(&in[6], 6, 2, gb, op, err, n) ||
+         expert_weight(&in[7], 7, 2, gb, op, err, n) || expert_weight(&in[8], 8, 2, db, op, err, n)))
+        return -1;
+    for (int i = 5; i < n_in; i++)
+        if (in[i].dtype != GP_F32 && in[i].dtype != GP_F16 && in[i].dtype != GP_BF16)
+            return fail(err, n, op, "the biases must be f32, f16 or bf16");
     if (out->dtype != GP_F32 || out->ndim != 2 || out->ne[0] != T || out->ne[1] != H)
         return fail(err, n, op, "out must be f32 [%lld, %lld]", (long long)T, (long long)H);
     return 0;
@@ -228,7 +245,7 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
             return fail(err, n, op, "out must have the shape of x");
         return 0;
     case GP_OP_MOE:
-        return check_moe(a, out, in, err, n);
+        return check_moe(a, out, in, n_in, err, n);
     case GP_OP_ARGMAX: {
         int ok = x->ndim >= 1 && out->ndim == x->ndim - 1 && out->dtype == GP_I32;
         for (int d = 0; ok && d < out->ndim; d++)
@@ -340,6 +357,9 @@ static int check_shapes(gp_op op, const gp_attrs *a, const gp_ktensor *out, cons
             return fail(err, n, op, "a ring of %lld rows cannot hold a window of %lld for %lld "
                         "new tokens (needs window + tokens - 1 rows)", (long long)k->ne[0],
                         (long long)window, (long long)x->ne[0]);
+        if (a->i[GP_ATTENTION_SINKS] &&
+            (n_in != 5 || in[4].dtype != GP_F32 || in[4].ndim != 1 || in[4].ne[0] != x->ne[1]))
+            return fail(err, n, op, "sinks must be input 4, f32 [%lld]", (long long)x->ne[1]);
         if (n_in == 6)
             return check_blocks(a, x, k, in, op, err, n);
         return check_index(&in[3], x->ne[0], ring ? INT32_MAX : k->ne[0], "pos", op, err, n);
@@ -367,7 +387,8 @@ int gp_cpu_check(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp_kt
             return -1;
         /* Index inputs are checked per op; every other input and out are floats (cast: any). */
         int index_in = (op == GP_OP_GET_ROWS && i == 1) || (op == GP_OP_ROPE && i == 1) ||
-                       (op == GP_OP_STORE && i == 1) || (op == GP_OP_ATTENTION && i >= 3);
+                       (op == GP_OP_STORE && i == 1) || (op == GP_OP_ATTENTION && i >= 3 &&
+                                                      !(i == 4 && a->i[GP_ATTENTION_SINKS]));
         /* Quantized weights: get_rows' table, matmul's b, moe's router and experts (checked
          * with the shapes). */
         int quant_in = gp_dtype_is_quant(in[i].dtype) &&

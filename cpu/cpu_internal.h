@@ -186,10 +186,10 @@ void gp_cpu_attention(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor
  * gp_cpu_moe runs them all on thread 0 (the others return). ws: gp_moe_ws(T, ...).total bytes
  * (cpu/moe.h). The same bits for every thread count and either form. */
 #define GP_MOE_PHASES 7
-void gp_cpu_moe_phase(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, void *ws,
-                      size_t ws_size, int ith, int nth, int phase);
-void gp_cpu_moe(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, void *ws,
-                size_t ws_size, int ith, int nth);
+void gp_cpu_moe_phase(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int n_in,
+                      void *ws, size_t ws_size, int ith, int nth, int phase);
+void gp_cpu_moe(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int n_in,
+                void *ws, size_t ws_size, int ith, int nth);
 /* The rows one query may score: the cache's, or a ragged batch's positions of a sequence
  * (blocks' M * block; n_in 6). */
 int64_t gp_cpu_attention_span(const gp_attrs *a, const gp_ktensor *in, int n_in);

@@ -402,8 +402,8 @@ static void k_rope(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *i
     /* With every pair in one chunk (n <= GP_CHUNK), the angles of a position serve all its
      * heads: computed when t changes (rows run t-major), not per row. */
     int64_t angles_of = -1;
-    /* LongRoPE's attention factor on the cosines and sines (1, exact, otherwise) */
-    float mscale = a->i[GP_ROPE_SCALING] == GP_ROPE_LONGROPE ? (float)a->f[GP_ROPE_FACTOR] : 1.0f;
+    /* LongRoPE's and YaRN's attention factor on the cosines and sines (1, exact, otherwise) */
+    float mscale = gp_rope_cos_factor(a);
     gp_share(T * H, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t t = r / H, h = r % H;
@@ -653,7 +653,7 @@ void gp_cpu_compute(gp_op op, const gp_attrs *a, const gp_ktensor *out, const gp
         gp_cpu_attention(a, out, in, n_in, ws, ws_size, ith, nth);
         break;
     case GP_OP_MOE:
-        gp_cpu_moe(a, out, in, ws, ws_size, ith, nth);
+        gp_cpu_moe(a, out, in, n_in, ws, ws_size, ith, nth);
         break;
     default:
         GP_ASSERT(!"gp_cpu_compute: unknown op");
@@ -683,7 +683,7 @@ void gp_cpu_compute_phase(gp_op op, const gp_attrs *a, const gp_ktensor *out,
         return;
     }
     if (op == GP_OP_MOE) {
-        gp_cpu_moe_phase(a, out, in, ws, ws_size, ith, nth, phase);
+        gp_cpu_moe_phase(a, out, in, n_in, ws, ws_size, ith, nth, phase);
         return;
     }
     const gp_ktensor *x = &in[0], *w = &in[1];
@@ -712,7 +712,7 @@ size_t gp_cpu_workspace_bytes(gp_op op, const gp_attrs *a, const gp_ktensor *out
         return (size_t)nth * (size_t)gp_cpu_attention_span(a, in, n_in) * sizeof(float);
     if (op == GP_OP_MATMUL && n_in >= 2 && in[0].ndim == 2 && gp_dtype_is_quant(in[1].dtype))
         return (size_t)gp_quant_matmul_ws_bytes(in[0].ne[0], in[0].ne[1]);
-    if (op == GP_OP_MOE && n_in == 5 && a)
+    if (op == GP_OP_MOE && n_in >= 5 && a)
         return (size_t)gp_moe_ws(in[0].ne[0], in[0].ne[1], in[1].ne[0], a->i[GP_MOE_TOP_K],
                                  in[2].ne[1], gp_dtype_is_quant(in[2].dtype))
             .total;

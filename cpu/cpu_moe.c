@@ -16,6 +16,8 @@
 typedef struct {
     int64_t T, H, E, K, F;
     int quant; /* block-quantized experts: q and qrow planned */
+    /* the biases (inputs 5..8: router [E], gate and up [E, F], down [E, H]), or NULL */
+    const gp_ktensor *bias;
     gp_moe_ws_layout l;
     int32_t *sel, *off, *cur, *slot;
     int64_t *qrow;
@@ -23,9 +25,11 @@ typedef struct {
     char *q;
 } moe_ctx;
 
-static moe_ctx ctx_of(const gp_attrs *a, const gp_ktensor *in, void *ws, size_t ws_size)
+static moe_ctx ctx_of(const gp_attrs *a, const gp_ktensor *in, int n_in, void *ws,
+                      size_t ws_size)
 {
     moe_ctx c;
+    c.bias = n_in == 9 ? &in[5] : NULL;
     c.T = in[0].ne[0];
     c.H = in[0].ne[1];
     c.E = in[1].ne[0];
@@ -78,6 +82,25 @@ static void product(const gp_ktensor *w, int64_t e, int64_t n0, int64_t n1, cons
     gp_cpu_matmul(&at, &o, ab, 0, 1);
 }
 
+/* y[r * ldy + n] += bias b (b [E, N], or [N] when e < 0: its row e) for the m rows of y and n
+ * in [n0, n1): the product's bias, added after it (transformers' x W + b). */
+static void add_bias(const gp_ktensor *b, int64_t e, int64_t n0, int64_t n1, float *y,
+                     int64_t ldy, int64_t m)
+{
+    if (!b || n0 >= n1)
+        return;
+    float bv[COLS];
+    const char *row = (const char *)b->data + (e < 0 ? 0 : e * b->nb[0]);
+    int64_t st = b->nb[b->ndim - 1];
+    for (int64_t c0 = n0; c0 < n1; c0 += COLS) {
+        int64_t nc = n1 - c0 < COLS ? n1 - c0 : COLS;
+        gp_cpu_load_row(bv, row + c0 * st, nc, st, b->dtype);
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t i = 0; i < nc; i++)
+                y[r * ldy + c0 + i] += bv[i];
+    }
+}
+
 /* Thread ith's columns of N, in whole groups of COLS. */
 static void col_share(int64_t N, int ith, int nth, int64_t *n0, int64_t *n1)
 {
@@ -128,6 +151,7 @@ static void route(const moe_ctx *c, const gp_attrs *a, const gp_ktensor *in, int
     int64_t ldx = in[0].nb[0] / 4;
     product(&in[1], -1, 0, E, (const float *)in[0].data + t0 * ldx, ldx, t1 - t0, c->H,
             c->logits + t0 * E, E);
+    add_bias(c->bias ? &c->bias[0] : NULL, -1, 0, E, c->logits + t0 * E, E, t1 - t0);
     int64_t norm = a->i[GP_MOE_NORM];
     for (int64_t t = t0; t < t1; t++) {
         float *l = c->logits + t * E, w[GP_MOE_MAX_K];
@@ -231,10 +255,28 @@ static void gather(const moe_ctx *c, const gp_ktensor *x, int ith, int nth)
                    (size_t)c->H * sizeof(float));
 }
 
-/* Phase 4, a share of F's columns for every used expert: gate and up products over its rows,
- * then silu(gate) * up in gate's place (the swiglu op's operations). */
-static void gate_up(const moe_ctx *c, const gp_ktensor *in, int ith, int nth)
+/* The clamped SwiGLU of gpt-oss (core.h, GP_MOE_SWIGLU_OAI) of n gates g and ups u, into g:
+ * transformers' GptOssExperts._apply_gate, each operation rounded to f32 as torch's. */
+static void swiglu_oai(float *g, const float *u, int64_t n, float alpha, float limit)
 {
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i] < limit ? g[i] : limit; /* clamp(max=limit): NaN stays NaN */
+        float ui = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        if (g[i] != g[i])
+            gi = g[i];
+        float sig = 1.0f / (1.0f + gp_expf(-(gi * alpha)));
+        float glu = gi * sig;
+        g[i] = (ui + 1.0f) * glu;
+    }
+}
+
+/* Phase 4, a share of F's columns for every used expert: gate and up products over its rows
+ * (plus their biases), then the activation in gate's place: silu(gate) * up (the swiglu op's
+ * operations) or the clamped SwiGLU. */
+static void gate_up(const moe_ctx *c, const gp_attrs *a, const gp_ktensor *in, int ith, int nth)
+{
+    int oai = a->i[GP_MOE_ACT] == GP_MOE_SWIGLU_OAI;
+    float alpha = (float)a->f[GP_MOE_ALPHA], limit = (float)a->f[GP_MOE_LIMIT];
     int64_t f0, f1, F = c->F, H = c->H;
     col_share(F, ith, nth, &f0, &f1);
     if (f0 >= f1)
@@ -245,9 +287,17 @@ static void gate_up(const moe_ctx *c, const gp_ktensor *in, int ith, int nth)
             continue;
         expert_product(c, &in[2], e, f0, f1, c->xg + r0 * H, H, c->g + r0 * F, F);
         expert_product(c, &in[3], e, f0, f1, c->xg + r0 * H, H, c->u + r0 * F, F);
+        if (c->bias) {
+            add_bias(&c->bias[1], e, f0, f1, c->g + r0 * F, F, m);
+            add_bias(&c->bias[2], e, f0, f1, c->u + r0 * F, F, m);
+        }
         for (int64_t r = r0; r < r0 + m; r++) {
             float *g = c->g + r * F + f0;
             const float *u = c->u + r * F + f0;
+            if (oai) {
+                swiglu_oai(g, u, f1 - f0, alpha, limit);
+                continue;
+            }
             gp_cpu_unary(GP_OP_SILU, NULL, g, f1 - f0);
             for (int64_t i = 0; i < f1 - f0; i++)
                 g[i] *= u[i];
@@ -268,6 +318,8 @@ static void down_combine(const moe_ctx *c, const gp_ktensor *in, const gp_ktenso
         int64_t r0 = c->off[e], m = c->off[e + 1] - r0;
         if (m > 0)
             expert_product(c, &in[4], e, h0, h1, c->g + r0 * F, F, c->xg + r0 * H, H);
+        if (m > 0 && c->bias)
+            add_bias(&c->bias[3], e, h0, h1, c->xg + r0 * H, H, m);
     }
     float acc[COLS];
     for (int64_t t = 0; t < c->T; t++) {
@@ -287,10 +339,10 @@ static void down_combine(const moe_ctx *c, const gp_ktensor *in, const gp_ktenso
     }
 }
 
-void gp_cpu_moe_phase(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, void *ws,
-                      size_t ws_size, int ith, int nth, int phase)
+void gp_cpu_moe_phase(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int n_in,
+                      void *ws, size_t ws_size, int ith, int nth, int phase)
 {
-    moe_ctx c = ctx_of(a, in, ws, ws_size);
+    moe_ctx c = ctx_of(a, in, n_in, ws, ws_size);
     switch (phase) {
     case 0: route(&c, a, in, ith, nth); break;
     case 1:
@@ -299,19 +351,19 @@ void gp_cpu_moe_phase(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor
         break;
     case 2: gather(&c, &in[0], ith, nth); break;
     case 3: quantize_rows(&c, c.xg, c.H, &in[2], &in[3], ith, nth); break;
-    case 4: gate_up(&c, in, ith, nth); break;
+    case 4: gate_up(&c, a, in, ith, nth); break;
     case 5: quantize_rows(&c, c.g, c.F, &in[4], NULL, ith, nth); break;
     case 6: down_combine(&c, in, out, ith, nth); break;
     default: GP_ASSERT(!"gp_cpu_moe_phase: no such phase");
     }
 }
 
-void gp_cpu_moe(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, void *ws,
-                size_t ws_size, int ith, int nth)
+void gp_cpu_moe(const gp_attrs *a, const gp_ktensor *out, const gp_ktensor *in, int n_in,
+                void *ws, size_t ws_size, int ith, int nth)
 {
     (void)nth;
     if (ith != 0) /* no barrier between the phases here: one thread runs them all */
         return;
     for (int ph = 0; ph < GP_MOE_PHASES; ph++)
-        gp_cpu_moe_phase(a, out, in, ws, ws_size, 0, 1, ph);
+        gp_cpu_moe_phase(a, out, in, n_in, ws, ws_size, 0, 1, ph);
 }

@@ -109,6 +109,32 @@ static int check_io(const gp_plan *p, char *err, size_t err_len)
     return 0;
 }
 
+/* What the CPU computes and the CUDA kernels do not (docs/moe.md, gpt-oss): rope's YaRN
+ * scaling, attention's sinks, moe's clamped SwiGLU and expert biases. Refused, never computed
+ * as something else. */
+static int check_cpu_only(const gp_plan *p, char *err, size_t err_len)
+{
+    for (int i = 0; i < p->n_nodes; i++) {
+        const gp_plan_node *nd = &p->nodes[i];
+        const char *what = NULL;
+        if (nd->op == GP_OP_ROPE && nd->attrs.i[GP_ROPE_SCALING] == GP_ROPE_YARN)
+            what = "rope's yarn scaling";
+        else if (nd->op == GP_OP_ATTENTION && nd->attrs.i[GP_ATTENTION_SINKS])
+            what = "attention's sinks";
+        else if (nd->op == GP_OP_MOE && nd->attrs.i[GP_MOE_ACT] != GP_MOE_SILU)
+            what = "moe's act other than silu";
+        else if (nd->op == GP_OP_MOE && nd->n_inputs > 5)
+            what = "moe's expert biases";
+        if (what) {
+            snprintf(err, err_len, "cuda: node %d (%s -> %s, line %d): %s is not supported on "
+                     "CUDA yet (the CPU backend runs it)", i, gp_op_get(nd->op)->name,
+                     p->tensors[nd->output].name, nd->line, what);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* all_reduce nodes go to NCCL as flat arrays: input and output contiguous at every size (packed
  * strides, only the first dim symbolic), one dtype NCCL sums, the same shape, and the output
  * either the input's bytes (in place) or disjoint from them. */
@@ -183,6 +209,8 @@ static int be_create(const gp_backend_init *init, void **out, char *err, size_t 
     const gp_plan *p = init->plan;
     int ndev = 0;
     *out = NULL;
+    if (check_cpu_only(p, err, err_len))
+        return -1;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
         cudaGetLastError();
         snprintf(err, err_len, "cuda: no CUDA device");

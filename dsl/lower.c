@@ -455,7 +455,7 @@ static value eval_index(lower *L, const gp_ast_expr *e, const char *name)
 /* The calls: ops of the IR and a few compile-time functions. Positional argument kinds (sig):
  * t tensor, o optional tensor (last), i integer, n number, s string, d dtype, D one or more dims
  * (integers or symbolic dims; the rest), I one or more integers (the rest). */
-#define MAX_KEYS 10 /* keywords of one op (rope's take the most) */
+#define MAX_KEYS 13 /* keywords of one op (rope's take the most) */
 
 typedef struct {
     const char *name;
@@ -482,7 +482,8 @@ static const op_spec op_specs[] = {
     {"swiglu", GP_OP_SWIGLU, "tt", {0}},
     {"rope", GP_OP_ROPE, "tt",
      {"mode", "dims", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor",
-      "original_max_position_embeddings", "freq_factors", "attn_factor"}},
+      "original_max_position_embeddings", "freq_factors", "attn_factor", "beta_fast", "beta_slow",
+      "truncate"}},
     {"reshape", GP_OP_RESHAPE, "tD", {0}},
     {"permute", GP_OP_PERMUTE, "tI", {0}},
     {"transpose", GP_OP_PERMUTE, "t", {0}},
@@ -492,10 +493,13 @@ static const op_spec op_specs[] = {
     {"cast", GP_OP_CAST, "td", {0}},
     {"concat", GP_OP_CONCAT, "tti", {0}},
     {"store", GP_OP_STORE, "ttt", {"ring"}},
-    {"attention", GP_OP_ATTENTION, "ttttoo", {"scale", "window", "ring", "softcap", "block"}},
+    {"attention", GP_OP_ATTENTION, "ttttoo",
+     {"scale", "window", "ring", "softcap", "block", "sinks"}},
     {"all_reduce", GP_OP_ALL_REDUCE, "to", {0}},
     {"argmax", GP_OP_ARGMAX, "t", {0}},
-    {"moe", GP_OP_MOE, "ttttt", {"top_k", "norm_topk", "gating", "act"}},
+    {"moe", GP_OP_MOE, "ttttt",
+     {"top_k", "norm_topk", "gating", "act", "alpha", "limit", "router_bias", "gate_bias",
+      "up_bias", "down_bias"}},
     {"min", GP_OP_NONE, "nn", {0}},
     {"max", GP_OP_NONE, "nn", {0}},
     {"sqrt", GP_OP_NONE, "n", {0}},
@@ -675,11 +679,55 @@ static int kw_nonzero(lower *L, call *c, int slot, double *out)
     return 0;
 }
 
-/* rope's scaling keywords (slots 3..7 and 9): scaling = "default" (none), "linear" with factor,
- * "longrope" with attn_factor (its frequency factors are freq_factors, required), or "llama3" with
- * factor, low_freq_factor, high_freq_factor and original_max_position_embeddings (core.h,
- * GP_OP_ATTRS). Each is read only under a scaling that uses it, so a graph may pass them from its
- * parameters always. */
+/* rope's scaling keywords (slots 3..7 and 9..12): scaling = "default" (none), "linear" with
+ * factor, "longrope" with attn_factor (its frequency factors are freq_factors, required), "llama3"
+ * with factor, low_freq_factor, high_freq_factor and original_max_position_embeddings, or "yarn"
+ * with factor, beta_fast, beta_slow, original_max_position_embeddings and truncate (core.h,
+ * GP_OP_ATTRS; yarn's correction range is found here, from the rotated dims and theta). Each is
+ * read only under a scaling that uses it, so a graph may pass them from its parameters always. */
+/* rope's scaling="yarn" (transformers' rope_type "yarn", gpt-oss): factor (default 32),
+ * beta_fast (32), beta_slow (1), original_max_position_embeddings (4096), truncate (1); the
+ * correction range from the rotated dims n (dims, or x's D) and theta (gp_rope_yarn_range). */
+static int rope_yarn(lower *L, call *c, gp_attrs *at)
+{
+    double v[3] = {32.0, 32.0, 1.0}; /* factor, beta_fast, beta_slow (transformers' defaults) */
+    int slots[3] = {4, 10, 11};
+    for (int k = 0; k < 3; k++)
+        if (kw_positive(L, c, slots[k], &v[k]))
+            return -1;
+    int64_t orig = 4096, truncate = 1;
+    if (c->kw[7].k != V_ERR) {
+        if (c->kw[7].k != V_INT || c->kw[7].i <= 0 || c->kw[7].i > INT32_MAX)
+            return bad_kw(L, c, 7, "a positive integer");
+        orig = c->kw[7].i;
+    }
+    if (kw_flag(L, c, 12, &truncate))
+        return -1;
+    const gp_tensor *x = tensor_of(L, c->pos[0]);
+    int64_t n = at->i[GP_ROPE_N_DIMS];
+    if (n == 0 && x->ndim == 3 && x->shape[2].sym < 0)
+        n = x->shape[2].size;
+    if (n < 2) {
+        error(L, c->kw_loc[3], "rope: yarn scaling needs the rotated dims (x [T, H, D] with a "
+                               "constant D, or dims=n)");
+        return -1;
+    }
+    double lo, hi;
+    gp_rope_yarn_range(n, at->f[GP_ROPE_THETA], (double)orig, v[1], v[2], (int)truncate, &lo, &hi);
+    if (!((float)hi > (float)lo) || !((float)lo >= 0) || !isfinite((float)hi)) {
+        error(L, c->kw_loc[3],
+              "rope: yarn's correction range %g..%g is empty (beta_fast %g, beta_slow %g, "
+              "original_max_position_embeddings %lld)",
+              lo, hi, v[1], v[2], (long long)orig);
+        return -1;
+    }
+    at->i[GP_ROPE_SCALING] = GP_ROPE_YARN;
+    at->f[GP_ROPE_FACTOR] = v[0];
+    at->f[GP_ROPE_LOW_FACTOR] = (float)lo;
+    at->f[GP_ROPE_HIGH_FACTOR] = (float)hi;
+    return 0;
+}
+
 static int rope_scaling(lower *L, call *c, gp_attrs *at)
 {
     value m = c->kw[3];
@@ -706,10 +754,12 @@ static int rope_scaling(lower *L, call *c, gp_attrs *at)
         at->f[GP_ROPE_FACTOR] = f;
         return 0;
     }
+    if (m.k == V_STR && strcmp(m.s, "yarn") == 0)
+        return rope_yarn(L, c, at);
     if (m.k != V_STR || strcmp(m.s, "llama3") != 0)
         return bad_kw(L, c, 3,
-                      "\"default\", \"linear\", \"longrope\" or \"llama3\" (other rope "
-                      "scalings are not supported)");
+                      "\"default\", \"linear\", \"longrope\", \"llama3\" or \"yarn\" (other "
+                      "rope scalings are not supported)");
     double v[3] = {8.0, 1.0, 4.0}; /* Llama 3.1's factor, low_freq_factor, high_freq_factor */
     for (int k = 0; k < 3; k++)
         if (kw_positive(L, c, 4 + k, &v[k]))
@@ -735,8 +785,10 @@ static int rope_scaling(lower *L, call *c, gp_attrs *at)
 
 /* moe's keywords: top_k (required; its range is the IR's check), norm_topk=0|1 (the k
  * probabilities renormalised), gating="softmax" (the default: softmax over every expert, then
- * the top k) or "topk_softmax" (the top k logits, then a softmax over them), act="silu". */
-static int moe_attrs(lower *L, call *c, gp_attrs *at)
+ * the top k) or "topk_softmax" (the top k logits, then a softmax over them), act="silu" or
+ * "swiglu_oai" (gpt-oss's clamped SwiGLU) with alpha (1.702) and limit (7), and the experts'
+ * biases router_bias, gate_bias, up_bias and down_bias (all four or none: inputs 5..8, in[]). */
+static int moe_attrs(lower *L, call *c, gp_attrs *at, int *in, int *n_in)
 {
     if (c->kw[0].k == V_ERR) {
         error(L, c->e->loc, "moe: needs top_k=K (the experts each token runs)");
@@ -761,9 +813,35 @@ static int moe_attrs(lower *L, call *c, gp_attrs *at)
         at->i[GP_MOE_NORM] = GP_MOE_TOPK_SOFTMAX;
     }
     value a = c->kw[3];
-    if (a.k != V_ERR && !(a.k == V_STR && strcmp(a.s, "silu") == 0))
-        return bad_kw(L, c, 3, "\"silu\" (silu(gate) * up; no other expert activation yet)");
     at->i[GP_MOE_ACT] = GP_MOE_SILU;
+    if (a.k != V_ERR && !(a.k == V_STR && strcmp(a.s, "silu") == 0)) {
+        if (a.k != V_STR || strcmp(a.s, "swiglu_oai") != 0)
+            return bad_kw(L, c, 3, "\"silu\" (silu(gate) * up) or \"swiglu_oai\" (gpt-oss's "
+                                   "clamped SwiGLU)");
+        at->i[GP_MOE_ACT] = GP_MOE_SWIGLU_OAI;
+        at->f[GP_MOE_ALPHA] = 1.702;
+        at->f[GP_MOE_LIMIT] = 7.0;
+        if (c->kw[4].k != V_ERR) {
+            if (!is_num(c->kw[4]))
+                return bad_kw(L, c, 4, "a number");
+            at->f[GP_MOE_ALPHA] = num(c->kw[4]);
+        }
+        if (kw_positive(L, c, 5, &at->f[GP_MOE_LIMIT]))
+            return -1;
+    }
+    int given = 0;
+    for (int k = 6; k < 10; k++)
+        given += c->kw[k].k != V_ERR;
+    if (given != 0 && given != 4) {
+        error(L, c->e->loc, "moe: router_bias, gate_bias, up_bias and down_bias come together "
+                            "(%d of the 4 given)", given);
+        return -1;
+    }
+    for (int k = 6; k < 10 && given; k++) {
+        if (c->kw[k].k != V_TENSOR)
+            return bad_kw(L, c, k, "a tensor");
+        in[(*n_in)++] = (int)c->kw[k].i;
+    }
     return 0;
 }
 
@@ -1004,13 +1082,24 @@ static value eval_call(lower *L, const gp_ast_expr *e, const char *name)
                 return bad_kw(L, &c, 4, "an integer in 1..2147483647"), ERR;
             at.i[GP_ATTENTION_BLOCK] = c.kw[4].i;
         }
+        if (c.kw[5].k != V_ERR) { /* sinks=w: input 4 (the shape check refuses seq and blocks) */
+            if (c.kw[5].k != V_TENSOR)
+                return bad_kw(L, &c, 5, "a tensor"), ERR;
+            if (n_in != 4) {
+                error(L, c.kw_loc[5], "attention: sinks=w is not supported with a ragged batch "
+                                      "(seq, blocks)");
+                return ERR;
+            }
+            in[n_in++] = (int)c.kw[5].i;
+            at.i[GP_ATTENTION_SINKS] = 1;
+        }
         break;
     case GP_OP_STORE:
         if (kw_flag(L, &c, 0, &at.i[GP_STORE_RING]))
             return ERR;
         break;
     case GP_OP_MOE:
-        if (moe_attrs(L, &c, &at))
+        if (moe_attrs(L, &c, &at, in, &n_in))
             return ERR;
         break;
     default: break;

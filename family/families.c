@@ -92,6 +92,9 @@ static const gp_family_gguf gemma3_gguf = {1, KEYS(gemma_keys), gemma3_assumed,
                                            gp_gguf_params_derive_gemma3, NULL};
 static const gp_family_gguf phi3_gguf = {1, KEYS(phi3_keys), phi3_assumed,
                                          gp_gguf_params_derive_phi3, phi3_optional};
+/* gpt-oss's files are refused by its derive (family/gguf_params.h). */
+static const gp_family_gguf gpt_oss_gguf = {1, NULL, 0, no_assumed, gp_gguf_params_derive_gpt_oss,
+                                            NULL};
 
 /* ---- markers: which of the families of one architecture ---- */
 
@@ -148,6 +151,8 @@ static const gp_family families[] = {
      "Gemma3ForCausalLM", NULL, "gemma", "max_position_embeddings"},
     {"phi3", GRAPH(phi3), "phi3", NULL, &phi3_gguf, "phi3", "Phi3ForCausalLM", NULL, "phi3",
      "max_position_embeddings"},
+    {"gpt_oss", GRAPH(gpt_oss), "gpt-oss", NULL, &gpt_oss_gguf, "gpt_oss", "GptOssForCausalLM",
+     NULL, NULL, "max_position_embeddings"},
 };
 #define N_FAMILIES ((int)(sizeof families / sizeof families[0]))
 

@@ -60,5 +60,10 @@ int gp_gguf_params_derive_gemma3(const gp_gguf *g, const char *path, const char 
                                  gp_gguf_params *p, char *err, size_t errlen);
 int gp_gguf_params_derive_phi3(const gp_gguf *g, const char *path, const char *arch,
                                gp_gguf_params *p, char *err, size_t errlen);
+/* gpt-oss: always -1, "PATH: gpt-oss GGUF files are not supported yet (...)": its experts are
+ * MXFP4 (ggml type 39, not read) and split into gate and up, which examples/gpt_oss.gplan, over
+ * transformers' fused layout, does not take (docs/moe.md). */
+int gp_gguf_params_derive_gpt_oss(const gp_gguf *g, const char *path, const char *arch,
+                                  gp_gguf_params *p, char *err, size_t errlen);
 
 #endif

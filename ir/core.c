@@ -124,7 +124,7 @@ static const gp_op_info ops[GP_OP_COUNT] = {
     [GP_OP_ATTENTION] = {"attention", 4, 6, -1, 0},
     [GP_OP_ALL_REDUCE] = {"all_reduce", 1, 2, 0, 0},
     [GP_OP_ARGMAX] = {"argmax", 1, 1, -1, 0},
-    [GP_OP_MOE] = {"moe", 5, 5, -1, 0},
+    [GP_OP_MOE] = {"moe", 5, 9, -1, 0},
 };
 
 const gp_op_info *gp_op_get(gp_op op)
@@ -253,7 +253,7 @@ void gp_attrs_print(gp_op op, const gp_attrs *a, int out_ndim, FILE *out)
     }
 }
 
-/* ---- rope's frequency scaling, linear, longrope and llama3 (core.h, GP_OP_ROPE) ---- */
+/* ---- rope's frequency scaling, linear, longrope, llama3 and yarn (core.h, GP_OP_ROPE) ---- */
 
 int gp_rope_check_scaling(const gp_attrs *a, char *err, size_t n)
 {
@@ -276,6 +276,15 @@ int gp_rope_check_scaling(const gp_attrs *a, char *err, size_t n)
     }
     /* float32 values (core.h, gp_attrs), compared as such */
     float lo = (float)a->f[GP_ROPE_LOW_FACTOR], hi = (float)a->f[GP_ROPE_HIGH_FACTOR];
+    if (scaling == GP_ROPE_YARN) {
+        if (factor > 0 && isfinite(factor) && lo >= 0 && hi > lo && isfinite(hi))
+            return 0;
+        gp_errf(err, n,
+                "rope: bad yarn scaling (factor %g, correction range %g..%g): expected a "
+                "factor > 0 and 0 <= low < high",
+                factor, (double)lo, (double)hi);
+        return -1;
+    }
     if (scaling < 0 || !(factor > 0) || !isfinite(factor) || !(lo > 0) || !(hi > lo) ||
         !isfinite(hi)) {
         gp_errf(err, n,
@@ -294,6 +303,12 @@ double gp_rope_freq(const gp_attrs *a, int64_t j, int64_t n)
     double freq = pow(a->f[GP_ROPE_THETA], -2.0 * (double)j / (double)n);
     if (scaling == GP_ROPE_LINEAR)
         return freq / a->f[GP_ROPE_FACTOR];
+    if (scaling == GP_ROPE_YARN) { /* the ramp in float32, as transformers computes it */
+        float lo = (float)a->f[GP_ROPE_LOW_FACTOR], hi = (float)a->f[GP_ROPE_HIGH_FACTOR];
+        float r = ((float)j - lo) / (hi - lo);
+        r = r < 0.0f ? 0.0f : r > 1.0f ? 1.0f : r;
+        return freq / a->f[GP_ROPE_FACTOR] * (double)r + freq * (1.0 - (double)r);
+    }
     if (scaling <= 0)
         return freq;
     /* float32 values (core.h, gp_attrs): high - low is a float32 difference */
@@ -306,4 +321,33 @@ double gp_rope_freq(const gp_attrs *a, int64_t j, int64_t n)
         return freq / factor; /* low frequencies: stretched by factor */
     double s = (len / wavelen - lo) / (hi - lo);
     return (1.0 - s) * freq / factor + s * freq;
+}
+
+float gp_rope_cos_factor(const gp_attrs *a)
+{
+    int64_t scaling = a->i[GP_ROPE_SCALING];
+    double factor = a->f[GP_ROPE_FACTOR];
+    if (scaling == GP_ROPE_LONGROPE)
+        return (float)factor;
+    if (scaling == GP_ROPE_YARN && factor > 1)
+        return (float)(0.1 * log(factor) + 1.0);
+    return 1.0f;
+}
+
+void gp_rope_yarn_range(int64_t n, double theta, double L, double beta_fast, double beta_slow,
+                        int truncate, double *low, double *high)
+{
+    const double pi = 3.14159265358979323846;
+    double lo = (double)n * log(L / (beta_fast * 2 * pi)) / (2 * log(theta));
+    double hi = (double)n * log(L / (beta_slow * 2 * pi)) / (2 * log(theta));
+    if (truncate) {
+        lo = floor(lo);
+        hi = ceil(hi);
+    }
+    lo = lo > 0 ? lo : 0;
+    hi = hi < (double)(n - 1) ? hi : (double)(n - 1);
+    if (lo == hi)
+        hi += 0.001;
+    *low = lo;
+    *high = hi;
 }

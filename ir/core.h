@@ -10,7 +10,7 @@
 
 #include "gplan/gplan_types.h"
 
-#define GP_MAX_INPUTS 6
+#define GP_MAX_INPUTS 10
 #define GP_MAX_IATTRS 4
 #define GP_MAX_FATTRS 4
 
@@ -170,7 +170,9 @@ typedef enum {
      * the last window of them. H % G == 0 (grouped-query: head h reads KV head h / (H / G)).
      * With inputs 4 and 5, seq i32[T] and blocks i32[N, M] (a ragged batch over a pool of KV
      * blocks of `block` rows): query t belongs to sequence seq[t], whose position j is cache row
-     * blocks[seq[t], j / block] * block + j % block; positions run to M * block. */
+     * blocks[seq[t], j / block] * block + j % block; positions run to M * block. With `sinks`,
+     * input 4 is sinks f32[H] instead: head h's softmax over its scores s has the extra term
+     * exp(sinks[h]) in its denominator (and its max), weighting no value row. */
     GP_OP_ATTENTION,
     /* all_reduce(x [, y]) -> x summed over the devices of a tensor-parallel plan (every device
      * gets the same sum, added in device order), plus y once when given: y is the same on every
@@ -180,12 +182,15 @@ typedef enum {
      * on ties; NaN is never the largest (a row of NaN only gives 0). For greedy decoding on the
      * device: a few bytes to read back instead of the row. */
     GP_OP_ARGMAX,
-    /* moe(x f32[T, H], router [E, H], gate [E, F, H], up [E, F, H], down [E, H, F]) -> f32[T, H]:
-     * routed experts (a mixture-of-experts MLP). Each token's router logits x W_r^T pick top_k of
-     * the E experts with weights by the NORM rule (GP_MOE_*); the output is the sum over the
-     * chosen experts e of w_e down_e(silu(gate_e x) * up_e x), the experts taken in ascending
-     * order. gate, up and down hold every expert's Linear weight ([out, in], llama.cpp's merged
-     * ffn_*_exps tensors). Top-k ties go to the lower expert index. */
+    /* moe(x f32[T, H], router [E, H], gate [E, F, H], up [E, F, H], down [E, H, F]
+     * [, router_bias [E], gate_bias [E, F], up_bias [E, F], down_bias [E, H]]) -> f32[T, H]:
+     * routed experts (a mixture-of-experts MLP). Each token's router logits x W_r^T (+ router_bias)
+     * pick top_k of the E experts with weights by the NORM rule (GP_MOE_*); the output is the sum
+     * over the chosen experts e of w_e down_e(act(gate_e x, up_e x)), the experts taken in
+     * ascending order, each product plus its bias when the four biases (inputs 5..8, all or
+     * none; gpt-oss) are given. gate, up and down hold every expert's Linear weight ([out, in],
+     * llama.cpp's merged ffn_*_exps tensors; float weights may be strided views, as of Hugging
+     * Face gpt-oss's fused gate_up_proj). Top-k ties go to the lower expert index. */
     GP_OP_MOE,
     GP_OP_COUNT
 } gp_op;
@@ -223,12 +228,14 @@ typedef enum {
     X(ROPE, F, 0, THETA, "theta", ALWAYS)                                                         \
     /* 0: none; L > 0: Llama 3's (rope_type "llama3"), L = original_max_position_embeddings;     \
      * GP_ROPE_LINEAR: linear (Gemma 3's global layers); GP_ROPE_LONGROPE: Phi-3's LongRoPE    \
-     * (its factors are input freq_factors). gp_rope_freq has the formulas. */                    \
+     * (its factors are input freq_factors); GP_ROPE_YARN: YaRN (gpt-oss). gp_rope_freq has the  \
+     * formulas. */                                                                               \
     X(ROPE, I, 2, SCALING, "scaling", NONZERO)                                                    \
-    /* llama3 and linear: the factor the frequencies are divided by; longrope: attn_factor, on  \
-     * the cosines and sines */                                                                   \
+    /* llama3, linear and yarn: the factor the frequencies are divided by; longrope: attn_factor, \
+     * on the cosines and sines */                                                                \
     X(ROPE, F, 1, FACTOR, "factor", NONZERO)                                                      \
-    /* llama3's low_freq_factor and high_freq_factor, float32 values (0 < low < high) */         \
+    /* llama3's low_freq_factor and high_freq_factor, float32 values (0 < low < high); yarn's   \
+     * correction range, the pairs low..high where the ramp runs (0 <= low < high) */            \
     X(ROPE, F, 2, LOW_FACTOR, "low", NONZERO)                                                     \
     X(ROPE, F, 3, HIGH_FACTOR, "high", NONZERO)                                                   \
     /* output dim k is input dim axes[k] */                                                       \
@@ -253,12 +260,19 @@ typedef enum {
     X(ATTENTION, F, 1, SOFTCAP, "softcap", NONZERO)                                               \
     /* rows of a KV block when inputs seq and blocks are given (a ragged batch); 0: none */       \
     X(ATTENTION, I, 2, BLOCK, "block", NONZERO)                                                   \
+    /* 1: input 4 is sinks f32[H], a logit of each head's own that joins its softmax's          \
+     * denominator only (gpt-oss's learned sinks); not with a ragged batch */                     \
+    X(ATTENTION, I, 3, SINKS, "sinks", NONZERO)                                                   \
     /* k: the experts each token runs, 1 <= k <= min(E, GP_MOE_MAX_K) */                          \
     X(MOE, I, 0, TOP_K, "top_k", ALWAYS)                                                          \
     /* the weights of the k: GP_MOE_SOFTMAX, GP_MOE_SOFTMAX_NORM or GP_MOE_TOPK_SOFTMAX */        \
     X(MOE, I, 1, NORM, "norm", ALWAYS)                                                            \
-    /* the experts' activation: GP_MOE_SILU (silu(gate) * up) */                                  \
-    X(MOE, I, 2, ACT, "act", NONZERO)
+    /* the experts' activation: GP_MOE_SILU (silu(gate) * up) or GP_MOE_SWIGLU_OAI */            \
+    X(MOE, I, 2, ACT, "act", NONZERO)                                                             \
+    /* GP_MOE_SWIGLU_OAI's alpha (gpt-oss's swiglu_alpha, 1.702) */                               \
+    X(MOE, F, 0, ALPHA, "alpha", NONZERO)                                                         \
+    /* GP_MOE_SWIGLU_OAI's limit > 0 (gpt-oss's swiglu_limit, 7) */                               \
+    X(MOE, F, 1, LIMIT, "limit", NONZERO)
 
 /* The slots: GP_ROPE_MODE indexes gp_attrs.i, GP_ROPE_THETA gp_attrs.f; integer and float
  * attributes in enums of their own. */
@@ -281,12 +295,15 @@ typedef enum { GP_OP_ATTRS(GP_ATTR_SLOT_F) } gp_fattr;
 enum { GP_MOE_SOFTMAX = 0, GP_MOE_SOFTMAX_NORM = 1, GP_MOE_TOPK_SOFTMAX = 2, GP_MOE_NORM_COUNT };
 /* The most experts a token may run (kernels keep a token's k on the stack). */
 #define GP_MOE_MAX_K 64
-/* moe's ACT; the only one so far (gpt-oss's clamped SwiGLU would be another). */
-enum { GP_MOE_SILU = 0, GP_MOE_ACT_COUNT };
+/* moe's ACT on an expert's gate g and up u (each with its bias when the moe has biases):
+ * SILU: silu(g) * u. SWIGLU_OAI (gpt-oss's clamped SwiGLU, transformers' GptOssExperts):
+ * g' = min(g, limit), u' = clamp(u, -limit, limit), (u' + 1) g' sigmoid(alpha g'). */
+enum { GP_MOE_SILU = 0, GP_MOE_SWIGLU_OAI = 1, GP_MOE_ACT_COUNT };
 
-/* rope's scaling for linear frequency scaling and for LongRoPE; > 0 is llama3's, 0 none. */
+/* rope's scaling for linear frequency scaling, LongRoPE and YaRN; > 0 is llama3's, 0 none. */
 #define GP_ROPE_LINEAR (-1)
 #define GP_ROPE_LONGROPE (-2)
+#define GP_ROPE_YARN (-3)
 
 /* How a weight of a tensor-parallel graph is cut from its checkpoint tensor (docs/language.md,
  * "Several devices"). The checkpoint's dim `dim` (`full` elements) is `groups` equal blocks of
@@ -350,13 +367,27 @@ int gp_op_attr_slots(gp_op op, gp_attr_kind kind);
 void gp_attrs_print(gp_op op, const gp_attrs *a, int out_ndim, FILE *out);
 
 /* 0 when rope's scaling attributes are usable (none, linear with a finite factor > 0, longrope
- * with a finite attn_factor > 0, or llama3 with factor > 0, finite factors, 0 < low < high);
- * else -1 with a message in err. */
+ * with a finite attn_factor > 0, llama3 with factor > 0, finite factors, 0 < low < high, or
+ * yarn with factor > 0 and a finite range 0 <= low < high); else -1 with a message in err. */
 int gp_rope_check_scaling(const gp_attrs *a, char *err, size_t n);
 /* The frequency of rotary pair j of n rotated dims (radians per position), scaling included
  * (not freq_factors, an input; LongRoPE's is the unscaled frequency). Unscaled and LongRoPE's:
  * freq = theta^(-2j/n). Linear: freq / factor. Llama 3's, with L its scaling, low and high:
  * wavelength w = 2 pi / freq; w < L / high keeps freq, w > L / low divides it by factor, and
- * between them s = (L / w - low) / (high - low) mixes the two: (1 - s) freq / factor + s freq. */
+ * between them s = (L / w - low) / (high - low) mixes the two: (1 - s) freq / factor + s freq.
+ * YaRN (transformers' _compute_yarn_parameters): with r = clamp((j - low) / (high - low), 0, 1)
+ * (low and high float32, the ramp in float32 as transformers'), freq / factor * r + freq (1 - r):
+ * pairs below low keep freq, pairs past high are divided by factor. low and high are the
+ * correction range, found when the graph is lowered (gp_rope_yarn_range). */
 double gp_rope_freq(const gp_attrs *a, int64_t j, int64_t n);
+/* The factor on rope's cosines and sines: LongRoPE's attn_factor; YaRN's attention factor
+ * 0.1 ln(factor) + 1 (1 when factor <= 1: transformers' default, without mscale or
+ * attention_factor); else 1. */
+float gp_rope_cos_factor(const gp_attrs *a);
+/* YaRN's correction range for n rotated dims of base theta, original context L, beta_fast and
+ * beta_slow: low and high = n ln(L / (beta 2 pi)) / (2 ln theta) for beta_fast and beta_slow,
+ * floored and ceiled when truncate, then low at least 0 and high at most n - 1; high 0.001 past
+ * low when they meet (transformers' find_correction_range and linear_ramp_factor). */
+void gp_rope_yarn_range(int64_t n, double theta, double L, double beta_fast, double beta_slow,
+                        int truncate, double *low, double *high);
 #endif

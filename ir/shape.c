@@ -20,7 +20,8 @@ static const char *const roles[GP_OP_COUNT][GP_MAX_INPUTS] = {
     [GP_OP_CAST] = {"x"},                 [GP_OP_CONCAT] = {"a", "b"},
     [GP_OP_STORE] = {"dst", "pos", "src"}, [GP_OP_ATTENTION] = {"q", "k", "v", "pos", "seq", "blocks"},
     [GP_OP_ALL_REDUCE] = {"x", "y"},      [GP_OP_ARGMAX] = {"x"},
-    [GP_OP_MOE] = {"x", "router", "gate", "up", "down"},
+    [GP_OP_MOE] = {"x", "router", "gate", "up", "down", "router_bias", "gate_bias", "up_bias",
+                   "down_bias"},
 };
 
 /* What one add_node call works on. */
@@ -375,8 +376,19 @@ static int infer_attention(ctx *c)
         (window < 1 || k->shape[0].sym >= 0 || window > k->shape[0].size))
         return ERR(c, "attention: a ring cache needs a window of 1..S rows (S constant), got "
                    "window %lld for %s", (long long)window, desc(c, 1, b1));
-    if (infer_attention_blocks(c))
+    if (c->attrs->i[GP_ATTENTION_SINKS]) { /* sinks f32[H] as input 4, no ragged batch */
+        const gp_tensor *w = c->n_in == 5 ? c->in[4] : NULL;
+        if (!w || c->attrs->i[GP_ATTENTION_BLOCK])
+            return ERR(c, "attention: sinks take input 4, so not with a ragged batch (seq, "
+                       "blocks)");
+        if (w->dtype != GP_F32 || w->ndim != 1 || w->shape[0].sym >= 0 ||
+            w->shape[0].size != q->shape[1].size)
+            return ERR(c, "attention: sinks '%s' is %s%s, expected f32[%lld] (one a query head)",
+                       w->name, gp_dtype_name(w->dtype), shp(c, w, b1),
+                       (long long)q->shape[1].size);
+    } else if (infer_attention_blocks(c)) {
         return -1;
+    }
     if (c->attrs->f[GP_ATTENTION_SCALE] == 0)
         c->attrs->f[GP_ATTENTION_SCALE] = 1.0 / sqrt((double)q->shape[2].size);
     c->out->dtype = GP_F32;
@@ -431,6 +443,43 @@ static int infer_concat(ctx *c)
     return 0;
 }
 
+/* reshape of a strided x: only dims of size 1 added or dropped (index's drop of axis 0 on a
+ * permuted view: examples/gpt_oss.gplan's experts), the others in order keeping their strides;
+ * an added dim of 1 takes the stride of what follows it. */
+static int reshape_units(ctx *c, const gp_dim *want, const char *s2)
+{
+    const gp_tensor *x = c->in[0];
+    char s1[GP_SHAPE_STR];
+    int64_t stride[GP_MAX_DIMS];
+    int i = 0;
+    for (int j = 0; j < c->ndim; j++) {
+        if (want[j].sym < 0 && want[j].size == 1)
+            continue;
+        while (i < x->ndim && x->shape[i].sym < 0 && x->shape[i].size == 1)
+            i++;
+        if (i == x->ndim || !gp_ir_dim_eq(x->shape[i], want[j]))
+            return ERR(c, "reshape: x ('%s' %s) is not contiguous (cont it first)", x->name,
+                       shp(c, x, s1));
+        stride[j] = x->stride[i++];
+    }
+    while (i < x->ndim && x->shape[i].sym < 0 && x->shape[i].size == 1)
+        i++;
+    if (i != x->ndim)
+        return ERR(c, "reshape: x ('%s' %s) is not contiguous (cont it first)", x->name,
+                   shp(c, x, s1));
+    int64_t next = 1;
+    for (int j = c->ndim - 1; j >= 0; j--) {
+        if (want[j].sym < 0 && want[j].size == 1)
+            stride[j] = next;
+        next = stride[j] * (want[j].sym < 0 ? want[j].size : 1);
+    }
+    (void)s2;
+    c->out->ndim = c->ndim;
+    memcpy(c->out->shape, want, sizeof(gp_dim) * GP_MAX_DIMS);
+    memcpy(c->out->stride, stride, sizeof(int64_t) * (size_t)c->ndim);
+    return 0;
+}
+
 static int infer_reshape(ctx *c)
 {
     const gp_tensor *x = c->in[0];
@@ -441,8 +490,7 @@ static int infer_reshape(ctx *c)
         return -1;
     gp_ir_shape_str(c->g, c->ndim, want, s2);
     if (!gp_tensor_is_contiguous(x))
-        return ERR(c, "reshape: x ('%s' %s) is not contiguous (cont it first)", x->name,
-                   shp(c, x, s1));
+        return reshape_units(c, want, s2);
     /* Symbolic dims must appear in the same order and the constant dims hold as many elements. */
     int syms_x[GP_MAX_DIMS], syms_w[GP_MAX_DIMS], nx = 0, nw = 0;
     int64_t px = 1, pw = 1;
@@ -629,9 +677,32 @@ static int infer_moe(ctx *c)
                    shp(c, r, b), GP_MOE_MAX_K);
     if (norm < 0 || norm >= GP_MOE_NORM_COUNT)
         return ERR(c, "moe: norm %lld, expected 0..%d", (long long)norm, GP_MOE_NORM_COUNT - 1);
-    if (c->attrs->i[GP_MOE_ACT] != GP_MOE_SILU)
-        return ERR(c, "moe: act %lld, expected %d (silu)", (long long)c->attrs->i[GP_MOE_ACT],
-                   GP_MOE_SILU);
+    int64_t act = c->attrs->i[GP_MOE_ACT];
+    if (act < 0 || act >= GP_MOE_ACT_COUNT)
+        return ERR(c, "moe: act %lld, expected 0..%d", (long long)act, GP_MOE_ACT_COUNT - 1);
+    double limit = c->attrs->f[GP_MOE_LIMIT], alpha = c->attrs->f[GP_MOE_ALPHA];
+    if (act == GP_MOE_SWIGLU_OAI && (!(limit > 0) || !isfinite(limit) || !isfinite(alpha)))
+        return ERR(c, "moe: the clamped swiglu needs a finite limit > 0 and alpha (got %g, %g)",
+                   limit, alpha);
+    if (c->n_in != 5 && c->n_in != 9)
+        return ERR(c, "moe: %d inputs; the biases are four (router, gate, up, down) or none",
+                   c->n_in);
+    if (c->n_in == 9) { /* router_bias [E], gate_bias and up_bias [E, F], down_bias [E, H] */
+        gp_dim rb[1] = {E}, gb[2] = {E, F}, db[2] = {E, H};
+        snprintf(e1, sizeof e1, "[%s] (E)", es);
+        if (need_dims(c, 5, 1, rb, e1))
+            return -1;
+        snprintf(e1, sizeof e1, "[%s, %s] (E, F)", es, fs);
+        if (need_dims(c, 6, 2, gb, e1) || need_dims(c, 7, 2, gb, e1))
+            return -1;
+        snprintf(e1, sizeof e1, "[%s, %s] (E, H)", es, hs);
+        if (need_dims(c, 8, 2, db, e1))
+            return -1;
+        for (int i = 5; i < 9; i++)
+            if (gp_dtype_is_quant(c->in[i]->dtype))
+                return ERR(c, "moe: %s is %s, expected a float tensor", desc(c, i, b),
+                           gp_dtype_name(c->in[i]->dtype));
+    }
     c->out->dtype = GP_F32;
     same_shape(c, x);
     return 0;

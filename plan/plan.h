@@ -17,8 +17,8 @@
 /* The plan file's version. A loader reads any minor version of its major version (newer minors only
  * add fields at the end of records or new sections, which it skips) and refuses another major. */
 #define GP_PLAN_VERSION_MAJOR 1
-#define GP_PLAN_VERSION_MINOR 2 /* 1.1: tensor records end with the weight's split; 1.2: node
-                                 * records end with inputs 4 and 5 */
+#define GP_PLAN_VERSION_MINOR 3 /* 1.1: tensor records end with the weight's split; 1.2: node
+                                 * records end with inputs 4 and 5; 1.3: with inputs 6..9 */
 
 /* Where a tensor's bytes live. Each region is one allocation per device made once per session. */
 typedef enum {
@@ -207,7 +207,8 @@ enum {
 #define GP_PLAN_SYM_BYTES 16
 #define GP_PLAN_TENSOR_BYTES 176 /* 152 in version 1.0, which had no split */
 #define GP_PLAN_TENSOR_BYTES_1_0 152
-#define GP_PLAN_NODE_BYTES 96    /* 88 before version 1.2, which had four inputs */
+#define GP_PLAN_NODE_BYTES 112   /* 96 before version 1.3 (six inputs), 88 before 1.2 (four) */
+#define GP_PLAN_NODE_BYTES_1_2 96
 #define GP_PLAN_NODE_BYTES_1_1 88
 #define GP_PLAN_FATTRS 2         /* a node record's f64 attributes: gp_attrs.f[0..1] */
 

@@ -945,9 +945,11 @@ static void parse_nodes(gp_plan *p, uint32_t count, uint32_t rec, const unsigned
         gp_plan_node *nd = &p->nodes[i];
         nd->op = (gp_op)rd_u16(q);
         nd->n_inputs = q[2];
-        for (int k = 0; k < GP_MAX_INPUTS; k++) /* 4 and 5 from version 1.2 */
-            nd->inputs[k] = k < 4 ? rd_i32(q + 4 + 4 * k)
-                                  : rec >= GP_PLAN_NODE_BYTES ? rd_i32(q + 88 + 4 * (k - 4)) : -1;
+        for (int k = 0; k < GP_MAX_INPUTS; k++) /* 4 and 5 from version 1.2, 6..9 from 1.3 */
+            nd->inputs[k] = k < 4                               ? rd_i32(q + 4 + 4 * k)
+                            : k < 6 && rec >= GP_PLAN_NODE_BYTES_1_2 ? rd_i32(q + 88 + 4 * (k - 4))
+                            : k >= 6 && rec >= GP_PLAN_NODE_BYTES ? rd_i32(q + 96 + 4 * (k - 6))
+                                                                 : -1;
         nd->output = rd_i32(q + 20);
         nd->workspace = rd_i32(q + 24);
         uint32_t line = rd_u32(q + 28), col = rd_u32(q + 32);

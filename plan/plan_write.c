@@ -206,7 +206,7 @@ static void write_nodes(bytes *b, const gp_plan *p)
             put_i64(b, iattr[k]);
         for (int k = 0; k < GP_PLAN_FATTRS; k++)
             put_f64(b, fattr[k]);
-        for (int k = 4; k < GP_MAX_INPUTS; k++) /* version 1.2 */
+        for (int k = 4; k < GP_MAX_INPUTS; k++) /* 4 and 5: version 1.2; 6..9: 1.3 */
             put_i32(b, nd->inputs[k]);
     }
 }

@@ -72,6 +72,37 @@ static void packed_strides(const gp_plan_tensor *t, const int64_t *ne, int64_t *
     }
 }
 
+/* A reshape's strides: packed over a packed source; over a strided one (ir/shape.c allows only
+ * dims of size 1 added or dropped there, index's drop of axis 0 on a permuted view), each dim
+ * of more than 1 element the stride of the source's next such dim, a dim of 1 the stride of what
+ * follows it. */
+static void reshape_strides(const gp_plan_tensor *t, const gp_plan_tensor *s, const int64_t *ne,
+                            const int64_t *src_ne, const int64_t *src_nb, int64_t *nb)
+{
+    int64_t src_packed[GP_MAX_DIMS];
+    packed_strides(s, src_ne, src_packed);
+    int packed = 1;
+    for (int d = 0; d < s->ndim; d++)
+        packed &= src_ne[d] <= 1 || src_nb[d] == src_packed[d];
+    packed_strides(t, ne, nb);
+    if (packed)
+        return;
+    int i = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        if (ne[d] == 1)
+            continue;
+        while (i < s->ndim && src_ne[i] == 1)
+            i++;
+        nb[d] = i < s->ndim ? src_nb[i++] : nb[d];
+    }
+    int64_t next = (int64_t)gp_dtype_size(t->dtype);
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (ne[d] == 1)
+            nb[d] = next;
+        next = nb[d] * ne[d];
+    }
+}
+
 /* The record of a view tensor `id` produced by node nd, from its source's record. */
 static void update_view(const gp_plan *p, const gp_plan_node *nd, int id, const int64_t *sym_values,
                         unsigned char *extras, int n_slots)
@@ -103,8 +134,8 @@ static void update_view(const gp_plan *p, const gp_plan_node *nd, int id, const 
         memcpy(ne, src_ne, sizeof ne);
         memcpy(nb, src_nb, sizeof nb);
         break;
-    default: /* reshape: its source is contiguous, so the new shape packs over the same bytes */
-        packed_strides(t, ne, nb);
+    default: /* reshape: the new shape packs over the same bytes, or keeps a strided source's */
+        reshape_strides(t, &p->tensors[t->view_src], ne, src_ne, src_nb, nb);
         break;
     }
     memcpy(rec_ne(rec, n), ne, sizeof ne);

@@ -611,6 +611,56 @@ static void test_rope(void)
     CU_ASSERT_EQUAL(gp_rope_check_scaling(&unscaled, why, sizeof why), 0);
     CU_ASSERT_DOUBLE_EQUAL(gp_rope_freq(&unscaled, 1, 16), pow(10000.0, -2.0 / 16), 1e-15);
     CHECK_ERR(node(GP_OP_ROPE, 2, x, pos, 0, 0, &no_factor), "rope: bad linear scaling (factor 0)");
+
+    /* YaRN (rope_type "yarn"): transformers 5.25's _compute_yarn_parameters, float32, for
+     * gpt-oss's rope_parameters (head_dim 64, theta 150000, factor 32, beta_fast 32, beta_slow 1,
+     * original_max_position_embeddings 4096, truncate false), and with truncate for Llama's
+     * theta 10000, factor 8, original 2048: inverse frequencies and attention factors. */
+    static const double oss[32] = {
+        1.0, 0.6890442967414856, 0.4747820496559143, 0.32714587450027466, 0.22541800141334534,
+        0.15532298386096954, 0.1070244237780571, 0.07374456524848938, 0.05081327259540558,
+        0.031705696135759354, 0.019334999844431877, 0.011592049151659012, 0.006794959306716919,
+        0.0038603590801358223, 0.002093792660161853, 0.00105260219424963, 0.0004564839182421565,
+        0.00012931869423482567, 3.830881178146228e-05, 2.6396468456368893e-05,
+        1.818833698052913e-05, 1.253256959898863e-05, 8.635495760245249e-06,
+        5.95023948335438e-06, 4.099978468730114e-06, 2.8250667583051836e-06,
+        1.9465962850517826e-06, 1.3412909538601525e-06, 9.242089618055616e-07,
+        6.368209142237902e-07, 4.38797854940276e-07, 3.023511396804679e-07};
+    static const double trunc8[32] = {
+        1.0, 0.7498942017555237, 0.5623413324356079, 0.4216965138912201, 0.3162277638912201,
+        0.23713736236095428, 0.17782793939113617, 0.1333521455526352, 0.10000000149011612,
+        0.06994204968214035, 0.0486641488969326, 0.03365462273359299, 0.0231089536100626,
+        0.015733150765299797, 0.010601281188428402, 0.007052276749163866, 0.00461538415402174,
+        0.002956313779577613, 0.0018384235445410013, 0.0010947888949885964,
+        0.0006081303581595421, 0.00029642172739841044, 0.00022228492889553308,
+        0.00016669018077664077, 0.0001250000059371814, 9.373677312396467e-05,
+        7.029266271274537e-05, 5.271206100587733e-05, 3.9528473280370235e-05,
+        2.9642173103638925e-05, 2.2228492525755428e-05, 1.666901880525984e-05};
+    for (int c = 0; c < 2; c++) {
+        double theta = c ? 10000.0 : 150000.0, lo, hi;
+        gp_rope_yarn_range(64, theta, c ? 2048 : 4096, 32, 1, c, &lo, &hi);
+        if (!c) { /* 64 ln(4096 / (beta 2 pi)) / (2 ln 150000), no truncation */
+            CU_ASSERT_DOUBLE_EQUAL(lo, 8.092779115512402, 1e-12);
+            CU_ASSERT_DOUBLE_EQUAL(hi, 17.39802450158856, 1e-12);
+        } else {
+            CU_ASSERT_DOUBLE_EQUAL(lo, 8, 0); /* floor(8.06) and ceil(20.1) */
+            CU_ASSERT_DOUBLE_EQUAL(hi, 21, 0);
+        }
+        gp_attrs y = {.i = {[GP_ROPE_N_DIMS] = 64, [GP_ROPE_SCALING] = GP_ROPE_YARN},
+                      .f = {[GP_ROPE_THETA] = theta, [GP_ROPE_FACTOR] = c ? 8.0 : 32.0,
+                            [GP_ROPE_LOW_FACTOR] = (float)lo, [GP_ROPE_HIGH_FACTOR] = (float)hi}};
+        CU_ASSERT_EQUAL(gp_rope_check_scaling(&y, why, sizeof why), 0);
+        for (int j = 0; j < 32; j++) { /* transformers' float32 values: 1e-6 relative */
+            double want = c ? trunc8[j] : oss[j], got = gp_rope_freq(&y, j, 64);
+            CU_ASSERT(fabs(got - want) <= 1e-6 * want);
+        }
+        CU_ASSERT_DOUBLE_EQUAL(gp_rope_cos_factor(&y), c ? 1.2079441541679836 : 1.3465735902799727,
+                               1e-7);
+        y.f[GP_ROPE_HIGH_FACTOR] = y.f[GP_ROPE_LOW_FACTOR];
+        CU_ASSERT_EQUAL(gp_rope_check_scaling(&y, why, sizeof why), -1);
+        CU_ASSERT_PTR_NOT_NULL(strstr(why, "rope: bad yarn scaling"));
+    }
+    CU_ASSERT_DOUBLE_EQUAL(gp_rope_cos_factor(&lin), 1.0, 0); /* none but longrope's and yarn's */
 }
 
 static void test_attention(void)

@@ -1002,9 +1002,11 @@ static void test_store(void)
 
 /* ---- attention ---- */
 
-/* ring: positions run from 40 on, position s in row s % S (needs window + T - 1 <= S). */
-static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t S, gp_dtype kvt,
-                             int layout, int64_t window, int ring, double cap, const char *name)
+/* ring: positions run from 40 on, position s in row s % S (needs window + T - 1 <= S). sinks:
+ * input 4, a logit a head in [-1, 3) joining each softmax's max and denominator (gpt-oss). */
+static void case_attention_ws(int64_t T, int64_t H, int64_t G, int64_t D, int64_t S, gp_dtype kvt,
+                              int layout, int64_t window, int ring, double cap, int sinks,
+                              const char *name)
 {
     tt *q = tt_dims(GP_F32, layout, 3, T, H, D, 0);
     tt *k = tt_rand(kvt, 3, (int64_t[]){S, G, D}, layout, 0.1, 2);
@@ -1016,6 +1018,13 @@ static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t
     for (int64_t t = 0; t < T; t++)
         tt_set(pos, &t, ring ? (double)(40 + t) : (double)(t == 0 && T > 2 ? 0 : p0 + t));
     kcase c = {.name = name, .op = GP_OP_ATTENTION, .in = {q, k, v, pos}, .n_in = 4, .tol = 2e-6};
+    tt *sk = NULL;
+    if (sinks) {
+        sk = tt_rand(GP_F32, 1, (int64_t[]){H}, 0, -1, 3);
+        c.in[4] = sk;
+        c.n_in = 5;
+        c.at.i[GP_ATTENTION_SINKS] = 1;
+    }
     c.at.f[GP_ATTENTION_SCALE] = 1.0 / sqrt((double)D);
     c.at.i[GP_ATTENTION_WINDOW] = window;
     c.at.i[GP_ATTENTION_RING] = ring;
@@ -1038,8 +1047,12 @@ static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t
                     sc[s] = cap * tanh(sc[s] / cap);
                 mx = fmax(mx, sc[s]);
             }
+            double sink = sk ? tt_geti(sk, h) : -INFINITY;
+            mx = fmax(mx, sink);
             for (int64_t s = s0; s <= p; s++)
                 sum += sc[s] = exp(sc[s] - mx);
+            if (sk)
+                sum += exp(sink - mx);
             for (int64_t d = 0; d < D; d++) {
                 double o = 0;
                 for (int64_t s = s0; s <= p; s++)
@@ -1050,6 +1063,12 @@ static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t
     check_case(&c, ref);
     free(ref);
     free(sc);
+}
+
+static void case_attention_w(int64_t T, int64_t H, int64_t G, int64_t D, int64_t S, gp_dtype kvt,
+                             int layout, int64_t window, int ring, double cap, const char *name)
+{
+    case_attention_ws(T, H, G, D, S, kvt, layout, window, ring, cap, 0, name);
 }
 
 static void case_attention(int64_t T, int64_t H, int64_t G, int64_t D, int64_t S, gp_dtype kvt,
@@ -1076,6 +1095,11 @@ static void test_attention(void)
     case_attention(3, 3, 3, 17, 67, GP_F16, 1, "attention MHA f16 cache strided");
     case_attention(1, 6, 1, 8, 1, GP_BF16, 0, "attention MQA bf16 decode S 1");
     case_attention(4, 2, 1, 300, 9, GP_F32, 1, "attention D 300");
+    /* Sinks (gpt-oss): with GQA, a window, f16, strided, a ring, a head of 300 dims. */
+    case_attention_ws(5, 4, 2, 16, 20, GP_F32, 0, 0, 0, 0.0, 1, "attention sinks GQA 4/2");
+    case_attention_ws(4, 6, 2, 64, 30, GP_F16, 1, 3, 0, 0.0, 1, "attention sinks window 3 f16");
+    case_attention_ws(4, 4, 2, 16, 7, GP_F32, 0, 4, 1, 0.0, 1, "attention sinks ring 7");
+    case_attention_ws(2, 2, 1, 300, 9, GP_F32, 1, 0, 0, 0.0, 1, "attention sinks D 300");
 
     /* The head mapping, by value: v of KV head g is constant g + 1, so head h's output is
      * h / (H / G) + 1 whatever the weights. */
@@ -1118,9 +1142,10 @@ static void test_attention_grouped(void)
         int64_t T, H, G, D, S, window;
         gp_dtype kvt;
         double cap;
-    } cs[] = {{1, 32, 4, 64, 300, 0, GP_F16, 0},   {5, 12, 2, 80, 40, 0, GP_BF16, 0},
-              {3, 6, 2, 128, 33, 7, GP_F32, 0},     {7, 8, 4, 16, 21, 0, GP_F16, 0.5},
-              {2, 28, 4, 128, 64, 20, GP_F16, 0}};
+        int sinks;
+    } cs[] = {{1, 32, 4, 64, 300, 0, GP_F16, 0, 0},   {5, 12, 2, 80, 40, 0, GP_BF16, 0, 0},
+              {3, 6, 2, 128, 33, 7, GP_F32, 0, 0},     {7, 8, 4, 16, 21, 0, GP_F16, 0.5, 0},
+              {2, 28, 4, 128, 64, 20, GP_F16, 0, 0},   {4, 16, 2, 64, 40, 9, GP_F16, 0, 1}};
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
         int64_t T = cs[c].T, H = cs[c].H, G = cs[c].G, D = cs[c].D, S = cs[c].S;
         tt *q = tt_rand(GP_F32, 3, (int64_t[]){T, H, D}, 0, -1, 1);
@@ -1130,8 +1155,11 @@ static void test_attention_grouped(void)
         int32_t pos[8];
         for (int64_t t = 0; t < T; t++)
             pos[t] = (int32_t)(S - T + t);
-        gp_ktensor in[4] = {q->k, k->k, v->k, {pos, GP_I32, 1, {T}, {4}}};
-        gp_attrs at = {.i = {[GP_ATTENTION_WINDOW] = cs[c].window},
+        tt *sk = tt_rand(GP_F32, 1, (int64_t[]){H}, 0, -1, 3);
+        gp_ktensor in[5] = {q->k, k->k, v->k, {pos, GP_I32, 1, {T}, {4}}, sk->k};
+        int n_in = cs[c].sinks ? 5 : 4;
+        gp_attrs at = {.i = {[GP_ATTENTION_WINDOW] = cs[c].window,
+                             [GP_ATTENTION_SINKS] = cs[c].sinks},
                        .f = {[GP_ATTENTION_SCALE] = 1.0 / sqrt((double)D),
                              [GP_ATTENTION_SOFTCAP] = cs[c].cap}};
         size_t big = gp_cpu_workspace_bytes(GP_OP_ATTENTION, NULL, &o1->k, in, 4, 64);
@@ -1139,8 +1167,8 @@ static void test_attention_grouped(void)
         for (int nth = 1; nth <= 2; nth++) {
             size_t one = gp_cpu_workspace_bytes(GP_OP_ATTENTION, NULL, &o1->k, in, 4, nth);
             for (int ith = 0; ith < nth; ith++) {
-                gp_cpu_compute(GP_OP_ATTENTION, &at, &o1->k, in, 4, w, one, ith, nth);
-                gp_cpu_compute(GP_OP_ATTENTION, &at, &og->k, in, 4, w, big, ith, nth);
+                gp_cpu_compute(GP_OP_ATTENTION, &at, &o1->k, in, n_in, w, one, ith, nth);
+                gp_cpu_compute(GP_OP_ATTENTION, &at, &og->k, in, n_in, w, big, ith, nth);
             }
             int same = memcmp(o1->k.data, og->k.data, (size_t)(T * H * D) * sizeof(float)) == 0;
             if (!same)
@@ -1148,7 +1176,7 @@ static void test_attention_grouped(void)
             CU_ASSERT(same);
         }
         free(w);
-        tt *all[] = {q, k, v, o1, og};
+        tt *all[] = {q, k, v, o1, og, sk};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             tt_free(all[i]);
     }
@@ -1380,7 +1408,7 @@ static void test_check(void)
                          [GP_ROPE_LOW_FACTOR] = 1.0, [GP_ROPE_HIGH_FACTOR] = 4.0}};
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_ROPE, &ra, &ro->k, rin, 2, err, sizeof err), 0);
     const struct { int64_t len; float lo, hi; double factor; } bad_scaling[] = {
-        {-3, 1, 4, 8}, {32, 4, 1, 8}, {32, 0, 4, 8}, {32, 1, INFINITY, 8}, {32, 1, 4, 0},
+        {-7, 1, 4, 8}, {32, 4, 1, 8}, {32, 0, 4, 8}, {32, 1, INFINITY, 8}, {32, 1, 4, 0},
         {32, 1, 4, NAN}, {32, NAN, 4, 8},
     };
     for (size_t i = 0; i < sizeof bad_scaling / sizeof bad_scaling[0]; i++) {

@@ -555,8 +555,126 @@ static void test_check(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "expected x f32 [T, H] (rows contiguous)"));
     kernel_tensors(&c, y, in, &out);
     CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_MOE, &a, &out, in, 4, err, sizeof err), -1);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err, "4 inputs, expected 5..5"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "4 inputs, expected 5..9"));
+    gp_ktensor in6[6] = {in[0], in[1], in[2], in[3], in[4], in[1]};
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_MOE, &a, &out, in6, 6, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "6 inputs: the four biases come together"));
     case_free(&c);
+}
+
+/* ---- gpt-oss's experts: biases, the clamped SwiGLU, transformers' layout through views ---- */
+
+/* transformers' GptOssExperts in double: gate_up [E, H, 2F] (gate the even columns, up the odd),
+ * gate_up_b [E, 2F], down [E, F, H], down_b [E, H]; the router [E, H] with rb [E], its top k
+ * logits softmaxed; the clamped SwiGLU of limit and alpha. */
+static void oss_ref(int64_t T, int64_t H, int64_t E, int64_t F, int64_t K, const float *x,
+                    const float *r, const float *rb, const float *gu, const float *gub,
+                    const float *dn, const float *db, double alpha, double limit, double *out,
+                    int *clamped)
+{
+    double l[64], act[64];
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t e = 0; e < E; e++) {
+            l[e] = rb[e];
+            for (int64_t i = 0; i < H; i++)
+                l[e] += (double)x[t * H + i] * r[e * H + i];
+        }
+        int32_t pick[GP_MOE_MAX_K];
+        double w[GP_MOE_MAX_K];
+        ref_top_k(l, E, K, pick);
+        for (int64_t j = 0; j < K; j++)
+            w[j] = l[pick[j]];
+        ref_softmax(w, K);
+        for (int64_t i = 0; i < H; i++)
+            out[t * H + i] = 0;
+        for (int64_t j = 0; j < K; j++) {
+            int64_t e = pick[j];
+            for (int64_t f = 0; f < F; f++) {
+                double g = gub[e * 2 * F + 2 * f], u = gub[e * 2 * F + 2 * f + 1];
+                for (int64_t i = 0; i < H; i++) {
+                    g += (double)x[t * H + i] * gu[(e * H + i) * 2 * F + 2 * f];
+                    u += (double)x[t * H + i] * gu[(e * H + i) * 2 * F + 2 * f + 1];
+                }
+                *clamped += g > limit || fabs(u) > limit;
+                g = g < limit ? g : limit;
+                u = u < -limit ? -limit : u > limit ? limit : u;
+                act[f] = (u + 1) * g / (1 + exp(-alpha * g));
+            }
+            for (int64_t i = 0; i < H; i++) {
+                double y = db[e * H + i];
+                for (int64_t f = 0; f < F; f++)
+                    y += act[f] * dn[(e * F + f) * H + i];
+                out[t * H + i] += w[j] * y;
+            }
+        }
+    }
+}
+
+static void test_gpt_oss(void)
+{
+    enum { T = 7, H = 32, E = 6, F = 16, K = 3 };
+    static float x[T * H], r[E * H], rb[E], gu[E * H * 2 * F], gub[E * 2 * F], dn[E * F * H],
+        db[E * H], y[T * H];
+    static double ref[T * H];
+    gp_test_uniform(x, T * H, -1, 1, &rng);
+    gp_test_normal(r, E * H, 2.0f / sqrtf(H), &rng);
+    gp_test_normal(rb, E, 0.5f, &rng);
+    gp_test_normal(gu, E * H * 2 * F, 2.0f / sqrtf(H), &rng);
+    gp_test_normal(gub, E * 2 * F, 0.5f, &rng);
+    gp_test_normal(dn, E * F * H, 1.0f / sqrtf(F), &rng);
+    gp_test_normal(db, E * H, 0.1f, &rng);
+    double alpha = 1.702, limit = 1.25; /* a limit the products pass often */
+    int clamped = 0;
+    oss_ref(T, H, E, F, K, x, r, rb, gu, gub, dn, db, alpha, limit, ref, &clamped);
+    CU_ASSERT(clamped > 20);
+    /* The graph's views: gate and up the even and odd columns of gate_up [E, H, 2F] as
+     * [E, F, H], down [E, F, H] as [E, H, F], the biases' even and odd columns. */
+    gp_ktensor in[9] = {
+        {x, GP_F32, 2, {T, H}, {H * 4, 4}},
+        {r, GP_F32, 2, {E, H}, {H * 4, 4}},
+        {gu, GP_F32, 3, {E, F, H}, {H * 2 * F * 4, 8, 2 * F * 4}},
+        {gu + 1, GP_F32, 3, {E, F, H}, {H * 2 * F * 4, 8, 2 * F * 4}},
+        {dn, GP_F32, 3, {E, H, F}, {F * H * 4, 4, H * 4}},
+        {rb, GP_F32, 1, {E}, {4}},
+        {gub, GP_F32, 2, {E, F}, {2 * F * 4, 8}},
+        {gub + 1, GP_F32, 2, {E, F}, {2 * F * 4, 8}},
+        {db, GP_F32, 2, {E, H}, {H * 4, 4}},
+    };
+    gp_ktensor out = {y, GP_F32, 2, {T, H}, {H * 4, 4}};
+    gp_attrs a = {.i = {[GP_MOE_TOP_K] = K, [GP_MOE_NORM] = GP_MOE_TOPK_SOFTMAX,
+                        [GP_MOE_ACT] = GP_MOE_SWIGLU_OAI},
+                  .f = {[GP_MOE_ALPHA] = alpha, [GP_MOE_LIMIT] = limit}};
+    char err[256];
+    CU_ASSERT_EQUAL_FATAL(gp_cpu_check(GP_OP_MOE, &a, &out, in, 9, err, sizeof err), 0);
+    size_t ws_size = gp_cpu_workspace_bytes(GP_OP_MOE, &a, &out, in, 9, 3);
+    void *ws = malloc(ws_size);
+    float first[T * H];
+    for (int nth = 0; nth <= 3; nth += 3) { /* one thread; then 3, the phases */
+        memset(ws, 0xa5, ws_size);
+        memset(y, 0, sizeof y);
+        if (nth == 0) {
+            gp_cpu_compute(GP_OP_MOE, &a, &out, in, 9, ws, ws_size, 0, 1);
+            memcpy(first, y, sizeof y);
+        } else {
+            for (int p = 0; p < GP_MOE_PHASES; p++)
+                for (int ith = nth - 1; ith >= 0; ith--)
+                    gp_cpu_compute_phase(GP_OP_MOE, &a, &out, in, 9, ws, ws_size, ith, nth, p);
+            CU_ASSERT_EQUAL(memcmp(first, y, sizeof y), 0); /* the same bits */
+        }
+        double e = rel_err(y, ref, T * H);
+        CU_ASSERT(e <= 2e-6);
+        if (!(e <= 2e-6))
+            fprintf(stderr, "\n  gpt-oss experts, %d threads: error %.3g\n", nth, e);
+    }
+    /* silu with the biases: the clamped SwiGLU's absence changes the output */
+    a.i[GP_MOE_ACT] = GP_MOE_SILU;
+    gp_cpu_compute(GP_OP_MOE, &a, &out, in, 9, ws, ws_size, 0, 1);
+    CU_ASSERT(rel_err(y, ref, T * H) > 1e-2);
+    a.i[GP_MOE_ACT] = GP_MOE_SWIGLU_OAI;
+    a.f[GP_MOE_LIMIT] = 0;
+    CU_ASSERT_EQUAL(gp_cpu_check(GP_OP_MOE, &a, &out, in, 9, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "the clamped swiglu needs a limit > 0"));
+    free(ws);
 }
 
 /* ---- the workspace ---- */
@@ -606,11 +724,9 @@ static gp_session *session(gp_model *m, const char *backend, int threads)
 
 /* The plan reserves the moe nodes' workspace at the bound of T; 1 and 2 threads, and the
  * reference backend, give the same logits bit for bit; evals allocate nothing, whatever the
- * routing of their tokens. */
-static void test_model(void)
+ * routing of their tokens. m: 2 MoE layers of hidden 64, 8 experts of 32, top 2, n_batch 16. */
+static void model_checks(gp_model *m)
 {
-    gp_model *m = small_model(NULL, 5, NULL);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     const gp_plan *p = gp_model_plan(m);
     int moes = 0;
     for (int i = 0; i < p->n_nodes; i++) {
@@ -659,6 +775,27 @@ static void test_model(void)
     gp_session_free(s1);
     gp_session_free(s2);
     gp_session_free(sr);
+}
+
+/* examples/gpt_oss.gplan at the same small shape (its sinks, biases, yarn rope, alternating
+ * windows and clamped SwiGLU), random weights. */
+static const char *const gpt_oss_defs[] = {
+    "num_hidden_layers=2", "hidden_size=64", "intermediate_size=32", "num_local_experts=8",
+    "num_experts_per_tok=2", "num_attention_heads=4", "num_key_value_heads=2", "head_dim=16",
+    "vocab_size=96", "max_position_embeddings=64", "n_batch=16", "sliding_window=5",
+    "original_max_position_embeddings=256", "factor=4", "swiglu_limit=1.5"};
+
+static void test_model(void)
+{
+    gp_model *m = small_model(NULL, 5, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    model_checks(m);
+    gp_model_free(m);
+    gp_test_model_opts o = {gpt_oss_defs, (int)(sizeof gpt_oss_defs / sizeof *gpt_oss_defs),
+                            NULL, 1, 6};
+    m = gp_test_model("examples/gpt_oss.gplan", &o, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    model_checks(m);
     gp_model_free(m);
 }
 
@@ -976,8 +1113,9 @@ void gp_suite_moe(void)
         {"the same bits: 1 to 3 threads, a token alone or in a batch", test_bits},
         {"experts of many rows on the integer products", test_integer_path},
         {"gp_cpu_check refusals", test_check},
+        {"gpt-oss's experts: biases, clamped SwiGLU, strided views", test_gpt_oss},
         {"the workspace's layout", test_workspace},
-        {"a Qwen3-MoE graph: threads, reference, no allocation per eval", test_model},
+        {"Qwen3-MoE and gpt-oss graphs: threads, reference, no allocation per eval", test_model},
         {"stacked experts: safetensors, GGUF merged and one by one, refusals",
          test_stacked_weights},
         {"the parity fixtures' routing: many experts, no ties", test_fixture_routing},

@@ -1431,7 +1431,7 @@ static void test_corrupt_header(void)
     b = copy_good(); b[48] = 1; expect_bad(b, "header checksum mismatch");
     b = copy_good(); b[56] = 1; expect_bad(b, "header checksum mismatch");
     b = copy_good(); b[60] ^= 0xFF; expect_bad(b, "header checksum mismatch");
-    b = copy_good(); b[12] = 3; expect_bad(b, "header checksum mismatch"); /* minor, unfixed */
+    b = copy_good(); b[12] = 4; expect_bad(b, "header checksum mismatch"); /* minor, unfixed */
     b = copy_good(); set32(b + 20, 5); expect_bad(b, "header checksum mismatch");
     b = copy_good(); set32(b + 20, 5); expect_bad_fixed(b, "missing section nodes");
     b = copy_good(); b[64 + 24 * 2 + 8] ^= 8; expect_bad(b, "header checksum mismatch");

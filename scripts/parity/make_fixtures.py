@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Builds the Hugging Face parity fixtures: tiny random GPT2LMHeadModel, LlamaForCausalLM (plain and
 with Llama 3 rope scaling), Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM,
-Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Qwen3MoeForCausalLM and
-MixtralForCausalLM checkpoints
+Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM
+and GptOssForCausalLM checkpoints
 saved with save_pretrained, and what transformers computes for them (a prompt, 32
 greedy tokens and the logits of every step). Needs torch and transformers (run it where they are).
 
@@ -42,7 +42,7 @@ import numpy as np
 import torch
 import transformers
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
-                          GPT2Config, GPT2LMHeadModel,
+                          GPT2Config, GPT2LMHeadModel, GptOssConfig, GptOssForCausalLM,
                           LlamaConfig, LlamaForCausalLM,
                           MistralConfig, MistralForCausalLM, MixtralConfig, MixtralForCausalLM,
                           Phi3Config, Phi3ForCausalLM,
@@ -176,6 +176,27 @@ def mixtral_config(**over):
     return moe_eager(rope_cfg(MixtralConfig, kw))
 
 
+# gpt-oss: attention sinks, q/k/v/o biases, sliding and full layers alternating (layer_types),
+# YaRN rope (truncate false, as gpt-oss; original_max_position_embeddings 256 puts the ramp over
+# pairs 0..3 of head_dim 16's 8), the router's bias, the experts' biases and the clamped SwiGLU at
+# a limit the random products pass (1.5; gpt-oss's is 7). Sliding window 5 of the fixture's 41
+# positions.
+GPT_OSS_YARN = dict(rope_type="yarn", factor=4.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+                    original_max_position_embeddings=256)
+
+
+def gpt_oss_config(**over):
+    kw = dict(MOE_COMMON, rope_theta=10000.0, num_local_experts=8, intermediate_size=32,
+              sliding_window=5, layer_types=["sliding_attention", "full_attention"],
+              attention_bias=True, swiglu_limit=1.5, router_aux_loss_coef=0.0,
+              rope_parameters=dict(GPT_OSS_YARN))
+    kw.pop("hidden_act", None)
+    kw.update(over)
+    cfg = moe_eager(rope_cfg(GptOssConfig, kw))
+    cfg._attn_implementation = "eager"  # the sinks in the softmax as the modeling file writes it
+    return cfg
+
+
 def llama3_config(**over):
     # Llama 3.x rope scaling: with theta 10000, head_dim 16 and original_max_position_embeddings 32
     # the wavelengths 2 pi / freq are 6.3 (< 32 / 4: kept), 19.9 (between: smoothed) and 63 and
@@ -282,6 +303,7 @@ FAMILIES = {
     "mistral": (mistral_config, MistralForCausalLM),
     "qwen3moe": (qwen3moe_config, Qwen3MoeForCausalLM),
     "mixtral": (mixtral_config, MixtralForCausalLM),
+    "gpt_oss": (gpt_oss_config, GptOssForCausalLM),
 }
 
 
@@ -304,6 +326,11 @@ def randomise(model, seed, emb_std):
                 v = 0.1 * r
             elif "wte" in name or "wpe" in name or "embed_tokens" in name:
                 v = emb_std * r
+            elif name.endswith(".sinks"):  # gpt-oss: a logit a head, near the scores' size
+                v = 1.0 * r
+            elif p.ndim == 3 and isinstance(model, GptOssForCausalLM):
+                # gpt-oss's experts [E, in, out] (gate_up_proj [E, H, 2F], down_proj [E, F, H])
+                v = 1.5 / math.sqrt(p.shape[1]) * r
             elif p.ndim == 2:
                 # GPT-2's Conv1D stores [in, out]; nn.Linear stores [out, in].
                 conv1d = isinstance(model, GPT2LMHeadModel)
@@ -418,6 +445,19 @@ def check_config_values(kind, model, cfg_kw):
     d = getattr(model.config, "head_dim", None) or \
         model.config.hidden_size // model.config.num_attention_heads
     want = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    if "yarn" in cfg_kw:  # YaRN (docs/language.md, rope), written out again here
+        factor, beta_fast, beta_slow, orig, truncate = cfg_kw["yarn"]
+
+        def corr(beta):
+            return d * math.log(orig / (beta * 2 * math.pi)) / (2 * math.log(theta))
+        lo, hi = corr(beta_fast), corr(beta_slow)
+        if truncate:
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, d - 1)
+        r = np.clip((np.arange(d // 2) - lo) / (hi - lo), 0, 1)
+        want = want / factor * r + want * (1 - r)
+        att = model.model.rotary_emb.attention_scaling
+        assert abs(att - (0.1 * math.log(factor) + 1)) < 1e-12, att
     if "llama3" in cfg_kw:  # the scaling of docs/language.md (rope), written out again here
         factor, lo, hi, orig = cfg_kw["llama3"]
         wl = 2 * math.pi / want
@@ -455,6 +495,7 @@ FIXTURES = [
     ("gemma3", "gemma3", 2025, 9, None),
     ("qwen3moe", "qwen3moe", 4242, 9, None),
     ("mixtral", "mixtral", 8787, 9, None),
+    ("gpt_oss", "gpt_oss", 16, 9, None),
 ]
 
 SENSITIVITY = {
@@ -506,6 +547,22 @@ SENSITIVITY = {
                   lambda sd: swap_rows(sd, ".gate.weight", 0, 1)),
                  ("q_norm and k_norm weights 1", lambda sd: ones(sd, ("q_norm.weight",
                                                                       "k_norm.weight")))],
+    "gpt_oss": [("no sinks (each -1e4)", lambda sd: fill(sd, (".sinks",), -1e4)),
+                ("rope_type default (no yarn)", dict(rope_parameters=dict(rope_type="default"))),
+                ("yarn truncate=True", dict(rope_parameters=dict(GPT_OSS_YARN, truncate=True))),
+                ("yarn beta_fast=8", dict(rope_parameters=dict(GPT_OSS_YARN, beta_fast=8.0))),
+                ("sliding_window=64 (no window)", dict(sliding_window=64)),
+                ("layer_types full, sliding (swapped)",
+                 dict(layer_types=["full_attention", "sliding_attention"])),
+                ("swiglu_limit=7", dict(swiglu_limit=7.0)),
+                ("num_experts_per_tok=3", dict(num_experts_per_tok=3)),
+                ("router bias zero", lambda sd: zero(sd, (".router.bias",))),
+                ("experts' biases zero",
+                 lambda sd: zero(sd, ("gate_up_proj_bias", "down_proj_bias"))),
+                ("gate and up columns swapped (not interleaved)", lambda sd: swap_gate_up(sd)),
+                ("q, k, v and o biases zero",
+                 lambda sd: zero(sd, ("q_proj.bias", "k_proj.bias", "v_proj.bias",
+                                      "o_proj.bias")))],
     "mixtral": [("num_experts_per_tok=1", dict(num_experts_per_tok=1)),
                 ("num_experts_per_tok=3", dict(num_experts_per_tok=3)),
                 ("router rows of experts 0 and 1 swapped",
@@ -520,6 +577,20 @@ def swap_rows(sd, suffix, i, j):
             w = sd[k].clone()
             w[[i, j]] = w[[j, i]]
             sd[k] = w
+
+
+def fill(sd, suffixes, value):
+    for k in sd:
+        if k.endswith(suffixes):
+            sd[k] = torch.full_like(sd[k], value)
+
+
+def swap_gate_up(sd):
+    """gpt-oss's gate_up_proj [E, H, 2F] and its bias [E, 2F]: even and odd columns swapped."""
+    for k in sd:
+        if k.endswith(("gate_up_proj", "gate_up_proj_bias")):
+            w = sd[k]
+            sd[k] = torch.stack([w[..., 1::2], w[..., 0::2]], dim=-1).reshape(w.shape)
 
 
 def zero(sd, suffixes):
@@ -554,15 +625,18 @@ CLAIMED = {
                      moe=(8, 2, True)),
     "mixtral": dict(rope_theta=1000000.0, rms_norm_eps=5e-3, tie_word_embeddings=False,
                     moe=(8, 2, True)),
+    "gpt_oss": dict(rope_theta=10000.0, rms_norm_eps=5e-3, tie_word_embeddings=False,
+                    moe=(8, 2, True), sliding_window=5, yarn=(4.0, 32.0, 1.0, 256, False)),
 }
 
 
 def routers(model):
-    """The router module of each layer (Qwen3-MoE's mlp.gate, Mixtral's block_sparse_moe.gate)."""
+    """The router module of each layer (Qwen3-MoE's mlp.gate, Mixtral's block_sparse_moe.gate,
+    gpt-oss's mlp.router)."""
     out = []
     for layer in model.model.layers:
         block = getattr(layer, "mlp", None) or getattr(layer, "block_sparse_moe")
-        out.append(block.gate)
+        out.append(getattr(block, "gate", None) or block.router)
     return out
 
 
@@ -575,7 +649,8 @@ def routing_stats(model, prompt, tokens, top_k):
 
     def hook(mod, inp, out):
         h = inp[0].reshape(-1, inp[0].shape[-1])
-        p = torch.softmax(torch.nn.functional.linear(h, mod.weight).double(), dim=-1)
+        bias = getattr(mod, "bias", None)  # gpt-oss's router has one
+        p = torch.softmax(torch.nn.functional.linear(h, mod.weight, bias).double(), dim=-1)
         seen.append(p)
     handles = [r.register_forward_hook(hook) for r in routers(model)]
     model(input_ids=torch.tensor([prompt + tokens[:-1]]), use_cache=False)

@@ -179,7 +179,10 @@ softmax: causal must be 0 or 1, got %lld
 rope: mode must be 0 (rotate-half) or 1 (interleaved), got %lld
 attention: window must be in 0..%d, got %lld
 moe: norm %lld, expected 0..%d
-moe: act %lld, expected %d (silu)
+moe: act %lld, expected 0..%d
+moe: the clamped swiglu needs a finite limit > 0 and alpha (got %g, %g)
+moe: %d inputs; the biases are four (router, gate, up, down) or none
+attention: sinks take input 4, so not with a ragged batch (seq, blocks)
 view: offset %lld is not a multiple of the %lld-byte element size
 %s: %d dims (at most %d are supported)
 %s: missing shape

@@ -97,7 +97,7 @@ printf 'GGUF' >notgguf.gguf
 check E118 1 "notgguf.gguf: bad GGUF file (version at offset 4 needs 4 bytes, the file has 0 left)" compile --check llama.gplan --gguf notgguf.gguf
 . "$src/tests/cli/gguf_lib.sh"  # metadata-only GGUF files
 { ghead 1; kv_str general.architecture mamba; } >mamba.gguf
-check E119 1 'mamba.gguf: architecture "mamba" is not supported by --gguf (llama, qwen2, qwen3, qwen3moe, gpt2, gemma2, gemma3, phi3)' compile --check llama.gplan --gguf mamba.gguf
+check E119 1 'mamba.gguf: architecture "mamba" is not supported by --gguf (llama, qwen2, qwen3, qwen3moe, gpt2, gemma2, gemma3, phi3, gpt-oss)' compile --check llama.gplan --gguf mamba.gguf
 # local, global, local, local: no one period
 { ghead 6; kv_str general.architecture gemma3; kv_u32 gemma3.block_count 4
   kv_u32 gemma3.embedding_length 2560; kv_u32 gemma3.attention.head_count 8
