@@ -48,8 +48,8 @@ typedef struct {
                  int64_t m1);
     void (*cols)(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t M, int64_t K,
                  float *y, int64_t ldy, const void *ws, int64_t m0, int64_t m1);
-    /* M = 1 (cpu/quant_int_row.h): columns [n0, n1) of x's one row, the 32-element block formats
-     * (gp_qint_row_supports); NULL where the path has none */
+    /* M = 1 (cpu/quant_int_row.h): columns [n0, n1) of x's one row (gp_qint_row_supports);
+     * NULL where the path has none */
     void (*row)(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t K, float *y,
                 const void *ws);
 } gp_qint_path;
@@ -64,7 +64,8 @@ extern const gp_qint_path gp_qint_i8mm;    /* FEAT_I8MM: SMMLA */
 int gp_qint_supports(gp_dtype wt);
 static inline int gp_qint_row_supports(gp_dtype wt)
 {
-    return wt == GP_Q4_0 || wt == GP_Q4_1 || wt == GP_Q5_0 || wt == GP_Q5_1 || wt == GP_Q8_0;
+    return wt == GP_Q4_0 || wt == GP_Q4_1 || wt == GP_Q5_0 || wt == GP_Q5_1 || wt == GP_Q8_0 ||
+           wt == GP_Q4_K || wt == GP_Q5_K || wt == GP_Q6_K;
 }
 /* x's two 8-bit parts (2 M K bytes) and 24 bytes of scale and sums per row and block of 32: at
  * most gp_quant_matmul_ws_bytes(M, K) = 4 K (M rounded up to 16) */

@@ -593,5 +593,7 @@ static void cols(gp_dtype wt, const uint8_t *w, int64_t n0, int64_t n1, int64_t 
 #include "cpu/quant_int_row.h"
 const gp_qint_path QI_PATH = {prep, cols, row};
 #else
-const gp_qint_path QI_PATH = {prep, cols, NULL}; /* unmeasured on AVX-512: its f32 path decodes */
+/* none: on a Zen 5 the 256-bit row path took 1.5-1.8x the f32 path's time at M = 1 (q4_0 33 ms
+ * against 21, q4_k_m 37-50 against 23-28; bench/gguf-notes.md) */
+const gp_qint_path QI_PATH = {prep, cols, NULL};
 #endif
