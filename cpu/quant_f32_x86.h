@@ -274,9 +274,18 @@ AI void prep(gp_dtype t, const uint8_t *b, bctx *c)
 #endif
     }
     default: { /* q6_k */
-        float d = f16(b + 208);
-        for (int i = 0; i < 16; i++)
-            c->s[i] = d * (float)(int8_t)b[192 + i];
+        /* d times the 16 int8 scales, vectorized (a scalar loop was a third of the work per
+         * weight at M = 1) */
+        __m128i sc8 = _mm_loadu_si128((const void *)(b + 192));
+#if QF_BITS == 512
+        _mm512_storeu_ps(c->s, _mm512_mul_ps(_mm512_set1_ps(f16(b + 208)),
+                                             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8))));
+#else
+        __m256 d = _mm256_set1_ps(f16(b + 208));
+        _mm256_storeu_ps(c->s, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc8))));
+        _mm256_storeu_ps(c->s + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                                         _mm_srli_si128(sc8, 8)))));
+#endif
         q6_bytes(b, c->qb);
         break;
     }
