@@ -1,7 +1,8 @@
 /* gp_lm: a language model from a GGUF file or a Hugging Face folder. The graph is the family's
  * (family/), compiled in process (compile/, planner/) and its plan kept in a cache folder keyed by
  * everything it is made from; then weights, tokenizer and chat template. */
-#define _GNU_SOURCE /* realpath, st_mtim */
+#define _GNU_SOURCE /* realpath, st_mtim, dladdr */
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdatomic.h>
@@ -86,6 +87,18 @@ static uint64_t fnv_file(uint64_t h, const char *path)
         return fnv_str(h, path);
     int64_t v[3] = {(int64_t)st.st_size, (int64_t)st.st_mtim.tv_sec, (int64_t)st.st_mtim.tv_nsec};
     return fnv(fnv_str(h, real), v, sizeof v);
+}
+
+/* The identity of the code that plans: the file holding this function (the shared library, or
+ * the executable gplan is linked into; the main program's name is relative as it was run, so
+ * /proc/self/exe stands for it), so that a rebuilt gplan never loads a plan an older build made
+ * with the same version string (a planner fix would not reach cached plans). */
+static uint64_t fnv_self(uint64_t h)
+{
+    Dl_info info;
+    if (dladdr((void *)(uintptr_t)&fnv_self, &info) && info.dli_fname && info.dli_fname[0] == '/')
+        return fnv_file(h, info.dli_fname);
+    return fnv_file(h, "/proc/self/exe");
 }
 
 /* The cache folder: o->cache_dir, $GPLAN_CACHE_DIR, $XDG_CACHE_HOME/gplan, ~/.cache/gplan; 0 when
@@ -224,7 +237,7 @@ static gp_graph *compile_for(const source *src, const gp_lm_opts *o, gp_diag *d,
 static gp_model *plan_model(gp_lm *lm, const source *src, const gp_lm_opts *o, char *err,
                             size_t err_len)
 {
-    uint64_t h = fnv_str(1469598103934665603ull, GPLAN_VERSION_STRING);
+    uint64_t h = fnv_self(fnv_str(1469598103934665603ull, GPLAN_VERSION_STRING));
     h = fnv_file(h, src->config[0] ? src->config : src->path);
     h = fnv_str(fnv_str(h, src->fam->name), src->fam->graph_text);
     for (int i = 0; i < o->n_defines; i++)

@@ -45,4 +45,13 @@ if [ "$name" = gpt2 ]; then
     *) echo "FAIL: $name: gplan-run with one layer of two: '$out'"; exit 1 ;;
   esac
   echo "ok: $name: unused tensors refused"
+  # Another build of gplan (here a copy of the tool, which links the library statically: another
+  # file) plans again rather than load what this one cached, and gives the same ids.
+  mkdir -p "$work/no_plan_other" && cp "$run" "$work/no_plan_other/gplan-run" || exit 1
+  got=$(GPLAN_CACHE_DIR=$cache "$work/no_plan_other/gplan-run" "$gguf" --prompt-ids 1,5,9,2,7 -n 12) ||
+    exit 1
+  [ "$got" = "$want" ] || { echo "FAIL: $name (other build): '$got', not '$want'"; exit 1; }
+  [ "$(ls "$cache/plans" | wc -l)" -eq 2 ] ||
+    { echo "FAIL: $name: another build's plans: $(ls "$cache/plans")"; exit 1; }
+  echo "ok: $name: another build plans again"
 fi
