@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "dsl/dsl.h"
+#include "gplan/plan.h"
 #include "gplan/text.h"
 #include "planner/planner.h"
 #include "tests/alloc/alloc_count.h"
@@ -362,6 +363,87 @@ static int64_t mtime_ns(const char *path)
     if (stat(path, &st))
         return -1;
     return (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+/* The bytes on its device of lm's plan (gp_plan_memory.total), read from its cached file. */
+static int64_t plan_bytes(const gp_lm *lm)
+{
+    gp_plan *p;
+    char err[256];
+    if (gp_plan_load(gp_lm_plan_path(lm), &p, err, sizeof err))
+        return -1;
+    gp_plan_memory m;
+    gp_plan_memory_of(p, &m);
+    gp_plan_free(p);
+    return m.total;
+}
+
+static gp_lm *load_budget(const char *gguf, const char *cache, int64_t context, int64_t memory,
+                          char *err, size_t err_len)
+{
+    gp_lm_opts o = gp_lm_defaults();
+    o.cache_dir = cache;
+    o.context = context;
+    o.memory = memory;
+    o.tokenizer = tok_dir;
+    o.random_weights = 1;
+    o.n_threads = 1;
+    err[0] = '\0';
+    return gp_lm_load(gguf, &o, err, err_len);
+}
+
+/* A memory budget: with no context given, the largest context whose plan fits (one more does
+ * not), cached under the budget; a given context over it, or a budget below one position,
+ * refused with the figures; a plan file with a budget refused. */
+static void test_memory_budget(void)
+{
+    char gguf[4096], cache[4096], err[1024];
+    snprintf(gguf, sizeof gguf, "%s", gp_test_tmpfile(".gguf"));
+    snprintf(cache, sizeof cache, "%s", gp_test_tmpfile(".cache"));
+    CU_ASSERT_EQUAL_FATAL(write_gguf(gguf, "gpt2", 1024), 0);
+    gp_lm *lm = load_budget(gguf, cache, 0, 0, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    CU_ASSERT_EQUAL(gp_lm_context(lm), 1024);
+    int64_t full = plan_bytes(lm);
+    gp_lm_free(lm);
+    lm = load_budget(gguf, cache, 100, 0, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    int64_t at100 = plan_bytes(lm);
+    gp_lm_free(lm);
+    CU_ASSERT(at100 > 0 && at100 < full);
+
+    lm = load_budget(gguf, cache, 0, at100, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    int64_t ctx = gp_lm_context(lm);
+    CU_ASSERT(ctx >= 100 && ctx < 1024);
+    CU_ASSERT(plan_bytes(lm) <= at100);
+    gp_lm_free(lm);
+    lm = load_budget(gguf, cache, ctx, at100, err, sizeof err); /* the answer, given, fits */
+    CU_ASSERT_PTR_NOT_NULL(lm);
+    gp_lm_free(lm);
+    lm = load_budget(gguf, cache, ctx + 1, at100, err, sizeof err); /* one more does not */
+    CU_ASSERT_PTR_NULL(lm);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "over the budget of"));
+    char want[64];
+    snprintf(want, sizeof want, "a context of %lld positions needs", (long long)(ctx + 1));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, want));
+    gp_lm_free(lm);
+
+    lm = load_budget(gguf, cache, 0, 1000, err, sizeof err);
+    CU_ASSERT_PTR_NULL(lm);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "a context of 1 positions needs"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "weights "));
+    gp_lm_free(lm);
+    lm = load_budget(gguf, cache, 0, -1, err, sizeof err);
+    CU_ASSERT_PTR_NULL(lm);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "negative"));
+
+    gp_lm_opts o = gp_lm_defaults();
+    o.plan = gguf; /* any path: refused before it is read */
+    o.memory = at100;
+    o.random_weights = 1;
+    CU_ASSERT_PTR_NULL(gp_lm_load(NULL, &o, err, sizeof err));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "fixed by gplan-compile"));
 }
 
 static void test_gguf_plan_cache(void)
@@ -2030,6 +2112,7 @@ void gp_suite_text(void)
         {"load errors", test_load_errors},
         {"a plan and random weights", test_plan_model},
         {"a GGUF file's plan, cached", test_gguf_plan_cache},
+        {"a memory budget: the largest context that fits, refusals", test_memory_budget},
         {"a Hugging Face folder", test_hf_folder},
         {"non-finite logits stop with an error", test_non_finite_logits},
         {"ids past the tokenizer's are never sampled", test_padded_vocab},

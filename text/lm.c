@@ -193,8 +193,8 @@ static gp_graph *compile_graph(const source *src, const define_list *defs, gp_co
 
 /* The graph with the caller's defines, and these unless the caller set them: the context capped
  * at GP_LM_DEFAULT_CONTEXT, logits for one row (the graph's n_rows) unless asked otherwise. */
-static gp_graph *compile_for(const source *src, const gp_lm_opts *o, gp_diag *d, char *err,
-                             size_t err_len)
+static gp_graph *compile_for(const source *src, const gp_lm_opts *o, gp_diag *d, int64_t *ctx,
+                             char *err, size_t err_len)
 {
     define_list defs;
     memset(&defs, 0, sizeof defs);
@@ -217,9 +217,11 @@ static gp_graph *compile_for(const source *src, const gp_lm_opts *o, gp_diag *d,
     memset(&gg, 0, sizeof gg);
     gp_graph *g = compile_graph(src, &defs, &gg, &params, d, err, err_len);
     int again = 0;
-    if (g && !o->context && !defines_set(o, ctx_param) &&
-        gp_compile_param(params, ctx_param) > GP_LM_DEFAULT_CONTEXT)
+    *ctx = g ? gp_compile_param(params, ctx_param) : 0;
+    if (g && !o->context && !defines_set(o, ctx_param) && *ctx > GP_LM_DEFAULT_CONTEXT) {
         again |= !define_add(&defs, ctx_param, GP_LM_DEFAULT_CONTEXT);
+        *ctx = GP_LM_DEFAULT_CONTEXT;
+    }
     int64_t rows = o->n_seq > 0 ? o->n_seq : 1;
     if (g && !defines_set(o, "n_rows") && gp_compile_param(params, "n_rows") > rows)
         again |= !define_add(&defs, "n_rows", rows);
@@ -232,6 +234,73 @@ static gp_graph *compile_for(const source *src, const gp_lm_opts *o, gp_diag *d,
     return g;
 }
 
+/* The graph of src under o compiled and planned: 0 with *p and its context in *ctx, or -1 with
+ * err. */
+static int plan_for(const source *src, const gp_lm_opts *o, gp_plan **p, int64_t *ctx, char *err,
+                    size_t err_len)
+{
+    gp_diag *d = gp_diag_new(NULL);
+    gp_graph *g = d ? compile_for(src, o, d, ctx, err, err_len) : NULL;
+    *p = NULL;
+    int bad = !g || gp_plan_build(g, NULL, p, d);
+    if (bad && g)
+        snprintf(err, err_len, "%s: %s", src->path, gp_diag_text(d));
+    else if (!d)
+        snprintf(err, err_len, "out of memory");
+    gp_graph_free(g);
+    gp_diag_free(d); /* after the graph, whose locations point into it */
+    return bad ? -1 : 0;
+}
+
+/* o->memory: *p as it is when it fits; else, when the context is not the caller's, the plan of
+ * the largest context below it that fits (plans grow with the context: a bisection, each probe
+ * compiled and planned); else, or when not even one position fits, -1 with err giving the
+ * figures. */
+static int fit_memory(const source *src, const gp_lm_opts *o, gp_plan **p, int64_t ctx,
+                      char *err, size_t err_len)
+{
+    gp_plan_memory m;
+    gp_plan_memory_of(*p, &m);
+    if (o->memory <= 0 || m.total <= o->memory)
+        return 0;
+    char need[32], have[32];
+    gp_plan_bytes_text(o->memory, have, sizeof have);
+    int fixed = o->context > 0 || defines_set(o, src->fam->ctx_param);
+    int64_t lo = 0, hi = ctx; /* lo fits (0: none yet), hi does not */
+    gp_plan *best = NULL;
+    gp_plan_memory bm = m;
+    while (!fixed && hi - lo > 1) {
+        gp_lm_opts t = *o;
+        t.context = lo + (hi - lo) / 2;
+        gp_plan *q;
+        int64_t c;
+        if (plan_for(src, &t, &q, &c, err, err_len)) {
+            gp_plan_free(best);
+            return -1;
+        }
+        gp_plan_memory qm;
+        gp_plan_memory_of(q, &qm);
+        if (qm.total <= o->memory) {
+            gp_plan_free(best);
+            best = q, lo = t.context;
+        } else {
+            gp_plan_free(q);
+            hi = t.context, bm = qm;
+        }
+    }
+    if (best) {
+        gp_plan_free(*p);
+        *p = best;
+        return 0;
+    }
+    gp_plan_bytes_text(bm.total, need, sizeof need);
+    snprintf(err, err_len, "%s: a context of %lld positions needs %s, over the budget of %s "
+             "(weights %lld, state %lld, arena %lld, io %lld, extras %lld bytes)", src->path,
+             (long long)(fixed ? ctx : hi), need, have, (long long)bm.weights,
+             (long long)bm.state, (long long)bm.arena, (long long)bm.io, (long long)bm.extras);
+    return -1;
+}
+
 /* The plan of src under o: from the cache when it has it, else compiled, planned and cached
  * (written to a file of this process, then renamed, so that loads never see half a plan). */
 static gp_model *plan_model(gp_lm *lm, const source *src, const gp_lm_opts *o, char *err,
@@ -242,7 +311,8 @@ static gp_model *plan_model(gp_lm *lm, const source *src, const gp_lm_opts *o, c
     h = fnv_str(fnv_str(h, src->fam->name), src->fam->graph_text);
     for (int i = 0; i < o->n_defines; i++)
         h = fnv_str(h, o->defines[i]);
-    int64_t sizes[5] = {o->context, o->batch, o->allow_unused, o->n_seq, o->kv_positions};
+    int64_t sizes[6] = {o->context, o->batch, o->allow_unused, o->n_seq, o->kv_positions,
+                        o->memory};
     h = fnv(h, sizes, sizeof sizes);
 
     char dir[PATH_MAX - 64];
@@ -256,18 +326,14 @@ static gp_model *plan_model(gp_lm *lm, const source *src, const gp_lm_opts *o, c
                 return m; /* else a stale or damaged file: planned again below */
         }
     }
-    gp_diag *d = gp_diag_new(NULL);
-    gp_graph *g = d ? compile_for(src, o, d, err, err_len) : NULL;
-    gp_plan *p = NULL;
-    int bad = !g || gp_plan_build(g, NULL, &p, d);
-    if (bad && g)
-        snprintf(err, err_len, "%s: %s", src->path, gp_diag_text(d));
-    else if (!d)
-        snprintf(err, err_len, "out of memory");
-    gp_graph_free(g);
-    gp_diag_free(d); /* after the graph, whose locations point into it */
-    if (bad)
+    gp_plan *p;
+    int64_t ctx;
+    if (plan_for(src, o, &p, &ctx, err, err_len))
         return NULL;
+    if (fit_memory(src, o, &p, ctx, err, err_len)) {
+        gp_plan_free(p);
+        return NULL;
+    }
     gp_model *m = NULL;
     if (cached) {
         char tmp[sizeof lm->plan_path + 32];
@@ -383,12 +449,14 @@ gp_lm *gp_lm_load(const char *path, const gp_lm_opts *opts, char *err, size_t er
     lm->device = o.device;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     lm->n_threads = o.n_threads > 0 ? o.n_threads : cores < 1 ? 1 : cores > 64 ? 64 : (int)cores;
-    if (o.context < 0 || o.batch < 0 || o.n_defines < 0 || o.n_seq < 0 || o.kv_positions < 0) {
-        snprintf(err, err_len, "negative context, batch, define count, n_seq or kv_positions");
+    if (o.context < 0 || o.batch < 0 || o.n_defines < 0 || o.n_seq < 0 || o.kv_positions < 0 ||
+        o.memory < 0) {
+        snprintf(err, err_len, "negative context, batch, define count, n_seq, kv_positions or "
+                 "memory");
         goto fail;
     }
     if (o.plan) {
-        if (o.n_defines || o.context || o.batch || o.n_seq || o.kv_positions) {
+        if (o.n_defines || o.context || o.batch || o.n_seq || o.kv_positions || o.memory) {
             snprintf(err, err_len, "%s: defines, context, batch and n_seq are for a model file (a plan's "
                      "are fixed by gplan-compile)", o.plan);
             goto fail;

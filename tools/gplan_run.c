@@ -12,6 +12,7 @@
 
 #include "gplan/alloc_interpose.h"
 #include "gplan/cli.h"
+#include "gplan/compile.h"
 #include "gplan/text.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = GP_CLI_EXIT_USAGE };
@@ -20,7 +21,7 @@ static const char PROG[] = "gplan-run";
 /* The flags, parsed straight into the text API's option structs where they are its options. */
 typedef struct {
     const char *model, *weights, *text, *text_file, *system, *logits_out, *check_weights;
-    const char *lora_mode;
+    const char *lora_mode, *memory;
     const char *defines[64], *stops[16];
     int chat, logits_all, stats, is_plan, lora_set;
     int32_t *prompt; /* [n_prompt] --prompt-ids */
@@ -40,6 +41,7 @@ static void usage(FILE *f)
         "eval, printing ids, or streaming text with --prompt, --prompt-file or --chat. A MODEL's\n"
         "graph is its architecture's; its plan is cached ($GPLAN_CACHE_DIR, ~/.cache/gplan).\n"
         "  -D NAME=VALUE, --ctx N  a MODEL's parameter; its context (default: the file's, <= 4096)\n"
+        "  --memory DEV=SIZE       a MODEL's plan within SIZE on cpu or cuda (the context shrunk)\n"
         "  --allow-unused          a MODEL's tensors need not all be in the graph\n"
         "  --weights PATH          a PLAN's checkpoint (.gguf, safetensors, index.json, folder)\n"
         "  --random-weights SEED   deterministic random weights\n"
@@ -98,6 +100,7 @@ static int parse_args(int argc, char **argv, options *o)
         ST("--tokenizer", &lm->tokenizer), ST("--system", &o->system),
         ST("--chat-format", &lm->chat_format), ST("--logits-out", &o->logits_out),
         ST("--lora", &lm->lora), ST("--check-weights", &o->check_weights),
+        ST("--memory", &o->memory),
         {"--lora-merge-plan", GP_CLI_STR, &lm->lora_merge_plan, 0, 0, NULL, &o->lora_set},
         {"--lora-mode", GP_CLI_STR, &o->lora_mode, 0, 0, NULL, &o->lora_set},
         {"--stop", GP_CLI_LIST, o->stops, 0, 16, "--stop needs a non-empty string", &g->n_stop},
@@ -139,8 +142,8 @@ static int parse_args(int argc, char **argv, options *o)
         : (o->is_plan = !gp_lm_is_model(o->model)) && !o->weights == !o->lm.random_weights
             ? "give exactly one of --weights and --random-weights"
         : !o->is_plan && o->weights ? "--weights is for a plan; a model file holds its weights"
-        : o->is_plan && (o->lm.n_defines || o->lm.context)
-            ? "-D and --ctx need a model file (a plan's are fixed by gplan-compile)"
+        : o->is_plan && (o->lm.n_defines || o->lm.context || o->memory)
+            ? "-D, --ctx and --memory need a model file (a plan's are fixed by gplan-compile)"
         : o->logits_all && !o->logits_out ? "--logits-all needs --logits-out FILE"
         : o->lora_set && !lm->lora ? "--lora-scale, --lora-mode and --lora-merge-plan need --lora"
         : lm->lora && !runtime && !lm->lora_merge_plan
@@ -157,6 +160,11 @@ static int parse_args(int argc, char **argv, options *o)
                           : NULL;
     if (why)
         return gp_cli_usage_error(PROG, why, NULL);
+    char dev[16], msg[256];
+    if (o->memory && gp_budget_parse(o->memory, dev, sizeof dev, &lm->memory, msg, sizeof msg))
+        return gp_cli_usage_error(PROG, msg, NULL);
+    if (o->memory && strcmp(dev, lm->backend && !strcmp(lm->backend, "cuda") ? "cuda" : "cpu"))
+        return gp_cli_usage_error(PROG, "--memory names another device than --backend's", dev);
     if (!o->prompt && !text) { /* the default prompt: id 0 */
         o->n_prompt = 1;
         if (!(o->prompt = calloc(1, sizeof *o->prompt)))

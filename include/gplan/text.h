@@ -75,10 +75,15 @@ typedef struct {
                                 (runtime mode, gp_model_bind_adapter) */
     const char *lora_merge_plan;
     double lora_scale;       /* multiplies the adapter's lora_alpha / r; gp_lm_defaults: 1 */
+    int64_t memory;          /* > 0: the bytes the plan may hold on its device (gplan/plan.h's
+                                gp_plan_memory.total); with no context given (context 0, no -D
+                                of it), the largest context up to the default's that fits;
+                                else, or when one position does not fit, refused with the
+                                figures. 0: no budget */
 } gp_lm_opts;
 
 /* path: a .gguf file, a Hugging Face folder (config.json, safetensors, tokenizer.json), or with
- * o->plan a checkpoint for that plan (defines, context and batch are then refused: a plan's are
+ * o->plan a checkpoint for that plan (defines, context, batch and memory are then refused: a plan's are
  * fixed by gplan-compile). o may be NULL. NULL with err set: the file and what is wrong,
  * e.g. "x.gguf: unsupported architecture 'mamba' (supported: gemma2, gemma3, ...)". */
 gp_lm *gp_lm_load(const char *path, const gp_lm_opts *o, char *err, size_t err_len);

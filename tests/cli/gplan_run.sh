@@ -22,6 +22,10 @@ expect 2 "--threads needs 1..256" "$plan" --random-weights 1 --threads 0
 expect 2 "bad --temp" "$plan" --random-weights 1 --temp -1
 expect 2 "missing value for: -n" "$plan" --random-weights 1 -n
 expect 2 "--logits-all needs --logits-out FILE" "$plan" --random-weights 1 --logits-all
+expect 2 "-D, --ctx and --memory need a model file" "$plan" --random-weights 1 --memory cpu=1GiB
+printf 'GGUF' > "$tmp/magic.gguf" # a model by its magic: the options are checked before it is read
+expect 2 "a budget is DEVICE=SIZE" "$tmp/magic.gguf" --memory 1GiB
+expect 2 "--memory names another device than --backend's: cuda" "$tmp/magic.gguf" --memory cuda=1GiB
 expect 0 "usage: gplan-run MODEL" --help
 
 # bad input (1)
