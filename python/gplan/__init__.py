@@ -88,7 +88,7 @@ class _LmOpts(ctypes.Structure):
                 ("random_seed", ctypes.c_uint64), ("n_seq", ctypes.c_int),
                 ("kv_positions", ctypes.c_int64), ("chat_format", ctypes.c_char_p),
                 ("lora", ctypes.c_char_p), ("lora_merge_plan", ctypes.c_char_p),
-                ("lora_scale", ctypes.c_double)]
+                ("lora_scale", ctypes.c_double), ("memory", ctypes.c_int64)]
 
 
 class _Msg(ctypes.Structure):
@@ -291,7 +291,9 @@ class Model(_Closes):
     weights instead of the file's), chat_format (a built-in chat format by name instead of the
     model's template: gplan.chat_formats()), lora (a PEFT adapter folder: merged into the weights
     by lora_merge_plan, a plan of gplan-compile -D lora_r=R --lora-merge, or without one bound
-    into the adapter slots of a plan compiled with -D lora_r=R), lora_scale (times lora_alpha/r).
+    into the adapter slots of a plan compiled with -D lora_r=R), lora_scale (times lora_alpha/r),
+    memory (bytes the plan may hold on its device: with no context given, the largest context
+    that fits; else a plan over it raises Error).
 
     Generation runs on one sequence per model (its KV cache kept between calls, so a prompt that
     continues the last one evaluates only the rest): one generation at a time. A call that starts
@@ -300,7 +302,7 @@ class Model(_Closes):
 
     def __init__(self, path=None, *, plan=None, tokenizer=None, defines=None, context=0, batch=0,
                  cache_dir=None, backend="cpu", threads=0, device=0, random_weights=None,
-                 chat_format=None, lora=None, lora_merge_plan=None, lora_scale=1.0):
+                 chat_format=None, lora=None, lora_merge_plan=None, lora_scale=1.0, memory=0):
         lib = _load()
         self._h = None        # gp_model*: the plan model's own, or the text model's gp_lm_model
         self._lm = None       # gp_lm*: text models only
@@ -311,7 +313,7 @@ class Model(_Closes):
         p = None if path is None or os.fspath(path) in ("", b"") else os.fspath(path)
         text_opts = (tokenizer is not None or defines or context or batch or cache_dir is not None
                      or backend != "cpu" or threads or device or random_weights is not None
-                     or chat_format is not None or lora is not None)
+                     or chat_format is not None or lora is not None or memory)
         if plan is None and p is not None and not lib.gp_lm_is_model(_enc(p)):
             if not text_opts:
                 err = _err_buf()
@@ -339,6 +341,7 @@ class Model(_Closes):
         o.lora = None if lora is None else _enc(os.fspath(lora))
         o.lora_merge_plan = None if lora_merge_plan is None else _enc(os.fspath(lora_merge_plan))
         o.lora_scale = float(lora_scale)
+        o.memory = int(memory)
         err = _err_buf()
         self._lm = lib.gp_lm_load(None if p is None else _enc(p), ctypes.byref(o), err, len(err))
         if not self._lm:

@@ -31,7 +31,7 @@ def test_struct_defaults():
     lib = gplan._load()
     o = lib.gp_lm_defaults()
     assert [getattr(o, f) for f, _ in gplan._LmOpts._fields_ if f != "defines"] == \
-        [None, None, 0, 0, 0, None, None, 0, 0, 0, 0, 0, 0, 0, None, None, None, 1.0]
+        [None, None, 0, 0, 0, None, None, 0, 0, 0, 0, 0, 0, 0, None, None, None, 1.0, 0]
     so = lib.gp_sampler_defaults()
     assert (so.temp, so.top_k, so.top_p, so.min_p, so.repeat_penalty, so.repeat_last_n,
             so.seed) == (0.0, 0, 1.0, 0.0, 1.0, 64, 1)
@@ -389,3 +389,15 @@ def test_smollm2_context_overflow(smollm2_path, tmp_path):
         with pytest.raises(gplan.ContextError, match="with a position for the reply"):
             m.chat([{"role": "user", "content": "word " * 60}])
         assert "Paris" in m.generate("The capital of France is", max_tokens=4)
+
+
+def test_smollm2_memory_budget(smollm2_path, tmp_path):
+    # A budget with no context: the largest context that fits, below the default's 4096 here.
+    with gplan.Model(smollm2_path, memory=200 << 20, cache_dir=tmp_path, threads=2) as m:
+        assert 1 <= m.context < 4096
+        fitted = m.context
+        assert "Paris" in m.generate("The capital of France is", max_tokens=4)
+    with pytest.raises(gplan.Error, match="a context of %d positions needs" % (fitted + 1)):
+        gplan.Model(smollm2_path, memory=200 << 20, context=fitted + 1, cache_dir=tmp_path)
+    with pytest.raises(gplan.Error, match="over the budget of 1.00 MiB"):
+        gplan.Model(smollm2_path, memory=1 << 20, cache_dir=tmp_path)
