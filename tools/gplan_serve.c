@@ -14,6 +14,7 @@
 
 #include "gplan/alloc_interpose.h"
 #include "gplan/cli.h"
+#include "gplan/compile.h"
 #include "gplan/server.h"
 #include "gplan/text.h"
 
@@ -21,11 +22,12 @@ enum { EXIT_OK = 0, EXIT_INPUT = 1 };
 
 typedef struct {
     const char *model, *host, *backend, *tokenizer, *weights, *alias, *chat_format, *cache_dir;
+    const char *memory_text; /* --memory DEV=SIZE */
     const char *defines[64];
     int n_defines, port, slots, queue, threads, max_conns, timeout, grace, allow_unused, verbose;
     int wseed;
     uint64_t seed;
-    int64_t ctx, batch, max_body, kv_positions, prompt_chunk;
+    int64_t ctx, batch, max_body, kv_positions, prompt_chunk, memory;
 } options;
 
 static void usage(FILE *f)
@@ -48,6 +50,8 @@ static void usage(FILE *f)
             "  --kv-positions N        the KV pool's positions, all sequences together (default:\n"
             "                          --slots times --ctx)\n"
             "  --batch N               tokens per eval at most (default 512)\n"
+            "  --memory DEV=SIZE       the plan within SIZE on cpu or cuda: without --ctx, the\n"
+            "                          largest context that fits (docs/memory.md)\n"
             "  --prompt-chunk N        prompt tokens an eval takes while others generate (default\n"
             "                          64: their next tokens keep coming)\n"
             "  --threads N             CPU threads (default: the online cores)\n"
@@ -111,6 +115,7 @@ static int parse_args(int argc, char **argv, options *o)
         {"--alias", GP_CLI_STR, &o->alias, 0, 0, NULL, NULL},
         {"--chat-format", GP_CLI_STR, &o->chat_format, 0, 0, NULL, NULL},
         {"--cache-dir", GP_CLI_STR, &o->cache_dir, 0, 0, NULL, NULL},
+        {"--memory", GP_CLI_STR, &o->memory_text, 0, 0, NULL, NULL},
         {"--random-weights", GP_CLI_U64, &o->seed, 0, 0, "bad --random-weights seed", &o->wseed},
         {"-D", GP_CLI_DEFINES, o->defines, 0, 64, "bad -D (NAME=VALUE, at most 64)",
          &o->n_defines},
@@ -128,9 +133,15 @@ static int parse_args(int argc, char **argv, options *o)
         return usage_error("a plan needs exactly one of --weights and --random-weights", NULL);
     if (!plan && o->weights)
         return usage_error("--weights is for a plan; a model file holds its weights", NULL);
-    if (plan && (o->n_defines || o->ctx || o->batch || o->kv_positions))
-        return usage_error("-D, --ctx, --batch and --kv-positions need a model file (a plan's "
-                           "are fixed by gplan-compile)", NULL);
+    if (plan && (o->n_defines || o->ctx || o->batch || o->kv_positions || o->memory_text))
+        return usage_error("-D, --ctx, --batch, --kv-positions and --memory need a model file (a "
+                           "plan's are fixed by gplan-compile)", NULL);
+    char dev[16], msg[256];
+    if (o->memory_text &&
+        gp_budget_parse(o->memory_text, dev, sizeof dev, &o->memory, msg, sizeof msg))
+        return usage_error(msg, NULL);
+    if (o->memory_text && strcmp(dev, o->backend && !strcmp(o->backend, "cuda") ? "cuda" : "cpu"))
+        return usage_error("--memory names another device than --backend's", dev);
     return -1;
 }
 
@@ -207,6 +218,7 @@ int main(int argc, char **argv)
     lo.batch = o.batch;
     lo.n_seq = plan ? 0 : o.slots; /* a plan's batch is its own (-D n_seq) */
     lo.kv_positions = o.kv_positions;
+    lo.memory = o.memory;
     lo.cache_dir = o.cache_dir;
     lo.backend = o.backend;
     lo.n_threads = o.threads; /* 0: the online cores */

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -21,6 +22,16 @@ check = Checks()
 model = tiny_model(compile_tool, src, tmp)
 CHAT, COMP = "/v1/chat/completions", "/v1/completions"
 USER = [{"role": "user", "content": "Hello, how are you?"}]
+
+# Usage errors (exit status 2, the message on stderr) before anything is loaded or listened on.
+magic = os.path.join(tmp, "magic.gguf")  # a model by its magic: options are checked first
+with open(magic, "wb") as f:
+    f.write(b"GGUF")
+for args, msg in [(model + ["--memory", "cpu=1GiB"], "--memory need a model file"),
+                  ([magic, "--memory", "1GiB"], "a budget is DEVICE=SIZE"),
+                  ([magic, "--memory", "cuda=1GiB"], "another device than --backend's: cuda")]:
+    r = subprocess.run([serve] + args, capture_output=True, text=True, timeout=30)
+    check(r.returncode == 2 and msg in r.stderr, "%r: %d %r" % (args, r.returncode, r.stderr))
 
 
 def shapes(s):
