@@ -51,11 +51,15 @@ for m in $models; do
     -o "build-bench/$m-f16.plan" > /dev/null
 done
 
-echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores," \
-     "$threads threads, $(date -u '+%Y-%m-%d %H:%M UTC'), llama-bench env: ${LLAMA_ENV:-none}"
+cpuinfo() { grep -m1 "^$1" /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'; }
+flags=$(for f in avx2 avx512f avx512_bf16 avx512_fp16 amx_tile asimdhp bf16; do
+          grep -m1 '^\(flags\|Features\)' /proc/cpuinfo | grep -qw "$f" && printf ' %s' "$f"; done)
+echo "== machine: $(cpuinfo 'model name') (family $(cpuinfo 'cpu family') model" \
+     "$(cpuinfo 'model\s');$flags), $(nproc) cores, $threads threads," \
+     "$(date -u '+%Y-%m-%d %H:%M UTC'), llama-bench env: ${LLAMA_ENV:-none}"
 raw=build-bench/cpu-bench.tsv
 : > "$raw"
-prompt=$(seq -s, 1 128)
+prompt=$(seq -s, 1 128) kernels=
 for r in $(seq 1 "$rounds"); do
   echo "== round $r, load average $(cut -d' ' -f1-3 /proc/loadavg)"
   bw=$(build-bench/bench/copy_bw "$threads" 3)
@@ -67,6 +71,7 @@ for r in $(seq 1 "$rounds"); do
     pp=$(echo "$out" | sed -nE 's/^stats: prompt .* ([0-9.]+) tokens\/s.*/\1/p')
     tg=$(echo "$out" | sed -nE 's/^stats: generation .*, ([0-9.]+) ms per eval.*/\1/p')
     al=$(echo "$out" | sed -nE 's/^stats: host allocations during evals: ([0-9]+) on the eval thread, ([0-9]+) on.*/\1+\2/p')
+    kernels=$(echo "$out" | sed -n 's/^stats: cpu kernels: //p')
     printf 'gplan\t%s\t%s\t%s\t%s\n' "$m" "$pp" "$tg" "$al" >> "$raw"
     # shellcheck disable=SC2086
     js=$(env ${LLAMA_ENV:-} "$lb" -m "${gguf[$m]}" -t "$threads" -p 128 -n "$tokens" -r 1 -o json 2>/dev/null)
@@ -134,3 +139,4 @@ if rd:
         sys.argv[2], max(rd), max(rd) / min(rd)))
 PY
 echo "   ratio: gplan / llama.cpp (decode: under 1 is faster; prompt: over 1 is faster)"
+echo "   gplan's kernels on this processor: $kernels"

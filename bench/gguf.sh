@@ -34,9 +34,13 @@ if [ -z "${GGUF_MODELS:-}" ]; then
 fi
 
 prompt=$(seq -s, 100 227)
-echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores," \
-     "load average $(cut -d' ' -f1-3 /proc/loadavg); $threads threads"
-rows=() notes=()
+cpuinfo() { grep -m1 "^$1" /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'; }
+flags=$(for f in avx2 avx512f avx512_vnni avx_vnni amx_tile asimddp i8mm; do
+          grep -m1 '^\(flags\|Features\)' /proc/cpuinfo | grep -qw "$f" && printf ' %s' "$f"; done)
+echo "== machine: $(cpuinfo 'model name') (family $(cpuinfo 'cpu family') model" \
+     "$(cpuinfo 'model\s');$flags), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg);" \
+     "$threads threads"
+rows=() notes=() kernels=
 models=("smollm2-135m_q4_1:$smol:llama" "tinyllama-1.1b_q8_0:$cache/bench/tinyllama-Q8_0.gguf:llama"
         "tinyllama-1.1b_q4_0:$cache/bench/tinyllama-Q4_0.gguf:llama"
         "tinyllama-1.1b_q4_k_m:$cache/bench/tinyllama-Q4_K_M.gguf:llama")
@@ -53,6 +57,7 @@ for m in "${models[@]}"; do
           --threads "$threads" --stats 2>&1 >/dev/null)
     gp+=("$(echo "$out" | sed -nE 's/^stats: prompt .* ([0-9.]+) tokens\/s/\1/p')")
     gd+=("$(echo "$out" | sed -nE 's/^stats: generation .*, ([0-9.]+) ms per eval.*/\1/p')")
+    kernels=$(echo "$out" | sed -n 's/^stats: cpu kernels: //p')
     csv=$("$lcpp/llama-bench" -m "$file" -t "$threads" -p 128 -n 32 -r 1 -o csv 2>/dev/null ||
           echo crashed)
     if [ "$csv" = crashed ]; then
@@ -80,5 +85,6 @@ echo
 echo "| model | gplan decode ms/token | llama.cpp decode ms/token | gplan prompt-128 tok/s | llama.cpp prompt-128 tok/s |"
 echo "|---|---|---|---|---|"
 for r in "${rows[@]}"; do echo "| $r |"; done
+echo "gplan's kernels on this processor: $kernels"
 for n in "${notes[@]}"; do echo "$n"; done
 echo "== load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"

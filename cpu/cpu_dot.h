@@ -147,5 +147,7 @@ gp_dot_fn gp_cpu_dot(void);
 /* Levels: 0 portable, 1 AVX2+FMA+F16C (aarch64: NEON), 2 AVX-512 F/BW/VL. Sets the level to use (tests compare the
  * builds; -1: the best the CPU has), capped at what the CPU has; returns the level now in use. */
 int gp_cpu_dot_level(int want);
+/* The float products' kernels in use by name: "avx512", "avx2", "neon" or "portable". */
+const char *gp_cpu_dot_name(void);
 
 #endif

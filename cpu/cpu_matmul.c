@@ -290,6 +290,16 @@ static int level_now(void)
     return l < 0 ? gp_cpu_dot_level(-1) : l;
 }
 
+const char *gp_cpu_dot_name(void)
+{
+#ifdef GP_DOT_NEON
+    static const char *const names[] = {"portable", "neon"};
+#else
+    static const char *const names[] = {"portable", "avx2", "avx512"};
+#endif
+    return names[level_now()];
+}
+
 gp_dot_fn gp_cpu_dot(void)
 {
     int l = level_now();

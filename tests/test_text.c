@@ -1996,6 +1996,7 @@ static void test_totals_stats(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(text, line));
     snprintf(line, sizeof line, "\nstats: prompt     %lld tokens, ", (long long)t.prompt_rows);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, line));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "\nstats: cpu kernels: float products "));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "\nstats: device allocations during evals: 0\n"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "\nstats: peak RSS "));
     CU_ASSERT_EQUAL(gp_seq_stats(s, "stats: ", small, sizeof small), n);

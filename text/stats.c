@@ -2,8 +2,11 @@
  * run (gplan-run --stats): its generations' counts and times, its session's, its model's. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/resource.h>
 
+#include "cpu/cpu_dot.h"
+#include "cpu/quant.h"
 #include "text/lm_impl.h"
 
 typedef struct {
@@ -38,6 +41,9 @@ int64_t gp_seq_stats(gp_seq *s, const char *prefix, char *out, size_t cap)
     int threads = gp_lm_threads(lm);
     put(&b, prefix, "backend %s, %d thread%s, plan %s\n", gp_session_backend(ss), threads,
         threads == 1 ? "" : "s", *plan ? plan : "(in memory)");
+    if (!strcmp(gp_session_backend(ss), "cpu")) /* which of the run-time paths this processor took */
+        put(&b, prefix, "cpu kernels: float products %s, quantized %s\n", gp_cpu_dot_name(),
+            gp_quant_isa_name(gp_quant_isa()));
     gp_gen_result t;
     gp_seq_totals(s, &t);
     /* A generated token is evaluated by one eval; a prompt's evals take their rows. */
