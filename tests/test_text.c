@@ -269,7 +269,8 @@ static void test_load_errors(void)
     o.tokenizer = tok_dir;
     o.context = -1;
     CU_ASSERT_PTR_NULL(gp_lm_load(NULL, &o, err, sizeof err));
-    CU_ASSERT_STRING_EQUAL(err, "negative context, batch, define count, n_seq or kv_positions");
+    CU_ASSERT_STRING_EQUAL(err, "negative context, batch, define count, n_seq, kv_positions or "
+                                "memory");
     gp_lm_free(NULL);
     gp_seq_free(NULL);
 
