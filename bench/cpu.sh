@@ -51,12 +51,9 @@ for m in $models; do
     -o "build-bench/$m-f16.plan" > /dev/null
 done
 
-cpuinfo() { grep -m1 "^$1" /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'; }
-flags=$(for f in avx2 avx512f avx512_bf16 avx512_fp16 amx_tile asimdhp bf16; do
-          grep -m1 '^\(flags\|Features\)' /proc/cpuinfo | grep -qw "$f" && printf ' %s' "$f"; done)
-echo "== machine: $(cpuinfo 'model name') (family $(cpuinfo 'cpu family') model" \
-     "$(cpuinfo 'model\s');$flags), $(nproc) cores, $threads threads," \
-     "$(date -u '+%Y-%m-%d %H:%M UTC'), llama-bench env: ${LLAMA_ENV:-none}"
+echo "== machine: $(scripts/bench/machine.sh avx2 avx512f avx512_bf16 avx512_fp16 amx_tile asimdhp \
+     bf16), $(nproc) cores, $threads threads, $(date -u '+%Y-%m-%d %H:%M UTC'), llama-bench env:" \
+     "${LLAMA_ENV:-none}"
 raw=build-bench/cpu-bench.tsv
 : > "$raw"
 prompt=$(seq -s, 1 128) kernels=

@@ -34,12 +34,8 @@ if [ -z "${GGUF_MODELS:-}" ]; then
 fi
 
 prompt=$(seq -s, 100 227)
-cpuinfo() { grep -m1 "^$1" /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'; }
-flags=$(for f in avx2 avx512f avx512_vnni avx_vnni amx_tile asimddp i8mm; do
-          grep -m1 '^\(flags\|Features\)' /proc/cpuinfo | grep -qw "$f" && printf ' %s' "$f"; done)
-echo "== machine: $(cpuinfo 'model name') (family $(cpuinfo 'cpu family') model" \
-     "$(cpuinfo 'model\s');$flags), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg);" \
-     "$threads threads"
+echo "== machine: $(scripts/bench/machine.sh avx2 avx512f avx512_vnni avx_vnni amx_tile asimddp \
+     i8mm), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $threads threads"
 rows=() notes=() kernels=
 models=("smollm2-135m_q4_1:$smol:llama" "tinyllama-1.1b_q8_0:$cache/bench/tinyllama-Q8_0.gguf:llama"
         "tinyllama-1.1b_q4_0:$cache/bench/tinyllama-Q4_0.gguf:llama"

@@ -323,18 +323,25 @@ static int count_plans(const char *dir)
     return n;
 }
 
-static gp_lm *load_gguf(const char *path, const char *cache, const char *const *defs, int n,
-                        int64_t context)
+/* The options of the GGUF tests: the tokenizer folder, random weights of seed 4, 2 threads. */
+static gp_lm_opts gguf_opts(const char *cache, int64_t context)
 {
     gp_lm_opts o = gp_lm_defaults();
     o.cache_dir = cache;
-    o.defines = defs;
-    o.n_defines = n;
     o.context = context;
     o.tokenizer = tok_dir;
     o.random_weights = 1;
     o.random_seed = 4;
     o.n_threads = 2;
+    return o;
+}
+
+static gp_lm *load_gguf(const char *path, const char *cache, const char *const *defs, int n,
+                        int64_t context)
+{
+    gp_lm_opts o = gguf_opts(cache, context);
+    o.defines = defs;
+    o.n_defines = n;
     char err[1024];
     gp_lm *lm = gp_lm_load(path, &o, err, sizeof err);
     if (!lm)
@@ -382,13 +389,8 @@ static int64_t plan_bytes(const gp_lm *lm)
 static gp_lm *load_budget(const char *gguf, const char *cache, int64_t context, int64_t memory,
                           char *err, size_t err_len)
 {
-    gp_lm_opts o = gp_lm_defaults();
-    o.cache_dir = cache;
-    o.context = context;
+    gp_lm_opts o = gguf_opts(cache, context);
     o.memory = memory;
-    o.tokenizer = tok_dir;
-    o.random_weights = 1;
-    o.n_threads = 1;
     err[0] = '\0';
     return gp_lm_load(gguf, &o, err, err_len);
 }
