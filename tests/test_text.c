@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dsl/dsl.h"
@@ -365,12 +366,66 @@ static void greedy8(gp_lm *lm, char *out, size_t cap)
     gp_seq_free(s);
 }
 
-static int64_t mtime_ns(const char *path)
+/* A file's inode number (a rewrite by rename gives another), -1 when it is missing. */
+static int64_t inode_of(const char *path)
 {
     struct stat st;
-    if (stat(path, &st))
-        return -1;
-    return (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    return stat(path, &st) ? -1 : (int64_t)st.st_ino;
+}
+
+/* The cache keeps 32 plans: writing one more removes the least recently used (modification
+ * times, which a load refreshes), never the new one; other files stay. */
+static void test_plan_cache_trim(void)
+{
+    char gguf[4096], cache[4096], path[4300];
+    snprintf(gguf, sizeof gguf, "%s", gp_test_tmpfile(".gguf"));
+    snprintf(cache, sizeof cache, "%s", gp_test_tmpfile(".cache"));
+    CU_ASSERT_EQUAL_FATAL(write_gguf(gguf, "gpt2", 1024), 0);
+    gp_lm *lm = load_gguf(gguf, cache, NULL, 0, 64); /* makes cache/plans */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    char used[4300];
+    snprintf(used, sizeof used, "%s", gp_lm_plan_path(lm));
+    gp_lm_free(lm);
+    /* 40 older plans, aged 1000 + i seconds, and one file that is no plan */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    for (int i = 0; i < 40; i++) {
+        snprintf(path, sizeof path, "%s/plans/old-%02d.plan", cache, i);
+        FILE *f = fopen(path, "wb");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+        fclose(f);
+        struct timespec t[2] = {{now.tv_sec - 1000 - i, 0}, {now.tv_sec - 1000 - i, 0}};
+        CU_ASSERT_EQUAL(utimensat(AT_FDCWD, path, t, 0), 0);
+    }
+    snprintf(path, sizeof path, "%s/plans/notes.txt", cache);
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fclose(f);
+    /* the first plan, aged past them all, then loaded: used now, so kept */
+    struct timespec t[2] = {{now.tv_sec - 5000, 0}, {now.tv_sec - 5000, 0}};
+    CU_ASSERT_EQUAL(utimensat(AT_FDCWD, used, t, 0), 0);
+    lm = load_gguf(gguf, cache, NULL, 0, 64);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    CU_ASSERT_STRING_EQUAL(gp_lm_plan_path(lm), used);
+    gp_lm_free(lm);
+    CU_ASSERT_EQUAL(count_plans(cache), 42); /* nothing written, nothing removed */
+    lm = load_gguf(gguf, cache, NULL, 0, 65); /* a new plan: 42 plans become 32 */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    struct stat st;
+    CU_ASSERT_EQUAL(stat(gp_lm_plan_path(lm), &st), 0);
+    gp_lm_free(lm);
+    CU_ASSERT_EQUAL(count_plans(cache), 32 + 1); /* and notes.txt */
+    CU_ASSERT_EQUAL(stat(used, &st), 0);
+    CU_ASSERT_EQUAL(stat(path, &st), 0);
+    int kept = 0;
+    for (int i = 0; i < 40; i++) { /* the 30 youngest of them stay */
+        char p[4300];
+        snprintf(p, sizeof p, "%s/plans/old-%02d.plan", cache, i);
+        int here = stat(p, &st) == 0;
+        kept += here;
+        CU_ASSERT_EQUAL(here, i < 30);
+    }
+    CU_ASSERT_EQUAL(kept, 30);
 }
 
 /* The bytes on its device of lm's plan (gp_plan_memory.total), read from its cached file. */
@@ -465,8 +520,8 @@ static void test_gguf_plan_cache(void)
     CU_ASSERT_EQUAL(strncmp(first, prefix, strlen(prefix)), 0);
     CU_ASSERT(strlen(first) > 5 && !strcmp(first + strlen(first) - 5, ".plan"));
     CU_ASSERT_EQUAL(count_plans(cache), 1);
-    int64_t t0 = mtime_ns(first);
-    CU_ASSERT(t0 > 0);
+    int64_t ino = inode_of(first);
+    CU_ASSERT(ino > 0);
     CU_ASSERT_STRING_EQUAL(gp_lm_arch(lm), "gpt2");
     CU_ASSERT_EQUAL(gp_lm_context(lm), 4096); /* the file's 8192, capped */
     CU_ASSERT_EQUAL(gp_lm_vocab(lm), 384);
@@ -479,11 +534,11 @@ static void test_gguf_plan_cache(void)
     CU_ASSERT_EQUAL(gp_lm_has_chat(lm), 1);
     gp_lm_free(lm);
 
-    /* The second load reads that plan: same path, the file untouched, the same text. */
+    /* The second load reads that plan: same path, the file not rewritten, the same text. */
     lm = load_gguf(gguf, cache, NULL, 0, 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
     CU_ASSERT_STRING_EQUAL(gp_lm_plan_path(lm), first);
-    CU_ASSERT_EQUAL(mtime_ns(first), t0);
+    CU_ASSERT_EQUAL(inode_of(first), ino);
     CU_ASSERT_EQUAL(count_plans(cache), 1);
     greedy8(lm, got, sizeof got);
     CU_ASSERT_STRING_EQUAL(got, want);
@@ -2117,6 +2172,7 @@ void gp_suite_text(void)
         {"a plan and random weights", test_plan_model},
         {"a GGUF file's plan, cached", test_gguf_plan_cache},
         {"a memory budget: the largest context that fits, refusals", test_memory_budget},
+        {"the plan cache keeps 32, the least recently used go", test_plan_cache_trim},
         {"a Hugging Face folder", test_hf_folder},
         {"non-finite logits stop with an error", test_non_finite_logits},
         {"ids past the tokenizer's are never sampled", test_padded_vocab},

@@ -2,8 +2,10 @@
  * (family/), compiled in process (compile/, planner/) and its plan kept in a cache folder keyed by
  * everything it is made from; then weights, tokenizer and chat template. */
 #define _GNU_SOURCE /* realpath, st_mtim, dladdr */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -26,6 +28,9 @@
 /* The rows of a ragged batch's KV blocks (gp_lm_opts.n_seq). */
 #define GP_LM_KV_BLOCK 16
 #define GP_LM_MAX_DEFINES 64
+/* Plans a cache folder keeps (a few hundred KiB each for a small model): past it, the least
+ * recently used go when a new one is written (a load marks its plan used). */
+#define GP_LM_CACHE_KEEP 32
 
 gp_lm_opts gp_lm_defaults(void)
 {
@@ -301,6 +306,56 @@ static int fit_memory(const source *src, const gp_lm_opts *o, gp_plan **p, int64
     return -1;
 }
 
+typedef struct {
+    char name[256];
+    int64_t t; /* modification time, ns */
+} cached_plan;
+
+static int by_time(const void *a, const void *b)
+{
+    int64_t x = ((const cached_plan *)a)->t, y = ((const cached_plan *)b)->t;
+    return (x > y) - (x < y);
+}
+
+/* The cache folder's plans past GP_LM_CACHE_KEEP removed, the least recently used first (by
+ * modification time, which a load refreshes), never keep (the one just written). A plan another
+ * process has open stays readable; one it is about to open is planned again there. */
+static void cache_trim(const char *plans, const char *keep)
+{
+    DIR *d = opendir(plans);
+    if (!d)
+        return;
+    cached_plan *all = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    char path[PATH_MAX];
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        struct stat st;
+        if (e->d_name[0] == '.' || len < 6 || len >= sizeof all[0].name ||
+            strcmp(e->d_name + len - 5, ".plan") ||
+            snprintf(path, sizeof path, "%s/%s", plans, e->d_name) >= (int)sizeof path ||
+            !strcmp(path, keep) || stat(path, &st) || !S_ISREG(st.st_mode))
+            continue;
+        if (n == cap) {
+            cached_plan *more = realloc(all, (cap = cap ? 2 * cap : 64) * sizeof *all);
+            if (!more)
+                break;
+            all = more;
+        }
+        snprintf(all[n].name, sizeof all[n].name, "%s", e->d_name);
+        all[n++].t = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    }
+    closedir(d);
+    if (n + 1 > GP_LM_CACHE_KEEP) { /* the others and keep */
+        qsort(all, n, sizeof *all, by_time);
+        for (size_t i = 0; i < n + 1 - GP_LM_CACHE_KEEP; i++)
+            if (snprintf(path, sizeof path, "%s/%s", plans, all[i].name) < (int)sizeof path)
+                unlink(path);
+    }
+    free(all);
+}
+
 /* The plan of src under o: from the cache when it has it, else compiled, planned and cached
  * (written to a file of this process, then renamed, so that loads never see half a plan). */
 static gp_model *plan_model(gp_lm *lm, const source *src, const gp_lm_opts *o, char *err,
@@ -322,8 +377,11 @@ static gp_model *plan_model(gp_lm *lm, const source *src, const gp_lm_opts *o, c
                  src->fam->name, (unsigned long long)h);
         if (is_file(lm->plan_path)) {
             gp_model *m = gp_model_load(lm->plan_path, err, err_len);
-            if (m)
-                return m; /* else a stale or damaged file: planned again below */
+            if (m) {
+                utimensat(AT_FDCWD, lm->plan_path, NULL, 0); /* used now (cache_trim) */
+                return m;
+            }
+            /* else a stale or damaged file: planned again below */
         }
     }
     gp_plan *p;
@@ -344,10 +402,12 @@ static gp_model *plan_model(gp_lm *lm, const source *src, const gp_lm_opts *o, c
         char plans[sizeof dir + 8];
         snprintf(plans, sizeof plans, "%s/plans", dir);
         if (!make_dirs(plans) && !gp_plan_write(p, tmp, err, err_len) &&
-            !rename(tmp, lm->plan_path))
+            !rename(tmp, lm->plan_path)) {
+            cache_trim(plans, lm->plan_path);
             m = gp_model_load(lm->plan_path, err, err_len);
-        else
+        } else {
             unlink(tmp);
+        }
     }
     if (!m) { /* no cache, or it cannot be written: the plan stays in memory */
         lm->plan_path[0] = '\0';

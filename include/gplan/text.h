@@ -17,7 +17,8 @@
  * model_type) from the graphs built into the library, planned in process, and the plan kept in a
  * cache folder keyed by the model file (path, size, modification time), the graph, the options,
  * gplan's version and its build (the library's or the program's file), so a second load plans
- * nothing and a rebuilt gplan plans again. A given plan file skips all of that.
+ * nothing and a rebuilt gplan plans again. The folder keeps 32 plans: writing another removes the
+ * least recently used (a load marks its plan used by its modification time). A given plan file skips all of that.
  *
  * Sequences: a model serves any number of sequences; each has its own session (KV cache), sampler
  * state and text stream, and is used by one thread at a time. gp_seq_new allocates everything a
