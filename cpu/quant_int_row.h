@@ -48,6 +48,14 @@ AI __m256i row_x16(const int8_t *hi, const int8_t *lo)
     return _mm256_add_epi16(_mm256_sub_epi16(_mm256_slli_epi16(h, 8), _mm256_slli_epi16(h, 1)), l);
 }
 
+/* the sum of a's eight lanes */
+AI float row_hsum(__m256 a)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+
 /* y[n .. n + R): row 0 of x (its blocks in v) times weight rows n .. n + R, R chains apart so
  * that the FMA latencies overlap and x is widened once for R rows. A lane sums 4 products,
  * |.| <= 4 * 128 * 32385: exact in int32 and in f32's 24 bits. The zero point (q4_0 8, q5_0 16)
@@ -85,11 +93,8 @@ AI void row_tile(const int R, gp_dtype wt, const uint8_t *w, size_t rb, int64_t 
                 mz[r] += _cvtsh_ss(h[1]) * v->fsum[b];
         }
     }
-    for (int r = 0; r < R; r++) {
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
-        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        y[n + r] = _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1))) + mz[r];
-    }
+    for (int r = 0; r < R; r++)
+        y[n + r] = row_hsum(acc[r]) + mz[r];
 }
 
 /* columns n .. n1, four rows at a time, for one format known at compile time */
@@ -140,13 +145,6 @@ AI void row6_unpack(const uint8_t *b, int t, __m256i *lo, __m256i *hi)
     __m256i q = _mm256_sub_epi8(_mm256_or_si256(l, _mm256_slli_epi16(h, 4)), _mm256_set1_epi8(32));
     *lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
     *hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1));
-}
-
-AI float row_hsum(__m256 a)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
 }
 
 /* y[n .. n + R) for q4_k, q5_k and q6_k: as row_tile, a super-block at a time. A sub-block's
